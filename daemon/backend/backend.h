@@ -1,0 +1,73 @@
+/* The device backend interface: one small table of functions per device
+ * family (cpu, hip, cuda).  The scheduler and the weight registry are
+ * written once against it.
+ *
+ * Threading: probe() and describe() run on the main thread before the
+ * loop starts.  Everything else for one device runs on that device's
+ * worker thread, which owns the device's context and streams; a backend
+ * never sees two calls for the same device at once.
+ *
+ * Errors: 0 or a negative errno-style code; on failure the backend writes
+ * a human sentence into err (errlen bytes, always NUL-terminated).
+ * Backends never log. */
+#ifndef MFMAD_BACKEND_H
+#define MFMAD_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mfma_gemm.h"
+
+struct backend_config {
+	int cpu_threads;       /* CPU backend: worker threads for one GEMM, <= 0 = all cores */
+	int cpu_devices;       /* CPU backend: how many CPU "devices" (queues) to expose */
+	uint64_t pinned_bytes; /* GPU backends: pinned staging pool per device */
+};
+
+struct backend_device_info {
+	char name[128];      /* e.g. "AMD Instinct MI300X", "NVIDIA H200", "cpu (2 threads)" */
+	char arch[32];       /* e.g. "gfx942", "sm_90", "x86_64" */
+	uint64_t mem_total;  /* bytes of device memory (host RAM for the CPU) */
+	char variants[1024]; /* kernel variants this device can run, comma-separated */
+};
+
+struct backend_timing {
+	uint64_t h2d_ns, kernel_ns, d2h_ns;
+	const char *variant; /* static string naming the kernel that ran */
+};
+
+struct backend_ops {
+	const char *name; /* "cpu", "hip", "cuda" */
+
+	/* Number of devices (0 when the runtime or the hardware is absent,
+	 * which is not an error), or a negative code with err filled. */
+	int (*probe)(const struct backend_config *cfg, char *err, size_t errlen);
+	int (*describe)(int index, struct backend_device_info *info);
+
+	/* Worker thread from here on. */
+	int (*open)(int index, const struct backend_config *cfg, void **dev, char *err,
+		    size_t errlen);
+	void (*close)(void *dev);
+
+	/* Makes a weight resident, converting the canonical 2:4 format to the
+	 * device's own order once; *handle is passed back to gemm(). */
+	int (*weight_load)(void *dev, const struct mfma_weight_host *w, void **handle,
+			   char *err, size_t errlen);
+	void (*weight_free)(void *dev, void *handle);
+
+	/* Runs one GEMM: copies in, launches, copies out, synchronises, and
+	 * fills the timing.  When weight is not NULL it is a handle from
+	 * weight_load and replaces g->a / g->a_meta / g->a_sparse. */
+	int (*gemm)(void *dev, const struct mfma_gemm *g, void *weight, struct backend_timing *t,
+		    char *err, size_t errlen);
+};
+
+extern const struct backend_ops backend_cpu;
+#ifdef MFMAD_HAVE_HIP
+extern const struct backend_ops backend_hip;
+#endif
+#ifdef MFMAD_HAVE_CUDA
+extern const struct backend_ops backend_cuda;
+#endif
+
+#endif

@@ -1,0 +1,34 @@
+/* CPU GEMMs: the float64 reference every backend is tested against, and
+ * the serving paths of the CPU backend.  All take a validated struct
+ * mfma_gemm (kernels/common/mfma_gemm.h). */
+#ifndef MFMA_CPU_GEMM_H
+#define MFMA_CPU_GEMM_H
+
+#include <stddef.h>
+
+#include "mfma_gemm.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Float64 reference: writes m x n doubles to out (alpha, beta and C
+ * applied, no rounding to out_dtype).  Simple triple loop, obviously
+ * right; handles sparse A by decompressing.  Returns 0 or -ENOMEM/-EINVAL. */
+int cpu_gemm_ref_f64(const struct mfma_gemm *g, double *out);
+
+/* Relative Frobenius error ||D - R|| / ||R|| of D (m x n in out_dtype)
+ * against a float64 reference R (0 when both are zero). */
+double cpu_rel_frobenius(const void *d, enum mfma_dtype t, const double *ref, size_t count);
+
+/* The serving path: dense float through OpenBLAS sgemm (f16/bf16
+ * converted to f32 in blocks), dense i8 and every 2:4 A through our own
+ * blocked multi-threaded loops.  threads <= 0 means all cores.  variant,
+ * when not NULL, receives a static string naming the path that ran. */
+int cpu_gemm_run(const struct mfma_gemm *g, int threads, const char **variant);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

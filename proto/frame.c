@@ -1,0 +1,102 @@
+#include "frame.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+void frame_header_put(uint8_t out[FRAME_HEADER_SIZE], uint32_t len)
+{
+	out[0] = (uint8_t)(len >> 24);
+	out[1] = (uint8_t)(len >> 16);
+	out[2] = (uint8_t)(len >> 8);
+	out[3] = (uint8_t)len;
+}
+
+uint32_t frame_header_get(const uint8_t in[FRAME_HEADER_SIZE])
+{
+	return (uint32_t)in[0] << 24 | (uint32_t)in[1] << 16 | (uint32_t)in[2] << 8 | in[3];
+}
+
+void frame_reader_init(struct frame_reader *r, size_t max_frame)
+{
+	memset(r, 0, sizeof(*r));
+	r->max_frame = max_frame;
+}
+
+void frame_reader_free(struct frame_reader *r)
+{
+	if (!r)
+		return;
+	free(r->buf);
+	memset(r, 0, sizeof(*r));
+}
+
+int frame_reader_space(struct frame_reader *r, size_t want, uint8_t **ptr, size_t *avail)
+{
+	/* Drop consumed bytes first so a long-lived connection does not grow. */
+	if (r->start > 0) {
+		memmove(r->buf, r->buf + r->start, r->len - r->start);
+		r->len -= r->start;
+		r->start = 0;
+	}
+	if (want == 0)
+		want = 1;
+	/* When a frame header is buffered, reserve room for the whole frame
+	 * (within the limit) so a large frame is read with few reallocations. */
+	if (r->len >= FRAME_HEADER_SIZE) {
+		size_t flen = frame_header_get(r->buf);
+		if (flen <= r->max_frame && FRAME_HEADER_SIZE + flen > r->len + want)
+			want = FRAME_HEADER_SIZE + flen - r->len;
+	}
+	if (r->cap - r->len < want) {
+		size_t ncap = r->cap ? r->cap : 4096;
+		while (ncap - r->len < want) {
+			if (ncap > SIZE_MAX / 2)
+				return -ENOMEM;
+			ncap *= 2;
+		}
+		uint8_t *nb = realloc(r->buf, ncap);
+		if (!nb)
+			return -ENOMEM;
+		r->buf = nb;
+		r->cap = ncap;
+	}
+	*ptr = r->buf + r->len;
+	*avail = r->cap - r->len;
+	return 0;
+}
+
+void frame_reader_commit(struct frame_reader *r, size_t n)
+{
+	r->len += n;
+}
+
+int frame_reader_feed(struct frame_reader *r, const void *data, size_t n)
+{
+	uint8_t *p;
+	size_t avail;
+	int rc = frame_reader_space(r, n, &p, &avail);
+	if (rc < 0)
+		return rc;
+	memcpy(p, data, n);
+	frame_reader_commit(r, n);
+	return 0;
+}
+
+int frame_reader_next(struct frame_reader *r, const uint8_t **payload, size_t *len)
+{
+	size_t have = r->len - r->start;
+	if (have < FRAME_HEADER_SIZE)
+		return 0;
+	size_t flen = frame_header_get(r->buf + r->start);
+	if (flen > r->max_frame) {
+		*len = flen;
+		return -EMSGSIZE;
+	}
+	if (have - FRAME_HEADER_SIZE < flen)
+		return 0;
+	*payload = r->buf + r->start + FRAME_HEADER_SIZE;
+	*len = flen;
+	r->start += FRAME_HEADER_SIZE + flen;
+	return 1;
+}

@@ -1,0 +1,48 @@
+/* Framing: a 4-byte big-endian length, then that many bytes of one
+ * protobuf message.  The reader is pure (bytes in, frames out, no I/O),
+ * in the manner of hiredis' reader, so it can be unit tested and fuzzed;
+ * both the daemon and the client library sit on it. */
+#ifndef MFMA_FRAME_H
+#define MFMA_FRAME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define FRAME_HEADER_SIZE 4u
+
+struct frame_reader {
+	uint8_t *buf;
+	size_t start; /* first unconsumed byte */
+	size_t len;   /* bytes buffered, from 0 */
+	size_t cap;
+	size_t max_frame;
+};
+
+void frame_header_put(uint8_t out[FRAME_HEADER_SIZE], uint32_t len);
+uint32_t frame_header_get(const uint8_t in[FRAME_HEADER_SIZE]);
+
+void frame_reader_init(struct frame_reader *r, size_t max_frame);
+void frame_reader_free(struct frame_reader *r);
+
+/* Space for at least `want` more bytes at the end of the buffer, for a
+ * read to fill in place (libuv's alloc callback); then commit what was
+ * written.  -ENOMEM when it cannot grow. */
+int frame_reader_space(struct frame_reader *r, size_t want, uint8_t **ptr, size_t *avail);
+void frame_reader_commit(struct frame_reader *r, size_t n);
+
+/* Copies bytes in (for callers that do not read in place). */
+int frame_reader_feed(struct frame_reader *r, const void *data, size_t n);
+
+/* 1 with *payload/*len set when a whole frame is buffered (the pointer is
+ * valid until the next call on the reader), 0 when more bytes are needed,
+ * -EMSGSIZE when the announced length exceeds max_frame (*len holds the
+ * announced length; the stream cannot be trusted after that). */
+int frame_reader_next(struct frame_reader *r, const uint8_t **payload, size_t *len);
+
+/* Bytes buffered but not yet returned as frames. */
+static inline size_t frame_reader_pending(const struct frame_reader *r)
+{
+	return r->len - r->start;
+}
+
+#endif
