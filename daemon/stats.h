@@ -1,0 +1,78 @@
+/* Process-wide counters, written by the loop and the device workers with
+ * relaxed atomics and read by `mfmactl status`, the systemd STATUS= line
+ * and the /metrics endpoint (which runs on its own thread). */
+#ifndef MFMAD_STATS_H
+#define MFMAD_STATS_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#define STATS_MAX_DEVICES 32
+
+/* Why a request ended; the label of mfmad_requests_total{result=...}. */
+enum stats_result {
+	STATS_OK,
+	STATS_INVALID,     /* INVALID_ARGUMENT */
+	STATS_NOT_FOUND,
+	STATS_EXISTS,
+	STATS_BUSY,        /* RESOURCE_EXHAUSTED */
+	STATS_UNAVAILABLE, /* shutting down, no device */
+	STATS_DEADLINE,
+	STATS_INTERNAL,    /* device / kernel failure */
+	STATS_MALFORMED,   /* undecodable frame */
+	STATS_NRESULTS
+};
+
+enum stats_kind { STATS_GEMM, STATS_LOAD, STATS_UNLOAD, STATS_LIST, STATS_STATUS, STATS_PING, STATS_NKINDS };
+
+/* Upper bounds (ns) of the request latency histogram buckets; +Inf is implied. */
+#define STATS_LATENCY_BUCKETS 14
+static const uint64_t stats_latency_le_ns[STATS_LATENCY_BUCKETS] = {
+	10000, 25000, 50000, 100000, 250000, 500000, 1000000, 2500000,
+	5000000, 10000000, 25000000, 100000000, 1000000000, 10000000000ull,
+};
+
+struct stats_device {
+	char backend[16];
+	char arch[32];
+	char name[128];
+	uint64_t mem_total;
+	_Atomic uint64_t queued;       /* waiting in the device queue */
+	_Atomic uint64_t in_flight;    /* being run by the worker */
+	_Atomic uint64_t completed;
+	_Atomic uint64_t failed;
+	_Atomic uint64_t weight_bytes; /* resident weights on this device */
+	_Atomic uint64_t kernel_ns;    /* cumulative */
+};
+
+struct mfmad_stats {
+	uint64_t start_ns; /* CLOCK_MONOTONIC at start */
+	_Atomic int ready; /* listening and devices up */
+	_Atomic int stopping;
+	_Atomic uint64_t requests[STATS_NKINDS][STATS_NRESULTS];
+	_Atomic uint64_t gemm_queue_ns, gemm_h2d_ns, gemm_kernel_ns, gemm_d2h_ns, gemm_total_ns;
+	_Atomic uint64_t gemm_flops; /* dense-equivalent, for GFLOP/s */
+	_Atomic uint64_t latency_bucket[STATS_LATENCY_BUCKETS + 1];
+	_Atomic uint64_t latency_sum_ns, latency_count;
+	_Atomic uint64_t connections_open, connections_total;
+	_Atomic uint64_t in_flight;
+	_Atomic uint64_t weight_bytes, weight_budget, weights;
+	int ndevices;
+	struct stats_device dev[STATS_MAX_DEVICES];
+};
+
+#define STATS_ADD(field, v) atomic_fetch_add_explicit(&(field), (v), memory_order_relaxed)
+#define STATS_SUB(field, v) atomic_fetch_sub_explicit(&(field), (v), memory_order_relaxed)
+#define STATS_GET(field) atomic_load_explicit(&(field), memory_order_relaxed)
+
+static inline void stats_observe_latency(struct mfmad_stats *s, uint64_t ns)
+{
+	int b = 0;
+	while (b < STATS_LATENCY_BUCKETS && ns > stats_latency_le_ns[b])
+		b++;
+	STATS_ADD(s->latency_bucket[b], 1);
+	STATS_ADD(s->latency_sum_ns, ns);
+	STATS_ADD(s->latency_count, 1);
+}
+
+#endif
