@@ -1,0 +1,70 @@
+#include "endpoint.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int set_err(char *err, size_t errlen, const char *fmt, const char *what)
+{
+	if (err && errlen)
+		snprintf(err, errlen, fmt, what);
+	return -EINVAL;
+}
+
+int endpoint_parse(const char *s, struct endpoint *ep, char *err, size_t errlen)
+{
+	memset(ep, 0, sizeof(*ep));
+	if (!s || !*s)
+		return set_err(err, errlen, "empty endpoint%s", "");
+	if (strncmp(s, "tcp:", 4) == 0) {
+		const char *h = s + 4, *colon;
+		size_t hlen;
+		if (*h == '[') {
+			const char *close = strchr(h, ']');
+			if (!close || close[1] != ':')
+				return set_err(err, errlen,
+					       "endpoint '%s': expected tcp:[IPV6]:PORT", s);
+			h++;
+			hlen = (size_t)(close - h);
+			colon = close + 1;
+		} else {
+			colon = strrchr(h, ':');
+			if (!colon)
+				return set_err(err, errlen, "endpoint '%s': expected tcp:HOST:PORT", s);
+			hlen = (size_t)(colon - h);
+		}
+		if (hlen == 0 || hlen >= sizeof(ep->host))
+			return set_err(err, errlen, "endpoint '%s': bad host", s);
+		memcpy(ep->host, h, hlen);
+		char *end;
+		long port = strtol(colon + 1, &end, 10);
+		if (colon[1] == '\0' || *end != '\0' || port < 1 || port > 65535)
+			return set_err(err, errlen, "endpoint '%s': port must be 1..65535", s);
+		ep->kind = ENDPOINT_TCP;
+		ep->port = (int)port;
+		return 0;
+	}
+	const char *p = strncmp(s, "unix:", 5) == 0 ? s + 5 : s;
+	if (!*p)
+		return set_err(err, errlen, "endpoint '%s': empty socket path", s);
+	if (strlen(p) >= sizeof(ep->path))
+		return set_err(err, errlen, "endpoint '%s': socket path longer than 107 bytes", s);
+	ep->kind = ENDPOINT_UNIX;
+	strcpy(ep->path, p);
+	return 0;
+}
+
+int endpoint_default_path(char *buf, size_t len)
+{
+	int n;
+	const char *xdg = getenv("XDG_RUNTIME_DIR");
+	if (geteuid() == 0)
+		n = snprintf(buf, len, "/run/mfmad/mfmad.sock");
+	else if (xdg && *xdg)
+		n = snprintf(buf, len, "%s/mfmad.sock", xdg);
+	else
+		n = snprintf(buf, len, "/tmp/mfmad-%u.sock", (unsigned)geteuid());
+	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
