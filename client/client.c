@@ -1,0 +1,482 @@
+/* libmfmaclient: the connection, the frame I/O and the table of requests
+ * in flight.  The message building and decoding live in requests.c.
+ *
+ * The socket is non-blocking from the start.  Every wait is a poll() on
+ * it: while a frame is being written we also read whatever the daemon
+ * sends, so a client that submits faster than it collects answers never
+ * deadlocks against a daemon that is blocked writing those answers. */
+#include "client_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "endpoint.h"
+
+/* Frames are limited by their 32-bit length only: the daemon decides
+ * what it is willing to send. */
+#define CLIENT_MAX_FRAME UINT32_MAX
+#define CLIENT_READ_CHUNK (256u * 1024u)
+
+uint64_t client_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+int client_fail(struct mfma_error *err, int code, const char *fmt, ...)
+{
+	if (err) {
+		va_list ap;
+		va_start(ap, fmt);
+		err->code = code;
+		vsnprintf(err->message, sizeof(err->message), fmt, ap);
+		va_end(ap);
+	}
+	return code;
+}
+
+void client_ok(struct mfma_error *err)
+{
+	if (err) {
+		err->code = 0;
+		err->message[0] = '\0';
+	}
+}
+
+const char *mfma_code_name(int code)
+{
+	static const char *const names[] = {
+		"OK", "INVALID_ARGUMENT", "NOT_FOUND", "ALREADY_EXISTS", "RESOURCE_EXHAUSTED",
+		"UNAVAILABLE", "DEADLINE_EXCEEDED", "INTERNAL", "MALFORMED",
+	};
+	if (code >= 0 && (size_t)code < sizeof(names) / sizeof(names[0]))
+		return names[code];
+	return "UNKNOWN";
+}
+
+const char *mfma_version(void)
+{
+	return MFMA_CLIENT_VERSION;
+}
+
+/* ---- connecting ---- */
+
+static int connect_unix(const struct endpoint *ep, int *fdp, struct mfma_error *err)
+{
+	struct sockaddr_un sa;
+	memset(&sa, 0, sizeof(sa));
+	sa.sun_family = AF_UNIX;
+	memcpy(sa.sun_path, ep->path, strlen(ep->path) + 1);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return client_fail(err, -errno, "socket(AF_UNIX): %s", strerror(errno));
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		int e = errno;
+		close(fd);
+		return client_fail(err, -e, "cannot connect to unix:%s: %s%s", ep->path, strerror(e),
+				   e == ENOENT || e == ECONNREFUSED ? " (is mfmad running?)" : "");
+	}
+	*fdp = fd;
+	return 0;
+}
+
+static int connect_tcp(const struct endpoint *ep, int *fdp, struct mfma_error *err)
+{
+	char port[16];
+	snprintf(port, sizeof(port), "%d", ep->port);
+	struct addrinfo hints, *res = NULL;
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	int g = getaddrinfo(ep->host, port, &hints, &res);
+	if (g != 0)
+		return client_fail(err, -EHOSTUNREACH, "cannot resolve tcp host '%s': %s", ep->host,
+				   gai_strerror(g));
+	int last = ECONNREFUSED;
+	for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+		int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+		if (fd < 0) {
+			last = errno;
+			continue;
+		}
+		if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
+			/* Small frames (pings, status) must not wait for Nagle. */
+			int one = 1;
+			setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+			freeaddrinfo(res);
+			*fdp = fd;
+			return 0;
+		}
+		last = errno;
+		close(fd);
+	}
+	freeaddrinfo(res);
+	return client_fail(err, -last, "cannot connect to tcp:%s:%d: %s%s", ep->host, ep->port,
+			   strerror(last), last == ECONNREFUSED ? " (is mfmad running?)" : "");
+}
+
+int mfma_connect(const char *endpoint, mfma_client **client, struct mfma_error *err)
+{
+	char defpath[sizeof(((struct endpoint *)0)->path)];
+	char perr[256];
+	struct endpoint ep;
+	int rc;
+
+	if (!client)
+		return client_fail(err, -EINVAL, "mfma_connect: client must not be NULL");
+	*client = NULL;
+	if (!endpoint || !*endpoint)
+		endpoint = getenv("MFMA_ENDPOINT");
+	if (!endpoint || !*endpoint) {
+		rc = endpoint_default_path(defpath, sizeof(defpath));
+		if (rc < 0)
+			return client_fail(err, rc, "the default socket path is too long");
+		endpoint = defpath;
+	}
+	rc = endpoint_parse(endpoint, &ep, perr, sizeof(perr));
+	if (rc < 0)
+		return client_fail(err, rc, "%s", perr);
+
+	int fd = -1;
+	rc = ep.kind == ENDPOINT_UNIX ? connect_unix(&ep, &fd, err) : connect_tcp(&ep, &fd, err);
+	if (rc < 0)
+		return rc;
+	int fl = fcntl(fd, F_GETFL);
+	if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) {
+		rc = client_fail(err, -errno, "fcntl(O_NONBLOCK): %s", strerror(errno));
+		close(fd);
+		return rc;
+	}
+	mfma_client *c = calloc(1, sizeof(*c));
+	if (!c) {
+		close(fd);
+		return client_fail(err, -ENOMEM, "out of memory");
+	}
+	c->fd = fd;
+	c->timeout_ms = -1;
+	c->next_id = 1;
+	if (ep.kind == ENDPOINT_UNIX)
+		snprintf(c->endpoint, sizeof(c->endpoint), "unix:%s", ep.path);
+	else if (strchr(ep.host, ':'))
+		snprintf(c->endpoint, sizeof(c->endpoint), "tcp:[%s]:%d", ep.host, ep.port);
+	else
+		snprintf(c->endpoint, sizeof(c->endpoint), "tcp:%s:%d", ep.host, ep.port);
+	frame_reader_init(&c->rd, CLIENT_MAX_FRAME);
+	*client = c;
+	client_ok(err);
+	return 0;
+}
+
+void mfma_close(mfma_client *c)
+{
+	if (!c)
+		return;
+	if (c->fd >= 0)
+		close(c->fd);
+	for (size_t i = 0; i < c->npend; i++)
+		if (c->pend[i].resp)
+			mfma__v1__response__free_unpacked(c->pend[i].resp, NULL);
+	free(c->pend);
+	frame_reader_free(&c->rd);
+	free(c);
+}
+
+void mfma_set_timeout(mfma_client *c, int timeout_ms)
+{
+	if (c)
+		c->timeout_ms = timeout_ms < 0 ? -1 : timeout_ms;
+}
+
+const char *mfma_endpoint(const mfma_client *c)
+{
+	return c ? c->endpoint : "";
+}
+
+/* ---- the table of requests in flight ---- */
+
+struct client_pending *client_pending_find(mfma_client *c, uint64_t id)
+{
+	for (size_t i = 0; i < c->npend; i++)
+		if (c->pend[i].id == id)
+			return &c->pend[i];
+	return NULL;
+}
+
+int client_pending_add(mfma_client *c, uint64_t id, bool user)
+{
+	if (c->npend == c->cap) {
+		size_t ncap = c->cap ? c->cap * 2 : 16;
+		struct client_pending *np = realloc(c->pend, ncap * sizeof(*np));
+		if (!np)
+			return -ENOMEM;
+		c->pend = np;
+		c->cap = ncap;
+	}
+	struct client_pending *p = &c->pend[c->npend++];
+	memset(p, 0, sizeof(*p));
+	p->id = id;
+	p->user = user;
+	return 0;
+}
+
+void client_pending_remove(mfma_client *c, struct client_pending *p)
+{
+	if (p->resp)
+		mfma__v1__response__free_unpacked(p->resp, NULL);
+	*p = c->pend[--c->npend];
+}
+
+size_t mfma_in_flight(const mfma_client *c)
+{
+	size_t n = 0;
+	if (!c)
+		return 0;
+	for (size_t i = 0; i < c->npend; i++)
+		n += c->pend[i].user;
+	return n;
+}
+
+/* ---- I/O ---- */
+
+/* Marks the connection broken; every later call fails with this error. */
+static int client_die(mfma_client *c, int code, struct mfma_error *err, const char *fmt, ...)
+{
+	if (!c->dead) {
+		va_list ap;
+		va_start(ap, fmt);
+		c->dead = code;
+		vsnprintf(c->dead_msg, sizeof(c->dead_msg), fmt, ap);
+		va_end(ap);
+		/* A verdict the daemon sent just before closing (an oversized
+		 * frame, say) says more than "connection closed". */
+		if (c->conn_msg[0]) {
+			size_t n = strlen(c->dead_msg);
+			snprintf(c->dead_msg + n, sizeof(c->dead_msg) - n, "; the daemon said: %s",
+				 c->conn_msg);
+		}
+	}
+	return client_fail(err, c->dead, "%s", c->dead_msg);
+}
+
+int client_check_alive(mfma_client *c, struct mfma_error *err)
+{
+	if (c->dead)
+		return client_fail(err, c->dead, "%s", c->dead_msg);
+	return 0;
+}
+
+static void dispatch(mfma_client *c, Mfma__V1__Response *resp, uint64_t now)
+{
+	uint64_t id = resp->has_id ? resp->id : 0;
+	struct client_pending *p = id ? client_pending_find(c, id) : NULL;
+	if (!p || p->resp) {
+		/* No request of ours has this id: the daemon answers a frame
+		 * it could not attribute (id 0).  Keep its message for the
+		 * error the caller will see when the connection ends. */
+		if (resp->status && resp->status->has_code && resp->status->code != 0)
+			snprintf(c->conn_msg, sizeof(c->conn_msg), "%s (%s)",
+				 resp->status->message ? resp->status->message : "",
+				 mfma_code_name((int)resp->status->code));
+		mfma__v1__response__free_unpacked(resp, NULL);
+		return;
+	}
+	if (p->abandoned) {
+		mfma__v1__response__free_unpacked(resp, NULL);
+		client_pending_remove(c, p);
+		return;
+	}
+	p->resp = resp;
+	p->t_recv_ns = now;
+	p->seq = ++c->arrivals;
+}
+
+/* Reads everything the socket has now and files the complete frames.
+ * 0, or a negative errno when the connection broke (it is then dead). */
+static int read_available(mfma_client *c, struct mfma_error *err)
+{
+	for (;;) {
+		uint8_t *ptr;
+		size_t avail;
+		if (frame_reader_space(&c->rd, CLIENT_READ_CHUNK, &ptr, &avail) < 0)
+			return client_die(c, -ENOMEM, err, "out of memory buffering a response");
+		ssize_t n = recv(c->fd, ptr, avail, 0);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno == EAGAIN || errno == EWOULDBLOCK)
+				break;
+			return client_die(c, -errno, err, "reading from %s: %s", c->endpoint,
+					  strerror(errno));
+		}
+		if (n == 0) {
+			if (frame_reader_pending(&c->rd) > 0)
+				return client_die(c, -ECONNRESET, err,
+						  "%s closed the connection in the middle of a response",
+						  c->endpoint);
+			return client_die(c, -ECONNRESET, err, "%s closed the connection",
+					  c->endpoint);
+		}
+		frame_reader_commit(&c->rd, (size_t)n);
+		if ((size_t)n < avail)
+			break;
+	}
+	uint64_t now = client_now_ns();
+	for (;;) {
+		const uint8_t *payload;
+		size_t len;
+		int r = frame_reader_next(&c->rd, &payload, &len);
+		if (r == 0)
+			return 0;
+		if (r < 0)
+			return client_die(c, -EPROTO, err, "response frame of %zu bytes is too large",
+					  len);
+		Mfma__V1__Response *resp = mfma__v1__response__unpack(NULL, len, payload);
+		if (!resp)
+			return client_die(c, -EPROTO, err,
+					  "could not decode a response frame of %zu bytes from %s",
+					  len, c->endpoint);
+		dispatch(c, resp, now);
+	}
+}
+
+/* Milliseconds left until deadline (0 = none: -1, forever), rounded up. */
+static int poll_ms(uint64_t deadline)
+{
+	if (deadline == 0)
+		return -1;
+	uint64_t now = client_now_ns();
+	if (now >= deadline)
+		return 0;
+	uint64_t ms = (deadline - now + 999999) / 1000000;
+	return ms > INT_MAX ? INT_MAX : (int)ms;
+}
+
+static uint64_t client_deadline(int timeout_ms)
+{
+	if (timeout_ms < 0)
+		return 0;
+	return client_now_ns() + (uint64_t)timeout_ms * 1000000ull + 1;
+}
+
+int client_send_frame(mfma_client *c, const uint8_t *buf, size_t len, uint64_t *t_first,
+		      struct mfma_error *err)
+{
+	uint64_t deadline = client_deadline(c->timeout_ms);
+	size_t off = 0;
+	int rc = client_check_alive(c, err);
+	if (rc < 0)
+		return rc;
+	while (off < len) {
+		ssize_t n = send(c->fd, buf + off, len - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (n > 0) {
+			if (off == 0 && t_first)
+				*t_first = client_now_ns();
+			off += (size_t)n;
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
+			return client_die(c, -errno, err, "writing to %s: %s", c->endpoint,
+					  strerror(errno));
+		/* The socket is full: wait for room, and drain answers meanwhile
+		 * so that the daemon, which may be blocked writing them, goes on
+		 * reading our frame. */
+		struct pollfd pfd = { .fd = c->fd, .events = POLLIN | POLLOUT };
+		int to = poll_ms(deadline);
+		int pr = to == 0 ? 0 : poll(&pfd, 1, to);
+		if (pr < 0 && errno == EINTR)
+			continue;
+		if (pr < 0)
+			return client_die(c, -errno, err, "poll: %s", strerror(errno));
+		if (pr == 0) {
+			if (off == 0)
+				return client_fail(err, -ETIMEDOUT,
+						   "timed out after %d ms waiting to send to %s",
+						   c->timeout_ms, c->endpoint);
+			/* Half a frame is on the wire: the stream cannot be
+			 * resynchronised. */
+			return client_die(c, -ETIMEDOUT, err,
+					  "timed out after %d ms in the middle of sending a %zu-byte "
+					  "request to %s; connection abandoned",
+					  c->timeout_ms, len, c->endpoint);
+		}
+		if (pfd.revents & (POLLIN | POLLHUP | POLLERR)) {
+			rc = read_available(c, err);
+			if (rc < 0)
+				return rc;
+		}
+	}
+	return 0;
+}
+
+/* Finds a pending request that is ready: `id`, or the oldest arrival of a
+ * submitted one for MFMA_ANY. */
+static struct client_pending *ready(mfma_client *c, uint64_t id, bool user_only)
+{
+	struct client_pending *best = NULL;
+	if (id != MFMA_ANY) {
+		struct client_pending *p = client_pending_find(c, id);
+		return p && p->resp ? p : NULL;
+	}
+	for (size_t i = 0; i < c->npend; i++) {
+		struct client_pending *p = &c->pend[i];
+		if (p->resp && (!user_only || p->user) && (!best || p->seq < best->seq))
+			best = p;
+	}
+	return best;
+}
+
+int client_wait(mfma_client *c, uint64_t id, int timeout_ms, struct client_pending **out,
+		struct mfma_error *err)
+{
+	uint64_t deadline = client_deadline(timeout_ms);
+	for (;;) {
+		struct client_pending *p = ready(c, id, true);
+		if (p) {
+			*out = p;
+			return 0;
+		}
+		int rc = client_check_alive(c, err);
+		if (rc < 0)
+			return rc;
+		struct pollfd pfd = { .fd = c->fd, .events = POLLIN };
+		int to = poll_ms(deadline);
+		int pr = to == 0 ? 0 : poll(&pfd, 1, to);
+		if (pr < 0 && errno == EINTR)
+			continue;
+		if (pr < 0)
+			return client_die(c, -errno, err, "poll: %s", strerror(errno));
+		if (pr == 0) {
+			/* One last non-blocking look: a timeout of 0 means
+			 * "whatever has arrived already". */
+			rc = read_available(c, err);
+			if (rc < 0)
+				return rc;
+			p = ready(c, id, true);
+			if (p) {
+				*out = p;
+				return 0;
+			}
+			return client_fail(err, -ETIMEDOUT, "no response from %s within %d ms",
+					   c->endpoint, timeout_ms);
+		}
+		rc = read_available(c, err);
+		if (rc < 0)
+			return rc;
+	}
+}

@@ -1,0 +1,306 @@
+/* libmfmaclient: the C client of mfmad, the GEMM inference daemon.
+ *
+ * Conventions (the libuv ones):
+ * - Every function that can fail returns 0 or a negative code and, when
+ *   `err` is not NULL, fills it: err->code and err->message.
+ *     err->code < 0  a local or transport failure: a negative errno value
+ *                    (-ECONNREFUSED, -ETIMEDOUT, -EPROTO, -EINVAL ...) and
+ *                    a sentence that says what was wrong; the return value
+ *                    is the same number.
+ *     err->code > 0  the daemon answered with an error: the wire Code
+ *                    (enum mfma_code) and the daemon's message verbatim;
+ *                    the return value is MFMA_EREMOTE(code), which never
+ *                    collides with an errno value.
+ *   On success err->code is 0 and err->message is empty.
+ * - Nothing here logs, exits, touches signals or keeps global state.  A
+ *   client handle must be used by one thread at a time; use one handle per
+ *   thread for parallel work (connections are cheap).
+ * - Results that carry memory (GEMM output, status, weight lists) are owned
+ *   by the library until the matching *_free() call, which accepts NULL
+ *   and zeroed structs.
+ *
+ * Build with `pkg-config --cflags --libs mfmaclient`. */
+#ifndef MFMA_CLIENT_H
+#define MFMA_CLIENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mfma_dtype.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Status codes the daemon answers with (the wire enum mfma.v1.Code). */
+enum mfma_code {
+	MFMA_CODE_OK = 0,
+	MFMA_CODE_INVALID_ARGUMENT = 1, /* a field of the request is wrong */
+	MFMA_CODE_NOT_FOUND = 2,        /* e.g. an unknown weight */
+	MFMA_CODE_ALREADY_EXISTS = 3,
+	MFMA_CODE_RESOURCE_EXHAUSTED = 4, /* busy, or a memory budget */
+	MFMA_CODE_UNAVAILABLE = 5,      /* shutting down, or no device can take it */
+	MFMA_CODE_DEADLINE_EXCEEDED = 6,
+	MFMA_CODE_INTERNAL = 7,         /* a device or kernel failure */
+	MFMA_CODE_MALFORMED = 8,        /* the daemon could not decode the frame */
+};
+
+/* Return value for "the daemon answered with code c": far below any
+ * negative errno, so callers can tell the two apart. */
+#define MFMA_EREMOTE_BASE 10000
+#define MFMA_EREMOTE(c) (-(MFMA_EREMOTE_BASE + (int)(c)))
+#define MFMA_IS_REMOTE(rc) ((rc) <= -MFMA_EREMOTE_BASE)
+#define MFMA_REMOTE_CODE(rc) (-(rc) - MFMA_EREMOTE_BASE)
+
+#define MFMA_ERROR_MAX 512
+
+struct mfma_error {
+	int code;
+	char message[MFMA_ERROR_MAX];
+};
+
+/* Name of a daemon code ("NOT_FOUND"), or "UNKNOWN". */
+const char *mfma_code_name(int code);
+
+/* The library's version string ("0.1.0"). */
+const char *mfma_version(void);
+
+/* ---- connection ---- */
+
+typedef struct mfma_client mfma_client;
+
+/* Connects to `endpoint`: "unix:PATH", "tcp:HOST:PORT", "tcp:[V6]:PORT" or
+ * a bare socket path.  NULL (or "") means the MFMA_ENDPOINT environment
+ * variable, else the default socket (/run/mfmad/mfmad.sock for root,
+ * $XDG_RUNTIME_DIR/mfmad.sock, else /tmp/mfmad-UID.sock). */
+int mfma_connect(const char *endpoint, mfma_client **client, struct mfma_error *err);
+
+/* Closes the connection and frees the handle (NULL is fine).  Results of
+ * requests still in flight are dropped. */
+void mfma_close(mfma_client *client);
+
+/* How long blocking calls (and the sending half of mfma_gemm_submit) may
+ * wait for the daemon, in milliseconds; negative = forever (the default).
+ * A call that runs out fails with -ETIMEDOUT; its request stays in flight
+ * and a late response to it is discarded. */
+void mfma_set_timeout(mfma_client *client, int timeout_ms);
+
+/* The endpoint this client connected to, as a string ("unix:/run/..."). */
+const char *mfma_endpoint(const mfma_client *client);
+
+/* ---- matrices ---- */
+
+/* A dense row-major matrix in little-endian element order.  For inputs the
+ * memory belongs to the caller and is only read; bytes must equal
+ * rows * cols * mfma_dtype_size(dtype). */
+struct mfma_matrix {
+	uint32_t rows, cols;
+	enum mfma_dtype dtype;
+	const void *data;
+	size_t bytes;
+};
+
+/* What the daemon should do with a dense A operand. */
+enum mfma_sparsity {
+	MFMA_SPARSITY_DENSE = 0,  /* use A as it is */
+	MFMA_SPARSITY_VALIDATE_24 = 1, /* reject unless A already is 2:4 */
+	MFMA_SPARSITY_PRUNE_24 = 2,    /* keep the two largest of every 4 along K */
+};
+
+/* A 2:4 matrix in the canonical format (DESIGN.md; kernels/common/sparse24.h):
+ * values is rows x cols/2 elements, meta rows x ((cols/4 + 7) / 8) uint32. */
+struct mfma_sparse24 {
+	uint32_t rows, cols; /* logical shape; cols is K, a multiple of 4 */
+	enum mfma_dtype dtype;
+	const void *values;
+	size_t values_bytes;
+	const uint32_t *meta;
+	size_t meta_bytes;
+};
+
+enum mfma_operand_kind {
+	MFMA_OPERAND_DENSE = 0,
+	MFMA_OPERAND_SPARSE24 = 1,
+	MFMA_OPERAND_WEIGHT = 2, /* a resident weight, by name (GEMM only) */
+};
+
+struct mfma_operand {
+	enum mfma_operand_kind kind;
+	struct mfma_matrix dense;       /* MFMA_OPERAND_DENSE */
+	enum mfma_sparsity sparsity;    /* MFMA_OPERAND_DENSE */
+	struct mfma_sparse24 sparse;    /* MFMA_OPERAND_SPARSE24 */
+	const char *weight;             /* MFMA_OPERAND_WEIGHT */
+};
+
+/* ---- GEMM: D = alpha * A.B + beta * C ---- */
+
+struct mfma_gemm_args {
+	struct mfma_operand a;      /* M x K */
+	struct mfma_matrix b;       /* K x N, the same dtype as A */
+	const struct mfma_matrix *c; /* M x N in out_dtype, or NULL */
+	float alpha;                /* 1 after mfma_gemm_args_init() */
+	float beta;                 /* 0 after mfma_gemm_args_init() */
+	enum mfma_dtype out_dtype;  /* MFMA_DT_NONE: f32 for float inputs, i32 for i8 */
+	int device;                 /* -1 (after init): the daemon picks */
+	uint32_t priority;          /* 0 = default, 1 = highest, larger = lower */
+	uint64_t timeout_us;        /* server-side deadline from arrival; 0 = none */
+};
+
+/* Zero-initialising the struct is NOT enough: alpha would be 0 and device
+ * 0.  Start from this (or MFMA_GEMM_ARGS_INIT). */
+void mfma_gemm_args_init(struct mfma_gemm_args *args);
+#define MFMA_GEMM_ARGS_INIT { .alpha = 1.0f, .beta = 0.0f, .device = -1 }
+
+struct mfma_timing {
+	uint64_t queue_ns;  /* waiting in the device queue */
+	uint64_t h2d_ns;    /* copies in */
+	uint64_t kernel_ns; /* the kernel(s) */
+	uint64_t d2h_ns;    /* copy out */
+	uint64_t total_ns;  /* arrival of the frame to the response being queued */
+};
+
+struct mfma_device_ref {
+	uint32_t index;
+	const char *backend; /* "cpu", "hip", "cuda" */
+	const char *arch;    /* "x86_64", "gfx942", "sm_90" */
+};
+
+struct mfma_gemm_result {
+	struct mfma_matrix d;       /* library-owned until mfma_gemm_result_free() */
+	struct mfma_timing timing;
+	struct mfma_device_ref device;
+	const char *variant;        /* the kernel variant that ran */
+	uint64_t round_trip_ns;     /* first byte sent to the whole response received */
+	void *priv;
+};
+
+void mfma_gemm_result_free(struct mfma_gemm_result *result);
+
+/* Blocking: sends the request and waits for its answer.  Responses to
+ * requests submitted earlier that arrive meanwhile are kept for
+ * mfma_wait(). */
+int mfma_gemm(mfma_client *client, const struct mfma_gemm_args *args,
+	      struct mfma_gemm_result *result, struct mfma_error *err);
+
+/* ---- pipelining ---- */
+
+#define MFMA_ANY UINT64_MAX
+
+/* Sends a GEMM without waiting for its answer and returns its id (assigned
+ * by the library, never 0 or MFMA_ANY).  The call returns once the frame
+ * is handed to the kernel; while the socket is full it keeps reading
+ * responses into the client's buffer, so any number of submits before the
+ * first wait cannot deadlock.  The caller's matrices may be reused as soon
+ * as it returns. */
+int mfma_gemm_submit(mfma_client *client, const struct mfma_gemm_args *args, uint64_t *id,
+		     struct mfma_error *err);
+
+/* Waits for the submitted request `id`, or for whichever finishes first
+ * with MFMA_ANY (buffered answers first, oldest first).  timeout_ms < 0
+ * waits forever, 0 only looks at what already arrived.
+ * Returns 0 with *done_id and *result set; MFMA_EREMOTE(code) with
+ * *done_id set when the daemon failed that request (result zeroed);
+ * -ETIMEDOUT when nothing finished in time (no id); -ENOENT when `id` (or,
+ * for MFMA_ANY, any request) is not in flight; another negative errno when
+ * the connection broke (every request in flight is then lost). */
+int mfma_wait(mfma_client *client, uint64_t id, int timeout_ms, uint64_t *done_id,
+	      struct mfma_gemm_result *result, struct mfma_error *err);
+
+/* Submitted requests whose answer has not been returned by mfma_wait(). */
+size_t mfma_in_flight(const mfma_client *client);
+
+/* ---- ping ---- */
+
+/* Sends `len` bytes (may be 0) and checks that they come back unchanged;
+ * *round_trip_ns (may be NULL) receives the time it took. */
+int mfma_ping(mfma_client *client, const void *payload, size_t len, uint64_t *round_trip_ns,
+	      struct mfma_error *err);
+
+/* ---- weights ---- */
+
+struct mfma_weight_info {
+	const char *name;
+	uint32_t rows, cols;
+	enum mfma_dtype dtype;
+	bool sparse;         /* held in 2:4 form */
+	uint64_t bytes;      /* host-format bytes per device */
+	size_t n_devices;
+	const uint32_t *devices;
+};
+
+struct mfma_load_args {
+	const char *name;
+	struct mfma_operand a; /* dense (with sparsity) or 2:4; not a weight */
+	int device;            /* -1: every device */
+	bool replace;          /* replace an existing weight of that name */
+};
+
+void mfma_load_args_init(struct mfma_load_args *args);
+
+struct mfma_load_result {
+	struct mfma_weight_info weight;
+	void *priv;
+};
+
+void mfma_load_result_free(struct mfma_load_result *result);
+
+/* result may be NULL when the caller does not need the description. */
+int mfma_load_weight(mfma_client *client, const struct mfma_load_args *args,
+		     struct mfma_load_result *result, struct mfma_error *err);
+
+int mfma_unload_weight(mfma_client *client, const char *name, struct mfma_error *err);
+
+struct mfma_weight_list {
+	size_t n_weights;
+	struct mfma_weight_info *weights;
+	void *priv;
+};
+
+void mfma_weight_list_free(struct mfma_weight_list *list);
+
+int mfma_list_weights(mfma_client *client, struct mfma_weight_list *list,
+		      struct mfma_error *err);
+
+/* ---- status ---- */
+
+struct mfma_device_status {
+	uint32_t index;
+	const char *backend, *arch, *name;
+	uint64_t mem_total;
+	uint64_t mem_used;   /* weight bytes resident */
+	uint32_t queue_depth;
+	uint32_t in_flight;
+	size_t n_variants;
+	const char *const *variants;
+	uint64_t completed, failed;
+};
+
+struct mfma_counters {
+	uint64_t requests, ok, failed, busy;
+	uint64_t connections_open, connections_total;
+	uint64_t in_flight, malformed;
+};
+
+struct mfma_status {
+	const char *version;
+	uint64_t uptime_ns;
+	size_t n_devices;
+	struct mfma_device_status *devices;
+	size_t n_weights;
+	struct mfma_weight_info *weights;
+	struct mfma_counters counters;
+	uint64_t weight_budget; /* bytes the daemon may hold in weights (0 = no limit) */
+	uint64_t weight_bytes;  /* bytes held now */
+	void *priv;
+};
+
+void mfma_status_free(struct mfma_status *status);
+
+int mfma_status(mfma_client *client, struct mfma_status *status, struct mfma_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,649 @@
+/* libmfmaclient: the public calls.  Each builds its Request with
+ * protobuf-c (pointing at the caller's matrices, never copying them),
+ * packs it once into a buffer that has the frame header in front, and
+ * turns the Response into the public structs, which point into the
+ * unpacked message instead of copying it. */
+#include "client_internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *str(const char *s)
+{
+	return s ? s : "";
+}
+
+/* protobuf-c wants non-const pointers for bytes fields it only reads. */
+static uint8_t *unconst(const void *p)
+{
+	return (uint8_t *)(uintptr_t)p;
+}
+
+static int fail_remote(const Mfma__V1__Status *st, struct mfma_error *err)
+{
+	int code = st->has_code ? (int)st->code : MFMA_CODE_INTERNAL;
+	if (err) {
+		err->code = code;
+		if (st->message && *st->message)
+			snprintf(err->message, sizeof(err->message), "%s", st->message);
+		else
+			snprintf(err->message, sizeof(err->message), "the daemon answered %s",
+				 mfma_code_name(code));
+	}
+	return MFMA_EREMOTE(code);
+}
+
+static bool is_error(const Mfma__V1__Response *resp)
+{
+	return resp->status && resp->status->has_code && resp->status->code != MFMA__V1__CODE__OK;
+}
+
+/* ---- building ---- */
+
+static int check_dtype(enum mfma_dtype t, const char *field, struct mfma_error *err)
+{
+	if (mfma_dtype_size(t) == 0)
+		return client_fail(err, -EINVAL, "%s.dtype=%d is not a known element type", field,
+				   (int)t);
+	return 0;
+}
+
+static int matrix_to_wire(const struct mfma_matrix *m, Mfma__V1__Matrix *w, const char *field,
+			  struct mfma_error *err)
+{
+	int rc = check_dtype(m->dtype, field, err);
+	if (rc < 0)
+		return rc;
+	if (m->bytes && !m->data)
+		return client_fail(err, -EINVAL, "%s.data is NULL but %s.bytes=%zu", field, field,
+				   m->bytes);
+	w->has_rows = w->has_cols = w->has_dtype = w->has_data = 1;
+	w->rows = m->rows;
+	w->cols = m->cols;
+	w->dtype = (Mfma__V1__DType)m->dtype;
+	w->data.len = m->bytes;
+	w->data.data = unconst(m->data);
+	return 0;
+}
+
+struct wire_operand {
+	Mfma__V1__Operand op;
+	Mfma__V1__Matrix dense;
+	Mfma__V1__Sparse24 sparse;
+};
+
+static int operand_to_wire(const struct mfma_operand *a, struct wire_operand *w, bool allow_weight,
+			   struct mfma_error *err)
+{
+	mfma__v1__operand__init(&w->op);
+	mfma__v1__matrix__init(&w->dense);
+	mfma__v1__sparse24__init(&w->sparse);
+	switch (a->kind) {
+	case MFMA_OPERAND_DENSE: {
+		int rc = matrix_to_wire(&a->dense, &w->dense, "a", err);
+		if (rc < 0)
+			return rc;
+		if (a->sparsity > MFMA_SPARSITY_PRUNE_24)
+			return client_fail(err, -EINVAL, "a.sparsity=%d is not DENSE, VALIDATE_24 "
+					   "or PRUNE_24", (int)a->sparsity);
+		w->op.kind_case = MFMA__V1__OPERAND__KIND_DENSE;
+		w->op.dense = &w->dense;
+		w->op.has_sparsity = a->sparsity != MFMA_SPARSITY_DENSE;
+		w->op.sparsity = (Mfma__V1__Sparsity)a->sparsity;
+		return 0;
+	}
+	case MFMA_OPERAND_SPARSE24: {
+		const struct mfma_sparse24 *s = &a->sparse;
+		int rc = check_dtype(s->dtype, "a", err);
+		if (rc < 0)
+			return rc;
+		if ((s->values_bytes && !s->values) || (s->meta_bytes && !s->meta))
+			return client_fail(err, -EINVAL, "a.values or a.meta is NULL with a "
+					   "non-zero byte count");
+		w->sparse.has_rows = w->sparse.has_cols = w->sparse.has_dtype = 1;
+		w->sparse.rows = s->rows;
+		w->sparse.cols = s->cols;
+		w->sparse.dtype = (Mfma__V1__DType)s->dtype;
+		w->sparse.has_values = w->sparse.has_meta = 1;
+		w->sparse.values.len = s->values_bytes;
+		w->sparse.values.data = unconst(s->values);
+		w->sparse.meta.len = s->meta_bytes;
+		w->sparse.meta.data = unconst(s->meta);
+		w->op.kind_case = MFMA__V1__OPERAND__KIND_SPARSE;
+		w->op.sparse = &w->sparse;
+		return 0;
+	}
+	case MFMA_OPERAND_WEIGHT:
+		if (!allow_weight)
+			return client_fail(err, -EINVAL, "a weight cannot be loaded from another "
+					   "weight; give a dense or 2:4 matrix");
+		if (!a->weight || !*a->weight)
+			return client_fail(err, -EINVAL, "a.weight (the weight name) is empty");
+		w->op.kind_case = MFMA__V1__OPERAND__KIND_WEIGHT;
+		w->op.weight = (char *)(uintptr_t)a->weight;
+		return 0;
+	}
+	return client_fail(err, -EINVAL, "a.kind=%d is not DENSE, SPARSE24 or WEIGHT", (int)a->kind);
+}
+
+struct wire_gemm {
+	Mfma__V1__Gemm g;
+	struct wire_operand a;
+	Mfma__V1__Matrix b, c;
+};
+
+static int gemm_to_wire(const struct mfma_gemm_args *args, struct wire_gemm *w,
+			struct mfma_error *err)
+{
+	int rc;
+	if (!args)
+		return client_fail(err, -EINVAL, "gemm args must not be NULL");
+	mfma__v1__gemm__init(&w->g);
+	mfma__v1__matrix__init(&w->b);
+	mfma__v1__matrix__init(&w->c);
+	if ((rc = operand_to_wire(&args->a, &w->a, true, err)) < 0)
+		return rc;
+	if ((rc = matrix_to_wire(&args->b, &w->b, "b", err)) < 0)
+		return rc;
+	w->g.a = &w->a.op;
+	w->g.b = &w->b;
+	if (args->c) {
+		if ((rc = matrix_to_wire(args->c, &w->c, "c", err)) < 0)
+			return rc;
+		w->g.c = &w->c;
+	}
+	w->g.has_alpha = w->g.has_beta = w->g.has_device = 1;
+	w->g.alpha = args->alpha;
+	w->g.beta = args->beta;
+	w->g.device = args->device;
+	if (args->out_dtype != MFMA_DT_NONE) {
+		if ((rc = check_dtype(args->out_dtype, "out", err)) < 0)
+			return rc;
+		w->g.has_out_dtype = 1;
+		w->g.out_dtype = (Mfma__V1__DType)args->out_dtype;
+	}
+	w->g.has_priority = args->priority != 0;
+	w->g.priority = args->priority;
+	w->g.has_timeout_us = args->timeout_us != 0;
+	w->g.timeout_us = args->timeout_us;
+	return 0;
+}
+
+/* Packs req (its id set here) behind a frame header and sends it. */
+static int send_request(mfma_client *c, Mfma__V1__Request *req, bool user, uint64_t *idp,
+			struct mfma_error *err)
+{
+	int rc = client_check_alive(c, err);
+	if (rc < 0)
+		return rc;
+	uint64_t id = c->next_id++;
+	if (c->next_id == MFMA_ANY)
+		c->next_id = 1;
+	req->has_id = 1;
+	req->id = id;
+	size_t n = protobuf_c_message_get_packed_size(&req->base);
+	if (n > UINT32_MAX)
+		return client_fail(err, -EMSGSIZE, "request of %zu bytes exceeds the frame limit "
+				   "of 4 GiB", n);
+	uint8_t *buf = malloc(FRAME_HEADER_SIZE + n);
+	if (!buf)
+		return client_fail(err, -ENOMEM, "out of memory packing a request of %zu bytes",
+				   n);
+	frame_header_put(buf, (uint32_t)n);
+	protobuf_c_message_pack(&req->base, buf + FRAME_HEADER_SIZE);
+	if ((rc = client_pending_add(c, id, user)) < 0) {
+		free(buf);
+		return client_fail(err, rc, "out of memory");
+	}
+	uint64_t t_first = client_now_ns();
+	rc = client_send_frame(c, buf, FRAME_HEADER_SIZE + n, &t_first, err);
+	free(buf);
+	/* Answers read while sending may have moved entries: find it again. */
+	struct client_pending *p = client_pending_find(c, id);
+	if (rc < 0) {
+		if (p)
+			client_pending_remove(c, p);
+		return rc;
+	}
+	p->t_send_ns = t_first;
+	*idp = id;
+	return 0;
+}
+
+/* Takes the answer out of the table.  On a daemon error the response is
+ * freed and MFMA_EREMOTE(code) returned. */
+static int take(mfma_client *c, struct client_pending *p, Mfma__V1__Response__BodyCase want,
+		Mfma__V1__Response **out, uint64_t *rtt, struct mfma_error *err)
+{
+	Mfma__V1__Response *resp = p->resp;
+	p->resp = NULL;
+	if (rtt)
+		*rtt = p->t_recv_ns - p->t_send_ns;
+	client_pending_remove(c, p);
+	int rc = 0;
+	if (is_error(resp))
+		rc = fail_remote(resp->status, err);
+	else if (want != MFMA__V1__RESPONSE__BODY__NOT_SET && resp->body_case != want)
+		rc = client_fail(err, -EPROTO, "the daemon answered with body %d where %d was "
+				 "expected", (int)resp->body_case, (int)want);
+	if (rc < 0) {
+		mfma__v1__response__free_unpacked(resp, NULL);
+		return rc;
+	}
+	*out = resp;
+	return 0;
+}
+
+/* One blocking round trip. */
+static int call(mfma_client *c, Mfma__V1__Request *req, Mfma__V1__Response__BodyCase want,
+		Mfma__V1__Response **out, uint64_t *rtt, struct mfma_error *err)
+{
+	uint64_t id;
+	struct client_pending *p;
+	int rc = send_request(c, req, false, &id, err);
+	if (rc < 0)
+		return rc;
+	rc = client_wait(c, id, c->timeout_ms, &p, err);
+	if (rc < 0) {
+		p = client_pending_find(c, id);
+		if (p)
+			p->abandoned = true;
+		return rc;
+	}
+	return take(c, p, want, out, rtt, err);
+}
+
+/* ---- decoding ---- */
+
+static int gemm_result_from(Mfma__V1__Response *resp, uint64_t rtt, struct mfma_gemm_result *r,
+			    struct mfma_error *err)
+{
+	const Mfma__V1__GemmResult *g = resp->gemm;
+	memset(r, 0, sizeof(*r));
+	if (!g || !g->d) {
+		mfma__v1__response__free_unpacked(resp, NULL);
+		return client_fail(err, -EPROTO, "the daemon's GEMM answer carries no D matrix");
+	}
+	const Mfma__V1__Matrix *d = g->d;
+	size_t es = mfma_dtype_size((enum mfma_dtype)d->dtype);
+	if (es == 0 || (uint64_t)d->rows * d->cols * es != d->data.len) {
+		int rc = client_fail(err, -EPROTO, "the daemon's D is %ux%u dtype %d with %zu "
+				     "bytes, which do not match", d->rows, d->cols, (int)d->dtype,
+				     d->data.len);
+		mfma__v1__response__free_unpacked(resp, NULL);
+		return rc;
+	}
+	r->d.rows = d->rows;
+	r->d.cols = d->cols;
+	r->d.dtype = (enum mfma_dtype)d->dtype;
+	r->d.data = d->data.data;
+	r->d.bytes = d->data.len;
+	if (g->timing) {
+		r->timing.queue_ns = g->timing->queue_ns;
+		r->timing.h2d_ns = g->timing->h2d_ns;
+		r->timing.kernel_ns = g->timing->kernel_ns;
+		r->timing.d2h_ns = g->timing->d2h_ns;
+		r->timing.total_ns = g->timing->total_ns;
+	}
+	r->device.index = g->device ? g->device->index : 0;
+	r->device.backend = str(g->device ? g->device->backend : NULL);
+	r->device.arch = str(g->device ? g->device->arch : NULL);
+	r->variant = str(g->variant);
+	r->round_trip_ns = rtt;
+	r->priv = resp;
+	return 0;
+}
+
+void mfma_gemm_result_free(struct mfma_gemm_result *r)
+{
+	if (!r)
+		return;
+	if (r->priv)
+		mfma__v1__response__free_unpacked(r->priv, NULL);
+	memset(r, 0, sizeof(*r));
+}
+
+static void weight_from(const Mfma__V1__WeightInfo *w, struct mfma_weight_info *out)
+{
+	memset(out, 0, sizeof(*out));
+	if (!w) {
+		out->name = "";
+		return;
+	}
+	out->name = str(w->name);
+	out->rows = w->rows;
+	out->cols = w->cols;
+	out->dtype = (enum mfma_dtype)w->dtype;
+	out->sparse = w->sparse;
+	out->bytes = w->bytes;
+	out->n_devices = w->n_devices;
+	out->devices = w->devices;
+}
+
+/* ---- public calls ---- */
+
+void mfma_gemm_args_init(struct mfma_gemm_args *args)
+{
+	if (!args)
+		return;
+	memset(args, 0, sizeof(*args));
+	args->alpha = 1.0f;
+	args->beta = 0.0f;
+	args->device = -1;
+}
+
+void mfma_load_args_init(struct mfma_load_args *args)
+{
+	if (!args)
+		return;
+	memset(args, 0, sizeof(*args));
+	args->device = -1;
+}
+
+int mfma_gemm_submit(mfma_client *c, const struct mfma_gemm_args *args, uint64_t *id,
+		     struct mfma_error *err)
+{
+	struct wire_gemm w;
+	Mfma__V1__Request req = MFMA__V1__REQUEST__INIT;
+	uint64_t sid;
+	if (!c || !id)
+		return client_fail(err, -EINVAL, "mfma_gemm_submit: client and id must not be NULL");
+	int rc = gemm_to_wire(args, &w, err);
+	if (rc < 0)
+		return rc;
+	req.body_case = MFMA__V1__REQUEST__BODY_GEMM;
+	req.gemm = &w.g;
+	if ((rc = send_request(c, &req, true, &sid, err)) < 0)
+		return rc;
+	*id = sid;
+	client_ok(err);
+	return 0;
+}
+
+int mfma_wait(mfma_client *c, uint64_t id, int timeout_ms, uint64_t *done_id,
+	      struct mfma_gemm_result *result, struct mfma_error *err)
+{
+	struct client_pending *p;
+	Mfma__V1__Response *resp;
+	uint64_t rtt = 0;
+	if (!c || !result)
+		return client_fail(err, -EINVAL, "mfma_wait: client and result must not be NULL");
+	memset(result, 0, sizeof(*result));
+	if (id == MFMA_ANY) {
+		if (mfma_in_flight(c) == 0)
+			return client_fail(err, -ENOENT, "no submitted request is in flight");
+	} else {
+		p = client_pending_find(c, id);
+		if (!p || !p->user)
+			return client_fail(err, -ENOENT, "request id %llu is not in flight",
+					   (unsigned long long)id);
+	}
+	int rc = client_wait(c, id, timeout_ms, &p, err);
+	if (rc < 0)
+		return rc;
+	if (done_id)
+		*done_id = p->id;
+	rc = take(c, p, MFMA__V1__RESPONSE__BODY_GEMM, &resp, &rtt, err);
+	if (rc < 0)
+		return rc;
+	if ((rc = gemm_result_from(resp, rtt, result, err)) < 0)
+		return rc;
+	client_ok(err);
+	return 0;
+}
+
+int mfma_gemm(mfma_client *c, const struct mfma_gemm_args *args, struct mfma_gemm_result *result,
+	      struct mfma_error *err)
+{
+	struct wire_gemm w;
+	Mfma__V1__Request req = MFMA__V1__REQUEST__INIT;
+	Mfma__V1__Response *resp;
+	uint64_t rtt;
+	if (!c || !result)
+		return client_fail(err, -EINVAL, "mfma_gemm: client and result must not be NULL");
+	memset(result, 0, sizeof(*result));
+	int rc = gemm_to_wire(args, &w, err);
+	if (rc < 0)
+		return rc;
+	req.body_case = MFMA__V1__REQUEST__BODY_GEMM;
+	req.gemm = &w.g;
+	if ((rc = call(c, &req, MFMA__V1__RESPONSE__BODY_GEMM, &resp, &rtt, err)) < 0)
+		return rc;
+	if ((rc = gemm_result_from(resp, rtt, result, err)) < 0)
+		return rc;
+	client_ok(err);
+	return 0;
+}
+
+int mfma_ping(mfma_client *c, const void *payload, size_t len, uint64_t *round_trip_ns,
+	      struct mfma_error *err)
+{
+	Mfma__V1__Request req = MFMA__V1__REQUEST__INIT;
+	Mfma__V1__Ping ping = MFMA__V1__PING__INIT;
+	Mfma__V1__Response *resp;
+	uint64_t rtt;
+	if (!c || (len && !payload))
+		return client_fail(err, -EINVAL, "mfma_ping: client is NULL, or payload is NULL "
+				   "with len=%zu", len);
+	ping.has_payload = len > 0;
+	ping.payload.len = len;
+	ping.payload.data = unconst(payload);
+	req.body_case = MFMA__V1__REQUEST__BODY_PING;
+	req.ping = &ping;
+	int rc = call(c, &req, MFMA__V1__RESPONSE__BODY_PONG, &resp, &rtt, err);
+	if (rc < 0)
+		return rc;
+	const Mfma__V1__Pong *pong = resp->pong;
+	size_t got = pong && pong->has_payload ? pong->payload.len : 0;
+	if (got != len || (len && memcmp(pong->payload.data, payload, len) != 0)) {
+		rc = client_fail(err, -EPROTO, "ping payload of %zu bytes came back as %zu "
+				 "different bytes", len, got);
+		mfma__v1__response__free_unpacked(resp, NULL);
+		return rc;
+	}
+	mfma__v1__response__free_unpacked(resp, NULL);
+	if (round_trip_ns)
+		*round_trip_ns = rtt;
+	client_ok(err);
+	return 0;
+}
+
+int mfma_load_weight(mfma_client *c, const struct mfma_load_args *args,
+		     struct mfma_load_result *result, struct mfma_error *err)
+{
+	Mfma__V1__Request req = MFMA__V1__REQUEST__INIT;
+	Mfma__V1__LoadWeight lw = MFMA__V1__LOAD_WEIGHT__INIT;
+	struct wire_operand a;
+	Mfma__V1__Response *resp;
+	if (result)
+		memset(result, 0, sizeof(*result));
+	if (!c || !args)
+		return client_fail(err, -EINVAL, "mfma_load_weight: client and args must not be "
+				   "NULL");
+	if (!args->name || !*args->name)
+		return client_fail(err, -EINVAL, "the weight name is empty");
+	int rc = operand_to_wire(&args->a, &a, false, err);
+	if (rc < 0)
+		return rc;
+	lw.name = (char *)(uintptr_t)args->name;
+	lw.a = &a.op;
+	lw.has_device = 1;
+	lw.device = args->device;
+	lw.has_replace = args->replace;
+	lw.replace = args->replace;
+	req.body_case = MFMA__V1__REQUEST__BODY_LOAD_WEIGHT;
+	req.load_weight = &lw;
+	if ((rc = call(c, &req, MFMA__V1__RESPONSE__BODY__NOT_SET, &resp, NULL, err)) < 0)
+		return rc;
+	if (result) {
+		const Mfma__V1__WeightInfo *w = resp->body_case == MFMA__V1__RESPONSE__BODY_LOAD_WEIGHT
+							&& resp->load_weight
+						? resp->load_weight->weight
+						: NULL;
+		weight_from(w, &result->weight);
+		result->priv = resp;
+	} else {
+		mfma__v1__response__free_unpacked(resp, NULL);
+	}
+	client_ok(err);
+	return 0;
+}
+
+void mfma_load_result_free(struct mfma_load_result *r)
+{
+	if (!r)
+		return;
+	if (r->priv)
+		mfma__v1__response__free_unpacked(r->priv, NULL);
+	memset(r, 0, sizeof(*r));
+}
+
+int mfma_unload_weight(mfma_client *c, const char *name, struct mfma_error *err)
+{
+	Mfma__V1__Request req = MFMA__V1__REQUEST__INIT;
+	Mfma__V1__UnloadWeight uw = MFMA__V1__UNLOAD_WEIGHT__INIT;
+	Mfma__V1__Response *resp;
+	if (!c || !name || !*name)
+		return client_fail(err, -EINVAL, "mfma_unload_weight: the weight name is empty");
+	uw.name = (char *)(uintptr_t)name;
+	req.body_case = MFMA__V1__REQUEST__BODY_UNLOAD_WEIGHT;
+	req.unload_weight = &uw;
+	int rc = call(c, &req, MFMA__V1__RESPONSE__BODY__NOT_SET, &resp, NULL, err);
+	if (rc < 0)
+		return rc;
+	mfma__v1__response__free_unpacked(resp, NULL);
+	client_ok(err);
+	return 0;
+}
+
+static int weights_from(Mfma__V1__WeightInfo **w, size_t n, struct mfma_weight_info **out,
+			struct mfma_error *err)
+{
+	*out = NULL;
+	if (n == 0)
+		return 0;
+	*out = calloc(n, sizeof(**out));
+	if (!*out)
+		return client_fail(err, -ENOMEM, "out of memory");
+	for (size_t i = 0; i < n; i++)
+		weight_from(w[i], &(*out)[i]);
+	return 0;
+}
+
+int mfma_list_weights(mfma_client *c, struct mfma_weight_list *list, struct mfma_error *err)
+{
+	Mfma__V1__Request req = MFMA__V1__REQUEST__INIT;
+	Mfma__V1__ListWeights lw = MFMA__V1__LIST_WEIGHTS__INIT;
+	Mfma__V1__Response *resp;
+	if (!c || !list)
+		return client_fail(err, -EINVAL, "mfma_list_weights: client and list must not be "
+				   "NULL");
+	memset(list, 0, sizeof(*list));
+	req.body_case = MFMA__V1__REQUEST__BODY_LIST_WEIGHTS;
+	req.list_weights = &lw;
+	int rc = call(c, &req, MFMA__V1__RESPONSE__BODY_LIST_WEIGHTS, &resp, NULL, err);
+	if (rc < 0)
+		return rc;
+	const Mfma__V1__ListWeightsResult *r = resp->list_weights;
+	size_t n = r ? r->n_weights : 0;
+	if ((rc = weights_from(r ? r->weights : NULL, n, &list->weights, err)) < 0) {
+		mfma__v1__response__free_unpacked(resp, NULL);
+		return rc;
+	}
+	list->n_weights = n;
+	list->priv = resp;
+	client_ok(err);
+	return 0;
+}
+
+void mfma_weight_list_free(struct mfma_weight_list *list)
+{
+	if (!list)
+		return;
+	free(list->weights);
+	if (list->priv)
+		mfma__v1__response__free_unpacked(list->priv, NULL);
+	memset(list, 0, sizeof(*list));
+}
+
+int mfma_status(mfma_client *c, struct mfma_status *st, struct mfma_error *err)
+{
+	Mfma__V1__Request req = MFMA__V1__REQUEST__INIT;
+	Mfma__V1__GetStatus gs = MFMA__V1__GET_STATUS__INIT;
+	Mfma__V1__Response *resp;
+	if (!c || !st)
+		return client_fail(err, -EINVAL, "mfma_status: client and status must not be NULL");
+	memset(st, 0, sizeof(*st));
+	req.body_case = MFMA__V1__REQUEST__BODY_STATUS;
+	req.status = &gs;
+	int rc = call(c, &req, MFMA__V1__RESPONSE__BODY_STATUS_RESULT, &resp, NULL, err);
+	if (rc < 0)
+		return rc;
+	const Mfma__V1__StatusResult *r = resp->status_result;
+	st->priv = resp;
+	st->version = str(r ? r->version : NULL);
+	if (!r) {
+		client_ok(err);
+		return 0;
+	}
+	st->uptime_ns = r->uptime_ns;
+	st->weight_budget = r->weight_budget;
+	st->weight_bytes = r->weight_bytes;
+	if (r->counters) {
+		const Mfma__V1__Counters *k = r->counters;
+		st->counters = (struct mfma_counters){
+			.requests = k->requests,
+			.ok = k->ok,
+			.failed = k->failed,
+			.busy = k->busy,
+			.connections_open = k->connections_open,
+			.connections_total = k->connections_total,
+			.in_flight = k->in_flight,
+			.malformed = k->malformed,
+		};
+	}
+	if (r->n_devices) {
+		st->devices = calloc(r->n_devices, sizeof(*st->devices));
+		if (!st->devices) {
+			mfma_status_free(st);
+			return client_fail(err, -ENOMEM, "out of memory");
+		}
+		st->n_devices = r->n_devices;
+		for (size_t i = 0; i < r->n_devices; i++) {
+			const Mfma__V1__DeviceInfo *d = r->devices[i];
+			struct mfma_device_status *o = &st->devices[i];
+			o->index = d->index;
+			o->backend = str(d->backend);
+			o->arch = str(d->arch);
+			o->name = str(d->name);
+			o->mem_total = d->mem_total;
+			o->mem_used = d->mem_used;
+			o->queue_depth = d->queue_depth;
+			o->in_flight = d->in_flight;
+			o->n_variants = d->n_variants;
+			o->variants = (const char *const *)d->variants;
+			o->completed = d->completed;
+			o->failed = d->failed;
+		}
+	}
+	if ((rc = weights_from(r->weights, r->n_weights, &st->weights, err)) < 0) {
+		mfma_status_free(st);
+		return rc;
+	}
+	st->n_weights = r->n_weights;
+	client_ok(err);
+	return 0;
+}
+
+void mfma_status_free(struct mfma_status *st)
+{
+	if (!st)
+		return;
+	free(st->devices);
+	free(st->weights);
+	if (st->priv)
+		mfma__v1__response__free_unpacked(st->priv, NULL);
+	memset(st, 0, sizeof(*st));
+}
