@@ -23,7 +23,18 @@ enum stats_result {
 	STATS_NRESULTS
 };
 
-enum stats_kind { STATS_GEMM, STATS_LOAD, STATS_UNLOAD, STATS_LIST, STATS_STATUS, STATS_PING, STATS_NKINDS };
+/* What a request asked for; STATS_OTHER counts frames that were not a
+ * decodable request of a known type. */
+enum stats_kind {
+	STATS_GEMM,
+	STATS_LOAD,
+	STATS_UNLOAD,
+	STATS_LIST,
+	STATS_STATUS,
+	STATS_PING,
+	STATS_OTHER,
+	STATS_NKINDS
+};
 
 /* Upper bounds (ns) of the request latency histogram buckets; +Inf is implied. */
 #define STATS_LATENCY_BUCKETS 14

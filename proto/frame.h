@@ -33,7 +33,7 @@ void frame_reader_commit(struct frame_reader *r, size_t n);
 /* Copies bytes in (for callers that do not read in place). */
 int frame_reader_feed(struct frame_reader *r, const void *data, size_t n);
 
-/* 1 with *payload/*len set when a whole frame is buffered (the pointer is
+/* 1 with payload and len set when a whole frame is buffered (the pointer is
  * valid until the next call on the reader), 0 when more bytes are needed,
  * -EMSGSIZE when the announced length exceeds max_frame (*len holds the
  * announced length; the stream cannot be trusted after that). */

@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "mfma_gemm.h"
+#include "mfmad_build.h"
 
 struct backend_config {
 	int cpu_threads;       /* CPU backend: worker threads for one GEMM, <= 0 = all cores */

@@ -1,0 +1,188 @@
+/* The CPU backend: always built, the default where no GPU is found, and
+ * the reference the GPU backends are tested against.  A "device" here is
+ * a queue with its own worker; several may share the cores. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/utsname.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "cpu_gemm.h"
+#include "sparse24.h"
+
+struct cpu_dev {
+	int threads;
+};
+
+struct cpu_weight {
+	struct mfma_weight_host h;
+	void *a;
+	uint32_t *meta;
+};
+
+static int cores(void)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+	return n > 0 ? (int)n : 1;
+}
+
+static int cpu_threads_for(const struct backend_config *cfg)
+{
+	if (cfg->cpu_threads > 0)
+		return cfg->cpu_threads;
+	int per = cores() / (cfg->cpu_devices > 0 ? cfg->cpu_devices : 1);
+	return per > 0 ? per : 1;
+}
+
+static int cpu_probe(const struct backend_config *cfg, char *err, size_t errlen)
+{
+	(void)err;
+	(void)errlen;
+	return cfg->cpu_devices > 0 ? cfg->cpu_devices : 1;
+}
+
+static void cpu_model(char *buf, size_t len)
+{
+	snprintf(buf, len, "cpu");
+	FILE *f = fopen("/proc/cpuinfo", "r");
+	if (!f)
+		return;
+	char line[256];
+	while (fgets(line, sizeof(line), f)) {
+		if (strncmp(line, "model name", 10) == 0) {
+			char *p = strchr(line, ':');
+			if (p) {
+				p++;
+				while (*p == ' ')
+					p++;
+				p[strcspn(p, "\n")] = '\0';
+				snprintf(buf, len, "%s", p);
+			}
+			break;
+		}
+	}
+	fclose(f);
+}
+
+static int cpu_describe(int index, struct backend_device_info *info)
+{
+	(void)index;
+	char model[96];
+	struct utsname u;
+	memset(info, 0, sizeof(*info));
+	cpu_model(model, sizeof(model));
+	snprintf(info->name, sizeof(info->name), "%s, %d cores", model, cores());
+	snprintf(info->arch, sizeof(info->arch), "%.31s", uname(&u) == 0 ? u.machine : "cpu");
+	long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+	info->mem_total = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz : 0;
+	snprintf(info->variants, sizeof(info->variants),
+		 "cpu.sgemm.f32,cpu.sgemm.f16,cpu.sgemm.bf16,cpu.i8,"
+		 "cpu.sp24.f32,cpu.sp24.f16,cpu.sp24.bf16,cpu.sp24.i8");
+	return 0;
+}
+
+static int cpu_open(int index, const struct backend_config *cfg, void **dev, char *err,
+		    size_t errlen)
+{
+	(void)index;
+	struct cpu_dev *c = calloc(1, sizeof(*c));
+	if (!c) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	c->threads = cpu_threads_for(cfg);
+	*dev = c;
+	return 0;
+}
+
+static void cpu_close(void *dev)
+{
+	free(dev);
+}
+
+/* The weight is copied: the registry frees its host copy once every
+ * device holds one, exactly as for a GPU. */
+static int cpu_weight_load(void *dev, const struct mfma_weight_host *w, void **handle, char *err,
+			   size_t errlen)
+{
+	(void)dev;
+	size_t es = mfma_dtype_size(w->dtype);
+	size_t abytes = w->sparse ? (size_t)w->m * (w->k / 2) * es : (size_t)w->m * w->k * es;
+	size_t mbytes = w->sparse ? (size_t)w->m * sparse24_meta_words(w->k) * 4 : 0;
+	struct cpu_weight *cw = calloc(1, sizeof(*cw));
+	if (cw)
+		cw->a = malloc(abytes);
+	if (cw && mbytes)
+		cw->meta = malloc(mbytes);
+	if (!cw || !cw->a || (mbytes && !cw->meta)) {
+		if (cw) {
+			free(cw->a);
+			free(cw->meta);
+		}
+		free(cw);
+		snprintf(err, errlen, "out of host memory for a %zu-byte weight", abytes + mbytes);
+		return -ENOMEM;
+	}
+	memcpy(cw->a, w->a, abytes);
+	if (mbytes)
+		memcpy(cw->meta, w->meta, mbytes);
+	cw->h = *w;
+	cw->h.a = cw->a;
+	cw->h.meta = cw->meta;
+	*handle = cw;
+	return 0;
+}
+
+static void cpu_weight_free(void *dev, void *handle)
+{
+	(void)dev;
+	struct cpu_weight *cw = handle;
+	if (!cw)
+		return;
+	free(cw->a);
+	free(cw->meta);
+	free(cw);
+}
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int cpu_gemm(void *dev, const struct mfma_gemm *g, void *weight, struct backend_timing *t,
+		    char *err, size_t errlen)
+{
+	struct cpu_dev *c = dev;
+	struct mfma_gemm run = *g;
+	if (weight) {
+		const struct cpu_weight *cw = weight;
+		run.a = cw->h.a;
+		run.a_meta = cw->h.meta;
+		run.a_sparse = cw->h.sparse;
+	}
+	/* Host memory is the device memory: nothing to copy. */
+	t->h2d_ns = 0;
+	t->d2h_ns = 0;
+	uint64_t t0 = mono_ns();
+	int rc = cpu_gemm_run(&run, c->threads, &t->variant);
+	t->kernel_ns = mono_ns() - t0;
+	if (rc < 0)
+		snprintf(err, errlen, "cpu GEMM failed: %s", strerror(-rc));
+	return rc;
+}
+
+const struct backend_ops backend_cpu = {
+	.name = "cpu",
+	.probe = cpu_probe,
+	.describe = cpu_describe,
+	.open = cpu_open,
+	.close = cpu_close,
+	.weight_load = cpu_weight_load,
+	.weight_free = cpu_weight_free,
+	.gemm = cpu_gemm,
+};

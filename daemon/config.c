@@ -1,0 +1,364 @@
+#include "config.h"
+
+#include <errno.h>
+#include <libconfig.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+
+void config_defaults(struct mfmad_config *c)
+{
+	memset(c, 0, sizeof(*c));
+	c->log_level = LOG_LVL_INFO;
+	c->unix_mode = 0660;
+	snprintf(c->tcp_address, sizeof(c->tcp_address), "127.0.0.1");
+	c->tcp_port = 7470;
+	c->max_frame_bytes = 256ull << 20;
+	c->max_inflight_per_conn = 64;
+	c->max_inflight = 1024;
+	c->max_inflight_bytes = 4096ull << 20;
+	c->max_connections = 256;
+	c->max_dim = 65536;
+	c->default_priority = 5;
+	c->cpu = BACKEND_AUTO;
+	c->cpu_devices = 1;
+	c->hip = BACKEND_AUTO;
+	c->cuda = BACKEND_AUTO;
+	c->shutdown_grace_ms = 10000;
+	snprintf(c->metrics_address, sizeof(c->metrics_address), "127.0.0.1");
+	c->metrics_port = 9464;
+	c->status_interval_ms = 5000;
+}
+
+/* Parsing context: the file name for messages and the first error. */
+struct pctx {
+	const char *file;
+	char *err;
+	size_t errlen;
+	int failed;
+};
+
+static void fail(struct pctx *p, const config_setting_t *s, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void fail(struct pctx *p, const config_setting_t *s, const char *fmt, ...)
+{
+	if (p->failed)
+		return;
+	p->failed = 1;
+	int n = snprintf(p->err, p->errlen, "%s:%d: ", p->file, s ? config_setting_source_line(s) : 0);
+	if (n < 0 || (size_t)n >= p->errlen)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(p->err + n, p->errlen - (size_t)n, fmt, ap);
+	va_end(ap);
+}
+
+/* Full dotted name of a setting, for messages. */
+static const char *path_of(const config_setting_t *s, char *buf, size_t len)
+{
+	const config_setting_t *parent = config_setting_parent(s);
+	const char *name = config_setting_name(s);
+	if (!name)
+		name = "?";
+	if (parent && config_setting_name(parent)) {
+		char pb[128];
+		snprintf(buf, len, "%s.%s", path_of(parent, pb, sizeof(pb)), name);
+	} else {
+		snprintf(buf, len, "%s", name);
+	}
+	return buf;
+}
+
+static int get_int64(struct pctx *p, const config_setting_t *s, long long lo, long long hi,
+		     long long *out)
+{
+	char nb[128];
+	int t = config_setting_type(s);
+	if (t != CONFIG_TYPE_INT && t != CONFIG_TYPE_INT64) {
+		fail(p, s, "%s must be an integer", path_of(s, nb, sizeof(nb)));
+		return -1;
+	}
+	long long v = config_setting_get_int64(s);
+	if (v < lo || v > hi) {
+		fail(p, s, "%s = %lld is out of range %lld..%lld", path_of(s, nb, sizeof(nb)), v, lo, hi);
+		return -1;
+	}
+	*out = v;
+	return 0;
+}
+
+static void set_u32(struct pctx *p, const config_setting_t *s, long long lo, long long hi,
+		    uint32_t *dst)
+{
+	long long v;
+	if (get_int64(p, s, lo, hi, &v) == 0)
+		*dst = (uint32_t)v;
+}
+
+static void set_int(struct pctx *p, const config_setting_t *s, long long lo, long long hi, int *dst)
+{
+	long long v;
+	if (get_int64(p, s, lo, hi, &v) == 0)
+		*dst = (int)v;
+}
+
+static void set_u64(struct pctx *p, const config_setting_t *s, long long lo, long long hi,
+		    uint64_t mul, uint64_t *dst)
+{
+	long long v;
+	if (get_int64(p, s, lo, hi, &v) == 0)
+		*dst = (uint64_t)v * mul;
+}
+
+static void set_bool(struct pctx *p, const config_setting_t *s, bool *dst)
+{
+	char nb[128];
+	if (config_setting_type(s) != CONFIG_TYPE_BOOL) {
+		fail(p, s, "%s must be true or false", path_of(s, nb, sizeof(nb)));
+		return;
+	}
+	*dst = config_setting_get_bool(s);
+}
+
+static const char *get_str(struct pctx *p, const config_setting_t *s)
+{
+	char nb[128];
+	if (config_setting_type(s) != CONFIG_TYPE_STRING) {
+		fail(p, s, "%s must be a string", path_of(s, nb, sizeof(nb)));
+		return NULL;
+	}
+	return config_setting_get_string(s);
+}
+
+static void set_str(struct pctx *p, const config_setting_t *s, char *dst, size_t len)
+{
+	char nb[128];
+	const char *v = get_str(p, s);
+	if (!v)
+		return;
+	if (strlen(v) >= len) {
+		fail(p, s, "%s is longer than %zu bytes", path_of(s, nb, sizeof(nb)), len - 1);
+		return;
+	}
+	strcpy(dst, v);
+}
+
+static void set_enable(struct pctx *p, const config_setting_t *s, enum backend_enable *dst)
+{
+	char nb[128];
+	if (config_setting_type(s) == CONFIG_TYPE_BOOL) {
+		*dst = config_setting_get_bool(s) ? BACKEND_ON : BACKEND_OFF;
+		return;
+	}
+	const char *v = get_str(p, s);
+	if (!v)
+		return;
+	if (strcmp(v, "auto") == 0)
+		*dst = BACKEND_AUTO;
+	else
+		fail(p, s, "%s must be true, false or \"auto\", not \"%s\"", path_of(s, nb, sizeof(nb)), v);
+}
+
+typedef void (*key_fn)(struct pctx *, const config_setting_t *, struct mfmad_config *);
+
+struct key {
+	const char *name;
+	key_fn fn;
+	const struct key *group; /* for a group: its keys */
+};
+
+#define KEY(n, body)                                                                               \
+	static void k_##n(struct pctx *p, const config_setting_t *s, struct mfmad_config *c)      \
+	{                                                                                          \
+		(void)c;                                                                           \
+		body;                                                                              \
+	}
+
+KEY(log_level, {
+	const char *v = get_str(p, s);
+	int lvl = v ? log_level_parse(v) : -1;
+	if (v && lvl < 0)
+		fail(p, s, "log_level = \"%s\" is not one of error, warning, notice, info, debug", v);
+	else if (v)
+		c->log_level = lvl;
+})
+KEY(unix_path, {
+	set_str(p, s, c->unix_path, sizeof(c->unix_path));
+})
+KEY(unix_mode, {
+	const char *v = get_str(p, s);
+	char *end;
+	long m = v ? strtol(v, &end, 8) : 0;
+	if (v && (*v == '\0' || *end != '\0' || m < 0 || m > 0777))
+		fail(p, s, "listen.unix_mode = \"%s\" is not an octal mode such as \"0660\"", v);
+	else if (v)
+		c->unix_mode = (int)m;
+})
+KEY(tcp, { set_bool(p, s, &c->tcp_enabled); })
+KEY(tcp_address, { set_str(p, s, c->tcp_address, sizeof(c->tcp_address)); })
+KEY(tcp_port, { set_int(p, s, 1, 65535, &c->tcp_port); })
+KEY(tcp_allow_remote, { set_bool(p, s, &c->tcp_allow_remote); })
+KEY(max_frame_mb, { set_u64(p, s, 1, 2047, 1ull << 20, &c->max_frame_bytes); })
+KEY(max_inflight_per_connection, { set_u32(p, s, 1, 1 << 20, &c->max_inflight_per_conn); })
+KEY(max_inflight, { set_u32(p, s, 1, 1 << 24, &c->max_inflight); })
+KEY(max_inflight_mb, { set_u64(p, s, 1, 1ll << 30, 1ull << 20, &c->max_inflight_bytes); })
+KEY(max_connections, { set_u32(p, s, 1, 1 << 20, &c->max_connections); })
+KEY(max_dim, { set_u32(p, s, 1, 1 << 24, &c->max_dim); })
+KEY(default_priority, { set_u32(p, s, 1, 1000, &c->default_priority); })
+KEY(default_timeout_ms, { set_u64(p, s, 0, 1ll << 40, 1, &c->default_timeout_ms); })
+KEY(budget_mb, { set_u64(p, s, 0, 1ll << 40, 1ull << 20, &c->weight_budget_bytes); })
+KEY(cpu_enabled, { set_enable(p, s, &c->cpu); })
+KEY(cpu_threads, { set_int(p, s, 0, 4096, &c->cpu_threads); })
+KEY(cpu_devices, { set_int(p, s, 1, 16, &c->cpu_devices); })
+KEY(hip_enabled, { set_enable(p, s, &c->hip); })
+KEY(cuda_enabled, { set_enable(p, s, &c->cuda); })
+KEY(shutdown_grace_ms, { set_u64(p, s, 0, 3600000, 1, &c->shutdown_grace_ms); })
+KEY(status_interval_ms, { set_u64(p, s, 100, 3600000, 1, &c->status_interval_ms); })
+KEY(metrics_enabled, { set_bool(p, s, &c->metrics_enabled); })
+KEY(metrics_address, { set_str(p, s, c->metrics_address, sizeof(c->metrics_address)); })
+KEY(metrics_port, { set_int(p, s, 1, 65535, &c->metrics_port); })
+KEY(metrics_allow_remote, { set_bool(p, s, &c->metrics_allow_remote); })
+
+static const struct key listen_keys[] = {
+	{ "unix", k_unix_path, NULL }, { "unix_mode", k_unix_mode, NULL },
+	{ "tcp", k_tcp, NULL }, { "tcp_address", k_tcp_address, NULL },
+	{ "tcp_port", k_tcp_port, NULL }, { "tcp_allow_remote", k_tcp_allow_remote, NULL },
+	{ NULL, NULL, NULL },
+};
+static const struct key limits_keys[] = {
+	{ "max_frame_mb", k_max_frame_mb, NULL },
+	{ "max_inflight_per_connection", k_max_inflight_per_connection, NULL },
+	{ "max_inflight", k_max_inflight, NULL },
+	{ "max_inflight_mb", k_max_inflight_mb, NULL },
+	{ "max_connections", k_max_connections, NULL },
+	{ "max_dim", k_max_dim, NULL },
+	{ "default_priority", k_default_priority, NULL },
+	{ "default_timeout_ms", k_default_timeout_ms, NULL },
+	{ NULL, NULL, NULL },
+};
+static const struct key weights_keys[] = { { "budget_mb", k_budget_mb, NULL }, { NULL, NULL, NULL } };
+static const struct key cpu_keys[] = {
+	{ "enabled", k_cpu_enabled, NULL }, { "threads", k_cpu_threads, NULL },
+	{ "devices", k_cpu_devices, NULL }, { NULL, NULL, NULL },
+};
+static const struct key hip_keys[] = { { "enabled", k_hip_enabled, NULL }, { NULL, NULL, NULL } };
+static const struct key cuda_keys[] = { { "enabled", k_cuda_enabled, NULL }, { NULL, NULL, NULL } };
+static const struct key metrics_keys[] = {
+	{ "enabled", k_metrics_enabled, NULL }, { "address", k_metrics_address, NULL },
+	{ "port", k_metrics_port, NULL }, { "allow_remote", k_metrics_allow_remote, NULL },
+	{ NULL, NULL, NULL },
+};
+static const struct key root_keys[] = {
+	{ "log_level", k_log_level, NULL },
+	{ "shutdown_grace_ms", k_shutdown_grace_ms, NULL },
+	{ "status_interval_ms", k_status_interval_ms, NULL },
+	{ "listen", NULL, listen_keys },
+	{ "limits", NULL, limits_keys },
+	{ "weights", NULL, weights_keys },
+	{ "cpu", NULL, cpu_keys },
+	{ "hip", NULL, hip_keys },
+	{ "cuda", NULL, cuda_keys },
+	{ "metrics", NULL, metrics_keys },
+	{ NULL, NULL, NULL },
+};
+
+static void apply_group(struct pctx *p, const config_setting_t *grp, const struct key *keys,
+			struct mfmad_config *c)
+{
+	char nb[128];
+	int n = config_setting_length(grp);
+	for (int i = 0; i < n && !p->failed; i++) {
+		const config_setting_t *s = config_setting_get_elem(grp, (unsigned)i);
+		const char *name = config_setting_name(s);
+		const struct key *k = keys;
+		while (k->name && (!name || strcmp(k->name, name) != 0))
+			k++;
+		if (!k->name) {
+			fail(p, s, "unknown setting '%s'", path_of(s, nb, sizeof(nb)));
+			return;
+		}
+		if (k->group) {
+			if (config_setting_type(s) != CONFIG_TYPE_GROUP) {
+				fail(p, s, "%s must be a group: %s = { ... };", name, name);
+				return;
+			}
+			apply_group(p, s, k->group, c);
+		} else {
+			k->fn(p, s, c);
+		}
+	}
+}
+
+static int load(struct mfmad_config *cfg, config_t *lc, int ok, const char *name, char *err,
+		size_t errlen)
+{
+	if (!ok) {
+		if (config_error_type(lc) == CONFIG_ERR_FILE_IO) {
+			snprintf(err, errlen, "%s: cannot read the file", name);
+			return -ENOENT;
+		}
+		snprintf(err, errlen, "%s:%d: %s", name, config_error_line(lc), config_error_text(lc));
+		return -EINVAL;
+	}
+	struct pctx p = { .file = name, .err = err, .errlen = errlen };
+	apply_group(&p, config_root_setting(lc), root_keys, cfg);
+	if (p.failed)
+		return -EINVAL;
+	return 0;
+}
+
+int config_load_file(struct mfmad_config *cfg, const char *path, char *err, size_t errlen)
+{
+	config_t lc;
+	config_init(&lc);
+	int rc = load(cfg, &lc, config_read_file(&lc, path) == CONFIG_TRUE, path, err, errlen);
+	config_destroy(&lc);
+	return rc;
+}
+
+int config_load_string(struct mfmad_config *cfg, const char *text, const char *name, char *err,
+		       size_t errlen)
+{
+	config_t lc;
+	config_init(&lc);
+	int rc = load(cfg, &lc, config_read_string(&lc, text) == CONFIG_TRUE, name, err, errlen);
+	config_destroy(&lc);
+	return rc;
+}
+
+int config_restart_only_changes(const struct mfmad_config *a, const struct mfmad_config *b,
+				char *buf, size_t len)
+{
+	int n = 0;
+	size_t off = 0;
+	buf[0] = '\0';
+#define DIFF(cond, name)                                                                           \
+	do {                                                                                       \
+		if (cond) {                                                                        \
+			int w = snprintf(buf + off, len - off, "%s%s", n ? ", " : "", name);      \
+			if (w > 0 && (size_t)w < len - off)                                        \
+				off += (size_t)w;                                                  \
+			n++;                                                                       \
+		}                                                                                  \
+	} while (0)
+	DIFF(strcmp(a->unix_path, b->unix_path) != 0, "listen.unix");
+	DIFF(a->unix_mode != b->unix_mode, "listen.unix_mode");
+	DIFF(a->tcp_enabled != b->tcp_enabled || strcmp(a->tcp_address, b->tcp_address) != 0 ||
+		     a->tcp_port != b->tcp_port || a->tcp_allow_remote != b->tcp_allow_remote,
+	     "listen.tcp*");
+	DIFF(a->cpu != b->cpu || a->cpu_threads != b->cpu_threads || a->cpu_devices != b->cpu_devices,
+	     "cpu.*");
+	DIFF(a->hip != b->hip, "hip.enabled");
+	DIFF(a->cuda != b->cuda, "cuda.enabled");
+	DIFF(a->metrics_enabled != b->metrics_enabled ||
+		     strcmp(a->metrics_address, b->metrics_address) != 0 ||
+		     a->metrics_port != b->metrics_port || a->metrics_allow_remote != b->metrics_allow_remote,
+	     "metrics.*");
+	DIFF(a->weight_budget_bytes != b->weight_budget_bytes, "weights.budget_mb");
+#undef DIFF
+	return n;
+}

@@ -1,0 +1,61 @@
+/* The daemon's configuration: libconfig file, then command-line flags.
+ * Parsing is pure (no side effects beyond the struct) so it is unit
+ * tested on strings; every key of conf/mfmad.conf is documented there. */
+#ifndef MFMAD_CONFIG_H
+#define MFMAD_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum backend_enable { BACKEND_OFF = 0, BACKEND_ON = 1, BACKEND_AUTO = 2 };
+
+struct mfmad_config {
+	int log_level;                 /* enum log_level */
+	char unix_path[108];           /* "" = the default for this user */
+	int unix_mode;                 /* permission bits of the socket */
+	bool tcp_enabled;
+	char tcp_address[64];
+	int tcp_port;
+	bool tcp_allow_remote;         /* allow a non-loopback tcp_address */
+
+	uint64_t max_frame_bytes;
+	uint32_t max_inflight_per_conn;
+	uint32_t max_inflight;
+	uint64_t max_inflight_bytes;
+	uint32_t max_connections;
+	uint32_t max_dim;
+	uint32_t default_priority;     /* what priority 0 means; 1 is the highest */
+	uint64_t default_timeout_ms;   /* 0 = none */
+
+	uint64_t weight_budget_bytes;  /* per device; 0 = 75% of the device's memory */
+
+	enum backend_enable cpu;       /* AUTO: only when no GPU device is found */
+	int cpu_threads;               /* 0 = all cores */
+	int cpu_devices;
+	enum backend_enable hip, cuda;
+
+	uint64_t shutdown_grace_ms;
+	bool metrics_enabled;
+	char metrics_address[64];
+	int metrics_port;
+	bool metrics_allow_remote;
+	uint64_t status_interval_ms;   /* systemd STATUS= refresh */
+};
+
+void config_defaults(struct mfmad_config *cfg);
+
+/* Reads a libconfig file (or text) over the current values of cfg.  On
+ * error returns -EINVAL (or -ENOENT for a missing file) and writes
+ * "FILE:LINE: reason" to err; cfg is then unspecified, so callers parse
+ * into a copy and keep the old one on failure. */
+int config_load_file(struct mfmad_config *cfg, const char *path, char *err, size_t errlen);
+int config_load_string(struct mfmad_config *cfg, const char *text, const char *name, char *err,
+		       size_t errlen);
+
+/* Describes the settings that differ between a and b but cannot change
+ * without a restart (socket, backends, threads) into buf; returns how many. */
+int config_restart_only_changes(const struct mfmad_config *a, const struct mfmad_config *b,
+				char *buf, size_t len);
+
+#endif

@@ -1,0 +1,419 @@
+/* mfmad: the process.  Reads the configuration, starts the device
+ * workers, listens, and runs the loop until SIGTERM/SIGINT; SIGHUP
+ * reloads what can change live. */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "daemon.h"
+#include "endpoint.h"
+#include "log.h"
+#include "mfmad_build.h"
+
+static const char usage_text[] =
+	"Usage: mfmad [OPTION]...\n"
+	"Serve dense and 2:4-sparse matrix multiplication (GEMM) over a Unix socket.\n"
+	"\n"
+	"mfmad finds the machine's GPUs (CUDA, HIP) and serves on them, or on the CPU\n"
+	"when there is none.  Clients speak the mfma.v1 protocol: use mfmactl(1) or\n"
+	"libmfmaclient.  It runs in the foreground and logs to standard error.\n"
+	"\n"
+	"Options:\n"
+	"  -c, --config FILE        read FILE (default: " MFMAD_SYSCONFDIR "/mfmad/mfmad.conf\n"
+	"                           if it exists, else built-in defaults)\n"
+	"      --check-config       check the configuration, print the effective\n"
+	"                           settings and exit (0 valid, 1 invalid)\n"
+	"  -s, --socket PATH        Unix socket to listen on (listen.unix); default\n"
+	"                           /run/mfmad/mfmad.sock for root, else\n"
+	"                           $XDG_RUNTIME_DIR/mfmad.sock or /tmp/mfmad-UID.sock\n"
+	"      --tcp [ADDR:]PORT    also listen on TCP (loopback unless\n"
+	"                           listen.tcp_allow_remote = true)\n"
+	"  -l, --log-level LEVEL    error, warning, notice, info (default), debug\n"
+	"  -t, --threads N          CPU backend: threads per GEMM (0 = all cores)\n"
+	"      --cpu-devices N      CPU backend: number of CPU queues to expose\n"
+	"      --backends LIST      enable only these backends: cpu,hip,cuda\n"
+	"      --metrics [ADDR:]PORT  serve /metrics, /healthz, /readyz over HTTP\n"
+	"  -V, --version            print the version and the backends built in\n"
+	"  -h, --help               show this help\n"
+	"\n"
+	"Command-line options override the file, and still do after a reload.\n"
+	"\n"
+	"Signals:\n"
+	"  SIGTERM, SIGINT  stop accepting, finish what is in flight within\n"
+	"                   shutdown_grace_ms, answer the rest \"shutting down\", exit 0;\n"
+	"                   a second signal ends the grace period at once\n"
+	"  SIGHUP           re-read the configuration file; log level and limits\n"
+	"                   change live, the rest needs a restart (a bad file is\n"
+	"                   reported and the old configuration kept)\n"
+	"\n"
+	"Exit status: 0 after a clean stop, 1 on a configuration or start-up error,\n"
+	"2 on a usage error.\n"
+	"\n"
+	"See also: mfmactl(1), mfmad.conf(5).\n";
+
+static struct daemon D;
+
+static int parse_hostport(const char *s, char *host, size_t hlen, int *port)
+{
+	const char *colon = strrchr(s, ':');
+	const char *p = colon ? colon + 1 : s;
+	char *end;
+	long v = strtol(p, &end, 10);
+	if (*p == '\0' || *end != '\0' || v < 1 || v > 65535)
+		return -EINVAL;
+	*port = (int)v;
+	if (colon) {
+		const char *h = s;
+		size_t n = (size_t)(colon - s);
+		if (n >= 2 && h[0] == '[' && h[n - 1] == ']') {
+			h++;
+			n -= 2;
+		}
+		if (n == 0 || n >= hlen)
+			return -EINVAL;
+		memcpy(host, h, n);
+		host[n] = '\0';
+	}
+	return 0;
+}
+
+/* Applies the command-line overrides on top of a freshly read file. */
+static void apply_cli(struct mfmad_config *c, const struct daemon *d)
+{
+	const struct mfmad_config *o = &d->cli;
+	if (d->cli_set & CLI_SOCKET)
+		memcpy(c->unix_path, o->unix_path, sizeof(c->unix_path));
+	if (d->cli_set & CLI_TCP) {
+		c->tcp_enabled = true;
+		memcpy(c->tcp_address, o->tcp_address, sizeof(c->tcp_address));
+		c->tcp_port = o->tcp_port;
+	}
+	if (d->cli_set & CLI_LOG)
+		c->log_level = o->log_level;
+	if (d->cli_set & CLI_THREADS)
+		c->cpu_threads = o->cpu_threads;
+	if (d->cli_set & CLI_CPU_DEVICES)
+		c->cpu_devices = o->cpu_devices;
+	if (d->cli_set & CLI_BACKENDS) {
+		c->cpu = o->cpu;
+		c->hip = o->hip;
+		c->cuda = o->cuda;
+	}
+	if (d->cli_set & CLI_METRICS) {
+		c->metrics_enabled = true;
+		memcpy(c->metrics_address, o->metrics_address, sizeof(c->metrics_address));
+		c->metrics_port = o->metrics_port;
+	}
+}
+
+static int read_config(struct daemon *d, struct mfmad_config *out, char *err, size_t errlen)
+{
+	config_defaults(out);
+	if (d->config_path) {
+		int rc = config_load_file(out, d->config_path, err, errlen);
+		if (rc < 0)
+			return rc;
+	}
+	apply_cli(out, d);
+	return 0;
+}
+
+static void print_config(const struct mfmad_config *c, const char *src)
+{
+	char sock[108];
+	if (c->unix_path[0])
+		snprintf(sock, sizeof(sock), "%s", c->unix_path);
+	else if (endpoint_default_path(sock, sizeof(sock)) < 0)
+		snprintf(sock, sizeof(sock), "(too long)");
+	static const char *const en[] = { "false", "true", "\"auto\"" };
+	printf("# effective configuration (%s)\n", src);
+	printf("log_level = \"%s\";\n", log_level_name((enum log_level)c->log_level));
+	printf("shutdown_grace_ms = %" PRIu64 ";\n", c->shutdown_grace_ms);
+	printf("status_interval_ms = %" PRIu64 ";\n", c->status_interval_ms);
+	printf("listen = { unix = \"%s\"; unix_mode = \"%04o\"; tcp = %s; tcp_address = \"%s\"; "
+	       "tcp_port = %d; tcp_allow_remote = %s; };\n",
+	       sock, c->unix_mode, c->tcp_enabled ? "true" : "false", c->tcp_address, c->tcp_port,
+	       c->tcp_allow_remote ? "true" : "false");
+	printf("limits = { max_frame_mb = %" PRIu64 "; max_inflight_per_connection = %u; "
+	       "max_inflight = %u; max_inflight_mb = %" PRIu64 "; max_connections = %u; "
+	       "max_dim = %u; default_priority = %u; default_timeout_ms = %" PRIu64 "; };\n",
+	       c->max_frame_bytes >> 20, c->max_inflight_per_conn, c->max_inflight,
+	       c->max_inflight_bytes >> 20, c->max_connections, c->max_dim, c->default_priority,
+	       c->default_timeout_ms);
+	printf("weights = { budget_mb = %" PRIu64 "; };\n", c->weight_budget_bytes >> 20);
+	printf("cpu = { enabled = %s; threads = %d; devices = %d; };\n", en[c->cpu], c->cpu_threads,
+	       c->cpu_devices);
+	printf("hip = { enabled = %s; };\ncuda = { enabled = %s; };\n", en[c->hip], en[c->cuda]);
+	printf("metrics = { enabled = %s; address = \"%s\"; port = %d; allow_remote = %s; };\n",
+	       c->metrics_enabled ? "true" : "false", c->metrics_address, c->metrics_port,
+	       c->metrics_allow_remote ? "true" : "false");
+}
+
+static void on_grace(uv_timer_t *t)
+{
+	struct daemon *d = t->data;
+	d->grace_expired = true;
+	log_notice("shutdown grace period over: answering %" PRIu64
+		   " unstarted request(s) with \"shutting down\"",
+		   d->inflight);
+	sched_cancel_queued(d, "shutting down: the grace period ended before this request ran");
+}
+
+static void begin_shutdown(struct daemon *d, int signum)
+{
+	if (d->stopping) {
+		if (!d->grace_expired) {
+			log_notice("%s again: ending the grace period now", strsignal(signum));
+			uv_timer_stop(&d->grace_timer);
+			on_grace(&d->grace_timer);
+		}
+		return;
+	}
+	d->stopping = true;
+	atomic_store(&d->stats.stopping, 1);
+	log_notice("%s: shutting down, %" PRIu64 " request(s) in flight, grace %" PRIu64 " ms",
+		   strsignal(signum), d->inflight, d->cfg.shutdown_grace_ms);
+	server_close_listeners(d);
+	uv_timer_start(&d->grace_timer, on_grace, d->cfg.shutdown_grace_ms, 0);
+	server_check_stopped(d);
+}
+
+static void reload(struct daemon *d)
+{
+	struct mfmad_config nc;
+	char err[512];
+	if (read_config(d, &nc, err, sizeof(err)) < 0) {
+		log_err("reload failed, keeping the old configuration: %s", err);
+		return;
+	}
+	char fixed[256];
+	if (config_restart_only_changes(&d->cfg, &nc, fixed, sizeof(fixed)) > 0)
+		log_warn("reload: %s changed; that needs a restart, kept the running values", fixed);
+	struct mfmad_config *c = &d->cfg;
+	c->log_level = nc.log_level;
+	c->max_frame_bytes = nc.max_frame_bytes;
+	c->max_inflight_per_conn = nc.max_inflight_per_conn;
+	c->max_inflight = nc.max_inflight;
+	c->max_inflight_bytes = nc.max_inflight_bytes;
+	c->max_connections = nc.max_connections;
+	c->max_dim = nc.max_dim;
+	c->default_priority = nc.default_priority;
+	c->default_timeout_ms = nc.default_timeout_ms;
+	c->shutdown_grace_ms = nc.shutdown_grace_ms;
+	c->status_interval_ms = nc.status_interval_ms;
+	log_set_level((enum log_level)c->log_level);
+	server_set_frame_limit(d, c->max_frame_bytes);
+	log_notice("configuration reloaded from %s", d->config_path ? d->config_path : "(defaults)");
+}
+
+static void on_signal(uv_signal_t *s, int signum)
+{
+	struct daemon *d = s->data;
+	if (signum == SIGHUP)
+		reload(d);
+	else
+		begin_shutdown(d, signum);
+}
+
+static void close_walk(uv_handle_t *h, void *arg)
+{
+	(void)arg;
+	if (!uv_is_closing(h))
+		uv_close(h, NULL);
+}
+
+static int version(void)
+{
+	printf("mfmad %s\nbackends: cpu"
+#ifdef MFMAD_HAVE_HIP
+	       ", hip"
+#endif
+#ifdef MFMAD_HAVE_CUDA
+	       ", cuda"
+#endif
+	       "\n",
+	       MFMAD_VERSION);
+	return 0;
+}
+
+static int parse_backends(const char *s, struct mfmad_config *c)
+{
+	c->cpu = c->hip = c->cuda = BACKEND_OFF;
+	char buf[64];
+	snprintf(buf, sizeof(buf), "%s", s);
+	char *save = NULL;
+	for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+		if (strcmp(t, "cpu") == 0)
+			c->cpu = BACKEND_ON;
+		else if (strcmp(t, "hip") == 0)
+			c->hip = BACKEND_ON;
+		else if (strcmp(t, "cuda") == 0)
+			c->cuda = BACKEND_ON;
+		else
+			return -EINVAL;
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "config", required_argument, NULL, 'c' },
+		{ "check-config", no_argument, NULL, 'C' },
+		{ "socket", required_argument, NULL, 's' },
+		{ "tcp", required_argument, NULL, 'T' },
+		{ "log-level", required_argument, NULL, 'l' },
+		{ "threads", required_argument, NULL, 't' },
+		{ "cpu-devices", required_argument, NULL, 'D' },
+		{ "backends", required_argument, NULL, 'B' },
+		{ "metrics", required_argument, NULL, 'M' },
+		{ "version", no_argument, NULL, 'V' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct daemon *d = &D;
+	bool check_only = false;
+	char err[512];
+	int opt;
+	log_init();
+	config_defaults(&d->cli);
+	while ((opt = getopt_long(argc, argv, "c:s:l:t:Vh", opts, NULL)) != -1) {
+		char *end;
+		long v;
+		switch (opt) {
+		case 'c': d->config_path = optarg; break;
+		case 'C': check_only = true; break;
+		case 's':
+			if (strlen(optarg) >= sizeof(d->cli.unix_path)) {
+				fprintf(stderr, "mfmad: --socket: path longer than 107 bytes\n");
+				return 2;
+			}
+			snprintf(d->cli.unix_path, sizeof(d->cli.unix_path), "%s", optarg);
+			d->cli_set |= CLI_SOCKET;
+			break;
+		case 'T':
+			if (parse_hostport(optarg, d->cli.tcp_address, sizeof(d->cli.tcp_address),
+					   &d->cli.tcp_port) < 0) {
+				fprintf(stderr, "mfmad: --tcp '%s': expected [ADDR:]PORT\n", optarg);
+				return 2;
+			}
+			d->cli_set |= CLI_TCP;
+			break;
+		case 'M':
+			if (parse_hostport(optarg, d->cli.metrics_address,
+					   sizeof(d->cli.metrics_address), &d->cli.metrics_port) < 0) {
+				fprintf(stderr, "mfmad: --metrics '%s': expected [ADDR:]PORT\n", optarg);
+				return 2;
+			}
+			d->cli_set |= CLI_METRICS;
+			break;
+		case 'l':
+			d->cli.log_level = log_level_parse(optarg);
+			if (d->cli.log_level < 0) {
+				fprintf(stderr, "mfmad: --log-level '%s': use error, warning, notice, info "
+						"or debug\n", optarg);
+				return 2;
+			}
+			d->cli_set |= CLI_LOG;
+			break;
+		case 't':
+		case 'D':
+			v = strtol(optarg, &end, 10);
+			if (*optarg == '\0' || *end != '\0' || v < (opt == 't' ? 0 : 1) || v > 4096) {
+				fprintf(stderr, "mfmad: --%s '%s': expected a number\n",
+					opt == 't' ? "threads" : "cpu-devices", optarg);
+				return 2;
+			}
+			if (opt == 't') {
+				d->cli.cpu_threads = (int)v;
+				d->cli_set |= CLI_THREADS;
+			} else {
+				d->cli.cpu_devices = (int)v;
+				d->cli_set |= CLI_CPU_DEVICES;
+			}
+			break;
+		case 'B':
+			if (parse_backends(optarg, &d->cli) < 0) {
+				fprintf(stderr, "mfmad: --backends '%s': a comma list of cpu, hip, cuda\n",
+					optarg);
+				return 2;
+			}
+			d->cli_set |= CLI_BACKENDS;
+			break;
+		case 'V': return version();
+		case 'h': fputs(usage_text, stdout); return 0;
+		default: fputs("Try 'mfmad --help'.\n", stderr); return 2;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "mfmad: unexpected argument '%s'\nTry 'mfmad --help'.\n", argv[optind]);
+		return 2;
+	}
+	static const char default_conf[] = MFMAD_SYSCONFDIR "/mfmad/mfmad.conf";
+	if (!d->config_path && access(default_conf, F_OK) == 0)
+		d->config_path = default_conf;
+	if (read_config(d, &d->cfg, err, sizeof(err)) < 0) {
+		fprintf(stderr, "mfmad: %s\n", err);
+		return 1;
+	}
+	if (check_only) {
+		print_config(&d->cfg, d->config_path ? d->config_path : "built-in defaults");
+		fprintf(stderr, "mfmad: configuration OK\n");
+		return 0;
+	}
+	log_set_level((enum log_level)d->cfg.log_level);
+	signal(SIGPIPE, SIG_IGN);
+
+	d->loop = uv_default_loop();
+	d->loop->data = d;
+	d->stats.start_ns = now_ns();
+	pthread_mutex_init(&d->done_mu, NULL);
+	uv_async_init(d->loop, &d->done_async, server_drain_completions);
+	d->done_async.data = d;
+	uv_timer_init(d->loop, &d->grace_timer);
+	d->grace_timer.data = d;
+	uv_timer_init(d->loop, &d->status_timer);
+	d->status_timer.data = d;
+	uv_signal_t *sigs[] = { &d->sig_term, &d->sig_int, &d->sig_hup };
+	int signums[] = { SIGTERM, SIGINT, SIGHUP };
+	for (int i = 0; i < 3; i++) {
+		uv_signal_init(d->loop, sigs[i]);
+		sigs[i]->data = d;
+		uv_signal_start(sigs[i], on_signal, signums[i]);
+	}
+
+	log_notice("mfmad %s starting (config: %s)", MFMAD_VERSION,
+		   d->config_path ? d->config_path : "built-in defaults");
+	int rc = sched_start(d, err, sizeof(err));
+	if (rc == 0)
+		rc = server_listen(d, err, sizeof(err));
+	if (rc < 0) {
+		log_err("%s", err);
+		d->exit_code = 1;
+	} else {
+		atomic_store(&d->stats.ready, 1);
+		log_notice("ready: %d device(s)", d->ndev);
+		uv_run(d->loop, UV_RUN_DEFAULT);
+		log_notice("stopped: every request answered");
+	}
+
+	/* Tear down in an order that lets every device free its own memory:
+	 * weights first (their frees are queued to the workers), then the
+	 * workers, then the completions they left, then the handles. */
+	server_close_listeners(d);
+	server_close_all(d);
+	weights_destroy(d);
+	sched_stop(d);
+	server_drain_completions(&d->done_async);
+	sched_free(d);
+	uv_walk(d->loop, close_walk, NULL);
+	uv_run(d->loop, UV_RUN_DEFAULT);
+	uv_loop_close(d->loop);
+	pthread_mutex_destroy(&d->done_mu);
+	return d->exit_code;
+}

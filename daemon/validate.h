@@ -1,0 +1,61 @@
+/* Request validation: pure checks of what a client sent, before anything
+ * is queued.  Each failure returns a negative code and a sentence naming
+ * the field and the value ("b.rows=100 does not match a.cols=96").
+ *
+ * Shapes, dtypes, byte lengths and scalar arguments are checked here, on
+ * the loop.  Content checks that cost O(M*K) (2:4 validity of a dense A,
+ * the nibbles of a compressed meta) run on the device worker just before
+ * the data is used (see job.c), so a large request never stalls the loop. */
+#ifndef MFMAD_VALIDATE_H
+#define MFMAD_VALIDATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mfma.pb-c.h"
+#include "mfma_gemm.h"
+
+struct validate_limits {
+	uint32_t max_dim;
+	uint64_t max_out_bytes; /* D must fit in one response frame */
+};
+
+/* What A turned out to be. */
+enum a_form {
+	A_DENSE,        /* dense, used as is */
+	A_DENSE_CHECK,  /* dense, must be 2:4 (VALIDATE_24): compress on the worker */
+	A_DENSE_PRUNE,  /* dense, prune to 2:4 on the worker */
+	A_SPARSE,       /* canonical 2:4 from the wire: check meta on the worker */
+	A_WEIGHT,       /* a resident weight */
+};
+
+/* The shape of a resident weight, for checking a Gemm that names it. */
+struct weight_shape {
+	uint32_t m, k;
+	enum mfma_dtype dtype;
+	int sparse;
+};
+
+struct gemm_plan {
+	enum a_form a_form;
+	struct mfma_gemm g; /* pointers into the request; a/a_meta NULL for A_WEIGHT */
+	const char *weight; /* A_WEIGHT: the name */
+	size_t d_bytes;
+	size_t in_bytes; /* bytes the request holds, for the in-flight budget */
+};
+
+/* The A operand of a Gemm or LoadWeight (not a weight reference): shape,
+ * dtype and byte lengths.  `what` prefixes field names ("a", "weight"). */
+int validate_operand(const Mfma__V1__Operand *op, const struct validate_limits *lim,
+		     const char *what, enum a_form *form, uint32_t *rows, uint32_t *cols,
+		     enum mfma_dtype *dtype, char *err, size_t errlen);
+
+/* A Gemm.  When a names a weight, w must be its shape (the caller looks
+ * it up and answers NOT_FOUND itself when it does not exist). */
+int validate_gemm(const Mfma__V1__Gemm *g, const struct validate_limits *lim,
+		  const struct weight_shape *w, struct gemm_plan *plan, char *err, size_t errlen);
+
+/* A weight name: 1..127 bytes of [A-Za-z0-9._:-]. */
+int validate_weight_name(const char *name, char *err, size_t errlen);
+
+#endif
