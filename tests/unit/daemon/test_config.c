@@ -1,0 +1,138 @@
+/* Configuration parsing: defaults, every group, and errors with file:line. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "config.h"
+#include "log.h"
+
+static int parse(struct mfmad_config *c, const char *text, char *err, size_t errlen)
+{
+	config_defaults(c);
+	return config_load_string(c, text, "test.conf", err, errlen);
+}
+
+static void test_defaults_and_values(void **state)
+{
+	(void)state;
+	struct mfmad_config c;
+	char err[512] = "";
+	assert_int_equal(parse(&c, "", err, sizeof(err)), 0);
+	assert_int_equal(c.max_inflight_per_conn, 64);
+	assert_int_equal(c.cpu, BACKEND_AUTO);
+	assert_int_equal(parse(&c,
+			       "log_level = \"debug\";\n"
+			       "listen = { unix = \"/tmp/s.sock\"; unix_mode = \"0600\"; tcp = true; "
+			       "tcp_port = 9000; };\n"
+			       "limits = { max_frame_mb = 8; max_inflight = 3; default_timeout_ms = 250; };\n"
+			       "weights = { budget_mb = 100; };\n"
+			       "cpu = { enabled = true; threads = 2; devices = 2; };\n"
+			       "hip = { enabled = false; };\n"
+			       "cuda = { enabled = \"auto\"; };\n"
+			       "metrics = { enabled = true; port = 9999; };\n",
+			       err, sizeof(err)),
+			 0);
+	assert_int_equal(c.log_level, LOG_LVL_DEBUG);
+	assert_string_equal(c.unix_path, "/tmp/s.sock");
+	assert_int_equal(c.unix_mode, 0600);
+	assert_true(c.tcp_enabled);
+	assert_int_equal(c.tcp_port, 9000);
+	assert_int_equal(c.max_frame_bytes, 8u << 20);
+	assert_int_equal(c.max_inflight, 3);
+	assert_int_equal(c.default_timeout_ms, 250);
+	assert_int_equal(c.weight_budget_bytes, 100ull << 20);
+	assert_int_equal(c.cpu, BACKEND_ON);
+	assert_int_equal(c.cpu_threads, 2);
+	assert_int_equal(c.cpu_devices, 2);
+	assert_int_equal(c.hip, BACKEND_OFF);
+	assert_int_equal(c.cuda, BACKEND_AUTO);
+	assert_true(c.metrics_enabled);
+	assert_int_equal(c.metrics_port, 9999);
+}
+
+struct bad_case {
+	const char *text;
+	const char *want; /* substring of the error */
+};
+
+static void test_errors_name_line_and_reason(void **state)
+{
+	(void)state;
+	static const struct bad_case cases[] = {
+		{ "log_level = \"loud\";", "test.conf:1: log_level = \"loud\" is not one of" },
+		{ "\n\nfoo = 1;", "test.conf:3: unknown setting 'foo'" },
+		{ "limits = {\n  max_frobs = 1;\n};", "test.conf:2: unknown setting 'limits.max_frobs'" },
+		{ "limits = { max_frame_mb = 0; };", "limits.max_frame_mb = 0 is out of range 1..2047" },
+		{ "limits = { max_inflight = \"many\"; };", "limits.max_inflight must be an integer" },
+		{ "listen = { tcp = 1; };", "listen.tcp must be true or false" },
+		{ "listen = { tcp_port = 70000; };", "listen.tcp_port = 70000 is out of range" },
+		{ "listen = { unix_mode = \"rw\"; };", "is not an octal mode" },
+		{ "cpu = { enabled = \"sometimes\"; };", "cpu.enabled must be true, false or \"auto\"" },
+		{ "cpu = 3;", "cpu must be a group" },
+		{ "limits = { max_inflight = 3 ", "test.conf:1: syntax error" },
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct mfmad_config c;
+		char err[512] = "";
+		assert_int_equal(parse(&c, cases[i].text, err, sizeof(err)), -EINVAL);
+		if (!strstr(err, cases[i].want))
+			fail_msg("case %zu: error \"%s\" lacks \"%s\"", i, err, cases[i].want);
+	}
+}
+
+static void test_missing_file(void **state)
+{
+	(void)state;
+	struct mfmad_config c;
+	char err[512];
+	config_defaults(&c);
+	assert_int_equal(config_load_file(&c, "/nonexistent/mfmad.conf", err, sizeof(err)), -ENOENT);
+	assert_non_null(strstr(err, "/nonexistent/mfmad.conf"));
+}
+
+/* The shipped, documented file parses and equals the built-in defaults. */
+static void test_shipped_file_is_the_defaults(void **state)
+{
+	(void)state;
+	struct mfmad_config c, def;
+	char err[512] = "";
+	config_defaults(&c);
+	config_defaults(&def);
+	assert_int_equal(config_load_file(&c, SHIPPED_CONF, err, sizeof(err)), 0);
+	assert_memory_equal(&c, &def, sizeof(c));
+}
+
+static void test_restart_only(void **state)
+{
+	(void)state;
+	struct mfmad_config a, b;
+	char buf[256];
+	config_defaults(&a);
+	b = a;
+	b.max_inflight = 7;
+	b.log_level = LOG_LVL_DEBUG;
+	assert_int_equal(config_restart_only_changes(&a, &b, buf, sizeof(buf)), 0);
+	snprintf(b.unix_path, sizeof(b.unix_path), "/tmp/other.sock");
+	b.cpu_threads = 1;
+	assert_int_equal(config_restart_only_changes(&a, &b, buf, sizeof(buf)), 2);
+	assert_non_null(strstr(buf, "listen.unix"));
+	assert_non_null(strstr(buf, "cpu.*"));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_defaults_and_values),
+		cmocka_unit_test(test_errors_name_line_and_reason),
+		cmocka_unit_test(test_missing_file),
+		cmocka_unit_test(test_shipped_file_is_the_defaults),
+		cmocka_unit_test(test_restart_only),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

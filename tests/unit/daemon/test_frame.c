@@ -1,0 +1,176 @@
+/* The pure frame reader: split and coalesced reads, the exact limit, over it. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "frame.h"
+
+static size_t make_frame(uint8_t *out, const char *payload, size_t n)
+{
+	frame_header_put(out, (uint32_t)n);
+	memcpy(out + FRAME_HEADER_SIZE, payload, n);
+	return FRAME_HEADER_SIZE + n;
+}
+
+static void test_header_big_endian(void **state)
+{
+	(void)state;
+	uint8_t h[4];
+	frame_header_put(h, 0x01020304u);
+	assert_int_equal(h[0], 1);
+	assert_int_equal(h[3], 4);
+	assert_int_equal(frame_header_get(h), 0x01020304u);
+}
+
+static void test_byte_by_byte(void **state)
+{
+	(void)state;
+	struct frame_reader r;
+	frame_reader_init(&r, 1024);
+	uint8_t buf[64];
+	size_t n = make_frame(buf, "hello", 5);
+	const uint8_t *p;
+	size_t len;
+	for (size_t i = 0; i < n - 1; i++) {
+		assert_int_equal(frame_reader_feed(&r, buf + i, 1), 0);
+		assert_int_equal(frame_reader_next(&r, &p, &len), 0);
+	}
+	assert_int_equal(frame_reader_feed(&r, buf + n - 1, 1), 0);
+	assert_int_equal(frame_reader_next(&r, &p, &len), 1);
+	assert_int_equal(len, 5);
+	assert_memory_equal(p, "hello", 5);
+	assert_int_equal(frame_reader_next(&r, &p, &len), 0);
+	assert_int_equal(frame_reader_pending(&r), 0);
+	frame_reader_free(&r);
+}
+
+static void test_coalesced(void **state)
+{
+	(void)state;
+	struct frame_reader r;
+	frame_reader_init(&r, 1024);
+	uint8_t buf[256];
+	size_t n = make_frame(buf, "one", 3);
+	n += make_frame(buf + n, "", 0);
+	n += make_frame(buf + n, "three", 5);
+	size_t half = make_frame(buf + n, "four", 4);
+	/* All of three frames plus half of a fourth in one read. */
+	assert_int_equal(frame_reader_feed(&r, buf, n + half / 2), 0);
+	const uint8_t *p;
+	size_t len;
+	assert_int_equal(frame_reader_next(&r, &p, &len), 1);
+	assert_int_equal(len, 3);
+	assert_memory_equal(p, "one", 3);
+	assert_int_equal(frame_reader_next(&r, &p, &len), 1);
+	assert_int_equal(len, 0);
+	assert_int_equal(frame_reader_next(&r, &p, &len), 1);
+	assert_memory_equal(p, "three", 5);
+	assert_int_equal(frame_reader_next(&r, &p, &len), 0);
+	assert_int_equal(frame_reader_feed(&r, buf + n + half / 2, half - half / 2), 0);
+	assert_int_equal(frame_reader_next(&r, &p, &len), 1);
+	assert_int_equal(len, 4);
+	assert_memory_equal(p, "four", 4);
+	frame_reader_free(&r);
+}
+
+static void test_exact_limit_and_over(void **state)
+{
+	(void)state;
+	struct frame_reader r;
+	frame_reader_init(&r, 16);
+	uint8_t buf[64];
+	char payload[17];
+	memset(payload, 'x', sizeof(payload));
+	size_t n = make_frame(buf, payload, 16);
+	assert_int_equal(frame_reader_feed(&r, buf, n), 0);
+	const uint8_t *p;
+	size_t len;
+	assert_int_equal(frame_reader_next(&r, &p, &len), 1);
+	assert_int_equal(len, 16);
+	n = make_frame(buf, payload, 17);
+	/* Only the header is needed to refuse: the body may never come. */
+	assert_int_equal(frame_reader_feed(&r, buf, FRAME_HEADER_SIZE), 0);
+	assert_int_equal(frame_reader_next(&r, &p, &len), -EMSGSIZE);
+	assert_int_equal(len, 17);
+	frame_reader_free(&r);
+}
+
+static void test_in_place_space(void **state)
+{
+	(void)state;
+	struct frame_reader r;
+	frame_reader_init(&r, 1 << 20);
+	uint8_t hdr[4];
+	frame_header_put(hdr, 100000);
+	assert_int_equal(frame_reader_feed(&r, hdr, 4), 0);
+	uint8_t *p;
+	size_t avail;
+	/* With the header known the reader makes room for the whole frame. */
+	assert_int_equal(frame_reader_space(&r, 1, &p, &avail), 0);
+	assert_true(avail >= 100000);
+	memset(p, 7, 100000);
+	frame_reader_commit(&r, 100000);
+	const uint8_t *q;
+	size_t len;
+	assert_int_equal(frame_reader_next(&r, &q, &len), 1);
+	assert_int_equal(len, 100000);
+	assert_int_equal(q[99999], 7);
+	frame_reader_free(&r);
+}
+
+/* Random split points over many frames give back exactly what was sent. */
+static void test_random_splits(void **state)
+{
+	(void)state;
+	srand(7);
+	struct frame_reader r;
+	frame_reader_init(&r, 4096);
+	size_t total = 0, nframes = 200;
+	uint8_t *stream = malloc(nframes * (4 + 300));
+	size_t lens[200];
+	for (size_t i = 0; i < nframes; i++) {
+		lens[i] = (size_t)rand() % 300;
+		frame_header_put(stream + total, (uint32_t)lens[i]);
+		for (size_t b = 0; b < lens[i]; b++)
+			stream[total + 4 + b] = (uint8_t)(i + b);
+		total += 4 + lens[i];
+	}
+	size_t off = 0, got = 0;
+	while (off < total) {
+		size_t chunk = 1 + (size_t)rand() % 700;
+		if (chunk > total - off)
+			chunk = total - off;
+		assert_int_equal(frame_reader_feed(&r, stream + off, chunk), 0);
+		off += chunk;
+		const uint8_t *p;
+		size_t len;
+		while (frame_reader_next(&r, &p, &len) == 1) {
+			assert_int_equal(len, lens[got]);
+			for (size_t b = 0; b < len; b++)
+				assert_int_equal(p[b], (uint8_t)(got + b));
+			got++;
+		}
+	}
+	assert_int_equal(got, nframes);
+	free(stream);
+	frame_reader_free(&r);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_header_big_endian),
+		cmocka_unit_test(test_byte_by_byte),
+		cmocka_unit_test(test_coalesced),
+		cmocka_unit_test(test_exact_limit_and_over),
+		cmocka_unit_test(test_in_place_space),
+		cmocka_unit_test(test_random_splits),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
