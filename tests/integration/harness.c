@@ -1,0 +1,243 @@
+#include "harness.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+static void print_log(const struct mfmad_proc *p)
+{
+	FILE *f = fopen(p->log, "r");
+	if (!f)
+		return;
+	char line[1024];
+	fprintf(stderr, "---- mfmad log ----\n");
+	while (fgets(line, sizeof(line), f))
+		fputs(line, stderr);
+	fprintf(stderr, "-------------------\n");
+	fclose(f);
+}
+
+int harness_connect_raw(const struct mfmad_proc *p)
+{
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -1;
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", p->sock);
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+int harness_start(struct mfmad_proc *p, const char *extra_conf, const char *const *extra_args)
+{
+	const char *bin = getenv("MFMAD_BIN");
+	if (!bin) {
+		fprintf(stderr, "MFMAD_BIN is not set\n");
+		return -1;
+	}
+	memset(p, 0, sizeof(*p));
+	snprintf(p->dir, sizeof(p->dir), "/tmp/mfmad-test-XXXXXX");
+	if (!mkdtemp(p->dir))
+		return -1;
+	snprintf(p->sock, sizeof(p->sock), "%s/mfmad.sock", p->dir);
+	snprintf(p->endpoint, sizeof(p->endpoint), "unix:%s", p->sock);
+	snprintf(p->conf, sizeof(p->conf), "%s/mfmad.conf", p->dir);
+	snprintf(p->log, sizeof(p->log), "%s/mfmad.log", p->dir);
+	FILE *f = fopen(p->conf, "w");
+	if (!f)
+		return -1;
+	fprintf(f, "%s\n", extra_conf ? extra_conf : "");
+	fclose(f);
+
+	const char *argv[32];
+	int n = 0;
+	argv[n++] = bin;
+	argv[n++] = "--config";
+	argv[n++] = p->conf;
+	argv[n++] = "--socket";
+	argv[n++] = p->sock;
+	argv[n++] = "--log-level";
+	argv[n++] = "debug";
+	for (int i = 0; extra_args && extra_args[i] && n < 31; i++)
+		argv[n++] = extra_args[i];
+	argv[n] = NULL;
+
+	posix_spawn_file_actions_t fa;
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, p->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+	int rc = posix_spawn(&p->pid, bin, &fa, NULL, (char *const *)argv, environ);
+	posix_spawn_file_actions_destroy(&fa);
+	if (rc != 0) {
+		fprintf(stderr, "cannot start %s: %s\n", bin, strerror(rc));
+		return -1;
+	}
+	/* Ready when the socket accepts; give a sanitizer build time. */
+	for (int i = 0; i < 300; i++) {
+		int fd = harness_connect_raw(p);
+		if (fd >= 0) {
+			close(fd);
+			return 0;
+		}
+		int st;
+		if (waitpid(p->pid, &st, WNOHANG) == p->pid) {
+			fprintf(stderr, "mfmad exited during start-up\n");
+			print_log(p);
+			p->pid = 0;
+			return -1;
+		}
+		usleep(50 * 1000);
+	}
+	fprintf(stderr, "mfmad did not start listening within 15 s\n");
+	print_log(p);
+	return -1;
+}
+
+int harness_stop(struct mfmad_proc *p)
+{
+	int status = -1;
+	if (p->pid > 0) {
+		kill(p->pid, SIGTERM);
+		int st;
+		/* Bounded: a daemon that hangs on shutdown fails the test. */
+		for (int i = 0; i < 400; i++) {
+			pid_t r = waitpid(p->pid, &st, WNOHANG);
+			if (r == p->pid) {
+				status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+				break;
+			}
+			usleep(50 * 1000);
+		}
+		if (status == -1) {
+			fprintf(stderr, "mfmad did not exit within 20 s of SIGTERM\n");
+			kill(p->pid, SIGKILL);
+			waitpid(p->pid, &st, 0);
+			status = 137;
+		}
+		p->pid = 0;
+	}
+	if (status != 0)
+		print_log(p);
+	unlink(p->sock);
+	unlink(p->conf);
+	unlink(p->log);
+	rmdir(p->dir);
+	return status;
+}
+
+int harness_write_all(int fd, const void *buf, size_t len)
+{
+	const uint8_t *b = buf;
+	while (len > 0) {
+		ssize_t w = send(fd, b, len, MSG_NOSIGNAL);
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			return -1;
+		}
+		b += w;
+		len -= (size_t)w;
+	}
+	return 0;
+}
+
+static int read_full(int fd, uint8_t *buf, size_t len, int timeout_ms)
+{
+	size_t got = 0;
+	while (got < len) {
+		struct pollfd pfd = { .fd = fd, .events = POLLIN };
+		int pr = poll(&pfd, 1, timeout_ms);
+		if (pr <= 0)
+			return -1;
+		ssize_t r = recv(fd, buf + got, len - got, 0);
+		if (r <= 0)
+			return -1;
+		got += (size_t)r;
+	}
+	return 0;
+}
+
+long harness_read_frame(int fd, uint8_t **out, int timeout_ms)
+{
+	uint8_t hdr[4];
+	if (read_full(fd, hdr, 4, timeout_ms) < 0)
+		return -1;
+	size_t len = (size_t)hdr[0] << 24 | (size_t)hdr[1] << 16 | (size_t)hdr[2] << 8 | hdr[3];
+	uint8_t *buf = malloc(len ? len : 1);
+	if (!buf)
+		return -1;
+	if (read_full(fd, buf, len, timeout_ms) < 0) {
+		free(buf);
+		return -1;
+	}
+	*out = buf;
+	return (long)len;
+}
+
+int harness_wait_closed(int fd, int timeout_ms)
+{
+	uint8_t b[4096];
+	for (;;) {
+		struct pollfd pfd = { .fd = fd, .events = POLLIN };
+		int pr = poll(&pfd, 1, timeout_ms);
+		if (pr <= 0)
+			return 0;
+		ssize_t r = recv(fd, b, sizeof(b), 0);
+		if (r == 0 || (r < 0 && errno == ECONNRESET))
+			return 1;
+		if (r < 0)
+			return 0;
+	}
+}
+
+int harness_run(const char *const *argv, char *out, size_t outlen)
+{
+	int pipefd[2];
+	if (pipe(pipefd) < 0)
+		return -1;
+	posix_spawn_file_actions_t fa;
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_adddup2(&fa, pipefd[1], STDOUT_FILENO);
+	posix_spawn_file_actions_addclose(&fa, pipefd[0]);
+	pid_t pid;
+	int rc = posix_spawn(&pid, argv[0], &fa, NULL, (char *const *)argv, environ);
+	posix_spawn_file_actions_destroy(&fa);
+	close(pipefd[1]);
+	if (rc != 0) {
+		close(pipefd[0]);
+		return -1;
+	}
+	size_t got = 0;
+	char sink[4096];
+	for (;;) {
+		char *dst = out && got + 1 < outlen ? out + got : sink;
+		size_t room = out && got + 1 < outlen ? outlen - 1 - got : sizeof(sink);
+		ssize_t r = read(pipefd[0], dst, room);
+		if (r <= 0)
+			break;
+		if (dst != sink)
+			got += (size_t)r;
+	}
+	close(pipefd[0]);
+	if (out && outlen)
+		out[got] = '\0';
+	int st;
+	if (waitpid(pid, &st, 0) < 0)
+		return -1;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}

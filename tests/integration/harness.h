@@ -1,0 +1,48 @@
+/* Starts the real mfmad on a temporary Unix socket for integration tests
+ * and stops it again, checking that it exits 0 (under ASan that also
+ * means no leak).  The binaries come from the environment that meson
+ * sets: MFMAD_BIN, MFMACTL_BIN. */
+#ifndef MFMA_TEST_HARNESS_H
+#define MFMA_TEST_HARNESS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct mfmad_proc {
+	pid_t pid;
+	char dir[32];
+	char sock[100];
+	char endpoint[112];
+	char conf[128];
+	char log[128];
+};
+
+/* extra_conf: libconfig text written into the config file (NULL: none);
+ * extra_args: more mfmad flags, NULL-terminated (NULL: none).  Returns 0
+ * once the socket accepts connections, or -1 (the log is printed). */
+int harness_start(struct mfmad_proc *p, const char *extra_conf, const char *const *extra_args);
+
+/* SIGTERM, wait, remove the directory.  Returns the exit status (or 128 +
+ * signal); prints the daemon's log when it is not 0. */
+int harness_stop(struct mfmad_proc *p);
+
+/* A raw connected socket to the daemon, or -1. */
+int harness_connect_raw(const struct mfmad_proc *p);
+
+/* Writes all of buf; 0 or -1. */
+int harness_write_all(int fd, const void *buf, size_t len);
+
+/* Reads one response frame (4-byte big-endian length + payload) into a
+ * malloc'd buffer, with a timeout; returns the payload length, or -1 on
+ * EOF/timeout/error (*out untouched). */
+long harness_read_frame(int fd, uint8_t **out, int timeout_ms);
+
+/* 1 if the peer closed the connection within timeout_ms, else 0. */
+int harness_wait_closed(int fd, int timeout_ms);
+
+/* Runs a program with arguments, stdout captured into out (NUL-terminated,
+ * cut at outlen-1); returns its exit status or -1. */
+int harness_run(const char *const *argv, char *out, size_t outlen);
+
+#endif
