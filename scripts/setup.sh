@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Installs what mfmad needs on Debian 12, configures and builds it.  Safe to
+# run again: it installs only what is missing and rebuilds only what changed.
+#
+#   scripts/setup.sh              build into ./build
+#   scripts/setup.sh --install    ... and install (meson install, ldconfig)
+#   BUILD_DIR=dir scripts/setup.sh
+#   MESON_ARGS="-Db_sanitize=address,undefined" BUILD_DIR=build-asan scripts/setup.sh
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+BUILD_DIR=${BUILD_DIR:-build}
+install=0
+for arg in "$@"; do
+  case "$arg" in
+    --install) install=1 ;;
+    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    *) echo "setup.sh: unknown argument '$arg'" >&2; exit 2 ;;
+  esac
+done
+
+# Build and test dependencies, all from Debian 12.  clang-22/lld-22/llvm-22
+# build and inspect the AMD code objects, libamdhip64-dev is the HIP runtime
+# the AMD backend links; prometheus gives promtool for the /metrics test;
+# systemd gives systemd-analyze and systemd-socket-activate for the unit tests.
+packages=(
+  build-essential pkg-config meson ninja-build
+  libuv1-dev libprotobuf-c-dev protobuf-c-compiler libconfig-dev
+  libsystemd-dev libcmocka-dev libmicrohttpd-dev libopenblas-dev
+  clang-22 lld-22 llvm-22 libamdhip64-dev
+  prometheus systemd groff-base procps
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "setup.sh: missing packages: ${missing[*]} (run as root to install them)" >&2
+    exit 1
+  fi
+  echo "setup.sh: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# nvcc is not a Debian package; where the CUDA toolkit is installed in its
+# usual place, put it on PATH so the CUDA backend is built.
+if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
+  export PATH="/usr/local/cuda/bin:$PATH"
+fi
+
+# shellcheck disable=SC2086
+if [ ! -f "$BUILD_DIR/build.ninja" ]; then
+  meson setup "$BUILD_DIR" ${MESON_ARGS:-}
+fi
+ninja -C "$BUILD_DIR"
+
+if [ "$install" = 1 ]; then
+  meson install -C "$BUILD_DIR" --quiet
+  ldconfig
+fi
