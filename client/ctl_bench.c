@@ -1,0 +1,490 @@
+/* mfmactl bench: a closed loop.  One thread per connection, each keeping
+ * its share of the requests in flight with mfma_gemm_submit/mfma_wait;
+ * every thread starts measuring at the same barrier, after its warmup. */
+#include "ctl.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ctl_util.h"
+
+struct bench_opts {
+	uint64_t requests, concurrency, connections, warmup, seed;
+	uint32_t m, n, k;
+	bool have_m, have_k;
+	enum mfma_dtype dtype, out_dtype;
+	bool sparse, resident, dtype_given;
+	enum ctl_sparse mode;
+	const char *weight;
+	int device;
+};
+
+struct bench_conn {
+	pthread_t tid;
+	mfma_client *c;
+	const struct mfma_gemm_args *args;
+	pthread_barrier_t *start;
+	uint64_t warmup, requests, slots;
+	/* results */
+	uint64_t *lat;
+	size_t nlat;
+	uint64_t errors;
+	uint64_t queue, h2d, kernel, d2h, total; /* sums over successful requests */
+	int rc;                                  /* first failure */
+	struct mfma_error err;
+	bool fatal; /* the connection broke: it stopped early */
+};
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void note_error(struct bench_conn *bc, int rc, const struct mfma_error *e)
+{
+	bc->errors++;
+	if (bc->rc == 0) {
+		bc->rc = rc;
+		bc->err = *e;
+	}
+	if (!MFMA_IS_REMOTE(rc))
+		bc->fatal = true;
+}
+
+static void *bench_thread(void *arg)
+{
+	struct bench_conn *bc = arg;
+	struct mfma_gemm_result r;
+	struct mfma_error e;
+	int rc;
+
+	for (uint64_t i = 0; i < bc->warmup && !bc->fatal; i++) {
+		rc = mfma_gemm(bc->c, bc->args, &r, &e);
+		if (rc < 0) {
+			/* A request the daemon refuses in the warmup will be
+			 * refused in the loop too: say it once, stop. */
+			note_error(bc, rc, &e);
+			bc->fatal = true;
+		}
+		mfma_gemm_result_free(&r);
+	}
+	pthread_barrier_wait(bc->start);
+	uint64_t submitted = 0, done = 0;
+	while (!bc->fatal && done < bc->requests) {
+		while (submitted < bc->requests && submitted - done < bc->slots) {
+			uint64_t id;
+			if ((rc = mfma_gemm_submit(bc->c, bc->args, &id, &e)) < 0) {
+				note_error(bc, rc, &e);
+				break;
+			}
+			submitted++;
+		}
+		if (bc->fatal)
+			break;
+		uint64_t id;
+		rc = mfma_wait(bc->c, MFMA_ANY, -1, &id, &r, &e);
+		if (rc < 0) {
+			note_error(bc, rc, &e);
+			if (!bc->fatal)
+				done++;
+			continue;
+		}
+		done++;
+		bc->lat[bc->nlat++] = r.round_trip_ns;
+		bc->queue += r.timing.queue_ns;
+		bc->h2d += r.timing.h2d_ns;
+		bc->kernel += r.timing.kernel_ns;
+		bc->d2h += r.timing.d2h_ns;
+		bc->total += r.timing.total_ns;
+		mfma_gemm_result_free(&r);
+	}
+	return NULL;
+}
+
+static int parse(struct ctl *ctl, int argc, char **argv, struct bench_opts *o)
+{
+	enum {
+		OPT_CONNECTIONS = CTL_OPT_FIRST_COMMAND_OPTION, OPT_M, OPT_N, OPT_K, OPT_DTYPE,
+		OPT_OUT_DTYPE, OPT_SPARSE, OPT_WEIGHT, OPT_RESIDENT, OPT_WARMUP, OPT_DEVICE,
+		OPT_SEED,
+	};
+	static const struct option opts[] = {
+		CTL_COMMON_LONG,
+		{ "requests", required_argument, NULL, 'n' },
+		{ "concurrency", required_argument, NULL, 'j' },
+		{ "connections", required_argument, NULL, OPT_CONNECTIONS },
+		{ "m", required_argument, NULL, OPT_M },
+		{ "n", required_argument, NULL, OPT_N },
+		{ "k", required_argument, NULL, OPT_K },
+		{ "dtype", required_argument, NULL, OPT_DTYPE },
+		{ "out-dtype", required_argument, NULL, OPT_OUT_DTYPE },
+		{ "sparse", optional_argument, NULL, OPT_SPARSE },
+		{ "weight", required_argument, NULL, OPT_WEIGHT },
+		{ "resident", no_argument, NULL, OPT_RESIDENT },
+		{ "warmup", required_argument, NULL, OPT_WARMUP },
+		{ "device", required_argument, NULL, OPT_DEVICE },
+		{ "seed", required_argument, NULL, OPT_SEED },
+		{ NULL, 0, NULL, 0 },
+	};
+	const uint64_t dim_max = 1u << 20;
+	char err[256];
+	uint64_t v;
+	int opt, rc;
+	bool have_warmup = false;
+	memset(o, 0, sizeof(*o));
+	o->requests = 100;
+	o->concurrency = 1;
+	o->m = o->n = o->k = 256;
+	o->dtype = MFMA_DT_F16;
+	o->device = -1;
+	o->seed = 1;
+	while ((opt = getopt_long(argc, argv, CTL_COMMON_SHORT "n:j:", opts, NULL)) != -1) {
+		rc = 0;
+		switch (opt) {
+		case 'n': rc = ctl_parse_u64("--requests", optarg, 1, 100000000, &o->requests, err, sizeof(err)); break;
+		case 'j': rc = ctl_parse_u64("--concurrency", optarg, 1, 4096, &o->concurrency, err, sizeof(err)); break;
+		case OPT_CONNECTIONS: rc = ctl_parse_u64("--connections", optarg, 1, 4096, &o->connections, err, sizeof(err)); break;
+		case OPT_M:
+			rc = ctl_parse_u64("--m", optarg, 1, dim_max, &v, err, sizeof(err));
+			o->m = (uint32_t)v;
+			o->have_m = true;
+			break;
+		case OPT_N:
+			rc = ctl_parse_u64("--n", optarg, 1, dim_max, &v, err, sizeof(err));
+			o->n = (uint32_t)v;
+			break;
+		case OPT_K:
+			rc = ctl_parse_u64("--k", optarg, 1, dim_max, &v, err, sizeof(err));
+			o->k = (uint32_t)v;
+			o->have_k = true;
+			break;
+		case OPT_DTYPE:
+			rc = ctl_parse_dtype("--dtype", optarg, CTL_DT_INPUTS, &o->dtype, err, sizeof(err));
+			o->dtype_given = true;
+			break;
+		case OPT_OUT_DTYPE: rc = ctl_parse_dtype("--out-dtype", optarg, CTL_DT_OUTPUTS, &o->out_dtype, err, sizeof(err)); break;
+		case OPT_SPARSE:
+			o->sparse = true;
+			o->mode = CTL_SPARSE_PACKED;
+			if (optarg)
+				rc = ctl_parse_sparse("--sparse", optarg, &o->mode, err, sizeof(err));
+			break;
+		case OPT_WEIGHT: o->weight = optarg; break;
+		case OPT_RESIDENT: o->resident = true; break;
+		case OPT_WARMUP:
+			rc = ctl_parse_u64("--warmup", optarg, 0, 1000000, &o->warmup, err, sizeof(err));
+			have_warmup = true;
+			break;
+		case OPT_DEVICE: rc = ctl_parse_int("--device", optarg, -1, 1 << 20, &o->device, err, sizeof(err)); break;
+		case OPT_SEED: rc = ctl_parse_u64("--seed", optarg, 0, UINT64_MAX, &o->seed, err, sizeof(err)); break;
+		default:
+			rc = ctl_common_option(ctl, "bench", opt, optarg);
+			if (rc != CTL_CONTINUE)
+				return rc;
+			continue;
+		}
+		if (rc < 0)
+			return ctl_usage("bench", "%s", err);
+	}
+	if (optind != argc)
+		return ctl_usage("bench", "unexpected argument '%s'", argv[optind]);
+	if (o->weight && o->resident)
+		return ctl_usage("bench", "--weight and --resident exclude each other");
+	if (o->weight && o->sparse)
+		return ctl_usage("bench", "--sparse does not apply to --weight: the weight's "
+				 "sparsity was chosen when it was loaded");
+	if (o->weight && (o->have_m || o->have_k))
+		return ctl_usage("bench", "--m and --k come from the weight with --weight");
+	if (!o->connections)
+		o->connections = o->concurrency;
+	if (o->connections > o->concurrency)
+		return ctl_usage("bench", "--connections %" PRIu64 " is more than the concurrency "
+				 "%" PRIu64, o->connections, o->concurrency);
+	if (o->sparse && o->mode == CTL_SPARSE_PACKED && o->k % 4 != 0)
+		return ctl_usage("bench", "--sparse needs --k to be a multiple of 4, not %u", o->k);
+	if (!have_warmup)
+		o->warmup = 1;
+	return CTL_CONTINUE;
+}
+
+/* Finds the weight for --weight: its shape and dtype set M, K and the
+ * input type. */
+static int weight_shape(struct ctl *ctl, mfma_client *c, struct bench_opts *o)
+{
+	struct mfma_weight_list l;
+	struct mfma_error e;
+	int rc = mfma_list_weights(c, &l, &e);
+	if (rc < 0)
+		return ctl_fail(ctl, "bench: listing weights", rc, &e);
+	rc = -1;
+	for (size_t i = 0; i < l.n_weights; i++) {
+		if (strcmp(l.weights[i].name, o->weight) != 0)
+			continue;
+		if (o->dtype_given && l.weights[i].dtype != o->dtype) {
+			rc = ctl_usage("bench", "weight '%s' is %s, not %s", o->weight,
+				       mfma_dtype_name(l.weights[i].dtype),
+				       mfma_dtype_name(o->dtype));
+			break;
+		}
+		o->m = l.weights[i].rows;
+		o->k = l.weights[i].cols;
+		o->dtype = l.weights[i].dtype;
+		o->sparse = l.weights[i].sparse;
+		rc = CTL_EXIT_OK;
+		break;
+	}
+	mfma_weight_list_free(&l);
+	if (rc == -1)
+		rc = ctl_fail_local(ctl, CTL_EXIT_DAEMON, "bench: no resident weight is named '%s'",
+				    o->weight);
+	return rc;
+}
+
+static void report(struct ctl *ctl, const struct bench_opts *o, struct bench_conn *bc,
+		   uint64_t wall_ns)
+{
+	size_t n = 0;
+	uint64_t errors = 0, q = 0, h = 0, kr = 0, d = 0, t = 0, sum = 0;
+	for (uint64_t i = 0; i < o->connections; i++) {
+		n += bc[i].nlat;
+		errors += bc[i].errors;
+		q += bc[i].queue;
+		h += bc[i].h2d;
+		kr += bc[i].kernel;
+		d += bc[i].d2h;
+		t += bc[i].total;
+	}
+	uint64_t *lat = malloc((n ? n : 1) * sizeof(*lat));
+	size_t at = 0;
+	for (uint64_t i = 0; lat && i < o->connections; i++) {
+		memcpy(lat + at, bc[i].lat, bc[i].nlat * sizeof(*lat));
+		at += bc[i].nlat;
+	}
+	if (!lat)
+		n = 0;
+	ctl_sort_u64(lat, n);
+	for (size_t i = 0; i < n; i++)
+		sum += lat[i];
+	double rps = wall_ns ? (double)n * 1e9 / (double)wall_ns : 0.0;
+	uint64_t div = n ? n : 1;
+	double flops = 2.0 * o->m * o->n * o->k;
+	double gf_wall = wall_ns ? flops * (double)n / (double)wall_ns : 0.0;
+	double gf_kernel = kr ? flops * (double)n / (double)kr : 0.0;
+	const char *a_kind = o->weight || o->resident ? (o->sparse ? "resident 2:4" : "resident dense")
+			     : !o->sparse ? "dense"
+			     : o->mode == CTL_SPARSE_PACKED ? "2:4 packed"
+			     : o->mode == CTL_SPARSE_VALIDATE ? "2:4 validate" : "prune";
+	uint64_t p50 = ctl_percentile(lat, n, 50), p90 = ctl_percentile(lat, n, 90),
+		 p99 = ctl_percentile(lat, n, 99);
+
+	if (ctl->json) {
+		struct json *j = &ctl->j;
+		json_object_begin(j);
+		json_kv_uint(j, "requests", n);
+		json_kv_uint(j, "errors", errors);
+		json_kv_uint(j, "concurrency", o->concurrency);
+		json_kv_uint(j, "connections", o->connections);
+		json_kv_uint(j, "m", o->m);
+		json_kv_uint(j, "n", o->n);
+		json_kv_uint(j, "k", o->k);
+		json_kv_string(j, "dtype", mfma_dtype_name(o->dtype));
+		json_kv_string(j, "a", a_kind);
+		json_kv_uint(j, "wall_ns", wall_ns);
+		json_kv_double(j, "requests_per_s", rps);
+		json_key(j, "latency_ns");
+		json_object_begin(j);
+		json_kv_uint(j, "min", n ? lat[0] : 0);
+		json_kv_uint(j, "mean", sum / div);
+		json_kv_uint(j, "p50", p50);
+		json_kv_uint(j, "p90", p90);
+		json_kv_uint(j, "p99", p99);
+		json_kv_uint(j, "max", n ? lat[n - 1] : 0);
+		json_object_end(j);
+		json_kv_double(j, "gflops_wall", gf_wall);
+		json_kv_double(j, "gflops_kernel", gf_kernel);
+		json_key(j, "server_mean_ns");
+		json_object_begin(j);
+		json_kv_uint(j, "queue", q / div);
+		json_kv_uint(j, "h2d", h / div);
+		json_kv_uint(j, "kernel", kr / div);
+		json_kv_uint(j, "d2h", d / div);
+		json_kv_uint(j, "total", t / div);
+		json_object_end(j);
+		json_object_end(j);
+	} else {
+		char s[8][32];
+		printf("bench: %zu requests of %ux%ux%u %s (A %s), %" PRIu64 " in flight over %" PRIu64
+		       " connection%s\n", n, o->m, o->n, o->k, mfma_dtype_name(o->dtype), a_kind,
+		       o->concurrency, o->connections, o->connections == 1 ? "" : "s");
+		printf("  throughput   %.1f requests/s, %.2f GFLOP/s\n", rps, gf_wall);
+		ctl_format_ns(n ? lat[0] : 0, s[0], sizeof(s[0]));
+		ctl_format_ns(sum / div, s[1], sizeof(s[1]));
+		ctl_format_ns(p50, s[2], sizeof(s[2]));
+		ctl_format_ns(p90, s[3], sizeof(s[3]));
+		ctl_format_ns(p99, s[4], sizeof(s[4]));
+		ctl_format_ns(n ? lat[n - 1] : 0, s[5], sizeof(s[5]));
+		printf("  latency      min %s, mean %s, p50 %s, p90 %s, p99 %s, max %s\n", s[0], s[1],
+		       s[2], s[3], s[4], s[5]);
+		ctl_format_ns(q / div, s[0], sizeof(s[0]));
+		ctl_format_ns(h / div, s[1], sizeof(s[1]));
+		ctl_format_ns(kr / div, s[2], sizeof(s[2]));
+		ctl_format_ns(d / div, s[3], sizeof(s[3]));
+		ctl_format_ns(t / div, s[4], sizeof(s[4]));
+		printf("  server mean  queue %s, copy in %s, kernel %s, copy out %s, total %s\n",
+		       s[0], s[1], s[2], s[3], s[4]);
+		printf("  kernel       %.2f GFLOP/s over the mean kernel time\n", gf_kernel);
+		if (errors)
+			printf("  errors       %" PRIu64 "\n", errors);
+	}
+	free(lat);
+}
+
+int ctl_cmd_bench(struct ctl *ctl, int argc, char **argv)
+{
+	struct bench_opts o;
+	struct ctl_matrix a = { 0 }, b = { 0 };
+	struct ctl_packed pk = { 0 };
+	struct mfma_gemm_args args;
+	struct bench_conn *bc = NULL;
+	mfma_client *ctrl = NULL;
+	char err[512], wname[64] = "";
+	bool loaded = false, barrier = false;
+	pthread_barrier_t start;
+	struct mfma_error e;
+	uint64_t started = 0;
+	int rc = parse(ctl, argc, argv, &o);
+	if (rc != CTL_CONTINUE)
+		return rc;
+
+	/* One control connection for the weight and the errors it finds early. */
+	if ((rc = ctl_connect(ctl, &ctrl)) != 0)
+		return rc;
+	mfma_gemm_args_init(&args);
+	if (o.weight && (rc = weight_shape(ctl, ctrl, &o)) != 0)
+		goto out;
+	if (!o.weight) {
+		bool pattern = o.sparse && o.mode != CTL_SPARSE_PRUNE;
+		if (ctl_matrix_alloc(&a, o.dtype, o.m, o.k) < 0) {
+			rc = ctl_fail_local(ctl, CTL_EXIT_LOCAL, "out of memory");
+			goto out;
+		}
+		ctl_random_matrix(a.data, o.dtype, o.m, o.k, pattern, o.seed);
+		int mode = o.sparse ? (int)o.mode : CTL_SPARSE_NONE;
+		if ((rc = ctl_make_operand(&a, mode, &args.a, &pk, err, sizeof(err))) < 0) {
+			rc = ctl_fail_local(ctl, rc == -ENOMEM ? CTL_EXIT_LOCAL : CTL_EXIT_USAGE, "%s",
+					    err);
+			goto out;
+		}
+	}
+	if (o.resident) {
+		struct mfma_load_args la;
+		mfma_load_args_init(&la);
+		snprintf(wname, sizeof(wname), "mfmactl-bench-%ld", (long)getpid());
+		la.name = wname;
+		la.a = args.a;
+		la.device = o.device;
+		if ((rc = mfma_load_weight(ctrl, &la, NULL, &e)) < 0) {
+			rc = ctl_fail(ctl, "bench: loading the weight", rc, &e);
+			goto out;
+		}
+		loaded = true;
+		o.weight = wname;
+	}
+	if (o.weight) {
+		memset(&args.a, 0, sizeof(args.a));
+		args.a.kind = MFMA_OPERAND_WEIGHT;
+		args.a.weight = o.weight;
+	}
+	if (ctl_matrix_alloc(&b, o.dtype, o.k, o.n) < 0) {
+		rc = ctl_fail_local(ctl, CTL_EXIT_LOCAL, "out of memory");
+		goto out;
+	}
+	ctl_random_matrix(b.data, o.dtype, o.k, o.n, false, o.seed + 1);
+	args.b = ctl_as_mfma(&b);
+	args.out_dtype = o.out_dtype;
+	args.device = o.device;
+
+	bc = calloc(o.connections, sizeof(*bc));
+	if (!bc || pthread_barrier_init(&start, NULL, (unsigned)o.connections + 1) != 0) {
+		rc = ctl_fail_local(ctl, CTL_EXIT_LOCAL, "out of memory");
+		goto out;
+	}
+	barrier = true;
+	for (uint64_t i = 0; i < o.connections; i++) {
+		struct bench_conn *x = &bc[i];
+		x->args = &args;
+		x->start = &start;
+		x->warmup = o.warmup;
+		x->requests = o.requests / o.connections + (i < o.requests % o.connections);
+		x->slots = o.concurrency / o.connections + (i < o.concurrency % o.connections);
+		x->lat = malloc((x->requests ? x->requests : 1) * sizeof(*x->lat));
+		if (!x->lat) {
+			rc = ctl_fail_local(ctl, CTL_EXIT_LOCAL, "out of memory");
+			goto out;
+		}
+		if ((rc = ctl_connect(ctl, &x->c)) != 0)
+			goto out;
+	}
+	for (; started < o.connections; started++) {
+		if (pthread_create(&bc[started].tid, NULL, bench_thread, &bc[started]) != 0) {
+			rc = ctl_fail_local(ctl, CTL_EXIT_LOCAL, "cannot start a thread");
+			break;
+		}
+	}
+	if (started < o.connections) {
+		/* The barrier counts on every thread: the started ones would
+		 * wait forever.  Tell them to skip the loop, then release. */
+		for (uint64_t i = 0; i < started; i++)
+			bc[i].fatal = true;
+		for (uint64_t i = started; i < o.connections; i++)
+			pthread_barrier_wait(&start);
+	}
+	pthread_barrier_wait(&start);
+	uint64_t t0 = now_ns();
+	for (uint64_t i = 0; i < started; i++)
+		pthread_join(bc[i].tid, NULL);
+	uint64_t wall = now_ns() - t0;
+	if (started < o.connections)
+		goto out;
+
+	report(ctl, &o, bc, wall);
+	rc = CTL_EXIT_OK;
+	for (uint64_t i = 0; i < o.connections; i++) {
+		if (bc[i].rc < 0) {
+			char what[64];
+			snprintf(what, sizeof(what), "bench (%" PRIu64 " failed; the first)",
+				 bc[i].errors);
+			/* The report is on stdout already: only stderr here. */
+			bool json = ctl->json;
+			ctl->json = false;
+			rc = ctl_fail(ctl, what, bc[i].rc, &bc[i].err);
+			ctl->json = json;
+			break;
+		}
+	}
+out:
+	if (loaded && (mfma_unload_weight(ctrl, wname, &e)) < 0)
+		fprintf(stderr, "mfmactl: bench: unloading %s: %s\n", wname, e.message);
+	if (bc) {
+		for (uint64_t i = 0; i < o.connections; i++) {
+			mfma_close(bc[i].c);
+			free(bc[i].lat);
+		}
+		free(bc);
+	}
+	if (barrier)
+		pthread_barrier_destroy(&start);
+	mfma_close(ctrl);
+	ctl_packed_free(&pk);
+	ctl_matrix_free(&a);
+	ctl_matrix_free(&b);
+	return rc;
+}

@@ -1,0 +1,440 @@
+/* mfmactl: the command line of mfmad.  This file holds main(), the
+ * options every command shares, the help texts and the error reporting;
+ * the commands live in ctl_cmds.c, ctl_submit.c and ctl_bench.c. */
+#include "ctl.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctl_util.h"
+
+static const char help_main[] =
+	"NAME\n"
+	"    mfmactl - control and use mfmad, the GEMM inference daemon\n"
+	"\n"
+	"SYNOPSIS\n"
+	"    mfmactl [-e ENDPOINT] [--json] [--timeout MS] COMMAND [ARGS]\n"
+	"    mfmactl COMMAND --help\n"
+	"\n"
+	"DESCRIPTION\n"
+	"    Sends requests to a running mfmad over its Unix or TCP socket: GEMMs\n"
+	"    (dense or 2:4 sparse, D = alpha*A.B + beta*C), resident weights,\n"
+	"    status and benchmarks.  Matrices are read from and written to NumPy\n"
+	"    .npy files.\n"
+	"\n"
+	"COMMANDS\n"
+	"    ping      measure the round trip to the daemon\n"
+	"    status    version, uptime, devices, weights and request counters\n"
+	"    submit    run one GEMM on .npy files, print the timing, check it\n"
+	"    load      make a weight (the A operand) resident on the devices\n"
+	"    unload    drop a resident weight\n"
+	"    weights   list the resident weights\n"
+	"    random    write a random matrix (optionally 2:4 sparse) to a .npy file\n"
+	"    bench     closed-loop load: requests/s, latency percentiles, GFLOP/s\n"
+	"    help      show the help of a command (mfmactl help submit)\n"
+	"\n"
+	"OPTIONS (before or after the command)\n"
+	"    -e, --endpoint ENDPOINT\n"
+	"        unix:PATH, tcp:HOST:PORT, tcp:[IPV6]:PORT or a bare socket path.\n"
+	"        Default: $MFMA_ENDPOINT, else /run/mfmad/mfmad.sock for root,\n"
+	"        $XDG_RUNTIME_DIR/mfmad.sock, else /tmp/mfmad-UID.sock.\n"
+	"    --json\n"
+	"        Print the result as one JSON document on stdout (errors too, as\n"
+	"        {\"error\": {...}}).  Human messages still go to stderr.\n"
+	"    --timeout MS\n"
+	"        Give up on the daemon after MS milliseconds per request (default:\n"
+	"        wait forever).  A timeout exits with 3.\n"
+	"    -h, --help\n"
+	"        This text; after a command, that command's help.\n"
+	"\n"
+	"ELEMENT TYPES AND .npy FILES\n"
+	"    f32 (<f4), f16 (<f2), i8 (|i1), i32 (<i4).  NumPy has no bfloat16, so\n"
+	"    bf16 matrices are stored as their 16-bit patterns in <u2 files: read\n"
+	"    them with --dtype bf16; bf16 results are written as <u2.  Only C-order\n"
+	"    arrays; a 1-D array of N elements is read as a 1 x N matrix.\n"
+	"\n"
+	"EXIT STATUS\n"
+	"    0   success\n"
+	"    1   the daemon answered with an error (unknown weight, bad shapes...)\n"
+	"    2   usage error: a bad option or argument, an unreadable or invalid\n"
+	"        input file\n"
+	"    3   cannot connect, the connection broke, or --timeout expired\n"
+	"    4   submit --check: the result is over the tolerance\n"
+	"    5   a local failure: out of memory, cannot write the output file\n"
+	"\n"
+	"ENVIRONMENT\n"
+	"    MFMA_ENDPOINT   the endpoint when -e is not given\n"
+	"\n"
+	"EXAMPLES\n"
+	"    mfmactl status\n"
+	"    mfmactl random -o W.npy --shape 4096x4096 --dtype f16 --sparse24\n"
+	"    mfmactl random -o X.npy --shape 4096x64 --dtype f16\n"
+	"    mfmactl submit -a W.npy -b X.npy --sparse validate -o D.npy --check\n"
+	"    mfmactl load w0 W.npy --sparse validate && mfmactl submit --weight w0 -b X.npy\n"
+	"    mfmactl -e tcp:gpu1:7470 bench -n 2000 -j 16 --m 4096 --n 64 --k 4096 --sparse\n";
+
+static const char help_ping[] =
+	"SYNOPSIS\n"
+	"    mfmactl ping [-c COUNT] [-s BYTES] [-i MS]\n"
+	"\n"
+	"    Sends COUNT pings (default 1) carrying BYTES of payload (default 0),\n"
+	"    checks the payload comes back unchanged and prints each round trip,\n"
+	"    then min/avg/max when COUNT > 1.\n"
+	"\n"
+	"OPTIONS\n"
+	"    -c, --count COUNT     number of pings, 1 to 1000000\n"
+	"    -s, --size BYTES      payload size, 0 to 67108864\n"
+	"    -i, --interval MS     pause between pings (default 0)\n"
+	"\n"
+	"JSON\n"
+	"    {\"endpoint\", \"count\", \"payload_bytes\", \"round_trip_ns\": [...],\n"
+	"     \"min_ns\", \"avg_ns\", \"max_ns\"}\n"
+	"\n"
+	"EXAMPLE\n"
+	"    mfmactl ping -c 10 -s 4096\n";
+
+static const char help_status[] =
+	"SYNOPSIS\n"
+	"    mfmactl status\n"
+	"\n"
+	"    Prints the daemon's version and uptime; a table of devices (index,\n"
+	"    backend, arch, name, weight memory used / device memory, queue depth,\n"
+	"    requests in flight, completed/failed) followed by each device's kernel\n"
+	"    variants; the resident weights; the request counters.  --json prints\n"
+	"    all of it.\n"
+	"\n"
+	"JSON\n"
+	"    {\"endpoint\", \"version\", \"uptime_ns\", \"weight_budget\", \"weight_bytes\",\n"
+	"     \"devices\": [{\"index\", \"backend\", \"arch\", \"name\", \"mem_total\",\n"
+	"     \"mem_used\", \"queue_depth\", \"in_flight\", \"completed\", \"failed\",\n"
+	"     \"variants\": [...]}], \"weights\": [see mfmactl weights],\n"
+	"     \"counters\": {\"requests\", \"ok\", \"failed\", \"busy\", \"connections_open\",\n"
+	"     \"connections_total\", \"in_flight\", \"malformed\"}}\n";
+
+static const char help_submit[] =
+	"SYNOPSIS\n"
+	"    mfmactl submit (-a A.npy | --weight NAME) -b B.npy [-c C.npy --beta X]\n"
+	"                   [--alpha X] [-o D.npy] [--sparse validate|prune|packed]\n"
+	"                   [--dtype f32|f16|bf16|i8] [--out-dtype f32|f16|bf16|i32]\n"
+	"                   [--device N] [--priority N] [--deadline US] [--check]\n"
+	"\n"
+	"    Runs D = alpha * A.B + beta * C once.  A is M x K, B is K x N, C and D\n"
+	"    are M x N.  Prints the device and kernel variant, the timing breakdown\n"
+	"    (queue, copy in, kernel, copy out, server total, client round trip)\n"
+	"    and the achieved GFLOP/s: dense-equivalent 2*M*N*K over the kernel\n"
+	"    time and over the round trip.\n"
+	"\n"
+	"OPTIONS\n"
+	"    -a, --a FILE          A as a dense matrix (dense unless --sparse)\n"
+	"    -w, --weight NAME     A is the resident weight NAME (see mfmactl load)\n"
+	"    -b, --b FILE          B\n"
+	"    -c, --c FILE          C, in the output type (f32 data is rounded to a\n"
+	"                          f16/bf16 output type)\n"
+	"    --alpha X             default 1\n"
+	"    --beta X              default 0 (1 when -c is given without --beta)\n"
+	"    -o, --output FILE     write D there (bf16 as <u2)\n"
+	"    --sparse MODE         how to send A as 2:4 sparse:\n"
+	"                            validate  the daemon rejects A unless every group\n"
+	"                                      of 4 along K has at most 2 non-zeros\n"
+	"                            prune     the daemon keeps the 2 largest of every 4\n"
+	"                            packed    compress here, send the canonical 2:4 form\n"
+	"                                      (A must already be 2:4)\n"
+	"    --dtype T             the type of A and B; f32 files are rounded to f16\n"
+	"                          or bf16; needed to read <u2 files as bf16\n"
+	"    --out-dtype T         type of D (default f32 for float inputs, i32 for i8)\n"
+	"    --device N            run on device N (default: the daemon picks)\n"
+	"    --priority N          0 default, 1 highest, larger is lower\n"
+	"    --deadline US         the daemon fails the request (DEADLINE_EXCEEDED) if it\n"
+	"                          has not finished US microseconds after arrival\n"
+	"    --check               compare D with a float64 reference computed here (on\n"
+	"                          the pruned A with --sparse prune); print the relative\n"
+	"                          Frobenius error; exit 4 when it is over the\n"
+	"                          tolerance: f32 1e-5, f16/bf16 1e-2 (the looser of\n"
+	"                          input and output type), integers exact\n"
+	"\n"
+	"JSON\n"
+	"    {\"m\", \"n\", \"k\", \"dtype\", \"out_dtype\", \"device\": {\"index\", \"backend\",\n"
+	"     \"arch\"}, \"variant\", \"timing\": {\"queue_ns\", \"h2d_ns\", \"kernel_ns\",\n"
+	"     \"d2h_ns\", \"total_ns\", \"round_trip_ns\"}, \"gflops_kernel\",\n"
+	"     \"gflops_round_trip\", \"output\", \"check\": {\"rel_error\", \"tolerance\",\n"
+	"     \"ok\"}}\n"
+	"\n"
+	"EXAMPLES\n"
+	"    mfmactl submit -a A.npy -b B.npy -o D.npy --check\n"
+	"    mfmactl submit -a A.npy -b B.npy --sparse prune --dtype f16 --check\n"
+	"    mfmactl submit --weight w0 -b X.npy -c Y.npy --beta 1 -o Y2.npy\n";
+
+static const char help_load[] =
+	"SYNOPSIS\n"
+	"    mfmactl load NAME A.npy [--sparse validate|prune|packed] [--dtype T]\n"
+	"                 [--device N] [--replace]\n"
+	"\n"
+	"    Makes A (M x K) resident under NAME, on every device or on device N.\n"
+	"    GEMMs then name it (mfmactl submit --weight NAME) instead of sending\n"
+	"    it.  With --sparse the weight is held in 2:4 form (see mfmactl submit\n"
+	"    --help for the modes).\n"
+	"\n"
+	"OPTIONS\n"
+	"    --sparse MODE         validate, prune or packed\n"
+	"    --dtype T             f32, f16, bf16 or i8 (f32 files are rounded)\n"
+	"    --device N            only device N (default: every device)\n"
+	"    --replace             replace a weight of the same name\n"
+	"\n"
+	"JSON\n"
+	"    the weight, as in mfmactl weights\n"
+	"\n"
+	"EXAMPLE\n"
+	"    mfmactl load w0 W.npy --dtype f16 --sparse prune\n";
+
+static const char help_unload[] =
+	"SYNOPSIS\n"
+	"    mfmactl unload NAME\n"
+	"\n"
+	"    Drops the resident weight NAME from every device.  An unknown name is\n"
+	"    a daemon error (exit 1).\n"
+	"\n"
+	"JSON\n"
+	"    {\"unloaded\": NAME}\n";
+
+static const char help_weights[] =
+	"SYNOPSIS\n"
+	"    mfmactl weights\n"
+	"\n"
+	"    Lists the resident weights: name, shape, dtype, sparsity (dense or\n"
+	"    2:4), bytes per device, devices.\n"
+	"\n"
+	"JSON\n"
+	"    {\"weights\": [{\"name\", \"rows\", \"cols\", \"dtype\", \"sparse\", \"bytes\",\n"
+	"     \"devices\": [...]}]}\n";
+
+static const char help_random[] =
+	"SYNOPSIS\n"
+	"    mfmactl random -o FILE.npy --shape RxC --dtype f32|f16|bf16|i8\n"
+	"                   [--sparse24] [--seed N]\n"
+	"\n"
+	"    Writes a random R x C matrix that has no zeros: floats of magnitude\n"
+	"    1/16 to 1 with random signs, i8 from -127 to 127.  With --sparse24\n"
+	"    every group of 4 along a row keeps 2 random positions (any of the 6\n"
+	"    pairs) and the other two are 0; C must then be a multiple of 4.  No\n"
+	"    daemon is needed.\n"
+	"\n"
+	"OPTIONS\n"
+	"    -o, --output FILE     the .npy file to write (bf16 as <u2)\n"
+	"    --shape RxC           e.g. 128x256\n"
+	"    --dtype T             f32, f16, bf16 or i8\n"
+	"    --sparse24            a 2:4 sparse matrix\n"
+	"    --seed N              the random seed (default: from the clock; printed)\n"
+	"\n"
+	"JSON\n"
+	"    {\"output\", \"rows\", \"cols\", \"dtype\", \"sparse24\", \"seed\"}\n";
+
+static const char help_bench[] =
+	"SYNOPSIS\n"
+	"    mfmactl bench [-n REQUESTS] [-j CONCURRENCY] [--connections C]\n"
+	"                  [--m M --n N --k K] [--dtype T] [--out-dtype T]\n"
+	"                  [--sparse[=packed|validate|prune]] [--weight NAME | --resident]\n"
+	"                  [--warmup N] [--device N] [--seed N]\n"
+	"\n"
+	"    A closed loop: CONCURRENCY requests are kept in flight at all times\n"
+	"    until REQUESTS have completed, spread over C connections (default:\n"
+	"    one per request in flight), each pipelining its share.  Inputs are\n"
+	"    random, generated once.  Prints requests/s, latency percentiles\n"
+	"    (client round trip), GFLOP/s (dense-equivalent 2*M*N*K: over the wall\n"
+	"    time, and over the mean kernel time) and the mean server timing.\n"
+	"\n"
+	"OPTIONS\n"
+	"    -n, --requests N      measured requests (default 100)\n"
+	"    -j, --concurrency J   requests in flight (default 1)\n"
+	"    --connections C       connections, 1 to J (default J)\n"
+	"    --m M, --n N, --k K   the GEMM shape (default 256 each); --m and --k\n"
+	"                          come from the weight with --weight\n"
+	"    --dtype T             f32, f16, bf16 or i8 (default f16)\n"
+	"    --out-dtype T         f32, f16, bf16 or i32 (default: the daemon's)\n"
+	"    --sparse[=MODE]       A is 2:4 sparse: packed (the default: compressed\n"
+	"                          here and sent in 2:4 form), validate or prune (sent\n"
+	"                          dense for the daemon to check or prune)\n"
+	"    --weight NAME         A is an already resident weight\n"
+	"    --resident            load a random A as a weight first (2:4 with\n"
+	"                          --sparse), unload it at the end\n"
+	"    --warmup N            unmeasured requests per connection first (default 1)\n"
+	"    --device N            pin every request to device N\n"
+	"    --seed N              seed of the random inputs (default 1)\n"
+	"\n"
+	"JSON\n"
+	"    {\"requests\", \"errors\", \"concurrency\", \"connections\", \"m\", \"n\", \"k\",\n"
+	"     \"dtype\", \"sparse\", \"wall_ns\", \"requests_per_s\", \"latency_ns\": {\"min\",\n"
+	"     \"mean\", \"p50\", \"p90\", \"p99\", \"max\"}, \"gflops_wall\",\n"
+	"     \"gflops_kernel\", \"server_mean_ns\": {\"queue\", \"h2d\", \"kernel\", \"d2h\",\n"
+	"     \"total\"}}\n"
+	"\n"
+	"EXAMPLES\n"
+	"    mfmactl bench -n 1000 -j 8 --m 1024 --n 1024 --k 1024 --dtype f16\n"
+	"    mfmactl bench -n 500 -j 4 --resident --sparse --m 4096 --k 4096 --n 32\n";
+
+static const struct command {
+	const char *name;
+	int (*run)(struct ctl *, int, char **);
+	const char *help;
+} commands[] = {
+	{ "ping", ctl_cmd_ping, help_ping },
+	{ "status", ctl_cmd_status, help_status },
+	{ "submit", ctl_cmd_submit, help_submit },
+	{ "load", ctl_cmd_load, help_load },
+	{ "unload", ctl_cmd_unload, help_unload },
+	{ "weights", ctl_cmd_weights, help_weights },
+	{ "random", ctl_cmd_random, help_random },
+	{ "bench", ctl_cmd_bench, help_bench },
+};
+
+static const struct command *find_command(const char *name)
+{
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+		if (!strcmp(commands[i].name, name))
+			return &commands[i];
+	return NULL;
+}
+
+static const char help_common[] =
+	"\n"
+	"COMMON OPTIONS\n"
+	"    -e, --endpoint ENDPOINT, --json, --timeout MS, -h/--help\n"
+	"    (see mfmactl --help, which also lists the exit codes)\n";
+
+void ctl_print_help(const char *cmd)
+{
+	const struct command *c = cmd ? find_command(cmd) : NULL;
+	if (!c) {
+		fputs(help_main, stdout);
+		return;
+	}
+	printf("mfmactl %s\n\n", c->name);
+	fputs(c->help, stdout);
+	fputs(help_common, stdout);
+}
+
+int ctl_usage(const char *cmd, const char *fmt, ...)
+{
+	va_list ap;
+	fprintf(stderr, "mfmactl%s%s: ", cmd ? " " : "", cmd ? cmd : "");
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "\nTry 'mfmactl %s%s--help'.\n", cmd ? cmd : "", cmd ? " " : "");
+	return CTL_EXIT_USAGE;
+}
+
+int ctl_common_option(struct ctl *ctl, const char *cmd, int opt, const char *arg)
+{
+	char err[256];
+	switch (opt) {
+	case 'h':
+		ctl_print_help(cmd);
+		return CTL_EXIT_OK;
+	case 'e':
+		ctl->endpoint = arg;
+		return CTL_CONTINUE;
+	case CTL_OPT_JSON:
+		ctl->json = true;
+		return CTL_CONTINUE;
+	case CTL_OPT_TIMEOUT:
+		if (ctl_parse_int("--timeout", arg, 0, 86400000, &ctl->timeout_ms, err,
+				  sizeof(err)) < 0)
+			return ctl_usage(cmd, "%s", err);
+		return CTL_CONTINUE;
+	case '?':
+		/* getopt has said what was wrong. */
+		fprintf(stderr, "Try 'mfmactl %s%s--help'.\n", cmd ? cmd : "", cmd ? " " : "");
+		return CTL_EXIT_USAGE;
+	default:
+		return ctl_usage(cmd, "unexpected option");
+	}
+}
+
+static void json_error(struct ctl *ctl, int code, const char *name, const char *message)
+{
+	if (!ctl->json)
+		return;
+	json_object_begin(&ctl->j);
+	json_key(&ctl->j, "error");
+	json_object_begin(&ctl->j);
+	json_kv_int(&ctl->j, "code", code);
+	json_kv_string(&ctl->j, "name", name);
+	json_kv_string(&ctl->j, "message", message);
+	json_object_end(&ctl->j);
+	json_object_end(&ctl->j);
+}
+
+int ctl_fail(struct ctl *ctl, const char *what, int rc, const struct mfma_error *err)
+{
+	const char *msg = err && err->message[0] ? err->message : strerror(-rc);
+	if (MFMA_IS_REMOTE(rc)) {
+		int code = MFMA_REMOTE_CODE(rc);
+		fprintf(stderr, "mfmactl: %s: %s: %s\n", what, mfma_code_name(code), msg);
+		json_error(ctl, code, mfma_code_name(code), msg);
+		return CTL_EXIT_DAEMON;
+	}
+	fprintf(stderr, "mfmactl: %s: %s\n", what, msg);
+	json_error(ctl, rc, rc == -ENOMEM ? "ENOMEM" : "TRANSPORT", msg);
+	return rc == -ENOMEM ? CTL_EXIT_LOCAL : CTL_EXIT_TRANSPORT;
+}
+
+int ctl_fail_local(struct ctl *ctl, int code, const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "mfmactl: %s\n", msg);
+	json_error(ctl, -code, code == CTL_EXIT_USAGE ? "USAGE" : "LOCAL", msg);
+	return code;
+}
+
+int ctl_connect(struct ctl *ctl, mfma_client **client)
+{
+	struct mfma_error err;
+	int rc = mfma_connect(ctl->endpoint, client, &err);
+	if (rc < 0)
+		return rc == -EINVAL ? ctl_fail_local(ctl, CTL_EXIT_USAGE, "%s", err.message)
+				     : ctl_fail(ctl, "connect", rc, &err);
+	mfma_set_timeout(*client, ctl->timeout_ms);
+	return CTL_EXIT_OK;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = { CTL_COMMON_LONG, { NULL, 0, NULL, 0 } };
+	struct ctl ctl = { .timeout_ms = -1 };
+	int opt;
+
+	/* '+': stop at the command word; its options are its own. */
+	while ((opt = getopt_long(argc, argv, "+" CTL_COMMON_SHORT, opts, NULL)) != -1) {
+		int r = ctl_common_option(&ctl, NULL, opt, optarg);
+		if (r != CTL_CONTINUE)
+			return r;
+	}
+	if (optind >= argc)
+		return ctl_usage(NULL, "no command given");
+	const char *name = argv[optind];
+	if (!strcmp(name, "help")) {
+		ctl_print_help(optind + 1 < argc ? argv[optind + 1] : NULL);
+		if (optind + 1 < argc && !find_command(argv[optind + 1]))
+			return ctl_usage(NULL, "unknown command '%s'", argv[optind + 1]);
+		return CTL_EXIT_OK;
+	}
+	const struct command *cmd = find_command(name);
+	if (!cmd)
+		return ctl_usage(NULL, "unknown command '%s'", name);
+
+	json_init(&ctl.j, stdout, 2);
+	/* getopt prefixes its messages with argv[0]. */
+	char prog[64];
+	snprintf(prog, sizeof(prog), "mfmactl %s", cmd->name);
+	int first = optind;
+	argv[first] = prog;
+	optind = 0; /* glibc: start a fresh scan of the command's arguments */
+	return cmd->run(&ctl, argc - first, argv + first);
+}
