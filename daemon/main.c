@@ -13,6 +13,8 @@
 #include "daemon.h"
 #include "endpoint.h"
 #include "log.h"
+#include "metrics.h"
+#include "notify.h"
 #include "mfmad_build.h"
 
 static const char usage_text[] =
@@ -57,6 +59,8 @@ static const char usage_text[] =
 	"See also: mfmactl(1), mfmad.conf(5).\n";
 
 static struct daemon D;
+/* systemd readiness, status line and watchdog (no-ops outside systemd). */
+static struct notify N;
 
 static int parse_hostport(const char *s, char *host, size_t hlen, int *port)
 {
@@ -176,6 +180,7 @@ static void begin_shutdown(struct daemon *d, int signum)
 	}
 	d->stopping = true;
 	atomic_store(&d->stats.stopping, 1);
+	notify_stopping(&N);
 	log_notice("%s: shutting down, %" PRIu64 " request(s) in flight, grace %" PRIu64 " ms",
 		   strsignal(signum), d->inflight, d->cfg.shutdown_grace_ms);
 	server_close_listeners(d);
@@ -187,8 +192,10 @@ static void reload(struct daemon *d)
 {
 	struct mfmad_config nc;
 	char err[512];
+	notify_reloading();
 	if (read_config(d, &nc, err, sizeof(err)) < 0) {
 		log_err("reload failed, keeping the old configuration: %s", err);
+		notify_ready(&N);
 		return;
 	}
 	char fixed[256];
@@ -208,7 +215,9 @@ static void reload(struct daemon *d)
 	c->status_interval_ms = nc.status_interval_ms;
 	log_set_level((enum log_level)c->log_level);
 	server_set_frame_limit(d, c->max_frame_bytes);
+	notify_set_status_interval(&N, c->status_interval_ms);
 	log_notice("configuration reloaded from %s", d->config_path ? d->config_path : "(defaults)");
+	notify_ready(&N);
 }
 
 static void on_signal(uv_signal_t *s, int signum)
@@ -392,11 +401,30 @@ int main(int argc, char **argv)
 	int rc = sched_start(d, err, sizeof(err));
 	if (rc == 0)
 		rc = server_listen(d, err, sizeof(err));
+	if (rc == 0 && d->cfg.metrics_enabled) {
+		struct metrics *m = NULL;
+		rc = metrics_start(d->cfg.metrics_address, d->cfg.metrics_port,
+				   d->cfg.metrics_allow_remote, &d->stats, &m, err, sizeof(err));
+		if (rc == 0) {
+			d->metrics = m;
+			log_info("metrics on http://%s%s%s:%d/metrics",
+				 strchr(d->cfg.metrics_address, ':') ? "[" : "", d->cfg.metrics_address,
+				 strchr(d->cfg.metrics_address, ':') ? "]" : "", metrics_port(m));
+		}
+	}
+	if (rc == 0) {
+		rc = notify_start(&N, d->loop, &d->stats, d->cfg.status_interval_ms);
+		if (rc < 0)
+			snprintf(err, sizeof(err), "cannot start the systemd watchdog timer: %s",
+				 uv_strerror(rc));
+	}
 	if (rc < 0) {
 		log_err("%s", err);
 		d->exit_code = 1;
 	} else {
 		atomic_store(&d->stats.ready, 1);
+		/* After the sockets accept and the devices are up. */
+		notify_ready(&N);
 		log_notice("ready: %d device(s)", d->ndev);
 		uv_run(d->loop, UV_RUN_DEFAULT);
 		log_notice("stopped: every request answered");
@@ -405,6 +433,9 @@ int main(int argc, char **argv)
 	/* Tear down in an order that lets every device free its own memory:
 	 * weights first (their frees are queued to the workers), then the
 	 * workers, then the completions they left, then the handles. */
+	metrics_stop(d->metrics);
+	d->metrics = NULL;
+	notify_close(&N);
 	server_close_listeners(d);
 	server_close_all(d);
 	weights_destroy(d);

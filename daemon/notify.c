@@ -181,8 +181,8 @@ int notify_start(struct notify *n, uv_loop_t *loop, const struct mfmad_stats *st
 			return r;
 		n->watchdog.data = n;
 		n->watchdog_started = true;
-		/* The first ping goes out at once: the interval runs from the
-		 * moment the service was started, not from this call. */
+		/* The first ping goes out on the loop's first iteration, so the
+		 * manager hears from the loop as soon as it runs. */
 		r = uv_timer_start(&n->watchdog, notify_on_watchdog, 0, ms);
 		if (r < 0) {
 			notify_close(n);
@@ -191,23 +191,33 @@ int notify_start(struct notify *n, uv_loop_t *loop, const struct mfmad_stats *st
 		uv_unref((uv_handle_t *)&n->watchdog);
 	}
 
-	if (status_interval_ms > 0 && notify_enabled()) {
-		int r = uv_timer_init(loop, &n->status);
-		if (r < 0) {
-			notify_close(n);
-			return r;
-		}
-		n->status.data = n;
-		n->status_started = true;
-		r = uv_timer_start(&n->status, notify_on_status, status_interval_ms,
-				   status_interval_ms);
-		if (r < 0) {
-			notify_close(n);
-			return r;
-		}
-		uv_unref((uv_handle_t *)&n->status);
+	int r = notify_set_status_interval(n, status_interval_ms);
+	if (r < 0) {
+		notify_close(n);
+		return r;
 	}
 	return 0;
+}
+
+int notify_set_status_interval(struct notify *n, uint64_t status_interval_ms)
+{
+	if (n == NULL || n->loop == NULL)
+		return -EINVAL;
+	n->status_interval_ms = status_interval_ms;
+	if (status_interval_ms == 0 || !notify_enabled()) {
+		if (n->status_started)
+			uv_timer_stop(&n->status);
+		return 0;
+	}
+	if (!n->status_started) {
+		int r = uv_timer_init(n->loop, &n->status);
+		if (r < 0)
+			return r;
+		n->status.data = n;
+		n->status_started = true;
+		uv_unref((uv_handle_t *)&n->status);
+	}
+	return uv_timer_start(&n->status, notify_on_status, status_interval_ms, status_interval_ms);
 }
 
 void notify_close(struct notify *n)

@@ -40,6 +40,10 @@ bool notify_enabled(void);
 int notify_start(struct notify *n, uv_loop_t *loop, const struct mfmad_stats *stats,
 		 uint64_t status_interval_ms);
 
+/* Changes how often STATUS= is refreshed (0: only on state changes), as a
+ * reload of status_interval_ms asks.  Returns 0 or a negative errno code. */
+int notify_set_status_interval(struct notify *n, uint64_t status_interval_ms);
+
 /* Stops and closes the timers; the loop must run once more to finish closing
  * them (as with any libuv handle).  Accepts NULL, a zeroed struct, or one whose
  * notify_start() failed. */

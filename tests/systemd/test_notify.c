@@ -332,6 +332,16 @@ static void test_status_timer(void **state)
 	run_loop_for(&loop, 250);
 	s->requests[STATS_GEMM][STATS_OK] = 9;
 	run_loop_for(&loop, 200);
+	int before = manager_wait(m, 4);
+
+	/* A reload turns the refresh off, then back on at a new rate. */
+	assert_int_equal(notify_set_status_interval(&n, 0), 0);
+	s->requests[STATS_GEMM][STATS_OK] = 10;
+	run_loop_for(&loop, 250);
+	usleep(20000);
+	assert_int_equal(manager_wait(m, 0), before);
+	assert_int_equal(notify_set_status_interval(&n, 50), 0);
+	run_loop_for(&loop, 180);
 	notify_close(&n);
 	uv_run(&loop, UV_RUN_DEFAULT);
 	assert_int_equal(uv_loop_close(&loop), 0);
@@ -341,6 +351,9 @@ static void test_status_timer(void **state)
 				     "0 in flight") >= 2);
 	assert_true(manager_count(m, "STATUS=serving: 1 device(s), 9 requests, 0 queued, "
 				     "0 in flight") >= 1);
+	assert_true(manager_count(m, "STATUS=serving: 1 device(s), 10 requests, 0 queued, "
+				     "0 in flight") >= 2);
+	assert_int_equal(notify_set_status_interval(NULL, 5), -EINVAL);
 	free(s);
 }
 
