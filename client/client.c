@@ -381,10 +381,13 @@ int client_send_frame(mfma_client *c, const uint8_t *buf, size_t len, uint64_t *
 	if (rc < 0)
 		return rc;
 	while (off < len) {
+		/* The round trip starts when the first byte goes: stamp before
+		 * the call, so time spent descheduled inside it counts. */
+		uint64_t t = off == 0 ? client_now_ns() : 0;
 		ssize_t n = send(c->fd, buf + off, len - off, MSG_NOSIGNAL | MSG_DONTWAIT);
 		if (n > 0) {
 			if (off == 0 && t_first)
-				*t_first = client_now_ns();
+				*t_first = t;
 			off += (size_t)n;
 			continue;
 		}
