@@ -162,7 +162,10 @@ static void run_gemm(struct device *v, struct job *j)
 			 (j->deadline_ns - j->arrival_ns) / 1000, (j->start_ns - j->arrival_ns) / 1000);
 		return;
 	}
-	if (prepare_a(j) < 0)
+	uint64_t t0 = now_ns();
+	int rc = prepare_a(j);
+	j->prep_ns = now_ns() - t0;
+	if (rc < 0)
 		return;
 	j->d = malloc(j->plan.d_bytes ? j->plan.d_bytes : 1);
 	if (!j->d) {
@@ -177,7 +180,7 @@ static void run_gemm(struct device *v, struct job *j)
 		j->plan.g.a_sparse = j->weight->sparse;
 	}
 	char err[400] = "";
-	int rc = v->ops->gemm(v->bdev, &j->plan.g, handle, &j->t, err, sizeof(err));
+	rc = v->ops->gemm(v->bdev, &j->plan.g, handle, &j->t, err, sizeof(err));
 	if (rc < 0) {
 		fail_job(j, MFMA__V1__CODE__INTERNAL, "device %d (%s %s): %s", v->index, v->ops->name,
 			 v->info.arch, err[0] ? err : strerror(-rc));

@@ -498,6 +498,8 @@ static void complete_gemm(struct daemon *d, struct job *j)
 		tm.kernel_ns = j->t.kernel_ns;
 		tm.d2h_ns = j->t.d2h_ns;
 		tm.total_ns = end - j->arrival_ns;
+		tm.has_prep_ns = 1;
+		tm.prep_ns = j->prep_ns;
 		dr.has_index = 1;
 		dr.index = (uint32_t)j->dev;
 		dr.backend = (char *)v->ops->name;
