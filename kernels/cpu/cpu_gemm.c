@@ -1,21 +1,33 @@
-/* CPU GEMMs: the float64 reference and the serving paths.
- *
- * First version: correct and simple.  The serving paths are replaced by
- * blocked, threaded loops in later commits; `threads` is accepted and not
- * used yet. */
+/* CPU GEMMs: the float64 reference, and the serving entry point that
+ * sends dense float to OpenBLAS and everything else to our blocked loops
+ * (cpu_blocked.c). */
 #include "cpu_gemm.h"
 
 #include <cblas.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "cpu_internal.h"
 #include "sparse24.h"
 
-static int check_gemm(const struct mfma_gemm *g)
+/* Bounds, in floats, on the temporaries of the dense f16/bf16 path: the
+ * widened blocks of A and of B, and the f32 accumulator for a 16-bit D. */
+#define DENSE_CVT_MAX ((size_t)4 << 20)
+#define DENSE_W_MAX ((size_t)8 << 20)
+/* Below this many multiply-adds per thread, starting another thread costs
+ * more than it saves. */
+#define MIN_MACS_PER_THREAD ((double)(1 << 21))
+
+/* The shape rules of mfma_gemm.h.  `serving` adds what the serving
+ * paths rely on: integer GEMMs have alpha 1 and beta 0 or 1. */
+static int check_gemm(const struct mfma_gemm *g, bool serving)
 {
-	if (!g || !g->a || !g->b || !g->d)
+	if (!g || !g->b || !g->d || !g->a)
 		return -EINVAL;
 	if (g->a_sparse && (!g->a_meta || g->k % 4 != 0))
 		return -EINVAL;
@@ -24,6 +36,8 @@ static int check_gemm(const struct mfma_gemm *g)
 			return -EINVAL;
 	} else if (g->in_dtype == MFMA_DT_I8) {
 		if (g->out_dtype != MFMA_DT_I32)
+			return -EINVAL;
+		if (serving && (g->alpha != 1.0f || (g->beta != 0.0f && g->beta != 1.0f)))
 			return -EINVAL;
 	} else {
 		return -EINVAL;
@@ -35,15 +49,16 @@ static int check_gemm(const struct mfma_gemm *g)
 
 int cpu_gemm_ref_f64(const struct mfma_gemm *g, double *out)
 {
-	int rc = check_gemm(g);
-	if (rc < 0 || !out)
-		return rc < 0 ? rc : -EINVAL;
+	int rc = check_gemm(g, false);
+	if (rc < 0)
+		return rc;
+	if (!out)
+		return -EINVAL;
 	size_t m = g->m, n = g->n, k = g->k;
-	size_t es = mfma_dtype_size(g->in_dtype);
 	const void *a = g->a;
 	void *dense = NULL;
 	if (g->a_sparse) {
-		dense = malloc(m * k * es + 1);
+		dense = malloc(m * k * mfma_dtype_size(g->in_dtype) + 1);
 		if (!dense)
 			return -ENOMEM;
 		rc = sparse24_decompress(g->a, g->a_meta, g->in_dtype, m, k, dense, NULL, NULL);
@@ -82,139 +97,130 @@ double cpu_rel_frobenius(const void *d, enum mfma_dtype t, const double *ref, si
 	return sqrt(num / den);
 }
 
-static void to_f32(const void *src, enum mfma_dtype t, size_t count, float *dst)
+static size_t min_sz(size_t a, size_t b)
 {
-	for (size_t i = 0; i < count; i++)
-		dst[i] = (float)mfma_load_f64(src, t, i);
+	return a < b ? a : b;
 }
 
-static void store_out(void *d, enum mfma_dtype t, size_t i, float v)
-{
-	switch (t) {
-	case MFMA_DT_F32: ((float *)d)[i] = v; break;
-	case MFMA_DT_F16: ((uint16_t *)d)[i] = mfma_f32_to_f16(v); break;
-	case MFMA_DT_BF16: ((uint16_t *)d)[i] = mfma_f32_to_bf16(v); break;
-	default: break;
-	}
-}
-
-/* acc holds A.B in f32; applies alpha, beta, C and rounds into D. */
-static void finish_float(const struct mfma_gemm *g, const float *acc)
-{
-	size_t count = (size_t)g->m * g->n;
-	for (size_t i = 0; i < count; i++) {
-		float v = g->alpha * acc[i];
-		if (g->beta != 0.0f)
-			v += g->beta * (float)mfma_load_f64(g->c, g->out_dtype, i);
-		store_out(g->d, g->out_dtype, i, v);
-	}
-}
-
-static int run_dense_float(const struct mfma_gemm *g)
+/* Dense f32/f16/bf16 through cblas_sgemm.  f32 in and out is one sgemm
+ * call on the caller's buffers.  Otherwise the inputs are widened block by
+ * block (all of M, kb rows of K, nb columns of N) and a 16-bit D
+ * accumulates in an f32 block of M x nb, so no temporary grows past the
+ * bounds (in floats) cvt_max and w_max. */
+int cpu_sgemm_run(const struct mfma_gemm *g, size_t cvt_max, size_t w_max)
 {
 	size_t m = g->m, n = g->n, k = g->k;
-	float *a = malloc(m * k * sizeof(float) + 1);
-	float *b = malloc(k * n * sizeof(float) + 1);
-	float *acc = malloc(m * n * sizeof(float) + 1);
+	if (m > INT_MAX || n > INT_MAX || k > INT_MAX)
+		return -EOVERFLOW;
+	if (m == 0 || n == 0)
+		return 0;
+	bool in32 = g->in_dtype == MFMA_DT_F32;
+	bool w_is_d = g->out_dtype == MFMA_DT_F32;
+	size_t es_out = mfma_dtype_size(g->out_dtype);
+	size_t nb = n;
+	/* Blocks narrower than 16 would make sgemm crawl; the bounds give way. */
+	if (!w_is_d && m * n > w_max)
+		nb = w_max / m < 16 ? 16 : w_max / m;
+	if (!in32 && k * nb > cvt_max)
+		nb = cvt_max / k < 16 ? 16 : cvt_max / k;
+	nb = min_sz(nb, n);
+	size_t kb = k;
+	if (!in32 && (m > nb ? m : nb) * k > cvt_max) {
+		kb = cvt_max / (m > nb ? m : nb);
+		kb = kb < 16 ? 16 : kb;
+	}
+
+	float *w = w_is_d ? g->d : malloc(m * nb * sizeof(float));
+	float *abuf = in32 ? NULL : malloc(m * min_sz(kb, k) * sizeof(float) + 1);
+	float *bbuf = in32 ? NULL : malloc(min_sz(kb, k) * nb * sizeof(float) + 1);
 	int rc = -ENOMEM;
-	if (!a || !b || !acc)
+	if (!w || (!in32 && (!abuf || !bbuf)))
 		goto out;
-	to_f32(g->a, g->in_dtype, m * k, a);
-	to_f32(g->b, g->in_dtype, k * n, b);
-	if (m && n)
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)n, (int)k, 1.0f,
-			    a, (int)(k ? k : 1), b, (int)n, 0.0f, acc, (int)n);
-	if (k == 0)
-		memset(acc, 0, m * n * sizeof(float));
-	finish_float(g, acc);
+	size_t ldw = w_is_d ? n : nb;
+	for (size_t jc = 0; jc < n; jc += nb) {
+		size_t nbb = min_sz(nb, n - jc);
+		float *wb = w_is_d ? w + jc : w;
+		/* W starts as C, which the first sgemm scales by beta. */
+		for (size_t i = 0; i < m; i++) {
+			float *wr = wb + i * ldw;
+			if (g->beta == 0.0f) {
+				if (k == 0)
+					memset(wr, 0, nbb * sizeof(float));
+				continue;
+			}
+			const void *cr = (const char *)g->c + (i * n + jc) * es_out;
+			if ((const void *)wr != cr)
+				cpu_cvt_to_f32(cr, g->out_dtype, nbb, wr);
+			if (k == 0)
+				for (size_t j = 0; j < nbb; j++)
+					wr[j] *= g->beta;
+		}
+		for (size_t pc = 0; pc < k; pc += kb) {
+			size_t kbb = min_sz(kb, k - pc);
+			const float *ab = (const float *)g->a + pc, *bb = (const float *)g->b + pc * n + jc;
+			size_t lda = k, ldb = n;
+			if (!in32) {
+				size_t es = mfma_dtype_size(g->in_dtype);
+				for (size_t i = 0; i < m; i++)
+					cpu_cvt_to_f32((const char *)g->a + (i * k + pc) * es, g->in_dtype,
+						       kbb, abuf + i * kbb);
+				for (size_t p = 0; p < kbb; p++)
+					cpu_cvt_to_f32((const char *)g->b + ((pc + p) * n + jc) * es,
+						       g->in_dtype, nbb, bbuf + p * nbb);
+				ab = abuf;
+				bb = bbuf;
+				lda = kbb;
+				ldb = nbb;
+			}
+			float beta = pc == 0 ? g->beta : 1.0f;
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)nbb,
+				    (int)kbb, g->alpha, ab, (int)lda, bb, (int)ldb, beta, wb, (int)ldw);
+		}
+		if (!w_is_d)
+			for (size_t i = 0; i < m; i++)
+				cpu_cvt_from_f32(wb + i * ldw, g->out_dtype, nbb,
+						 (char *)g->d + (i * n + jc) * es_out);
+	}
 	rc = 0;
 out:
-	free(a);
-	free(b);
-	free(acc);
+	if (!w_is_d)
+		free(w);
+	free(abuf);
+	free(bbuf);
 	return rc;
 }
 
-static int run_sparse_float(const struct mfma_gemm *g)
+static const char *variant_name(const struct mfma_gemm *g)
 {
-	size_t m = g->m, n = g->n, k = g->k;
-	size_t words = sparse24_meta_words(k);
-	float *b = malloc(k * n * sizeof(float) + 1);
-	float *acc = calloc(m * n + 1, sizeof(float));
-	int rc = -ENOMEM;
-	if (!b || !acc)
-		goto out;
-	to_f32(g->b, g->in_dtype, k * n, b);
-	for (size_t i = 0; i < m; i++) {
-		for (size_t grp = 0; grp < k / 4; grp++) {
-			unsigned nib = sparse24_nibble(g->a_meta + i * words, grp);
-			for (unsigned s = 0; s < 2; s++) {
-				size_t p = 4 * grp + (s ? nib >> 2 : nib & 3u);
-				float av = (float)mfma_load_f64(g->a, g->in_dtype,
-								i * (k / 2) + 2 * grp + s);
-				for (size_t j = 0; j < n; j++)
-					acc[i * n + j] += av * b[p * n + j];
-			}
-		}
+	if (g->in_dtype == MFMA_DT_I8)
+		return g->a_sparse ? "cpu.sp24.i8" : "cpu.i8";
+	switch (g->in_dtype) {
+	case MFMA_DT_F16: return g->a_sparse ? "cpu.sp24.f16" : "cpu.sgemm.f16";
+	case MFMA_DT_BF16: return g->a_sparse ? "cpu.sp24.bf16" : "cpu.sgemm.bf16";
+	default: return g->a_sparse ? "cpu.sp24.f32" : "cpu.sgemm.f32";
 	}
-	finish_float(g, acc);
-	rc = 0;
-out:
-	free(b);
-	free(acc);
-	return rc;
 }
 
-static int run_i8(const struct mfma_gemm *g)
-{
-	size_t m = g->m, n = g->n, k = g->k;
-	size_t words = sparse24_meta_words(k);
-	const int8_t *a = g->a, *b = g->b;
-	int32_t *d = g->d;
-	const int32_t *c = g->c;
-	for (size_t i = 0; i < m; i++) {
-		for (size_t j = 0; j < n; j++) {
-			int32_t acc = 0;
-			if (g->a_sparse) {
-				for (size_t grp = 0; grp < k / 4; grp++) {
-					unsigned nib = sparse24_nibble(g->a_meta + i * words, grp);
-					acc += a[i * (k / 2) + 2 * grp] * b[(4 * grp + (nib & 3u)) * n + j];
-					acc += a[i * (k / 2) + 2 * grp + 1] *
-					       b[(4 * grp + (nib >> 2)) * n + j];
-				}
-			} else {
-				for (size_t p = 0; p < k; p++)
-					acc += a[i * k + p] * b[p * n + j];
-			}
-			d[i * n + j] = acc + (g->beta != 0.0f ? c[i * n + j] : 0);
-		}
-	}
-	return 0;
-}
-
+/* Nibbles are not re-checked here: the daemon checks a weight's meta once
+ * when it arrives, and the kernels only ever use the two low bits of each
+ * position, so a bad nibble gives a wrong product, never a stray access. */
 int cpu_gemm_run(const struct mfma_gemm *g, int threads, const char **variant)
 {
-	(void)threads;
-	int rc = check_gemm(g);
+	int rc = check_gemm(g, true);
 	if (rc < 0)
 		return rc;
-	if (g->a_sparse) {
-		rc = sparse24_meta_check(g->a_meta, g->m, g->k, NULL, NULL);
-		if (rc < 0)
-			return rc;
+	if (threads <= 0) {
+		long nproc = sysconf(_SC_NPROCESSORS_ONLN);
+		threads = nproc > 0 ? (int)(nproc < 256 ? nproc : 256) : 1;
 	}
-	const char *name;
-	if (g->in_dtype == MFMA_DT_I8) {
-		name = g->a_sparse ? "cpu.sp24.i8" : "cpu.i8";
-		rc = run_i8(g);
-	} else if (g->a_sparse) {
-		name = "cpu.sp24.f32";
-		rc = run_sparse_float(g);
-	} else {
-		name = "cpu.sgemm.f32";
-		rc = run_dense_float(g);
-	}
+	double macs = (double)g->m * g->n * g->k;
+	while (threads > 1 && macs / threads < MIN_MACS_PER_THREAD)
+		threads--;
+	if (g->a_sparse || g->in_dtype == MFMA_DT_I8)
+		rc = cpu_blocked_run(g, threads, cpu_kfamily_best());
+	else
+		rc = cpu_sgemm_run(g, DENSE_CVT_MAX, DENSE_W_MAX);
 	if (rc == 0 && variant)
-		*variant = name;
+		*variant = variant_name(g);
 	return rc;
 }

@@ -1,0 +1,415 @@
+/* The CPU GEMMs against the float64 reference: every dtype, dense and
+ * 2:4, alpha/beta/C, output f32 and the input type, odd shapes, one and
+ * two threads, every micro-kernel family this CPU runs.  The reference
+ * itself is checked against a hand-computed product first. */
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "cpu_gemm.h"
+#include "cpu_internal.h"
+#include "sparse24.h"
+
+static uint32_t rnd(uint32_t *s)
+{
+	*s = *s * 1664525u + 1013904223u;
+	return *s >> 8;
+}
+
+/* Random, never zero: floats uniform in +-[1/64, 1), i8 in +-[1, 127]
+ * (the full i8 range, but not -128, keeps products symmetric), i32 in
+ * +-[1, 1000]. */
+static void fill(void *p, enum mfma_dtype t, size_t count, uint32_t *s)
+{
+	for (size_t i = 0; i < count; i++) {
+		uint32_t r = rnd(s);
+		float f = (float)(r % 63 + 1) / 64.0f + (float)(r >> 12 & 0xff) / 16384.0f;
+		if (r & 0x40000)
+			f = -f;
+		switch (t) {
+		case MFMA_DT_F32: ((float *)p)[i] = f; break;
+		case MFMA_DT_F16: ((uint16_t *)p)[i] = mfma_f32_to_f16(f); break;
+		case MFMA_DT_BF16: ((uint16_t *)p)[i] = mfma_f32_to_bf16(f); break;
+		case MFMA_DT_I8: ((int8_t *)p)[i] = (int8_t)((r % 127 + 1) * (r & 0x40000 ? -1 : 1)); break;
+		case MFMA_DT_I32: ((int32_t *)p)[i] = (int32_t)(r % 1000 + 1) * (r & 0x40000 ? -1 : 1); break;
+		default: break;
+		}
+	}
+}
+
+static double tolerance(enum mfma_dtype in)
+{
+	switch (in) {
+	case MFMA_DT_F32: return 1e-5;
+	case MFMA_DT_F16:
+	case MFMA_DT_BF16: return 1e-2;
+	default: return 0.0; /* integers are exact */
+	}
+}
+
+/* One problem: random A (and its 2:4 form), B and C, and the float64
+ * reference for the chosen alpha/beta/out type. */
+struct problem {
+	struct mfma_gemm g;
+	void *a, *vals, *b, *c, *d;
+	uint32_t *meta;
+	double *ref;
+};
+
+static void problem_init(struct problem *pr, unsigned m, unsigned n, unsigned k,
+			 enum mfma_dtype in, enum mfma_dtype out, bool sparse, float alpha,
+			 float beta, uint32_t seed)
+{
+	size_t ei = mfma_dtype_size(in), eo = mfma_dtype_size(out);
+	memset(pr, 0, sizeof(*pr));
+	pr->a = malloc((size_t)m * k * ei + 1);
+	pr->vals = malloc((size_t)m * k / 2 * ei + 1);
+	pr->meta = malloc((size_t)m * sparse24_meta_words(k) * 4 + 4);
+	pr->b = malloc((size_t)k * n * ei + 1);
+	pr->c = malloc((size_t)m * n * eo + 1);
+	pr->d = malloc((size_t)m * n * eo + 1);
+	pr->ref = malloc((size_t)m * n * sizeof(double) + 1);
+	assert_non_null(pr->a);
+	assert_non_null(pr->vals);
+	assert_non_null(pr->meta);
+	assert_non_null(pr->b);
+	assert_non_null(pr->c);
+	assert_non_null(pr->d);
+	assert_non_null(pr->ref);
+	fill(pr->a, in, (size_t)m * k, &seed);
+	fill(pr->b, in, (size_t)k * n, &seed);
+	fill(pr->c, out, (size_t)m * n, &seed);
+	/* Random magnitudes make random 2:4 patterns; zeroing a few kept
+	 * values makes groups with a spare slot. */
+	assert_int_equal(sparse24_prune(pr->a, in, m, k, pr->vals, pr->meta), 0);
+	for (size_t i = 0; i < (size_t)m * k / 2; i++)
+		if (rnd(&seed) % 16 == 0)
+			memset((char *)pr->vals + i * ei, 0, ei);
+	pr->g = (struct mfma_gemm){
+		.m = m, .n = n, .k = k, .in_dtype = in, .out_dtype = out, .alpha = alpha,
+		.beta = beta, .a_sparse = sparse, .a = sparse ? pr->vals : pr->a,
+		.a_meta = sparse ? pr->meta : NULL, .b = pr->b, .c = beta != 0.0f ? pr->c : NULL,
+		.d = pr->d,
+	};
+	assert_int_equal(cpu_gemm_ref_f64(&pr->g, pr->ref), 0);
+}
+
+static void problem_free(struct problem *pr)
+{
+	free(pr->a);
+	free(pr->vals);
+	free(pr->meta);
+	free(pr->b);
+	free(pr->c);
+	free(pr->d);
+	free(pr->ref);
+}
+
+/* Runs the problem with `fam` (NULL: the serving entry point) and checks it. */
+static void run_and_check(struct problem *pr, int threads, const struct cpu_kfamily *fam)
+{
+	const struct mfma_gemm *g = &pr->g;
+	size_t count = (size_t)g->m * g->n;
+	memset(pr->d, 0xa5, count * mfma_dtype_size(g->out_dtype)); /* no stale results */
+	int rc = fam ? cpu_blocked_run(g, threads, fam) : cpu_gemm_run(g, threads, NULL);
+	assert_int_equal(rc, 0);
+	double err = cpu_rel_frobenius(pr->d, g->out_dtype, pr->ref, count);
+	double tol = tolerance(g->in_dtype);
+	if (!(err <= tol))
+		print_error("%ux%ux%u in %s out %s %s alpha %g beta %g threads %d family %s: "
+			    "rel err %g > %g\n",
+			    g->m, g->n, g->k, mfma_dtype_name(g->in_dtype),
+			    mfma_dtype_name(g->out_dtype), g->a_sparse ? "2:4" : "dense",
+			    (double)g->alpha, (double)g->beta, threads, fam ? fam->isa : "serving",
+			    err, tol);
+	assert_true(err <= tol);
+}
+
+static const enum mfma_dtype in_types[] = { MFMA_DT_F32, MFMA_DT_F16, MFMA_DT_BF16, MFMA_DT_I8 };
+
+/* Every combination on one shape: dtypes, dense and 2:4, both output
+ * types, beta zero and not, 1 and 2 threads, the serving entry point and
+ * (for our own loops) each kernel family. */
+static void check_shape(unsigned m, unsigned n, unsigned k, bool all_families, bool both_betas)
+{
+	const struct cpu_kfamily *fams[4];
+	unsigned nfam = all_families ? cpu_kfamily_all(fams, 4) : 0;
+	uint32_t seed = m * 7919u + n * 131u + k;
+	for (size_t ti = 0; ti < 4; ti++) {
+		enum mfma_dtype in = in_types[ti];
+		bool integer = in == MFMA_DT_I8;
+		for (int sparse = 0; sparse < 2; sparse++)
+			for (int oi = 0; oi < (integer ? 1 : 2); oi++)
+				for (int bi = both_betas ? 0 : 1; bi < 2; bi++) {
+					enum mfma_dtype out = integer ? MFMA_DT_I32
+								      : oi ? in : MFMA_DT_F32;
+					float alpha = integer ? 1.0f : 1.5f;
+					float beta = bi == 0 ? 0.0f : integer ? 1.0f : -0.75f;
+					struct problem pr;
+					problem_init(&pr, m, n, k, in, out, sparse, alpha, beta, seed++);
+					for (int threads = 1; threads <= 2; threads++) {
+						run_and_check(&pr, threads, NULL);
+						if (sparse || integer)
+							for (unsigned f = 0; f < nfam; f++)
+								run_and_check(&pr, threads, fams[f]);
+					}
+					problem_free(&pr);
+				}
+	}
+}
+
+/* A = [1 2 3 4; 5 6 7 8], B = [1 0; 0 1; 1 1; 2 -1], C = [1 2; 3 4]:
+ * A.B = [12 1; 28 5], and 2*A.B + 0.5*C = [24.5 3; 57.5 12]. */
+static void test_ref_by_hand(void **state)
+{
+	(void)state;
+	const float a[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
+	const float b[8] = { 1, 0, 0, 1, 1, 1, 2, -1 };
+	const float c[4] = { 1, 2, 3, 4 };
+	float d[4];
+	double out[4];
+	struct mfma_gemm g = { .m = 2, .n = 2, .k = 4, .in_dtype = MFMA_DT_F32,
+			       .out_dtype = MFMA_DT_F32, .alpha = 2.0f, .beta = 0.5f,
+			       .a = a, .b = b, .c = c, .d = d };
+	assert_int_equal(cpu_gemm_ref_f64(&g, out), 0);
+	assert_true(out[0] == 24.5 && out[1] == 3.0 && out[2] == 57.5 && out[3] == 12.0);
+
+	/* 2:4: rows [1 0 3 0] and [0 6 0 8], i.e. values {1,3} at (0,2) and
+	 * {6,8} at (1,3): A.B = [4 3; 16 -2]. */
+	const float vals[4] = { 1, 3, 6, 8 };
+	const uint32_t meta[2] = { 0 | 2 << 2, 1 | 3 << 2 };
+	g = (struct mfma_gemm){ .m = 2, .n = 2, .k = 4, .in_dtype = MFMA_DT_F32,
+				.out_dtype = MFMA_DT_F32, .alpha = 1.0f, .a_sparse = true,
+				.a = vals, .a_meta = meta, .b = b, .d = d };
+	assert_int_equal(cpu_gemm_ref_f64(&g, out), 0);
+	assert_true(out[0] == 4.0 && out[1] == 3.0 && out[2] == 16.0 && out[3] == -2.0);
+	assert_int_equal(cpu_gemm_run(&g, 1, NULL), 0);
+	assert_true(d[0] == 4.0f && d[1] == 3.0f && d[2] == 16.0f && d[3] == -2.0f);
+
+	/* i8: the same numbers, exact in i32. */
+	const int8_t ai[8] = { 1, 2, 3, 4, 5, 6, 7, 8 }, bi[8] = { 1, 0, 0, 1, 1, 1, 2, -1 };
+	const int32_t ci[4] = { 1, 2, 3, 4 };
+	int32_t di[4];
+	g = (struct mfma_gemm){ .m = 2, .n = 2, .k = 4, .in_dtype = MFMA_DT_I8,
+				.out_dtype = MFMA_DT_I32, .alpha = 1.0f, .beta = 1.0f,
+				.a = ai, .b = bi, .c = ci, .d = di };
+	assert_int_equal(cpu_gemm_ref_f64(&g, out), 0);
+	assert_true(out[0] == 13.0 && out[1] == 3.0 && out[2] == 31.0 && out[3] == 9.0);
+	assert_int_equal(cpu_gemm_run(&g, 2, NULL), 0);
+	assert_true(di[0] == 13 && di[1] == 3 && di[2] == 31 && di[3] == 9);
+}
+
+static void test_rel_frobenius(void **state)
+{
+	(void)state;
+	const float d[2] = { 1.0f, 2.0f }, z[2] = { 0, 0 };
+	const double ref[2] = { 1.0, 1.0 }, zr[2] = { 0, 0 };
+	assert_true(fabs(cpu_rel_frobenius(d, MFMA_DT_F32, ref, 2) - sqrt(0.5)) < 1e-15);
+	assert_true(cpu_rel_frobenius(z, MFMA_DT_F32, zr, 2) == 0.0);
+	assert_true(isinf(cpu_rel_frobenius(d, MFMA_DT_F32, zr, 2)));
+	assert_true(cpu_rel_frobenius(d, MFMA_DT_F32, ref, 1) == 0.0);
+}
+
+static void test_tiny_shapes(void **state)
+{
+	(void)state;
+	check_shape(1, 1, 4, true, true);
+	check_shape(3, 5, 4, true, true);
+	check_shape(17, 33, 12, true, true);
+	check_shape(65, 7, 36, true, true);
+}
+
+/* Shapes that cross the blocking: a partial 64-wide panel and two K
+ * blocks of the widest tiles (kc 128); two K blocks of the 16-wide tiles
+ * (kc 512); more than one column block (nc 512). */
+static void test_blocking_shapes(void **state)
+{
+	(void)state;
+	check_shape(5, 70, 132, true, true);
+	check_shape(21, 16, 520, true, false);
+	check_shape(9, 600, 8, true, false);
+}
+
+/* The dense f16/bf16 path with tiny bounds on its temporaries, so that it
+ * widens A and B in several K and N blocks and keeps D in f32 blocks. */
+static void test_dense_blocks(void **state)
+{
+	(void)state;
+	const enum mfma_dtype types[] = { MFMA_DT_F16, MFMA_DT_BF16 };
+	for (size_t ti = 0; ti < 2; ti++)
+		for (int oi = 0; oi < 2; oi++)
+			for (int bi = 0; bi < 2; bi++) {
+				enum mfma_dtype out = oi ? types[ti] : MFMA_DT_F32;
+				struct problem pr;
+				problem_init(&pr, 23, 75, 92, types[ti], out, false, 1.5f,
+					     bi ? -0.75f : 0.0f, 40 + (uint32_t)(ti * 4 + oi * 2 + bi));
+				memset(pr.d, 0xa5, 23 * 75 * mfma_dtype_size(out));
+				/* nb = 1000/92 = 10, raised to 16 columns; kb = 1000/23 = 43 K rows. */
+				assert_int_equal(cpu_sgemm_run(&pr.g, 1000, 600), 0);
+				double err = cpu_rel_frobenius(pr.d, out, pr.ref, 23 * 75);
+				assert_true(err <= tolerance(types[ti]));
+				problem_free(&pr);
+			}
+}
+
+static void test_larger_shape(void **state)
+{
+	(void)state;
+	check_shape(130, 257, 132, false, false);
+}
+
+/* C and D the same buffer (in-place accumulate), for each path. */
+static void test_c_is_d(void **state)
+{
+	(void)state;
+	for (size_t ti = 0; ti < 4; ti++)
+		for (int sparse = 0; sparse < 2; sparse++) {
+			enum mfma_dtype in = in_types[ti];
+			enum mfma_dtype out = in == MFMA_DT_I8 ? MFMA_DT_I32 : in;
+			float alpha = in == MFMA_DT_I8 ? 1.0f : 0.5f;
+			float beta = in == MFMA_DT_I8 ? 1.0f : 2.0f;
+			struct problem pr;
+			problem_init(&pr, 37, 70, 44, in, out, sparse, alpha, beta, 5 + (uint32_t)ti);
+			size_t bytes = 37 * 70 * mfma_dtype_size(out);
+			memcpy(pr.d, pr.c, bytes);
+			pr.g.c = pr.d;
+			assert_int_equal(cpu_gemm_run(&pr.g, 2, NULL), 0);
+			double err = cpu_rel_frobenius(pr.d, out, pr.ref, 37 * 70);
+			assert_true(err <= tolerance(in));
+			problem_free(&pr);
+		}
+}
+
+/* K = 0: D = beta * C (and zero when beta is 0). */
+static void test_k_zero(void **state)
+{
+	(void)state;
+	const float c[6] = { 1, 2, 3, 4, 5, 6 }, dummy[1] = { 0 };
+	const uint32_t meta[3] = { 0 };
+	float d[6];
+	for (int sparse = 0; sparse < 2; sparse++) {
+		struct mfma_gemm g = { .m = 3, .n = 2, .k = 0, .in_dtype = MFMA_DT_F32,
+				       .out_dtype = MFMA_DT_F32, .alpha = 1.0f, .beta = 2.0f,
+				       .a_sparse = sparse, .a = dummy, .a_meta = meta,
+				       .b = dummy, .c = c, .d = d };
+		memset(d, 0xff, sizeof(d));
+		assert_int_equal(cpu_gemm_run(&g, 1, NULL), 0);
+		for (int i = 0; i < 6; i++)
+			assert_true(d[i] == 2.0f * c[i]);
+		g.beta = 0.0f;
+		g.c = NULL;
+		memset(d, 0xff, sizeof(d));
+		assert_int_equal(cpu_gemm_run(&g, 1, NULL), 0);
+		for (int i = 0; i < 6; i++)
+			assert_true(d[i] == 0.0f);
+	}
+	const int8_t di8[1] = { 0 };
+	const int32_t ci[6] = { 1, -2, 3, -4, 5, -6 };
+	int32_t dd[6];
+	struct mfma_gemm g = { .m = 3, .n = 2, .k = 0, .in_dtype = MFMA_DT_I8,
+			       .out_dtype = MFMA_DT_I32, .alpha = 1.0f, .beta = 1.0f,
+			       .a = di8, .b = di8, .c = ci, .d = dd };
+	assert_int_equal(cpu_gemm_run(&g, 1, NULL), 0);
+	assert_memory_equal(dd, ci, sizeof(ci));
+}
+
+static void test_variants_and_errors(void **state)
+{
+	(void)state;
+	struct problem pr;
+	problem_init(&pr, 4, 8, 8, MFMA_DT_F16, MFMA_DT_F32, true, 1.0f, 0.0f, 3);
+	const char *v = NULL;
+	assert_int_equal(cpu_gemm_run(&pr.g, 0, &v), 0); /* threads 0: all cores */
+	assert_string_equal(v, "cpu.sp24.f16");
+	assert_true(cpu_rel_frobenius(pr.d, MFMA_DT_F32, pr.ref, 32) <= 1e-2);
+	pr.g.a_sparse = false;
+	pr.g.a = pr.a;
+	assert_int_equal(cpu_gemm_run(&pr.g, 1, &v), 0);
+	assert_string_equal(v, "cpu.sgemm.f16");
+
+	struct mfma_gemm bad = pr.g;
+	bad.out_dtype = MFMA_DT_BF16; /* neither f32 nor the input type */
+	v = NULL;
+	assert_int_equal(cpu_gemm_run(&bad, 1, &v), -EINVAL);
+	assert_null(v);
+	bad = pr.g;
+	bad.beta = 1.0f; /* beta without C */
+	bad.c = NULL;
+	assert_int_equal(cpu_gemm_run(&bad, 1, NULL), -EINVAL);
+	bad = pr.g;
+	bad.a_sparse = true;
+	bad.a_meta = NULL;
+	assert_int_equal(cpu_gemm_run(&bad, 1, NULL), -EINVAL);
+	bad.a_meta = pr.meta;
+	bad.k = 6;
+	assert_int_equal(cpu_gemm_run(&bad, 1, NULL), -EINVAL);
+	assert_int_equal(cpu_gemm_ref_f64(&bad, pr.ref), -EINVAL);
+	problem_free(&pr);
+
+	problem_init(&pr, 4, 8, 8, MFMA_DT_I8, MFMA_DT_I32, false, 1.0f, 0.0f, 4);
+	assert_int_equal(cpu_gemm_run(&pr.g, 1, &v), 0);
+	assert_string_equal(v, "cpu.i8");
+	bad = pr.g;
+	bad.alpha = 2.0f; /* integer GEMMs have alpha 1 */
+	assert_int_equal(cpu_gemm_run(&bad, 1, NULL), -EINVAL);
+	bad = pr.g;
+	bad.out_dtype = MFMA_DT_F32;
+	assert_int_equal(cpu_gemm_run(&bad, 1, NULL), -EINVAL);
+	problem_free(&pr);
+}
+
+/* Two callers at once (two devices' worker threads) share no state. */
+static void *concurrent_main(void *arg)
+{
+	struct problem *pr = arg;
+	for (int i = 0; i < 3; i++)
+		if (cpu_gemm_run(&pr->g, 2, NULL) != 0)
+			return (void *)1;
+	return NULL;
+}
+
+static void test_concurrent_callers(void **state)
+{
+	(void)state;
+	struct problem pr[2];
+	problem_init(&pr[0], 96, 80, 256, MFMA_DT_F32, MFMA_DT_F32, true, 1.0f, 0.5f, 21);
+	problem_init(&pr[1], 64, 40, 512, MFMA_DT_BF16, MFMA_DT_BF16, true, 2.0f, 0.0f, 22);
+	pthread_t t[2];
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(pthread_create(&t[i], NULL, concurrent_main, &pr[i]), 0);
+	for (int i = 0; i < 2; i++) {
+		void *ret;
+		assert_int_equal(pthread_join(t[i], &ret), 0);
+		assert_null(ret);
+		size_t count = (size_t)pr[i].g.m * pr[i].g.n;
+		assert_true(cpu_rel_frobenius(pr[i].d, pr[i].g.out_dtype, pr[i].ref, count) <=
+			    tolerance(pr[i].g.in_dtype));
+		problem_free(&pr[i]);
+	}
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_ref_by_hand),
+		cmocka_unit_test(test_rel_frobenius),
+		cmocka_unit_test(test_tiny_shapes),
+		cmocka_unit_test(test_blocking_shapes),
+		cmocka_unit_test(test_dense_blocks),
+		cmocka_unit_test(test_larger_shape),
+		cmocka_unit_test(test_c_is_d),
+		cmocka_unit_test(test_k_zero),
+		cmocka_unit_test(test_variants_and_errors),
+		cmocka_unit_test(test_concurrent_callers),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
