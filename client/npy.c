@@ -277,19 +277,20 @@ int npy_parse(const void *file, size_t len, struct npy_info *info, char *err, si
 			    "dimension", (unsigned long long)rows, (unsigned long long)cols);
 	size_t es = npy_type_size(info->type);
 	size_t have = len - hstart - hlen;
-	/* rows and cols < 2^32 each: the product fits in 64 bits, the bytes
-	 * may not on paper, so check before multiplying by the size. */
+	/* Each dimension is below 2^32, so their product fits in 64 bits. */
 	uint64_t count = rows * cols;
-	if (count > SIZE_MAX / es || count * es != have) {
-		if (ndim == 2)
-			return fail(err, errlen, -EINVAL, ".npy shape (%llu, %llu) of %s needs "
-				    "%llu data bytes, the file has %zu", (unsigned long long)rows,
-				    (unsigned long long)cols, descr,
-				    (unsigned long long)(count * es), have);
-		return fail(err, errlen, -EINVAL, ".npy shape (%llu,) of %s needs %llu data "
-			    "bytes, the file has %zu", (unsigned long long)cols, descr,
-			    (unsigned long long)(count * es), have);
-	}
+	char shape[64];
+	if (ndim == 2)
+		snprintf(shape, sizeof(shape), "(%llu, %llu)", (unsigned long long)rows,
+			 (unsigned long long)cols);
+	else
+		snprintf(shape, sizeof(shape), "(%llu,)", (unsigned long long)cols);
+	if (count > SIZE_MAX / es)
+		return fail(err, errlen, -EINVAL, ".npy shape %s of %s needs more bytes than "
+			    "memory can address; the file has %zu", shape, descr, have);
+	if (count * es != have)
+		return fail(err, errlen, -EINVAL, ".npy shape %s of %s needs %llu data bytes, the "
+			    "file has %zu", shape, descr, (unsigned long long)(count * es), have);
 	info->version = major;
 	info->ndim = ndim;
 	info->rows = (uint32_t)rows;

@@ -1,0 +1,534 @@
+/* libmfmaclient against a scripted fake daemon on a Unix socket in a
+ * temporary directory: answers out of order matched by id, a daemon that
+ * writes large answers while the client is still sending (the deadlock
+ * the library must avoid), daemon errors passed through verbatim, a
+ * connection that breaks, and the argument and endpoint errors.  The
+ * real daemon is exercised by tests/integration/client. */
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "frame.h"
+#include "mfma.h"
+#include "mfma.pb-c.h"
+
+struct fake {
+	char dir[64];
+	char path[100];
+	char endpoint[140];
+	int lfd;
+	pthread_t tid;
+	void (*script)(struct fake *f, int fd);
+	size_t big;       /* bytes of D in big answers */
+	int nreq;
+	int failed;       /* the script's own checks */
+};
+
+static int read_full(int fd, void *buf, size_t len)
+{
+	uint8_t *b = buf;
+	while (len) {
+		ssize_t r = recv(fd, b, len, 0);
+		if (r <= 0)
+			return -1;
+		b += r;
+		len -= (size_t)r;
+	}
+	return 0;
+}
+
+static int write_full(int fd, const void *buf, size_t len)
+{
+	const uint8_t *b = buf;
+	while (len) {
+		ssize_t w = send(fd, b, len, MSG_NOSIGNAL);
+		if (w <= 0)
+			return -1;
+		b += w;
+		len -= (size_t)w;
+	}
+	return 0;
+}
+
+static Mfma__V1__Request *read_request(int fd)
+{
+	uint8_t hdr[4];
+	if (read_full(fd, hdr, 4) < 0)
+		return NULL;
+	uint32_t len = frame_header_get(hdr);
+	uint8_t *buf = malloc(len + 1);
+	if (!buf || read_full(fd, buf, len) < 0) {
+		free(buf);
+		return NULL;
+	}
+	Mfma__V1__Request *req = mfma__v1__request__unpack(NULL, len, buf);
+	free(buf);
+	return req;
+}
+
+static int send_response(int fd, const Mfma__V1__Response *resp)
+{
+	size_t n = mfma__v1__response__get_packed_size(resp);
+	uint8_t *buf = malloc(n + 4);
+	if (!buf)
+		return -1;
+	frame_header_put(buf, (uint32_t)n);
+	mfma__v1__response__pack(resp, buf + 4);
+	int rc = write_full(fd, buf, n + 4);
+	free(buf);
+	return rc;
+}
+
+/* A GEMM answer whose D is rows x cols f32, every element = value. */
+static int send_gemm(int fd, uint64_t id, uint32_t rows, uint32_t cols, float value)
+{
+	Mfma__V1__Response resp = MFMA__V1__RESPONSE__INIT;
+	Mfma__V1__GemmResult gr = MFMA__V1__GEMM_RESULT__INIT;
+	Mfma__V1__Matrix d = MFMA__V1__MATRIX__INIT;
+	Mfma__V1__Timing t = MFMA__V1__TIMING__INIT;
+	Mfma__V1__DeviceRef dev = MFMA__V1__DEVICE_REF__INIT;
+	size_t count = (size_t)rows * cols;
+	float *data = malloc(count * sizeof(float) + 1);
+	if (!data)
+		return -1;
+	for (size_t i = 0; i < count; i++)
+		data[i] = value;
+	d.has_rows = d.has_cols = d.has_dtype = d.has_data = 1;
+	d.rows = rows;
+	d.cols = cols;
+	d.dtype = MFMA__V1__DTYPE__F32;
+	d.data.len = count * sizeof(float);
+	d.data.data = (uint8_t *)data;
+	t.has_kernel_ns = t.has_total_ns = 1;
+	t.kernel_ns = id * 10;
+	t.total_ns = id * 10 + 5;
+	dev.has_index = 1;
+	dev.index = 3;
+	dev.backend = "fake";
+	dev.arch = "none";
+	gr.d = &d;
+	gr.timing = &t;
+	gr.device = &dev;
+	gr.variant = "fake.variant";
+	resp.has_id = 1;
+	resp.id = id;
+	resp.body_case = MFMA__V1__RESPONSE__BODY_GEMM;
+	resp.gemm = &gr;
+	int rc = send_response(fd, &resp);
+	free(data);
+	return rc;
+}
+
+static int send_status(int fd, uint64_t id, int code, const char *msg)
+{
+	Mfma__V1__Response resp = MFMA__V1__RESPONSE__INIT;
+	Mfma__V1__Status st = MFMA__V1__STATUS__INIT;
+	st.has_code = 1;
+	st.code = (Mfma__V1__Code)code;
+	st.message = (char *)msg;
+	resp.has_id = 1;
+	resp.id = id;
+	resp.status = &st;
+	return send_response(fd, &resp);
+}
+
+static void *fake_main(void *arg)
+{
+	struct fake *f = arg;
+	int fd = accept(f->lfd, NULL, NULL);
+	if (fd < 0) {
+		f->failed = 1;
+		return NULL;
+	}
+	f->script(f, fd);
+	close(fd);
+	return NULL;
+}
+
+static void fake_start(struct fake *f, void (*script)(struct fake *, int))
+{
+	f->script = script;
+	snprintf(f->dir, sizeof(f->dir), "/tmp/mfma-client-test-XXXXXX");
+	assert_non_null(mkdtemp(f->dir));
+	snprintf(f->path, sizeof(f->path), "%s/fake.sock", f->dir);
+	snprintf(f->endpoint, sizeof(f->endpoint), "unix:%s", f->path);
+	f->lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(f->lfd >= 0);
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", f->path);
+	assert_int_equal(bind(f->lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(f->lfd, 4), 0);
+	assert_int_equal(pthread_create(&f->tid, NULL, fake_main, f), 0);
+}
+
+static void fake_stop(struct fake *f)
+{
+	pthread_join(f->tid, NULL);
+	close(f->lfd);
+	unlink(f->path);
+	rmdir(f->dir);
+	assert_int_equal(f->failed, 0);
+}
+
+static void args_for(struct mfma_gemm_args *a, const float *data, uint32_t rows, uint32_t cols)
+{
+	mfma_gemm_args_init(a);
+	a->a.kind = MFMA_OPERAND_DENSE;
+	a->a.dense = (struct mfma_matrix){ rows, cols, MFMA_DT_F32, data, (size_t)rows * cols * 4 };
+	a->b = (struct mfma_matrix){ cols, 1, MFMA_DT_F32, data, (size_t)cols * 4 };
+}
+
+/* ---- answers out of order ---- */
+
+#define NREV 16
+
+static void script_reverse(struct fake *f, int fd)
+{
+	uint64_t ids[NREV];
+	for (int i = 0; i < NREV; i++) {
+		Mfma__V1__Request *req = read_request(fd);
+		if (!req || req->body_case != MFMA__V1__REQUEST__BODY_GEMM || !req->has_id) {
+			f->failed = 1;
+			return;
+		}
+		/* The library sends what the caller gave: check one field. */
+		if (req->gemm->a->dense->rows != 2 || req->gemm->alpha != 1.0f ||
+		    req->gemm->device != -1)
+			f->failed = 1;
+		ids[i] = req->id;
+		mfma__v1__request__free_unpacked(req, NULL);
+	}
+	for (int i = NREV - 1; i >= 0; i--)
+		if (send_gemm(fd, ids[i], 2, 1, (float)ids[i]) < 0)
+			f->failed = 1;
+}
+
+static void test_out_of_order(void **state)
+{
+	(void)state;
+	struct fake f = { 0 };
+	fake_start(&f, script_reverse);
+	mfma_client *c;
+	struct mfma_error err;
+	assert_int_equal(mfma_connect(f.endpoint, &c, &err), 0);
+	assert_int_equal(err.code, 0);
+	assert_string_equal(mfma_endpoint(c), f.endpoint);
+	float data[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
+	struct mfma_gemm_args a;
+	args_for(&a, data, 2, 4);
+	uint64_t ids[NREV];
+	for (int i = 0; i < NREV; i++) {
+		assert_int_equal(mfma_gemm_submit(c, &a, &ids[i], &err), 0);
+		assert_true(ids[i] != 0 && ids[i] != MFMA_ANY);
+		for (int k = 0; k < i; k++)
+			assert_true(ids[k] != ids[i]);
+	}
+	assert_int_equal(mfma_in_flight(c), NREV);
+	/* The first-sent is answered last: waiting for it buffers the rest. */
+	struct mfma_gemm_result r;
+	uint64_t done;
+	assert_int_equal(mfma_wait(c, ids[0], 5000, &done, &r, &err), 0);
+	assert_true(done == ids[0]);
+	assert_int_equal(r.d.rows, 2);
+	assert_true(((const float *)r.d.data)[1] == (float)ids[0]);
+	assert_true(r.timing.kernel_ns == ids[0] * 10);
+	assert_string_equal(r.variant, "fake.variant");
+	assert_string_equal(r.device.backend, "fake");
+	assert_int_equal(r.device.index, 3);
+	assert_true(r.round_trip_ns > 0);
+	mfma_gemm_result_free(&r);
+	assert_null(r.priv);
+	/* A specific one from the buffer, then the rest with MFMA_ANY in
+	 * arrival order (the fake answered in reverse). */
+	assert_int_equal(mfma_wait(c, ids[5], 0, &done, &r, &err), 0);
+	assert_true(((const float *)r.d.data)[0] == (float)ids[5]);
+	mfma_gemm_result_free(&r);
+	for (int i = NREV - 1; i >= 1; i--) {
+		if (i == 5)
+			continue;
+		assert_int_equal(mfma_wait(c, MFMA_ANY, 0, &done, &r, &err), 0);
+		assert_true(done == ids[i]);
+		assert_true(((const float *)r.d.data)[0] == (float)ids[i]);
+		mfma_gemm_result_free(&r);
+	}
+	assert_int_equal(mfma_in_flight(c), 0);
+	assert_int_equal(mfma_wait(c, MFMA_ANY, 0, &done, &r, &err), -ENOENT);
+	assert_int_equal(err.code, -ENOENT);
+	assert_int_equal(mfma_wait(c, ids[0], 0, &done, &r, &err), -ENOENT);
+	mfma_close(c);
+	fake_stop(&f);
+}
+
+/* ---- big answers while the client still sends ---- */
+
+#define NBIG 24
+
+static void script_big(struct fake *f, int fd)
+{
+	/* Answer each request as soon as it is read, with a large D, using
+	 * blocking writes: if the client does not read while it sends, this
+	 * thread blocks in send() and never reads the next request. */
+	for (int i = 0; i < NBIG; i++) {
+		Mfma__V1__Request *req = read_request(fd);
+		if (!req) {
+			f->failed = 1;
+			return;
+		}
+		uint32_t rows = (uint32_t)(f->big / 4 / 16);
+		if (send_gemm(fd, req->id, rows, 16, (float)req->id) < 0)
+			f->failed = 1;
+		mfma__v1__request__free_unpacked(req, NULL);
+	}
+}
+
+static void test_no_deadlock_with_large_frames(void **state)
+{
+	(void)state;
+	struct fake f = { .big = 1u << 20 };
+	fake_start(&f, script_big);
+	mfma_client *c;
+	struct mfma_error err;
+	assert_int_equal(mfma_connect(f.endpoint, &c, &err), 0);
+	/* A deadlock turns into a timeout and a failed test, not a hang. */
+	mfma_set_timeout(c, 20000);
+	size_t n = (1u << 20) / 4;
+	float *data = calloc(n, sizeof(float));
+	assert_non_null(data);
+	struct mfma_gemm_args a;
+	args_for(&a, data, 1024, 256);
+	uint64_t ids[NBIG];
+	for (int i = 0; i < NBIG; i++) {
+		if (mfma_gemm_submit(c, &a, &ids[i], &err) != 0)
+			fail_msg("submit %d: %s", i, err.message);
+	}
+	for (int i = 0; i < NBIG; i++) {
+		struct mfma_gemm_result r;
+		uint64_t done;
+		assert_int_equal(mfma_wait(c, MFMA_ANY, 20000, &done, &r, &err), 0);
+		assert_true(done == ids[i]); /* answered in order */
+		assert_int_equal(r.d.bytes, f.big);
+		assert_true(((const float *)r.d.data)[r.d.bytes / 4 - 1] == (float)done);
+		mfma_gemm_result_free(&r);
+	}
+	free(data);
+	mfma_close(c);
+	fake_stop(&f);
+}
+
+/* ---- daemon errors and a broken connection ---- */
+
+static void script_errors(struct fake *f, int fd)
+{
+	Mfma__V1__Request *r1 = read_request(fd), *r2 = read_request(fd), *r3 = read_request(fd);
+	if (!r1 || !r2 || !r3) {
+		f->failed = 1;
+		goto out;
+	}
+	if (r3->body_case != MFMA__V1__REQUEST__BODY_UNLOAD_WEIGHT ||
+	    strcmp(r3->unload_weight->name, "w\"1") != 0)
+		f->failed = 1;
+	send_gemm(fd, r2->id, 1, 1, 2.0f);
+	send_status(fd, r1->id, MFMA__V1__CODE__NOT_FOUND, "weight 'ghost' is not loaded");
+	send_status(fd, r3->id, MFMA__V1__CODE__NOT_FOUND, "weight 'w\"1' is not loaded");
+	/* The client then pings; answer with a frame it cannot attribute,
+	 * then close, as a daemon does with a frame it refuses. */
+	Mfma__V1__Request *p = read_request(fd);
+	if (!p || p->body_case != MFMA__V1__REQUEST__BODY_PING)
+		f->failed = 1;
+	send_status(fd, 0, MFMA__V1__CODE__MALFORMED, "frame of 300 MiB exceeds max_frame_mb");
+	if (p)
+		mfma__v1__request__free_unpacked(p, NULL);
+out:
+	if (r1)
+		mfma__v1__request__free_unpacked(r1, NULL);
+	if (r2)
+		mfma__v1__request__free_unpacked(r2, NULL);
+	if (r3)
+		mfma__v1__request__free_unpacked(r3, NULL);
+}
+
+static void test_errors(void **state)
+{
+	(void)state;
+	struct fake f = { 0 };
+	fake_start(&f, script_errors);
+	mfma_client *c;
+	struct mfma_error err;
+	assert_int_equal(mfma_connect(f.endpoint, &c, &err), 0);
+	mfma_set_timeout(c, 10000);
+	float data[4] = { 1, 2, 3, 4 };
+	struct mfma_gemm_args a;
+	uint64_t id1, id2, done;
+	args_for(&a, data, 1, 4);
+	a.a.kind = MFMA_OPERAND_WEIGHT;
+	a.a.weight = "ghost";
+	assert_int_equal(mfma_gemm_submit(c, &a, &id1, &err), 0);
+	args_for(&a, data, 1, 4);
+	assert_int_equal(mfma_gemm_submit(c, &a, &id2, &err), 0);
+	/* A blocking call in between: its answer comes after both GEMMs'. */
+	int rc = mfma_unload_weight(c, "w\"1", &err);
+	assert_int_equal(rc, MFMA_EREMOTE(MFMA_CODE_NOT_FOUND));
+	assert_true(MFMA_IS_REMOTE(rc));
+	assert_int_equal(MFMA_REMOTE_CODE(rc), MFMA_CODE_NOT_FOUND);
+	assert_int_equal(err.code, MFMA_CODE_NOT_FOUND);
+	assert_string_equal(err.message, "weight 'w\"1' is not loaded");
+	assert_string_equal(mfma_code_name(err.code), "NOT_FOUND");
+
+	struct mfma_gemm_result r;
+	assert_int_equal(mfma_wait(c, MFMA_ANY, 0, &done, &r, &err), 0);
+	assert_true(done == id2);
+	mfma_gemm_result_free(&r);
+	done = 0;
+	assert_int_equal(mfma_wait(c, MFMA_ANY, 0, &done, &r, &err),
+			 MFMA_EREMOTE(MFMA_CODE_NOT_FOUND));
+	assert_true(done == id1);
+	assert_int_equal(err.code, MFMA_CODE_NOT_FOUND);
+	assert_string_equal(err.message, "weight 'ghost' is not loaded");
+	assert_null(r.priv);
+
+	/* The daemon's last word is kept for the error of the broken link. */
+	uint64_t rtt;
+	rc = mfma_ping(c, "abc", 3, &rtt, &err);
+	assert_int_equal(rc, -ECONNRESET);
+	assert_int_equal(err.code, -ECONNRESET);
+	assert_non_null(strstr(err.message, "closed the connection"));
+	assert_non_null(strstr(err.message, "exceeds max_frame_mb (MALFORMED)"));
+	/* And every later call fails the same way. */
+	assert_int_equal(mfma_status(c, &(struct mfma_status){ 0 }, &err), -ECONNRESET);
+	assert_int_equal(mfma_gemm_submit(c, &a, &id1, &err), -ECONNRESET);
+	mfma_close(c);
+	fake_stop(&f);
+}
+
+/* ---- timeouts ---- */
+
+static void script_silent(struct fake *f, int fd)
+{
+	Mfma__V1__Request *req = read_request(fd);
+	if (!req) {
+		f->failed = 1;
+		return;
+	}
+	/* Never answer the ping; wait for the client to go. */
+	char b;
+	while (recv(fd, &b, 1, 0) > 0)
+		;
+	mfma__v1__request__free_unpacked(req, NULL);
+}
+
+static void script_idle(struct fake *f, int fd)
+{
+	(void)f;
+	char b;
+	while (recv(fd, &b, 1, 0) > 0)
+		;
+}
+
+static void test_timeout(void **state)
+{
+	(void)state;
+	struct fake f = { 0 };
+	fake_start(&f, script_silent);
+	mfma_client *c;
+	struct mfma_error err;
+	assert_int_equal(mfma_connect(f.endpoint, &c, &err), 0);
+	mfma_set_timeout(c, 100);
+	assert_int_equal(mfma_ping(c, NULL, 0, NULL, &err), -ETIMEDOUT);
+	assert_non_null(strstr(err.message, "within 100 ms"));
+	/* The timed-out request is not one the caller can wait for. */
+	assert_int_equal(mfma_in_flight(c), 0);
+	mfma_close(c);
+	fake_stop(&f);
+}
+
+/* ---- arguments and endpoints ---- */
+
+static void test_arguments(void **state)
+{
+	(void)state;
+	mfma_client *c = (mfma_client *)1;
+	struct mfma_error err;
+	int rc = mfma_connect("unix:/nonexistent-dir/mfmad.sock", &c, &err);
+	assert_int_equal(rc, -ENOENT);
+	assert_null(c);
+	assert_int_equal(err.code, -ENOENT);
+	assert_non_null(strstr(err.message, "unix:/nonexistent-dir/mfmad.sock"));
+	assert_non_null(strstr(err.message, "is mfmad running?"));
+	assert_int_equal(mfma_connect("tcp:nohost", &c, &err), -EINVAL);
+	assert_non_null(strstr(err.message, "tcp:nohost"));
+
+	/* NULL takes MFMA_ENDPOINT. */
+	setenv("MFMA_ENDPOINT", "unix:/nonexistent-dir/from-env.sock", 1);
+	assert_int_equal(mfma_connect(NULL, &c, &err), -ENOENT);
+	assert_non_null(strstr(err.message, "from-env.sock"));
+	unsetenv("MFMA_ENDPOINT");
+
+	struct mfma_gemm_args a = MFMA_GEMM_ARGS_INIT;
+	struct mfma_gemm_args b;
+	mfma_gemm_args_init(&b);
+	assert_true(a.alpha == b.alpha && a.beta == b.beta && a.device == b.device);
+	assert_true(b.alpha == 1.0f && b.device == -1);
+
+	struct fake f = { 0 };
+	fake_start(&f, script_idle);
+	assert_int_equal(mfma_connect(f.endpoint, &c, &err), 0);
+	float x = 1;
+	b.a.dense = (struct mfma_matrix){ 1, 1, MFMA_DT_F32, NULL, 4 };
+	b.b = (struct mfma_matrix){ 1, 1, MFMA_DT_F32, &x, 4 };
+	uint64_t id;
+	assert_int_equal(mfma_gemm_submit(c, &b, &id, &err), -EINVAL);
+	assert_string_equal(err.message, "a.data is NULL but a.bytes=4");
+	b.a.dense.data = &x;
+	b.b.dtype = (enum mfma_dtype)9;
+	assert_int_equal(mfma_gemm_submit(c, &b, &id, &err), -EINVAL);
+	assert_string_equal(err.message, "b.dtype=9 is not a known element type");
+	b.b.dtype = MFMA_DT_F32;
+	b.a.kind = MFMA_OPERAND_WEIGHT;
+	b.a.weight = "";
+	assert_int_equal(mfma_gemm_submit(c, &b, &id, &err), -EINVAL);
+	struct mfma_load_args la;
+	mfma_load_args_init(&la);
+	assert_int_equal(la.device, -1);
+	la.name = "w";
+	la.a.kind = MFMA_OPERAND_WEIGHT;
+	la.a.weight = "other";
+	assert_int_equal(mfma_load_weight(c, &la, NULL, &err), -EINVAL);
+	assert_non_null(strstr(err.message, "cannot be loaded from another weight"));
+	assert_int_equal(mfma_unload_weight(c, "", &err), -EINVAL);
+	assert_int_equal(mfma_in_flight(c), 0);
+	mfma_close(c);
+	fake_stop(&f);
+
+	/* Destructors take NULL and zeroed structs. */
+	mfma_close(NULL);
+	mfma_gemm_result_free(NULL);
+	mfma_status_free(&(struct mfma_status){ 0 });
+	mfma_weight_list_free(&(struct mfma_weight_list){ 0 });
+	mfma_load_result_free(NULL);
+	assert_string_equal(mfma_code_name(42), "UNKNOWN");
+	assert_string_equal(mfma_version(), MFMA_TEST_VERSION);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_out_of_order),
+		cmocka_unit_test(test_no_deadlock_with_large_frames),
+		cmocka_unit_test(test_errors),
+		cmocka_unit_test(test_timeout),
+		cmocka_unit_test(test_arguments),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
