@@ -92,6 +92,12 @@ struct weight {
 	uint64_t req_id;
 	uint64_t arrival_ns;
 	uv_work_t work;
+	/* An unload is answered once the device copies are freed, so that
+	 * "unloaded" means the memory is back in the budget. */
+	bool unload_pending;
+	struct conn *unload_conn;
+	uint64_t unload_id;
+	uint64_t unload_arrival;
 };
 
 struct listener {

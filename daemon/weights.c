@@ -41,8 +41,16 @@ static void release_budget(struct daemon *d, struct weight *w, int dev)
 	STATS_SUB(d->stats.weight_bytes, w->bytes);
 }
 
-static void weight_destroy(struct weight *w)
+static void weight_destroy(struct daemon *d, struct weight *w)
 {
+	if (w->unload_pending) {
+		server_reply_status(d, w->unload_conn, w->unload_id, MFMA__V1__CODE__OK, "", STATS_UNLOAD,
+				    w->unload_arrival);
+		if (w->unload_conn)
+			conn_unref(w->unload_conn);
+		d->inflight--;
+		server_check_stopped(d);
+	}
 	if (w->req)
 		mfma__v1__request__free_unpacked(w->req, NULL);
 	/* values/meta point into req unless the prep step allocated them. */
@@ -80,7 +88,7 @@ static void weight_release_devices(struct daemon *d, struct weight *w)
 		}
 	}
 	if (queued == 0)
-		weight_destroy(w);
+		weight_destroy(d, w);
 }
 
 void weight_unref(struct daemon *d, struct weight *w)
@@ -98,7 +106,7 @@ void weights_free_done(struct daemon *d, struct job *j)
 	release_budget(d, w, j->dev);
 	job_free(j);
 	if (--w->pending == 0)
-		weight_destroy(w);
+		weight_destroy(d, w);
 }
 
 void weights_fill_info(const struct daemon *d, const struct weight *w, Mfma__V1__WeightInfo *wi,
@@ -404,7 +412,13 @@ void weights_handle_unload(struct daemon *d, struct conn *c, Mfma__V1__Request *
 		w->state = WEIGHT_DEAD;
 		STATS_SUB(d->stats.weights, 1);
 		log_info("weight '%s' unloaded", w->name);
-		server_reply_status(d, c, req->id, MFMA__V1__CODE__OK, "", STATS_UNLOAD, arrival);
+		w->unload_conn = c;
+		if (c)
+			conn_ref(c);
+		w->unload_pending = true;
+		w->unload_id = req->id;
+		w->unload_arrival = arrival;
+		d->inflight++;
 		weight_unref(d, w);
 	}
 	mfma__v1__request__free_unpacked(req, NULL);

@@ -1,0 +1,301 @@
+/* The daemon's own behaviour through the real client library: listeners,
+ * start-up errors, weight budget and names, deadlines, device choice,
+ * connection limits. */
+#include <errno.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "cpu_gemm.h"
+#include "harness.h"
+#include "mfma.h"
+
+static float *rand_f32(size_t n, unsigned seed)
+{
+	float *p = malloc(n * sizeof(*p));
+	srand(seed);
+	for (size_t i = 0; i < n; i++)
+		p[i] = (float)(rand() % 2001) / 1000.0f - 1.0f;
+	return p;
+}
+
+static void dense_args(struct mfma_gemm_args *a, const float *A, const float *B, uint32_t m,
+		       uint32_t k, uint32_t n)
+{
+	mfma_gemm_args_init(a);
+	a->a.kind = MFMA_OPERAND_DENSE;
+	a->a.dense = (struct mfma_matrix){ m, k, MFMA_DT_F32, A, (size_t)m * k * 4 };
+	a->b = (struct mfma_matrix){ k, n, MFMA_DT_F32, B, (size_t)k * n * 4 };
+}
+
+static void check_result(const struct mfma_gemm_result *r, const float *A, const float *B,
+			 uint32_t m, uint32_t k, uint32_t n)
+{
+	struct mfma_gemm g = { .m = m, .n = n, .k = k, .in_dtype = MFMA_DT_F32,
+			       .out_dtype = MFMA_DT_F32, .alpha = 1, .a = A, .b = B,
+			       .d = (void *)r->d.data };
+	double *ref = malloc((size_t)m * n * sizeof(*ref));
+	assert_int_equal(cpu_gemm_ref_f64(&g, ref), 0);
+	assert_true(cpu_rel_frobenius(r->d.data, MFMA_DT_F32, ref, (size_t)m * n) < 1e-5);
+	free(ref);
+}
+
+static int free_port(void)
+{
+	/* Deterministic per process, in a range nothing else here uses. */
+	return 20000 + (int)(getpid() % 20000);
+}
+
+static void test_tcp_listener(void **state)
+{
+	(void)state;
+	struct mfmad_proc d;
+	char tcp[32], ep[64];
+	int port = free_port();
+	snprintf(tcp, sizeof(tcp), "127.0.0.1:%d", port);
+	const char *args[] = { "--tcp", tcp, NULL };
+	assert_int_equal(harness_start(&d, NULL, args), 0);
+	snprintf(ep, sizeof(ep), "tcp:127.0.0.1:%d", port);
+	mfma_client *c;
+	struct mfma_error err;
+	assert_int_equal(mfma_connect(ep, &c, &err), 0);
+	float *A = rand_f32(33 * 20, 1), *B = rand_f32(20 * 7, 2);
+	struct mfma_gemm_args ga;
+	dense_args(&ga, A, B, 33, 20, 7);
+	struct mfma_gemm_result r;
+	assert_int_equal(mfma_gemm(c, &ga, &r, &err), 0);
+	check_result(&r, A, B, 33, 20, 7);
+	assert_string_equal(r.device.backend, "cpu");
+	mfma_gemm_result_free(&r);
+	mfma_close(c);
+	free(A);
+	free(B);
+	assert_int_equal(harness_stop(&d), 0);
+}
+
+/* Runs mfmad with arguments and no socket, expecting it to exit at once. */
+static int run_expect_exit(const char *conf, const char *const *args, char *log, size_t loglen)
+{
+	struct mfmad_proc d;
+	int rc = harness_start(&d, conf, args);
+	/* harness_start fails (and prints the log) when mfmad exits early. */
+	int status = rc == 0 ? harness_stop(&d) : -1;
+	FILE *f = fopen(d.log, "r");
+	size_t n = f ? fread(log, 1, loglen - 1, f) : 0;
+	log[n] = '\0';
+	if (f)
+		fclose(f);
+	unlink(d.log);
+	unlink(d.conf);
+	rmdir(d.dir);
+	return rc == 0 ? status : -1;
+}
+
+static void test_startup_errors(void **state)
+{
+	(void)state;
+	char log[8192];
+	const char *args[] = { "--tcp", "0.0.0.0:7999", NULL };
+	assert_int_equal(run_expect_exit(NULL, args, log, sizeof(log)), -1);
+	assert_non_null(strstr(log, "is not a loopback address"));
+	assert_int_equal(run_expect_exit("limits = { max_inflight = -3; };", NULL, log, sizeof(log)), -1);
+	assert_non_null(strstr(log, "mfmad.conf:1: limits.max_inflight = -3 is out of range"));
+}
+
+static void test_check_config(void **state)
+{
+	(void)state;
+	const char *bin = getenv("MFMAD_BIN");
+	char out[8192];
+	const char *ok[] = { bin, "--check-config", "--config", CONF_FILE, NULL };
+	assert_int_equal(harness_run(ok, out, sizeof(out)), 0);
+	assert_non_null(strstr(out, "max_inflight_per_connection = 64;"));
+	const char *usage[] = { bin, "--threads", "lots", NULL };
+	assert_int_equal(harness_run(usage, out, sizeof(out)), 2);
+	const char *help[] = { bin, "--help", NULL };
+	assert_int_equal(harness_run(help, out, sizeof(out)), 0);
+	assert_non_null(strstr(out, "--check-config"));
+}
+
+static void test_weights_budget_and_names(void **state)
+{
+	(void)state;
+	struct mfmad_proc d;
+	assert_int_equal(harness_start(&d, "weights = { budget_mb = 1; };", NULL), 0);
+	mfma_client *c;
+	struct mfma_error err;
+	assert_int_equal(mfma_connect(d.endpoint, &c, &err), 0);
+	float *W = rand_f32(512 * 512, 3); /* 1 MiB dense: fits exactly */
+	struct mfma_load_args la;
+	mfma_load_args_init(&la);
+	la.name = "w1";
+	la.a.kind = MFMA_OPERAND_DENSE;
+	la.a.dense = (struct mfma_matrix){ 512, 512, MFMA_DT_F32, W, 512 * 512 * 4 };
+	assert_int_equal(mfma_load_weight(c, &la, NULL, &err), 0);
+	la.name = "w2";
+	int rc = mfma_load_weight(c, &la, NULL, &err);
+	assert_int_equal(rc, MFMA_EREMOTE(MFMA_CODE_RESOURCE_EXHAUSTED));
+	assert_non_null(strstr(err.message, "weight 'w2' needs 1048576 bytes on device 0"));
+	/* Pruned to 2:4 it takes about half and fits next to... nothing: still full. */
+	la.name = "w1";
+	rc = mfma_load_weight(c, &la, NULL, &err);
+	assert_int_equal(rc, MFMA_EREMOTE(MFMA_CODE_ALREADY_EXISTS));
+	la.name = "bad name!";
+	rc = mfma_load_weight(c, &la, NULL, &err);
+	assert_int_equal(rc, MFMA_EREMOTE(MFMA_CODE_INVALID_ARGUMENT));
+	assert_non_null(strstr(err.message, "has character 0x20"));
+	/* Unload frees the budget: a 2:4 replacement then loads. */
+	assert_int_equal(mfma_unload_weight(c, "w1", &err), 0);
+	la.name = "w1";
+	la.a.sparsity = MFMA_SPARSITY_PRUNE_24;
+	struct mfma_load_result lr;
+	assert_int_equal(mfma_load_weight(c, &la, &lr, &err), 0);
+	assert_true(lr.weight.sparse);
+	/* values: 512 x 256 f32; meta: 512 rows x 16 words. */
+	assert_int_equal(lr.weight.bytes, 512 * 256 * 4 + 512 * 16 * 4);
+	mfma_load_result_free(&lr);
+	mfma_close(c);
+	free(W);
+	assert_int_equal(harness_stop(&d), 0);
+}
+
+/* A request that waits behind a long one past its deadline is answered
+ * DEADLINE_EXCEEDED; the long one still succeeds. */
+static void test_deadline(void **state)
+{
+	(void)state;
+	struct mfmad_proc d;
+	const char *args[] = { "--threads", "1", NULL };
+	assert_int_equal(harness_start(&d, NULL, args), 0);
+	mfma_client *c;
+	struct mfma_error err;
+	assert_int_equal(mfma_connect(d.endpoint, &c, &err), 0);
+	uint32_t n = 512;
+	float *A = rand_f32((size_t)n * n, 4), *B = rand_f32((size_t)n * n, 5);
+	struct mfma_gemm_args big, small;
+	dense_args(&big, A, B, n, n, n);
+	dense_args(&small, A, B, 4, 4, 4);
+	small.a.dense.bytes = 16 * 4;
+	small.b = (struct mfma_matrix){ 4, 4, MFMA_DT_F32, B, 16 * 4 };
+	small.timeout_us = 1;
+	uint64_t id_big[3], id_small;
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(mfma_gemm_submit(c, &big, &id_big[i], &err), 0);
+	assert_int_equal(mfma_gemm_submit(c, &small, &id_small, &err), 0);
+	struct mfma_gemm_result r;
+	uint64_t done;
+	int rc = mfma_wait(c, id_small, 60000, &done, &r, &err);
+	assert_int_equal(rc, MFMA_EREMOTE(MFMA_CODE_DEADLINE_EXCEEDED));
+	assert_non_null(strstr(err.message, "timeout of 1 us passed while queued"));
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(mfma_wait(c, id_big[i], 60000, &done, &r, &err), 0);
+		check_result(&r, A, B, n, n, n);
+		mfma_gemm_result_free(&r);
+	}
+	/* A device that does not exist. */
+	big.device = 3;
+	rc = mfma_gemm(c, &big, &r, &err);
+	assert_int_equal(rc, MFMA_EREMOTE(MFMA_CODE_INVALID_ARGUMENT));
+	assert_non_null(strstr(err.message, "device=3 does not exist"));
+	mfma_close(c);
+	free(A);
+	free(B);
+	assert_int_equal(harness_stop(&d), 0);
+}
+
+static void test_connection_limit(void **state)
+{
+	(void)state;
+	struct mfmad_proc d;
+	assert_int_equal(harness_start(&d, "limits = { max_connections = 2; };", NULL), 0);
+	mfma_client *c1, *c2, *c3;
+	struct mfma_error err;
+	assert_int_equal(mfma_connect(d.endpoint, &c1, &err), 0);
+	/* Wait until the harness' readiness probe is gone from the count. */
+	for (int i = 0; i < 100; i++) {
+		struct mfma_status st;
+		assert_int_equal(mfma_status(c1, &st, &err), 0);
+		uint64_t open = st.counters.connections_open;
+		mfma_status_free(&st);
+		if (open == 1)
+			break;
+		usleep(10000);
+	}
+	assert_int_equal(mfma_connect(d.endpoint, &c2, &err), 0);
+	assert_int_equal(mfma_ping(c2, NULL, 0, NULL, &err), 0);
+	int rc = mfma_connect(d.endpoint, &c3, &err);
+	if (rc == 0) {
+		/* Refused after the accept: the first answer says why. */
+		rc = mfma_ping(c3, NULL, 0, NULL, &err);
+		mfma_close(c3);
+	}
+	assert_true(rc < 0);
+	if (!strstr(err.message, "too many connections"))
+		fail_msg("refused with \"%s\"", err.message);
+	assert_int_equal(mfma_ping(c1, NULL, 0, NULL, &err), 0);
+	mfma_close(c1);
+	mfma_close(c2);
+	assert_int_equal(harness_stop(&d), 0);
+}
+
+/* Two CPU queues: requests spread over both; each device's counters show it. */
+static void test_two_devices(void **state)
+{
+	(void)state;
+	struct mfmad_proc d;
+	const char *args[] = { "--cpu-devices", "2", "--threads", "1", NULL };
+	assert_int_equal(harness_start(&d, NULL, args), 0);
+	mfma_client *c;
+	struct mfma_error err;
+	assert_int_equal(mfma_connect(d.endpoint, &c, &err), 0);
+	uint32_t n = 256;
+	float *A = rand_f32((size_t)n * n, 6), *B = rand_f32((size_t)n * n, 7);
+	struct mfma_gemm_args ga;
+	dense_args(&ga, A, B, n, n, n);
+	uint64_t ids[8];
+	for (int i = 0; i < 8; i++)
+		assert_int_equal(mfma_gemm_submit(c, &ga, &ids[i], &err), 0);
+	int on[2] = { 0, 0 };
+	for (int i = 0; i < 8; i++) {
+		struct mfma_gemm_result r;
+		uint64_t done;
+		assert_int_equal(mfma_wait(c, MFMA_ANY, 60000, &done, &r, &err), 0);
+		check_result(&r, A, B, n, n, n);
+		assert_true(r.device.index < 2);
+		on[r.device.index]++;
+		mfma_gemm_result_free(&r);
+	}
+	assert_true(on[0] > 0 && on[1] > 0);
+	struct mfma_status st;
+	assert_int_equal(mfma_status(c, &st, &err), 0);
+	assert_int_equal(st.n_devices, 2);
+	assert_int_equal(st.devices[0].completed + st.devices[1].completed, 8);
+	mfma_status_free(&st);
+	mfma_close(c);
+	free(A);
+	free(B);
+	assert_int_equal(harness_stop(&d), 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_tcp_listener),
+		cmocka_unit_test(test_startup_errors),
+		cmocka_unit_test(test_check_config),
+		cmocka_unit_test(test_weights_budget_and_names),
+		cmocka_unit_test(test_deadline),
+		cmocka_unit_test(test_connection_limit),
+		cmocka_unit_test(test_two_devices),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
