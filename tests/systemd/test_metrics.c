@@ -18,6 +18,7 @@
 
 #include "metrics.h"
 #include "mfmad_build.h"
+#include "sdtest.h"
 
 static struct mfmad_stats *known_stats(void)
 {
@@ -300,49 +301,11 @@ static void test_loopback_check(void **state)
 
 #if MFMAD_HAVE_MICROHTTPD
 
-/* One HTTP/1.0 request over a plain socket; returns the status code and
- * copies the body (after the blank line) into body. */
 static int http_get(int family, int port, const char *method, const char *path, char *body,
 		    size_t bodylen, char *head, size_t headlen)
 {
-	struct sockaddr_storage ss = { 0 };
-	socklen_t sl;
-	if (family == AF_INET) {
-		struct sockaddr_in *a = (struct sockaddr_in *)&ss;
-		a->sin_family = AF_INET;
-		a->sin_port = htons((uint16_t)port);
-		a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-		sl = sizeof(*a);
-	} else {
-		struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
-		a->sin6_family = AF_INET6;
-		a->sin6_port = htons((uint16_t)port);
-		a->sin6_addr = in6addr_loopback;
-		sl = sizeof(*a);
-	}
-	int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	assert_true(fd >= 0);
-	assert_int_equal(connect(fd, (struct sockaddr *)&ss, sl), 0);
-	char req[256];
-	int n = snprintf(req, sizeof(req), "%s %s HTTP/1.0\r\nHost: localhost\r\n\r\n", method, path);
-	assert_int_equal(write(fd, req, (size_t)n), n);
-
-	static char resp[1 << 20];
-	size_t got = 0;
-	ssize_t r;
-	while ((r = read(fd, resp + got, sizeof(resp) - 1 - got)) > 0)
-		got += (size_t)r;
-	close(fd);
-	resp[got] = '\0';
-
-	int code = 0;
-	assert_int_equal(sscanf(resp, "HTTP/1.%*d %d", &code), 1);
-	char *sep = strstr(resp, "\r\n\r\n");
-	assert_non_null(sep);
-	if (head != NULL)
-		snprintf(head, headlen, "%.*s", (int)(sep - resp), resp);
-	if (body != NULL)
-		snprintf(body, bodylen, "%s", sep + 4);
+	int code = sdtest_http(family, port, method, path, head, headlen, body, bodylen);
+	assert_true(code > 0);
 	return code;
 }
 

@@ -2,7 +2,6 @@
  * sends, that the watchdog pings at half of WATCHDOG_USEC from the loop, and
  * that a stalled loop stops the pings. */
 #include <errno.h>
-#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -21,13 +20,7 @@
 
 #include "mfmad_build.h"
 #include "notify.h"
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
+#include "sdtest.h"
 
 /* ---- the status line ---- */
 
@@ -70,61 +63,13 @@ static void test_format_status(void **state)
 	free(s);
 }
 
-/* ---- a fake service manager ---- */
-
-#define MAX_MSGS 256
-
-struct manager {
-	int fd;
-	char dir[64], path[128];
-	pthread_t thread;
-	pthread_mutex_t lock;
-	int n;
-	char msg[MAX_MSGS][512];
-	uint64_t at[MAX_MSGS];
-};
-
-static void *manager_run(void *arg)
-{
-	struct manager *m = arg;
-	for (;;) {
-		char buf[512];
-		ssize_t r = recv(m->fd, buf, sizeof(buf) - 1, 0);
-		if (r < 0) {
-			if (errno == EINTR)
-				continue;
-			break;
-		}
-		buf[r] = '\0';
-		if (strcmp(buf, "TEST_QUIT") == 0)
-			break;
-		pthread_mutex_lock(&m->lock);
-		if (m->n < MAX_MSGS) {
-			strcpy(m->msg[m->n], buf);
-			m->at[m->n] = now_ns();
-			m->n++;
-		}
-		pthread_mutex_unlock(&m->lock);
-	}
-	return NULL;
-}
+/* ---- against a fake service manager ---- */
 
 static int manager_setup(void **state)
 {
-	struct manager *m = calloc(1, sizeof(*m));
+	struct sdtest_manager *m = calloc(1, sizeof(*m));
 	assert_non_null(m);
-	strcpy(m->dir, "/tmp/mfmad-notify-XXXXXX");
-	assert_non_null(mkdtemp(m->dir));
-	snprintf(m->path, sizeof(m->path), "%s/notify", m->dir);
-
-	m->fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-	assert_true(m->fd >= 0);
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	strcpy(sa.sun_path, m->path);
-	assert_int_equal(bind(m->fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	pthread_mutex_init(&m->lock, NULL);
-	assert_int_equal(pthread_create(&m->thread, NULL, manager_run, m), 0);
-
+	assert_int_equal(sdtest_manager_start(m), 0);
 	setenv("NOTIFY_SOCKET", m->path, 1);
 	unsetenv("WATCHDOG_USEC");
 	unsetenv("WATCHDOG_PID");
@@ -134,46 +79,13 @@ static int manager_setup(void **state)
 
 static int manager_teardown(void **state)
 {
-	struct manager *m = *state;
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	strcpy(sa.sun_path, m->path);
-	int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-	sendto(fd, "TEST_QUIT", 9, 0, (struct sockaddr *)&sa, sizeof(sa));
-	close(fd);
-	pthread_join(m->thread, NULL);
-	close(m->fd);
-	unlink(m->path);
-	rmdir(m->dir);
-	pthread_mutex_destroy(&m->lock);
+	struct sdtest_manager *m = *state;
+	sdtest_manager_stop(m);
 	unsetenv("NOTIFY_SOCKET");
 	unsetenv("WATCHDOG_USEC");
 	unsetenv("WATCHDOG_PID");
 	free(m);
 	return 0;
-}
-
-/* Waits (up to a second) until the manager holds at least n messages. */
-static int manager_wait(struct manager *m, int n)
-{
-	for (int i = 0; i < 1000; i++) {
-		pthread_mutex_lock(&m->lock);
-		int have = m->n;
-		pthread_mutex_unlock(&m->lock);
-		if (have >= n)
-			return have;
-		usleep(1000);
-	}
-	return m->n;
-}
-
-static int manager_count(struct manager *m, const char *msg)
-{
-	int c = 0;
-	pthread_mutex_lock(&m->lock);
-	for (int i = 0; i < m->n; i++)
-		c += strcmp(m->msg[i], msg) == 0;
-	pthread_mutex_unlock(&m->lock);
-	return c;
 }
 
 static void run_loop_for(uv_loop_t *loop, uint64_t ms);
@@ -182,7 +94,7 @@ static void run_loop_for(uv_loop_t *loop, uint64_t ms);
 
 static void test_messages(void **state)
 {
-	struct manager *m = *state;
+	struct sdtest_manager *m = *state;
 	struct mfmad_stats *s = calloc(1, sizeof(*s));
 	struct notify n;
 	uv_loop_t loop;
@@ -203,7 +115,7 @@ static void test_messages(void **state)
 	s->dev[0].in_flight = 2;
 	assert_int_equal(notify_stopping(&n), 0);
 	assert_int_equal(notify_status_stats(s), 0);
-	assert_int_equal(manager_wait(m, 5), 5);
+	assert_int_equal(sdtest_manager_wait(m, 5, 1000), 5);
 
 	assert_string_equal(m->msg[0],
 			    "READY=1\nSTATUS=serving: 1 device(s), 5 requests, 0 queued, 0 in flight");
@@ -235,7 +147,7 @@ static void on_stall(uv_timer_t *t)
 
 static void test_watchdog_rate_and_stall(void **state)
 {
-	struct manager *m = *state;
+	struct sdtest_manager *m = *state;
 	struct mfmad_stats *s = calloc(1, sizeof(*s));
 	struct notify n;
 	uv_loop_t loop;
@@ -254,9 +166,9 @@ static void test_watchdog_rate_and_stall(void **state)
 	uv_timer_init(&loop, &st.timer);
 	st.timer.data = &st;
 	uv_timer_start(&st.timer, on_stall, 1000, 0);
-	uint64_t t0 = now_ns();
+	uint64_t t0 = sdtest_now_ns();
 	run_loop_for(&loop, 1900);
-	uint64_t t1 = now_ns();
+	uint64_t t1 = sdtest_now_ns();
 	uv_close((uv_handle_t *)&st.timer, NULL);
 	notify_close(&n);
 	uv_run(&loop, UV_RUN_DEFAULT);
@@ -320,7 +232,7 @@ static void test_watchdog_other_pid(void **state)
 
 static void test_status_timer(void **state)
 {
-	struct manager *m = *state;
+	struct sdtest_manager *m = *state;
 	struct mfmad_stats *s = calloc(1, sizeof(*s));
 	struct notify n;
 	uv_loop_t loop;
@@ -332,27 +244,27 @@ static void test_status_timer(void **state)
 	run_loop_for(&loop, 250);
 	s->requests[STATS_GEMM][STATS_OK] = 9;
 	run_loop_for(&loop, 200);
-	int before = manager_wait(m, 4);
+	int before = sdtest_manager_wait(m, 4, 1000);
 
 	/* A reload turns the refresh off, then back on at a new rate. */
 	assert_int_equal(notify_set_status_interval(&n, 0), 0);
 	s->requests[STATS_GEMM][STATS_OK] = 10;
 	run_loop_for(&loop, 250);
 	usleep(20000);
-	assert_int_equal(manager_wait(m, 0), before);
+	assert_int_equal(sdtest_manager_wait(m, 0, 0), before);
 	assert_int_equal(notify_set_status_interval(&n, 50), 0);
 	run_loop_for(&loop, 180);
 	notify_close(&n);
 	uv_run(&loop, UV_RUN_DEFAULT);
 	assert_int_equal(uv_loop_close(&loop), 0);
 
-	assert_true(manager_wait(m, 4) >= 4);
-	assert_true(manager_count(m, "STATUS=serving: 1 device(s), 0 requests, 0 queued, "
-				     "0 in flight") >= 2);
-	assert_true(manager_count(m, "STATUS=serving: 1 device(s), 9 requests, 0 queued, "
-				     "0 in flight") >= 1);
-	assert_true(manager_count(m, "STATUS=serving: 1 device(s), 10 requests, 0 queued, "
-				     "0 in flight") >= 2);
+	assert_true(sdtest_manager_wait(m, 4, 1000) >= 4);
+	assert_true(sdtest_manager_count(m, "STATUS=serving: 1 device(s), 0 requests, 0 queued, "
+				     "0 in flight", 0) >= 2);
+	assert_true(sdtest_manager_count(m, "STATUS=serving: 1 device(s), 9 requests, 0 queued, "
+				     "0 in flight", 0) >= 1);
+	assert_true(sdtest_manager_count(m, "STATUS=serving: 1 device(s), 10 requests, 0 queued, "
+				     "0 in flight", 0) >= 2);
 	assert_int_equal(notify_set_status_interval(NULL, 5), -EINVAL);
 	free(s);
 }
