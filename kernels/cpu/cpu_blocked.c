@@ -22,7 +22,8 @@
  * block j+2 before everyone has passed barrier j+1, i.e. finished block j.
  *
  * Since W is a private tile that is read (beta*C) before D is written,
- * C may be D itself. */
+ * C may be D itself.  With a single thread, or a single column block, one
+ * B buffer does. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -78,11 +79,6 @@ static size_t min_sz(size_t a, size_t b)
 static size_t round_up(size_t x, size_t to)
 {
 	return (x + to - 1) / to * to;
-}
-
-static void *alloc64(size_t bytes)
-{
-	return aligned_alloc(64, round_up(bytes ? bytes : 1, 64));
 }
 
 /* Packs all K rows x columns [jc + jp*nr, +nr) of B as one panel of
@@ -264,14 +260,6 @@ static const struct cpu_kcfg *pick_cfg(const struct cpu_kfamily *fam, size_t n)
 	return &fam->cfg[fam->ncfg - 1];
 }
 
-static void plan_free(struct blk_plan *p)
-{
-	free(p->bpack[0]);
-	free(p->bpack[1]);
-	free(p->abuf);
-	free(p->wbuf);
-}
-
 static int plan_init(struct blk_plan *p, const struct mfma_gemm *g, int threads,
 		     const struct cpu_kfamily *fam)
 {
@@ -302,19 +290,23 @@ static int plan_init(struct blk_plan *p, const struct mfma_gemm *g, int threads,
 		nt = row_tiles ? (unsigned)row_tiles : 1;
 	p->nt = nt;
 
+	/* The scratch blocks, carved from this thread's workspace: one
+	 * packed B buffer, or two when threads alternate between column
+	 * blocks; a W tile per thread; widened 2:4 values per thread. */
 	p->bpack_stride = p->k * p->nr;
-	size_t npan = p->nc / p->nr;
-	p->bpack[0] = alloc64(npan * p->bpack_stride * 4);
-	p->bpack[1] = alloc64(npan * p->bpack_stride * 4);
+	size_t bbytes = round_up(p->nc / p->nr * p->bpack_stride * 4, 64);
+	unsigned nbuf = nt > 1 && p->n > p->nc ? 2 : 1;
 	p->wstride = round_up(p->mc * p->nc, 16);
-	p->wbuf = alloc64((size_t)nt * p->wstride * 4);
+	size_t wbytes = (size_t)nt * p->wstride * 4;
 	bool need_abuf = g->a_sparse && (g->in_dtype == MFMA_DT_F16 || g->in_dtype == MFMA_DT_BF16);
-	if (need_abuf)
-		p->abuf = alloc64((size_t)nt * p->mc * (p->kc / 2) * sizeof(float));
-	if (!p->bpack[0] || !p->bpack[1] || !p->wbuf || (need_abuf && !p->abuf)) {
-		plan_free(p);
+	size_t abytes = need_abuf ? round_up((size_t)nt * p->mc * (p->kc / 2) * sizeof(float), 64) : 0;
+	char *ws = cpu_workspace(nbuf * bbytes + wbytes + abytes);
+	if (!ws)
 		return -ENOMEM;
-	}
+	p->bpack[0] = ws;
+	p->bpack[1] = ws + (nbuf - 1) * bbytes;
+	p->wbuf = ws + nbuf * bbytes;
+	p->abuf = need_abuf ? (float *)(void *)(ws + nbuf * bbytes + wbytes) : NULL;
 	return 0;
 }
 
@@ -366,7 +358,5 @@ int cpu_blocked_run(const struct mfma_gemm *g, int threads, const struct cpu_kfa
 	int rc = plan_init(&p, g, threads, fam);
 	if (rc < 0)
 		return rc;
-	rc = run_plan(&p);
-	plan_free(&p);
-	return rc;
+	return run_plan(&p);
 }

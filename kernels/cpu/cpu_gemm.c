@@ -130,12 +130,18 @@ int cpu_sgemm_run(const struct mfma_gemm *g, size_t cvt_max, size_t w_max)
 		kb = kb < 16 ? 16 : kb;
 	}
 
-	float *w = w_is_d ? g->d : malloc(m * nb * sizeof(float));
-	float *abuf = in32 ? NULL : malloc(m * min_sz(kb, k) * sizeof(float) + 1);
-	float *bbuf = in32 ? NULL : malloc(min_sz(kb, k) * nb * sizeof(float) + 1);
-	int rc = -ENOMEM;
-	if (!w || (!in32 && (!abuf || !bbuf)))
-		goto out;
+	/* Temporaries from this thread's workspace (cpu_workspace.c). */
+	size_t wn = w_is_d ? 0 : (m * nb + 15) / 16 * 16;
+	size_t an = in32 ? 0 : (m * min_sz(kb, k) + 15) / 16 * 16;
+	size_t bn = in32 ? 0 : min_sz(kb, k) * nb;
+	float *ws = NULL;
+	if (wn + an + bn > 0) {
+		ws = cpu_workspace((wn + an + bn) * sizeof(float));
+		if (!ws)
+			return -ENOMEM;
+	}
+	float *w = w_is_d ? g->d : ws;
+	float *abuf = ws ? ws + wn : NULL, *bbuf = ws ? ws + wn + an : NULL;
 	size_t ldw = w_is_d ? n : nb;
 	for (size_t jc = 0; jc < n; jc += nb) {
 		size_t nbb = min_sz(nb, n - jc);
@@ -181,13 +187,7 @@ int cpu_sgemm_run(const struct mfma_gemm *g, size_t cvt_max, size_t w_max)
 				cpu_cvt_from_f32(wb + i * ldw, g->out_dtype, nbb,
 						 (char *)g->d + (i * n + jc) * es_out);
 	}
-	rc = 0;
-out:
-	if (!w_is_d)
-		free(w);
-	free(abuf);
-	free(bbuf);
-	return rc;
+	return 0;
 }
 
 static const char *variant_name(const struct mfma_gemm *g)

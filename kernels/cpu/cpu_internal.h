@@ -73,6 +73,11 @@ unsigned cpu_kfamily_all(const struct cpu_kfamily **out, unsigned max);
 void cpu_cvt_to_f32(const void *src, enum mfma_dtype t, size_t count, float *dst);
 void cpu_cvt_from_f32(const float *src, enum mfma_dtype t, size_t count, void *dst);
 
+/* Scratch memory of at least `bytes`, 64-byte aligned, owned by the
+ * calling thread and kept for its next call (contents not kept when it
+ * grows).  NULL when out of memory. */
+void *cpu_workspace(size_t bytes);
+
 /* Dense float through OpenBLAS; cvt_max and w_max bound (in floats) the
  * widened input blocks and the f32 accumulator of a 16-bit D. */
 int cpu_sgemm_run(const struct mfma_gemm *g, size_t cvt_max, size_t w_max);
