@@ -134,16 +134,11 @@ DEVICE void stage_load(const struct amd_cfg *c, const struct amd_gemm_args *g, u
 		r->a[i] = load_chunk(a, g->m, a_cols, m0 + row, gcol, c->es,
 				     g->flags & AMD_ARG_A_VEC);
 		if (c->expand) {
-			/* The chunk's groups start at a multiple of 4 (16-bit)
-			 * or 8 (i8), so their nibbles are one aligned field of
-			 * one canonical meta word. */
 			gcu32 *meta = (gcu32 *)g->a_meta;
 			uint64_t group = gcol / 2, words = ((uint64_t)g->k / 4 + 7) / 8;
 			uint32_t nib = 0x44444444u;
-			if (m0 + row < g->m && group < g->k / 4) {
-				uint32_t w = meta[(m0 + row) * words + group / 8];
-				nib = c->es == 2 ? (w >> (group % 8 * 4)) & 0xffffu : w;
-			}
+			if (m0 + row < g->m && group < g->k / 4)
+				nib = amd_expand_nibbles(c, meta[(m0 + row) * words + group / 8], group);
 			r->a_nib[i] = nib;
 		}
 	}

@@ -395,6 +395,15 @@ static inline int amd_expand_pick(unsigned nib, unsigned p)
 	return -1;
 }
 
+/* Expansion: the nibbles of the groups one staged chunk of 2:4 values
+ * covers (4 groups for 16-bit, 8 for i8), from the canonical meta word
+ * that holds them.  The chunk's first group is a multiple of 4 (or 8), so
+ * they are one aligned field of that word. */
+static inline uint32_t amd_expand_nibbles(const struct amd_cfg *c, uint32_t word, uint64_t group)
+{
+	return c->es == 2 ? (word >> (group % 8 * 4)) & 0xffffu : word;
+}
+
 /* Where wave w sits in the block. */
 static inline void amd_wave_origin(unsigned wave, unsigned *row, unsigned *col)
 {
