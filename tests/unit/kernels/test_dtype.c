@@ -215,6 +215,40 @@ static void test_block_converters(void **state)
 	free(back);
 }
 
+/* Narrowing in blocks gives the scalar converters' bits for any f32:
+ * random patterns (NaNs, infinities, subnormals included), values near
+ * the f16 range and exact ties. */
+static void test_block_narrowing(void **state)
+{
+	(void)state;
+	enum { N = 100003 };
+	float *f = malloc(N * sizeof(*f));
+	uint16_t *h = malloc(N * sizeof(*h));
+	uint32_t s = 5;
+	for (size_t i = 0; i < N; i++) {
+		s = s * 1664525u + 1013904223u;
+		uint32_t bits = s;
+		if (i % 3 == 1)
+			bits = (bits & 0x80000000u) | ((0x60u + (bits >> 8) % 0x34u) << 23) |
+			       (bits & 0x7fffffu);
+		if (i % 5 == 2)
+			bits &= 0xfffff000u;
+		if (i % 7 == 3)
+			bits &= 0xffff8000u;
+		f[i] = from_bits(bits);
+	}
+	f[17] = NAN;
+	f[18] = from_bits(0x7f800001u);
+	f[19] = from_bits(0xffc00123u);
+	for (int bf = 0; bf < 2; bf++) {
+		cpu_cvt_from_f32(f, bf ? MFMA_DT_BF16 : MFMA_DT_F16, N, h);
+		for (size_t i = 0; i < N; i++)
+			assert_int_equal(h[i], bf ? mfma_f32_to_bf16(f[i]) : mfma_f32_to_f16(f[i]));
+	}
+	free(f);
+	free(h);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -224,6 +258,7 @@ int main(void)
 		cmocka_unit_test(test_f16_round_trip_all),
 		cmocka_unit_test(test_round_nearest_even_random),
 		cmocka_unit_test(test_block_converters),
+		cmocka_unit_test(test_block_narrowing),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
