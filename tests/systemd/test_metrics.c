@@ -124,6 +124,8 @@ static void test_render_exact_lines(void **state)
 	assert_line(out, "mfmad_requests_total{kind=\"status\",result=\"malformed\"} 1");
 	assert_line(out, "mfmad_requests_total{kind=\"unload_weight\",result=\"not_found\"} 0");
 	assert_line(out, "mfmad_requests_total{kind=\"list_weights\",result=\"internal\"} 0");
+	/* Frames that were not a request of a known kind. */
+	assert_line(out, "mfmad_requests_total{kind=\"other\",result=\"malformed\"} 0");
 
 	assert_line(out, "# TYPE mfmad_gemm_queue_seconds_total counter");
 	assert_line(out, "mfmad_gemm_queue_seconds_total 1.5");
