@@ -1,0 +1,84 @@
+/* The CUDA driver API, opened at run time (see nv_driver.h). */
+#include "nv_driver.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+struct nv_driver nv_drv;
+
+static pthread_once_t open_once = PTHREAD_ONCE_INIT;
+static int open_rc;
+static char open_err[256];
+
+typedef CUresult (*get_proc_fn)(const char *, void **, int, cuuint64_t,
+				CUdriverProcAddressQueryResult *);
+
+static void open_driver(void)
+{
+	void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+	if (!lib) {
+		open_rc = -ENOENT;
+		snprintf(open_err, sizeof(open_err), "no NVIDIA driver: %s", dlerror());
+		return;
+	}
+	/* cuGetProcAddress itself is found by its versioned symbol; it then
+	 * hands out each entry point in the version matching our headers. */
+	get_proc_fn get_proc;
+	void *sym = dlsym(lib, "cuGetProcAddress_v2");
+	memcpy(&get_proc, &sym, sizeof(get_proc));
+	if (!get_proc) {
+		open_rc = -ENOSYS;
+		snprintf(open_err, sizeof(open_err),
+			 "the NVIDIA driver library has no cuGetProcAddress_v2 (driver too old for CUDA %d)",
+			 CUDA_VERSION);
+		return;
+	}
+#define NV_DRIVER_RESOLVE(fn)                                                                   \
+	{                                                                                       \
+		void *p = NULL;                                                                 \
+		CUdriverProcAddressQueryResult q;                                               \
+		if (get_proc(#fn, &p, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &q) != CUDA_SUCCESS || \
+		    !p) {                                                                       \
+			open_rc = -ENOSYS;                                                      \
+			snprintf(open_err, sizeof(open_err),                                    \
+				 "the NVIDIA driver has no %s for CUDA %d (driver too old?)", #fn, \
+				 CUDA_VERSION);                                                 \
+			return;                                                                 \
+		}                                                                               \
+		memcpy(&nv_drv.fn, &p, sizeof(p));                                              \
+	}
+	NV_DRIVER_FUNCS(NV_DRIVER_RESOLVE)
+#undef NV_DRIVER_RESOLVE
+	open_rc = 0;
+}
+
+int nv_driver_open(char *err, size_t errlen)
+{
+	pthread_once(&open_once, open_driver);
+	if (open_rc < 0 && err && errlen)
+		snprintf(err, errlen, "%s", open_err);
+	return open_rc;
+}
+
+const char *nv_result_str(CUresult r)
+{
+	const char *s = NULL;
+	if (nv_drv.cuGetErrorString && nv_drv.cuGetErrorString(r, &s) == CUDA_SUCCESS && s)
+		return s;
+	return "unknown CUDA error";
+}
+
+int nv_result_errno(CUresult r)
+{
+	switch (r) {
+	case CUDA_SUCCESS: return 0;
+	case CUDA_ERROR_OUT_OF_MEMORY: return -ENOMEM;
+	case CUDA_ERROR_INVALID_VALUE: return -EINVAL;
+	case CUDA_ERROR_NO_DEVICE: return -ENODEV;
+	case CUDA_ERROR_NO_BINARY_FOR_GPU: return -ENOEXEC;
+	default: return -EIO;
+	}
+}

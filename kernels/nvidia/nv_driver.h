@@ -1,0 +1,86 @@
+/* The CUDA driver API, opened at run time.
+ *
+ * mfmad does not link libcuda: a binary with libcuda.so.1 in its
+ * DT_NEEDED list does not even start on a machine without the NVIDIA
+ * driver, and there the CUDA backend must report zero devices instead.
+ * So the library is dlopen'ed once and every entry point is resolved
+ * through cuGetProcAddress for the API version of the headers we were
+ * built with; the prototypes (and so the types) still come from cuda.h. */
+#ifndef MFMA_NV_DRIVER_H
+#define MFMA_NV_DRIVER_H
+
+#include <cuda.h>
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The entry points used; a name that cuda.h maps to a versioned symbol
+ * (cuMemAlloc -> cuMemAlloc_v2) gets the type of that version, which is
+ * also what cuGetProcAddress returns for CUDA_VERSION. */
+#define NV_DRIVER_FUNCS(X)                          \
+	X(cuInit)                                   \
+	X(cuDriverGetVersion)                       \
+	X(cuGetErrorString)                         \
+	X(cuDeviceGetCount)                         \
+	X(cuDeviceGet)                              \
+	X(cuDeviceGetName)                          \
+	X(cuDeviceGetAttribute)                     \
+	X(cuDeviceTotalMem)                         \
+	X(cuDevicePrimaryCtxRetain)                 \
+	X(cuDevicePrimaryCtxRelease)                \
+	X(cuCtxSetCurrent)                          \
+	X(cuCtxSynchronize)                         \
+	X(cuModuleLoadData)                         \
+	X(cuModuleUnload)                           \
+	X(cuModuleGetFunction)                      \
+	X(cuFuncSetAttribute)                       \
+	X(cuFuncGetAttribute)                       \
+	X(cuOccupancyMaxActiveBlocksPerMultiprocessor) \
+	X(cuLaunchKernel)                           \
+	X(cuMemAlloc)                               \
+	X(cuMemFree)                                \
+	X(cuMemGetInfo)                             \
+	X(cuMemHostAlloc)                           \
+	X(cuMemFreeHost)                            \
+	X(cuMemcpyHtoDAsync)                        \
+	X(cuMemcpyDtoHAsync)                        \
+	X(cuMemcpyDtoDAsync)                        \
+	X(cuMemsetD8Async)                          \
+	X(cuMemsetD32Async)                         \
+	X(cuStreamCreate)                           \
+	X(cuStreamDestroy)                          \
+	X(cuStreamSynchronize)                      \
+	X(cuEventCreate)                            \
+	X(cuEventDestroy)                           \
+	X(cuEventRecord)                            \
+	X(cuEventSynchronize)                       \
+	X(cuEventElapsedTime)
+
+struct nv_driver {
+#define NV_DRIVER_FIELD(fn) __typeof__(&fn) fn;
+	NV_DRIVER_FUNCS(NV_DRIVER_FIELD)
+#undef NV_DRIVER_FIELD
+};
+
+/* Filled by nv_driver_open(); valid once it has returned 0. */
+extern struct nv_driver nv_drv;
+
+/* Opens libcuda.so.1 and resolves every entry point (once per process;
+ * later calls return the first result).  Returns 0, or -ENOENT when there
+ * is no driver library (not an error for the caller: zero devices) or
+ * -ENOSYS when it lacks an entry point; err says which. */
+int nv_driver_open(char *err, size_t errlen);
+
+/* "cuMemAlloc: out of memory" style text for a CUresult. */
+const char *nv_result_str(CUresult r);
+
+/* Negative errno for a CUresult (-ENOMEM for allocation failures). */
+int nv_result_errno(CUresult r);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,365 @@
+/* The CUDA backend on a real GPU, driven directly through backend_cuda
+ * (no daemon): every kind (f16, bf16, i8 x dense, 2:4) and output type,
+ * random shapes including ones that fill no tile, random 2:4 patterns,
+ * resident weights, every tile variant and split-K, compared with the
+ * float64 CPU reference at the dtype tolerances.  Without a driver or a
+ * GPU it exits 77, which meson counts as skipped.
+ *
+ * MFMA_TEST_DEVICE=i picks the device (default 0); MFMA_TEST_ALL_DEVICES=1
+ * runs the quick check on every device too. */
+#include "mfmad_build.h"
+
+#include <errno.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "backend.h"
+#include "cpu_gemm.h"
+#include "nv_testdata.h"
+#include "sparse24.h"
+
+static void *dev;
+static int ndev;
+static int quick; /* MFMA_TEST_QUICK=1: fewer and smaller cases (compute-sanitizer runs) */
+static uint64_t seed = 0x5eedf00d1234567ull;
+static int checks;
+
+struct operands {
+	struct mfma_gemm g;
+	void *a, *b, *c, *d;
+	uint32_t *meta;
+};
+
+static void ops_free(struct operands *o)
+{
+	free(o->a);
+	free(o->b);
+	free(o->c);
+	free(o->d);
+	free(o->meta);
+	memset(o, 0, sizeof(*o));
+}
+
+static void ops_make(struct operands *o, enum mfma_dtype in, enum mfma_dtype out, bool sparse,
+		     uint32_t m, uint32_t n, uint32_t k, float alpha, float beta)
+{
+	memset(o, 0, sizeof(*o));
+	size_t es = mfma_dtype_size(in), os = mfma_dtype_size(out);
+	if (sparse) {
+		o->a = malloc((size_t)m * (k / 2) * es + 1);
+		o->meta = malloc((size_t)m * sparse24_meta_words(k) * 4 + 4);
+		assert_int_equal(nvt_sparse(in, m, k, o->a, o->meta, NULL, &seed), 0);
+	} else {
+		o->a = malloc((size_t)m * k * es + 1);
+		nvt_fill(o->a, in, (size_t)m * k, &seed);
+	}
+	o->b = malloc((size_t)k * n * es + 1);
+	nvt_fill(o->b, in, (size_t)k * n, &seed);
+	if (beta != 0.0f) {
+		o->c = malloc((size_t)m * n * os + 1);
+		nvt_fill(o->c, out, (size_t)m * n, &seed);
+	}
+	o->d = malloc((size_t)m * n * os + 1);
+	/* Poison: an element the kernel does not write fails the check. */
+	memset(o->d, 0xff, (size_t)m * n * os);
+	o->g = (struct mfma_gemm){
+		.m = m, .n = n, .k = k, .in_dtype = in, .out_dtype = out, .alpha = alpha, .beta = beta,
+		.a_sparse = sparse, .a = o->a, .a_meta = o->meta, .b = o->b, .c = o->c, .d = o->d,
+	};
+}
+
+/* Relative error of rows [0, rows) of D (sampled: rows listed in idx when
+ * not NULL) against the reference. */
+static double rel_error(const struct operands *o, const uint32_t *idx, uint32_t rows)
+{
+	const struct mfma_gemm *g = &o->g;
+	size_t es = mfma_dtype_size(g->in_dtype), os = mfma_dtype_size(g->out_dtype);
+	struct mfma_gemm sub = *g;
+	void *a = NULL, *c = NULL, *d = NULL;
+	uint32_t *meta = NULL;
+	if (idx) {
+		/* A sub-problem of the chosen rows, so that the reference
+		 * stays cheap on large shapes. */
+		size_t arow = (g->a_sparse ? g->k / 2 : g->k) * es, mrow = sparse24_meta_words(g->k) * 4;
+		a = malloc(rows * arow + 1);
+		d = malloc((size_t)rows * g->n * os + 1);
+		if (g->a_sparse)
+			meta = malloc(rows * mrow + 4);
+		if (g->c)
+			c = malloc((size_t)rows * g->n * os + 1);
+		for (uint32_t i = 0; i < rows; i++) {
+			memcpy((char *)a + i * arow, (const char *)g->a + idx[i] * arow, arow);
+			if (meta)
+				memcpy((char *)meta + i * mrow, (const char *)g->a_meta + idx[i] * mrow, mrow);
+			if (c)
+				memcpy((char *)c + (size_t)i * g->n * os,
+				       (const char *)g->c + (size_t)idx[i] * g->n * os, g->n * os);
+			memcpy((char *)d + (size_t)i * g->n * os, (const char *)g->d + (size_t)idx[i] * g->n * os,
+			       g->n * os);
+		}
+		sub.m = rows;
+		sub.a = a;
+		sub.a_meta = meta;
+		sub.c = c;
+		sub.d = d;
+	}
+	double *ref = malloc((size_t)sub.m * sub.n * sizeof(double) + 8);
+	assert_int_equal(cpu_gemm_ref_f64(&sub, ref), 0);
+	double rel = cpu_rel_frobenius(sub.d, sub.out_dtype, ref, (size_t)sub.m * sub.n);
+	free(ref);
+	free(a);
+	free(c);
+	free(d);
+	free(meta);
+	return rel;
+}
+
+static void expect_ok(const struct operands *o, void *weight, const char *what, uint32_t sample_rows)
+{
+	char err[512] = "";
+	struct backend_timing t = { 0 };
+	int rc = backend_cuda.gemm(dev, &o->g, weight, &t, err, sizeof(err));
+	if (rc != 0)
+		fail_msg("%s: gemm failed (%d): %s", what, rc, err);
+	uint32_t *idx = NULL, rows = o->g.m;
+	if (sample_rows && sample_rows < o->g.m) {
+		idx = malloc(sample_rows * sizeof(*idx));
+		for (uint32_t i = 0; i < sample_rows; i++)
+			idx[i] = i == 0 ? 0 : i == 1 ? o->g.m - 1 : nvt_rand(&seed) % o->g.m;
+		rows = sample_rows;
+	}
+	double rel = rel_error(o, idx, rows);
+	double tol = nvt_tolerance(o->g.out_dtype);
+	free(idx);
+	checks++;
+	printf("  %-44s %-22s rel %.3g  h2d %7.1f us  kernel %8.1f us  d2h %7.1f us\n", what,
+	       t.variant ? t.variant : "?", rel, t.h2d_ns / 1e3, t.kernel_ns / 1e3, t.d2h_ns / 1e3);
+	if (!(rel <= tol))
+		fail_msg("%s: relative error %g above %g", what, rel, tol);
+	if (!t.variant || !t.kernel_ns)
+		fail_msg("%s: no timing or variant reported", what);
+}
+
+static const enum mfma_dtype in_types[] = { MFMA_DT_F16, MFMA_DT_BF16, MFMA_DT_I8 };
+
+static enum mfma_dtype out_for(enum mfma_dtype in, int variant)
+{
+	if (in == MFMA_DT_I8)
+		return MFMA_DT_I32;
+	return variant % 2 ? in : MFMA_DT_F32;
+}
+
+static void run_case(enum mfma_dtype in, enum mfma_dtype out, bool sparse, uint32_t m, uint32_t n,
+		     uint32_t k, float alpha, float beta, uint32_t sample_rows)
+{
+	struct operands o;
+	ops_make(&o, in, out, sparse, m, n, k, alpha, beta);
+	char what[128];
+	snprintf(what, sizeof(what), "%s->%s %s %ux%ux%u a=%g b=%g", mfma_dtype_name(in),
+		 mfma_dtype_name(out), sparse ? "2:4" : "dense", m, n, k, alpha, beta);
+	expect_ok(&o, NULL, what, sample_rows);
+	ops_free(&o);
+}
+
+static void test_random_shapes(void **state)
+{
+	(void)state;
+	for (int it = 0; it < (quick ? 2 : 8); it++)
+		for (size_t ti = 0; ti < 3; ti++)
+			for (int sp = 0; sp < 2; sp++) {
+				enum mfma_dtype in = in_types[ti];
+				uint32_t m = 1 + nvt_rand(&seed) % 200;
+				uint32_t n = 1 + nvt_rand(&seed) % 200;
+				uint32_t k = sp ? 4 * (1 + nvt_rand(&seed) % 125) : 1 + nvt_rand(&seed) % 500;
+				float alpha = in == MFMA_DT_I8 ? 1.0f : 0.5f + (float)(nvt_rand(&seed) % 100) / 64.0f;
+				float beta = it % 2 ? (in == MFMA_DT_I8 ? 1.0f : -0.75f) : 0.0f;
+				run_case(in, out_for(in, it / 2), sp, m, n, k, alpha, beta, 0);
+			}
+}
+
+/* Every tile variant (N picks it) with split-K (small M, long K), edges in
+ * every direction. */
+static void test_tiles_and_split_k(void **state)
+{
+	(void)state;
+	const uint32_t ns[] = { 16, 9, 32, 27, 64, 50, 130, 259 };
+	for (size_t ti = 0; ti < 3; ti++)
+		for (int sp = 0; sp < 2; sp++)
+			for (size_t i = 0; i < sizeof(ns) / sizeof(ns[0]); i++) {
+				enum mfma_dtype in = in_types[ti];
+				uint32_t k = quick ? (sp ? 516 : 515) : (sp ? 2052 : 2051);
+				run_case(in, out_for(in, (int)i), sp, 100 + (uint32_t)i * 37, ns[i], k,
+					 1.0f, i % 3 == 0 ? 1.0f : 0.0f, 48);
+			}
+}
+
+/* Large shapes: many big tiles, rasterised; reference on sampled rows. */
+static void test_large(void **state)
+{
+	(void)state;
+	if (quick)
+		return;
+	for (size_t ti = 0; ti < 3; ti++)
+		for (int sp = 0; sp < 2; sp++)
+			run_case(in_types[ti], out_for(in_types[ti], sp), sp, 2048, 2048 + 8, 2048, 1.0f, 0.0f, 24);
+	run_case(MFMA_DT_F16, MFMA_DT_F16, true, 4096, 1024, 4096, 1.0f, 0.0f, 16);
+}
+
+static void test_resident_weight(void **state)
+{
+	(void)state;
+	const uint32_t ns[] = { 16, 64, 256, 5 };
+	for (size_t ti = 0; ti < 3; ti++)
+		for (int sp = 0; sp < 2; sp++) {
+			enum mfma_dtype in = in_types[ti];
+			uint32_t m = 1000 + 3 * (uint32_t)ti, k = sp ? 1028 : 1030;
+			struct operands o;
+			ops_make(&o, in, out_for(in, sp), sp, m, 16, k, 1.0f, 0.0f);
+			struct mfma_weight_host wh = { .m = m, .k = k, .dtype = in, .sparse = sp, .a = o.a, .meta = o.meta };
+			void *w = NULL;
+			char err[512] = "";
+			int rc = backend_cuda.weight_load(dev, &wh, &w, err, sizeof(err));
+			if (rc != 0)
+				fail_msg("weight_load: %d: %s", rc, err);
+			for (size_t i = 0; i < sizeof(ns) / sizeof(ns[0]); i++) {
+				struct operands r;
+				ops_make(&r, in, out_for(in, (int)i), false, m, ns[i], k, 1.0f, 0.0f);
+				/* The weight replaces A; the request's A (the same host
+				 * matrix) is only what the reference reads. */
+				r.g.a_sparse = sp;
+				free(r.a);
+				r.a = NULL;
+				r.g.a = o.a;
+				r.g.a_meta = o.meta;
+				char what[128];
+				snprintf(what, sizeof(what), "resident %s %s %ux%u x N=%u", mfma_dtype_name(in),
+					 sp ? "2:4" : "dense", m, k, ns[i]);
+				expect_ok(&r, w, what, 0);
+				r.g.a = NULL;
+				r.g.a_meta = NULL;
+				ops_free(&r);
+			}
+			/* A mismatched request is refused with a message. */
+			struct operands bad;
+			ops_make(&bad, in, out_for(in, 0), false, m + 1, 16, k, 1.0f, 0.0f);
+			rc = backend_cuda.gemm(dev, &bad.g, w, NULL, err, sizeof(err));
+			assert_int_equal(rc, -EINVAL);
+			assert_non_null(strstr(err, "weight"));
+			ops_free(&bad);
+			backend_cuda.weight_free(dev, w);
+			ops_free(&o);
+		}
+}
+
+/* The same split-K problem twice gives the same bits: a result that moves
+ * between runs would be a race. */
+static void test_repeatable(void **state)
+{
+	(void)state;
+	struct operands o;
+	ops_make(&o, MFMA_DT_F16, MFMA_DT_F32, true, 512, 16, 8192, 1.0f, 0.0f);
+	char err[512];
+	assert_int_equal(backend_cuda.gemm(dev, &o.g, NULL, NULL, err, sizeof(err)), 0);
+	size_t bytes = (size_t)512 * 16 * 4;
+	void *first = malloc(bytes);
+	memcpy(first, o.d, bytes);
+	for (int i = 0; i < 5; i++) {
+		memset(o.d, 0xff, bytes);
+		assert_int_equal(backend_cuda.gemm(dev, &o.g, NULL, NULL, err, sizeof(err)), 0);
+		assert_memory_equal(first, o.d, bytes);
+	}
+	free(first);
+	ops_free(&o);
+}
+
+static void test_refusals(void **state)
+{
+	(void)state;
+	char err[512] = "";
+	struct operands o;
+	ops_make(&o, MFMA_DT_F32, MFMA_DT_F32, false, 8, 8, 8, 1.0f, 0.0f);
+	assert_int_equal(backend_cuda.gemm(dev, &o.g, NULL, NULL, err, sizeof(err)), -ENOTSUP);
+	assert_non_null(strstr(err, "f32"));
+	ops_free(&o);
+	ops_make(&o, MFMA_DT_F16, MFMA_DT_I32, false, 8, 8, 8, 1.0f, 0.0f);
+	assert_int_equal(backend_cuda.gemm(dev, &o.g, NULL, NULL, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "out_dtype"));
+	ops_free(&o);
+	/* And the device still works afterwards. */
+	run_case(MFMA_DT_F16, MFMA_DT_F32, true, 33, 17, 68, 1.0f, 0.0f, 0);
+}
+
+static void test_other_devices(void **state)
+{
+	(void)state;
+	const char *all = getenv("MFMA_TEST_ALL_DEVICES");
+	if (!all || strcmp(all, "1") != 0 || ndev < 2) {
+		printf("  (one device checked; MFMA_TEST_ALL_DEVICES=1 with several GPUs checks all)\n");
+		return;
+	}
+	void *keep = dev;
+	for (int i = 0; i < ndev; i++) {
+		char err[512];
+		void *d = NULL;
+		if (backend_cuda.open(i, NULL, &d, err, sizeof(err)) != 0)
+			fail_msg("open(%d): %s", i, err);
+		dev = d;
+		run_case(MFMA_DT_F16, MFMA_DT_F32, true, 300, 16, 1024, 1.0f, 0.0f, 0);
+		run_case(MFMA_DT_I8, MFMA_DT_I32, false, 300, 100, 1000, 1.0f, 1.0f, 0);
+		backend_cuda.close(d);
+	}
+	dev = keep;
+}
+
+int main(void)
+{
+	char err[512] = "";
+	struct backend_config cfg = { .pinned_bytes = 8u << 20 };
+	ndev = backend_cuda.probe(&cfg, err, sizeof(err));
+	if (ndev < 0) {
+		fprintf(stderr, "cuda probe failed: %s\n", err);
+		return 1;
+	}
+	if (ndev == 0) {
+		printf("SKIP: no CUDA device (%s)\n", err[0] ? err : "none found");
+		return 77;
+	}
+	int index = 0;
+	const char *q = getenv("MFMA_TEST_QUICK");
+	quick = q && strcmp(q, "1") == 0;
+	const char *env = getenv("MFMA_TEST_DEVICE");
+	if (env)
+		index = atoi(env);
+	for (int i = 0; i < ndev; i++) {
+		struct backend_device_info info;
+		if (backend_cuda.describe(i, &info) == 0)
+			printf("device %d: %s %s, %.1f GiB, variants %s\n", i, info.name, info.arch,
+			       info.mem_total / 1073741824.0, info.variants);
+	}
+	/* A small pool makes the staging chunk and double-buffer. */
+	if (backend_cuda.open(index, &cfg, &dev, err, sizeof(err)) != 0) {
+		fprintf(stderr, "cuda open(%d) failed: %s\n", index, err);
+		return 1;
+	}
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_random_shapes),
+		cmocka_unit_test(test_tiles_and_split_k),
+		cmocka_unit_test(test_resident_weight),
+		cmocka_unit_test(test_repeatable),
+		cmocka_unit_test(test_refusals),
+		cmocka_unit_test(test_large),
+		cmocka_unit_test(test_other_devices),
+	};
+	int rc = cmocka_run_group_tests(tests, NULL, NULL);
+	printf("%d GEMMs checked against the float64 reference\n", checks);
+	backend_cuda.close(dev);
+	return rc;
+}
