@@ -430,6 +430,12 @@ static int hip_gemm(void *dev, const struct mfma_gemm *g, void *weight, struct b
 			 mfma_dtype_name(g->out_dtype), mfma_dtype_name(g->in_dtype));
 		return -EINVAL;
 	}
+	/* The i8 kernels add C as integers and cannot scale. */
+	if (g->in_dtype == MFMA_DT_I8 && (g->alpha != 1.0f || (g->beta != 0.0f && g->beta != 1.0f))) {
+		snprintf(err, errlen, "hip: i8 GEMMs take alpha=1 and beta 0 or 1, not alpha=%g beta=%g",
+			 (double)g->alpha, (double)g->beta);
+		return -EINVAL;
+	}
 	memset(t, 0, sizeof(*t));
 	t->variant = var.name;
 	if (g->m == 0 || g->n == 0)

@@ -58,8 +58,9 @@ typedef GLOBAL const uint16_t gcu16;
 typedef GLOBAL const uint32_t gcu32;
 typedef GLOBAL const u32x4 gcu32x4;
 
-/* Dynamic LDS: the launch passes amd_lds_bytes(cfg). */
-extern __attribute__((shared)) uint8_t lds[];
+/* Dynamic LDS: the launch passes amd_lds_bytes(cfg).  Every access is
+ * aligned to its size (at most 16 bytes), which ds_read_b128 needs. */
+extern __attribute__((shared)) __attribute__((aligned(16))) uint8_t lds[];
 
 /* One lane's operand registers (A uses up to 4, B up to 8). */
 struct frag {

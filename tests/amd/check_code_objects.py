@@ -6,7 +6,8 @@
 For every code object: it is a raw ELF for that arch with code object v4;
 every kernel is there and uses exactly the matrix instruction the issue
 asks of that arch (and gfx908/gfx90a no v_smfmac at all); no kernel uses
-scratch (private segment 0, no spills, no scratch instructions).  Prints
+scratch (private segment 0, no spills, no scratch instructions); each
+takes exactly the argument bytes the host passes.  Prints
 each kernel's VGPR/AGPR/SGPR/LDS use and the occupancy they allow.
 
 The expected instructions below come from issue 3, not from the code.
@@ -152,6 +153,11 @@ def main(argv):
             scratch_ops = [o for o in ops if o.startswith("scratch_")]
             if scratch_ops:
                 errors.append("%s: %s has scratch instructions %s" % (arch, name, sorted(set(scratch_ops))))
+            # The host copies struct amd_gemm_args into the kernarg segment
+            # (hipModuleLaunchKernel's extra): the sizes must agree.
+            if k.get("kernarg_segment_size") != info[(arch, name)]["args"]:
+                errors.append("%s: %s takes %s bytes of arguments, the host passes %s" %
+                              (arch, name, k.get("kernarg_segment_size"), info[(arch, name)]["args"]))
             vgpr, agpr = int(k.get("vgpr_count", "0")), int(k.get("agpr_count", "0"))
             lds = int(k.get("group_segment_fixed_size", "0")) + int(info[(arch, name)]["lds"])
             occ, by_reg, by_lds = occupancy(arch, vgpr, agpr, lds)
