@@ -1,0 +1,609 @@
+/* mfmactl, the built binary, against the real mfmad: every command, the
+ * files it writes checked independently of it (npy parsing and the
+ * float64 reference here), --json output validated as JSON, and the
+ * documented exit codes: 1 daemon error, 2 usage, 3 no daemon, 4 failed
+ * --check (against a fake daemon that answers wrong). */
+#include <dirent.h>
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "cpu_gemm.h"
+#include "frame.h"
+#include "harness.h"
+#include "json.h"
+#include "mfma.pb-c.h"
+#include "npy.h"
+#include "sparse24.h"
+
+#define OUT_MAX (1 << 20)
+
+struct env {
+	struct mfmad_proc d;
+	bool have_daemon;
+	char dir[64];
+	char *out; /* stdout of the last command */
+};
+
+static int setup_dir(struct env *e)
+{
+	snprintf(e->dir, sizeof(e->dir), "/tmp/mfmactl-test-XXXXXX");
+	e->out = malloc(OUT_MAX);
+	return mkdtemp(e->dir) && e->out ? 0 : -1;
+}
+
+static int setup(void **state)
+{
+	struct env *e = calloc(1, sizeof(*e));
+	if (!e || setup_dir(e) < 0 || harness_start(&e->d, NULL, NULL) != 0)
+		return -1;
+	e->have_daemon = true;
+	*state = e;
+	return 0;
+}
+
+static int setup_no_daemon(void **state)
+{
+	struct env *e = calloc(1, sizeof(*e));
+	if (!e || setup_dir(e) < 0)
+		return -1;
+	*state = e;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct env *e = *state;
+	int rc = e->have_daemon ? harness_stop(&e->d) : 0;
+	DIR *dir = opendir(e->dir);
+	if (dir) {
+		struct dirent *de;
+		char path[512];
+		while ((de = readdir(dir)))
+			if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) {
+				snprintf(path, sizeof(path), "%s/%s", e->dir, de->d_name);
+				unlink(path);
+			}
+		closedir(dir);
+	}
+	rmdir(e->dir);
+	free(e->out);
+	free(e);
+	return rc == 0 ? 0 : -1;
+}
+
+/* Runs mfmactl with `-e ENDPOINT` (when there is a daemon) and the given
+ * arguments (NULL-terminated); stdout lands in e->out.  Returns the exit
+ * status. */
+static int ctl(struct env *e, ...)
+{
+	const char *argv[64];
+	int n = 0;
+	va_list ap;
+	argv[n++] = getenv("MFMACTL_BIN");
+	assert_non_null(argv[0]);
+	if (e->have_daemon) {
+		argv[n++] = "-e";
+		argv[n++] = e->d.endpoint;
+	}
+	va_start(ap, e);
+	const char *a;
+	while ((a = va_arg(ap, const char *)) && n < 63)
+		argv[n++] = a;
+	va_end(ap);
+	argv[n] = NULL;
+	return harness_run(argv, e->out, OUT_MAX);
+}
+
+static const char *path(struct env *e, const char *name)
+{
+	static char buf[4][256];
+	static int next;
+	char *p = buf[next++ % 4];
+	snprintf(p, 256, "%s/%s", e->dir, name);
+	return p;
+}
+
+static void expect_json(const char *text)
+{
+	char err[256];
+	if (json_validate(text, strlen(text), err, sizeof(err)) != 0)
+		fail_msg("not JSON (%s):\n%s", err, text);
+}
+
+static void expect_in(const char *text, const char *needle)
+{
+	if (!strstr(text, needle))
+		fail_msg("'%s' not in:\n%s", needle, text);
+}
+
+/* A .npy file read back with our parser; data is malloc'd. */
+struct npy_mat {
+	struct npy_info info;
+	uint8_t *file;
+	const void *data;
+};
+
+static struct npy_mat read_npy(const char *p)
+{
+	struct npy_mat m = { 0 };
+	FILE *f = fopen(p, "rb");
+	struct stat st;
+	char err[256];
+	assert_non_null(f);
+	assert_int_equal(fstat(fileno(f), &st), 0);
+	m.file = malloc((size_t)st.st_size + 1);
+	assert_non_null(m.file);
+	assert_int_equal(fread(m.file, 1, (size_t)st.st_size, f), (size_t)st.st_size);
+	fclose(f);
+	if (npy_parse(m.file, (size_t)st.st_size, &m.info, err, sizeof(err)) != 0)
+		fail_msg("%s: %s", p, err);
+	/* Our writer pads the header to 64 bytes: the data is aligned. */
+	assert_int_equal(m.info.data_offset % 64, 0);
+	m.data = m.file + m.info.data_offset;
+	return m;
+}
+
+/* ---- usage and help (no daemon needed) ---- */
+
+static void test_help_and_usage(void **state)
+{
+	struct env *e = *state;
+	assert_int_equal(ctl(e, "--help", NULL), 0);
+	expect_in(e->out, "EXIT STATUS");
+	expect_in(e->out, "MFMA_ENDPOINT");
+	expect_in(e->out, "EXAMPLES");
+	static const char *const cmds[] = { "ping", "status", "submit", "load", "unload",
+					    "weights", "random", "bench" };
+	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
+		assert_int_equal(ctl(e, cmds[i], "--help", NULL), 0);
+		expect_in(e->out, "SYNOPSIS");
+		expect_in(e->out, cmds[i]);
+		assert_int_equal(ctl(e, "help", cmds[i], NULL), 0);
+		expect_in(e->out, "SYNOPSIS");
+	}
+	assert_int_equal(ctl(e, "submit", "--help", NULL), 0);
+	expect_in(e->out, "--check");
+	expect_in(e->out, "--out-dtype");
+
+	assert_int_equal(ctl(e, NULL), 2);
+	assert_int_equal(ctl(e, "frobnicate", NULL), 2);
+	assert_int_equal(ctl(e, "ping", "--bogus", NULL), 2);
+	assert_int_equal(ctl(e, "ping", "-c", "zero", NULL), 2);
+	assert_int_equal(ctl(e, "submit", "-a", "x.npy", NULL), 2);
+	assert_int_equal(ctl(e, "submit", "-a", "x.npy", "--weight", "w", "-b", "y.npy", NULL), 2);
+	assert_int_equal(ctl(e, "random", "-o", path(e, "r.npy"), "--shape", "0x4", "--dtype",
+			     "f32", NULL), 2);
+	assert_int_equal(ctl(e, "random", "-o", path(e, "r.npy"), "--shape", "4x6", "--dtype",
+			     "f32", "--sparse24", NULL), 2);
+	assert_int_equal(ctl(e, "--timeout", "-5", "ping", NULL), 2);
+	/* An input file that is missing or not .npy is a usage error too. */
+	assert_int_equal(ctl(e, "submit", "-a", path(e, "missing.npy"), "-b", path(e, "m2.npy"),
+			     NULL), 2);
+	FILE *f = fopen(path(e, "junk.npy"), "w");
+	fputs("not numpy", f);
+	fclose(f);
+	assert_int_equal(ctl(e, "--json", "load", "w", path(e, "junk.npy"), NULL), 2);
+	expect_json(e->out);
+	expect_in(e->out, "not a .npy file");
+}
+
+static void test_no_daemon(void **state)
+{
+	struct env *e = *state;
+	char ep[128];
+	snprintf(ep, sizeof(ep), "unix:%s/none.sock", e->dir);
+	assert_int_equal(ctl(e, "-e", ep, "ping", NULL), 3);
+	assert_int_equal(ctl(e, "-e", ep, "--json", "status", NULL), 3);
+	expect_json(e->out);
+	expect_in(e->out, "\"error\"");
+	expect_in(e->out, "none.sock");
+	/* The endpoint from the environment, and -e after the command. */
+	setenv("MFMA_ENDPOINT", ep, 1);
+	assert_int_equal(ctl(e, "weights", "--json", NULL), 3);
+	expect_in(e->out, "none.sock");
+	unsetenv("MFMA_ENDPOINT");
+	assert_int_equal(ctl(e, "unload", "w", "-e", ep, NULL), 3);
+}
+
+/* ---- random ---- */
+
+static void test_random(void **state)
+{
+	struct env *e = *state;
+	static const struct {
+		const char *dtype;
+		enum npy_type t;
+	} cases[] = { { "f32", NPY_F4 }, { "f16", NPY_F2 }, { "bf16", NPY_U2 }, { "i8", NPY_I1 } };
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		enum mfma_dtype dt = mfma_dtype_parse(cases[i].dtype);
+		for (int sp = 0; sp < 2; sp++) {
+			const char *p = path(e, "r.npy");
+			if (sp)
+				assert_int_equal(ctl(e, "--json", "random", "-o", p, "--shape", "13x24",
+						     "--dtype", cases[i].dtype, "--sparse24", "--seed",
+						     "9", NULL), 0);
+			else
+				assert_int_equal(ctl(e, "random", "--json", "-o", p, "--shape", "13x23",
+						     "--dtype", cases[i].dtype, "--seed", "9", NULL),
+						 0);
+			expect_json(e->out);
+			expect_in(e->out, "\"seed\": 9");
+			struct npy_mat m = read_npy(p);
+			assert_int_equal(m.info.type, cases[i].t);
+			assert_int_equal(m.info.rows, 13);
+			assert_int_equal(m.info.cols, sp ? 24 : 23);
+			size_t nz = 0, count = (size_t)m.info.rows * m.info.cols;
+			for (size_t k = 0; k < count; k++)
+				nz += mfma_load_f64(m.data, dt, k) != 0.0;
+			if (sp) {
+				assert_int_equal(nz, count / 2);
+				assert_int_equal(sparse24_validate(m.data, dt, 13, 24, NULL, NULL), 0);
+			} else {
+				assert_int_equal(nz, count);
+			}
+			free(m.file);
+		}
+	}
+	/* The same seed gives the same file; another seed another. */
+	assert_int_equal(ctl(e, "random", "-o", path(e, "s1.npy"), "--shape", "5x8", "--dtype",
+			     "f16", "--seed", "77", NULL), 0);
+	assert_int_equal(ctl(e, "random", "-o", path(e, "s2.npy"), "--shape", "5x8", "--dtype",
+			     "f16", "--seed", "77", NULL), 0);
+	assert_int_equal(ctl(e, "random", "-o", path(e, "s3.npy"), "--shape", "5x8", "--dtype",
+			     "f16", "--seed", "78", NULL), 0);
+	struct npy_mat a = read_npy(path(e, "s1.npy")), b = read_npy(path(e, "s2.npy")),
+		       c = read_npy(path(e, "s3.npy"));
+	assert_memory_equal(a.data, b.data, 80);
+	assert_memory_not_equal(a.data, c.data, 80);
+	free(a.file);
+	free(b.file);
+	free(c.file);
+}
+
+/* ---- submit ---- */
+
+/* D.npy against alpha*A.B + beta*C computed here from the files. */
+static void verify_d(struct env *e, const char *an, const char *bn, const char *cn, float alpha,
+		     float beta, enum mfma_dtype in, enum mfma_dtype out, bool prune)
+{
+	struct npy_mat a = read_npy(path(e, an)), b = read_npy(path(e, bn)),
+		       d = read_npy(path(e, "D.npy")), c = { 0 };
+	if (cn)
+		c = read_npy(path(e, cn));
+	uint32_t m = a.info.rows, k = a.info.cols, n = b.info.cols;
+	assert_int_equal(d.info.rows, m);
+	assert_int_equal(d.info.cols, n);
+	assert_int_equal(d.info.type, npy_type_of(out));
+	const void *adata = a.data;
+	void *pruned = NULL;
+	if (prune) {
+		size_t es = mfma_dtype_size(in);
+		void *values = malloc((size_t)m * k / 2 * es);
+		uint32_t *meta = malloc((size_t)m * sparse24_meta_words(k) * 4);
+		pruned = malloc((size_t)m * k * es);
+		assert_int_equal(sparse24_prune(a.data, in, m, k, values, meta), 0);
+		assert_int_equal(sparse24_decompress(values, meta, in, m, k, pruned, NULL, NULL), 0);
+		free(values);
+		free(meta);
+		adata = pruned;
+	}
+	struct mfma_gemm g = { .m = m, .n = n, .k = k, .in_dtype = in, .out_dtype = out,
+			       .alpha = alpha, .beta = cn ? beta : 0.0f, .a = adata, .b = b.data,
+			       .c = cn ? c.data : NULL, .d = (void *)(uintptr_t)d.data };
+	double *ref = malloc((size_t)m * n * sizeof(double));
+	assert_int_equal(cpu_gemm_ref_f64(&g, ref), 0);
+	double err = cpu_rel_frobenius(d.data, out, ref, (size_t)m * n);
+	double tol = out == MFMA_DT_I32 ? 0.0 : (in == MFMA_DT_F32 && out == MFMA_DT_F32) ? 1e-5 : 1e-2;
+	if (tol == 0.0 ? err != 0.0 : !(err < tol))
+		fail_msg("%s: relative error %g over %g", mfma_dtype_name(in), err, tol);
+	free(ref);
+	free(pruned);
+	free(a.file);
+	free(b.file);
+	free(c.file);
+	free(d.file);
+}
+
+static void test_submit_every_dtype(void **state)
+{
+	struct env *e = *state;
+	static const struct {
+		const char *in, *out_flag;
+		enum mfma_dtype din, dout;
+	} cases[] = {
+		{ "f32", NULL, MFMA_DT_F32, MFMA_DT_F32 },
+		{ "f16", NULL, MFMA_DT_F16, MFMA_DT_F32 },
+		{ "bf16", NULL, MFMA_DT_BF16, MFMA_DT_F32 },
+		{ "i8", NULL, MFMA_DT_I8, MFMA_DT_I32 },
+		{ "f16", "f16", MFMA_DT_F16, MFMA_DT_F16 },
+		{ "bf16", "bf16", MFMA_DT_BF16, MFMA_DT_BF16 },
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		const char *dt = cases[i].in;
+		assert_int_equal(ctl(e, "random", "-o", path(e, "A.npy"), "--shape", "37x45",
+				     "--dtype", dt, "--seed", "1", NULL), 0);
+		assert_int_equal(ctl(e, "random", "-o", path(e, "B.npy"), "--shape", "45x29",
+				     "--dtype", dt, "--seed", "2", NULL), 0);
+		const char *outf = cases[i].out_flag ? "--out-dtype" : "--check";
+		const char *outv = cases[i].out_flag ? cases[i].out_flag : "--check";
+		/* bf16 files are <u2 and must be declared. */
+		const char *dflag = cases[i].din == MFMA_DT_BF16 ? "--dtype" : "--check";
+		const char *dval = cases[i].din == MFMA_DT_BF16 ? "bf16" : "--check";
+		int rc = ctl(e, "submit", "-a", path(e, "A.npy"), "-b", path(e, "B.npy"), "-o",
+			     path(e, "D.npy"), "--check", outf, outv, dflag, dval, NULL);
+		if (rc != 0)
+			fail_msg("submit %s: exit %d\n%s", dt, rc, e->out);
+		expect_in(e->out, "check: relative Frobenius error");
+		expect_in(e->out, ": ok");
+		expect_in(e->out, "kernel");
+		expect_in(e->out, "round trip");
+		expect_in(e->out, "GFLOP/s");
+		verify_d(e, "A.npy", "B.npy", NULL, 1.0f, 0.0f, cases[i].din, cases[i].dout, false);
+	}
+	/* Without --dtype a <u2 file is refused with the hint. */
+	assert_int_equal(ctl(e, "submit", "-a", path(e, "A.npy"), "-b", path(e, "B.npy"), NULL), 2);
+}
+
+static void test_submit_sparse_c_and_json(void **state)
+{
+	struct env *e = *state;
+	assert_int_equal(ctl(e, "random", "-o", path(e, "S.npy"), "--shape", "33x64", "--dtype",
+			     "f16", "--sparse24", "--seed", "3", NULL), 0);
+	assert_int_equal(ctl(e, "random", "-o", path(e, "A.npy"), "--shape", "33x64", "--dtype",
+			     "f16", "--seed", "4", NULL), 0);
+	assert_int_equal(ctl(e, "random", "-o", path(e, "B.npy"), "--shape", "64x17", "--dtype",
+			     "f16", "--seed", "5", NULL), 0);
+	assert_int_equal(ctl(e, "random", "-o", path(e, "C.npy"), "--shape", "33x17", "--dtype",
+			     "f32", "--seed", "6", NULL), 0);
+	static const char *const modes[] = { "validate", "packed" };
+	for (size_t i = 0; i < 2; i++) {
+		int rc = ctl(e, "submit", "-a", path(e, "S.npy"), "-b", path(e, "B.npy"), "--sparse",
+			     modes[i], "--check", "-o", path(e, "D.npy"), NULL);
+		if (rc != 0)
+			fail_msg("--sparse %s: exit %d\n%s", modes[i], rc, e->out);
+		verify_d(e, "S.npy", "B.npy", NULL, 1.0f, 0.0f, MFMA_DT_F16, MFMA_DT_F32, false);
+	}
+	assert_int_equal(ctl(e, "--json", "submit", "-a", path(e, "A.npy"), "-b", path(e, "B.npy"),
+			     "--sparse", "prune", "--check", "-o", path(e, "D.npy"), NULL), 0);
+	expect_json(e->out);
+	expect_in(e->out, "\"ok\": true");
+	expect_in(e->out, "\"kernel_ns\"");
+	expect_in(e->out, "\"round_trip_ns\"");
+	verify_d(e, "A.npy", "B.npy", NULL, 1.0f, 0.0f, MFMA_DT_F16, MFMA_DT_F32, true);
+	/* A dense A is not 2:4: validate is refused by the daemon (1), packed
+	 * here before sending (2). */
+	assert_int_equal(ctl(e, "submit", "-a", path(e, "A.npy"), "-b", path(e, "B.npy"),
+			     "--sparse", "validate", NULL), 1);
+	assert_int_equal(ctl(e, "submit", "-a", path(e, "A.npy"), "-b", path(e, "B.npy"),
+			     "--sparse", "packed", NULL), 2);
+	/* C with alpha and beta. */
+	assert_int_equal(ctl(e, "submit", "-a", path(e, "A.npy"), "-b", path(e, "B.npy"), "-c",
+			     path(e, "C.npy"), "--alpha", "0.5", "--beta", "-2", "--check", "-o",
+			     path(e, "D.npy"), NULL), 0);
+	verify_d(e, "A.npy", "B.npy", "C.npy", 0.5f, -2.0f, MFMA_DT_F16, MFMA_DT_F32, false);
+	/* -c alone means beta 1. */
+	assert_int_equal(ctl(e, "submit", "-a", path(e, "A.npy"), "-b", path(e, "B.npy"), "-c",
+			     path(e, "C.npy"), "--check", "-o", path(e, "D.npy"), NULL), 0);
+	verify_d(e, "A.npy", "B.npy", "C.npy", 1.0f, 1.0f, MFMA_DT_F16, MFMA_DT_F32, false);
+	/* An f32 file sent as f16 with --dtype (rounded here). */
+	assert_int_equal(ctl(e, "random", "-o", path(e, "F.npy"), "--shape", "64x17", "--dtype",
+			     "f32", "--seed", "7", NULL), 0);
+	assert_int_equal(ctl(e, "submit", "-a", path(e, "A.npy"), "-b", path(e, "F.npy"), NULL), 2);
+	assert_int_equal(ctl(e, "--json", "submit", "-a", path(e, "A.npy"), "-b", path(e, "F.npy"),
+			     "--dtype", "f16", "--check", NULL), 0);
+	expect_in(e->out, "\"dtype\": \"f16\"");
+	/* Shapes that do not fit: the daemon's error, exit 1. */
+	assert_int_equal(ctl(e, "--json", "submit", "-a", path(e, "A.npy"), "-b", path(e, "C.npy"),
+			     "--dtype", "f16", NULL), 1);
+	expect_json(e->out);
+	expect_in(e->out, "INVALID_ARGUMENT");
+}
+
+/* ---- weights ---- */
+
+static void test_weights_commands(void **state)
+{
+	struct env *e = *state;
+	assert_int_equal(ctl(e, "random", "-o", path(e, "W.npy"), "--shape", "40x32", "--dtype",
+			     "bf16", "--sparse24", "--seed", "8", NULL), 0);
+	assert_int_equal(ctl(e, "random", "-o", path(e, "B.npy"), "--shape", "32x9", "--dtype",
+			     "bf16", "--seed", "9", NULL), 0);
+	assert_int_equal(ctl(e, "load", "w0", path(e, "W.npy"), "--dtype", "bf16", "--sparse",
+			     "validate", NULL), 0);
+	expect_in(e->out, "loaded w0: 40x32 bf16 2:4");
+	assert_int_equal(ctl(e, "--json", "load", "w1", path(e, "W.npy"), "--dtype", "bf16", NULL),
+			 0);
+	expect_json(e->out);
+	expect_in(e->out, "\"name\": \"w1\"");
+	expect_in(e->out, "\"sparse\": false");
+	assert_int_equal(ctl(e, "load", "w1", path(e, "W.npy"), "--dtype", "bf16", NULL), 1);
+	assert_int_equal(ctl(e, "load", "w1", path(e, "W.npy"), "--dtype", "bf16", "--replace",
+			     "--sparse", "packed", NULL), 0);
+
+	assert_int_equal(ctl(e, "weights", NULL), 0);
+	expect_in(e->out, "NAME");
+	expect_in(e->out, "w0");
+	expect_in(e->out, "40x32");
+	expect_in(e->out, "2:4");
+	assert_int_equal(ctl(e, "weights", "--json", NULL), 0);
+	expect_json(e->out);
+	expect_in(e->out, "\"w1\"");
+
+	assert_int_equal(ctl(e, "submit", "--weight", "w0", "-b", path(e, "B.npy"), "--dtype",
+			     "bf16", "-o", path(e, "D.npy"), NULL), 0);
+	verify_d(e, "W.npy", "B.npy", NULL, 1.0f, 0.0f, MFMA_DT_BF16, MFMA_DT_F32, false);
+
+	assert_int_equal(ctl(e, "status", NULL), 0);
+	expect_in(e->out, "weights: 2 resident");
+	expect_in(e->out, "w1");
+
+	assert_int_equal(ctl(e, "unload", "w0", NULL), 0);
+	expect_in(e->out, "unloaded w0");
+	assert_int_equal(ctl(e, "--json", "unload", "w1", NULL), 0);
+	expect_json(e->out);
+	/* Unknown weights: the daemon's NOT_FOUND, exit 1. */
+	assert_int_equal(ctl(e, "unload", "w0", NULL), 1);
+	assert_int_equal(ctl(e, "--json", "submit", "--weight", "w0", "-b", path(e, "B.npy"),
+			     "--dtype", "bf16", NULL), 1);
+	expect_json(e->out);
+	expect_in(e->out, "NOT_FOUND");
+	assert_int_equal(ctl(e, "weights", NULL), 0);
+	expect_in(e->out, "no resident weights");
+}
+
+/* ---- status, ping, bench ---- */
+
+static void test_status_ping_bench(void **state)
+{
+	struct env *e = *state;
+	assert_int_equal(ctl(e, "ping", "-c", "3", "-s", "100", NULL), 0);
+	expect_in(e->out, "seq=3 bytes=100");
+	expect_in(e->out, "3 pings: min");
+	assert_int_equal(ctl(e, "--json", "ping", "-c", "2", NULL), 0);
+	expect_json(e->out);
+	expect_in(e->out, "\"round_trip_ns\"");
+
+	assert_int_equal(ctl(e, "status", NULL), 0);
+	expect_in(e->out, "DEV");
+	expect_in(e->out, "cpu");
+	expect_in(e->out, "requests:");
+	assert_int_equal(ctl(e, "status", "--json", NULL), 0);
+	expect_json(e->out);
+	expect_in(e->out, "\"devices\"");
+	expect_in(e->out, "\"variants\"");
+	expect_in(e->out, "\"counters\"");
+
+	assert_int_equal(ctl(e, "bench", "-n", "40", "-j", "4", "--m", "33", "--n", "17", "--k",
+			     "64", "--dtype", "f32", NULL), 0);
+	expect_in(e->out, "requests/s");
+	expect_in(e->out, "p99");
+	assert_int_equal(ctl(e, "--json", "bench", "-n", "30", "-j", "6", "--connections", "2",
+			     "--m", "16", "--n", "8", "--k", "32", "--sparse", NULL), 0);
+	expect_json(e->out);
+	expect_in(e->out, "\"requests\": 30");
+	expect_in(e->out, "\"errors\": 0");
+	expect_in(e->out, "\"connections\": 2");
+	assert_int_equal(ctl(e, "bench", "-n", "20", "-j", "2", "--resident", "--sparse=prune",
+			     "--m", "24", "--k", "40", "--n", "8", "--dtype", "i8", NULL), 0);
+	expect_in(e->out, "resident 2:4");
+	/* --resident cleans up after itself. */
+	assert_int_equal(ctl(e, "weights", "--json", NULL), 0);
+	expect_in(e->out, "\"weights\": []");
+	assert_int_equal(ctl(e, "bench", "-n", "5", "--weight", "nope", NULL), 1);
+	assert_int_equal(ctl(e, "bench", "-n", "5", "-j", "2", "--connections", "3", NULL), 2);
+}
+
+/* ---- exit 4: a daemon that answers wrong ---- */
+
+struct liar {
+	int lfd;
+	char sock[100];
+	pthread_t tid;
+};
+
+/* Answers one GEMM with a D of the right shape and the wrong values. */
+static void *liar_main(void *arg)
+{
+	struct liar *l = arg;
+	int fd = accept(l->lfd, NULL, NULL);
+	uint8_t hdr[4];
+	if (fd < 0)
+		return NULL;
+	if (recv(fd, hdr, 4, MSG_WAITALL) == 4) {
+		uint32_t len = frame_header_get(hdr);
+		uint8_t *buf = malloc(len + 1);
+		if (buf && recv(fd, buf, len, MSG_WAITALL) == (ssize_t)len) {
+			Mfma__V1__Request *req = mfma__v1__request__unpack(NULL, len, buf);
+			if (req && req->body_case == MFMA__V1__REQUEST__BODY_GEMM) {
+				uint32_t m = req->gemm->a->dense->rows, n = req->gemm->b->cols;
+				float *d = malloc((size_t)m * n * 4 + 1);
+				for (size_t i = 0; d && i < (size_t)m * n; i++)
+					d[i] = 0.5f;
+				Mfma__V1__Response resp = MFMA__V1__RESPONSE__INIT;
+				Mfma__V1__GemmResult gr = MFMA__V1__GEMM_RESULT__INIT;
+				Mfma__V1__Matrix dm = MFMA__V1__MATRIX__INIT;
+				dm.has_rows = dm.has_cols = dm.has_dtype = dm.has_data = 1;
+				dm.rows = m;
+				dm.cols = n;
+				dm.dtype = MFMA__V1__DTYPE__F32;
+				dm.data.len = (size_t)m * n * 4;
+				dm.data.data = (uint8_t *)d;
+				gr.d = &dm;
+				resp.has_id = 1;
+				resp.id = req->id;
+				resp.body_case = MFMA__V1__RESPONSE__BODY_GEMM;
+				resp.gemm = &gr;
+				size_t rl = mfma__v1__response__get_packed_size(&resp);
+				uint8_t *out = malloc(rl + 4);
+				if (out && d) {
+					frame_header_put(out, (uint32_t)rl);
+					mfma__v1__response__pack(&resp, out + 4);
+					if (send(fd, out, rl + 4, MSG_NOSIGNAL) < 0)
+						perror("liar: send");
+				}
+				free(out);
+				free(d);
+			}
+			if (req)
+				mfma__v1__request__free_unpacked(req, NULL);
+		}
+		free(buf);
+	}
+	close(fd);
+	return NULL;
+}
+
+static void test_check_failure_exits_4(void **state)
+{
+	struct env *e = *state;
+	struct liar l;
+	char ep[160];
+	snprintf(l.sock, sizeof(l.sock), "%s/liar.sock", e->dir);
+	l.lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", l.sock);
+	assert_int_equal(bind(l.lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(l.lfd, 1), 0);
+	assert_int_equal(pthread_create(&l.tid, NULL, liar_main, &l), 0);
+	assert_int_equal(ctl(e, "random", "-o", path(e, "A.npy"), "--shape", "9x12", "--dtype",
+			     "f32", "--seed", "1", NULL), 0);
+	assert_int_equal(ctl(e, "random", "-o", path(e, "B.npy"), "--shape", "12x5", "--dtype",
+			     "f32", "--seed", "2", NULL), 0);
+	snprintf(ep, sizeof(ep), "unix:%s", l.sock);
+	int rc = ctl(e, "-e", ep, "--json", "submit", "-a", path(e, "A.npy"), "-b",
+		     path(e, "B.npy"), "--check", NULL);
+	pthread_join(l.tid, NULL);
+	close(l.lfd);
+	assert_int_equal(rc, 4);
+	expect_json(e->out);
+	expect_in(e->out, "\"ok\": false");
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_help_and_usage, setup_no_daemon, teardown),
+		cmocka_unit_test_setup_teardown(test_no_daemon, setup_no_daemon, teardown),
+		cmocka_unit_test_setup_teardown(test_random, setup_no_daemon, teardown),
+		cmocka_unit_test_setup_teardown(test_submit_every_dtype, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_submit_sparse_c_and_json, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_weights_commands, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_status_ping_bench, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_check_failure_exits_4, setup_no_daemon,
+						teardown),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
