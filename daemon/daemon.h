@@ -141,7 +141,6 @@ struct daemon {
 
 	uv_signal_t sig_term, sig_int, sig_hup;
 	uv_timer_t grace_timer;
-	uv_timer_t status_timer;
 	bool stopping;
 	bool grace_expired;
 	int exit_code;

@@ -386,8 +386,6 @@ int main(int argc, char **argv)
 	d->done_async.data = d;
 	uv_timer_init(d->loop, &d->grace_timer);
 	d->grace_timer.data = d;
-	uv_timer_init(d->loop, &d->status_timer);
-	d->status_timer.data = d;
 	uv_signal_t *sigs[] = { &d->sig_term, &d->sig_int, &d->sig_hup };
 	int signums[] = { SIGTERM, SIGINT, SIGHUP };
 	for (int i = 0; i < 3; i++) {

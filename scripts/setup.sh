@@ -28,7 +28,7 @@ packages=(
   libuv1-dev libprotobuf-c-dev protobuf-c-compiler libconfig-dev
   libsystemd-dev libcmocka-dev libmicrohttpd-dev libopenblas-dev
   clang-22 lld-22 llvm-22 libamdhip64-dev
-  prometheus systemd groff-base procps python3
+  prometheus systemd groff-base man-db procps python3
 )
 missing=()
 for p in "${packages[@]}"; do
