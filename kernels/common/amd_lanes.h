@@ -316,14 +316,17 @@ static inline unsigned amd_lds_bytes(const struct amd_cfg *c)
 }
 
 /* Byte offset of (row, byte) inside a region of rows of row_bytes.  The
- * 16-byte chunks of a row are XOR-swizzled by the row number so that the
- * 16 rows one instruction reads spread over the LDS banks without
- * padding.  A lane's read never crosses a chunk (runs are at most 16
- * bytes and aligned to their size), so it stays one contiguous read. */
+ * 16-byte chunks of a row are XOR-swizzled by the row's 128-byte bank
+ * line (32 banks of 4 bytes): the 16 rows one instruction reads then land
+ * in different banks without padding, where unswizzled rows 128/row_bytes
+ * apart would all hit the same ones.  A lane's read never crosses a chunk
+ * (runs are at most 16 bytes and aligned to their size), so it stays one
+ * contiguous read. */
 static inline unsigned amd_lds_swizzle(unsigned row, unsigned byte, unsigned row_bytes)
 {
 	unsigned chunks = row_bytes / AMD_CHUNK;
-	unsigned chunk = (byte / AMD_CHUNK) ^ (row % chunks);
+	unsigned key = row * row_bytes / 128 % chunks;
+	unsigned chunk = (byte / AMD_CHUNK) ^ key;
 	return row * row_bytes + chunk * AMD_CHUNK + byte % AMD_CHUNK;
 }
 
@@ -350,7 +353,13 @@ static inline void amd_a_chunk(const struct amd_cfg *c, unsigned tid, unsigned i
 }
 
 /* B is stored transposed in LDS (one row per column n, K contiguous), so
- * every lane's operand is a contiguous read. */
+ * every lane's operand is a contiguous read.  The copy is element by
+ * element, and its chunks are handed out K first: the lanes of a wave then
+ * write one element of 32 or 64 consecutive K of the same column, i.e.
+ * neighbouring bytes of one LDS row.  Handed out along N, they would write
+ * rows 8 apart, which share their banks: a 32-way conflict on every store.
+ * The global loads pay instead, 16 bytes per row, which the cache joins
+ * across the workgroup. */
 static inline unsigned amd_b_chunks_per_row(const struct amd_cfg *c)
 {
 	return AMD_BN * c->es / AMD_CHUNK;
@@ -365,8 +374,8 @@ static inline void amd_b_chunk(const struct amd_cfg *c, unsigned tid, unsigned i
 			       unsigned *col)
 {
 	unsigned n = i * AMD_THREADS + tid;
-	*k = n / amd_b_chunks_per_row(c);
-	*col = n % amd_b_chunks_per_row(c) * (AMD_CHUNK / c->es);
+	*k = n % c->bk;
+	*col = n / c->bk * (AMD_CHUNK / c->es);
 }
 
 /* The index of a stage: 8 blocks of 16 rows, each one contiguous run of

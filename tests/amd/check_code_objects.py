@@ -7,7 +7,8 @@ For every code object: it is a raw ELF for that arch with code object v4;
 every kernel is there and uses exactly the matrix instruction the issue
 asks of that arch (and gfx908/gfx90a no v_smfmac at all); no kernel uses
 scratch (private segment 0, no spills, no scratch instructions); each
-takes exactly the argument bytes the host passes.  Prints
+takes exactly the argument bytes the host passes.  #mma counts the matrix
+instructions in the code (one stage of the unrolled K loop).  Prints
 each kernel's VGPR/AGPR/SGPR/LDS use and the occupancy they allow.
 
 The expected instructions below come from issue 3, not from the code.
@@ -132,8 +133,9 @@ def main(argv):
                 if any(o.startswith("v_smfmac") for o in ops):
                     errors.append("%s: %s uses v_smfmac, which %s does not have" % (arch, fn, arch))
         print("%s (%s)" % (arch, path))
-        print("  %-22s %-28s %5s %5s %5s %6s %6s %5s" %
-              ("kernel", "matrix instruction", "vgpr", "agpr", "sgpr", "lds", "#mma", "waves/SIMD"))
+        print("  %-12s %-28s %5s %5s %5s %6s %5s %-24s %s" %
+              ("kernel", "matrix instruction", "vgpr", "agpr", "sgpr", "lds", "#mma", "waves/SIMD",
+               "LDS bank conflicts (1 = none): A/B store, A/B read"))
         for key, want in expect.items():
             name = "mfmad_gemm_" + ("" if key.startswith("sp24") else "dense_") + key
             if name not in meta or name not in funcs:
@@ -162,9 +164,11 @@ def main(argv):
             lds = int(k.get("group_segment_fixed_size", "0")) + int(info[(arch, name)]["lds"])
             occ, by_reg, by_lds = occupancy(arch, vgpr, agpr, lds)
             n_mma = sum(1 for o in ops if MATRIX_OP.match(o))
-            print("  %-22s %-28s %5d %5d %5s %6d %6d %2d/%d  (regs %d, lds %d)" %
+            i = info[(arch, name)]
+            print("  %-12s %-28s %5d %5d %5s %6d %5d %2d/%-2d (regs %d, lds %d)    %s/%s, %s/%s" %
                   (name[len("mfmad_gemm_"):], want, vgpr, agpr, k.get("sgpr_count", "?"), lds, n_mma,
-                   occ, MAX_WAVES[arch], by_reg, by_lds))
+                   occ, MAX_WAVES[arch], by_reg, by_lds,
+                   i["a_store"], i["b_store"], i["a_read"], i["b_read"]))
     for e in errors:
         print("FAIL: " + e)
     return 1 if errors else 0
