@@ -201,6 +201,14 @@ void mfma_set_timeout(mfma_client *c, int timeout_ms)
 		c->timeout_ms = timeout_ms < 0 ? -1 : timeout_ms;
 }
 
+void mfma_set_progress(mfma_client *c, mfma_progress_fn fn, void *user)
+{
+	if (!c)
+		return;
+	c->progress = fn;
+	c->progress_user = user;
+}
+
 const char *mfma_endpoint(const mfma_client *c)
 {
 	return c ? c->endpoint : "";
@@ -389,6 +397,8 @@ int client_send_frame(mfma_client *c, const uint8_t *buf, size_t len, uint64_t *
 			if (off == 0 && t_first)
 				*t_first = t;
 			off += (size_t)n;
+			if (c->progress)
+				c->progress(c->progress_user, off, len);
 			continue;
 		}
 		if (n < 0 && errno == EINTR)

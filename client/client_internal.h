@@ -29,6 +29,8 @@ struct mfma_client {
 	struct frame_reader rd;
 	struct client_pending *pend;
 	size_t npend, cap;
+	mfma_progress_fn progress;
+	void *progress_user;
 	int dead; /* 0, or the negative errno that broke the connection */
 	char dead_msg[MFMA_ERROR_MAX];
 	char conn_msg[MFMA_ERROR_MAX / 2]; /* last error the daemon sent with no id */

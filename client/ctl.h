@@ -27,6 +27,7 @@ struct ctl {
 	bool json;
 	int timeout_ms;       /* < 0: forever */
 	struct json j;        /* stdout, when json */
+	int progress_pct;     /* last percentage shown, -1: none */
 };
 
 /* Options every command accepts after its name as well as before it. */
@@ -57,6 +58,10 @@ int ctl_fail(struct ctl *ctl, const char *what, int rc, const struct mfma_error 
  * under --json); returns `code`. */
 int ctl_fail_local(struct ctl *ctl, int code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
+
+/* Shows the progress of sending a large request on stderr, when stderr is
+ * a terminal and the output is not JSON (submit and load use it). */
+void ctl_progress(struct ctl *ctl, mfma_client *client);
 
 /* Connects with the endpoint and timeout options; an exit code. */
 int ctl_connect(struct ctl *ctl, mfma_client **client);

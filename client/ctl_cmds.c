@@ -470,6 +470,7 @@ int ctl_cmd_load(struct ctl *ctl, int argc, char **argv)
 	mfma_client *c;
 	if ((rc = ctl_connect(ctl, &c)) != 0)
 		goto out;
+	ctl_progress(ctl, c);
 	struct mfma_load_result res;
 	struct mfma_error e;
 	if ((rc = mfma_load_weight(c, &args, &res, &e)) < 0) {

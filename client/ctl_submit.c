@@ -340,6 +340,7 @@ int ctl_cmd_submit(struct ctl *ctl, int argc, char **argv)
 
 	if ((rc = ctl_connect(ctl, &cl)) != 0)
 		goto out;
+	ctl_progress(ctl, cl);
 	if ((rc = mfma_gemm(cl, &args, &res, &e)) < 0) {
 		rc = ctl_fail(ctl, "submit", rc, &e);
 		goto out;

@@ -86,6 +86,14 @@ void mfma_close(mfma_client *client);
  * and a late response to it is discarded. */
 void mfma_set_timeout(mfma_client *client, int timeout_ms);
 
+/* Called while a request frame is written, after every chunk the socket
+ * takes: bytes of the frame sent so far and its total (the last call has
+ * sent == total).  For showing progress on large matrices; it runs in the
+ * calling thread, inside the call that sends, and must not use the
+ * client.  fn NULL removes it. */
+typedef void (*mfma_progress_fn)(void *user, uint64_t sent, uint64_t total);
+void mfma_set_progress(mfma_client *client, mfma_progress_fn fn, void *user);
+
 /* The endpoint this client connected to, as a string ("unix:/run/..."). */
 const char *mfma_endpoint(const mfma_client *client);
 

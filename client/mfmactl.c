@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ctl_util.h"
 
@@ -391,6 +392,37 @@ int ctl_fail_local(struct ctl *ctl, int code, const char *fmt, ...)
 	fprintf(stderr, "mfmactl: %s\n", msg);
 	json_error(ctl, -code, code == CTL_EXIT_USAGE ? "USAGE" : "LOCAL", msg);
 	return code;
+}
+
+/* Frames below this go too fast for a progress line to help. */
+#define CTL_PROGRESS_MIN (16u << 20)
+
+static void progress_cb(void *user, uint64_t sent, uint64_t total)
+{
+	struct ctl *ctl = user;
+	if (total < CTL_PROGRESS_MIN)
+		return;
+	if (sent >= total) {
+		if (ctl->progress_pct >= 0)
+			fputs("\r\033[K", stderr); /* erase the line */
+		ctl->progress_pct = -1;
+		return;
+	}
+	int pct = (int)(sent * 100 / total);
+	if (pct == ctl->progress_pct)
+		return;
+	char a[32], b[32];
+	ctl_format_bytes(sent, a, sizeof(a));
+	ctl_format_bytes(total, b, sizeof(b));
+	fprintf(stderr, "\rsending %s of %s (%d%%)\033[K", a, b, pct);
+	ctl->progress_pct = pct;
+}
+
+void ctl_progress(struct ctl *ctl, mfma_client *client)
+{
+	ctl->progress_pct = -1;
+	if (!ctl->json && isatty(STDERR_FILENO))
+		mfma_set_progress(client, progress_cb, ctl);
 }
 
 int ctl_connect(struct ctl *ctl, mfma_client **client)
