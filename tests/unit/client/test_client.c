@@ -32,8 +32,8 @@ struct fake {
 	pthread_t tid;
 	void (*script)(struct fake *f, int fd);
 	size_t big;       /* bytes of D in big answers */
-	int nreq;
 	int failed;       /* the script's own checks */
+	mfma_client *c;   /* the test's client, closed by the teardown */
 };
 
 static int read_full(int fd, void *buf, size_t len)
@@ -157,11 +157,17 @@ static void *fake_main(void *arg)
 	return NULL;
 }
 
-static void fake_start(struct fake *f, void (*script)(struct fake *, int))
+/* Starts a fake daemon running `script` on its first connection; the
+ * teardown stops it, also when an assertion ended the test early. */
+static struct fake *fake_start(void **state, void (*script)(struct fake *, int), size_t big)
 {
+	struct fake *f = calloc(1, sizeof(*f));
+	assert_non_null(f);
 	f->script = script;
+	f->big = big;
 	snprintf(f->dir, sizeof(f->dir), "/tmp/mfma-client-test-XXXXXX");
 	assert_non_null(mkdtemp(f->dir));
+	*state = f;
 	snprintf(f->path, sizeof(f->path), "%s/fake.sock", f->dir);
 	snprintf(f->endpoint, sizeof(f->endpoint), "unix:%s", f->path);
 	f->lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -171,15 +177,26 @@ static void fake_start(struct fake *f, void (*script)(struct fake *, int))
 	assert_int_equal(bind(f->lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
 	assert_int_equal(listen(f->lfd, 4), 0);
 	assert_int_equal(pthread_create(&f->tid, NULL, fake_main, f), 0);
+	return f;
 }
 
-static void fake_stop(struct fake *f)
+static int fake_teardown(void **state)
 {
+	struct fake *f = *state;
+	if (!f)
+		return 0;
+	/* Closing the client ends the script's reads and writes; shutting
+	 * the listener down ends an accept() that never got a client. */
+	mfma_close(f->c);
+	shutdown(f->lfd, SHUT_RDWR);
 	pthread_join(f->tid, NULL);
 	close(f->lfd);
 	unlink(f->path);
 	rmdir(f->dir);
-	assert_int_equal(f->failed, 0);
+	int failed = f->failed;
+	free(f);
+	*state = NULL;
+	return failed ? -1 : 0;
 }
 
 static void args_for(struct mfma_gemm_args *a, const float *data, uint32_t rows, uint32_t cols)
@@ -217,14 +234,12 @@ static void script_reverse(struct fake *f, int fd)
 
 static void test_out_of_order(void **state)
 {
-	(void)state;
-	struct fake f = { 0 };
-	fake_start(&f, script_reverse);
-	mfma_client *c;
+	struct fake *f = fake_start(state, script_reverse, 0);
 	struct mfma_error err;
-	assert_int_equal(mfma_connect(f.endpoint, &c, &err), 0);
+	assert_int_equal(mfma_connect(f->endpoint, &f->c, &err), 0);
+	mfma_client *c = f->c;
 	assert_int_equal(err.code, 0);
-	assert_string_equal(mfma_endpoint(c), f.endpoint);
+	assert_string_equal(mfma_endpoint(c), f->endpoint);
 	float data[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
 	struct mfma_gemm_args a;
 	args_for(&a, data, 2, 4);
@@ -267,8 +282,6 @@ static void test_out_of_order(void **state)
 	assert_int_equal(mfma_wait(c, MFMA_ANY, 0, &done, &r, &err), -ENOENT);
 	assert_int_equal(err.code, -ENOENT);
 	assert_int_equal(mfma_wait(c, ids[0], 0, &done, &r, &err), -ENOENT);
-	mfma_close(c);
-	fake_stop(&f);
 }
 
 /* ---- big answers while the client still sends ---- */
@@ -293,16 +306,32 @@ static void script_big(struct fake *f, int fd)
 	}
 }
 
+struct progress {
+	uint64_t calls, last_sent, last_total, frames;
+	int backwards;
+};
+
+static void on_progress(void *user, uint64_t sent, uint64_t total)
+{
+	struct progress *p = user;
+	if (p->calls && p->last_sent < p->last_total && (sent < p->last_sent || total != p->last_total))
+		p->backwards++;
+	p->calls++;
+	p->last_sent = sent;
+	p->last_total = total;
+	p->frames += sent == total;
+}
+
 static void test_no_deadlock_with_large_frames(void **state)
 {
-	(void)state;
-	struct fake f = { .big = 1u << 20 };
-	fake_start(&f, script_big);
-	mfma_client *c;
+	struct fake *f = fake_start(state, script_big, 1u << 20);
 	struct mfma_error err;
-	assert_int_equal(mfma_connect(f.endpoint, &c, &err), 0);
+	assert_int_equal(mfma_connect(f->endpoint, &f->c, &err), 0);
+	mfma_client *c = f->c;
 	/* A deadlock turns into a timeout and a failed test, not a hang. */
 	mfma_set_timeout(c, 20000);
+	struct progress prog = { 0 };
+	mfma_set_progress(c, on_progress, &prog);
 	size_t n = (1u << 20) / 4;
 	float *data = calloc(n, sizeof(float));
 	assert_non_null(data);
@@ -313,18 +342,22 @@ static void test_no_deadlock_with_large_frames(void **state)
 		if (mfma_gemm_submit(c, &a, &ids[i], &err) != 0)
 			fail_msg("submit %d: %s", i, err.message);
 	}
+	/* Every frame reported up to its end, monotonically, in pieces (it
+	 * is larger than the socket buffer). */
+	assert_int_equal(prog.frames, NBIG);
+	assert_int_equal(prog.backwards, 0);
+	assert_true(prog.calls > 2 * NBIG);
+	assert_true(prog.last_total > (1u << 20));
 	for (int i = 0; i < NBIG; i++) {
 		struct mfma_gemm_result r;
 		uint64_t done;
 		assert_int_equal(mfma_wait(c, MFMA_ANY, 20000, &done, &r, &err), 0);
 		assert_true(done == ids[i]); /* answered in order */
-		assert_int_equal(r.d.bytes, f.big);
+		assert_int_equal(r.d.bytes, f->big);
 		assert_true(((const float *)r.d.data)[r.d.bytes / 4 - 1] == (float)done);
 		mfma_gemm_result_free(&r);
 	}
 	free(data);
-	mfma_close(c);
-	fake_stop(&f);
 }
 
 /* ---- daemon errors and a broken connection ---- */
@@ -361,12 +394,10 @@ out:
 
 static void test_errors(void **state)
 {
-	(void)state;
-	struct fake f = { 0 };
-	fake_start(&f, script_errors);
-	mfma_client *c;
+	struct fake *f = fake_start(state, script_errors, 0);
 	struct mfma_error err;
-	assert_int_equal(mfma_connect(f.endpoint, &c, &err), 0);
+	assert_int_equal(mfma_connect(f->endpoint, &f->c, &err), 0);
+	mfma_client *c = f->c;
 	mfma_set_timeout(c, 10000);
 	float data[4] = { 1, 2, 3, 4 };
 	struct mfma_gemm_args a;
@@ -408,8 +439,6 @@ static void test_errors(void **state)
 	/* And every later call fails the same way. */
 	assert_int_equal(mfma_status(c, &(struct mfma_status){ 0 }, &err), -ECONNRESET);
 	assert_int_equal(mfma_gemm_submit(c, &a, &id1, &err), -ECONNRESET);
-	mfma_close(c);
-	fake_stop(&f);
 }
 
 /* ---- timeouts ---- */
@@ -438,26 +467,21 @@ static void script_idle(struct fake *f, int fd)
 
 static void test_timeout(void **state)
 {
-	(void)state;
-	struct fake f = { 0 };
-	fake_start(&f, script_silent);
-	mfma_client *c;
+	struct fake *f = fake_start(state, script_silent, 0);
 	struct mfma_error err;
-	assert_int_equal(mfma_connect(f.endpoint, &c, &err), 0);
+	assert_int_equal(mfma_connect(f->endpoint, &f->c, &err), 0);
+	mfma_client *c = f->c;
 	mfma_set_timeout(c, 100);
 	assert_int_equal(mfma_ping(c, NULL, 0, NULL, &err), -ETIMEDOUT);
 	assert_non_null(strstr(err.message, "within 100 ms"));
 	/* The timed-out request is not one the caller can wait for. */
 	assert_int_equal(mfma_in_flight(c), 0);
-	mfma_close(c);
-	fake_stop(&f);
 }
 
 /* ---- arguments and endpoints ---- */
 
 static void test_arguments(void **state)
 {
-	(void)state;
 	mfma_client *c = (mfma_client *)1;
 	struct mfma_error err;
 	int rc = mfma_connect("unix:/nonexistent-dir/mfmad.sock", &c, &err);
@@ -481,9 +505,9 @@ static void test_arguments(void **state)
 	assert_true(a.alpha == b.alpha && a.beta == b.beta && a.device == b.device);
 	assert_true(b.alpha == 1.0f && b.device == -1);
 
-	struct fake f = { 0 };
-	fake_start(&f, script_idle);
-	assert_int_equal(mfma_connect(f.endpoint, &c, &err), 0);
+	struct fake *f = fake_start(state, script_idle, 0);
+	assert_int_equal(mfma_connect(f->endpoint, &f->c, &err), 0);
+	c = f->c;
 	float x = 1;
 	b.a.dense = (struct mfma_matrix){ 1, 1, MFMA_DT_F32, NULL, 4 };
 	b.b = (struct mfma_matrix){ 1, 1, MFMA_DT_F32, &x, 4 };
@@ -508,8 +532,6 @@ static void test_arguments(void **state)
 	assert_non_null(strstr(err.message, "cannot be loaded from another weight"));
 	assert_int_equal(mfma_unload_weight(c, "", &err), -EINVAL);
 	assert_int_equal(mfma_in_flight(c), 0);
-	mfma_close(c);
-	fake_stop(&f);
 
 	/* Destructors take NULL and zeroed structs. */
 	mfma_close(NULL);
@@ -524,11 +546,11 @@ static void test_arguments(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_out_of_order),
-		cmocka_unit_test(test_no_deadlock_with_large_frames),
-		cmocka_unit_test(test_errors),
-		cmocka_unit_test(test_timeout),
-		cmocka_unit_test(test_arguments),
+		cmocka_unit_test_teardown(test_out_of_order, fake_teardown),
+		cmocka_unit_test_teardown(test_no_deadlock_with_large_frames, fake_teardown),
+		cmocka_unit_test_teardown(test_errors, fake_teardown),
+		cmocka_unit_test_teardown(test_timeout, fake_teardown),
+		cmocka_unit_test_teardown(test_arguments, fake_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
