@@ -21,6 +21,7 @@
 
 #include "amd_emu.h"
 #include "amd_kernels.h"
+#include "amd_testdata.h"
 #include "amd_lanes.h"
 #include "amd_model.h"
 #include "cpu_gemm.h"
@@ -106,45 +107,6 @@ static void say(const struct expect *x, const char *what)
 		      x->source ? x->source : "");
 }
 
-static unsigned rnd(unsigned *s)
-{
-	*s = *s * 1103515245u + 12345u;
-	return (*s >> 8) & 0xffffffu;
-}
-
-/* A random non-zero element of dtype t at p[i]. */
-static void put_random(void *p, enum mfma_dtype t, size_t i, unsigned *s)
-{
-	for (;;) {
-		float f = (float)((int)(rnd(s) % 2001) - 1000) / 1000.0f;
-		switch (t) {
-		case MFMA_DT_F16: ((uint16_t *)p)[i] = mfma_f32_to_f16(f); break;
-		case MFMA_DT_BF16: ((uint16_t *)p)[i] = mfma_f32_to_bf16(f); break;
-		case MFMA_DT_F32: ((float *)p)[i] = f; break;
-		case MFMA_DT_I32: ((int32_t *)p)[i] = (int32_t)(rnd(s) % 20001) - 10000; break;
-		default: ((int8_t *)p)[i] = (int8_t)(rnd(s) & 0xffu); break;
-		}
-		if (mfma_load_f64(p, t, i) != 0.0)
-			return;
-	}
-}
-
-/* A dense rows x k matrix with a random 2:4 pattern: each group of 4 keeps
- * two random positions (of all six pairs), sometimes one or none. */
-static void random_24(void *d, enum mfma_dtype t, size_t rows, size_t k, unsigned *s)
-{
-	memset(d, 0, rows * k * mfma_dtype_size(t));
-	for (size_t r = 0; r < rows; r++)
-		for (size_t g = 0; g < k / 4; g++) {
-			unsigned u = rnd(s) % 10, keep = u < 8 ? 2 : u < 9 ? 1 : 0;
-			unsigned p0 = rnd(s) % 4, p1 = (p0 + 1 + rnd(s) % 3) % 4;
-			if (keep >= 1)
-				put_random(d, t, r * k + 4 * g + p0, s);
-			if (keep == 2)
-				put_random(d, t, r * k + 4 * g + p1, s);
-		}
-}
-
 /* ---- Which instruction each (arch, dtype, sparsity) runs ---- */
 
 static void test_instruction_choice(void **state)
@@ -180,14 +142,14 @@ static void one_instruction(const struct expect *x, unsigned *s)
 	uint8_t a[16 * 64 * 2], av[16 * 32 * 2], b[64 * 16 * 2];
 	uint32_t meta[16 * 2];
 	if (c.smfmac) {
-		random_24(a, t, 16, ki, s);
+		td_random_24(a, t, 16, ki, s);
 		assert_int_equal(sparse24_compress(a, t, 16, ki, av, meta, NULL, NULL), 0);
 	} else {
 		for (unsigned i = 0; i < 16 * ki; i++)
-			put_random(a, t, i, s);
+			td_put_random(a, t, i, s);
 	}
 	for (unsigned i = 0; i < ki * 16; i++)
-		put_random(b, t, i, s);
+		td_put_random(b, t, i, s);
 
 	uint32_t ra[EMU_LANES][EMU_A_REGS] = { { 0 } }, rb[EMU_LANES][EMU_B_REGS] = { { 0 } };
 	uint32_t idx[EMU_LANES] = { 0 }, acc[EMU_LANES][4] = { { 0 } };
@@ -254,7 +216,6 @@ static void test_index_not_constant(void **state)
 	assert_non_null(x);
 	struct emu_instr ins;
 	load(x, &ins);
-	struct amd_cfg c = amd_cfg_get(x->arch, x->elem, true);
 	uint32_t ra[EMU_LANES][EMU_A_REGS], rb[EMU_LANES][EMU_B_REGS], idx[EMU_LANES];
 	uint32_t acc1[EMU_LANES][4] = { { 0 } }, acc2[EMU_LANES][4] = { { 0 } };
 	unsigned s = 99;
@@ -262,7 +223,7 @@ static void test_index_not_constant(void **state)
 		for (unsigned r = 0; r < EMU_A_REGS; r++)
 			ra[l][r] = 0x3c003c00u; /* 1.0, 1.0 */
 		for (unsigned r = 0; r < EMU_B_REGS; r++)
-			rb[l][r] = (rnd(&s) & 0x03ff03ffu) | 0x38003800u; /* random in [0.5, 1) */
+			rb[l][r] = (td_rand(&s) & 0x03ff03ffu) | 0x38003800u; /* random in [0.5, 1) */
 	}
 	/* Per-lane pairs (1, 3) versus the constant 0x88 = (0, 2) (0, 2). */
 	for (unsigned l = 0; l < EMU_LANES; l++)
@@ -276,7 +237,6 @@ static void test_index_not_constant(void **state)
 	/* And an unordered pair is refused, as the hardware does not define it. */
 	idx[5] = 0x0f; /* (3, 3) */
 	assert_int_equal(emu_run(&ins, ra, rb, idx, acc2, err, sizeof(err)), -EINVAL);
-	(void)c;
 	emu_free(&ins);
 }
 
@@ -319,19 +279,19 @@ static void one_gemm(const struct expect *x, const struct emu_instr *ins, struct
 	double *ref = malloc((size_t)sh.m * sh.n * sizeof(double) + 1);
 	assert_true(dense && vals && meta && b && c && d && ref);
 	if (x->sparse) {
-		random_24(dense, t, sh.m, sh.k, s);
+		td_random_24(dense, t, sh.m, sh.k, s);
 		assert_int_equal(sparse24_compress(dense, t, sh.m, sh.k, vals, meta, NULL, NULL), 0);
 		g.a = vals;
 		g.a_meta = meta;
 	} else {
 		for (size_t i = 0; i < (size_t)sh.m * sh.k; i++)
-			put_random(dense, t, i, s);
+			td_put_random(dense, t, i, s);
 		g.a = dense;
 	}
 	for (size_t i = 0; i < (size_t)sh.k * sh.n; i++)
-		put_random(b, t, i, s);
+		td_put_random(b, t, i, s);
 	for (size_t i = 0; i < (size_t)sh.m * sh.n; i++)
-		put_random(c, g.out_dtype, i, s);
+		td_put_random(c, g.out_dtype, i, s);
 	memset(d, 0xee, (size_t)sh.m * sh.n * os);
 	g.b = b;
 	g.c = g.beta != 0.0f ? c : NULL;
@@ -376,8 +336,8 @@ static void gemms_for_arch(enum amd_arch arch)
 		for (size_t j = 0; j < sizeof(shapes) / sizeof(shapes[0]); j++)
 			one_gemm(x, &ins, shapes[j], &s, (int)(j % 3));
 		/* And one random shape. */
-		struct shape r = { 1 + rnd(&s) % 200, 1 + rnd(&s) % 200, 4 * (1 + rnd(&s) % 40) };
-		one_gemm(x, &ins, r, &s, (int)(rnd(&s) % 3));
+		struct shape r = { 1 + td_rand(&s) % 200, 1 + td_rand(&s) % 200, 4 * (1 + td_rand(&s) % 40) };
+		one_gemm(x, &ins, r, &s, (int)(td_rand(&s) % 3));
 		say(x, "whole GEMMs");
 		emu_free(&ins);
 	}

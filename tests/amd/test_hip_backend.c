@@ -20,6 +20,7 @@
 #include <cmocka.h>
 
 #include "amd_kernels.h"
+#include "amd_testdata.h"
 #include "backend.h"
 #include "cpu_gemm.h"
 #include "sparse24.h"
@@ -93,45 +94,11 @@ static void test_probe(void **state)
 
 /* ---- On a real device ---- */
 
-static unsigned rnd(unsigned *s)
-{
-	*s = *s * 1103515245u + 12345u;
-	return (*s >> 8) & 0xffffffu;
-}
-
-static void put_random(void *p, enum mfma_dtype t, size_t i, unsigned *s)
-{
-	for (;;) {
-		float f = (float)((int)(rnd(s) % 2001) - 1000) / 1000.0f;
-		switch (t) {
-		case MFMA_DT_F16: ((uint16_t *)p)[i] = mfma_f32_to_f16(f); break;
-		case MFMA_DT_BF16: ((uint16_t *)p)[i] = mfma_f32_to_bf16(f); break;
-		case MFMA_DT_F32: ((float *)p)[i] = f; break;
-		case MFMA_DT_I32: ((int32_t *)p)[i] = (int32_t)(rnd(s) % 20001) - 10000; break;
-		default: ((int8_t *)p)[i] = (int8_t)(rnd(s) & 0xffu); break;
-		}
-		if (mfma_load_f64(p, t, i) != 0.0)
-			return;
-	}
-}
-
-static void random_24(void *d, enum mfma_dtype t, size_t rows, size_t k, unsigned *s)
-{
-	memset(d, 0, rows * k * mfma_dtype_size(t));
-	for (size_t r = 0; r < rows; r++)
-		for (size_t g = 0; g < k / 4; g++) {
-			unsigned p0 = rnd(s) % 4, p1 = (p0 + 1 + rnd(s) % 3) % 4;
-			put_random(d, t, r * k + 4 * g + p0, s);
-			if (rnd(s) % 8)
-				put_random(d, t, r * k + 4 * g + p1, s);
-		}
-}
-
 static void device_gemm(void *dev, enum mfma_dtype t, bool sparse, bool resident, uint32_t m,
 			uint32_t n, uint32_t k, unsigned *s)
 {
 	size_t es = mfma_dtype_size(t);
-	enum mfma_dtype out = t == MFMA_DT_I8 ? MFMA_DT_I32 : (rnd(s) % 2 ? t : MFMA_DT_F32);
+	enum mfma_dtype out = t == MFMA_DT_I8 ? MFMA_DT_I32 : (td_rand(s) % 2 ? t : MFMA_DT_F32);
 	size_t os = mfma_dtype_size(out);
 	void *dense = malloc((size_t)m * k * es + 1), *vals = malloc((size_t)m * k * es + 1);
 	uint32_t *meta = malloc((size_t)m * sparse24_meta_words(k) * 4 + 4);
@@ -141,21 +108,21 @@ static void device_gemm(void *dev, enum mfma_dtype t, bool sparse, bool resident
 	assert_true(dense && vals && meta && b && c && d && ref);
 	struct mfma_gemm g = { .m = m, .n = n, .k = k, .in_dtype = t, .out_dtype = out,
 			       .alpha = t == MFMA_DT_I8 ? 1.0f : 1.5f,
-			       .beta = rnd(s) % 2 ? 1.0f : 0.0f, .a_sparse = sparse };
+			       .beta = td_rand(s) % 2 ? 1.0f : 0.0f, .a_sparse = sparse };
 	if (sparse) {
-		random_24(dense, t, m, k, s);
+		td_random_24(dense, t, m, k, s);
 		assert_int_equal(sparse24_compress(dense, t, m, k, vals, meta, NULL, NULL), 0);
 		g.a = vals;
 		g.a_meta = meta;
 	} else {
 		for (size_t i = 0; i < (size_t)m * k; i++)
-			put_random(dense, t, i, s);
+			td_put_random(dense, t, i, s);
 		g.a = dense;
 	}
 	for (size_t i = 0; i < (size_t)k * n; i++)
-		put_random(b, t, i, s);
+		td_put_random(b, t, i, s);
 	for (size_t i = 0; i < (size_t)m * n; i++)
-		put_random(c, out, i, s);
+		td_put_random(c, out, i, s);
 	g.b = b;
 	g.c = g.beta != 0.0f ? c : NULL;
 	g.d = d;
