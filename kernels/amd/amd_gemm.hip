@@ -115,9 +115,9 @@ DEVICE u32x4 load_chunk(gcbyte *base, uint32_t rows, uint32_t cols, uint64_t row
 
 /* What one thread carries from global memory to LDS per stage. */
 struct stage_regs {
-	u32x4 a[2];
-	u32x4 b[4];
-	uint32_t a_nib[2]; /* expansion: the nibbles of each A chunk */
+	u32x4 a[AMD_MAX_A_CHUNKS];
+	u32x4 b[AMD_MAX_B_CHUNKS];
+	uint32_t a_nib[AMD_MAX_A_CHUNKS]; /* expansion: the nibbles of each A chunk */
 	uint32_t meta;
 };
 

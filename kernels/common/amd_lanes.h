@@ -37,8 +37,10 @@ extern "C" {
 #define AMD_WAVE_N 64
 #define AMD_TILES 4  /* 16x16 tiles per wave along M and along N */
 #define AMD_CHUNK 16 /* bytes per global load, and the LDS swizzle unit */
-#define AMD_MAX_A_REGS 4
+#define AMD_MAX_A_REGS 4   /* 32-bit registers of a lane's A operand */
 #define AMD_MAX_B_REGS 8
+#define AMD_MAX_A_CHUNKS 2 /* 16-byte A chunks one thread copies per stage */
+#define AMD_MAX_B_CHUNKS 4
 
 enum amd_arch { AMD_GFX908, AMD_GFX90A, AMD_GFX942, AMD_GFX950, AMD_NARCH };
 

@@ -121,6 +121,16 @@ static void test_instruction_choice(void **state)
 		assert_int_equal(c.smfmac, x->sparse && smfmac_arch);
 		assert_int_equal(c.expand, x->sparse && !smfmac_arch);
 		assert_int_equal(c.bk % c.ki, 0);
+		/* What the device code sizes its register arrays by. */
+		unsigned row, col;
+		assert_true(amd_frag_a(&c, 0, &row, &col) * c.es <= AMD_MAX_A_REGS * 4);
+		assert_true(c.ki / 4 * c.es <= AMD_MAX_B_REGS * 4);
+		assert_true(amd_a_chunks_per_thread(&c) >= 1);
+		assert_true(amd_a_chunks_per_thread(&c) <= AMD_MAX_A_CHUNKS);
+		assert_true(amd_b_chunks_per_thread(&c) <= AMD_MAX_B_CHUNKS);
+		assert_int_equal(AMD_BM * amd_a_chunks_per_row(&c) % AMD_THREADS, 0);
+		assert_int_equal(c.bk * amd_b_chunks_per_row(&c) % AMD_THREADS, 0);
+		assert_true(amd_meta_words(&c) <= AMD_THREADS);
 	}
 }
 
