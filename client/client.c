@@ -438,8 +438,8 @@ int client_send_frame(mfma_client *c, const uint8_t *buf, size_t len, uint64_t *
 }
 
 /* Finds a pending request that is ready: `id`, or the oldest arrival of a
- * submitted one for MFMA_ANY. */
-static struct client_pending *ready(mfma_client *c, uint64_t id, bool user_only)
+ * submitted one for MFMA_ANY (blocking calls' answers are theirs). */
+static struct client_pending *ready(mfma_client *c, uint64_t id)
 {
 	struct client_pending *best = NULL;
 	if (id != MFMA_ANY) {
@@ -448,7 +448,7 @@ static struct client_pending *ready(mfma_client *c, uint64_t id, bool user_only)
 	}
 	for (size_t i = 0; i < c->npend; i++) {
 		struct client_pending *p = &c->pend[i];
-		if (p->resp && (!user_only || p->user) && (!best || p->seq < best->seq))
+		if (p->resp && p->user && (!best || p->seq < best->seq))
 			best = p;
 	}
 	return best;
@@ -459,7 +459,7 @@ int client_wait(mfma_client *c, uint64_t id, int timeout_ms, struct client_pendi
 {
 	uint64_t deadline = client_deadline(timeout_ms);
 	for (;;) {
-		struct client_pending *p = ready(c, id, true);
+		struct client_pending *p = ready(c, id);
 		if (p) {
 			*out = p;
 			return 0;
@@ -480,7 +480,7 @@ int client_wait(mfma_client *c, uint64_t id, int timeout_ms, struct client_pendi
 			rc = read_available(c, err);
 			if (rc < 0)
 				return rc;
-			p = ready(c, id, true);
+			p = ready(c, id);
 			if (p) {
 				*out = p;
 				return 0;

@@ -31,6 +31,7 @@ struct bench_conn {
 	const struct mfma_gemm_args *args;
 	pthread_barrier_t *start;
 	uint64_t warmup, requests, slots;
+	int timeout_ms;
 	/* results */
 	uint64_t *lat;
 	size_t nlat;
@@ -90,7 +91,7 @@ static void *bench_thread(void *arg)
 		if (bc->fatal)
 			break;
 		uint64_t id;
-		rc = mfma_wait(bc->c, MFMA_ANY, -1, &id, &r, &e);
+		rc = mfma_wait(bc->c, MFMA_ANY, bc->timeout_ms, &id, &r, &e);
 		if (rc < 0) {
 			note_error(bc, rc, &e);
 			if (!bc->fatal)
@@ -423,6 +424,7 @@ int ctl_cmd_bench(struct ctl *ctl, int argc, char **argv)
 		x->args = &args;
 		x->start = &start;
 		x->warmup = o.warmup;
+		x->timeout_ms = ctl->timeout_ms;
 		x->requests = o.requests / o.connections + (i < o.requests % o.connections);
 		x->slots = o.concurrency / o.connections + (i < o.concurrency % o.connections);
 		x->lat = malloc((x->requests ? x->requests : 1) * sizeof(*x->lat));
