@@ -34,8 +34,10 @@
 #include "sparse24.h"
 
 /* Rows of A per block and the widest column block: W is BLK_MC x BLK_NC
- * 4-byte elements (128 KiB), well inside L2. */
-#define BLK_MC 64
+ * 4-byte elements (256 KiB), inside L2 with room for the A rows.  Each
+ * block of rows streams the packed B once from L3, so taller blocks mean
+ * less of that traffic. */
+#define BLK_MC 128
 #define BLK_NC 512
 /* Cap on one packed B buffer (K x nc elements), in elements. */
 #define BLK_B_MAX ((size_t)4 << 20)
