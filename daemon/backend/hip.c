@@ -114,6 +114,9 @@ static int hip_probe(const struct backend_config *cfg, char *err, size_t errlen)
 		s->mem_total = p.totalGlobalMem;
 		nslots++;
 	}
+	if (nslots == 0 && count > 0)
+		snprintf(err, errlen, "hip: %d device(s), none of an arch with kernels in this build",
+			 count);
 	return nslots;
 }
 
