@@ -380,6 +380,25 @@ static uint64_t client_deadline(int timeout_ms)
 	return client_now_ns() + (uint64_t)timeout_ms * 1000000ull + 1;
 }
 
+/* Waits for `events` on the socket until the deadline: 1 when one came
+ * (revents in *revents), 0 at the deadline, or a negative errno (the
+ * connection is then dead). */
+static int wait_socket(mfma_client *c, short events, uint64_t deadline, short *revents,
+		       struct mfma_error *err)
+{
+	for (;;) {
+		struct pollfd pfd = { .fd = c->fd, .events = events };
+		int to = poll_ms(deadline);
+		int pr = to == 0 ? 0 : poll(&pfd, 1, to);
+		if (pr < 0 && errno == EINTR)
+			continue;
+		if (pr < 0)
+			return client_die(c, -errno, err, "poll: %s", strerror(errno));
+		*revents = pfd.revents;
+		return pr;
+	}
+}
+
 int client_send_frame(mfma_client *c, const uint8_t *buf, size_t len, uint64_t *t_first,
 		      struct mfma_error *err)
 {
@@ -409,13 +428,10 @@ int client_send_frame(mfma_client *c, const uint8_t *buf, size_t len, uint64_t *
 		/* The socket is full: wait for room, and drain answers meanwhile
 		 * so that the daemon, which may be blocked writing them, goes on
 		 * reading our frame. */
-		struct pollfd pfd = { .fd = c->fd, .events = POLLIN | POLLOUT };
-		int to = poll_ms(deadline);
-		int pr = to == 0 ? 0 : poll(&pfd, 1, to);
-		if (pr < 0 && errno == EINTR)
-			continue;
+		short revents = 0;
+		int pr = wait_socket(c, POLLIN | POLLOUT, deadline, &revents, err);
 		if (pr < 0)
-			return client_die(c, -errno, err, "poll: %s", strerror(errno));
+			return pr;
 		if (pr == 0) {
 			if (off == 0)
 				return client_fail(err, -ETIMEDOUT,
@@ -428,7 +444,7 @@ int client_send_frame(mfma_client *c, const uint8_t *buf, size_t len, uint64_t *
 					  "request to %s; connection abandoned",
 					  c->timeout_ms, len, c->endpoint);
 		}
-		if (pfd.revents & (POLLIN | POLLHUP | POLLERR)) {
+		if (revents & (POLLIN | POLLHUP | POLLERR)) {
 			rc = read_available(c, err);
 			if (rc < 0)
 				return rc;
@@ -467,13 +483,10 @@ int client_wait(mfma_client *c, uint64_t id, int timeout_ms, struct client_pendi
 		int rc = client_check_alive(c, err);
 		if (rc < 0)
 			return rc;
-		struct pollfd pfd = { .fd = c->fd, .events = POLLIN };
-		int to = poll_ms(deadline);
-		int pr = to == 0 ? 0 : poll(&pfd, 1, to);
-		if (pr < 0 && errno == EINTR)
-			continue;
+		short revents;
+		int pr = wait_socket(c, POLLIN, deadline, &revents, err);
 		if (pr < 0)
-			return client_die(c, -errno, err, "poll: %s", strerror(errno));
+			return pr;
 		if (pr == 0) {
 			/* One last non-blocking look: a timeout of 0 means
 			 * "whatever has arrived already". */

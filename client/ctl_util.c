@@ -128,36 +128,34 @@ int ctl_parse_sparse(const char *what, const char *s, enum ctl_sparse *out, char
 	return fail(err, errlen, "%s '%s': expected validate, prune or packed", what, s ? s : "");
 }
 
+/* v in `base`, scaled by `step` into units[] while it is that large; three
+ * significant digits. */
+static void format_scaled(uint64_t v, double step, const char *base, const char *const *units,
+			  size_t nunits, char *buf, size_t len)
+{
+	if ((double)v < step) {
+		snprintf(buf, len, "%llu %s", (unsigned long long)v, base);
+		return;
+	}
+	double x = (double)v / step;
+	size_t u = 0;
+	while (x >= step && u + 1 < nunits) {
+		x /= step;
+		u++;
+	}
+	snprintf(buf, len, x < 10 ? "%.2f %s" : x < 100 ? "%.1f %s" : "%.0f %s", x, units[u]);
+}
+
 void ctl_format_bytes(uint64_t b, char *buf, size_t len)
 {
 	static const char *const units[] = { "KiB", "MiB", "GiB", "TiB", "PiB" };
-	if (b < 1024) {
-		snprintf(buf, len, "%llu B", (unsigned long long)b);
-		return;
-	}
-	double v = (double)b / 1024.0;
-	size_t u = 0;
-	while (v >= 1024.0 && u + 1 < sizeof(units) / sizeof(units[0])) {
-		v /= 1024.0;
-		u++;
-	}
-	snprintf(buf, len, v < 10 ? "%.2f %s" : v < 100 ? "%.1f %s" : "%.0f %s", v, units[u]);
+	format_scaled(b, 1024.0, "B", units, sizeof(units) / sizeof(units[0]), buf, len);
 }
 
 void ctl_format_ns(uint64_t ns, char *buf, size_t len)
 {
-	if (ns < 1000) {
-		snprintf(buf, len, "%llu ns", (unsigned long long)ns);
-		return;
-	}
 	static const char *const units[] = { "us", "ms", "s" };
-	double v = (double)ns / 1000.0;
-	size_t u = 0;
-	while (v >= 1000.0 && u + 1 < sizeof(units) / sizeof(units[0])) {
-		v /= 1000.0;
-		u++;
-	}
-	snprintf(buf, len, v < 10 ? "%.2f %s" : v < 100 ? "%.1f %s" : "%.0f %s", v, units[u]);
+	format_scaled(ns, 1000.0, "ns", units, sizeof(units) / sizeof(units[0]), buf, len);
 }
 
 void ctl_format_uptime(uint64_t ns, char *buf, size_t len)

@@ -19,7 +19,24 @@
  *   by the library until the matching *_free() call, which accepts NULL
  *   and zeroed structs.
  *
- * Build with `pkg-config --cflags --libs mfmaclient`. */
+ * Build with `pkg-config --cflags --libs mfmaclient`.  In short:
+ *
+ *   mfma_client *c;
+ *   struct mfma_error err;
+ *   if (mfma_connect(NULL, &c, &err) < 0)          // $MFMA_ENDPOINT or the default socket
+ *           die(err.message);
+ *   struct mfma_gemm_args g;
+ *   mfma_gemm_args_init(&g);                        // alpha 1, beta 0, any device
+ *   g.a.kind = MFMA_OPERAND_DENSE;
+ *   g.a.dense = (struct mfma_matrix){ M, K, MFMA_DT_F16, a, M * K * 2 };
+ *   g.a.sparsity = MFMA_SPARSITY_PRUNE_24;         // optional: 2:4 on the daemon
+ *   g.b = (struct mfma_matrix){ K, N, MFMA_DT_F16, b, K * N * 2 };
+ *   struct mfma_gemm_result r;
+ *   if (mfma_gemm(c, &g, &r, &err) < 0)             // or mfma_gemm_submit + mfma_wait
+ *           die(err.message);
+ *   use(r.d.data);                                  // M x N f32, r.timing.kernel_ns ...
+ *   mfma_gemm_result_free(&r);
+ *   mfma_close(c); */
 #ifndef MFMA_CLIENT_H
 #define MFMA_CLIENT_H
 
