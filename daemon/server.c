@@ -423,8 +423,21 @@ static void handle_gemm(struct daemon *d, struct conn *c, Mfma__V1__Request *req
 		goto fail;
 	}
 	bool ok[STATS_MAX_DEVICES];
-	for (int i = 0; i < d->ndev; i++)
-		ok[i] = !w || w->resident[i];
+	int capable = 0;
+	for (int i = 0; i < d->ndev; i++) {
+		ok[i] = (!w || w->resident[i]) &&
+			backend_runs(&d->dev[i].info, j->plan.g.in_dtype, j->plan.g.a_sparse);
+		capable += backend_runs(&d->dev[i].info, j->plan.g.in_dtype, j->plan.g.a_sparse);
+	}
+	if (capable == 0) {
+		code = MFMA__V1__CODE__UNAVAILABLE;
+		snprintf(err, sizeof(err),
+			 "no device here runs %s GEMMs with a %s A (see mfmactl status for each "
+			 "device's variants; cpu.enabled = true adds the CPU, which runs every dtype)",
+			 mfma_dtype_name(j->plan.g.in_dtype), j->plan.g.a_sparse ? "2:4" : "dense");
+		free(j);
+		goto fail;
+	}
 	int dev;
 	if (g->has_device && g->device >= 0) {
 		if (g->device >= d->ndev) {
@@ -434,8 +447,14 @@ static void handle_gemm(struct daemon *d, struct conn *c, Mfma__V1__Request *req
 			goto fail;
 		}
 		if (!ok[g->device]) {
-			snprintf(err, sizeof(err), "weight '%s' is not resident on device %d", w->name,
-				 g->device);
+			if (w && !w->resident[g->device])
+				snprintf(err, sizeof(err), "weight '%s' is not resident on device %d",
+					 w->name, g->device);
+			else
+				snprintf(err, sizeof(err), "device %d (%s %s) has no kernel for %s GEMMs "
+					 "with a %s A", g->device, d->dev[g->device].ops->name,
+					 d->dev[g->device].info.arch, mfma_dtype_name(j->plan.g.in_dtype),
+					 j->plan.g.a_sparse ? "2:4" : "dense");
 			free(j);
 			goto fail;
 		}

@@ -339,7 +339,7 @@ void weights_handle_load(struct daemon *d, struct conn *c, Mfma__V1__Request *re
 	int ntarget = 0;
 	for (int i = 0; i < d->ndev; i++) {
 		bool want = lw->device < 0 || lw->device == i;
-		if (!want || d->dev[i].open_rc < 0)
+		if (!want || d->dev[i].open_rc < 0 || !backend_runs(&d->dev[i].info, dt, w->sparse))
 			continue;
 		struct device *v = &d->dev[i];
 		if (v->weight_bytes + w->bytes > v->budget) {
@@ -355,7 +355,8 @@ void weights_handle_load(struct daemon *d, struct conn *c, Mfma__V1__Request *re
 	}
 	if (ntarget == 0) {
 		code = MFMA__V1__CODE__UNAVAILABLE;
-		snprintf(err, sizeof(err), "no usable device to load weight '%s' on", w->name);
+		snprintf(err, sizeof(err), "no usable device runs %s GEMMs with a %s A, so weight '%s' "
+			 "has nowhere to go", mfma_dtype_name(dt), w->sparse ? "2:4" : "dense", w->name);
 		goto fail;
 	}
 	for (int i = 0; i < d->ndev; i++) {

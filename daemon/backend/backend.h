@@ -30,7 +30,20 @@ struct backend_device_info {
 	char arch[32];       /* e.g. "gfx942", "sm_90", "x86_64" */
 	uint64_t mem_total;  /* bytes of device memory (host RAM for the CPU) */
 	char variants[1024]; /* kernel variants this device can run, comma-separated */
+	/* Input dtypes the device runs, as bits (1u << enum mfma_dtype), for a
+	 * dense and for a 2:4 A; 0 means every dtype.  The scheduler routes by
+	 * them, so a request never reaches a device without a kernel for it. */
+	uint32_t dense_dtypes;
+	uint32_t sparse_dtypes;
 };
+
+#define BACKEND_DTYPE_BIT(t) (1u << (unsigned)(t))
+static inline int backend_runs(const struct backend_device_info *info, enum mfma_dtype t,
+			       int sparse)
+{
+	uint32_t mask = sparse ? info->sparse_dtypes : info->dense_dtypes;
+	return mask == 0 || (mask & BACKEND_DTYPE_BIT(t)) != 0;
+}
 
 struct backend_timing {
 	uint64_t h2d_ns, kernel_ns, d2h_ns;

@@ -134,6 +134,13 @@ static int hip_describe(int index, struct backend_device_info *info)
 		struct amd_variant var;
 		if (!s->has_kernel[v] || amd_variant_at(s->arch, v, &var) < 0)
 			continue;
+		static const enum mfma_dtype of_elem[AMD_NELEM] = {
+			[AMD_E_F16] = MFMA_DT_F16, [AMD_E_BF16] = MFMA_DT_BF16, [AMD_E_I8] = MFMA_DT_I8,
+		};
+		if (var.cfg.sparse)
+			info->sparse_dtypes |= BACKEND_DTYPE_BIT(of_elem[var.cfg.elem]);
+		else
+			info->dense_dtypes |= BACKEND_DTYPE_BIT(of_elem[var.cfg.elem]);
 		int n = snprintf(info->variants + used, sizeof(info->variants) - used, "%s%s",
 				 used ? "," : "", var.name);
 		if (n < 0 || (size_t)n >= sizeof(info->variants) - used)
