@@ -313,9 +313,11 @@ static void dispatch(mfma_client *c, Mfma__V1__Response *resp, uint64_t now)
 }
 
 /* Reads everything the socket has now and files the complete frames.
- * 0, or a negative errno when the connection broke (it is then dead). */
+ * 0, or a negative errno when the connection broke (it is then dead);
+ * answers that arrived before the end are filed first. */
 static int read_available(mfma_client *c, struct mfma_error *err)
 {
+	bool eof = false;
 	for (;;) {
 		uint8_t *ptr;
 		size_t avail;
@@ -331,12 +333,8 @@ static int read_available(mfma_client *c, struct mfma_error *err)
 					  strerror(errno));
 		}
 		if (n == 0) {
-			if (frame_reader_pending(&c->rd) > 0)
-				return client_die(c, -ECONNRESET, err,
-						  "%s closed the connection in the middle of a response",
-						  c->endpoint);
-			return client_die(c, -ECONNRESET, err, "%s closed the connection",
-					  c->endpoint);
+			eof = true;
+			break;
 		}
 		frame_reader_commit(&c->rd, (size_t)n);
 		if ((size_t)n < avail)
@@ -348,7 +346,7 @@ static int read_available(mfma_client *c, struct mfma_error *err)
 		size_t len;
 		int r = frame_reader_next(&c->rd, &payload, &len);
 		if (r == 0)
-			return 0;
+			break;
 		if (r < 0)
 			return client_die(c, -EPROTO, err, "response frame of %zu bytes is too large",
 					  len);
@@ -359,6 +357,12 @@ static int read_available(mfma_client *c, struct mfma_error *err)
 					  len, c->endpoint);
 		dispatch(c, resp, now);
 	}
+	if (!eof)
+		return 0;
+	if (frame_reader_pending(&c->rd) > 0)
+		return client_die(c, -ECONNRESET, err,
+				  "%s closed the connection in the middle of a response", c->endpoint);
+	return client_die(c, -ECONNRESET, err, "%s closed the connection", c->endpoint);
 }
 
 /* Milliseconds left until deadline (0 = none: -1, forever), rounded up. */
@@ -474,7 +478,10 @@ int client_wait(mfma_client *c, uint64_t id, int timeout_ms, struct client_pendi
 		struct mfma_error *err)
 {
 	uint64_t deadline = client_deadline(timeout_ms);
+	bool timed_out = false;
 	for (;;) {
+		/* Answers first: one that came just before the connection
+		 * ended is still delivered. */
 		struct client_pending *p = ready(c, id);
 		if (p) {
 			*out = p;
@@ -483,26 +490,16 @@ int client_wait(mfma_client *c, uint64_t id, int timeout_ms, struct client_pendi
 		int rc = client_check_alive(c, err);
 		if (rc < 0)
 			return rc;
+		if (timed_out)
+			return client_fail(err, -ETIMEDOUT, "no response from %s within %d ms",
+					   c->endpoint, timeout_ms);
 		short revents;
 		int pr = wait_socket(c, POLLIN, deadline, &revents, err);
 		if (pr < 0)
 			return pr;
-		if (pr == 0) {
-			/* One last non-blocking look: a timeout of 0 means
-			 * "whatever has arrived already". */
-			rc = read_available(c, err);
-			if (rc < 0)
-				return rc;
-			p = ready(c, id);
-			if (p) {
-				*out = p;
-				return 0;
-			}
-			return client_fail(err, -ETIMEDOUT, "no response from %s within %d ms",
-					   c->endpoint, timeout_ms);
-		}
-		rc = read_available(c, err);
-		if (rc < 0)
-			return rc;
+		/* At the deadline, one last non-blocking look: a timeout of 0
+		 * means "whatever has arrived already". */
+		timed_out = pr == 0;
+		read_available(c, err);
 	}
 }

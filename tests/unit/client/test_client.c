@@ -441,6 +441,46 @@ static void test_errors(void **state)
 	assert_int_equal(mfma_gemm_submit(c, &a, &id1, &err), -ECONNRESET);
 }
 
+/* ---- an answer, then the end ---- */
+
+static void script_answer_then_close(struct fake *f, int fd)
+{
+	Mfma__V1__Request *r1 = read_request(fd), *r2 = read_request(fd);
+	if (!r1 || !r2 || send_gemm(fd, r1->id, 3, 2, 7.0f) < 0)
+		f->failed = 1;
+	/* Close at once: the answer and the end of the stream arrive
+	 * together, and the answer must still be delivered. */
+	if (r1)
+		mfma__v1__request__free_unpacked(r1, NULL);
+	if (r2)
+		mfma__v1__request__free_unpacked(r2, NULL);
+}
+
+static void test_answer_then_close(void **state)
+{
+	struct fake *f = fake_start(state, script_answer_then_close, 0);
+	struct mfma_error err;
+	assert_int_equal(mfma_connect(f->endpoint, &f->c, &err), 0);
+	mfma_client *c = f->c;
+	float data[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
+	struct mfma_gemm_args a;
+	uint64_t id1, id2, done;
+	args_for(&a, data, 2, 4);
+	assert_int_equal(mfma_gemm_submit(c, &a, &id1, &err), 0);
+	assert_int_equal(mfma_gemm_submit(c, &a, &id2, &err), 0);
+	/* Let both the answer and the close arrive before looking. */
+	usleep(200 * 1000);
+	struct mfma_gemm_result r;
+	assert_int_equal(mfma_wait(c, id2, 5000, &done, &r, &err), -ECONNRESET);
+	assert_non_null(strstr(err.message, "closed the connection"));
+	assert_int_equal(mfma_wait(c, id1, 5000, &done, &r, &err), 0);
+	assert_true(done == id1);
+	assert_int_equal(r.d.rows, 3);
+	assert_true(((const float *)r.d.data)[5] == 7.0f);
+	mfma_gemm_result_free(&r);
+	assert_int_equal(mfma_wait(c, MFMA_ANY, 0, &done, &r, &err), -ECONNRESET);
+}
+
 /* ---- timeouts ---- */
 
 static void script_silent(struct fake *f, int fd)
@@ -549,6 +589,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_out_of_order, fake_teardown),
 		cmocka_unit_test_teardown(test_no_deadlock_with_large_frames, fake_teardown),
 		cmocka_unit_test_teardown(test_errors, fake_teardown),
+		cmocka_unit_test_teardown(test_answer_then_close, fake_teardown),
 		cmocka_unit_test_teardown(test_timeout, fake_teardown),
 		cmocka_unit_test_teardown(test_arguments, fake_teardown),
 	};
