@@ -214,6 +214,9 @@ int validate_gemm(const Mfma__V1__Gemm *g, const struct validate_limits *lim,
 	if (in == MFMA_DT_I8 && out != MFMA_DT_I32)
 		return bad(err, errlen, "out_dtype=%s: i8 inputs give an i32 output",
 			   mfma_dtype_name(out));
+	if (in == MFMA_DT_F32 && out != MFMA_DT_F32)
+		return bad(err, errlen, "out_dtype=%s: f32 inputs give an f32 output",
+			   mfma_dtype_name(out));
 	if (in != MFMA_DT_I8 && out != MFMA_DT_F32 && out != in)
 		return bad(err, errlen, "out_dtype=%s: %s inputs give f32 or %s", mfma_dtype_name(out),
 			   mfma_dtype_name(in), mfma_dtype_name(in));

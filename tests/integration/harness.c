@@ -16,6 +16,44 @@
 
 extern char **environ;
 
+/* Daemons still running when the test program exits (a failed assertion
+ * skips harness_stop) are killed then, so no test leaves one behind. */
+static struct mfmad_proc *live[16];
+
+static void kill_leftovers(void)
+{
+	for (size_t i = 0; i < sizeof(live) / sizeof(live[0]); i++) {
+		if (live[i] && live[i]->pid > 0) {
+			kill(live[i]->pid, SIGKILL);
+			waitpid(live[i]->pid, NULL, 0);
+			live[i]->pid = 0;
+			unlink(live[i]->sock);
+			unlink(live[i]->conf);
+			unlink(live[i]->log);
+			rmdir(live[i]->dir);
+		}
+	}
+}
+
+static void track(struct mfmad_proc *p, int on)
+{
+	static int registered;
+	if (!registered) {
+		atexit(kill_leftovers);
+		registered = 1;
+	}
+	for (size_t i = 0; i < sizeof(live) / sizeof(live[0]); i++) {
+		if (on && !live[i]) {
+			live[i] = p;
+			return;
+		}
+		if (!on && live[i] == p) {
+			live[i] = NULL;
+			return;
+		}
+	}
+}
+
 static void print_log(const struct mfmad_proc *p)
 {
 	FILE *f = fopen(p->log, "r");
@@ -87,6 +125,7 @@ int harness_start(struct mfmad_proc *p, const char *extra_conf, const char *cons
 		fprintf(stderr, "cannot start %s: %s\n", bin, strerror(rc));
 		return -1;
 	}
+	track(p, 1);
 	/* Ready when the socket accepts; give a sanitizer build time. */
 	for (int i = 0; i < 300; i++) {
 		int fd = harness_connect_raw(p);
@@ -99,6 +138,7 @@ int harness_start(struct mfmad_proc *p, const char *extra_conf, const char *cons
 			fprintf(stderr, "mfmad exited during start-up\n");
 			print_log(p);
 			p->pid = 0;
+			track(p, 0);
 			return -1;
 		}
 		usleep(50 * 1000);
@@ -131,6 +171,7 @@ int harness_stop(struct mfmad_proc *p)
 		}
 		p->pid = 0;
 	}
+	track(p, 0);
 	if (status != 0)
 		print_log(p);
 	unlink(p->sock);

@@ -179,7 +179,13 @@ static void test_dtypes(void **state)
 	setup_dense(&f);
 	f.g.has_out_dtype = 1;
 	f.g.out_dtype = MFMA__V1__DTYPE__I32;
-	expect_error(&f, NULL, "out_dtype=i32: f32 inputs give f32 or f32");
+	expect_error(&f, NULL, "out_dtype=i32: f32 inputs give an f32 output");
+	setup_dense(&f);
+	set_matrix(&f.ad, 8, 12, MFMA_DT_F16, bufa);
+	set_matrix(&f.b, 12, 5, MFMA_DT_F16, bufb);
+	f.g.has_out_dtype = 1;
+	f.g.out_dtype = MFMA__V1__DTYPE__BF16;
+	expect_error(&f, NULL, "out_dtype=bf16: f16 inputs give f32 or f16");
 	setup_dense(&f);
 	set_matrix(&f.ad, 8, 12, MFMA_DT_I32, bufa);
 	set_matrix(&f.b, 12, 5, MFMA_DT_I32, bufb);
