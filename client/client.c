@@ -426,9 +426,14 @@ int client_send_frame(mfma_client *c, const uint8_t *buf, size_t len, uint64_t *
 		}
 		if (n < 0 && errno == EINTR)
 			continue;
-		if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
-			return client_die(c, -errno, err, "writing to %s: %s", c->endpoint,
-					  strerror(errno));
+		if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+			int e = errno;
+			/* The daemon may have said why before it closed (too many
+			 * connections, say): file that first so the error carries it. */
+			if (e == EPIPE || e == ECONNRESET)
+				(void)read_available(c, NULL);
+			return client_die(c, -e, err, "writing to %s: %s", c->endpoint, strerror(e));
+		}
 		/* The socket is full: wait for room, and drain answers meanwhile
 		 * so that the daemon, which may be blocked writing them, goes on
 		 * reading our frame. */

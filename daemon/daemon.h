@@ -134,6 +134,7 @@ struct daemon {
 	uint64_t inflight;
 	uint64_t inflight_bytes;
 	uint64_t seq;
+	unsigned pick_rr;
 
 	pthread_mutex_t done_mu;
 	struct job *done;

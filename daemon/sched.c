@@ -460,7 +460,10 @@ int sched_pick(struct daemon *d, const bool *ok)
 {
 	int best = -1;
 	uint64_t best_load = UINT64_MAX;
-	for (int i = 0; i < d->ndev; i++) {
+	/* Ties go round-robin, so idle devices share a trickle of requests. */
+	unsigned start = d->pick_rr++;
+	for (int n = 0; n < d->ndev; n++) {
+		int i = (int)((start + (unsigned)n) % (unsigned)d->ndev);
 		struct device *v = &d->dev[i];
 		if ((ok && !ok[i]) || v->open_rc < 0)
 			continue;

@@ -343,8 +343,17 @@ static int run_stop(const char *conf, int *submitted, int *unavailable, int *exi
 	mfma_client *c = svc_connect(&s);
 	struct mfma_error err;
 	struct gemm g;
-	/* About 0.9 GFLOP each: tens of milliseconds or more on one thread. */
-	gemm_init(&g, 768, 768, 768);
+	/* A resident 8192x2048 weight times 2048x64: 2.1 GFLOP per request
+	 * for 512 KiB on the wire, so the queue builds even where the socket
+	 * is slower than the CPU (a loaded CI machine moves ~150 MB/s). */
+	gemm_init(&g, 8192, 2048, 64);
+	struct mfma_load_args la;
+	mfma_load_args_init(&la);
+	la.name = "stop-test";
+	la.a = g.args.a;
+	assert_int_equal(mfma_load_weight(c, &la, NULL, &err), 0);
+	g.args.a.kind = MFMA_OPERAND_WEIGHT;
+	g.args.a.weight = "stop-test";
 	uint32_t queued = 0;
 	*submitted = 0;
 	while (queued < 2 && *submitted < 64) {
