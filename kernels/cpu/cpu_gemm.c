@@ -220,6 +220,7 @@ int cpu_gemm_run(const struct mfma_gemm *g, int threads, const char **variant)
 		rc = cpu_blocked_run(g, threads, cpu_kfamily_best());
 	else
 		rc = cpu_sgemm_run(g, DENSE_CVT_MAX, DENSE_W_MAX);
+	cpu_workspace_trim();
 	if (rc == 0 && variant)
 		*variant = variant_name(g);
 	return rc;

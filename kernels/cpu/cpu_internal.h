@@ -77,6 +77,9 @@ void cpu_cvt_from_f32(const float *src, enum mfma_dtype t, size_t count, void *d
  * calling thread and kept for its next call (contents not kept when it
  * grows).  NULL when out of memory. */
 void *cpu_workspace(size_t bytes);
+/* Frees this thread's workspace if it is larger than what is worth
+ * keeping between calls. */
+void cpu_workspace_trim(void);
 
 /* Dense float through OpenBLAS; cvt_max and w_max bound (in floats) the
  * widened input blocks and the f32 accumulator of a 16-bit D. */

@@ -7,7 +7,9 @@
  * (one worker per device in the daemon) therefore keeps one block that
  * only grows; the helper threads a call starts use parts of their
  * caller's block.  Being thread-local, two callers never share a block.
- * The block is freed when its thread exits. */
+ * The block is freed when its thread exits, and after a call that needed
+ * more than CPU_WS_KEEP: such calls are big enough that faulting their
+ * scratch in again costs little next to their arithmetic. */
 #include <pthread.h>
 #include <stdlib.h>
 
@@ -18,6 +20,8 @@ static _Thread_local size_t ws_size;
 static pthread_key_t ws_key;
 static pthread_once_t ws_once = PTHREAD_ONCE_INIT;
 static int ws_key_ok;
+
+#define CPU_WS_KEEP ((size_t)32 << 20)
 
 static void ws_destroy(void *p)
 {
@@ -48,4 +52,15 @@ void *cpu_workspace(size_t bytes)
 	if (ws_key_ok)
 		pthread_setspecific(ws_key, ws_ptr);
 	return ws_ptr;
+}
+
+void cpu_workspace_trim(void)
+{
+	if (ws_size <= CPU_WS_KEEP)
+		return;
+	free(ws_ptr);
+	ws_ptr = NULL;
+	ws_size = 0;
+	if (ws_key_ok)
+		pthread_setspecific(ws_key, NULL);
 }

@@ -367,6 +367,32 @@ static void test_variants_and_errors(void **state)
 	problem_free(&pr);
 }
 
+/* The per-thread scratch: aligned, reused while big enough, writable to
+ * the size asked for (AddressSanitizer checks the bounds), dropped by a
+ * trim only when it is large. */
+static void test_workspace(void **state)
+{
+	(void)state;
+	char *p = cpu_workspace(1000);
+	assert_non_null(p);
+	assert_int_equal((uintptr_t)p % 64, 0);
+	memset(p, 1, 1000);
+	assert_ptr_equal(cpu_workspace(500), p);
+	cpu_workspace_trim(); /* small: kept */
+	assert_ptr_equal(cpu_workspace(1000), p);
+	size_t big = (size_t)40 << 20;
+	char *q = cpu_workspace(big);
+	assert_non_null(q);
+	assert_int_equal((uintptr_t)q % 64, 0);
+	q[0] = 1;
+	q[big - 1] = 1;
+	cpu_workspace_trim(); /* large: freed, and a later call gets a fresh block */
+	p = cpu_workspace(64);
+	assert_non_null(p);
+	memset(p, 2, 64);
+	cpu_workspace_trim();
+}
+
 /* Two callers at once (two devices' worker threads) share no state. */
 static void *concurrent_main(void *arg)
 {
@@ -409,6 +435,7 @@ int main(void)
 		cmocka_unit_test(test_c_is_d),
 		cmocka_unit_test(test_k_zero),
 		cmocka_unit_test(test_variants_and_errors),
+		cmocka_unit_test(test_workspace),
 		cmocka_unit_test(test_concurrent_callers),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
