@@ -125,8 +125,9 @@ static int check_gemm(const struct submit_opts *o, const struct ctl_matrix *a,
 static void print_text(const struct submit_opts *o, uint32_t m, uint32_t n, uint32_t k,
 		       const struct mfma_gemm_result *r, const struct check_result *chk)
 {
-	char q[32], h[32], kr[32], d[32], t[32], rt[32];
+	char q[32], p[32], h[32], kr[32], d[32], t[32], rt[32];
 	ctl_format_ns(r->timing.queue_ns, q, sizeof(q));
+	ctl_format_ns(r->timing.prep_ns, p, sizeof(p));
 	ctl_format_ns(r->timing.h2d_ns, h, sizeof(h));
 	ctl_format_ns(r->timing.kernel_ns, kr, sizeof(kr));
 	ctl_format_ns(r->timing.d2h_ns, d, sizeof(d));
@@ -136,8 +137,8 @@ static void print_text(const struct submit_opts *o, uint32_t m, uint32_t n, uint
 	       o->out ? " written to " : "", o->out ? o->out : "");
 	printf("device %u (%s, %s), variant %s\n", r->device.index, r->device.backend,
 	       r->device.arch, r->variant[0] ? r->variant : "(not named)");
-	printf("timing: queue %s, copy in %s, kernel %s, copy out %s, server total %s, "
-	       "round trip %s\n", q, h, kr, d, t, rt);
+	printf("timing: queue %s, prep %s, copy in %s, kernel %s, copy out %s, server total %s, "
+	       "round trip %s\n", q, p, h, kr, d, t, rt);
 	printf("GFLOP/s (2*M*N*K = %.4g): %.2f over the kernel, %.2f over the round trip\n",
 	       2.0 * m * n * k, ctl_gflops(m, n, k, r->timing.kernel_ns),
 	       ctl_gflops(m, n, k, r->round_trip_ns));
@@ -174,6 +175,7 @@ static void print_json(struct ctl *ctl, const struct submit_opts *o, uint32_t m,
 	json_key(j, "timing");
 	json_object_begin(j);
 	json_kv_uint(j, "queue_ns", r->timing.queue_ns);
+	json_kv_uint(j, "prep_ns", r->timing.prep_ns);
 	json_kv_uint(j, "h2d_ns", r->timing.h2d_ns);
 	json_kv_uint(j, "kernel_ns", r->timing.kernel_ns);
 	json_kv_uint(j, "d2h_ns", r->timing.d2h_ns);

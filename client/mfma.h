@@ -183,6 +183,7 @@ struct mfma_timing {
 	uint64_t kernel_ns; /* the kernel(s) */
 	uint64_t d2h_ns;    /* copy out */
 	uint64_t total_ns;  /* arrival of the frame to the response being queued */
+	uint64_t prep_ns;   /* host-side preparation: decoding a large request, 2:4 work on A */
 };
 
 struct mfma_device_ref {

@@ -159,7 +159,7 @@ static const char help_submit[] =
 	"JSON\n"
 	"    {\"m\", \"n\", \"k\", \"dtype\", \"out_dtype\", \"device\": {\"index\", \"backend\",\n"
 	"     \"arch\"}, \"variant\", \"timing\": {\"queue_ns\", \"h2d_ns\", \"kernel_ns\",\n"
-	"     \"d2h_ns\", \"total_ns\", \"round_trip_ns\"}, \"gflops_kernel\",\n"
+	"     \"d2h_ns\", \"total_ns\", \"prep_ns\", \"round_trip_ns\"}, \"gflops_kernel\",\n"
 	"     \"gflops_round_trip\", \"output\", \"check\": {\"rel_error\", \"tolerance\",\n"
 	"     \"ok\"}}\n"
 	"\n"

@@ -286,6 +286,7 @@ static int gemm_result_from(Mfma__V1__Response *resp, uint64_t rtt, struct mfma_
 		r->timing.kernel_ns = g->timing->kernel_ns;
 		r->timing.d2h_ns = g->timing->d2h_ns;
 		r->timing.total_ns = g->timing->total_ns;
+		r->timing.prep_ns = g->timing->prep_ns;
 	}
 	r->device.index = g->device ? g->device->index : 0;
 	r->device.backend = str(g->device ? g->device->backend : NULL);

@@ -41,6 +41,7 @@ struct job {
 	int code; /* Mfma__V1__Code */
 	char msg[512];
 	struct backend_timing t;
+	uint64_t decode_ns; /* off-loop decode of a large frame */
 	uint64_t prep_ns;
 };
 

@@ -42,6 +42,7 @@ struct conn {
 	bool closed;      /* handle closing or closed: drop answers */
 	bool paused;      /* reading stopped for write backpressure */
 	bool reading;
+	bool decoding;    /* a large frame is being decoded off the loop */
 	uint32_t inflight;
 	size_t write_pending;
 	uint64_t cid;
@@ -377,7 +378,8 @@ static void reply_ping(struct daemon *d, struct conn *c, const Mfma__V1__Request
 
 /* ---- GEMM ---- */
 
-static void handle_gemm(struct daemon *d, struct conn *c, Mfma__V1__Request *req, uint64_t arrival)
+static void handle_gemm(struct daemon *d, struct conn *c, Mfma__V1__Request *req, uint64_t arrival,
+			uint64_t decode_ns)
 {
 	const Mfma__V1__Gemm *g = req->gemm;
 	char err[512];
@@ -479,6 +481,7 @@ static void handle_gemm(struct daemon *d, struct conn *c, Mfma__V1__Request *req
 	j->id = req->id;
 	j->req = req;
 	j->arrival_ns = arrival;
+	j->decode_ns = decode_ns;
 	uint64_t timeout_us = g->timeout_us ? g->timeout_us : d->cfg.default_timeout_ms * 1000;
 	j->deadline_ns = timeout_us ? arrival + timeout_us * 1000 : 0;
 	j->prio = g->priority ? g->priority : d->cfg.default_priority;
@@ -512,13 +515,13 @@ static void complete_gemm(struct daemon *d, struct job *j)
 		dm.data.len = j->plan.d_bytes;
 		dm.data.data = j->d;
 		tm.has_queue_ns = tm.has_h2d_ns = tm.has_kernel_ns = tm.has_d2h_ns = tm.has_total_ns = 1;
-		tm.queue_ns = j->start_ns - j->arrival_ns;
+		tm.queue_ns = j->start_ns - j->arrival_ns - j->decode_ns;
 		tm.h2d_ns = j->t.h2d_ns;
 		tm.kernel_ns = j->t.kernel_ns;
 		tm.d2h_ns = j->t.d2h_ns;
 		tm.total_ns = end - j->arrival_ns;
 		tm.has_prep_ns = 1;
-		tm.prep_ns = j->prep_ns;
+		tm.prep_ns = j->decode_ns + j->prep_ns;
 		dr.has_index = 1;
 		dr.index = (uint32_t)j->dev;
 		dr.backend = (char *)v->ops->name;
@@ -581,12 +584,98 @@ void server_drain_completions(uv_async_t *a)
 
 /* ---- frames ---- */
 
+/* Decoding copies every byte of the matrices (protobuf-c owns its bytes
+ * fields), which for a 64 MiB frame takes a few hundred milliseconds on a
+ * small machine: frames this large are decoded on the threadpool, and the
+ * connection takes its next frame only afterwards, so its order holds. */
+#define DECODE_OFFLOAD_BYTES (1u << 20)
+
+struct decode_work {
+	uv_work_t work;
+	struct conn *c;
+	uint8_t *base; /* the reader's old buffer, holding the frame */
+	const uint8_t *payload;
+	size_t len;
+	uint64_t arrival, decoded;
+	Mfma__V1__Request *req;
+};
+
+static void handle_request(struct conn *c, Mfma__V1__Request *req, size_t len, uint64_t arrival,
+			   uint64_t decode_ns);
+static void process_frames(struct conn *c);
+
+static void decode_run(uv_work_t *w)
+{
+	struct decode_work *dw = w->data;
+	dw->req = mfma__v1__request__unpack(NULL, dw->len, dw->payload);
+	dw->decoded = now_ns();
+}
+
+static void decode_done(uv_work_t *w, int status)
+{
+	struct decode_work *dw = w->data;
+	struct conn *c = dw->c;
+	struct daemon *d = c->d;
+	(void)status; /* never cancelled: uv_cancel is not used */
+	free(dw->base);
+	c->decoding = false;
+	d->inflight--;
+	if (c->closed) {
+		if (dw->req)
+			mfma__v1__request__free_unpacked(dw->req, NULL);
+	} else {
+		handle_request(c, dw->req, dw->len, dw->arrival, dw->decoded - dw->arrival);
+		process_frames(c);
+		if (!c->closed && !c->decoding && !c->paused && !c->reading &&
+		    uv_read_start(&c->h.stream, on_alloc, on_read) == 0)
+			c->reading = true;
+	}
+	free(dw);
+	conn_unref(c);
+	server_check_stopped(d);
+}
+
+/* Starts decoding the frame just returned by the reader on the threadpool.
+ * False when that is not possible; the caller decodes it inline. */
+static bool decode_offload(struct conn *c, const uint8_t *payload, size_t len, uint64_t arrival)
+{
+	struct decode_work *dw = calloc(1, sizeof(*dw));
+	if (!dw)
+		return false;
+	dw->base = frame_reader_take(&c->rd);
+	if (!dw->base) {
+		free(dw);
+		return false;
+	}
+	dw->c = c;
+	dw->payload = payload;
+	dw->len = len;
+	dw->arrival = arrival;
+	dw->work.data = dw;
+	if (uv_queue_work(c->d->loop, &dw->work, decode_run, decode_done) < 0) {
+		/* The frame lives in dw->base now: decode it here after all. */
+		handle_request(c, mfma__v1__request__unpack(NULL, len, payload), len, arrival, 0);
+		free(dw->base);
+		free(dw);
+		return true;
+	}
+	c->decoding = true;
+	c->d->inflight++;
+	conn_ref(c);
+	return true;
+}
+
 static void handle_frame(struct conn *c, const uint8_t *data, size_t len)
 {
-	struct daemon *d = c->d;
 	uint64_t arrival = now_ns();
+	handle_request(c, mfma__v1__request__unpack(NULL, len, data), len, arrival, 0);
+}
+
+static void handle_request(struct conn *c, Mfma__V1__Request *req, size_t len, uint64_t arrival,
+			   uint64_t decode_ns)
+{
+	struct daemon *d = c->d;
 	char err[512];
-	Mfma__V1__Request *req = mfma__v1__request__unpack(NULL, len, data);
 	if (!req) {
 		snprintf(err, sizeof(err),
 			 "malformed request: the %zu-byte frame is not a valid mfma.v1.Request", len);
@@ -638,7 +727,7 @@ static void handle_frame(struct conn *c, const uint8_t *data, size_t len)
 		return;
 	}
 	switch (kind) {
-	case STATS_GEMM: handle_gemm(d, c, req, arrival); return;
+	case STATS_GEMM: handle_gemm(d, c, req, arrival, decode_ns); return;
 	case STATS_LOAD: weights_handle_load(d, c, req, arrival); return;
 	case STATS_UNLOAD: weights_handle_unload(d, c, req, arrival); return;
 	case STATS_LIST: reply_list(d, c, req->id, arrival); break;
@@ -681,8 +770,23 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 		return;
 	}
 	frame_reader_commit(&c->rd, (size_t)nread);
-	conn_ref(c); /* handle_frame may close it */
-	for (;;) {
+	if (!c->decoding) {
+		process_frames(c);
+	} else if (frame_reader_pending(&c->rd) > d->cfg.max_frame_bytes && c->reading) {
+		/* The client sends on while its last frame decodes: hold it to
+		 * one frame's worth until the decode is done. */
+		uv_read_stop(&c->h.stream);
+		c->reading = false;
+	}
+}
+
+/* Handles every whole frame buffered on the connection, in order, until
+ * one goes off to be decoded on the threadpool. */
+static void process_frames(struct conn *c)
+{
+	struct daemon *d = c->d;
+	conn_ref(c); /* handling a frame may close it */
+	while (!c->decoding) {
 		const uint8_t *payload;
 		size_t len;
 		int rc = frame_reader_next(&c->rd, &payload, &len);
@@ -706,6 +810,8 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 			send_response(c, &resp, true);
 			break;
 		}
+		if (len >= DECODE_OFFLOAD_BYTES && decode_offload(c, payload, len, now_ns()))
+			break;
 		handle_frame(c, payload, len);
 	}
 	if (!c->closed && c->paused && c->reading) {

@@ -100,3 +100,19 @@ int frame_reader_next(struct frame_reader *r, const uint8_t **payload, size_t *l
 	r->start += FRAME_HEADER_SIZE + flen;
 	return 1;
 }
+
+uint8_t *frame_reader_take(struct frame_reader *r)
+{
+	size_t rest = r->len - r->start;
+	size_t ncap = rest > 4096 ? rest : 4096;
+	uint8_t *nb = malloc(ncap);
+	if (!nb)
+		return NULL;
+	memcpy(nb, r->buf + r->start, rest);
+	uint8_t *old = r->buf;
+	r->buf = nb;
+	r->cap = ncap;
+	r->len = rest;
+	r->start = 0;
+	return old;
+}

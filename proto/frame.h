@@ -39,6 +39,12 @@ int frame_reader_feed(struct frame_reader *r, const void *data, size_t n);
  * announced length; the stream cannot be trusted after that). */
 int frame_reader_next(struct frame_reader *r, const uint8_t **payload, size_t *len);
 
+/* Hands the reader's whole buffer to the caller (who frees it), so a
+ * frame just returned by frame_reader_next() stays valid after the reader
+ * moves on; bytes not yet returned are copied to a fresh buffer.  NULL
+ * (reader unchanged) when that copy cannot be allocated. */
+uint8_t *frame_reader_take(struct frame_reader *r);
+
 /* Bytes buffered but not yet returned as frames. */
 static inline size_t frame_reader_pending(const struct frame_reader *r)
 {

@@ -286,6 +286,42 @@ static void test_two_devices(void **state)
 	assert_int_equal(harness_stop(&d), 0);
 }
 
+/* Frames over 1 MiB are decoded off the loop; pipelined with small ones on
+ * the same connection, every answer is still right and all come back. */
+static void test_large_frames_pipelined(void **state)
+{
+	(void)state;
+	struct mfmad_proc d;
+	assert_int_equal(harness_start(&d, NULL, NULL), 0);
+	mfma_client *c;
+	struct mfma_error err;
+	assert_int_equal(mfma_connect(d.endpoint, &c, &err), 0);
+	float *A = rand_f32(1024 * 512, 8), *B = rand_f32(512 * 9, 9);
+	struct mfma_gemm_args big, small;
+	dense_args(&big, A, B, 1024, 512, 9); /* a 2 MiB A */
+	dense_args(&small, A, B, 3, 4, 9);
+	small.b = (struct mfma_matrix){ 4, 9, MFMA_DT_F32, B, 4 * 9 * 4 };
+	uint64_t ids[6];
+	for (int i = 0; i < 6; i++)
+		assert_int_equal(mfma_gemm_submit(c, i % 2 ? &small : &big, &ids[i], &err), 0);
+	for (int i = 0; i < 6; i++) {
+		struct mfma_gemm_result r;
+		uint64_t done;
+		assert_int_equal(mfma_wait(c, ids[i], 60000, &done, &r, &err), 0);
+		if (i % 2) {
+			check_result(&r, A, B, 3, 4, 9);
+		} else {
+			check_result(&r, A, B, 1024, 512, 9);
+			assert_true(r.timing.prep_ns > 0); /* the decode is reported */
+		}
+		mfma_gemm_result_free(&r);
+	}
+	mfma_close(c);
+	free(A);
+	free(B);
+	assert_int_equal(harness_stop(&d), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -296,6 +332,7 @@ int main(void)
 		cmocka_unit_test(test_deadline),
 		cmocka_unit_test(test_connection_limit),
 		cmocka_unit_test(test_two_devices),
+		cmocka_unit_test(test_large_frames_pipelined),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
