@@ -148,15 +148,20 @@ struct nv_gemm_tile {
 #pragma unroll
 				for (int mt = 0; mt < MT; mt++)
 					P::load_a(sa, sm, wm * MT + mt, ks, lane, af[mt]);
+				/* B fragments double-buffered: the ldmatrix of the next
+				 * n block is issued before the mma of this one. */
+				nv_bfrag bf[2];
+				P::load_b(sb, BN, ks, wn * WN, lane, bf[0]);
 #pragma unroll
 				for (int nb = 0; nb < NT / P::NBL; nb++) {
-					nv_bfrag bf;
-					P::load_b(sb, BN, ks, wn * WN + nb * 8 * P::NBL, lane, bf);
+					if (nb + 1 < NT / P::NBL)
+						P::load_b(sb, BN, ks, wn * WN + (nb + 1) * 8 * P::NBL, lane,
+							  bf[(nb + 1) & 1]);
 #pragma unroll
 					for (int mt = 0; mt < MT; mt++)
 #pragma unroll
 						for (int sub = 0; sub < P::NBL; sub++)
-							P::mma(acc[mt][nb * P::NBL + sub], af[mt], bf, sub);
+							P::mma(acc[mt][nb * P::NBL + sub], af[mt], bf[nb & 1], sub);
 				}
 			}
 		}

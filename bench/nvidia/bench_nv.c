@@ -1,0 +1,532 @@
+/* Kernel benchmark of the NVIDIA GEMMs, side by side in one run with
+ * cuBLASLt (dense) and, when built with it, cuSPARSELt (2:4, plan kept,
+ * cusparseLtMatmulSearch done).
+ *
+ * For each shape and dtype it times, on device-resident operands:
+ *   ours 2:4   - our mma.sp kernel on the packed 2:4 A
+ *   ours dense - our mma kernel on the same A, densified
+ *   cuBLASLt   - dense, best of the first heuristic algorithms
+ *   cuSPARSELt - 2:4, after cusparseLtMatmulSearch
+ * Kernel time is the median over repetitions of the time between two
+ * events around one call; A rotates over enough copies to exceed L2 (the
+ * weight of a decode step is not in cache in a real model), B and D stay.
+ * TFLOP/s are dense-equivalent (2 M N K over time) for every column.  For
+ * i8, our time includes the device transpose of B that our kernels need
+ * (cuBLASLt is given the layout it prefers).  Each result is checked
+ * against cuBLASLt's (relative Frobenius error; integers must match).
+ *
+ * usage: bench_nv [--quick] [--dtypes f16,bf16,i8] [--device N] */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cublasLt.h>
+
+#include "bench_cslt.h"
+#include "nv_gemm.h"
+#include "nv_testdata.h"
+
+#define DIE(...)                                              \
+	do {                                                  \
+		fprintf(stderr, "bench_nv: " __VA_ARGS__);    \
+		fprintf(stderr, "\n");                        \
+		exit(1);                                      \
+	} while (0)
+
+#define CU(call)                                                                        \
+	do {                                                                            \
+		CUresult r_ = (call);                                                   \
+		if (r_ != CUDA_SUCCESS)                                                 \
+			DIE("%s:%d: %s: %s", __FILE__, __LINE__, #call, nv_result_str(r_)); \
+	} while (0)
+
+static CUstream stream;
+static struct nv_module mod;
+static uint64_t seed = 0xb3ec4a11d00dull;
+
+/* ---- timing ------------------------------------------------------------ */
+
+typedef int (*op_fn)(void *ctx, int copy);
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* Median microseconds of one call, over enough calls to last ~target_ms. */
+static double time_op(op_fn fn, void *ctx, int copies, double target_ms)
+{
+	enum { MAXREP = 200 };
+	static CUevent ev[MAXREP + 1];
+	if (!ev[0])
+		for (int i = 0; i <= MAXREP; i++)
+			CU(nv_drv.cuEventCreate(&ev[i], CU_EVENT_DEFAULT));
+	/* Warm-up, which also estimates the time of one call. */
+	for (int i = 0; i < 2; i++)
+		if (fn(ctx, i % copies) != 0)
+			return NAN;
+	CU(nv_drv.cuEventRecord(ev[0], stream));
+	for (int i = 0; i < 3; i++)
+		if (fn(ctx, i % copies) != 0)
+			return NAN;
+	CU(nv_drv.cuEventRecord(ev[1], stream));
+	CU(nv_drv.cuEventSynchronize(ev[1]));
+	float ms = 0;
+	CU(nv_drv.cuEventElapsedTime(&ms, ev[0], ev[1]));
+	int reps = (int)(target_ms / (ms / 3 + 1e-4));
+	reps = reps < 10 ? 10 : reps > MAXREP ? MAXREP : reps;
+	/* Back-to-back calls with an event between each: consecutive events
+	 * bracket one call each, and the GPU never idles between them. */
+	CU(nv_drv.cuEventRecord(ev[0], stream));
+	for (int i = 0; i < reps; i++) {
+		if (fn(ctx, i % copies) != 0)
+			return NAN;
+		CU(nv_drv.cuEventRecord(ev[i + 1], stream));
+	}
+	CU(nv_drv.cuEventSynchronize(ev[reps]));
+	double t[MAXREP];
+	for (int i = 0; i < reps; i++) {
+		CU(nv_drv.cuEventElapsedTime(&ms, ev[i], ev[i + 1]));
+		t[i] = ms * 1e3;
+	}
+	qsort(t, (size_t)reps, sizeof(t[0]), cmp_double);
+	return t[reps / 2];
+}
+
+static int copies_for(size_t bytes)
+{
+	/* Rotate over enough copies of A that the set is over three times
+	 * the H200's 60 MB of L2. */
+	size_t want = (size_t)200 << 20;
+	int c = (int)((want + bytes - 1) / bytes);
+	return c < 1 ? 1 : c > 8 ? 8 : c;
+}
+
+static CUdeviceptr dalloc(size_t bytes)
+{
+	CUdeviceptr p = 0;
+	CU(nv_drv.cuMemAlloc(&p, bytes ? bytes : 256));
+	return p;
+}
+
+static void upload(CUdeviceptr dst, const void *src, size_t bytes)
+{
+	CU(nv_drv.cuMemcpyHtoDAsync(dst, src, bytes, stream));
+	CU(nv_drv.cuStreamSynchronize(stream));
+}
+
+/* ---- one problem ------------------------------------------------------ */
+
+struct problem {
+	enum mfma_dtype in, out;
+	int m, n, k;
+	CUdeviceptr dense[8];            /* dense A copies (row-major) */
+	int ndense;
+	struct nv_packed psp[8], pdn[8]; /* our packed 2:4 and dense A copies */
+	int nsp, ndn;
+	CUdeviceptr b, bt;               /* B [k][n]; 8-bit: Bt [n][kpad] */
+	CUdeviceptr d_ours, d_ref;       /* D of our kernels, D of cuBLASLt */
+	CUdeviceptr ws, counters;
+	size_t ws_bytes, counter_words;
+	struct nv_plan plan_sp, plan_dn;
+	int kpad;
+};
+
+struct ours_ctx {
+	struct problem *p;
+	int sparse;
+};
+
+static int run_ours(void *vctx, int copy)
+{
+	struct ours_ctx *c = vctx;
+	struct problem *p = c->p;
+	const struct nv_plan *plan = c->sparse ? &p->plan_sp : &p->plan_dn;
+	const struct nv_packed *pk = c->sparse ? &p->psp[copy % p->nsp] : &p->pdn[copy % p->ndn];
+	struct nv_gemm_params q;
+	memset(&q, 0, sizeof(q));
+	q.a = pk->a;
+	q.meta = pk->meta;
+	q.b = p->b;
+	q.ldb = p->n;
+	if (p->in == MFMA_DT_I8) {
+		int rc = nv_launch_transpose_b8(&mod, stream, p->b, p->k, p->n, p->n, p->bt, p->kpad);
+		if (rc < 0)
+			return rc;
+		q.b = p->bt;
+		q.ldb = p->kpad;
+	}
+	q.d = p->d_ours;
+	q.m = p->m;
+	q.n = p->n;
+	q.k = p->k;
+	q.ldc = q.ldd = p->n;
+	q.out_dtype = p->out;
+	q.alpha = 1.0f;
+	q.beta = 0.0f;
+	return nv_launch_gemm(&mod, plan, &q, p->ws, p->counters, stream);
+}
+
+/* cuBLASLt, row-major D = A B computed as the column-major D^T = B^T A^T. */
+struct blas_ctx {
+	struct problem *p;
+	cublasLtHandle_t lt;
+	cublasLtMatmulDesc_t op;
+	cublasLtMatrixLayout_t la, lb, lc;
+	cublasLtMatmulAlgo_t algo;
+	CUdeviceptr ws;
+	size_t ws_bytes;
+	int tn; /* i8: B^T given transposed (TN), the layout IMMA prefers */
+};
+
+static int run_blas(void *vctx, int copy)
+{
+	struct blas_ctx *c = vctx;
+	struct problem *p = c->p;
+	float alpha = 1.0f, beta = 0.0f;
+	int32_t ia = 1, ib = 0;
+	const void *pa = p->in == MFMA_DT_I8 ? (const void *)&ia : (const void *)&alpha;
+	const void *pb = p->in == MFMA_DT_I8 ? (const void *)&ib : (const void *)&beta;
+	void *bop = (void *)(uintptr_t)(c->tn ? p->bt : p->b);
+	void *aop = (void *)(uintptr_t)p->dense[copy % p->ndense];
+	void *d = (void *)(uintptr_t)p->d_ref;
+	cublasStatus_t st = cublasLtMatmul(c->lt, c->op, pa, bop, c->la, aop, c->lb, pb, d, c->lc, d,
+					   c->lc, &c->algo, (void *)(uintptr_t)c->ws, c->ws_bytes,
+					   (cudaStream_t)stream);
+	return st == CUBLAS_STATUS_SUCCESS ? 0 : -EIO;
+}
+
+static int blas_setup(struct blas_ctx *c, struct problem *p, int tn)
+{
+	memset(c, 0, sizeof(*c));
+	c->p = p;
+	c->tn = tn;
+	c->ws_bytes = (size_t)64 << 20;
+	c->ws = dalloc(c->ws_bytes);
+	cudaDataType_t ab, cd, scale;
+	cublasComputeType_t ct;
+	if (p->in == MFMA_DT_I8) {
+		ab = CUDA_R_8I;
+		cd = CUDA_R_32I;
+		scale = CUDA_R_32I;
+		ct = CUBLAS_COMPUTE_32I;
+	} else {
+		ab = p->in == MFMA_DT_F16 ? CUDA_R_16F : CUDA_R_16BF;
+		cd = p->out == MFMA_DT_F32 ? CUDA_R_32F : ab;
+		scale = CUDA_R_32F;
+		ct = CUBLAS_COMPUTE_32F;
+	}
+	if (cublasLtCreate(&c->lt) != CUBLAS_STATUS_SUCCESS ||
+	    cublasLtMatmulDescCreate(&c->op, ct, scale) != CUBLAS_STATUS_SUCCESS)
+		return -EIO;
+	cublasOperation_t ta = tn ? CUBLAS_OP_T : CUBLAS_OP_N, tb = CUBLAS_OP_N;
+	cublasLtMatmulDescSetAttribute(c->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta));
+	cublasLtMatmulDescSetAttribute(c->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb));
+	/* "A" of cuBLAS is our B^T: n x k col-major with ld n, or (TN) the
+	 * k x n col-major Bt with ld kpad; "B" is our A^T: k x m, ld k. */
+	if (tn) /* Bt [n][kpad] row-major: k x n column-major, ld kpad */
+		cublasLtMatrixLayoutCreate(&c->la, ab, (uint64_t)p->k, (uint64_t)p->n, p->kpad);
+	else
+		cublasLtMatrixLayoutCreate(&c->la, ab, (uint64_t)p->n, (uint64_t)p->k, p->n);
+	cublasLtMatrixLayoutCreate(&c->lb, ab, (uint64_t)p->k, (uint64_t)p->m, p->k);
+	cublasLtMatrixLayoutCreate(&c->lc, cd, (uint64_t)p->n, (uint64_t)p->m, p->n);
+	cublasLtMatmulPreference_t pref;
+	cublasLtMatmulPreferenceCreate(&pref);
+	cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &c->ws_bytes,
+					     sizeof(c->ws_bytes));
+	cublasLtMatmulHeuristicResult_t res[4];
+	int nres = 0;
+	cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(c->lt, c->op, c->la, c->lb, c->lc, c->lc, pref,
+							   4, res, &nres);
+	cublasLtMatmulPreferenceDestroy(pref);
+	if (st != CUBLAS_STATUS_SUCCESS || nres == 0)
+		return -ENOTSUP;
+	/* Best of the heuristic's first candidates, by a short timing. */
+	double best = INFINITY;
+	int bi = 0;
+	for (int i = 0; i < nres; i++) {
+		c->algo = res[i].algo;
+		double t = time_op(run_blas, c, 1, 5.0);
+		if (t < best) {
+			best = t;
+			bi = i;
+		}
+	}
+	c->algo = res[bi].algo;
+	return isfinite(best) ? 0 : -EIO;
+}
+
+static void blas_free(struct blas_ctx *c)
+{
+	if (c->la)
+		cublasLtMatrixLayoutDestroy(c->la);
+	if (c->lb)
+		cublasLtMatrixLayoutDestroy(c->lb);
+	if (c->lc)
+		cublasLtMatrixLayoutDestroy(c->lc);
+	if (c->op)
+		cublasLtMatmulDescDestroy(c->op);
+	if (c->lt)
+		cublasLtDestroy(c->lt);
+	if (c->ws)
+		nv_drv.cuMemFree(c->ws);
+}
+
+#ifdef MFMA_HAVE_CUSPARSELT
+struct cslt_run_ctx {
+	struct cslt *c;
+};
+
+static int run_cslt(void *vctx, int copy)
+{
+	struct cslt_run_ctx *c = vctx;
+	return cslt_run(c->c, copy, stream);
+}
+#endif
+
+/* Relative Frobenius distance of two device results (or, for integers,
+ * the number of differing elements). */
+static double compare(CUdeviceptr x, CUdeviceptr y, enum mfma_dtype tx, enum mfma_dtype ty, size_t count)
+{
+	size_t ex = mfma_dtype_size(tx), ey = mfma_dtype_size(ty);
+	void *hx = malloc(count * ex), *hy = malloc(count * ey);
+	CU(nv_drv.cuMemcpyDtoHAsync(hx, x, count * ex, stream));
+	CU(nv_drv.cuMemcpyDtoHAsync(hy, y, count * ey, stream));
+	CU(nv_drv.cuStreamSynchronize(stream));
+	double num = 0, den = 0;
+	size_t diff = 0;
+	for (size_t i = 0; i < count; i++) {
+		double a = mfma_load_f64(hx, tx, i), b = mfma_load_f64(hy, ty, i);
+		num += (a - b) * (a - b);
+		den += b * b;
+		diff += a != b;
+	}
+	free(hx);
+	free(hy);
+	if (tx == MFMA_DT_I32 && ty == MFMA_DT_I32)
+		return (double)diff;
+	return den > 0 ? sqrt(num / den) : (num > 0 ? INFINITY : 0);
+}
+
+static double tflops(const struct problem *p, double us)
+{
+	return 2.0 * p->m * p->n * (double)p->k / (us * 1e-6) / 1e12;
+}
+
+static void run_problem(enum mfma_dtype in, int m, int n, int k, FILE *out)
+{
+	struct problem p;
+	memset(&p, 0, sizeof(p));
+	p.in = in;
+	p.out = in == MFMA_DT_I8 ? MFMA_DT_I32 : in;
+	p.m = m;
+	p.n = n;
+	p.k = k;
+	const size_t es = mfma_dtype_size(in), os = mfma_dtype_size(p.out);
+	const int ksp = nv_kind_of(in, true), kdn = nv_kind_of(in, false);
+	p.kpad = (int)nv_k_pad(ksp, k);
+
+	/* Host operands: a random 2:4 A (compressed and dense) and B. */
+	void *vals = malloc((size_t)m * (k / 2) * es);
+	uint32_t *meta = malloc((size_t)m * sparse24_meta_words(k) * 4);
+	void *dense = malloc((size_t)m * k * es);
+	void *hb = malloc((size_t)k * n * es);
+	if (!vals || !meta || !dense || !hb || nvt_sparse(in, m, k, vals, meta, dense, &seed) != 0)
+		DIE("out of host memory for %dx%dx%d", m, n, k);
+	nvt_fill(hb, in, (size_t)k * n, &seed);
+
+	p.ndense = copies_for((size_t)m * k * es);
+	for (int i = 0; i < p.ndense; i++) {
+		p.dense[i] = dalloc((size_t)m * k * es);
+		upload(p.dense[i], dense, (size_t)m * k * es);
+	}
+	CUdeviceptr dvals = dalloc((size_t)m * (k / 2) * es);
+	CUdeviceptr dmeta = dalloc((size_t)m * sparse24_meta_words(k) * 4);
+	upload(dvals, vals, (size_t)m * (k / 2) * es);
+	upload(dmeta, meta, (size_t)m * sparse24_meta_words(k) * 4);
+	p.nsp = copies_for((size_t)nv_packed_a_bytes(ksp, m, k) + (size_t)nv_packed_meta_bytes(ksp, m, k));
+	p.ndn = copies_for((size_t)nv_packed_a_bytes(kdn, m, k));
+	for (int i = 0; i < p.nsp; i++) {
+		p.psp[i] = (struct nv_packed){ .kind = ksp, .m = m, .k = k };
+		p.psp[i].a = dalloc((size_t)nv_packed_a_bytes(ksp, m, k));
+		p.psp[i].meta = dalloc((size_t)nv_packed_meta_bytes(ksp, m, k));
+		if (nv_launch_pack(&mod, stream, dvals, dmeta, &p.psp[i]) < 0)
+			DIE("pack 2:4 failed");
+	}
+	for (int i = 0; i < p.ndn; i++) {
+		p.pdn[i] = (struct nv_packed){ .kind = kdn, .m = m, .k = k };
+		p.pdn[i].a = dalloc((size_t)nv_packed_a_bytes(kdn, m, k));
+		if (nv_launch_pack(&mod, stream, p.dense[0], 0, &p.pdn[i]) < 0)
+			DIE("pack dense failed");
+	}
+	CU(nv_drv.cuStreamSynchronize(stream));
+	nv_drv.cuMemFree(dvals);
+	nv_drv.cuMemFree(dmeta);
+	p.b = dalloc((size_t)k * n * es);
+	upload(p.b, hb, (size_t)k * n * es);
+	if (in == MFMA_DT_I8) {
+		p.bt = dalloc((size_t)n * p.kpad);
+		if (nv_launch_transpose_b8(&mod, stream, p.b, k, n, n, p.bt, p.kpad) < 0)
+			DIE("transpose failed");
+	}
+	p.d_ours = dalloc((size_t)m * n * os);
+	p.d_ref = dalloc((size_t)m * n * os);
+
+	int occ[NV_TILE_COUNT];
+	nv_module_occ(&mod, ksp, occ);
+	if (nv_plan_make(ksp, m, n, k, mod.sms, occ, -1, &p.plan_sp) < 0)
+		DIE("no plan");
+	nv_module_occ(&mod, kdn, occ);
+	if (nv_plan_make(kdn, m, n, k, mod.sms, occ, -1, &p.plan_dn) < 0)
+		DIE("no plan");
+	p.ws_bytes = p.plan_sp.ws_bytes > p.plan_dn.ws_bytes ? p.plan_sp.ws_bytes : p.plan_dn.ws_bytes;
+	p.counter_words = p.plan_sp.counters > p.plan_dn.counters ? p.plan_sp.counters : p.plan_dn.counters;
+	p.ws = dalloc(p.ws_bytes);
+	p.counters = dalloc(p.counter_words * 4);
+	CU(nv_drv.cuMemsetD32Async(p.counters, 0, p.counter_words, stream));
+
+	/* Times. */
+	const double target = 60.0;
+	struct ours_ctx osp = { &p, 1 }, odn = { &p, 0 };
+	double t_sp = time_op(run_ours, &osp, p.nsp, target);
+	double e_sp = NAN, e_dn = NAN, e_cs = NAN;
+	struct blas_ctx bc;
+	double t_blas = NAN;
+	int brc = blas_setup(&bc, &p, 0);
+	if (brc < 0 && in == MFMA_DT_I8) {
+		blas_free(&bc);
+		brc = blas_setup(&bc, &p, 1);
+	}
+	if (brc == 0) {
+		t_blas = time_op(run_blas, &bc, p.ndense, target);
+		/* Our 2:4 result (still in d_ours) against cuBLASLt's. */
+		e_sp = compare(p.d_ours, p.d_ref, p.out, p.out, (size_t)m * n);
+	}
+	double t_dn = time_op(run_ours, &odn, p.ndn, target);
+	if (brc == 0)
+		e_dn = compare(p.d_ours, p.d_ref, p.out, p.out, (size_t)m * n);
+	double t_cs = NAN;
+	const char *cs_note = "not built";
+#ifdef MFMA_HAVE_CUSPARSELT
+	static char why[160];
+	struct cslt_run_ctx cc = { NULL };
+	int cdt = in == MFMA_DT_F16 ? 0 : in == MFMA_DT_BF16 ? 1 : 2;
+	if (cslt_create(&cc.c, cdt, m, n, k, p.dense, p.ndense, p.b, stream, why, sizeof(why)) == 0) {
+		t_cs = time_op(run_cslt, &cc, cslt_copies(cc.c), target);
+		cs_note = cslt_out_name(cc.c);
+		if (brc == 0 && cslt_out_same(cc.c))
+			e_cs = compare(cslt_d(cc.c), p.d_ref, p.out, p.out, (size_t)m * n);
+	} else {
+		cs_note = why;
+	}
+	cslt_destroy(cc.c);
+#endif
+	blas_free(&bc);
+
+	char shape[64];
+	snprintf(shape, sizeof(shape), "%dx%dx%d", m, n, k);
+	fprintf(out,
+		"| %-4s | %-17s | %9.1f | %6.1f | %9.1f | %6.1f | %9.1f | %6.1f | %9.1f | %6.1f | %5.2f | %5.2f | %-20s | %.1e/%.1e/%.1e | %s |\n",
+		mfma_dtype_name(in), shape, t_sp, tflops(&p, t_sp), t_dn, tflops(&p, t_dn), t_blas,
+		tflops(&p, t_blas), t_cs, tflops(&p, t_cs), t_sp / t_blas, t_sp / t_cs,
+		nv_variant_label(ksp, p.plan_sp.tile), e_sp, e_dn, e_cs, cs_note);
+	fflush(out);
+	fprintf(stderr, "  %s %s: 2:4 split %d, dense split %d, copies %d/%d/%d\n", mfma_dtype_name(in),
+		shape, p.plan_sp.splits, p.plan_dn.splits, p.nsp, p.ndn, p.ndense);
+
+	for (int i = 0; i < p.ndense; i++)
+		nv_drv.cuMemFree(p.dense[i]);
+	for (int i = 0; i < p.nsp; i++) {
+		nv_drv.cuMemFree(p.psp[i].a);
+		nv_drv.cuMemFree(p.psp[i].meta);
+	}
+	for (int i = 0; i < p.ndn; i++)
+		nv_drv.cuMemFree(p.pdn[i].a);
+	nv_drv.cuMemFree(p.b);
+	if (p.bt)
+		nv_drv.cuMemFree(p.bt);
+	nv_drv.cuMemFree(p.d_ours);
+	nv_drv.cuMemFree(p.d_ref);
+	nv_drv.cuMemFree(p.ws);
+	nv_drv.cuMemFree(p.counters);
+	free(vals);
+	free(meta);
+	free(dense);
+	free(hb);
+}
+
+/* Whether name is one of the comma-separated words of list. */
+static int listed(const char *list, const char *name)
+{
+	size_t n = strlen(name);
+	for (const char *p = list; *p;) {
+		const char *e = strchr(p, ',');
+		size_t len = e ? (size_t)(e - p) : strlen(p);
+		if (len == n && strncmp(p, name, n) == 0)
+			return 1;
+		if (!e)
+			break;
+		p = e + 1;
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	int quick = 0, device = 0;
+	const char *dtypes = "f16,bf16,i8";
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--quick") == 0)
+			quick = 1;
+		else if (strcmp(argv[i], "--dtypes") == 0 && i + 1 < argc)
+			dtypes = argv[++i];
+		else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc)
+			device = atoi(argv[++i]);
+		else
+			DIE("unknown argument '%s' (usage: bench_nv [--quick] [--dtypes f16,bf16,i8] [--device N])", argv[i]);
+	}
+	char err[256];
+	if (nv_driver_open(err, sizeof(err)) < 0)
+		DIE("%s", err);
+	CU(nv_drv.cuInit(0));
+	CUdevice dev;
+	CUcontext ctx;
+	CU(nv_drv.cuDeviceGet(&dev, device));
+	CU(nv_drv.cuDevicePrimaryCtxRetain(&ctx, dev));
+	CU(nv_drv.cuCtxSetCurrent(ctx));
+	CU(nv_drv.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+	if (nv_module_load(&mod, dev, err, sizeof(err)) < 0)
+		DIE("%s", err);
+	char name[128];
+	CU(nv_drv.cuDeviceGetName(name, sizeof(name), dev));
+	int drv = 0;
+	nv_drv.cuDriverGetVersion(&drv);
+	printf("# %s, sm_%d, %d SMs, driver API %d; kernels from %s %d\n", name, mod.cc, mod.sms, drv,
+	       mod.image[NV_UNIT_F16]->is_ptx ? "PTX" : "cubin", mod.image[NV_UNIT_F16]->arch);
+	printf("# times: median us of one call (events); TF = dense-equivalent TFLOP/s (2MNK/t)\n");
+	printf("# ratio = ours 2:4 time / reference time (below 1 = ours faster); err = ours2:4/oursdense/cuSPARSELt vs cuBLASLt\n");
+	printf("| dt   | MxNxK             | ours2:4us | TF     | oursdn us | TF     | cuBLAS us | TF     | cuSPLt us | TF     | /cuBL | /cuSP | variant (2:4)        | err sp/dn/cs | cuSPARSELt out |\n");
+	printf("|------|-------------------|-----------|--------|-----------|--------|-----------|--------|-----------|--------|-------|-------|----------------------|--------------|----------------|\n");
+	const int squares[] = { 4096, 8192, 16384 };
+	const int ns[] = { 16, 64, 256, 1024 };
+	const enum mfma_dtype all[] = { MFMA_DT_F16, MFMA_DT_BF16, MFMA_DT_I8 };
+	for (size_t t = 0; t < 3; t++) {
+		if (!listed(dtypes, mfma_dtype_name(all[t])))
+			continue;
+		for (size_t i = 0; i < (quick ? 1u : 3u); i++)
+			run_problem(all[t], squares[i], squares[i], squares[i], stdout);
+		for (size_t i = 0; i < 4; i++) {
+			run_problem(all[t], 14336, ns[i], 4096, stdout);
+			run_problem(all[t], 4096, ns[i], 14336, stdout);
+			if (quick)
+				break;
+		}
+	}
+	nv_module_unload(&mod);
+	nv_drv.cuStreamDestroy(stream);
+	nv_drv.cuDevicePrimaryCtxRelease(dev);
+	return 0;
+}

@@ -1,0 +1,85 @@
+#!/bin/bash
+# One round on the GPU machine, from the repository root, with the payload
+# made by pack_payload.sh carried in .devlibs/: correctness of the CUDA
+# backend, compute-sanitizer, the kernel benchmark against cuBLASLt and
+# cuSPARSELt, and mfmad end to end.  Logs go to $OUT (the device tool
+# brings them back); a short summary goes to stdout.
+#
+# usage: bench/nvidia/device_round.sh [test] [sanitize] [bench] [e2e] [multi]
+#        (no argument: test sanitize bench e2e)
+set -u
+OUT=${OUT:-/tmp/mfma-out}
+mkdir -p "$OUT"
+P=/tmp/mfma-payload
+rm -rf "$P" && mkdir -p "$P"
+tar -C "$P" -xJf .devlibs/payload.tar.xz || { echo "no payload"; exit 1; }
+export LD_LIBRARY_PATH="$P/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+steps=${*:-test sanitize bench e2e}
+
+# step NAME TIMEOUT_S COMMAND...: runs with a bound, keeps the whole log.
+step() {
+	local name=$1 t=$2
+	shift 2
+	local t0=$(date +%s)
+	timeout "$t" "$@" >"$OUT/$name.log" 2>&1
+	local rc=$?
+	echo "=== $name: rc=$rc, $(( $(date +%s) - t0 )) s"
+	tail -n "${TAILN:-6}" "$OUT/$name.log"
+	return $rc
+}
+
+nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.max.sm,power.limit,temperature.gpu,memory.used \
+	--format=csv | tee "$OUT/gpu.txt"
+
+for s in $steps; do
+case $s in
+test)
+	step layout 120 "$P/bin/test_nv_layout"
+	TAILN=4 step test 240 "$P/bin/test_cuda_backend"
+	grep -E "^\s+(resident|f16|bf16|i8)" "$OUT/test.log" | grep -E "14336|4096x1024|2048x2056" | head -8
+	;;
+sanitize)
+	MFMA_TEST_QUICK=1 TAILN=8 step memcheck ${MEMCHECK_S:-300} \
+		compute-sanitizer --tool memcheck --error-exitcode 9 "$P/bin/test_cuda_backend"
+	MFMA_TEST_QUICK=2 TAILN=6 step racecheck 240 \
+		compute-sanitizer --tool racecheck --error-exitcode 9 "$P/bin/test_cuda_backend"
+	;;
+bench)
+	# Built here against the PyTorch environment's cuSPARSELt (its
+	# header is C++); the carried binary without it is the fallback.
+	CSLT=$(python3 -c "import nvidia.cusparselt as m; print(list(m.__path__)[0])" 2>/dev/null)
+	BENCH="$P/bin/bench_nv"
+	if [ -n "$CSLT" ] && [ -f "$CSLT/include/cusparseLt.h" ]; then
+		CSP=$(dirname "$(find / -name cusparse.h -path '*include*' 2>/dev/null | head -1)")
+		if gcc -O2 -std=c17 -D_GNU_SOURCE -DMFMA_HAVE_CUSPARSELT -I/usr/local/cuda/include \
+			-Ikernels/nvidia -Ikernels/common -Itests/nvidia -Ibench/nvidia \
+			-c bench/nvidia/bench_nv.c -o "$P/bench_nv.o" >"$OUT/bench_build.log" 2>&1 &&
+		   g++ -O2 -I"$CSLT/include" -I"$CSP" -I/usr/local/cuda/include -Ikernels/nvidia \
+			-Ikernels/common -Ibench/nvidia -c bench/nvidia/bench_cslt.cpp -o "$P/bench_cslt.o" \
+			>>"$OUT/bench_build.log" 2>&1 &&
+		   g++ -o "$P/bench_nv_cslt" "$P/bench_nv.o" "$P/bench_cslt.o" "$P/lib/libmfma_nvidia.a" \
+			"$P/lib/libmfma_common.a" -L"$CSLT/lib" -l:libcusparseLt.so.0 \
+			-L/usr/local/cuda/lib64 -lcublasLt -ldl -lpthread -lm -Wl,-rpath,"$CSLT/lib" \
+			>>"$OUT/bench_build.log" 2>&1; then
+			BENCH="$P/bench_nv_cslt"
+		else
+			echo "cuSPARSELt build failed, see bench_build.log"; tail -5 "$OUT/bench_build.log"
+		fi
+	fi
+	TAILN=0 step bench ${BENCH_S:-300} "$BENCH" ${BENCH_ARGS:-}
+	grep -E "^\||^#" "$OUT/bench.log" > "$OUT/bench_table.md"
+	cat "$OUT/bench_table.md"
+	;;
+e2e)
+	bash bench/nvidia/e2e.sh "$P" "$OUT" > "$OUT/e2e.log" 2>&1
+	echo "=== e2e: rc=$?"
+	grep -E "^(E2E|CHECK|FAIL)" "$OUT/e2e.log" | tail -40
+	;;
+multi)
+	MFMA_TEST_ALL_DEVICES=1 MFMA_TEST_QUICK=1 step multi_test 300 "$P/bin/test_cuda_backend"
+	bash bench/nvidia/e2e.sh "$P" "$OUT" multi > "$OUT/e2e_multi.log" 2>&1
+	echo "=== e2e multi: rc=$?"
+	grep -E "^(E2E|CHECK|FAIL)" "$OUT/e2e_multi.log" | tail -30
+	;;
+esac
+done

@@ -1,0 +1,143 @@
+#!/bin/bash
+# mfmad end to end on a GPU machine (called by device_round.sh): the real
+# daemon with only the CUDA backend, driven by the real client (mfmactl)
+# over a Unix socket.
+#  1. correctness: mfmactl submit --check (float64 reference in the client)
+#     for every dtype, dense and the three 2:4 paths, odd shapes, f16/bf16
+#     outputs, C with beta, and resident weights;
+#  2. latency: a resident 14336x4096 weight (2:4 and dense) times N=16,
+#     client round trip next to the server's kernel time;
+#  3. (multi) throughput on every GPU against one GPU.
+#
+# usage: e2e.sh PAYLOAD_DIR OUT_DIR [multi]
+set -u
+P=$1
+OUT=$2
+MODE=${3:-single}
+SOCK=/tmp/mfmad-e2e.sock
+D=/tmp/mfma-e2e
+rm -rf "$D" && mkdir -p "$D"
+CTL=("$P/bin/mfmactl" -e "unix:$SOCK" --timeout 600000)
+cat >"$D/mfmad.conf" <<'EOF'
+limits = {
+  max_frame_mb = 1800;
+  max_inflight_mb = 65536;
+  max_inflight_per_connection = 256;
+};
+EOF
+rm -f "$SOCK"
+"$P/bin/mfmad" --config "$D/mfmad.conf" --socket "$SOCK" --backends "${E2E_BACKENDS:-cuda}" --log-level info \
+	2>"$OUT/mfmad${MODE/single/}.log" &
+DPID=$!
+# The daemon goes with the script, however the script ends.
+trap 'kill -TERM "$DPID" 2>/dev/null' EXIT
+for _ in $(seq 150); do
+	"${CTL[@]}" ping >/dev/null 2>&1 && break
+	sleep 0.2
+done
+"${CTL[@]}" status || { echo "FAIL mfmad did not come up"; tail -20 "$OUT/mfmad${MODE/single/}.log"; exit 1; }
+
+fails=0
+checks=0
+# check LABEL ARGS...: one mfmactl submit --check
+check() {
+	local label=$1
+	shift
+	local out
+	checks=$((checks + 1))
+	if out=$("${CTL[@]}" --json submit "$@" --check 2>&1); then
+		echo "CHECK ok   $label $(echo "$out" | grep -o '"variant":"[^"]*"\|"rel_error":[^,}]*' | tr '\n' ' ')"
+	else
+		fails=$((fails + 1))
+		echo "FAIL $label: $out"
+	fi
+}
+
+# check_weight LABEL NAME DTYPE [--sparse packed]: mfmactl submit --check
+# does not take a weight, so the weight's D is compared with the D of the
+# same A sent with the request, which is itself checked against the
+# float64 reference (same kernel: the .npy files must be identical).
+check_weight() {
+	local label=$1 name=$2 dt=$3
+	shift 3
+	checks=$((checks + 1))
+	if "${CTL[@]}" submit --weight "$name" -b "$D/b.npy" --dtype "$dt" -o "$D/dw.npy" >/dev/null 2>&1 &&
+	   "${CTL[@]}" submit -a "$D/w.npy" -b "$D/b.npy" --dtype "$dt" "$@" --check -o "$D/da.npy" >/dev/null 2>&1 &&
+	   cmp -s "$D/dw.npy" "$D/da.npy"; then
+		echo "CHECK ok   $label: resident D is bit-identical to the checked D"
+	else
+		fails=$((fails + 1))
+		echo "FAIL $label: resident D differs from the checked D (or a step failed)"
+	fi
+}
+
+rnd() { "${CTL[@]}" random -o "$1" --shape "$2" --dtype "$3" ${4:-} --seed "${5:-7}" >/dev/null; }
+
+if [ "$MODE" = single ]; then
+	for dt in f16 bf16 i8; do
+		# Shapes as MxNxK words.
+		for shape in ${E2E_SHAPES:-37x29x100 300x17x516 1000x64x2048 129x200x260 2048x1024x4096}; do
+			IFS=x read -r m n k <<<"$shape"
+			rnd "$D/a.npy" "${m}x${k}" "$dt" --sparse24 11
+			rnd "$D/b.npy" "${k}x${n}" "$dt" "" 12
+			check "$dt ${m}x${n}x${k} dense" -a "$D/a.npy" -b "$D/b.npy" --dtype "$dt"
+			for sp in packed prune validate; do
+				check "$dt ${m}x${n}x${k} 2:4 $sp" -a "$D/a.npy" -b "$D/b.npy" --dtype "$dt" --sparse "$sp"
+			done
+			if [ "$dt" != i8 ]; then
+				rnd "$D/c.npy" "${m}x${n}" f32 "" 13
+				check "$dt ${m}x${n}x${k} 2:4 out $dt, C, beta -0.5" -a "$D/a.npy" -b "$D/b.npy" \
+					--dtype "$dt" --sparse packed --out-dtype "$dt" -c "$D/c.npy" --beta -0.5 --alpha 1.5
+			else
+				rnd "$D/c.npy" "${m}x${n}" i8 "" 13
+			fi
+		done
+		# Dense with K that is no multiple of anything.
+		rnd "$D/a.npy" "77x101" "$dt" "" 14
+		rnd "$D/b.npy" "101x45" "$dt" "" 15
+		check "$dt 77x45x101 dense" -a "$D/a.npy" -b "$D/b.npy" --dtype "$dt"
+		# Resident weights, 2:4 and dense.
+		rnd "$D/w.npy" "1000x1028" "$dt" --sparse24 16
+		rnd "$D/b.npy" "1028x33" "$dt" "" 17
+		"${CTL[@]}" load "w_${dt}_s" "$D/w.npy" --dtype "$dt" --sparse packed >/dev/null &&
+			"${CTL[@]}" load "w_${dt}_d" "$D/w.npy" --dtype "$dt" >/dev/null ||
+			{ fails=$((fails + 1)); echo "FAIL load $dt"; }
+		check_weight "$dt resident 2:4 1000x1028 x N=33" "w_${dt}_s" "$dt" --sparse packed
+		check_weight "$dt resident dense 1000x1028 x N=33" "w_${dt}_d" "$dt"
+	done
+	# f32 is not served by the CUDA kernels: refused with a message.
+	rnd "$D/a.npy" "16x16" f32
+	rnd "$D/b.npy" "16x16" f32
+	echo "E2E f32 on cuda: $("${CTL[@]}" submit -a "$D/a.npy" -b "$D/b.npy" --dtype f32 2>&1 | tail -1)"
+	echo "CHECK summary: $((checks - fails)) of $checks passed"
+
+	if [ -n "${E2E_NO_BENCH:-}" ]; then
+		exit $((fails > 0))
+	fi
+	# Latency of the decode shape, one request in flight.
+	for sp in "--sparse" ""; do
+		for n in 16 64; do
+			echo "E2E resident 14336x4096 f16 ${sp:-dense} N=$n: $("${CTL[@]}" --json bench --resident $sp \
+				--m 14336 --k 4096 --n $n --dtype f16 --out-dtype f16 -n 400 --warmup 20 --device 0 2>&1 | tail -1)"
+		done
+	done
+	echo "E2E resident 14336x4096 f16 2:4 N=16, 8 in flight: $("${CTL[@]}" --json bench --resident --sparse \
+		--m 14336 --k 4096 --n 16 --dtype f16 --out-dtype f16 -n 2000 -j 8 --warmup 10 --device 0 2>&1 | tail -1)"
+else
+	# Several GPUs: a weight on every device, requests left to the
+	# scheduler, against the same load pinned to device 0.  The shape is
+	# chosen so that the GPU (weight streaming), not the host copies of
+	# the small B and D, bounds each request.
+	for pin in "--device 0" ""; do
+		echo "E2E multi 32768x32768 2:4 f16 N=8 -j 32 ${pin:-all devices}: $("${CTL[@]}" --json bench \
+			--resident --sparse --m 32768 --k 32768 --n 8 --dtype f16 --out-dtype f16 -n 4000 -j 32 \
+			--warmup 4 $pin 2>&1 | tail -1)"
+	done
+	"${CTL[@]}" status
+fi
+
+trap - EXIT
+kill -TERM "$DPID"
+wait "$DPID"
+echo "E2E mfmad exit status: $?"
+exit $((fails > 0))
