@@ -5,7 +5,7 @@
 # cuSPARSELt, and mfmad end to end.  Logs go to $OUT (the device tool
 # brings them back); a short summary goes to stdout.
 #
-# usage: bench/nvidia/device_round.sh [test] [sanitize] [bench] [e2e] [multi]
+# usage: bench/nvidia/device_round.sh [test] [sanitize|memcheck|racecheck] [bench] [e2e] [multi]
 #        (no argument: test sanitize bench e2e)
 set -u
 OUT=${OUT:-/tmp/mfma-out}
@@ -38,10 +38,12 @@ test)
 	TAILN=4 step test 240 "$P/bin/test_cuda_backend"
 	grep -E "^\s+(resident|f16|bf16|i8)" "$OUT/test.log" | grep -E "14336|4096x1024|2048x2056" | head -8
 	;;
-sanitize)
+sanitize|memcheck)
 	MFMA_TEST_QUICK=1 TAILN=8 step memcheck ${MEMCHECK_S:-300} \
 		compute-sanitizer --tool memcheck --error-exitcode 9 "$P/bin/test_cuda_backend"
-	MFMA_TEST_QUICK=2 TAILN=6 step racecheck 240 \
+	;;&
+sanitize|racecheck)
+	MFMA_TEST_QUICK=2 TAILN=6 step racecheck ${RACECHECK_S:-240} \
 		compute-sanitizer --tool racecheck --error-exitcode 9 "$P/bin/test_cuda_backend"
 	;;
 bench)
