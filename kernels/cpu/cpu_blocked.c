@@ -56,7 +56,8 @@ struct blk_plan {
 	size_t bpack_stride; /* elements per packed panel: k * nr */
 	void *wbuf;          /* per thread: the mc x round_up(nc, nr) tile */
 	size_t wstride;      /* elements per thread tile */
-	float *abuf;         /* per thread mc x kc/2 f32: a block of 2:4 values */
+	void *abuf;          /* per thread mc x kc_a: a block of A (f32, or i8 for i8) */
+	size_t kc_a;         /* A elements per row of a block: kc/2 when sparse, else kc */
 	uint32_t *mbuf;      /* per thread mc x kc/32: the block's meta words */
 	unsigned nt;
 	pthread_barrier_t barrier;
@@ -153,36 +154,45 @@ static void store_w(const struct blk_plan *p, const void *wt, size_t ldw, size_t
 	}
 }
 
-/* Copies the 2:4 values (widened to f32) and meta of rows [i0, i0+mcb),
- * K rows [pc, pc+kcb), into compact per-thread blocks.  In place, the
- * rows of a block are k/2 values apart: for k = 4096 that is 8 KiB, so
- * the 128 rows of a block fall into the same few cache sets and form 128
- * streams no prefetcher follows.  Compact, the block is reused from L1/L2
- * by every panel; and the row's next K block is prefetched here, so it is
- * on its way while this one computes. */
+/* Copies rows [i0, i0+mcb), K rows [pc, pc+kcb) of A (2:4 values and
+ * meta, or dense i8) into compact per-thread blocks, float values widened
+ * to f32.  In place, the rows of a block are a whole row of A apart: for
+ * k = 4096 and f32 values that is 8 KiB, so the 128 rows of a block fall
+ * into the same few cache sets and form 128 streams no prefetcher
+ * follows.  Compact, the block is reused from L1/L2 by every panel; and
+ * the row's next K block is prefetched here, so it is on its way while
+ * this one computes. */
 static void pack_a(const struct blk_plan *p, size_t i0, size_t mcb, size_t pc, size_t kcb,
-		   float *abuf, uint32_t *mbuf)
+		   void *abuf, uint32_t *mbuf)
 {
 	const struct mfma_gemm *g = p->g;
+	bool sp = g->a_sparse;
 	size_t es = mfma_dtype_size(g->in_dtype);
-	size_t lda = p->kc / 2, ldm = p->kc / 32, words = (kcb / 4 + 7) / 8;
+	size_t off = sp ? pc / 2 : pc, cnt = sp ? kcb / 2 : kcb;
+	size_t ldm = p->kc / 32, words = (kcb / 4 + 7) / 8;
 	size_t next = pc + p->kc < p->k ? min_sz(p->kc, p->k - pc - p->kc) : 0;
+	size_t next_bytes = (sp ? next / 2 : next) * es;
 	for (size_t r = 0; r < mcb; r++) {
-		const char *src = (const char *)g->a + ((i0 + r) * p->lda + pc / 2) * es;
+		const char *src = (const char *)g->a + ((i0 + r) * p->lda + off) * es;
+		for (size_t b = 0; b < next_bytes; b += 64)
+			__builtin_prefetch(src + p->kc_a * es + b, 0, 2);
+		if (p->kind == BLK_SP_F32)
+			cpu_cvt_to_f32(src, g->in_dtype, cnt, (float *)abuf + r * p->kc_a);
+		else
+			memcpy((int8_t *)abuf + r * p->kc_a, src, cnt);
+		if (!sp)
+			continue;
 		const uint32_t *msrc = g->a_meta + (i0 + r) * p->ldm + pc / 32;
-		for (size_t off = 0; off < next / 2 * es; off += 64)
-			__builtin_prefetch(src + p->kc / 2 * es + off, 0, 2);
 		if (next)
 			__builtin_prefetch(msrc + ldm, 0, 2);
-		cpu_cvt_to_f32(src, g->in_dtype, kcb / 2, abuf + r * lda);
 		memcpy(mbuf + r * ldm, msrc, words * sizeof(*mbuf));
 	}
 }
 
-/* The kernel calls for rows [i0, i0+mcb) and K rows [pc, pc+kcb) against
- * every panel of the column block, into the tile wt. */
-static void compute_block(const struct blk_plan *p, size_t i0, size_t mcb, size_t pc,
-			  size_t kcb, size_t npan, const void *bbuf, const float *abuf,
+/* The kernel calls for the mcb rows packed in abuf/mbuf and K rows
+ * [pc, pc+kcb) against every panel of the column block, into the tile wt. */
+static void compute_block(const struct blk_plan *p, size_t mcb, size_t pc, size_t kcb,
+			  size_t npan, const void *bbuf, const void *abuf,
 			  const uint32_t *mbuf, void *wt, size_t ldw, bool overwrite)
 {
 	const struct mfma_gemm *g = p->g;
@@ -192,12 +202,11 @@ static void compute_block(const struct blk_plan *p, size_t i0, size_t mcb, size_
 		size_t col = jp * p->nr;
 		for (size_t ir = 0; ir < mcb;) {
 			size_t rows = mcb - ir >= p->mr ? p->mr : 1;
-			size_t row = i0 + ir;
 			if (p->kind == BLK_SP_F32) {
 				struct cpu_kf_args ka = {
 					.ngroups = kcb / 4,
-					.a = abuf + ir * (p->kc / 2),
-					.lda = p->kc / 2,
+					.a = (const float *)abuf + ir * p->kc_a,
+					.lda = p->kc_a,
 					.meta = mbuf + ir * (p->kc / 32),
 					.ldm = p->kc / 32,
 					.bp = (const float *)bbuf + jp * p->bpack_stride + pc * p->nr,
@@ -210,10 +219,10 @@ static void compute_block(const struct blk_plan *p, size_t i0, size_t mcb, size_
 			} else {
 				struct cpu_ki_args ka = {
 					.ngroups = sp ? kcb / 4 : kcb,
-					.a = (const int8_t *)g->a + row * p->lda + (sp ? pc / 2 : pc),
-					.lda = p->lda,
-					.meta = sp ? g->a_meta + row * p->ldm + pc / 32 : NULL,
-					.ldm = p->ldm,
+					.a = (const int8_t *)abuf + ir * p->kc_a,
+					.lda = p->kc_a,
+					.meta = sp ? mbuf + ir * (p->kc / 32) : NULL,
+					.ldm = p->kc / 32,
 					.bp = (const int32_t *)bbuf + jp * p->bpack_stride + pc * p->nr,
 					.w = (int32_t *)wt + ir * ldw + col,
 					.ldw = ldw,
@@ -234,7 +243,8 @@ static void run_thread(struct blk_plan *p, unsigned id)
 	const struct mfma_gemm *g = p->g;
 	size_t chunk = round_up((p->m + p->nt - 1) / p->nt, p->mr);
 	size_t r0 = min_sz(p->m, id * chunk), r1 = min_sz(p->m, r0 + chunk);
-	float *abuf = p->abuf ? p->abuf + (size_t)id * p->mc * (p->kc / 2) : NULL;
+	size_t es_abuf = p->kind == BLK_SP_F32 ? sizeof(float) : 1;
+	void *abuf = (char *)p->abuf + (size_t)id * p->mc * p->kc_a * es_abuf;
 	uint32_t *mbuf = p->mbuf ? p->mbuf + (size_t)id * p->mc * (p->kc / 32) : NULL;
 	void *wt = (char *)p->wbuf + (size_t)id * p->wstride * 4;
 	unsigned step = 0;
@@ -253,9 +263,8 @@ static void run_thread(struct blk_plan *p, unsigned id)
 			init_w(p, wt, ldw, ic, mcb, jc, ncb);
 			for (size_t pc = 0; pc < p->k; pc += p->kc) {
 				size_t kcb = min_sz(p->kc, p->k - pc);
-				if (abuf)
-					pack_a(p, ic, mcb, pc, kcb, abuf, mbuf);
-				compute_block(p, ic, mcb, pc, kcb, npan, bbuf, abuf, mbuf, wt, ldw,
+				pack_a(p, ic, mcb, pc, kcb, abuf, mbuf);
+				compute_block(p, mcb, pc, kcb, npan, bbuf, abuf, mbuf, wt, ldw,
 					      pc == 0 && g->beta == 0.0f);
 			}
 			store_w(p, wt, ldw, ic, mcb, jc, ncb);
@@ -317,24 +326,23 @@ static int plan_init(struct blk_plan *p, const struct mfma_gemm *g, int threads,
 
 	/* The scratch blocks, carved from this thread's workspace: one
 	 * packed B buffer, or two when threads alternate between column
-	 * blocks; a W tile per thread; a block of 2:4 values and meta per
-	 * thread (float inputs; the i8 kernels read A in place). */
+	 * blocks; a W tile per thread; a block of A (and meta) per thread. */
 	p->bpack_stride = p->k * p->nr;
 	size_t bbytes = round_up(p->nc / p->nr * p->bpack_stride * 4, 64);
 	unsigned nbuf = nt > 1 && p->n > p->nc ? 2 : 1;
 	p->wstride = round_up(p->mc * p->nc, 16);
 	size_t wbytes = (size_t)nt * p->wstride * 4;
-	bool need_abuf = p->kind == BLK_SP_F32;
-	size_t abytes = need_abuf ? round_up((size_t)nt * p->mc * (p->kc / 2) * sizeof(float), 64) : 0;
-	size_t mbytes = need_abuf ? round_up((size_t)nt * p->mc * (p->kc / 32) * 4, 64) : 0;
+	p->kc_a = g->a_sparse ? p->kc / 2 : p->kc;
+	size_t abytes = round_up((size_t)nt * p->mc * p->kc_a * (p->kind == BLK_SP_F32 ? 4 : 1), 64);
+	size_t mbytes = g->a_sparse ? round_up((size_t)nt * p->mc * (p->kc / 32) * 4, 64) : 0;
 	char *ws = cpu_workspace(nbuf * bbytes + wbytes + abytes + mbytes);
 	if (!ws)
 		return -ENOMEM;
 	p->bpack[0] = ws;
 	p->bpack[1] = ws + (nbuf - 1) * bbytes;
 	p->wbuf = ws + nbuf * bbytes;
-	p->abuf = need_abuf ? (float *)(void *)(ws + nbuf * bbytes + wbytes) : NULL;
-	p->mbuf = need_abuf ? (uint32_t *)(void *)(ws + nbuf * bbytes + wbytes + abytes) : NULL;
+	p->abuf = ws + nbuf * bbytes + wbytes;
+	p->mbuf = g->a_sparse ? (uint32_t *)(void *)(ws + nbuf * bbytes + wbytes + abytes) : NULL;
 	return 0;
 }
 
