@@ -23,8 +23,16 @@ double cpu_rel_frobenius(const void *d, enum mfma_dtype t, const double *ref, si
 
 /* The serving path: dense float through OpenBLAS sgemm (f16/bf16
  * converted to f32 in blocks), dense i8 and every 2:4 A through our own
- * blocked multi-threaded loops.  threads <= 0 means all cores.  variant,
- * when not NULL, receives a static string naming the path that ran. */
+ * blocked multi-threaded loops.  threads <= 0 means all cores; small
+ * problems use fewer.  variant, when not NULL, receives a static string
+ * naming the path that ran ("cpu.sgemm.f16", "cpu.sp24.f32", "cpu.i8",
+ * ...).  Returns 0, -EINVAL for a GEMM that breaks the rules of
+ * mfma_gemm.h (including alpha != 1 or beta not 0/1 for i8), -ENOMEM.
+ *
+ * The meta of a 2:4 A is not re-checked here (the daemon checks a weight
+ * once, with sparse24_meta_check): a bad nibble gives wrong numbers, never
+ * an access outside A, B or D.  Safe to call from several threads at
+ * once; each calling thread keeps up to 32 MiB of scratch between calls. */
 int cpu_gemm_run(const struct mfma_gemm *g, int threads, const char **variant);
 
 #ifdef __cplusplus

@@ -393,7 +393,8 @@ static void test_workspace(void **state)
 	cpu_workspace_trim();
 }
 
-/* Two callers at once (two devices' worker threads) share no state. */
+/* Callers at once (several devices' worker threads) share no state; the
+ * dense ones also call OpenBLAS concurrently. */
 static void *concurrent_main(void *arg)
 {
 	struct problem *pr = arg;
@@ -406,13 +407,16 @@ static void *concurrent_main(void *arg)
 static void test_concurrent_callers(void **state)
 {
 	(void)state;
-	struct problem pr[2];
+	enum { NJ = 4 };
+	struct problem pr[NJ];
 	problem_init(&pr[0], 96, 80, 256, MFMA_DT_F32, MFMA_DT_F32, true, 1.0f, 0.5f, 21);
 	problem_init(&pr[1], 64, 40, 512, MFMA_DT_BF16, MFMA_DT_BF16, true, 2.0f, 0.0f, 22);
-	pthread_t t[2];
-	for (int i = 0; i < 2; i++)
+	problem_init(&pr[2], 70, 90, 128, MFMA_DT_F32, MFMA_DT_F32, false, 1.0f, 0.5f, 23);
+	problem_init(&pr[3], 50, 60, 96, MFMA_DT_F16, MFMA_DT_F16, false, 1.0f, 0.0f, 24);
+	pthread_t t[NJ];
+	for (int i = 0; i < NJ; i++)
 		assert_int_equal(pthread_create(&t[i], NULL, concurrent_main, &pr[i]), 0);
-	for (int i = 0; i < 2; i++) {
+	for (int i = 0; i < NJ; i++) {
 		void *ret;
 		assert_int_equal(pthread_join(t[i], &ret), 0);
 		assert_null(ret);
