@@ -82,6 +82,83 @@ static void put_nibble(uint32_t *meta_row, size_t g, unsigned i0, unsigned i1)
 	meta_row[g / 8] |= (uint32_t)(i0 | i1 << 2) << (4 * (g % 8));
 }
 
+/* The positions a group keeps when it already is 2:4: its non-zeros, and
+ * for a spare slot the lowest position not kept, so that one dense
+ * matrix has exactly one compressed form.  -EINVAL for more than two
+ * non-zeros. */
+static int pick_nonzeros(const char *grp, enum mfma_dtype t, unsigned *i0, unsigned *i1)
+{
+	unsigned pos[4], nz = 0;
+	for (unsigned i = 0; i < 4; i++)
+		if (magnitude(grp, t, i) != 0)
+			pos[nz++] = i;
+	if (nz > 2)
+		return -EINVAL;
+	*i0 = nz == 2 ? pos[0] : 0;
+	*i1 = nz == 2 ? pos[1] : nz == 1 && pos[0] != 0 ? pos[0] : 1;
+	return 0;
+}
+
+/* The positions of the two largest magnitudes; strict comparisons while
+ * scanning upwards give ties to the lower position. */
+static int pick_largest(const char *grp, enum mfma_dtype t, unsigned *i0, unsigned *i1)
+{
+	unsigned a = 0, b = 1;
+	uint32_t ma = magnitude(grp, t, 0), mb = magnitude(grp, t, 1);
+	if (mb > ma) {
+		a = 1;
+		b = 0;
+		uint32_t x = ma;
+		ma = mb;
+		mb = x;
+	}
+	for (unsigned i = 2; i < 4; i++) {
+		uint32_t mi = magnitude(grp, t, i);
+		if (mi > ma) {
+			b = a;
+			mb = ma;
+			a = i;
+			ma = mi;
+		} else if (mi > mb) {
+			b = i;
+			mb = mi;
+		}
+	}
+	*i0 = a < b ? a : b;
+	*i1 = a < b ? b : a;
+	return 0;
+}
+
+typedef int (*pick_fn)(const char *grp, enum mfma_dtype t, unsigned *i0, unsigned *i1);
+
+/* Compress and prune: the same walk, differing only in which two
+ * positions of a group they keep. */
+static int encode(const void *dense, enum mfma_dtype t, size_t rows, size_t k, void *values,
+		  uint32_t *meta, pick_fn pick, size_t *bad_row, size_t *bad_group)
+{
+	if (check_args(t, k) < 0 || (rows && k && (!dense || !values || !meta)))
+		return -EINVAL;
+	const char *d = dense;
+	char *v = values;
+	size_t es = mfma_dtype_size(t);
+	size_t words = sparse24_meta_words(k);
+	for (size_t r = 0; r < rows; r++) {
+		uint32_t *mrow = meta + r * words;
+		memset(mrow, 0, words * sizeof(*mrow));
+		for (size_t g = 0; g < k / 4; g++) {
+			const char *grp = d + (r * k + 4 * g) * es;
+			unsigned i0, i1;
+			if (pick(grp, t, &i0, &i1) < 0) {
+				report(bad_row, bad_group, r, g);
+				return -EINVAL;
+			}
+			store_pair(grp, es, t, i0, i1, v + (r * k / 2 + 2 * g) * es);
+			put_nibble(mrow, g, i0, i1);
+		}
+	}
+	return 0;
+}
+
 int sparse24_validate(const void *dense, enum mfma_dtype t, size_t rows, size_t k,
 		      size_t *bad_row, size_t *bad_group)
 {
@@ -89,107 +166,27 @@ int sparse24_validate(const void *dense, enum mfma_dtype t, size_t rows, size_t 
 		return -EINVAL;
 	const char *d = dense;
 	size_t es = mfma_dtype_size(t);
-	for (size_t r = 0; r < rows; r++) {
+	for (size_t r = 0; r < rows; r++)
 		for (size_t g = 0; g < k / 4; g++) {
-			const char *grp = d + (r * k + 4 * g) * es;
-			int nz = 0;
-			for (unsigned i = 0; i < 4; i++)
-				nz += magnitude(grp, t, i) != 0;
-			if (nz > 2) {
+			unsigned i0, i1;
+			if (pick_nonzeros(d + (r * k + 4 * g) * es, t, &i0, &i1) < 0) {
 				report(bad_row, bad_group, r, g);
 				return -EINVAL;
 			}
 		}
-	}
 	return 0;
 }
 
 int sparse24_compress(const void *dense, enum mfma_dtype t, size_t rows, size_t k,
 		      void *values, uint32_t *meta, size_t *bad_row, size_t *bad_group)
 {
-	if (check_args(t, k) < 0 || (rows && k && (!dense || !values || !meta)))
-		return -EINVAL;
-	const char *d = dense;
-	char *v = values;
-	size_t es = mfma_dtype_size(t);
-	size_t words = sparse24_meta_words(k);
-	for (size_t r = 0; r < rows; r++) {
-		uint32_t *mrow = meta + r * words;
-		memset(mrow, 0, words * sizeof(*mrow));
-		for (size_t g = 0; g < k / 4; g++) {
-			const char *grp = d + (r * k + 4 * g) * es;
-			unsigned pos[4];
-			unsigned nz = 0;
-			for (unsigned i = 0; i < 4; i++)
-				if (magnitude(grp, t, i) != 0)
-					pos[nz++] = i;
-			if (nz > 2) {
-				report(bad_row, bad_group, r, g);
-				return -EINVAL;
-			}
-			/* The spare slot takes the lowest position not kept, so
-			 * one dense matrix has exactly one compressed form. */
-			unsigned i0, i1;
-			if (nz == 2) {
-				i0 = pos[0];
-				i1 = pos[1];
-			} else if (nz == 1) {
-				i0 = 0;
-				i1 = pos[0] == 0 ? 1 : pos[0];
-			} else {
-				i0 = 0;
-				i1 = 1;
-			}
-			store_pair(grp, es, t, i0, i1, v + (r * k / 2 + 2 * g) * es);
-			put_nibble(mrow, g, i0, i1);
-		}
-	}
-	return 0;
+	return encode(dense, t, rows, k, values, meta, pick_nonzeros, bad_row, bad_group);
 }
 
 int sparse24_prune(const void *dense, enum mfma_dtype t, size_t rows, size_t k, void *values,
 		   uint32_t *meta)
 {
-	if (check_args(t, k) < 0 || (rows && k && (!dense || !values || !meta)))
-		return -EINVAL;
-	const char *d = dense;
-	char *v = values;
-	size_t es = mfma_dtype_size(t);
-	size_t words = sparse24_meta_words(k);
-	for (size_t r = 0; r < rows; r++) {
-		uint32_t *mrow = meta + r * words;
-		memset(mrow, 0, words * sizeof(*mrow));
-		for (size_t g = 0; g < k / 4; g++) {
-			const char *grp = d + (r * k + 4 * g) * es;
-			/* Strict comparisons scanning upwards give ties to the
-			 * lower position. */
-			unsigned a = 0, b = 1;
-			uint32_t ma = magnitude(grp, t, 0), mb = magnitude(grp, t, 1);
-			if (mb > ma) {
-				a = 1;
-				b = 0;
-				uint32_t x = ma;
-				ma = mb;
-				mb = x;
-			}
-			for (unsigned i = 2; i < 4; i++) {
-				uint32_t mi = magnitude(grp, t, i);
-				if (mi > ma) {
-					b = a;
-					mb = ma;
-					a = i;
-					ma = mi;
-				} else if (mi > mb) {
-					b = i;
-					mb = mi;
-				}
-			}
-			unsigned i0 = a < b ? a : b, i1 = a < b ? b : a;
-			store_pair(grp, es, t, i0, i1, v + (r * k / 2 + 2 * g) * es);
-			put_nibble(mrow, g, i0, i1);
-		}
-	}
-	return 0;
+	return encode(dense, t, rows, k, values, meta, pick_largest, NULL, NULL);
 }
 
 int sparse24_meta_check(const uint32_t *meta, size_t rows, size_t k, size_t *bad_row,

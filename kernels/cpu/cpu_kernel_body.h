@@ -9,6 +9,11 @@
  *   VF_MUL(a, b) VF_ADD(a, b)
  *   VI_ZERO() VI_SET1(x) VI_LOAD(p) VI_STORE(p, v) VI_MADD(a, b, c) (a*b+c,
  *   wrapping) VI_ADD(a, b)
+ *   KSHAPES(X)   X(MR, NV) for each tile shape, widest panel first, each
+ *                with a different NV
+ *
+ * and gets the kernels and `static const struct cpu_kfamily KFAM_family`;
+ * this file undefines all of the above at its end, ready for the next.
  *
  * Every kernel keeps an MR x NV block of vector accumulators in registers
  * for the whole panel; the loops over MR and NV have constant trip counts
@@ -18,7 +23,12 @@
  * The 2:4 kernels do only the kept multiply-adds: for row r and group g
  * the two kept values multiply the B rows 4g+i0 and 4g+i1 that the meta
  * nibble names, so each row reads its own B rows and nothing is shared
- * across rows except the panel, which sits in L1. */
+ * across rows except the panel, which sits in L1.
+ *
+ * The float and the integer kernels are written out separately: their
+ * element types differ and only the float one scales by alpha, and a
+ * further macro layer to share the loop would cost more clarity than the
+ * twenty lines it saves. */
 
 #define KCAT3(a, b) a##_##b
 #define KCAT2(a, b) KCAT3(a, b)
@@ -158,7 +168,7 @@ KNAME(i8_body)(const struct cpu_ki_args *ka, const int MR, const int NV, const i
 }
 
 /* Fixed shapes: MR rows x NV vectors, and the single-row companions. */
-#define KDEF(MR, NV)                                                                        \
+#define KDEF1(MR, NV)                                                                       \
 	static KTARGET void KNAME(sp_f32_##MR##x##NV)(const struct cpu_kf_args *ka)         \
 	{                                                                                   \
 		KNAME(sp_f32_body)(ka, MR, NV);                                             \
@@ -171,11 +181,51 @@ KNAME(i8_body)(const struct cpu_ki_args *ka, const int MR, const int NV, const i
 	{                                                                                   \
 		KNAME(i8_body)(ka, MR, NV, 0);                                              \
 	}
-
+#define KDEF(MR, NV) KDEF1(MR, NV) KDEF1(1, NV)
 #define KCFG(MR, NV)                                                                        \
 	{                                                                                   \
 		.nr = (NV) * KVL, .mr = (MR), .sp_f32 = KNAME(sp_f32_##MR##x##NV),          \
 		.sp_f32_one = KNAME(sp_f32_1x##NV), .sp_i8 = KNAME(sp_i8_##MR##x##NV),      \
 		.sp_i8_one = KNAME(sp_i8_1x##NV), .dn_i8 = KNAME(dn_i8_##MR##x##NV),        \
 		.dn_i8_one = KNAME(dn_i8_1x##NV),                                           \
-	}
+	},
+#define KCOUNT(MR, NV) +1
+#define KSTR2(x) #x
+#define KSTR(x) KSTR2(x)
+
+KSHAPES(KDEF)
+
+static const struct cpu_kfamily KNAME(family) = {
+	.isa = KSTR(KFAM),
+	.ncfg = 0 KSHAPES(KCOUNT),
+	.cfg = { KSHAPES(KCFG) },
+};
+
+#undef KDEF1
+#undef KDEF
+#undef KCFG
+#undef KCOUNT
+#undef KSTR2
+#undef KSTR
+#undef KCAT3
+#undef KCAT2
+#undef KNAME
+#undef KFAM
+#undef KTARGET
+#undef KVL
+#undef kvf
+#undef kvi
+#undef VF_ZERO
+#undef VF_SET1
+#undef VF_LOAD
+#undef VF_STORE
+#undef VF_FMA
+#undef VF_MUL
+#undef VF_ADD
+#undef VI_ZERO
+#undef VI_SET1
+#undef VI_LOAD
+#undef VI_STORE
+#undef VI_MADD
+#undef VI_ADD
+#undef KSHAPES

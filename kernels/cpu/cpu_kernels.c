@@ -40,38 +40,8 @@ typedef __m512i avx512_vi;
 #define VI_STORE(p, v) _mm512_storeu_si512((void *)(p), (v))
 #define VI_MADD(a, b, c) _mm512_add_epi32(_mm512_mullo_epi32((a), (b)), (c))
 #define VI_ADD(a, b) _mm512_add_epi32((a), (b))
+#define KSHAPES(X) X(4, 4) X(6, 2) X(8, 1)
 #include "cpu_kernel_body.h"
-KDEF(4, 4)
-KDEF(1, 4)
-KDEF(6, 2)
-KDEF(1, 2)
-KDEF(8, 1)
-KDEF(1, 1)
-static const struct cpu_kfamily avx512_family = {
-	.isa = "avx512",
-	.ncfg = 3,
-	.cfg = { KCFG(4, 4), KCFG(6, 2), KCFG(8, 1) },
-};
-#undef KFAM
-#undef KTARGET
-#undef KVL
-#undef kvf
-#undef kvi
-#undef VF_ZERO
-#undef VF_SET1
-#undef VF_LOAD
-#undef VF_STORE
-#undef VF_FMA
-#undef VF_MUL
-#undef VF_ADD
-#undef VI_ZERO
-#undef VI_SET1
-#undef VI_LOAD
-#undef VI_STORE
-#undef VI_MADD
-#undef VI_ADD
-#undef KDEF
-#undef KCFG
 
 /* --- AVX2 + FMA (8 lanes, 16 registers) -------------------------------- */
 #define KFAM avx2
@@ -94,38 +64,8 @@ typedef __m256i avx2_vi;
 #define VI_STORE(p, v) _mm256_storeu_si256((__m256i *)(void *)(p), (v))
 #define VI_MADD(a, b, c) _mm256_add_epi32(_mm256_mullo_epi32((a), (b)), (c))
 #define VI_ADD(a, b) _mm256_add_epi32((a), (b))
+#define KSHAPES(X) X(3, 4) X(4, 2) X(8, 1)
 #include "cpu_kernel_body.h"
-KDEF(3, 4)
-KDEF(1, 4)
-KDEF(4, 2)
-KDEF(1, 2)
-KDEF(8, 1)
-KDEF(1, 1)
-static const struct cpu_kfamily avx2_family = {
-	.isa = "avx2",
-	.ncfg = 3,
-	.cfg = { KCFG(3, 4), KCFG(4, 2), KCFG(8, 1) },
-};
-#undef KFAM
-#undef KTARGET
-#undef KVL
-#undef kvf
-#undef kvi
-#undef VF_ZERO
-#undef VF_SET1
-#undef VF_LOAD
-#undef VF_STORE
-#undef VF_FMA
-#undef VF_MUL
-#undef VF_ADD
-#undef VI_ZERO
-#undef VI_SET1
-#undef VI_LOAD
-#undef VI_STORE
-#undef VI_MADD
-#undef VI_ADD
-#undef KDEF
-#undef KCFG
 
 #endif /* CPU_HAVE_X86 */
 
@@ -174,18 +114,8 @@ static inline generic_vi generic_loadi(const int32_t *p)
 	} while (0)
 #define VI_MADD(a, b, c) ((a) * (b) + (c))
 #define VI_ADD(a, b) ((a) + (b))
+#define KSHAPES(X) X(2, 4) X(4, 2) X(8, 1)
 #include "cpu_kernel_body.h"
-KDEF(2, 4)
-KDEF(1, 4)
-KDEF(4, 2)
-KDEF(1, 2)
-KDEF(8, 1)
-KDEF(1, 1)
-static const struct cpu_kfamily generic_family = {
-	.isa = "generic",
-	.ncfg = 3,
-	.cfg = { KCFG(2, 4), KCFG(4, 2), KCFG(8, 1) },
-};
 
 static bool has_avx512(void)
 {
