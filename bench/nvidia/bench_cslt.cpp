@@ -20,6 +20,7 @@ struct cslt {
 	int ncomp;
 	size_t ws_bytes;
 	const char *out_name;
+	char note[48];
 	int out_same;
 };
 
@@ -37,7 +38,7 @@ static void *ptr(CUdeviceptr p)
 }
 
 int cslt_create(struct cslt **out, int dtype, int m, int n, int k, const CUdeviceptr *dense,
-		int ndense, CUdeviceptr b, CUstream s, char *why, size_t whylen)
+		int ndense, CUdeviceptr b, CUdeviceptr bt, int ldbt, CUstream s, char *why, size_t whylen)
 {
 	struct cslt *c = (struct cslt *)calloc(1, sizeof(*c));
 	*out = c;
@@ -61,14 +62,30 @@ int cslt_create(struct cslt **out, int dtype, int m, int n, int k, const CUdevic
 	c->have_handle = 1;
 	int version = 0;
 	cusparseLtGetVersion(&c->h, &version);
-	int chosen = -1;
-	for (int o = 0; o < 2 && chosen < 0; o++) {
-		if (cusparseLtStructuredDescriptorInit(&c->h, &c->ma, m, k, k, 16, ab, CUSPARSE_ORDER_ROW,
-						       CUSPARSELT_SPARSITY_50_PERCENT) != CUSPARSE_STATUS_SUCCESS ||
-		    cusparseLtDenseDescriptorInit(&c->h, &c->mb, k, n, n, 16, ab, CUSPARSE_ORDER_ROW) !=
-			    CUSPARSE_STATUS_SUCCESS ||
-		    cusparseLtDenseDescriptorInit(&c->h, &c->mc, m, n, n, 16, outs[o], CUSPARSE_ORDER_ROW) !=
-			    CUSPARSE_STATUS_SUCCESS)
+	// Configurations to try, ours first: B row-major or (transposed,
+	// as Bt) column-major, D in our output type or f16.
+	int chosen = -1, bcol = 0;
+	for (int cfg = 0; cfg < 4 && chosen < 0; cfg++) {
+		int o = cfg & 1, col = cfg >> 1;
+		if (col && !bt)
+			continue;
+		if (c->have_desc) {
+			cusparseLtMatDescriptorDestroy(&c->ma);
+			cusparseLtMatDescriptorDestroy(&c->mb);
+			cusparseLtMatDescriptorDestroy(&c->mc);
+			c->have_desc = 0;
+		}
+		cusparseStatus_t r1 = cusparseLtStructuredDescriptorInit(&c->h, &c->ma, m, k, k, 16, ab,
+									 CUSPARSE_ORDER_ROW,
+									 CUSPARSELT_SPARSITY_50_PERCENT);
+		cusparseStatus_t r2 = col ? cusparseLtDenseDescriptorInit(&c->h, &c->mb, k, n, ldbt, 16, ab,
+									  CUSPARSE_ORDER_COL)
+					  : cusparseLtDenseDescriptorInit(&c->h, &c->mb, k, n, n, 16, ab,
+									  CUSPARSE_ORDER_ROW);
+		cusparseStatus_t r3 = cusparseLtDenseDescriptorInit(&c->h, &c->mc, m, n, n, 16, outs[o],
+								    CUSPARSE_ORDER_ROW);
+		if (r1 != CUSPARSE_STATUS_SUCCESS || r2 != CUSPARSE_STATUS_SUCCESS ||
+		    r3 != CUSPARSE_STATUS_SUCCESS)
 			continue;
 		c->have_desc = 1;
 		if (cusparseLtMatmulDescriptorInit(&c->h, &c->mm, CUSPARSE_OPERATION_NON_TRANSPOSE,
@@ -81,12 +98,18 @@ int cslt_create(struct cslt **out, int dtype, int m, int n, int k, const CUdevic
 			continue;
 		c->have_plan = 1;
 		chosen = o;
+		bcol = col;
 	}
 	if (chosen < 0) {
 		snprintf(why, whylen, "no supported configuration (cuSPARSELt %d)", version);
 		return -ENOTSUP;
 	}
-	c->out_name = names[chosen];
+	if (bcol) {
+		c->b = bt;
+		b = bt;
+	}
+	snprintf(c->note, sizeof(c->note), "%s%s", names[chosen], bcol ? ", B col-major" : "");
+	c->out_name = c->note;
 	c->out_same = chosen == 0;
 	size_t csize = 0, cbuf = 0;
 	if ((st = cusparseLtSpMMACompressedSize(&c->h, &c->plan, &csize, &cbuf)) != CUSPARSE_STATUS_SUCCESS) {

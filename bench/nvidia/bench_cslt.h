@@ -17,9 +17,11 @@ struct cslt;
 /* A row-major 2:4 A (m x k, dense copies on the device, dtype 0 f16,
  * 1 bf16, 2 i8) times B (k x n): descriptors, plan, A compressed once per
  * copy, cusparseLtMatmulSearch done.  The plan is kept until destroy.
+ * B is row-major [k][n]; bt (may be 0) is the same B transposed, [n][ldbt],
+ * tried as a column-major B where the row-major one is not supported.
  * 0, or negative with a sentence in why. */
 int cslt_create(struct cslt **out, int dtype, int m, int n, int k, const CUdeviceptr *dense,
-		int ndense, CUdeviceptr b, CUstream s, char *why, size_t whylen);
+		int ndense, CUdeviceptr b, CUdeviceptr bt, int ldbt, CUstream s, char *why, size_t whylen);
 int cslt_run(struct cslt *c, int copy, CUstream s);
 int cslt_copies(const struct cslt *c);
 CUdeviceptr cslt_d(const struct cslt *c);

@@ -15,7 +15,10 @@
  * (cuBLASLt is given the layout it prefers).  Each result is checked
  * against cuBLASLt's (relative Frobenius error; integers must match).
  *
- * usage: bench_nv [--quick] [--dtypes f16,bf16,i8] [--device N] */
+ * usage: bench_nv [--quick] [--dtypes f16,bf16,i8] [--device N]
+ *                 [--shape MxNxK [--splits S1,S2,.. [--tile T]]]
+ * --shape runs one problem; with --splits, only our 2:4 kernel, once per
+ * forced split count (to tune the selection). */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -316,6 +319,38 @@ static double tflops(const struct problem *p, double us)
 	return 2.0 * p->m * p->n * (double)p->k / (us * 1e-6) / 1e12;
 }
 
+/* --splits sweep: our 2:4 kernel only, with each split count forced. */
+static const char *sweep_splits;
+static int sweep_tile = -1;
+
+static void sweep(struct problem *p, FILE *out)
+{
+	struct nv_plan base = p->plan_sp;
+	for (const char *s = sweep_splits; s && *s;) {
+		int want = atoi(s);
+		struct nv_plan pl = base;
+		pl.iters_per_split = (pl.k_iters + want - 1) / want;
+		pl.splits = (pl.k_iters + pl.iters_per_split - 1) / pl.iters_per_split;
+		struct nv_tile_shape sh;
+		nv_tile_shape(pl.kind, pl.tile, &sh);
+		pl.ws_bytes = pl.splits > 1 ? pl.counters * pl.splits * sh.bm * sh.bn * 4 : 0;
+		CUdeviceptr ws = dalloc(pl.ws_bytes);
+		CUdeviceptr keep = p->ws;
+		p->ws = ws;
+		p->plan_sp = pl;
+		struct ours_ctx c = { p, 1 };
+		double t = time_op(run_ours, &c, p->nsp, 60.0);
+		fprintf(out, "# sweep %s %dx%dx%d tile %s splits %d (ips %d, ctas %d): %.1f us, %.1f TF\n",
+			mfma_dtype_name(p->in), p->m, p->n, p->k, nv_tile_name(pl.tile), pl.splits,
+			pl.iters_per_split, pl.tiles_m * pl.tiles_n * pl.splits, t, tflops(p, t));
+		p->ws = keep;
+		nv_drv.cuMemFree(ws);
+		const char *c2 = strchr(s, ',');
+		s = c2 ? c2 + 1 : NULL;
+	}
+	p->plan_sp = base;
+}
+
 static void run_problem(enum mfma_dtype in, int m, int n, int k, FILE *out)
 {
 	struct problem p;
@@ -377,7 +412,7 @@ static void run_problem(enum mfma_dtype in, int m, int n, int k, FILE *out)
 
 	int occ[NV_TILE_COUNT];
 	nv_module_occ(&mod, ksp, occ);
-	if (nv_plan_make(ksp, m, n, k, mod.sms, occ, -1, &p.plan_sp) < 0)
+	if (nv_plan_make(ksp, m, n, k, mod.sms, occ, sweep_tile, &p.plan_sp) < 0)
 		DIE("no plan");
 	nv_module_occ(&mod, kdn, occ);
 	if (nv_plan_make(kdn, m, n, k, mod.sms, occ, -1, &p.plan_dn) < 0)
@@ -387,6 +422,10 @@ static void run_problem(enum mfma_dtype in, int m, int n, int k, FILE *out)
 	p.ws = dalloc(p.ws_bytes);
 	p.counters = dalloc(p.counter_words * 4);
 	CU(nv_drv.cuMemsetD32Async(p.counters, 0, p.counter_words, stream));
+	if (sweep_splits) {
+		sweep(&p, out);
+		goto done;
+	}
 
 	/* Times. */
 	const double target = 60.0;
@@ -395,10 +434,12 @@ static void run_problem(enum mfma_dtype in, int m, int n, int k, FILE *out)
 	double e_sp = NAN, e_dn = NAN, e_cs = NAN;
 	struct blas_ctx bc;
 	double t_blas = NAN;
-	int brc = blas_setup(&bc, &p, 0);
+	/* i8: TN (B transposed), the layout cuBLASLt's IMMA kernels want;
+	 * NN only if TN has no algorithm. */
+	int brc = blas_setup(&bc, &p, in == MFMA_DT_I8);
 	if (brc < 0 && in == MFMA_DT_I8) {
 		blas_free(&bc);
-		brc = blas_setup(&bc, &p, 1);
+		brc = blas_setup(&bc, &p, 0);
 	}
 	if (brc == 0) {
 		t_blas = time_op(run_blas, &bc, p.ndense, target);
@@ -414,7 +455,8 @@ static void run_problem(enum mfma_dtype in, int m, int n, int k, FILE *out)
 	static char why[160];
 	struct cslt_run_ctx cc = { NULL };
 	int cdt = in == MFMA_DT_F16 ? 0 : in == MFMA_DT_BF16 ? 1 : 2;
-	if (cslt_create(&cc.c, cdt, m, n, k, p.dense, p.ndense, p.b, stream, why, sizeof(why)) == 0) {
+	if (cslt_create(&cc.c, cdt, m, n, k, p.dense, p.ndense, p.b, p.bt, p.kpad, stream, why,
+			sizeof(why)) == 0) {
 		t_cs = time_op(run_cslt, &cc, cslt_copies(cc.c), target);
 		cs_note = cslt_out_name(cc.c);
 		if (brc == 0 && cslt_out_same(cc.c))
@@ -437,6 +479,7 @@ static void run_problem(enum mfma_dtype in, int m, int n, int k, FILE *out)
 	fprintf(stderr, "  %s %s: 2:4 split %d, dense split %d, copies %d/%d/%d\n", mfma_dtype_name(in),
 		shape, p.plan_sp.splits, p.plan_dn.splits, p.nsp, p.ndn, p.ndense);
 
+done:
 	for (int i = 0; i < p.ndense; i++)
 		nv_drv.cuMemFree(p.dense[i]);
 	for (int i = 0; i < p.nsp; i++) {
@@ -476,7 +519,7 @@ static int listed(const char *list, const char *name)
 
 int main(int argc, char **argv)
 {
-	int quick = 0, device = 0;
+	int quick = 0, device = 0, sm = 0, sn = 0, sk = 0;
 	const char *dtypes = "f16,bf16,i8";
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "--quick") == 0)
@@ -485,8 +528,21 @@ int main(int argc, char **argv)
 			dtypes = argv[++i];
 		else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc)
 			device = atoi(argv[++i]);
-		else
-			DIE("unknown argument '%s' (usage: bench_nv [--quick] [--dtypes f16,bf16,i8] [--device N])", argv[i]);
+		else if (strcmp(argv[i], "--shape") == 0 && i + 1 < argc) {
+			if (sscanf(argv[++i], "%dx%dx%d", &sm, &sn, &sk) != 3 || sm <= 0 || sn <= 0 || sk <= 0 || sk % 4)
+				DIE("--shape wants MxNxK (K a multiple of 4), not '%s'", argv[i]);
+		} else if (strcmp(argv[i], "--splits") == 0 && i + 1 < argc)
+			sweep_splits = argv[++i];
+		else if (strcmp(argv[i], "--tile") == 0 && i + 1 < argc) {
+			const char *t = argv[++i];
+			for (int x = 0; x < NV_TILE_COUNT; x++)
+				if (strcmp(t, nv_tile_name(x)) == 0)
+					sweep_tile = x;
+			if (sweep_tile < 0)
+				DIE("--tile: unknown tile '%s'", t);
+		} else
+			DIE("unknown argument '%s' (usage: bench_nv [--quick] [--dtypes f16,bf16,i8] "
+			    "[--device N] [--shape MxNxK [--splits S1,S2,..] [--tile T]])", argv[i]);
 	}
 	char err[256];
 	if (nv_driver_open(err, sizeof(err)) < 0)
@@ -516,6 +572,10 @@ int main(int argc, char **argv)
 	for (size_t t = 0; t < 3; t++) {
 		if (!listed(dtypes, mfma_dtype_name(all[t])))
 			continue;
+		if (sm) {
+			run_problem(all[t], sm, sn, sk, stdout);
+			continue;
+		}
 		for (size_t i = 0; i < (quick ? 1u : 3u); i++)
 			run_problem(all[t], squares[i], squares[i], squares[i], stdout);
 		for (size_t i = 0; i < 4; i++) {

@@ -31,26 +31,14 @@ step() {
 nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.max.sm,power.limit,temperature.gpu,memory.used \
 	--format=csv | tee "$OUT/gpu.txt"
 
-for s in $steps; do
-case $s in
-test)
-	step layout 120 "$P/bin/test_nv_layout"
-	TAILN=4 step test 240 "$P/bin/test_cuda_backend"
-	grep -E "^\s+(resident|f16|bf16|i8)" "$OUT/test.log" | grep -E "14336|4096x1024|2048x2056" | head -8
-	;;
-sanitize|memcheck)
-	MFMA_TEST_QUICK=1 TAILN=8 step memcheck ${MEMCHECK_S:-300} \
-		compute-sanitizer --tool memcheck --error-exitcode 9 "$P/bin/test_cuda_backend"
-	;;&
-sanitize|racecheck)
-	MFMA_TEST_QUICK=2 TAILN=6 step racecheck ${RACECHECK_S:-240} \
-		compute-sanitizer --tool racecheck --error-exitcode 9 "$P/bin/test_cuda_backend"
-	;;
-bench)
-	# Built here against the PyTorch environment's cuSPARSELt (its
-	# header is C++); the carried binary without it is the fallback.
-	CSLT=$(python3 -c "import nvidia.cusparselt as m; print(list(m.__path__)[0])" 2>/dev/null)
+# The benchmark, built here against the PyTorch environment's cuSPARSELt
+# (its header is C++); the carried binary without it is the fallback.
+BENCH=""
+build_bench() {
+	[ -n "$BENCH" ] && return
 	BENCH="$P/bin/bench_nv"
+	local CSLT CSP
+	CSLT=$(python3 -c "import nvidia.cusparselt as m; print(list(m.__path__)[0])" 2>/dev/null)
 	if [ -n "$CSLT" ] && [ -f "$CSLT/include/cusparseLt.h" ]; then
 		CSP=$(dirname "$(find / -name cusparse.h -path '*include*' 2>/dev/null | head -1)")
 		if gcc -O2 -std=c17 -D_GNU_SOURCE -DMFMA_HAVE_CUSPARSELT -I/usr/local/cuda/include \
@@ -68,6 +56,25 @@ bench)
 			echo "cuSPARSELt build failed, see bench_build.log"; tail -5 "$OUT/bench_build.log"
 		fi
 	fi
+}
+
+for s in $steps; do
+case $s in
+test)
+	step layout 120 "$P/bin/test_nv_layout"
+	TAILN=4 step test 240 "$P/bin/test_cuda_backend"
+	grep -E "^\s+(resident|f16|bf16|i8)" "$OUT/test.log" | grep -E "14336|4096x1024|2048x2056" | head -8
+	;;
+sanitize|memcheck)
+	MFMA_TEST_QUICK=1 TAILN=8 step memcheck ${MEMCHECK_S:-300} \
+		compute-sanitizer --tool memcheck --error-exitcode 9 "$P/bin/test_cuda_backend"
+	;;&
+sanitize|racecheck)
+	MFMA_TEST_QUICK=2 TAILN=6 step racecheck ${RACECHECK_S:-240} \
+		compute-sanitizer --tool racecheck --error-exitcode 9 "$P/bin/test_cuda_backend"
+	;;
+bench)
+	build_bench
 	TAILN=0 step bench ${BENCH_S:-300} "$BENCH" ${BENCH_ARGS:-}
 	grep -E "^\||^#" "$OUT/bench.log" > "$OUT/bench_table.md"
 	cat "$OUT/bench_table.md"
@@ -76,6 +83,30 @@ e2e)
 	bash bench/nvidia/e2e.sh "$P" "$OUT" > "$OUT/e2e.log" 2>&1
 	echo "=== e2e: rc=$?"
 	grep -E "^(E2E|CHECK|FAIL)" "$OUT/e2e.log" | tail -40
+	;;
+sweep)
+	# Split-K sweeps of the decode shapes (our 2:4 kernel only).
+	build_bench
+	for shape in ${SWEEP_SHAPES:-14336x16x4096 4096x16x14336 14336x64x4096 4096x64x14336}; do
+		timeout 120 "$BENCH" --dtypes f16 --shape "$shape" --splits "${SWEEP_SPLITS:-1,2,3,4,5,6,7,8,10,12,16}" \
+			2>/dev/null | grep "^# sweep" | tee -a "$OUT/sweep.log"
+	done
+	;;
+ncu)
+	# Hardware counters of one launch of the big 2:4 kernel and of the
+	# decode kernel (clocks left alone).
+	build_bench
+	for spec in "nv_gemm_f16s_big 8192x8192x8192 1" "nv_gemm_f16d_big 8192x8192x8192 1" \
+		"nv_gemm_f16s_n16 14336x16x4096 3"; do
+		set -- $spec
+		timeout 150 ncu --clock-control none -k "regex:$1" --launch-skip 3 --launch-count 1 \
+			--section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
+			--section Occupancy --section LaunchStats --section ComputeWorkloadAnalysis \
+			"$BENCH" --dtypes f16 --shape "$2" --splits "$3" >"$OUT/ncu_$1.txt" 2>&1
+		echo "=== ncu $1 rc=$?"
+		grep -E "Duration|Throughput|Pipe|Warp Cycles Per Issued|Issue Slots Busy|Registers Per|Achieved Occupancy|Hit Rate|Bank Conflicts|Stall" \
+			"$OUT/ncu_$1.txt" | head -24
+	done
 	;;
 multi)
 	MFMA_TEST_ALL_DEVICES=1 MFMA_TEST_QUICK=1 step multi_test 300 "$P/bin/test_cuda_backend"

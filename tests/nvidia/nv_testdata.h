@@ -19,7 +19,8 @@ static inline uint32_t nvt_rand(uint64_t *s)
 }
 
 /* One random non-zero element: integers in [-127, 127], floats in
- * (-2, 2) on a grid that f16 and bf16 hold exactly. */
+ * (-2, 2) with 16 random bits (then rounded to the type), so that sums
+ * of products round in f32 as real data does. */
 static inline void nvt_put(void *p, enum mfma_dtype t, size_t i, uint64_t *s)
 {
 	if (t == MFMA_DT_I8 || t == MFMA_DT_I32) {
@@ -35,7 +36,7 @@ static inline void nvt_put(void *p, enum mfma_dtype t, size_t i, uint64_t *s)
 	}
 	float f;
 	do
-		f = (float)((int)(nvt_rand(s) % 255) - 127) / 64.0f;
+		f = (float)((int)(nvt_rand(s) & 0xffffu) - 0x8000) / 16384.0f;
 	while (f == 0.0f);
 	if (t == MFMA_DT_F32)
 		((float *)p)[i] = f;
