@@ -219,6 +219,42 @@ void server_reply_status(struct daemon *d, struct conn *c, uint64_t id, int code
 	server_reply(d, c, &resp, kind, arrival);
 }
 
+/* The ready weights as wire messages, for status and list replies. */
+struct weight_list {
+	size_t n;
+	Mfma__V1__WeightInfo *info;
+	Mfma__V1__WeightInfo **ptrs;
+	uint32_t (*devs)[STATS_MAX_DEVICES];
+};
+
+static int weight_list_build(const struct daemon *d, struct weight_list *l)
+{
+	size_t nw = 0;
+	for (const struct weight *w = d->weights; w; w = w->next)
+		nw += w->state == WEIGHT_READY;
+	l->n = 0;
+	l->info = calloc(nw ? nw : 1, sizeof(*l->info));
+	l->ptrs = calloc(nw ? nw : 1, sizeof(*l->ptrs));
+	l->devs = calloc(nw ? nw : 1, sizeof(*l->devs));
+	if (!l->info || !l->ptrs || !l->devs)
+		return -ENOMEM;
+	for (const struct weight *w = d->weights; w; w = w->next) {
+		if (w->state != WEIGHT_READY)
+			continue;
+		weights_fill_info(d, w, &l->info[l->n], l->devs[l->n]);
+		l->ptrs[l->n] = &l->info[l->n];
+		l->n++;
+	}
+	return 0;
+}
+
+static void weight_list_free(struct weight_list *l)
+{
+	free(l->info);
+	free(l->ptrs);
+	free(l->devs);
+}
+
 /* ---- requests answered on the loop ---- */
 
 static void reply_status(struct daemon *d, struct conn *c, uint64_t id, uint64_t arrival)
@@ -230,16 +266,9 @@ static void reply_status(struct daemon *d, struct conn *c, uint64_t id, uint64_t
 	Mfma__V1__DeviceInfo *dip[STATS_MAX_DEVICES];
 	char *variants[STATS_MAX_DEVICES][64];
 	char varbuf[STATS_MAX_DEVICES][sizeof(d->dev[0].info.variants)];
-	size_t nw = 0;
-	for (struct weight *w = d->weights; w; w = w->next)
-		nw += w->state == WEIGHT_READY;
-	Mfma__V1__WeightInfo *wi = calloc(nw ? nw : 1, sizeof(*wi));
-	Mfma__V1__WeightInfo **wip = calloc(nw ? nw : 1, sizeof(*wip));
-	uint32_t(*devs)[STATS_MAX_DEVICES] = calloc(nw ? nw : 1, sizeof(*devs));
-	if (!wi || !wip || !devs) {
-		free(wi);
-		free(wip);
-		free(devs);
+	struct weight_list wl;
+	if (weight_list_build(d, &wl) < 0) {
+		weight_list_free(&wl);
 		server_reply_status(d, c, id, MFMA__V1__CODE__RESOURCE_EXHAUSTED, "out of memory",
 				    STATS_STATUS, arrival);
 		return;
@@ -269,14 +298,6 @@ static void reply_status(struct daemon *d, struct conn *c, uint64_t id, uint64_t
 		di[i].n_variants = nv;
 		di[i].variants = variants[i];
 		dip[i] = &di[i];
-	}
-	size_t k = 0;
-	for (struct weight *w = d->weights; w; w = w->next) {
-		if (w->state != WEIGHT_READY)
-			continue;
-		weights_fill_info(d, w, &wi[k], devs[k]);
-		wip[k] = &wi[k];
-		k++;
 	}
 	uint64_t ok = 0, failed = 0, busy = 0, malformed = 0;
 	for (int kd = 0; kd < STATS_NKINDS; kd++) {
@@ -309,55 +330,36 @@ static void reply_status(struct daemon *d, struct conn *c, uint64_t id, uint64_t
 	sr.weight_bytes = STATS_GET(d->stats.weight_bytes);
 	sr.n_devices = (size_t)d->ndev;
 	sr.devices = dip;
-	sr.n_weights = k;
-	sr.weights = wip;
+	sr.n_weights = wl.n;
+	sr.weights = wl.ptrs;
 	sr.counters = &ct;
 	resp.has_id = 1;
 	resp.id = id;
 	resp.body_case = MFMA__V1__RESPONSE__BODY_STATUS_RESULT;
 	resp.status_result = &sr;
 	server_reply(d, c, &resp, STATS_STATUS, arrival);
-	free(wi);
-	free(wip);
-	free(devs);
+	weight_list_free(&wl);
 }
 
 static void reply_list(struct daemon *d, struct conn *c, uint64_t id, uint64_t arrival)
 {
 	Mfma__V1__Response resp = MFMA__V1__RESPONSE__INIT;
 	Mfma__V1__ListWeightsResult lr = MFMA__V1__LIST_WEIGHTS_RESULT__INIT;
-	size_t nw = 0;
-	for (struct weight *w = d->weights; w; w = w->next)
-		nw += w->state == WEIGHT_READY;
-	Mfma__V1__WeightInfo *wi = calloc(nw ? nw : 1, sizeof(*wi));
-	Mfma__V1__WeightInfo **wip = calloc(nw ? nw : 1, sizeof(*wip));
-	uint32_t(*devs)[STATS_MAX_DEVICES] = calloc(nw ? nw : 1, sizeof(*devs));
-	if (!wi || !wip || !devs) {
-		free(wi);
-		free(wip);
-		free(devs);
+	struct weight_list wl;
+	if (weight_list_build(d, &wl) < 0) {
+		weight_list_free(&wl);
 		server_reply_status(d, c, id, MFMA__V1__CODE__RESOURCE_EXHAUSTED, "out of memory",
 				    STATS_LIST, arrival);
 		return;
 	}
-	size_t k = 0;
-	for (struct weight *w = d->weights; w; w = w->next) {
-		if (w->state != WEIGHT_READY)
-			continue;
-		weights_fill_info(d, w, &wi[k], devs[k]);
-		wip[k] = &wi[k];
-		k++;
-	}
-	lr.n_weights = k;
-	lr.weights = wip;
+	lr.n_weights = wl.n;
+	lr.weights = wl.ptrs;
 	resp.has_id = 1;
 	resp.id = id;
 	resp.body_case = MFMA__V1__RESPONSE__BODY_LIST_WEIGHTS;
 	resp.list_weights = &lr;
 	server_reply(d, c, &resp, STATS_LIST, arrival);
-	free(wi);
-	free(wip);
-	free(devs);
+	weight_list_free(&wl);
 }
 
 static void reply_ping(struct daemon *d, struct conn *c, const Mfma__V1__Request *req,
