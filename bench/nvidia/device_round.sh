@@ -62,7 +62,7 @@ for s in $steps; do
 case $s in
 test)
 	step layout 120 "$P/bin/test_nv_layout"
-	TAILN=4 step test 240 "$P/bin/test_cuda_backend"
+	TAILN=4 step test ${TEST_S:-240} "$P/bin/test_cuda_backend"
 	grep -E "^\s+(resident|f16|bf16|i8)" "$OUT/test.log" | grep -E "14336|4096x1024|2048x2056" | head -8
 	;;
 sanitize|memcheck)
@@ -80,7 +80,7 @@ bench)
 	cat "$OUT/bench_table.md"
 	;;
 e2e)
-	bash bench/nvidia/e2e.sh "$P" "$OUT" > "$OUT/e2e.log" 2>&1
+	timeout "${E2E_S:-300}" bash bench/nvidia/e2e.sh "$P" "$OUT" > "$OUT/e2e.log" 2>&1
 	echo "=== e2e: rc=$?"
 	grep -E "^(E2E|CHECK|FAIL)" "$OUT/e2e.log" | tail -40
 	;;

@@ -206,12 +206,14 @@ struct nv_gemm_tile {
 		if (!s_last)
 			return false;
 		__threadfence();
+		/* The partials are added in split order whichever CTA came
+		 * last, so that the result does not depend on timing. */
 		for (int i = tid; i < BM * BN / 4; i += THREADS) {
 			int r = i / (BN / 4), c = 4 * (i % (BN / 4));
-			uint4 v = *(const uint4 *)&out[r * EPI_LD + c];
-			for (int zz = 0; zz < p.splits; zz++)
-				if (zz != z)
-					v = add4(v, __ldcg(&ws[(int64_t)zz * (BM * BN / 4) + i]));
+			const uint4 own = *(const uint4 *)&out[r * EPI_LD + c];
+			uint4 v = z == 0 ? own : __ldcg(&ws[i]);
+			for (int zz = 1; zz < p.splits; zz++)
+				v = add4(v, zz == z ? own : __ldcg(&ws[(int64_t)zz * (BM * BN / 4) + i]));
 			*(uint4 *)&out[r * EPI_LD + c] = v;
 		}
 		__syncthreads();
