@@ -5,7 +5,8 @@
 # cuSPARSELt, and mfmad end to end.  Logs go to $OUT (the device tool
 # brings them back); a short summary goes to stdout.
 #
-# usage: bench/nvidia/device_round.sh [test] [sanitize|memcheck|racecheck] [bench] [e2e] [multi]
+# usage: bench/nvidia/device_round.sh [test] [sanitize|memcheck|racecheck] [bench] [sweep]
+#        [ncu] [e2e] [latency] [multi]
 #        (no argument: test sanitize bench e2e)
 set -u
 OUT=${OUT:-/tmp/mfma-out}
@@ -108,11 +109,16 @@ ncu)
 			"$OUT/ncu_$1.txt" | head -24
 	done
 	;;
+latency)
+	timeout "${E2E_S:-300}" bash bench/nvidia/e2e.sh "$P" "$OUT" latency > "$OUT/e2e_latency.log" 2>&1
+	echo "=== e2e latency: rc=$?"
+	grep -E "^(E2E|FAIL)" "$OUT/e2e_latency.log" | tail -12
+	;;
 multi)
-	MFMA_TEST_ALL_DEVICES=1 MFMA_TEST_QUICK=1 step multi_test 300 "$P/bin/test_cuda_backend"
-	bash bench/nvidia/e2e.sh "$P" "$OUT" multi > "$OUT/e2e_multi.log" 2>&1
+	MFMA_TEST_ALL_DEVICES=1 MFMA_TEST_QUICK=1 TAILN=12 step multi_test 200 "$P/bin/test_cuda_backend"
+	timeout "${E2E_S:-300}" bash bench/nvidia/e2e.sh "$P" "$OUT" multi > "$OUT/e2e_multi.log" 2>&1
 	echo "=== e2e multi: rc=$?"
-	grep -E "^(E2E|CHECK|FAIL)" "$OUT/e2e_multi.log" | tail -30
+	grep -E "^(E2E|FAIL)|^ *[0-9]+ +cuda" "$OUT/e2e_multi.log" | tail -20
 	;;
 esac
 done
