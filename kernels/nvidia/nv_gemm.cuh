@@ -63,7 +63,6 @@ struct nv_gemm_tile {
 	};
 	static_assert(WM % 16 == 0 && WN % (8 * P::NBL) == 0, "warp tile");
 	static_assert(NV_BK_BYTES / P::ESIZE / P::KSTEP == KSTEPS, "k-steps per stage");
-	static_assert(BM % (16 * NV_PANEL) == 0, "a CTA covers whole panels");
 
 	/* Issues the cp.async copies of K iteration `it` into stage `slot`. */
 	static __device__ __forceinline__ void load_stage(const nv_gemm_params &p, const char *ga,
@@ -71,20 +70,16 @@ struct nv_gemm_tile {
 							  unsigned tid)
 	{
 		unsigned base = (unsigned)__cvta_generic_to_shared(nv_smem) + slot * STAGE;
-		/* Consecutive threads take consecutive 16 bytes of the packed
-		 * arrays, in which this stage is one run per panel. */
 		for (int i = tid; i < (BM / 16) * TPS * 32; i += THREADS) {
-			int l = i % 32, sp = (i / 32) % NV_PANEL, t = (i / (32 * NV_PANEL)) % TPS;
-			int s = i / (32 * NV_PANEL * TPS) * NV_PANEL + sp;
-			const char *src = ga + nv_tile_index(s, (int64_t)it * TPS + t, p.a_ktiles) * NV_TILE_BYTES + l * 16;
-			nv_cp_async16(base + (s * TPS + t) * NV_TILE_BYTES + l * 16, src, 16);
+			int s = i / (TPS * 32), c = i % (TPS * 32);
+			const char *src = ga + ((int64_t)s * p.a_ktiles + (int64_t)it * TPS) * NV_TILE_BYTES + c * 16;
+			nv_cp_async16(base + s * TPS * NV_TILE_BYTES + c * 16, src, 16);
 		}
 		if (P::SPARSE) {
 			for (int i = tid; i < (BM / 16) * MPS * 8; i += THREADS) {
-				int c = i % 8, sp = (i / 8) % NV_PANEL, t = (i / (8 * NV_PANEL)) % MPS1;
-				int s = i / (8 * NV_PANEL * MPS1) * NV_PANEL + sp;
-				const char *src = gm + nv_tile_index(s, (int64_t)it * MPS + t, p.meta_tiles) * NV_META_TILE_BYTES + c * 16;
-				nv_cp_async16(base + A_ST + (s * MPS + t) * NV_META_TILE_BYTES + c * 16, src, 16);
+				int s = i / (MPS1 * 8), c = i % (MPS1 * 8);
+				const char *src = gm + ((int64_t)s * p.meta_tiles + (int64_t)it * MPS) * NV_META_TILE_BYTES + c * 16;
+				nv_cp_async16(base + A_ST + s * MPS * NV_META_TILE_BYTES + c * 16, src, 16);
 			}
 		}
 		const char *gb = (const char *)p.b;
@@ -116,9 +111,8 @@ struct nv_gemm_tile {
 		const int it0 = z * p.iters_per_split;
 		const int it1 = min(p.k_iters, it0 + p.iters_per_split);
 		const int n_it = it1 - it0;
-		/* m0 / 16 is a whole number of panels (BM is 128 or 256). */
-		const char *ga = (const char *)p.a + nv_tile_index(m0 / 16, 0, p.a_ktiles) * NV_TILE_BYTES;
-		const char *gm = (const char *)p.meta + nv_tile_index(m0 / 16, 0, p.meta_tiles) * NV_META_TILE_BYTES;
+		const char *ga = (const char *)p.a + (int64_t)(m0 / 16) * p.a_ktiles * NV_TILE_BYTES;
+		const char *gm = (const char *)p.meta + (int64_t)(m0 / 16) * p.meta_tiles * NV_META_TILE_BYTES;
 
 		typename P::acc acc[MT][NT];
 #pragma unroll

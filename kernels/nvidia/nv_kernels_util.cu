@@ -14,8 +14,7 @@ extern "C" __global__ void __launch_bounds__(256) nv_pack_a(const nv_pack_params
 	if (i >= total)
 		return;
 	const unsigned lane = (unsigned)(i & 31);
-	int64_t s, kt;
-	nv_tile_coords(i >> 5, p.ktiles, &s, &kt);
+	const int64_t tile = i >> 5, s = tile / p.ktiles, kt = tile % p.ktiles;
 	const uint8_t *src = (const uint8_t *)p.src;
 	uint32_t w[4];
 	for (unsigned q = 0; q < 4; q++) {
@@ -41,8 +40,7 @@ extern "C" __global__ void __launch_bounds__(256) nv_pack_meta(const nv_pack_par
 	if (i >= total)
 		return;
 	const unsigned lane = (unsigned)(i & 31);
-	int64_t s, mt;
-	nv_tile_coords(i >> 5, p.ktiles, &s, &mt);
+	const int64_t tile = i >> 5, s = tile / p.ktiles, mt = tile % p.ktiles;
 	((uint32_t *)p.dst)[i] = nv_pack_meta_word((const uint32_t *)p.src_meta, p.meta_words, p.rows,
 						   p.kgroups, p.is8, s, mt, lane);
 }

@@ -15,14 +15,11 @@
  * the same for all six instructions used here, because in bytes their A
  * fragments coincide: lane (g = L / 4, t = L % 4) holds in register q the
  * 4 bytes of row g + 8 * (q & 1) at byte column 4 * t + 16 * (q >> 1).
- * Tiles are stored in panels of 8 strips (128 rows): panel by panel, and
- * inside a panel column by column with the 8 strips' tiles of one column
- * side by side (nv_tile_index).  A CTA's share of one pipeline stage is
- * then one contiguous run of memory, which DRAM streams best.
+ * Tiles are stored strip by strip: tile (s, kt) of 16-row strip s and
+ * 32-byte column kt is at ((s * ktiles) + kt) * 512.
  *
  * Packed metadata.  For each strip and each 64 dense K (a "meta tile"),
- * 32 words of 32 bits, word L being what lane L hands to mma.sp (meta
- * tiles are ordered in panels like the A tiles):
+ * 32 words of 32 bits, word L being what lane L hands to mma.sp:
  *  - f16/bf16 m16n8k32 (selector 0, so lanes t = 0, 1 supply it): a meta
  *    tile covers two k32 steps.  Word L = (g, t) belongs to step
  *    2 * tile + (t >> 1) and to half p = t & 1 of it (chunks 4p .. 4p+3 of
@@ -75,7 +72,6 @@ enum nv_kind {
 #define NV_META_TILE_BYTES 128
 #define NV_BK_BYTES 128         /* dense K bytes per main-loop iteration */
 #define NV_M_ALIGN 256          /* packed A rows are padded to this (largest BM) */
-#define NV_PANEL 8              /* strips per panel of the packed layouts */
 
 /* Bytes of one pipeline stage, per operand.  Macros so that both C and
  * C++ can use them as constant expressions. */
@@ -160,21 +156,6 @@ NV_HD int64_t nv_packed_a_bytes(int kind, int64_t m, int64_t k)
 NV_HD int64_t nv_packed_meta_bytes(int kind, int64_t m, int64_t k)
 {
 	return nv_kind_sparse(kind) ? nv_m_pad(m) / NV_TILE_ROWS * nv_meta_tiles(kind, k) * NV_META_TILE_BYTES : 0;
-}
-
-/* Position of tile (s, kt) (or meta tile (s, mt)) in its packed array,
- * counted in tiles; ktiles is the number of tiles per strip. */
-NV_HD int64_t nv_tile_index(int64_t s, int64_t kt, int64_t ktiles)
-{
-	return ((s / NV_PANEL) * ktiles + kt) * NV_PANEL + s % NV_PANEL;
-}
-
-/* The inverse: strip and column of the tile at position idx. */
-NV_HD void nv_tile_coords(int64_t idx, int64_t ktiles, int64_t *s, int64_t *kt)
-{
-	int64_t r = idx / NV_PANEL;
-	*kt = r % ktiles;
-	*s = r / ktiles * NV_PANEL + idx % NV_PANEL;
 }
 
 /* Row and byte column (inside a 16 x 32-byte tile) of byte j (0..15) of

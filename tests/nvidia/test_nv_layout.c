@@ -266,7 +266,7 @@ static double *emulate(const struct problem *p, int tile)
 			for (unsigned lane = 0; lane < 32; lane++)
 				for (unsigned q = 0; q < 4; q++) {
 					uint32_t w = nv_pack_a_word(p->a, row_bytes, p->m, s, kt, lane, q);
-					memcpy(pa + (nv_tile_index(s, kt, ktiles) * 32 + lane) * 16 + 4 * q, &w, 4);
+					memcpy(pa + ((s * ktiles + kt) * 32 + lane) * 16 + 4 * q, &w, 4);
 				}
 	uint32_t *pm = NULL;
 	if (sparse) {
@@ -274,7 +274,7 @@ static double *emulate(const struct problem *p, int tile)
 		for (int64_t s = 0; s < strips; s++)
 			for (int64_t mt = 0; mt < mtiles; mt++)
 				for (unsigned lane = 0; lane < 32; lane++)
-					pm[nv_tile_index(s, mt, mtiles) * 32 + lane] =
+					pm[(s * mtiles + mt) * 32 + lane] =
 						nv_pack_meta_word(p->meta, (int)sparse24_meta_words(p->k), p->m,
 								  p->k / 4, es == 1, s, mt, lane);
 	}
@@ -318,16 +318,14 @@ static double *emulate(const struct problem *p, int tile)
 		for (int it = 0; it < k_iters; it++) {
 			memset(stage, 0xcd, (size_t)(a_st + m_st + b_st)); /* poison */
 			for (int s = 0; s < sh.bm / 16; s++)
-				for (int t = 0; t < tps; t++)
-					memcpy(stage + (s * tps + t) * NV_TILE_BYTES,
-					       pa + nv_tile_index(m0 / 16 + s, (int64_t)it * tps + t, ktiles) * NV_TILE_BYTES,
-					       NV_TILE_BYTES);
+				memcpy(stage + s * tps * NV_TILE_BYTES,
+				       pa + (((int64_t)m0 / 16 + s) * ktiles + (int64_t)it * tps) * NV_TILE_BYTES,
+				       (size_t)tps * NV_TILE_BYTES);
 			for (int s = 0; s < sh.bm / 16 && sparse; s++)
-				for (int t = 0; t < mps; t++)
-					memcpy(stage + a_st + (s * mps + t) * NV_META_TILE_BYTES,
-					       (uint8_t *)pm + nv_tile_index(m0 / 16 + s, (int64_t)it * mps + t, mtiles) *
-								       NV_META_TILE_BYTES,
-					       NV_META_TILE_BYTES);
+				memcpy(stage + a_st + s * mps * NV_META_TILE_BYTES,
+				       (uint8_t *)pm + (((int64_t)m0 / 16 + s) * mtiles + (int64_t)it * mps) *
+							       NV_META_TILE_BYTES,
+				       (size_t)mps * NV_META_TILE_BYTES);
 			uint8_t *sb = stage + a_st + m_st;
 			for (unsigned r = 0; r < brows; r++)
 				for (unsigned c = 0; c < cpr; c++) {
@@ -533,28 +531,6 @@ static void test_raster_bijection(void **state)
 	}
 }
 
-static void test_tile_index(void **state)
-{
-	(void)state;
-	const int64_t strips = 32, ktiles = 6;
-	uint8_t hit[32 * 6] = { 0 };
-	for (int64_t s = 0; s < strips; s++)
-		for (int64_t kt = 0; kt < ktiles; kt++) {
-			int64_t idx = nv_tile_index(s, kt, ktiles), s2, kt2;
-			assert_true(idx >= 0 && idx < strips * ktiles);
-			hit[idx]++;
-			nv_tile_coords(idx, ktiles, &s2, &kt2);
-			assert_int_equal(s2, s);
-			assert_int_equal(kt2, kt);
-		}
-	for (int i = 0; i < strips * ktiles; i++)
-		assert_int_equal(hit[i], 1);
-	/* A CTA of 8 strips reads one contiguous run per column. */
-	for (int64_t kt = 0; kt < ktiles; kt++)
-		for (int64_t s = 1; s < 8; s++)
-			assert_int_equal(nv_tile_index(8 + s, kt, ktiles), nv_tile_index(8, kt, ktiles) + s);
-}
-
 static void test_plan(void **state)
 {
 	(void)state;
@@ -671,7 +647,6 @@ int main(void)
 		cmocka_unit_test(test_swizzle_is_permutation),
 		cmocka_unit_test(test_swizzle_conflict_free),
 		cmocka_unit_test(test_raster_bijection),
-		cmocka_unit_test(test_tile_index),
 		cmocka_unit_test(test_plan),
 		cmocka_unit_test(test_image_find),
 		cmocka_unit_test(test_built_images),
