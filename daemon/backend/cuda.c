@@ -160,6 +160,11 @@ static int cuda_describe(int index, struct backend_device_info *info)
 	snprintf(info->name, sizeof(info->name), "%s", s->name);
 	snprintf(info->arch, sizeof(info->arch), "sm_%d", s->cc);
 	info->mem_total = s->mem_total;
+	/* The tensor-core kernels take f16, bf16 and i8, dense and 2:4; the
+	 * scheduler sends f32 elsewhere (the CPU) or refuses it clearly. */
+	info->dense_dtypes = info->sparse_dtypes = BACKEND_DTYPE_BIT(MFMA_DT_F16) |
+						  BACKEND_DTYPE_BIT(MFMA_DT_BF16) |
+						  BACKEND_DTYPE_BIT(MFMA_DT_I8);
 	size_t len = 0;
 	for (int kind = 0; kind < NV_KIND_COUNT; kind++)
 		for (int tile = 0; tile < NV_TILE_COUNT; tile++) {
