@@ -145,6 +145,7 @@ struct daemon {
 	uv_timer_t grace_timer;
 	bool stopping;
 	bool grace_expired;
+	bool drain_expired; /* answers had their time to be written */
 	int exit_code;
 	void *metrics;
 };

@@ -158,14 +158,25 @@ static void print_config(const struct mfmad_config *c, const char *src)
 	       c->metrics_allow_remote ? "true" : "false");
 }
 
+/* How long answers may take to reach clients after the grace period. */
+#define DRAIN_MS 5000
+
 static void on_grace(uv_timer_t *t)
 {
 	struct daemon *d = t->data;
+	if (d->grace_expired) {
+		log_notice("closing connections whose clients did not read their answers");
+		d->drain_expired = true;
+		server_check_stopped(d);
+		return;
+	}
 	d->grace_expired = true;
+	uv_timer_start(&d->grace_timer, on_grace, DRAIN_MS, 0);
 	log_notice("shutdown grace period over: answering %" PRIu64
 		   " unstarted request(s) with \"shutting down\"",
 		   d->inflight);
 	sched_cancel_queued(d, "shutting down: the grace period ended before this request ran");
+	server_check_stopped(d);
 }
 
 static void begin_shutdown(struct daemon *d, int signum)
@@ -173,7 +184,6 @@ static void begin_shutdown(struct daemon *d, int signum)
 	if (d->stopping) {
 		if (!d->grace_expired) {
 			log_notice("%s again: ending the grace period now", strsignal(signum));
-			uv_timer_stop(&d->grace_timer);
 			on_grace(&d->grace_timer);
 		}
 		return;

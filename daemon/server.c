@@ -1087,11 +1087,13 @@ void server_check_stopped(struct daemon *d)
 	if (!d->stopping || d->inflight > 0)
 		return;
 	/* Everything is answered: let the writes flush, then close. */
-	uv_timer_stop(&d->grace_timer);
 	for (struct conn *c = d->conns; c; c = c->next) {
 		if (c->closed)
 			continue;
-		if (c->write_pending == 0)
+		/* Once the drain window after the grace period is over, a
+		 * client that does not read its answers no longer holds the
+		 * daemon up. */
+		if (c->write_pending == 0 || d->drain_expired)
 			conn_close(c);
 	}
 	if (!d->conns)
