@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -322,6 +323,38 @@ static void test_large_frames_pipelined(void **state)
 	assert_int_equal(harness_stop(&d), 0);
 }
 
+/* A client that stops reading its (large) answers does not keep the
+ * daemon from exiting on SIGTERM: it is cut off after the grace period
+ * plus the 5 s drain window, and the daemon still exits 0. */
+static void test_stop_with_stalled_reader(void **state)
+{
+	(void)state;
+	struct mfmad_proc d;
+	assert_int_equal(harness_start(&d, "shutdown_grace_ms = 100;", NULL), 0);
+	mfma_client *c;
+	struct mfma_error err;
+	assert_int_equal(mfma_connect(d.endpoint, &c, &err), 0);
+	/* 1024x4 times 4x1024: 32 KiB in, a 4 MiB answer out. */
+	float *A = rand_f32(1024 * 4, 10), *B = rand_f32(4 * 1024, 11);
+	struct mfma_gemm_args ga;
+	dense_args(&ga, A, B, 1024, 4, 1024);
+	for (int i = 0; i < 16; i++) {
+		uint64_t id;
+		assert_int_equal(mfma_gemm_submit(c, &ga, &id, &err), 0);
+	}
+	usleep(500 * 1000); /* the answers pile up; nobody reads them */
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	assert_int_equal(harness_stop(&d), 0);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+	print_message("stopped %.1f s after SIGTERM with an unread backlog\n", secs);
+	assert_true(secs < 15.0);
+	mfma_close(c);
+	free(A);
+	free(B);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -333,6 +366,7 @@ int main(void)
 		cmocka_unit_test(test_connection_limit),
 		cmocka_unit_test(test_two_devices),
 		cmocka_unit_test(test_large_frames_pipelined),
+		cmocka_unit_test(test_stop_with_stalled_reader),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
