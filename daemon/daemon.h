@@ -43,6 +43,9 @@ struct job {
 	struct backend_timing t;
 	uint64_t decode_ns; /* off-loop decode of a large frame */
 	uint64_t prep_ns;
+	uint64_t queue_ns, total_ns;
+	uint8_t *frame;     /* the encoded answer, header included (GEMM, OK) */
+	size_t frame_len;
 };
 
 struct device {

@@ -146,26 +146,23 @@ static void on_write(uv_write_t *req, int status)
 	conn_unref(c);
 }
 
-/* Packs and queues one response; the buffer carries the frame header. */
-static void send_response(struct conn *c, const Mfma__V1__Response *resp, bool close_after)
+/* Queues one encoded frame (header included) and takes ownership of it. */
+static void send_frame(struct conn *c, uint8_t *buf, size_t len, bool close_after)
 {
-	if (!c || c->closed)
-		return;
-	size_t n = mfma__v1__response__get_packed_size(resp);
-	struct write_req *w = calloc(1, sizeof(*w));
-	uint8_t *buf = malloc(FRAME_HEADER_SIZE + n);
-	if (!w || !buf || n > UINT32_MAX) {
-		free(w);
+	if (!c || c->closed) {
 		free(buf);
-		log_err("connection %" PRIu64 ": cannot allocate a %zu-byte response; closing", c->cid, n);
+		return;
+	}
+	struct write_req *w = calloc(1, sizeof(*w));
+	if (!w) {
+		free(buf);
+		log_err("connection %" PRIu64 ": out of memory sending a response; closing", c->cid);
 		conn_close(c);
 		return;
 	}
-	frame_header_put(buf, (uint32_t)n);
-	mfma__v1__response__pack(resp, buf + FRAME_HEADER_SIZE);
 	w->c = c;
 	w->buf = buf;
-	w->len = FRAME_HEADER_SIZE + n;
+	w->len = len;
 	w->close_after = close_after;
 	uv_buf_t b = uv_buf_init((char *)buf, (unsigned)w->len);
 	int rc = uv_write(&w->req, &c->h.stream, &b, 1, on_write);
@@ -179,6 +176,23 @@ static void send_response(struct conn *c, const Mfma__V1__Response *resp, bool c
 	c->write_pending += w->len;
 	if (c->write_pending > write_high_water)
 		c->paused = true; /* on_read stops reading; on_write resumes */
+}
+
+/* Packs and queues one response. */
+static void send_response(struct conn *c, const Mfma__V1__Response *resp, bool close_after)
+{
+	if (!c || c->closed)
+		return;
+	size_t n = mfma__v1__response__get_packed_size(resp);
+	uint8_t *buf = n <= UINT32_MAX ? malloc(FRAME_HEADER_SIZE + n) : NULL;
+	if (!buf) {
+		log_err("connection %" PRIu64 ": cannot allocate a %zu-byte response; closing", c->cid, n);
+		conn_close(c);
+		return;
+	}
+	frame_header_put(buf, (uint32_t)n);
+	mfma__v1__response__pack(resp, buf + FRAME_HEADER_SIZE);
+	send_frame(c, buf, FRAME_HEADER_SIZE + n, close_after);
 }
 
 static void count_result(struct daemon *d, enum stats_kind kind, int code, uint64_t arrival)
@@ -502,47 +516,17 @@ fail:
 static void complete_gemm(struct daemon *d, struct job *j)
 {
 	struct conn *c = j->conn;
-	uint64_t end = now_ns();
 	if (j->code == MFMA__V1__CODE__OK) {
-		Mfma__V1__Response resp = MFMA__V1__RESPONSE__INIT;
-		Mfma__V1__GemmResult gr = MFMA__V1__GEMM_RESULT__INIT;
-		Mfma__V1__Matrix dm = MFMA__V1__MATRIX__INIT;
-		Mfma__V1__Timing tm = MFMA__V1__TIMING__INIT;
-		Mfma__V1__DeviceRef dr = MFMA__V1__DEVICE_REF__INIT;
-		struct device *v = &d->dev[j->dev];
-		dm.has_rows = dm.has_cols = dm.has_dtype = dm.has_data = 1;
-		dm.rows = j->plan.g.m;
-		dm.cols = j->plan.g.n;
-		dm.dtype = (Mfma__V1__DType)j->plan.g.out_dtype;
-		dm.data.len = j->plan.d_bytes;
-		dm.data.data = j->d;
-		tm.has_queue_ns = tm.has_h2d_ns = tm.has_kernel_ns = tm.has_d2h_ns = tm.has_total_ns = 1;
-		tm.queue_ns = j->start_ns - j->arrival_ns - j->decode_ns;
-		tm.h2d_ns = j->t.h2d_ns;
-		tm.kernel_ns = j->t.kernel_ns;
-		tm.d2h_ns = j->t.d2h_ns;
-		tm.total_ns = end - j->arrival_ns;
-		tm.has_prep_ns = 1;
-		tm.prep_ns = j->decode_ns + j->prep_ns;
-		dr.has_index = 1;
-		dr.index = (uint32_t)j->dev;
-		dr.backend = (char *)v->ops->name;
-		dr.arch = v->info.arch;
-		gr.d = &dm;
-		gr.timing = &tm;
-		gr.device = &dr;
-		gr.variant = (char *)(j->t.variant ? j->t.variant : "");
-		resp.has_id = 1;
-		resp.id = j->id;
-		resp.body_case = MFMA__V1__RESPONSE__BODY_GEMM;
-		resp.gemm = &gr;
-		STATS_ADD(d->stats.gemm_queue_ns, tm.queue_ns);
-		STATS_ADD(d->stats.gemm_h2d_ns, tm.h2d_ns);
-		STATS_ADD(d->stats.gemm_kernel_ns, tm.kernel_ns);
-		STATS_ADD(d->stats.gemm_d2h_ns, tm.d2h_ns);
-		STATS_ADD(d->stats.gemm_total_ns, tm.total_ns);
+		/* The worker encoded the answer (pack_gemm_answer in sched.c). */
+		STATS_ADD(d->stats.gemm_queue_ns, j->queue_ns);
+		STATS_ADD(d->stats.gemm_h2d_ns, j->t.h2d_ns);
+		STATS_ADD(d->stats.gemm_kernel_ns, j->t.kernel_ns);
+		STATS_ADD(d->stats.gemm_d2h_ns, j->t.d2h_ns);
+		STATS_ADD(d->stats.gemm_total_ns, j->total_ns);
 		STATS_ADD(d->stats.gemm_flops, (uint64_t)mfma_gemm_flops(&j->plan.g));
-		server_reply(d, c->closed ? NULL : c, &resp, STATS_GEMM, j->arrival_ns);
+		count_result(d, STATS_GEMM, MFMA__V1__CODE__OK, j->arrival_ns);
+		send_frame(c->closed ? NULL : c, j->frame, j->frame_len, false);
+		j->frame = NULL;
 	} else {
 		server_reply_status(d, c->closed ? NULL : c, j->id, j->code, j->msg, STATS_GEMM,
 				    j->arrival_ns);
