@@ -285,6 +285,23 @@ static struct greq *gemm_req(uint32_t m, uint32_t k, uint32_t n)
 	return q;
 }
 
+/* Makes q's A a compressed 2:4 operand of rows x cols over q's buffers. */
+static void make_sparse(struct greq *q, uint32_t rows, uint32_t cols, size_t meta_bytes)
+{
+	mfma__v1__sparse24__init(&q->as);
+	q->as.has_rows = q->as.has_cols = q->as.has_dtype = 1;
+	q->as.has_values = q->as.has_meta = 1;
+	q->as.rows = rows;
+	q->as.cols = cols;
+	q->as.dtype = MFMA__V1__DTYPE__F32;
+	q->as.values.data = (uint8_t *)q->abuf;
+	q->as.values.len = (size_t)rows * (cols / 2) * 4;
+	q->as.meta.data = (uint8_t *)q->meta;
+	q->as.meta.len = meta_bytes;
+	q->a.kind_case = MFMA__V1__OPERAND__KIND_SPARSE;
+	q->a.sparse = &q->as;
+}
+
 static void test_bad_dimensions(void **state)
 {
 	(void)state;
@@ -325,18 +342,7 @@ static void test_sparse_k_not_multiple_of_4(void **state)
 	/* And in the compressed form. */
 	q->a.has_sparsity = 0;
 	q->a.sparsity = MFMA__V1__SPARSITY__DENSE;
-	mfma__v1__sparse24__init(&q->as);
-	q->as.has_rows = q->as.has_cols = q->as.has_dtype = 1;
-	q->as.rows = 8;
-	q->as.cols = 10;
-	q->as.dtype = MFMA__V1__DTYPE__F32;
-	q->as.has_values = q->as.has_meta = 1;
-	q->as.values.data = (uint8_t *)q->abuf;
-	q->as.values.len = 8 * 5 * 4;
-	q->as.meta.data = (uint8_t *)q->meta;
-	q->as.meta.len = 8 * 4;
-	q->a.kind_case = MFMA__V1__OPERAND__KIND_SPARSE;
-	q->a.sparse = &q->as;
+	make_sparse(q, 8, 10, 8 * 4);
 	expect_reply(&q->req, MFMA__V1__CODE__INVALID_ARGUMENT, "a.sparse.cols=10 is not a multiple of 4");
 	free(q);
 }
@@ -360,21 +366,10 @@ static void test_bad_meta_nibble(void **state)
 {
 	(void)state;
 	struct greq *q = gemm_req(4, 8, 3);
-	mfma__v1__sparse24__init(&q->as);
-	q->as.has_rows = q->as.has_cols = q->as.has_dtype = 1;
-	q->as.rows = 4;
-	q->as.cols = 8;
-	q->as.dtype = MFMA__V1__DTYPE__F32;
-	q->as.has_values = q->as.has_meta = 1;
-	q->as.values.data = (uint8_t *)q->abuf;
-	q->as.values.len = 4 * 4 * 4;
+	make_sparse(q, 4, 8, 4 * 4);
 	for (int r = 0; r < 4; r++)
 		q->meta[r] = 0x84 | 0x84 << 4; /* (0,1) then (0,2)... valid */
 	q->meta[2] = 0x4 | 0x5 << 4;          /* row 2, group 1: i0 = i1 = 1 */
-	q->as.meta.data = (uint8_t *)q->meta;
-	q->as.meta.len = 4 * 4;
-	q->a.kind_case = MFMA__V1__OPERAND__KIND_SPARSE;
-	q->a.sparse = &q->as;
 	expect_reply(&q->req, MFMA__V1__CODE__INVALID_ARGUMENT, "row 2 group 1 has index nibble 0x5");
 	free(q);
 }
