@@ -431,6 +431,10 @@ int sched_start(struct daemon *d, char *err, size_t errlen)
 		return -ENODEV;
 	}
 	d->stats.ndevices = d->ndev;
+	/* The budget is per device; status and /metrics show the total,
+	 * beside the total of weight bytes held on all devices. */
+	for (int i = 0; i < d->ndev; i++)
+		STATS_ADD(d->stats.weight_budget, d->dev[i].budget);
 
 	for (int i = 0; i < d->ndev; i++) {
 		struct device *v = &d->dev[i];

@@ -340,7 +340,7 @@ static void reply_status(struct daemon *d, struct conn *c, uint64_t id, uint64_t
 	sr.version = (char *)MFMAD_VERSION;
 	sr.has_uptime_ns = sr.has_weight_budget = sr.has_weight_bytes = 1;
 	sr.uptime_ns = now_ns() - d->stats.start_ns;
-	sr.weight_budget = d->ndev ? d->dev[0].budget : 0;
+	sr.weight_budget = STATS_GET(d->stats.weight_budget);
 	sr.weight_bytes = STATS_GET(d->stats.weight_bytes);
 	sr.n_devices = (size_t)d->ndev;
 	sr.devices = dip;

@@ -22,7 +22,8 @@
 struct backend_config {
 	int cpu_threads;       /* CPU backend: worker threads for one GEMM, <= 0 = all cores */
 	int cpu_devices;       /* CPU backend: how many CPU "devices" (queues) to expose */
-	uint64_t pinned_bytes; /* GPU backends: pinned staging pool per device */
+	uint64_t pinned_bytes; /* GPU backends: pinned staging pool per device; 0 = the
+	                        * backend's default (not configurable yet) */
 };
 
 struct backend_device_info {

@@ -142,6 +142,11 @@ static void test_weights_budget_and_names(void **state)
 	la.a.kind = MFMA_OPERAND_DENSE;
 	la.a.dense = (struct mfma_matrix){ 512, 512, MFMA_DT_F32, W, 512 * 512 * 4 };
 	assert_int_equal(mfma_load_weight(c, &la, NULL, &err), 0);
+	struct mfma_status st;
+	assert_int_equal(mfma_status(c, &st, &err), 0);
+	assert_int_equal(st.weight_budget, 1u << 20);
+	assert_int_equal(st.weight_bytes, 1u << 20);
+	mfma_status_free(&st);
 	la.name = "w2";
 	int rc = mfma_load_weight(c, &la, NULL, &err);
 	assert_int_equal(rc, MFMA_EREMOTE(MFMA_CODE_RESOURCE_EXHAUSTED));
@@ -254,7 +259,7 @@ static void test_two_devices(void **state)
 	(void)state;
 	struct mfmad_proc d;
 	const char *args[] = { "--cpu-devices", "2", "--threads", "1", NULL };
-	assert_int_equal(harness_start(&d, NULL, args), 0);
+	assert_int_equal(harness_start(&d, "weights = { budget_mb = 3; };", args), 0);
 	mfma_client *c;
 	struct mfma_error err;
 	assert_int_equal(mfma_connect(d.endpoint, &c, &err), 0);
@@ -280,6 +285,7 @@ static void test_two_devices(void **state)
 	assert_int_equal(mfma_status(c, &st, &err), 0);
 	assert_int_equal(st.n_devices, 2);
 	assert_int_equal(st.devices[0].completed + st.devices[1].completed, 8);
+	assert_int_equal(st.weight_budget, 2 * (3u << 20)); /* per device, summed */
 	mfma_status_free(&st);
 	mfma_close(c);
 	free(A);
