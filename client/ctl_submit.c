@@ -23,45 +23,27 @@ struct submit_opts {
 	uint64_t deadline_us;
 };
 
-/* The A the daemon actually multiplies under PRUNE_24: pruned along K in
- * groups of 4, a last partial group padded with zeros (which never win
- * over a kept value: ties go to the lower position). */
+/* The A the daemon actually multiplies under PRUNE_24.  The daemon
+ * refuses a K that is not a multiple of 4 under PRUNE_24, and the check
+ * only runs on an answer, so K is whole groups of 4 here. */
 static int pruned_copy(const struct ctl_matrix *a, struct ctl_matrix *out)
 {
 	size_t es = mfma_dtype_size(a->dtype);
-	uint32_t k4 = (a->cols + 3) / 4 * 4;
-	struct ctl_matrix pad, full;
-	void *values = NULL;
-	uint32_t *meta = NULL;
+	if (a->cols % 4 != 0)
+		return -EINVAL;
+	void *values = malloc((size_t)a->rows * (a->cols / 2) * es + 1);
+	uint32_t *meta = malloc((size_t)a->rows * sparse24_meta_words(a->cols) * sizeof(uint32_t) + 1);
 	int rc = -ENOMEM;
-	memset(&full, 0, sizeof(full));
-	if (ctl_matrix_alloc(&pad, a->dtype, a->rows, k4) < 0)
-		return -ENOMEM;
-	if (ctl_matrix_alloc(&full, a->dtype, a->rows, k4) < 0 ||
-	    ctl_matrix_alloc(out, a->dtype, a->rows, a->cols) < 0)
-		goto done;
-	values = malloc((size_t)a->rows * (k4 / 2) * es + 1);
-	meta = malloc((size_t)a->rows * sparse24_meta_words(k4) * sizeof(uint32_t) + 1);
-	if (!values || !meta)
-		goto done;
-	for (size_t r = 0; r < a->rows; r++)
-		memcpy((char *)pad.data + r * k4 * es, (const char *)a->data + r * a->cols * es,
-		       a->cols * es);
-	if ((rc = sparse24_prune(pad.data, a->dtype, a->rows, k4, values, meta)) < 0 ||
-	    (rc = sparse24_decompress(values, meta, a->dtype, a->rows, k4, full.data, NULL,
-				      NULL)) < 0)
-		goto done;
-	for (size_t r = 0; r < a->rows; r++)
-		memcpy((char *)out->data + r * a->cols * es, (const char *)full.data + r * k4 * es,
-		       a->cols * es);
-	rc = 0;
-done:
-	if (rc < 0)
-		ctl_matrix_free(out);
+	if (values && meta && ctl_matrix_alloc(out, a->dtype, a->rows, a->cols) == 0) {
+		rc = sparse24_prune(a->data, a->dtype, a->rows, a->cols, values, meta);
+		if (rc == 0)
+			rc = sparse24_decompress(values, meta, a->dtype, a->rows, a->cols, out->data,
+						 NULL, NULL);
+		if (rc < 0)
+			ctl_matrix_free(out);
+	}
 	free(values);
 	free(meta);
-	ctl_matrix_free(&pad);
-	ctl_matrix_free(&full);
 	return rc;
 }
 
@@ -84,8 +66,9 @@ static int check_gemm(const struct submit_opts *o, const struct ctl_matrix *a,
 		return 0;
 	}
 	if (o->sparse == CTL_SPARSE_PRUNE) {
-		if (pruned_copy(a, &pruned) < 0)
-			return -ENOMEM;
+		int prc = pruned_copy(a, &pruned);
+		if (prc < 0)
+			return prc;
 		aref = &pruned;
 	}
 	size_t count = (size_t)a->rows * b->cols;
