@@ -56,6 +56,26 @@ static inline enum mfma_dtype mfma_dtype_parse(const char *s)
 	return MFMA_DT_NONE;
 }
 
+/* The output dtypes a GEMM may produce from its input dtype: i8 gives
+ * i32; f32 gives f32; f16 and bf16 give f32 or their own type.  This is
+ * the one statement of the rule: the daemon checks it when it validates a
+ * request, and every backend runs every pair it allows. */
+static inline enum mfma_dtype mfma_out_dtype_default(enum mfma_dtype in)
+{
+	return in == MFMA_DT_I8 ? MFMA_DT_I32 : MFMA_DT_F32;
+}
+
+static inline int mfma_out_dtype_ok(enum mfma_dtype in, enum mfma_dtype out)
+{
+	switch (in) {
+	case MFMA_DT_I8: return out == MFMA_DT_I32;
+	case MFMA_DT_F32: return out == MFMA_DT_F32;
+	case MFMA_DT_F16:
+	case MFMA_DT_BF16: return out == MFMA_DT_F32 || out == in;
+	default: return 0;
+	}
+}
+
 static inline int mfma_dtype_is_float(enum mfma_dtype t)
 {
 	return t == MFMA_DT_F32 || t == MFMA_DT_F16 || t == MFMA_DT_BF16;

@@ -26,6 +26,28 @@ extern "C" {
 
 static inline size_t sparse24_meta_words(size_t k) { return (k / 4 + 7) / 8; }
 
+/* Byte sizes of the canonical form of a rows x k matrix with elements of
+ * esize bytes.  Every place that sizes a 2:4 operand uses these.  The
+ * callers bound rows and k (validation caps each dimension), so the
+ * products fit in size_t on the 64-bit hosts the daemon runs on. */
+static inline size_t sparse24_values_bytes(size_t rows, size_t k, size_t esize)
+{
+	return rows * (k / 2) * esize;
+}
+
+static inline size_t sparse24_meta_bytes(size_t rows, size_t k)
+{
+	return rows * sparse24_meta_words(k) * sizeof(uint32_t);
+}
+
+/* An A operand as held on the host: the canonical 2:4 form (values and
+ * meta) when sparse, else the dense rows x k matrix. */
+static inline size_t sparse24_operand_bytes(size_t rows, size_t k, size_t esize, int sparse)
+{
+	return sparse ? sparse24_values_bytes(rows, k, esize) + sparse24_meta_bytes(rows, k)
+		      : rows * k * esize;
+}
+
 static inline unsigned sparse24_nibble(const uint32_t *meta_row, size_t g)
 {
 	return (meta_row[g / 8] >> (4 * (g % 8))) & 0xfu;
