@@ -258,7 +258,8 @@ static void run_weight_load(struct device *v, struct job *j)
 	};
 	char err[400] = "";
 	void *handle = NULL;
-	int rc = v->ops->weight_load(v->bdev, &h, &handle, err, sizeof(err));
+	uint64_t dev_bytes = 0;
+	int rc = v->ops->weight_load(v->bdev, &h, &handle, &dev_bytes, err, sizeof(err));
 	if (rc < 0) {
 		fail_job(j, rc == -ENOMEM ? MFMA__V1__CODE__RESOURCE_EXHAUSTED : MFMA__V1__CODE__INTERNAL,
 			 "device %d (%s %s): %s", v->index, v->ops->name, v->info.arch,

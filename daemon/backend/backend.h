@@ -65,9 +65,12 @@ struct backend_ops {
 	void (*close)(void *dev);
 
 	/* Makes a weight resident, converting the canonical 2:4 format to the
-	 * device's own order once; *handle is passed back to gemm(). */
+	 * device's own order once; *handle is passed back to gemm().
+	 * *dev_bytes is what the copy really occupies on the device (its
+	 * packed layout, padding included): the registry charges that, not
+	 * the host-format size, to the device's weight budget. */
 	int (*weight_load)(void *dev, const struct mfma_weight_host *w, void **handle,
-			   char *err, size_t errlen);
+			   uint64_t *dev_bytes, char *err, size_t errlen);
 	void (*weight_free)(void *dev, void *handle);
 
 	/* Runs one GEMM: copies in, launches, copies out, synchronises, and

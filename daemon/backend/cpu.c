@@ -105,8 +105,8 @@ static void cpu_close(void *dev)
 
 /* The weight is copied: the registry frees its host copy once every
  * device holds one, exactly as for a GPU. */
-static int cpu_weight_load(void *dev, const struct mfma_weight_host *w, void **handle, char *err,
-			   size_t errlen)
+static int cpu_weight_load(void *dev, const struct mfma_weight_host *w, void **handle,
+			   uint64_t *dev_bytes, char *err, size_t errlen)
 {
 	(void)dev;
 	size_t es = mfma_dtype_size(w->dtype);
@@ -133,6 +133,7 @@ static int cpu_weight_load(void *dev, const struct mfma_weight_host *w, void **h
 	cw->h.a = cw->a;
 	cw->h.meta = cw->meta;
 	*handle = cw;
+	*dev_bytes = abytes + mbytes;
 	return 0;
 }
 

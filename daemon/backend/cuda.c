@@ -476,8 +476,8 @@ static void cuda_weight_free(void *dev, void *handle)
 	free(w);
 }
 
-static int cuda_weight_load(void *dev, const struct mfma_weight_host *wh, void **handle, char *err,
-			    size_t errlen)
+static int cuda_weight_load(void *dev, const struct mfma_weight_host *wh, void **handle,
+			    uint64_t *dev_bytes, char *err, size_t errlen)
 {
 	struct cuda_dev *d = dev;
 	if (!d || !wh || !handle || !wh->a || (wh->sparse && !wh->meta) || !wh->m || !wh->k) {
@@ -521,6 +521,8 @@ static int cuda_weight_load(void *dev, const struct mfma_weight_host *wh, void *
 	}
 	d->pin_busy[0] = d->pin_busy[1] = 0;
 	*handle = w;
+	*dev_bytes = nv_packed_a_bytes(kind, wh->m, wh->k) +
+		     (wh->sparse ? nv_packed_meta_bytes(kind, wh->m, wh->k) : 0);
 	return 0;
 out:
 	drain(d);

@@ -350,8 +350,8 @@ static int upload(void **dst, const void *src, size_t size, char *err, size_t er
 	return 0;
 }
 
-static int hip_weight_load(void *dev, const struct mfma_weight_host *w, void **handle, char *err,
-			   size_t errlen)
+static int hip_weight_load(void *dev, const struct mfma_weight_host *w, void **handle,
+			   uint64_t *dev_bytes, char *err, size_t errlen)
 {
 	struct hip_dev *h = dev;
 	struct amd_variant var;
@@ -373,10 +373,10 @@ static int hip_weight_load(void *dev, const struct mfma_weight_host *w, void **h
 	hw->sparse = w->sparse;
 	void *conv = NULL;
 	size_t conv_cap = 0;
+	size_t meta_size = 0;
 	rc = upload(&hw->a, w->a, a_bytes(w->m, w->k, w->dtype, w->sparse), err, errlen, "a weight");
 	if (rc == 0 && w->sparse) {
 		const void *meta;
-		size_t meta_size;
 		rc = device_meta(&var.cfg, w->meta, w->m, w->k, &conv, &conv_cap, &meta, &meta_size,
 				 err, errlen);
 		if (rc == 0)
@@ -388,6 +388,7 @@ static int hip_weight_load(void *dev, const struct mfma_weight_host *w, void **h
 		return rc;
 	}
 	*handle = hw;
+	*dev_bytes = a_bytes(w->m, w->k, w->dtype, w->sparse) + meta_size;
 	return 0;
 }
 

@@ -130,10 +130,11 @@ static void device_gemm(void *dev, enum mfma_dtype t, bool sparse, bool resident
 
 	char err[512] = "";
 	void *w = NULL;
+	uint64_t wbytes = 0;
 	if (resident) {
 		struct mfma_weight_host wh = { .m = m, .k = k, .dtype = t, .sparse = sparse, .a = g.a,
 					       .meta = g.a_meta };
-		if (backend_hip.weight_load(dev, &wh, &w, err, sizeof(err)) < 0)
+		if (backend_hip.weight_load(dev, &wh, &w, &wbytes, err, sizeof(err)) < 0)
 			fail_msg("weight_load: %s", err);
 	}
 	struct backend_timing tm;

@@ -229,8 +229,9 @@ static void test_resident_weight(void **state)
 			ops_make(&o, in, out_for(in, sp), sp, m, 16, k, 1.0f, 0.0f);
 			struct mfma_weight_host wh = { .m = m, .k = k, .dtype = in, .sparse = sp, .a = o.a, .meta = o.meta };
 			void *w = NULL;
+			uint64_t wbytes = 0;
 			char err[512] = "";
-			int rc = backend_cuda.weight_load(dev, &wh, &w, err, sizeof(err));
+			int rc = backend_cuda.weight_load(dev, &wh, &w, &wbytes, err, sizeof(err));
 			if (rc != 0)
 				fail_msg("weight_load: %d: %s", rc, err);
 			for (size_t i = 0; i < sizeof(ns) / sizeof(ns[0]); i++) {
