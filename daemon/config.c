@@ -23,6 +23,7 @@ void config_defaults(struct mfmad_config *c)
 	c->max_connections = 256;
 	c->max_dim = 65536;
 	c->default_priority = 5;
+	c->priority_aging_ms = 1000;
 	c->cpu = BACKEND_AUTO;
 	c->cpu_devices = 1;
 	c->hip = BACKEND_AUTO;
@@ -210,6 +211,7 @@ KEY(max_connections, { set_u32(p, s, 1, 1 << 20, &c->max_connections); })
 KEY(max_dim, { set_u32(p, s, 1, 1 << 24, &c->max_dim); })
 KEY(default_priority, { set_u32(p, s, 1, 1000, &c->default_priority); })
 KEY(default_timeout_ms, { set_u64(p, s, 0, 1ll << 40, 1, &c->default_timeout_ms); })
+KEY(priority_aging_ms, { set_u64(p, s, 0, 3600000, 1, &c->priority_aging_ms); })
 KEY(budget_mb, { set_u64(p, s, 0, 1ll << 40, 1ull << 20, &c->weight_budget_bytes); })
 KEY(cpu_enabled, { set_enable(p, s, &c->cpu); })
 KEY(cpu_threads, { set_int(p, s, 0, 4096, &c->cpu_threads); })
@@ -238,6 +240,7 @@ static const struct key limits_keys[] = {
 	{ "max_dim", k_max_dim, NULL },
 	{ "default_priority", k_default_priority, NULL },
 	{ "default_timeout_ms", k_default_timeout_ms, NULL },
+	{ "priority_aging_ms", k_priority_aging_ms, NULL },
 	{ NULL, NULL, NULL },
 };
 static const struct key weights_keys[] = { { "budget_mb", k_budget_mb, NULL }, { NULL, NULL, NULL } };

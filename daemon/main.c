@@ -10,12 +10,19 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "conn.h"
 #include "daemon.h"
+#include "devices.h"
+#include "dispatch.h"
 #include "endpoint.h"
+#include "listen.h"
 #include "log.h"
 #include "metrics.h"
-#include "notify.h"
+#include "mfma_clock.h"
 #include "mfmad_build.h"
+#include "notify.h"
+#include "scheduler.h"
+#include "weights.h"
 
 static const char usage_text[] =
 	"Usage: mfmad [OPTION]...\n"
@@ -145,10 +152,11 @@ static void print_config(const struct mfmad_config *c, const char *src)
 	       c->tcp_allow_remote ? "true" : "false");
 	printf("limits = { max_frame_mb = %" PRIu64 "; max_inflight_per_connection = %u; "
 	       "max_inflight = %u; max_inflight_mb = %" PRIu64 "; max_connections = %u; "
-	       "max_dim = %u; default_priority = %u; default_timeout_ms = %" PRIu64 "; };\n",
+	       "max_dim = %u; default_priority = %u; default_timeout_ms = %" PRIu64 "; "
+	       "priority_aging_ms = %" PRIu64 "; };\n",
 	       c->max_frame_bytes >> 20, c->max_inflight_per_conn, c->max_inflight,
 	       c->max_inflight_bytes >> 20, c->max_connections, c->max_dim, c->default_priority,
-	       c->default_timeout_ms);
+	       c->default_timeout_ms, c->priority_aging_ms);
 	printf("weights = { budget_mb = %" PRIu64 "; };\n", c->weight_budget_bytes >> 20);
 	printf("cpu = { enabled = %s; threads = %d; devices = %d; };\n", en[c->cpu], c->cpu_threads,
 	       c->cpu_devices);
@@ -167,7 +175,7 @@ static void on_grace(uv_timer_t *t)
 	if (d->grace_expired) {
 		log_notice("closing connections whose clients did not read their answers");
 		d->drain_expired = true;
-		server_check_stopped(d);
+		conn_check_drained(d);
 		return;
 	}
 	d->grace_expired = true;
@@ -175,8 +183,8 @@ static void on_grace(uv_timer_t *t)
 	log_notice("shutdown grace period over: answering %" PRIu64
 		   " unstarted request(s) with \"shutting down\"",
 		   d->inflight);
-	sched_cancel_queued(d, "shutting down: the grace period ended before this request ran");
-	server_check_stopped(d);
+	sched_cancel_queued(d);
+	conn_check_drained(d);
 }
 
 static void begin_shutdown(struct daemon *d, int signum)
@@ -193,9 +201,9 @@ static void begin_shutdown(struct daemon *d, int signum)
 	notify_stopping(&N);
 	log_notice("%s: shutting down, %" PRIu64 " request(s) in flight, grace %" PRIu64 " ms",
 		   strsignal(signum), d->inflight, d->cfg.shutdown_grace_ms);
-	server_close_listeners(d);
+	listen_close(d);
 	uv_timer_start(&d->grace_timer, on_grace, d->cfg.shutdown_grace_ms, 0);
-	server_check_stopped(d);
+	conn_check_drained(d);
 }
 
 static void reload(struct daemon *d)
@@ -221,10 +229,11 @@ static void reload(struct daemon *d)
 	c->max_dim = nc.max_dim;
 	c->default_priority = nc.default_priority;
 	c->default_timeout_ms = nc.default_timeout_ms;
+	c->priority_aging_ms = nc.priority_aging_ms;
 	c->shutdown_grace_ms = nc.shutdown_grace_ms;
 	c->status_interval_ms = nc.status_interval_ms;
 	log_set_level((enum log_level)c->log_level);
-	server_set_frame_limit(d, c->max_frame_bytes);
+	conn_set_frame_limit(d, c->max_frame_bytes);
 	notify_set_status_interval(&N, c->status_interval_ms);
 	log_notice("configuration reloaded from %s", d->config_path ? d->config_path : "(defaults)");
 	notify_ready(&N);
@@ -390,10 +399,7 @@ int main(int argc, char **argv)
 
 	d->loop = uv_default_loop();
 	d->loop->data = d;
-	d->stats.start_ns = now_ns();
-	pthread_mutex_init(&d->done_mu, NULL);
-	uv_async_init(d->loop, &d->done_async, server_drain_completions);
-	d->done_async.data = d;
+	d->stats.start_ns = mfma_clock_ns();
 	uv_timer_init(d->loop, &d->grace_timer);
 	d->grace_timer.data = d;
 	uv_signal_t *sigs[] = { &d->sig_term, &d->sig_int, &d->sig_hup };
@@ -406,9 +412,11 @@ int main(int argc, char **argv)
 
 	log_notice("mfmad %s starting (config: %s)", MFMAD_VERSION,
 		   d->config_path ? d->config_path : "built-in defaults");
-	int rc = sched_start(d, err, sizeof(err));
+	int rc = devices_probe(d, err, sizeof(err));
 	if (rc == 0)
-		rc = server_listen(d, err, sizeof(err));
+		rc = sched_start(d, err, sizeof(err));
+	if (rc == 0)
+		rc = listen_start(d, &dispatch_events, err, sizeof(err));
 	if (rc == 0 && d->cfg.metrics_enabled) {
 		struct metrics *m = NULL;
 		rc = metrics_start(d->cfg.metrics_address, d->cfg.metrics_port,
@@ -444,15 +452,16 @@ int main(int argc, char **argv)
 	metrics_stop(d->metrics);
 	d->metrics = NULL;
 	notify_close(&N);
-	server_close_listeners(d);
-	server_close_all(d);
+	listen_close(d);
+	conn_close_all(d);
 	weights_destroy(d);
 	sched_stop(d);
-	server_drain_completions(&d->done_async);
-	sched_free(d);
+	sched_drain(d);
 	uv_walk(d->loop, close_walk, NULL);
 	uv_run(d->loop, UV_RUN_DEFAULT);
+	sched_free(d);
+	devices_free(d);
+	listen_free(d);
 	uv_loop_close(d->loop);
-	pthread_mutex_destroy(&d->done_mu);
 	return d->exit_code;
 }

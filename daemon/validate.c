@@ -58,6 +58,14 @@ static int check_matrix(const Mfma__V1__Matrix *m, const struct validate_limits 
 	return 0;
 }
 
+static int check_input_dtype(enum mfma_dtype in, const char *what, char *err, size_t errlen)
+{
+	if (in != MFMA_DT_F32 && in != MFMA_DT_F16 && in != MFMA_DT_BF16 && in != MFMA_DT_I8)
+		return bad(err, errlen, "%s.dtype=%s is not an input type (f32, f16, bf16, i8)", what,
+			   mfma_dtype_name(in));
+	return 0;
+}
+
 int validate_operand(const Mfma__V1__Operand *op, const struct validate_limits *lim,
 		     const char *what, enum a_form *form, uint32_t *rows, uint32_t *cols,
 		     enum mfma_dtype *dtype, char *err, size_t errlen)
@@ -88,7 +96,7 @@ int validate_operand(const Mfma__V1__Operand *op, const struct validate_limits *
 		*rows = m->rows;
 		*cols = m->cols;
 		*dtype = (enum mfma_dtype)m->dtype;
-		return 0;
+		return check_input_dtype(*dtype, what, err, errlen);
 	}
 	case MFMA__V1__OPERAND__KIND_SPARSE: {
 		const Mfma__V1__Sparse24 *s = op->sparse;
@@ -109,9 +117,9 @@ int validate_operand(const Mfma__V1__Operand *op, const struct validate_limits *
 			return bad(err, errlen,
 				   "%s.sparsity applies to a dense operand only; a sparse one is 2:4 already",
 				   what);
-		uint64_t vbytes = (uint64_t)s->rows * (s->cols / 2) *
-				  mfma_dtype_size((enum mfma_dtype)s->dtype);
-		uint64_t mbytes = (uint64_t)s->rows * sparse24_meta_words(s->cols) * 4;
+		uint64_t vbytes = sparse24_values_bytes(s->rows, s->cols,
+							mfma_dtype_size((enum mfma_dtype)s->dtype));
+		uint64_t mbytes = sparse24_meta_bytes(s->rows, s->cols);
 		if (s->values.len != vbytes)
 			return bad(err, errlen, "%s.values has %zu bytes but %ux%u %s needs %llu "
 				   "(rows x cols/2 elements)", name, s->values.len, s->rows, s->cols,
@@ -124,7 +132,7 @@ int validate_operand(const Mfma__V1__Operand *op, const struct validate_limits *
 		*rows = s->rows;
 		*cols = s->cols;
 		*dtype = (enum mfma_dtype)s->dtype;
-		return 0;
+		return check_input_dtype(*dtype, what, err, errlen);
 	}
 	case MFMA__V1__OPERAND__KIND_WEIGHT:
 		return bad(err, errlen, "%s cannot name a weight here", what);
@@ -189,9 +197,6 @@ int validate_gemm(const Mfma__V1__Gemm *g, const struct validate_limits *lim,
 			plan->in_bytes += g->a->dense->data.len;
 		}
 	}
-	if (in != MFMA_DT_F32 && in != MFMA_DT_F16 && in != MFMA_DT_BF16 && in != MFMA_DT_I8)
-		return bad(err, errlen, "a.dtype=%s is not an input type (f32, f16, bf16, i8)",
-			   mfma_dtype_name(in));
 	rc = check_matrix(g->b, lim, "b", err, errlen);
 	if (rc)
 		return rc;
@@ -204,22 +209,21 @@ int validate_gemm(const Mfma__V1__Gemm *g, const struct validate_limits *lim,
 
 	enum mfma_dtype out;
 	if (!g->has_out_dtype || g->out_dtype == MFMA__V1__DTYPE__DTYPE_UNSPECIFIED) {
-		out = in == MFMA_DT_I8 ? MFMA_DT_I32 : MFMA_DT_F32;
+		out = mfma_out_dtype_default(in);
 	} else {
 		rc = check_dtype(g->out_dtype, "out", err, errlen);
 		if (rc)
 			return rc;
 		out = (enum mfma_dtype)g->out_dtype;
 	}
-	if (in == MFMA_DT_I8 && out != MFMA_DT_I32)
-		return bad(err, errlen, "out_dtype=%s: i8 inputs give an i32 output",
-			   mfma_dtype_name(out));
-	if (in == MFMA_DT_F32 && out != MFMA_DT_F32)
-		return bad(err, errlen, "out_dtype=%s: f32 inputs give an f32 output",
-			   mfma_dtype_name(out));
-	if (in != MFMA_DT_I8 && out != MFMA_DT_F32 && out != in)
+	if (!mfma_out_dtype_ok(in, out)) {
+		if (in == MFMA_DT_I8 || in == MFMA_DT_F32)
+			return bad(err, errlen, "out_dtype=%s: %s inputs give an %s output",
+				   mfma_dtype_name(out), mfma_dtype_name(in),
+				   mfma_dtype_name(mfma_out_dtype_default(in)));
 		return bad(err, errlen, "out_dtype=%s: %s inputs give f32 or %s", mfma_dtype_name(out),
 			   mfma_dtype_name(in), mfma_dtype_name(in));
+	}
 
 	if (!isfinite(g->alpha) || !isfinite(g->beta))
 		return bad(err, errlen, "alpha=%g and beta=%g must be finite", (double)g->alpha,
@@ -247,6 +251,12 @@ int validate_gemm(const Mfma__V1__Gemm *g, const struct validate_limits *lim,
 	}
 	if (g->has_device && g->device < -1)
 		return bad(err, errlen, "device=%d: use -1 for any device or a device index", g->device);
+	if (g->timeout_us > VALIDATE_MAX_TIMEOUT_US)
+		return bad(err, errlen,
+			   "timeout_us=%llu is longer than the limit of %llu (one day); use 0 for "
+			   "no timeout",
+			   (unsigned long long)g->timeout_us,
+			   (unsigned long long)VALIDATE_MAX_TIMEOUT_US);
 
 	plan->g.m = m;
 	plan->g.n = n;
@@ -263,5 +273,20 @@ int validate_gemm(const Mfma__V1__Gemm *g, const struct validate_limits *lim,
 			   "the %ux%u %s result (%zu bytes) would not fit in one frame (limit %llu bytes)",
 			   m, n, mfma_dtype_name(out), plan->d_bytes,
 			   (unsigned long long)lim->max_out_bytes);
+	return 0;
+}
+
+int validate_load_weight(const Mfma__V1__LoadWeight *lw, const struct validate_limits *lim,
+			 int ndev, enum a_form *form, uint32_t *rows, uint32_t *cols,
+			 enum mfma_dtype *dtype, char *err, size_t errlen)
+{
+	int rc = validate_weight_name(lw->name, err, errlen);
+	if (rc == 0)
+		rc = validate_operand(lw->a, lim, "a", form, rows, cols, dtype, err, errlen);
+	if (rc)
+		return rc;
+	if (lw->has_device && (lw->device < -1 || lw->device >= ndev))
+		return bad(err, errlen, "device=%d does not exist (devices 0..%d, or -1 for all)",
+			   lw->device, ndev - 1);
 	return 0;
 }

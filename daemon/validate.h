@@ -5,7 +5,7 @@
  * Shapes, dtypes, byte lengths and scalar arguments are checked here, on
  * the loop.  Content checks that cost O(M*K) (2:4 validity of a dense A,
  * the nibbles of a compressed meta) run on the device worker just before
- * the data is used (see job.c), so a large request never stalls the loop. */
+ * the data is used (operand.h), so a large request never stalls the loop. */
 #ifndef MFMAD_VALIDATE_H
 #define MFMAD_VALIDATE_H
 
@@ -14,6 +14,10 @@
 
 #include "mfma.pb-c.h"
 #include "mfma_gemm.h"
+
+/* The longest timeout a request may ask for: one day.  Deadlines are
+ * arrival + timeout in nanoseconds, which this keeps far from wrapping. */
+#define VALIDATE_MAX_TIMEOUT_US (86400ull * 1000 * 1000)
 
 struct validate_limits {
 	uint32_t max_dim;
@@ -57,5 +61,11 @@ int validate_gemm(const Mfma__V1__Gemm *g, const struct validate_limits *lim,
 
 /* A weight name: 1..127 bytes of [A-Za-z0-9._:-]. */
 int validate_weight_name(const char *name, char *err, size_t errlen);
+
+/* A LoadWeight: its name, its A operand and its device (-1 or
+ * 0..ndev-1).  Whether the weight fits is the registry's question. */
+int validate_load_weight(const Mfma__V1__LoadWeight *lw, const struct validate_limits *lim,
+			 int ndev, enum a_form *form, uint32_t *rows, uint32_t *cols,
+			 enum mfma_dtype *dtype, char *err, size_t errlen);
 
 #endif

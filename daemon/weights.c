@@ -1,25 +1,43 @@
-/* The resident weight registry (loop thread).  A load is prepared once on
- * the libuv threadpool (validate / prune / compress to the canonical 2:4
- * form), then one job per target device makes it resident there; each
- * backend converts to its own register order in weight_load().  Memory
- * is reserved against the per-device budget before any work starts and
- * released when the device copy is freed. */
+#include "weights.h"
+
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon.h"
+#include "devices.h"
 #include "log.h"
+#include "scheduler.h"
 #include "sparse24.h"
+#include "validate.h"
+
+/* One device's part of a load or a free. */
+struct weight_job {
+	struct sched_job sj; /* first: the scheduler hands this back */
+	struct weight *w;
+	void *handle;
+	uint64_t dev_bytes;
+	int rc;
+	char err[400];
+};
+
+static struct weight *find_any(struct daemon *d, const char *name, enum weight_state state)
+{
+	for (struct weight *w = d->weights; w; w = w->next)
+		if (w->state == state && strcmp(w->name, name) == 0)
+			return w;
+	return NULL;
+}
 
 struct weight *weights_find(struct daemon *d, const char *name)
 {
-	for (struct weight *w = d->weights; w; w = w->next)
-		if (strcmp(w->name, name) == 0)
-			return w;
-	return NULL;
+	return find_any(d, name, WEIGHT_READY);
+}
+
+bool weights_loading(struct daemon *d, const char *name)
+{
+	return find_any(d, name, WEIGHT_LOADING) != NULL && !weights_find(d, name);
 }
 
 static void unlink_weight(struct daemon *d, struct weight *w)
@@ -33,84 +51,110 @@ static void unlink_weight(struct daemon *d, struct weight *w)
 	}
 }
 
+static void charge(struct daemon *d, struct weight *w, int dev, uint64_t bytes)
+{
+	struct device *v = &d->dev[dev];
+	v->weight_bytes += bytes;
+	STATS_ADD(v->st->weight_bytes, bytes);
+	STATS_ADD(d->stats.weight_bytes, bytes);
+	w->charged[dev] += bytes;
+}
+
 static void release_budget(struct daemon *d, struct weight *w, int dev)
 {
 	struct device *v = &d->dev[dev];
-	v->weight_bytes -= w->bytes;
-	STATS_SUB(v->st->weight_bytes, w->bytes);
-	STATS_SUB(d->stats.weight_bytes, w->bytes);
+	uint64_t bytes = w->charged[dev];
+	v->weight_bytes -= bytes;
+	STATS_SUB(v->st->weight_bytes, bytes);
+	STATS_SUB(d->stats.weight_bytes, bytes);
+	w->charged[dev] = 0;
+	w->target[dev] = false;
 }
 
 static void weight_destroy(struct daemon *d, struct weight *w)
 {
 	if (w->unload_pending) {
-		server_reply_status(d, w->unload_conn, w->unload_id, MFMA__V1__CODE__OK, "", STATS_UNLOAD,
-				    w->unload_arrival);
-		if (w->unload_conn)
-			conn_unref(w->unload_conn);
-		d->inflight--;
-		server_check_stopped(d);
+		reply_status(d, &w->unload, MFMA__V1__CODE__OK, "%s", "");
+		request_release(d, &w->unload);
 	}
+	operand_a_free(&w->a);
 	if (w->req)
 		mfma__v1__request__free_unpacked(w->req, NULL);
-	/* values/meta point into req unless the prep step allocated them. */
-	if (w->form == A_DENSE_CHECK || w->form == A_DENSE_PRUNE) {
-		free(w->values);
-		free(w->meta);
-	}
 	free(w);
 }
 
-/* Queues a free of the device copy on every device that holds one; the
- * struct goes when the last free completes. */
-static void weight_release_devices(struct daemon *d, struct weight *w)
+static void free_work(struct device *v, struct sched_job *sj)
 {
-	int queued = 0;
-	for (int i = 0; i < d->ndev; i++) {
-		if (w->resident[i]) {
-			struct job *j = calloc(1, sizeof(*j));
-			if (!j) {
-				/* Cannot queue the free: leak the device copy rather than
-				 * free it from the wrong thread. */
-				log_err("out of memory freeing weight '%s' on device %d", w->name, i);
-				continue;
-			}
-			j->kind = JOB_WEIGHT_FREE;
-			j->weight = w;
-			j->dev = i;
-			j->prio = 0; /* frees first: they return memory */
-			w->pending++;
-			queued++;
-			sched_submit(d, j);
-		} else if (w->target[i]) {
-			release_budget(d, w, i);
-			w->target[i] = false;
-		}
-	}
-	if (queued == 0)
-		weight_destroy(d, w);
+	struct weight_job *j = (struct weight_job *)sj;
+	v->ops->weight_free(v->bdev, j->w->handle[v->index]);
 }
 
-void weight_unref(struct daemon *d, struct weight *w)
+static void free_done(struct daemon *d, struct sched_job *sj, int status)
 {
-	if (--w->refs > 0)
-		return;
-	weight_release_devices(d, w);
-}
-
-void weights_free_done(struct daemon *d, struct job *j)
-{
-	struct weight *w = j->weight;
-	w->resident[j->dev] = false;
-	w->target[j->dev] = false;
-	release_budget(d, w, j->dev);
-	job_free(j);
+	struct weight_job *j = (struct weight_job *)sj;
+	struct weight *w = j->w;
+	if (status < 0)
+		log_err("weight '%s': the free of its copy on device %d could not run (%s); its "
+			"memory stays allocated", w->name, sj->dev, strerror(-status));
+	w->resident[sj->dev] = false;
+	w->handle[sj->dev] = NULL;
+	release_budget(d, w, sj->dev);
+	free(j);
 	if (--w->pending == 0)
 		weight_destroy(d, w);
 }
 
-void weights_fill_info(const struct daemon *d, const struct weight *w, Mfma__V1__WeightInfo *wi,
-		       uint32_t *devbuf)
+/* Queues a free of the device copy on every device that holds one; the
+ * struct goes when the last free completes. */
+static void release_devices(struct daemon *d, struct weight *w)
+{
+	for (int i = 0; i < d->ndev; i++) {
+		if (!w->resident[i]) {
+			if (w->target[i])
+				release_budget(d, w, i);
+			continue;
+		}
+		struct weight_job *j = calloc(1, sizeof(*j));
+		if (!j) {
+			/* Cannot queue the free: leak the device copy rather than
+			 * free it from the wrong thread. */
+			log_err("out of memory freeing weight '%s' on device %d", w->name, i);
+			continue;
+		}
+		j->w = w;
+		j->sj.prio = 0; /* frees first: they return memory */
+		w->pending++;
+		sched_submit(d, i, &j->sj, free_work, free_done);
+	}
+	if (w->pending == 0)
+		weight_destroy(d, w);
+}
+
+void weights_ref(struct weight *w)
+{
+	w->refs++;
+}
+
+void weights_unref(struct daemon *d, struct weight *w)
+{
+	if (--w->refs > 0)
+		return;
+	release_devices(d, w);
+}
+
+/* Takes a weight out of service: requests already queued keep it
+ * through their references. */
+static void retire(struct daemon *d, struct weight *w)
+{
+	unlink_weight(d, w);
+	if (w->state == WEIGHT_READY)
+		STATS_SUB(d->stats.weights, 1);
+	w->state = WEIGHT_DEAD;
+	weights_unref(d, w);
+}
+
+static void fill_info(const struct daemon *d, const struct weight *w, Mfma__V1__WeightInfo *wi,
+		      uint32_t *devbuf)
 {
 	mfma__v1__weight_info__init(wi);
 	wi->name = (char *)w->name;
@@ -119,7 +163,7 @@ void weights_fill_info(const struct daemon *d, const struct weight *w, Mfma__V1_
 	wi->cols = w->k;
 	wi->dtype = (Mfma__V1__DType)w->dtype;
 	wi->sparse = w->sparse;
-	wi->bytes = w->bytes;
+	wi->bytes = w->host_bytes;
 	size_t n = 0;
 	for (int i = 0; i < d->ndev; i++)
 		if (w->resident[i])
@@ -128,66 +172,130 @@ void weights_fill_info(const struct daemon *d, const struct weight *w, Mfma__V1_
 	wi->devices = devbuf;
 }
 
+int weights_list(const struct daemon *d, struct weight_list *l)
+{
+	size_t nw = 0;
+	for (const struct weight *w = d->weights; w; w = w->next)
+		nw += w->state == WEIGHT_READY;
+	l->n = 0;
+	l->info = calloc(nw ? nw : 1, sizeof(*l->info));
+	l->ptrs = calloc(nw ? nw : 1, sizeof(*l->ptrs));
+	l->devs = calloc(nw ? nw : 1, sizeof(*l->devs));
+	if (!l->info || !l->ptrs || !l->devs) {
+		weights_list_free(l);
+		return -ENOMEM;
+	}
+	for (const struct weight *w = d->weights; w; w = w->next) {
+		if (w->state != WEIGHT_READY)
+			continue;
+		fill_info(d, w, &l->info[l->n], l->devs[l->n]);
+		l->ptrs[l->n] = &l->info[l->n];
+		l->n++;
+	}
+	return 0;
+}
+
+void weights_list_free(struct weight_list *l)
+{
+	free(l->info);
+	free(l->ptrs);
+	free(l->devs);
+	memset(l, 0, sizeof(*l));
+}
+
+/* ---- loading ---- */
+
 static void finish_load(struct daemon *d, struct weight *w)
 {
-	struct conn *c = w->conn;
-	w->conn = NULL;
-	d->inflight--;
-	if (w->code != MFMA__V1__CODE__OK) {
-		log_debug("load of weight '%s' failed: %s", w->name, w->msg);
-		server_reply_status(d, c, w->req_id, w->code, w->msg, STATS_LOAD, w->arrival_ns);
-		if (c)
-			conn_unref(c);
-		unlink_weight(d, w);
-		w->state = WEIGHT_DEAD;
-		weight_unref(d, w);
-		server_check_stopped(d);
-		return;
-	}
-	/* Every device has its own copy now; the host one can go. */
+	/* The prepared host copy has served every device. */
+	operand_a_free(&w->a);
 	mfma__v1__request__free_unpacked(w->req, NULL);
 	w->req = NULL;
-	if (w->form == A_DENSE_CHECK || w->form == A_DENSE_PRUNE) {
-		free(w->values);
-		free(w->meta);
+	struct weight *old = w->replaces;
+	w->replaces = NULL;
+	if (w->code != MFMA__V1__CODE__OK) {
+		log_debug("load of weight '%s' failed: %s", w->name, w->msg);
+		reply_status(d, &w->load, w->code, "%s", w->msg);
+		request_release(d, &w->load);
+		if (old) /* it keeps serving */
+			weights_unref(d, old);
+		retire(d, w);
+		return;
 	}
-	w->values = NULL;
-	w->meta = NULL;
+	if (old) {
+		if (old->state == WEIGHT_READY)
+			retire(d, old);
+		weights_unref(d, old);
+	}
 	w->state = WEIGHT_READY;
 	STATS_ADD(d->stats.weights, 1);
-	log_info("weight '%s' loaded: %ux%u %s %s, %" PRIu64 " bytes per device", w->name, w->m, w->k,
-		 mfma_dtype_name(w->dtype), w->sparse ? "2:4" : "dense", w->bytes);
+	log_info("weight '%s' %s: %ux%u %s %s, %" PRIu64 " bytes per device (host form)", w->name,
+		 old ? "replaced" : "loaded", w->m, w->k, mfma_dtype_name(w->dtype),
+		 w->sparse ? "2:4" : "dense", w->host_bytes);
 
 	Mfma__V1__Response resp = MFMA__V1__RESPONSE__INIT;
 	Mfma__V1__LoadWeightResult res = MFMA__V1__LOAD_WEIGHT_RESULT__INIT;
 	Mfma__V1__WeightInfo wi;
 	uint32_t devs[STATS_MAX_DEVICES];
-	weights_fill_info(d, w, &wi, devs);
+	fill_info(d, w, &wi, devs);
 	res.weight = &wi;
-	resp.id = w->req_id;
-	resp.has_id = 1;
 	resp.body_case = MFMA__V1__RESPONSE__BODY_LOAD_WEIGHT;
 	resp.load_weight = &res;
-	server_reply(d, c, &resp, STATS_LOAD, w->arrival_ns);
-	if (c)
-		conn_unref(c);
-	server_check_stopped(d);
+	reply(d, &w->load, &resp);
+	request_release(d, &w->load);
 }
 
-void weights_load_done(struct daemon *d, struct job *j)
+static void fail_load(struct weight *w, int code, const char *msg)
 {
-	struct weight *w = j->weight;
-	if (j->code == MFMA__V1__CODE__OK) {
-		w->resident[j->dev] = true;
+	if (w->code != MFMA__V1__CODE__OK)
+		return; /* the first failure is the one reported */
+	w->code = code;
+	snprintf(w->msg, sizeof(w->msg), "%s", msg);
+}
+
+static void load_work(struct device *v, struct sched_job *sj)
+{
+	struct weight_job *j = (struct weight_job *)sj;
+	const struct weight *w = j->w;
+	struct mfma_weight_host h = {
+		.m = w->m, .k = w->k, .dtype = w->dtype, .sparse = w->a.sparse,
+		.a = w->a.values, .meta = w->a.meta,
+	};
+	j->rc = v->ops->weight_load(v->bdev, &h, &j->handle, &j->dev_bytes, j->err, sizeof(j->err));
+}
+
+static void load_done(struct daemon *d, struct sched_job *sj, int status)
+{
+	struct weight_job *j = (struct weight_job *)sj;
+	struct weight *w = j->w;
+	struct device *v = &d->dev[sj->dev];
+	char msg[512];
+	if (status == 0 && j->rc == 0) {
+		w->handle[sj->dev] = j->handle;
+		w->resident[sj->dev] = true;
+		/* The reservation was the host size; charge what the device holds. */
+		release_budget(d, w, sj->dev);
+		w->target[sj->dev] = true;
+		charge(d, w, sj->dev, j->dev_bytes);
 	} else {
-		if (w->code == MFMA__V1__CODE__OK) {
-			w->code = j->code;
-			snprintf(w->msg, sizeof(w->msg), "%s", j->msg);
+		int code = MFMA__V1__CODE__INTERNAL;
+		if (status == -ENODEV) {
+			code = MFMA__V1__CODE__UNAVAILABLE;
+			snprintf(msg, sizeof(msg), "device %d (%s) failed to start: %s", v->index,
+				 v->ops->name, v->open_err);
+		} else if (status < 0) {
+			code = MFMA__V1__CODE__RESOURCE_EXHAUSTED;
+			snprintf(msg, sizeof(msg), "out of memory queueing the load");
+		} else {
+			if (j->rc == -ENOMEM)
+				code = MFMA__V1__CODE__RESOURCE_EXHAUSTED;
+			snprintf(msg, sizeof(msg), "device %d (%s %s): %s", v->index, v->ops->name,
+				 v->info.arch, j->err[0] ? j->err : strerror(-j->rc));
 		}
-		release_budget(d, w, j->dev);
-		w->target[j->dev] = false;
+		fail_load(w, code, msg);
+		release_budget(d, w, sj->dev);
 	}
-	job_free(j);
+	free(j);
 	if (--w->pending == 0)
 		finish_load(d, w);
 }
@@ -197,87 +305,87 @@ static void prep_work(uv_work_t *req)
 {
 	struct weight *w = req->data;
 	const Mfma__V1__Operand *op = w->req->load_weight->a;
-	size_t es = mfma_dtype_size(w->dtype);
-	size_t row, grp;
-	if (w->form == A_SPARSE) {
-		w->values = op->sparse->values.data;
-		w->meta = (uint32_t *)(void *)op->sparse->meta.data;
-		if (sparse24_meta_check(w->meta, w->m, w->k, &row, &grp) < 0) {
-			w->code = MFMA__V1__CODE__INVALID_ARGUMENT;
-			snprintf(w->msg, sizeof(w->msg),
-				 "a.sparse.meta: row %zu group %zu has an index nibble that is not an "
-				 "ordered pair i0 < i1",
-				 row, grp);
-		}
-		return;
-	}
-	if (w->form == A_DENSE) {
-		w->values = op->dense->data.data;
-		return;
-	}
-	w->values = malloc((size_t)w->m * (w->k / 2) * es);
-	w->meta = malloc((size_t)w->m * sparse24_meta_words(w->k) * 4);
-	if (!w->values || !w->meta) {
-		w->code = MFMA__V1__CODE__RESOURCE_EXHAUSTED;
-		snprintf(w->msg, sizeof(w->msg), "out of host memory compressing weight '%s'", w->name);
-		return;
-	}
-	if (w->form == A_DENSE_PRUNE) {
-		sparse24_prune(op->dense->data.data, w->dtype, w->m, w->k, w->values, w->meta);
-	} else if (sparse24_compress(op->dense->data.data, w->dtype, w->m, w->k, w->values, w->meta,
-				     &row, &grp) < 0) {
-		w->code = MFMA__V1__CODE__INVALID_ARGUMENT;
-		snprintf(w->msg, sizeof(w->msg),
-			 "a is not 2:4 (VALIDATE_24): row %zu, columns %zu..%zu have more than two "
-			 "non-zeros",
-			 row, grp * 4, grp * 4 + 3);
-	}
+	const void *a = op->kind_case == MFMA__V1__OPERAND__KIND_SPARSE ? op->sparse->values.data
+									 : op->dense->data.data;
+	const uint32_t *meta = op->kind_case == MFMA__V1__OPERAND__KIND_SPARSE
+				       ? (const uint32_t *)(const void *)op->sparse->meta.data
+				       : NULL;
+	char err[sizeof(w->msg)];
+	int rc = operand_prepare_a(w->form, w->dtype, w->m, w->k, a, meta, &w->a, err, sizeof(err));
+	if (rc < 0)
+		fail_load(w, rc == -ENOMEM ? MFMA__V1__CODE__RESOURCE_EXHAUSTED
+					   : MFMA__V1__CODE__INVALID_ARGUMENT,
+			  err);
 }
 
 static void prep_done(uv_work_t *req, int status)
 {
 	struct weight *w = req->data;
 	struct daemon *d = w->work.loop->data;
-	if (status < 0 && w->code == MFMA__V1__CODE__OK) {
-		w->code = MFMA__V1__CODE__INTERNAL;
-		snprintf(w->msg, sizeof(w->msg), "weight preparation failed: %s", uv_strerror(status));
+	if (status < 0) {
+		char msg[128];
+		snprintf(msg, sizeof(msg), "weight preparation failed: %s", uv_strerror(status));
+		fail_load(w, MFMA__V1__CODE__INTERNAL, msg);
+	}
+	struct weight_job *jobs[STATS_MAX_DEVICES] = { 0 };
+	for (int i = 0; i < d->ndev && w->code == MFMA__V1__CODE__OK; i++) {
+		if (w->target[i] && !(jobs[i] = calloc(1, sizeof(*jobs[i]))))
+			fail_load(w, MFMA__V1__CODE__RESOURCE_EXHAUSTED, "out of memory queueing the load");
 	}
 	if (w->code != MFMA__V1__CODE__OK) {
-		for (int i = 0; i < d->ndev; i++)
-			if (w->target[i]) {
-				release_budget(d, w, i);
-				w->target[i] = false;
-			}
+		for (int i = 0; i < d->ndev; i++) {
+			free(jobs[i]);
+			release_budget(d, w, i);
+		}
 		finish_load(d, w);
 		return;
 	}
-	int n = 0;
 	for (int i = 0; i < d->ndev; i++)
-		n += w->target[i];
-	w->pending = n;
+		w->pending += jobs[i] != NULL;
 	for (int i = 0; i < d->ndev; i++) {
-		if (!w->target[i])
+		if (!jobs[i])
 			continue;
-		struct job *j = calloc(1, sizeof(*j));
-		if (!j) {
-			w->code = MFMA__V1__CODE__RESOURCE_EXHAUSTED;
-			snprintf(w->msg, sizeof(w->msg), "out of memory queueing the load");
-			release_budget(d, w, i);
-			w->target[i] = false;
-			if (--w->pending == 0)
-				finish_load(d, w);
-			continue;
-		}
-		j->kind = JOB_WEIGHT_LOAD;
-		j->weight = w;
-		j->dev = i;
-		j->prio = 0;
-		j->arrival_ns = w->arrival_ns;
-		sched_submit(d, j);
+		jobs[i]->w = w;
+		jobs[i]->sj.prio = 0;
+		sched_submit(d, i, &jobs[i]->sj, load_work, load_done);
 	}
 }
 
-void weights_handle_load(struct daemon *d, struct conn *c, Mfma__V1__Request *req, uint64_t arrival)
+/* Reserves the host size of w on every device it goes to; 0, or the code
+ * of the refusal with its sentence in err. */
+static int reserve(struct daemon *d, struct weight *w, int want_dev, char *err, size_t errlen)
+{
+	int ntarget = 0;
+	for (int i = 0; i < d->ndev; i++) {
+		struct device *v = &d->dev[i];
+		if ((want_dev >= 0 && want_dev != i) || !devices_runs(v, w->dtype, w->sparse))
+			continue;
+		if (v->weight_bytes + w->host_bytes > v->budget) {
+			snprintf(err, errlen,
+				 "weight '%s' needs %" PRIu64 " bytes on device %d, which has %" PRIu64
+				 " of its %" PRIu64 "-byte weight budget left%s",
+				 w->name, w->host_bytes, i, v->budget - v->weight_bytes, v->budget,
+				 w->replaces ? " (the weight it replaces serves until the new one is "
+					       "resident, so both must fit)"
+					     : "");
+			return MFMA__V1__CODE__RESOURCE_EXHAUSTED;
+		}
+		w->target[i] = true;
+		ntarget++;
+	}
+	if (ntarget == 0) {
+		snprintf(err, errlen,
+			 "no usable device runs %s GEMMs with a %s A, so weight '%s' has nowhere to go",
+			 mfma_dtype_name(w->dtype), w->sparse ? "2:4" : "dense", w->name);
+		return MFMA__V1__CODE__UNAVAILABLE;
+	}
+	for (int i = 0; i < d->ndev; i++)
+		if (w->target[i])
+			charge(d, w, i, w->host_bytes);
+	return MFMA__V1__CODE__OK;
+}
+
+void weights_handle_load(struct daemon *d, const struct request *r, Mfma__V1__Request *req)
 {
 	const Mfma__V1__LoadWeight *lw = req->load_weight;
 	char err[512];
@@ -286,41 +394,22 @@ void weights_handle_load(struct daemon *d, struct conn *c, Mfma__V1__Request *re
 	enum a_form form;
 	uint32_t m, k;
 	enum mfma_dtype dt;
-	struct weight *w = NULL;
+	struct weight *w = NULL, *old = NULL;
 
-	if (validate_weight_name(lw->name, err, sizeof(err)) < 0)
+	if (validate_load_weight(lw, &lim, d->ndev, &form, &m, &k, &dt, err, sizeof(err)) < 0)
 		goto fail;
-	if (validate_operand(lw->a, &lim, "a", &form, &m, &k, &dt, err, sizeof(err)) < 0)
-		goto fail;
-	if (dt == MFMA_DT_I32) {
-		snprintf(err, sizeof(err), "a.dtype=i32 is not an input type (f32, f16, bf16, i8)");
-		goto fail;
-	}
-	if (lw->has_device && (lw->device < -1 || lw->device >= d->ndev)) {
-		snprintf(err, sizeof(err), "device=%d does not exist (devices 0..%d, or -1 for all)",
-			 lw->device, d->ndev - 1);
+	if (find_any(d, lw->name, WEIGHT_LOADING)) {
+		code = MFMA__V1__CODE__UNAVAILABLE;
+		snprintf(err, sizeof(err), "weight '%s' is still loading", lw->name);
 		goto fail;
 	}
-	struct weight *old = weights_find(d, lw->name);
-	if (old) {
-		if (!lw->replace) {
-			code = MFMA__V1__CODE__ALREADY_EXISTS;
-			snprintf(err, sizeof(err), "weight '%s' is already loaded (set replace to swap it)",
-				 lw->name);
-			goto fail;
-		}
-		if (old->state != WEIGHT_READY) {
-			code = MFMA__V1__CODE__UNAVAILABLE;
-			snprintf(err, sizeof(err), "weight '%s' is still loading", lw->name);
-			goto fail;
-		}
-		/* Requests already queued keep the old copy through their reference. */
-		unlink_weight(d, old);
-		old->state = WEIGHT_DEAD;
-		STATS_SUB(d->stats.weights, 1);
-		weight_unref(d, old);
+	old = weights_find(d, lw->name);
+	if (old && !lw->replace) {
+		code = MFMA__V1__CODE__ALREADY_EXISTS;
+		snprintf(err, sizeof(err), "weight '%s' is already loaded (set replace to swap it)",
+			 lw->name);
+		goto fail;
 	}
-
 	w = calloc(1, sizeof(*w));
 	if (!w) {
 		code = MFMA__V1__CODE__RESOURCE_EXHAUSTED;
@@ -333,104 +422,64 @@ void weights_handle_load(struct daemon *d, struct conn *c, Mfma__V1__Request *re
 	w->dtype = dt;
 	w->form = form;
 	w->sparse = form != A_DENSE;
-	size_t es = mfma_dtype_size(dt);
-	w->bytes = w->sparse ? (uint64_t)m * (k / 2) * es + (uint64_t)m * sparse24_meta_words(k) * 4
-			     : (uint64_t)m * k * es;
-	int ntarget = 0;
-	for (int i = 0; i < d->ndev; i++) {
-		bool want = lw->device < 0 || lw->device == i;
-		if (!want || d->dev[i].open_rc < 0 || !backend_runs(&d->dev[i].info, dt, w->sparse))
-			continue;
-		struct device *v = &d->dev[i];
-		if (v->weight_bytes + w->bytes > v->budget) {
-			code = MFMA__V1__CODE__RESOURCE_EXHAUSTED;
-			snprintf(err, sizeof(err),
-				 "weight '%s' needs %" PRIu64 " bytes on device %d, which has %" PRIu64
-				 " of its %" PRIu64 "-byte weight budget left",
-				 w->name, w->bytes, i, v->budget - v->weight_bytes, v->budget);
-			goto fail;
-		}
-		w->target[i] = true;
-		ntarget++;
-	}
-	if (ntarget == 0) {
-		code = MFMA__V1__CODE__UNAVAILABLE;
-		snprintf(err, sizeof(err), "no usable device runs %s GEMMs with a %s A, so weight '%s' "
-			 "has nowhere to go", mfma_dtype_name(dt), w->sparse ? "2:4" : "dense", w->name);
+	w->host_bytes = sparse24_operand_bytes(m, k, mfma_dtype_size(dt), w->sparse);
+	w->replaces = old;
+	code = reserve(d, w, lw->has_device ? lw->device : -1, err, sizeof(err));
+	if (code != MFMA__V1__CODE__OK)
 		goto fail;
-	}
-	for (int i = 0; i < d->ndev; i++) {
-		if (!w->target[i])
-			continue;
-		d->dev[i].weight_bytes += w->bytes;
-		STATS_ADD(d->dev[i].st->weight_bytes, w->bytes);
-		STATS_ADD(d->stats.weight_bytes, w->bytes);
-	}
+	if (old)
+		weights_ref(old);
 	w->state = WEIGHT_LOADING;
 	w->refs = 1;
 	w->req = req;
-	w->req_id = req->id;
-	w->arrival_ns = arrival;
 	w->code = MFMA__V1__CODE__OK;
-	w->conn = c;
-	if (c)
-		conn_ref(c);
+	w->load = *r;
+	request_hold(d, &w->load);
 	w->next = d->weights;
 	d->weights = w;
-	d->inflight++;
 	w->work.data = w;
 	int rc = uv_queue_work(d->loop, &w->work, prep_work, prep_done);
 	if (rc < 0) {
-		w->code = MFMA__V1__CODE__INTERNAL;
-		snprintf(w->msg, sizeof(w->msg), "cannot queue the weight preparation: %s", uv_strerror(rc));
+		snprintf(err, sizeof(err), "cannot queue the weight preparation: %s", uv_strerror(rc));
+		fail_load(w, MFMA__V1__CODE__INTERNAL, err);
 		prep_done(&w->work, 0);
 	}
 	return;
 fail:
-	if (w)
-		free(w);
-	server_reply_status(d, c, req->id, code, err, STATS_LOAD, arrival);
+	free(w);
+	reply_status(d, r, code, "%s", err);
 	mfma__v1__request__free_unpacked(req, NULL);
 }
 
-void weights_handle_unload(struct daemon *d, struct conn *c, Mfma__V1__Request *req, uint64_t arrival)
+void weights_handle_unload(struct daemon *d, const struct request *r, Mfma__V1__Request *req)
 {
 	const char *name = req->unload_weight->name;
 	char err[512];
 	struct weight *w = name ? weights_find(d, name) : NULL;
 	if (validate_weight_name(name, err, sizeof(err)) < 0) {
-		server_reply_status(d, c, req->id, MFMA__V1__CODE__INVALID_ARGUMENT, err, STATS_UNLOAD,
-				    arrival);
-	} else if (!w) {
-		snprintf(err, sizeof(err), "weight '%s' is not loaded", name);
-		server_reply_status(d, c, req->id, MFMA__V1__CODE__NOT_FOUND, err, STATS_UNLOAD, arrival);
-	} else if (w->state != WEIGHT_READY) {
-		snprintf(err, sizeof(err), "weight '%s' is still loading", name);
-		server_reply_status(d, c, req->id, MFMA__V1__CODE__UNAVAILABLE, err, STATS_UNLOAD,
-				    arrival);
-	} else {
-		unlink_weight(d, w);
-		w->state = WEIGHT_DEAD;
-		STATS_SUB(d->stats.weights, 1);
+		reply_status(d, r, MFMA__V1__CODE__INVALID_ARGUMENT, "%s", err);
+	} else if (w) {
 		log_info("weight '%s' unloaded", w->name);
-		w->unload_conn = c;
-		if (c)
-			conn_ref(c);
+		w->unload = *r;
+		request_hold(d, &w->unload);
 		w->unload_pending = true;
-		w->unload_id = req->id;
-		w->unload_arrival = arrival;
-		d->inflight++;
-		weight_unref(d, w);
+		retire(d, w);
+	} else if (find_any(d, name, WEIGHT_LOADING)) {
+		reply_status(d, r, MFMA__V1__CODE__UNAVAILABLE, "weight '%s' is still loading", name);
+	} else {
+		reply_status(d, r, MFMA__V1__CODE__NOT_FOUND, "weight '%s' is not loaded", name);
 	}
 	mfma__v1__request__free_unpacked(req, NULL);
 }
 
 void weights_destroy(struct daemon *d)
 {
-	while (d->weights) {
-		struct weight *w = d->weights;
-		unlink_weight(d, w);
-		w->state = WEIGHT_DEAD;
-		weight_unref(d, w);
+	/* Loading weights finish on their own (their jobs hold them). */
+	struct weight *w = d->weights;
+	while (w) {
+		struct weight *next = w->next;
+		if (w->state == WEIGHT_READY)
+			retire(d, w);
+		w = next;
 	}
 }

@@ -1,0 +1,70 @@
+/* One client connection: bytes in (frames, read in place into its
+ * frame_reader), bytes out (queued frames, write backpressure), and its
+ * lifetime.  It knows nothing of what a frame means: each whole frame
+ * goes to the on_frame callback its listener was given.
+ *
+ * A connection is reference counted: the socket holds one reference and
+ * every request in flight one more (conn_hold), so a client that
+ * vanishes with requests queued leaves nothing dangling; what is sent to
+ * a closed connection is dropped. */
+#ifndef MFMAD_CONN_H
+#define MFMAD_CONN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "daemon.h"
+
+struct conn;
+
+struct conn_events {
+	/* A connection was accepted (and counted in connections_open).  False
+	 * refuses it: the callback has sent its last answer with close_after,
+	 * and nothing is read from it. */
+	bool (*on_open)(struct conn *c);
+	/* One whole frame; payload is valid until on_frame returns (or, after
+	 * conn_frames_suspend, until the caller frees the buffer it got). */
+	void (*on_frame)(struct conn *c, const uint8_t *payload, size_t len);
+	/* The next frame announces len bytes, over limits.max_frame_mb.  The
+	 * connection no longer reads; the callback answers and closes. */
+	void (*on_oversize)(struct conn *c, size_t len);
+};
+
+/* Accepts one connection on a listening socket. */
+void conn_accept(struct daemon *d, uv_stream_t *server, const struct conn_events *ev,
+		 const char *what);
+
+void conn_ref(struct conn *c);
+void conn_unref(struct conn *c);
+/* A request in flight: a reference and a count against
+ * limits.max_inflight_per_connection. */
+void conn_hold(struct conn *c);
+void conn_release(struct conn *c);
+uint32_t conn_inflight(const struct conn *c);
+uint64_t conn_id(const struct conn *c);
+struct daemon *conn_daemon(const struct conn *c);
+
+/* Queues one encoded frame (header included) and takes the buffer.  A
+ * NULL or closed connection drops it. */
+void conn_send(struct conn *c, uint8_t *buf, size_t len, bool close_after);
+void conn_close(struct conn *c);
+bool conn_is_closed(const struct conn *c);
+
+/* Called from on_frame: keeps the current frame for an off-loop decode.
+ * Returns the read buffer holding it (the caller frees it) and hands no
+ * further frame over until conn_frames_resume; NULL when that is not
+ * possible (decode inline then). */
+uint8_t *conn_frames_suspend(struct conn *c);
+void conn_frames_resume(struct conn *c);
+
+void conn_close_all(struct daemon *d);
+/* When stopping with nothing in flight: closes each connection whose
+ * answers are written (every one, once the drain window is over) and
+ * stops the loop when none is left. */
+void conn_check_drained(struct daemon *d);
+/* Applies a new limits.max_frame_mb to every open connection. */
+void conn_set_frame_limit(struct daemon *d, uint64_t bytes);
+
+#endif

@@ -1,0 +1,212 @@
+#include "dispatch.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "gemm.h"
+#include "info.h"
+#include "log.h"
+#include "mfma.pb-c.h"
+#include "mfma_clock.h"
+#include "mfmad_build.h"
+#include "reply.h"
+#include "weights.h"
+
+/* Decoding copies every byte of the matrices (protobuf-c owns its bytes
+ * fields), which for a 64 MiB frame takes a few hundred milliseconds on a
+ * small machine: frames this large are decoded on the threadpool, and the
+ * connection hands over its next frame only afterwards, so its order
+ * holds. */
+#define DECODE_OFFLOAD_BYTES (1u << 20)
+
+static enum stats_kind kind_of(const Mfma__V1__Request *req)
+{
+	switch (req->body_case) {
+	case MFMA__V1__REQUEST__BODY_GEMM: return STATS_GEMM;
+	case MFMA__V1__REQUEST__BODY_LOAD_WEIGHT: return STATS_LOAD;
+	case MFMA__V1__REQUEST__BODY_UNLOAD_WEIGHT: return STATS_UNLOAD;
+	case MFMA__V1__REQUEST__BODY_LIST_WEIGHTS: return STATS_LIST;
+	case MFMA__V1__REQUEST__BODY_STATUS: return STATS_STATUS;
+	case MFMA__V1__REQUEST__BODY_PING: return STATS_PING;
+	default: return STATS_OTHER;
+	}
+}
+
+/* Refuses what the daemon cannot take now; true when it answered. */
+static bool refuse(struct daemon *d, struct conn *c, const struct request *r)
+{
+	if (d->stopping) {
+		reply_status(d, r, MFMA__V1__CODE__UNAVAILABLE, "shutting down: not taking new requests");
+		return true;
+	}
+	/* Requests that stay in flight count against the limits. */
+	if (r->kind != STATS_GEMM && r->kind != STATS_LOAD)
+		return false;
+	if (conn_inflight(c) >= d->cfg.max_inflight_per_conn) {
+		reply_status(d, r, MFMA__V1__CODE__RESOURCE_EXHAUSTED,
+			     "busy: %u requests in flight on this connection "
+			     "(limits.max_inflight_per_connection = %u)",
+			     conn_inflight(c), d->cfg.max_inflight_per_conn);
+		return true;
+	}
+	if (d->inflight >= d->cfg.max_inflight) {
+		reply_status(d, r, MFMA__V1__CODE__RESOURCE_EXHAUSTED,
+			     "busy: %" PRIu64 " requests in flight (limits.max_inflight = %u)",
+			     d->inflight, d->cfg.max_inflight);
+		return true;
+	}
+	return false;
+}
+
+/* Takes the decoded request (NULL: the frame did not decode). */
+static void route(struct conn *c, Mfma__V1__Request *req, size_t len, uint64_t arrival,
+		  uint64_t decode_ns)
+{
+	struct daemon *d = conn_daemon(c);
+	struct request r;
+	if (!req) {
+		request_init(&r, c, 0, 0, STATS_OTHER);
+		reply_status(d, &r, MFMA__V1__CODE__MALFORMED,
+			     "malformed request: the %zu-byte frame is not a valid mfma.v1.Request", len);
+		return;
+	}
+	request_init(&r, c, req->id, arrival, kind_of(req));
+	if (r.kind == STATS_OTHER) {
+		if (req->base.n_unknown_fields > 0)
+			reply_status(d, &r, MFMA__V1__CODE__INVALID_ARGUMENT,
+				     "unknown request type (field %u); this daemon speaks mfma.v1 %s: "
+				     "gemm, load_weight, unload_weight, list_weights, status, ping",
+				     req->base.unknown_fields[0].tag, MFMAD_VERSION);
+		else
+			reply_status(d, &r, MFMA__V1__CODE__INVALID_ARGUMENT,
+				     "request %" PRIu64 " has no body", req->id);
+		mfma__v1__request__free_unpacked(req, NULL);
+		return;
+	}
+	if (refuse(d, c, &r)) {
+		mfma__v1__request__free_unpacked(req, NULL);
+		return;
+	}
+	switch (r.kind) {
+	case STATS_GEMM: gemm_handle(d, &r, req, decode_ns); return;
+	case STATS_LOAD: weights_handle_load(d, &r, req); return;
+	case STATS_UNLOAD: weights_handle_unload(d, &r, req); return;
+	case STATS_LIST: info_list(d, &r); break;
+	case STATS_STATUS: info_status(d, &r); break;
+	case STATS_PING: info_ping(d, &r, req->ping); break;
+	default: break;
+	}
+	mfma__v1__request__free_unpacked(req, NULL);
+}
+
+/* ---- off-loop decode ---- */
+
+struct decode_work {
+	uv_work_t work;
+	struct conn *c;
+	struct request hold; /* the decode counts as a request in flight */
+	uint8_t *base;       /* the reader's buffer, holding the frame */
+	const uint8_t *payload;
+	size_t len;
+	uint64_t arrival, decoded;
+	Mfma__V1__Request *req;
+};
+
+static void decode_run(uv_work_t *w)
+{
+	struct decode_work *dw = w->data;
+	dw->req = mfma__v1__request__unpack(NULL, dw->len, dw->payload);
+	dw->decoded = mfma_clock_ns();
+}
+
+static void decode_done(uv_work_t *w, int status)
+{
+	struct decode_work *dw = w->data;
+	struct conn *c = dw->c;
+	struct daemon *d = conn_daemon(c);
+	(void)status; /* never cancelled: uv_cancel is not used */
+	free(dw->base);
+	conn_ref(c);
+	if (conn_is_closed(c)) {
+		if (dw->req)
+			mfma__v1__request__free_unpacked(dw->req, NULL);
+	} else {
+		route(c, dw->req, dw->len, dw->arrival, dw->decoded - dw->arrival);
+	}
+	request_release(d, &dw->hold);
+	conn_frames_resume(c);
+	conn_unref(c);
+	free(dw);
+}
+
+/* Starts decoding the current frame on the threadpool; false when that
+ * is not possible (the caller decodes it inline). */
+static bool decode_offload(struct conn *c, const uint8_t *payload, size_t len, uint64_t arrival)
+{
+	struct daemon *d = conn_daemon(c);
+	struct decode_work *dw = calloc(1, sizeof(*dw));
+	if (!dw)
+		return false;
+	dw->base = conn_frames_suspend(c);
+	if (!dw->base) {
+		free(dw);
+		return false;
+	}
+	dw->c = c;
+	dw->payload = payload;
+	dw->len = len;
+	dw->arrival = arrival;
+	dw->work.data = dw;
+	request_init(&dw->hold, c, 0, 0, STATS_OTHER);
+	request_hold(d, &dw->hold);
+	if (uv_queue_work(d->loop, &dw->work, decode_run, decode_done) < 0) {
+		/* The frame lives in dw->base now: decode it here after all. */
+		decode_run(&dw->work);
+		decode_done(&dw->work, 0);
+	}
+	return true;
+}
+
+/* ---- the connection's callbacks ---- */
+
+static void on_frame(struct conn *c, const uint8_t *payload, size_t len)
+{
+	uint64_t arrival = mfma_clock_ns();
+	if (len >= DECODE_OFFLOAD_BYTES && decode_offload(c, payload, len, arrival))
+		return;
+	route(c, mfma__v1__request__unpack(NULL, len, payload), len, arrival, 0);
+}
+
+static void on_oversize(struct conn *c, size_t len)
+{
+	struct daemon *d = conn_daemon(c);
+	char err[256];
+	snprintf(err, sizeof(err),
+		 "frame of %zu bytes exceeds the limit of %" PRIu64
+		 " bytes (limits.max_frame_mb); closing the connection",
+		 len, d->cfg.max_frame_bytes);
+	log_debug("connection %" PRIu64 ": %s", conn_id(c), err);
+	STATS_ADD(d->stats.requests[STATS_OTHER][STATS_MALFORMED], 1);
+	reply_and_close(c, MFMA__V1__CODE__MALFORMED, err);
+}
+
+static bool on_open(struct conn *c)
+{
+	struct daemon *d = conn_daemon(c);
+	if (STATS_GET(d->stats.connections_open) <= d->cfg.max_connections)
+		return true;
+	log_warn("refusing connection %" PRIu64 ": %u open (limits.max_connections)", conn_id(c),
+		 d->cfg.max_connections);
+	char err[160];
+	snprintf(err, sizeof(err), "too many connections (limits.max_connections = %u)",
+		 d->cfg.max_connections);
+	reply_and_close(c, MFMA__V1__CODE__RESOURCE_EXHAUSTED, err);
+	return false;
+}
+
+const struct conn_events dispatch_events = {
+	.on_open = on_open,
+	.on_frame = on_frame,
+	.on_oversize = on_oversize,
+};

@@ -1,0 +1,314 @@
+#include "gemm.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "devices.h"
+#include "mfma_clock.h"
+#include "operand.h"
+#include "scheduler.h"
+#include "validate.h"
+#include "weights.h"
+
+struct gemm_job {
+	struct sched_job sj; /* first: the scheduler hands this back */
+	struct request r;
+	Mfma__V1__Request *req; /* owns the bytes the plan points into */
+	struct gemm_plan plan;
+	struct weight *weight;  /* with a reference, or NULL */
+	struct operand_a a;     /* A as the backend takes it, made on the worker */
+	void *d;                /* the result, plan.d_bytes */
+	size_t in_bytes;        /* counted against limits.max_inflight_mb */
+	/* What the worker found. */
+	int code;               /* Mfma__V1__Code */
+	char msg[512];
+	struct backend_timing t;
+	uint64_t decode_ns, prep_ns;
+	uint8_t *frame;         /* the encoded answer when OK */
+	size_t frame_len;
+};
+
+static void job_fail(struct gemm_job *j, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void job_fail(struct gemm_job *j, int code, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(j->msg, sizeof(j->msg), fmt, ap);
+	va_end(ap);
+	j->code = code;
+}
+
+static void job_free(struct gemm_job *j)
+{
+	if (j->req)
+		mfma__v1__request__free_unpacked(j->req, NULL);
+	operand_a_free(&j->a);
+	free(j->d);
+	free(j->frame);
+	free(j);
+}
+
+/* ---- the device's worker ---- */
+
+/* Encodes the answer here on the worker, so that copying a large result
+ * into its frame costs this device's thread, not the loop every
+ * connection shares.  The loop only writes the frame. */
+static void encode_answer(struct device *v, struct gemm_job *j)
+{
+	Mfma__V1__Response resp = MFMA__V1__RESPONSE__INIT;
+	Mfma__V1__Status st = MFMA__V1__STATUS__INIT;
+	Mfma__V1__GemmResult gr = MFMA__V1__GEMM_RESULT__INIT;
+	Mfma__V1__Matrix dm = MFMA__V1__MATRIX__INIT;
+	Mfma__V1__Timing tm = MFMA__V1__TIMING__INIT;
+	Mfma__V1__DeviceRef dr = MFMA__V1__DEVICE_REF__INIT;
+	dm.has_rows = dm.has_cols = dm.has_dtype = dm.has_data = 1;
+	dm.rows = j->plan.g.m;
+	dm.cols = j->plan.g.n;
+	dm.dtype = (Mfma__V1__DType)j->plan.g.out_dtype;
+	dm.data.len = j->plan.d_bytes;
+	dm.data.data = j->d;
+	tm.has_queue_ns = tm.has_h2d_ns = tm.has_kernel_ns = tm.has_d2h_ns = tm.has_total_ns = 1;
+	tm.has_prep_ns = 1;
+	tm.queue_ns = j->sj.start_ns - j->r.arrival_ns - j->decode_ns;
+	tm.h2d_ns = j->t.h2d_ns;
+	tm.kernel_ns = j->t.kernel_ns;
+	tm.d2h_ns = j->t.d2h_ns;
+	tm.total_ns = mfma_clock_ns() - j->r.arrival_ns;
+	tm.prep_ns = j->decode_ns + j->prep_ns;
+	dr.has_index = 1;
+	dr.index = (uint32_t)v->index;
+	dr.backend = (char *)v->ops->name;
+	dr.arch = v->info.arch;
+	gr.d = &dm;
+	gr.timing = &tm;
+	gr.device = &dr;
+	gr.variant = (char *)(j->t.variant ? j->t.variant : "");
+	st.has_code = 1;
+	st.code = MFMA__V1__CODE__OK;
+	resp.has_id = 1;
+	resp.id = j->r.id;
+	resp.status = &st;
+	resp.body_case = MFMA__V1__RESPONSE__BODY_GEMM;
+	resp.gemm = &gr;
+	j->frame = reply_encode(&resp, &j->frame_len);
+	if (!j->frame) {
+		job_fail(j, MFMA__V1__CODE__RESOURCE_EXHAUSTED,
+			 "out of host memory for the answer (a %zu-byte result)", j->plan.d_bytes);
+		return;
+	}
+	/* The result lives in the frame now. */
+	free(j->d);
+	j->d = NULL;
+}
+
+static void gemm_work(struct device *v, struct sched_job *sj)
+{
+	struct gemm_job *j = (struct gemm_job *)sj;
+	struct mfma_gemm *g = &j->plan.g;
+	void *handle = NULL;
+	if (j->weight) {
+		handle = j->weight->handle[v->index];
+		g->a_sparse = j->weight->sparse;
+	} else {
+		uint64_t t0 = mfma_clock_ns();
+		int rc = operand_prepare_a(j->plan.a_form, g->in_dtype, g->m, g->k, g->a, g->a_meta,
+					   &j->a, j->msg, sizeof(j->msg));
+		j->prep_ns = mfma_clock_ns() - t0;
+		if (rc < 0) {
+			j->code = rc == -ENOMEM ? MFMA__V1__CODE__RESOURCE_EXHAUSTED
+						: MFMA__V1__CODE__INVALID_ARGUMENT;
+			return;
+		}
+		g->a = j->a.values;
+		g->a_meta = j->a.meta;
+		g->a_sparse = j->a.sparse;
+	}
+	j->d = malloc(j->plan.d_bytes ? j->plan.d_bytes : 1);
+	if (!j->d) {
+		job_fail(j, MFMA__V1__CODE__RESOURCE_EXHAUSTED,
+			 "out of host memory for a %zu-byte result", j->plan.d_bytes);
+		return;
+	}
+	g->d = j->d;
+	char err[400] = "";
+	int rc = v->ops->gemm(v->bdev, g, handle, &j->t, err, sizeof(err));
+	if (rc < 0) {
+		job_fail(j, MFMA__V1__CODE__INTERNAL, "device %d (%s %s): %s", v->index, v->ops->name,
+			 v->info.arch, err[0] ? err : strerror(-rc));
+		return;
+	}
+	j->code = MFMA__V1__CODE__OK;
+	encode_answer(v, j);
+}
+
+/* ---- the loop ---- */
+
+static void gemm_done(struct daemon *d, struct sched_job *sj, int status)
+{
+	struct gemm_job *j = (struct gemm_job *)sj;
+	struct device *v = &d->dev[sj->dev];
+	switch (status) {
+	case 0:
+		break;
+	case -ETIMEDOUT:
+		job_fail(j, MFMA__V1__CODE__DEADLINE_EXCEEDED,
+			 "timeout of %" PRIu64 " us passed while queued (waited %" PRIu64 " us)",
+			 (sj->deadline_ns - j->r.arrival_ns) / 1000,
+			 (sj->start_ns - j->r.arrival_ns) / 1000);
+		break;
+	case -ECANCELED:
+		job_fail(j, MFMA__V1__CODE__UNAVAILABLE,
+			 "shutting down: the grace period ended before this request ran");
+		break;
+	case -ENODEV:
+		job_fail(j, MFMA__V1__CODE__UNAVAILABLE, "device %d (%s) failed to start: %s",
+			 v->index, v->ops->name, v->open_err);
+		break;
+	default:
+		job_fail(j, MFMA__V1__CODE__RESOURCE_EXHAUSTED, "out of memory queueing the request");
+		break;
+	}
+	if (j->code == MFMA__V1__CODE__OK) {
+		STATS_ADD(v->st->completed, 1);
+		STATS_ADD(v->st->kernel_ns, j->t.kernel_ns);
+		STATS_ADD(d->stats.gemm_queue_ns, sj->start_ns - j->r.arrival_ns - j->decode_ns);
+		STATS_ADD(d->stats.gemm_h2d_ns, j->t.h2d_ns);
+		STATS_ADD(d->stats.gemm_kernel_ns, j->t.kernel_ns);
+		STATS_ADD(d->stats.gemm_d2h_ns, j->t.d2h_ns);
+		STATS_ADD(d->stats.gemm_total_ns, mfma_clock_ns() - j->r.arrival_ns);
+		STATS_ADD(d->stats.gemm_flops, (uint64_t)mfma_gemm_flops(&j->plan.g));
+		reply_encoded(d, &j->r, j->frame, j->frame_len);
+		j->frame = NULL;
+	} else {
+		/* Failures before the device started (deadline, shutdown) were
+		 * counted against it too before the queue became generic. */
+		STATS_ADD(v->st->failed, 1);
+		reply_status(d, &j->r, j->code, "%s", j->msg);
+	}
+	d->inflight_bytes -= j->in_bytes;
+	STATS_SUB(d->stats.in_flight, 1);
+	if (j->weight)
+		weights_unref(d, j->weight);
+	request_release(d, &j->r);
+	job_free(j);
+}
+
+/* The device for a validated GEMM, or -1 with the refusal in code/err. */
+static int choose_device(struct daemon *d, const Mfma__V1__Gemm *g, const struct weight *w,
+			 const struct gemm_plan *plan, int *code, char *err, size_t errlen)
+{
+	enum mfma_dtype in = plan->g.in_dtype;
+	bool sparse = plan->g.a_sparse;
+	bool ok[STATS_MAX_DEVICES];
+	for (int i = 0; i < d->ndev; i++)
+		ok[i] = (!w || w->resident[i]) && backend_runs(&d->dev[i].info, in, sparse);
+	if (!devices_any_runs(d, in, sparse)) {
+		*code = MFMA__V1__CODE__UNAVAILABLE;
+		snprintf(err, errlen,
+			 "no device here runs %s GEMMs with a %s A (see mfmactl status for each "
+			 "device's variants; cpu.enabled = true adds the CPU, which runs every dtype)",
+			 mfma_dtype_name(in), sparse ? "2:4" : "dense");
+		return -1;
+	}
+	if (g->has_device && g->device >= 0) {
+		*code = MFMA__V1__CODE__INVALID_ARGUMENT;
+		if (g->device >= d->ndev) {
+			snprintf(err, errlen, "device=%d does not exist (devices 0..%d, or -1 for any)",
+				 g->device, d->ndev - 1);
+			return -1;
+		}
+		if (!ok[g->device]) {
+			const struct device *v = &d->dev[g->device];
+			if (w && !w->resident[g->device])
+				snprintf(err, errlen, "weight '%s' is not resident on device %d", w->name,
+					 g->device);
+			else
+				snprintf(err, errlen,
+					 "device %d (%s %s) has no kernel for %s GEMMs with a %s A",
+					 g->device, v->ops->name, v->info.arch, mfma_dtype_name(in),
+					 sparse ? "2:4" : "dense");
+			return -1;
+		}
+		return g->device;
+	}
+	int dev = sched_pick(d, ok);
+	if (dev < 0) {
+		*code = MFMA__V1__CODE__UNAVAILABLE;
+		snprintf(err, errlen, "no usable device can run this request");
+	}
+	return dev;
+}
+
+void gemm_handle(struct daemon *d, const struct request *r, Mfma__V1__Request *req,
+		 uint64_t decode_ns)
+{
+	const Mfma__V1__Gemm *g = req->gemm;
+	char err[512];
+	struct validate_limits lim = { .max_dim = d->cfg.max_dim,
+				       .max_out_bytes = d->cfg.max_frame_bytes };
+	struct weight *w = NULL;
+	struct weight_shape ws;
+	int code = MFMA__V1__CODE__INVALID_ARGUMENT;
+	struct gemm_job *j = NULL;
+
+	if (g->a && g->a->kind_case == MFMA__V1__OPERAND__KIND_WEIGHT && g->a->weight) {
+		w = weights_find(d, g->a->weight);
+		if (!w && weights_loading(d, g->a->weight)) {
+			code = MFMA__V1__CODE__UNAVAILABLE;
+			snprintf(err, sizeof(err), "weight '%s' is still loading", g->a->weight);
+			goto fail;
+		}
+		if (!w) {
+			code = MFMA__V1__CODE__NOT_FOUND;
+			snprintf(err, sizeof(err), "weight '%s' is not loaded", g->a->weight);
+			goto fail;
+		}
+		ws = (struct weight_shape){ .m = w->m, .k = w->k, .dtype = w->dtype, .sparse = w->sparse };
+	}
+	j = calloc(1, sizeof(*j));
+	if (!j) {
+		code = MFMA__V1__CODE__RESOURCE_EXHAUSTED;
+		snprintf(err, sizeof(err), "out of memory");
+		goto fail;
+	}
+	if (validate_gemm(g, &lim, w ? &ws : NULL, &j->plan, err, sizeof(err)) < 0)
+		goto fail;
+	j->in_bytes = j->plan.in_bytes + j->plan.d_bytes;
+	if (d->inflight_bytes + j->in_bytes > d->cfg.max_inflight_bytes && d->inflight > 0) {
+		code = MFMA__V1__CODE__RESOURCE_EXHAUSTED;
+		snprintf(err, sizeof(err),
+			 "busy: %" PRIu64 " bytes of requests in flight; this one needs %zu more "
+			 "(limits.max_inflight_mb = %" PRIu64 ")",
+			 d->inflight_bytes, j->in_bytes, d->cfg.max_inflight_bytes >> 20);
+		goto fail;
+	}
+	int dev = choose_device(d, g, w, &j->plan, &code, err, sizeof(err));
+	if (dev < 0)
+		goto fail;
+
+	j->r = *r;
+	request_hold(d, &j->r);
+	d->inflight_bytes += j->in_bytes;
+	STATS_ADD(d->stats.in_flight, 1);
+	j->req = req;
+	j->decode_ns = decode_ns;
+	uint64_t timeout_us = g->timeout_us ? g->timeout_us : d->cfg.default_timeout_ms * 1000;
+	j->sj.deadline_ns = timeout_us ? r->arrival_ns + timeout_us * 1000 : 0;
+	j->sj.prio = g->priority ? g->priority : d->cfg.default_priority;
+	j->sj.cancelable = true;
+	if (w) {
+		j->weight = w;
+		weights_ref(w);
+	}
+	sched_submit(d, dev, &j->sj, gemm_work, gemm_done);
+	return;
+fail:
+	free(j);
+	reply_status(d, r, code, "%s", err);
+	mfma__v1__request__free_unpacked(req, NULL);
+}

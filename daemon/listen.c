@@ -1,0 +1,279 @@
+#include "listen.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "endpoint.h"
+#include "log.h"
+#include "mfmad_build.h"
+#if MFMAD_HAVE_SYSTEMD
+#include <systemd/sd-daemon.h>
+#endif
+
+struct listener {
+	union {
+		uv_pipe_t pipe;
+		uv_tcp_t tcp;
+		uv_stream_t stream;
+		uv_handle_t handle;
+	} h;
+	struct daemon *d;
+	const struct conn_events *ev;
+	char what[160];
+	bool activated; /* inherited from systemd: do not unlink the path */
+	char path[108];
+};
+
+struct listeners {
+	struct listener l[LISTEN_MAX];
+	int n;
+};
+
+static void on_connection(uv_stream_t *server, int status)
+{
+	struct listener *l = server->data;
+	if (status < 0) {
+		log_warn("%s: accept failed: %s", l->what, uv_strerror(status));
+		return;
+	}
+	conn_accept(l->d, server, l->ev, l->what);
+}
+
+/* The next free slot, or NULL with the refusal in err. */
+static struct listener *new_listener(struct daemon *d, const struct conn_events *ev, char *err,
+				     size_t errlen)
+{
+	struct listeners *ls = d->listeners;
+	if (ls->n >= LISTEN_MAX) {
+		snprintf(err, errlen,
+			 "too many listening sockets: mfmad listens on at most %d (socket-activated "
+			 "sockets plus listen.tcp)",
+			 LISTEN_MAX);
+		return NULL;
+	}
+	struct listener *l = &ls->l[ls->n];
+	memset(l, 0, sizeof(*l));
+	l->d = d;
+	l->ev = ev;
+	return l;
+}
+
+/* Counts a listener whose handle was initialised, so close and free see it. */
+static void keep(struct daemon *d, struct listener *l)
+{
+	l->h.handle.data = l;
+	d->listeners->n++;
+}
+
+static int listen_unix(struct daemon *d, const struct conn_events *ev, const char *path,
+		       char *err, size_t errlen)
+{
+	struct listener *l = new_listener(d, ev, err, errlen);
+	if (!l)
+		return -EMFILE;
+	snprintf(l->what, sizeof(l->what), "unix:%s", path);
+	snprintf(l->path, sizeof(l->path), "%s", path);
+
+	/* A socket file left by a crashed daemon is removed; one that still
+	 * answers belongs to a live daemon, which we must not steal from. */
+	struct stat st;
+	if (lstat(path, &st) == 0) {
+		if (!S_ISSOCK(st.st_mode)) {
+			snprintf(err, errlen, "%s exists and is not a socket", path);
+			return -EEXIST;
+		}
+		int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		struct sockaddr_un sa = { .sun_family = AF_UNIX };
+		snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+		if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
+			close(fd);
+			snprintf(err, errlen, "%s is in use by another running daemon", path);
+			return -EADDRINUSE;
+		}
+		if (fd >= 0)
+			close(fd);
+		unlink(path);
+	}
+	/* /run/mfmad for root outside systemd (which makes it as RuntimeDirectory). */
+	char dir[108];
+	snprintf(dir, sizeof(dir), "%s", path);
+	char *slash = strrchr(dir, '/');
+	if (slash && slash != dir) {
+		*slash = '\0';
+		if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
+			int e = errno;
+			snprintf(err, errlen, "cannot create %s: %s", dir, strerror(e));
+			return -e;
+		}
+	}
+	int rc = uv_pipe_init(d->loop, &l->h.pipe, 0);
+	if (rc == 0) {
+		keep(d, l);
+		rc = uv_pipe_bind(&l->h.pipe, path);
+	}
+	if (rc == 0)
+		rc = chmod(path, (mode_t)d->cfg.unix_mode) < 0 ? -errno : 0;
+	if (rc == 0)
+		rc = uv_listen(&l->h.stream, 128, on_connection);
+	if (rc < 0) {
+		snprintf(err, errlen, "cannot listen on %s: %s", path, uv_strerror(rc));
+		return rc;
+	}
+	log_info("listening on unix:%s", path);
+	return 0;
+}
+
+static int is_loopback(const struct sockaddr *sa)
+{
+	if (sa->sa_family == AF_INET)
+		return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+	if (sa->sa_family == AF_INET6)
+		return IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)sa)->sin6_addr);
+	return 0;
+}
+
+static int listen_tcp(struct daemon *d, const struct conn_events *ev, char *err, size_t errlen)
+{
+	struct sockaddr_storage ss;
+	const char *addr = d->cfg.tcp_address;
+	int rc = strchr(addr, ':') ? uv_ip6_addr(addr, d->cfg.tcp_port, (struct sockaddr_in6 *)&ss)
+				   : uv_ip4_addr(addr, d->cfg.tcp_port, (struct sockaddr_in *)&ss);
+	if (rc < 0) {
+		snprintf(err, errlen, "listen.tcp_address = \"%s\" is not an IP address", addr);
+		return -EINVAL;
+	}
+	if (!is_loopback((struct sockaddr *)&ss) && !d->cfg.tcp_allow_remote) {
+		snprintf(err, errlen,
+			 "listen.tcp_address = \"%s\" is not a loopback address; the protocol has no "
+			 "authentication, so set listen.tcp_allow_remote = true to mean it",
+			 addr);
+		return -EPERM;
+	}
+	struct listener *l = new_listener(d, ev, err, errlen);
+	if (!l)
+		return -EMFILE;
+	snprintf(l->what, sizeof(l->what), strchr(addr, ':') ? "tcp:[%s]:%d" : "tcp:%s:%d", addr,
+		 d->cfg.tcp_port);
+	rc = uv_tcp_init(d->loop, &l->h.tcp);
+	if (rc == 0) {
+		keep(d, l);
+		rc = uv_tcp_bind(&l->h.tcp, (struct sockaddr *)&ss, 0);
+	}
+	if (rc == 0)
+		rc = uv_listen(&l->h.stream, 128, on_connection);
+	if (rc < 0) {
+		snprintf(err, errlen, "cannot listen on %s: %s", l->what, uv_strerror(rc));
+		return rc;
+	}
+	log_info("listening on %s", l->what);
+	return 0;
+}
+
+/* Sockets passed by systemd (mfmad.socket).  They are the manager's
+ * duplicates: we never shutdown(2) or unlink them. */
+static int listen_activated(struct daemon *d, const struct conn_events *ev, char *err,
+			    size_t errlen)
+{
+#if MFMAD_HAVE_SYSTEMD
+	int n = sd_listen_fds(1);
+	if (n <= 0)
+		return n;
+	for (int i = 0; i < n; i++) {
+		int fd = SD_LISTEN_FDS_START + i;
+		struct listener *l = new_listener(d, ev, err, errlen);
+		if (!l)
+			return -EMFILE;
+		l->activated = true;
+		int rc;
+		if (sd_is_socket_unix(fd, SOCK_STREAM, 1, NULL, 0) > 0) {
+			snprintf(l->what, sizeof(l->what), "activated unix socket (fd %d)", fd);
+			rc = uv_pipe_init(d->loop, &l->h.pipe, 0);
+			if (rc == 0) {
+				keep(d, l);
+				rc = uv_pipe_open(&l->h.pipe, fd);
+			}
+		} else if (sd_is_socket(fd, AF_UNSPEC, SOCK_STREAM, 1) > 0) {
+			snprintf(l->what, sizeof(l->what), "activated tcp socket (fd %d)", fd);
+			rc = uv_tcp_init(d->loop, &l->h.tcp);
+			if (rc == 0) {
+				keep(d, l);
+				rc = uv_tcp_open(&l->h.tcp, fd);
+			}
+		} else {
+			snprintf(err, errlen, "socket-activation fd %d is not a listening stream socket", fd);
+			return -EINVAL;
+		}
+		if (rc == 0)
+			rc = uv_listen(&l->h.stream, 128, on_connection);
+		if (rc < 0) {
+			snprintf(err, errlen, "%s: %s", l->what, uv_strerror(rc));
+			return rc;
+		}
+		log_info("listening on %s", l->what);
+	}
+	return n;
+#else
+	(void)d;
+	(void)ev;
+	(void)err;
+	(void)errlen;
+	return 0;
+#endif
+}
+
+int listen_start(struct daemon *d, const struct conn_events *ev, char *err, size_t errlen)
+{
+	d->listeners = calloc(1, sizeof(*d->listeners));
+	if (!d->listeners) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	int n = listen_activated(d, ev, err, errlen);
+	if (n < 0)
+		return n;
+	if (n == 0) {
+		char path[108];
+		if (d->cfg.unix_path[0]) {
+			snprintf(path, sizeof(path), "%s", d->cfg.unix_path);
+		} else if (endpoint_default_path(path, sizeof(path)) < 0) {
+			snprintf(err, errlen, "the default socket path is too long; set listen.unix");
+			return -ENAMETOOLONG;
+		}
+		int rc = listen_unix(d, ev, path, err, errlen);
+		if (rc < 0)
+			return rc;
+	}
+	if (d->cfg.tcp_enabled) {
+		int rc = listen_tcp(d, ev, err, errlen);
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
+
+void listen_close(struct daemon *d)
+{
+	struct listeners *ls = d->listeners;
+	for (int i = 0; ls && i < ls->n; i++) {
+		struct listener *l = &ls->l[i];
+		if (uv_is_closing(&l->h.handle))
+			continue;
+		uv_close(&l->h.handle, NULL);
+		if (!l->activated && l->path[0])
+			unlink(l->path);
+	}
+}
+
+void listen_free(struct daemon *d)
+{
+	free(d->listeners);
+	d->listeners = NULL;
+}

@@ -1,0 +1,20 @@
+/* The listening sockets: the ones systemd passed (socket activation),
+ * else the Unix socket; and loopback TCP when configured.  Each accepted
+ * connection gets the callbacks given to listen_start. */
+#ifndef MFMAD_LISTEN_H
+#define MFMAD_LISTEN_H
+
+#include <stddef.h>
+
+#include "conn.h"
+#include "daemon.h"
+
+/* At most this many listeners (activated sockets plus TCP). */
+#define LISTEN_MAX 8
+
+int listen_start(struct daemon *d, const struct conn_events *ev, char *err, size_t errlen);
+/* Stops accepting; removes the Unix socket file this daemon made. */
+void listen_close(struct daemon *d);
+void listen_free(struct daemon *d);
+
+#endif

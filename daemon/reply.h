@@ -1,0 +1,55 @@
+/* A request's identity (who asked, its id, when it arrived, what kind it
+ * is) and the replies to it.  Every module that answers a client does so
+ * here, so none of them needs the transport: a reply to a connection that
+ * has gone is counted and dropped, and an internal request (conn NULL)
+ * is answered into the counters only. */
+#ifndef MFMAD_REPLY_H
+#define MFMAD_REPLY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "daemon.h"
+#include "mfma.pb-c.h"
+#include "stats.h"
+
+struct conn;
+
+struct request {
+	struct conn *conn;   /* NULL: an internal request */
+	uint64_t id;         /* the client's request id */
+	uint64_t arrival_ns;
+	enum stats_kind kind;
+	bool held;           /* counted in flight (request_hold) */
+};
+
+void request_init(struct request *r, struct conn *c, uint64_t id, uint64_t arrival_ns,
+		  enum stats_kind kind);
+/* The request stays in flight past the call that received it (queued
+ * work, a load, an unload waiting for its frees): it holds its
+ * connection and counts against the in-flight limits until released. */
+void request_hold(struct daemon *d, struct request *r);
+/* After its answer: lets go of the connection and, when the daemon is
+ * stopping and this was the last request, lets it finish. */
+void request_release(struct daemon *d, struct request *r);
+
+/* Sends resp with the request's id (status OK unless resp has one). */
+void reply(struct daemon *d, const struct request *r, Mfma__V1__Response *resp);
+/* A reply without a body: a code and a message. */
+void reply_status(struct daemon *d, const struct request *r, int code, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+/* An OK answer encoded beforehand (reply_encode), e.g. on a device worker. */
+void reply_encoded(struct daemon *d, const struct request *r, uint8_t *frame, size_t len);
+/* The last answer on a connection (no request id: the frame was not a
+ * request, or the connection is refused), then the connection closes.
+ * Not counted: the caller knows what it was. */
+void reply_and_close(struct conn *c, int code, const char *msg);
+
+/* The frame of a response, header included, in a buffer the caller
+ * frees; NULL when out of memory or over 4 GiB. */
+uint8_t *reply_encode(const Mfma__V1__Response *resp, size_t *len);
+
+enum stats_result reply_result_of(int code);
+
+#endif

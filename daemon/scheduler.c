@@ -1,0 +1,364 @@
+/* Per-device queues and workers.  Each device has a worker thread that
+ * owns the device, and a heap (heap.c) under a mutex that feeds it;
+ * finished jobs go on one completion list that the loop drains on each
+ * uv_async wake (uv_async_send coalesces, so the loop takes the whole
+ * list every time). */
+#include "scheduler.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "devices.h"
+#include "log.h"
+#include "mfma_clock.h"
+
+struct queue {
+	struct sched *s;
+	struct device *v;
+	pthread_t thread;
+	bool started;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	struct heap heap;
+	bool stop;
+	bool opened; /* devices_open returned */
+};
+
+struct sched {
+	struct daemon *d;
+	struct queue *q; /* one per device */
+	int nq;
+	pthread_mutex_t done_mu;
+	struct sched_job *done;
+	uv_async_t done_async;
+	uv_timer_t deadline_timer;
+	uint64_t timer_at; /* the deadline the timer is set for; 0 = idle */
+	uint64_t seq;
+	unsigned pick_rr;
+};
+
+/* The node is the job's first member. */
+static struct sched_job *job_of(struct heap_node *n)
+{
+	return (struct sched_job *)(void *)n;
+}
+
+static void complete(struct sched *s, struct sched_job *j)
+{
+	pthread_mutex_lock(&s->done_mu);
+	j->next = s->done;
+	s->done = j;
+	pthread_mutex_unlock(&s->done_mu);
+	uv_async_send(&s->done_async);
+}
+
+static void *worker_main(void *arg)
+{
+	struct queue *q = arg;
+	struct device *v = q->v;
+	devices_open(v);
+	pthread_mutex_lock(&q->mu);
+	q->opened = true;
+	pthread_cond_broadcast(&q->cv);
+	pthread_mutex_unlock(&q->mu);
+
+	for (;;) {
+		pthread_mutex_lock(&q->mu);
+		while (q->heap.len == 0 && !q->stop)
+			pthread_cond_wait(&q->cv, &q->mu);
+		struct heap_node *n = heap_pop(&q->heap);
+		pthread_mutex_unlock(&q->mu);
+		if (!n)
+			break; /* stopping, and the queue is empty */
+		struct sched_job *j = job_of(n);
+		STATS_SUB(v->st->queued, 1);
+		STATS_ADD(v->st->in_flight, 1);
+		j->start_ns = mfma_clock_ns();
+		if (v->open_rc < 0) {
+			j->status = -ENODEV;
+		} else if (j->deadline_ns && j->start_ns > j->deadline_ns) {
+			j->status = -ETIMEDOUT;
+		} else {
+			j->status = 0;
+			j->work(v, j);
+		}
+		STATS_SUB(v->st->in_flight, 1);
+		complete(q->s, j);
+	}
+	devices_close(v);
+	return NULL;
+}
+
+void sched_drain(struct daemon *d)
+{
+	struct sched *s = d->sched;
+	if (!s)
+		return;
+	pthread_mutex_lock(&s->done_mu);
+	struct sched_job *list = s->done;
+	s->done = NULL;
+	pthread_mutex_unlock(&s->done_mu);
+	/* The list is newest first; answer in completion order. */
+	struct sched_job *rev = NULL;
+	while (list) {
+		struct sched_job *n = list->next;
+		list->next = rev;
+		rev = list;
+		list = n;
+	}
+	while (rev) {
+		struct sched_job *j = rev;
+		rev = j->next;
+		j->done(d, j, j->status);
+	}
+}
+
+static void on_done_async(uv_async_t *a)
+{
+	sched_drain(a->data);
+}
+
+/* ---- deadlines ---- */
+
+struct expired {
+	uint64_t now;
+	struct sched_job *list;
+};
+
+static bool not_expired(struct heap_node *n, void *arg)
+{
+	const struct expired *e = arg;
+	const struct sched_job *j = job_of(n);
+	return j->deadline_ns == 0 || j->deadline_ns > e->now;
+}
+
+static void take_job(struct heap_node *n, void *arg)
+{
+	struct expired *e = arg;
+	struct sched_job *j = job_of(n);
+	j->next = e->list;
+	e->list = j;
+}
+
+static void arm_deadline_timer(struct sched *s, uint64_t deadline);
+
+static uint64_t earliest_deadline(struct sched *s)
+{
+	uint64_t best = 0;
+	for (int i = 0; i < s->nq; i++) {
+		struct queue *q = &s->q[i];
+		pthread_mutex_lock(&q->mu);
+		for (size_t k = 0; k < q->heap.len; k++) {
+			uint64_t dl = job_of(q->heap.v[k])->deadline_ns;
+			if (dl && (!best || dl < best))
+				best = dl;
+		}
+		pthread_mutex_unlock(&q->mu);
+	}
+	return best;
+}
+
+/* Answers the queued jobs whose deadline passed with -ETIMEDOUT, so a
+ * client hears of it when it happens, not when the device gets to it. */
+static void on_deadline(uv_timer_t *t)
+{
+	struct sched *s = t->data;
+	s->timer_at = 0;
+	for (int i = 0; i < s->nq; i++) {
+		struct queue *q = &s->q[i];
+		struct expired e = { .now = mfma_clock_ns(), .list = NULL };
+		pthread_mutex_lock(&q->mu);
+		heap_filter(&q->heap, not_expired, take_job, &e);
+		pthread_mutex_unlock(&q->mu);
+		while (e.list) {
+			struct sched_job *j = e.list;
+			e.list = j->next;
+			STATS_SUB(q->v->st->queued, 1);
+			j->start_ns = e.now;
+			j->done(s->d, j, -ETIMEDOUT);
+		}
+	}
+	uint64_t next = earliest_deadline(s);
+	if (next)
+		arm_deadline_timer(s, next);
+}
+
+static void arm_deadline_timer(struct sched *s, uint64_t deadline)
+{
+	if (s->timer_at && s->timer_at <= deadline)
+		return;
+	uint64_t now = mfma_clock_ns();
+	/* libuv timers count milliseconds: round up, so the timer never fires
+	 * before the deadline it serves. */
+	uint64_t ms = deadline > now ? (deadline - now + 999999) / 1000000 : 0;
+	s->timer_at = deadline;
+	uv_timer_start(&s->deadline_timer, on_deadline, ms, 0);
+}
+
+/* ---- the loop's side ---- */
+
+static uint64_t order_key(uint64_t enqueue_ns, uint32_t prio, uint64_t aging_ms)
+{
+	/* Without aging a priority level is worth 2^50 ns (13 days) of
+	 * waiting: strict priority in practice. */
+	uint64_t step = aging_ms ? aging_ms * 1000000ull : 1ull << 50;
+	if (prio && step > (UINT64_MAX - enqueue_ns) / prio)
+		return UINT64_MAX;
+	return enqueue_ns + (uint64_t)prio * step;
+}
+
+void sched_submit(struct daemon *d, int dev, struct sched_job *j, sched_work_fn work,
+		  sched_done_fn done)
+{
+	struct sched *s = d->sched;
+	struct queue *q = &s->q[dev];
+	j->work = work;
+	j->done = done;
+	j->dev = dev;
+	j->status = 0;
+	j->enqueue_ns = mfma_clock_ns();
+	j->node.key = order_key(j->enqueue_ns, j->prio, d->cfg.priority_aging_ms);
+	j->node.seq = s->seq++;
+	STATS_ADD(q->v->st->queued, 1);
+	pthread_mutex_lock(&q->mu);
+	int rc = heap_push(&q->heap, &j->node);
+	if (rc == 0)
+		pthread_cond_signal(&q->cv);
+	pthread_mutex_unlock(&q->mu);
+	if (rc < 0) {
+		STATS_SUB(q->v->st->queued, 1);
+		j->status = -ENOMEM;
+		complete(s, j);
+		return;
+	}
+	if (j->deadline_ns)
+		arm_deadline_timer(s, j->deadline_ns);
+}
+
+static bool not_cancelable(struct heap_node *n, void *arg)
+{
+	(void)arg;
+	return !job_of(n)->cancelable;
+}
+
+void sched_cancel_queued(struct daemon *d)
+{
+	struct sched *s = d->sched;
+	for (int i = 0; i < s->nq; i++) {
+		struct queue *q = &s->q[i];
+		struct expired e = { 0 };
+		pthread_mutex_lock(&q->mu);
+		heap_filter(&q->heap, not_cancelable, take_job, &e);
+		pthread_mutex_unlock(&q->mu);
+		while (e.list) {
+			struct sched_job *j = e.list;
+			e.list = j->next;
+			STATS_SUB(q->v->st->queued, 1);
+			j->done(d, j, -ECANCELED);
+		}
+	}
+}
+
+int sched_pick(struct daemon *d, const bool *ok)
+{
+	struct sched *s = d->sched;
+	int best = -1;
+	uint64_t best_load = UINT64_MAX;
+	unsigned start = s->pick_rr++;
+	for (int n = 0; n < d->ndev; n++) {
+		int i = (int)((start + (unsigned)n) % (unsigned)d->ndev);
+		struct device *v = &d->dev[i];
+		if ((ok && !ok[i]) || v->open_rc < 0)
+			continue;
+		uint64_t load = STATS_GET(v->st->queued) + STATS_GET(v->st->in_flight);
+		if (load < best_load) {
+			best = i;
+			best_load = load;
+		}
+	}
+	return best;
+}
+
+int sched_start(struct daemon *d, char *err, size_t errlen)
+{
+	struct sched *s = calloc(1, sizeof(*s));
+	if (s)
+		s->q = calloc((size_t)d->ndev, sizeof(*s->q));
+	if (!s || !s->q) {
+		free(s);
+		snprintf(err, errlen, "out of memory starting the device queues");
+		return -ENOMEM;
+	}
+	d->sched = s;
+	s->d = d;
+	pthread_mutex_init(&s->done_mu, NULL);
+	uv_async_init(d->loop, &s->done_async, on_done_async);
+	s->done_async.data = d;
+	uv_timer_init(d->loop, &s->deadline_timer);
+	s->deadline_timer.data = s;
+	for (int i = 0; i < d->ndev; i++) {
+		struct queue *q = &s->q[i];
+		q->s = s;
+		q->v = &d->dev[i];
+		pthread_mutex_init(&q->mu, NULL);
+		pthread_cond_init(&q->cv, NULL);
+		s->nq++;
+		if (pthread_create(&q->thread, NULL, worker_main, q) != 0) {
+			snprintf(err, errlen, "cannot start the worker thread of device %d", i);
+			return -EAGAIN;
+		}
+		q->started = true;
+	}
+	/* Wait for every device to open, so READY means the devices are up. */
+	int usable = 0;
+	for (int i = 0; i < s->nq; i++) {
+		struct queue *q = &s->q[i];
+		pthread_mutex_lock(&q->mu);
+		while (!q->opened)
+			pthread_cond_wait(&q->cv, &q->mu);
+		pthread_mutex_unlock(&q->mu);
+		devices_report(q->v);
+		usable += q->v->open_rc == 0;
+	}
+	if (usable == 0) {
+		snprintf(err, errlen, "no device could be opened");
+		return -ENODEV;
+	}
+	return 0;
+}
+
+void sched_stop(struct daemon *d)
+{
+	struct sched *s = d->sched;
+	if (!s)
+		return;
+	for (int i = 0; i < s->nq; i++) {
+		struct queue *q = &s->q[i];
+		if (!q->started)
+			continue;
+		pthread_mutex_lock(&q->mu);
+		q->stop = true;
+		pthread_cond_broadcast(&q->cv);
+		pthread_mutex_unlock(&q->mu);
+		pthread_join(q->thread, NULL);
+		q->started = false;
+	}
+}
+
+void sched_free(struct daemon *d)
+{
+	struct sched *s = d->sched;
+	if (!s)
+		return;
+	for (int i = 0; i < s->nq; i++) {
+		pthread_mutex_destroy(&s->q[i].mu);
+		pthread_cond_destroy(&s->q[i].cv);
+		heap_free(&s->q[i].heap);
+	}
+	pthread_mutex_destroy(&s->done_mu);
+	free(s->q);
+	free(s);
+	d->sched = NULL;
+}

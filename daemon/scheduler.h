@@ -1,0 +1,64 @@
+/* Per-device queues and their worker threads, in the shape of libuv's
+ * uv_queue_work: a job carries its own work callback, run on the device's
+ * worker, and its own done callback, run on the loop.  The scheduler
+ * knows nothing of what a job is.
+ *
+ * Order: a queue hands out the job with the smallest key, where
+ *   key = enqueue time + priority x limits.priority_aging_ms,
+ * so priority 1 goes first, and a job waiting one aging step longer
+ * overtakes a job one priority level higher: nothing starves.  Jobs with
+ * a deadline leave the queue when it passes (a timer on the loop), and a
+ * job whose deadline passed is never run. */
+#ifndef MFMAD_SCHEDULER_H
+#define MFMAD_SCHEDULER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "daemon.h"
+#include "heap.h"
+
+struct device;
+struct sched_job;
+
+/* Worker thread; the job's device is v. */
+typedef void (*sched_work_fn)(struct device *v, struct sched_job *j);
+/* Loop thread.  status: 0 when work ran; -ETIMEDOUT when the deadline
+ * passed before it started; -ECANCELED when sched_cancel_queued took it;
+ * -ENODEV when the device failed to open; -ENOMEM when it could not be
+ * queued.  The job belongs to the callback. */
+typedef void (*sched_done_fn)(struct daemon *d, struct sched_job *j, int status);
+
+struct sched_job {
+	struct heap_node node;  /* the queue's order (private) */
+	struct sched_job *next; /* completion list (private) */
+	sched_work_fn work;
+	sched_done_fn done;
+	int dev;
+	int status;
+	uint32_t prio;          /* 0 = before any request (internal work) */
+	uint64_t deadline_ns;   /* 0 = none */
+	uint64_t enqueue_ns, start_ns;
+	bool cancelable;        /* a client request: cancelled at the end of the grace period */
+};
+
+/* Starts one worker per device and waits until each has opened its
+ * device; fails when none could. */
+int sched_start(struct daemon *d, char *err, size_t errlen);
+/* Fills in the job's scheduling fields and queues it on device dev.
+ * Set prio, deadline_ns and cancelable first. */
+void sched_submit(struct daemon *d, int dev, struct sched_job *j, sched_work_fn work,
+		  sched_done_fn done);
+/* Answers every queued cancelable job with -ECANCELED. */
+void sched_cancel_queued(struct daemon *d);
+/* The least loaded open device among those with ok[i] set (NULL: all),
+ * or -1; ties go round-robin. */
+int sched_pick(struct daemon *d, const bool *ok);
+/* Runs the done callbacks of finished jobs (the loop does on each wake;
+ * shutdown calls it once more after sched_stop). */
+void sched_drain(struct daemon *d);
+/* Joins the workers after they ran what was queued. */
+void sched_stop(struct daemon *d);
+void sched_free(struct daemon *d);
+
+#endif

@@ -1,0 +1,79 @@
+/* The resident weight registry (loop thread).  A load is prepared once
+ * on the libuv threadpool (check / compress / prune to the canonical 2:4
+ * form, operand.h), then one job per target device makes it resident
+ * there (each backend converts to its own order).  A weight is reserved
+ * against each device's budget at its host size before any work starts,
+ * then charged what the device really allocated.
+ *
+ * A replace is atomic: the old weight serves until the new one is
+ * resident on every device it went to, and stays if the load fails. */
+#ifndef MFMAD_WEIGHTS_H
+#define MFMAD_WEIGHTS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "daemon.h"
+#include "mfma.pb-c.h"
+#include "operand.h"
+#include "reply.h"
+
+enum weight_state { WEIGHT_LOADING, WEIGHT_READY, WEIGHT_DEAD };
+
+struct weight {
+	struct weight *next;
+	char name[128];
+	uint32_t m, k;
+	enum mfma_dtype dtype;
+	bool sparse;
+	uint64_t host_bytes;                   /* the canonical form */
+	uint64_t charged[STATS_MAX_DEVICES];   /* against each device's budget */
+	enum weight_state state;
+	int refs;                              /* registry + jobs + a replacement */
+	void *handle[STATS_MAX_DEVICES];       /* the backend's, per device */
+	bool resident[STATS_MAX_DEVICES];
+	bool target[STATS_MAX_DEVICES];
+	int pending;                           /* device jobs not done yet */
+
+	/* While loading. */
+	struct request load;
+	Mfma__V1__Request *req;                /* owns the bytes a points into */
+	enum a_form form;
+	struct operand_a a;
+	struct weight *replaces;               /* with a reference */
+	int code;
+	char msg[512];
+	uv_work_t work;
+
+	/* An unload is answered once the device copies are freed, so that
+	 * "unloaded" means the memory is back in the budget. */
+	bool unload_pending;
+	struct request unload;
+};
+
+/* A ready weight by name, or NULL. */
+struct weight *weights_find(struct daemon *d, const char *name);
+/* Whether a first load of this name is under way. */
+bool weights_loading(struct daemon *d, const char *name);
+void weights_ref(struct weight *w);
+void weights_unref(struct daemon *d, struct weight *w);
+
+/* Take the request (and free it). */
+void weights_handle_load(struct daemon *d, const struct request *r, Mfma__V1__Request *req);
+void weights_handle_unload(struct daemon *d, const struct request *r, Mfma__V1__Request *req);
+
+/* The ready weights as wire messages, for status and list replies. */
+struct weight_list {
+	size_t n;
+	Mfma__V1__WeightInfo *info;
+	Mfma__V1__WeightInfo **ptrs;
+	uint32_t (*devs)[STATS_MAX_DEVICES];
+};
+int weights_list(const struct daemon *d, struct weight_list *l);
+void weights_list_free(struct weight_list *l);
+
+/* Shutdown: drops every weight; their device frees are queued. */
+void weights_destroy(struct daemon *d);
+
+#endif
