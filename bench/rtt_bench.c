@@ -10,19 +10,12 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "frame.h"
 #include "mfma.h"
 #include "mfma.pb-c.h"
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
+#include "mfma_clock.h"
 
 static int cmp_u64(const void *a, const void *b)
 {
@@ -154,14 +147,14 @@ int main(int argc, char **argv)
 		io_full(efd, frame, 4 + plen, 1);
 		io_full(efd, back, 4 + plen, 0);
 	}
-	uint64_t w0 = now_ns();
+	uint64_t w0 = mfma_clock_ns();
 	for (int i = 0; i < iters; i++) {
-		uint64_t t0 = now_ns();
+		uint64_t t0 = mfma_clock_ns();
 		io_full(efd, frame, 4 + plen, 1);
 		io_full(efd, back, 4 + plen, 0);
-		lat[i] = now_ns() - t0;
+		lat[i] = mfma_clock_ns() - t0;
 	}
-	struct summary echo = summarize(lat, iters, now_ns() - w0);
+	struct summary echo = summarize(lat, iters, mfma_clock_ns() - w0);
 	close(efd);
 	pthread_join(th, NULL);
 	close(lfd);
@@ -177,21 +170,21 @@ int main(int argc, char **argv)
 	struct mfma_gemm_args args;
 	mfma_gemm_args_init(&args);
 	args.a.kind = MFMA_OPERAND_DENSE;
-	args.a.dense = (struct mfma_matrix){ M, K, MFMA_DT_F32, a, sizeof(a) };
-	args.b = (struct mfma_matrix){ K, N, MFMA_DT_F32, b, sizeof(b) };
+	args.a.dense = (struct mfma_matrix){ M, K, MFMA_TYPE_F32, a, sizeof(a) };
+	args.b = (struct mfma_matrix){ K, N, MFMA_TYPE_F32, b, sizeof(b) };
 	double queue = 0, kernel = 0, total = 0;
 	const char *variant = "?";
 	char variant_buf[64] = "";
 	for (int i = 0; i < 200 + iters; i++) {
 		struct mfma_gemm_result r;
-		uint64_t t0 = now_ns();
+		uint64_t t0 = mfma_clock_ns();
 		if (i == 200)
 			w0 = t0;
 		if (mfma_gemm(c, &args, &r, &err) < 0) {
 			fprintf(stderr, "rtt_bench: %s\n", err.message);
 			return 1;
 		}
-		uint64_t t = now_ns() - t0;
+		uint64_t t = mfma_clock_ns() - t0;
 		if (i >= 200) {
 			lat[i - 200] = t;
 			queue += (double)r.timing.queue_ns;
@@ -202,7 +195,7 @@ int main(int argc, char **argv)
 		mfma_gemm_result_free(&r);
 	}
 	variant = variant_buf;
-	struct summary gm = summarize(lat, iters, now_ns() - w0);
+	struct summary gm = summarize(lat, iters, mfma_clock_ns() - w0);
 	mfma_close(c);
 
 	printf("16x16x16 f32 GEMM round trip, %d iterations each, request frame %zu bytes\n\n",

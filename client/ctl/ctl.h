@@ -11,6 +11,20 @@
 
 #include "json.h"
 #include "mfma.h"
+#include "mfma_dtype.h"
+
+/* mfmactl works in the kernels' enum mfma_dtype (the .npy files, the CPU
+ * reference, the 2:4 codec); the library's public enum mfma_type has the
+ * same numbers (client/lib/requests.c asserts it).  These cross over. */
+static inline enum mfma_type ctl_type(enum mfma_dtype t)
+{
+	return (enum mfma_type)t;
+}
+
+static inline enum mfma_dtype ctl_dtype(enum mfma_type t)
+{
+	return (enum mfma_dtype)t;
+}
 
 /* Exit codes, documented in `mfmactl --help`; scripts rely on them. */
 enum {
@@ -91,18 +105,22 @@ int ctl_matrix_alloc(struct ctl_matrix *m, enum mfma_dtype t, uint32_t rows, uin
 
 static inline struct mfma_matrix ctl_as_mfma(const struct ctl_matrix *m)
 {
-	struct mfma_matrix x = { m->rows, m->cols, m->dtype, m->data, m->bytes };
+	struct mfma_matrix x = { m->rows, m->cols, ctl_type(m->dtype), m->data, m->bytes };
 	return x;
 }
 
+/* The canonical 2:4 form of a matrix, in buffers mfmactl owns. */
+struct ctl_packed {
+	void *values;
+	uint32_t *meta;
+	size_t values_bytes, meta_bytes;
+};
+/* Allocates pk for the 2:4 form of a (K a multiple of 4); 0 or -ENOMEM. */
+int ctl_packed_alloc(struct ctl_packed *pk, const struct ctl_matrix *a);
 /* The A operand of a GEMM or a weight from a dense matrix: as it is, or
  * flagged VALIDATE_24 / PRUNE_24, or compressed here to the canonical 2:4
  * form (CTL_SPARSE_PACKED; the buffers go to pk).  0 or -errno with a
  * sentence. */
-struct ctl_packed {
-	void *values;
-	uint32_t *meta;
-};
 int ctl_make_operand(const struct ctl_matrix *a, int sparse_mode, struct mfma_operand *op,
 		     struct ctl_packed *pk, char *err, size_t errlen);
 void ctl_packed_free(struct ctl_packed *pk);

@@ -9,10 +9,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "ctl_util.h"
+#include "mfma_clock.h"
 
 struct bench_opts {
 	uint64_t requests, concurrency, connections, warmup, seed;
@@ -41,13 +41,6 @@ struct bench_conn {
 	struct mfma_error err;
 	bool fatal; /* the connection broke: it stopped early */
 };
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static void note_error(struct bench_conn *bc, int rc, const struct mfma_error *e)
 {
@@ -229,15 +222,15 @@ static int weight_shape(struct ctl *ctl, mfma_client *c, struct bench_opts *o)
 	for (size_t i = 0; i < l.n_weights; i++) {
 		if (strcmp(l.weights[i].name, o->weight) != 0)
 			continue;
-		if (o->dtype_given && l.weights[i].dtype != o->dtype) {
+		enum mfma_dtype t = ctl_dtype(l.weights[i].dtype);
+		if (o->dtype_given && t != o->dtype) {
 			rc = ctl_usage("bench", "weight '%s' is %s, not %s", o->weight,
-				       mfma_dtype_name(l.weights[i].dtype),
-				       mfma_dtype_name(o->dtype));
+				       mfma_dtype_name(t), mfma_dtype_name(o->dtype));
 			break;
 		}
 		o->m = l.weights[i].rows;
 		o->k = l.weights[i].cols;
-		o->dtype = l.weights[i].dtype;
+		o->dtype = t;
 		o->sparse = l.weights[i].sparse;
 		rc = CTL_EXIT_OK;
 		break;
@@ -410,7 +403,7 @@ int ctl_cmd_bench(struct ctl *ctl, int argc, char **argv)
 	}
 	ctl_random_matrix(b.data, o.dtype, o.k, o.n, false, o.seed + 1);
 	args.b = ctl_as_mfma(&b);
-	args.out_dtype = o.out_dtype;
+	args.out_dtype = ctl_type(o.out_dtype);
 	args.device = o.device;
 
 	bc = calloc(o.connections, sizeof(*bc));
@@ -450,10 +443,10 @@ int ctl_cmd_bench(struct ctl *ctl, int argc, char **argv)
 			pthread_barrier_wait(&start);
 	}
 	pthread_barrier_wait(&start);
-	uint64_t t0 = now_ns();
+	uint64_t t0 = mfma_clock_ns();
 	for (uint64_t i = 0; i < started; i++)
 		pthread_join(bc[i].tid, NULL);
-	uint64_t wall = now_ns() - t0;
+	uint64_t wall = mfma_clock_ns() - t0;
 	if (started < o.connections)
 		goto out;
 

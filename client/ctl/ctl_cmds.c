@@ -94,13 +94,7 @@ int ctl_make_operand(const struct ctl_matrix *a, int mode, struct mfma_operand *
 			 "of 4; A is %ux%u", a->rows, a->cols);
 		return -EINVAL;
 	}
-	size_t es = mfma_dtype_size(a->dtype);
-	size_t vbytes = (size_t)a->rows * (a->cols / 2) * es;
-	size_t mbytes = (size_t)a->rows * sparse24_meta_words(a->cols) * sizeof(uint32_t);
-	pk->values = malloc(vbytes ? vbytes : 1);
-	pk->meta = malloc(mbytes ? mbytes : 1);
-	if (!pk->values || !pk->meta) {
-		ctl_packed_free(pk);
+	if (ctl_packed_alloc(pk, a) < 0) {
 		snprintf(err, errlen, "out of memory compressing A");
 		return -ENOMEM;
 	}
@@ -116,12 +110,27 @@ int ctl_make_operand(const struct ctl_matrix *a, int mode, struct mfma_operand *
 	op->sparse = (struct mfma_sparse24){
 		.rows = a->rows,
 		.cols = a->cols,
-		.dtype = a->dtype,
+		.dtype = ctl_type(a->dtype),
 		.values = pk->values,
-		.values_bytes = vbytes,
+		.values_bytes = pk->values_bytes,
 		.meta = pk->meta,
-		.meta_bytes = mbytes,
+		.meta_bytes = pk->meta_bytes,
 	};
+	return 0;
+}
+
+int ctl_packed_alloc(struct ctl_packed *pk, const struct ctl_matrix *a)
+{
+	size_t es = mfma_dtype_size(a->dtype);
+	memset(pk, 0, sizeof(*pk));
+	pk->values_bytes = sparse24_values_bytes(a->rows, a->cols, es);
+	pk->meta_bytes = sparse24_meta_bytes(a->rows, a->cols);
+	pk->values = malloc(pk->values_bytes ? pk->values_bytes : 1);
+	pk->meta = malloc(pk->meta_bytes ? pk->meta_bytes : 1);
+	if (!pk->values || !pk->meta) {
+		ctl_packed_free(pk);
+		return -ENOMEM;
+	}
 	return 0;
 }
 
@@ -154,7 +163,7 @@ void ctl_print_weights(const struct mfma_weight_info *w, size_t n)
 		snprintf(shape, sizeof(shape), "%ux%u", w[i].rows, w[i].cols);
 		ctl_format_bytes(w[i].bytes, bytes, sizeof(bytes));
 		devices_str(&w[i], devs, sizeof(devs));
-		table_row(&t, w[i].name, shape, mfma_dtype_name(w[i].dtype),
+		table_row(&t, w[i].name, shape, mfma_dtype_name(ctl_dtype(w[i].dtype)),
 			  w[i].sparse ? "2:4" : "dense", bytes, devs);
 	}
 	table_print(&t, "");
@@ -166,7 +175,7 @@ void ctl_json_weight(struct json *j, const struct mfma_weight_info *w)
 	json_kv_string(j, "name", w->name);
 	json_kv_uint(j, "rows", w->rows);
 	json_kv_uint(j, "cols", w->cols);
-	json_kv_string(j, "dtype", mfma_dtype_name(w->dtype));
+	json_kv_string(j, "dtype", mfma_dtype_name(ctl_dtype(w->dtype)));
 	json_kv_bool(j, "sparse", w->sparse);
 	json_kv_uint(j, "bytes", w->bytes);
 	json_key(j, "devices");
@@ -484,7 +493,7 @@ int ctl_cmd_load(struct ctl *ctl, int argc, char **argv)
 			devices_str(&res.weight, devs, sizeof(devs));
 			printf("loaded %s: %ux%u %s %s, %s per device, on device%s %s\n",
 			       res.weight.name, res.weight.rows, res.weight.cols,
-			       mfma_dtype_name(res.weight.dtype), res.weight.sparse ? "2:4" : "dense",
+			       mfma_dtype_name(ctl_dtype(res.weight.dtype)), res.weight.sparse ? "2:4" : "dense",
 			       bytes, res.weight.n_devices == 1 ? "" : "s", devs);
 		}
 		mfma_load_result_free(&res);

@@ -28,22 +28,19 @@ struct submit_opts {
  * only runs on an answer, so K is whole groups of 4 here. */
 static int pruned_copy(const struct ctl_matrix *a, struct ctl_matrix *out)
 {
-	size_t es = mfma_dtype_size(a->dtype);
+	struct ctl_packed pk;
 	if (a->cols % 4 != 0)
 		return -EINVAL;
-	void *values = malloc((size_t)a->rows * (a->cols / 2) * es + 1);
-	uint32_t *meta = malloc((size_t)a->rows * sparse24_meta_words(a->cols) * sizeof(uint32_t) + 1);
-	int rc = -ENOMEM;
-	if (values && meta && ctl_matrix_alloc(out, a->dtype, a->rows, a->cols) == 0) {
-		rc = sparse24_prune(a->data, a->dtype, a->rows, a->cols, values, meta);
+	int rc = ctl_packed_alloc(&pk, a);
+	if (rc == 0 && (rc = ctl_matrix_alloc(out, a->dtype, a->rows, a->cols)) == 0) {
+		rc = sparse24_prune(a->data, a->dtype, a->rows, a->cols, pk.values, pk.meta);
 		if (rc == 0)
-			rc = sparse24_decompress(values, meta, a->dtype, a->rows, a->cols, out->data,
-						 NULL, NULL);
+			rc = sparse24_decompress(pk.values, pk.meta, a->dtype, a->rows, a->cols,
+						 out->data, NULL, NULL);
 		if (rc < 0)
 			ctl_matrix_free(out);
 	}
-	free(values);
-	free(meta);
+	ctl_packed_free(&pk);
 	return rc;
 }
 
@@ -83,7 +80,7 @@ static int check_gemm(const struct submit_opts *o, const struct ctl_matrix *a,
 		.n = b->cols,
 		.k = a->cols,
 		.in_dtype = a->dtype,
-		.out_dtype = r->d.dtype,
+		.out_dtype = ctl_dtype(r->d.dtype),
 		.alpha = o->alpha,
 		.beta = c ? o->beta : 0.0f,
 		.a_sparse = false,
@@ -94,8 +91,8 @@ static int check_gemm(const struct submit_opts *o, const struct ctl_matrix *a,
 	};
 	int rc = cpu_gemm_ref_f64(&g, ref);
 	if (rc == 0) {
-		out->rel_error = cpu_rel_frobenius(r->d.data, r->d.dtype, ref, count);
-		out->tolerance = ctl_tolerance(a->dtype, r->d.dtype);
+		out->rel_error = cpu_rel_frobenius(r->d.data, g.out_dtype, ref, count);
+		out->tolerance = ctl_tolerance(a->dtype, g.out_dtype);
 		out->ok = out->tolerance == 0.0 ? out->rel_error == 0.0
 						: out->rel_error <= out->tolerance;
 	}
@@ -116,7 +113,7 @@ static void print_text(const struct submit_opts *o, uint32_t m, uint32_t n, uint
 	ctl_format_ns(r->timing.d2h_ns, d, sizeof(d));
 	ctl_format_ns(r->timing.total_ns, t, sizeof(t));
 	ctl_format_ns(r->round_trip_ns, rt, sizeof(rt));
-	printf("D: %ux%u %s%s%s\n", r->d.rows, r->d.cols, mfma_dtype_name(r->d.dtype),
+	printf("D: %ux%u %s%s%s\n", r->d.rows, r->d.cols, mfma_dtype_name(ctl_dtype(r->d.dtype)),
 	       o->out ? " written to " : "", o->out ? o->out : "");
 	printf("device %u (%s, %s), variant %s\n", r->device.index, r->device.backend,
 	       r->device.arch, r->variant[0] ? r->variant : "(not named)");
@@ -147,7 +144,7 @@ static void print_json(struct ctl *ctl, const struct submit_opts *o, uint32_t m,
 	json_kv_uint(j, "n", n);
 	json_kv_uint(j, "k", k);
 	json_kv_string(j, "dtype", mfma_dtype_name(in));
-	json_kv_string(j, "out_dtype", mfma_dtype_name(r->d.dtype));
+	json_kv_string(j, "out_dtype", mfma_dtype_name(ctl_dtype(r->d.dtype)));
 	json_key(j, "device");
 	json_object_begin(j);
 	json_kv_uint(j, "index", r->device.index);
@@ -308,7 +305,7 @@ int ctl_cmd_submit(struct ctl *ctl, int argc, char **argv)
 	}
 	in = b.dtype;
 	enum mfma_dtype out_dt = o.out_dtype != MFMA_DT_NONE ? o.out_dtype
-				 : in == MFMA_DT_I8 ? MFMA_DT_I32 : MFMA_DT_F32;
+							     : mfma_out_dtype_default(in);
 	if (o.c && (rc = ctl_read_matrix(o.c, out_dt, true, &c, err, sizeof(err))) < 0) {
 		rc = input_error(ctl, rc, err);
 		goto out;
@@ -318,7 +315,7 @@ int ctl_cmd_submit(struct ctl *ctl, int argc, char **argv)
 	args.c = o.c ? &cm : NULL;
 	args.alpha = o.alpha;
 	args.beta = o.beta;
-	args.out_dtype = o.out_dtype;
+	args.out_dtype = ctl_type(o.out_dtype);
 	args.device = o.device;
 	args.priority = o.priority;
 	args.timeout_us = o.deadline_us;
@@ -330,7 +327,7 @@ int ctl_cmd_submit(struct ctl *ctl, int argc, char **argv)
 		rc = ctl_fail(ctl, "submit", rc, &e);
 		goto out;
 	}
-	if (o.out && (rc = ctl_write_matrix(o.out, res.d.dtype, res.d.rows, res.d.cols, res.d.data,
+	if (o.out && (rc = ctl_write_matrix(o.out, ctl_dtype(res.d.dtype), res.d.rows, res.d.cols, res.d.data,
 					    err, sizeof(err))) < 0) {
 		rc = ctl_fail_local(ctl, CTL_EXIT_LOCAL, "%s", err);
 		goto out;

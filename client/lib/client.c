@@ -20,7 +20,6 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "endpoint.h"
@@ -29,13 +28,6 @@
  * what it is willing to send. */
 #define CLIENT_MAX_FRAME UINT32_MAX
 #define CLIENT_READ_CHUNK (256u * 1024u)
-
-uint64_t client_now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 int client_fail(struct mfma_error *err, int code, const char *fmt, ...)
 {
@@ -340,7 +332,7 @@ static int read_available(mfma_client *c, struct mfma_error *err)
 		if ((size_t)n < avail)
 			break;
 	}
-	uint64_t now = client_now_ns();
+	uint64_t now = mfma_clock_ns();
 	for (;;) {
 		const uint8_t *payload;
 		size_t len;
@@ -370,7 +362,7 @@ static int poll_ms(uint64_t deadline)
 {
 	if (deadline == 0)
 		return -1;
-	uint64_t now = client_now_ns();
+	uint64_t now = mfma_clock_ns();
 	if (now >= deadline)
 		return 0;
 	uint64_t ms = (deadline - now + 999999) / 1000000;
@@ -381,7 +373,7 @@ static uint64_t client_deadline(int timeout_ms)
 {
 	if (timeout_ms < 0)
 		return 0;
-	return client_now_ns() + (uint64_t)timeout_ms * 1000000ull + 1;
+	return mfma_clock_ns() + (uint64_t)timeout_ms * 1000000ull + 1;
 }
 
 /* Waits for `events` on the socket until the deadline: 1 when one came
@@ -414,7 +406,7 @@ int client_send_frame(mfma_client *c, const uint8_t *buf, size_t len, uint64_t *
 	while (off < len) {
 		/* The round trip starts when the first byte goes: stamp before
 		 * the call, so time spent descheduled inside it counts. */
-		uint64_t t = off == 0 ? client_now_ns() : 0;
+		uint64_t t = off == 0 ? mfma_clock_ns() : 0;
 		ssize_t n = send(c->fd, buf + off, len - off, MSG_NOSIGNAL | MSG_DONTWAIT);
 		if (n > 0) {
 			if (off == 0 && t_first)

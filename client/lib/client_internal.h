@@ -8,6 +8,7 @@
 
 #include "frame.h"
 #include "mfma.h"
+#include "mfma_clock.h"
 #include "mfma.pb-c.h"
 
 /* One request sent and not yet handed back to the caller. */
@@ -37,7 +38,6 @@ struct mfma_client {
 	char endpoint[400];
 };
 
-uint64_t client_now_ns(void);
 int client_fail(struct mfma_error *err, int code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 void client_ok(struct mfma_error *err);

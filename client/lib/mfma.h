@@ -28,9 +28,9 @@
  *   struct mfma_gemm_args g;
  *   mfma_gemm_args_init(&g);                        // alpha 1, beta 0, any device
  *   g.a.kind = MFMA_OPERAND_DENSE;
- *   g.a.dense = (struct mfma_matrix){ M, K, MFMA_DT_F16, a, M * K * 2 };
+ *   g.a.dense = (struct mfma_matrix){ M, K, MFMA_TYPE_F16, a, M * K * 2 };
  *   g.a.sparsity = MFMA_SPARSITY_PRUNE_24;         // optional: 2:4 on the daemon
- *   g.b = (struct mfma_matrix){ K, N, MFMA_DT_F16, b, K * N * 2 };
+ *   g.b = (struct mfma_matrix){ K, N, MFMA_TYPE_F16, b, K * N * 2 };
  *   struct mfma_gemm_result r;
  *   if (mfma_gemm(c, &g, &r, &err) < 0)             // or mfma_gemm_submit + mfma_wait
  *           die(err.message);
@@ -44,11 +44,32 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "mfma_dtype.h"
-
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* Element types.  The numbers are those of the wire's mfma.v1.DType. */
+enum mfma_type {
+	MFMA_TYPE_NONE = 0, /* only as out_dtype: the daemon's default */
+	MFMA_TYPE_F32 = 1,
+	MFMA_TYPE_F16 = 2,  /* IEEE binary16 */
+	MFMA_TYPE_BF16 = 3,
+	MFMA_TYPE_I8 = 4,
+	MFMA_TYPE_I32 = 5,
+};
+
+/* Bytes per element of t; 0 for MFMA_TYPE_NONE or an unknown value. */
+static inline size_t mfma_type_size(enum mfma_type t)
+{
+	switch (t) {
+	case MFMA_TYPE_F32: return 4;
+	case MFMA_TYPE_F16: return 2;
+	case MFMA_TYPE_BF16: return 2;
+	case MFMA_TYPE_I8: return 1;
+	case MFMA_TYPE_I32: return 4;
+	default: return 0;
+	}
+}
 
 /* Status codes the daemon answers with (the wire enum mfma.v1.Code). */
 enum mfma_code {
@@ -118,10 +139,10 @@ const char *mfma_endpoint(const mfma_client *client);
 
 /* A dense row-major matrix in little-endian element order.  For inputs the
  * memory belongs to the caller and is only read; bytes must equal
- * rows * cols * mfma_dtype_size(dtype). */
+ * rows * cols * mfma_type_size(dtype). */
 struct mfma_matrix {
 	uint32_t rows, cols;
-	enum mfma_dtype dtype;
+	enum mfma_type dtype;
 	const void *data;
 	size_t bytes;
 };
@@ -133,11 +154,14 @@ enum mfma_sparsity {
 	MFMA_SPARSITY_PRUNE_24 = 2,    /* keep the two largest of every 4 along K */
 };
 
-/* A 2:4 matrix in the canonical format (DESIGN.md; kernels/common/sparse24.h):
- * values is rows x cols/2 elements, meta rows x ((cols/4 + 7) / 8) uint32. */
+/* A 2:4 matrix in the canonical format: of every group of 4 along a row,
+ * the two kept values in position order go to `values` (rows x cols/2
+ * elements) and their positions i0 < i1 to `meta` as the nibble
+ * i0 | i1 << 2, eight groups per little-endian uint32, each row starting a
+ * new word (rows x ((cols/4 + 7) / 8) uint32). */
 struct mfma_sparse24 {
 	uint32_t rows, cols; /* logical shape; cols is K, a multiple of 4 */
-	enum mfma_dtype dtype;
+	enum mfma_type dtype;
 	const void *values;
 	size_t values_bytes;
 	const uint32_t *meta;
@@ -166,7 +190,7 @@ struct mfma_gemm_args {
 	const struct mfma_matrix *c; /* M x N in out_dtype, or NULL */
 	float alpha;                /* 1 after mfma_gemm_args_init() */
 	float beta;                 /* 0 after mfma_gemm_args_init() */
-	enum mfma_dtype out_dtype;  /* MFMA_DT_NONE: f32 for float inputs, i32 for i8 */
+	enum mfma_type out_dtype;  /* MFMA_TYPE_NONE: f32 for float inputs, i32 for i8 */
 	int device;                 /* -1 (after init): the daemon picks */
 	uint32_t priority;          /* 0 = default, 1 = highest, larger = lower */
 	uint64_t timeout_us;        /* server-side deadline from arrival; 0 = none */
@@ -248,7 +272,7 @@ int mfma_ping(mfma_client *client, const void *payload, size_t len, uint64_t *ro
 struct mfma_weight_info {
 	const char *name;
 	uint32_t rows, cols;
-	enum mfma_dtype dtype;
+	enum mfma_type dtype;
 	bool sparse;         /* held in 2:4 form */
 	uint64_t bytes;      /* host-format bytes per device */
 	size_t n_devices;

@@ -10,6 +10,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mfma_dtype.h"
+
+/* The public element types travel as the wire's DType and mean what the
+ * kernels' enum mfma_dtype means (mfmactl converts between the two), so
+ * all three must keep the same numbers. */
+#define SAME_TYPE(pub, wire, kern)                                                 \
+	_Static_assert((int)(pub) == (int)(wire) && (int)(pub) == (int)(kern),     \
+		       #pub " differs from the wire or the kernels")
+SAME_TYPE(MFMA_TYPE_NONE, MFMA__V1__DTYPE__DTYPE_UNSPECIFIED, MFMA_TYPE_NONE);
+SAME_TYPE(MFMA_TYPE_F32, MFMA__V1__DTYPE__F32, MFMA_DT_F32);
+SAME_TYPE(MFMA_TYPE_F16, MFMA__V1__DTYPE__F16, MFMA_DT_F16);
+SAME_TYPE(MFMA_TYPE_BF16, MFMA__V1__DTYPE__BF16, MFMA_DT_BF16);
+SAME_TYPE(MFMA_TYPE_I8, MFMA__V1__DTYPE__I8, MFMA_DT_I8);
+SAME_TYPE(MFMA_TYPE_I32, MFMA__V1__DTYPE__I32, MFMA_DT_I32);
+
 static const char *str(const char *s)
 {
 	return s ? s : "";
@@ -42,9 +57,9 @@ static bool is_error(const Mfma__V1__Response *resp)
 
 /* ---- building ---- */
 
-static int check_dtype(enum mfma_dtype t, const char *field, struct mfma_error *err)
+static int check_dtype(enum mfma_type t, const char *field, struct mfma_error *err)
 {
-	if (mfma_dtype_size(t) == 0)
+	if (mfma_type_size(t) == 0)
 		return client_fail(err, -EINVAL, "%s.dtype=%d is not a known element type", field,
 				   (int)t);
 	return 0;
@@ -158,7 +173,7 @@ static int gemm_to_wire(const struct mfma_gemm_args *args, struct wire_gemm *w,
 	w->g.alpha = args->alpha;
 	w->g.beta = args->beta;
 	w->g.device = args->device;
-	if (args->out_dtype != MFMA_DT_NONE) {
+	if (args->out_dtype != MFMA_TYPE_NONE) {
 		if ((rc = check_dtype(args->out_dtype, "out", err)) < 0)
 			return rc;
 		w->g.has_out_dtype = 1;
@@ -197,7 +212,7 @@ static int send_request(mfma_client *c, Mfma__V1__Request *req, bool user, uint6
 		free(buf);
 		return client_fail(err, rc, "out of memory");
 	}
-	uint64_t t_first = client_now_ns();
+	uint64_t t_first = mfma_clock_ns();
 	rc = client_send_frame(c, buf, FRAME_HEADER_SIZE + n, &t_first, err);
 	free(buf);
 	/* Answers read while sending may have moved entries: find it again. */
@@ -267,7 +282,7 @@ static int gemm_result_from(Mfma__V1__Response *resp, uint64_t rtt, struct mfma_
 		return client_fail(err, -EPROTO, "the daemon's GEMM answer carries no D matrix");
 	}
 	const Mfma__V1__Matrix *d = g->d;
-	size_t es = mfma_dtype_size((enum mfma_dtype)d->dtype);
+	size_t es = mfma_type_size((enum mfma_type)d->dtype);
 	if (es == 0 || (uint64_t)d->rows * d->cols * es != d->data.len) {
 		int rc = client_fail(err, -EPROTO, "the daemon's D is %ux%u dtype %d with %zu "
 				     "bytes, which do not match", d->rows, d->cols, (int)d->dtype,
@@ -277,7 +292,7 @@ static int gemm_result_from(Mfma__V1__Response *resp, uint64_t rtt, struct mfma_
 	}
 	r->d.rows = d->rows;
 	r->d.cols = d->cols;
-	r->d.dtype = (enum mfma_dtype)d->dtype;
+	r->d.dtype = (enum mfma_type)d->dtype;
 	r->d.data = d->data.data;
 	r->d.bytes = d->data.len;
 	if (g->timing) {
@@ -316,7 +331,7 @@ static void weight_from(const Mfma__V1__WeightInfo *w, struct mfma_weight_info *
 	out->name = str(w->name);
 	out->rows = w->rows;
 	out->cols = w->cols;
-	out->dtype = (enum mfma_dtype)w->dtype;
+	out->dtype = (enum mfma_type)w->dtype;
 	out->sparse = w->sparse;
 	out->bytes = w->bytes;
 	out->n_devices = w->n_devices;

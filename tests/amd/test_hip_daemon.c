@@ -16,6 +16,7 @@
 
 #include "harness.h"
 #include "mfma.h"
+#include "mfma_dtype.h"
 
 static char *read_file(const char *path)
 {
@@ -60,8 +61,8 @@ static void test_auto_without_device(void **state)
 	struct mfma_gemm_args ga;
 	mfma_gemm_args_init(&ga);
 	ga.a.kind = MFMA_OPERAND_DENSE;
-	ga.a.dense = (struct mfma_matrix){ 2, 3, MFMA_DT_F16, a, sizeof(a) };
-	ga.b = (struct mfma_matrix){ 3, 2, MFMA_DT_F16, b, sizeof(b) };
+	ga.a.dense = (struct mfma_matrix){ 2, 3, MFMA_TYPE_F16, a, sizeof(a) };
+	ga.b = (struct mfma_matrix){ 3, 2, MFMA_TYPE_F16, b, sizeof(b) };
 	struct mfma_gemm_result r;
 	assert_int_equal(mfma_gemm(c, &ga, &r, &err), 0);
 	assert_string_equal(r.device.backend, "cpu");

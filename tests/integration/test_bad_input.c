@@ -52,8 +52,8 @@ static void good_client_still_served(void)
 	struct mfma_gemm_args args;
 	mfma_gemm_args_init(&args);
 	args.a.kind = MFMA_OPERAND_DENSE;
-	args.a.dense = (struct mfma_matrix){ m, k, MFMA_DT_F32, a, sizeof(a) };
-	args.b = (struct mfma_matrix){ k, n, MFMA_DT_F32, b, sizeof(b) };
+	args.a.dense = (struct mfma_matrix){ m, k, MFMA_TYPE_F32, a, sizeof(a) };
+	args.b = (struct mfma_matrix){ k, n, MFMA_TYPE_F32, b, sizeof(b) };
 	struct mfma_gemm_result res;
 	struct mfma_error err;
 	int rc = mfma_gemm(good, &args, &res, &err);

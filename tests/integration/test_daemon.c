@@ -34,8 +34,8 @@ static void dense_args(struct mfma_gemm_args *a, const float *A, const float *B,
 {
 	mfma_gemm_args_init(a);
 	a->a.kind = MFMA_OPERAND_DENSE;
-	a->a.dense = (struct mfma_matrix){ m, k, MFMA_DT_F32, A, (size_t)m * k * 4 };
-	a->b = (struct mfma_matrix){ k, n, MFMA_DT_F32, B, (size_t)k * n * 4 };
+	a->a.dense = (struct mfma_matrix){ m, k, MFMA_TYPE_F32, A, (size_t)m * k * 4 };
+	a->b = (struct mfma_matrix){ k, n, MFMA_TYPE_F32, B, (size_t)k * n * 4 };
 }
 
 static void check_result(const struct mfma_gemm_result *r, const float *A, const float *B,
@@ -140,7 +140,7 @@ static void test_weights_budget_and_names(void **state)
 	mfma_load_args_init(&la);
 	la.name = "w1";
 	la.a.kind = MFMA_OPERAND_DENSE;
-	la.a.dense = (struct mfma_matrix){ 512, 512, MFMA_DT_F32, W, 512 * 512 * 4 };
+	la.a.dense = (struct mfma_matrix){ 512, 512, MFMA_TYPE_F32, W, 512 * 512 * 4 };
 	assert_int_equal(mfma_load_weight(c, &la, NULL, &err), 0);
 	struct mfma_status st;
 	assert_int_equal(mfma_status(c, &st, &err), 0);
@@ -191,7 +191,7 @@ static void test_deadline(void **state)
 	dense_args(&big, A, B, n, n, n);
 	dense_args(&small, A, B, 4, 4, 4);
 	small.a.dense.bytes = 16 * 4;
-	small.b = (struct mfma_matrix){ 4, 4, MFMA_DT_F32, B, 16 * 4 };
+	small.b = (struct mfma_matrix){ 4, 4, MFMA_TYPE_F32, B, 16 * 4 };
 	small.timeout_us = 1;
 	uint64_t id_big[3], id_small;
 	for (int i = 0; i < 3; i++)
@@ -307,7 +307,7 @@ static void test_large_frames_pipelined(void **state)
 	struct mfma_gemm_args big, small;
 	dense_args(&big, A, B, 1024, 512, 9); /* a 2 MiB A */
 	dense_args(&small, A, B, 3, 4, 9);
-	small.b = (struct mfma_matrix){ 4, 9, MFMA_DT_F32, B, 4 * 9 * 4 };
+	small.b = (struct mfma_matrix){ 4, 9, MFMA_TYPE_F32, B, 4 * 9 * 4 };
 	uint64_t ids[6];
 	for (int i = 0; i < 6; i++)
 		assert_int_equal(mfma_gemm_submit(c, i % 2 ? &small : &big, &ids[i], &err), 0);

@@ -188,8 +188,8 @@ static void gemm_init(struct gemm *g, uint32_t m, uint32_t k, uint32_t n)
 		g->b[i] = rand_nonzero();
 	mfma_gemm_args_init(&g->args);
 	g->args.a.kind = MFMA_OPERAND_DENSE;
-	g->args.a.dense = (struct mfma_matrix){ m, k, MFMA_DT_F32, g->a, sizeof(float) * m * k };
-	g->args.b = (struct mfma_matrix){ k, n, MFMA_DT_F32, g->b, sizeof(float) * k * n };
+	g->args.a.dense = (struct mfma_matrix){ m, k, MFMA_TYPE_F32, g->a, sizeof(float) * m * k };
+	g->args.b = (struct mfma_matrix){ k, n, MFMA_TYPE_F32, g->b, sizeof(float) * k * n };
 }
 
 static void gemm_free(struct gemm *g)
@@ -203,7 +203,7 @@ static double gemm_error(const struct gemm *g, const struct mfma_gemm_result *r)
 {
 	assert_int_equal(r->d.rows, g->m);
 	assert_int_equal(r->d.cols, g->n);
-	assert_int_equal(r->d.dtype, MFMA_DT_F32);
+	assert_int_equal(r->d.dtype, MFMA_TYPE_F32);
 	const float *d = r->d.data;
 	double num = 0, den = 0;
 	for (uint32_t i = 0; i < g->m; i++)

@@ -82,9 +82,15 @@ static struct mat mat_rand(enum mfma_dtype t, uint32_t rows, uint32_t cols, bool
 	return m;
 }
 
+/* The library's element type for the kernels' one: the same number. */
+static enum mfma_type pub(enum mfma_dtype t)
+{
+	return (enum mfma_type)t;
+}
+
 static struct mfma_matrix as_mfma(const struct mat *m)
 {
-	return (struct mfma_matrix){ m->rows, m->cols, m->t, m->p, m->bytes };
+	return (struct mfma_matrix){ m->rows, m->cols, pub(m->t), m->p, m->bytes };
 }
 
 /* The A the daemon multiplies under PRUNE_24 (K a multiple of 4). */
@@ -92,8 +98,8 @@ static struct mat mat_pruned(const struct mat *a)
 {
 	struct mat p = *a;
 	size_t es = mfma_dtype_size(a->t);
-	void *values = malloc((size_t)a->rows * a->cols / 2 * es);
-	uint32_t *meta = malloc((size_t)a->rows * sparse24_meta_words(a->cols) * 4);
+	void *values = malloc(sparse24_values_bytes(a->rows, a->cols, es));
+	uint32_t *meta = malloc(sparse24_meta_bytes(a->rows, a->cols));
 	p.p = malloc(a->bytes);
 	assert_true(values && meta && p.p);
 	assert_int_equal(sparse24_prune(a->p, a->t, a->rows, a->cols, values, meta), 0);
@@ -214,7 +220,7 @@ static void test_dense_every_dtype(void **state)
 			struct mfma_gemm_args ga;
 			struct mfma_gemm_result r;
 			dense_args(&ga, &a, &b);
-			ga.out_dtype = cases[i].out;
+			ga.out_dtype = pub(cases[i].out);
 			run_ok(e->c, &ga, &r);
 			expect_close(&r, &a, &b, NULL, 1.0f, 0.0f, cases[i].expect);
 			assert_true(r.round_trip_ns > 0);
@@ -252,7 +258,7 @@ static void test_alpha_beta_c(void **state)
 		ga.c = &cm;
 		ga.alpha = cases[i].alpha;
 		ga.beta = cases[i].beta;
-		ga.out_dtype = cases[i].out;
+		ga.out_dtype = pub(cases[i].out);
 		run_ok(e->c, &ga, &r);
 		expect_close(&r, &a, &b, &c, cases[i].alpha, cases[i].beta, cases[i].out);
 		mfma_gemm_result_free(&r);
@@ -294,13 +300,13 @@ static void test_sparse24_paths(void **state)
 
 		/* The canonical 2:4 form, compressed here. */
 		size_t es = mfma_dtype_size(all[i]);
-		size_t vb = (size_t)m * k / 2 * es, mb = (size_t)m * sparse24_meta_words(k) * 4;
+		size_t vb = sparse24_values_bytes(m, k, es), mb = sparse24_meta_bytes(m, k);
 		void *values = malloc(vb);
 		uint32_t *meta = malloc(mb);
 		assert_int_equal(sparse24_compress(a24.p, all[i], m, k, values, meta, NULL, NULL), 0);
 		mfma_gemm_args_init(&ga);
 		ga.a.kind = MFMA_OPERAND_SPARSE24;
-		ga.a.sparse = (struct mfma_sparse24){ m, k, all[i], values, vb, meta, mb };
+		ga.a.sparse = (struct mfma_sparse24){ m, k, pub(all[i]), values, vb, meta, mb };
 		ga.b = as_mfma(&b);
 		run_ok(e->c, &ga, &r);
 		expect_close(&r, &a24, &b, NULL, 1.0f, 0.0f, out);

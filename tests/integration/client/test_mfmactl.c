@@ -291,8 +291,8 @@ static void verify_d(struct env *e, const char *an, const char *bn, const char *
 	void *pruned = NULL;
 	if (prune) {
 		size_t es = mfma_dtype_size(in);
-		void *values = malloc((size_t)m * k / 2 * es);
-		uint32_t *meta = malloc((size_t)m * sparse24_meta_words(k) * 4);
+		void *values = malloc(sparse24_values_bytes(m, k, es));
+		uint32_t *meta = malloc(sparse24_meta_bytes(m, k));
 		pruned = malloc((size_t)m * k * es);
 		assert_int_equal(sparse24_prune(a.data, in, m, k, values, meta), 0);
 		assert_int_equal(sparse24_decompress(values, meta, in, m, k, pruned, NULL, NULL), 0);

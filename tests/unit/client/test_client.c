@@ -203,8 +203,8 @@ static void args_for(struct mfma_gemm_args *a, const float *data, uint32_t rows,
 {
 	mfma_gemm_args_init(a);
 	a->a.kind = MFMA_OPERAND_DENSE;
-	a->a.dense = (struct mfma_matrix){ rows, cols, MFMA_DT_F32, data, (size_t)rows * cols * 4 };
-	a->b = (struct mfma_matrix){ cols, 1, MFMA_DT_F32, data, (size_t)cols * 4 };
+	a->a.dense = (struct mfma_matrix){ rows, cols, MFMA_TYPE_F32, data, (size_t)rows * cols * 4 };
+	a->b = (struct mfma_matrix){ cols, 1, MFMA_TYPE_F32, data, (size_t)cols * 4 };
 }
 
 /* ---- answers out of order ---- */
@@ -549,16 +549,16 @@ static void test_arguments(void **state)
 	assert_int_equal(mfma_connect(f->endpoint, &f->c, &err), 0);
 	c = f->c;
 	float x = 1;
-	b.a.dense = (struct mfma_matrix){ 1, 1, MFMA_DT_F32, NULL, 4 };
-	b.b = (struct mfma_matrix){ 1, 1, MFMA_DT_F32, &x, 4 };
+	b.a.dense = (struct mfma_matrix){ 1, 1, MFMA_TYPE_F32, NULL, 4 };
+	b.b = (struct mfma_matrix){ 1, 1, MFMA_TYPE_F32, &x, 4 };
 	uint64_t id;
 	assert_int_equal(mfma_gemm_submit(c, &b, &id, &err), -EINVAL);
 	assert_string_equal(err.message, "a.data is NULL but a.bytes=4");
 	b.a.dense.data = &x;
-	b.b.dtype = (enum mfma_dtype)9;
+	b.b.dtype = (enum mfma_type)9;
 	assert_int_equal(mfma_gemm_submit(c, &b, &id, &err), -EINVAL);
 	assert_string_equal(err.message, "b.dtype=9 is not a known element type");
-	b.b.dtype = MFMA_DT_F32;
+	b.b.dtype = MFMA_TYPE_F32;
 	b.a.kind = MFMA_OPERAND_WEIGHT;
 	b.a.weight = "";
 	assert_int_equal(mfma_gemm_submit(c, &b, &id, &err), -EINVAL);
