@@ -15,21 +15,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cpu_gemm.h"
+#include "mfma_clock.h"
 #include "sparse24.h"
 
 struct shape {
 	unsigned m, k, n;
 };
-
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -65,9 +58,9 @@ static int time_gemm(const struct mfma_gemm *g, int threads, int reps, double *b
 	if (rc < 0)
 		return rc;
 	for (int i = 0; i < reps; i++) {
-		double t0 = now_s();
+		uint64_t t0 = mfma_clock_ns();
 		rc = cpu_gemm_run(g, threads, NULL);
-		t[i] = (now_s() - t0) * 1e3;
+		t[i] = (double)(mfma_clock_ns() - t0) * 1e-6;
 		if (rc < 0)
 			return rc;
 	}
@@ -82,8 +75,8 @@ static int bench_one(struct shape s, enum mfma_dtype dt, int threads, int reps)
 	size_t m = s.m, k = s.k, n = s.n, es = mfma_dtype_size(dt);
 	unsigned seed = 12345u + s.m + 7u * s.n;
 	void *a = malloc(m * k * es), *b = malloc(k * n * es), *d = malloc(m * n * es);
-	void *vals = malloc(m * k / 2 * es);
-	uint32_t *meta = malloc(m * sparse24_meta_words(k) * sizeof(uint32_t));
+	void *vals = malloc(sparse24_values_bytes(m, k, es));
+	uint32_t *meta = malloc(sparse24_meta_bytes(m, k));
 	int rc = -ENOMEM;
 	if (!a || !b || !d || !vals || !meta)
 		goto out;
