@@ -18,7 +18,7 @@
 #define SAME_TYPE(pub, wire, kern)                                                 \
 	_Static_assert((int)(pub) == (int)(wire) && (int)(pub) == (int)(kern),     \
 		       #pub " differs from the wire or the kernels")
-SAME_TYPE(MFMA_TYPE_NONE, MFMA__V1__DTYPE__DTYPE_UNSPECIFIED, MFMA_TYPE_NONE);
+SAME_TYPE(MFMA_TYPE_NONE, MFMA__V1__DTYPE__DTYPE_UNSPECIFIED, MFMA_DT_NONE);
 SAME_TYPE(MFMA_TYPE_F32, MFMA__V1__DTYPE__F32, MFMA_DT_F32);
 SAME_TYPE(MFMA_TYPE_F16, MFMA__V1__DTYPE__F16, MFMA_DT_F16);
 SAME_TYPE(MFMA_TYPE_BF16, MFMA__V1__DTYPE__BF16, MFMA_DT_BF16);
