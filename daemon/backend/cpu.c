@@ -1,20 +1,23 @@
 /* The CPU backend: always built, the default where no GPU is found, and
  * the reference the GPU backends are tested against.  A "device" here is
- * a queue with its own worker; several may share the cores. */
+ * a queue with its own worker; several may share the cores.  Each device
+ * keeps a pool of threads (kernels/cpu/cpu_pool.h) from open to close,
+ * and its GEMMs run on it: no thread is created per request. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/utsname.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "backend.h"
 #include "cpu_gemm.h"
+#include "cpu_pool.h"
+#include "mfma_clock.h"
 #include "sparse24.h"
 
 struct cpu_dev {
-	int threads;
+	struct cpu_pool *pool;
 };
 
 struct cpu_weight {
@@ -93,14 +96,24 @@ static int cpu_open(int index, const struct backend_config *cfg, void **dev, cha
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
-	c->threads = cpu_threads_for(cfg);
+	int threads = cpu_threads_for(cfg);
+	c->pool = cpu_pool_create((unsigned)threads);
+	if (!c->pool) {
+		free(c);
+		snprintf(err, errlen, "out of memory for a pool of %d threads", threads);
+		return -ENOMEM;
+	}
 	*dev = c;
 	return 0;
 }
 
 static void cpu_close(void *dev)
 {
-	free(dev);
+	struct cpu_dev *c = dev;
+	if (!c)
+		return;
+	cpu_pool_destroy(c->pool);
+	free(c);
 }
 
 /* The weight is copied: the registry frees its host copy once every
@@ -110,8 +123,9 @@ static int cpu_weight_load(void *dev, const struct mfma_weight_host *w, void **h
 {
 	(void)dev;
 	size_t es = mfma_dtype_size(w->dtype);
-	size_t abytes = w->sparse ? (size_t)w->m * (w->k / 2) * es : (size_t)w->m * w->k * es;
-	size_t mbytes = w->sparse ? (size_t)w->m * sparse24_meta_words(w->k) * 4 : 0;
+	size_t abytes = w->sparse ? sparse24_values_bytes(w->m, w->k, es)
+				  : sparse24_operand_bytes(w->m, w->k, es, 0);
+	size_t mbytes = w->sparse ? sparse24_meta_bytes(w->m, w->k) : 0;
 	struct cpu_weight *cw = calloc(1, sizeof(*cw));
 	if (cw)
 		cw->a = malloc(abytes);
@@ -148,13 +162,6 @@ static void cpu_weight_free(void *dev, void *handle)
 	free(cw);
 }
 
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static int cpu_gemm(void *dev, const struct mfma_gemm *g, void *weight, struct backend_timing *t,
 		    char *err, size_t errlen)
 {
@@ -169,9 +176,9 @@ static int cpu_gemm(void *dev, const struct mfma_gemm *g, void *weight, struct b
 	/* Host memory is the device memory: nothing to copy. */
 	t->h2d_ns = 0;
 	t->d2h_ns = 0;
-	uint64_t t0 = mono_ns();
-	int rc = cpu_gemm_run(&run, c->threads, &t->variant);
-	t->kernel_ns = mono_ns() - t0;
+	uint64_t t0 = mfma_clock_ns();
+	int rc = cpu_gemm_run_pool(&run, c->pool, &t->variant);
+	t->kernel_ns = mfma_clock_ns() - t0;
 	if (rc < 0)
 		snprintf(err, errlen, "cpu GEMM failed: %s", strerror(-rc));
 	return rc;

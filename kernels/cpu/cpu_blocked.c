@@ -31,6 +31,7 @@
 #include <string.h>
 
 #include "cpu_internal.h"
+#include "cpu_pool.h"
 #include "sparse24.h"
 
 /* Rows of A per block and the widest column block: W is BLK_MC x BLK_NC
@@ -61,18 +62,6 @@ struct blk_plan {
 	uint32_t *mbuf;      /* per thread mc x kc/32: the block's meta words */
 	unsigned nt;
 	pthread_barrier_t barrier;
-};
-
-struct blk_worker {
-	struct blk_plan *p;
-	unsigned id;
-	pthread_t tid;
-	/* Start gate: workers wait until the caller knows all of them
-	 * started, so a failed pthread_create never leaves one stuck in a
-	 * barrier sized for more threads. */
-	pthread_mutex_t *gate_mu;
-	pthread_cond_t *gate_cv;
-	int *gate; /* 0 wait, 1 run, 2 quit */
 };
 
 static size_t min_sz(size_t a, size_t b)
@@ -272,17 +261,9 @@ static void run_thread(struct blk_plan *p, unsigned id)
 	}
 }
 
-static void *worker_main(void *arg)
+static void pool_job(void *arg, unsigned id)
 {
-	struct blk_worker *wk = arg;
-	pthread_mutex_lock(wk->gate_mu);
-	while (*wk->gate == 0)
-		pthread_cond_wait(wk->gate_cv, wk->gate_mu);
-	int go = *wk->gate == 1;
-	pthread_mutex_unlock(wk->gate_mu);
-	if (go)
-		run_thread(wk->p, wk->id);
-	return NULL;
+	run_thread(arg, id);
 }
 
 /* Picks the tile shape: the widest panel that N fills, else the narrowest. */
@@ -346,53 +327,20 @@ static int plan_init(struct blk_plan *p, const struct mfma_gemm *g, int threads,
 	return 0;
 }
 
-/* Runs the plan on p->nt threads (the caller is thread 0).  If a thread
- * cannot be started, falls back to one thread. */
-static int run_plan(struct blk_plan *p)
+int cpu_blocked_run(const struct mfma_gemm *g, struct cpu_pool *pool, int threads,
+		    const struct cpu_kfamily *fam)
 {
-	if (p->nt <= 1) {
-		run_thread(p, 0);
-		return 0;
-	}
-	struct blk_worker *wk = calloc(p->nt, sizeof(*wk));
-	if (!wk)
-		return -ENOMEM;
-	pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-	pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
-	int gate = 0;
-	unsigned started = 0;
-	for (unsigned t = 1; t < p->nt; t++) {
-		wk[t] = (struct blk_worker){ .p = p, .id = t, .gate_mu = &mu, .gate_cv = &cv,
-					     .gate = &gate };
-		if (pthread_create(&wk[t].tid, NULL, worker_main, &wk[t]) != 0)
-			break;
-		started++;
-	}
-	bool all = started == p->nt - 1;
-	if (all && pthread_barrier_init(&p->barrier, NULL, p->nt) != 0)
-		all = false;
-	pthread_mutex_lock(&mu);
-	gate = all ? 1 : 2;
-	pthread_cond_broadcast(&cv);
-	pthread_mutex_unlock(&mu);
-	if (!all)
-		p->nt = 1; /* the workers quit; do it all here */
-	run_thread(p, 0);
-	for (unsigned t = 1; t <= started; t++)
-		pthread_join(wk[t].tid, NULL);
-	if (all)
-		pthread_barrier_destroy(&p->barrier);
-	pthread_cond_destroy(&cv);
-	pthread_mutex_destroy(&mu);
-	free(wk);
-	return 0;
-}
-
-int cpu_blocked_run(const struct mfma_gemm *g, int threads, const struct cpu_kfamily *fam)
-{
+	unsigned most = cpu_pool_size(pool);
+	if (threads <= 0 || (unsigned)threads > most)
+		threads = (int)most;
 	struct blk_plan p;
 	int rc = plan_init(&p, g, threads, fam);
 	if (rc < 0)
 		return rc;
-	return run_plan(&p);
+	if (p.nt > 1 && pthread_barrier_init(&p.barrier, NULL, p.nt) != 0)
+		p.nt = 1; /* no barrier: do it all on the caller */
+	rc = cpu_pool_run(pool, p.nt, pool_job, &p);
+	if (p.nt > 1)
+		pthread_barrier_destroy(&p.barrier);
+	return rc;
 }

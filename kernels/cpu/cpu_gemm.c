@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "cpu_internal.h"
+#include "cpu_pool.h"
 #include "sparse24.h"
 
 /* Bounds, in floats, on the temporaries of the dense f16/bf16 path: the
@@ -23,25 +24,20 @@
  * more than it saves. */
 #define MIN_MACS_PER_THREAD ((double)(1 << 21))
 
-/* The shape rules of mfma_gemm.h.  `serving` adds what the serving
- * paths rely on: integer GEMMs have alpha 1 and beta 0 or 1. */
+/* The shape rules of mfma_gemm.h, the output type by the one rule of
+ * mfma_dtype.h.  `serving` adds what the serving paths rely on: integer
+ * GEMMs have alpha 1 and beta 0 or 1. */
 static int check_gemm(const struct mfma_gemm *g, bool serving)
 {
 	if (!g || !g->b || !g->d || !g->a)
 		return -EINVAL;
 	if (g->a_sparse && (!g->a_meta || g->k % 4 != 0))
 		return -EINVAL;
-	if (mfma_dtype_is_float(g->in_dtype)) {
-		if (g->out_dtype != MFMA_DT_F32 && g->out_dtype != g->in_dtype)
-			return -EINVAL;
-	} else if (g->in_dtype == MFMA_DT_I8) {
-		if (g->out_dtype != MFMA_DT_I32)
-			return -EINVAL;
-		if (serving && (g->alpha != 1.0f || (g->beta != 0.0f && g->beta != 1.0f)))
-			return -EINVAL;
-	} else {
+	if (!mfma_out_dtype_ok(g->in_dtype, g->out_dtype))
 		return -EINVAL;
-	}
+	if (serving && g->in_dtype == MFMA_DT_I8 &&
+	    (g->alpha != 1.0f || (g->beta != 0.0f && g->beta != 1.0f)))
+		return -EINVAL;
 	if (g->beta != 0.0f && !g->c)
 		return -EINVAL;
 	return 0;
@@ -201,9 +197,47 @@ static const char *variant_name(const struct mfma_gemm *g)
 	}
 }
 
+/* How many threads a GEMM is worth: at most `threads`, and none that
+ * would get less than MIN_MACS_PER_THREAD, so tiny work stays on the
+ * caller and wakes no other thread. */
+static unsigned threads_for(const struct mfma_gemm *g, unsigned threads)
+{
+	double macs = (double)g->m * g->n * g->k;
+	while (threads > 1 && macs / threads < MIN_MACS_PER_THREAD)
+		threads--;
+	return threads ? threads : 1;
+}
+
+static bool takes_blocked(const struct mfma_gemm *g)
+{
+	return g->a_sparse || g->in_dtype == MFMA_DT_I8;
+}
+
 /* Nibbles are not re-checked here: the daemon checks a weight's meta once
  * when it arrives, and the kernels only ever use the two low bits of each
  * position, so a bad nibble gives a wrong product, never a stray access. */
+static int run_checked(const struct mfma_gemm *g, struct cpu_pool *pool, unsigned threads,
+		       const char **variant)
+{
+	int rc;
+	if (takes_blocked(g))
+		rc = cpu_blocked_run(g, pool, (int)threads, cpu_kfamily_best());
+	else
+		rc = cpu_sgemm_run(g, DENSE_CVT_MAX, DENSE_W_MAX);
+	cpu_workspace_trim();
+	if (rc == 0 && variant)
+		*variant = variant_name(g);
+	return rc;
+}
+
+int cpu_gemm_run_pool(const struct mfma_gemm *g, struct cpu_pool *pool, const char **variant)
+{
+	int rc = check_gemm(g, true);
+	if (rc < 0)
+		return rc;
+	return run_checked(g, pool, threads_for(g, cpu_pool_size(pool)), variant);
+}
+
 int cpu_gemm_run(const struct mfma_gemm *g, int threads, const char **variant)
 {
 	int rc = check_gemm(g, true);
@@ -213,15 +247,15 @@ int cpu_gemm_run(const struct mfma_gemm *g, int threads, const char **variant)
 		long nproc = sysconf(_SC_NPROCESSORS_ONLN);
 		threads = nproc > 0 ? (int)(nproc < 256 ? nproc : 256) : 1;
 	}
-	double macs = (double)g->m * g->n * g->k;
-	while (threads > 1 && macs / threads < MIN_MACS_PER_THREAD)
-		threads--;
-	if (g->a_sparse || g->in_dtype == MFMA_DT_I8)
-		rc = cpu_blocked_run(g, threads, cpu_kfamily_best());
-	else
-		rc = cpu_sgemm_run(g, DENSE_CVT_MAX, DENSE_W_MAX);
-	cpu_workspace_trim();
-	if (rc == 0 && variant)
-		*variant = variant_name(g);
+	unsigned nt = threads_for(g, (unsigned)threads);
+	/* A pool for this call only, and only when it will use it. */
+	struct cpu_pool *pool = NULL;
+	if (nt > 1 && takes_blocked(g)) {
+		pool = cpu_pool_create(nt);
+		if (!pool)
+			return -ENOMEM;
+	}
+	rc = run_checked(g, pool, nt, variant);
+	cpu_pool_destroy(pool);
 	return rc;
 }

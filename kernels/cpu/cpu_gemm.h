@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 
+#include "cpu_pool.h"
 #include "mfma_gemm.h"
 
 #ifdef __cplusplus
@@ -24,7 +25,9 @@ double cpu_rel_frobenius(const void *d, enum mfma_dtype t, const double *ref, si
 /* The serving path: dense float through OpenBLAS sgemm (f16/bf16
  * converted to f32 in blocks), dense i8 and every 2:4 A through our own
  * blocked multi-threaded loops.  threads <= 0 means all cores; small
- * problems use fewer.  variant, when not NULL, receives a static string
+ * problems use fewer.  The threads are started for the call and joined
+ * before it returns (tests, benchmarks; the daemon uses
+ * cpu_gemm_run_pool).  variant, when not NULL, receives a static string
  * naming the path that ran ("cpu.sgemm.f16", "cpu.sp24.f32", "cpu.i8",
  * ...).  Returns 0, -EINVAL for a GEMM that breaks the rules of
  * mfma_gemm.h (including alpha != 1 or beta not 0/1 for i8), -ENOMEM.
@@ -34,6 +37,12 @@ double cpu_rel_frobenius(const void *d, enum mfma_dtype t, const double *ref, si
  * an access outside A, B or D.  Safe to call from several threads at
  * once; each calling thread keeps up to 32 MiB of scratch between calls. */
 int cpu_gemm_run(const struct mfma_gemm *g, int threads, const char **variant);
+
+/* The same on a persistent pool (cpu_pool.h), as the CPU backend runs
+ * it: the threads are the pool's, never created per call; small problems
+ * use fewer of them, the smallest only the caller.  A NULL pool runs on
+ * the caller alone.  One call at a time per pool. */
+int cpu_gemm_run_pool(const struct mfma_gemm *g, struct cpu_pool *pool, const char **variant);
 
 #ifdef __cplusplus
 }

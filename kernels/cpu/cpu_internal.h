@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cpu_pool.h"
 #include "mfma_gemm.h"
 
 /* One call of a float micro-kernel: MR rows of A (2:4, canonical values
@@ -85,9 +86,11 @@ void cpu_workspace_trim(void);
  * widened input blocks and the f32 accumulator of a 16-bit D. */
 int cpu_sgemm_run(const struct mfma_gemm *g, size_t cvt_max, size_t w_max);
 
-/* Our blocked loops: 2:4 A of any dtype, and dense i8, on `threads`
- * threads (at least 1; fewer when M has fewer row tiles).  The caller
- * decides whether a problem is worth several threads. */
-int cpu_blocked_run(const struct mfma_gemm *g, int threads, const struct cpu_kfamily *fam);
+/* Our blocked loops: 2:4 A of any dtype, and dense i8, on up to
+ * `threads` ids of the pool (<= 0 or more than the pool has: all of it;
+ * fewer when M has fewer row tiles; a NULL pool runs on the caller
+ * alone).  The caller decides whether a problem is worth several threads. */
+int cpu_blocked_run(const struct mfma_gemm *g, struct cpu_pool *pool, int threads,
+		    const struct cpu_kfamily *fam);
 
 #endif

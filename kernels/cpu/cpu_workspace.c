@@ -5,7 +5,7 @@
  * in page faults (first touch of new pages) than in the multiply-adds for
  * problems up to a few hundred rows.  Each thread that calls the GEMMs
  * (one worker per device in the daemon) therefore keeps one block that
- * only grows; the helper threads a call starts use parts of their
+ * only grows; the pool threads that help a call use parts of their
  * caller's block.  Being thread-local, two callers never share a block.
  * The block is freed when its thread exits, and after a call that needed
  * more than CPU_WS_KEEP: such calls are big enough that faulting their

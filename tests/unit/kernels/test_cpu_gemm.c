@@ -114,13 +114,23 @@ static void problem_free(struct problem *pr)
 	free(pr->ref);
 }
 
-/* Runs the problem with `fam` (NULL: the serving entry point) and checks it. */
-static void run_and_check(struct problem *pr, int threads, const struct cpu_kfamily *fam)
+/* Runs the problem with `fam` on a pool of `threads` (fam NULL: the
+ * serving entry point, with its own threads, or on a pool when
+ * `on_pool`) and checks it. */
+static void run_once(struct problem *pr, int threads, const struct cpu_kfamily *fam, bool on_pool)
 {
 	const struct mfma_gemm *g = &pr->g;
 	size_t count = (size_t)g->m * g->n;
 	memset(pr->d, 0xa5, count * mfma_dtype_size(g->out_dtype)); /* no stale results */
-	int rc = fam ? cpu_blocked_run(g, threads, fam) : cpu_gemm_run(g, threads, NULL);
+	int rc;
+	if (fam || on_pool) {
+		struct cpu_pool *pool = cpu_pool_create((unsigned)threads);
+		assert_non_null(pool);
+		rc = fam ? cpu_blocked_run(g, pool, threads, fam) : cpu_gemm_run_pool(g, pool, NULL);
+		cpu_pool_destroy(pool);
+	} else {
+		rc = cpu_gemm_run(g, threads, NULL);
+	}
 	assert_int_equal(rc, 0);
 	double err = cpu_rel_frobenius(pr->d, g->out_dtype, pr->ref, count);
 	double tol = tolerance(g->in_dtype);
@@ -132,6 +142,13 @@ static void run_and_check(struct problem *pr, int threads, const struct cpu_kfam
 			    (double)g->alpha, (double)g->beta, threads, fam ? fam->isa : "serving",
 			    err, tol);
 	assert_true(err <= tol);
+}
+
+static void run_and_check(struct problem *pr, int threads, const struct cpu_kfamily *fam)
+{
+	run_once(pr, threads, fam, false);
+	if (!fam)
+		run_once(pr, threads, NULL, true);
 }
 
 static const enum mfma_dtype in_types[] = { MFMA_DT_F32, MFMA_DT_F16, MFMA_DT_BF16, MFMA_DT_I8 };
