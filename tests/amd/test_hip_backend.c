@@ -94,6 +94,8 @@ static void test_probe(void **state)
 
 /* ---- On a real device ---- */
 
+static enum amd_arch cur_arch; /* of the device under test */
+
 static void device_gemm(void *dev, enum mfma_dtype t, bool sparse, bool resident, uint32_t m,
 			uint32_t n, uint32_t k, unsigned *s)
 {
@@ -136,6 +138,17 @@ static void device_gemm(void *dev, enum mfma_dtype t, bool sparse, bool resident
 					       .meta = g.a_meta };
 		if (backend_hip.weight_load(dev, &wh, &w, &wbytes, err, sizeof(err)) < 0)
 			fail_msg("weight_load: %s", err);
+		/* The weight is charged what the device holds: the values and
+		 * the meta in the kernel's form, at least the canonical size. */
+		uint64_t held = sparse ? sparse24_values_bytes(m, k, es) : (uint64_t)m * k * es;
+		if (sparse) {
+			struct amd_variant v;
+			assert_int_equal(amd_variant_get(cur_arch, t, true, &v), 0);
+			held += v.cfg.smfmac ? amd_meta_bytes(&v.cfg, m, k) : sparse24_meta_bytes(m, k);
+		}
+		if (wbytes < held || wbytes < sparse24_operand_bytes(m, k, es, sparse))
+			fail_msg("weight_load: dev_bytes %llu, the weight holds %llu bytes",
+				 (unsigned long long)wbytes, (unsigned long long)held);
 	}
 	struct backend_timing tm;
 	memset(d, 0xee, (size_t)m * n * os);
@@ -184,6 +197,9 @@ static void test_gemm_on_devices(void **state)
 		void *dev;
 		if (backend_hip.open(i, &cfg, &dev, err, sizeof(err)) < 0)
 			fail_msg("open(%d): %s", i, err);
+		struct backend_device_info info;
+		assert_int_equal(backend_hip.describe(i, &info), 0);
+		assert_int_equal(amd_arch_parse(info.arch, &cur_arch), 0);
 		for (size_t t = 0; t < 3; t++)
 			for (int sp = 0; sp < 2; sp++)
 				for (size_t j = 0; j < sizeof(shapes) / sizeof(shapes[0]); j++)
@@ -197,6 +213,24 @@ static void test_gemm_on_devices(void **state)
 		struct backend_timing tm;
 		assert_int_equal(backend_hip.gemm(dev, &g, NULL, &tm, err, sizeof(err)), -ENOTSUP);
 		assert_non_null(strstr(err, "in_dtype=f32"));
+		/* A D no device can hold (2^21 x 2^19 f32, 4 TiB) fails after
+		 * A and B are on the stream: the backend must wait for those
+		 * copies before it returns, so the host operands can be freed
+		 * at once (they are, below) and the device serves the next
+		 * request. */
+		const uint32_t big_m = 1u << 21, big_n = 1u << 19, big_k = 4;
+		uint16_t *ba = calloc((size_t)big_m * big_k, 2), *bb = calloc((size_t)big_k * big_n, 2);
+		float small_d = 42.0f;
+		assert_true(ba && bb);
+		struct mfma_gemm huge = { .m = big_m, .n = big_n, .k = big_k, .in_dtype = MFMA_DT_F16,
+					  .out_dtype = MFMA_DT_F32, .alpha = 1, .a = ba, .b = bb,
+					  .d = &small_d };
+		assert_true(backend_hip.gemm(dev, &huge, NULL, &tm, err, sizeof(err)) < 0);
+		assert_non_null(strstr(err, "D"));
+		free(ba);
+		free(bb);
+		assert_true(small_d == 42.0f);
+		device_gemm(dev, MFMA_DT_F16, true, false, 37, 19, 52, &s);
 		backend_hip.close(dev);
 	}
 }

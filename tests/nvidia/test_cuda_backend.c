@@ -23,6 +23,7 @@
 
 #include "backend.h"
 #include "cpu_gemm.h"
+#include "nv_plan.h"
 #include "nv_testdata.h"
 #include "sparse24.h"
 
@@ -234,6 +235,14 @@ static void test_resident_weight(void **state)
 			int rc = backend_cuda.weight_load(dev, &wh, &w, &wbytes, err, sizeof(err));
 			if (rc != 0)
 				fail_msg("weight_load: %d: %s", rc, err);
+			/* The weight is charged what the device holds: the packed
+			 * layout, at least the canonical form. */
+			int kind = nv_kind_of(in, sp);
+			uint64_t packed = (uint64_t)nv_packed_a_bytes(kind, m, k) +
+					  (sp ? (uint64_t)nv_packed_meta_bytes(kind, m, k) : 0);
+			if (wbytes < packed || wbytes < sparse24_operand_bytes(m, k, mfma_dtype_size(in), sp))
+				fail_msg("weight_load: dev_bytes %llu, the packed weight is %llu bytes",
+					 (unsigned long long)wbytes, (unsigned long long)packed);
 			for (size_t i = 0; i < sizeof(ns) / sizeof(ns[0]); i++) {
 				struct operands r;
 				ops_make(&r, in, out_for(in, (int)i), false, m, ns[i], k, 1.0f, 0.0f);
@@ -306,6 +315,21 @@ static void test_refusals(void **state)
 	assert_int_equal(backend_cuda.gemm(dev, &o.g, NULL, NULL, err, sizeof(err)), -EINVAL);
 	assert_non_null(strstr(err, "out_dtype"));
 	ops_free(&o);
+	/* A D no device can hold (2^21 x 2^19 f32, 4 TiB): refused, nothing
+	 * written to the 4-byte host D, and the stream left empty. */
+	const uint32_t big_m = 1u << 21, big_n = 1u << 19, big_k = 4;
+	uint16_t *ba = calloc((size_t)big_m * big_k, 2), *bb = calloc((size_t)big_k * big_n, 2);
+	float small_d = 42.0f;
+	assert_true(ba && bb);
+	struct mfma_gemm huge = { .m = big_m, .n = big_n, .k = big_k, .in_dtype = MFMA_DT_F16,
+				  .out_dtype = MFMA_DT_F32, .alpha = 1.0f, .a = ba, .b = bb,
+				  .d = &small_d };
+	int rc = backend_cuda.gemm(dev, &huge, NULL, NULL, err, sizeof(err));
+	assert_true(rc < 0);
+	printf("  a 4 TiB D: %d, %s\n", rc, err);
+	assert_true(small_d == 42.0f);
+	free(ba);
+	free(bb);
 	/* And the device still works afterwards. */
 	run_case(MFMA_DT_F16, MFMA_DT_F32, true, 33, 17, 68, 1.0f, 0.0f, 0);
 }

@@ -1,0 +1,420 @@
+/* The device layer of the CUDA backend (cuda_device.h): NVIDIA GPUs
+ * through the driver API, from C, with nothing about any kernel.
+ *
+ * The driver library is opened at run time (kernels/nvidia/nv_driver.h):
+ * without it, or without a GPU, probing finds zero devices.  An open device
+ * retains its primary context and works on one stream.  Copies go through
+ * a pinned staging pool, split in two halves so that filling one half on
+ * the host overlaps the DMA of the other.  Four events per request time
+ * the copies in, the kernels and the copy out. */
+#include "mfmad_build.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend_time.h"
+#include "cuda_device.h"
+#include "mfma_clock.h"
+
+#define CUDA_MAX_DEVICES 64
+#define CUDA_DEFAULT_PINNED (64u << 20)
+#define CUDA_MIN_PINNED (2u << 20)
+
+/* What probing learned; read by describe and open. */
+struct cuda_slot {
+	CUdevice dev;
+	int cc;
+	char name[128];
+	uint64_t mem_total;
+};
+
+static struct cuda_slot slots[CUDA_MAX_DEVICES];
+static int nslots;
+
+enum { EV_START, EV_IN, EV_KERNEL, EV_OUT, EV_COUNT };
+
+struct cuda_dev {
+	struct cuda_slot *slot;
+	CUcontext ctx;
+	CUstream stream;
+	CUevent ev[EV_COUNT];
+	/* Host time spent copying the last chunk out of the pool, after the
+	 * end event: part of the D2H time. */
+	uint64_t out_tail_ns;
+	/* Pinned staging pool: two halves, each with the event of the last
+	 * copy that used it. */
+	unsigned char *pin;
+	size_t pin_half;
+	CUevent pin_ev[2];
+	int pin_busy[2];
+	struct cuda_buf scratch[CUDA_SCRATCH_COUNT];
+};
+
+int cuda_fail(CUresult r, char *err, size_t errlen, const char *what)
+{
+	snprintf(err, errlen, "cuda: %s failed: %s", what, nv_result_str(r));
+	return nv_result_errno(r);
+}
+
+#define CU_TRY(call, what)                                        \
+	do {                                                      \
+		CUresult r_ = (call);                             \
+		if (r_ != CUDA_SUCCESS)                           \
+			return cuda_fail(r_, err, errlen, what);  \
+	} while (0)
+
+/* cuInit results that mean "no usable NVIDIA GPU here" rather than a
+ * failure of the daemon. */
+static int init_means_no_device(CUresult r)
+{
+	switch (r) {
+	case CUDA_ERROR_NO_DEVICE:
+	case CUDA_ERROR_SYSTEM_NOT_READY:
+	case CUDA_ERROR_STUB_LIBRARY:
+	case CUDA_ERROR_NOT_INITIALIZED:
+	case CUDA_ERROR_SYSTEM_DRIVER_MISMATCH:
+	case CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE:
+	case CUDA_ERROR_DEVICE_UNAVAILABLE:
+	case CUDA_ERROR_DEVICE_NOT_LICENSED:
+	case CUDA_ERROR_OPERATING_SYSTEM:
+		return 1;
+	default:
+		return 0;
+	}
+}
+
+int cuda_dev_probe(cuda_usable_fn usable, char *err, size_t errlen)
+{
+	nslots = 0;
+	int rc = nv_driver_open(err, errlen);
+	if (rc == -ENOENT)
+		return 0; /* no driver: no devices (err says so) */
+	if (rc < 0)
+		return rc;
+	CUresult r = nv_drv.cuInit(0);
+	if (r != CUDA_SUCCESS) {
+		snprintf(err, errlen, "cuda: no usable device: cuInit: %s", nv_result_str(r));
+		return init_means_no_device(r) ? 0 : nv_result_errno(r);
+	}
+	int count = 0;
+	CU_TRY(nv_drv.cuDeviceGetCount(&count), "cuDeviceGetCount");
+	for (int i = 0; i < count && nslots < CUDA_MAX_DEVICES; i++) {
+		struct cuda_slot *s = &slots[nslots];
+		int major = 0, minor = 0;
+		size_t mem = 0;
+		CU_TRY(nv_drv.cuDeviceGet(&s->dev, i), "cuDeviceGet");
+		CU_TRY(nv_drv.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+						   s->dev),
+		       "cuDeviceGetAttribute(compute capability)");
+		CU_TRY(nv_drv.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
+						   s->dev),
+		       "cuDeviceGetAttribute(compute capability)");
+		s->cc = major * 10 + minor;
+		if (!usable(s->cc))
+			continue;
+		CU_TRY(nv_drv.cuDeviceGetName(s->name, (int)sizeof(s->name), s->dev), "cuDeviceGetName");
+		CU_TRY(nv_drv.cuDeviceTotalMem(&mem, s->dev), "cuDeviceTotalMem");
+		s->mem_total = mem;
+		nslots++;
+	}
+	if (nslots == 0)
+		snprintf(err, errlen, "cuda: %d device(s), none sm_80+ with kernels built for it", count);
+	return nslots;
+}
+
+int cuda_dev_count(void)
+{
+	return nslots;
+}
+
+int cuda_slot_cc(int index)
+{
+	return index >= 0 && index < nslots ? slots[index].cc : 0;
+}
+
+int cuda_slot_describe(int index, struct backend_device_info *info)
+{
+	if (index < 0 || index >= nslots || !info)
+		return -EINVAL;
+	const struct cuda_slot *s = &slots[index];
+	memset(info, 0, sizeof(*info));
+	snprintf(info->name, sizeof(info->name), "%s", s->name);
+	snprintf(info->arch, sizeof(info->arch), "sm_%d", s->cc);
+	info->mem_total = s->mem_total;
+	return 0;
+}
+
+void cuda_buf_free(struct cuda_buf *b)
+{
+	if (b->p)
+		nv_drv.cuMemFree(b->p);
+	b->p = 0;
+	b->cap = 0;
+}
+
+int cuda_buf_need(struct cuda_buf *b, size_t size, const char *what, int *grown, char *err,
+		  size_t errlen)
+{
+	if (grown)
+		*grown = 0;
+	if (size == 0 || size <= b->cap)
+		return 0;
+	cuda_buf_free(b);
+	CUresult r = nv_drv.cuMemAlloc(&b->p, size);
+	if (r != CUDA_SUCCESS) {
+		b->p = 0;
+		snprintf(err, errlen, "cuda: allocating %zu bytes for %s failed: %s", size, what,
+			 nv_result_str(r));
+		return nv_result_errno(r);
+	}
+	b->cap = size;
+	if (grown)
+		*grown = 1;
+	return 0;
+}
+
+struct cuda_buf *cuda_dev_scratch(struct cuda_dev *d, enum cuda_scratch which)
+{
+	return &d->scratch[which];
+}
+
+CUdevice cuda_dev_device(const struct cuda_dev *d)
+{
+	return d->slot->dev;
+}
+
+int cuda_dev_cc(const struct cuda_dev *d)
+{
+	return d->slot->cc;
+}
+
+CUstream cuda_dev_stream(const struct cuda_dev *d)
+{
+	return d->stream;
+}
+
+int cuda_dev_enter(struct cuda_dev *d, char *err, size_t errlen)
+{
+	CU_TRY(nv_drv.cuCtxSetCurrent(d->ctx), "cuCtxSetCurrent");
+	return 0;
+}
+
+void cuda_dev_close(struct cuda_dev *d)
+{
+	if (!d)
+		return;
+	if (d->ctx) {
+		nv_drv.cuCtxSetCurrent(d->ctx);
+		if (d->stream)
+			nv_drv.cuStreamSynchronize(d->stream);
+		for (int i = 0; i < CUDA_SCRATCH_COUNT; i++)
+			cuda_buf_free(&d->scratch[i]);
+		for (int i = 0; i < EV_COUNT; i++)
+			if (d->ev[i])
+				nv_drv.cuEventDestroy(d->ev[i]);
+		for (int i = 0; i < 2; i++)
+			if (d->pin_ev[i])
+				nv_drv.cuEventDestroy(d->pin_ev[i]);
+		if (d->pin)
+			nv_drv.cuMemFreeHost(d->pin);
+		if (d->stream)
+			nv_drv.cuStreamDestroy(d->stream);
+		nv_drv.cuDevicePrimaryCtxRelease(d->slot->dev);
+	}
+	free(d);
+}
+
+int cuda_dev_open(int index, const struct backend_config *cfg, struct cuda_dev **dev, char *err,
+		  size_t errlen)
+{
+	if (index < 0 || index >= nslots || !dev) {
+		snprintf(err, errlen, "cuda: device index %d out of range (0..%d)", index, nslots - 1);
+		return -EINVAL;
+	}
+	struct cuda_dev *d = calloc(1, sizeof(*d));
+	if (!d) {
+		snprintf(err, errlen, "cuda: out of host memory");
+		return -ENOMEM;
+	}
+	d->slot = &slots[index];
+	int rc;
+	CUresult r = nv_drv.cuDevicePrimaryCtxRetain(&d->ctx, d->slot->dev);
+	if (r != CUDA_SUCCESS) {
+		d->ctx = NULL;
+		rc = cuda_fail(r, err, errlen, "cuDevicePrimaryCtxRetain");
+		goto out;
+	}
+	if ((r = nv_drv.cuCtxSetCurrent(d->ctx)) != CUDA_SUCCESS) {
+		rc = cuda_fail(r, err, errlen, "cuCtxSetCurrent");
+		goto out;
+	}
+	if ((r = nv_drv.cuStreamCreate(&d->stream, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS) {
+		rc = cuda_fail(r, err, errlen, "cuStreamCreate");
+		goto out;
+	}
+	for (int i = 0; i < EV_COUNT; i++)
+		if ((r = nv_drv.cuEventCreate(&d->ev[i], CU_EVENT_DEFAULT)) != CUDA_SUCCESS) {
+			rc = cuda_fail(r, err, errlen, "cuEventCreate");
+			goto out;
+		}
+	for (int i = 0; i < 2; i++)
+		if ((r = nv_drv.cuEventCreate(&d->pin_ev[i], CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS) {
+			rc = cuda_fail(r, err, errlen, "cuEventCreate");
+			goto out;
+		}
+	size_t pinned = cfg && cfg->pinned_bytes ? (size_t)cfg->pinned_bytes : CUDA_DEFAULT_PINNED;
+	if (pinned < CUDA_MIN_PINNED)
+		pinned = CUDA_MIN_PINNED;
+	void *pin = NULL;
+	if ((r = nv_drv.cuMemHostAlloc(&pin, pinned, 0)) != CUDA_SUCCESS) {
+		rc = cuda_fail(r, err, errlen, "cuMemHostAlloc (pinned staging pool)");
+		goto out;
+	}
+	d->pin = pin;
+	d->pin_half = pinned / 2 / 256 * 256;
+	*dev = d;
+	return 0;
+out:
+	cuda_dev_close(d);
+	return rc;
+}
+
+/* Waits until half h of the pool is free again. */
+static int pin_wait(struct cuda_dev *d, int h, char *err, size_t errlen)
+{
+	if (!d->pin_busy[h])
+		return 0;
+	d->pin_busy[h] = 0;
+	CU_TRY(nv_drv.cuEventSynchronize(d->pin_ev[h]), "cuEventSynchronize(staging)");
+	return 0;
+}
+
+static int pin_mark(struct cuda_dev *d, int h, char *err, size_t errlen)
+{
+	CU_TRY(nv_drv.cuEventRecord(d->pin_ev[h], d->stream), "cuEventRecord(staging)");
+	d->pin_busy[h] = 1;
+	return 0;
+}
+
+int cuda_dev_copy_in(struct cuda_dev *d, CUdeviceptr dst, size_t dpitch, const void *src,
+		     size_t rows, size_t row_bytes, char *err, size_t errlen)
+{
+	const unsigned char *s = src;
+	int rc, h = 0;
+	if (dpitch == row_bytes) {
+		size_t total = rows * row_bytes;
+		for (size_t off = 0; off < total; off += d->pin_half, h ^= 1) {
+			size_t len = total - off < d->pin_half ? total - off : d->pin_half;
+			if ((rc = pin_wait(d, h, err, errlen)) < 0)
+				return rc;
+			unsigned char *p = d->pin + (size_t)h * d->pin_half;
+			memcpy(p, s + off, len);
+			CU_TRY(nv_drv.cuMemcpyHtoDAsync(dst + off, p, len, d->stream), "cuMemcpyHtoDAsync");
+			if ((rc = pin_mark(d, h, err, errlen)) < 0)
+				return rc;
+		}
+		return 0;
+	}
+	size_t per = d->pin_half / dpitch;
+	if (per == 0) {
+		snprintf(err, errlen, "cuda: a row of %zu bytes does not fit the pinned pool (%zu bytes)",
+			 dpitch, d->pin_half);
+		return -E2BIG;
+	}
+	for (size_t r0 = 0; r0 < rows; r0 += per, h ^= 1) {
+		size_t n = rows - r0 < per ? rows - r0 : per;
+		if ((rc = pin_wait(d, h, err, errlen)) < 0)
+			return rc;
+		unsigned char *p = d->pin + (size_t)h * d->pin_half;
+		for (size_t i = 0; i < n; i++) {
+			memcpy(p + i * dpitch, s + (r0 + i) * row_bytes, row_bytes);
+			memset(p + i * dpitch + row_bytes, 0, dpitch - row_bytes);
+		}
+		CU_TRY(nv_drv.cuMemcpyHtoDAsync(dst + r0 * dpitch, p, n * dpitch, d->stream),
+		       "cuMemcpyHtoDAsync");
+		if ((rc = pin_mark(d, h, err, errlen)) < 0)
+			return rc;
+	}
+	return 0;
+}
+
+int cuda_dev_mark(struct cuda_dev *d, enum cuda_mark mark, char *err, size_t errlen)
+{
+	static const int ev_of[] = { [CUDA_MARK_START] = EV_START, [CUDA_MARK_IN] = EV_IN,
+				     [CUDA_MARK_KERNEL] = EV_KERNEL };
+	CU_TRY(nv_drv.cuEventRecord(d->ev[ev_of[mark]], d->stream), "cuEventRecord");
+	return 0;
+}
+
+/* bytes from src to host dst through the pool; the copy of chunk i out of
+ * the pool overlaps the DMA of chunk i + 1.  Records the end event after
+ * the last DMA and keeps the host time spent after it. */
+int cuda_dev_copy_out(struct cuda_dev *d, void *dst, CUdeviceptr src, size_t bytes, char *err,
+		      size_t errlen)
+{
+	unsigned char *out = dst;
+	size_t nchunks = (bytes + d->pin_half - 1) / d->pin_half;
+	int rc;
+	for (size_t i = 0; i < nchunks; i++) {
+		int h = (int)(i & 1);
+		size_t off = i * d->pin_half;
+		size_t len = bytes - off < d->pin_half ? bytes - off : d->pin_half;
+		if ((rc = pin_wait(d, h, err, errlen)) < 0)
+			return rc;
+		CU_TRY(nv_drv.cuMemcpyDtoHAsync(d->pin + (size_t)h * d->pin_half, src + off, len,
+						d->stream),
+		       "cuMemcpyDtoHAsync");
+		if ((rc = pin_mark(d, h, err, errlen)) < 0)
+			return rc;
+		if (i + 1 == nchunks)
+			CU_TRY(nv_drv.cuEventRecord(d->ev[EV_OUT], d->stream), "cuEventRecord");
+		if (i > 0) {
+			int hp = h ^ 1;
+			size_t poff = (i - 1) * d->pin_half;
+			if ((rc = pin_wait(d, hp, err, errlen)) < 0)
+				return rc;
+			memcpy(out + poff, d->pin + (size_t)hp * d->pin_half, d->pin_half);
+		}
+	}
+	CU_TRY(nv_drv.cuEventSynchronize(d->ev[EV_OUT]), "cuEventSynchronize");
+	uint64_t t0 = mfma_clock_ns();
+	if (nchunks > 0) {
+		size_t last = nchunks - 1, off = last * d->pin_half;
+		int h = (int)(last & 1);
+		if ((rc = pin_wait(d, h, err, errlen)) < 0)
+			return rc;
+		memcpy(out + off, d->pin + (size_t)h * d->pin_half, bytes - off);
+	}
+	d->out_tail_ns = mfma_clock_ns() - t0;
+	return 0;
+}
+
+static uint64_t elapsed_ns(CUevent from, CUevent to)
+{
+	float ms = 0.0f;
+	if (nv_drv.cuEventElapsedTime(&ms, from, to) != CUDA_SUCCESS)
+		return 0;
+	return backend_event_ns(ms);
+}
+
+void cuda_dev_timing(struct cuda_dev *d, struct backend_timing *t)
+{
+	t->h2d_ns = elapsed_ns(d->ev[EV_START], d->ev[EV_IN]);
+	t->kernel_ns = elapsed_ns(d->ev[EV_IN], d->ev[EV_KERNEL]);
+	t->d2h_ns = elapsed_ns(d->ev[EV_KERNEL], d->ev[EV_OUT]) + d->out_tail_ns;
+}
+
+int cuda_dev_sync(struct cuda_dev *d, const char *what, char *err, size_t errlen)
+{
+	CU_TRY(nv_drv.cuStreamSynchronize(d->stream), what);
+	d->pin_busy[0] = d->pin_busy[1] = 0;
+	return 0;
+}
+
+void cuda_dev_drain(struct cuda_dev *d)
+{
+	nv_drv.cuStreamSynchronize(d->stream);
+	d->pin_busy[0] = d->pin_busy[1] = 0;
+}

@@ -1,0 +1,111 @@
+/* The device layer of the CUDA backend: what every kernel provider on an
+ * NVIDIA GPU shares.  Probing, the primary context, one stream, the timing
+ * events, the pinned staging pool and the device buffer cache live in
+ * cuda_device.c; a provider (cuda_provider.h) sees only this API.
+ *
+ * Threading: cuda_dev_probe and the cuda_slot_* readers run on the main
+ * thread before the loop starts; everything on a struct cuda_dev runs on
+ * that device's worker thread, with its context current.
+ *
+ * Errors: 0 or a negative errno-style code, with a sentence in err. */
+#ifndef MFMAD_CUDA_DEVICE_H
+#define MFMAD_CUDA_DEVICE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "nv_driver.h"
+
+/* ---- Probing (main thread) ---- */
+
+/* Whether some provider has kernels for compute capability cc (e.g. 90).
+ * Devices no provider serves are not offered. */
+typedef int (*cuda_usable_fn)(int cc);
+
+/* Opens the driver and lists the devices usable() accepts: their count (0
+ * without a driver or a GPU, which is not an error; err then says why),
+ * or a negative code. */
+int cuda_dev_probe(cuda_usable_fn usable, char *err, size_t errlen);
+int cuda_dev_count(void);
+/* Compute capability of device index (major * 10 + minor). */
+int cuda_slot_cc(int index);
+/* Name, arch ("sm_90") and memory of device index; the providers add the
+ * variants and dtypes.  -EINVAL for an index out of range. */
+int cuda_slot_describe(int index, struct backend_device_info *info);
+
+/* ---- An open device (its worker thread) ---- */
+
+struct cuda_dev;
+
+int cuda_dev_open(int index, const struct backend_config *cfg, struct cuda_dev **dev, char *err,
+		  size_t errlen);
+/* Waits for the stream, then frees everything.  Accepts NULL. */
+void cuda_dev_close(struct cuda_dev *d);
+
+CUdevice cuda_dev_device(const struct cuda_dev *d);
+int cuda_dev_cc(const struct cuda_dev *d);
+CUstream cuda_dev_stream(const struct cuda_dev *d);
+/* Makes the device's context current on the calling thread. */
+int cuda_dev_enter(struct cuda_dev *d, char *err, size_t errlen);
+
+/* Fills err from a failed driver call and returns its errno. */
+int cuda_fail(CUresult r, char *err, size_t errlen, const char *what);
+
+/* Device memory that grows as needed and is kept.  A provider keeps the
+ * buffers only it understands (packed operands, workspaces) in its own
+ * per-device state; the operand buffers any provider may use are the
+ * device's (cuda_dev_scratch). */
+struct cuda_buf {
+	CUdeviceptr p;
+	size_t cap;
+};
+
+/* Grows b to at least size bytes; the contents are not kept.  *grown,
+ * when not NULL, says whether it was reallocated. */
+int cuda_buf_need(struct cuda_buf *b, size_t size, const char *what, int *grown, char *err,
+		  size_t errlen);
+void cuda_buf_free(struct cuda_buf *b);
+
+/* The device's operand buffers, shared by the providers: their contents
+ * do not outlive one request. */
+enum cuda_scratch {
+	CUDA_SCRATCH_A,    /* A as the request sent it */
+	CUDA_SCRATCH_META, /* its canonical 2:4 meta */
+	CUDA_SCRATCH_B,
+	CUDA_SCRATCH_C,
+	CUDA_SCRATCH_D,
+	CUDA_SCRATCH_COUNT
+};
+struct cuda_buf *cuda_dev_scratch(struct cuda_dev *d, enum cuda_scratch which);
+
+/* Host to device through the pinned pool: rows x row_bytes of src to dst,
+ * whose rows are dpitch bytes apart (the gap zero-filled); asynchronous
+ * on the stream. */
+int cuda_dev_copy_in(struct cuda_dev *d, CUdeviceptr dst, size_t dpitch, const void *src,
+		     size_t rows, size_t row_bytes, char *err, size_t errlen);
+
+/* The timing of one request: the provider records START before its first
+ * copy in, IN after its last, KERNEL after its last kernel; the copy out
+ * records the end and waits for it. */
+enum cuda_mark { CUDA_MARK_START, CUDA_MARK_IN, CUDA_MARK_KERNEL };
+int cuda_dev_mark(struct cuda_dev *d, enum cuda_mark mark, char *err, size_t errlen);
+
+/* Device to host through the pinned pool, then waits for the stream: the
+ * last step of a GEMM.  A kernel fault surfaces here. */
+int cuda_dev_copy_out(struct cuda_dev *d, void *dst, CUdeviceptr src, size_t bytes, char *err,
+		      size_t errlen);
+
+/* h2d, kernel and d2h times of the request just copied out (the
+ * variant is the provider's to name). */
+void cuda_dev_timing(struct cuda_dev *d, struct backend_timing *t);
+
+/* Waits for the stream after work that ends on the device (a weight's
+ * packing): the pinned pool is free again afterwards. */
+int cuda_dev_sync(struct cuda_dev *d, const char *what, char *err, size_t errlen);
+
+/* After a failure half-way, waits for whatever was enqueued, so that no
+ * copy still reads or writes the pool or the caller's memory. */
+void cuda_dev_drain(struct cuda_dev *d);
+
+#endif

@@ -1,0 +1,82 @@
+/* Kernel providers of the CUDA backend: a family of GEMM kernels that
+ * runs on the device layer (cuda_device.h).  cuda.c holds the table of
+ * providers and walks it; each provider is one file (cuda_ours.c: our
+ * mma.sp kernels from kernels/nvidia/).
+ *
+ * Adding a provider (cuBLASLt, cuSPARSELt, a wgmma family):
+ *   1. Write cuda_<name>.c defining a `const struct cuda_provider
+ *      cuda_provider_<name>` and declare it below.  It talks to the device
+ *      only through cuda_device.h: copies in and out through the pinned
+ *      pool, the scratch buffers and cuda_buf_need, the stream, the timing
+ *      marks.  What it needs per device (a loaded module, a library
+ *      handle, its private buffers) is its state, made by attach and freed
+ *      by detach.  A provider whose library may be absent (dlopen) finds
+ *      out in usable() or attach(), never fails the device because of it:
+ *      it answers no in usable(), or attaches with a state that makes
+ *      supports() say no.
+ *   2. Add it to the table in cuda.c, in order of preference: the first
+ *      provider whose supports() accepts a request runs it.
+ *   3. Add the file to backend_cuda_sources in meson.build.
+ * The daemon sees none of this: the variant string a GEMM reports names
+ * the kernel (and so the provider) that ran. */
+#ifndef MFMAD_CUDA_PROVIDER_H
+#define MFMAD_CUDA_PROVIDER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "cuda_device.h"
+
+/* What a provider is asked to run.  At weight_load the request is not
+ * known yet: n is 0 and out is MFMA_DT_NONE, meaning "any". */
+struct cuda_shape {
+	uint32_t m, n, k;
+	enum mfma_dtype in, out;
+	bool sparse;
+};
+
+struct cuda_provider {
+	const char *name;
+
+	/* Probe time, no context: whether the provider has kernels for
+	 * compute capability cc. */
+	int (*usable)(int cc);
+	/* Adds the variants the provider runs on cc to info->variants
+	 * (comma-separated, after what is there) and its input dtypes to
+	 * info->dense_dtypes / sparse_dtypes. */
+	void (*describe)(int cc, struct backend_device_info *info);
+
+	/* Worker thread, context current.  attach makes the provider's state
+	 * on an open device (*state may stay NULL); a negative code fails the
+	 * device's open.  detach accepts a NULL state. */
+	int (*attach)(struct cuda_dev *dev, void **state, char *err, size_t errlen);
+	void (*detach)(struct cuda_dev *dev, void *state);
+
+	/* 0 when the provider runs this shape on this device, else a
+	 * negative code (-ENOTSUP: no kernel for it; -EINVAL: a request no
+	 * kernel could run) with the reason in err.  Pure: no device work. */
+	int (*supports)(const struct cuda_dev *dev, void *state, const struct cuda_shape *s,
+			char *err, size_t errlen);
+
+	/* Makes an A operand (canonical 2:4 or dense, w->m x w->k) resident in
+	 * the provider's own layout: *packed is passed back to launch and
+	 * weight_free, *dev_bytes is the device memory it holds.  The work may
+	 * end on the stream; the caller waits for it. */
+	int (*weight_pack)(struct cuda_dev *dev, void *state, const struct mfma_weight_host *w,
+			   void **packed, uint64_t *dev_bytes, char *err, size_t errlen);
+	void (*weight_free)(struct cuda_dev *dev, void *state, void *packed);
+
+	/* Runs one GEMM that supports() accepted: records the timing marks,
+	 * copies in, launches, copies D out (cuda_dev_copy_out, which waits),
+	 * and names the kernel in *variant (a static string).  packed is a
+	 * weight_pack result replacing g->a / g->a_meta, or NULL.  On failure
+	 * the caller drains the stream. */
+	int (*launch)(struct cuda_dev *dev, void *state, const struct mfma_gemm *g, void *packed,
+		      const char **variant, char *err, size_t errlen);
+};
+
+extern const struct cuda_provider cuda_provider_ours;
+
+#endif
