@@ -1,0 +1,442 @@
+/* The request path's defects found while reshaping the daemon, each
+ * against the real mfmad (CPU backend) over its real socket:
+ *
+ * - a failed --replace keeps the old weight (mfmactl, as a user sees it);
+ * - a timeout_us too large to be a deadline is refused, not wrapped;
+ * - a queued request whose deadline passes is answered then, not when
+ *   the device gets to it;
+ * - priorities age, so a low priority does not starve;
+ * - more listening sockets than the daemon holds is a clear error. */
+#include <errno.h>
+#include <stdbool.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "frame.h"
+#include "harness.h"
+#include "mfma.pb-c.h"
+#include "mfma_clock.h"
+
+/* ---- raw protocol ---- */
+
+struct mat {
+	Mfma__V1__Matrix m;
+	Mfma__V1__Operand op;
+	float *data;
+};
+
+static void mat_init(struct mat *x, uint32_t rows, uint32_t cols)
+{
+	mfma__v1__matrix__init(&x->m);
+	mfma__v1__operand__init(&x->op);
+	x->data = calloc((size_t)rows * cols, sizeof(float));
+	assert_non_null(x->data);
+	for (size_t i = 0; i < (size_t)rows * cols; i++)
+		x->data[i] = (float)((i * 7) % 13) / 13.0f;
+	x->m.has_rows = x->m.has_cols = x->m.has_dtype = x->m.has_data = 1;
+	x->m.rows = rows;
+	x->m.cols = cols;
+	x->m.dtype = MFMA__V1__DTYPE__F32;
+	x->m.data.data = (uint8_t *)x->data;
+	x->m.data.len = (size_t)rows * cols * sizeof(float);
+	x->op.kind_case = MFMA__V1__OPERAND__KIND_DENSE;
+	x->op.dense = &x->m;
+}
+
+/* Sends one f32 GEMM (m x k times k x n); a pruned to 2:4 when prune. */
+static void send_gemm_a(int fd, uint64_t id, uint32_t m, uint32_t n, uint32_t k, uint32_t prio,
+			uint64_t timeout_us, bool prune)
+{
+	struct mat a, b;
+	mat_init(&a, m, k);
+	mat_init(&b, k, n);
+	if (prune)
+		a.op.sparsity = MFMA__V1__SPARSITY__PRUNE_24;
+	Mfma__V1__Gemm g = MFMA__V1__GEMM__INIT;
+	g.a = &a.op;
+	g.b = &b.m;
+	if (prio) {
+		g.has_priority = 1;
+		g.priority = prio;
+	}
+	if (timeout_us) {
+		g.has_timeout_us = 1;
+		g.timeout_us = timeout_us;
+	}
+	Mfma__V1__Request req = MFMA__V1__REQUEST__INIT;
+	req.has_id = 1;
+	req.id = id;
+	req.body_case = MFMA__V1__REQUEST__BODY_GEMM;
+	req.gemm = &g;
+	size_t len = mfma__v1__request__get_packed_size(&req);
+	uint8_t *buf = malloc(FRAME_HEADER_SIZE + len);
+	assert_non_null(buf);
+	frame_header_put(buf, (uint32_t)len);
+	mfma__v1__request__pack(&req, buf + FRAME_HEADER_SIZE);
+	assert_int_equal(harness_write_all(fd, buf, FRAME_HEADER_SIZE + len), 0);
+	free(buf);
+	free(a.data);
+	free(b.data);
+}
+
+static void send_gemm(int fd, uint64_t id, uint32_t m, uint32_t n, uint32_t k, uint32_t prio,
+		      uint64_t timeout_us)
+{
+	send_gemm_a(fd, id, m, n, k, prio, timeout_us, false);
+}
+
+/* The daemon's own 2:4 loop on one thread (cpu.threads = 1, not
+ * OpenBLAS, whose threads the config does not hold), 2048^3: long
+ * enough that requests queue behind it on any machine. */
+static const char one_thread[] = "cpu = { threads = 1; devices = 1; };";
+#define LONG_N 2048
+
+static void send_long(int fd, uint64_t id)
+{
+	send_gemm_a(fd, id, LONG_N, LONG_N, LONG_N, 0, 0, true);
+}
+
+static Mfma__V1__Response *read_response(int fd, int timeout_ms)
+{
+	uint8_t *buf = NULL;
+	long n = harness_read_frame(fd, &buf, timeout_ms);
+	assert_true(n >= 0);
+	Mfma__V1__Response *r = mfma__v1__response__unpack(NULL, (size_t)n, buf);
+	free(buf);
+	assert_non_null(r);
+	assert_non_null(r->status);
+	return r;
+}
+
+/* ---- mfmactl ---- */
+
+/* A rows x cols f32 .npy file. */
+static void write_npy(const char *path, uint32_t rows, uint32_t cols)
+{
+	char hdr[128];
+	int n = snprintf(hdr, sizeof(hdr),
+			 "{'descr': '<f4', 'fortran_order': False, 'shape': (%u, %u), }", rows, cols);
+	int total = 10 + n + 1;
+	int pad = (64 - total % 64) % 64;
+	FILE *f = fopen(path, "wb");
+	assert_non_null(f);
+	uint16_t hl = (uint16_t)(n + pad + 1);
+	fwrite("\x93NUMPY\x01\x00", 1, 8, f);
+	fwrite(&hl, 2, 1, f);
+	fwrite(hdr, 1, (size_t)n, f);
+	for (int i = 0; i < pad; i++)
+		fputc(' ', f);
+	fputc('\n', f);
+	for (size_t i = 0; i < (size_t)rows * cols; i++) {
+		float v = (float)(i % 17) - 8.0f;
+		fwrite(&v, 4, 1, f);
+	}
+	fclose(f);
+}
+
+static char out[1 << 16];
+
+/* The daemon of the running test, stopped by the teardown when an
+ * assertion ends the test early. */
+static struct mfmad_proc *running;
+
+static void start(struct mfmad_proc *p, const char *conf)
+{
+	assert_int_equal(harness_start(p, conf, NULL), 0);
+	running = p;
+}
+
+static void stop(struct mfmad_proc *p)
+{
+	running = NULL;
+	assert_int_equal(harness_stop(p), 0);
+}
+
+static int stop_leftover(void **state)
+{
+	(void)state;
+	if (running)
+		harness_stop(running);
+	running = NULL;
+	return 0;
+}
+
+static int ctl(const struct mfmad_proc *p, ...)
+{
+	const char *argv[32];
+	int n = 0;
+	argv[n++] = getenv("MFMACTL_BIN");
+	assert_non_null(argv[0]);
+	argv[n++] = "-e";
+	argv[n++] = p->endpoint;
+	va_list ap;
+	va_start(ap, p);
+	const char *a;
+	while ((a = va_arg(ap, const char *)) && n < 31)
+		argv[n++] = a;
+	va_end(ap);
+	argv[n] = NULL;
+	return harness_run(argv, out, sizeof(out));
+}
+
+/* A replace that does not fit must leave the old weight serving. */
+static void test_failed_replace_keeps_the_old_weight(void **state)
+{
+	(void)state;
+	struct mfmad_proc p;
+	start(&p, "weights = { budget_mb = 1; };");
+	char w[160];
+	snprintf(w, sizeof(w), "%s/W.npy", p.dir);
+	write_npy(w, 512, 512); /* 1 MiB of f32: the whole budget */
+	assert_int_equal(ctl(&p, "load", "w1", w, NULL), 0);
+	assert_int_not_equal(ctl(&p, "load", "w1", w, "--replace", NULL), 0);
+	assert_int_equal(ctl(&p, "--json", "weights", NULL), 0);
+	assert_non_null(strstr(out, "\"w1\""));
+	/* And it still serves. */
+	char b[160];
+	snprintf(b, sizeof(b), "%s/B.npy", p.dir);
+	write_npy(b, 512, 2);
+	assert_int_equal(ctl(&p, "submit", "-w", "w1", "-b", b, NULL), 0);
+	unlink(w);
+	unlink(b);
+	stop(&p);
+}
+
+/* A replace that fits swaps the weight under the same name. */
+static void test_replace_swaps(void **state)
+{
+	(void)state;
+	struct mfmad_proc p;
+	start(&p, "weights = { budget_mb = 2; };");
+	char w[160], w2[160];
+	snprintf(w, sizeof(w), "%s/W.npy", p.dir);
+	snprintf(w2, sizeof(w2), "%s/W2.npy", p.dir);
+	write_npy(w, 512, 512);
+	write_npy(w2, 256, 512);
+	assert_int_equal(ctl(&p, "load", "w1", w, NULL), 0);
+	assert_int_equal(ctl(&p, "load", "w1", w2, "--replace", NULL), 0);
+	assert_int_equal(ctl(&p, "--json", "weights", NULL), 0);
+	assert_non_null(strstr(out, "\"rows\": 256"));
+	assert_null(strstr(out, "\"rows\": 512"));
+	unlink(w);
+	unlink(w2);
+	stop(&p);
+}
+
+/* timeout_us * 1000 used to wrap into a deadline in the past. */
+static void test_huge_timeout_is_refused(void **state)
+{
+	(void)state;
+	struct mfmad_proc p;
+	start(&p, NULL);
+	int fd = harness_connect_raw(&p);
+	assert_true(fd >= 0);
+	send_gemm(fd, 7, 4, 4, 4, 0, 18446744073709551ull);
+	Mfma__V1__Response *r = read_response(fd, 10000);
+	assert_int_equal(r->status->code, MFMA__V1__CODE__INVALID_ARGUMENT);
+	assert_non_null(strstr(r->status->message, "timeout_us=18446744073709551"));
+	mfma__v1__response__free_unpacked(r, NULL);
+	/* One day is still taken. */
+	send_gemm(fd, 8, 4, 4, 4, 0, 86400ull * 1000000);
+	r = read_response(fd, 10000);
+	assert_int_equal(r->status->code, MFMA__V1__CODE__OK);
+	mfma__v1__response__free_unpacked(r, NULL);
+	close(fd);
+	stop(&p);
+}
+
+/* A request whose deadline passes while it waits behind a long GEMM is
+ * answered at the deadline, before the long GEMM is done. */
+static void test_deadline_answered_when_it_passes(void **state)
+{
+	(void)state;
+	struct mfmad_proc p;
+	start(&p, one_thread);
+	int fd = harness_connect_raw(&p);
+	assert_true(fd >= 0);
+	send_long(fd, 1);
+	uint64_t t0 = mfma_clock_ns();
+	send_gemm(fd, 2, 8, 8, 8, 0, 20000); /* 20 ms */
+	Mfma__V1__Response *r = read_response(fd, 60000);
+	uint64_t waited_ms = (mfma_clock_ns() - t0) / 1000000;
+	assert_int_equal(r->id, 2);
+	assert_int_equal(r->status->code, MFMA__V1__CODE__DEADLINE_EXCEEDED);
+	assert_non_null(strstr(r->status->message, "passed while queued"));
+	mfma__v1__response__free_unpacked(r, NULL);
+	r = read_response(fd, 120000);
+	assert_int_equal(r->id, 1);
+	assert_int_equal(r->status->code, MFMA__V1__CODE__OK);
+	mfma__v1__response__free_unpacked(r, NULL);
+	print_message("deadline answered after %llu ms\n", (unsigned long long)waited_ms);
+	close(fd);
+	stop(&p);
+}
+
+/* Waits until device 0 runs something (the long GEMM sent before). */
+static void wait_running(int fd)
+{
+	for (int tries = 0; tries < 2000; tries++) {
+		Mfma__V1__GetStatus s = MFMA__V1__GET_STATUS__INIT;
+		Mfma__V1__Request req = MFMA__V1__REQUEST__INIT;
+		req.has_id = 1;
+		req.id = 1000 + (uint64_t)tries;
+		req.body_case = MFMA__V1__REQUEST__BODY_STATUS;
+		req.status = &s;
+		uint8_t buf[64];
+		size_t len = mfma__v1__request__get_packed_size(&req);
+		frame_header_put(buf, (uint32_t)len);
+		mfma__v1__request__pack(&req, buf + FRAME_HEADER_SIZE);
+		assert_int_equal(harness_write_all(fd, buf, FRAME_HEADER_SIZE + len), 0);
+		Mfma__V1__Response *r = read_response(fd, 10000);
+		assert_int_equal(r->body_case, MFMA__V1__RESPONSE__BODY_STATUS_RESULT);
+		bool running = r->status_result->n_devices > 0 &&
+			       r->status_result->devices[0]->in_flight > 0;
+		mfma__v1__response__free_unpacked(r, NULL);
+		if (running)
+			return;
+		struct timespec ts = { 0, 5 * 1000 * 1000 };
+		nanosleep(&ts, NULL);
+	}
+	fail_msg("the long GEMM never started");
+}
+
+/* Starts a long GEMM, then sends a low-priority request and, 100 ms
+ * later, a high-priority one, both queued behind it; returns the id of
+ * the one answered first. */
+static uint64_t first_of_two(const char *conf)
+{
+	struct mfmad_proc p;
+	start(&p, conf);
+	int busy = harness_connect_raw(&p), fd = harness_connect_raw(&p);
+	assert_true(busy >= 0 && fd >= 0);
+	send_long(busy, 1);
+	wait_running(fd);
+	send_gemm(fd, 2, 8, 8, 8, 50, 0); /* low */
+	struct timespec ts = { 0, 100 * 1000 * 1000 };
+	nanosleep(&ts, NULL);
+	send_gemm(fd, 3, 8, 8, 8, 1, 0); /* high, 100 ms later */
+	uint64_t first = 0, low_queue_ns = 0;
+	for (int i = 0; i < 2; i++) {
+		Mfma__V1__Response *r = read_response(fd, 120000);
+		assert_int_equal(r->status->code, MFMA__V1__CODE__OK);
+		if (!first)
+			first = r->id;
+		if (r->id == 2)
+			low_queue_ns = r->gemm->timing->queue_ns;
+		mfma__v1__response__free_unpacked(r, NULL);
+	}
+	Mfma__V1__Response *r = read_response(busy, 120000);
+	assert_int_equal(r->status->code, MFMA__V1__CODE__OK);
+	mfma__v1__response__free_unpacked(r, NULL);
+	/* The low-priority request was still queued when the other came:
+	 * the order was the scheduler's choice, not the arrival's. */
+	if (low_queue_ns < 100ull * 1000 * 1000)
+		fail_msg("request 2 queued only %llu us: the long GEMM was too short to test with",
+			 (unsigned long long)(low_queue_ns / 1000));
+	close(fd);
+	close(busy);
+	stop(&p);
+	return first;
+}
+
+/* With aging at 1 ms a level, 100 ms of waiting outweighs 49 levels;
+ * without aging, priority wins. */
+static void test_priorities_age(void **state)
+{
+	(void)state;
+	char conf[256];
+	snprintf(conf, sizeof(conf), "%s limits = { priority_aging_ms = 1; };", one_thread);
+	assert_int_equal(first_of_two(conf), 2);
+	snprintf(conf, sizeof(conf), "%s limits = { priority_aging_ms = 0; };", one_thread);
+	assert_int_equal(first_of_two(conf), 3);
+}
+
+/* Eight socket-activated listeners and --tcp: one more than mfmad holds.
+ * It must refuse to start, saying why (it used to write past its table). */
+static void test_too_many_listeners(void **state)
+{
+	(void)state;
+	char dir[] = "/tmp/mfmad-lst-XXXXXX";
+	assert_non_null(mkdtemp(dir));
+	char log[64];
+	snprintf(log, sizeof(log), "%s/log", dir);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		for (int i = 0; i < 8; i++) {
+			int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+			struct sockaddr_un sa = { .sun_family = AF_UNIX };
+			snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/s%d", dir, i);
+			if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+			    listen(fd, 8) < 0 || dup2(fd, 3 + i) < 0)
+				_exit(90);
+			if (fd != 3 + i)
+				close(fd);
+		}
+		int lf = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+		if (lf < 0 || dup2(lf, 2) < 0)
+			_exit(91);
+		char pidbuf[32];
+		snprintf(pidbuf, sizeof(pidbuf), "%d", (int)getpid());
+		setenv("LISTEN_PID", pidbuf, 1);
+		setenv("LISTEN_FDS", "8", 1);
+		const char *bin = getenv("MFMAD_BIN");
+		execl(bin, bin, "--config", "/dev/null", "--tcp", "127.0.0.1:47999", (char *)NULL);
+		_exit(92);
+	}
+	/* It must stop by itself; one that runs on is killed and fails. */
+	int st = 0;
+	pid_t w = 0;
+	for (int i = 0; i < 200 && (w = waitpid(pid, &st, WNOHANG)) == 0; i++) {
+		struct timespec ts = { 0, 50 * 1000 * 1000 };
+		nanosleep(&ts, NULL);
+	}
+	if (w == 0) {
+		kill(pid, SIGKILL);
+		waitpid(pid, &st, 0);
+		print_message("mfmad started with more listeners than it holds\n");
+	}
+	char text[4096] = "";
+	FILE *f = fopen(log, "r");
+	if (f) {
+		size_t n = fread(text, 1, sizeof(text) - 1, f);
+		text[n] = '\0';
+		fclose(f);
+	}
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 1 || !strstr(text, "too many listening sockets"))
+		print_message("mfmad status 0x%x, log:\n%s\n", st, text);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 1);
+	assert_non_null(strstr(text, "too many listening sockets"));
+	char cmd[96];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	assert_int_equal(system(cmd), 0);
+}
+
+int main(void)
+{
+	signal(SIGPIPE, SIG_IGN);
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_teardown(test_failed_replace_keeps_the_old_weight, stop_leftover),
+		cmocka_unit_test_teardown(test_replace_swaps, stop_leftover),
+		cmocka_unit_test_teardown(test_huge_timeout_is_refused, stop_leftover),
+		cmocka_unit_test_teardown(test_deadline_answered_when_it_passes, stop_leftover),
+		cmocka_unit_test_teardown(test_priorities_age, stop_leftover),
+		cmocka_unit_test(test_too_many_listeners),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
