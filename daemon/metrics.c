@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "mfma_clock.h"
 #include "mfmad_build.h"
 
 #if MFMAD_HAVE_MICROHTTPD
@@ -306,10 +307,7 @@ int metrics_render_at(const struct mfmad_stats *s, uint64_t now_ns, char **out, 
 
 int metrics_render(const struct mfmad_stats *s, char **out, size_t *len)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return metrics_render_at(s, (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec, out,
-				 len);
+	return metrics_render_at(s, mfma_clock_ns(), out, len);
 }
 
 /* ---- address checks ---- */

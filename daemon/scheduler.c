@@ -199,16 +199,6 @@ static void arm_deadline_timer(struct sched *s, uint64_t deadline)
 
 /* ---- the loop's side ---- */
 
-static uint64_t order_key(uint64_t enqueue_ns, uint32_t prio, uint64_t aging_ms)
-{
-	/* Without aging a priority level is worth 2^50 ns (13 days) of
-	 * waiting: strict priority in practice. */
-	uint64_t step = aging_ms ? aging_ms * 1000000ull : 1ull << 50;
-	if (prio && step > (UINT64_MAX - enqueue_ns) / prio)
-		return UINT64_MAX;
-	return enqueue_ns + (uint64_t)prio * step;
-}
-
 void sched_submit(struct daemon *d, int dev, struct sched_job *j, sched_work_fn work,
 		  sched_done_fn done)
 {
@@ -219,7 +209,7 @@ void sched_submit(struct daemon *d, int dev, struct sched_job *j, sched_work_fn 
 	j->dev = dev;
 	j->status = 0;
 	j->enqueue_ns = mfma_clock_ns();
-	j->node.key = order_key(j->enqueue_ns, j->prio, d->cfg.priority_aging_ms);
+	j->node.key = sched_order_key(j->enqueue_ns, j->prio, d->cfg.priority_aging_ms);
 	j->node.seq = s->seq++;
 	STATS_ADD(q->v->st->queued, 1);
 	pthread_mutex_lock(&q->mu);

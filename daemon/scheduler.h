@@ -42,6 +42,17 @@ struct sched_job {
 	bool cancelable;        /* a client request: cancelled at the end of the grace period */
 };
 
+/* The queue's order of a job queued at enqueue_ns with priority prio.
+ * Without aging a priority level is worth 2^50 ns (13 days) of waiting:
+ * strict priority in practice.  Saturates instead of wrapping. */
+static inline uint64_t sched_order_key(uint64_t enqueue_ns, uint32_t prio, uint64_t aging_ms)
+{
+	uint64_t step = aging_ms ? aging_ms * 1000000ull : 1ull << 50;
+	if (prio && step > (UINT64_MAX - enqueue_ns) / prio)
+		return UINT64_MAX;
+	return enqueue_ns + (uint64_t)prio * step;
+}
+
 /* Starts one worker per device and waits until each has opened its
  * device; fails when none could. */
 int sched_start(struct daemon *d, char *err, size_t errlen);
