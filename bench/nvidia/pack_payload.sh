@@ -12,11 +12,11 @@ if [ ! -d "$B" ]; then
 	# No HIP: its runtime is not on the GPU machine and is not needed there.
 	meson setup "$B" -Dhip=disabled -Dcuda=enabled
 fi
-ninja -C "$B" -j2 daemon/mfmad client/mfmactl tests/nvidia/test_cuda_backend \
+ninja -C "$B" -j2 daemon/mfmad client/ctl/mfmactl tests/nvidia/test_cuda_backend \
 	tests/nvidia/test_nv_layout bench/nvidia/bench_nv
 P=$(mktemp -d)
 mkdir -p "$P/bin" "$P/lib"
-cp "$B/daemon/mfmad" "$B/client/mfmactl" "$B/tests/nvidia/test_cuda_backend" \
+cp "$B/daemon/mfmad" "$B/client/ctl/mfmactl" "$B/tests/nvidia/test_cuda_backend" \
 	"$B/tests/nvidia/test_nv_layout" "$B/bench/nvidia/bench_nv" "$P/bin/"
 # Meson makes thin archives (member paths only): copy the members into
 # real archives for the link on the GPU machine.
@@ -25,7 +25,7 @@ for a in kernels/nvidia/libmfma_nvidia.a kernels/common/libmfma_common.a; do
 done
 # Shared libraries of mfmad, mfmactl and the tests that are not part of a
 # plain Ubuntu/CUDA image; cp -L follows the symlinks to the real files.
-for bin in daemon/mfmad client/mfmactl tests/nvidia/test_cuda_backend bench/nvidia/bench_nv; do
+for bin in daemon/mfmad client/ctl/mfmactl tests/nvidia/test_cuda_backend bench/nvidia/bench_nv; do
 	ldd "$B/$bin" | awk '/=> \//{print $1, $3}'
 done | sort -u | while read -r name path; do
 	case "$name" in
