@@ -365,8 +365,9 @@ static void run_problem(enum mfma_dtype in, int m, int n, int k, FILE *out)
 	p.kpad = (int)nv_k_pad(ksp, k);
 
 	/* Host operands: a random 2:4 A (compressed and dense) and B. */
-	void *vals = malloc((size_t)m * (k / 2) * es);
-	uint32_t *meta = malloc((size_t)m * sparse24_meta_words(k) * 4);
+	size_t vbytes = sparse24_values_bytes(m, k, es), mbytes = sparse24_meta_bytes(m, k);
+	void *vals = malloc(vbytes);
+	uint32_t *meta = malloc(mbytes);
 	void *dense = malloc((size_t)m * k * es);
 	void *hb = malloc((size_t)k * n * es);
 	if (!vals || !meta || !dense || !hb || nvt_sparse(in, m, k, vals, meta, dense, &seed) != 0)
@@ -378,10 +379,10 @@ static void run_problem(enum mfma_dtype in, int m, int n, int k, FILE *out)
 		p.dense[i] = dalloc((size_t)m * k * es);
 		upload(p.dense[i], dense, (size_t)m * k * es);
 	}
-	CUdeviceptr dvals = dalloc((size_t)m * (k / 2) * es);
-	CUdeviceptr dmeta = dalloc((size_t)m * sparse24_meta_words(k) * 4);
-	upload(dvals, vals, (size_t)m * (k / 2) * es);
-	upload(dmeta, meta, (size_t)m * sparse24_meta_words(k) * 4);
+	CUdeviceptr dvals = dalloc(vbytes);
+	CUdeviceptr dmeta = dalloc(mbytes);
+	upload(dvals, vals, vbytes);
+	upload(dmeta, meta, mbytes);
 	p.nsp = copies_for((size_t)nv_packed_a_bytes(ksp, m, k) + (size_t)nv_packed_meta_bytes(ksp, m, k));
 	p.ndn = copies_for((size_t)nv_packed_a_bytes(kdn, m, k));
 	for (int i = 0; i < p.nsp; i++) {

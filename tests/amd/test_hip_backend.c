@@ -103,7 +103,7 @@ static void device_gemm(void *dev, enum mfma_dtype t, bool sparse, bool resident
 	enum mfma_dtype out = t == MFMA_DT_I8 ? MFMA_DT_I32 : (td_rand(s) % 2 ? t : MFMA_DT_F32);
 	size_t os = mfma_dtype_size(out);
 	void *dense = malloc((size_t)m * k * es + 1), *vals = malloc((size_t)m * k * es + 1);
-	uint32_t *meta = malloc((size_t)m * sparse24_meta_words(k) * 4 + 4);
+	uint32_t *meta = malloc(sparse24_meta_bytes(m, k) + 4);
 	void *b = malloc((size_t)k * n * es + 1), *c = malloc((size_t)m * n * os + 1);
 	void *d = malloc((size_t)m * n * os + 1);
 	double *ref = malloc((size_t)m * n * sizeof(double) + 1);

@@ -295,7 +295,7 @@ static void make_sparse(struct greq *q, uint32_t rows, uint32_t cols, size_t met
 	q->as.cols = cols;
 	q->as.dtype = MFMA__V1__DTYPE__F32;
 	q->as.values.data = (uint8_t *)q->abuf;
-	q->as.values.len = (size_t)rows * (cols / 2) * 4;
+	q->as.values.len = sparse24_values_bytes(rows, cols, 4);
 	q->as.meta.data = (uint8_t *)q->meta;
 	q->as.meta.len = meta_bytes;
 	q->a.kind_case = MFMA__V1__OPERAND__KIND_SPARSE;

@@ -57,8 +57,8 @@ static void ops_make(struct operands *o, enum mfma_dtype in, enum mfma_dtype out
 	memset(o, 0, sizeof(*o));
 	size_t es = mfma_dtype_size(in), os = mfma_dtype_size(out);
 	if (sparse) {
-		o->a = malloc((size_t)m * (k / 2) * es + 1);
-		o->meta = malloc((size_t)m * sparse24_meta_words(k) * 4 + 4);
+		o->a = malloc(sparse24_values_bytes(m, k, es) + 1);
+		o->meta = malloc(sparse24_meta_bytes(m, k) + 4);
 		assert_int_equal(nvt_sparse(in, m, k, o->a, o->meta, NULL, &seed), 0);
 	} else {
 		o->a = malloc((size_t)m * k * es + 1);
@@ -91,7 +91,7 @@ static double rel_error(const struct operands *o, const uint32_t *idx, uint32_t 
 	if (idx) {
 		/* A sub-problem of the chosen rows, so that the reference
 		 * stays cheap on large shapes. */
-		size_t arow = (g->a_sparse ? g->k / 2 : g->k) * es, mrow = sparse24_meta_words(g->k) * 4;
+		size_t arow = (g->a_sparse ? g->k / 2 : g->k) * es, mrow = sparse24_meta_bytes(1, g->k);
 		a = malloc(rows * arow + 1);
 		d = malloc((size_t)rows * g->n * os + 1);
 		if (g->a_sparse)

@@ -234,8 +234,8 @@ static void make_problem(struct problem *p, int kind, int m, int n, int k)
 			put_random(dense, t, (size_t)r * k + 4 * g + i0);
 			put_random(dense, t, (size_t)r * k + 4 * g + i1);
 		}
-	p->a = malloc((size_t)m * (k / 2) * es);
-	p->meta = malloc((size_t)m * sparse24_meta_words(k) * 4);
+	p->a = malloc(sparse24_values_bytes(m, k, es));
+	p->meta = malloc(sparse24_meta_bytes(m, k));
 	assert_int_equal(sparse24_compress(dense, t, m, k, p->a, p->meta, NULL, NULL), 0);
 	free(dense);
 }

@@ -57,9 +57,9 @@ static void setup_sparse(struct fixture *f, uint32_t m, uint32_t k, int dt)
 	f->as.cols = k;
 	f->as.dtype = (Mfma__V1__DType)dt;
 	f->as.values.data = bufa;
-	f->as.values.len = (size_t)m * (k / 2) * mfma_dtype_size((enum mfma_dtype)dt);
+	f->as.values.len = sparse24_values_bytes(m, k, mfma_dtype_size((enum mfma_dtype)dt));
 	f->as.meta.data = bufm;
-	f->as.meta.len = (size_t)m * sparse24_meta_words(k) * 4;
+	f->as.meta.len = sparse24_meta_bytes(m, k);
 	f->a.kind_case = MFMA__V1__OPERAND__KIND_SPARSE;
 	f->a.sparse = &f->as;
 	set_matrix(&f->b, k, 5, dt, bufb);

@@ -73,7 +73,7 @@ static void problem_init(struct problem *pr, unsigned m, unsigned n, unsigned k,
 	memset(pr, 0, sizeof(*pr));
 	pr->a = malloc((size_t)m * k * ei + 1);
 	pr->vals = malloc((size_t)m * k / 2 * ei + 1);
-	pr->meta = malloc((size_t)m * sparse24_meta_words(k) * 4 + 4);
+	pr->meta = malloc(sparse24_meta_bytes(m, k) + 4);
 	pr->b = malloc((size_t)k * n * ei + 1);
 	pr->c = malloc((size_t)m * n * eo + 1);
 	pr->d = malloc((size_t)m * n * eo + 1);
