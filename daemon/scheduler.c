@@ -122,27 +122,48 @@ static void on_done_async(uv_async_t *a)
 
 /* ---- deadlines ---- */
 
-struct expired {
+struct taken {
 	uint64_t now;
 	struct sched_job *list;
 };
 
 static bool not_expired(struct heap_node *n, void *arg)
 {
-	const struct expired *e = arg;
+	const struct taken *e = arg;
 	const struct sched_job *j = job_of(n);
 	return j->deadline_ns == 0 || j->deadline_ns > e->now;
 }
 
 static void take_job(struct heap_node *n, void *arg)
 {
-	struct expired *e = arg;
+	struct taken *e = arg;
 	struct sched_job *j = job_of(n);
 	j->next = e->list;
 	e->list = j;
 }
 
 static void arm_deadline_timer(struct sched *s, uint64_t deadline);
+
+/* Takes every queued job that keep() refuses off every queue and hands
+ * it to its done callback with status (loop thread). */
+static void take_queued(struct sched *s, bool (*keep)(struct heap_node *n, void *arg),
+			struct taken *e, int status)
+{
+	for (int i = 0; i < s->nq; i++) {
+		struct queue *q = &s->q[i];
+		e->list = NULL;
+		pthread_mutex_lock(&q->mu);
+		heap_filter(&q->heap, keep, take_job, e);
+		pthread_mutex_unlock(&q->mu);
+		while (e->list) {
+			struct sched_job *j = e->list;
+			e->list = j->next;
+			STATS_SUB(q->v->st->queued, 1);
+			j->start_ns = e->now;
+			j->done(s->d, j, status);
+		}
+	}
+}
 
 static uint64_t earliest_deadline(struct sched *s)
 {
@@ -166,20 +187,8 @@ static void on_deadline(uv_timer_t *t)
 {
 	struct sched *s = t->data;
 	s->timer_at = 0;
-	for (int i = 0; i < s->nq; i++) {
-		struct queue *q = &s->q[i];
-		struct expired e = { .now = mfma_clock_ns(), .list = NULL };
-		pthread_mutex_lock(&q->mu);
-		heap_filter(&q->heap, not_expired, take_job, &e);
-		pthread_mutex_unlock(&q->mu);
-		while (e.list) {
-			struct sched_job *j = e.list;
-			e.list = j->next;
-			STATS_SUB(q->v->st->queued, 1);
-			j->start_ns = e.now;
-			j->done(s->d, j, -ETIMEDOUT);
-		}
-	}
+	struct taken e = { .now = mfma_clock_ns(), .list = NULL };
+	take_queued(s, not_expired, &e, -ETIMEDOUT);
 	uint64_t next = earliest_deadline(s);
 	if (next)
 		arm_deadline_timer(s, next);
@@ -235,20 +244,8 @@ static bool not_cancelable(struct heap_node *n, void *arg)
 
 void sched_cancel_queued(struct daemon *d)
 {
-	struct sched *s = d->sched;
-	for (int i = 0; i < s->nq; i++) {
-		struct queue *q = &s->q[i];
-		struct expired e = { 0 };
-		pthread_mutex_lock(&q->mu);
-		heap_filter(&q->heap, not_cancelable, take_job, &e);
-		pthread_mutex_unlock(&q->mu);
-		while (e.list) {
-			struct sched_job *j = e.list;
-			e.list = j->next;
-			STATS_SUB(q->v->st->queued, 1);
-			j->done(d, j, -ECANCELED);
-		}
-	}
+	struct taken e = { .now = mfma_clock_ns(), .list = NULL };
+	take_queued(d->sched, not_cancelable, &e, -ECANCELED);
 }
 
 int sched_pick(struct daemon *d, const bool *ok)
