@@ -316,7 +316,11 @@ static void test_refusals(void **state)
 	assert_non_null(strstr(err, "out_dtype"));
 	ops_free(&o);
 	/* A D no device can hold (2^21 x 2^19 f32, 4 TiB): refused, nothing
-	 * written to the 4-byte host D, and the stream left empty. */
+	 * written to the 4-byte host D, and the stream left empty.  Not under
+	 * compute-sanitizer (quick runs): it reports the refused cuMemAlloc as
+	 * an API error, which here is the point; the full run covers it. */
+	if (quick)
+		return;
 	const uint32_t big_m = 1u << 21, big_n = 1u << 19, big_k = 4;
 	uint16_t *ba = calloc((size_t)big_m * big_k, 2), *bb = calloc((size_t)big_k * big_n, 2);
 	float small_d = 42.0f;
