@@ -1,6 +1,7 @@
 #include "endpoint.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,15 +57,29 @@ int endpoint_parse(const char *s, struct endpoint *ep, char *err, size_t errlen)
 	return 0;
 }
 
-int endpoint_default_path(char *buf, size_t len)
+int endpoint_default_path_for(unsigned i, unsigned uid, const char *xdg, char *buf, size_t len)
 {
 	int n;
-	const char *xdg = getenv("XDG_RUNTIME_DIR");
-	if (geteuid() == 0)
-		n = snprintf(buf, len, "/run/mfmad/mfmad.sock");
-	else if (xdg && *xdg)
+	/* A relative XDG_RUNTIME_DIR is invalid by its specification and must
+	 * be ignored.  No fallback in /tmp: a name there anyone could take
+	 * first, and a client would then send its matrices to them. */
+	bool user = uid != 0 && xdg && xdg[0] == '/';
+	if (i == 0 && user)
 		n = snprintf(buf, len, "%s/mfmad.sock", xdg);
+	else if (i == (user ? 1u : 0u))
+		n = snprintf(buf, len, "%s", ENDPOINT_SYSTEM_SOCKET);
 	else
-		n = snprintf(buf, len, "/tmp/mfmad-%u.sock", (unsigned)geteuid());
+		return -ENOENT;
 	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+int endpoint_default_path_at(unsigned i, char *buf, size_t len)
+{
+	return endpoint_default_path_for(i, (unsigned)geteuid(), getenv("XDG_RUNTIME_DIR"), buf,
+					 len);
+}
+
+int endpoint_default_path(char *buf, size_t len)
+{
+	return endpoint_default_path_at(0, buf, len);
 }

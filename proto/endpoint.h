@@ -21,9 +21,23 @@ struct endpoint {
 /* 0, or -EINVAL with a sentence in err naming what was wrong. */
 int endpoint_parse(const char *s, struct endpoint *ep, char *err, size_t errlen);
 
-/* The default Unix socket: /run/mfmad/mfmad.sock for root (and for the
- * systemd service), $XDG_RUNTIME_DIR/mfmad.sock for other users, else
- * /tmp/mfmad-UID.sock.  Returns 0 or -ENAMETOOLONG. */
+/* The system socket: where mfmad listens when it runs as root or as the
+ * systemd service (mfmad.socket), 0660 root:mfmad. */
+#define ENDPOINT_SYSTEM_SOCKET "/run/mfmad/mfmad.sock"
+
+/* The default Unix sockets, in the order a client tries them; the first
+ * is where the daemon listens by default, so the two always agree.
+ *   root:                          /run/mfmad/mfmad.sock
+ *   others, XDG_RUNTIME_DIR set:   $XDG_RUNTIME_DIR/mfmad.sock (a daemon of
+ *                                  their own), then /run/mfmad/mfmad.sock
+ *   others, no XDG_RUNTIME_DIR:    /run/mfmad/mfmad.sock
+ * endpoint_default_path_for() is the pure rule (uid and XDG_RUNTIME_DIR
+ * given); _at() applies it to this process.  Each writes candidate i to buf
+ * and returns 0, -ENOENT when there is no candidate i, or -ENAMETOOLONG. */
+int endpoint_default_path_for(unsigned i, unsigned uid, const char *xdg, char *buf, size_t len);
+int endpoint_default_path_at(unsigned i, char *buf, size_t len);
+
+/* Candidate 0: the daemon's default socket. */
 int endpoint_default_path(char *buf, size_t len);
 
 #endif

@@ -22,14 +22,44 @@ done
 # Build and test dependencies, all from Debian 12.  clang-22/lld-22/llvm-22
 # build and inspect the AMD code objects, libamdhip64-dev is the HIP runtime
 # the AMD backend links; prometheus gives promtool for the /metrics test;
-# systemd gives systemd-analyze and systemd-socket-activate for the unit tests.
+# systemd gives systemd-analyze and systemd-socket-activate for the unit tests;
+# numpy, pytest and matplotlib are for the Python package (python/mfma), its
+# tests and its benchmark plot.
 packages=(
   build-essential pkg-config meson ninja-build
   libuv1-dev libprotobuf-c-dev protobuf-c-compiler libconfig-dev
   libsystemd-dev libcmocka-dev libmicrohttpd-dev libopenblas-dev
   clang-22 lld-22 llvm-22 libamdhip64-dev
   prometheus systemd groff-base man-db procps python3
+  python3-numpy python3-pytest python3-matplotlib
 )
+# apt-get, waiting for the lock when another apt or dpkg (unattended-upgrades
+# on a fresh machine) holds it: up to APT_LOCK_TIMEOUT seconds (default 600),
+# saying so once, instead of failing at once with "Could not get lock".
+apt_get() {
+  local limit=${APT_LOCK_TIMEOUT:-600} start=$SECONDS said=0 out
+  while :; do
+    if out=$(apt-get -o DPkg::Lock::Timeout=0 "$@" 2>&1); then
+      return 0
+    fi
+    if ! grep -qE "Could not get lock|Unable to acquire|Unable to lock" <<<"$out"; then
+      printf '%s\n' "$out" >&2
+      return 1
+    fi
+    if [ $((SECONDS - start)) -ge "$limit" ]; then
+      printf '%s\n' "$out" >&2
+      echo "setup.sh: another apt or dpkg still holds the package lock after ${limit}s;" \
+           "let it finish (or set APT_LOCK_TIMEOUT) and run setup.sh again" >&2
+      return 1
+    fi
+    if [ "$said" = 0 ]; then
+      echo "setup.sh: another apt or dpkg is running; waiting up to ${limit}s for its lock"
+      said=1
+    fi
+    sleep 3
+  done
+}
+
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -41,8 +71,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
   echo "setup.sh: installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  apt_get update -qq
+  apt_get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
 # nvcc is not a Debian package; where the CUDA toolkit is installed in its

@@ -1,4 +1,4 @@
-/* The canonical 2:4 codec (see sparse24.h and DESIGN.md).
+/* The canonical 2:4 codec (the format is described in sparse24.h).
  *
  * Every function works group by group: a group is 4 consecutive elements
  * of a row, and its two kept slots go to values[row * k/2 + 2g + {0,1}]

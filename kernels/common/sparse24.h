@@ -1,4 +1,5 @@
-/* The canonical 2:4 format (DESIGN.md, "2:4 canonical format").
+/* The canonical 2:4 format, described here once: the wire's Sparse24
+ * (proto/mfma.proto), mfma.h and every backend use it as it is.
  *
  * A is rows x k, k a multiple of 4.  For each row and each group g of 4
  * along k, the two kept values in ascending position order are stored in

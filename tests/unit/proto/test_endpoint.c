@@ -53,8 +53,59 @@ static void test_default_path(void **state)
 	(void)state;
 	char buf[108];
 	assert_int_equal(endpoint_default_path(buf, sizeof(buf)), 0);
-	assert_true(strstr(buf, "mfmad") != NULL);
+	assert_true(strstr(buf, "mfmad.sock") != NULL);
 	assert_int_equal(endpoint_default_path(buf, 4), -ENAMETOOLONG);
+}
+
+/* Root (and the service) use the system socket only. */
+static void test_default_root(void **state)
+{
+	(void)state;
+	char buf[108];
+	assert_int_equal(endpoint_default_path_for(0, 0, "/run/user/0", buf, sizeof(buf)), 0);
+	assert_string_equal(buf, "/run/mfmad/mfmad.sock");
+	assert_int_equal(endpoint_default_path_for(1, 0, "/run/user/0", buf, sizeof(buf)), -ENOENT);
+}
+
+/* A user with a runtime directory: a daemon of their own first, then the
+ * system socket. */
+static void test_default_user(void **state)
+{
+	(void)state;
+	char buf[108];
+	assert_int_equal(endpoint_default_path_for(0, 1000, "/run/user/1000", buf, sizeof(buf)), 0);
+	assert_string_equal(buf, "/run/user/1000/mfmad.sock");
+	assert_int_equal(endpoint_default_path_for(1, 1000, "/run/user/1000", buf, sizeof(buf)), 0);
+	assert_string_equal(buf, "/run/mfmad/mfmad.sock");
+	assert_int_equal(endpoint_default_path_for(2, 1000, "/run/user/1000", buf, sizeof(buf)),
+			 -ENOENT);
+}
+
+/* No (or a relative, hence invalid) XDG_RUNTIME_DIR: the system socket,
+ * never a guessable name in /tmp. */
+static void test_default_no_xdg(void **state)
+{
+	(void)state;
+	const char *xdgs[] = { NULL, "", "run/user/1000" };
+	char buf[108];
+	for (size_t i = 0; i < sizeof(xdgs) / sizeof(xdgs[0]); i++) {
+		assert_int_equal(endpoint_default_path_for(0, 65534, xdgs[i], buf, sizeof(buf)), 0);
+		assert_string_equal(buf, "/run/mfmad/mfmad.sock");
+		assert_int_equal(endpoint_default_path_for(1, 65534, xdgs[i], buf, sizeof(buf)),
+				 -ENOENT);
+	}
+}
+
+static void test_default_too_long(void **state)
+{
+	(void)state;
+	char xdg[120], buf[108];
+	memset(xdg, 'x', sizeof(xdg) - 1);
+	xdg[0] = '/';
+	xdg[sizeof(xdg) - 1] = '\0';
+	assert_int_equal(endpoint_default_path_for(0, 1000, xdg, buf, sizeof(buf)), -ENAMETOOLONG);
+	/* The system socket is still offered after a per-user one too long. */
+	assert_int_equal(endpoint_default_path_for(1, 1000, xdg, buf, sizeof(buf)), 0);
 }
 
 int main(void)
@@ -63,6 +114,10 @@ int main(void)
 		cmocka_unit_test(test_forms),
 		cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_default_path),
+		cmocka_unit_test(test_default_root),
+		cmocka_unit_test(test_default_user),
+		cmocka_unit_test(test_default_no_xdg),
+		cmocka_unit_test(test_default_too_long),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
