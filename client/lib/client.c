@@ -79,8 +79,15 @@ static int connect_unix(const struct endpoint *ep, int *fdp, struct mfma_error *
 	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
 		int e = errno;
 		close(fd);
+		/* The one sentence a user needs: what to do, not only what failed. */
+		const char *hint = "";
+		if (e == ENOENT || e == ECONNREFUSED)
+			hint = " (is mfmad running?)";
+		else if (e == EACCES || e == EPERM)
+			hint = " (the socket is for root and the mfmad group: join it with "
+			       "`sudo usermod -aG mfmad $USER`, then log in again)";
 		return client_fail(err, -e, "cannot connect to unix:%s: %s%s", ep->path, strerror(e),
-				   e == ENOENT || e == ECONNREFUSED ? " (is mfmad running?)" : "");
+				   hint);
 	}
 	*fdp = fd;
 	return 0;
@@ -121,12 +128,43 @@ static int connect_tcp(const struct endpoint *ep, int *fdp, struct mfma_error *e
 			   strerror(last), last == ECONNREFUSED ? " (is mfmad running?)" : "");
 }
 
+/* No endpoint given: the default sockets in order (endpoint.h).  A per-user
+ * socket that is absent or dead is passed over for the system one; the
+ * error reported is the system socket's, naming what else was tried. */
+static int connect_default(struct endpoint *ep, int *fdp, struct mfma_error *err)
+{
+	char tried[sizeof(ep->path)] = ""; /* the first candidate that failed */
+	int rc = -ENOENT;
+	for (unsigned i = 0;; i++) {
+		char path[sizeof(ep->path)];
+		int prc = endpoint_default_path_at(i, path, sizeof(path));
+		if (prc == -ENOENT)
+			break;
+		if (prc < 0)
+			continue; /* too long: a later candidate may still do */
+		memset(ep, 0, sizeof(*ep));
+		ep->kind = ENDPOINT_UNIX;
+		memcpy(ep->path, path, sizeof(path));
+		rc = connect_unix(ep, fdp, err);
+		if (rc == 0 || (rc != -ENOENT && rc != -ECONNREFUSED))
+			return rc;
+		if (!tried[0])
+			snprintf(tried, sizeof(tried), "%s", path);
+	}
+	if (rc == -ENOENT && !tried[0])
+		return client_fail(err, -ENAMETOOLONG, "the default socket path is too long");
+	if (err && tried[0] && strcmp(tried, ep->path) != 0) {
+		size_t n = strlen(err->message);
+		snprintf(err->message + n, sizeof(err->message) - n, "; also tried unix:%s", tried);
+	}
+	return rc;
+}
+
 int mfma_connect(const char *endpoint, mfma_client **client, struct mfma_error *err)
 {
-	char defpath[sizeof(((struct endpoint *)0)->path)];
 	char perr[256];
 	struct endpoint ep;
-	int rc;
+	int rc, fd = -1;
 
 	if (!client)
 		return client_fail(err, -EINVAL, "mfma_connect: client must not be NULL");
@@ -134,17 +172,14 @@ int mfma_connect(const char *endpoint, mfma_client **client, struct mfma_error *
 	if (!endpoint || !*endpoint)
 		endpoint = getenv("MFMA_ENDPOINT");
 	if (!endpoint || !*endpoint) {
-		rc = endpoint_default_path(defpath, sizeof(defpath));
+		rc = connect_default(&ep, &fd, err);
+	} else {
+		rc = endpoint_parse(endpoint, &ep, perr, sizeof(perr));
 		if (rc < 0)
-			return client_fail(err, rc, "the default socket path is too long");
-		endpoint = defpath;
+			return client_fail(err, rc, "%s", perr);
+		rc = ep.kind == ENDPOINT_UNIX ? connect_unix(&ep, &fd, err)
+					      : connect_tcp(&ep, &fd, err);
 	}
-	rc = endpoint_parse(endpoint, &ep, perr, sizeof(perr));
-	if (rc < 0)
-		return client_fail(err, rc, "%s", perr);
-
-	int fd = -1;
-	rc = ep.kind == ENDPOINT_UNIX ? connect_unix(&ep, &fd, err) : connect_tcp(&ep, &fd, err);
 	if (rc < 0)
 		return rc;
 	int fl = fcntl(fd, F_GETFL);

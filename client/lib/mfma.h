@@ -110,8 +110,9 @@ typedef struct mfma_client mfma_client;
 
 /* Connects to `endpoint`: "unix:PATH", "tcp:HOST:PORT", "tcp:[V6]:PORT" or
  * a bare socket path.  NULL (or "") means the MFMA_ENDPOINT environment
- * variable, else the default socket (/run/mfmad/mfmad.sock for root,
- * $XDG_RUNTIME_DIR/mfmad.sock, else /tmp/mfmad-UID.sock). */
+ * variable, else the default sockets: $XDG_RUNTIME_DIR/mfmad.sock (not for
+ * root) when a daemon listens there, else /run/mfmad/mfmad.sock, which is
+ * for root and the members of the mfmad group. */
 int mfma_connect(const char *endpoint, mfma_client **client, struct mfma_error *err);
 
 /* Closes the connection and frees the handle (NULL is fine).  Results of
@@ -348,6 +349,36 @@ struct mfma_status {
 void mfma_status_free(struct mfma_status *status);
 
 int mfma_status(mfma_client *client, struct mfma_status *status, struct mfma_error *err);
+
+/* ---- without the daemon ---- */
+
+/* The connection's socket, for a caller's own event loop (poll it for
+ * reading, then call mfma_wait with timeout 0); -1 once it broke.  The
+ * library may already hold answers it read while sending, so call
+ * mfma_wait(..., 0, ...) before sleeping on the socket. */
+int mfma_fileno(const mfma_client *client);
+
+/* The canonical 2:4 codec of struct mfma_sparse24, the daemon's own.
+ * dense is rows x cols of dtype t (f32, f16, bf16, i8; cols a multiple of
+ * 4); values has room for rows x cols/2 elements, meta for
+ * rows x ((cols/4 + 7) / 8) uint32.  prune keeps the two largest
+ * magnitudes of every group of 4 (ties to the lower position); compress
+ * refuses (-EINVAL, naming the row and group) a matrix that is not 2:4
+ * already; decompress writes zeros where nothing was kept. */
+int mfma_sparse24_prune(const void *dense, enum mfma_type t, uint32_t rows, uint32_t cols,
+			void *values, uint32_t *meta, struct mfma_error *err);
+int mfma_sparse24_compress(const void *dense, enum mfma_type t, uint32_t rows, uint32_t cols,
+			   void *values, uint32_t *meta, struct mfma_error *err);
+int mfma_sparse24_decompress(const void *values, const uint32_t *meta, enum mfma_type t,
+			     uint32_t rows, uint32_t cols, void *dense, struct mfma_error *err);
+
+/* The largest relative Frobenius error, ||D - R||_F / ||R||_F against a
+ * float64 reference R, that a correct answer of output type `out` with an
+ * inner dimension k can have: 2*u_out + (k + 2) * 2^-24, where u_out is
+ * 2^-24 for f32, 2^-11 for f16, 2^-8 for bf16; 0 (exact) for i32.  For
+ * k = 4096 and f32 output that is 2.4e-4, while losing one partial sum
+ * of 16 terms gives about 6e-2.  mfmactl --check uses it. */
+double mfma_check_tolerance(enum mfma_type out, uint32_t k);
 
 #ifdef __cplusplus
 }
