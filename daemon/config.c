@@ -21,6 +21,12 @@ void config_defaults(struct mfmad_config *c)
 	c->max_inflight = 1024;
 	c->max_inflight_bytes = 4096ull << 20;
 	c->max_connections = 256;
+	c->max_buffered_bytes = 1024ull << 20;
+	c->max_unsent_bytes = 64ull << 20;
+	c->max_memory_bytes = 6144ull << 20;
+	c->read_timeout_ms = 30000;
+	c->idle_timeout_ms = 600000;
+	c->write_timeout_ms = 60000;
 	c->max_dim = 65536;
 	c->default_priority = 5;
 	c->priority_aging_ms = 1000;
@@ -210,6 +216,12 @@ KEY(max_inflight_mb, { set_u64(p, s, 1, 1ll << 30, 1ull << 20, &c->max_inflight_
 KEY(max_connections, { set_u32(p, s, 1, 1 << 20, &c->max_connections); })
 KEY(max_dim, { set_u32(p, s, 1, 1 << 24, &c->max_dim); })
 KEY(default_priority, { set_u32(p, s, 1, 1000, &c->default_priority); })
+KEY(max_buffered_mb, { set_u64(p, s, 1, 1ll << 30, 1ull << 20, &c->max_buffered_bytes); })
+KEY(max_unsent_mb, { set_u64(p, s, 1, 1ll << 30, 1ull << 20, &c->max_unsent_bytes); })
+KEY(max_memory_mb, { set_u64(p, s, 16, 1ll << 30, 1ull << 20, &c->max_memory_bytes); })
+KEY(read_timeout_ms, { set_u64(p, s, 0, 1ll << 32, 1, &c->read_timeout_ms); })
+KEY(idle_timeout_ms, { set_u64(p, s, 0, 1ll << 32, 1, &c->idle_timeout_ms); })
+KEY(write_timeout_ms, { set_u64(p, s, 0, 1ll << 32, 1, &c->write_timeout_ms); })
 KEY(default_timeout_ms, { set_u64(p, s, 0, 1ll << 40, 1, &c->default_timeout_ms); })
 KEY(priority_aging_ms, { set_u64(p, s, 0, 3600000, 1, &c->priority_aging_ms); })
 KEY(budget_mb, { set_u64(p, s, 0, 1ll << 40, 1ull << 20, &c->weight_budget_bytes); })
@@ -242,6 +254,12 @@ static const struct key limits_keys[] = {
 	{ "default_timeout_ms", k_default_timeout_ms, NULL },
 	{ "priority_aging_ms", k_priority_aging_ms, NULL },
 	{ NULL, NULL, NULL },
+	{ "max_buffered_mb", k_max_buffered_mb, NULL },
+	{ "max_unsent_mb", k_max_unsent_mb, NULL },
+	{ "max_memory_mb", k_max_memory_mb, NULL },
+	{ "read_timeout_ms", k_read_timeout_ms, NULL },
+	{ "idle_timeout_ms", k_idle_timeout_ms, NULL },
+	{ "write_timeout_ms", k_write_timeout_ms, NULL },
 };
 static const struct key weights_keys[] = { { "budget_mb", k_budget_mb, NULL }, { NULL, NULL, NULL } };
 static const struct key cpu_keys[] = {

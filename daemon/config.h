@@ -24,6 +24,12 @@ struct mfmad_config {
 	uint32_t max_inflight;
 	uint64_t max_inflight_bytes;
 	uint32_t max_connections;
+	uint64_t max_buffered_bytes;   /* partial frames of every connection together */
+	uint64_t max_unsent_bytes;     /* answers waiting for one client, at their real cost */
+	uint64_t max_memory_bytes;     /* all a client can make the daemon hold, together */
+	uint64_t read_timeout_ms;      /* a started frame must complete; 0 = none */
+	uint64_t idle_timeout_ms;      /* no request and nothing pending; 0 = none */
+	uint64_t write_timeout_ms;     /* answers not taken; 0 = none */
 	uint32_t max_dim;
 	uint32_t default_priority;     /* what priority 0 means; 1 is the highest */
 	uint64_t default_timeout_ms;   /* 0 = none */

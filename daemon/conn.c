@@ -1,11 +1,15 @@
 #include "conn.h"
 
 #include <inttypes.h>
+#include <malloc.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "frame.h"
 #include "log.h"
+#include "mfma_clock.h"
 
 struct conn {
 	union {
@@ -20,25 +24,111 @@ struct conn {
 	struct frame_reader rd;
 	int refs;
 	bool closed;      /* handle closing or closed: drop answers */
-	bool paused;      /* reading stopped for write backpressure */
+	bool paused;      /* not read: over its share of unsent answers */
+	bool starved;     /* not read: its next read buffer is over a memory cap */
 	bool reading;
 	bool suspended;   /* a frame is being decoded off the loop */
+	bool broken;      /* an oversized frame: never read again */
 	uint32_t inflight;
-	size_t write_pending;
+	size_t unsent;    /* answers queued, at their real cost */
+	size_t rd_counted; /* the reader's capacity, as counted in buffered_bytes */
+	size_t taken;     /* a read buffer handed to an off-loop decode */
 	uint64_t cid;
+	uint64_t active_ns;  /* the last frame, or the accept */
+	uint64_t frame_ns;   /* since when a started frame waits for its bytes; 0: none */
+	uint64_t write_ns;   /* the last write completed, or the first queued */
 };
 
 struct write_req {
 	uv_write_t req;
 	struct conn *c;
 	size_t len;
+	size_t cost;      /* what the answer holds: frame, request, allocator */
 	uint8_t *buf;
 	bool close_after;
 };
 
-/* A client that does not read its answers is not read from either once
- * this much waits to be written to it. */
-static const size_t write_high_water = 64u << 20;
+/* A read buffer this small is always granted (limits.max_connections of
+ * them at most), so a connection over a memory cap can still be answered
+ * small requests once it is read again. */
+#define READ_CHUNK (64u * 1024)
+
+/* How often the timer looks at every connection. */
+#define TICK_MS 100
+
+uint64_t conn_held_bytes(const struct daemon *d)
+{
+	return d->buffered_bytes + d->unsent_bytes + d->inflight_bytes;
+}
+
+static void note_held(struct daemon *d)
+{
+	uint64_t h = conn_held_bytes(d);
+	if (h > d->held_peak)
+		d->held_peak = h;
+}
+
+/* Counts the reader's capacity in buffered_bytes after it changed. */
+static void count_reader(struct conn *c)
+{
+	struct daemon *d = c->d;
+	d->buffered_bytes = d->buffered_bytes - c->rd_counted + c->rd.cap;
+	c->rd_counted = c->rd.cap;
+	note_held(d);
+}
+
+/* Whether a read buffer may grow by `more` bytes now. */
+static bool may_buffer(const struct daemon *d, size_t more)
+{
+	return d->buffered_bytes + more <= d->cfg.max_buffered_bytes &&
+	       conn_held_bytes(d) + more <= d->cfg.max_memory_bytes;
+}
+
+/* Over its share of answers not yet taken: its own cap, or any unsent
+ * answer at all while the daemon is over its memory ceiling. */
+static bool over_share(const struct conn *c)
+{
+	const struct daemon *d = c->d;
+	return c->unsent > d->cfg.max_unsent_bytes ||
+	       (c->unsent > 0 && conn_held_bytes(d) > d->cfg.max_memory_bytes);
+}
+
+static bool under_share(const struct conn *c)
+{
+	const struct daemon *d = c->d;
+	return c->unsent <= d->cfg.max_unsent_bytes / 2 &&
+	       (c->unsent == 0 || conn_held_bytes(d) <= d->cfg.max_memory_bytes);
+}
+
+static const char *const refusal_name[] = {
+	[CONN_REFUSE_LIMIT] = "max_connections",
+	[CONN_REFUSE_FD] = "fd limit",
+	[CONN_REFUSE_PEER] = "peer",
+	[CONN_REFUSE_MEMORY] = "memory",
+};
+
+void conn_refused(struct daemon *d, enum conn_refusal cause, const char *fmt, ...)
+{
+	d->refused[cause]++;
+	uint64_t now = mfma_clock_ns();
+	if (d->refused_logged_ns[cause] && now - d->refused_logged_ns[cause] < 1000000000ull) {
+		d->refused_unlogged[cause]++;
+		return;
+	}
+	char msg[320];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (d->refused_unlogged[cause])
+		log_warn("%s (%" PRIu64 " more refused for %s in the last second, %" PRIu64
+			 " in all)",
+			 msg, d->refused_unlogged[cause], refusal_name[cause], d->refused[cause]);
+	else
+		log_warn("%s", msg);
+	d->refused_logged_ns[cause] = now;
+	d->refused_unlogged[cause] = 0;
+}
 
 void conn_ref(struct conn *c)
 {
@@ -49,6 +139,7 @@ void conn_unref(struct conn *c)
 {
 	if (--c->refs > 0)
 		return;
+	c->d->buffered_bytes -= c->rd_counted + c->taken;
 	frame_reader_free(&c->rd);
 	free(c);
 }
@@ -119,46 +210,77 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 	uint8_t *p;
 	size_t avail;
 	(void)suggested;
-	if (frame_reader_space(&c->rd, 64 * 1024, &p, &avail) < 0) {
-		buf->base = NULL;
-		buf->len = 0;
+	buf->base = NULL;
+	buf->len = 0;
+	size_t ncap = frame_reader_capacity_for(&c->rd, READ_CHUNK);
+	if (ncap > c->rd.cap && ncap > FRAME_HEADER_SIZE + READ_CHUNK &&
+	    !may_buffer(c->d, ncap - c->rd.cap)) {
+		/* on_read gets UV_ENOBUFS and stops reading; the timer reads
+		 * on once the memory is there. */
+		c->starved = true;
 		return;
 	}
+	if (frame_reader_space(&c->rd, READ_CHUNK, &p, &avail) < 0)
+		return;
+	count_reader(c);
 	buf->base = (char *)p;
 	buf->len = avail > UINT32_MAX ? UINT32_MAX : avail;
 }
 
-static void start_reading(struct conn *c)
+static bool may_read(const struct conn *c)
 {
-	if (!c->closed && !c->reading && uv_read_start(&c->h.stream, on_alloc, on_read) == 0)
-		c->reading = true;
+	return !c->closed && !c->suspended && !c->paused && !c->starved && !c->broken;
 }
 
-static void stop_reading(struct conn *c)
+/* Starts or stops reading as the connection's state says. */
+static void update_reading(struct conn *c)
 {
-	if (c->reading) {
+	if (may_read(c) && !c->reading) {
+		if (uv_read_start(&c->h.stream, on_alloc, on_read) == 0) {
+			c->reading = true;
+			/* A started frame's time runs from now: it was not the
+			 * client that held it up. */
+			if (c->frame_ns)
+				c->frame_ns = mfma_clock_ns();
+		}
+	} else if (!may_read(c) && c->reading) {
 		uv_read_stop(&c->h.stream);
 		c->reading = false;
 	}
+}
+
+static void process_frames(struct conn *c);
+
+/* Reading resumes when what stopped it has gone: frames already buffered
+ * are handed over first. */
+static void resume(struct conn *c)
+{
+	if (c->closed || c->suspended || c->broken)
+		return;
+	if (c->paused && under_share(c))
+		c->paused = false;
+	if (!c->paused)
+		process_frames(c);
+	update_reading(c);
 }
 
 static void on_write(uv_write_t *req, int status)
 {
 	struct write_req *w = (struct write_req *)req;
 	struct conn *c = w->c;
-	c->write_pending -= w->len;
+	struct daemon *d = c->d;
+	c->unsent -= w->cost;
+	d->unsent_bytes -= w->cost;
+	c->write_ns = mfma_clock_ns();
 	free(w->buf);
 	if (status < 0 && status != UV_ECANCELED)
 		log_debug("connection %" PRIu64 ": write failed: %s", c->cid, uv_strerror(status));
-	if (w->close_after || status < 0) {
+	if (w->close_after || status < 0)
 		conn_close(c);
-	} else if (c->paused && c->write_pending < write_high_water / 2) {
-		c->paused = false;
-		if (!c->suspended)
-			start_reading(c);
-	} else if (c->d->stopping && c->write_pending == 0 && c->d->inflight == 0) {
+	else if (c->paused)
+		resume(c);
+	else if (d->stopping && c->unsent == 0 && d->inflight == 0)
 		conn_close(c);
-	}
 	free(w);
 	conn_unref(c);
 }
@@ -179,6 +301,9 @@ void conn_send(struct conn *c, uint8_t *buf, size_t len, bool close_after)
 	w->c = c;
 	w->buf = buf;
 	w->len = len;
+	/* The real cost of a queued answer: a ping's 10-byte frame holds
+	 * some 300 bytes with its request and the allocator's headers. */
+	w->cost = malloc_usable_size(buf) + malloc_usable_size(w) + 2 * sizeof(size_t);
 	w->close_after = close_after;
 	uv_buf_t b = uv_buf_init((char *)buf, (unsigned)w->len);
 	int rc = uv_write(&w->req, &c->h.stream, &b, 1, on_write);
@@ -189,31 +314,48 @@ void conn_send(struct conn *c, uint8_t *buf, size_t len, bool close_after)
 		return;
 	}
 	conn_ref(c);
-	c->write_pending += w->len;
-	if (c->write_pending > write_high_water)
-		c->paused = true; /* process_frames stops reading; on_write resumes */
+	if (c->unsent == 0)
+		c->write_ns = mfma_clock_ns();
+	c->unsent += w->cost;
+	c->d->unsent_bytes += w->cost;
+	note_held(c->d);
+	if (over_share(c))
+		c->paused = true; /* process_frames stops; on_write or the timer resume */
 }
 
 /* Hands every whole frame buffered on the connection over, in order,
- * until one is kept for an off-loop decode. */
+ * until one is kept for an off-loop decode or the client is over its
+ * share of unsent answers. */
 static void process_frames(struct conn *c)
 {
 	conn_ref(c); /* handling a frame may close it */
-	while (!c->suspended && !c->closed) {
+	bool took = false;
+	while (!c->suspended && !c->closed && !c->paused) {
 		const uint8_t *payload;
 		size_t len;
 		int rc = frame_reader_next(&c->rd, &payload, &len);
 		if (rc == 0)
 			break;
 		if (rc < 0) {
-			stop_reading(c);
+			c->broken = true;
+			update_reading(c);
 			c->ev->on_oversize(c, len);
 			break;
 		}
+		took = true;
+		c->active_ns = mfma_clock_ns();
 		c->ev->on_frame(c, payload, len);
 	}
-	if (c->paused)
-		stop_reading(c);
+	if (frame_reader_pending(&c->rd) == 0) {
+		c->frame_ns = 0;
+		if (!c->suspended) {
+			frame_reader_shrink(&c->rd, FRAME_HEADER_SIZE + READ_CHUNK);
+			count_reader(c);
+		}
+	} else if (took || !c->frame_ns) {
+		c->frame_ns = mfma_clock_ns();
+	}
+	update_reading(c);
 	conn_unref(c);
 }
 
@@ -221,6 +363,12 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
 	struct conn *c = s->data;
 	(void)buf;
+	if (nread == UV_ENOBUFS && c->starved) {
+		log_debug("connection %" PRIu64 ": not read until memory is available "
+			  "(limits.max_buffered_mb, limits.max_memory_mb)", c->cid);
+		update_reading(c);
+		return;
+	}
 	if (nread == UV_ENOBUFS) {
 		log_warn("connection %" PRIu64 ": out of memory for its read buffer; closing", c->cid);
 		conn_close(c);
@@ -233,30 +381,100 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 		return;
 	}
 	frame_reader_commit(&c->rd, (size_t)nread);
-	if (!c->suspended)
+	if (!c->suspended) {
 		process_frames(c);
-	else if (frame_reader_pending(&c->rd) > c->d->cfg.max_frame_bytes)
+	} else if (frame_reader_pending(&c->rd) > c->d->cfg.max_frame_bytes) {
 		/* The client sends on while its last frame decodes: hold it to
 		 * one frame's worth until the decode is done. */
-		stop_reading(c);
+		c->paused = true;
+		update_reading(c);
+	}
 }
 
 uint8_t *conn_frames_suspend(struct conn *c)
 {
+	size_t cap = c->rd.cap;
 	uint8_t *base = frame_reader_take(&c->rd);
-	if (base)
-		c->suspended = true;
+	if (!base)
+		return NULL;
+	/* The taken buffer stays counted until the decode is done. */
+	c->suspended = true;
+	c->taken += cap;
+	c->rd_counted = 0;
+	count_reader(c);
 	return base;
 }
 
 void conn_frames_resume(struct conn *c)
 {
+	c->d->buffered_bytes -= c->taken;
+	c->taken = 0;
 	c->suspended = false;
 	if (c->closed)
 		return;
-	process_frames(c);
-	if (!c->suspended && !c->paused)
-		start_reading(c);
+	resume(c);
+}
+
+/* Closes a connection that has run out of time, saying why once. */
+static void time_out(struct conn *c, const char *what, const char *key, uint64_t ms)
+{
+	log_info("connection %" PRIu64 " closed: %s for %" PRIu64 " ms (limits.%s)", c->cid, what,
+		 ms, key);
+	conn_close(c);
+}
+
+static void on_tick(uv_timer_t *t)
+{
+	struct daemon *d = t->data;
+	const struct mfmad_config *cf = &d->cfg;
+	uint64_t now = mfma_clock_ns();
+	for (struct conn *c = d->conns, *next; c; c = next) {
+		next = c->next;
+		if (c->closed)
+			continue;
+		if (cf->read_timeout_ms && c->reading && c->frame_ns &&
+		    now - c->frame_ns > cf->read_timeout_ms * 1000000) {
+			time_out(c, "a started frame did not complete", "read_timeout_ms",
+				 cf->read_timeout_ms);
+		} else if (cf->write_timeout_ms && c->unsent &&
+			   now - c->write_ns > cf->write_timeout_ms * 1000000) {
+			time_out(c, "its answers were not taken", "write_timeout_ms",
+				 cf->write_timeout_ms);
+		} else if (cf->idle_timeout_ms && !d->stopping && !c->inflight && !c->unsent &&
+			   !c->suspended && frame_reader_pending(&c->rd) == 0 &&
+			   now - c->active_ns > cf->idle_timeout_ms * 1000000) {
+			time_out(c, "no request", "idle_timeout_ms", cf->idle_timeout_ms);
+		} else if (c->starved) {
+			size_t ncap = frame_reader_capacity_for(&c->rd, READ_CHUNK);
+			if (ncap <= c->rd.cap || may_buffer(d, ncap - c->rd.cap)) {
+				c->starved = false;
+				update_reading(c);
+			}
+		} else if (c->paused && !c->suspended) {
+			resume(c);
+		}
+	}
+	/* Memory returns to the system after a burst: glibc keeps freed
+	 * heap (and raises its mmap threshold after large frees), so RSS
+	 * would stay at the burst's peak. */
+	uint64_t held = conn_held_bytes(d);
+	if (d->held_peak > held + (32u << 20)) {
+		malloc_trim(0);
+		log_debug("returned memory to the system: %" PRIu64 " MiB held, %" PRIu64
+			  " MiB at the peak", held >> 20, d->held_peak >> 20);
+		d->held_peak = held;
+	}
+}
+
+int conn_start(struct daemon *d)
+{
+	int rc = uv_timer_init(d->loop, &d->conn_timer);
+	if (rc < 0)
+		return rc;
+	d->conn_timer.data = d;
+	rc = uv_timer_start(&d->conn_timer, on_tick, TICK_MS, TICK_MS);
+	uv_unref((uv_handle_t *)&d->conn_timer);
+	return rc;
 }
 
 void conn_accept(struct daemon *d, uv_stream_t *server, const struct conn_events *ev,
@@ -279,6 +497,7 @@ void conn_accept(struct daemon *d, uv_stream_t *server, const struct conn_events
 	c->ev = ev;
 	c->refs = 1;
 	c->cid = ++d->next_conn_id;
+	c->active_ns = mfma_clock_ns();
 	c->h.handle.data = c;
 	frame_reader_init(&c->rd, d->cfg.max_frame_bytes);
 	c->next = d->conns;
@@ -296,7 +515,7 @@ void conn_accept(struct daemon *d, uv_stream_t *server, const struct conn_events
 	if (server->type == UV_TCP)
 		uv_tcp_nodelay(&c->h.tcp, 1);
 	if (ev->on_open(c))
-		start_reading(c);
+		update_reading(c);
 }
 
 void conn_close_all(struct daemon *d)
@@ -315,7 +534,7 @@ void conn_check_drained(struct daemon *d)
 		/* Once the drain window after the grace period is over, a
 		 * client that does not read its answers no longer holds the
 		 * daemon up. */
-		if (c->write_pending == 0 || d->drain_expired)
+		if (c->unsent == 0 || d->drain_expired)
 			conn_close(c);
 	}
 	if (!d->conns)

@@ -32,6 +32,27 @@ struct conn_events {
 	void (*on_oversize)(struct conn *c, size_t len);
 };
 
+/* Why a connection was refused, for conn_refused. */
+enum conn_refusal {
+	CONN_REFUSE_LIMIT,  /* limits.max_connections */
+	CONN_REFUSE_FD,     /* the process is out of file descriptors */
+	CONN_REFUSE_PEER,   /* a credential or peer check failed */
+	CONN_REFUSE_MEMORY, /* limits.max_memory_mb */
+};
+
+/* Starts the connections' timer: read, idle and write timeouts, reading
+ * resumed once memory is available again, malloc_trim after a burst. */
+int conn_start(struct daemon *d);
+
+/* Counts a refusal and logs it, at most once a second per cause (with the
+ * number left unlogged since), so a flood cannot flood the journal. */
+void conn_refused(struct daemon *d, enum conn_refusal cause, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/* Every byte clients make the daemon hold now: read buffers, answers not
+ * yet written, and GEMMs in flight; against limits.max_memory_mb. */
+uint64_t conn_held_bytes(const struct daemon *d);
+
 /* Accepts one connection on a listening socket. */
 void conn_accept(struct daemon *d, uv_stream_t *server, const struct conn_events *ev,
 		 const char *what);

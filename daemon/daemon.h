@@ -50,6 +50,16 @@ struct daemon {
 	 * waiting for its frees, a frame decoding off the loop. */
 	uint64_t inflight;
 	uint64_t inflight_bytes; /* GEMM bytes, against limits.max_inflight_mb */
+	/* conn.c: the other bytes clients make the daemon hold (read buffers,
+	 * answers not yet written, at their real cost); with inflight_bytes
+	 * they count against limits.max_memory_mb. */
+	uint64_t buffered_bytes;
+	uint64_t unsent_bytes;
+	uint64_t held_peak;      /* since the last malloc_trim */
+	uv_timer_t conn_timer;   /* timeouts, reading resumed, memory trimmed */
+	uint64_t refused[4];     /* connections refused, by enum conn_refusal */
+	uint64_t refused_logged_ns[4];
+	uint64_t refused_unlogged[4];
 
 	uv_signal_t sig_term, sig_int, sig_hup;
 	uv_timer_t grace_timer;

@@ -11,7 +11,9 @@
 #include "mfma_clock.h"
 #include "mfmad_build.h"
 #include "reply.h"
+#include "validate.h"
 #include "weights.h"
+#include "wire_check.h"
 
 /* Decoding copies every byte of the matrices (protobuf-c owns its bytes
  * fields), which for a 64 MiB frame takes a few hundred milliseconds on a
@@ -43,6 +45,13 @@ static bool refuse(struct daemon *d, struct conn *c, const struct request *r)
 	/* Requests that stay in flight count against the limits. */
 	if (r->kind != STATS_GEMM && r->kind != STATS_LOAD)
 		return false;
+	if (conn_held_bytes(d) > d->cfg.max_memory_bytes) {
+		reply_status(d, r, MFMA__V1__CODE__RESOURCE_EXHAUSTED,
+			     "busy: clients hold %" PRIu64 " MiB of the daemon's memory "
+			     "(limits.max_memory_mb = %" PRIu64 ")",
+			     conn_held_bytes(d) >> 20, d->cfg.max_memory_bytes >> 20);
+		return true;
+	}
 	if (conn_inflight(c) >= d->cfg.max_inflight_per_conn) {
 		reply_status(d, r, MFMA__V1__CODE__RESOURCE_EXHAUSTED,
 			     "busy: %u requests in flight on this connection "
@@ -59,9 +68,21 @@ static bool refuse(struct daemon *d, struct conn *c, const struct request *r)
 	return false;
 }
 
-/* Takes the decoded request (NULL: the frame did not decode). */
+/* Decodes a frame and checks what the decoder lets through: a string
+ * with a NUL byte (bad[0] is then set).  NULL: it does not decode. */
+static Mfma__V1__Request *decode(const uint8_t *payload, size_t len, char *bad, size_t badlen)
+{
+	bad[0] = '\0';
+	Mfma__V1__Request *req = mfma__v1__request__unpack(NULL, len, payload);
+	if (req)
+		wire_check_strings(&mfma__v1__request__descriptor, payload, len, bad, badlen);
+	return req;
+}
+
+/* Takes the decoded request (NULL: the frame did not decode); bad is
+ * decode's verdict on its strings. */
 static void route(struct conn *c, Mfma__V1__Request *req, size_t len, uint64_t arrival,
-		  uint64_t decode_ns)
+		  uint64_t decode_ns, const char *bad)
 {
 	struct daemon *d = conn_daemon(c);
 	struct request r;
@@ -81,6 +102,21 @@ static void route(struct conn *c, Mfma__V1__Request *req, size_t len, uint64_t a
 		else
 			reply_status(d, &r, MFMA__V1__CODE__INVALID_ARGUMENT,
 				     "request %" PRIu64 " has no body", req->id);
+		mfma__v1__request__free_unpacked(req, NULL);
+		return;
+	}
+	char err[256];
+	if (bad[0]) {
+		reply_status(d, &r, MFMA__V1__CODE__INVALID_ARGUMENT, "%s; strings in a request cannot hold NUL bytes", bad);
+		mfma__v1__request__free_unpacked(req, NULL);
+		return;
+	}
+	/* The name's own error before the lookup, as for a load (a name of
+	 * 200 bytes is not "not found"). */
+	if (r.kind == STATS_GEMM && req->gemm->a &&
+	    req->gemm->a->kind_case == MFMA__V1__OPERAND__KIND_WEIGHT &&
+	    validate_weight_name(req->gemm->a->weight, err, sizeof(err)) < 0) {
+		reply_status(d, &r, MFMA__V1__CODE__INVALID_ARGUMENT, "%s", err);
 		mfma__v1__request__free_unpacked(req, NULL);
 		return;
 	}
@@ -111,12 +147,13 @@ struct decode_work {
 	size_t len;
 	uint64_t arrival, decoded;
 	Mfma__V1__Request *req;
+	char bad[160];
 };
 
 static void decode_run(uv_work_t *w)
 {
 	struct decode_work *dw = w->data;
-	dw->req = mfma__v1__request__unpack(NULL, dw->len, dw->payload);
+	dw->req = decode(dw->payload, dw->len, dw->bad, sizeof(dw->bad));
 	dw->decoded = mfma_clock_ns();
 }
 
@@ -132,7 +169,7 @@ static void decode_done(uv_work_t *w, int status)
 		if (dw->req)
 			mfma__v1__request__free_unpacked(dw->req, NULL);
 	} else {
-		route(c, dw->req, dw->len, dw->arrival, dw->decoded - dw->arrival);
+		route(c, dw->req, dw->len, dw->arrival, dw->decoded - dw->arrival, dw->bad);
 	}
 	request_release(d, &dw->hold);
 	conn_frames_resume(c);
@@ -175,7 +212,9 @@ static void on_frame(struct conn *c, const uint8_t *payload, size_t len)
 	uint64_t arrival = mfma_clock_ns();
 	if (len >= DECODE_OFFLOAD_BYTES && decode_offload(c, payload, len, arrival))
 		return;
-	route(c, mfma__v1__request__unpack(NULL, len, payload), len, arrival, 0);
+	char bad[160];
+	Mfma__V1__Request *req = decode(payload, len, bad, sizeof(bad));
+	route(c, req, len, arrival, 0, bad);
 }
 
 static void on_oversize(struct conn *c, size_t len)
@@ -196,8 +235,9 @@ static bool on_open(struct conn *c)
 	struct daemon *d = conn_daemon(c);
 	if (STATS_GET(d->stats.connections_open) <= d->cfg.max_connections)
 		return true;
-	log_warn("refusing connection %" PRIu64 ": %u open (limits.max_connections)", conn_id(c),
-		 d->cfg.max_connections);
+	conn_refused(d, CONN_REFUSE_LIMIT,
+		     "refusing connection %" PRIu64 ": %u open (limits.max_connections)", conn_id(c),
+		     d->cfg.max_connections);
 	char err[160];
 	snprintf(err, sizeof(err), "too many connections (limits.max_connections = %u)",
 		 d->cfg.max_connections);

@@ -279,12 +279,16 @@ void gemm_handle(struct daemon *d, const struct request *r, Mfma__V1__Request *r
 	if (validate_gemm(g, &lim, w ? &ws : NULL, &j->plan, err, sizeof(err)) < 0)
 		goto fail;
 	j->in_bytes = j->plan.in_bytes + j->plan.d_bytes;
-	if (d->inflight_bytes + j->in_bytes > d->cfg.max_inflight_bytes && d->inflight > 0) {
+	/* Answers count until written (conn.c's unsent_bytes), not only
+	 * until computed. */
+	if (d->inflight_bytes + d->unsent_bytes + j->in_bytes > d->cfg.max_inflight_bytes &&
+	    d->inflight + d->unsent_bytes > 0) {
 		code = MFMA__V1__CODE__RESOURCE_EXHAUSTED;
 		snprintf(err, sizeof(err),
-			 "busy: %" PRIu64 " bytes of requests in flight; this one needs %zu more "
-			 "(limits.max_inflight_mb = %" PRIu64 ")",
-			 d->inflight_bytes, j->in_bytes, d->cfg.max_inflight_bytes >> 20);
+			 "busy: %" PRIu64 " bytes of requests in flight or answers not yet taken; "
+			 "this one needs %zu more (limits.max_inflight_mb = %" PRIu64 ")",
+			 d->inflight_bytes + d->unsent_bytes, j->in_bytes,
+			 d->cfg.max_inflight_bytes >> 20);
 		goto fail;
 	}
 	int dev = choose_device(d, g, w, &j->plan, &code, err, sizeof(err));

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/resource.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -40,6 +41,15 @@ struct listeners {
 static void on_connection(uv_stream_t *server, int status)
 {
 	struct listener *l = server->data;
+	if (status == UV_EMFILE || status == UV_ENFILE) {
+		/* libuv has accepted and closed the waiting connections with
+		 * the descriptor it keeps spare for this (uv__emfile_trick), so
+		 * clients see a close rather than hang in the backlog. */
+		conn_refused(l->d, CONN_REFUSE_FD,
+			     "%s: out of file descriptors (%s); waiting connections closed", l->what,
+			     uv_strerror(status));
+		return;
+	}
 	if (status < 0) {
 		log_warn("%s: accept failed: %s", l->what, uv_strerror(status));
 		return;
@@ -229,8 +239,34 @@ static int listen_activated(struct daemon *d, const struct conn_events *ev, char
 #endif
 }
 
+/* Descriptors the daemon needs besides its connections: listeners,
+ * devices, the journal, libuv's own and its spare for accept-and-close. */
+#define FD_RESERVE 64
+
+/* Raises the soft descriptor limit so that limits.max_connections, which
+ * refuses with an answer and a counted, rate-limited log line, is reached
+ * before the fd limit, where libuv can only accept and close. */
+static void fit_fd_limit(const struct daemon *d)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+		return;
+	rlim_t want = (rlim_t)d->cfg.max_connections + FD_RESERVE;
+	if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want) {
+		rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > want ? want : rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+		getrlimit(RLIMIT_NOFILE, &rl);
+	}
+	if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want)
+		log_warn("limits.max_connections = %u needs %llu descriptors but the limit is %llu "
+			 "(LimitNOFILE=); connections past it are closed unanswered",
+			 d->cfg.max_connections, (unsigned long long)want,
+			 (unsigned long long)rl.rlim_cur);
+}
+
 int listen_start(struct daemon *d, const struct conn_events *ev, char *err, size_t errlen)
 {
+	fit_fd_limit(d);
 	d->listeners = calloc(1, sizeof(*d->listeners));
 	if (!d->listeners) {
 		snprintf(err, errlen, "out of memory");

@@ -153,10 +153,14 @@ static void print_config(const struct mfmad_config *c, const char *src)
 	printf("limits = { max_frame_mb = %" PRIu64 "; max_inflight_per_connection = %u; "
 	       "max_inflight = %u; max_inflight_mb = %" PRIu64 "; max_connections = %u; "
 	       "max_dim = %u; default_priority = %u; default_timeout_ms = %" PRIu64 "; "
-	       "priority_aging_ms = %" PRIu64 "; };\n",
+	       "priority_aging_ms = %" PRIu64 ";\n           max_buffered_mb = %" PRIu64 "; "
+	       "max_unsent_mb = %" PRIu64 "; max_memory_mb = %" PRIu64 "; read_timeout_ms = %" PRIu64
+	       "; idle_timeout_ms = %" PRIu64 "; write_timeout_ms = %" PRIu64 "; };\n",
 	       c->max_frame_bytes >> 20, c->max_inflight_per_conn, c->max_inflight,
 	       c->max_inflight_bytes >> 20, c->max_connections, c->max_dim, c->default_priority,
-	       c->default_timeout_ms, c->priority_aging_ms);
+	       c->default_timeout_ms, c->priority_aging_ms, c->max_buffered_bytes >> 20,
+	       c->max_unsent_bytes >> 20, c->max_memory_bytes >> 20, c->read_timeout_ms,
+	       c->idle_timeout_ms, c->write_timeout_ms);
 	printf("weights = { budget_mb = %" PRIu64 "; };\n", c->weight_budget_bytes >> 20);
 	printf("cpu = { enabled = %s; threads = %d; devices = %d; };\n", en[c->cpu], c->cpu_threads,
 	       c->cpu_devices);
@@ -236,6 +240,12 @@ static void reload(struct daemon *d)
 	conn_set_frame_limit(d, c->max_frame_bytes);
 	notify_set_status_interval(&N, c->status_interval_ms);
 	log_notice("configuration reloaded from %s", d->config_path ? d->config_path : "(defaults)");
+	c->max_buffered_bytes = nc.max_buffered_bytes;
+	c->max_unsent_bytes = nc.max_unsent_bytes;
+	c->max_memory_bytes = nc.max_memory_bytes;
+	c->read_timeout_ms = nc.read_timeout_ms;
+	c->idle_timeout_ms = nc.idle_timeout_ms;
+	c->write_timeout_ms = nc.write_timeout_ms;
 	notify_ready(&N);
 }
 
@@ -412,7 +422,11 @@ int main(int argc, char **argv)
 
 	log_notice("mfmad %s starting (config: %s)", MFMAD_VERSION,
 		   d->config_path ? d->config_path : "built-in defaults");
-	int rc = devices_probe(d, err, sizeof(err));
+	int rc = conn_start(d);
+	if (rc < 0)
+		snprintf(err, sizeof(err), "cannot start the connection timer: %s", uv_strerror(rc));
+	if (rc == 0)
+		rc = devices_probe(d, err, sizeof(err));
 	if (rc == 0)
 		rc = sched_start(d, err, sizeof(err));
 	if (rc == 0)

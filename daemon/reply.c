@@ -9,6 +9,7 @@
 #include "frame.h"
 #include "log.h"
 #include "mfma_clock.h"
+#include "wire_check.h"
 
 enum stats_result reply_result_of(int code)
 {
@@ -109,6 +110,8 @@ void reply_status(struct daemon *d, const struct request *r, int code, const cha
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
+	/* Messages echo client bytes (names); a string field must be UTF-8. */
+	wire_utf8_sanitize(msg);
 	Mfma__V1__Response resp = MFMA__V1__RESPONSE__INIT;
 	Mfma__V1__Status st = MFMA__V1__STATUS__INIT;
 	st.has_code = 1;
@@ -132,7 +135,10 @@ void reply_and_close(struct conn *c, int code, const char *msg)
 	Mfma__V1__Status st = MFMA__V1__STATUS__INIT;
 	st.has_code = 1;
 	st.code = (Mfma__V1__Code)code;
-	st.message = (char *)msg;
+	char clean[640];
+	snprintf(clean, sizeof(clean), "%s", msg);
+	wire_utf8_sanitize(clean);
+	st.message = clean;
 	resp.status = &st;
 	send_response(c, &resp, true);
 }

@@ -31,30 +31,44 @@ void frame_reader_free(struct frame_reader *r)
 	memset(r, 0, sizeof(*r));
 }
 
+size_t frame_reader_capacity_for(const struct frame_reader *r, size_t want)
+{
+	size_t have = r->len - r->start;
+	if (want == 0)
+		want = 1;
+	/* When a frame header is buffered, reserve room for the whole frame
+	 * (within the limit) so a large frame is read in one allocation. */
+	if (have >= FRAME_HEADER_SIZE) {
+		size_t flen = frame_header_get(r->buf + r->start);
+		if (flen <= r->max_frame && FRAME_HEADER_SIZE + flen > have + want)
+			want = FRAME_HEADER_SIZE + flen - have;
+	}
+	if (want > SIZE_MAX - have)
+		return SIZE_MAX;
+	return have + want <= r->cap ? r->cap : have + want;
+}
+
+void frame_reader_shrink(struct frame_reader *r, size_t keep)
+{
+	if (r->start != r->len || r->cap <= keep)
+		return;
+	free(r->buf);
+	r->buf = NULL;
+	r->cap = r->len = r->start = 0;
+}
+
 int frame_reader_space(struct frame_reader *r, size_t want, uint8_t **ptr, size_t *avail)
 {
+	size_t ncap = frame_reader_capacity_for(r, want);
+	if (ncap == SIZE_MAX)
+		return -ENOMEM;
 	/* Drop consumed bytes first so a long-lived connection does not grow. */
 	if (r->start > 0) {
 		memmove(r->buf, r->buf + r->start, r->len - r->start);
 		r->len -= r->start;
 		r->start = 0;
 	}
-	if (want == 0)
-		want = 1;
-	/* When a frame header is buffered, reserve room for the whole frame
-	 * (within the limit) so a large frame is read with few reallocations. */
-	if (r->len >= FRAME_HEADER_SIZE) {
-		size_t flen = frame_header_get(r->buf);
-		if (flen <= r->max_frame && FRAME_HEADER_SIZE + flen > r->len + want)
-			want = FRAME_HEADER_SIZE + flen - r->len;
-	}
-	if (r->cap - r->len < want) {
-		size_t ncap = r->cap ? r->cap : 4096;
-		while (ncap - r->len < want) {
-			if (ncap > SIZE_MAX / 2)
-				return -ENOMEM;
-			ncap *= 2;
-		}
+	if (ncap > r->cap) {
 		uint8_t *nb = realloc(r->buf, ncap);
 		if (!nb)
 			return -ENOMEM;

@@ -30,6 +30,18 @@ void frame_reader_free(struct frame_reader *r);
 int frame_reader_space(struct frame_reader *r, size_t want, uint8_t **ptr, size_t *avail);
 void frame_reader_commit(struct frame_reader *r, size_t n);
 
+/* The capacity frame_reader_space(r, want) would leave the buffer with
+ * (its current capacity when it need not grow), so a caller can check a
+ * memory budget before the allocation.  The buffer grows to exactly what
+ * is needed: the whole announced frame once its header is buffered
+ * (within max_frame), else the bytes held plus want; never doubled. */
+size_t frame_reader_capacity_for(const struct frame_reader *r, size_t want);
+
+/* Frees the buffer when every buffered byte has been returned and it is
+ * larger than keep, so an idle connection does not hold the memory of the
+ * largest frame it ever sent. */
+void frame_reader_shrink(struct frame_reader *r, size_t keep);
+
 /* Copies bytes in (for callers that do not read in place). */
 int frame_reader_feed(struct frame_reader *r, const void *data, size_t n);
 

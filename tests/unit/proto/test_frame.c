@@ -124,6 +124,43 @@ static void test_in_place_space(void **state)
 	frame_reader_free(&r);
 }
 
+/* A large frame's buffer is the frame's size, not the next power of two
+ * (a 1 GiB frame once reserved 2 GiB), and is given back once consumed. */
+static void test_exact_growth_and_shrink(void **state)
+{
+	(void)state;
+	struct frame_reader r;
+	frame_reader_init(&r, 64u << 20);
+	uint8_t hdr[4];
+	frame_header_put(hdr, (40u << 20) + 1);
+	assert_int_equal(frame_reader_feed(&r, hdr, 4), 0);
+	assert_int_equal(frame_reader_capacity_for(&r, 65536), FRAME_HEADER_SIZE + (40u << 20) + 1);
+	uint8_t *p;
+	size_t avail;
+	assert_int_equal(frame_reader_space(&r, 65536, &p, &avail), 0);
+	assert_int_equal(r.cap, FRAME_HEADER_SIZE + (40u << 20) + 1);
+	assert_int_equal(avail, (40u << 20) + 1);
+	/* A full buffer does not grow while the frame is incomplete. */
+	assert_int_equal(frame_reader_capacity_for(&r, 1), r.cap);
+	memset(p, 1, avail);
+	frame_reader_commit(&r, avail);
+	const uint8_t *q;
+	size_t len;
+	frame_reader_shrink(&r, 65536); /* a frame is still buffered: kept */
+	assert_non_null(r.buf);
+	assert_int_equal(frame_reader_next(&r, &q, &len), 1);
+	frame_reader_shrink(&r, 65536);
+	assert_null(r.buf);
+	assert_int_equal(r.cap, 0);
+	/* Without a header the buffer is what was asked for. */
+	assert_int_equal(frame_reader_capacity_for(&r, 65536), 65536);
+	/* An announced length over the limit reserves nothing for it. */
+	frame_header_put(hdr, (64u << 20) + 1);
+	assert_int_equal(frame_reader_feed(&r, hdr, 4), 0);
+	assert_int_equal(frame_reader_capacity_for(&r, 100), FRAME_HEADER_SIZE + 100);
+	frame_reader_free(&r);
+}
+
 /* Random split points over many frames give back exactly what was sent. */
 static void test_random_splits(void **state)
 {
@@ -170,6 +207,7 @@ int main(void)
 		cmocka_unit_test(test_coalesced),
 		cmocka_unit_test(test_exact_limit_and_over),
 		cmocka_unit_test(test_in_place_space),
+		cmocka_unit_test(test_exact_growth_and_shrink),
 		cmocka_unit_test(test_random_splits),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,125 @@
+#include "wire_check.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+/* Nested messages deeper than this are not looked into; the schema has
+ * four levels. */
+#define MAX_DEPTH 16
+
+static int read_varint(const uint8_t *buf, size_t len, size_t *pos, uint64_t *out)
+{
+	uint64_t v = 0;
+	for (int shift = 0; shift < 64; shift += 7) {
+		if (*pos >= len)
+			return -1;
+		uint8_t b = buf[(*pos)++];
+		v |= (uint64_t)(b & 0x7f) << shift;
+		if (!(b & 0x80)) {
+			*out = v;
+			return 0;
+		}
+	}
+	return -1;
+}
+
+static int walk(const ProtobufCMessageDescriptor *desc, const uint8_t *buf, size_t len,
+		const char *path, int depth, char *err, size_t errlen)
+{
+	size_t pos = 0;
+	while (pos < len) {
+		uint64_t tag, n;
+		if (read_varint(buf, len, &pos, &tag) < 0)
+			return 0; /* not ours to judge: the decoder accepted it */
+		switch (tag & 7) {
+		case 0:
+			if (read_varint(buf, len, &pos, &n) < 0)
+				return 0;
+			continue;
+		case 1:
+			pos += 8;
+			continue;
+		case 5:
+			pos += 4;
+			continue;
+		case 2:
+			break;
+		default:
+			return 0;
+		}
+		if (read_varint(buf, len, &pos, &n) < 0 || n > len - pos)
+			return 0;
+		const uint8_t *p = buf + pos;
+		pos += n;
+		const ProtobufCFieldDescriptor *f =
+			tag >> 3 <= UINT32_MAX
+				? protobuf_c_message_descriptor_get_field(desc, (unsigned)(tag >> 3))
+				: NULL;
+		if (!f)
+			continue;
+		char sub[160];
+		snprintf(sub, sizeof(sub), "%s%s%s", path, *path ? "." : "", f->name);
+		if (f->type == PROTOBUF_C_TYPE_STRING) {
+			const uint8_t *nul = memchr(p, 0, n);
+			if (nul) {
+				snprintf(err, errlen, "%s has a NUL byte at offset %zu", sub,
+					 (size_t)(nul - p));
+				return -EINVAL;
+			}
+		} else if (f->type == PROTOBUF_C_TYPE_MESSAGE && depth < MAX_DEPTH) {
+			int rc = walk(f->descriptor, p, n, sub, depth + 1, err, errlen);
+			if (rc < 0)
+				return rc;
+		}
+	}
+	return 0;
+}
+
+int wire_check_strings(const ProtobufCMessageDescriptor *desc, const uint8_t *buf, size_t len,
+		       char *err, size_t errlen)
+{
+	if (!desc || (!buf && len))
+		return -EINVAL;
+	return walk(desc, buf, len, "", 0, err, errlen);
+}
+
+/* The length of the valid UTF-8 sequence at s, or 0. */
+static size_t utf8_seq(const unsigned char *s)
+{
+	unsigned char c = s[0];
+	if (c < 0x80)
+		return 1;
+	size_t n;
+	uint32_t cp, min;
+	if ((c & 0xe0) == 0xc0) {
+		n = 2, cp = c & 0x1f, min = 0x80;
+	} else if ((c & 0xf0) == 0xe0) {
+		n = 3, cp = c & 0x0f, min = 0x800;
+	} else if ((c & 0xf8) == 0xf0) {
+		n = 4, cp = c & 0x07, min = 0x10000;
+	} else {
+		return 0;
+	}
+	for (size_t i = 1; i < n; i++) {
+		if ((s[i] & 0xc0) != 0x80) /* a NUL ends the string here too */
+			return 0;
+		cp = cp << 6 | (s[i] & 0x3f);
+	}
+	if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+		return 0;
+	return n;
+}
+
+void wire_utf8_sanitize(char *s)
+{
+	unsigned char *p = (unsigned char *)s;
+	while (p && *p) {
+		size_t n = utf8_seq(p);
+		if (n == 0) {
+			*p++ = '?';
+			continue;
+		}
+		p += n;
+	}
+}
