@@ -30,6 +30,8 @@ void config_defaults(struct mfmad_config *c)
 	c->max_dim = 65536;
 	c->default_priority = 5;
 	c->priority_aging_ms = 1000;
+	c->batch_enabled = true;
+	c->batch_max_columns = 512;
 	c->cpu = BACKEND_AUTO;
 	c->cpu_devices = 1;
 	c->hip = BACKEND_AUTO;
@@ -214,16 +216,19 @@ KEY(max_inflight_per_connection, { set_u32(p, s, 1, 1 << 20, &c->max_inflight_pe
 KEY(max_inflight, { set_u32(p, s, 1, 1 << 24, &c->max_inflight); })
 KEY(max_inflight_mb, { set_u64(p, s, 1, 1ll << 30, 1ull << 20, &c->max_inflight_bytes); })
 KEY(max_connections, { set_u32(p, s, 1, 1 << 20, &c->max_connections); })
-KEY(max_dim, { set_u32(p, s, 1, 1 << 24, &c->max_dim); })
-KEY(default_priority, { set_u32(p, s, 1, 1000, &c->default_priority); })
 KEY(max_buffered_mb, { set_u64(p, s, 1, 1ll << 30, 1ull << 20, &c->max_buffered_bytes); })
 KEY(max_unsent_mb, { set_u64(p, s, 1, 1ll << 30, 1ull << 20, &c->max_unsent_bytes); })
 KEY(max_memory_mb, { set_u64(p, s, 16, 1ll << 30, 1ull << 20, &c->max_memory_bytes); })
 KEY(read_timeout_ms, { set_u64(p, s, 0, 1ll << 32, 1, &c->read_timeout_ms); })
 KEY(idle_timeout_ms, { set_u64(p, s, 0, 1ll << 32, 1, &c->idle_timeout_ms); })
 KEY(write_timeout_ms, { set_u64(p, s, 0, 1ll << 32, 1, &c->write_timeout_ms); })
+KEY(max_dim, { set_u32(p, s, 1, 1 << 24, &c->max_dim); })
+KEY(default_priority, { set_u32(p, s, 1, 1000, &c->default_priority); })
 KEY(default_timeout_ms, { set_u64(p, s, 0, 1ll << 40, 1, &c->default_timeout_ms); })
 KEY(priority_aging_ms, { set_u64(p, s, 0, 3600000, 1, &c->priority_aging_ms); })
+KEY(batch_enabled, { set_bool(p, s, &c->batch_enabled); })
+KEY(batch_max_columns, { set_u32(p, s, 1, 1 << 20, &c->batch_max_columns); })
+KEY(batch_max_queue_delay_us, { set_u64(p, s, 0, 1000000, 1, &c->batch_max_queue_delay_us); })
 KEY(budget_mb, { set_u64(p, s, 0, 1ll << 40, 1ull << 20, &c->weight_budget_bytes); })
 KEY(cpu_enabled, { set_enable(p, s, &c->cpu); })
 KEY(cpu_threads, { set_int(p, s, 0, 4096, &c->cpu_threads); })
@@ -249,17 +254,23 @@ static const struct key limits_keys[] = {
 	{ "max_inflight", k_max_inflight, NULL },
 	{ "max_inflight_mb", k_max_inflight_mb, NULL },
 	{ "max_connections", k_max_connections, NULL },
-	{ "max_dim", k_max_dim, NULL },
-	{ "default_priority", k_default_priority, NULL },
-	{ "default_timeout_ms", k_default_timeout_ms, NULL },
-	{ "priority_aging_ms", k_priority_aging_ms, NULL },
-	{ NULL, NULL, NULL },
 	{ "max_buffered_mb", k_max_buffered_mb, NULL },
 	{ "max_unsent_mb", k_max_unsent_mb, NULL },
 	{ "max_memory_mb", k_max_memory_mb, NULL },
 	{ "read_timeout_ms", k_read_timeout_ms, NULL },
 	{ "idle_timeout_ms", k_idle_timeout_ms, NULL },
 	{ "write_timeout_ms", k_write_timeout_ms, NULL },
+	{ "max_dim", k_max_dim, NULL },
+	{ "default_priority", k_default_priority, NULL },
+	{ "default_timeout_ms", k_default_timeout_ms, NULL },
+	{ "priority_aging_ms", k_priority_aging_ms, NULL },
+	{ NULL, NULL, NULL },
+};
+static const struct key batching_keys[] = {
+	{ "enabled", k_batch_enabled, NULL },
+	{ "max_columns", k_batch_max_columns, NULL },
+	{ "max_queue_delay_us", k_batch_max_queue_delay_us, NULL },
+	{ NULL, NULL, NULL },
 };
 static const struct key weights_keys[] = { { "budget_mb", k_budget_mb, NULL }, { NULL, NULL, NULL } };
 static const struct key cpu_keys[] = {
@@ -280,6 +291,7 @@ static const struct key root_keys[] = {
 	{ "listen", NULL, listen_keys },
 	{ "limits", NULL, limits_keys },
 	{ "weights", NULL, weights_keys },
+	{ "batching", NULL, batching_keys },
 	{ "cpu", NULL, cpu_keys },
 	{ "hip", NULL, hip_keys },
 	{ "cuda", NULL, cuda_keys },

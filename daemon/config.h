@@ -37,6 +37,10 @@ struct mfmad_config {
 
 	uint64_t weight_budget_bytes;  /* per device; 0 = 75% of the device's memory */
 
+	bool batch_enabled;            /* GEMMs on one resident weight share launches */
+	uint32_t batch_max_columns;    /* the most columns (N) one launch joins */
+	uint64_t batch_max_queue_delay_us; /* 0: batch only what is already queued */
+
 	enum backend_enable cpu;       /* AUTO: only when no GPU device is found */
 	int cpu_threads;               /* 0 = all cores */
 	int cpu_devices;

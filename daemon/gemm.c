@@ -28,6 +28,8 @@ struct gemm_job {
 	char msg[512];
 	struct backend_timing t;
 	uint64_t decode_ns, prep_ns;
+	uint32_t batch_requests, batch_columns; /* the launch it ran in */
+	bool launch_head;       /* counts the launch (one job of each) */
 	uint8_t *frame;         /* the encoded answer when OK */
 	size_t frame_len;
 };
@@ -80,6 +82,9 @@ static void encode_answer(struct device *v, struct gemm_job *j)
 	tm.d2h_ns = j->t.d2h_ns;
 	tm.total_ns = mfma_clock_ns() - j->r.arrival_ns;
 	tm.prep_ns = j->decode_ns + j->prep_ns;
+	tm.has_batch_requests = tm.has_batch_columns = 1;
+	tm.batch_requests = j->batch_requests;
+	tm.batch_columns = j->batch_columns;
 	dr.has_index = 1;
 	dr.index = (uint32_t)v->index;
 	dr.backend = (char *)v->ops->name;
@@ -110,6 +115,9 @@ static void gemm_work(struct device *v, struct sched_job *sj)
 {
 	struct gemm_job *j = (struct gemm_job *)sj;
 	struct mfma_gemm *g = &j->plan.g;
+	j->batch_requests = 1;
+	j->batch_columns = g->n;
+	j->launch_head = true;
 	void *handle = NULL;
 	if (j->weight) {
 		handle = j->weight->handle[v->index];
@@ -143,7 +151,62 @@ static void gemm_work(struct device *v, struct sched_job *sj)
 		return;
 	}
 	j->code = MFMA__V1__CODE__OK;
+	stats_observe_batch(&v->d->stats, 1);
 	encode_answer(v, j);
+}
+
+/* n >= 2 GEMMs on one resident weight with the same dtypes and scalars
+ * (their batch keys are equal): one launch over their columns side by
+ * side, each with its own D, timing and answer.  When the launch fails,
+ * each request is tried alone, so one bad request fails only itself. */
+static void gemm_batch_work(struct device *v, struct sched_job **sjs, size_t n)
+{
+	struct gemm_job *head = (struct gemm_job *)sjs[0];
+	struct mfma_gemm_part *parts = calloc(n, sizeof(*parts));
+	struct mfma_gemm g = head->plan.g;
+	uint64_t cols = 0;
+	bool ok = parts != NULL;
+	for (size_t i = 0; i < n && ok; i++) {
+		struct gemm_job *j = (struct gemm_job *)sjs[i];
+		j->d = malloc(j->plan.d_bytes ? j->plan.d_bytes : 1);
+		ok = j->d != NULL;
+		if (ok) {
+			parts[i] = (struct mfma_gemm_part){ .b = j->plan.g.b, .c = j->plan.g.c,
+							    .d = j->d, .n = j->plan.g.n };
+			cols += j->plan.g.n;
+		}
+	}
+	char err[400] = "";
+	int rc = -ENOMEM;
+	struct backend_timing t = { 0 };
+	if (ok && cols <= UINT32_MAX) {
+		g.n = (uint32_t)cols;
+		g.nparts = (uint32_t)n;
+		g.parts = parts;
+		g.b = g.c = g.d = NULL;
+		g.a_sparse = head->weight->sparse;
+		rc = v->ops->gemm(v->bdev, &g, head->weight->handle[v->index], &t, err, sizeof(err));
+	}
+	free(parts);
+	if (rc < 0) {
+		for (size_t i = 0; i < n; i++) {
+			struct gemm_job *j = (struct gemm_job *)sjs[i];
+			free(j->d);
+			j->d = NULL;
+			gemm_work(v, sjs[i]);
+		}
+		return;
+	}
+	stats_observe_batch(&v->d->stats, n);
+	for (size_t i = 0; i < n; i++) {
+		struct gemm_job *j = (struct gemm_job *)sjs[i];
+		j->t = t;
+		j->batch_requests = (uint32_t)n;
+		j->batch_columns = (uint32_t)cols;
+		j->launch_head = i == 0;
+		j->code = MFMA__V1__CODE__OK;
+		encode_answer(v, j);
+	}
 }
 
 /* ---- the loop ---- */
@@ -174,6 +237,10 @@ static void gemm_done(struct daemon *d, struct sched_job *sj, int status)
 		break;
 	}
 	if (j->code == MFMA__V1__CODE__OK) {
+		if (j->weight) {
+			j->weight->requests++;
+			j->weight->launches += j->launch_head;
+		}
 		STATS_ADD(v->st->completed, 1);
 		STATS_ADD(v->st->kernel_ns, j->t.kernel_ns);
 		STATS_ADD(d->stats.gemm_queue_ns, sj->start_ns - j->r.arrival_ns - j->decode_ns);
@@ -196,6 +263,21 @@ static void gemm_done(struct daemon *d, struct sched_job *sj, int status)
 		weights_unref(d, j->weight);
 	request_release(d, &j->r);
 	job_free(j);
+}
+
+/* GEMMs on the same resident weight with the same output dtype and the
+ * same alpha and beta (so with C exactly when the others have it) can
+ * share a launch. */
+static void set_batch_key(struct gemm_job *j)
+{
+	const struct mfma_gemm *g = &j->plan.g;
+	uint32_t alpha, beta;
+	memcpy(&alpha, &g->alpha, sizeof(alpha));
+	memcpy(&beta, &g->beta, sizeof(beta));
+	j->sj.batch = (struct sched_batch_key){ .p = j->weight, .a = (uint64_t)g->out_dtype,
+						.b = (uint64_t)alpha << 32 | beta };
+	j->sj.batch_cost = g->n;
+	j->sj.batch_work = gemm_batch_work;
 }
 
 /* The device for a validated GEMM, or -1 with the refusal in code/err. */
@@ -308,6 +390,8 @@ void gemm_handle(struct daemon *d, const struct request *r, Mfma__V1__Request *r
 	if (w) {
 		j->weight = w;
 		weights_ref(w);
+		if (d->dev[dev].info.batches)
+			set_batch_key(j);
 	}
 	sched_submit(d, dev, &j->sj, gemm_work, gemm_done);
 	return;

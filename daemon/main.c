@@ -162,6 +162,9 @@ static void print_config(const struct mfmad_config *c, const char *src)
 	       c->max_unsent_bytes >> 20, c->max_memory_bytes >> 20, c->read_timeout_ms,
 	       c->idle_timeout_ms, c->write_timeout_ms);
 	printf("weights = { budget_mb = %" PRIu64 "; };\n", c->weight_budget_bytes >> 20);
+	printf("batching = { enabled = %s; max_columns = %u; max_queue_delay_us = %" PRIu64 "; };\n",
+	       c->batch_enabled ? "true" : "false", c->batch_max_columns,
+	       c->batch_max_queue_delay_us);
 	printf("cpu = { enabled = %s; threads = %d; devices = %d; };\n", en[c->cpu], c->cpu_threads,
 	       c->cpu_devices);
 	printf("hip = { enabled = %s; };\ncuda = { enabled = %s; };\n", en[c->hip], en[c->cuda]);
@@ -210,6 +213,13 @@ static void begin_shutdown(struct daemon *d, int signum)
 	conn_check_drained(d);
 }
 
+static void apply_batching(struct daemon *d)
+{
+	const struct mfmad_config *c = &d->cfg;
+	sched_set_batching(d, c->batch_enabled, c->batch_max_columns,
+			   c->batch_max_queue_delay_us * 1000);
+}
+
 static void reload(struct daemon *d)
 {
 	struct mfmad_config nc;
@@ -230,22 +240,26 @@ static void reload(struct daemon *d)
 	c->max_inflight = nc.max_inflight;
 	c->max_inflight_bytes = nc.max_inflight_bytes;
 	c->max_connections = nc.max_connections;
-	c->max_dim = nc.max_dim;
-	c->default_priority = nc.default_priority;
-	c->default_timeout_ms = nc.default_timeout_ms;
-	c->priority_aging_ms = nc.priority_aging_ms;
-	c->shutdown_grace_ms = nc.shutdown_grace_ms;
-	c->status_interval_ms = nc.status_interval_ms;
-	log_set_level((enum log_level)c->log_level);
-	conn_set_frame_limit(d, c->max_frame_bytes);
-	notify_set_status_interval(&N, c->status_interval_ms);
-	log_notice("configuration reloaded from %s", d->config_path ? d->config_path : "(defaults)");
 	c->max_buffered_bytes = nc.max_buffered_bytes;
 	c->max_unsent_bytes = nc.max_unsent_bytes;
 	c->max_memory_bytes = nc.max_memory_bytes;
 	c->read_timeout_ms = nc.read_timeout_ms;
 	c->idle_timeout_ms = nc.idle_timeout_ms;
 	c->write_timeout_ms = nc.write_timeout_ms;
+	c->max_dim = nc.max_dim;
+	c->default_priority = nc.default_priority;
+	c->default_timeout_ms = nc.default_timeout_ms;
+	c->priority_aging_ms = nc.priority_aging_ms;
+	c->batch_enabled = nc.batch_enabled;
+	c->batch_max_columns = nc.batch_max_columns;
+	c->batch_max_queue_delay_us = nc.batch_max_queue_delay_us;
+	apply_batching(d);
+	c->shutdown_grace_ms = nc.shutdown_grace_ms;
+	c->status_interval_ms = nc.status_interval_ms;
+	log_set_level((enum log_level)c->log_level);
+	conn_set_frame_limit(d, c->max_frame_bytes);
+	notify_set_status_interval(&N, c->status_interval_ms);
+	log_notice("configuration reloaded from %s", d->config_path ? d->config_path : "(defaults)");
 	notify_ready(&N);
 }
 
@@ -429,6 +443,8 @@ int main(int argc, char **argv)
 		rc = devices_probe(d, err, sizeof(err));
 	if (rc == 0)
 		rc = sched_start(d, err, sizeof(err));
+	if (rc == 0)
+		apply_batching(d);
 	if (rc == 0)
 		rc = listen_start(d, &dispatch_events, err, sizeof(err));
 	if (rc == 0 && d->cfg.metrics_enabled) {

@@ -252,6 +252,23 @@ int metrics_render_at(const struct mfmad_stats *s, uint64_t now_ns, char **out, 
 		   fmt_seconds(STATS_GET(s->latency_sum_ns), t));
 	buf_printf(&b, "mfmad_request_duration_seconds_count %" PRIu64 "\n", cum);
 
+	/* Batching, in the manner of Triton's execution and inference counts:
+	 * launches against the GEMMs they answered, and requests per launch. */
+	render_counter(&b, "mfmad_gemm_executions_total",
+		       "GEMM launches run on devices (a batch of requests is one launch).",
+		       STATS_GET(s->gemm_launches));
+	family(&b, "mfmad_gemm_batch_size", "histogram", "Requests per GEMM launch.");
+	cum = 0;
+	for (int i = 0; i < STATS_BATCH_BUCKETS; i++) {
+		cum += STATS_GET(s->batch_bucket[i]);
+		buf_printf(&b, "mfmad_gemm_batch_size_bucket{le=\"%" PRIu64 "\"} %" PRIu64 "\n",
+			   stats_batch_le[i], cum);
+	}
+	cum += STATS_GET(s->batch_bucket[STATS_BATCH_BUCKETS]);
+	buf_printf(&b, "mfmad_gemm_batch_size_bucket{le=\"+Inf\"} %" PRIu64 "\n", cum);
+	buf_printf(&b, "mfmad_gemm_batch_size_sum %" PRIu64 "\n", STATS_GET(s->batch_sum));
+	buf_printf(&b, "mfmad_gemm_batch_size_count %" PRIu64 "\n", cum);
+
 	render_gauge(&b, "mfmad_connections_open", "Client connections open now.",
 		     STATS_GET(s->connections_open));
 	render_counter(&b, "mfmad_connections_total", "Client connections accepted since start.",

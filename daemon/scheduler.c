@@ -7,8 +7,10 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "devices.h"
 #include "log.h"
@@ -37,6 +39,10 @@ struct sched {
 	uint64_t timer_at; /* the deadline the timer is set for; 0 = idle */
 	uint64_t seq;
 	unsigned pick_rr;
+	/* Batching limits: the loop writes them, the workers read them. */
+	_Atomic bool batch_on;
+	_Atomic uint32_t batch_max;
+	_Atomic uint64_t batch_delay_ns;
 };
 
 /* The node is the job's first member. */
@@ -54,6 +60,98 @@ static void complete(struct sched *s, struct sched_job *j)
 	uv_async_send(&s->done_async);
 }
 
+/* ---- batches (worker side, under the queue's mutex) ---- */
+
+static bool same_key(const struct sched_batch_key *x, const struct sched_batch_key *y)
+{
+	return x->p == y->p && x->a == y->a && x->b == y->b;
+}
+
+static int in_queue_order(const void *x, const void *y)
+{
+	const struct heap_node *a = &(*(struct sched_job *const *)x)->node;
+	const struct heap_node *b = &(*(struct sched_job *const *)y)->node;
+	if (a->key != b->key)
+		return a->key < b->key ? -1 : 1;
+	return a->seq < b->seq ? -1 : a->seq > b->seq;
+}
+
+static bool not_taken(struct heap_node *n, void *arg)
+{
+	(void)arg;
+	return !job_of(n)->taken;
+}
+
+static void left_in_batch(struct heap_node *n, void *arg)
+{
+	(void)n;
+	(void)arg;
+}
+
+/* Appends to jobs[*n] the queued jobs of jobs[0]'s key, in queue order,
+ * while the cost stays within max (jobs whose deadline passed are left
+ * for the deadline timer). */
+static void take_batch(struct queue *q, struct sched_job **jobs, size_t *n, uint32_t *cost,
+		       uint32_t max, uint64_t now)
+{
+	size_t nc = 0;
+	struct sched_job **cand = malloc(q->heap.len * sizeof(*cand) + 1);
+	if (!cand)
+		return; /* no batch this time: the job runs alone */
+	for (size_t i = 0; i < q->heap.len; i++) {
+		struct sched_job *j = job_of(q->heap.v[i]);
+		if (same_key(&j->batch, &jobs[0]->batch) && (!j->deadline_ns || j->deadline_ns > now))
+			cand[nc++] = j;
+	}
+	qsort(cand, nc, sizeof(*cand), in_queue_order);
+	bool took = false;
+	for (size_t i = 0; i < nc && *n < SCHED_MAX_BATCH; i++) {
+		if (*cost + cand[i]->batch_cost > max)
+			break;
+		*cost += cand[i]->batch_cost;
+		cand[i]->taken = true;
+		jobs[(*n)++] = cand[i];
+		took = true;
+	}
+	free(cand);
+	if (took)
+		heap_filter(&q->heap, not_taken, left_in_batch, NULL);
+}
+
+/* Takes the next job and, when it batches, its companions: how many. */
+static size_t next_jobs(struct queue *q, struct sched_job **jobs)
+{
+	struct sched *s = q->s;
+	pthread_mutex_lock(&q->mu);
+	while (q->heap.len == 0 && !q->stop)
+		pthread_cond_wait(&q->cv, &q->mu);
+	struct heap_node *top = heap_pop(&q->heap);
+	size_t n = 0;
+	if (top) {
+		jobs[n++] = job_of(top);
+		bool on = atomic_load_explicit(&s->batch_on, memory_order_relaxed);
+		if (on && jobs[0]->batch.p && jobs[0]->batch_work) {
+			uint32_t max = atomic_load_explicit(&s->batch_max, memory_order_relaxed);
+			uint64_t delay = atomic_load_explicit(&s->batch_delay_ns, memory_order_relaxed);
+			uint32_t cost = jobs[0]->batch_cost;
+			uint64_t now = mfma_clock_ns();
+			take_batch(q, jobs, &n, &cost, max, now);
+			/* Wait for more only while the batch is not full, up to the
+			 * delay past the first job's arrival. */
+			uint64_t until = jobs[0]->enqueue_ns + delay;
+			while (delay && cost < max && n < SCHED_MAX_BATCH && !q->stop &&
+			       (now = mfma_clock_ns()) < until) {
+				struct timespec ts = { .tv_sec = (time_t)(until / 1000000000u),
+						       .tv_nsec = (long)(until % 1000000000u) };
+				pthread_cond_timedwait(&q->cv, &q->mu, &ts);
+				take_batch(q, jobs, &n, &cost, max, mfma_clock_ns());
+			}
+		}
+	}
+	pthread_mutex_unlock(&q->mu);
+	return n;
+}
+
 static void *worker_main(void *arg)
 {
 	struct queue *q = arg;
@@ -64,28 +162,35 @@ static void *worker_main(void *arg)
 	pthread_cond_broadcast(&q->cv);
 	pthread_mutex_unlock(&q->mu);
 
+	struct sched_job *jobs[SCHED_MAX_BATCH], *runs[SCHED_MAX_BATCH];
 	for (;;) {
-		pthread_mutex_lock(&q->mu);
-		while (q->heap.len == 0 && !q->stop)
-			pthread_cond_wait(&q->cv, &q->mu);
-		struct heap_node *n = heap_pop(&q->heap);
-		pthread_mutex_unlock(&q->mu);
-		if (!n)
+		size_t n = next_jobs(q, jobs);
+		if (n == 0)
 			break; /* stopping, and the queue is empty */
-		struct sched_job *j = job_of(n);
-		STATS_SUB(v->st->queued, 1);
-		STATS_ADD(v->st->in_flight, 1);
-		j->start_ns = mfma_clock_ns();
-		if (v->open_rc < 0) {
-			j->status = -ENODEV;
-		} else if (j->deadline_ns && j->start_ns > j->deadline_ns) {
-			j->status = -ETIMEDOUT;
-		} else {
+		uint64_t now = mfma_clock_ns();
+		size_t nrun = 0;
+		for (size_t i = 0; i < n; i++) {
+			struct sched_job *j = jobs[i];
+			STATS_SUB(v->st->queued, 1);
+			STATS_ADD(v->st->in_flight, 1);
+			j->start_ns = now;
+			j->taken = false;
 			j->status = 0;
-			j->work(v, j);
+			if (v->open_rc < 0)
+				j->status = -ENODEV;
+			else if (j->deadline_ns && now > j->deadline_ns)
+				j->status = -ETIMEDOUT;
+			else
+				runs[nrun++] = j;
 		}
-		STATS_SUB(v->st->in_flight, 1);
-		complete(q->s, j);
+		if (nrun == 1)
+			runs[0]->work(v, runs[0]);
+		else if (nrun > 1)
+			runs[0]->batch_work(v, runs, nrun);
+		for (size_t i = 0; i < n; i++) {
+			STATS_SUB(v->st->in_flight, 1);
+			complete(q->s, jobs[i]);
+		}
 	}
 	devices_close(v);
 	return NULL;
@@ -236,6 +341,14 @@ void sched_submit(struct daemon *d, int dev, struct sched_job *j, sched_work_fn 
 		arm_deadline_timer(s, j->deadline_ns);
 }
 
+void sched_set_batching(struct daemon *d, bool enabled, uint32_t max_cost, uint64_t delay_ns)
+{
+	struct sched *s = d->sched;
+	atomic_store_explicit(&s->batch_on, enabled, memory_order_relaxed);
+	atomic_store_explicit(&s->batch_max, max_cost, memory_order_relaxed);
+	atomic_store_explicit(&s->batch_delay_ns, delay_ns, memory_order_relaxed);
+}
+
 static bool not_cancelable(struct heap_node *n, void *arg)
 {
 	(void)arg;
@@ -290,7 +403,12 @@ int sched_start(struct daemon *d, char *err, size_t errlen)
 		q->s = s;
 		q->v = &d->dev[i];
 		pthread_mutex_init(&q->mu, NULL);
-		pthread_cond_init(&q->cv, NULL);
+		/* The batch delay waits against the one (monotonic) clock. */
+		pthread_condattr_t ca;
+		pthread_condattr_init(&ca);
+		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+		pthread_cond_init(&q->cv, &ca);
+		pthread_condattr_destroy(&ca);
 		s->nq++;
 		if (pthread_create(&q->thread, NULL, worker_main, q) != 0) {
 			snprintf(err, errlen, "cannot start the worker thread of device %d", i);

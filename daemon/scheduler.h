@@ -8,7 +8,15 @@
  * so priority 1 goes first, and a job waiting one aging step longer
  * overtakes a job one priority level higher: nothing starves.  Jobs with
  * a deadline leave the queue when it passes (a timer on the loop), and a
- * job whose deadline passed is never run. */
+ * job whose deadline passed is never run.
+ *
+ * Batching: jobs with equal batch keys may share one run.  When a worker
+ * takes such a job, it takes with it the queued jobs of the same key, in
+ * queue order, while their costs add up to at most the configured limit
+ * (the first job always goes), and hands them all to the job's batch
+ * callback.  With a queue delay configured, a batch that is not full waits
+ * that long past its first job's arrival for more.  The scheduler knows
+ * the key's bytes only, not what they mean. */
 #ifndef MFMAD_SCHEDULER_H
 #define MFMAD_SCHEDULER_H
 
@@ -29,6 +37,19 @@ typedef void (*sched_work_fn)(struct device *v, struct sched_job *j);
  * queued.  The job belongs to the callback. */
 typedef void (*sched_done_fn)(struct daemon *d, struct sched_job *j, int status);
 
+/* Equal keys (all three fields) may share a run; p NULL: runs alone. */
+struct sched_batch_key {
+	const void *p;
+	uint64_t a, b;
+};
+
+/* Worker thread: runs n >= 2 jobs of one key together (each keeps its own
+ * done callback and status). */
+typedef void (*sched_batch_fn)(struct device *v, struct sched_job **jobs, size_t n);
+
+/* The most jobs one batch takes. */
+#define SCHED_MAX_BATCH 256
+
 struct sched_job {
 	struct heap_node node;  /* the queue's order (private) */
 	struct sched_job *next; /* completion list (private) */
@@ -40,6 +61,10 @@ struct sched_job {
 	uint64_t deadline_ns;   /* 0 = none */
 	uint64_t enqueue_ns, start_ns;
 	bool cancelable;        /* a client request: cancelled at the end of the grace period */
+	struct sched_batch_key batch;
+	uint32_t batch_cost;    /* against the batch limit (a GEMM: its columns) */
+	sched_batch_fn batch_work;
+	bool taken;             /* picked for a batch (private) */
 };
 
 /* The queue's order of a job queued at enqueue_ns with priority prio.
@@ -60,6 +85,11 @@ int sched_start(struct daemon *d, char *err, size_t errlen);
  * Set prio, deadline_ns and cancelable first. */
 void sched_submit(struct daemon *d, int dev, struct sched_job *j, sched_work_fn work,
 		  sched_done_fn done);
+/* Batching limits, from the configuration (at start and on reload):
+ * enabled, the largest total cost of a batch, and how long a batch that
+ * is not full may wait for more (0: batch only what is already queued). */
+void sched_set_batching(struct daemon *d, bool enabled, uint32_t max_cost, uint64_t delay_ns);
+
 /* Answers every queued cancelable job with -ECANCELED. */
 void sched_cancel_queued(struct daemon *d);
 /* The least loaded open device among those with ok[i] set (NULL: all),

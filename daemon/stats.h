@@ -43,6 +43,10 @@ static const uint64_t stats_latency_le_ns[STATS_LATENCY_BUCKETS] = {
 	5000000, 10000000, 25000000, 100000000, 1000000000, 10000000000ull,
 };
 
+/* Requests per GEMM launch (a launch runs one request, or a batch). */
+#define STATS_BATCH_BUCKETS 9
+static const uint64_t stats_batch_le[STATS_BATCH_BUCKETS] = { 1, 2, 4, 8, 16, 32, 64, 128, 256 };
+
 struct stats_device {
 	char backend[16];
 	char arch[32];
@@ -63,6 +67,11 @@ struct mfmad_stats {
 	_Atomic uint64_t requests[STATS_NKINDS][STATS_NRESULTS];
 	_Atomic uint64_t gemm_queue_ns, gemm_h2d_ns, gemm_kernel_ns, gemm_d2h_ns, gemm_total_ns;
 	_Atomic uint64_t gemm_flops; /* dense-equivalent, for GFLOP/s */
+	/* GEMM launches (executions) against GEMM requests answered OK: the
+	 * difference is batching's. */
+	_Atomic uint64_t gemm_launches;
+	_Atomic uint64_t batch_bucket[STATS_BATCH_BUCKETS + 1];
+	_Atomic uint64_t batch_sum, batch_count;
 	_Atomic uint64_t latency_bucket[STATS_LATENCY_BUCKETS + 1];
 	_Atomic uint64_t latency_sum_ns, latency_count;
 	_Atomic uint64_t connections_open, connections_total;
@@ -84,6 +93,17 @@ static inline void stats_observe_latency(struct mfmad_stats *s, uint64_t ns)
 	STATS_ADD(s->latency_bucket[b], 1);
 	STATS_ADD(s->latency_sum_ns, ns);
 	STATS_ADD(s->latency_count, 1);
+}
+
+static inline void stats_observe_batch(struct mfmad_stats *s, uint64_t requests)
+{
+	int b = 0;
+	while (b < STATS_BATCH_BUCKETS && requests > stats_batch_le[b])
+		b++;
+	STATS_ADD(s->batch_bucket[b], 1);
+	STATS_ADD(s->batch_sum, requests);
+	STATS_ADD(s->batch_count, 1);
+	STATS_ADD(s->gemm_launches, 1);
 }
 
 #endif

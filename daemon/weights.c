@@ -170,6 +170,9 @@ static void fill_info(const struct daemon *d, const struct weight *w, Mfma__V1__
 			devbuf[n++] = (uint32_t)i;
 	wi->n_devices = n;
 	wi->devices = devbuf;
+	wi->has_requests = wi->has_launches = 1;
+	wi->requests = w->requests;
+	wi->launches = w->launches;
 }
 
 int weights_list(const struct daemon *d, struct weight_list *l)

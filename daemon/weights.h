@@ -35,6 +35,7 @@ struct weight {
 	bool resident[STATS_MAX_DEVICES];
 	bool target[STATS_MAX_DEVICES];
 	int pending;                           /* device jobs not done yet */
+	uint64_t requests, launches;           /* GEMMs answered, and their launches */
 
 	/* While loading. */
 	struct request load;

@@ -13,6 +13,7 @@
 #ifndef MFMAD_BACKEND_H
 #define MFMAD_BACKEND_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -36,6 +37,9 @@ struct backend_device_info {
 	 * them, so a request never reaches a device without a kernel for it. */
 	uint32_t dense_dtypes;
 	uint32_t sparse_dtypes;
+	/* The device runs batched launches (mfma_gemm.nparts >= 2) on a
+	 * resident weight: the daemon batches only for such devices. */
+	bool batches;
 };
 
 #define BACKEND_DTYPE_BIT(t) (1u << (unsigned)(t))

@@ -18,6 +18,9 @@
 
 struct cpu_dev {
 	struct cpu_pool *pool;
+	/* A batched launch's joined B, C and D, grown as needed and kept. */
+	void *join[3];
+	size_t join_cap[3];
 };
 
 struct cpu_weight {
@@ -81,6 +84,7 @@ static int cpu_describe(int index, struct backend_device_info *info)
 	snprintf(info->arch, sizeof(info->arch), "%.31s", uname(&u) == 0 ? u.machine : "cpu");
 	long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
 	info->mem_total = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz : 0;
+	info->batches = true;
 	snprintf(info->variants, sizeof(info->variants),
 		 "cpu.sgemm.f32,cpu.sgemm.f16,cpu.sgemm.bf16,cpu.i8,"
 		 "cpu.sp24.f32,cpu.sp24.f16,cpu.sp24.bf16,cpu.sp24.i8");
@@ -113,6 +117,8 @@ static void cpu_close(void *dev)
 	if (!c)
 		return;
 	cpu_pool_destroy(c->pool);
+	for (int i = 0; i < 3; i++)
+		free(c->join[i]);
 	free(c);
 }
 
@@ -162,11 +168,48 @@ static void cpu_weight_free(void *dev, void *handle)
 	free(cw);
 }
 
+static void *join_buf(struct cpu_dev *c, int i, size_t bytes)
+{
+	if (bytes > c->join_cap[i]) {
+		free(c->join[i]);
+		c->join[i] = malloc(bytes);
+		c->join_cap[i] = c->join[i] ? bytes : 0;
+	}
+	return c->join[i];
+}
+
+/* A batched launch on the CPU is one GEMM over the parts' columns joined:
+ * B and C are gathered into the device's join buffers, D scattered back. */
+static int join_parts(struct cpu_dev *c, struct mfma_gemm *run, char *err, size_t errlen)
+{
+	size_t es = mfma_dtype_size(run->in_dtype), os = mfma_dtype_size(run->out_dtype);
+	void *b = join_buf(c, 0, (size_t)run->k * run->n * es);
+	void *cc = run->beta != 0.0f ? join_buf(c, 1, (size_t)run->m * run->n * os) : NULL;
+	void *d = join_buf(c, 2, (size_t)run->m * run->n * os);
+	if (!b || !d || (run->beta != 0.0f && !cc)) {
+		snprintf(err, errlen, "out of host memory joining a batch of %u requests", run->nparts);
+		return -ENOMEM;
+	}
+	for (size_t r = 0; r < run->k; r++)
+		mfma_gemm_gather_row(run, 'b', r, es, (unsigned char *)b + r * run->n * es);
+	for (size_t r = 0; cc && r < run->m; r++)
+		mfma_gemm_gather_row(run, 'c', r, os, (unsigned char *)cc + r * run->n * os);
+	run->b = b;
+	run->c = cc;
+	run->d = d;
+	return 0;
+}
+
 static int cpu_gemm(void *dev, const struct mfma_gemm *g, void *weight, struct backend_timing *t,
 		    char *err, size_t errlen)
 {
 	struct cpu_dev *c = dev;
 	struct mfma_gemm run = *g;
+	if (g->nparts > 1) {
+		int rc = join_parts(c, &run, err, errlen);
+		if (rc < 0)
+			return rc;
+	}
 	if (weight) {
 		const struct cpu_weight *cw = weight;
 		run.a = cw->h.a;
@@ -181,6 +224,9 @@ static int cpu_gemm(void *dev, const struct mfma_gemm *g, void *weight, struct b
 	t->kernel_ns = mfma_clock_ns() - t0;
 	if (rc < 0)
 		snprintf(err, errlen, "cpu GEMM failed: %s", strerror(-rc));
+	else if (g->nparts > 1)
+		mfma_gemm_scatter_d(g, mfma_dtype_size(g->out_dtype), 0, run.d,
+				    (size_t)g->m * g->n * mfma_dtype_size(g->out_dtype));
 	return rc;
 }
 

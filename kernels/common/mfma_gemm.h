@@ -9,13 +9,25 @@
 #define MFMA_GEMM_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "mfma_dtype.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* One request of a batched launch: its n columns of B, C and D.  The
+ * batch's B is the parts' B side by side (k x sum of n), and so C and D
+ * (m x sum of n); every part has its own row-major buffers. */
+struct mfma_gemm_part {
+	const void *b;
+	const void *c; /* NULL when beta == 0 */
+	void *d;
+	uint32_t n;
+};
 
 struct mfma_gemm {
 	uint32_t m, n, k;
@@ -28,6 +40,10 @@ struct mfma_gemm {
 	const void *b;
 	const void *c;        /* NULL when beta == 0 */
 	void *d;
+	/* A batched launch (nparts >= 2): n is the sum of the parts' n, and
+	 * b, c, d are unused; the parts hold them.  0: a single request. */
+	uint32_t nparts;
+	const struct mfma_gemm_part *parts;
 };
 
 /* A weight as the registry hands it to a backend to make resident: m x k,
@@ -39,6 +55,45 @@ struct mfma_weight_host {
 	const void *a;
 	const uint32_t *meta;
 };
+
+/* Row r of the batch's joined B (which = 'b', k rows) or C ('c', m
+ * rows) into dst: the parts' rows side by side, es bytes an element. */
+static inline void mfma_gemm_gather_row(const struct mfma_gemm *g, char which, size_t r, size_t es,
+					void *dst)
+{
+	unsigned char *p = (unsigned char *)dst;
+	for (uint32_t i = 0; i < g->nparts; i++) {
+		const struct mfma_gemm_part *pt = &g->parts[i];
+		size_t len = (size_t)pt->n * es;
+		const unsigned char *src = (const unsigned char *)(which == 'b' ? pt->b : pt->c);
+		memcpy(p, src + r * len, len);
+		p += len;
+	}
+}
+
+/* Bytes [off, off + len) of the batch's joined D (m x n row-major, os
+ * bytes an element) from src into the parts' own D.  Any byte range:
+ * rows and parts may start and end inside it. */
+static inline void mfma_gemm_scatter_d(const struct mfma_gemm *g, size_t os, size_t off,
+				       const void *src, size_t len)
+{
+	const unsigned char *s = (const unsigned char *)src;
+	const size_t row = (size_t)g->n * os;
+	while (len > 0) {
+		size_t r = off / row, col = off % row, i = 0, start = 0;
+		while (start + (size_t)g->parts[i].n * os <= col) {
+			start += (size_t)g->parts[i].n * os;
+			i++;
+		}
+		const struct mfma_gemm_part *pt = &g->parts[i];
+		size_t plen = (size_t)pt->n * os, in = col - start;
+		size_t take = plen - in < len ? plen - in : len;
+		memcpy((unsigned char *)pt->d + r * plen + in, s, take);
+		s += take;
+		off += take;
+		len -= take;
+	}
+}
 
 /* Dense-equivalent floating point operations of a GEMM: 2*m*n*k. */
 static inline double mfma_gemm_flops(const struct mfma_gemm *g)

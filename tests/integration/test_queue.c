@@ -30,40 +30,17 @@
 #include "harness.h"
 #include "mfma.pb-c.h"
 #include "mfma_clock.h"
+#include "rawwire.h"
 
 /* ---- raw protocol ---- */
-
-struct mat {
-	Mfma__V1__Matrix m;
-	Mfma__V1__Operand op;
-	float *data;
-};
-
-static void mat_init(struct mat *x, uint32_t rows, uint32_t cols)
-{
-	mfma__v1__matrix__init(&x->m);
-	mfma__v1__operand__init(&x->op);
-	x->data = calloc((size_t)rows * cols, sizeof(float));
-	assert_non_null(x->data);
-	for (size_t i = 0; i < (size_t)rows * cols; i++)
-		x->data[i] = (float)((i * 7) % 13) / 13.0f;
-	x->m.has_rows = x->m.has_cols = x->m.has_dtype = x->m.has_data = 1;
-	x->m.rows = rows;
-	x->m.cols = cols;
-	x->m.dtype = MFMA__V1__DTYPE__F32;
-	x->m.data.data = (uint8_t *)x->data;
-	x->m.data.len = (size_t)rows * cols * sizeof(float);
-	x->op.kind_case = MFMA__V1__OPERAND__KIND_DENSE;
-	x->op.dense = &x->m;
-}
 
 /* Sends one f32 GEMM (m x k times k x n); a pruned to 2:4 when prune. */
 static void send_gemm_a(int fd, uint64_t id, uint32_t m, uint32_t n, uint32_t k, uint32_t prio,
 			uint64_t timeout_us, bool prune)
 {
-	struct mat a, b;
-	mat_init(&a, m, k);
-	mat_init(&b, k, n);
+	struct rw_mat a, b;
+	rw_mat_init(&a, m, k, 1);
+	rw_mat_init(&b, k, n, 2);
 	if (prune)
 		a.op.sparsity = MFMA__V1__SPARSITY__PRUNE_24;
 	Mfma__V1__Gemm g = MFMA__V1__GEMM__INIT;
@@ -82,15 +59,9 @@ static void send_gemm_a(int fd, uint64_t id, uint32_t m, uint32_t n, uint32_t k,
 	req.id = id;
 	req.body_case = MFMA__V1__REQUEST__BODY_GEMM;
 	req.gemm = &g;
-	size_t len = mfma__v1__request__get_packed_size(&req);
-	uint8_t *buf = malloc(FRAME_HEADER_SIZE + len);
-	assert_non_null(buf);
-	frame_header_put(buf, (uint32_t)len);
-	mfma__v1__request__pack(&req, buf + FRAME_HEADER_SIZE);
-	assert_int_equal(harness_write_all(fd, buf, FRAME_HEADER_SIZE + len), 0);
-	free(buf);
-	free(a.data);
-	free(b.data);
+	rw_send(fd, &req);
+	rw_mat_free(&a);
+	rw_mat_free(&b);
 }
 
 static void send_gemm(int fd, uint64_t id, uint32_t m, uint32_t n, uint32_t k, uint32_t prio,
@@ -112,14 +83,7 @@ static void send_long(int fd, uint64_t id)
 
 static Mfma__V1__Response *read_response(int fd, int timeout_ms)
 {
-	uint8_t *buf = NULL;
-	long n = harness_read_frame(fd, &buf, timeout_ms);
-	assert_true(n >= 0);
-	Mfma__V1__Response *r = mfma__v1__response__unpack(NULL, (size_t)n, buf);
-	free(buf);
-	assert_non_null(r);
-	assert_non_null(r->status);
-	return r;
+	return rw_read(fd, timeout_ms);
 }
 
 /* ---- mfmactl ---- */
@@ -296,11 +260,7 @@ static void wait_running(int fd)
 		req.id = 1000 + (uint64_t)tries;
 		req.body_case = MFMA__V1__REQUEST__BODY_STATUS;
 		req.status = &s;
-		uint8_t buf[64];
-		size_t len = mfma__v1__request__get_packed_size(&req);
-		frame_header_put(buf, (uint32_t)len);
-		mfma__v1__request__pack(&req, buf + FRAME_HEADER_SIZE);
-		assert_int_equal(harness_write_all(fd, buf, FRAME_HEADER_SIZE + len), 0);
+		rw_send(fd, &req);
 		Mfma__V1__Response *r = read_response(fd, 10000);
 		assert_int_equal(r->body_case, MFMA__V1__RESPONSE__BODY_STATUS_RESULT);
 		bool running = r->status_result->n_devices > 0 &&

@@ -76,7 +76,7 @@ echo "mfmad.conf.5: all $(wc -l < "$tmp/keys.txt") settings described"
 # Every metric family is listed in mfmad(8).
 # A histogram's samples (_bucket, _sum, _count) belong to its family.
 grep -o '"mfmad_[a-z0-9_]*["{ ]' "$src/daemon/metrics.c" | sed 's/^"//; s/.$//' |
-	sed 's/\(_seconds\)_\(bucket\|sum\|count\)$/\1/' | sort -u > "$tmp/metrics.txt"
+	sed 's/\(_seconds\|_batch_size\)_\(bucket\|sum\|count\)$/\1/' | sort -u > "$tmp/metrics.txt"
 [ -s "$tmp/metrics.txt" ] || fail "no metric names found in daemon/metrics.c"
 while read -r m; do
 	grep -q "\\(^\\| \\)$m\\( \\|\$\\)" "$mandir/mfmad.8" ||

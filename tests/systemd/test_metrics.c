@@ -38,6 +38,9 @@ static struct mfmad_stats *known_stats(void)
 	s->gemm_d2h_ns = 0;
 	s->gemm_total_ns = 12000000000ull;  /* 12 s */
 	s->gemm_flops = 987654321;
+	stats_observe_batch(s, 1);
+	stats_observe_batch(s, 5);
+	stats_observe_batch(s, 300);
 	/* 4 requests <= 10 µs, 2 in (25, 50] µs, 1 above the last bound. */
 	stats_observe_latency(s, 9000);
 	stats_observe_latency(s, 10000);
@@ -134,6 +137,12 @@ static void test_render_exact_lines(void **state)
 	assert_line(out, "mfmad_gemm_d2h_seconds_total 0");
 	assert_line(out, "mfmad_gemm_server_seconds_total 12");
 	assert_line(out, "mfmad_gemm_flops_total 987654321");
+	assert_line(out, "mfmad_gemm_executions_total 3");
+	assert_line(out, "mfmad_gemm_batch_size_bucket{le=\"1\"} 1");
+	assert_line(out, "mfmad_gemm_batch_size_bucket{le=\"8\"} 2");
+	assert_line(out, "mfmad_gemm_batch_size_bucket{le=\"+Inf\"} 3");
+	assert_line(out, "mfmad_gemm_batch_size_sum 306");
+	assert_line(out, "mfmad_gemm_batch_size_count 3");
 
 	/* Cumulative buckets, with bounds in seconds. */
 	assert_line(out, "# TYPE mfmad_request_duration_seconds histogram");
@@ -190,9 +199,10 @@ static void test_render_exact_lines(void **state)
 		samples++;
 	}
 	assert_null(strstr(out, "result=\"unknown\""));
-	/* 5 status + requests + 6 gemm + 17 histogram + 6 + 1 + 2 info
-	 * + 6 x 2 per-device + 2 kernel. */
-	assert_int_equal(samples, 5 + STATS_NKINDS * STATS_NRESULTS + 6 + 17 + 6 + 1 + 2 + 12 + 2);
+	/* 5 status + requests + 6 gemm + 17 histogram + 1 executions + 12
+	 * batch histogram + 6 + 1 + 2 info + 6 x 2 per-device + 2 kernel. */
+	assert_int_equal(samples,
+			 5 + STATS_NKINDS * STATS_NRESULTS + 6 + 17 + 1 + 12 + 6 + 1 + 2 + 12 + 2);
 	assert_int_equal(out[len - 1], '\n');
 	free(out);
 	free(s);

@@ -1,0 +1,58 @@
+#include "rawwire.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+
+#include <cmocka.h>
+
+#include "frame.h"
+#include "harness.h"
+
+void rw_mat_init(struct rw_mat *x, uint32_t rows, uint32_t cols, uint32_t seed)
+{
+	mfma__v1__matrix__init(&x->m);
+	mfma__v1__operand__init(&x->op);
+	x->data = calloc((size_t)rows * cols, sizeof(float));
+	assert_non_null(x->data);
+	for (size_t i = 0; i < (size_t)rows * cols; i++)
+		x->data[i] = (float)(((i + seed) * 7 + seed * 13) % 13) / 13.0f - 0.5f;
+	x->m.has_rows = x->m.has_cols = x->m.has_dtype = x->m.has_data = 1;
+	x->m.rows = rows;
+	x->m.cols = cols;
+	x->m.dtype = MFMA__V1__DTYPE__F32;
+	x->m.data.data = (uint8_t *)x->data;
+	x->m.data.len = (size_t)rows * cols * sizeof(float);
+	x->op.kind_case = MFMA__V1__OPERAND__KIND_DENSE;
+	x->op.dense = &x->m;
+}
+
+void rw_mat_free(struct rw_mat *x)
+{
+	free(x->data);
+	x->data = NULL;
+}
+
+void rw_send(int fd, const Mfma__V1__Request *req)
+{
+	size_t len = mfma__v1__request__get_packed_size(req);
+	uint8_t *buf = malloc(FRAME_HEADER_SIZE + len);
+	assert_non_null(buf);
+	frame_header_put(buf, (uint32_t)len);
+	mfma__v1__request__pack(req, buf + FRAME_HEADER_SIZE);
+	assert_int_equal(harness_write_all(fd, buf, FRAME_HEADER_SIZE + len), 0);
+	free(buf);
+}
+
+Mfma__V1__Response *rw_read(int fd, int timeout_ms)
+{
+	uint8_t *buf = NULL;
+	long n = harness_read_frame(fd, &buf, timeout_ms);
+	assert_true(n >= 0);
+	Mfma__V1__Response *r = mfma__v1__response__unpack(NULL, (size_t)n, buf);
+	free(buf);
+	assert_non_null(r);
+	assert_non_null(r->status);
+	return r;
+}

@@ -1,0 +1,26 @@
+/* The wire protocol by hand for integration tests that need exact frames
+ * (ids, priorities, timeouts, out-of-order answers): build f32 matrices,
+ * send a Request, read a Response.  Failures end the cmocka test. */
+#ifndef MFMA_TEST_RAWWIRE_H
+#define MFMA_TEST_RAWWIRE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "mfma.pb-c.h"
+
+struct rw_mat {
+	Mfma__V1__Matrix m;
+	Mfma__V1__Operand op;
+	float *data;
+};
+
+/* rows x cols f32 with deterministic values from seed. */
+void rw_mat_init(struct rw_mat *x, uint32_t rows, uint32_t cols, uint32_t seed);
+void rw_mat_free(struct rw_mat *x);
+
+void rw_send(int fd, const Mfma__V1__Request *req);
+/* The next response (freed by the caller with mfma__v1__response__free_unpacked). */
+Mfma__V1__Response *rw_read(int fd, int timeout_ms);
+
+#endif

@@ -1,0 +1,235 @@
+/* Dynamic batching against the real mfmad on the CPU backend: concurrent
+ * GEMMs on one resident weight share launches (the counters say so), and
+ * every answer is still its own and correct against a float64 reference,
+ * also when requests with different scalars, output dtypes or C are mixed
+ * in the same queue. */
+#include <math.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "harness.h"
+#include "rawwire.h"
+
+#define M 768
+#define K 512
+#define NREQ 32
+#define LONG_N 4096 /* keeps the one worker busy while the others queue */
+
+static struct mfmad_proc *running;
+
+static int stop_leftover(void **state)
+{
+	(void)state;
+	if (running)
+		harness_stop(running);
+	running = NULL;
+	return 0;
+}
+
+static void load_weight(int fd, const struct rw_mat *w)
+{
+	Mfma__V1__LoadWeight lw = MFMA__V1__LOAD_WEIGHT__INIT;
+	lw.name = "w";
+	lw.a = (Mfma__V1__Operand *)&w->op;
+	Mfma__V1__Request req = MFMA__V1__REQUEST__INIT;
+	req.has_id = 1;
+	req.id = 999;
+	req.body_case = MFMA__V1__REQUEST__BODY_LOAD_WEIGHT;
+	req.load_weight = &lw;
+	rw_send(fd, &req);
+	Mfma__V1__Response *r = rw_read(fd, 60000);
+	assert_int_equal(r->status->code, MFMA__V1__CODE__OK);
+	mfma__v1__response__free_unpacked(r, NULL);
+}
+
+/* What request i asks for: its columns, scalars, output and C. */
+struct want {
+	uint32_t n;
+	float alpha, beta;
+	bool f16_out; /* f32 inputs give f32 only: kept false, see below */
+	struct rw_mat b, c;
+};
+
+static void send_gemm(int fd, uint64_t id, struct want *q)
+{
+	Mfma__V1__Operand a = MFMA__V1__OPERAND__INIT;
+	a.kind_case = MFMA__V1__OPERAND__KIND_WEIGHT;
+	a.weight = "w";
+	Mfma__V1__Gemm g = MFMA__V1__GEMM__INIT;
+	g.a = &a;
+	g.b = &q->b.m;
+	g.has_alpha = 1;
+	g.alpha = q->alpha;
+	if (q->beta != 0.0f) {
+		g.has_beta = 1;
+		g.beta = q->beta;
+		g.c = &q->c.m;
+	}
+	Mfma__V1__Request req = MFMA__V1__REQUEST__INIT;
+	req.has_id = 1;
+	req.id = id;
+	req.body_case = MFMA__V1__REQUEST__BODY_GEMM;
+	req.gemm = &g;
+	rw_send(fd, &req);
+}
+
+/* D against alpha * W.B + beta * C in float64, each element within what
+ * f32 accumulation over K can lose (a lost partial sum is far larger). */
+static void check_d(const struct rw_mat *w, const struct want *q, const Mfma__V1__Matrix *d)
+{
+	assert_int_equal(d->rows, M);
+	assert_int_equal(d->cols, q->n);
+	assert_int_equal(d->data.len, (size_t)M * q->n * 4);
+	const float *out = (const float *)(const void *)d->data.data;
+	for (uint32_t i = 0; i < M; i++)
+		for (uint32_t j = 0; j < q->n; j++) {
+			double ref = 0, mag = 0;
+			for (uint32_t p = 0; p < K; p++) {
+				double t = (double)w->data[i * K + p] * q->b.data[p * q->n + j];
+				ref += t;
+				mag += fabs(t);
+			}
+			ref *= q->alpha;
+			mag *= fabs(q->alpha);
+			if (q->beta != 0.0f) {
+				ref += (double)q->beta * q->c.data[i * q->n + j];
+				mag += fabs((double)q->beta * q->c.data[i * q->n + j]);
+			}
+			double got = out[i * q->n + j];
+			if (fabs(got - ref) > 1e-5 * mag + 1e-6)
+				fail_msg("D[%u][%u] = %.9g, float64 reference %.9g", i, j, got, ref);
+		}
+}
+
+/* Status: the weight's GEMMs and launches. */
+static void weight_counts(int fd, uint64_t *requests, uint64_t *launches)
+{
+	Mfma__V1__GetStatus s = MFMA__V1__GET_STATUS__INIT;
+	Mfma__V1__Request req = MFMA__V1__REQUEST__INIT;
+	req.has_id = 1;
+	req.id = 7777;
+	req.body_case = MFMA__V1__REQUEST__BODY_STATUS;
+	req.status = &s;
+	rw_send(fd, &req);
+	Mfma__V1__Response *r = rw_read(fd, 10000);
+	assert_int_equal(r->body_case, MFMA__V1__RESPONSE__BODY_STATUS_RESULT);
+	assert_int_equal(r->status_result->n_weights, 1);
+	*requests = r->status_result->weights[0]->requests;
+	*launches = r->status_result->weights[0]->launches;
+	mfma__v1__response__free_unpacked(r, NULL);
+}
+
+/* One long GEMM, then NREQ narrow ones behind it in one burst; mixed
+ * says whether scalars and C vary.  Returns the most requests any answer
+ * says its launch had. */
+static uint32_t run(const char *conf, bool mixed, uint64_t *requests, uint64_t *launches)
+{
+	struct mfmad_proc p;
+	assert_int_equal(harness_start(&p, conf, NULL), 0);
+	running = &p;
+	int fd = harness_connect_raw(&p);
+	assert_true(fd >= 0);
+	struct rw_mat w;
+	rw_mat_init(&w, M, K, 3);
+	load_weight(fd, &w);
+
+	static struct want q[NREQ + 1];
+	q[0] = (struct want){ .n = LONG_N, .alpha = 1.0f };
+	for (int i = 1; i <= NREQ; i++) {
+		q[i] = (struct want){ .n = 1 + (uint32_t)(i % 3 == 0) * 2, .alpha = 1.0f };
+		if (mixed && i % 4 == 1)
+			q[i].alpha = 2.0f;
+		if (mixed && i % 4 == 2)
+			q[i].beta = 1.0f;
+	}
+	for (int i = 0; i <= NREQ; i++) {
+		rw_mat_init(&q[i].b, K, q[i].n, 10 + (uint32_t)i);
+		if (q[i].beta != 0.0f)
+			rw_mat_init(&q[i].c, M, q[i].n, 100 + (uint32_t)i);
+		send_gemm(fd, (uint64_t)i, &q[i]);
+	}
+	uint32_t widest = 0;
+	bool seen[NREQ + 1] = { false };
+	for (int i = 0; i <= NREQ; i++) {
+		Mfma__V1__Response *r = rw_read(fd, 120000);
+		assert_int_equal(r->status->code, MFMA__V1__CODE__OK);
+		assert_true(r->id <= NREQ && !seen[r->id]);
+		seen[r->id] = true;
+		if (r->id > 0)
+			check_d(&w, &q[r->id], r->gemm->d);
+		uint32_t br = r->gemm->timing->batch_requests;
+		assert_true(br >= 1);
+		assert_true(r->gemm->timing->batch_columns >= q[r->id].n);
+		if (br > widest)
+			widest = br;
+		mfma__v1__response__free_unpacked(r, NULL);
+	}
+	weight_counts(fd, requests, launches);
+	for (int i = 0; i <= NREQ; i++) {
+		rw_mat_free(&q[i].b);
+		rw_mat_free(&q[i].c);
+	}
+	rw_mat_free(&w);
+	close(fd);
+	running = NULL;
+	assert_int_equal(harness_stop(&p), 0);
+	return widest;
+}
+
+static const char conf_on[] = "cpu = { threads = 1; devices = 1; };";
+
+static void test_concurrent_requests_share_launches(void **state)
+{
+	(void)state;
+	uint64_t requests, launches;
+	uint32_t widest = run(conf_on, false, &requests, &launches);
+	print_message("%llu requests in %llu launches, widest batch %u requests\n",
+		      (unsigned long long)requests, (unsigned long long)launches, widest);
+	assert_int_equal(requests, NREQ + 1);
+	assert_true(launches < requests);
+	assert_true(widest > 1);
+}
+
+static void test_different_scalars_never_share(void **state)
+{
+	(void)state;
+	uint64_t requests, launches;
+	uint32_t widest = run(conf_on, true, &requests, &launches);
+	print_message("mixed: %llu requests in %llu launches, widest batch %u requests\n",
+		      (unsigned long long)requests, (unsigned long long)launches, widest);
+	assert_int_equal(requests, NREQ + 1);
+	/* Three kinds (alpha 1, alpha 2, beta 1 with C): at least three
+	 * launches besides the long one, and every answer checked above. */
+	assert_true(launches >= 4 && launches < requests);
+}
+
+static void test_batching_off(void **state)
+{
+	(void)state;
+	uint64_t requests, launches;
+	uint32_t widest = run("cpu = { threads = 1; devices = 1; }; batching = { enabled = false; };",
+			      false, &requests, &launches);
+	assert_int_equal(widest, 1);
+	assert_int_equal(launches, requests);
+}
+
+int main(void)
+{
+	signal(SIGPIPE, SIG_IGN);
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_teardown(test_concurrent_requests_share_launches, stop_leftover),
+		cmocka_unit_test_teardown(test_different_scalars_never_share, stop_leftover),
+		cmocka_unit_test_teardown(test_batching_off, stop_leftover),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
