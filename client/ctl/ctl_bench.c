@@ -20,6 +20,7 @@ struct bench_opts {
 	bool have_m, have_k;
 	enum mfma_dtype dtype, out_dtype;
 	bool sparse, resident, dtype_given;
+	bool samples; /* --samples: every latency in the JSON */
 	enum ctl_sparse mode;
 	const char *weight;
 	int device;
@@ -108,7 +109,7 @@ static int parse(struct ctl *ctl, int argc, char **argv, struct bench_opts *o)
 	enum {
 		OPT_CONNECTIONS = CTL_OPT_FIRST_COMMAND_OPTION, OPT_M, OPT_N, OPT_K, OPT_DTYPE,
 		OPT_OUT_DTYPE, OPT_SPARSE, OPT_WEIGHT, OPT_RESIDENT, OPT_WARMUP, OPT_DEVICE,
-		OPT_SEED,
+		OPT_SEED, OPT_SAMPLES,
 	};
 	static const struct option opts[] = {
 		CTL_COMMON_LONG,
@@ -126,6 +127,7 @@ static int parse(struct ctl *ctl, int argc, char **argv, struct bench_opts *o)
 		{ "warmup", required_argument, NULL, OPT_WARMUP },
 		{ "device", required_argument, NULL, OPT_DEVICE },
 		{ "seed", required_argument, NULL, OPT_SEED },
+		{ "samples", no_argument, NULL, OPT_SAMPLES },
 		{ NULL, 0, NULL, 0 },
 	};
 	const uint64_t dim_max = 1u << 20;
@@ -179,6 +181,7 @@ static int parse(struct ctl *ctl, int argc, char **argv, struct bench_opts *o)
 			break;
 		case OPT_DEVICE: rc = ctl_parse_int("--device", optarg, -1, 1 << 20, &o->device, err, sizeof(err)); break;
 		case OPT_SEED: rc = ctl_parse_u64("--seed", optarg, 0, UINT64_MAX, &o->seed, err, sizeof(err)); break;
+		case OPT_SAMPLES: o->samples = true; break;
 		default:
 			rc = ctl_common_option(ctl, "bench", opt, optarg);
 			if (rc != CTL_CONTINUE)
@@ -312,6 +315,15 @@ static void report(struct ctl *ctl, const struct bench_opts *o, struct bench_con
 		json_kv_uint(j, "d2h", d / div);
 		json_kv_uint(j, "total", t / div);
 		json_object_end(j);
+		if (o->samples) {
+			/* The measurements the percentiles come from, for plotting
+			 * (python3 -m mfma bench --plot). */
+			json_key(j, "latency_samples_ns");
+			json_array_begin(j);
+			for (size_t i = 0; i < n; i++)
+				json_uint(j, lat[i]);
+			json_array_end(j);
+		}
 		json_object_end(j);
 	} else {
 		char s[8][32];

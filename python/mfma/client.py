@@ -1,0 +1,473 @@
+"""mfma.Client: one connection to mfmad through libmfmaclient.
+
+A Client may be shared by threads: calls on the connection take a lock, and
+the answers of submit()ted requests are collected by one background thread
+that sleeps on the socket (mfma_fileno) while nothing has arrived."""
+
+import concurrent.futures
+import ctypes
+import errno
+import os
+import select
+import threading
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import _lib, dtypes
+from .errors import TransportError, from_c
+from .sparse import Sparse24
+
+_SPARSITY = {None: _lib.SPARSITY_DENSE, "dense": _lib.SPARSITY_DENSE,
+             "validate": _lib.SPARSITY_VALIDATE_24, "prune": _lib.SPARSITY_PRUNE_24}
+
+
+@dataclass(frozen=True)
+class WeightInfo:
+    name: str
+    rows: int
+    cols: int
+    dtype: str
+    sparse: bool
+    bytes: int
+    devices: tuple
+
+
+@dataclass(frozen=True)
+class DeviceStatus:
+    index: int
+    backend: str
+    arch: str
+    name: str
+    mem_total: int
+    mem_used: int
+    queue_depth: int
+    in_flight: int
+    variants: tuple
+    completed: int
+    failed: int
+
+
+@dataclass(frozen=True)
+class Status:
+    version: str
+    uptime_ns: int
+    devices: list
+    weights: list
+    counters: dict
+    weight_budget: int
+    weight_bytes: int
+
+
+@dataclass(frozen=True)
+class GemmInfo:
+    """How one GEMM ran: the daemon's timing (ns), the device, the kernel
+    variant and the client's round trip."""
+    timing: dict
+    device: tuple  # (index, backend, arch)
+    variant: str
+    round_trip_ns: int
+
+
+class GemmFuture(concurrent.futures.Future):
+    """A submitted GEMM: result() is its output array; .info its GemmInfo
+    once done.  Cancelling only stops waiting: the daemon still runs it."""
+
+    def __init__(self, request_id):
+        super().__init__()
+        self.id = request_id
+        self.info = None
+
+
+def _weight(w):
+    return WeightInfo(_lib.text(w.name), w.rows, w.cols, dtypes.NAME.get(w.dtype, "?"),
+                      bool(w.sparse), w.bytes, tuple(w.devices[i] for i in range(w.n_devices)))
+
+
+def _is_torch(x):
+    return type(x).__module__.split(".")[0] == "torch"
+
+
+def _from_torch(t):
+    import torch
+    t = t.detach().cpu().contiguous()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(dtypes.bfloat16)
+    return t.numpy()
+
+
+def _to_torch(a):
+    import torch
+    if a.dtype == dtypes.bfloat16:
+        return torch.from_numpy(a.view("<i2")).view(torch.bfloat16)
+    return torch.from_numpy(a)
+
+
+class Client:
+    """Client(endpoint=None, *, timeout_ms=None, copy_strided=True)
+
+    endpoint: "unix:PATH", "tcp:HOST:PORT" or a socket path; None means
+    $MFMA_ENDPOINT, else the default sockets ($XDG_RUNTIME_DIR/mfmad.sock,
+    then /run/mfmad/mfmad.sock).  timeout_ms bounds every wait for the
+    daemon.  Arrays that are not C-contiguous little-endian (slices with a
+    step, transposes, big-endian data) are copied into row-major order when
+    copy_strided is true, and refused with ValueError when it is false;
+    they are never sent as they lie in memory."""
+
+    def __init__(self, endpoint=None, *, timeout_ms=None, copy_strided=True):
+        self._h = None
+        self.copy_strided = copy_strided
+        h = _lib.client_p()
+        err = _lib.Error_()
+        rc = _lib.mfma_connect(endpoint.encode() if endpoint else None, ctypes.byref(h),
+                               ctypes.byref(err))
+        if rc < 0:
+            raise from_c(rc, err)
+        self._h = h
+        if timeout_ms is not None:
+            _lib.mfma_set_timeout(h, int(timeout_ms))
+        self._lock = threading.Lock()
+        self._futures = {}
+        self._pump = None
+        self._closing = False
+        self._wake_r, self._wake_w = os.pipe()
+        self.last_info = None
+
+    # ---- lifetime ----
+
+    def close(self):
+        """Closes the connection; submitted requests not yet answered fail
+        with TransportError (ECANCELED)."""
+        if self._h is None:
+            return
+        self._closing = True
+        self._wake()
+        if self._pump is not None:
+            self._pump.join()
+        with self._lock:
+            _lib.mfma_close(self._h)
+            self._h = None
+            pending, self._futures = self._futures, {}
+        for fut, _ in pending.values():
+            if not fut.done():
+                fut.set_exception(TransportError(-errno.ECANCELED, "the client was closed"))
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    @property
+    def endpoint(self):
+        return _lib.text(_lib.mfma_endpoint(self._handle()))
+
+    def _handle(self):
+        if self._h is None:
+            raise TransportError(-errno.EBADF, "the client is closed")
+        return self._h
+
+    def _call(self, fn, *args):
+        err = _lib.Error_()
+        with self._lock:
+            rc = fn(self._handle(), *args, ctypes.byref(err))
+        if self._futures:
+            self._wake()  # it may have read answers the pump waits for
+        if rc < 0:
+            raise from_c(rc, err)
+        return rc
+
+    # ---- operands ----
+
+    def _array(self, x, what):
+        if _is_torch(x):
+            x = _from_torch(x)
+        a = np.asarray(x)
+        if a.dtype.name == "bfloat16":  # ml_dtypes
+            a = a.view("<u2").view(dtypes.bfloat16)
+        if a.ndim != 2:
+            raise ValueError(f"{what} must be a 2-D matrix, not {a.ndim}-D {a.shape}")
+        code = dtypes.code_of(a.dtype)
+        want = dtypes.numpy_dtype(code)
+        if not a.flags.c_contiguous or a.dtype != want:
+            if not self.copy_strided:
+                raise ValueError(
+                    f"{what} is not a C-contiguous little-endian array (shape {a.shape}, "
+                    f"strides {a.strides}, dtype {a.dtype.str}): it cannot be sent as it lies "
+                    f"in memory; pass np.ascontiguousarray({what}) or use copy_strided=True")
+            a = np.ascontiguousarray(a, dtype=want)
+        return a, code
+
+    @staticmethod
+    def _matrix(a, code):
+        return _lib.Matrix(a.shape[0], a.shape[1], code, a.ctypes.data, a.nbytes)
+
+    def _operand(self, a, sparse, keep):
+        op = _lib.Operand()
+        if isinstance(a, Sparse24):
+            if sparse not in (None, "compressed"):
+                raise ValueError(f"sparse={sparse!r} does not apply to an already 2:4 "
+                                 "(mfma.Sparse24) operand")
+            rows, cols = a.shape
+            keep += [a.values, a.meta]
+            op.kind = _lib.OPERAND_SPARSE24
+            op.sparse = _lib.Sparse24(rows, cols, dtypes.code_of(a.values.dtype),
+                                      a.values.ctypes.data, a.values.nbytes,
+                                      ctypes.cast(a.meta.ctypes.data,
+                                                  ctypes.POINTER(ctypes.c_uint32)),
+                                      a.meta.nbytes)
+            return op, op.sparse.dtype
+        if sparse not in _SPARSITY:
+            raise ValueError(f"sparse={sparse!r}: use None, 'validate' or 'prune' "
+                             "(or pass an mfma.Sparse24)")
+        arr, code = self._array(a, "a")
+        keep.append(arr)
+        op.kind = _lib.OPERAND_DENSE
+        op.dense = self._matrix(arr, code)
+        op.sparsity = _SPARSITY[sparse]
+        return op, code
+
+    def _gemm_args(self, a, b, sparse, c, alpha, beta, out_dtype, weight, device, priority,
+                   timeout_us):
+        keep = []
+        args = _lib.GemmArgs()
+        _lib.mfma_gemm_args_init(ctypes.byref(args))
+        torch_out = any(_is_torch(x) for x in (a, b, c) if x is not None)
+        if weight is not None:
+            if a is not None:
+                raise ValueError("give a or weight=, not both")
+            if sparse is not None:
+                raise ValueError("sparse= applies to a; a weight's sparsity was chosen when "
+                                 "it was loaded")
+            name = weight.encode()
+            keep.append(name)
+            args.a.kind = _lib.OPERAND_WEIGHT
+            args.a.weight = name
+        elif a is None:
+            raise ValueError("a is required (or weight=NAME)")
+        else:
+            args.a, _ = self._operand(a, sparse, keep)
+        bb, bcode = self._array(b, "b")
+        keep.append(bb)
+        args.b = self._matrix(bb, bcode)
+        if out_dtype is not None:
+            args.out_dtype = dtypes.code_of(out_dtype)
+        if c is not None:
+            cc, ccode = self._array(c, "c")
+            keep.append(cc)
+            cm = self._matrix(cc, ccode)
+            keep.append(cm)
+            args.c = ctypes.pointer(cm)
+        args.alpha = float(alpha)
+        args.beta = float(beta)
+        args.device = int(device)
+        args.priority = int(priority)
+        args.timeout_us = int(timeout_us)
+        return args, keep, torch_out
+
+    @staticmethod
+    def _take(res):
+        """Copies the library's answer into numpy and describes it."""
+        d = res.d
+        out = np.empty((d.rows, d.cols), dtype=dtypes.numpy_dtype(d.dtype))
+        if d.bytes:
+            ctypes.memmove(out.ctypes.data, d.data, min(d.bytes, out.nbytes))
+        t = res.timing
+        info = GemmInfo({k: getattr(t, k) for k, _ in _lib.Timing._fields_},
+                        (res.device.index, _lib.text(res.device.backend),
+                         _lib.text(res.device.arch)),
+                        _lib.text(res.variant), res.round_trip_ns)
+        return out, info
+
+    # ---- GEMM ----
+
+    def gemm(self, a, b, *, sparse=None, c=None, alpha=1.0, beta=0.0, out_dtype=None,
+             weight=None, device=-1, priority=0, timeout_us=0):
+        """D = alpha * A.B + beta * C on the daemon; returns D (numpy, or a
+        torch tensor when an input was one).
+
+        a: M x K (float32, float16, mfma.bfloat16 or int8), or an
+        mfma.Sparse24, or None with weight="NAME" (a resident weight).
+        sparse: None (A as it is), "validate" (refuse unless A is 2:4) or
+        "prune" (keep the two largest of every 4 along K).  b: K x N of A's
+        dtype.  c: M x N in the output dtype.  out_dtype: None (float32 for
+        float inputs, int32 for int8), or the input's own 16-bit type.
+        The timing of the call is in self.last_info."""
+        args, keep, torch_out = self._gemm_args(a, b, sparse, c, alpha, beta, out_dtype,
+                                                weight, device, priority, timeout_us)
+        res = _lib.GemmResult()
+        err = _lib.Error_()
+        with self._lock:
+            rc = _lib.mfma_gemm(self._handle(), ctypes.byref(args), ctypes.byref(res),
+                                ctypes.byref(err))
+            if rc == 0:
+                out, info = self._take(res)
+                _lib.mfma_gemm_result_free(ctypes.byref(res))
+        del keep
+        if self._futures:
+            self._wake()
+        if rc < 0:
+            raise from_c(rc, err)
+        self.last_info = info
+        return _to_torch(out) if torch_out else out
+
+    def submit(self, a, b, **kw):
+        """Sends a GEMM without waiting; returns a GemmFuture.  Takes the
+        arguments of gemm().  Any number may be in flight on one client; the
+        inputs may be reused as soon as submit returns."""
+        args, keep, torch_out = self._gemm_args(
+            a, b, kw.pop("sparse", None), kw.pop("c", None), kw.pop("alpha", 1.0),
+            kw.pop("beta", 0.0), kw.pop("out_dtype", None), kw.pop("weight", None),
+            kw.pop("device", -1), kw.pop("priority", 0), kw.pop("timeout_us", 0))
+        if kw:
+            raise TypeError(f"submit() got unexpected arguments {sorted(kw)}")
+        rid = ctypes.c_uint64()
+        err = _lib.Error_()
+        with self._lock:
+            rc = _lib.mfma_gemm_submit(self._handle(), ctypes.byref(args), ctypes.byref(rid),
+                                       ctypes.byref(err))
+            if rc == 0:
+                fut = GemmFuture(rid.value)
+                self._futures[rid.value] = (fut, torch_out)
+                if self._pump is None:
+                    self._pump = threading.Thread(target=self._collect, name="mfma-collect",
+                                                  daemon=True)
+                    self._pump.start()
+        del keep
+        if rc < 0:
+            raise from_c(rc, err)
+        self._wake()
+        return fut
+
+    def _wake(self):
+        try:
+            os.write(self._wake_w, b"w")
+        except (BlockingIOError, OSError):
+            pass
+
+    def _collect(self):
+        """The background thread: hands each answer to its future."""
+        while not self._closing:
+            done = []
+            broken = None
+            with self._lock:
+                fd = _lib.mfma_fileno(self._h)
+                while self._futures:
+                    res = _lib.GemmResult()
+                    err = _lib.Error_()
+                    did = ctypes.c_uint64()
+                    rc = _lib.mfma_wait(self._h, _lib.ANY, 0, ctypes.byref(did),
+                                        ctypes.byref(res), ctypes.byref(err))
+                    if rc == -errno.ETIMEDOUT:
+                        break
+                    if rc == 0:
+                        out, info = self._take(res)
+                        _lib.mfma_gemm_result_free(ctypes.byref(res))
+                        done.append((self._futures.pop(did.value, None), out, info, None))
+                    elif rc <= -_lib.EREMOTE_BASE:
+                        done.append((self._futures.pop(did.value, None), None, None,
+                                     from_c(rc, err)))
+                    else:
+                        broken = from_c(rc, err)
+                        done += [(f, None, None, broken) for f in self._futures.values()]
+                        self._futures = {}
+                        break
+                idle = not self._futures
+            for entry, out, info, exc in done:
+                if entry is None:
+                    continue
+                fut, torch_out = entry
+                if fut.cancelled():
+                    continue
+                if exc is not None:
+                    fut.set_exception(exc)
+                else:
+                    fut.info = info
+                    fut.set_result(_to_torch(out) if torch_out else out)
+            if broken is not None:
+                return
+            watch = [self._wake_r] if idle or fd < 0 else [self._wake_r, fd]
+            ready, _, _ = select.select(watch, [], [], None if idle else 1.0)
+            if self._wake_r in ready:
+                os.read(self._wake_r, 4096)
+
+    # ---- weights, status ----
+
+    def load_weight(self, name, a, *, sparse=None, device=-1, replace=False):
+        """Makes `a` resident under `name` (on every device, or `device`);
+        sparse as for gemm(), or an mfma.Sparse24.  Returns its WeightInfo."""
+        keep = []
+        la = _lib.LoadArgs()
+        _lib.mfma_load_args_init(ctypes.byref(la))
+        bname = name.encode()
+        la.name = bname
+        la.a, _ = self._operand(a, sparse, keep)
+        la.device = int(device)
+        la.replace = bool(replace)
+        res = _lib.LoadResult()
+        err = _lib.Error_()
+        with self._lock:
+            rc = _lib.mfma_load_weight(self._handle(), ctypes.byref(la), ctypes.byref(res),
+                                       ctypes.byref(err))
+            if rc == 0:
+                info = _weight(res.weight)
+                _lib.mfma_load_result_free(ctypes.byref(res))
+        if rc < 0:
+            raise from_c(rc, err)
+        return info
+
+    def unload_weight(self, name):
+        """Frees the resident weight `name` (mfma.NotFound when there is
+        none); returns once its memory is back in the budget."""
+        self._call(_lib.mfma_unload_weight, name.encode())
+
+    def weights(self):
+        """The resident weights, as a list of WeightInfo."""
+        wl = _lib.WeightList()
+        err = _lib.Error_()
+        with self._lock:
+            rc = _lib.mfma_list_weights(self._handle(), ctypes.byref(wl), ctypes.byref(err))
+            if rc == 0:
+                out = [_weight(wl.weights[i]) for i in range(wl.n_weights)]
+                _lib.mfma_weight_list_free(ctypes.byref(wl))
+        if rc < 0:
+            raise from_c(rc, err)
+        return out
+
+    def status(self):
+        """Devices, weights and counters of the daemon (a Status)."""
+        st = _lib.Status()
+        err = _lib.Error_()
+        with self._lock:
+            rc = _lib.mfma_status(self._handle(), ctypes.byref(st), ctypes.byref(err))
+            if rc == 0:
+                devs = []
+                for i in range(st.n_devices):
+                    d = st.devices[i]
+                    devs.append(DeviceStatus(
+                        d.index, _lib.text(d.backend), _lib.text(d.arch), _lib.text(d.name),
+                        d.mem_total, d.mem_used, d.queue_depth, d.in_flight,
+                        tuple(_lib.text(d.variants[j]) for j in range(d.n_variants)),
+                        d.completed, d.failed))
+                out = Status(_lib.text(st.version), st.uptime_ns, devs,
+                             [_weight(st.weights[i]) for i in range(st.n_weights)],
+                             {k: getattr(st.counters, k) for k, _ in _lib.Counters._fields_},
+                             st.weight_budget, st.weight_bytes)
+                _lib.mfma_status_free(ctypes.byref(st))
+        if rc < 0:
+            raise from_c(rc, err)
+        return out
+
+    def ping(self, payload=b""):
+        """Round trip of `payload` through the daemon, in nanoseconds."""
+        rt = ctypes.c_uint64()
+        self._call(_lib.mfma_ping, payload, len(payload), ctypes.byref(rt))
+        return rt.value

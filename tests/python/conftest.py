@@ -1,0 +1,70 @@
+"""The daemon the tests talk to, started as tests/integration/harness.c does:
+a temporary directory, a configuration file, --socket, and SIGTERM at the
+end (which must exit 0)."""
+
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+
+def _start(conf=""):
+    binary = os.environ.get("MFMAD_BIN")
+    if not binary:
+        pytest.skip("MFMAD_BIN is not set (run through meson test)")
+    d = tempfile.mkdtemp(prefix="mfmad-py-")
+    sock = os.path.join(d, "mfmad.sock")
+    with open(os.path.join(d, "mfmad.conf"), "w") as f:
+        f.write(conf + "\n")
+    log = open(os.path.join(d, "mfmad.log"), "w")
+    p = subprocess.Popen([binary, "--config", os.path.join(d, "mfmad.conf"), "--socket", sock,
+                          "--log-level", "info"], stdout=subprocess.DEVNULL, stderr=log)
+    for _ in range(300):
+        s = socket.socket(socket.AF_UNIX)
+        try:
+            s.connect(sock)
+            s.close()
+            return p, d, sock, log
+        except OSError:
+            s.close()
+        if p.poll() is not None:
+            break
+        time.sleep(0.05)
+    p.kill()
+    p.wait()
+    log.close()
+    raise RuntimeError("mfmad did not start:\n" + open(os.path.join(d, "mfmad.log")).read())
+
+
+def _stop(p, d, log):
+    p.send_signal(signal.SIGTERM)
+    try:
+        rc = p.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        rc = p.wait()
+    log.close()
+    text = open(os.path.join(d, "mfmad.log")).read()
+    for name in os.listdir(d):
+        os.unlink(os.path.join(d, name))
+    os.rmdir(d)
+    assert rc == 0, f"mfmad exited {rc}:\n{text}"
+
+
+@pytest.fixture(scope="session")
+def daemon():
+    """The endpoint of one mfmad shared by the session's tests."""
+    p, d, sock, log = _start()
+    yield "unix:" + sock
+    _stop(p, d, log)
+
+
+@pytest.fixture
+def client(daemon):
+    import mfma
+    with mfma.Client(daemon, timeout_ms=60000) as c:
+        yield c
