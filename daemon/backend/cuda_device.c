@@ -340,6 +340,31 @@ int cuda_dev_copy_in(struct cuda_dev *d, CUdeviceptr dst, size_t dpitch, const v
 	return 0;
 }
 
+int cuda_dev_copy_in_rows(struct cuda_dev *d, CUdeviceptr dst, size_t dpitch, size_t rows,
+			  cuda_fill_row_fn fill, void *arg, char *err, size_t errlen)
+{
+	int rc, h = 0;
+	size_t per = d->pin_half / dpitch;
+	if (per == 0) {
+		snprintf(err, errlen, "cuda: a row of %zu bytes does not fit the pinned pool (%zu bytes)",
+			 dpitch, d->pin_half);
+		return -E2BIG;
+	}
+	for (size_t r0 = 0; r0 < rows; r0 += per, h ^= 1) {
+		size_t n = rows - r0 < per ? rows - r0 : per;
+		if ((rc = pin_wait(d, h, err, errlen)) < 0)
+			return rc;
+		unsigned char *p = d->pin + (size_t)h * d->pin_half;
+		for (size_t i = 0; i < n; i++)
+			fill(arg, r0 + i, p + i * dpitch);
+		CU_TRY(nv_drv.cuMemcpyHtoDAsync(dst + r0 * dpitch, p, n * dpitch, d->stream),
+		       "cuMemcpyHtoDAsync");
+		if ((rc = pin_mark(d, h, err, errlen)) < 0)
+			return rc;
+	}
+	return 0;
+}
+
 int cuda_dev_mark(struct cuda_dev *d, enum cuda_mark mark, char *err, size_t errlen)
 {
 	static const int ev_of[] = { [CUDA_MARK_START] = EV_START, [CUDA_MARK_IN] = EV_IN,
@@ -351,10 +376,20 @@ int cuda_dev_mark(struct cuda_dev *d, enum cuda_mark mark, char *err, size_t err
 /* bytes from src to host dst through the pool; the copy of chunk i out of
  * the pool overlaps the DMA of chunk i + 1.  Records the end event after
  * the last DMA and keeps the host time spent after it. */
+static void take_into(void *arg, size_t off, const unsigned char *src, size_t len)
+{
+	memcpy((unsigned char *)arg + off, src, len);
+}
+
 int cuda_dev_copy_out(struct cuda_dev *d, void *dst, CUdeviceptr src, size_t bytes, char *err,
 		      size_t errlen)
 {
-	unsigned char *out = dst;
+	return cuda_dev_copy_out_with(d, src, bytes, take_into, dst, err, errlen);
+}
+
+int cuda_dev_copy_out_with(struct cuda_dev *d, CUdeviceptr src, size_t bytes, cuda_take_fn take,
+			   void *arg, char *err, size_t errlen)
+{
 	size_t nchunks = (bytes + d->pin_half - 1) / d->pin_half;
 	int rc;
 	for (size_t i = 0; i < nchunks; i++) {
@@ -375,7 +410,7 @@ int cuda_dev_copy_out(struct cuda_dev *d, void *dst, CUdeviceptr src, size_t byt
 			size_t poff = (i - 1) * d->pin_half;
 			if ((rc = pin_wait(d, hp, err, errlen)) < 0)
 				return rc;
-			memcpy(out + poff, d->pin + (size_t)hp * d->pin_half, d->pin_half);
+			take(arg, poff, d->pin + (size_t)hp * d->pin_half, d->pin_half);
 		}
 	}
 	CU_TRY(nv_drv.cuEventSynchronize(d->ev[EV_OUT]), "cuEventSynchronize");
@@ -385,7 +420,7 @@ int cuda_dev_copy_out(struct cuda_dev *d, void *dst, CUdeviceptr src, size_t byt
 		int h = (int)(last & 1);
 		if ((rc = pin_wait(d, h, err, errlen)) < 0)
 			return rc;
-		memcpy(out + off, d->pin + (size_t)h * d->pin_half, bytes - off);
+		take(arg, off, d->pin + (size_t)h * d->pin_half, bytes - off);
 	}
 	d->out_tail_ns = mfma_clock_ns() - t0;
 	return 0;

@@ -85,6 +85,13 @@ struct cuda_buf *cuda_dev_scratch(struct cuda_dev *d, enum cuda_scratch which);
 int cuda_dev_copy_in(struct cuda_dev *d, CUdeviceptr dst, size_t dpitch, const void *src,
 		     size_t rows, size_t row_bytes, char *err, size_t errlen);
 
+/* Host to device through the pinned pool: rows x dpitch bytes to dst, each
+ * row written into the pool by fill(arg, row, dst_row), which writes all
+ * dpitch bytes (a batched launch gathers its parts' rows this way). */
+typedef void (*cuda_fill_row_fn)(void *arg, size_t row, unsigned char *dst_row);
+int cuda_dev_copy_in_rows(struct cuda_dev *d, CUdeviceptr dst, size_t dpitch, size_t rows,
+			  cuda_fill_row_fn fill, void *arg, char *err, size_t errlen);
+
 /* The timing of one request: the provider records START before its first
  * copy in, IN after its last, KERNEL after its last kernel; the copy out
  * records the end and waits for it. */
@@ -95,6 +102,12 @@ int cuda_dev_mark(struct cuda_dev *d, enum cuda_mark mark, char *err, size_t err
  * last step of a GEMM.  A kernel fault surfaces here. */
 int cuda_dev_copy_out(struct cuda_dev *d, void *dst, CUdeviceptr src, size_t bytes, char *err,
 		      size_t errlen);
+
+/* Like cuda_dev_copy_out, but the bytes go to take(arg, off, src, len) in
+ * order as they leave the pool (a batched launch scatters D this way). */
+typedef void (*cuda_take_fn)(void *arg, size_t off, const unsigned char *src, size_t len);
+int cuda_dev_copy_out_with(struct cuda_dev *d, CUdeviceptr src, size_t bytes, cuda_take_fn take,
+			   void *arg, char *err, size_t errlen);
 
 /* h2d, kernel and d2h times of the request just copied out (the
  * variant is the provider's to name). */

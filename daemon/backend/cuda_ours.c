@@ -47,6 +47,7 @@ static void ours_describe(int cc, struct backend_device_info *info)
 			    BACKEND_DTYPE_BIT(MFMA_DT_I8);
 	info->dense_dtypes |= dt;
 	info->sparse_dtypes |= dt;
+	info->batches = true; /* launch gathers and scatters the parts */
 	size_t len = strlen(info->variants);
 	for (int kind = 0; kind < NV_KIND_COUNT; kind++)
 		for (int tile = 0; tile < NV_TILE_COUNT; tile++) {
@@ -199,6 +200,34 @@ out:
 	return rc;
 }
 
+/* A batched launch's B and C rows gathered from its parts, D scattered
+ * back (mfma_gemm.h), as the rows pass through the pinned pool. */
+struct joined {
+	const struct mfma_gemm *g;
+	size_t es;    /* bytes an element */
+	size_t pitch; /* bytes a row on the device, padding included */
+};
+
+static void fill_b(void *arg, size_t row, unsigned char *dst)
+{
+	const struct joined *j = arg;
+	size_t used = (size_t)j->g->n * j->es;
+	mfma_gemm_gather_row(j->g, 'b', row, j->es, dst);
+	memset(dst + used, 0, j->pitch - used);
+}
+
+static void fill_c(void *arg, size_t row, unsigned char *dst)
+{
+	const struct joined *j = arg;
+	mfma_gemm_gather_row(j->g, 'c', row, j->es, dst);
+}
+
+static void take_d(void *arg, size_t off, const unsigned char *src, size_t len)
+{
+	const struct joined *j = arg;
+	mfma_gemm_scatter_d(j->g, j->es, off, src, len);
+}
+
 static int ours_launch(struct cuda_dev *dev, void *state, const struct mfma_gemm *g, void *packed,
 		       const char **variant, char *err, size_t errlen)
 {
@@ -268,10 +297,18 @@ static int ours_launch(struct cuda_dev *dev, void *state, const struct mfma_gemm
 		return rc;
 	if (!packed && (rc = upload_a(dev, kind, m, k, g->a, g->a_meta, err, errlen)) < 0)
 		return rc;
-	if ((rc = cuda_dev_copy_in(dev, b->p, ldb * es, g->b, k, (size_t)n * es, err, errlen)) < 0)
+	struct joined jb = { g, es, ldb * es }, jc = { g, os, (size_t)n * os };
+	if (g->nparts > 1)
+		rc = cuda_dev_copy_in_rows(dev, b->p, ldb * es, k, fill_b, &jb, err, errlen);
+	else
+		rc = cuda_dev_copy_in(dev, b->p, ldb * es, g->b, k, (size_t)n * es, err, errlen);
+	if (rc < 0)
 		return rc;
-	if (g->beta != 0.0f &&
-	    (rc = cuda_dev_copy_in(dev, c->p, dbytes, g->c, 1, dbytes, err, errlen)) < 0)
+	if (g->beta != 0.0f && g->nparts > 1)
+		rc = cuda_dev_copy_in_rows(dev, c->p, (size_t)n * os, m, fill_c, &jc, err, errlen);
+	else if (g->beta != 0.0f)
+		rc = cuda_dev_copy_in(dev, c->p, dbytes, g->c, 1, dbytes, err, errlen);
+	if (rc < 0)
 		return rc;
 	if ((rc = cuda_dev_mark(dev, CUDA_MARK_IN, err, errlen)) < 0)
 		return rc;
@@ -312,7 +349,11 @@ static int ours_launch(struct cuda_dev *dev, void *state, const struct mfma_gemm
 		return rc;
 
 	/* Out. */
-	if ((rc = cuda_dev_copy_out(dev, g->d, d->p, dbytes, err, errlen)) < 0)
+	if (g->nparts > 1)
+		rc = cuda_dev_copy_out_with(dev, d->p, dbytes, take_d, &jc, err, errlen);
+	else
+		rc = cuda_dev_copy_out(dev, g->d, d->p, dbytes, err, errlen);
+	if (rc < 0)
 		return rc;
 	*variant = nv_variant_label(kind, plan.tile);
 	return 0;
