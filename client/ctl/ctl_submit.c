@@ -50,7 +50,9 @@ struct check_result {
 	char why[256]; /* set when the check could not even compare */
 };
 
-static int check_gemm(const struct submit_opts *o, const struct ctl_matrix *a,
+/* prune: the daemon multiplied A pruned to 2:4 (--sparse prune, or a
+ * weight held in 2:4 form: pruning an A that already is 2:4 leaves it). */
+static int check_gemm(const struct submit_opts *o, bool prune, const struct ctl_matrix *a,
 		      const struct ctl_matrix *b, const struct ctl_matrix *c,
 		      const struct mfma_gemm_result *r, struct check_result *out)
 {
@@ -62,7 +64,7 @@ static int check_gemm(const struct submit_opts *o, const struct ctl_matrix *a,
 			 r->d.cols, a->rows, b->cols);
 		return 0;
 	}
-	if (o->sparse == CTL_SPARSE_PRUNE) {
+	if (prune) {
 		int prc = pruned_copy(a, &pruned);
 		if (prc < 0)
 			return prc;
@@ -92,7 +94,7 @@ static int check_gemm(const struct submit_opts *o, const struct ctl_matrix *a,
 	int rc = cpu_gemm_ref_f64(&g, ref);
 	if (rc == 0) {
 		out->rel_error = cpu_rel_frobenius(r->d.data, g.out_dtype, ref, count);
-		out->tolerance = ctl_tolerance(a->dtype, g.out_dtype);
+		out->tolerance = mfma_check_tolerance(r->d.dtype, a->cols);
 		out->ok = out->tolerance == 0.0 ? out->rel_error == 0.0
 						: out->rel_error <= out->tolerance;
 	}
@@ -100,6 +102,31 @@ static int check_gemm(const struct submit_opts *o, const struct ctl_matrix *a,
 	if (aref != a)
 		ctl_matrix_free(&pruned);
 	return rc;
+}
+
+/* The weight's shape and form, from the daemon, for checking a GEMM on it
+ * against the A the user says it was loaded from. */
+static void weight_check_prep(mfma_client *cl, const char *name, const struct ctl_matrix *a,
+			      bool *prune, struct check_result *chk)
+{
+	struct mfma_weight_list wl = { 0 };
+	struct mfma_error e;
+	if (mfma_list_weights(cl, &wl, &e) < 0) {
+		snprintf(chk->why, sizeof(chk->why), "cannot list the weights: %.200s", e.message);
+		return;
+	}
+	const struct mfma_weight_info *w = NULL;
+	for (size_t i = 0; i < wl.n_weights && !w; i++)
+		if (strcmp(wl.weights[i].name, name) == 0)
+			w = &wl.weights[i];
+	if (!w)
+		snprintf(chk->why, sizeof(chk->why), "weight '%s' is no longer loaded", name);
+	else if (w->rows != a->rows || w->cols != a->cols)
+		snprintf(chk->why, sizeof(chk->why), "-a is %ux%u but weight '%s' is %ux%u: not "
+			 "the matrix it was loaded from", a->rows, a->cols, name, w->rows, w->cols);
+	else
+		*prune = w->sparse;
+	mfma_weight_list_free(&wl);
 }
 
 static void print_text(const struct submit_opts *o, uint32_t m, uint32_t n, uint32_t k,
@@ -129,7 +156,7 @@ static void print_text(const struct submit_opts *o, uint32_t m, uint32_t n, uint
 			printf("check: relative Frobenius error %.3g, exact match required: %s\n",
 			       chk->rel_error, chk->ok ? "ok" : "FAILED");
 		else
-			printf("check: relative Frobenius error %.3g, tolerance %.0e: %s\n",
+			printf("check: relative Frobenius error %.3g, tolerance %.2g: %s\n",
 			       chk->rel_error, chk->tolerance, chk->ok ? "ok" : "FAILED");
 	}
 }
@@ -248,15 +275,19 @@ static int parse(struct ctl *ctl, int argc, char **argv, struct submit_opts *o)
 	}
 	if (optind != argc)
 		return ctl_usage("submit", "unexpected argument '%s'", argv[optind]);
-	if (!o->a == !o->weight)
-		return ctl_usage("submit", "give exactly one of -a A.npy and --weight NAME");
+	if (!o->a && !o->weight)
+		return ctl_usage("submit", "give -a A.npy or --weight NAME");
+	if (o->a && o->weight && !o->check)
+		return ctl_usage("submit", "-a with --weight is only for --check (the daemon "
+				 "multiplies the resident weight): drop one of them");
 	if (!o->b)
 		return ctl_usage("submit", "-b B.npy is required");
 	if (o->weight && o->sparse != CTL_SPARSE_NONE)
 		return ctl_usage("submit", "--sparse applies to -a; a weight's sparsity was chosen "
 				 "when it was loaded");
-	if (o->weight && o->check)
-		return ctl_usage("submit", "--check needs A itself: use -a A.npy");
+	if (o->weight && o->check && !o->a)
+		return ctl_usage("submit", "--check with --weight needs the matrix the weight was "
+				 "loaded from: add -a A.npy (read for the reference only, not sent)");
 	if (o->c && !o->have_beta)
 		o->beta = 1.0f;
 	return CTL_CONTINUE;
@@ -284,7 +315,16 @@ int ctl_cmd_submit(struct ctl *ctl, int argc, char **argv)
 
 	mfma_gemm_args_init(&args);
 	enum mfma_dtype in = o.dtype;
-	if (o.a) {
+	if (o.a && o.weight) {
+		/* Only the reference's A: the daemon multiplies the weight. */
+		if ((rc = ctl_read_matrix(o.a, o.dtype, true, &a, err, sizeof(err))) < 0) {
+			rc = input_error(ctl, rc, err);
+			goto out;
+		}
+		in = a.dtype;
+		args.a.kind = MFMA_OPERAND_WEIGHT;
+		args.a.weight = o.weight;
+	} else if (o.a) {
 		if ((rc = ctl_read_matrix(o.a, o.dtype, true, &a, err, sizeof(err))) < 0) {
 			rc = input_error(ctl, rc, err);
 			goto out;
@@ -332,7 +372,10 @@ int ctl_cmd_submit(struct ctl *ctl, int argc, char **argv)
 		rc = ctl_fail_local(ctl, CTL_EXIT_LOCAL, "%s", err);
 		goto out;
 	}
-	if (o.check && check_gemm(&o, &a, &b, o.c ? &c : NULL, &res, &chk) < 0) {
+	bool prune = o.sparse == CTL_SPARSE_PRUNE;
+	if (o.check && o.weight)
+		weight_check_prep(cl, o.weight, &a, &prune, &chk);
+	if (o.check && !chk.why[0] && check_gemm(&o, prune, &a, &b, o.c ? &c : NULL, &res, &chk) < 0) {
 		rc = ctl_fail_local(ctl, CTL_EXIT_LOCAL, "out of memory computing the reference");
 		goto out;
 	}
