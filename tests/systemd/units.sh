@@ -17,7 +17,7 @@ service=$1 socket=$2 mandir=$5 binary=${6:-}
 # systemd-sysusers and systemd-tmpfiles --root read relative paths inside
 # the root.
 sysusers=$(realpath "$3") tmpfiles=$(realpath "$4")
-max_exposure=3.0
+max_exposure=1.2
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
@@ -43,10 +43,13 @@ for want in 'Type=notify' 'NotifyAccess=main' 'ExecReload=/bin/kill -HUP $MAINPI
 	'PrivateDevices=false' 'DevicePolicy=closed' 'DeviceAllow=char-kfd rw' \
 	'DeviceAllow=char-drm rw' 'DeviceAllow=char-nvidia* rw' \
 	'RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6' 'SystemCallFilter=@system-service' \
-	'CapabilityBoundingSet='; do
+	'CapabilityBoundingSet=' 'IPAddressDeny=any' 'IPAddressAllow=localhost' \
+	'MemorySwapMax=0' 'LimitCORE=0'; do
 	grep -qxF "$want" "$service" || fail "mfmad.service lacks the line '$want'"
 done
 grep -q '^WatchdogSec=[1-9]' "$service" || fail "mfmad.service has no WatchdogSec="
+grep -q '^MemoryMax=[1-9]' "$service" || fail "mfmad.service has no MemoryMax="
+grep -q '^TasksMax=[1-9]' "$service" || fail "mfmad.service has no TasksMax="
 ! grep -q '^MemoryDenyWriteExecute=' "$service" ||
 	fail "MemoryDenyWriteExecute= breaks the CUDA PTX JIT and must stay off"
 grep -q '^ExecStart=/.*/mfmad --config /.*/mfmad/mfmad.conf$' "$service" ||
