@@ -1,0 +1,201 @@
+"""Weights, errors, futures, lifetime; the 2:4 helpers, bf16 and the check
+tolerance."""
+
+import concurrent.futures
+import errno
+import threading
+
+import numpy as np
+import pytest
+
+import mfma
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(7)
+
+
+def f16(rng, shape):
+    return rng.standard_normal(shape).astype(np.float16)
+
+
+# ---- resident weights ----
+
+def test_weight_lifecycle(client, rng):
+    a, b = f16(rng, (48, 64)), f16(rng, (64, 16))
+    w = client.load_weight("py-w", a, sparse="prune")
+    assert (w.name, w.rows, w.cols, w.dtype, w.sparse) == ("py-w", 48, 64, "f16", True)
+    assert "py-w" in [x.name for x in client.weights()]
+    assert "py-w" in [x.name for x in client.status().weights]
+    mfma.check(client.gemm(None, b, weight="py-w"), a, b, sparse="prune")
+    with pytest.raises(mfma.AlreadyExists) as e:
+        client.load_weight("py-w", a)
+    assert e.value.code == 3 and "py-w" in e.value.message
+    client.load_weight("py-w", a, replace=True)  # dense now
+    mfma.check(client.gemm(None, b, weight="py-w"), a, b)
+    client.unload_weight("py-w")
+    assert "py-w" not in [x.name for x in client.weights()]
+    with pytest.raises(mfma.NotFound) as e:
+        client.gemm(None, b, weight="py-w")
+    assert e.value.code == 2 and e.value.code_name == "NOT_FOUND"
+    assert "py-w" in str(e.value)
+    with pytest.raises(mfma.NotFound):
+        client.unload_weight("py-w")
+
+
+def test_weight_compressed(client, rng):
+    a, b = f16(rng, (16, 32)), f16(rng, (32, 8))
+    sp = mfma.prune(a)
+    assert client.load_weight("py-sp", sp).sparse
+    mfma.check(client.submit(None, b, weight="py-sp").result(30), sp, b)
+    client.unload_weight("py-sp")
+
+
+# ---- errors ----
+
+def test_daemon_errors_carry_code_and_message(client, rng):
+    a, b = f16(rng, (8, 32)), f16(rng, (16, 8))
+    with pytest.raises(mfma.InvalidArgument) as e:
+        client.gemm(a, b)
+    assert isinstance(e.value, mfma.DaemonError) and isinstance(e.value, mfma.Error)
+    assert e.value.code == 1 and e.value.code_name == "INVALID_ARGUMENT"
+    assert "32" in e.value.message and "16" in e.value.message
+    # Not 2:4: the daemon names the row and the columns of the group.
+    dense = np.ones((4, 8), np.float16)
+    with pytest.raises(mfma.InvalidArgument, match=r"row 0, columns 0\.\.3"):
+        client.gemm(dense, np.ones((8, 4), np.float16), sparse="validate")
+    with pytest.raises(mfma.InvalidArgument):
+        client.gemm(a, b.astype(np.float32).reshape(16, 8)[:, :].copy())
+    # The connection is still good after refusals.
+    assert client.ping(b"abc") > 0
+
+
+def test_transport_errors(tmp_path):
+    with pytest.raises(mfma.TransportError) as e:
+        mfma.Client(f"unix:{tmp_path}/none.sock")
+    assert e.value.code == -errno.ENOENT and "is mfmad running" in e.value.message
+    with pytest.raises(mfma.TransportError) as e:
+        mfma.Client("tcp:host")
+    assert e.value.code == -errno.EINVAL
+
+
+def test_closed_client(daemon):
+    with mfma.Client(daemon) as c:
+        assert c.endpoint == daemon
+    with pytest.raises(mfma.TransportError, match="closed"):
+        c.ping()
+    c.close()  # twice is fine
+
+
+def test_submit_error_in_future(client, rng):
+    fut = client.submit(None, f16(rng, (16, 4)), weight="no-such-weight")
+    with pytest.raises(mfma.NotFound):
+        fut.result(30)
+    assert isinstance(fut.exception(), mfma.NotFound)
+
+
+# ---- futures ----
+
+def test_futures_pipelined(client, rng):
+    pairs = [(f16(rng, (32, 64)), f16(rng, (64, 8 + i % 5))) for i in range(40)]
+    futs = [client.submit(a, b) for a, b in pairs]
+    done = list(concurrent.futures.as_completed(futs, timeout=60))
+    assert len(done) == len(futs)
+    for f, (a, b) in zip(futs, pairs):
+        mfma.check(f.result(), a, b)
+        assert f.info.timing["total_ns"] > 0
+
+
+def test_futures_from_threads(client, rng):
+    """Four threads submit on one shared client and one blocking caller
+    interleaves gemm(); every answer is the right one."""
+    work = [(f16(rng, (16, 32)), f16(rng, (32, 4 + i % 7))) for i in range(64)]
+    results = {}
+    errors = []
+
+    def submitter(idx):
+        try:
+            futs = {i: client.submit(*work[i]) for i in range(idx, len(work), 4)}
+            for i, f in futs.items():
+                results[i] = f.result(60)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=submitter, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for a, b in work[:8]:
+        mfma.check(client.gemm(a, b), a, b)
+    for t in threads:
+        t.join()
+    assert not errors
+    assert len(results) == len(work)
+    for i, (a, b) in enumerate(work):
+        mfma.check(results[i], a, b)
+
+
+def test_close_fails_pending_futures(daemon, rng):
+    c = mfma.Client(daemon)
+    futs = [c.submit(f16(rng, (64, 256)), f16(rng, (256, 64))) for _ in range(8)]
+    c.close()
+    for f in futs:
+        # Either it finished before the close or it was cancelled by it.
+        if f.exception(5) is not None:
+            assert isinstance(f.exception(), mfma.TransportError)
+
+
+# ---- 2:4 helpers ----
+
+def test_canonical_format():
+    # Row 0: kept positions 1 and 3 -> nibble 1 | 3 << 2 = 13.
+    # Row 1: positions 0 and 2 in group 0, nothing in group 1 (two spare
+    # slots: 0 and an ordered pair of unused positions).
+    a = np.array([[0, 5, 0, 7, 1, 2, 0, 0],
+                  [3, 0, 4, 0, 0, 0, 0, 0]], np.float32)
+    sp = mfma.compress(a)
+    assert sp.values.tolist() == [[5, 7, 1, 2], [3, 4, 0, 0]]
+    assert sp.meta[0, 0] & 0xF == 13
+    assert (sp.meta[0, 0] >> 4) & 0xF == 0 | 1 << 2
+    assert sp.meta[1, 0] & 0xF == 0 | 2 << 2
+    assert np.array_equal(sp.to_dense(), a)
+
+
+def test_prune_and_compress(rng):
+    a = rng.standard_normal((6, 40)).astype(np.float32)
+    pruned = mfma.prune_dense(a)
+    groups = pruned.reshape(6, 10, 4)
+    assert ((groups != 0).sum(axis=2) <= 2).all()
+    # The two largest magnitudes survive.
+    keep = np.sort(np.abs(a.reshape(6, 10, 4)), axis=2)[:, :, 2:]
+    assert np.array_equal(np.sort(np.abs(groups), axis=2)[:, :, 2:], keep)
+    assert np.array_equal(mfma.compress(pruned).to_dense(), pruned)
+    with pytest.raises(ValueError, match=r"row 0, group 0"):
+        mfma.compress(a)
+    with pytest.raises(ValueError, match="multiple of 4"):
+        mfma.prune(np.zeros((2, 6), np.float32))
+
+
+# ---- bf16, tolerance ----
+
+def test_bf16_round_trip():
+    x = np.array([1.0, -2.5, 0.0, 3.140625, np.inf], np.float32)
+    assert np.array_equal(mfma.from_bf16(mfma.to_bf16(x)), x)
+    # Round to nearest even: 1 + 2^-8 is halfway between 1 and 1 + 2^-7.
+    assert mfma.from_bf16(mfma.to_bf16(np.float32(1 + 2 ** -8)))[()] == 1.0
+    assert np.isnan(mfma.from_bf16(mfma.to_bf16(np.float32("nan"))))
+    assert mfma.to_bf16(x).dtype == mfma.bfloat16 and mfma.bfloat16.itemsize == 2
+
+
+def test_tolerance_catches_a_lost_partial_sum(client, rng):
+    assert mfma.tolerance("i32", 4096) == 0
+    assert 2.4e-4 < mfma.tolerance("f32", 4096) < 2.5e-4
+    assert mfma.tolerance("f16", 64) > mfma.tolerance("f32", 64)
+    a, b = f16(rng, (64, 1024)), f16(rng, (1024, 16))
+    d = client.gemm(a, b)
+    err = mfma.check(d, a, b)
+    assert err < mfma.tolerance("f32", 1024) / 10
+    # D without the last 16 products of every dot product.
+    lost = d - (a[:, -16:].astype(np.float32) @ b[-16:, :].astype(np.float32))
+    with pytest.raises(mfma.CheckError, match="over the tolerance"):
+        mfma.check(lost, a, b)
