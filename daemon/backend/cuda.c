@@ -3,30 +3,60 @@
  * Two layers.  The device layer (cuda_device.c) probes the GPUs and holds
  * what every kernel family shares: context, stream, events, the pinned
  * staging pool, the buffer cache.  The kernel providers (cuda_provider.h)
- * are the families that run on it, in the table below.  This file is the
- * struct backend_ops the daemon sees: it offers a device when a provider
- * has kernels for it, describes it as the union of its providers, and
- * sends each weight and each GEMM to the first provider whose supports()
- * accepts it.  A resident weight stays with the provider that packed it,
- * since the packed layout is that provider's own. */
+ * are the families that run on it, in the table below: our kernels and
+ * NVIDIA's libraries, opened at run time.  This file is the struct
+ * backend_ops the daemon sees: it offers a device when a provider has
+ * kernels for it and describes it as the union of its providers.
+ *
+ * A request that brings its own A goes to the first provider whose
+ * supports() accepts it.  A resident weight is packed by every provider
+ * that supports it (the device charges the sum), and the choice among
+ * them is measured: the first GEMM of an N bucket (and output type) runs
+ * on each candidate, timed by the device's events, and the fastest serves
+ * that bucket from then on.  The answer's variant names what ran. */
 #include "mfmad_build.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "backend.h"
 #include "cuda_device.h"
 #include "cuda_provider.h"
 
-/* The providers, in order of preference: the first that supports a
- * request runs it.  To add one (a vendor library, another kernel family),
- * see the steps at the top of cuda_provider.h; its entry goes here. */
+/* The providers, in order of preference for a request with its own A:
+ * the first that supports it runs it.  Ours come first there since the
+ * libraries would each need their own copy of A per request; resident
+ * weights choose by measurement.  To add one (a vendor library, another
+ * kernel family), see the steps at the top of cuda_provider.h; its entry
+ * goes here. */
 static const struct cuda_provider *const providers[] = {
 	&cuda_provider_ours,
+	&cuda_provider_cublaslt,
+	&cuda_provider_cusparselt,
 };
 #define NPROVIDERS (sizeof(providers) / sizeof(providers[0]))
+
+/* N buckets of the measured choice: decode-sized N apart, then wider
+ * ones.  Upper bounds, inclusive. */
+static const uint32_t bucket_max[] = { 16, 32, 64, 256, UINT32_MAX };
+#define NBUCKETS (sizeof(bucket_max) / sizeof(bucket_max[0]))
+/* Output types (enum mfma_dtype) a choice is kept for. */
+#define NOUT 6
+/* Timed runs per candidate after one untimed warm-up (plans, heuristics,
+ * lazy module loads); the fastest run counts. */
+#define TIMED_RUNS 2
+
+static size_t bucket_of(uint32_t n)
+{
+	size_t b = 0;
+	while (n > bucket_max[b])
+		b++;
+	return b;
+}
 
 /* An open device: the device layer and each provider's state on it. */
 struct cuda_backend_dev {
@@ -34,11 +64,19 @@ struct cuda_backend_dev {
 	void *state[NPROVIDERS];
 };
 
-/* A resident weight: the provider that packed it and what it made. */
+/* The measured order of the candidates for one (N bucket, output type):
+ * provider indices, fastest first; n == 0 until measured. */
+struct cuda_rank {
+	uint8_t n;
+	uint8_t order[NPROVIDERS];
+};
+
+/* A resident weight: what each provider that took it made of it, and the
+ * choice among them per N bucket. */
 struct cuda_weight {
-	const struct cuda_provider *provider;
-	void *state;
-	void *packed;
+	bool have[NPROVIDERS];
+	void *packed[NPROVIDERS];
+	struct cuda_rank rank[NBUCKETS][NOUT];
 	enum mfma_dtype dtype;
 	uint32_t m, k;
 	bool sparse;
@@ -155,7 +193,10 @@ static void cuda_weight_free(void *dev, void *handle)
 	char err[8];
 	if (bd)
 		(void)cuda_dev_enter(bd->dev, err, sizeof(err));
-	w->provider->weight_free(bd ? bd->dev : NULL, w->state, w->packed);
+	for (size_t i = 0; i < NPROVIDERS; i++)
+		if (w->have[i])
+			providers[i]->weight_free(bd ? bd->dev : NULL, bd ? bd->state[i] : NULL,
+						  w->packed[i]);
 	free(w);
 }
 
@@ -173,9 +214,9 @@ static int cuda_weight_load(void *dev, const struct mfma_weight_host *wh, void *
 		return -EINVAL;
 	}
 	const struct cuda_shape s = { .m = wh->m, .k = wh->k, .in = wh->dtype, .out = MFMA_DT_NONE,
-				      .sparse = wh->sparse };
+				      .sparse = wh->sparse, .resident = true };
 	int rc;
-	size_t i = pick(bd, &s, &rc, err, errlen);
+	(void)pick(bd, &s, &rc, err, errlen);
 	if (rc < 0)
 		return rc;
 	if ((rc = cuda_dev_enter(bd->dev, err, errlen)) < 0)
@@ -185,14 +226,35 @@ static int cuda_weight_load(void *dev, const struct mfma_weight_host *wh, void *
 		snprintf(err, errlen, "cuda: out of host memory");
 		return -ENOMEM;
 	}
-	*w = (struct cuda_weight){ .provider = providers[i], .state = bd->state[i],
-				   .dtype = wh->dtype, .m = wh->m, .k = wh->k, .sparse = wh->sparse };
-	uint64_t bytes = 0;
-	rc = w->provider->weight_pack(bd->dev, w->state, wh, &w->packed, &bytes, err, errlen);
-	if (rc < 0) {
-		cuda_dev_drain(bd->dev);
+	*w = (struct cuda_weight){ .dtype = wh->dtype, .m = wh->m, .k = wh->k, .sparse = wh->sparse };
+	/* Every candidate packs its own copy.  One that fails (a library
+	 * refusing the shape, memory) drops out; the weight fails only when
+	 * none has it, with the first failure's reason. */
+	int cc = cuda_dev_cc(bd->dev), first_rc = 0, packed = 0;
+	uint64_t total = 0;
+	for (size_t i = 0; i < NPROVIDERS; i++) {
+		char why[256];
+		char *e = first_rc ? why : err;
+		size_t elen = first_rc ? sizeof(why) : errlen;
+		if (!providers[i]->usable(cc) ||
+		    providers[i]->supports(bd->dev, bd->state[i], &s, why, sizeof(why)) < 0)
+			continue;
+		uint64_t bytes = 0;
+		rc = providers[i]->weight_pack(bd->dev, bd->state[i], wh, &w->packed[i], &bytes, e,
+					       elen);
+		if (rc < 0) {
+			cuda_dev_drain(bd->dev);
+			if (!first_rc)
+				first_rc = rc;
+			continue;
+		}
+		w->have[i] = true;
+		total += bytes;
+		packed++;
+	}
+	if (!packed) {
 		free(w);
-		return rc;
+		return first_rc ? first_rc : -ENOTSUP;
 	}
 	if ((rc = cuda_dev_sync(bd->dev, "packing the weight", err, errlen)) < 0) {
 		cuda_dev_drain(bd->dev);
@@ -200,15 +262,141 @@ static int cuda_weight_load(void *dev, const struct mfma_weight_host *wh, void *
 		return rc;
 	}
 	*handle = w;
-	*dev_bytes = bytes;
+	*dev_bytes = total;
 	return 0;
+}
+
+/* Runs g on provider i; on failure the stream is drained. */
+static int run_on(struct cuda_backend_dev *bd, size_t i, const struct mfma_gemm *g, void *packed,
+		  struct backend_timing *t, char *err, size_t errlen)
+{
+	const char *variant = NULL;
+	int rc = providers[i]->launch(bd->dev, bd->state[i], g, packed, &variant, err, errlen);
+	if (rc < 0) {
+		/* Whatever the provider enqueued before failing may still read
+		 * the pinned pool or write device buffers: wait for it. */
+		cuda_dev_drain(bd->dev);
+		return rc;
+	}
+	cuda_dev_timing(bd->dev, t);
+	t->variant = variant;
+	return 0;
+}
+
+/* Times each candidate (cand[0..ncand)) on g and fills r with those that
+ * ran, fastest first.  Every run writes the full answer into g->d; *last
+ * is the candidate that ran last, with its timing in *t.  0, or the first
+ * candidate's error when none ran. */
+static int measure(struct cuda_backend_dev *bd, struct cuda_weight *w, const size_t *cand,
+		   size_t ncand, const struct mfma_gemm *g, struct cuda_rank *r, size_t *last,
+		   struct backend_timing *t, char *err, size_t errlen)
+{
+	uint64_t best[NPROVIDERS];
+	int first_rc = 0;
+	r->n = 0;
+	for (size_t c = 0; c < ncand; c++) {
+		size_t i = cand[c];
+		char why[256];
+		char *e = first_rc ? why : err;
+		size_t elen = first_rc ? sizeof(why) : errlen;
+		uint64_t min = UINT64_MAX;
+		int rc = 0;
+		for (int run = 0; run <= TIMED_RUNS && rc == 0; run++) {
+			rc = run_on(bd, i, g, w->packed[i], t, e, elen);
+			if (rc == 0 && run > 0 && t->kernel_ns < min)
+				min = t->kernel_ns;
+		}
+		if (rc < 0) {
+			if (!first_rc)
+				first_rc = rc;
+			continue;
+		}
+		*last = i;
+		/* Insertion by time keeps r sorted. */
+		size_t at = r->n;
+		while (at > 0 && best[r->order[at - 1]] > min) {
+			r->order[at] = r->order[at - 1];
+			at--;
+		}
+		best[i] = min;
+		r->order[at] = (uint8_t)i;
+		r->n++;
+	}
+	return r->n ? 0 : first_rc;
+}
+
+/* A GEMM on a resident weight: the measured choice for its N bucket,
+ * measured now if this is the bucket's first GEMM. */
+static int gemm_resident(struct cuda_backend_dev *bd, struct cuda_weight *w,
+			 const struct mfma_gemm *g, const struct cuda_shape *s,
+			 struct backend_timing *t, char *err, size_t errlen)
+{
+	/* The candidates: providers holding the weight that run this shape,
+	 * in table order. */
+	size_t cand[NPROVIDERS], ncand = 0;
+	int rc = -ENOTSUP;
+	bool refused = false;
+	for (size_t i = 0; i < NPROVIDERS; i++) {
+		if (!w->have[i])
+			continue;
+		char why[256];
+		int r = providers[i]->supports(bd->dev, bd->state[i], s, refused ? why : err,
+					      refused ? sizeof(why) : errlen);
+		if (r == 0) {
+			cand[ncand++] = i;
+		} else if (!refused) {
+			rc = r;
+			refused = true;
+		}
+	}
+	if (!ncand)
+		return rc;
+	if ((rc = cuda_dev_enter(bd->dev, err, errlen)) < 0)
+		return rc;
+	struct cuda_rank *r = &w->rank[bucket_of(g->n)][g->out_dtype < NOUT ? g->out_dtype : 0];
+	if (ncand > 1 && r->n == 0) {
+		size_t last = NPROVIDERS;
+		if ((rc = measure(bd, w, cand, ncand, g, r, &last, t, err, errlen)) < 0)
+			return rc;
+		/* The answer is the winner's, so that the variant is true. */
+		if (last == r->order[0])
+			return 0;
+	}
+	/* The measured order first, then the table's; a candidate that
+	 * cannot make this very shape (-ENOTSUP at launch) passes to the
+	 * next. */
+	size_t order[2 * NPROVIDERS], norder = 0;
+	for (size_t j = 0; j < r->n; j++)
+		order[norder++] = r->order[j];
+	for (size_t c = 0; c < ncand; c++)
+		order[norder++] = cand[c];
+	bool tried[NPROVIDERS] = { false };
+	int first_rc = 0;
+	for (size_t j = 0; j < norder; j++) {
+		size_t i = order[j];
+		bool ok = false;
+		for (size_t c = 0; c < ncand; c++)
+			ok = ok || cand[c] == i;
+		if (!ok || tried[i])
+			continue;
+		tried[i] = true;
+		char why[256];
+		char *e = first_rc ? why : err;
+		size_t elen = first_rc ? sizeof(why) : errlen;
+		rc = run_on(bd, i, g, w->packed[i], t, e, elen);
+		if (rc != -ENOTSUP)
+			return rc;
+		if (!first_rc)
+			first_rc = rc;
+	}
+	return first_rc;
 }
 
 static int cuda_gemm(void *dev, const struct mfma_gemm *g, void *weight, struct backend_timing *t,
 		     char *err, size_t errlen)
 {
 	struct cuda_backend_dev *bd = dev;
-	const struct cuda_weight *w = weight;
+	struct cuda_weight *w = weight;
 	if (!bd || !g) {
 		snprintf(err, errlen, "cuda: gemm: no device or no request");
 		return -EINVAL;
@@ -218,29 +406,15 @@ static int cuda_gemm(void *dev, const struct mfma_gemm *g, void *weight, struct 
 	if (w)
 		run.a_sparse = w->sparse;
 	const struct cuda_shape s = { .m = g->m, .n = g->n, .k = g->k, .in = g->in_dtype,
-				      .out = g->out_dtype, .sparse = run.a_sparse };
-	const struct cuda_provider *p;
-	void *state;
-	int rc;
-	if (w) {
-		p = w->provider;
-		state = w->state;
-		if ((rc = p->supports(bd->dev, state, &s, err, errlen)) < 0)
-			return rc;
-	} else {
-		size_t i = pick(bd, &s, &rc, err, errlen);
-		if (rc < 0)
-			return rc;
-		p = providers[i];
-		state = bd->state[i];
-	}
+				      .out = g->out_dtype, .sparse = run.a_sparse,
+				      .resident = w != NULL, .nparts = g->nparts };
 	if (w && (w->m != g->m || w->k != g->k || w->dtype != g->in_dtype)) {
 		snprintf(err, errlen, "cuda: the weight is %ux%u %s, the request wants %ux%u %s", w->m,
 			 w->k, mfma_dtype_name(w->dtype), g->m, g->k, mfma_dtype_name(g->in_dtype));
 		return -EINVAL;
 	}
-	if (!g->m || !g->n || !g->k || !g->b || !g->d || (!w && !g->a) ||
-	    (!w && run.a_sparse && !g->a_meta) || (g->beta != 0.0f && !g->c)) {
+	if (!g->m || !g->n || !g->k || (g->nparts < 2 && (!g->b || !g->d)) || (!w && !g->a) ||
+	    (!w && run.a_sparse && !g->a_meta) || (g->nparts < 2 && g->beta != 0.0f && !g->c)) {
 		snprintf(err, errlen, "cuda: gemm: missing operand or empty size");
 		return -EINVAL;
 	}
@@ -248,19 +422,51 @@ static int cuda_gemm(void *dev, const struct mfma_gemm *g, void *weight, struct 
 		snprintf(err, errlen, "cuda: k=%u is not a multiple of 4 (2:4 groups)", g->k);
 		return -EINVAL;
 	}
+	struct backend_timing local;
+	if (!t)
+		t = &local;
+	int rc;
+	if (w)
+		return gemm_resident(bd, w, &run, &s, t, err, errlen);
+	size_t i = pick(bd, &s, &rc, err, errlen);
+	if (rc < 0)
+		return rc;
 	if ((rc = cuda_dev_enter(bd->dev, err, errlen)) < 0)
 		return rc;
-	const char *variant = NULL;
-	rc = p->launch(bd->dev, state, &run, w ? w->packed : NULL, &variant, err, errlen);
-	if (rc < 0) {
-		/* Whatever the provider enqueued before failing may still read
-		 * the pinned pool or write device buffers: wait for it. */
-		cuda_dev_drain(bd->dev);
-		return rc;
+	return run_on(bd, i, &run, NULL, t, err, errlen);
+}
+
+int cuda_lib_open(const char *const *names, size_t nnames, const char *env,
+		  const struct cuda_lib_sym *syms, size_t nsyms, char *path, size_t pathlen,
+		  char *err, size_t errlen)
+{
+	void *lib = NULL;
+	const char *e = env ? getenv(env) : NULL;
+	for (size_t i = 0; i < nnames && !lib; i++)
+		if ((lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL)))
+			snprintf(path, pathlen, "%s", names[i]);
+	if (!lib && e && *e) {
+		struct stat st;
+		if (stat(e, &st) == 0 && S_ISDIR(st.st_mode))
+			snprintf(path, pathlen, "%s/%s", e, names[0]);
+		else
+			snprintf(path, pathlen, "%s", e);
+		lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
 	}
-	if (t) {
-		cuda_dev_timing(bd->dev, t);
-		t->variant = variant;
+	if (!lib) {
+		const char *why = dlerror();
+		snprintf(err, errlen, "cuda: %s not found (%s)%s%s%s", names[0], why ? why : "?",
+			 env ? "; set " : "", env ? env : "", env ? " to its file or folder" : "");
+		path[0] = '\0';
+		return -ENOENT;
+	}
+	for (size_t i = 0; i < nsyms; i++) {
+		void *p = dlsym(lib, syms[i].name);
+		if (!p) {
+			snprintf(err, errlen, "cuda: %s has no %s", path, syms[i].name);
+			return -ENOSYS;
+		}
+		memcpy(syms[i].fn, &p, sizeof(p));
 	}
 	return 0;
 }

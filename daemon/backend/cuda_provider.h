@@ -14,11 +14,15 @@
  *      out in usable() or attach(), never fails the device because of it:
  *      it answers no in usable(), or attaches with a state that makes
  *      supports() say no.
- *   2. Add it to the table in cuda.c, in order of preference: the first
- *      provider whose supports() accepts a request runs it.
+ *   2. Add it to the table in cuda.c, in order of preference for a
+ *      request that brings its own A: the first provider whose supports()
+ *      accepts it runs it.  A resident weight is packed by every provider
+ *      that supports it, and cuda.c times them on the device for each N
+ *      bucket the first time the bucket is seen, keeping the fastest.
  *   3. Add the file to backend_cuda_sources in meson.build.
  * The daemon sees none of this: the variant string a GEMM reports names
- * the kernel (and so the provider) that ran. */
+ * the kernel (and so the provider) that ran; a library's variants start
+ * with its name ("cublaslt.f16.dense"). */
 #ifndef MFMAD_CUDA_PROVIDER_H
 #define MFMAD_CUDA_PROVIDER_H
 
@@ -30,11 +34,17 @@
 #include "cuda_device.h"
 
 /* What a provider is asked to run.  At weight_load the request is not
- * known yet: n is 0 and out is MFMA_DT_NONE, meaning "any". */
+ * known yet: n is 0 and out is MFMA_DT_NONE, meaning "any".  resident: A
+ * is a weight packed by weight_pack (a provider whose packing is costly,
+ * like cuSPARSELt's compression, may run only those).  nparts: the
+ * request's parts in a batched launch (mfma_gemm.nparts; 0 or 1 is one
+ * request). */
 struct cuda_shape {
 	uint32_t m, n, k;
 	enum mfma_dtype in, out;
 	bool sparse;
+	bool resident;
+	uint32_t nparts;
 };
 
 struct cuda_provider {
@@ -77,6 +87,29 @@ struct cuda_provider {
 		      const char **variant, char *err, size_t errlen);
 };
 
+/* ---- Vendor libraries opened at run time (cuda.c) ---- */
+
+/* An entry point to resolve: its symbol and where to store the address
+ * (a function pointer, written with memcpy). */
+struct cuda_lib_sym {
+	const char *name;
+	void *fn;
+};
+
+/* Opens the first library of names[] that dlopen finds, else, when the
+ * environment variable env (may be NULL) is set, the file it names or
+ * names[0] inside the folder it names; resolves every symbol.  path gets
+ * what was opened.  0, or -ENOENT (no library) / -ENOSYS (a symbol
+ * missing) with the reason in err.  Called once per library (under the
+ * provider's pthread_once): the handle is kept for the process. */
+int cuda_lib_open(const char *const *names, size_t nnames, const char *env,
+		  const struct cuda_lib_sym *syms, size_t nsyms, char *path, size_t pathlen,
+		  char *err, size_t errlen);
+
 extern const struct cuda_provider cuda_provider_ours;
+/* NVIDIA's libraries, opened with dlopen when a device attaches; without
+ * them the providers attach with a state that supports nothing. */
+extern const struct cuda_provider cuda_provider_cublaslt;   /* dense f16, bf16 */
+extern const struct cuda_provider cuda_provider_cusparselt; /* 2:4 f16, bf16, resident */
 
 #endif

@@ -1,0 +1,452 @@
+/* cuBLASLt as a provider of the CUDA backend (cuda_provider.h): dense f16
+ * and bf16 GEMMs with f32 accumulation, f32 or same-type output.
+ *
+ * The library is opened with dlopen (libcublasLt.so.13, .12, then the
+ * plain name), so mfmad neither links it nor needs its headers: the few
+ * types, enums and prototypes used are declared below with the values of
+ * cublasLt.h / cublas_api.h / library_types.h (CUDA 12 and 13 agree on
+ * them).  Without the library the provider is not usable and the device
+ * runs on our kernels alone.
+ *
+ * cuBLASLt is column-major; our operands are row-major.  A row-major
+ * X (r x c) is the column-major X^T, so D = A.B is computed as
+ * D^T (n x m) = B^T (n x k) . A^T (k x m) with no transposition: the
+ * library's A is our B, its B is our A.  i8 is not offered: cuBLASLt's
+ * integer kernels want the "TN" layout, which would need B transposed on
+ * the device first.
+ *
+ * A 2:4 A runs here only as a resident weight, expanded to dense on the
+ * host once at load (a per-request expansion would cost more than the
+ * GEMM saves).  The descriptors and the heuristic's algorithm are kept
+ * per shape in a small cache, so a repeated shape pays neither. */
+#include "mfmad_build.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_provider.h"
+#include "sparse24.h"
+
+/* ---- The part of the cuBLASLt API used ---- */
+
+typedef int lt_status; /* cublasStatus_t; 0 is success */
+typedef void *lt_handle, *lt_desc, *lt_layout, *lt_pref;
+typedef struct {
+	uint64_t data[8];
+} lt_algo;
+typedef struct {
+	lt_algo algo;
+	size_t workspace_size;
+	lt_status state;
+	float waves;
+	int reserved[4];
+} lt_heuristic;
+
+enum {
+	LT_R_32F = 0,  /* CUDA_R_32F */
+	LT_R_16F = 2,  /* CUDA_R_16F */
+	LT_R_16BF = 14 /* CUDA_R_16BF */
+};
+enum { LT_COMPUTE_32F = 68 };                                 /* CUBLAS_COMPUTE_32F */
+enum { LT_OP_N = 0 };                                         /* CUBLAS_OP_N */
+enum { LT_DESC_TRANSA = 3, LT_DESC_TRANSB = 4 };              /* CUBLASLT_MATMUL_DESC_TRANS* */
+enum { LT_PREF_MAX_WORKSPACE_BYTES = 1 };                     /* CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES */
+
+static struct {
+	lt_status (*create)(lt_handle *h);
+	lt_status (*destroy)(lt_handle h);
+	size_t (*get_version)(void);
+	lt_status (*desc_create)(lt_desc *d, int compute, int scale);
+	lt_status (*desc_destroy)(lt_desc d);
+	lt_status (*desc_set)(lt_desc d, int attr, const void *buf, size_t size);
+	lt_status (*layout_create)(lt_layout *l, int type, uint64_t rows, uint64_t cols, int64_t ld);
+	lt_status (*layout_destroy)(lt_layout l);
+	lt_status (*pref_create)(lt_pref *p);
+	lt_status (*pref_destroy)(lt_pref p);
+	lt_status (*pref_set)(lt_pref p, int attr, const void *buf, size_t size);
+	lt_status (*heuristic)(lt_handle h, lt_desc d, lt_layout a, lt_layout b, lt_layout c,
+			       lt_layout dl, lt_pref p, int requested, lt_heuristic *results,
+			       int *returned);
+	lt_status (*matmul)(lt_handle h, lt_desc d, const void *alpha, const void *a, lt_layout al,
+			    const void *b, lt_layout bl, const void *beta, const void *c,
+			    lt_layout cl, void *dd, lt_layout dl, const lt_algo *algo, void *ws,
+			    size_t ws_bytes, CUstream stream);
+} lt;
+
+static pthread_once_t lt_once = PTHREAD_ONCE_INIT;
+static int lt_rc;
+static char lt_err[256], lt_path[256];
+
+static void lt_open(void)
+{
+	static const char *const names[] = { "libcublasLt.so.13", "libcublasLt.so.12",
+					     "libcublasLt.so" };
+	const struct cuda_lib_sym syms[] = {
+		{ "cublasLtCreate", &lt.create },
+		{ "cublasLtDestroy", &lt.destroy },
+		{ "cublasLtGetVersion", &lt.get_version },
+		{ "cublasLtMatmulDescCreate", &lt.desc_create },
+		{ "cublasLtMatmulDescDestroy", &lt.desc_destroy },
+		{ "cublasLtMatmulDescSetAttribute", &lt.desc_set },
+		{ "cublasLtMatrixLayoutCreate", &lt.layout_create },
+		{ "cublasLtMatrixLayoutDestroy", &lt.layout_destroy },
+		{ "cublasLtMatmulPreferenceCreate", &lt.pref_create },
+		{ "cublasLtMatmulPreferenceDestroy", &lt.pref_destroy },
+		{ "cublasLtMatmulPreferenceSetAttribute", &lt.pref_set },
+		{ "cublasLtMatmulAlgoGetHeuristic", &lt.heuristic },
+		{ "cublasLtMatmul", &lt.matmul },
+	};
+	lt_rc = cuda_lib_open(names, sizeof(names) / sizeof(names[0]), NULL, syms,
+			      sizeof(syms) / sizeof(syms[0]), lt_path, sizeof(lt_path), lt_err,
+			      sizeof(lt_err));
+}
+
+static int lt_loaded(void)
+{
+	pthread_once(&lt_once, lt_open);
+	return lt_rc == 0;
+}
+
+/* ---- Per device ---- */
+
+/* What one shape needs: descriptors and the heuristic's first choice. */
+struct lt_plan {
+	uint32_t m, n, k;
+	enum mfma_dtype in, out;
+	lt_desc desc;
+	lt_layout la, lb, lcd;
+	lt_algo algo;
+	size_t ws_bytes;
+	bool used;
+};
+
+#define LT_PLANS 32
+/* Workspace offered to the heuristic: what NVIDIA recommends on Hopper. */
+#define LT_MAX_WORKSPACE ((size_t)32 << 20)
+
+struct lt_state {
+	lt_handle h;
+	lt_pref pref;
+	struct cuda_buf ws;
+	struct lt_plan plans[LT_PLANS];
+	unsigned next; /* the slot the next new plan replaces */
+};
+
+/* A resident weight: A dense on the device, m x k row-major. */
+struct lt_weight {
+	CUdeviceptr a;
+};
+
+static int lt_type(enum mfma_dtype t)
+{
+	switch (t) {
+	case MFMA_DT_F16: return LT_R_16F;
+	case MFMA_DT_BF16: return LT_R_16BF;
+	case MFMA_DT_F32: return LT_R_32F;
+	default: return -1;
+	}
+}
+
+static int lt_usable(int cc)
+{
+	return cc >= 80 && lt_loaded();
+}
+
+static void lt_describe(int cc, struct backend_device_info *info)
+{
+	(void)cc;
+	info->dense_dtypes |= BACKEND_DTYPE_BIT(MFMA_DT_F16) | BACKEND_DTYPE_BIT(MFMA_DT_BF16);
+	size_t len = strlen(info->variants);
+	snprintf(info->variants + len, sizeof(info->variants) - len, "%scublaslt.f16.dense,cublaslt.bf16.dense",
+		 len ? "," : "");
+}
+
+/* Destroys what exists of a plan (each part may be missing after a
+ * failure half-way) and empties the slot. */
+static void plan_clear(struct lt_plan *p)
+{
+	if (p->la)
+		lt.layout_destroy(p->la);
+	if (p->lb)
+		lt.layout_destroy(p->lb);
+	if (p->lcd)
+		lt.layout_destroy(p->lcd);
+	if (p->desc)
+		lt.desc_destroy(p->desc);
+	memset(p, 0, sizeof(*p));
+}
+
+static void lt_detach(struct cuda_dev *dev, void *state)
+{
+	struct lt_state *s = state;
+	(void)dev;
+	if (!s)
+		return;
+	for (size_t i = 0; i < LT_PLANS; i++)
+		plan_clear(&s->plans[i]);
+	if (s->pref)
+		lt.pref_destroy(s->pref);
+	if (s->h)
+		lt.destroy(s->h);
+	cuda_buf_free(&s->ws);
+	free(s);
+}
+
+static int lt_attach(struct cuda_dev *dev, void **state, char *err, size_t errlen)
+{
+	(void)dev;
+	struct lt_state *s = calloc(1, sizeof(*s));
+	if (!s) {
+		snprintf(err, errlen, "cuda: out of host memory");
+		return -ENOMEM;
+	}
+	/* A library that cannot start leaves the provider without a handle,
+	 * so that it supports nothing, rather than failing the device. */
+	size_t max_ws = LT_MAX_WORKSPACE;
+	if (lt.create(&s->h) != 0) {
+		s->h = NULL;
+	} else if (lt.pref_create(&s->pref) != 0 ||
+		   lt.pref_set(s->pref, LT_PREF_MAX_WORKSPACE_BYTES, &max_ws, sizeof(max_ws)) != 0) {
+		if (s->pref)
+			lt.pref_destroy(s->pref);
+		s->pref = NULL;
+		lt.destroy(s->h);
+		s->h = NULL;
+	}
+	*state = s;
+	return 0;
+}
+
+static int lt_supports(const struct cuda_dev *dev, void *state, const struct cuda_shape *s,
+		       char *err, size_t errlen)
+{
+	(void)dev;
+	const struct lt_state *st = state;
+	if (!st || !st->h) {
+		snprintf(err, errlen, "cuda: cuBLASLt (%s) did not start on this device", lt_path);
+		return -ENOTSUP;
+	}
+	if (s->nparts > 1) {
+		snprintf(err, errlen, "cuda: cuBLASLt: batched launches run on our kernels");
+		return -ENOTSUP;
+	}
+	if (s->in != MFMA_DT_F16 && s->in != MFMA_DT_BF16) {
+		snprintf(err, errlen, "cuda: cuBLASLt runs f16 and bf16, not in_dtype=%s",
+			 mfma_dtype_name(s->in));
+		return -ENOTSUP;
+	}
+	if (s->out != MFMA_DT_NONE && !mfma_out_dtype_ok(s->in, s->out)) {
+		snprintf(err, errlen, "cuda: out_dtype=%s is not produced from in_dtype=%s",
+			 mfma_dtype_name(s->out), mfma_dtype_name(s->in));
+		return -EINVAL;
+	}
+	if (s->sparse && !s->resident) {
+		snprintf(err, errlen,
+			 "cuda: cuBLASLt runs a 2:4 A only as a resident weight (expanded once at load)");
+		return -ENOTSUP;
+	}
+	return 0;
+}
+
+/* The leading dimension of B on the device, in elements: rows padded to
+ * 16 bytes, which cuBLASLt's fastest kernels want. */
+static size_t lt_ldb(uint32_t n)
+{
+	return ((size_t)n + 7) / 8 * 8;
+}
+
+/* The cached plan of a shape, made (descriptors and heuristic) on first
+ * use. */
+static int plan_get(struct lt_state *s, const struct mfma_gemm *g, struct lt_plan **out,
+		    char *err, size_t errlen)
+{
+	for (size_t i = 0; i < LT_PLANS; i++) {
+		struct lt_plan *p = &s->plans[i];
+		if (p->used && p->m == g->m && p->n == g->n && p->k == g->k &&
+		    p->in == g->in_dtype && p->out == g->out_dtype) {
+			*out = p;
+			return 0;
+		}
+	}
+	struct lt_plan *p = &s->plans[s->next];
+	s->next = (s->next + 1) % LT_PLANS;
+	plan_clear(p);
+	const int in = lt_type(g->in_dtype), o = lt_type(g->out_dtype);
+	const int32_t op = LT_OP_N;
+	lt_status st;
+	/* The library's A is our B (n x k column-major, ld = our row pitch),
+	 * its B our A (k x m column-major), its C and D ours (n x m). */
+	if (lt.desc_create(&p->desc, LT_COMPUTE_32F, LT_R_32F) != 0 ||
+	    lt.desc_set(p->desc, LT_DESC_TRANSA, &op, sizeof(op)) != 0 ||
+	    lt.desc_set(p->desc, LT_DESC_TRANSB, &op, sizeof(op)) != 0 ||
+	    lt.layout_create(&p->la, in, g->n, g->k, (int64_t)lt_ldb(g->n)) != 0 ||
+	    lt.layout_create(&p->lb, in, g->k, g->m, g->k) != 0 ||
+	    lt.layout_create(&p->lcd, o, g->n, g->m, g->n) != 0) {
+		snprintf(err, errlen, "cuda: cuBLASLt refused the descriptors of %ux%ux%u %s->%s",
+			 g->m, g->n, g->k, mfma_dtype_name(g->in_dtype), mfma_dtype_name(g->out_dtype));
+		plan_clear(p);
+		return -ENOTSUP;
+	}
+	lt_heuristic h;
+	int got = 0;
+	memset(&h, 0, sizeof(h));
+	st = lt.heuristic(s->h, p->desc, p->la, p->lb, p->lcd, p->lcd, s->pref, 1, &h, &got);
+	if (st != 0 || got < 1 || h.state != 0) {
+		snprintf(err, errlen, "cuda: cuBLASLt has no algorithm for %ux%ux%u %s->%s (%d)", g->m,
+			 g->n, g->k, mfma_dtype_name(g->in_dtype), mfma_dtype_name(g->out_dtype), st);
+		plan_clear(p);
+		return -ENOTSUP;
+	}
+	p->m = g->m;
+	p->n = g->n;
+	p->k = g->k;
+	p->in = g->in_dtype;
+	p->out = g->out_dtype;
+	p->algo = h.algo;
+	p->ws_bytes = h.workspace_size;
+	p->used = true;
+	*out = p;
+	return 0;
+}
+
+static void lt_weight_free(struct cuda_dev *dev, void *state, void *packed)
+{
+	struct lt_weight *w = packed;
+	(void)dev;
+	(void)state;
+	if (!w)
+		return;
+	if (w->a)
+		nv_drv.cuMemFree(w->a);
+	free(w);
+}
+
+static int lt_weight_pack(struct cuda_dev *dev, void *state, const struct mfma_weight_host *wh,
+			  void **packed, uint64_t *dev_bytes, char *err, size_t errlen)
+{
+	(void)state;
+	const size_t es = mfma_dtype_size(wh->dtype);
+	const size_t bytes = (size_t)wh->m * wh->k * es;
+	struct lt_weight *w = calloc(1, sizeof(*w));
+	void *dense = NULL;
+	int rc;
+	if (!w) {
+		snprintf(err, errlen, "cuda: out of host memory");
+		return -ENOMEM;
+	}
+	const void *src = wh->a;
+	if (wh->sparse) {
+		if (!(dense = malloc(bytes))) {
+			rc = -ENOMEM;
+			snprintf(err, errlen, "cuda: out of host memory expanding a %ux%u weight", wh->m,
+				 wh->k);
+			goto fail;
+		}
+		size_t bad_row = 0, bad_group = 0;
+		if (sparse24_decompress(wh->a, wh->meta, wh->dtype, wh->m, wh->k, dense, &bad_row,
+					&bad_group) < 0) {
+			rc = -EINVAL;
+			snprintf(err, errlen, "cuda: weight meta row %zu group %zu is no 2:4 pair",
+				 bad_row, bad_group);
+			goto fail;
+		}
+		src = dense;
+	}
+	CUresult r = nv_drv.cuMemAlloc(&w->a, bytes);
+	if (r != CUDA_SUCCESS) {
+		w->a = 0;
+		rc = cuda_fail(r, err, errlen, "allocating the weight");
+		goto fail;
+	}
+	if ((rc = cuda_dev_copy_in(dev, w->a, bytes, src, 1, bytes, err, errlen)) < 0)
+		goto fail;
+	/* The host copy must outlive the copy in, which reads it through
+	 * the pinned pool: wait for it before freeing. */
+	if (dense && (rc = cuda_dev_sync(dev, "copying the weight", err, errlen)) < 0)
+		goto fail;
+	free(dense);
+	*packed = w;
+	*dev_bytes = bytes;
+	return 0;
+fail:
+	cuda_dev_drain(dev);
+	free(dense);
+	lt_weight_free(dev, state, w);
+	return rc;
+}
+
+static const char *lt_variant(enum mfma_dtype in)
+{
+	return in == MFMA_DT_BF16 ? "cublaslt.bf16.dense" : "cublaslt.f16.dense";
+}
+
+static int lt_launch(struct cuda_dev *dev, void *state, const struct mfma_gemm *g, void *packed,
+		     const char **variant, char *err, size_t errlen)
+{
+	struct lt_state *s = state;
+	const struct lt_weight *w = packed;
+	const size_t es = mfma_dtype_size(g->in_dtype), os = mfma_dtype_size(g->out_dtype);
+	const size_t ldb = lt_ldb(g->n), abytes = (size_t)g->m * g->k * es;
+	const size_t dbytes = (size_t)g->m * g->n * os;
+	struct lt_plan *p;
+	int rc = plan_get(s, g, &p, err, errlen);
+	if (rc < 0)
+		return rc;
+	struct cuda_buf *a = cuda_dev_scratch(dev, CUDA_SCRATCH_A);
+	struct cuda_buf *b = cuda_dev_scratch(dev, CUDA_SCRATCH_B);
+	struct cuda_buf *c = cuda_dev_scratch(dev, CUDA_SCRATCH_C);
+	struct cuda_buf *d = cuda_dev_scratch(dev, CUDA_SCRATCH_D);
+	if ((!w && (rc = cuda_buf_need(a, abytes, "A", NULL, err, errlen)) < 0) ||
+	    (rc = cuda_buf_need(b, (size_t)g->k * ldb * es, "B", NULL, err, errlen)) < 0 ||
+	    (g->beta != 0.0f && (rc = cuda_buf_need(c, dbytes, "C", NULL, err, errlen)) < 0) ||
+	    (rc = cuda_buf_need(d, dbytes, "D", NULL, err, errlen)) < 0 ||
+	    (rc = cuda_buf_need(&s->ws, p->ws_bytes, "cuBLASLt workspace", NULL, err, errlen)) < 0)
+		return rc;
+
+	if ((rc = cuda_dev_mark(dev, CUDA_MARK_START, err, errlen)) < 0)
+		return rc;
+	if (!w && (rc = cuda_dev_copy_in(dev, a->p, abytes, g->a, 1, abytes, err, errlen)) < 0)
+		return rc;
+	if ((rc = cuda_dev_copy_in(dev, b->p, ldb * es, g->b, g->k, (size_t)g->n * es, err,
+				   errlen)) < 0)
+		return rc;
+	if (g->beta != 0.0f &&
+	    (rc = cuda_dev_copy_in(dev, c->p, dbytes, g->c, 1, dbytes, err, errlen)) < 0)
+		return rc;
+	if ((rc = cuda_dev_mark(dev, CUDA_MARK_IN, err, errlen)) < 0)
+		return rc;
+
+	/* With beta = 0 the library does not read C: D stands in for it. */
+	const CUdeviceptr cp = g->beta != 0.0f ? c->p : d->p;
+	lt_status st = lt.matmul(s->h, p->desc, &g->alpha, (const void *)(uintptr_t)b->p, p->la,
+				 (const void *)(uintptr_t)(w ? w->a : a->p), p->lb, &g->beta,
+				 (const void *)(uintptr_t)cp, p->lcd, (void *)(uintptr_t)d->p, p->lcd,
+				 &p->algo, (void *)(uintptr_t)s->ws.p, p->ws_bytes,
+				 cuda_dev_stream(dev));
+	if (st != 0) {
+		snprintf(err, errlen, "cuda: cublasLtMatmul %ux%ux%u failed (%d)", g->m, g->n, g->k,
+			 st);
+		return -EIO;
+	}
+	if ((rc = cuda_dev_mark(dev, CUDA_MARK_KERNEL, err, errlen)) < 0)
+		return rc;
+	if ((rc = cuda_dev_copy_out(dev, g->d, d->p, dbytes, err, errlen)) < 0)
+		return rc;
+	*variant = lt_variant(g->in_dtype);
+	return 0;
+}
+
+const struct cuda_provider cuda_provider_cublaslt = {
+	.name = "cublaslt",
+	.usable = lt_usable,
+	.describe = lt_describe,
+	.attach = lt_attach,
+	.detach = lt_detach,
+	.supports = lt_supports,
+	.weight_pack = lt_weight_pack,
+	.weight_free = lt_weight_free,
+	.launch = lt_launch,
+};
