@@ -5,6 +5,11 @@
  * float64 CPU reference at the dtype tolerances.  Without a driver or a
  * GPU it exits 77, which meson counts as skipped.
  *
+ * Each kernel provider (ours, cuBLASLt, cuSPARSELt where their libraries
+ * load) is also driven on its own, on every shape it claims, and the
+ * measured choice among them for a resident weight is checked to pick and
+ * name one.
+ *
  * MFMA_TEST_DEVICE=i picks the device (default 0); MFMA_TEST_ALL_DEVICES=1
  * runs the quick check on every device too. */
 #include "mfmad_build.h"
@@ -23,12 +28,14 @@
 
 #include "backend.h"
 #include "cpu_gemm.h"
+#include "cuda_provider.h"
 #include "nv_plan.h"
 #include "nv_testdata.h"
 #include "sparse24.h"
 
 static void *dev;
 static int ndev;
+static int dev_index;
 /* MFMA_TEST_QUICK=1: fewer and smaller cases (compute-sanitizer memcheck);
  * 2: a minimal set (racecheck, which tracks every shared-memory access). */
 static int quick;
@@ -276,6 +283,66 @@ static void test_resident_weight(void **state)
 /* The same split-K problem gives the same bits every time, whichever CTA
  * of a tile finishes last; a result that moves would be a race or an
  * order-dependent reduction.  Several shapes and tiles, ten runs each. */
+/* A batched launch (mfma_gemm.nparts) on a resident weight: three
+ * requests' B side by side, odd widths, with and without C, each D
+ * against its own float64 reference. */
+static void test_batched_launch(void **state)
+{
+	(void)state;
+	const uint32_t ns[3] = { 5, 16, 1 };
+	for (size_t ti = 0; ti < 3; ti++)
+		for (int sp = 0; sp < 2; sp++) {
+			enum mfma_dtype in = in_types[ti], out = out_for(in, sp);
+			float beta = ti == 0 ? 1.0f : 0.0f, alpha = in == MFMA_DT_I8 ? 1.0f : 0.75f;
+			uint32_t m = 517, k = sp ? 260 : 258;
+			struct operands o, r[3];
+			ops_make(&o, in, out, sp, m, 1, k, 1.0f, 0.0f);
+			struct mfma_weight_host wh = { .m = m, .k = k, .dtype = in, .sparse = sp,
+						       .a = o.a, .meta = o.meta };
+			void *w = NULL;
+			uint64_t wbytes = 0;
+			char err[512] = "";
+			if (backend_cuda.weight_load(dev, &wh, &w, &wbytes, err, sizeof(err)) != 0)
+				fail_msg("weight_load: %s", err);
+			struct mfma_gemm_part parts[3];
+			uint32_t total = 0;
+			for (int i = 0; i < 3; i++) {
+				ops_make(&r[i], in, out, false, m, ns[i], k, alpha, beta);
+				parts[i] = (struct mfma_gemm_part){ .b = r[i].b, .c = r[i].c, .d = r[i].d,
+								    .n = ns[i] };
+				total += ns[i];
+			}
+			struct mfma_gemm g = r[0].g;
+			g.n = total;
+			g.nparts = 3;
+			g.parts = parts;
+			g.a = g.b = g.c = NULL;
+			g.d = NULL;
+			g.a_meta = NULL;
+			g.a_sparse = sp;
+			struct backend_timing t = { 0 };
+			if (backend_cuda.gemm(dev, &g, w, &t, err, sizeof(err)) != 0)
+				fail_msg("batched gemm: %s", err);
+			for (int i = 0; i < 3; i++) {
+				r[i].g.a_sparse = sp;
+				r[i].g.a = o.a;
+				r[i].g.a_meta = o.meta;
+				double rel = rel_error(&r[i], NULL, m);
+				printf("  batched %s %s part %d of 3 (N=%u of %u) %-20s rel %.3g\n",
+				       mfma_dtype_name(in), sp ? "2:4" : "dense", i, ns[i], total,
+				       t.variant ? t.variant : "?", rel);
+				checks++;
+				if (!(rel <= nvt_tolerance(out)))
+					fail_msg("batched part %d: relative error %g", i, rel);
+				r[i].g.a = NULL;
+				r[i].g.a_meta = NULL;
+				ops_free(&r[i]);
+			}
+			backend_cuda.weight_free(dev, w);
+			ops_free(&o);
+		}
+}
+
 static void test_repeatable(void **state)
 {
 	(void)state;
@@ -338,6 +405,212 @@ static void test_refusals(void **state)
 	run_case(MFMA_DT_F16, MFMA_DT_F32, true, 33, 17, 68, 1.0f, 0.0f, 0);
 }
 
+/* ---- Each provider on its own ---- */
+
+static const struct cuda_provider *const all_providers[] = {
+	&cuda_provider_ours,
+	&cuda_provider_cublaslt,
+	&cuda_provider_cusparselt,
+};
+
+/* One GEMM on provider p, directly: its A resident (weight_pack) or sent
+ * with the request.  1 if it ran and matched the reference, 0 if the
+ * provider does not take the shape (supports() says no, or, for a library,
+ * it finds no kernel for it at launch: -ENOTSUP), a failure otherwise. */
+static int provider_case(struct cuda_dev *cd, const struct cuda_provider *p, void *pstate,
+			 enum mfma_dtype in, enum mfma_dtype out, bool sparse, bool resident,
+			 uint32_t m, uint32_t n, uint32_t k, float alpha, float beta)
+{
+	const struct cuda_shape sh = { .m = m, .n = n, .k = k, .in = in, .out = out,
+				       .sparse = sparse, .resident = resident };
+	char err[512] = "";
+	if (p->supports(cd, pstate, &sh, err, sizeof(err)) != 0)
+		return 0;
+	struct operands o;
+	ops_make(&o, in, out, sparse, m, n, k, alpha, beta);
+	void *packed = NULL;
+	uint64_t bytes = 0;
+	char what[160];
+	snprintf(what, sizeof(what), "%s %s->%s %s%s %ux%ux%u a=%g b=%g", p->name,
+		 mfma_dtype_name(in), mfma_dtype_name(out), sparse ? "2:4" : "dense",
+		 resident ? " resident" : "", m, n, k, alpha, beta);
+	if (resident) {
+		struct mfma_weight_host wh = { .m = m, .k = k, .dtype = in, .sparse = sparse,
+					       .a = o.a, .meta = o.meta };
+		int rc = p->weight_pack(cd, pstate, &wh, &packed, &bytes, err, sizeof(err));
+		if (rc == 0)
+			rc = cuda_dev_sync(cd, "packing", err, sizeof(err));
+		if (rc != 0)
+			fail_msg("%s: weight_pack failed (%d): %s", what, rc, err);
+		if (!bytes)
+			fail_msg("%s: weight_pack reports no device bytes", what);
+	}
+	const char *variant = NULL;
+	int rc = p->launch(cd, pstate, &o.g, packed, &variant, err, sizeof(err));
+	if (rc == -ENOTSUP && p != &cuda_provider_ours) {
+		cuda_dev_drain(cd);
+		printf("  %-58s refused at launch: %s\n", what, err);
+		if (packed)
+			p->weight_free(cd, pstate, packed);
+		ops_free(&o);
+		return 0;
+	}
+	if (rc != 0)
+		fail_msg("%s: launch failed (%d): %s", what, rc, err);
+	struct backend_timing t;
+	cuda_dev_timing(cd, &t);
+	double rel = rel_error(&o, NULL, m);
+	checks++;
+	printf("  %-58s %-24s rel %.3g  kernel %8.1f us\n", what, variant ? variant : "?", rel,
+	       t.kernel_ns / 1e3);
+	if (!(rel <= nvt_tolerance(out)))
+		fail_msg("%s: relative error %g above %g", what, rel, nvt_tolerance(out));
+	if (!variant || strncmp(variant, p->name, strlen(p->name)) != 0) {
+		/* Ours name their tile ("f16.sparse.128x16"); the libraries
+		 * start with their own name. */
+		if (p != &cuda_provider_ours || !variant)
+			fail_msg("%s: variant %s does not name the provider", what, variant ? variant : "?");
+	}
+	if (packed)
+		p->weight_free(cd, pstate, packed);
+	ops_free(&o);
+	return 1;
+}
+
+static void test_providers(void **state)
+{
+	(void)state;
+	if (quick == 2)
+		return;
+	char err[512] = "";
+	struct cuda_dev *cd = NULL;
+	struct backend_config cfg = { .pinned_bytes = 8u << 20 };
+	if (cuda_dev_open(dev_index, &cfg, &cd, err, sizeof(err)) != 0)
+		fail_msg("cuda_dev_open: %s", err);
+	/* Odd shapes and decode-like ones; the quick run takes the first
+	 * three (one the cuSPARSELt path takes: N a multiple of 8). */
+	const uint32_t shapes[][3] = { { 37, 29, 100 }, { 129, 200, 260 }, { 96, 16, 4096 },
+				       { 300, 17, 516 }, { 1000, 64, 2048 }, { 520, 40, 1028 } };
+	const size_t nshapes = quick ? 3 : sizeof(shapes) / sizeof(shapes[0]);
+	for (size_t pi = 0; pi < sizeof(all_providers) / sizeof(all_providers[0]); pi++) {
+		const struct cuda_provider *p = all_providers[pi];
+		if (!p->usable(cuda_dev_cc(cd))) {
+			printf("  provider %s: not usable here (library absent)\n", p->name);
+			continue;
+		}
+		void *pstate = NULL;
+		if (p->attach(cd, &pstate, err, sizeof(err)) != 0)
+			fail_msg("%s: attach: %s", p->name, err);
+		int ran = 0;
+		for (size_t ti = 0; ti < 3; ti++)
+			for (int sp = 0; sp < 2; sp++)
+				for (int res = 0; res < 2; res++)
+					for (size_t si = 0; si < nshapes; si++) {
+						enum mfma_dtype in = in_types[ti];
+						uint32_t m = shapes[si][0], n = shapes[si][1];
+						uint32_t k = shapes[si][2] + (sp ? 0 : (uint32_t)si % 3);
+						float beta = si % 2 ? (in == MFMA_DT_I8 ? 1.0f : -0.5f) : 0.0f;
+						float alpha = in == MFMA_DT_I8 ? 1.0f : si % 3 ? 1.25f : 1.0f;
+						ran += provider_case(cd, p, pstate, in,
+								     out_for(in, (int)si + res), sp, res,
+								     m, n, k, alpha, beta);
+					}
+		printf("  provider %s: %d GEMMs checked\n", p->name, ran);
+		/* A library that loaded must have run something it claims. */
+		if (ran == 0)
+			fail_msg("provider %s is usable but ran no GEMM", p->name);
+		/* Batched launches are refused by the libraries. */
+		const struct cuda_shape batched = { .m = 64, .n = 32, .k = 64, .in = MFMA_DT_F16,
+						    .out = MFMA_DT_F32, .sparse = true,
+						    .resident = true, .nparts = 2 };
+		if (p != &cuda_provider_ours) {
+			assert_int_equal(p->supports(cd, pstate, &batched, err, sizeof(err)), -ENOTSUP);
+			assert_non_null(strstr(err, "batched"));
+		}
+		cuda_dev_drain(cd);
+		p->detach(cd, pstate);
+	}
+	cuda_dev_close(cd);
+}
+
+/* The measured choice: a resident weight at a shape where the libraries
+ * are known to beat our mma.sp kernels (2x at N=256, bench/RESULTS.md) is
+ * served by one of them once they are present, and says so; the choice
+ * holds for the bucket, and every answer matches the reference. */
+static void test_choice(void **state)
+{
+	(void)state;
+	if (quick == 2)
+		return;
+	struct backend_device_info info;
+	assert_int_equal(backend_cuda.describe(dev_index, &info), 0);
+	const bool have_lt = strstr(info.variants, "cublaslt.") != NULL;
+	const bool have_slt = strstr(info.variants, "cusparselt.") != NULL;
+	printf("  libraries: cuBLASLt %s, cuSPARSELt %s\n", have_lt ? "present" : "absent",
+	       have_slt ? "present" : "absent");
+	/* Smaller under compute-sanitizer, where cuSPARSELt's search alone
+	 * runs its kernels hundreds of times. */
+	const uint32_t m = quick ? 1024 : 4096, k = quick ? 1024 : 4096;
+	for (int sp = 0; sp < 2; sp++) {
+		struct operands o;
+		ops_make(&o, MFMA_DT_F16, MFMA_DT_F16, sp, m, 16, k, 1.0f, 0.0f);
+		struct mfma_weight_host wh = { .m = m, .k = k, .dtype = MFMA_DT_F16, .sparse = sp,
+					       .a = o.a, .meta = o.meta };
+		void *w = NULL;
+		uint64_t wbytes = 0;
+		char err[512] = "";
+		if (backend_cuda.weight_load(dev, &wh, &w, &wbytes, err, sizeof(err)) != 0)
+			fail_msg("weight_load: %s", err);
+		printf("  %s weight %ux%u: %.1f MiB on the device (every candidate's copy)\n",
+		       sp ? "2:4" : "dense", m, k, wbytes / 1048576.0);
+		const uint32_t ns[] = { 256, 200, 16, 256 };
+		const char *first = NULL;
+		for (size_t i = 0; i < sizeof(ns) / sizeof(ns[0]); i++) {
+			struct operands r;
+			ops_make(&r, MFMA_DT_F16, MFMA_DT_F16, false, m, ns[i], k, 1.0f, 0.0f);
+			r.g.a_sparse = sp;
+			free(r.a);
+			r.a = NULL;
+			r.g.a = o.a;
+			r.g.a_meta = o.meta;
+			struct backend_timing t = { 0 };
+			if (backend_cuda.gemm(dev, &r.g, w, &t, err, sizeof(err)) != 0)
+				fail_msg("gemm: %s", err);
+			uint32_t idx[32];
+			for (uint32_t j = 0; j < 32; j++)
+				idx[j] = j == 0 ? 0 : j == 1 ? m - 1 : nvt_rand(&seed) % m;
+			double rel = rel_error(&r, idx, 32);
+			checks++;
+			printf("  choice %s %ux%u x N=%-4u %-24s rel %.3g  kernel %8.1f us\n",
+			       sp ? "2:4" : "dense", m, k, ns[i], t.variant ? t.variant : "?", rel,
+			       t.kernel_ns / 1e3);
+			if (!(rel <= nvt_tolerance(MFMA_DT_F16)))
+				fail_msg("choice: relative error %g", rel);
+			if (!t.variant)
+				fail_msg("choice: no variant named");
+			if (ns[i] > 64) {
+				/* One bucket (65-256): one provider serves it. */
+				if (!first)
+					first = t.variant;
+				else if (strcmp(first, t.variant) != 0)
+					fail_msg("choice: N=%u ran %s, the bucket chose %s", ns[i],
+						 t.variant, first);
+				/* Not under compute-sanitizer (quick), whose
+				 * instrumentation distorts the times. */
+				if (!quick && (have_lt || (sp && have_slt)) &&
+				    strncmp(t.variant, "cu", 2) != 0)
+					fail_msg("choice: N=%u ran %s although a library is 2x faster there",
+						 ns[i], t.variant);
+			}
+			r.g.a = NULL;
+			r.g.a_meta = NULL;
+			ops_free(&r);
+		}
+		backend_cuda.weight_free(dev, w);
+		ops_free(&o);
+	}
+}
+
 static void test_other_devices(void **state)
 {
 	(void)state;
@@ -379,6 +652,7 @@ int main(void)
 	const char *env = getenv("MFMA_TEST_DEVICE");
 	if (env)
 		index = atoi(env);
+	dev_index = index;
 	for (int i = 0; i < ndev; i++) {
 		struct backend_device_info info;
 		if (backend_cuda.describe(i, &info) == 0)
@@ -394,9 +668,12 @@ int main(void)
 		cmocka_unit_test(test_random_shapes),
 		cmocka_unit_test(test_tiles_and_split_k),
 		cmocka_unit_test(test_resident_weight),
+		cmocka_unit_test(test_batched_launch),
 		cmocka_unit_test(test_repeatable),
 		cmocka_unit_test(test_refusals),
 		cmocka_unit_test(test_large),
+		cmocka_unit_test(test_providers),
+		cmocka_unit_test(test_choice),
 		cmocka_unit_test(test_other_devices),
 	};
 	int rc = cmocka_run_group_tests(tests, NULL, NULL);
