@@ -6,7 +6,7 @@
 # brings them back); a short summary goes to stdout.
 #
 # usage: bench/nvidia/device_round.sh [test] [sanitize|memcheck|racecheck] [bench] [sweep]
-#        [ncu] [e2e] [latency] [multi]
+#        [ncu] [e2e] [latency] [multi] [choice] [batching]
 #        (no argument: test sanitize bench e2e)
 set -u
 OUT=${OUT:-/tmp/mfma-out}
@@ -16,6 +16,12 @@ rm -rf "$P" && mkdir -p "$P"
 tar -C "$P" -xJf .devlibs/payload.tar.xz || { echo "no payload"; exit 1; }
 export LD_LIBRARY_PATH="$P/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 steps=${*:-test sanitize bench e2e}
+# The CUDA backend's cuSPARSELt provider (mfmad and the backend test) finds
+# the library in the PyTorch environment; cuBLASLt is in the toolkit.
+if [ -z "${MFMAD_CUSPARSELT:-}" ]; then
+	CSLT_DIR=$(python3 -c "import nvidia.cusparselt as m; print(list(m.__path__)[0])" 2>/dev/null) &&
+		[ -n "$CSLT_DIR" ] && export MFMAD_CUSPARSELT="$CSLT_DIR/lib"
+fi
 
 # step NAME TIMEOUT_S COMMAND...: runs with a bound, keeps the whole log.
 step() {
@@ -119,6 +125,24 @@ multi)
 	timeout "${E2E_S:-300}" bash bench/nvidia/e2e.sh "$P" "$OUT" multi > "$OUT/e2e_multi.log" 2>&1
 	echo "=== e2e multi: rc=$?"
 	grep -E "^(E2E|FAIL)|^ *[0-9]+ +cuda" "$OUT/e2e_multi.log" | tail -20
+	;;
+batching)
+	timeout "${E2E_S:-400}" bash bench/nvidia/batch_bench.sh "$P" "$OUT" > "$OUT/batching.log" 2>&1
+	echo "=== batching: rc=$?"
+	grep -E "^(BATCH|FAIL)" "$OUT/batching.log" | sed 's/"histogram[^]]*]//g' | tail -12
+	;;
+choice)
+	# Each library alone (bench_nv, f16, our output type where it can)
+	# beside mfmad's measured choice at the same shapes.
+	build_bench
+	: >"$OUT/choice_bench.log"
+	for shape in ${CHOICE_SHAPES:-14336x16x4096 14336x64x4096 14336x256x4096 4096x16x14336 4096x64x14336 4096x256x14336}; do
+		timeout 120 "$BENCH" --dtypes f16 --shape "$shape" >>"$OUT/choice_bench.log" 2>&1
+	done
+	grep -E "^\| f16" "$OUT/choice_bench.log"
+	timeout "${E2E_S:-300}" bash bench/nvidia/e2e.sh "$P" "$OUT" choice > "$OUT/e2e_choice.log" 2>&1
+	echo "=== e2e choice: rc=$?"
+	grep -E "^(E2E|FAIL)|variants" "$OUT/e2e_choice.log" | cut -c1-400
 	;;
 esac
 done

@@ -7,9 +7,13 @@
 #     outputs, C with beta, and resident weights;
 #  2. latency: a resident 14336x4096 weight (2:4 and dense) times N=16,
 #     client round trip next to the server's kernel time;
-#  3. (multi) throughput on every GPU against one GPU.
+#  3. (multi) throughput on every GPU against one GPU;
+#  4. (choice) the measured choice of provider for resident weights: the
+#     variant each N bucket chose and the server's kernel time, to set
+#     beside bench_nv's times of each library alone (device_round.sh
+#     choice runs both).
 #
-# usage: e2e.sh PAYLOAD_DIR OUT_DIR [single|latency|multi]
+# usage: e2e.sh PAYLOAD_DIR OUT_DIR [single|latency|multi|choice]
 set -u
 P=$1
 OUT=$2
@@ -139,6 +143,33 @@ if [ "$MODE" = multi ]; then
 			--weight big --n 8 --dtype f16 --out-dtype f16 -n 4000 -j 32 --warmup 4 $pin 2>&1 | tr -s ' \n' ' ')"
 	done
 	"${CTL[@]}" status
+fi
+
+if [ "$MODE" = choice ]; then
+	# The first request of an N bucket times the candidates (its total
+	# shows that one-time cost); 200 more give the chosen kernel's time.
+	for wk in ${CHOICE_WEIGHTS:-14336x4096 4096x14336}; do
+		IFS=x read -r m k <<<"$wk"
+		rnd "$D/w.npy" "${m}x${k}" f16 --sparse24 31
+		for sp in sparse dense; do
+			name="choice_${m}x${k}_$sp"
+			if [ "$sp" = sparse ]; then
+				"${CTL[@]}" load "$name" "$D/w.npy" --dtype f16 --sparse packed >/dev/null
+			else
+				"${CTL[@]}" load "$name" "$D/w.npy" --dtype f16 >/dev/null
+			fi || { fails=$((fails + 1)); echo "FAIL load $name"; continue; }
+			for n in ${CHOICE_NS:-16 64 256}; do
+				rnd "$D/b.npy" "${k}x${n}" f16 "" 32
+				first=$("${CTL[@]}" --json submit --weight "$name" -b "$D/b.npy" --dtype f16 \
+					--out-dtype f16 -o "$D/d.npy" 2>&1 | grep -o '"variant":"[^"]*"\|"kernel_ns":[0-9]*\|"total_ns":[0-9]*' | tr '\n' ' ')
+				loop=$("${CTL[@]}" --json bench --weight "$name" --n "$n" --dtype f16 --out-dtype f16 \
+					-n 200 --warmup 5 --device 0 2>&1 | tr -s ' \n' ' ')
+				echo "E2E choice f16 $sp ${m}x${n}x${k}: first $first| loop $loop"
+			done
+			"${CTL[@]}" unload "$name" >/dev/null
+		done
+	done
+	"${CTL[@]}" status | grep -i variants | head -2
 fi
 
 trap - EXIT
