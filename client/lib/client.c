@@ -130,7 +130,7 @@ static int connect_tcp(const struct endpoint *ep, int *fdp, struct mfma_error *e
 
 /* No endpoint given: the default sockets in order (endpoint.h).  A per-user
  * socket that is absent or dead is passed over for the system one; the
- * error reported is the system socket's, naming what else was tried. */
+ * error reported is the last socket's, naming the one tried before it. */
 static int connect_default(struct endpoint *ep, int *fdp, struct mfma_error *err)
 {
 	char tried[sizeof(ep->path)] = ""; /* the first candidate that failed */
@@ -146,8 +146,10 @@ static int connect_default(struct endpoint *ep, int *fdp, struct mfma_error *err
 		ep->kind = ENDPOINT_UNIX;
 		memcpy(ep->path, path, sizeof(path));
 		rc = connect_unix(ep, fdp, err);
-		if (rc == 0 || (rc != -ENOENT && rc != -ECONNREFUSED))
-			return rc;
+		if (rc == 0)
+			return 0;
+		if (rc != -ENOENT && rc != -ECONNREFUSED)
+			break;
 		if (!tried[0])
 			snprintf(tried, sizeof(tried), "%s", path);
 	}
