@@ -211,6 +211,9 @@ KEY(tcp, { set_bool(p, s, &c->tcp_enabled); })
 KEY(tcp_address, { set_str(p, s, c->tcp_address, sizeof(c->tcp_address)); })
 KEY(tcp_port, { set_int(p, s, 1, 65535, &c->tcp_port); })
 KEY(tcp_allow_remote, { set_bool(p, s, &c->tcp_allow_remote); })
+KEY(token_file, { set_str(p, s, c->token_file, sizeof(c->token_file)); })
+KEY(unix_users, { set_str(p, s, c->unix_users, sizeof(c->unix_users)); })
+KEY(unix_group, { set_str(p, s, c->unix_group, sizeof(c->unix_group)); })
 KEY(max_frame_mb, { set_u64(p, s, 1, 2047, 1ull << 20, &c->max_frame_bytes); })
 KEY(max_inflight_per_connection, { set_u32(p, s, 1, 1 << 20, &c->max_inflight_per_conn); })
 KEY(max_inflight, { set_u32(p, s, 1, 1 << 24, &c->max_inflight); })
@@ -246,6 +249,8 @@ static const struct key listen_keys[] = {
 	{ "unix", k_unix_path, NULL }, { "unix_mode", k_unix_mode, NULL },
 	{ "tcp", k_tcp, NULL }, { "tcp_address", k_tcp_address, NULL },
 	{ "tcp_port", k_tcp_port, NULL }, { "tcp_allow_remote", k_tcp_allow_remote, NULL },
+	{ "token_file", k_token_file, NULL }, { "unix_users", k_unix_users, NULL },
+	{ "unix_group", k_unix_group, NULL },
 	{ NULL, NULL, NULL },
 };
 static const struct key limits_keys[] = {
@@ -383,6 +388,9 @@ int config_restart_only_changes(const struct mfmad_config *a, const struct mfmad
 	DIFF(a->tcp_enabled != b->tcp_enabled || strcmp(a->tcp_address, b->tcp_address) != 0 ||
 		     a->tcp_port != b->tcp_port || a->tcp_allow_remote != b->tcp_allow_remote,
 	     "listen.tcp*");
+	DIFF(strcmp(a->token_file, b->token_file) != 0 || strcmp(a->unix_users, b->unix_users) != 0 ||
+		     strcmp(a->unix_group, b->unix_group) != 0,
+	     "listen.token_file/unix_users/unix_group");
 	DIFF(a->cpu != b->cpu || a->cpu_threads != b->cpu_threads || a->cpu_devices != b->cpu_devices,
 	     "cpu.*");
 	DIFF(a->hip != b->hip, "hip.enabled");

@@ -18,6 +18,9 @@ struct mfmad_config {
 	char tcp_address[64];
 	int tcp_port;
 	bool tcp_allow_remote;         /* allow a non-loopback tcp_address */
+	char token_file[256];          /* TCP clients must send its token first; "" = none */
+	char unix_users[256];          /* peers allowed on the Unix socket: names or uids, "," */
+	char unix_group[64];           /* ... or members of this group; both "" = any */
 
 	uint64_t max_frame_bytes;
 	uint32_t max_inflight_per_conn;

@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "frame.h"
 #include "log.h"
@@ -28,7 +30,9 @@ struct conn {
 	bool starved;     /* not read: its next read buffer is over a memory cap */
 	bool reading;
 	bool suspended;   /* a frame is being decoded off the loop */
-	bool broken;      /* an oversized frame: never read again */
+	bool broken;      /* an oversized frame or a refused peer: never read again */
+	bool need_token;  /* the first frame must carry the listener's token */
+	const struct conn_policy *pol;
 	uint32_t inflight;
 	size_t unsent;    /* answers queued, at their real cost */
 	size_t rd_counted; /* the reader's capacity, as counted in buffered_bytes */
@@ -323,6 +327,62 @@ void conn_send(struct conn *c, uint8_t *buf, size_t len, bool close_after)
 		c->paused = true; /* process_frames stops; on_write or the timer resume */
 }
 
+
+static void deny(struct conn *c, const char *why)
+{
+	conn_refused(c->d, CONN_REFUSE_PEER, "connection %" PRIu64 " refused: %s", c->cid, why);
+	c->broken = true;
+	update_reading(c);
+	c->ev->on_denied(c, why);
+}
+
+/* Whether payload is the token frame with the listener's token.  The
+ * comparison takes the same time wherever the first difference is. */
+static bool token_ok(const struct conn_policy *pol, const uint8_t *payload, size_t len)
+{
+	if (len < FRAME_TOKEN_MAGIC_LEN || memcmp(payload, FRAME_TOKEN_MAGIC, FRAME_TOKEN_MAGIC_LEN) != 0)
+		return false;
+	payload += FRAME_TOKEN_MAGIC_LEN;
+	len -= FRAME_TOKEN_MAGIC_LEN;
+	volatile uint8_t diff = len != pol->token_len;
+	for (size_t i = 0; i < pol->token_len; i++)
+		diff |= pol->token[i] ^ (len ? payload[i % len] : 0);
+	return diff == 0;
+}
+
+/* The Unix peer's credentials against listen.unix_users/unix_group; root
+ * and the daemon's own user always pass. */
+static bool peer_ok(const struct conn *c, char *why, size_t whylen)
+{
+	const struct conn_policy *pol = c->pol;
+	uv_os_fd_t fd;
+	struct ucred cr;
+	socklen_t l = sizeof(cr);
+	if (uv_fileno(&c->h.handle, &fd) < 0 || getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &l) < 0) {
+		snprintf(why, whylen, "the peer's credentials cannot be read");
+		return false;
+	}
+	if (cr.uid == 0 || cr.uid == geteuid())
+		return true;
+	for (size_t i = 0; i < pol->nuids; i++)
+		if (pol->uids[i] == cr.uid)
+			return true;
+	if (pol->has_gid) {
+		if (cr.gid == pol->gid)
+			return true;
+		gid_t groups[256];
+		socklen_t gl = sizeof(groups);
+		if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &gl) == 0)
+			for (size_t i = 0; i < gl / sizeof(gid_t); i++)
+				if (groups[i] == pol->gid)
+					return true;
+	}
+	snprintf(why, whylen,
+		 "uid %u (pid %d) is not allowed on this socket (listen.unix_users, listen.unix_group)",
+		 (unsigned)cr.uid, (int)cr.pid);
+	return false;
+}
+
 /* Hands every whole frame buffered on the connection over, in order,
  * until one is kept for an off-loop decode or the client is over its
  * share of unsent answers. */
@@ -336,6 +396,11 @@ static void process_frames(struct conn *c)
 		int rc = frame_reader_next(&c->rd, &payload, &len);
 		if (rc == 0)
 			break;
+		if (rc < 0 && c->need_token) {
+			deny(c, "this listener takes a token first (listen.token_file), and the first "
+				"frame was too long to carry it");
+			break;
+		}
 		if (rc < 0) {
 			c->broken = true;
 			update_reading(c);
@@ -344,6 +409,16 @@ static void process_frames(struct conn *c)
 		}
 		took = true;
 		c->active_ns = mfma_clock_ns();
+		if (c->need_token) {
+			if (!token_ok(c->pol, payload, len)) {
+				deny(c, "this listener takes a token first (listen.token_file), and the "
+					"first frame did not carry it");
+				break;
+			}
+			c->need_token = false;
+			c->rd.max_frame = c->d->cfg.max_frame_bytes;
+			continue;
+		}
 		c->ev->on_frame(c, payload, len);
 	}
 	if (frame_reader_pending(&c->rd) == 0) {
@@ -478,7 +553,7 @@ int conn_start(struct daemon *d)
 }
 
 void conn_accept(struct daemon *d, uv_stream_t *server, const struct conn_events *ev,
-		 const char *what)
+		 const struct conn_policy *pol, const char *what)
 {
 	struct conn *c = calloc(1, sizeof(*c));
 	if (!c) {
@@ -514,6 +589,16 @@ void conn_accept(struct daemon *d, uv_stream_t *server, const struct conn_events
 	}
 	if (server->type == UV_TCP)
 		uv_tcp_nodelay(&c->h.tcp, 1);
+	c->pol = pol;
+	char why[160];
+	if (pol && pol->check_peer && !peer_ok(c, why, sizeof(why))) {
+		deny(c, why);
+		return;
+	}
+	if (pol && pol->token) {
+		c->need_token = true;
+		c->rd.max_frame = FRAME_TOKEN_MAX;
+	}
 	if (ev->on_open(c))
 		update_reading(c);
 }
@@ -544,5 +629,6 @@ void conn_check_drained(struct daemon *d)
 void conn_set_frame_limit(struct daemon *d, uint64_t bytes)
 {
 	for (struct conn *c = d->conns; c; c = c->next)
-		c->rd.max_frame = bytes;
+		if (!c->need_token)
+			c->rd.max_frame = bytes;
 }

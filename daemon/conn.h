@@ -30,6 +30,22 @@ struct conn_events {
 	/* The next frame announces len bytes, over limits.max_frame_mb.  The
 	 * connection no longer reads; the callback answers and closes. */
 	void (*on_oversize)(struct conn *c, size_t len);
+	/* The peer failed its listener's check (credentials, token); why
+	 * says so.  The callback answers with close_after. */
+	void (*on_denied)(struct conn *c, const char *why);
+};
+
+/* What a listener asks of its peers (listen.c fills it in).  With a
+ * token, the first frame must be frame.h's token frame carrying it;
+ * nothing else is taken before, and it is answered only when wrong. */
+struct conn_policy {
+	const uint8_t *token; /* the first frame must carry it; NULL: none */
+	size_t token_len;
+	bool check_peer;      /* Unix socket: SO_PEERCRED against uids/gid */
+	const uint32_t *uids;
+	size_t nuids;
+	bool has_gid;
+	uint32_t gid;
 };
 
 /* Why a connection was refused, for conn_refused. */
@@ -55,7 +71,7 @@ uint64_t conn_held_bytes(const struct daemon *d);
 
 /* Accepts one connection on a listening socket. */
 void conn_accept(struct daemon *d, uv_stream_t *server, const struct conn_events *ev,
-		 const char *what);
+		 const struct conn_policy *pol, const char *what);
 
 void conn_ref(struct conn *c);
 void conn_unref(struct conn *c);

@@ -245,8 +245,14 @@ static bool on_open(struct conn *c)
 	return false;
 }
 
+static void on_denied(struct conn *c, const char *why)
+{
+	reply_and_close(c, MFMA__V1__CODE__UNAVAILABLE, why);
+}
+
 const struct conn_events dispatch_events = {
 	.on_open = on_open,
 	.on_frame = on_frame,
 	.on_oversize = on_oversize,
+	.on_denied = on_denied,
 };

@@ -2,6 +2,9 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <pwd.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,12 +34,115 @@ struct listener {
 	char what[160];
 	bool activated; /* inherited from systemd: do not unlink the path */
 	char path[108];
+	struct conn_policy pol;
 };
+
+#define TOKEN_MIN 16
+#define TOKEN_MAX 512
+#define UIDS_MAX 32
 
 struct listeners {
 	struct listener l[LISTEN_MAX];
 	int n;
+	/* What every listener of a kind asks of its peers (listen.token_file,
+	 * listen.unix_users, listen.unix_group), resolved at start. */
+	uint8_t token[TOKEN_MAX];
+	size_t token_len;
+	uint32_t uids[UIDS_MAX];
+	size_t nuids;
+	bool has_gid;
+	uint32_t gid;
 };
+
+static void policy_unix(struct daemon *d, struct listener *l)
+{
+	struct listeners *ls = d->listeners;
+	l->pol = (struct conn_policy){ .check_peer = ls->nuids > 0 || ls->has_gid,
+				       .uids = ls->uids,
+				       .nuids = ls->nuids,
+				       .has_gid = ls->has_gid,
+				       .gid = ls->gid };
+}
+
+/* A TCP listener: the token when there is one, and without one only a
+ * loopback address (a remote peer would be unauthenticated). */
+static int policy_tcp(struct daemon *d, struct listener *l, const struct sockaddr *sa, char *err,
+		      size_t errlen);
+
+/* Reads listen.token_file: its first line is the token.  A token shorter
+ * than TOKEN_MIN bytes or a file others may read is refused. */
+static int load_token(struct daemon *d, char *err, size_t errlen)
+{
+	struct listeners *ls = d->listeners;
+	const char *path = d->cfg.token_file;
+	if (!path[0])
+		return 0;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	struct stat st;
+	if (fd < 0 || fstat(fd, &st) < 0) {
+		int e = errno;
+		if (fd >= 0)
+			close(fd);
+		snprintf(err, errlen, "listen.token_file = \"%s\": %s", path, strerror(e));
+		return -e;
+	}
+	if (st.st_mode & 0007) {
+		close(fd);
+		snprintf(err, errlen,
+			 "listen.token_file = \"%s\" may be read by any user (mode %04o); "
+			 "chmod o-rwx it",
+			 path, (unsigned)(st.st_mode & 07777));
+		return -EPERM;
+	}
+	ssize_t n = read(fd, ls->token, sizeof(ls->token));
+	close(fd);
+	size_t len = n > 0 ? (size_t)n : 0;
+	for (size_t i = 0; i < len; i++)
+		if (ls->token[i] == '\n' || ls->token[i] == '\r')
+			len = i;
+	if (len < TOKEN_MIN || len == sizeof(ls->token)) {
+		snprintf(err, errlen,
+			 "listen.token_file = \"%s\": the token (its first line) must be %d to %d "
+			 "bytes, not %zu",
+			 path, TOKEN_MIN, TOKEN_MAX - 1, len);
+		return -EINVAL;
+	}
+	ls->token_len = len;
+	return 0;
+}
+
+/* Resolves listen.unix_users ("alice,1001") and listen.unix_group. */
+static int load_peers(struct daemon *d, char *err, size_t errlen)
+{
+	struct listeners *ls = d->listeners;
+	char users[sizeof(d->cfg.unix_users)];
+	snprintf(users, sizeof(users), "%s", d->cfg.unix_users);
+	char *save = NULL;
+	for (char *u = strtok_r(users, ", ", &save); u; u = strtok_r(NULL, ", ", &save)) {
+		if (ls->nuids == UIDS_MAX) {
+			snprintf(err, errlen, "listen.unix_users names more than %d users", UIDS_MAX);
+			return -E2BIG;
+		}
+		char *end;
+		unsigned long id = strtoul(u, &end, 10);
+		struct passwd *pw = *end ? getpwnam(u) : NULL;
+		if (*end && !pw) {
+			snprintf(err, errlen, "listen.unix_users: no user \"%s\"", u);
+			return -ENOENT;
+		}
+		ls->uids[ls->nuids++] = pw ? (uint32_t)pw->pw_uid : (uint32_t)id;
+	}
+	if (d->cfg.unix_group[0]) {
+		struct group *gr = getgrnam(d->cfg.unix_group);
+		if (!gr) {
+			snprintf(err, errlen, "listen.unix_group: no group \"%s\"", d->cfg.unix_group);
+			return -ENOENT;
+		}
+		ls->has_gid = true;
+		ls->gid = (uint32_t)gr->gr_gid;
+	}
+	return 0;
+}
 
 static void on_connection(uv_stream_t *server, int status)
 {
@@ -54,7 +160,7 @@ static void on_connection(uv_stream_t *server, int status)
 		log_warn("%s: accept failed: %s", l->what, uv_strerror(status));
 		return;
 	}
-	conn_accept(l->d, server, l->ev, l->what);
+	conn_accept(l->d, server, l->ev, &l->pol, l->what);
 }
 
 /* The next free slot, or NULL with the refusal in err. */
@@ -91,6 +197,7 @@ static int listen_unix(struct daemon *d, const struct conn_events *ev, const cha
 		return -EMFILE;
 	snprintf(l->what, sizeof(l->what), "unix:%s", path);
 	snprintf(l->path, sizeof(l->path), "%s", path);
+	policy_unix(d, l);
 
 	/* A socket file left by a crashed daemon is removed; one that still
 	 * answers belongs to a live daemon, which we must not steal from. */
@@ -150,6 +257,28 @@ static int is_loopback(const struct sockaddr *sa)
 	return 0;
 }
 
+static int policy_tcp(struct daemon *d, struct listener *l, const struct sockaddr *sa, char *err,
+		      size_t errlen)
+{
+	struct listeners *ls = d->listeners;
+	if (ls->token_len) {
+		l->pol = (struct conn_policy){ .token = ls->token, .token_len = ls->token_len };
+		return 0;
+	}
+	if (is_loopback(sa))
+		return 0;
+	char host[64] = "?";
+	if (sa->sa_family == AF_INET6)
+		uv_ip6_name((const struct sockaddr_in6 *)sa, host, sizeof(host));
+	else
+		uv_ip4_name((const struct sockaddr_in *)sa, host, sizeof(host));
+	snprintf(err, errlen,
+		 "%s%s listens on %s, which other hosts can reach, and listen.token_file is not "
+		 "set: refusing to serve unauthenticated remote clients",
+		 l->activated ? "socket activation: " : "", l->what, host);
+	return -EPERM;
+}
+
 static int listen_tcp(struct daemon *d, const struct conn_events *ev, char *err, size_t errlen)
 {
 	struct sockaddr_storage ss;
@@ -162,14 +291,17 @@ static int listen_tcp(struct daemon *d, const struct conn_events *ev, char *err,
 	}
 	if (!is_loopback((struct sockaddr *)&ss) && !d->cfg.tcp_allow_remote) {
 		snprintf(err, errlen,
-			 "listen.tcp_address = \"%s\" is not a loopback address; the protocol has no "
-			 "authentication, so set listen.tcp_allow_remote = true to mean it",
+			 "listen.tcp_address = \"%s\" is not a loopback address; set "
+			 "listen.tcp_allow_remote = true (and listen.token_file) to mean it",
 			 addr);
 		return -EPERM;
 	}
 	struct listener *l = new_listener(d, ev, err, errlen);
 	if (!l)
 		return -EMFILE;
+	rc = policy_tcp(d, l, (struct sockaddr *)&ss, err, errlen);
+	if (rc < 0)
+		return rc;
 	snprintf(l->what, sizeof(l->what), strchr(addr, ':') ? "tcp:[%s]:%d" : "tcp:%s:%d", addr,
 		 d->cfg.tcp_port);
 	rc = uv_tcp_init(d->loop, &l->h.tcp);
@@ -205,6 +337,7 @@ static int listen_activated(struct daemon *d, const struct conn_events *ev, char
 		int rc;
 		if (sd_is_socket_unix(fd, SOCK_STREAM, 1, NULL, 0) > 0) {
 			snprintf(l->what, sizeof(l->what), "activated unix socket (fd %d)", fd);
+			policy_unix(d, l);
 			rc = uv_pipe_init(d->loop, &l->h.pipe, 0);
 			if (rc == 0) {
 				keep(d, l);
@@ -212,6 +345,17 @@ static int listen_activated(struct daemon *d, const struct conn_events *ev, char
 			}
 		} else if (sd_is_socket(fd, AF_UNSPEC, SOCK_STREAM, 1) > 0) {
 			snprintf(l->what, sizeof(l->what), "activated tcp socket (fd %d)", fd);
+			/* The same rules as listen.tcp: systemd may hand over
+			 * 0.0.0.0:PORT, which mfmad.conf never asked for. */
+			struct sockaddr_storage ss;
+			socklen_t sl = sizeof(ss);
+			if (getsockname(fd, (struct sockaddr *)&ss, &sl) < 0) {
+				snprintf(err, errlen, "%s: getsockname: %s", l->what, strerror(errno));
+				return -errno;
+			}
+			rc = policy_tcp(d, l, (struct sockaddr *)&ss, err, errlen);
+			if (rc < 0)
+				return rc;
 			rc = uv_tcp_init(d->loop, &l->h.tcp);
 			if (rc == 0) {
 				keep(d, l);
@@ -272,7 +416,11 @@ int listen_start(struct daemon *d, const struct conn_events *ev, char *err, size
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
-	int n = listen_activated(d, ev, err, errlen);
+	int n = load_token(d, err, errlen);
+	if (n == 0)
+		n = load_peers(d, err, errlen);
+	if (n == 0)
+		n = listen_activated(d, ev, err, errlen);
 	if (n < 0)
 		return n;
 	if (n == 0) {

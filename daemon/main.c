@@ -147,9 +147,10 @@ static void print_config(const struct mfmad_config *c, const char *src)
 	printf("shutdown_grace_ms = %" PRIu64 ";\n", c->shutdown_grace_ms);
 	printf("status_interval_ms = %" PRIu64 ";\n", c->status_interval_ms);
 	printf("listen = { unix = \"%s\"; unix_mode = \"%04o\"; tcp = %s; tcp_address = \"%s\"; "
-	       "tcp_port = %d; tcp_allow_remote = %s; };\n",
+	       "tcp_port = %d; tcp_allow_remote = %s;\n           token_file = \"%s\"; "
+	       "unix_users = \"%s\"; unix_group = \"%s\"; };\n",
 	       sock, c->unix_mode, c->tcp_enabled ? "true" : "false", c->tcp_address, c->tcp_port,
-	       c->tcp_allow_remote ? "true" : "false");
+	       c->tcp_allow_remote ? "true" : "false", c->token_file, c->unix_users, c->unix_group);
 	printf("limits = { max_frame_mb = %" PRIu64 "; max_inflight_per_connection = %u; "
 	       "max_inflight = %u; max_inflight_mb = %" PRIu64 "; max_connections = %u; "
 	       "max_dim = %u; default_priority = %u; default_timeout_ms = %" PRIu64 "; "

@@ -10,6 +10,15 @@
 
 #define FRAME_HEADER_SIZE 4u
 
+/* The payload of the first frame on a connection to a listener that asks
+ * for a token (mfmad's listen.token_file): this prefix, then the token.  A
+ * protobuf message cannot begin with a 0 byte (field number 0 does not
+ * exist), so it is never taken for a request. */
+#define FRAME_TOKEN_MAGIC "\0mfma-token\0"
+#define FRAME_TOKEN_MAGIC_LEN 12u
+/* The longest token frame a daemon reads before the token. */
+#define FRAME_TOKEN_MAX 4096u
+
 struct frame_reader {
 	uint8_t *buf;
 	size_t start; /* first unconsumed byte */

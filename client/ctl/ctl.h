@@ -40,6 +40,7 @@ struct ctl {
 	const char *endpoint; /* NULL: MFMA_ENDPOINT, else the default socket */
 	bool json;
 	int timeout_ms;       /* < 0: forever */
+	const char *token_file; /* NULL: MFMA_TOKEN_FILE, else no token */
 	struct json j;        /* stdout, when json */
 	int progress_pct;     /* last percentage shown, -1: none */
 };
@@ -50,8 +51,9 @@ struct ctl {
 	{ "help", no_argument, NULL, 'h' },                               \
 	{ "endpoint", required_argument, NULL, 'e' },                     \
 	{ "json", no_argument, NULL, CTL_OPT_JSON },                      \
-	{ "timeout", required_argument, NULL, CTL_OPT_TIMEOUT }
-enum { CTL_OPT_JSON = 1000, CTL_OPT_TIMEOUT, CTL_OPT_FIRST_COMMAND_OPTION };
+	{ "timeout", required_argument, NULL, CTL_OPT_TIMEOUT },          \
+	{ "token-file", required_argument, NULL, CTL_OPT_TOKEN_FILE }
+enum { CTL_OPT_JSON = 1000, CTL_OPT_TIMEOUT, CTL_OPT_TOKEN_FILE, CTL_OPT_FIRST_COMMAND_OPTION };
 
 /* Handles an option outside the command's own: a common one (returns
  * CTL_CONTINUE), -h (prints the command's help, returns 0), a bad value or

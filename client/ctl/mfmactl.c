@@ -49,6 +49,9 @@ static const char help_main[] =
 	"    --timeout MS\n"
 	"        Give up on the daemon after MS milliseconds per request (default:\n"
 	"        wait forever).  A timeout exits with 3.\n"
+	"    --token-file FILE\n"
+	"        Send the token in FILE's first line first: a TCP listener with\n"
+	"        listen.token_file asks for it (default: $MFMA_TOKEN_FILE).\n"
 	"    -h, --help\n"
 	"        This text; after a command, that command's help.\n"
 	"\n"
@@ -69,6 +72,7 @@ static const char help_main[] =
 	"\n"
 	"ENVIRONMENT\n"
 	"    MFMA_ENDPOINT   the endpoint when -e is not given\n"
+	"    MFMA_TOKEN_FILE the token file when --token-file is not given\n"
 	"\n"
 	"EXAMPLES\n"
 	"    mfmactl status\n"
@@ -355,6 +359,9 @@ int ctl_common_option(struct ctl *ctl, const char *cmd, int opt, const char *arg
 				  sizeof(err)) < 0)
 			return ctl_usage(cmd, "%s", err);
 		return CTL_CONTINUE;
+	case CTL_OPT_TOKEN_FILE:
+		ctl->token_file = arg;
+		return CTL_CONTINUE;
 	case '?':
 		/* getopt has said what was wrong. */
 		fprintf(stderr, "Try 'mfmactl %s%s--help'.\n", cmd ? cmd : "", cmd ? " " : "");
@@ -443,6 +450,29 @@ int ctl_connect(struct ctl *ctl, mfma_client **client)
 		return rc == -EINVAL ? ctl_fail_local(ctl, CTL_EXIT_USAGE, "%s", err.message)
 				     : ctl_fail(ctl, "connect", rc, &err);
 	mfma_set_timeout(*client, ctl->timeout_ms);
+	const char *tf = ctl->token_file ? ctl->token_file : getenv("MFMA_TOKEN_FILE");
+	if (!tf || !*tf)
+		return CTL_EXIT_OK;
+	char token[4096];
+	FILE *f = fopen(tf, "r");
+	if (!f || !fgets(token, sizeof(token), f)) {
+		int e = errno;
+		if (f)
+			fclose(f);
+		mfma_close(*client);
+		*client = NULL;
+		return ctl_fail_local(ctl, CTL_EXIT_USAGE, "cannot read the token from %s: %s", tf,
+				      f ? "empty file" : strerror(e));
+	}
+	fclose(f);
+	token[strcspn(token, "\r\n")] = '\0';
+	rc = mfma_authenticate(*client, token, strlen(token), &err);
+	explicit_bzero(token, sizeof(token));
+	if (rc < 0) {
+		mfma_close(*client);
+		*client = NULL;
+		return ctl_fail(ctl, "authenticate", rc, &err);
+	}
 	return CTL_EXIT_OK;
 }
 

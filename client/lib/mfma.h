@@ -119,6 +119,14 @@ int mfma_connect(const char *endpoint, mfma_client **client, struct mfma_error *
  * requests still in flight are dropped. */
 void mfma_close(mfma_client *client);
 
+/* Sends the token a TCP listener with listen.token_file asks for (the
+ * first line of that file), as the connection's first request, and checks
+ * it with a ping.  A wrong token fails with the daemon's message, and the
+ * connection is closed.  mfmactl takes it from --token-file or
+ * $MFMA_TOKEN_FILE. */
+int mfma_authenticate(mfma_client *client, const void *token, size_t len,
+		      struct mfma_error *err);
+
 /* How long blocking calls (and the sending half of mfma_gemm_submit) may
  * wait for the daemon, in milliseconds; negative = forever (the default).
  * A call that runs out fails with -ETIMEDOUT; its request stays in flight

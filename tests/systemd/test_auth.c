@@ -1,0 +1,306 @@
+/* Authentication beyond the Unix socket (issue 12, attack 5), against the
+ * real daemon: a TCP listener with listen.token_file serves only clients
+ * that send its token first; a remote TCP listener without a token is
+ * refused at start, also when socket activation hands it over; the Unix
+ * socket checks the peer's uid against listen.unix_users/unix_group. */
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "mfma.h"
+#include "sdtest.h"
+
+#define TOKEN "s3cret-token-of-32-bytes-0123456"
+
+struct run {
+	char dir[64], conf[96], log[96], sock[96], token[96];
+	pid_t pid;
+	int port;
+};
+
+static const char *env_or_empty(const char *name)
+{
+	const char *v = getenv(name);
+	return v ? v : "";
+}
+
+static void write_file(const char *path, const char *text, mode_t mode)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, mode);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+	fchmod(fd, mode);
+	close(fd);
+}
+
+static void run_init(struct run *r)
+{
+	memset(r, 0, sizeof(*r));
+	strcpy(r->dir, "/tmp/mfmad-auth-XXXXXX");
+	assert_non_null(mkdtemp(r->dir));
+	snprintf(r->conf, sizeof(r->conf), "%s/mfmad.conf", r->dir);
+	snprintf(r->log, sizeof(r->log), "%s/mfmad.log", r->dir);
+	snprintf(r->sock, sizeof(r->sock), "%s/mfmad.sock", r->dir);
+	snprintf(r->token, sizeof(r->token), "%s/token", r->dir);
+	write_file(r->token, TOKEN "\n", 0600);
+	r->port = sdtest_free_port();
+}
+
+static pid_t spawn(struct run *r, const char *conf)
+{
+	write_file(r->conf, conf, 0644);
+	const char *argv[] = { env_or_empty("MFMAD_BIN"), "--config", r->conf, "--socket", r->sock,
+			       "--log-level", "debug", NULL };
+	return sdtest_spawn(argv, NULL, r->log);
+}
+
+static void run_stop(struct run *r)
+{
+	if (r->pid > 0) {
+		kill(r->pid, SIGTERM);
+		int st = sdtest_wait_exit(r->pid, 30000);
+		if (st != 0)
+			sdtest_print_file(r->log);
+		assert_int_equal(st, 0);
+	}
+	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", r->dir);
+	(void)!system(cmd);
+}
+
+static mfma_client *connect_tcp(const struct run *r)
+{
+	char ep[64];
+	snprintf(ep, sizeof(ep), "tcp:127.0.0.1:%d", r->port);
+	mfma_client *c = NULL;
+	struct mfma_error err;
+	for (int i = 0; i < 400 && mfma_connect(ep, &c, &err) < 0; i++)
+		usleep(25000);
+	assert_non_null(c);
+	mfma_set_timeout(c, 5000);
+	return c;
+}
+
+static void test_tcp_token(void **state)
+{
+	(void)state;
+	struct run r;
+	run_init(&r);
+	char conf[512];
+	snprintf(conf, sizeof(conf), "listen = { tcp = true; tcp_port = %d; token_file = \"%s\"; };",
+		 r.port, r.token);
+	r.pid = spawn(&r, conf);
+	struct mfma_error err;
+
+	/* No token: the request is not served. */
+	mfma_client *c = connect_tcp(&r);
+	int rc = mfma_ping(c, "x", 1, NULL, &err);
+	printf("no token: %d \"%s\"\n", rc, err.message);
+	assert_true(rc < 0);
+	assert_non_null(strstr(err.message, "listen.token_file"));
+	mfma_close(c);
+
+	/* A wrong token of the right length. */
+	c = connect_tcp(&r);
+	rc = mfma_authenticate(c, "s3cret-token-of-32-bytes-0123457", 32, &err);
+	printf("wrong token: %d \"%s\"\n", rc, err.message);
+	assert_true(rc < 0);
+	mfma_close(c);
+
+	/* The right one, then requests as usual. */
+	c = connect_tcp(&r);
+	rc = mfma_authenticate(c, TOKEN, strlen(TOKEN), &err);
+	if (rc < 0)
+		fail_msg("right token refused: %s", err.message);
+	assert_int_equal(mfma_ping(c, "abc", 3, NULL, &err), 0);
+	mfma_close(c);
+
+	/* mfmactl: --token-file and $MFMA_TOKEN_FILE. */
+	const char *ctl = env_or_empty("MFMACTL_BIN");
+	if (ctl[0]) {
+		char cmd[512];
+		snprintf(cmd, sizeof(cmd), "%s -e tcp:127.0.0.1:%d --token-file %s status >/dev/null",
+			 ctl, r.port, r.token);
+		assert_int_equal(system(cmd), 0);
+		snprintf(cmd, sizeof(cmd),
+			 "MFMA_TOKEN_FILE=%s %s -e tcp:127.0.0.1:%d status >/dev/null", r.token, ctl,
+			 r.port);
+		assert_int_equal(system(cmd), 0);
+		snprintf(cmd, sizeof(cmd), "%s -e tcp:127.0.0.1:%d status >/dev/null 2>&1", ctl,
+			 r.port);
+		assert_int_not_equal(system(cmd), 0);
+	}
+
+	/* The Unix socket asks for no token. */
+	char ep[128];
+	snprintf(ep, sizeof(ep), "unix:%s", r.sock);
+	assert_int_equal(mfma_connect(ep, &c, &err), 0);
+	assert_int_equal(mfma_ping(c, "x", 1, NULL, &err), 0);
+	mfma_close(c);
+
+	/* 50 failures in a burst: logged at most once a second. */
+	for (int i = 0; i < 50; i++) {
+		c = connect_tcp(&r);
+		(void)mfma_ping(c, "x", 1, NULL, &err);
+		mfma_close(c);
+	}
+	FILE *f = fopen(r.log, "r");
+	char line[1024];
+	int lines = 0;
+	while (f && fgets(line, sizeof(line), f))
+		lines += strstr(line, "refused: this listener takes a token") != NULL;
+	fclose(f);
+	printf("53 unauthenticated connections, %d log line(s)\n", lines);
+	assert_true(lines >= 1 && lines <= 4);
+	run_stop(&r);
+}
+
+/* The daemon exits 1 at start, saying why. */
+static void expect_refused_start(struct run *r, pid_t pid, const char *want)
+{
+	int st = sdtest_wait_exit(pid, 20000);
+	if (st != 1 || !sdtest_file_contains(r->log, want)) {
+		sdtest_print_file(r->log);
+		fail_msg("exit status %d, want 1 with \"%s\"", st, want);
+	}
+}
+
+static void test_remote_tcp_without_token_refused(void **state)
+{
+	(void)state;
+	struct run r;
+	run_init(&r);
+	char conf[512];
+	snprintf(conf, sizeof(conf),
+		 "listen = { tcp = true; tcp_address = \"0.0.0.0\"; tcp_port = %d; "
+		 "tcp_allow_remote = true; };",
+		 r.port);
+	expect_refused_start(&r, spawn(&r, conf), "listen.token_file is not set");
+	/* A token file others can read is refused too. */
+	chmod(r.token, 0644);
+	snprintf(conf, sizeof(conf),
+		 "listen = { tcp = true; tcp_address = \"0.0.0.0\"; tcp_port = %d; "
+		 "tcp_allow_remote = true; token_file = \"%s\"; };",
+		 r.port, r.token);
+	expect_refused_start(&r, spawn(&r, conf), "may be read by any user");
+	run_stop(&r);
+}
+
+static void test_activated_remote_tcp_refused(void **state)
+{
+	(void)state;
+	const char *act = env_or_empty("SOCKET_ACTIVATE");
+	if (!act[0]) {
+		print_message("systemd-socket-activate not found; skipped\n");
+		skip();
+	}
+	struct run r;
+	run_init(&r);
+	write_file(r.conf, "", 0644);
+	char listen[32];
+	snprintf(listen, sizeof(listen), "0.0.0.0:%d", r.port);
+	const char *argv[] = { act, "-l", listen, env_or_empty("MFMAD_BIN"), "--config", r.conf,
+			       NULL };
+	pid_t pid = sdtest_spawn(argv, NULL, r.log);
+	/* The first connection starts mfmad on the activated socket. */
+	int fd = -1;
+	for (int i = 0; i < 200; i++) {
+		fd = socket(AF_INET, SOCK_STREAM, 0);
+		struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)r.port),
+					  .sin_addr.s_addr = htonl(0x7f000001) };
+		if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0)
+			break;
+		close(fd);
+		fd = -1;
+		usleep(25000);
+	}
+	assert_true(fd >= 0);
+	expect_refused_start(&r, pid, "socket activation: activated tcp socket (fd 3) listens on "
+				      "0.0.0.0");
+	close(fd);
+	run_stop(&r);
+}
+
+/* The peer's uid against listen.unix_users: only as root can the test
+ * connect as another user. */
+static void test_unix_peer_check(void **state)
+{
+	(void)state;
+	if (geteuid() != 0) {
+		print_message("not root: cannot connect as another user; skipped\n");
+		skip();
+	}
+	struct run r;
+	run_init(&r);
+	chmod(r.dir, 0755);
+	r.pid = spawn(&r, "listen = { unix_mode = \"0666\"; unix_users = \"12345\"; };");
+	char ep[128];
+	snprintf(ep, sizeof(ep), "unix:%s", r.sock);
+	mfma_client *c = NULL;
+	struct mfma_error err;
+	for (int i = 0; i < 400 && mfma_connect(ep, &c, &err) < 0; i++)
+		usleep(25000);
+	assert_non_null(c);
+	assert_int_equal(mfma_ping(c, "x", 1, NULL, &err), 0); /* root always passes */
+	mfma_close(c);
+	int uids[2] = { 12345, 23456 };
+	for (int i = 0; i < 2; i++) {
+		int pfd[2];
+		assert_int_equal(pipe(pfd), 0);
+		pid_t child = fork();
+		if (child == 0) {
+			close(pfd[0]);
+			if (setgid(65534) < 0 || setuid((uid_t)uids[i]) < 0)
+				_exit(2);
+			mfma_client *cc;
+			struct mfma_error e;
+			int rc = mfma_connect(ep, &cc, &e);
+			if (rc == 0)
+				rc = mfma_ping(cc, "x", 1, NULL, &e);
+			dprintf(pfd[1], "%s", rc == 0 ? "ok" : e.message);
+			_exit(rc == 0 ? 0 : 1);
+		}
+		close(pfd[1]);
+		char msg[512] = "";
+		ssize_t n = read(pfd[0], msg, sizeof(msg) - 1);
+		msg[n > 0 ? n : 0] = '\0';
+		close(pfd[0]);
+		int st;
+		waitpid(child, &st, 0);
+		printf("uid %d: %s\n", uids[i], msg);
+		if (i == 0)
+			assert_int_equal(WEXITSTATUS(st), 0);
+		else
+			assert_non_null(strstr(msg, "uid 23456"));
+	}
+	run_stop(&r);
+}
+
+int main(void)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	signal(SIGPIPE, SIG_IGN);
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_tcp_token),
+		cmocka_unit_test(test_remote_tcp_without_token_refused),
+		cmocka_unit_test(test_activated_remote_tcp_refused),
+		cmocka_unit_test(test_unix_peer_check),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
