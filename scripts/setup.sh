@@ -3,7 +3,8 @@
 # run again: it installs only what is missing and rebuilds only what changed.
 #
 #   scripts/setup.sh              build into ./build
-#   scripts/setup.sh --install    ... and install (meson install, ldconfig)
+#   scripts/setup.sh --install    ... and install (meson install, ldconfig): also
+#                                 the mfmad group and the Python package mfma
 #   BUILD_DIR=dir scripts/setup.sh
 #   MESON_ARGS="-Db_sanitize=address,undefined" BUILD_DIR=build-asan scripts/setup.sh
 set -euo pipefail
@@ -14,7 +15,7 @@ install=0
 for arg in "$@"; do
   case "$arg" in
     --install) install=1 ;;
-    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
     *) echo "setup.sh: unknown argument '$arg'" >&2; exit 2 ;;
   esac
 done
