@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "answer.h"
 #include "devices.h"
 #include "mfma_clock.h"
 #include "operand.h"
@@ -21,7 +22,7 @@ struct gemm_job {
 	struct gemm_plan plan;
 	struct weight *weight;  /* with a reference, or NULL */
 	struct operand_a a;     /* A as the backend takes it, made on the worker */
-	void *d;                /* the result, plan.d_bytes */
+	struct answer ans;      /* the answer's frame, D written in place */
 	size_t in_bytes;        /* counted against limits.max_inflight_mb */
 	/* What the worker found. */
 	int code;               /* Mfma__V1__Code */
@@ -50,30 +51,32 @@ static void job_free(struct gemm_job *j)
 	if (j->req)
 		mfma__v1__request__free_unpacked(j->req, NULL);
 	operand_a_free(&j->a);
-	free(j->d);
+	answer_free(&j->ans);
 	free(j->frame);
 	free(j);
 }
 
 /* ---- the device's worker ---- */
 
-/* Encodes the answer here on the worker, so that copying a large result
- * into its frame costs this device's thread, not the loop every
- * connection shares.  The loop only writes the frame. */
-static void encode_answer(struct device *v, struct gemm_job *j)
+/* Lays out the answer's frame and points D into it, so the backend writes
+ * the result where the answer needs it. */
+static bool start_answer(struct gemm_job *j)
 {
-	Mfma__V1__Response resp = MFMA__V1__RESPONSE__INIT;
-	Mfma__V1__Status st = MFMA__V1__STATUS__INIT;
-	Mfma__V1__GemmResult gr = MFMA__V1__GEMM_RESULT__INIT;
-	Mfma__V1__Matrix dm = MFMA__V1__MATRIX__INIT;
+	const struct mfma_gemm *g = &j->plan.g;
+	if (answer_start(&j->ans, j->r.id, g->m, g->n, g->out_dtype) < 0) {
+		job_fail(j, MFMA__V1__CODE__RESOURCE_EXHAUSTED,
+			 "out of host memory for a %zu-byte result", j->plan.d_bytes);
+		return false;
+	}
+	j->plan.g.d = j->ans.frame + j->ans.d_at;
+	return true;
+}
+
+/* Finishes the answer here on the worker, so the loop only writes it. */
+static void finish_answer(struct device *v, struct gemm_job *j)
+{
 	Mfma__V1__Timing tm = MFMA__V1__TIMING__INIT;
 	Mfma__V1__DeviceRef dr = MFMA__V1__DEVICE_REF__INIT;
-	dm.has_rows = dm.has_cols = dm.has_dtype = dm.has_data = 1;
-	dm.rows = j->plan.g.m;
-	dm.cols = j->plan.g.n;
-	dm.dtype = (Mfma__V1__DType)j->plan.g.out_dtype;
-	dm.data.len = j->plan.d_bytes;
-	dm.data.data = j->d;
 	tm.has_queue_ns = tm.has_h2d_ns = tm.has_kernel_ns = tm.has_d2h_ns = tm.has_total_ns = 1;
 	tm.has_prep_ns = 1;
 	tm.queue_ns = j->sj.start_ns - j->r.arrival_ns - j->decode_ns;
@@ -89,26 +92,14 @@ static void encode_answer(struct device *v, struct gemm_job *j)
 	dr.index = (uint32_t)v->index;
 	dr.backend = (char *)v->ops->name;
 	dr.arch = v->info.arch;
-	gr.d = &dm;
-	gr.timing = &tm;
-	gr.device = &dr;
-	gr.variant = (char *)(j->t.variant ? j->t.variant : "");
-	st.has_code = 1;
-	st.code = MFMA__V1__CODE__OK;
-	resp.has_id = 1;
-	resp.id = j->r.id;
-	resp.status = &st;
-	resp.body_case = MFMA__V1__RESPONSE__BODY_GEMM;
-	resp.gemm = &gr;
-	j->frame = reply_encode(&resp, &j->frame_len);
-	if (!j->frame) {
+	int rc = answer_finish(&j->ans, &tm, &dr, j->t.variant ? j->t.variant : "");
+	if (rc < 0) {
 		job_fail(j, MFMA__V1__CODE__RESOURCE_EXHAUSTED,
-			 "out of host memory for the answer (a %zu-byte result)", j->plan.d_bytes);
+			 "cannot encode the answer of a %zu-byte result (%d)", j->plan.d_bytes, rc);
 		return;
 	}
-	/* The result lives in the frame now. */
-	free(j->d);
-	j->d = NULL;
+	j->frame_len = j->ans.len;
+	j->frame = answer_take(&j->ans);
 }
 
 static void gemm_work(struct device *v, struct sched_job *sj)
@@ -136,13 +127,8 @@ static void gemm_work(struct device *v, struct sched_job *sj)
 		g->a_meta = j->a.meta;
 		g->a_sparse = j->a.sparse;
 	}
-	j->d = malloc(j->plan.d_bytes ? j->plan.d_bytes : 1);
-	if (!j->d) {
-		job_fail(j, MFMA__V1__CODE__RESOURCE_EXHAUSTED,
-			 "out of host memory for a %zu-byte result", j->plan.d_bytes);
+	if (!start_answer(j))
 		return;
-	}
-	g->d = j->d;
 	char err[400] = "";
 	int rc = v->ops->gemm(v->bdev, g, handle, &j->t, err, sizeof(err));
 	if (rc < 0) {
@@ -152,7 +138,7 @@ static void gemm_work(struct device *v, struct sched_job *sj)
 	}
 	j->code = MFMA__V1__CODE__OK;
 	stats_observe_batch(&v->d->stats, 1);
-	encode_answer(v, j);
+	finish_answer(v, j);
 }
 
 /* n >= 2 GEMMs on one resident weight with the same dtypes and scalars
@@ -168,11 +154,10 @@ static void gemm_batch_work(struct device *v, struct sched_job **sjs, size_t n)
 	bool ok = parts != NULL;
 	for (size_t i = 0; i < n && ok; i++) {
 		struct gemm_job *j = (struct gemm_job *)sjs[i];
-		j->d = malloc(j->plan.d_bytes ? j->plan.d_bytes : 1);
-		ok = j->d != NULL;
+		ok = start_answer(j);
 		if (ok) {
 			parts[i] = (struct mfma_gemm_part){ .b = j->plan.g.b, .c = j->plan.g.c,
-							    .d = j->d, .n = j->plan.g.n };
+							    .d = j->plan.g.d, .n = j->plan.g.n };
 			cols += j->plan.g.n;
 		}
 	}
@@ -191,8 +176,8 @@ static void gemm_batch_work(struct device *v, struct sched_job **sjs, size_t n)
 	if (rc < 0) {
 		for (size_t i = 0; i < n; i++) {
 			struct gemm_job *j = (struct gemm_job *)sjs[i];
-			free(j->d);
-			j->d = NULL;
+			answer_free(&j->ans);
+			j->code = MFMA__V1__CODE__OK;
 			gemm_work(v, sjs[i]);
 		}
 		return;
@@ -205,7 +190,7 @@ static void gemm_batch_work(struct device *v, struct sched_job **sjs, size_t n)
 		j->batch_columns = (uint32_t)cols;
 		j->launch_head = i == 0;
 		j->code = MFMA__V1__CODE__OK;
-		encode_answer(v, j);
+		finish_answer(v, j);
 	}
 }
 
