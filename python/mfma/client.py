@@ -104,17 +104,19 @@ def _to_torch(a):
 
 
 class Client:
-    """Client(endpoint=None, *, timeout_ms=None, copy_strided=True)
+    """Client(endpoint=None, *, timeout_ms=None, copy_strided=True, token=None)
 
     endpoint: "unix:PATH", "tcp:HOST:PORT" or a socket path; None means
     $MFMA_ENDPOINT, else the default sockets ($XDG_RUNTIME_DIR/mfmad.sock,
     then /run/mfmad/mfmad.sock).  timeout_ms bounds every wait for the
-    daemon.  Arrays that are not C-contiguous little-endian (slices with a
+    daemon.  token (str or bytes): sent first, for a TCP listener with
+    listen.token_file; None reads the first line of $MFMA_TOKEN_FILE when
+    that is set.  Arrays that are not C-contiguous little-endian (slices with a
     step, transposes, big-endian data) are copied into row-major order when
     copy_strided is true, and refused with ValueError when it is false;
     they are never sent as they lie in memory."""
 
-    def __init__(self, endpoint=None, *, timeout_ms=None, copy_strided=True):
+    def __init__(self, endpoint=None, *, timeout_ms=None, copy_strided=True, token=None):
         self._h = None
         self.copy_strided = copy_strided
         h = _lib.client_p()
@@ -126,6 +128,17 @@ class Client:
         self._h = h
         if timeout_ms is not None:
             _lib.mfma_set_timeout(h, int(timeout_ms))
+        if token is None and os.environ.get("MFMA_TOKEN_FILE"):
+            with open(os.environ["MFMA_TOKEN_FILE"], "rb") as f:
+                token = f.readline().rstrip(b"\r\n")
+        if token is not None:
+            tok = token.encode() if isinstance(token, str) else bytes(token)
+            rc = _lib.mfma_authenticate(h, tok, len(tok), ctypes.byref(err))
+            if rc < 0:
+                # mfma_authenticate closed the connection on a wrong token.
+                self._h = None
+                _lib.mfma_close(h)
+                raise from_c(rc, err)
         self._lock = threading.Lock()
         self._futures = {}
         self._pump = None

@@ -12,7 +12,7 @@ import time
 import pytest
 
 
-def _start(conf=""):
+def _start(conf="", extra=()):
     binary = os.environ.get("MFMAD_BIN")
     if not binary:
         pytest.skip("MFMAD_BIN is not set (run through meson test)")
@@ -24,7 +24,7 @@ def _start(conf=""):
     # The CPU backend runs every dtype, dense and 2:4, on any machine: the
     # tests are about the client, the GPU backends have their own.
     p = subprocess.Popen([binary, "--config", os.path.join(d, "mfmad.conf"), "--socket", sock,
-                          "--log-level", "info", "--backends", "cpu"],
+                          "--log-level", "info", "--backends", "cpu", *extra],
                          stdout=subprocess.DEVNULL, stderr=log)
     for _ in range(300):
         s = socket.socket(socket.AF_UNIX)
@@ -71,3 +71,21 @@ def client(daemon):
     import mfma
     with mfma.Client(daemon, timeout_ms=60000) as c:
         yield c
+
+
+@pytest.fixture
+def token_daemon(tmp_path):
+    """A daemon with a loopback TCP listener that asks for a token:
+    (tcp endpoint, token)."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    token = "py-secret-token-of-issue-13"
+    tf = tmp_path / "token"
+    tf.write_text(token + "\n")
+    tf.chmod(0o600)
+    p, d, sock, log = _start(f'listen = {{ tcp = true; tcp_address = "127.0.0.1"; '
+                             f'tcp_port = {port}; token_file = "{tf}"; }};')
+    yield f"tcp:127.0.0.1:{port}", token, str(tf)
+    _stop(p, d, log)

@@ -199,3 +199,17 @@ def test_tolerance_catches_a_lost_partial_sum(client, rng):
     lost = d - (a[:, -16:].astype(np.float32) @ b[-16:, :].astype(np.float32))
     with pytest.raises(mfma.CheckError, match="over the tolerance"):
         mfma.check(lost, a, b)
+
+
+def test_token(token_daemon, monkeypatch):
+    endpoint, token, token_file = token_daemon
+    monkeypatch.delenv("MFMA_TOKEN_FILE", raising=False)
+    with mfma.Client(endpoint, token=token) as c:
+        assert c.ping(b"x") > 0
+    monkeypatch.setenv("MFMA_TOKEN_FILE", token_file)
+    with mfma.Client(endpoint) as c:
+        assert c.ping() > 0
+    monkeypatch.delenv("MFMA_TOKEN_FILE")
+    with pytest.raises(mfma.Error):
+        with mfma.Client(endpoint, token="wrong") as c:
+            c.ping()
