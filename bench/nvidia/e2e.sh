@@ -161,7 +161,7 @@ if [ "$MODE" = choice ]; then
 			for n in ${CHOICE_NS:-16 64 256}; do
 				rnd "$D/b.npy" "${k}x${n}" f16 "" 32
 				first=$("${CTL[@]}" --json submit --weight "$name" -b "$D/b.npy" --dtype f16 \
-					--out-dtype f16 -o "$D/d.npy" 2>&1 | grep -o '"variant":"[^"]*"\|"kernel_ns":[0-9]*\|"total_ns":[0-9]*' | tr '\n' ' ')
+					--out-dtype f16 -o "$D/d.npy" 2>&1 | grep -o '"variant": *"[^"]*"\|"kernel_ns": *[0-9]*\|"total_ns": *[0-9]*' | tr '\n' ' ')
 				loop=$("${CTL[@]}" --json bench --weight "$name" --n "$n" --dtype f16 --out-dtype f16 \
 					-n 200 --warmup 5 --device 0 2>&1 | tr -s ' \n' ' ')
 				echo "E2E choice f16 $sp ${m}x${n}x${k}: first $first| loop $loop"

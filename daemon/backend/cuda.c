@@ -48,7 +48,7 @@ static const uint32_t bucket_max[] = { 16, 32, 64, 256, UINT32_MAX };
 #define NOUT 6
 /* Timed runs per candidate after one untimed warm-up (plans, heuristics,
  * lazy module loads); the fastest run counts. */
-#define TIMED_RUNS 2
+#define TIMED_RUNS 3
 
 static size_t bucket_of(uint32_t n)
 {
