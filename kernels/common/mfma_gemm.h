@@ -56,6 +56,21 @@ struct mfma_weight_host {
 	const uint32_t *meta;
 };
 
+/* Copies the few bytes a part has in one row of a batch: single-column
+ * parts (token-at-a-time decode) have 2 or 4, where a memcpy call would
+ * cost more than the copy; wider ones go to memcpy. */
+static inline void mfma_copy_part(unsigned char *dst, const unsigned char *src, size_t len)
+{
+	switch (len) {
+	case 1: dst[0] = src[0]; return;
+	case 2: memcpy(dst, src, 2); return;
+	case 4: memcpy(dst, src, 4); return;
+	case 8: memcpy(dst, src, 8); return;
+	case 16: memcpy(dst, src, 16); return;
+	default: memcpy(dst, src, len); return;
+	}
+}
+
 /* Row r of the batch's joined B (which = 'b', k rows) or C ('c', m
  * rows) into dst: the parts' rows side by side, es bytes an element. */
 static inline void mfma_gemm_gather_row(const struct mfma_gemm *g, char which, size_t r, size_t es,
@@ -66,7 +81,7 @@ static inline void mfma_gemm_gather_row(const struct mfma_gemm *g, char which, s
 		const struct mfma_gemm_part *pt = &g->parts[i];
 		size_t len = (size_t)pt->n * es;
 		const unsigned char *src = (const unsigned char *)(which == 'b' ? pt->b : pt->c);
-		memcpy(p, src + r * len, len);
+		mfma_copy_part(p, src + r * len, len);
 		p += len;
 	}
 }
@@ -79,19 +94,30 @@ static inline void mfma_gemm_scatter_d(const struct mfma_gemm *g, size_t os, siz
 {
 	const unsigned char *s = (const unsigned char *)src;
 	const size_t row = (size_t)g->n * os;
+	if (len == 0)
+		return;
+	/* Find the part where off falls once, then walk on part by part. */
+	size_t r = off / row, col = off % row, i = 0, start = 0;
+	while (start + (size_t)g->parts[i].n * os <= col) {
+		start += (size_t)g->parts[i].n * os;
+		i++;
+	}
 	while (len > 0) {
-		size_t r = off / row, col = off % row, i = 0, start = 0;
-		while (start + (size_t)g->parts[i].n * os <= col) {
-			start += (size_t)g->parts[i].n * os;
-			i++;
-		}
 		const struct mfma_gemm_part *pt = &g->parts[i];
 		size_t plen = (size_t)pt->n * os, in = col - start;
 		size_t take = plen - in < len ? plen - in : len;
-		memcpy((unsigned char *)pt->d + r * plen + in, s, take);
+		mfma_copy_part((unsigned char *)pt->d + r * plen + in, s, take);
 		s += take;
-		off += take;
 		len -= take;
+		col += take;
+		if (in + take == plen) {
+			start += plen;
+			if (++i == g->nparts) {
+				i = 0;
+				start = col = 0;
+				r++;
+			}
+		}
 	}
 }
 
