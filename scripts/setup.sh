@@ -30,7 +30,7 @@ packages=(
   build-essential pkg-config meson ninja-build
   libuv1-dev libprotobuf-c-dev protobuf-c-compiler libconfig-dev
   libsystemd-dev libcmocka-dev libmicrohttpd-dev libopenblas-dev
-  clang-22 lld-22 llvm-22 libamdhip64-dev
+  clang-22 lld-22 llvm-22 libclang-rt-22-dev libamdhip64-dev
   prometheus systemd groff-base man-db procps python3
   python3-numpy python3-pytest python3-matplotlib
 )

@@ -9,6 +9,7 @@
 #include "frame.h"
 #include "mfma.pb-c.h"
 #include "validate.h"
+#include "wire_check.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -18,6 +19,10 @@ static void check_request(const uint8_t *p, size_t n)
 	if (!req)
 		return;
 	char err[512];
+	/* The daemon's checks after a decode: strings without NUL, and the
+	 * messages that echo them made valid UTF-8. */
+	if (wire_check_strings(&mfma__v1__request__descriptor, p, n, err, sizeof(err)) < 0)
+		wire_utf8_sanitize(err);
 	const struct validate_limits lim = { .max_dim = 65536, .max_out_bytes = 1u << 28 };
 	if (req->body_case == MFMA__V1__REQUEST__BODY_GEMM) {
 		struct gemm_plan plan;
@@ -36,7 +41,8 @@ static void check_request(const uint8_t *p, size_t n)
 		enum a_form form;
 		uint32_t r, c;
 		enum mfma_dtype dt;
-		validate_weight_name(req->load_weight->name, err, sizeof(err));
+		if (validate_weight_name(req->load_weight->name, err, sizeof(err)) < 0)
+			wire_utf8_sanitize(err);
 		validate_operand(req->load_weight->a, &lim, "a", &form, &r, &c, &dt, err, sizeof(err));
 	}
 	mfma__v1__request__free_unpacked(req, NULL);

@@ -128,6 +128,15 @@ static uint64_t baseline(mfma_client *c)
  * allocator's own slack (page granularity, fragmentation). */
 #define SLACK_MIB 4
 
+/* Under AddressSanitizer RSS says little: freed blocks wait in its
+ * quarantine (256 MiB) and malloc_trim does nothing, so the RSS bounds are
+ * printed but only checked in the normal build. */
+#if defined(__SANITIZE_ADDRESS__)
+#define RSS_CHECK(cond) ((void)(cond))
+#else
+#define RSS_CHECK(cond) assert_true(cond)
+#endif
+
 /* Served "within 2x the unloaded p50": on a shared 2-core machine the
  * attack's own client runs beside the daemon, so a millisecond of slack
  * (500 us) is allowed on top of the factor. */
@@ -211,7 +220,7 @@ static void test_unread_pings(void **state)
 	       "idle, %ld MiB peak (+%ld; limits.max_memory_mb = 48)\n",
 	       NATTACK, rss0, peak, peak - rss0);
 	check_served("attack 1", base, &p);
-	assert_true(peak - rss0 <= 48 + SLACK_MIB);
+	RSS_CHECK(peak - rss0 <= 48 + SLACK_MIB);
 	for (int i = 0; i < NATTACK; i++)
 		close(fd[i]);
 	for (int k = 0; k < 2; k++) {
@@ -289,7 +298,7 @@ static void test_unread_gemm_answers(void **state)
 	       "peak (+%ld; limits.max_inflight_mb = 32, limits.max_memory_mb = 96)\n",
 	       NATTACK, rss0, peak, peak - rss0);
 	check_served("attack 2", base, &p);
-	assert_true(peak - rss0 <= 96 + SLACK_MIB);
+	RSS_CHECK(peak - rss0 <= 96 + SLACK_MIB);
 	/* Their answers count until written: limits.write_timeout_ms closes
 	 * the attackers, and the byte cap is free for the good client's
 	 * GEMM again. */
@@ -359,13 +368,13 @@ static void test_partial_frames(void **state)
 	       "peak (+%ld; limits.max_buffered_mb = 64, limits.max_memory_mb = 128)\n",
 	       NATTACK, sent >> 20, rss0, peak, peak - rss0);
 	check_served("attack 3", base, &p);
-	assert_true(peak - rss0 <= 64 + SLACK_MIB);
+	RSS_CHECK(peak - rss0 <= 64 + SLACK_MIB);
 	for (int i = 0; i < NATTACK; i++)
 		close(fd[i]);
 	usleep(600 * 1000);
 	long after = rss_mib(d.pid);
 	printf("attack 3: RSS %ld MiB after the attackers left (malloc_trim)\n", after);
-	assert_true(after - rss0 < 16);
+	RSS_CHECK(after - rss0 < 16);
 	free(buf);
 	stop(&d, good);
 }
