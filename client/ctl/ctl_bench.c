@@ -38,6 +38,8 @@ struct bench_conn {
 	size_t nlat;
 	uint64_t errors;
 	uint64_t queue, h2d, kernel, d2h, total; /* sums over successful requests */
+	uint64_t batch;         /* requests of each one's launch, summed */
+	double launch_kernel_ns; /* each request's share of its launch's kernel time */
 	int rc;                                  /* first failure */
 	struct mfma_error err;
 	bool fatal; /* the connection broke: it stopped early */
@@ -99,6 +101,9 @@ static void *bench_thread(void *arg)
 		bc->kernel += r.timing.kernel_ns;
 		bc->d2h += r.timing.d2h_ns;
 		bc->total += r.timing.total_ns;
+		uint32_t br = r.timing.batch_requests ? r.timing.batch_requests : 1;
+		bc->batch += br;
+		bc->launch_kernel_ns += (double)r.timing.kernel_ns / br;
 		mfma_gemm_result_free(&r);
 	}
 	return NULL;
@@ -249,8 +254,11 @@ static void report(struct ctl *ctl, const struct bench_opts *o, struct bench_con
 		   uint64_t wall_ns)
 {
 	size_t n = 0;
-	uint64_t errors = 0, q = 0, h = 0, kr = 0, d = 0, t = 0, sum = 0;
+	uint64_t errors = 0, q = 0, h = 0, kr = 0, d = 0, t = 0, sum = 0, batch = 0;
+	double busy_ns = 0;
 	for (uint64_t i = 0; i < o->connections; i++) {
+		batch += bc[i].batch;
+		busy_ns += bc[i].launch_kernel_ns;
 		n += bc[i].nlat;
 		errors += bc[i].errors;
 		q += bc[i].queue;
@@ -315,6 +323,11 @@ static void report(struct ctl *ctl, const struct bench_opts *o, struct bench_con
 		json_kv_uint(j, "d2h", d / div);
 		json_kv_uint(j, "total", t / div);
 		json_object_end(j);
+		/* Batching: the mean number of requests a launch answered, and
+		 * the share of the wall time the device spent in kernels (each
+		 * launch counted once). */
+		json_kv_double(j, "mean_batch", (double)batch / (double)div);
+		json_kv_double(j, "device_busy", wall_ns ? busy_ns / (double)wall_ns : 0.0);
 		if (o->samples) {
 			/* The measurements the percentiles come from, for plotting
 			 * (python3 -m mfma bench --plot). */
@@ -347,6 +360,9 @@ static void report(struct ctl *ctl, const struct bench_opts *o, struct bench_con
 		printf("  server mean  queue %s, copy in %s, kernel %s, copy out %s, total %s\n",
 		       s[0], s[1], s[2], s[3], s[4]);
 		printf("  kernel       %.2f GFLOP/s over the mean kernel time\n", gf_kernel);
+		printf("  batching     %.2f requests per launch on average; kernels busy %.1f%% of "
+		       "the wall time\n",
+		       (double)batch / (double)div, wall_ns ? 100.0 * busy_ns / (double)wall_ns : 0.0);
 		if (errors)
 			printf("  errors       %" PRIu64 "\n", errors);
 	}

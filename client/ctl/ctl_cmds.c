@@ -156,15 +156,21 @@ static void devices_str(const struct mfma_weight_info *w, char *buf, size_t len)
 void ctl_print_weights(const struct mfma_weight_info *w, size_t n)
 {
 	struct table t;
-	table_init(&t, 6);
-	table_row(&t, "NAME", "SHAPE", "DTYPE", "SPARSITY", "BYTES", "DEVICES");
+	table_init(&t, 8);
+	table_row(&t, "NAME", "SHAPE", "DTYPE", "SPARSITY", "BYTES", "DEVICES", "GEMMS",
+		  "MEAN BATCH");
 	for (size_t i = 0; i < n; i++) {
-		char shape[32], bytes[32], devs[256];
+		char shape[32], bytes[32], devs[256], gemms[32], batch[32];
 		snprintf(shape, sizeof(shape), "%ux%u", w[i].rows, w[i].cols);
 		ctl_format_bytes(w[i].bytes, bytes, sizeof(bytes));
 		devices_str(&w[i], devs, sizeof(devs));
+		snprintf(gemms, sizeof(gemms), "%" PRIu64, w[i].requests);
+		if (w[i].launches)
+			snprintf(batch, sizeof(batch), "%.2f", (double)w[i].requests / (double)w[i].launches);
+		else
+			snprintf(batch, sizeof(batch), "-");
 		table_row(&t, w[i].name, shape, mfma_dtype_name(ctl_dtype(w[i].dtype)),
-			  w[i].sparse ? "2:4" : "dense", bytes, devs);
+			  w[i].sparse ? "2:4" : "dense", bytes, devs, gemms, batch);
 	}
 	table_print(&t, "");
 }
@@ -183,6 +189,8 @@ void ctl_json_weight(struct json *j, const struct mfma_weight_info *w)
 	for (size_t i = 0; i < w->n_devices; i++)
 		json_uint(j, w->devices[i]);
 	json_array_end(j);
+	json_kv_uint(j, "requests", w->requests);
+	json_kv_uint(j, "launches", w->launches);
 	json_object_end(j);
 }
 

@@ -217,6 +217,8 @@ struct mfma_timing {
 	uint64_t d2h_ns;    /* copy out */
 	uint64_t total_ns;  /* arrival of the frame to the response being queued */
 	uint64_t prep_ns;   /* host-side preparation: decoding a large request, 2:4 work on A */
+	uint32_t batch_requests; /* requests that shared this one's launch (1: it ran alone) */
+	uint32_t batch_columns;  /* their columns together: the launch's N */
 };
 
 struct mfma_device_ref {
@@ -286,6 +288,8 @@ struct mfma_weight_info {
 	uint64_t bytes;      /* host-format bytes per device */
 	size_t n_devices;
 	const uint32_t *devices;
+	uint64_t requests;   /* GEMMs answered on it */
+	uint64_t launches;   /* the launches they took: requests / launches is the mean batch */
 };
 
 struct mfma_load_args {

@@ -302,6 +302,8 @@ static int gemm_result_from(Mfma__V1__Response *resp, uint64_t rtt, struct mfma_
 		r->timing.d2h_ns = g->timing->d2h_ns;
 		r->timing.total_ns = g->timing->total_ns;
 		r->timing.prep_ns = g->timing->prep_ns;
+		r->timing.batch_requests = g->timing->batch_requests;
+		r->timing.batch_columns = g->timing->batch_columns;
 	}
 	r->device.index = g->device ? g->device->index : 0;
 	r->device.backend = str(g->device ? g->device->backend : NULL);
@@ -336,6 +338,8 @@ static void weight_from(const Mfma__V1__WeightInfo *w, struct mfma_weight_info *
 	out->bytes = w->bytes;
 	out->n_devices = w->n_devices;
 	out->devices = w->devices;
+	out->requests = w->requests;
+	out->launches = w->launches;
 }
 
 /* ---- public calls ---- */

@@ -47,7 +47,8 @@ class GemmArgs(Structure):
 
 class Timing(Structure):
     _fields_ = [("queue_ns", c_uint64), ("h2d_ns", c_uint64), ("kernel_ns", c_uint64),
-                ("d2h_ns", c_uint64), ("total_ns", c_uint64), ("prep_ns", c_uint64)]
+                ("d2h_ns", c_uint64), ("total_ns", c_uint64), ("prep_ns", c_uint64),
+                ("batch_requests", c_uint32), ("batch_columns", c_uint32)]
 
 
 class DeviceRef(Structure):
@@ -62,7 +63,8 @@ class GemmResult(Structure):
 class WeightInfo(Structure):
     _fields_ = [("name", c_char_p), ("rows", c_uint32), ("cols", c_uint32),
                 ("dtype", c_int), ("sparse", c_bool), ("bytes", c_uint64),
-                ("n_devices", c_size_t), ("devices", POINTER(c_uint32))]
+                ("n_devices", c_size_t), ("devices", POINTER(c_uint32)),
+                ("requests", c_uint64), ("launches", c_uint64)]
 
 
 class LoadArgs(Structure):
