@@ -32,6 +32,7 @@ void config_defaults(struct mfmad_config *c)
 	c->priority_aging_ms = 1000;
 	c->batch_enabled = true;
 	c->batch_max_columns = 512;
+	c->weights_persist = true;
 	c->cpu = BACKEND_AUTO;
 	c->cpu_devices = 1;
 	c->hip = BACKEND_AUTO;
@@ -233,6 +234,8 @@ KEY(batch_enabled, { set_bool(p, s, &c->batch_enabled); })
 KEY(batch_max_columns, { set_u32(p, s, 1, 1 << 20, &c->batch_max_columns); })
 KEY(batch_max_queue_delay_us, { set_u64(p, s, 0, 1000000, 1, &c->batch_max_queue_delay_us); })
 KEY(budget_mb, { set_u64(p, s, 0, 1ll << 40, 1ull << 20, &c->weight_budget_bytes); })
+KEY(weights_persist, { set_bool(p, s, &c->weights_persist); })
+KEY(weights_state_dir, { set_str(p, s, c->weights_state_dir, sizeof(c->weights_state_dir)); })
 KEY(cpu_enabled, { set_enable(p, s, &c->cpu); })
 KEY(cpu_threads, { set_int(p, s, 0, 4096, &c->cpu_threads); })
 KEY(cpu_devices, { set_int(p, s, 1, 16, &c->cpu_devices); })
@@ -277,7 +280,10 @@ static const struct key batching_keys[] = {
 	{ "max_queue_delay_us", k_batch_max_queue_delay_us, NULL },
 	{ NULL, NULL, NULL },
 };
-static const struct key weights_keys[] = { { "budget_mb", k_budget_mb, NULL }, { NULL, NULL, NULL } };
+static const struct key weights_keys[] = {
+	{ "budget_mb", k_budget_mb, NULL }, { "persist", k_weights_persist, NULL },
+	{ "state_dir", k_weights_state_dir, NULL }, { NULL, NULL, NULL },
+};
 static const struct key cpu_keys[] = {
 	{ "enabled", k_cpu_enabled, NULL }, { "threads", k_cpu_threads, NULL },
 	{ "devices", k_cpu_devices, NULL }, { NULL, NULL, NULL },
@@ -400,6 +406,9 @@ int config_restart_only_changes(const struct mfmad_config *a, const struct mfmad
 		     a->metrics_port != b->metrics_port || a->metrics_allow_remote != b->metrics_allow_remote,
 	     "metrics.*");
 	DIFF(a->weight_budget_bytes != b->weight_budget_bytes, "weights.budget_mb");
+	DIFF(a->weights_persist != b->weights_persist ||
+		     strcmp(a->weights_state_dir, b->weights_state_dir) != 0,
+	     "weights.persist/state_dir");
 #undef DIFF
 	return n;
 }

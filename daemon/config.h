@@ -39,6 +39,8 @@ struct mfmad_config {
 	uint64_t priority_aging_ms;    /* waiting this long is worth one priority level; 0 = strict */
 
 	uint64_t weight_budget_bytes;  /* per device; 0 = 75% of the device's memory */
+	bool weights_persist;          /* keep loaded weights across restarts */
+	char weights_state_dir[256];   /* "" = $STATE_DIRECTORY (systemd), else none */
 
 	bool batch_enabled;            /* GEMMs on one resident weight share launches */
 	uint32_t batch_max_columns;    /* the most columns (N) one launch joins */

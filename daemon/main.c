@@ -23,6 +23,7 @@
 #include "notify.h"
 #include "scheduler.h"
 #include "weights.h"
+#include "weights_store.h"
 
 static const char usage_text[] =
 	"Usage: mfmad [OPTION]...\n"
@@ -162,7 +163,9 @@ static void print_config(const struct mfmad_config *c, const char *src)
 	       c->default_timeout_ms, c->priority_aging_ms, c->max_buffered_bytes >> 20,
 	       c->max_unsent_bytes >> 20, c->max_memory_bytes >> 20, c->read_timeout_ms,
 	       c->idle_timeout_ms, c->write_timeout_ms);
-	printf("weights = { budget_mb = %" PRIu64 "; };\n", c->weight_budget_bytes >> 20);
+	printf("weights = { budget_mb = %" PRIu64 "; persist = %s; state_dir = \"%s\"; };\n",
+	       c->weight_budget_bytes >> 20, c->weights_persist ? "true" : "false",
+	       c->weights_state_dir);
 	printf("batching = { enabled = %s; max_columns = %u; max_queue_delay_us = %" PRIu64 "; };\n",
 	       c->batch_enabled ? "true" : "false", c->batch_max_columns,
 	       c->batch_max_queue_delay_us);
@@ -444,6 +447,9 @@ int main(int argc, char **argv)
 		rc = devices_probe(d, err, sizeof(err));
 	if (rc == 0)
 		rc = sched_start(d, err, sizeof(err));
+	/* Stored weights are resident again before anyone can connect. */
+	if (rc == 0)
+		weights_restore(d);
 	if (rc == 0)
 		apply_batching(d);
 	if (rc == 0)

@@ -11,6 +11,7 @@
 #include "scheduler.h"
 #include "sparse24.h"
 #include "validate.h"
+#include "weights_store.h"
 
 /* One device's part of a load or a free. */
 struct weight_job {
@@ -217,6 +218,9 @@ static void finish_load(struct daemon *d, struct weight *w)
 	struct weight *old = w->replaces;
 	w->replaces = NULL;
 	if (w->code != MFMA__V1__CODE__OK) {
+	char dir[400];
+	if (w->load.conn && wstore_dir(d, dir, sizeof(dir)))
+		wstore_finish(dir, w->name, w->code == MFMA__V1__CODE__OK);
 		log_debug("load of weight '%s' failed: %s", w->name, w->msg);
 		reply_status(d, &w->load, w->code, "%s", w->msg);
 		request_release(d, &w->load);
@@ -316,6 +320,21 @@ static void prep_work(uv_work_t *req)
 	char err[sizeof(w->msg)];
 	int rc = operand_prepare_a(w->form, w->dtype, w->m, w->k, a, meta, &w->a, err, sizeof(err));
 	if (rc < 0)
+	/* A client's load is stored here, off the loop (a restore's already
+	 * is); the loop keeps the file once the weight is resident. */
+	char dir[400];
+	if (rc == 0 && w->load.conn && wstore_dir(w->work.loop->data, dir, sizeof(dir))) {
+		size_t es = mfma_dtype_size(w->dtype);
+		struct wstore_weight sw = {
+			.m = w->m, .k = w->k, .dtype = w->dtype, .sparse = w->a.sparse,
+			.values = (void *)w->a.values, .meta = (void *)w->a.meta,
+			.values_bytes = w->a.sparse ? sparse24_values_bytes(w->m, w->k, es)
+						    : (size_t)w->m * w->k * es,
+			.meta_bytes = w->a.sparse ? sparse24_meta_bytes(w->m, w->k) : 0,
+		};
+		snprintf(sw.name, sizeof(sw.name), "%s", w->name);
+		wstore_write(dir, &sw);
+	}
 		fail_load(w, rc == -ENOMEM ? MFMA__V1__CODE__RESOURCE_EXHAUSTED
 					   : MFMA__V1__CODE__INVALID_ARGUMENT,
 			  err);
@@ -464,6 +483,9 @@ void weights_handle_unload(struct daemon *d, const struct request *r, Mfma__V1__
 	} else if (w) {
 		log_info("weight '%s' unloaded", w->name);
 		w->unload = *r;
+		char dir[400];
+		if (wstore_dir(d, dir, sizeof(dir)))
+			wstore_remove(dir, w->name);
 		request_hold(d, &w->unload);
 		w->unload_pending = true;
 		retire(d, w);

