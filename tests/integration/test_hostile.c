@@ -221,6 +221,19 @@ static void test_unread_pings(void **state)
 	       NATTACK, rss0, peak, peak - rss0);
 	check_served("attack 1", base, &p);
 	RSS_CHECK(peak - rss0 <= 48 + SLACK_MIB);
+	/* While the attackers hold the ceiling, work that needs memory is
+	 * refused with a message naming it (pings above were still served). */
+	struct mfma_gemm_args args;
+	mfma_gemm_args_init(&args);
+	float sa[4 * 4] = { 1 }, sb[4 * 4] = { 1 };
+	args.a.kind = MFMA_OPERAND_DENSE;
+	args.a.dense = (struct mfma_matrix){ 4, 4, MFMA_TYPE_F32, sa, sizeof(sa) };
+	args.b = (struct mfma_matrix){ 4, 4, MFMA_TYPE_F32, sb, sizeof(sb) };
+	struct mfma_gemm_result res;
+	struct mfma_error err;
+	assert_true(mfma_gemm(good, &args, &res, &err) < 0);
+	printf("attack 1: a GEMM meanwhile: %s\n", err.message);
+	assert_non_null(strstr(err.message, "limits.max_memory_mb = 48"));
 	for (int i = 0; i < NATTACK; i++)
 		close(fd[i]);
 	for (int k = 0; k < 2; k++) {
