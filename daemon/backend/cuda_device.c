@@ -340,25 +340,17 @@ int cuda_dev_copy_in(struct cuda_dev *d, CUdeviceptr dst, size_t dpitch, const v
 	return 0;
 }
 
-int cuda_dev_copy_in_rows(struct cuda_dev *d, CUdeviceptr dst, size_t dpitch, size_t rows,
-			  cuda_fill_row_fn fill, void *arg, char *err, size_t errlen)
+int cuda_dev_copy_in_with(struct cuda_dev *d, CUdeviceptr dst, size_t bytes, cuda_give_fn give,
+			  void *arg, char *err, size_t errlen)
 {
 	int rc, h = 0;
-	size_t per = d->pin_half / dpitch;
-	if (per == 0) {
-		snprintf(err, errlen, "cuda: a row of %zu bytes does not fit the pinned pool (%zu bytes)",
-			 dpitch, d->pin_half);
-		return -E2BIG;
-	}
-	for (size_t r0 = 0; r0 < rows; r0 += per, h ^= 1) {
-		size_t n = rows - r0 < per ? rows - r0 : per;
+	for (size_t off = 0; off < bytes; off += d->pin_half, h ^= 1) {
+		size_t len = bytes - off < d->pin_half ? bytes - off : d->pin_half;
 		if ((rc = pin_wait(d, h, err, errlen)) < 0)
 			return rc;
 		unsigned char *p = d->pin + (size_t)h * d->pin_half;
-		for (size_t i = 0; i < n; i++)
-			fill(arg, r0 + i, p + i * dpitch);
-		CU_TRY(nv_drv.cuMemcpyHtoDAsync(dst + r0 * dpitch, p, n * dpitch, d->stream),
-		       "cuMemcpyHtoDAsync");
+		give(arg, off, p, len);
+		CU_TRY(nv_drv.cuMemcpyHtoDAsync(dst + off, p, len, d->stream), "cuMemcpyHtoDAsync");
 		if ((rc = pin_mark(d, h, err, errlen)) < 0)
 			return rc;
 	}

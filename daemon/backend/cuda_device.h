@@ -85,12 +85,12 @@ struct cuda_buf *cuda_dev_scratch(struct cuda_dev *d, enum cuda_scratch which);
 int cuda_dev_copy_in(struct cuda_dev *d, CUdeviceptr dst, size_t dpitch, const void *src,
 		     size_t rows, size_t row_bytes, char *err, size_t errlen);
 
-/* Host to device through the pinned pool: rows x dpitch bytes to dst, each
- * row written into the pool by fill(arg, row, dst_row), which writes all
- * dpitch bytes (a batched launch gathers its parts' rows this way). */
-typedef void (*cuda_fill_row_fn)(void *arg, size_t row, unsigned char *dst_row);
-int cuda_dev_copy_in_rows(struct cuda_dev *d, CUdeviceptr dst, size_t dpitch, size_t rows,
-			  cuda_fill_row_fn fill, void *arg, char *err, size_t errlen);
+/* Host to device through the pinned pool: bytes to dst, the pool's chunks
+ * filled by give(arg, off, chunk, len) in order (a batched launch's parts,
+ * one after the other). */
+typedef void (*cuda_give_fn)(void *arg, size_t off, unsigned char *dst, size_t len);
+int cuda_dev_copy_in_with(struct cuda_dev *d, CUdeviceptr dst, size_t bytes, cuda_give_fn give,
+			  void *arg, char *err, size_t errlen);
 
 /* The timing of one request: the provider records START before its first
  * copy in, IN after its last, KERNEL after its last kernel; the copy out

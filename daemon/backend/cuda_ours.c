@@ -24,6 +24,9 @@
 struct ours {
 	struct nv_module mod;
 	struct cuda_buf pack_a, pack_meta, bt, ws, counters;
+	/* A batched launch: the parts' operands one after the other, and the
+	 * column tables of nv_batch_cols. */
+	struct cuda_buf parts, cols;
 };
 
 static int ours_usable(int cc)
@@ -47,7 +50,7 @@ static void ours_describe(int cc, struct backend_device_info *info)
 			    BACKEND_DTYPE_BIT(MFMA_DT_I8);
 	info->dense_dtypes |= dt;
 	info->sparse_dtypes |= dt;
-	info->batches = true; /* launch gathers and scatters the parts */
+	info->batches = true; /* launch joins and splits the parts' columns on the device */
 	size_t len = strlen(info->variants);
 	for (int kind = 0; kind < NV_KIND_COUNT; kind++)
 		for (int tile = 0; tile < NV_TILE_COUNT; tile++) {
@@ -67,7 +70,8 @@ static void ours_detach(struct cuda_dev *dev, void *state)
 	(void)dev;
 	if (!o)
 		return;
-	struct cuda_buf *bufs[] = { &o->pack_a, &o->pack_meta, &o->bt, &o->ws, &o->counters };
+	struct cuda_buf *bufs[] = { &o->pack_a, &o->pack_meta, &o->bt, &o->ws, &o->counters,
+				    &o->parts, &o->cols };
 	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
 		cuda_buf_free(bufs[i]);
 	nv_module_unload(&o->mod);
@@ -200,32 +204,68 @@ out:
 	return rc;
 }
 
-/* A batched launch's B and C rows gathered from its parts, D scattered
- * back (mfma_gemm.h), as the rows pass through the pinned pool. */
-struct joined {
+/* A batched launch moves each request's B, C and D as one block (the parts
+ * one after the other, mfma_gemm_parts_copy) and joins or splits the
+ * columns on the device (nv_batch_cols): the host makes a few large
+ * copies, not one per request per row. */
+struct parts_io {
 	const struct mfma_gemm *g;
-	size_t es;    /* bytes an element */
-	size_t pitch; /* bytes a row on the device, padding included */
+	char which;
+	size_t rows, es;
 };
 
-static void fill_b(void *arg, size_t row, unsigned char *dst)
+static void give_parts(void *arg, size_t off, unsigned char *dst, size_t len)
 {
-	const struct joined *j = arg;
-	size_t used = (size_t)j->g->n * j->es;
-	mfma_gemm_gather_row(j->g, 'b', row, j->es, dst);
-	memset(dst + used, 0, j->pitch - used);
+	const struct parts_io *io = arg;
+	mfma_gemm_parts_copy(io->g, io->which, io->rows, io->es, off, dst, len, 0);
 }
 
-static void fill_c(void *arg, size_t row, unsigned char *dst)
+static void take_parts(void *arg, size_t off, const unsigned char *src, size_t len)
 {
-	const struct joined *j = arg;
-	mfma_gemm_gather_row(j->g, 'c', row, j->es, dst);
+	const struct parts_io *io = arg;
+	mfma_gemm_parts_copy(io->g, io->which, io->rows, io->es, off, (void *)(uintptr_t)src, len, 1);
 }
 
-static void take_d(void *arg, size_t off, const unsigned char *src, size_t len)
+/* Uploads each joined column's part (first column, width) for
+ * nv_batch_cols. */
+static int upload_cols(struct cuda_dev *dev, struct ours *o, const struct mfma_gemm *g, char *err,
+		       size_t errlen)
 {
-	const struct joined *j = arg;
-	mfma_gemm_scatter_d(j->g, j->es, off, src, len);
+	int32_t *tab = malloc((size_t)g->n * 2 * sizeof(*tab));
+	if (!tab) {
+		snprintf(err, errlen, "cuda: out of host memory for a batch's column table");
+		return -ENOMEM;
+	}
+	uint32_t j = 0;
+	for (uint32_t i = 0; i < g->nparts; i++)
+		for (uint32_t c = 0; c < g->parts[i].n; c++, j++) {
+			tab[j] = (int32_t)(j - c);
+			tab[g->n + j] = (int32_t)g->parts[i].n;
+		}
+	size_t bytes = (size_t)g->n * 2 * sizeof(*tab);
+	int rc = cuda_buf_need(&o->cols, bytes, "batch column table", NULL, err, errlen);
+	if (rc == 0)
+		rc = cuda_dev_copy_in(dev, o->cols.p, bytes, tab, 1, bytes, err, errlen);
+	free(tab);
+	return rc;
+}
+
+/* Joins (dir 0) or splits (dir 1) one operand of a batched launch between
+ * o->parts and the joined matrix at joined. */
+static int batch_cols(struct cuda_dev *dev, struct ours *o, const struct mfma_gemm *g, size_t rows,
+		      size_t ld, size_t es, CUdeviceptr joined, int dir, char *err, size_t errlen)
+{
+	struct nv_batch_params p = {
+		.parts = o->parts.p, .joined = joined,
+		.col_start = o->cols.p, .col_n = o->cols.p + (size_t)g->n * sizeof(int32_t),
+		.rows = (int32_t)rows, .cols = (int32_t)g->n, .ld = (int32_t)ld, .es = (int32_t)es,
+		.dir = dir,
+	};
+	int rc = nv_launch_batch_cols(&o->mod, cuda_dev_stream(dev), &p);
+	if (rc < 0)
+		snprintf(err, errlen, "cuda: launching the batch %s failed (%d)",
+			 dir ? "split of D" : "join", rc);
+	return rc;
 }
 
 static int ours_launch(struct cuda_dev *dev, void *state, const struct mfma_gemm *g, void *packed,
@@ -297,19 +337,29 @@ static int ours_launch(struct cuda_dev *dev, void *state, const struct mfma_gemm
 		return rc;
 	if (!packed && (rc = upload_a(dev, kind, m, k, g->a, g->a_meta, err, errlen)) < 0)
 		return rc;
-	struct joined jb = { g, es, ldb * es }, jc = { g, os, (size_t)n * os };
-	if (g->nparts > 1)
-		rc = cuda_dev_copy_in_rows(dev, b->p, ldb * es, k, fill_b, &jb, err, errlen);
-	else
-		rc = cuda_dev_copy_in(dev, b->p, ldb * es, g->b, k, (size_t)n * es, err, errlen);
-	if (rc < 0)
-		return rc;
-	if (g->beta != 0.0f && g->nparts > 1)
-		rc = cuda_dev_copy_in_rows(dev, c->p, (size_t)n * os, m, fill_c, &jc, err, errlen);
-	else if (g->beta != 0.0f)
-		rc = cuda_dev_copy_in(dev, c->p, dbytes, g->c, 1, dbytes, err, errlen);
-	if (rc < 0)
-		return rc;
+	struct parts_io bio = { g, 'b', k, es }, cio = { g, 'c', m, os }, dio = { g, 'd', m, os };
+	if (g->nparts > 1) {
+		size_t most = (size_t)k * n * es > dbytes ? (size_t)k * n * es : dbytes;
+		if ((rc = cuda_buf_need(&o->parts, most, "a batch's parts", NULL, err, errlen)) < 0 ||
+		    (rc = upload_cols(dev, o, g, err, errlen)) < 0 ||
+		    (rc = cuda_dev_copy_in_with(dev, o->parts.p, (size_t)k * n * es, give_parts, &bio,
+						err, errlen)) < 0 ||
+		    (rc = batch_cols(dev, o, g, k, ldb, es, b->p, 0, err, errlen)) < 0)
+			return rc;
+		/* The parts' buffer is reused in stream order: C's copy starts
+		 * after B's join has read it. */
+		if (g->beta != 0.0f &&
+		    ((rc = cuda_dev_copy_in_with(dev, o->parts.p, dbytes, give_parts, &cio, err,
+						 errlen)) < 0 ||
+		     (rc = batch_cols(dev, o, g, m, n, os, c->p, 0, err, errlen)) < 0))
+			return rc;
+	} else {
+		if ((rc = cuda_dev_copy_in(dev, b->p, ldb * es, g->b, k, (size_t)n * es, err, errlen)) < 0)
+			return rc;
+		if (g->beta != 0.0f &&
+		    (rc = cuda_dev_copy_in(dev, c->p, dbytes, g->c, 1, dbytes, err, errlen)) < 0)
+			return rc;
+	}
 	if ((rc = cuda_dev_mark(dev, CUDA_MARK_IN, err, errlen)) < 0)
 		return rc;
 
@@ -349,10 +399,13 @@ static int ours_launch(struct cuda_dev *dev, void *state, const struct mfma_gemm
 		return rc;
 
 	/* Out. */
-	if (g->nparts > 1)
-		rc = cuda_dev_copy_out_with(dev, d->p, dbytes, take_d, &jc, err, errlen);
-	else
+	if (g->nparts > 1) {
+		rc = batch_cols(dev, o, g, m, n, os, d->p, 1, err, errlen);
+		if (rc == 0)
+			rc = cuda_dev_copy_out_with(dev, o->parts.p, dbytes, take_parts, &dio, err, errlen);
+	} else {
 		rc = cuda_dev_copy_out(dev, g->d, d->p, dbytes, err, errlen);
+	}
 	if (rc < 0)
 		return rc;
 	*variant = nv_variant_label(kind, plan.tile);

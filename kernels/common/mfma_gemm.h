@@ -121,6 +121,37 @@ static inline void mfma_gemm_scatter_d(const struct mfma_gemm *g, size_t os, siz
 	}
 }
 
+/* The parts' own blocks of B ('b', k rows), C ('c') or D ('d', m rows)
+ * one after the other, as one byte range: bytes [off, off + len) of it
+ * copied from the parts into buf, or from buf into the parts (to_parts).
+ * A device that joins the columns itself moves operands this way: few,
+ * large copies. */
+static inline void mfma_gemm_parts_copy(const struct mfma_gemm *g, char which, size_t rows,
+					size_t es, size_t off, void *buf, size_t len, int to_parts)
+{
+	unsigned char *p = (unsigned char *)buf;
+	size_t start = 0;
+	for (uint32_t i = 0; i < g->nparts && len > 0; i++) {
+		const struct mfma_gemm_part *pt = &g->parts[i];
+		size_t size = rows * pt->n * es;
+		if (off >= start + size) {
+			start += size;
+			continue;
+		}
+		size_t in = off - start, take = size - in < len ? size - in : len;
+		unsigned char *mine = (unsigned char *)(which == 'b' ? (void *)(uintptr_t)pt->b
+					: which == 'c' ? (void *)(uintptr_t)pt->c : pt->d) + in;
+		if (to_parts)
+			memcpy(mine, p, take);
+		else
+			memcpy(p, mine, take);
+		p += take;
+		off += take;
+		len -= take;
+		start += size;
+	}
+}
+
 /* Dense-equivalent floating point operations of a GEMM: 2*m*n*k. */
 static inline double mfma_gemm_flops(const struct mfma_gemm *g)
 {

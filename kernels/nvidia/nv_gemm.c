@@ -70,7 +70,8 @@ int nv_module_load(struct nv_module *m, CUdevice dev, char *err, size_t errlen)
 			goto fail;
 	if ((rc = get_fn(m, NV_UNIT_UTIL, "nv_pack_a", &m->pack_a, err, errlen)) < 0 ||
 	    (rc = get_fn(m, NV_UNIT_UTIL, "nv_pack_meta", &m->pack_meta, err, errlen)) < 0 ||
-	    (rc = get_fn(m, NV_UNIT_UTIL, "nv_transpose_b8", &m->transpose_b8, err, errlen)) < 0)
+	    (rc = get_fn(m, NV_UNIT_UTIL, "nv_transpose_b8", &m->transpose_b8, err, errlen)) < 0 ||
+	    (rc = get_fn(m, NV_UNIT_UTIL, "nv_batch_cols", &m->batch_cols, err, errlen)) < 0)
 		goto fail;
 	for (int kind = 0; kind < NV_KIND_COUNT; kind++) {
 		for (int tile = 0; tile < NV_TILE_COUNT; tile++) {
@@ -166,6 +167,17 @@ int nv_launch_transpose_b8(const struct nv_module *m, CUstream s, CUdeviceptr b,
 	struct nv_transpose_params p = { .b = b, .bt = bt, .k = k, .n = n, .ldb = ldb, .ldbt = ldbt };
 	return launch(m->transpose_b8, (unsigned)(ldbt / 32), (unsigned)((n + 31) / 32), 1, 32, 8, 0, s,
 		      &p);
+}
+
+int nv_launch_batch_cols(const struct nv_module *m, CUstream s, const struct nv_batch_params *p)
+{
+	if (!m || !p || p->rows <= 0 || p->cols <= 0 || p->ld < p->cols ||
+	    (p->es != 1 && p->es != 2 && p->es != 4) || (p->dir != 0 && p->dir != 1))
+		return -EINVAL;
+	struct nv_batch_params q = *p;
+	int width = q.dir == 0 ? q.ld : q.cols;
+	return launch(m->batch_cols, (unsigned)((width + 31) / 32), (unsigned)((q.rows + 31) / 32), 1,
+		      32, 8, 0, s, &q);
 }
 
 int nv_launch_gemm(const struct nv_module *m, const struct nv_plan *plan,

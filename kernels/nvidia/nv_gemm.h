@@ -24,7 +24,7 @@ struct nv_module {
 	CUmodule mod[NV_UNIT_COUNT];
 	const struct nv_image *image[NV_UNIT_COUNT];
 	struct nv_kernel gemm[NV_KIND_COUNT][NV_TILE_COUNT];
-	CUfunction pack_a, pack_meta, transpose_b8;
+	CUfunction pack_a, pack_meta, transpose_b8, batch_cols;
 	int cc, sms;
 };
 
@@ -51,6 +51,10 @@ int nv_launch_pack(const struct nv_module *m, CUstream s, CUdeviceptr src, CUdev
  * a multiple of 32 and at least nv_k_pad(k). */
 int nv_launch_transpose_b8(const struct nv_module *m, CUstream s, CUdeviceptr b, int k, int n,
 			   int ldb, CUdeviceptr bt, int ldbt);
+
+/* A batched launch's operand joined from its parts or split back into
+ * them (nv_batch_params in nv_layout.h). */
+int nv_launch_batch_cols(const struct nv_module *m, CUstream s, const struct nv_batch_params *p);
 
 /* Launches the planned GEMM.  p holds the operands (p->a / p->meta from a
  * struct nv_packed, p->b as described in nv_layout.h, c, d), m, n, k,

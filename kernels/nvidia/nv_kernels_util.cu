@@ -1,7 +1,8 @@
 /* Data-movement kernels around the GEMMs: rewriting A (dense or the
  * canonical 2:4 values) and the canonical metadata into the packed
  * fragment order of nv_layout.h, and transposing 8-bit B.  They run once
- * per resident weight, or once per request for an A that is not resident. */
+ * per resident weight, or once per request for an A that is not resident.
+ * nv_batch_cols joins a batched launch's B (and C) and splits its D. */
 #include <stdint.h>
 
 #include "nv_layout.h"
@@ -63,5 +64,67 @@ extern "C" __global__ void __launch_bounds__(256) nv_transpose_b8(const nv_trans
 		int n = n0 + r, k = k0 + threadIdx.x;
 		if (n < p.n && k < p.ldbt)
 			bt[(int64_t)n * p.ldbt + k] = t[threadIdx.x][r];
+	}
+}
+
+__device__ static uint32_t nv_ld_elem(uint64_t base, int64_t e, int es)
+{
+	switch (es) {
+	case 1: return ((const uint8_t *)base)[e];
+	case 2: return ((const uint16_t *)base)[e];
+	default: return ((const uint32_t *)base)[e];
+	}
+}
+
+__device__ static void nv_st_elem(uint64_t base, int64_t e, int es, uint32_t v)
+{
+	switch (es) {
+	case 1: ((uint8_t *)base)[e] = (uint8_t)v; break;
+	case 2: ((uint16_t *)base)[e] = (uint16_t)v; break;
+	default: ((uint32_t *)base)[e] = v; break;
+	}
+}
+
+/* A batched launch's operand between the parts' own blocks and the joined
+ * matrix (nv_batch_params), through a 32 x 32 tile in shared memory: the
+ * parts' side is read or written along rows of a column (contiguous for
+ * the single-column requests of a decode), the joined side along its
+ * rows.  Block (32, 8); grid (ceil(ld / 32), ceil(rows / 32)). */
+extern "C" __global__ void __launch_bounds__(256) nv_batch_cols(const nv_batch_params p)
+{
+	__shared__ uint32_t t[32][33]; /* t[column - j0][row - r0] */
+	const int j0 = blockIdx.x * 32, r0 = blockIdx.y * 32;
+	const int32_t *cs = (const int32_t *)p.col_start, *cn = (const int32_t *)p.col_n;
+	if (p.dir == 0) {
+		for (int i = threadIdx.y; i < 32; i += 8) {
+			int j = j0 + i, r = r0 + threadIdx.x;
+			uint32_t v = 0;
+			if (j < p.cols && r < p.rows)
+				v = nv_ld_elem(p.parts,
+					       (int64_t)p.rows * cs[j] + (int64_t)r * cn[j] + (j - cs[j]),
+					       p.es);
+			t[i][threadIdx.x] = v;
+		}
+		__syncthreads();
+		for (int i = threadIdx.y; i < 32; i += 8) {
+			int r = r0 + i, j = j0 + threadIdx.x;
+			if (r < p.rows && j < p.ld)
+				nv_st_elem(p.joined, (int64_t)r * p.ld + j, p.es, t[threadIdx.x][i]);
+		}
+	} else {
+		for (int i = threadIdx.y; i < 32; i += 8) {
+			int r = r0 + i, j = j0 + threadIdx.x;
+			t[threadIdx.x][i] = (r < p.rows && j < p.cols)
+						    ? nv_ld_elem(p.joined, (int64_t)r * p.ld + j, p.es)
+						    : 0;
+		}
+		__syncthreads();
+		for (int i = threadIdx.y; i < 32; i += 8) {
+			int j = j0 + i, r = r0 + threadIdx.x;
+			if (j < p.cols && r < p.rows)
+				nv_st_elem(p.parts,
+					   (int64_t)p.rows * cs[j] + (int64_t)r * cn[j] + (j - cs[j]),
+					   p.es, t[i][threadIdx.x]);
+		}
 	}
 }

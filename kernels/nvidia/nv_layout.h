@@ -125,6 +125,18 @@ struct nv_pack_params {
 	int32_t is8;        /* 8-bit kind (s8 metadata order) */
 };
 
+/* Arguments of the batched-launch re-layout (nv_batch_cols): the parts'
+ * operands one after the other, part p a rows x n_p row-major block
+ * starting at element rows * col_start[j] for each of its columns j, and
+ * the joined rows x cols matrix, ld elements a row (columns cols..ld-1
+ * written as zero).  dir 0 gathers the parts into the joined matrix, 1
+ * scatters it back; es is 1, 2 or 4 bytes. */
+struct nv_batch_params {
+	uint64_t parts, joined;
+	uint64_t col_start, col_n; /* int32 per joined column: its part's first column and width */
+	int32_t rows, cols, ld, es, dir;
+};
+
 /* Arguments of the 8-bit B transpose: B [k][ldb] -> Bt [n][ldbt]. */
 struct nv_transpose_params {
 	uint64_t b, bt;
