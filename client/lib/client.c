@@ -238,25 +238,6 @@ void mfma_set_progress(mfma_client *c, mfma_progress_fn fn, void *user)
 	c->progress_user = user;
 }
 
-int mfma_authenticate(mfma_client *c, const void *token, size_t len, struct mfma_error *err)
-{
-	if (!c || !token || len == 0 || len > FRAME_TOKEN_MAX - FRAME_TOKEN_MAGIC_LEN)
-		return client_fail(err, -EINVAL, "mfma_authenticate: the token must be 1 to %u bytes",
-				   FRAME_TOKEN_MAX - FRAME_TOKEN_MAGIC_LEN);
-	uint8_t buf[FRAME_HEADER_SIZE + FRAME_TOKEN_MAX];
-	size_t n = FRAME_TOKEN_MAGIC_LEN + len;
-	frame_header_put(buf, (uint32_t)n);
-	memcpy(buf + FRAME_HEADER_SIZE, FRAME_TOKEN_MAGIC, FRAME_TOKEN_MAGIC_LEN);
-	memcpy(buf + FRAME_HEADER_SIZE + FRAME_TOKEN_MAGIC_LEN, token, len);
-	int rc = client_send_frame(c, buf, FRAME_HEADER_SIZE + n, NULL, err);
-	explicit_bzero(buf, sizeof(buf));
-	if (rc < 0)
-		return rc;
-	/* A right token is not answered; a wrong one is, and the daemon closes:
-	 * one ping tells which. */
-	return mfma_ping(c, NULL, 0, NULL, err);
-}
-
 const char *mfma_endpoint(const mfma_client *c)
 {
 	return c ? c->endpoint : "";
