@@ -233,7 +233,10 @@ static void on_oversize(struct conn *c, size_t len)
 static bool on_open(struct conn *c)
 {
 	struct daemon *d = conn_daemon(c);
-	if (STATS_GET(d->stats.connections_open) <= d->cfg.max_connections)
+	uint32_t max = d->cfg.max_connections;
+	if (d->fd_conn_cap && d->fd_conn_cap < max)
+		max = d->fd_conn_cap;
+	if (STATS_GET(d->stats.connections_open) <= max)
 		return true;
 	conn_refused(d, CONN_REFUSE_LIMIT,
 		     "refusing connection %" PRIu64 ": %u open (limits.max_connections)", conn_id(c),

@@ -389,8 +389,10 @@ static int listen_activated(struct daemon *d, const struct conn_events *ev, char
 
 /* Raises the soft descriptor limit so that limits.max_connections, which
  * refuses with an answer and a counted, rate-limited log line, is reached
- * before the fd limit, where libuv can only accept and close. */
-static void fit_fd_limit(const struct daemon *d)
+ * before the fd limit, where libuv can only accept and close (with the
+ * descriptor it keeps spare for that, silently).  Where the hard limit is
+ * too low, connections are capped below it instead. */
+static void fit_fd_limit(struct daemon *d)
 {
 	struct rlimit rl;
 	if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
@@ -401,11 +403,15 @@ static void fit_fd_limit(const struct daemon *d)
 		setrlimit(RLIMIT_NOFILE, &rl);
 		getrlimit(RLIMIT_NOFILE, &rl);
 	}
-	if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want)
+	d->fd_conn_cap = 0;
+	if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want) {
+		d->fd_conn_cap = rl.rlim_cur > 2 * FD_RESERVE ? (uint32_t)(rl.rlim_cur - FD_RESERVE)
+							       : (uint32_t)(rl.rlim_cur / 2);
 		log_warn("limits.max_connections = %u needs %llu descriptors but the limit is %llu "
 			 "(LimitNOFILE=); connections past it are closed unanswered",
 			 d->cfg.max_connections, (unsigned long long)want,
-			 (unsigned long long)rl.rlim_cur);
+			 (unsigned long long)rl.rlim_cur, d->fd_conn_cap);
+	}
 }
 
 int listen_start(struct daemon *d, const struct conn_events *ev, char *err, size_t errlen)

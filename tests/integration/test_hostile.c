@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -392,6 +393,57 @@ static void test_partial_frames(void **state)
 	stop(&d, good);
 }
 
+/* ---- the descriptor limit (attack 4's last part) ---- */
+
+/* Under a hard limit of 128 descriptors (inherited by the daemon, which
+ * cannot raise it), 120 connections: the daemon takes what its limit
+ * allows and refuses the rest with an answer, logged once a second,
+ * instead of libuv closing them unanswered and unlogged.  Last: this
+ * process keeps the lowered limit. */
+static void test_fd_limit(void **state)
+{
+	(void)state;
+	struct rlimit rl = { 128, 128 };
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &rl), 0);
+	struct mfmad_proc d;
+	mfma_client *good;
+	start(&d, NULL, &good);
+	int fd[110], refused = 0, open_ok = 0;
+	for (int i = 0; i < 110; i++)
+		fd[i] = harness_connect_raw(&d);
+	for (int i = 0; i < 110; i++) {
+		uint8_t *buf = NULL;
+		if (fd[i] < 0)
+			continue;
+		if (harness_read_frame(fd[i], &buf, 300) > 0)
+			refused++;
+		else
+			open_ok++;
+		free(buf);
+	}
+	struct mfma_error err;
+	assert_int_equal(mfma_ping(good, "x", 1, NULL, &err), 0);
+	for (int i = 0; i < 110; i++)
+		if (fd[i] >= 0)
+			close(fd[i]);
+	usleep(100 * 1000);
+	FILE *f = fopen(d.log, "r");
+	char line[1024];
+	int lines = 0, warned = 0;
+	while (f && fgets(line, sizeof(line), f)) {
+		lines += strstr(line, "(the descriptor limit (LimitNOFILE=))") != NULL;
+		warned += strstr(line, "at most 64 connections are taken") != NULL;
+	}
+	if (f)
+		fclose(f);
+	printf("fd limit 128: %d connections kept, %d refused with an answer, %d log line(s)\n",
+	       open_ok, refused, lines);
+	assert_int_equal(warned, 1);
+	assert_true(refused >= 40);
+	assert_true(lines >= 1 && lines <= 2);
+	stop(&d, good);
+}
+
 /* ---- names (attack 7) ---- */
 
 static struct mfmad_proc N;
@@ -542,6 +594,7 @@ int main(void)
 		cmocka_unit_test(test_unread_pings),
 		cmocka_unit_test(test_unread_gemm_answers),
 		cmocka_unit_test(test_partial_frames),
+		cmocka_unit_test(test_fd_limit),
 	};
 	const struct CMUnitTest names[] = {
 		cmocka_unit_test(test_name_with_nul),
