@@ -238,12 +238,12 @@ static bool on_open(struct conn *c)
 		max = d->fd_conn_cap;
 	if (STATS_GET(d->stats.connections_open) <= max)
 		return true;
-	conn_refused(d, CONN_REFUSE_LIMIT,
-		     "refusing connection %" PRIu64 ": %u open (limits.max_connections)", conn_id(c),
-		     d->cfg.max_connections);
+	const char *why = max < d->cfg.max_connections ? "the descriptor limit (LimitNOFILE=)"
+						      : "limits.max_connections";
+	conn_refused(d, max < d->cfg.max_connections ? CONN_REFUSE_FD : CONN_REFUSE_LIMIT,
+		     "refusing connection %" PRIu64 ": %u open (%s)", conn_id(c), max, why);
 	char err[160];
-	snprintf(err, sizeof(err), "too many connections (limits.max_connections = %u)",
-		 d->cfg.max_connections);
+	snprintf(err, sizeof(err), "too many connections: %u open (%s)", max, why);
 	reply_and_close(c, MFMA__V1__CODE__RESOURCE_EXHAUSTED, err);
 	return false;
 }

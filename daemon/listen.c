@@ -408,7 +408,7 @@ static void fit_fd_limit(struct daemon *d)
 		d->fd_conn_cap = rl.rlim_cur > 2 * FD_RESERVE ? (uint32_t)(rl.rlim_cur - FD_RESERVE)
 							       : (uint32_t)(rl.rlim_cur / 2);
 		log_warn("limits.max_connections = %u needs %llu descriptors but the limit is %llu "
-			 "(LimitNOFILE=); connections past it are closed unanswered",
+			 "(LimitNOFILE=): at most %u connections are taken, the others refused",
 			 d->cfg.max_connections, (unsigned long long)want,
 			 (unsigned long long)rl.rlim_cur, d->fd_conn_cap);
 	}
