@@ -217,10 +217,10 @@ static void finish_load(struct daemon *d, struct weight *w)
 	w->req = NULL;
 	struct weight *old = w->replaces;
 	w->replaces = NULL;
-	if (w->code != MFMA__V1__CODE__OK) {
 	char dir[400];
 	if (w->load.conn && wstore_dir(d, dir, sizeof(dir)))
 		wstore_finish(dir, w->name, w->code == MFMA__V1__CODE__OK);
+	if (w->code != MFMA__V1__CODE__OK) {
 		log_debug("load of weight '%s' failed: %s", w->name, w->msg);
 		reply_status(d, &w->load, w->code, "%s", w->msg);
 		request_release(d, &w->load);
@@ -319,7 +319,6 @@ static void prep_work(uv_work_t *req)
 				       : NULL;
 	char err[sizeof(w->msg)];
 	int rc = operand_prepare_a(w->form, w->dtype, w->m, w->k, a, meta, &w->a, err, sizeof(err));
-	if (rc < 0)
 	/* A client's load is stored here, off the loop (a restore's already
 	 * is); the loop keeps the file once the weight is resident. */
 	char dir[400];
@@ -335,6 +334,7 @@ static void prep_work(uv_work_t *req)
 		snprintf(sw.name, sizeof(sw.name), "%s", w->name);
 		wstore_write(dir, &sw);
 	}
+	if (rc < 0)
 		fail_load(w, rc == -ENOMEM ? MFMA__V1__CODE__RESOURCE_EXHAUSTED
 					   : MFMA__V1__CODE__INVALID_ARGUMENT,
 			  err);
@@ -482,10 +482,10 @@ void weights_handle_unload(struct daemon *d, const struct request *r, Mfma__V1__
 		reply_status(d, r, MFMA__V1__CODE__INVALID_ARGUMENT, "%s", err);
 	} else if (w) {
 		log_info("weight '%s' unloaded", w->name);
-		w->unload = *r;
 		char dir[400];
 		if (wstore_dir(d, dir, sizeof(dir)))
 			wstore_remove(dir, w->name);
+		w->unload = *r;
 		request_hold(d, &w->unload);
 		w->unload_pending = true;
 		retire(d, w);
