@@ -23,7 +23,6 @@
 #include "notify.h"
 #include "scheduler.h"
 #include "weights.h"
-#include "weights_store.h"
 
 static const char usage_text[] =
 	"Usage: mfmad [OPTION]...\n"

@@ -508,3 +508,103 @@ void weights_destroy(struct daemon *d)
 		w = next;
 	}
 }
+
+/* ---- restoring the stored weights at start ---- */
+
+/* The stored weight as the LoadWeight request a client would send, decoded
+ * as the daemon decodes one (so weights_handle_load owns and frees it). */
+static Mfma__V1__Request *as_request(const struct wstore_weight *w)
+{
+	Mfma__V1__Request req = MFMA__V1__REQUEST__INIT;
+	Mfma__V1__LoadWeight lw = MFMA__V1__LOAD_WEIGHT__INIT;
+	Mfma__V1__Operand op = MFMA__V1__OPERAND__INIT;
+	Mfma__V1__Matrix dense = MFMA__V1__MATRIX__INIT;
+	Mfma__V1__Sparse24 sp = MFMA__V1__SPARSE24__INIT;
+	lw.name = (char *)w->name;
+	lw.a = &op;
+	if (w->sparse) {
+		sp.has_rows = sp.has_cols = sp.has_dtype = sp.has_values = sp.has_meta = 1;
+		sp.rows = w->m;
+		sp.cols = w->k;
+		sp.dtype = (Mfma__V1__DType)w->dtype;
+		sp.values.data = w->values;
+		sp.values.len = w->values_bytes;
+		sp.meta.data = w->meta;
+		sp.meta.len = w->meta_bytes;
+		op.kind_case = MFMA__V1__OPERAND__KIND_SPARSE;
+		op.sparse = &sp;
+	} else {
+		dense.has_rows = dense.has_cols = dense.has_dtype = dense.has_data = 1;
+		dense.rows = w->m;
+		dense.cols = w->k;
+		dense.dtype = (Mfma__V1__DType)w->dtype;
+		dense.data.data = w->values;
+		dense.data.len = w->values_bytes;
+		op.kind_case = MFMA__V1__OPERAND__KIND_DENSE;
+		op.dense = &dense;
+	}
+	req.body_case = MFMA__V1__REQUEST__BODY_LOAD_WEIGHT;
+	req.load_weight = &lw;
+	size_t n = mfma__v1__request__get_packed_size(&req);
+	uint8_t *buf = malloc(n ? n : 1);
+	if (!buf)
+		return NULL;
+	mfma__v1__request__pack(&req, buf);
+	Mfma__V1__Request *out = mfma__v1__request__unpack(NULL, n, buf);
+	free(buf);
+	return out;
+}
+
+struct restore {
+	struct daemon *d;
+	char names[64][128];
+	int asked;
+};
+
+/* One stored weight: loaded as if a client had sent it. */
+static int restore_one(void *arg, const struct wstore_weight *w)
+{
+	struct restore *ctx = arg;
+	Mfma__V1__Request *req = as_request(w);
+	if (!req)
+		return -ENOMEM;
+	struct request r;
+	request_init(&r, NULL, 0, 0, STATS_LOAD);
+	if (ctx->asked < 64)
+		snprintf(ctx->names[ctx->asked++], sizeof(ctx->names[0]), "%s", w->name);
+	weights_handle_load(ctx->d, &r, req);
+	return 0;
+}
+
+static bool any_loading(const struct daemon *d)
+{
+	for (const struct weight *w = d->weights; w; w = w->next)
+		if (w->state == WEIGHT_LOADING)
+			return true;
+	return false;
+}
+
+int weights_restore(struct daemon *d)
+{
+	char dir[400];
+	if (!wstore_dir(d, dir, sizeof(dir)))
+		return 0;
+	struct restore ctx = { .d = d, .asked = 0 };
+	wstore_each(dir, restore_one, &ctx);
+	int asked = ctx.asked;
+	char (*names)[128] = ctx.names;
+	/* Before READY=1 and before the listeners: a client never sees a
+	 * weight it loaded before the restart missing. */
+	while (any_loading(d))
+		uv_run(d->loop, UV_RUN_ONCE);
+	int restored = 0;
+	for (int i = 0; i < asked; i++) {
+		if (weights_find(d, names[i]))
+			restored++;
+		else
+			log_warn("stored weight '%s' could not be loaded again (see above)", names[i]);
+	}
+	if (asked)
+		log_notice("restored %d of %d stored weight(s) from %s", restored, asked, dir);
+	return restored;
+}

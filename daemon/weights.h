@@ -74,6 +74,12 @@ struct weight_list {
 int weights_list(const struct daemon *d, struct weight_list *l);
 void weights_list_free(struct weight_list *l);
 
+/* At start, before the listeners: loads every weight kept in the state
+ * directory (weights_store.h) and runs the loop until each is resident or
+ * has failed (a failure is logged, the daemon starts anyway).  Returns how
+ * many were restored. */
+int weights_restore(struct daemon *d);
+
 /* Shutdown: drops every weight; their device frees are queued. */
 void weights_destroy(struct daemon *d);
 

@@ -46,9 +46,9 @@ void wstore_remove(const char *dir, const char *name);
 int wstore_read(const char *path, struct wstore_weight *w, char *err, size_t errlen);
 void wstore_weight_free(struct wstore_weight *w);
 
-/* At start, before the listeners: loads every stored weight and runs the
- * loop until each is resident or has failed (a failure is logged, the
- * daemon starts anyway).  Returns how many were restored. */
-int weights_restore(struct daemon *d);
+/* Reads every stored weight in dir (removing the .tmp of loads that did
+ * not finish, logging files that do not check out) and hands each to fn;
+ * returns how many fn took (returned 0 for). */
+int wstore_each(const char *dir, int (*fn)(void *arg, const struct wstore_weight *w), void *arg);
 
 #endif
