@@ -7,6 +7,10 @@
 #  - the same weight, N=1, 256 in flight (token-at-a-time decode);
 #  - the same weight, N=8, one in flight (batching must add nothing).
 #
+# With MULTI=1 (a machine of several GPUs): batching on only, the weight on
+# every device, the same loads pinned to device 0 and left to the
+# scheduler, side by side.
+#
 # usage: batch_bench.sh PAYLOAD_DIR OUT_DIR
 set -u
 P=$1
@@ -16,8 +20,14 @@ D=/tmp/mfma-batch
 rm -rf "$D" && mkdir -p "$D"
 CTL=("$P/bin/mfmactl" -e "unix:$SOCK" --timeout 600000)
 SIZE=${BATCH_SIZE:-8192}
+MODES="false true"
+PLACES="device0"
+if [ "${MULTI:-0}" = 1 ]; then
+	MODES="true"
+	PLACES="device0 all"
+fi
 for round in 1 2; do
-	for mode in false true; do
+	for mode in $MODES; do
 		cat >"$D/mfmad.conf" <<CONF
 limits = {
   max_frame_mb = 1800;
@@ -36,10 +46,15 @@ CONF
 			"${CTL[@]}" ping >/dev/null 2>&1 && break
 			sleep 0.2
 		done
-		for load in "8 64 8000" "1 256 40000" "8 1 400"; do
-			set -- $load
-			echo "BATCH round=$round batching=$mode ${SIZE}x${SIZE} 2:4 f16 N=$1 in_flight=$2: $("${CTL[@]}" --json bench --resident --sparse \
-				--m "$SIZE" --k "$SIZE" --n "$1" --dtype f16 --out-dtype f16 -n "$3" -j "$2" --warmup 4 --device 0 2>&1 | tr -s ' \n' ' ')"
+		for place in $PLACES; do
+			dev=()
+			[ "$place" = device0 ] && dev=(--device 0)
+			for load in "8 64 8000" "1 256 40000" "8 1 400"; do
+				set -- $load
+				[ "${MULTI:-0}" = 1 ] && [ "$2" = 1 ] && continue
+				echo "BATCH round=$round batching=$mode on=$place ${SIZE}x${SIZE} 2:4 f16 N=$1 in_flight=$2: $("${CTL[@]}" --json bench --resident --sparse \
+					--m "$SIZE" --k "$SIZE" --n "$1" --dtype f16 --out-dtype f16 -n "$3" -j "$2" --warmup 4 "${dev[@]}" 2>&1 | tr -s ' \n' ' ')"
+			done
 		done
 		curl -s "http://127.0.0.1:9464/metrics" >/dev/null 2>&1 || true
 		kill -TERM "$DPID"
