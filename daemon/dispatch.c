@@ -1,8 +1,10 @@
 #include "dispatch.h"
 
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "gemm.h"
 #include "info.h"
@@ -93,11 +95,23 @@ static void route(struct conn *c, Mfma__V1__Request *req, size_t len, uint64_t a
 		return;
 	}
 	request_init(&r, c, req->id, arrival, kind_of(req));
+	if (req->body_case == MFMA__V1__REQUEST__BODY_DRAIN) {
+		/* The answer is queued before the signal is handled, so the
+		 * caller sees OK; the stop itself is main.c's one graceful path
+		 * (SIGUSR1), not a second one here. */
+		if (!d->stopping)
+			log_notice("drain requested by a client");
+		reply_status(d, &r, MFMA__V1__CODE__OK, "draining");
+		if (!d->stopping)
+			uv_kill(getpid(), SIGUSR1);
+		mfma__v1__request__free_unpacked(req, NULL);
+		return;
+	}
 	if (r.kind == STATS_OTHER) {
 		if (req->base.n_unknown_fields > 0)
 			reply_status(d, &r, MFMA__V1__CODE__INVALID_ARGUMENT,
 				     "unknown request type (field %u); this daemon speaks mfma.v1 %s: "
-				     "gemm, load_weight, unload_weight, list_weights, status, ping",
+				     "gemm, load_weight, unload_weight, list_weights, status, ping, drain",
 				     req->base.unknown_fields[0].tag, MFMAD_VERSION);
 		else
 			reply_status(d, &r, MFMA__V1__CODE__INVALID_ARGUMENT,

@@ -1,6 +1,7 @@
 /* mfmad: the process.  Reads the configuration, starts the device
- * workers, listens, and runs the loop until SIGTERM/SIGINT; SIGHUP
- * reloads what can change live. */
+ * workers, listens, and runs the loop until SIGTERM/SIGINT (or a drain:
+ * SIGUSR1 or the Drain request, the same graceful stop); SIGHUP reloads
+ * what can change live. */
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -57,6 +58,9 @@ static const char usage_text[] =
 	"  SIGTERM, SIGINT  stop accepting, finish what is in flight within\n"
 	"                   shutdown_grace_ms, answer the rest \"shutting down\", exit 0;\n"
 	"                   a second signal ends the grace period at once\n"
+	"  SIGUSR1          drain: report not ready (/readyz 503, systemd STATUS=),\n"
+	"                   close the listeners, finish what is in flight, exit 0\n"
+	"                   (the same stop as SIGTERM; also `mfmactl drain`)\n"
 	"  SIGHUP           re-read the configuration file; log level and limits\n"
 	"                   change live, the rest needs a restart (a bad file is\n"
 	"                   reported and the old configuration kept)\n"
@@ -67,6 +71,8 @@ static const char usage_text[] =
 	"See also: mfmactl(1), mfmad.conf(5).\n";
 
 static struct daemon D;
+/* SIGUSR1 (drain); daemon.h's struct holds the other signals. */
+static uv_signal_t sig_usr1;
 /* systemd readiness, status line and watchdog (no-ops outside systemd). */
 static struct notify N;
 
@@ -210,8 +216,9 @@ static void begin_shutdown(struct daemon *d, int signum)
 	d->stopping = true;
 	atomic_store(&d->stats.stopping, 1);
 	notify_stopping(&N);
-	log_notice("%s: shutting down, %" PRIu64 " request(s) in flight, grace %" PRIu64 " ms",
-		   strsignal(signum), d->inflight, d->cfg.shutdown_grace_ms);
+	log_notice("%s: %s, %" PRIu64 " request(s) in flight, grace %" PRIu64 " ms",
+		   strsignal(signum), signum == SIGUSR1 ? "draining" : "shutting down", d->inflight,
+		   d->cfg.shutdown_grace_ms);
 	listen_close(d);
 	uv_timer_start(&d->grace_timer, on_grace, d->cfg.shutdown_grace_ms, 0);
 	conn_check_drained(d);
@@ -437,6 +444,9 @@ int main(int argc, char **argv)
 		sigs[i]->data = d;
 		uv_signal_start(sigs[i], on_signal, signums[i]);
 	}
+	uv_signal_init(d->loop, &sig_usr1);
+	sig_usr1.data = d;
+	uv_signal_start(&sig_usr1, on_signal, SIGUSR1);
 
 	log_notice("mfmad %s starting (config: %s)", MFMAD_VERSION,
 		   d->config_path ? d->config_path : "built-in defaults");

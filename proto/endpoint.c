@@ -57,6 +57,55 @@ int endpoint_parse(const char *s, struct endpoint *ep, char *err, size_t errlen)
 	return 0;
 }
 
+int endpoint_list_parse(const char *s, struct endpoint *eps, size_t max, size_t *n, char *err,
+			size_t errlen)
+{
+	*n = 0;
+	if (!s || !*s)
+		return set_err(err, errlen, "empty endpoint%s", "");
+	char one[512];
+	const char *p = s;
+	for (;;) {
+		const char *comma = strchr(p, ',');
+		size_t len = comma ? (size_t)(comma - p) : strlen(p);
+		if (len == 0) {
+			if (err && errlen)
+				snprintf(err, errlen, "endpoint list '%s': entry %zu is empty", s,
+					 *n + 1);
+			return -EINVAL;
+		}
+		if (*n == max) {
+			if (err && errlen)
+				snprintf(err, errlen, "endpoint list '%s': more than %zu endpoints", s,
+					 max);
+			return -EINVAL;
+		}
+		if (len >= sizeof(one))
+			return set_err(err, errlen, "endpoint list '%s': an entry is too long", s);
+		memcpy(one, p, len);
+		one[len] = '\0';
+		int rc = endpoint_parse(one, &eps[*n], err, errlen);
+		if (rc < 0)
+			return rc;
+		(*n)++;
+		if (!comma)
+			return 0;
+		p = comma + 1;
+	}
+}
+
+int endpoint_format(const struct endpoint *ep, char *buf, size_t len)
+{
+	int n;
+	if (ep->kind == ENDPOINT_UNIX)
+		n = snprintf(buf, len, "unix:%s", ep->path);
+	else if (strchr(ep->host, ':'))
+		n = snprintf(buf, len, "tcp:[%s]:%d", ep->host, ep->port);
+	else
+		n = snprintf(buf, len, "tcp:%s:%d", ep->host, ep->port);
+	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
 int endpoint_default_path_for(unsigned i, unsigned uid, const char *xdg, char *buf, size_t len)
 {
 	int n;

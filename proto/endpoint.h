@@ -21,6 +21,20 @@ struct endpoint {
 /* 0, or -EINVAL with a sentence in err naming what was wrong. */
 int endpoint_parse(const char *s, struct endpoint *ep, char *err, size_t errlen);
 
+/* A list of endpoints, comma-separated ("tcp:a:7470,tcp:b:7470",
+ * "unix:/run/a.sock,tcp:b:7470"), for clients that fail over from one
+ * daemon to the next.  A single endpoint is a list of one.  Socket paths
+ * in a list cannot hold commas.  Fills eps[0..*n-1]; 0, or -EINVAL with a
+ * sentence in err naming the entry that was wrong (too many entries,
+ * an empty one, or one endpoint_parse refuses). */
+#define ENDPOINT_LIST_MAX 16
+int endpoint_list_parse(const char *s, struct endpoint *eps, size_t max, size_t *n, char *err,
+			size_t errlen);
+
+/* How an endpoint is written back ("unix:PATH", "tcp:HOST:PORT",
+ * "tcp:[V6]:PORT"); -ENAMETOOLONG when buf is too small. */
+int endpoint_format(const struct endpoint *ep, char *buf, size_t len);
+
 /* The system socket: where mfmad listens when it runs as root or as the
  * systemd service (mfmad.socket), 0660 root:mfmad. */
 #define ENDPOINT_SYSTEM_SOCKET "/run/mfmad/mfmad.sock"

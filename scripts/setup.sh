@@ -32,7 +32,7 @@ packages=(
   libsystemd-dev libcmocka-dev libmicrohttpd-dev libopenblas-dev
   clang-22 lld-22 llvm-22 libclang-rt-22-dev libamdhip64-dev
   prometheus systemd groff-base man-db procps python3
-  python3-numpy python3-pytest python3-matplotlib
+  python3-numpy python3-pytest python3-matplotlib haproxy python3-yaml
 )
 # apt-get, waiting for the lock when another apt or dpkg (unattended-upgrades
 # on a fresh machine) holds it: up to APT_LOCK_TIMEOUT seconds (default 600),

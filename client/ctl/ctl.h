@@ -134,6 +134,7 @@ void ctl_json_weight(struct json *j, const struct mfma_weight_info *w);
 /* ---- the commands ---- */
 
 int ctl_cmd_ping(struct ctl *ctl, int argc, char **argv);
+int ctl_cmd_drain(struct ctl *ctl, int argc, char **argv);
 int ctl_cmd_status(struct ctl *ctl, int argc, char **argv);
 int ctl_cmd_submit(struct ctl *ctl, int argc, char **argv);
 int ctl_cmd_load(struct ctl *ctl, int argc, char **argv);

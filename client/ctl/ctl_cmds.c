@@ -540,6 +540,31 @@ int ctl_cmd_unload(struct ctl *ctl, int argc, char **argv)
 	return rc;
 }
 
+int ctl_cmd_drain(struct ctl *ctl, int argc, char **argv)
+{
+	int rc = parse_plain(ctl, "drain", argc, argv, 0);
+	if (rc != CTL_CONTINUE)
+		return rc;
+	mfma_client *c;
+	if ((rc = ctl_connect(ctl, &c)) != 0)
+		return rc;
+	struct mfma_error e;
+	if ((rc = mfma_drain(c, &e)) < 0) {
+		rc = ctl_fail(ctl, "drain", rc, &e);
+	} else {
+		if (ctl->json) {
+			json_object_begin(&ctl->j);
+			json_kv_string(&ctl->j, "draining", mfma_endpoint(c));
+			json_object_end(&ctl->j);
+		} else {
+			printf("draining %s\n", mfma_endpoint(c));
+		}
+		rc = CTL_EXIT_OK;
+	}
+	mfma_close(c);
+	return rc;
+}
+
 int ctl_cmd_weights(struct ctl *ctl, int argc, char **argv)
 {
 	int rc = parse_plain(ctl, "weights", argc, argv, 0);

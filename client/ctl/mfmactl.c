@@ -33,6 +33,7 @@ static const char help_main[] =
 	"    load      make a weight (the A operand) resident on the devices\n"
 	"    unload    drop a resident weight\n"
 	"    weights   list the resident weights\n"
+	"    drain     make the daemon stop taking work, finish it and exit\n"
 	"    random    write a random matrix (optionally 2:4 sparse) to a .npy file\n"
 	"    bench     closed-loop load: requests/s, latency percentiles, GFLOP/s\n"
 	"    help      show the help of a command (mfmactl help submit)\n"
@@ -211,6 +212,18 @@ static const char help_unload[] =
 	"JSON\n"
 	"    {\"unloaded\": NAME}\n";
 
+static const char help_drain[] =
+	"SYNOPSIS\n"
+	"    mfmactl drain\n"
+	"\n"
+	"    Asks the daemon to drain, as SIGUSR1 does: /readyz answers 503 at\n"
+	"    once, the listeners close (new connections are refused), what is in\n"
+	"    flight is finished and the daemon exits 0.  Open connections get\n"
+	"    \"shutting down\" for new requests.\n"
+	"\n"
+	"JSON\n"
+	"    {\"draining\": ENDPOINT}\n";
+
 static const char help_weights[] =
 	"SYNOPSIS\n"
 	"    mfmactl weights\n"
@@ -304,6 +317,7 @@ static const struct command {
 	{ "load", ctl_cmd_load, help_load },
 	{ "unload", ctl_cmd_unload, help_unload },
 	{ "weights", ctl_cmd_weights, help_weights },
+	{ "drain", ctl_cmd_drain, help_drain },
 	{ "random", ctl_cmd_random, help_random },
 	{ "bench", ctl_cmd_bench, help_bench },
 };

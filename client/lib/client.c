@@ -162,10 +162,82 @@ static int connect_default(struct endpoint *ep, int *fdp, struct mfma_error *err
 	return rc;
 }
 
+/* Closes fd when it fails. */
+static int set_nonblock(int fd, struct mfma_error *err)
+{
+	int fl = fcntl(fd, F_GETFL);
+	if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) {
+		int rc = client_fail(err, -errno, "fcntl(O_NONBLOCK): %s", strerror(errno));
+		close(fd);
+		return rc;
+	}
+	return 0;
+}
+
+static int connect_one(const struct endpoint *ep, int *fdp, struct mfma_error *err)
+{
+	int rc = ep->kind == ENDPOINT_UNIX ? connect_unix(ep, fdp, err) : connect_tcp(ep, fdp, err);
+	return rc < 0 ? rc : set_nonblock(*fdp, err);
+}
+
+/* Tries eps[first], eps[first+1], ... (wrapping) once each; the index
+ * that answered goes to *which. */
+static int connect_list(const struct endpoint *eps, size_t n, size_t first, size_t *which,
+			int *fdp, struct mfma_error *err)
+{
+	int rc = -ENOENT;
+	for (size_t k = 0; k < n; k++) {
+		size_t i = (first + k) % n;
+		rc = connect_one(&eps[i], fdp, err);
+		if (rc == 0) {
+			*which = i;
+			return 0;
+		}
+	}
+	return rc;
+}
+
+int client_reconnect(mfma_client *c, struct mfma_error *err)
+{
+	size_t which;
+	int fd;
+	if (!c->dead || c->neps < 2)
+		return 0;
+	int rc = connect_list(c->eps, c->neps, c->cur + 1, &which, &fd, err);
+	if (rc < 0)
+		return rc;
+	if (c->fd >= 0)
+		close(c->fd);
+	c->fd = fd;
+	c->cur = which;
+	c->dead = 0;
+	c->dead_msg[0] = c->conn_msg[0] = '\0';
+	(void)endpoint_format(&c->eps[which], c->endpoint, sizeof(c->endpoint));
+	/* Whatever was half-read or in flight belonged to the old stream. */
+	frame_reader_free(&c->rd);
+	frame_reader_init(&c->rd, CLIENT_MAX_FRAME);
+	while (c->npend > 0)
+		client_pending_remove(c, &c->pend[c->npend - 1]);
+	if (c->token_len > 0) {
+		uint8_t buf[FRAME_HEADER_SIZE + FRAME_TOKEN_MAX];
+		size_t n = FRAME_TOKEN_MAGIC_LEN + c->token_len;
+		frame_header_put(buf, (uint32_t)n);
+		memcpy(buf + FRAME_HEADER_SIZE, FRAME_TOKEN_MAGIC, FRAME_TOKEN_MAGIC_LEN);
+		memcpy(buf + FRAME_HEADER_SIZE + FRAME_TOKEN_MAGIC_LEN, c->token, c->token_len);
+		rc = client_send_frame(c, buf, FRAME_HEADER_SIZE + n, NULL, err);
+		explicit_bzero(buf, sizeof(buf));
+		if (rc < 0)
+			return rc;
+	}
+	return 1;
+}
+
 int mfma_connect(const char *endpoint, mfma_client **client, struct mfma_error *err)
 {
 	char perr[256];
 	struct endpoint ep;
+	struct endpoint *eps = NULL;
+	size_t neps = 0, which = 0;
 	int rc, fd = -1;
 
 	if (!client)
@@ -175,35 +247,40 @@ int mfma_connect(const char *endpoint, mfma_client **client, struct mfma_error *
 		endpoint = getenv("MFMA_ENDPOINT");
 	if (!endpoint || !*endpoint) {
 		rc = connect_default(&ep, &fd, err);
+		if (rc == 0)
+			rc = set_nonblock(fd, err);
 	} else {
-		rc = endpoint_parse(endpoint, &ep, perr, sizeof(perr));
-		if (rc < 0)
+		eps = calloc(ENDPOINT_LIST_MAX, sizeof(*eps));
+		if (!eps)
+			return client_fail(err, -ENOMEM, "out of memory");
+		rc = endpoint_list_parse(endpoint, eps, ENDPOINT_LIST_MAX, &neps, perr, sizeof(perr));
+		if (rc < 0) {
+			free(eps);
 			return client_fail(err, rc, "%s", perr);
-		rc = ep.kind == ENDPOINT_UNIX ? connect_unix(&ep, &fd, err)
-					      : connect_tcp(&ep, &fd, err);
+		}
+		rc = connect_list(eps, neps, 0, &which, &fd, err);
+		ep = eps[which];
 	}
-	if (rc < 0)
-		return rc;
-	int fl = fcntl(fd, F_GETFL);
-	if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) {
-		rc = client_fail(err, -errno, "fcntl(O_NONBLOCK): %s", strerror(errno));
-		close(fd);
+	if (rc < 0) {
+		free(eps);
 		return rc;
 	}
 	mfma_client *c = calloc(1, sizeof(*c));
 	if (!c) {
 		close(fd);
+		free(eps);
 		return client_fail(err, -ENOMEM, "out of memory");
 	}
 	c->fd = fd;
 	c->timeout_ms = -1;
 	c->next_id = 1;
-	if (ep.kind == ENDPOINT_UNIX)
-		snprintf(c->endpoint, sizeof(c->endpoint), "unix:%s", ep.path);
-	else if (strchr(ep.host, ':'))
-		snprintf(c->endpoint, sizeof(c->endpoint), "tcp:[%s]:%d", ep.host, ep.port);
-	else
-		snprintf(c->endpoint, sizeof(c->endpoint), "tcp:%s:%d", ep.host, ep.port);
+	if (neps > 1) {
+		memcpy(c->eps, eps, neps * sizeof(*eps));
+		c->neps = neps;
+		c->cur = which;
+	}
+	free(eps);
+	(void)endpoint_format(&ep, c->endpoint, sizeof(c->endpoint));
 	frame_reader_init(&c->rd, CLIENT_MAX_FRAME);
 	*client = c;
 	client_ok(err);
@@ -221,6 +298,7 @@ void mfma_close(mfma_client *c)
 			mfma__v1__response__free_unpacked(c->pend[i].resp, NULL);
 	free(c->pend);
 	frame_reader_free(&c->rd);
+	explicit_bzero(c->token, sizeof(c->token));
 	free(c);
 }
 
@@ -314,6 +392,11 @@ int client_check_alive(mfma_client *c, struct mfma_error *err)
 	if (c->dead)
 		return client_fail(err, c->dead, "%s", c->dead_msg);
 	return 0;
+}
+
+void client_abandon(mfma_client *c, int code, const char *why)
+{
+	(void)client_die(c, code, NULL, "%s", why);
 }
 
 static void dispatch(mfma_client *c, Mfma__V1__Response *resp, uint64_t now)

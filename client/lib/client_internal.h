@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "endpoint.h"
 #include "frame.h"
 #include "mfma.h"
 #include "mfma_clock.h"
@@ -36,12 +37,27 @@ struct mfma_client {
 	char dead_msg[MFMA_ERROR_MAX];
 	char conn_msg[MFMA_ERROR_MAX / 2]; /* last error the daemon sent with no id */
 	char endpoint[400];
+	/* An endpoint list of two or more: after a connection is lost, the
+	 * next call reconnects, starting with the endpoint after cur. */
+	struct endpoint eps[ENDPOINT_LIST_MAX];
+	size_t neps, cur;
+	uint8_t token[FRAME_TOKEN_MAX]; /* resent on each reconnect */
+	size_t token_len;
 };
 
 int client_fail(struct mfma_error *err, int code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 void client_ok(struct mfma_error *err);
 int client_check_alive(mfma_client *c, struct mfma_error *err);
+/* When the connection is dead and the client has an endpoint list:
+ * connects to the next endpoint that answers (in list order, wrapping),
+ * drops every request that was in flight on the old connection and
+ * resends the token.  1 when it reconnected, 0 when there was nothing
+ * to do, or the error of the last endpoint tried. */
+int client_reconnect(mfma_client *c, struct mfma_error *err);
+/* Marks the connection lost so that the next call reconnects (a daemon
+ * that answered "shutting down" is draining). */
+void client_abandon(mfma_client *c, int code, const char *why);
 
 struct client_pending *client_pending_find(mfma_client *c, uint64_t id);
 int client_pending_add(mfma_client *c, uint64_t id, bool user);

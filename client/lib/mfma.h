@@ -278,6 +278,11 @@ size_t mfma_in_flight(const mfma_client *client);
 int mfma_ping(mfma_client *client, const void *payload, size_t len, uint64_t *round_trip_ns,
 	      struct mfma_error *err);
 
+/* Asks the daemon to drain, as SIGUSR1 does: it reports not ready, stops
+ * accepting connections, finishes what is in flight and exits 0.  Returns
+ * once the daemon has said it will. */
+int mfma_drain(mfma_client *client, struct mfma_error *err);
+
 /* ---- weights ---- */
 
 struct mfma_weight_info {

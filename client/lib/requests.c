@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "mfma_dtype.h"
 
@@ -251,23 +252,76 @@ static int take(mfma_client *c, struct client_pending *p, Mfma__V1__Response__Bo
 	return 0;
 }
 
-/* One blocking round trip. */
+/* Requests that change nothing (a GEMM is pure) may be sent again when
+ * their answer was lost with the connection, or a draining daemon
+ * refused them. */
+static bool resendable(const Mfma__V1__Request *req)
+{
+	switch (req->body_case) {
+	case MFMA__V1__REQUEST__BODY_GEMM:
+	case MFMA__V1__REQUEST__BODY_PING:
+	case MFMA__V1__REQUEST__BODY_STATUS:
+	case MFMA__V1__REQUEST__BODY_LIST_WEIGHTS: return true;
+	default: return false;
+	}
+}
+
+/* The daemon's answer while it drains (dispatch.c's refusal). */
+static bool is_draining(const Mfma__V1__Response *resp)
+{
+	const Mfma__V1__Status *st = resp->status;
+	return st && st->has_code && st->code == MFMA__V1__CODE__UNAVAILABLE && st->message &&
+	       strncmp(st->message, "shutting down", 13) == 0;
+}
+
+/* Bounds the resends of a call without a timeout: every endpoint a few
+ * times over, with the pauses below, is a few seconds. */
+#define CALL_MAX_ATTEMPTS(neps) (4 * (neps) + 4)
+
+/* One blocking round trip.  On a client with an endpoint list, a
+ * resendable request whose answer was lost (the connection broke, or the
+ * daemon was draining) is sent again on a new connection to the next
+ * endpoint, until the call's timeout. */
 static int call(mfma_client *c, Mfma__V1__Request *req, Mfma__V1__Response__BodyCase want,
 		Mfma__V1__Response **out, uint64_t *rtt, struct mfma_error *err)
 {
-	uint64_t id;
-	struct client_pending *p;
-	int rc = send_request(c, req, false, &id, err);
-	if (rc < 0)
-		return rc;
-	rc = client_wait(c, id, c->timeout_ms, &p, err);
-	if (rc < 0) {
-		p = client_pending_find(c, id);
-		if (p)
-			p->abandoned = true;
-		return rc;
+	bool resend = c->neps > 1 && resendable(req);
+	uint64_t start = mfma_clock_ns();
+	for (unsigned attempt = 0;; attempt++) {
+		uint64_t id;
+		struct client_pending *p;
+		int timeout = c->timeout_ms;
+		if (attempt > 0 && timeout >= 0) {
+			uint64_t spent = (mfma_clock_ns() - start) / 1000000u;
+			if (spent >= (uint64_t)timeout)
+				return client_fail(err, -ETIMEDOUT, "no answer within %d ms from any "
+						   "endpoint; the last said: %s", c->timeout_ms,
+						   err ? err->message : "");
+			timeout -= (int)spent;
+		}
+		int rc = resend ? client_reconnect(c, err) : 0;
+		if (rc >= 0)
+			rc = send_request(c, req, false, &id, err);
+		if (rc >= 0) {
+			rc = client_wait(c, id, timeout, &p, err);
+			if (rc == 0 && !(resend && is_draining(p->resp)))
+				return take(c, p, want, out, rtt, err);
+			if (rc == 0) {
+				client_pending_remove(c, p);
+				client_abandon(c, -ECONNRESET, "the daemon is draining");
+				rc = client_fail(err, -ECONNRESET, "%s is draining", c->endpoint);
+			} else if ((p = client_pending_find(c, id)) != NULL) {
+				p->abandoned = true;
+			}
+		}
+		if (!resend || !c->dead || attempt + 1 >= CALL_MAX_ATTEMPTS(c->neps))
+			return rc;
+		/* Every endpoint refused: give a restarting daemon a moment. */
+		if (rc != -ECONNRESET && rc != -EPIPE) {
+			struct timespec ts = { 0, 20000000L * (attempt < 10 ? attempt + 1 : 10) };
+			nanosleep(&ts, NULL);
+		}
 	}
-	return take(c, p, want, out, rtt, err);
 }
 
 /* ---- decoding ---- */
@@ -470,6 +524,23 @@ int mfma_ping(mfma_client *c, const void *payload, size_t len, uint64_t *round_t
 	return 0;
 }
 
+int mfma_drain(mfma_client *c, struct mfma_error *err)
+{
+	Mfma__V1__Request req = MFMA__V1__REQUEST__INIT;
+	Mfma__V1__Drain dr = MFMA__V1__DRAIN__INIT;
+	Mfma__V1__Response *resp;
+	if (!c)
+		return client_fail(err, -EINVAL, "mfma_drain: client is NULL");
+	req.body_case = MFMA__V1__REQUEST__BODY_DRAIN;
+	req.drain = &dr;
+	int rc = call(c, &req, MFMA__V1__RESPONSE__BODY__NOT_SET, &resp, NULL, err);
+	if (rc < 0)
+		return rc;
+	mfma__v1__response__free_unpacked(resp, NULL);
+	client_ok(err);
+	return 0;
+}
+
 int mfma_authenticate(mfma_client *c, const void *token, size_t len, struct mfma_error *err)
 {
 	if (!c || !token || len == 0 || len > FRAME_TOKEN_MAX - FRAME_TOKEN_MAGIC_LEN)
@@ -484,6 +555,9 @@ int mfma_authenticate(mfma_client *c, const void *token, size_t len, struct mfma
 	explicit_bzero(buf, sizeof(buf));
 	if (rc < 0)
 		return rc;
+	/* Sent again on each reconnect of an endpoint list. */
+	memcpy(c->token, token, len);
+	c->token_len = len;
 	/* A right token is not answered; a wrong one is, and the daemon closes:
 	 * one ping tells which. */
 	return mfma_ping(c, NULL, 0, NULL, err);

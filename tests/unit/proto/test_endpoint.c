@@ -108,11 +108,57 @@ static void test_default_too_long(void **state)
 	assert_int_equal(endpoint_default_path_for(1, 1000, xdg, buf, sizeof(buf)), 0);
 }
 
+static void test_list(void **state)
+{
+	(void)state;
+	struct endpoint eps[4];
+	size_t n;
+	char err[256], out[400];
+	assert_int_equal(endpoint_list_parse("tcp:a:7070,tcp:[::1]:7071,unix:/run/m.sock,/x.sock",
+					     eps, 4, &n, err, sizeof(err)), 0);
+	assert_int_equal(n, 4);
+	assert_int_equal(eps[0].kind, ENDPOINT_TCP);
+	assert_string_equal(eps[0].host, "a");
+	assert_int_equal(eps[0].port, 7070);
+	assert_string_equal(eps[1].host, "::1");
+	assert_int_equal(eps[2].kind, ENDPOINT_UNIX);
+	assert_string_equal(eps[3].path, "/x.sock");
+	assert_int_equal(endpoint_format(&eps[1], out, sizeof(out)), 0);
+	assert_string_equal(out, "tcp:[::1]:7071");
+	assert_int_equal(endpoint_format(&eps[2], out, sizeof(out)), 0);
+	assert_string_equal(out, "unix:/run/m.sock");
+	assert_int_equal(endpoint_format(&eps[0], out, 4), -ENAMETOOLONG);
+	/* A single endpoint is a list of one. */
+	assert_int_equal(endpoint_list_parse("tcp:h:1", eps, 4, &n, err, sizeof(err)), 0);
+	assert_int_equal(n, 1);
+}
+
+static void test_list_errors(void **state)
+{
+	(void)state;
+	struct endpoint eps[2];
+	size_t n;
+	char err[256];
+	assert_int_equal(endpoint_list_parse("tcp:a:1,,tcp:b:2", eps, 2, &n, err, sizeof(err)),
+			 -EINVAL);
+	assert_non_null(strstr(err, "entry 2 is empty"));
+	assert_int_equal(endpoint_list_parse("tcp:a:1,", eps, 2, &n, err, sizeof(err)), -EINVAL);
+	assert_int_equal(endpoint_list_parse("tcp:a:1,tcp:b:2,tcp:c:3", eps, 2, &n, err,
+					     sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "more than 2"));
+	assert_int_equal(endpoint_list_parse("tcp:a:1,tcp:b:0", eps, 2, &n, err, sizeof(err)),
+			 -EINVAL);
+	assert_non_null(strstr(err, "tcp:b:0"));
+	assert_int_equal(endpoint_list_parse("", eps, 2, &n, err, sizeof(err)), -EINVAL);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_forms),
 		cmocka_unit_test(test_errors),
+		cmocka_unit_test(test_list),
+		cmocka_unit_test(test_list_errors),
 		cmocka_unit_test(test_default_path),
 		cmocka_unit_test(test_default_root),
 		cmocka_unit_test(test_default_user),

@@ -1,0 +1,108 @@
+"""Real mfmad daemons (and haproxy) on loopback for the fleet tests: ports
+chosen free at run time, each daemon in its own temporary directory,
+everything stopped by the caller's finally.  Paths come from meson's
+environment: MFMAD_BIN, MFMACTL_BIN, HA_LOAD_BIN."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+MFMAD = os.environ.get("MFMAD_BIN", "mfmad")
+MFMACTL = os.environ.get("MFMACTL_BIN", "mfmactl")
+HA_LOAD = os.environ.get("HA_LOAD_BIN", "ha_load")
+
+
+def skip(reason):
+    print(f"SKIP: {reason}")
+    sys.exit(77)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def readyz(metrics_port):
+    """The HTTP status of /readyz, or None when nothing answers."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/readyz", timeout=2) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+    except OSError:
+        return None
+
+
+def wait_for(pred, timeout, what):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+class Daemon:
+    def __init__(self, name, threads=1, port=None, metrics_port=None):
+        self.name = name
+        self.dir = tempfile.mkdtemp(prefix=f"mfma-{name}-")
+        self.port = port or free_port()
+        self.metrics_port = metrics_port or free_port()
+        self.threads = threads
+        self.proc = None
+
+    @property
+    def endpoint(self):
+        return f"tcp:127.0.0.1:{self.port}"
+
+    def start(self):
+        conf = os.path.join(self.dir, "mfmad.conf")
+        with open(conf, "w") as f:
+            f.write('weights = { persist = false; };\nshutdown_grace_ms = 20000;\n')
+        self.log = open(os.path.join(self.dir, "log"), "ab")
+        self.proc = subprocess.Popen(
+            [MFMAD, "--config", conf, "--socket", os.path.join(self.dir, "s.sock"),
+             "--tcp", f"127.0.0.1:{self.port}", "--metrics", f"127.0.0.1:{self.metrics_port}",
+             "--backends", "cpu", "--threads", str(self.threads), "--log-level", "notice"],
+            stdout=self.log, stderr=self.log)
+        wait_for(lambda: readyz(self.metrics_port) == 200 or self.proc.poll() is not None,
+                 20, f"{self.name} ready")
+        assert self.proc.poll() is None, f"{self.name} exited: {self.logtext()}"
+        return self
+
+    def logtext(self):
+        with open(os.path.join(self.dir, "log"), "rb") as f:
+            return f.read().decode(errors="replace")
+
+    def wait(self, timeout=30):
+        return self.proc.wait(timeout=timeout)
+
+    def kill(self, sig=signal.SIGKILL):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(timeout=30)
+
+    def status(self):
+        out = ctl(self.endpoint, "status", "--json", check=True)
+        return json.loads(out.stdout)
+
+
+def ctl(endpoint, *args, check=False, timeout=30):
+    r = subprocess.run([MFMACTL, "-e", endpoint, "--timeout", "10000", *args],
+                       capture_output=True, text=True, timeout=timeout)
+    if check and r.returncode != 0:
+        raise AssertionError(f"mfmactl {' '.join(args)}: {r.returncode} {r.stderr}")
+    return r
+
+
+def gemm_ok(status):
+    """GEMMs answered OK by a daemon, from mfmactl status --json."""
+    c = status.get("counters", {})
+    return c.get("ok", 0)
