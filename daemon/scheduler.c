@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -156,6 +157,10 @@ static void *worker_main(void *arg)
 {
 	struct queue *q = arg;
 	struct device *v = q->v;
+	/* "mfmad-dev3" in top -H, ps -L and profiles. */
+	char name[16];
+	snprintf(name, sizeof(name), "mfmad-dev%d", v->index);
+	pthread_setname_np(pthread_self(), name);
 	devices_open(v);
 	pthread_mutex_lock(&q->mu);
 	q->opened = true;

@@ -1,0 +1,42 @@
+#!/bin/bash
+# Where the host's time goes under a batched load: mfmad started with
+# batching on, `mfmactl bench` run against it, and the CPU share of every
+# thread of both processes sampled over a window in the middle of the run
+# (from /proc/PID/task/*/stat), busiest first.  A thread near 100% is the
+# bound.
+#
+# usage: thread_cpu.sh PAYLOAD_DIR N IN_FLIGHT REQUESTS
+set -u
+P=$1
+N=$2
+J=$3
+REQ=$4
+SOCK=/tmp/mfmad-cpu.sock
+D=/tmp/mfma-cpu
+rm -rf "$D" && mkdir -p "$D"
+cat >"$D/mfmad.conf" <<CONF
+limits = { max_frame_mb = 1800; max_inflight_mb = 65536; max_inflight_per_connection = 256;
+           max_inflight = 4096; max_connections = 1024; };
+CONF
+rm -f "$SOCK"
+"$P/bin/mfmad" --config "$D/mfmad.conf" --socket "$SOCK" --backends cuda --log-level warning &
+DPID=$!
+CTL=("$P/bin/mfmactl" -e "unix:$SOCK" --timeout 600000)
+for _ in $(seq 150); do "${CTL[@]}" ping >/dev/null 2>&1 && break; sleep 0.2; done
+"${CTL[@]}" --json bench --resident --sparse --m 8192 --k 8192 --n "$N" --dtype f16 --out-dtype f16 \
+	-n "$REQ" -j "$J" --warmup 4 --device 0 >"$D/bench.json" 2>&1 &
+BPID=$!
+sleep "${WARM_S:-4}"
+ticks() { for t in /proc/"$1"/task/*; do
+	echo "$(cat "$t/comm" 2>/dev/null | tr ' ' _) $(awk '{print $14 + $15}' "$t/stat" 2>/dev/null) ${t##*/}"
+done; }
+a=$( { ticks "$DPID" | sed 's/^/mfmad:/'; ticks "$BPID" | sed 's/^/mfmactl:/'; } )
+sleep "${WINDOW_S:-2}"
+b=$( { ticks "$DPID" | sed 's/^/mfmad:/'; ticks "$BPID" | sed 's/^/mfmactl:/'; } )
+hz=$(getconf CLK_TCK)
+join -j 3 <(echo "$a" | sort -k3) <(echo "$b" | sort -k3) |
+	awk -v hz="$hz" -v w="${WINDOW_S:-2}" '{ printf "%-28s %5.1f%%\n", $2, 100 * ($5 - $3) / hz / w }' |
+	sort -k2 -rn | head -12
+wait "$BPID"
+grep -o '"requests_per_s": [0-9.]*\|"mean_batch": [0-9.]*' "$D/bench.json" | tr '\n' ' '; echo
+kill -TERM "$DPID"; wait "$DPID"
