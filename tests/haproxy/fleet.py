@@ -50,28 +50,31 @@ def wait_for(pred, timeout, what):
 
 
 class Daemon:
-    def __init__(self, name, threads=1, port=None, metrics_port=None):
+    def __init__(self, name, threads=1, port=None, metrics_port=None, conf=None):
         self.name = name
         self.dir = tempfile.mkdtemp(prefix=f"mfma-{name}-")
         self.port = port or free_port()
         self.metrics_port = metrics_port or free_port()
         self.threads = threads
         self.proc = None
+        self.conf = conf or 'weights = { persist = false; };'
 
     @property
     def endpoint(self):
         return f"tcp:127.0.0.1:{self.port}"
 
-    def start(self):
+    def start(self, wait_ready=True):
         conf = os.path.join(self.dir, "mfmad.conf")
         with open(conf, "w") as f:
-            f.write('weights = { persist = false; };\nshutdown_grace_ms = 20000;\n')
+            f.write(self.conf + '\nshutdown_grace_ms = 20000;\n')
         self.log = open(os.path.join(self.dir, "log"), "ab")
         self.proc = subprocess.Popen(
             [MFMAD, "--config", conf, "--socket", os.path.join(self.dir, "s.sock"),
              "--tcp", f"127.0.0.1:{self.port}", "--metrics", f"127.0.0.1:{self.metrics_port}",
              "--backends", "cpu", "--threads", str(self.threads), "--log-level", "notice"],
             stdout=self.log, stderr=self.log)
+        if not wait_ready:
+            return self
         wait_for(lambda: readyz(self.metrics_port) == 200 or self.proc.poll() is not None,
                  20, f"{self.name} ready")
         assert self.proc.poll() is None, f"{self.name} exited: {self.logtext()}"
