@@ -1,0 +1,78 @@
+"""The Kubernetes manifests and the container file, checked offline: the
+YAML parses (python3-yaml; exit 77 without it), the fields the fleet
+relies on are present (GPU resource, probes on /healthz and /readyz, the
+preStop drain, a grace period longer than the daemon's, a memory limit
+above limits.max_memory_mb), the ConfigMap's mfmad.conf passes
+mfmad --check-config, and the container file runs the README's setup
+command."""
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+import fleet
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+K8S = os.path.join(ROOT, "deploy", "k8s")
+
+
+def conf_value(conf, key):
+    m = re.search(rf"\b{key}\s*=\s*(\d+)\s*;", conf)
+    assert m, f"mfmad.conf in the ConfigMap has no {key}"
+    return int(m.group(1))
+
+
+def main():
+    try:
+        import yaml
+    except ImportError:
+        fleet.skip("python3-yaml is not installed (scripts/setup.sh installs it)")
+    docs = {}
+    for name in sorted(os.listdir(K8S)):
+        if name.endswith(".yaml"):
+            with open(os.path.join(K8S, name)) as f:
+                for d in yaml.safe_load_all(f):
+                    assert d.get("apiVersion") and d.get("kind"), f"{name}: apiVersion/kind"
+                    docs[d["kind"]] = d
+    for kind in ("ConfigMap", "DaemonSet", "Service"):
+        assert kind in docs, f"deploy/k8s has no {kind}"
+    conf = docs["ConfigMap"]["data"]["mfmad.conf"]
+    with tempfile.NamedTemporaryFile("w", suffix=".conf") as f:
+        f.write(conf)
+        f.flush()
+        r = subprocess.run([fleet.MFMAD, "--config", f.name, "--check-config"],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, f"the ConfigMap's mfmad.conf: {r.stderr}"
+    spec = docs["DaemonSet"]["spec"]["template"]["spec"]
+    c = spec["containers"][0]
+    limits = c["resources"]["limits"]
+    assert "nvidia.com/gpu" in limits or "amd.com/gpu" in limits, "no GPU resource"
+    assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert " drain" in " ".join(c["lifecycle"]["preStop"]["exec"]["command"]), \
+        "preStop is not a drain"
+    grace_s = conf_value(conf, "shutdown_grace_ms") / 1000.0
+    assert spec["terminationGracePeriodSeconds"] >= grace_s + 5, \
+        f"terminationGracePeriodSeconds < shutdown_grace_ms ({grace_s} s) + 5 s of writing"
+    mem = limits["memory"]
+    assert mem.endswith("Gi") and int(mem[:-2]) * 1024 > conf_value(conf, "max_memory_mb"), \
+        f"memory limit {mem} is not above limits.max_memory_mb"
+    mounts = {m["mountPath"] for m in c["volumeMounts"]}
+    assert re.search(r'state_dir\s*=\s*"([^"]+)"', conf).group(1) in mounts, \
+        "weights.state_dir is not the weight volume"
+    with open(os.path.join(ROOT, "deploy", "container", "Containerfile")) as f:
+        cf = f.read()
+    with open(os.path.join(ROOT, "README.md")) as f:
+        readme = f.read()
+    assert cf.startswith("#") and "FROM debian:12" in cf
+    assert "bash scripts/setup.sh --install" in readme and "bash scripts/setup.sh --install" in cf, \
+        "the container file does not run the README's setup command"
+    print(f"deploy/k8s: {', '.join(sorted(docs))} parse and carry the fields; the ConfigMap's "
+          f"mfmad.conf is valid; grace {spec['terminationGracePeriodSeconds']} s >= "
+          f"{grace_s:.0f} s + 5 s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
