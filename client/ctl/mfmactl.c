@@ -41,6 +41,8 @@ static const char help_main[] =
 	"OPTIONS (before or after the command)\n"
 	"    -e, --endpoint ENDPOINT\n"
 	"        unix:PATH, tcp:HOST:PORT, tcp:[IPV6]:PORT or a bare socket path.\n"
+	"        A comma list (tcp:a:7470,tcp:b:7470) fails over: the first that\n"
+	"        answers is used, a lost connection reconnects to the next.\n"
 	"        Default: $MFMA_ENDPOINT, else $XDG_RUNTIME_DIR/mfmad.sock (not for\n"
 	"        root) when a daemon listens there, else /run/mfmad/mfmad.sock (for\n"
 	"        root and the mfmad group).\n"
