@@ -27,15 +27,20 @@ for _ in $(seq 150); do "${CTL[@]}" ping >/dev/null 2>&1 && break; sleep 0.2; do
 	-n "$REQ" -j "$J" --warmup 4 --device 0 >"$D/bench.json" 2>&1 &
 BPID=$!
 sleep "${WARM_S:-4}"
-ticks() { for t in /proc/"$1"/task/*; do
-	echo "$(cat "$t/comm" 2>/dev/null | tr ' ' _) $(awk '{print $14 + $15}' "$t/stat" 2>/dev/null) ${t##*/}"
-done; }
-a=$( { ticks "$DPID" | sed 's/^/mfmad:/'; ticks "$BPID" | sed 's/^/mfmactl:/'; } )
+# One awk reads every thread's stat and comm at once (a shell loop over a
+# few hundred threads would take longer than the window).
+ticks() { awk -v p="$2" 'FNR == 1 && FILENAME ~ /comm$/ { name = $1 }
+	FNR == 1 && FILENAME ~ /stat$/ { split(FILENAME, f, "/"); print p name, $14 + $15, f[5] }' \
+	$(for t in /proc/"$1"/task/*; do echo "$t/comm $t/stat"; done) 2>/dev/null; }
+t0=$(date +%s.%N)
+a=$( { ticks "$DPID" mfmad:; ticks "$BPID" mfmactl:; } )
 sleep "${WINDOW_S:-2}"
-b=$( { ticks "$DPID" | sed 's/^/mfmad:/'; ticks "$BPID" | sed 's/^/mfmactl:/'; } )
+b=$( { ticks "$DPID" mfmad:; ticks "$BPID" mfmactl:; } )
+w=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { print b - a }')
 hz=$(getconf CLK_TCK)
-join -j 3 <(echo "$a" | sort -k3) <(echo "$b" | sort -k3) |
-	awk -v hz="$hz" -v w="${WINDOW_S:-2}" '{ printf "%-28s %5.1f%%\n", $2, 100 * ($5 - $3) / hz / w }' |
+echo "window ${w} s (per thread: share of one core)"
+join -j 3 <(echo "$a" | sort -k3,3) <(echo "$b" | sort -k3,3) |
+	awk -v hz="$hz" -v w="$w" '{ printf "%-28s %5.1f%%\n", $2, 100 * ($5 - $3) / hz / w }' |
 	sort -k2 -rn | head -12
 wait "$BPID"
 grep -o '"requests_per_s": [0-9.]*\|"mean_batch": [0-9.]*' "$D/bench.json" | tr '\n' ' '; echo
