@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -223,6 +224,75 @@ static void test_batching_off(void **state)
 	assert_int_equal(launches, requests);
 }
 
+/* Three requests 30 ms apart on an idle daemon: with a queue delay the
+ * first waits for the others and one launch answers all three; without,
+ * each runs as it comes. */
+static uint32_t staggered(const char *conf, uint64_t *first_ms)
+{
+	struct mfmad_proc p;
+	assert_int_equal(harness_start(&p, conf, NULL), 0);
+	running = &p;
+	int fd = harness_connect_raw(&p);
+	assert_true(fd >= 0);
+	struct rw_mat w;
+	rw_mat_init(&w, M, K, 3);
+	load_weight(fd, &w);
+	static struct want q[3];
+	uint64_t t0 = 0;
+	for (int i = 0; i < 3; i++) {
+		q[i] = (struct want){ .n = 1, .alpha = 1.0f };
+		rw_mat_init(&q[i].b, K, 1, 50 + (uint32_t)i);
+		if (i == 0) {
+			struct timespec ts;
+			clock_gettime(CLOCK_MONOTONIC, &ts);
+			t0 = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+		} else {
+			struct timespec ts = { 0, 30 * 1000 * 1000 };
+			nanosleep(&ts, NULL);
+		}
+		send_gemm(fd, (uint64_t)i, &q[i]);
+	}
+	uint32_t widest = 0;
+	for (int i = 0; i < 3; i++) {
+		Mfma__V1__Response *r = rw_read(fd, 30000);
+		assert_int_equal(r->status->code, MFMA__V1__CODE__OK);
+		check_d(&w, &q[r->id], r->gemm->d);
+		if (r->id == 0) {
+			struct timespec ts;
+			clock_gettime(CLOCK_MONOTONIC, &ts);
+			*first_ms = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000 - t0;
+		}
+		if (r->gemm->timing->batch_requests > widest)
+			widest = r->gemm->timing->batch_requests;
+		mfma__v1__response__free_unpacked(r, NULL);
+	}
+	for (int i = 0; i < 3; i++)
+		rw_mat_free(&q[i].b);
+	rw_mat_free(&w);
+	close(fd);
+	running = NULL;
+	assert_int_equal(harness_stop(&p), 0);
+	return widest;
+}
+
+static void test_queue_delay_gathers_a_batch(void **state)
+{
+	(void)state;
+	uint64_t first_ms = 0;
+	uint32_t widest = staggered("cpu = { threads = 1; devices = 1; }; "
+				    "batching = { max_queue_delay_us = 400000; };",
+				    &first_ms);
+	print_message("with a 400 ms delay: widest batch %u, first answer after %llu ms\n", widest,
+		      (unsigned long long)first_ms);
+	assert_int_equal(widest, 3);
+	assert_true(first_ms >= 350); /* it waited, up to the delay past its arrival */
+	widest = staggered(conf_on, &first_ms);
+	print_message("without: widest batch %u, first answer after %llu ms\n", widest,
+		      (unsigned long long)first_ms);
+	assert_int_equal(widest, 1);
+	assert_true(first_ms < 350);
+}
+
 int main(void)
 {
 	signal(SIGPIPE, SIG_IGN);
@@ -230,6 +300,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_concurrent_requests_share_launches, stop_leftover),
 		cmocka_unit_test_teardown(test_different_scalars_never_share, stop_leftover),
 		cmocka_unit_test_teardown(test_batching_off, stop_leftover),
+		cmocka_unit_test_teardown(test_queue_delay_gathers_a_batch, stop_leftover),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
