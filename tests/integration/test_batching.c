@@ -130,20 +130,12 @@ static void weight_counts(int fd, uint64_t *requests, uint64_t *launches)
 	mfma__v1__response__free_unpacked(r, NULL);
 }
 
-/* One long GEMM, then NREQ narrow ones behind it in one burst; mixed
- * says whether scalars and C vary.  Returns the most requests any answer
- * says its launch had. */
-static uint32_t run(const char *conf, bool mixed, uint64_t *requests, uint64_t *launches)
+/* One long GEMM, then NREQ narrow ones behind it in one burst, on weight
+ * w already loaded; mixed says whether scalars and C vary.  Returns the
+ * most requests any answer says its launch had. */
+static uint32_t burst(int fd, const struct rw_mat *wm, bool mixed)
 {
-	struct mfmad_proc p;
-	assert_int_equal(harness_start(&p, conf, NULL), 0);
-	running = &p;
-	int fd = harness_connect_raw(&p);
-	assert_true(fd >= 0);
-	struct rw_mat w;
-	rw_mat_init(&w, M, K, 3);
-	load_weight(fd, &w);
-
+	const struct rw_mat *w = wm;
 	static struct want q[NREQ + 1];
 	q[0] = (struct want){ .n = LONG_N, .alpha = 1.0f };
 	for (int i = 1; i <= NREQ; i++) {
@@ -167,7 +159,7 @@ static uint32_t run(const char *conf, bool mixed, uint64_t *requests, uint64_t *
 		assert_true(r->id <= NREQ && !seen[r->id]);
 		seen[r->id] = true;
 		if (r->id > 0)
-			check_d(&w, &q[r->id], r->gemm->d);
+			check_d(w, &q[r->id], r->gemm->d);
 		uint32_t br = r->gemm->timing->batch_requests;
 		assert_true(br >= 1);
 		assert_true(r->gemm->timing->batch_columns >= q[r->id].n);
@@ -175,11 +167,26 @@ static uint32_t run(const char *conf, bool mixed, uint64_t *requests, uint64_t *
 			widest = br;
 		mfma__v1__response__free_unpacked(r, NULL);
 	}
-	weight_counts(fd, requests, launches);
 	for (int i = 0; i <= NREQ; i++) {
 		rw_mat_free(&q[i].b);
 		rw_mat_free(&q[i].c);
 	}
+	return widest;
+}
+
+/* A daemon with conf, one burst, its counters. */
+static uint32_t run(const char *conf, bool mixed, uint64_t *requests, uint64_t *launches)
+{
+	struct mfmad_proc p;
+	assert_int_equal(harness_start(&p, conf, NULL), 0);
+	running = &p;
+	int fd = harness_connect_raw(&p);
+	assert_true(fd >= 0);
+	struct rw_mat w;
+	rw_mat_init(&w, M, K, 3);
+	load_weight(fd, &w);
+	uint32_t widest = burst(fd, &w, mixed);
+	weight_counts(fd, requests, launches);
 	rw_mat_free(&w);
 	close(fd);
 	running = NULL;
@@ -293,6 +300,43 @@ static void test_queue_delay_gathers_a_batch(void **state)
 	assert_true(first_ms < 350);
 }
 
+/* batching.enabled changes on SIGHUP, without a restart. */
+static void test_enabled_live_on_sighup(void **state)
+{
+	(void)state;
+	struct mfmad_proc p;
+	assert_int_equal(harness_start(&p, "cpu = { threads = 1; devices = 1; }; "
+					   "batching = { enabled = false; };", NULL), 0);
+	running = &p;
+	int fd = harness_connect_raw(&p);
+	assert_true(fd >= 0);
+	struct rw_mat w;
+	rw_mat_init(&w, M, K, 3);
+	load_weight(fd, &w);
+	uint64_t req0, launch0, req1, launch1;
+	assert_int_equal(burst(fd, &w, false), 1);
+	weight_counts(fd, &req0, &launch0);
+	assert_int_equal(launch0, req0);
+	FILE *f = fopen(p.conf, "w");
+	assert_non_null(f);
+	fprintf(f, "cpu = { threads = 1; devices = 1; };\nbatching = { enabled = true; };\n");
+	fclose(f);
+	assert_int_equal(kill(p.pid, SIGHUP), 0);
+	/* A reload has no answer to wait for; the loop takes the signal at
+	 * once, 300 ms is ample even under the sanitizers. */
+	struct timespec ts = { 0, 300 * 1000 * 1000 };
+	nanosleep(&ts, NULL);
+	assert_true(burst(fd, &w, false) > 1);
+	weight_counts(fd, &req1, &launch1);
+	print_message("after SIGHUP: %llu requests in %llu launches\n",
+		      (unsigned long long)(req1 - req0), (unsigned long long)(launch1 - launch0));
+	assert_true(launch1 - launch0 < req1 - req0);
+	rw_mat_free(&w);
+	close(fd);
+	running = NULL;
+	assert_int_equal(harness_stop(&p), 0);
+}
+
 int main(void)
 {
 	signal(SIGPIPE, SIG_IGN);
@@ -301,6 +345,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_different_scalars_never_share, stop_leftover),
 		cmocka_unit_test_teardown(test_batching_off, stop_leftover),
 		cmocka_unit_test_teardown(test_queue_delay_gathers_a_batch, stop_leftover),
+		cmocka_unit_test_teardown(test_enabled_live_on_sighup, stop_leftover),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
