@@ -218,18 +218,21 @@ int client_reconnect(mfma_client *c, struct mfma_error *err)
 	frame_reader_init(&c->rd, CLIENT_MAX_FRAME);
 	while (c->npend > 0)
 		client_pending_remove(c, &c->pend[c->npend - 1]);
-	if (c->token_len > 0) {
-		uint8_t buf[FRAME_HEADER_SIZE + FRAME_TOKEN_MAX];
-		size_t n = FRAME_TOKEN_MAGIC_LEN + c->token_len;
-		frame_header_put(buf, (uint32_t)n);
-		memcpy(buf + FRAME_HEADER_SIZE, FRAME_TOKEN_MAGIC, FRAME_TOKEN_MAGIC_LEN);
-		memcpy(buf + FRAME_HEADER_SIZE + FRAME_TOKEN_MAGIC_LEN, c->token, c->token_len);
-		rc = client_send_frame(c, buf, FRAME_HEADER_SIZE + n, NULL, err);
-		explicit_bzero(buf, sizeof(buf));
-		if (rc < 0)
-			return rc;
-	}
+	if (c->token_len > 0 && (rc = client_send_token(c, c->token, c->token_len, err)) < 0)
+		return rc;
 	return 1;
+}
+
+int client_send_token(mfma_client *c, const void *token, size_t len, struct mfma_error *err)
+{
+	uint8_t buf[FRAME_HEADER_SIZE + FRAME_TOKEN_MAX];
+	size_t n = FRAME_TOKEN_MAGIC_LEN + len;
+	frame_header_put(buf, (uint32_t)n);
+	memcpy(buf + FRAME_HEADER_SIZE, FRAME_TOKEN_MAGIC, FRAME_TOKEN_MAGIC_LEN);
+	memcpy(buf + FRAME_HEADER_SIZE + FRAME_TOKEN_MAGIC_LEN, token, len);
+	int rc = client_send_frame(c, buf, FRAME_HEADER_SIZE + n, NULL, err);
+	explicit_bzero(buf, sizeof(buf));
+	return rc;
 }
 
 int mfma_connect(const char *endpoint, mfma_client **client, struct mfma_error *err)

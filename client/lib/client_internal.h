@@ -55,6 +55,9 @@ int client_check_alive(mfma_client *c, struct mfma_error *err);
  * resends the token.  1 when it reconnected, 0 when there was nothing
  * to do, or the error of the last endpoint tried. */
 int client_reconnect(mfma_client *c, struct mfma_error *err);
+/* Sends the token frame (len checked by the caller); a right token is not
+ * answered. */
+int client_send_token(mfma_client *c, const void *token, size_t len, struct mfma_error *err);
 /* Marks the connection lost so that the next call reconnects (a daemon
  * that answered "shutting down" is draining). */
 void client_abandon(mfma_client *c, int code, const char *why);

@@ -546,13 +546,7 @@ int mfma_authenticate(mfma_client *c, const void *token, size_t len, struct mfma
 	if (!c || !token || len == 0 || len > FRAME_TOKEN_MAX - FRAME_TOKEN_MAGIC_LEN)
 		return client_fail(err, -EINVAL, "mfma_authenticate: the token must be 1 to %u bytes",
 				   FRAME_TOKEN_MAX - FRAME_TOKEN_MAGIC_LEN);
-	uint8_t buf[FRAME_HEADER_SIZE + FRAME_TOKEN_MAX];
-	size_t n = FRAME_TOKEN_MAGIC_LEN + len;
-	frame_header_put(buf, (uint32_t)n);
-	memcpy(buf + FRAME_HEADER_SIZE, FRAME_TOKEN_MAGIC, FRAME_TOKEN_MAGIC_LEN);
-	memcpy(buf + FRAME_HEADER_SIZE + FRAME_TOKEN_MAGIC_LEN, token, len);
-	int rc = client_send_frame(c, buf, FRAME_HEADER_SIZE + n, NULL, err);
-	explicit_bzero(buf, sizeof(buf));
+	int rc = client_send_token(c, token, len, err);
 	if (rc < 0)
 		return rc;
 	/* Sent again on each reconnect of an endpoint list. */
