@@ -56,6 +56,13 @@ static void job_free(struct gemm_job *j)
 	free(j);
 }
 
+/* Time in the device's queue: from arrival to the worker's start, less an
+ * off-loop decode (reported as preparation). */
+static uint64_t queue_ns(const struct gemm_job *j)
+{
+	return j->sj.start_ns - j->r.arrival_ns - j->decode_ns;
+}
+
 /* ---- the device's worker ---- */
 
 /* Lays out the answer's frame and points D into it, so the backend writes
@@ -79,7 +86,7 @@ static void finish_answer(struct device *v, struct gemm_job *j)
 	Mfma__V1__DeviceRef dr = MFMA__V1__DEVICE_REF__INIT;
 	tm.has_queue_ns = tm.has_h2d_ns = tm.has_kernel_ns = tm.has_d2h_ns = tm.has_total_ns = 1;
 	tm.has_prep_ns = 1;
-	tm.queue_ns = j->sj.start_ns - j->r.arrival_ns - j->decode_ns;
+	tm.queue_ns = queue_ns(j);
 	tm.h2d_ns = j->t.h2d_ns;
 	tm.kernel_ns = j->t.kernel_ns;
 	tm.d2h_ns = j->t.d2h_ns;
@@ -228,7 +235,7 @@ static void gemm_done(struct daemon *d, struct sched_job *sj, int status)
 		}
 		STATS_ADD(v->st->completed, 1);
 		STATS_ADD(v->st->kernel_ns, j->t.kernel_ns);
-		STATS_ADD(d->stats.gemm_queue_ns, sj->start_ns - j->r.arrival_ns - j->decode_ns);
+		STATS_ADD(d->stats.gemm_queue_ns, queue_ns(j));
 		STATS_ADD(d->stats.gemm_h2d_ns, j->t.h2d_ns);
 		STATS_ADD(d->stats.gemm_kernel_ns, j->t.kernel_ns);
 		STATS_ADD(d->stats.gemm_d2h_ns, j->t.d2h_ns);

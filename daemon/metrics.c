@@ -256,7 +256,7 @@ int metrics_render_at(const struct mfmad_stats *s, uint64_t now_ns, char **out, 
 	 * launches against the GEMMs they answered, and requests per launch. */
 	render_counter(&b, "mfmad_gemm_executions_total",
 		       "GEMM launches run on devices (a batch of requests is one launch).",
-		       STATS_GET(s->gemm_launches));
+		       STATS_GET(s->batch_count));
 	family(&b, "mfmad_gemm_batch_size", "histogram", "Requests per GEMM launch.");
 	cum = 0;
 	for (int i = 0; i < STATS_BATCH_BUCKETS; i++) {

@@ -67,9 +67,8 @@ struct mfmad_stats {
 	_Atomic uint64_t requests[STATS_NKINDS][STATS_NRESULTS];
 	_Atomic uint64_t gemm_queue_ns, gemm_h2d_ns, gemm_kernel_ns, gemm_d2h_ns, gemm_total_ns;
 	_Atomic uint64_t gemm_flops; /* dense-equivalent, for GFLOP/s */
-	/* GEMM launches (executions) against GEMM requests answered OK: the
-	 * difference is batching's. */
-	_Atomic uint64_t gemm_launches;
+	/* Requests per GEMM launch: batch_count is the launches (executions),
+	 * batch_sum the requests they answered; the difference is batching's. */
 	_Atomic uint64_t batch_bucket[STATS_BATCH_BUCKETS + 1];
 	_Atomic uint64_t batch_sum, batch_count;
 	_Atomic uint64_t latency_bucket[STATS_LATENCY_BUCKETS + 1];
@@ -103,7 +102,6 @@ static inline void stats_observe_batch(struct mfmad_stats *s, uint64_t requests)
 	STATS_ADD(s->batch_bucket[b], 1);
 	STATS_ADD(s->batch_sum, requests);
 	STATS_ADD(s->batch_count, 1);
-	STATS_ADD(s->gemm_launches, 1);
 }
 
 #endif

@@ -225,8 +225,8 @@ static int cpu_gemm(void *dev, const struct mfma_gemm *g, void *weight, struct b
 	if (rc < 0)
 		snprintf(err, errlen, "cpu GEMM failed: %s", strerror(-rc));
 	else if (g->nparts > 1)
-		mfma_gemm_scatter_d(g, mfma_dtype_size(g->out_dtype), 0, run.d,
-				    (size_t)g->m * g->n * mfma_dtype_size(g->out_dtype));
+		for (size_t r = 0, os = mfma_dtype_size(g->out_dtype); r < g->m; r++)
+			mfma_gemm_scatter_row(g, r, os, (const unsigned char *)run.d + r * g->n * os);
 	return rc;
 }
 

@@ -86,38 +86,17 @@ static inline void mfma_gemm_gather_row(const struct mfma_gemm *g, char which, s
 	}
 }
 
-/* Bytes [off, off + len) of the batch's joined D (m x n row-major, os
- * bytes an element) from src into the parts' own D.  Any byte range:
- * rows and parts may start and end inside it. */
-static inline void mfma_gemm_scatter_d(const struct mfma_gemm *g, size_t os, size_t off,
-				       const void *src, size_t len)
+/* Row r of the batch's joined D (os bytes an element) from src into the
+ * parts' own D: the inverse of mfma_gemm_gather_row. */
+static inline void mfma_gemm_scatter_row(const struct mfma_gemm *g, size_t r, size_t os,
+					 const void *src)
 {
-	const unsigned char *s = (const unsigned char *)src;
-	const size_t row = (size_t)g->n * os;
-	if (len == 0)
-		return;
-	/* Find the part where off falls once, then walk on part by part. */
-	size_t r = off / row, col = off % row, i = 0, start = 0;
-	while (start + (size_t)g->parts[i].n * os <= col) {
-		start += (size_t)g->parts[i].n * os;
-		i++;
-	}
-	while (len > 0) {
+	const unsigned char *p = (const unsigned char *)src;
+	for (uint32_t i = 0; i < g->nparts; i++) {
 		const struct mfma_gemm_part *pt = &g->parts[i];
-		size_t plen = (size_t)pt->n * os, in = col - start;
-		size_t take = plen - in < len ? plen - in : len;
-		mfma_copy_part((unsigned char *)pt->d + r * plen + in, s, take);
-		s += take;
-		len -= take;
-		col += take;
-		if (in + take == plen) {
-			start += plen;
-			if (++i == g->nparts) {
-				i = 0;
-				start = col = 0;
-				r++;
-			}
-		}
+		size_t len = (size_t)pt->n * os;
+		mfma_copy_part((unsigned char *)pt->d + r * len, p, len);
+		p += len;
 	}
 }
 

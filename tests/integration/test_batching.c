@@ -19,6 +19,7 @@
 #include <cmocka.h>
 
 #include "harness.h"
+#include "mfma_clock.h"
 #include "rawwire.h"
 
 #define M 768
@@ -57,7 +58,6 @@ static void load_weight(int fd, const struct rw_mat *w)
 struct want {
 	uint32_t n;
 	float alpha, beta;
-	bool f16_out; /* f32 inputs give f32 only: kept false, see below */
 	struct rw_mat b, c;
 };
 
@@ -174,23 +174,35 @@ static uint32_t burst(int fd, const struct rw_mat *wm, bool mixed)
 	return widest;
 }
 
+/* A daemon with conf, a connection to it and the weight w loaded. */
+static int start(struct mfmad_proc *p, const char *conf, struct rw_mat *w)
+{
+	assert_int_equal(harness_start(p, conf, NULL), 0);
+	running = p;
+	int fd = harness_connect_raw(p);
+	assert_true(fd >= 0);
+	rw_mat_init(w, M, K, 3);
+	load_weight(fd, w);
+	return fd;
+}
+
+static void stop(struct mfmad_proc *p, int fd, struct rw_mat *w)
+{
+	rw_mat_free(w);
+	close(fd);
+	running = NULL;
+	assert_int_equal(harness_stop(p), 0);
+}
+
 /* A daemon with conf, one burst, its counters. */
 static uint32_t run(const char *conf, bool mixed, uint64_t *requests, uint64_t *launches)
 {
 	struct mfmad_proc p;
-	assert_int_equal(harness_start(&p, conf, NULL), 0);
-	running = &p;
-	int fd = harness_connect_raw(&p);
-	assert_true(fd >= 0);
 	struct rw_mat w;
-	rw_mat_init(&w, M, K, 3);
-	load_weight(fd, &w);
+	int fd = start(&p, conf, &w);
 	uint32_t widest = burst(fd, &w, mixed);
 	weight_counts(fd, requests, launches);
-	rw_mat_free(&w);
-	close(fd);
-	running = NULL;
-	assert_int_equal(harness_stop(&p), 0);
+	stop(&p, fd, &w);
 	return widest;
 }
 
@@ -237,22 +249,15 @@ static void test_batching_off(void **state)
 static uint32_t staggered(const char *conf, uint64_t *first_ms)
 {
 	struct mfmad_proc p;
-	assert_int_equal(harness_start(&p, conf, NULL), 0);
-	running = &p;
-	int fd = harness_connect_raw(&p);
-	assert_true(fd >= 0);
 	struct rw_mat w;
-	rw_mat_init(&w, M, K, 3);
-	load_weight(fd, &w);
+	int fd = start(&p, conf, &w);
 	static struct want q[3];
 	uint64_t t0 = 0;
 	for (int i = 0; i < 3; i++) {
 		q[i] = (struct want){ .n = 1, .alpha = 1.0f };
 		rw_mat_init(&q[i].b, K, 1, 50 + (uint32_t)i);
 		if (i == 0) {
-			struct timespec ts;
-			clock_gettime(CLOCK_MONOTONIC, &ts);
-			t0 = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+			t0 = mfma_clock_ns();
 		} else {
 			struct timespec ts = { 0, 30 * 1000 * 1000 };
 			nanosleep(&ts, NULL);
@@ -264,21 +269,15 @@ static uint32_t staggered(const char *conf, uint64_t *first_ms)
 		Mfma__V1__Response *r = rw_read(fd, 30000);
 		assert_int_equal(r->status->code, MFMA__V1__CODE__OK);
 		check_d(&w, &q[r->id], r->gemm->d);
-		if (r->id == 0) {
-			struct timespec ts;
-			clock_gettime(CLOCK_MONOTONIC, &ts);
-			*first_ms = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000 - t0;
-		}
+		if (r->id == 0)
+			*first_ms = (mfma_clock_ns() - t0) / 1000000;
 		if (r->gemm->timing->batch_requests > widest)
 			widest = r->gemm->timing->batch_requests;
 		mfma__v1__response__free_unpacked(r, NULL);
 	}
 	for (int i = 0; i < 3; i++)
 		rw_mat_free(&q[i].b);
-	rw_mat_free(&w);
-	close(fd);
-	running = NULL;
-	assert_int_equal(harness_stop(&p), 0);
+	stop(&p, fd, &w);
 	return widest;
 }
 
@@ -305,14 +304,9 @@ static void test_enabled_live_on_sighup(void **state)
 {
 	(void)state;
 	struct mfmad_proc p;
-	assert_int_equal(harness_start(&p, "cpu = { threads = 1; devices = 1; }; "
-					   "batching = { enabled = false; };", NULL), 0);
-	running = &p;
-	int fd = harness_connect_raw(&p);
-	assert_true(fd >= 0);
 	struct rw_mat w;
-	rw_mat_init(&w, M, K, 3);
-	load_weight(fd, &w);
+	int fd = start(&p, "cpu = { threads = 1; devices = 1; }; batching = { enabled = false; };",
+		       &w);
 	uint64_t req0, launch0, req1, launch1;
 	assert_int_equal(burst(fd, &w, false), 1);
 	weight_counts(fd, &req0, &launch0);
@@ -331,10 +325,7 @@ static void test_enabled_live_on_sighup(void **state)
 	print_message("after SIGHUP: %llu requests in %llu launches\n",
 		      (unsigned long long)(req1 - req0), (unsigned long long)(launch1 - launch0));
 	assert_true(launch1 - launch0 < req1 - req0);
-	rw_mat_free(&w);
-	close(fd);
-	running = NULL;
-	assert_int_equal(harness_stop(&p), 0);
+	stop(&p, fd, &w);
 }
 
 int main(void)

@@ -1,6 +1,7 @@
-/* A batched launch's joined operands (mfma_gemm.h): rows gathered from the
- * parts and D scattered back, whatever the parts' widths and however the
- * byte ranges of D are cut (the pinned pool hands D over in chunks). */
+/* A batched launch's operands (mfma_gemm.h): rows gathered from the parts
+ * and D scattered back (the CPU backend), and the parts one after the
+ * other however the byte ranges are cut (CUDA, whose pinned pool moves
+ * them in chunks). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -46,15 +47,35 @@ static void one_case(uint32_t seed, uint32_t nparts, uint32_t m, size_t es)
 			at += len;
 		}
 	}
-	/* Scatter the joined matrix back in random chunks: D == B. */
-	size_t off = 0, all = (size_t)m * row;
-	while (off < all) {
+	/* Scatter the joined matrix back row by row: D == B. */
+	for (uint32_t r = 0; r < m; r++)
+		mfma_gemm_scatter_row(&g, r, es, joined + r * row);
+	for (uint32_t i = 0; i < nparts; i++)
+		assert_memory_equal(parts[i].d, parts[i].b, (size_t)m * parts[i].n * es);
+	/* The parts one after the other, as a device that joins the columns
+	 * itself moves them: read in random chunks, it is the parts' B in
+	 * order; written back in other chunks into D, D == B again. */
+	size_t all = (size_t)m * row, at = 0;
+	unsigned char *concat = malloc(all);
+	for (size_t off = 0; off < all;) {
 		size_t take = 1 + rnd(&seed) % (row * 3 + 7);
-		if (take > all - off)
-			take = all - off;
-		mfma_gemm_scatter_d(&g, es, off, joined + off, take);
+		take = take > all - off ? all - off : take;
+		mfma_gemm_parts_copy(&g, 'b', m, es, off, concat + off, take, 0);
 		off += take;
 	}
+	for (uint32_t i = 0; i < nparts; i++) {
+		size_t len = (size_t)m * parts[i].n * es;
+		assert_memory_equal(concat + at, parts[i].b, len);
+		memset(parts[i].d, 0, len);
+		at += len;
+	}
+	for (size_t off = 0; off < all;) {
+		size_t take = 1 + rnd(&seed) % (row * 5 + 3);
+		take = take > all - off ? all - off : take;
+		mfma_gemm_parts_copy(&g, 'd', m, es, off, concat + off, take, 1);
+		off += take;
+	}
+	free(concat);
 	for (uint32_t i = 0; i < nparts; i++) {
 		assert_memory_equal(parts[i].d, parts[i].b, (size_t)m * parts[i].n * es);
 		free((void *)parts[i].b);
