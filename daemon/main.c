@@ -161,12 +161,12 @@ static void print_config(const struct mfmad_config *c, const char *src)
 	printf("limits = { max_frame_mb = %" PRIu64 "; max_inflight_per_connection = %u; "
 	       "max_inflight = %u; max_inflight_mb = %" PRIu64 "; max_connections = %u; "
 	       "max_dim = %u; default_priority = %u; default_timeout_ms = %" PRIu64 "; "
-	       "priority_aging_ms = %" PRIu64 ";\n           max_buffered_mb = %" PRIu64 "; "
+	       "priority_aging_ms = %" PRIu64 "; worker_poll_us = %" PRIu64 ";\n           max_buffered_mb = %" PRIu64 "; "
 	       "max_unsent_mb = %" PRIu64 "; max_memory_mb = %" PRIu64 "; read_timeout_ms = %" PRIu64
 	       "; idle_timeout_ms = %" PRIu64 "; write_timeout_ms = %" PRIu64 "; };\n",
 	       c->max_frame_bytes >> 20, c->max_inflight_per_conn, c->max_inflight,
 	       c->max_inflight_bytes >> 20, c->max_connections, c->max_dim, c->default_priority,
-	       c->default_timeout_ms, c->priority_aging_ms, c->max_buffered_bytes >> 20,
+	       c->default_timeout_ms, c->priority_aging_ms, c->worker_poll_us, c->max_buffered_bytes >> 20,
 	       c->max_unsent_bytes >> 20, c->max_memory_bytes >> 20, c->read_timeout_ms,
 	       c->idle_timeout_ms, c->write_timeout_ms);
 	printf("weights = { budget_mb = %" PRIu64 "; persist = %s; state_dir = \"%s\"; };\n",
@@ -224,11 +224,12 @@ static void begin_shutdown(struct daemon *d, int signum)
 	conn_check_drained(d);
 }
 
-static void apply_batching(struct daemon *d)
+static void apply_scheduling(struct daemon *d)
 {
 	const struct mfmad_config *c = &d->cfg;
 	sched_set_batching(d, c->batch_enabled, c->batch_max_columns,
 			   c->batch_max_queue_delay_us * 1000);
+	sched_set_poll(d, c->worker_poll_us * 1000);
 }
 
 static void reload(struct daemon *d)
@@ -261,10 +262,11 @@ static void reload(struct daemon *d)
 	c->default_priority = nc.default_priority;
 	c->default_timeout_ms = nc.default_timeout_ms;
 	c->priority_aging_ms = nc.priority_aging_ms;
+	c->worker_poll_us = nc.worker_poll_us;
 	c->batch_enabled = nc.batch_enabled;
 	c->batch_max_columns = nc.batch_max_columns;
 	c->batch_max_queue_delay_us = nc.batch_max_queue_delay_us;
-	apply_batching(d);
+	apply_scheduling(d);
 	c->shutdown_grace_ms = nc.shutdown_grace_ms;
 	c->status_interval_ms = nc.status_interval_ms;
 	log_set_level((enum log_level)c->log_level);
@@ -461,7 +463,7 @@ int main(int argc, char **argv)
 	if (rc == 0)
 		weights_restore(d);
 	if (rc == 0)
-		apply_batching(d);
+		apply_scheduling(d);
 	if (rc == 0)
 		rc = listen_start(d, &dispatch_events, err, sizeof(err));
 	if (rc == 0 && d->cfg.metrics_enabled) {

@@ -89,6 +89,9 @@ void sched_submit(struct daemon *d, int dev, struct sched_job *j, sched_work_fn 
  * enabled, the largest total cost of a batch, and how long a batch that
  * is not full may wait for more (0: batch only what is already queued). */
 void sched_set_batching(struct daemon *d, bool enabled, uint32_t max_cost, uint64_t delay_ns);
+/* How long an idle worker polls for work before it sleeps; 0 = never
+ * polls (loop thread, any time). */
+void sched_set_poll(struct daemon *d, uint64_t poll_ns);
 
 /* Answers every queued cancelable job with -ECANCELED. */
 void sched_cancel_queued(struct daemon *d);
