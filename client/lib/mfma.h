@@ -297,6 +297,22 @@ struct mfma_weight_info {
 	uint64_t launches;   /* the launches they took: requests / launches is the mean batch */
 };
 
+/* A weight the daemon's configuration declares (weights.declare) and where
+ * it stands; the daemon is ready only when every one is resident. */
+enum mfma_declared_state {
+	MFMA_DECLARED_UNKNOWN = 0,
+	MFMA_DECLARED_LOADING = 1,  /* its file is being read or made resident */
+	MFMA_DECLARED_RESIDENT = 2,
+	MFMA_DECLARED_FAILED = 3,   /* message says why */
+};
+
+struct mfma_declared_weight {
+	const char *name;
+	const char *file;
+	enum mfma_declared_state state;
+	const char *message;        /* "" unless it failed */
+};
+
 struct mfma_load_args {
 	const char *name;
 	struct mfma_operand a; /* dense (with sparsity) or 2:4; not a weight */
@@ -323,6 +339,8 @@ struct mfma_weight_list {
 	size_t n_weights;
 	struct mfma_weight_info *weights;
 	void *priv;
+	size_t n_declared;          /* the declared weights, resident or not */
+	struct mfma_declared_weight *declared;
 };
 
 void mfma_weight_list_free(struct mfma_weight_list *list);
@@ -361,6 +379,8 @@ struct mfma_status {
 	uint64_t weight_budget; /* bytes the daemon may hold in weights (0 = no limit) */
 	uint64_t weight_bytes;  /* bytes held now */
 	void *priv;
+	size_t n_declared;      /* the declared weights, resident or not */
+	struct mfma_declared_weight *declared;
 };
 
 void mfma_status_free(struct mfma_status *status);

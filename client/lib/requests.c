@@ -639,6 +639,24 @@ static int weights_from(Mfma__V1__WeightInfo **w, size_t n, struct mfma_weight_i
 	return 0;
 }
 
+static int declared_from(Mfma__V1__DeclaredWeight **w, size_t n,
+			 struct mfma_declared_weight **out, struct mfma_error *err)
+{
+	*out = NULL;
+	if (n == 0)
+		return 0;
+	*out = calloc(n, sizeof(**out));
+	if (!*out)
+		return client_fail(err, -ENOMEM, "out of memory");
+	for (size_t i = 0; i < n; i++) {
+		(*out)[i].name = str(w[i]->name);
+		(*out)[i].file = str(w[i]->file);
+		(*out)[i].state = (enum mfma_declared_state)w[i]->state;
+		(*out)[i].message = str(w[i]->message);
+	}
+	return 0;
+}
+
 int mfma_list_weights(mfma_client *c, struct mfma_weight_list *list, struct mfma_error *err)
 {
 	Mfma__V1__Request req = MFMA__V1__REQUEST__INIT;
@@ -655,12 +673,15 @@ int mfma_list_weights(mfma_client *c, struct mfma_weight_list *list, struct mfma
 		return rc;
 	const Mfma__V1__ListWeightsResult *r = resp->list_weights;
 	size_t n = r ? r->n_weights : 0;
-	if ((rc = weights_from(r ? r->weights : NULL, n, &list->weights, err)) < 0) {
-		mfma__v1__response__free_unpacked(resp, NULL);
+	list->priv = resp;
+	if ((rc = weights_from(r ? r->weights : NULL, n, &list->weights, err)) < 0 ||
+	    (rc = declared_from(r ? r->declared : NULL, r ? r->n_declared : 0, &list->declared,
+				err)) < 0) {
+		mfma_weight_list_free(list);
 		return rc;
 	}
 	list->n_weights = n;
-	list->priv = resp;
+	list->n_declared = r ? r->n_declared : 0;
 	client_ok(err);
 	return 0;
 }
@@ -670,6 +691,7 @@ void mfma_weight_list_free(struct mfma_weight_list *list)
 	if (!list)
 		return;
 	free(list->weights);
+	free(list->declared);
 	if (list->priv)
 		mfma__v1__response__free_unpacked(list->priv, NULL);
 	memset(list, 0, sizeof(*list));
@@ -735,11 +757,13 @@ int mfma_status(mfma_client *c, struct mfma_status *st, struct mfma_error *err)
 			o->failed = d->failed;
 		}
 	}
-	if ((rc = weights_from(r->weights, r->n_weights, &st->weights, err)) < 0) {
+	if ((rc = weights_from(r->weights, r->n_weights, &st->weights, err)) < 0 ||
+	    (rc = declared_from(r->declared, r->n_declared, &st->declared, err)) < 0) {
 		mfma_status_free(st);
 		return rc;
 	}
 	st->n_weights = r->n_weights;
+	st->n_declared = r->n_declared;
 	client_ok(err);
 	return 0;
 }
@@ -750,6 +774,7 @@ void mfma_status_free(struct mfma_status *st)
 		return;
 	free(st->devices);
 	free(st->weights);
+	free(st->declared);
 	if (st->priv)
 		mfma__v1__response__free_unpacked(st->priv, NULL);
 	memset(st, 0, sizeof(*st));
