@@ -253,7 +253,15 @@ int mfma_gemm(mfma_client *client, const struct mfma_gemm_args *args,
  * is handed to the kernel; while the socket is full it keeps reading
  * responses into the client's buffer, so any number of submits before the
  * first wait cannot deadlock.  The caller's matrices may be reused as soon
- * as it returns. */
+ * as it returns.
+ *
+ * A GEMM changes nothing, so the library keeps its frame until the answer
+ * comes: when the connection is lost (the daemon killed and restarted, or
+ * draining), the next submit or wait reconnects (to the same endpoint, or
+ * the next of a list) and sends it again with the same id; mfma_wait
+ * completes each id exactly once.  A request that finds no connection
+ * within its timeout_us (else the client's timeout, else 60 s) completes
+ * with DEADLINE_EXCEEDED. */
 int mfma_gemm_submit(mfma_client *client, const struct mfma_gemm_args *args, uint64_t *id,
 		     struct mfma_error *err);
 
