@@ -8,6 +8,10 @@
 #include <string.h>
 
 #include "log.h"
+#include "mfma.pb-c.h"
+#include "mfma_dtype.h"
+#include "stats.h"
+#include "validate.h"
 
 void config_defaults(struct mfmad_config *c)
 {
@@ -282,9 +286,114 @@ static const struct key batching_keys[] = {
 	{ "max_queue_delay_us", k_batch_max_queue_delay_us, NULL },
 	{ NULL, NULL, NULL },
 };
+
+/* One entry of weights.declare, a group; `at` names it in messages. */
+static void parse_decl(struct pctx *p, const config_setting_t *g, const char *at,
+		       struct weight_decl *w)
+{
+	char why[256];
+	memset(w, 0, sizeof(*w));
+	w->device = -1;
+	if (config_setting_type(g) != CONFIG_TYPE_GROUP) {
+		fail(p, g, "%s must be a group: { name = \"...\"; file = \"/path/w.npy\"; }", at);
+		return;
+	}
+	int n = config_setting_length(g);
+	for (int i = 0; i < n && !p->failed; i++) {
+		const config_setting_t *s = config_setting_get_elem(g, (unsigned)i);
+		const char *key = config_setting_name(s);
+		const char *v = NULL;
+		if (strcmp(key, "device") == 0) {
+			int t = config_setting_type(s);
+			long long dev = config_setting_get_int64(s);
+			/* Named here: path_of() cannot name an element of a list. */
+			if (t != CONFIG_TYPE_INT && t != CONFIG_TYPE_INT64)
+				fail(p, s, "%s.device must be an integer", at);
+			else if (dev < -1 || dev >= STATS_MAX_DEVICES)
+				fail(p, s, "%s.device = %lld is out of range -1..%d", at, dev,
+				     STATS_MAX_DEVICES - 1);
+			else
+				w->device = (int)dev;
+			continue;
+		}
+		if (strcmp(key, "name") != 0 && strcmp(key, "file") != 0 &&
+		    strcmp(key, "sparse") != 0 && strcmp(key, "dtype") != 0) {
+			fail(p, s, "%s.%s is not a setting of a declared weight (name, file, sparse, "
+			     "dtype, device)", at, key);
+			return;
+		}
+		if (config_setting_type(s) != CONFIG_TYPE_STRING) {
+			fail(p, s, "%s.%s must be a string", at, key);
+			return;
+		}
+		v = config_setting_get_string(s);
+		if (strcmp(key, "name") == 0) {
+			if (validate_weight_name(v, why, sizeof(why)) < 0)
+				fail(p, s, "%s.name: %s", at, why);
+			else
+				snprintf(w->name, sizeof(w->name), "%s", v);
+		} else if (strcmp(key, "file") == 0) {
+			if (v[0] != '/')
+				fail(p, s, "%s.file = \"%s\" must be an absolute path", at, v);
+			else if (strlen(v) >= sizeof(w->file))
+				fail(p, s, "%s.file is longer than %zu bytes", at, sizeof(w->file) - 1);
+			else
+				snprintf(w->file, sizeof(w->file), "%s", v);
+		} else if (strcmp(key, "sparse") == 0) {
+			/* mfmactl load's --sparse words; "packed" compresses on
+			 * the client, which for the daemon's own read is the
+			 * same as "validate". */
+			if (strcmp(v, "none") == 0)
+				w->sparsity = MFMA__V1__SPARSITY__DENSE;
+			else if (strcmp(v, "validate") == 0 || strcmp(v, "packed") == 0)
+				w->sparsity = MFMA__V1__SPARSITY__VALIDATE_24;
+			else if (strcmp(v, "prune") == 0)
+				w->sparsity = MFMA__V1__SPARSITY__PRUNE_24;
+			else
+				fail(p, s, "%s.sparse = \"%s\": expected none, validate, prune or "
+				     "packed", at, v);
+		} else {
+			enum mfma_dtype t = mfma_dtype_parse(v);
+			if (t == MFMA_DT_NONE || t == MFMA_DT_I32)
+				fail(p, s, "%s.dtype = \"%s\": expected f32, f16, bf16 or i8", at, v);
+			else
+				w->dtype = t;
+		}
+	}
+	if (!p->failed && (!w->name[0] || !w->file[0]))
+		fail(p, g, "%s needs %s", at, !w->name[0] ? "a name" : "a file");
+}
+
+KEY(weights_declare, {
+	char nb[128];
+	if (config_setting_type(s) != CONFIG_TYPE_LIST) {
+		fail(p, s, "%s must be a list: declare = ( { name = ...; file = ...; }, ... );",
+		     path_of(s, nb, sizeof(nb)));
+		return;
+	}
+	int n = config_setting_length(s);
+	if (n > CONFIG_DECLARE_MAX) {
+		fail(p, s, "weights.declare has %d entries; the limit is %d", n, CONFIG_DECLARE_MAX);
+		return;
+	}
+	c->ndeclared = 0;
+	for (int i = 0; i < n && !p->failed; i++) {
+		char at[64];
+		snprintf(at, sizeof(at), "weights.declare[%d]", i);
+		struct weight_decl *w = &c->declared[i];
+		parse_decl(p, config_setting_get_elem(s, (unsigned)i), at, w);
+		for (int j = 0; j < i && !p->failed; j++)
+			if (strcmp(c->declared[j].name, w->name) == 0)
+				fail(p, config_setting_get_elem(s, (unsigned)i), "%s.name = \"%s\" is "
+				     "declared twice (also weights.declare[%d])", at, w->name, j);
+		c->ndeclared++;
+	}
+})
+
 static const struct key weights_keys[] = {
 	{ "budget_mb", k_budget_mb, NULL }, { "persist", k_weights_persist, NULL },
-	{ "state_dir", k_weights_state_dir, NULL }, { NULL, NULL, NULL },
+	{ "state_dir", k_weights_state_dir, NULL }, { "declare", k_weights_declare, NULL },
+	{ NULL, NULL, NULL },
 };
 static const struct key cpu_keys[] = {
 	{ "enabled", k_cpu_enabled, NULL }, { "threads", k_cpu_threads, NULL },

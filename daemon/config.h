@@ -10,6 +10,19 @@
 
 enum backend_enable { BACKEND_OFF = 0, BACKEND_ON = 1, BACKEND_AUTO = 2 };
 
+/* weights.declare: at most this many entries (the refusal names it). */
+#define CONFIG_DECLARE_MAX 64
+
+/* One declared weight: what `mfmactl load NAME FILE --sparse S --dtype T
+ * --device D` would send, read by the daemon itself. */
+struct weight_decl {
+	char name[128];
+	char file[256];     /* an absolute path to a .npy file */
+	int sparsity;       /* the wire's Sparsity: DENSE, VALIDATE_24 or PRUNE_24 */
+	int dtype;          /* enum mfma_dtype; MFMA_DT_NONE: the file's own */
+	int device;         /* -1: every device that runs it */
+};
+
 struct mfmad_config {
 	int log_level;                 /* enum log_level */
 	char unix_path[108];           /* "" = the default for this user */
@@ -42,6 +55,8 @@ struct mfmad_config {
 	uint64_t weight_budget_bytes;  /* per device; 0 = 75% of the device's memory */
 	bool weights_persist;          /* keep loaded weights across restarts */
 	char weights_state_dir[256];   /* "" = $STATE_DIRECTORY (systemd), else none */
+	uint32_t ndeclared;            /* weights.declare, loaded at start and on SIGHUP */
+	struct weight_decl declared[CONFIG_DECLARE_MAX];
 
 	bool batch_enabled;            /* GEMMs on one resident weight share launches */
 	uint32_t batch_max_columns;    /* the most columns (N) one launch joins */

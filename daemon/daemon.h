@@ -8,6 +8,7 @@
  *   info.c     ping, status and list, answered on the loop
  *   gemm.c     a GEMM: admission, the work on a device, the answer
  *   weights.c  the resident weight registry
+ *   declare.c  the weights the configuration declares (weights.declare)
  *   scheduler.c per-device queues and workers (uv_queue_work shaped)
  *   devices.c  the backends compiled in and the devices they found
  *
@@ -25,6 +26,7 @@
 #include "stats.h"
 
 struct conn;
+struct declared;
 struct device;
 struct listeners;
 struct sched;
@@ -42,6 +44,7 @@ struct daemon {
 	int ndev;
 	struct sched *sched;     /* scheduler.c */
 	struct weight *weights;  /* weights.c: the ready weights */
+	struct declared *declared; /* declare.c: weights.declare and where each stands */
 	struct listeners *listeners; /* listen.c */
 	struct conn *conns;      /* conn.c: every open connection */
 	uint64_t next_conn_id;

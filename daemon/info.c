@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "declare.h"
 #include "devices.h"
 #include "mfma_clock.h"
 #include "mfmad_build.h"
@@ -31,7 +32,13 @@ void info_status(struct daemon *d, const struct request *r)
 	char *variants[STATS_MAX_DEVICES][64];
 	char varbuf[STATS_MAX_DEVICES][sizeof(d->dev[0].info.variants)];
 	struct weight_list wl;
+	struct declare_list dl;
 	if (weights_list(d, &wl) < 0) {
+		reply_status(d, r, MFMA__V1__CODE__RESOURCE_EXHAUSTED, "out of memory");
+		return;
+	}
+	if (declare_list(d, &dl) < 0) {
+		weights_list_free(&wl);
 		reply_status(d, r, MFMA__V1__CODE__RESOURCE_EXHAUSTED, "out of memory");
 		return;
 	}
@@ -95,10 +102,13 @@ void info_status(struct daemon *d, const struct request *r)
 	sr.n_weights = wl.n;
 	sr.weights = wl.ptrs;
 	sr.counters = &ct;
+	sr.n_declared = dl.n;
+	sr.declared = dl.ptrs;
 	resp.body_case = MFMA__V1__RESPONSE__BODY_STATUS_RESULT;
 	resp.status_result = &sr;
 	reply(d, r, &resp);
 	weights_list_free(&wl);
+	declare_list_free(&dl);
 }
 
 void info_list(struct daemon *d, const struct request *r)
@@ -106,14 +116,23 @@ void info_list(struct daemon *d, const struct request *r)
 	Mfma__V1__Response resp = MFMA__V1__RESPONSE__INIT;
 	Mfma__V1__ListWeightsResult lr = MFMA__V1__LIST_WEIGHTS_RESULT__INIT;
 	struct weight_list wl;
+	struct declare_list dl;
 	if (weights_list(d, &wl) < 0) {
+		reply_status(d, r, MFMA__V1__CODE__RESOURCE_EXHAUSTED, "out of memory");
+		return;
+	}
+	if (declare_list(d, &dl) < 0) {
+		weights_list_free(&wl);
 		reply_status(d, r, MFMA__V1__CODE__RESOURCE_EXHAUSTED, "out of memory");
 		return;
 	}
 	lr.n_weights = wl.n;
 	lr.weights = wl.ptrs;
+	lr.n_declared = dl.n;
+	lr.declared = dl.ptrs;
 	resp.body_case = MFMA__V1__RESPONSE__BODY_LIST_WEIGHTS;
 	resp.list_weights = &lr;
 	reply(d, r, &resp);
 	weights_list_free(&wl);
+	declare_list_free(&dl);
 }

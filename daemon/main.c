@@ -13,6 +13,7 @@
 
 #include "conn.h"
 #include "daemon.h"
+#include "declare.h"
 #include "devices.h"
 #include "dispatch.h"
 #include "endpoint.h"
@@ -20,6 +21,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "mfma_clock.h"
+#include "mfma_dtype.h"
 #include "mfmad_build.h"
 #include "notify.h"
 #include "scheduler.h"
@@ -61,9 +63,10 @@ static const char usage_text[] =
 	"  SIGUSR1          drain: report not ready (/readyz 503, systemd STATUS=),\n"
 	"                   close the listeners, finish what is in flight, exit 0\n"
 	"                   (the same stop as SIGTERM; also `mfmactl drain`)\n"
-	"  SIGHUP           re-read the configuration file; log level and limits\n"
-	"                   change live, the rest needs a restart (a bad file is\n"
-	"                   reported and the old configuration kept)\n"
+	"  SIGHUP           re-read the configuration file; log level, limits and\n"
+	"                   weights.declare change live (declared weights load,\n"
+	"                   reload or unload), the rest needs a restart (a bad\n"
+	"                   file is reported and the old configuration kept)\n"
 	"\n"
 	"Exit status: 0 after a clean stop, 1 on a configuration or start-up error,\n"
 	"2 on a usage error.\n"
@@ -172,6 +175,15 @@ static void print_config(const struct mfmad_config *c, const char *src)
 	printf("weights = { budget_mb = %" PRIu64 "; persist = %s; state_dir = \"%s\"; };\n",
 	       c->weight_budget_bytes >> 20, c->weights_persist ? "true" : "false",
 	       c->weights_state_dir);
+	printf("weights.declare = (");
+	for (uint32_t i = 0; i < c->ndeclared; i++) {
+		const struct weight_decl *w = &c->declared[i];
+		static const char *const sp[] = { "none", "validate", "prune" };
+		printf("%s\n  { name = \"%s\"; file = \"%s\"; sparse = \"%s\"; dtype = \"%s\"; "
+		       "device = %d; }", i ? "," : "", w->name, w->file, sp[w->sparsity],
+		       w->dtype ? mfma_dtype_name((enum mfma_dtype)w->dtype) : "(the file's)", w->device);
+	}
+	printf("%s);\n", c->ndeclared ? "\n" : "");
 	printf("batching = { enabled = %s; max_columns = %u; max_queue_delay_us = %" PRIu64 "; };\n",
 	       c->batch_enabled ? "true" : "false", c->batch_max_columns,
 	       c->batch_max_queue_delay_us);
@@ -269,10 +281,16 @@ static void reload(struct daemon *d)
 	apply_scheduling(d);
 	c->shutdown_grace_ms = nc.shutdown_grace_ms;
 	c->status_interval_ms = nc.status_interval_ms;
+	c->ndeclared = nc.ndeclared;
+	memcpy(c->declared, nc.declared, sizeof(c->declared));
 	log_set_level((enum log_level)c->log_level);
 	conn_set_frame_limit(d, c->max_frame_bytes);
 	notify_set_status_interval(&N, c->status_interval_ms);
 	log_notice("configuration reloaded from %s", d->config_path ? d->config_path : "(defaults)");
+	/* New, changed and removed declarations load and unload off the loop;
+	 * /readyz says 503 until every declared weight is resident. */
+	if (!d->stopping)
+		declare_apply(d);
 	notify_ready(&N);
 }
 
@@ -462,6 +480,11 @@ int main(int argc, char **argv)
 	/* Stored weights are resident again before anyone can connect. */
 	if (rc == 0)
 		weights_restore(d);
+	/* Declared weights too (the declaration wins over a stored copy). */
+	if (rc == 0) {
+		declare_apply(d);
+		declare_wait(d);
+	}
 	if (rc == 0)
 		apply_scheduling(d);
 	if (rc == 0)
@@ -508,6 +531,7 @@ int main(int argc, char **argv)
 	sched_drain(d);
 	uv_walk(d->loop, close_walk, NULL);
 	uv_run(d->loop, UV_RUN_DEFAULT);
+	declare_free(d);
 	sched_free(d);
 	devices_free(d);
 	listen_free(d);

@@ -197,13 +197,18 @@ int metrics_render_at(const struct mfmad_stats *s, uint64_t now_ns, char **out, 
 	if (ndev > STATS_MAX_DEVICES)
 		ndev = STATS_MAX_DEVICES;
 	int ready = STATS_GET(s->ready) != 0, stopping = STATS_GET(s->stopping) != 0;
+	uint64_t declared_pending = STATS_GET(s->declared_pending);
 
 	family(&b, "mfmad_build_info", "gauge", "Version of the running mfmad (always 1).");
 	buf_printf(&b, "mfmad_build_info{version=\"%s\"} 1\n", MFMAD_VERSION);
 	render_gauge(&b, "mfmad_up", "Whether the daemon process is up (1 whenever this page is served).", 1);
 	render_gauge(&b, "mfmad_ready",
-		     "Whether the daemon accepts work: listening, devices up and not stopping.",
-		     ready && !stopping);
+		     "Whether the daemon accepts work: listening, devices up, every declared weight "
+		     "resident and not stopping (what /readyz says).",
+		     ready && !stopping && !declared_pending);
+	render_gauge(&b, "mfmad_declared_weights_pending",
+		     "Declared weights (weights.declare) loading or failed, not resident.",
+		     (double)declared_pending);
 	render_gauge(&b, "mfmad_stopping", "Whether a graceful stop is in progress.", stopping);
 	family(&b, "mfmad_uptime_seconds", "gauge", "Seconds since the daemon started.");
 	buf_printf(&b, "mfmad_uptime_seconds %s\n",
@@ -451,6 +456,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 			return reply_text(c, MHD_HTTP_SERVICE_UNAVAILABLE, "stopping\n");
 		if (!STATS_GET(m->stats->ready))
 			return reply_text(c, MHD_HTTP_SERVICE_UNAVAILABLE, "not ready\n");
+		if (STATS_GET(m->stats->declared_pending))
+			return reply_text(c, MHD_HTTP_SERVICE_UNAVAILABLE,
+					  "not ready: declared weights not resident (mfmactl status)\n");
 		return reply_text(c, MHD_HTTP_OK, "ready\n");
 	}
 	return reply_text(c, MHD_HTTP_NOT_FOUND, "not found: try /metrics, /healthz or /readyz\n");

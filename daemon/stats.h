@@ -76,6 +76,7 @@ struct mfmad_stats {
 	_Atomic uint64_t connections_open, connections_total;
 	_Atomic uint64_t in_flight;
 	_Atomic uint64_t weight_bytes, weight_budget, weights;
+	_Atomic uint64_t declared_pending; /* declared weights not resident: not ready */
 	int ndevices;
 	struct stats_device dev[STATS_MAX_DEVICES];
 };

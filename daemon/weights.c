@@ -8,6 +8,7 @@
 
 #include "devices.h"
 #include "log.h"
+#include "mfma_clock.h"
 #include "scheduler.h"
 #include "sparse24.h"
 #include "validate.h"
@@ -222,6 +223,8 @@ static void finish_load(struct daemon *d, struct weight *w)
 		wstore_finish(dir, w->name, w->code == MFMA__V1__CODE__OK);
 	if (w->code != MFMA__V1__CODE__OK) {
 		log_debug("load of weight '%s' failed: %s", w->name, w->msg);
+		if (w->done)
+			w->done(d, w->done_arg, w->code, w->msg);
 		reply_status(d, &w->load, w->code, "%s", w->msg);
 		request_release(d, &w->load);
 		if (old) /* it keeps serving */
@@ -239,6 +242,8 @@ static void finish_load(struct daemon *d, struct weight *w)
 	log_info("weight '%s' %s: %ux%u %s %s, %" PRIu64 " bytes per device (host form)", w->name,
 		 old ? "replaced" : "loaded", w->m, w->k, mfma_dtype_name(w->dtype),
 		 w->sparse ? "2:4" : "dense", w->host_bytes);
+	if (w->done)
+		w->done(d, w->done_arg, w->code, "");
 
 	Mfma__V1__Response resp = MFMA__V1__RESPONSE__INIT;
 	Mfma__V1__LoadWeightResult res = MFMA__V1__LOAD_WEIGHT_RESULT__INIT;
@@ -407,7 +412,17 @@ static int reserve(struct daemon *d, struct weight *w, int want_dev, char *err, 
 	return MFMA__V1__CODE__OK;
 }
 
-void weights_handle_load(struct daemon *d, const struct request *r, Mfma__V1__Request *req)
+/* The name belongs to weights.declare (the configuration is the truth). */
+static bool is_declared(const struct daemon *d, const char *name)
+{
+	for (uint32_t i = 0; name && i < d->cfg.ndeclared; i++)
+		if (strcmp(d->cfg.declared[i].name, name) == 0)
+			return true;
+	return false;
+}
+
+static void start_load(struct daemon *d, const struct request *r, Mfma__V1__Request *req,
+		       weights_done_fn done, void *done_arg)
 {
 	const Mfma__V1__LoadWeight *lw = req->load_weight;
 	char err[512];
@@ -420,6 +435,13 @@ void weights_handle_load(struct daemon *d, const struct request *r, Mfma__V1__Re
 
 	if (validate_load_weight(lw, &lim, d->ndev, &form, &m, &k, &dt, err, sizeof(err)) < 0)
 		goto fail;
+	if (r->conn && is_declared(d, lw->name)) {
+		code = MFMA__V1__CODE__ALREADY_EXISTS;
+		snprintf(err, sizeof(err), "weight '%s' is declared in the daemon's configuration "
+			 "(weights.declare), which decides what it holds: change the file or the "
+			 "declaration and reload the daemon (SIGHUP)", lw->name);
+		goto fail;
+	}
 	if (find_any(d, lw->name, WEIGHT_LOADING)) {
 		code = MFMA__V1__CODE__UNAVAILABLE;
 		snprintf(err, sizeof(err), "weight '%s' is still loading", lw->name);
@@ -446,6 +468,8 @@ void weights_handle_load(struct daemon *d, const struct request *r, Mfma__V1__Re
 	w->sparse = form != A_DENSE;
 	w->host_bytes = sparse24_operand_bytes(m, k, mfma_dtype_size(dt), w->sparse);
 	w->replaces = old;
+	w->done = done;
+	w->done_arg = done_arg;
 	code = reserve(d, w, lw->has_device ? lw->device : -1, err, sizeof(err));
 	if (code != MFMA__V1__CODE__OK)
 		goto fail;
@@ -469,8 +493,33 @@ void weights_handle_load(struct daemon *d, const struct request *r, Mfma__V1__Re
 	return;
 fail:
 	free(w);
+	if (done)
+		done(d, done_arg, code, err);
 	reply_status(d, r, code, "%s", err);
 	mfma__v1__request__free_unpacked(req, NULL);
+}
+
+void weights_handle_load(struct daemon *d, const struct request *r, Mfma__V1__Request *req)
+{
+	start_load(d, r, req, NULL, NULL);
+}
+
+void weights_load_internal(struct daemon *d, Mfma__V1__Request *req, weights_done_fn done,
+			   void *arg)
+{
+	struct request r;
+	request_init(&r, NULL, 0, mfma_clock_ns(), STATS_LOAD);
+	start_load(d, &r, req, done, arg);
+}
+
+bool weights_unload_internal(struct daemon *d, const char *name)
+{
+	struct weight *w = weights_find(d, name);
+	if (!w)
+		return false;
+	log_info("weight '%s' unloaded", w->name);
+	retire(d, w);
+	return true;
 }
 
 void weights_handle_unload(struct daemon *d, const struct request *r, Mfma__V1__Request *req)
@@ -480,6 +529,10 @@ void weights_handle_unload(struct daemon *d, const struct request *r, Mfma__V1__
 	struct weight *w = name ? weights_find(d, name) : NULL;
 	if (validate_weight_name(name, err, sizeof(err)) < 0) {
 		reply_status(d, r, MFMA__V1__CODE__INVALID_ARGUMENT, "%s", err);
+	} else if (is_declared(d, name)) {
+		reply_status(d, r, MFMA__V1__CODE__INVALID_ARGUMENT,
+			     "weight '%s' is declared in the daemon's configuration (weights.declare): "
+			     "remove the declaration and reload the daemon (SIGHUP) to unload it", name);
 	} else if (w) {
 		log_info("weight '%s' unloaded", w->name);
 		char dir[400];
@@ -565,6 +618,14 @@ struct restore {
 static int restore_one(void *arg, const struct wstore_weight *w)
 {
 	struct restore *ctx = arg;
+	if (is_declared(ctx->d, w->name)) {
+		char dir[400];
+		log_notice("stored weight '%s' is also declared in weights.declare: the declaration "
+			   "wins, the stored copy is removed", w->name);
+		if (wstore_dir(ctx->d, dir, sizeof(dir)))
+			wstore_remove(dir, w->name);
+		return 0;
+	}
 	Mfma__V1__Request *req = as_request(w);
 	if (!req)
 		return -ENOMEM;

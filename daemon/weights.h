@@ -21,6 +21,10 @@
 
 enum weight_state { WEIGHT_LOADING, WEIGHT_READY, WEIGHT_DEAD };
 
+/* The outcome of a load the daemon asked for itself: code is the wire's
+ * Code (OK or the refusal), msg its sentence. */
+typedef void (*weights_done_fn)(struct daemon *d, void *arg, int code, const char *msg);
+
 struct weight {
 	struct weight *next;
 	char name[128];
@@ -47,6 +51,11 @@ struct weight {
 	char msg[512];
 	uv_work_t work;
 
+	/* A load the daemon made itself (a declared weight): told the
+	 * outcome, with the message a client would have been sent. */
+	weights_done_fn done;
+	void *done_arg;
+
 	/* An unload is answered once the device copies are freed, so that
 	 * "unloaded" means the memory is back in the budget. */
 	bool unload_pending;
@@ -64,6 +73,16 @@ void weights_unref(struct daemon *d, struct weight *w);
 void weights_handle_load(struct daemon *d, const struct request *r, Mfma__V1__Request *req);
 void weights_handle_unload(struct daemon *d, const struct request *r, Mfma__V1__Request *req);
 
+/* A load the daemon makes itself (declare.c): req is a LoadWeight it owns
+ * and hands over, done is called once with the outcome (possibly before
+ * this returns).  Not stored in the state directory. */
+void weights_load_internal(struct daemon *d, Mfma__V1__Request *req, weights_done_fn done,
+			   void *arg);
+/* Takes a ready weight out of service without a client's request (its
+ * device copies go when the GEMMs holding it finish); false when no ready
+ * weight has that name. */
+bool weights_unload_internal(struct daemon *d, const char *name);
+
 /* The ready weights as wire messages, for status and list replies. */
 struct weight_list {
 	size_t n;
@@ -76,8 +95,9 @@ void weights_list_free(struct weight_list *l);
 
 /* At start, before the listeners: loads every weight kept in the state
  * directory (weights_store.h) and runs the loop until each is resident or
- * has failed (a failure is logged, the daemon starts anyway).  Returns how
- * many were restored. */
+ * has failed (a failure is logged, the daemon starts anyway).  A stored
+ * weight whose name is declared (weights.declare) is not loaded and its
+ * file is removed: the declaration wins.  Returns how many were restored. */
 int weights_restore(struct daemon *d);
 
 /* Shutdown: drops every weight; their device frees are queued. */

@@ -175,6 +175,50 @@ void ctl_print_weights(const struct mfma_weight_info *w, size_t n)
 	table_print(&t, "");
 }
 
+static const char *declared_state(enum mfma_declared_state s)
+{
+	switch (s) {
+	case MFMA_DECLARED_LOADING: return "loading";
+	case MFMA_DECLARED_RESIDENT: return "resident";
+	case MFMA_DECLARED_FAILED: return "failed";
+	default: return "unknown";
+	}
+}
+
+/* The declared weights that are not resident, with their state: what
+ * keeps the daemon from being ready. */
+static void print_declared(const struct mfma_declared_weight *w, size_t n)
+{
+	size_t waiting = 0;
+	for (size_t i = 0; i < n; i++)
+		waiting += w[i].state != MFMA_DECLARED_RESIDENT;
+	if (waiting == 0)
+		return;
+	printf("\ndeclared weights not resident (%zu of %zu; the daemon is not ready):\n", waiting,
+	       n);
+	for (size_t i = 0; i < n; i++) {
+		if (w[i].state == MFMA_DECLARED_RESIDENT)
+			continue;
+		printf("  %s  %s  %s%s%s\n", w[i].name, w[i].file, declared_state(w[i].state),
+		       w[i].message[0] ? ": " : "", w[i].message);
+	}
+}
+
+static void json_declared(struct json *j, const struct mfma_declared_weight *w, size_t n)
+{
+	json_key(j, "declared");
+	json_array_begin(j);
+	for (size_t i = 0; i < n; i++) {
+		json_object_begin(j);
+		json_kv_string(j, "name", w[i].name);
+		json_kv_string(j, "file", w[i].file);
+		json_kv_string(j, "state", declared_state(w[i].state));
+		json_kv_string(j, "message", w[i].message);
+		json_object_end(j);
+	}
+	json_array_end(j);
+}
+
 void ctl_json_weight(struct json *j, const struct mfma_weight_info *w)
 {
 	json_object_begin(j);
@@ -351,6 +395,7 @@ static void status_json(struct ctl *ctl, mfma_client *c, const struct mfma_statu
 	for (size_t i = 0; i < s->n_weights; i++)
 		ctl_json_weight(j, &s->weights[i]);
 	json_array_end(j);
+	json_declared(j, s->declared, s->n_declared);
 	const struct mfma_counters *k = &s->counters;
 	json_key(j, "counters");
 	json_object_begin(j);
@@ -405,6 +450,7 @@ static void status_text(mfma_client *c, const struct mfma_status *s)
 		putchar('\n');
 		ctl_print_weights(s->weights, s->n_weights);
 	}
+	print_declared(s->declared, s->n_declared);
 	const struct mfma_counters *k = &s->counters;
 	printf("\nrequests: %" PRIu64 " total, %" PRIu64 " ok, %" PRIu64 " failed, %" PRIu64
 	       " busy, %" PRIu64 " malformed, %" PRIu64 " in flight\n",
@@ -587,11 +633,14 @@ int ctl_cmd_weights(struct ctl *ctl, int argc, char **argv)
 		for (size_t i = 0; i < l.n_weights; i++)
 			ctl_json_weight(&ctl->j, &l.weights[i]);
 		json_array_end(&ctl->j);
+		json_declared(&ctl->j, l.declared, l.n_declared);
 		json_object_end(&ctl->j);
-	} else if (l.n_weights == 0) {
-		printf("no resident weights\n");
 	} else {
-		ctl_print_weights(l.weights, l.n_weights);
+		if (l.n_weights == 0)
+			printf("no resident weights\n");
+		else
+			ctl_print_weights(l.weights, l.n_weights);
+		print_declared(l.declared, l.n_declared);
 	}
 	mfma_weight_list_free(&l);
 	mfma_close(c);

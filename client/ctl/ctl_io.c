@@ -1,11 +1,10 @@
-/* mfmactl: .npy files in and out, on top of the pure npy.c. */
+/* mfmactl: .npy files in and out, on top of kernels/common/npy.h. */
 #include "ctl.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "npy.h"
 
@@ -33,96 +32,20 @@ int ctl_matrix_alloc(struct ctl_matrix *m, enum mfma_dtype t, uint32_t rows, uin
 	return 0;
 }
 
-static int read_file(const char *path, uint8_t **buf, size_t *len, char *err, size_t errlen)
-{
-	FILE *f = fopen(path, "rb");
-	struct stat st;
-	if (!f) {
-		int e = errno;
-		snprintf(err, errlen, "%s: %s", path, strerror(e));
-		return -e;
-	}
-	if (fstat(fileno(f), &st) < 0 || !S_ISREG(st.st_mode)) {
-		fclose(f);
-		snprintf(err, errlen, "%s: not a regular file", path);
-		return -EINVAL;
-	}
-	size_t n = (size_t)st.st_size;
-	uint8_t *b = malloc(n ? n : 1);
-	if (!b) {
-		fclose(f);
-		snprintf(err, errlen, "%s: out of memory reading %zu bytes", path, n);
-		return -ENOMEM;
-	}
-	if (fread(b, 1, n, f) != n) {
-		fclose(f);
-		free(b);
-		snprintf(err, errlen, "%s: read error", path);
-		return -EIO;
-	}
-	fclose(f);
-	*buf = b;
-	*len = n;
-	return 0;
-}
-
 int ctl_read_matrix(const char *path, enum mfma_dtype want, bool convert, struct ctl_matrix *m,
 		    char *err, size_t errlen)
 {
-	struct npy_info info;
-	uint8_t *buf = NULL;
-	size_t len = 0;
-	char perr[256];
-	enum mfma_dtype have;
-
+	struct npy_matrix x;
 	memset(m, 0, sizeof(*m));
-	int rc = read_file(path, &buf, &len, err, errlen);
+	int rc = npy_read(path, want, convert, 0, &x, err, errlen);
 	if (rc < 0)
 		return rc;
-	rc = npy_parse(buf, len, &info, perr, sizeof(perr));
-	if (rc == 0)
-		rc = npy_resolve(info.type, want, &have, perr, sizeof(perr));
-	if (rc < 0) {
-		snprintf(err, errlen, "%s: %s", path, perr);
-		free(buf);
-		return rc;
-	}
-	size_t count = (size_t)info.rows * info.cols;
-	m->rows = info.rows;
-	m->cols = info.cols;
-	if (want == MFMA_DT_NONE || want == have) {
-		/* Keep the file's buffer; move the data to its start when the
-		 * header leaves it misaligned for the element type. */
-		memmove(buf, buf + info.data_offset, info.data_bytes);
-		m->alloc = buf;
-		m->data = buf;
-		m->bytes = info.data_bytes;
-		m->dtype = have;
-		return 0;
-	}
-	if (!convert || have != MFMA_DT_F32 || (want != MFMA_DT_F16 && want != MFMA_DT_BF16)) {
-		snprintf(err, errlen, "%s holds %s data (%s), which cannot be used as %s%s", path,
-			 mfma_dtype_name(have), npy_type_descr(info.type), mfma_dtype_name(want),
-			 have == MFMA_DT_F32 && !convert ? " (use --dtype to convert)" : "");
-		free(buf);
-		return -EINVAL;
-	}
-	uint16_t *out = malloc(count * 2 + 1);
-	if (!out) {
-		free(buf);
-		snprintf(err, errlen, "%s: out of memory", path);
-		return -ENOMEM;
-	}
-	for (size_t i = 0; i < count; i++) {
-		float f;
-		memcpy(&f, buf + info.data_offset + 4 * i, sizeof(f));
-		out[i] = want == MFMA_DT_F16 ? mfma_f32_to_f16(f) : mfma_f32_to_bf16(f);
-	}
-	free(buf);
-	m->alloc = out;
-	m->data = out;
-	m->bytes = count * 2;
-	m->dtype = want;
+	m->rows = x.rows;
+	m->cols = x.cols;
+	m->dtype = x.dtype;
+	m->data = x.data;
+	m->bytes = x.bytes;
+	m->alloc = x.alloc;
 	return 0;
 }
 

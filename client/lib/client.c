@@ -20,6 +20,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "endpoint.h"
@@ -197,12 +198,48 @@ static int connect_list(const struct endpoint *eps, size_t n, size_t first, size
 	return rc;
 }
 
-int client_reconnect(mfma_client *c, struct mfma_error *err)
+/* Answers a request that can no longer be sent, as the daemon would have:
+ * the caller of mfma_wait gets it like any other error answer. */
+static void answer_locally(mfma_client *c, struct client_pending *p, int code, const char *msg)
+{
+	Mfma__V1__Response resp = MFMA__V1__RESPONSE__INIT;
+	Mfma__V1__Status st = MFMA__V1__STATUS__INIT;
+	uint8_t buf[MFMA_ERROR_MAX + 64]; /* the message is shorter than MFMA_ERROR_MAX */
+	st.has_code = 1;
+	st.code = (Mfma__V1__Code)code;
+	st.message = (char *)msg;
+	resp.has_id = 1;
+	resp.id = p->id;
+	resp.status = &st;
+	size_t n = mfma__v1__response__pack(&resp, buf);
+	p->resp = mfma__v1__response__unpack(NULL, n, buf);
+	if (!p->resp)
+		return; /* out of memory: it stays unanswered, and is retried */
+	p->t_recv_ns = mfma_clock_ns();
+	p->seq = ++c->arrivals;
+}
+
+/* The requests that wait for a connection past their deadline end here. */
+static void expire(mfma_client *c, uint64_t now)
+{
+	for (size_t i = 0; i < c->npend; i++) {
+		struct client_pending *p = &c->pend[i];
+		if (p->frame && !p->resp && p->deadline_ns && now >= p->deadline_ns) {
+			char msg[MFMA_ERROR_MAX];
+			snprintf(msg, sizeof(msg), "no answer within the request's deadline: the "
+				 "connection was lost (%.300s) and not re-established in time",
+				 c->dead_msg);
+			answer_locally(c, p, MFMA__V1__CODE__DEADLINE_EXCEEDED, msg);
+		}
+	}
+}
+
+/* One reconnection: the new socket, the token, the resends.  0, or the
+ * error (the connection is then dead again, or was never made). */
+static int reconnect_once(mfma_client *c, struct mfma_error *err)
 {
 	size_t which;
 	int fd;
-	if (!c->dead || c->neps < 2)
-		return 0;
 	int rc = connect_list(c->eps, c->neps, c->cur + 1, &which, &fd, err);
 	if (rc < 0)
 		return rc;
@@ -213,14 +250,89 @@ int client_reconnect(mfma_client *c, struct mfma_error *err)
 	c->dead = 0;
 	c->dead_msg[0] = c->conn_msg[0] = '\0';
 	(void)endpoint_format(&c->eps[which], c->endpoint, sizeof(c->endpoint));
-	/* Whatever was half-read or in flight belonged to the old stream. */
+	/* Whatever was half-read belonged to the old stream; of the requests
+	 * in flight, those that cannot be resent are lost with it (their
+	 * callers have been told), answers already here stay. */
 	frame_reader_free(&c->rd);
 	frame_reader_init(&c->rd, CLIENT_MAX_FRAME);
-	while (c->npend > 0)
-		client_pending_remove(c, &c->pend[c->npend - 1]);
+	for (size_t i = c->npend; i-- > 0;) {
+		struct client_pending *p = &c->pend[i];
+		if (!p->resp && (!p->frame || p->abandoned))
+			client_pending_remove(c, p);
+	}
 	if (c->token_len > 0 && (rc = client_send_token(c, c->token, c->token_len, err)) < 0)
 		return rc;
-	return 1;
+	/* Sending may read answers, which moves entries: go by id, in the
+	 * order they were first sent. */
+	size_t n = c->npend;
+	uint64_t *ids = malloc((n ? n : 1) * sizeof(*ids));
+	if (!ids)
+		return client_fail(err, -ENOMEM, "out of memory");
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++)
+		if (c->pend[i].frame && !c->pend[i].resp)
+			ids[k++] = c->pend[i].id;
+	for (size_t a = 1; a < k; a++)
+		for (size_t b2 = a; b2 > 0 && ids[b2 - 1] > ids[b2]; b2--) {
+			uint64_t t = ids[b2];
+			ids[b2] = ids[b2 - 1];
+			ids[b2 - 1] = t;
+		}
+	rc = 0;
+	for (size_t i = 0; i < k && rc == 0; i++) {
+		struct client_pending *p = client_pending_find(c, ids[i]);
+		if (!p || p->resp || !p->frame)
+			continue;
+		uint8_t *frame = p->frame;
+		size_t len = p->frame_len;
+		uint64_t t = mfma_clock_ns();
+		rc = client_send_frame(c, frame, len, &t, err);
+		if (rc == 0 && (p = client_pending_find(c, ids[i])) != NULL)
+			p->t_send_ns = t;
+	}
+	free(ids);
+	return rc;
+}
+
+/* Reconnects a dead client a bounded number of times: every endpoint a
+ * few times over, with the pauses below, is a few seconds. */
+#define RECONNECT_ATTEMPTS(neps) (4 * (neps) + 4)
+
+/* The error of a reconnection that did not succeed: the loss first (what
+ * the daemon said before it closed, say), then why no new connection. */
+static int give_up(mfma_client *c, int rc, struct mfma_error *err)
+{
+	if (!c->dead)
+		return rc;
+	if (rc < 0 && err && rc != c->dead) {
+		char why[MFMA_ERROR_MAX];
+		snprintf(why, sizeof(why), "%s", err->message);
+		return client_fail(err, c->dead, "%.300s; reconnecting failed: %.200s", c->dead_msg,
+				   why);
+	}
+	return client_check_alive(c, err);
+}
+
+int client_reconnect(mfma_client *c, uint64_t deadline, struct mfma_error *err)
+{
+	int rc = 0;
+	if (!c->dead)
+		return 0;
+	if (c->neps == 0)
+		return client_check_alive(c, err);
+	for (unsigned attempt = 0;; attempt++) {
+		uint64_t now = mfma_clock_ns();
+		expire(c, now);
+		rc = reconnect_once(c, err);
+		if (rc == 0 && !c->dead)
+			return 0;
+		if (attempt + 1 >= RECONNECT_ATTEMPTS(c->neps) ||
+		    (deadline && mfma_clock_ns() >= deadline))
+			return give_up(c, rc, err);
+		/* Every endpoint refused: give a restarting daemon a moment. */
+		struct timespec ts = { 0, 20000000L * (attempt < 10 ? attempt + 1 : 10) };
+		nanosleep(&ts, NULL);
+	}
 }
 
 int client_send_token(mfma_client *c, const void *token, size_t len, struct mfma_error *err)
@@ -277,10 +389,14 @@ int mfma_connect(const char *endpoint, mfma_client **client, struct mfma_error *
 	c->fd = fd;
 	c->timeout_ms = -1;
 	c->next_id = 1;
-	if (neps > 1) {
+	if (neps > 0) {
 		memcpy(c->eps, eps, neps * sizeof(*eps));
 		c->neps = neps;
 		c->cur = which;
+	} else {
+		/* The default socket that answered is the one to come back to. */
+		c->eps[0] = ep;
+		c->neps = 1;
 	}
 	free(eps);
 	(void)endpoint_format(&ep, c->endpoint, sizeof(c->endpoint));
@@ -296,9 +412,11 @@ void mfma_close(mfma_client *c)
 		return;
 	if (c->fd >= 0)
 		close(c->fd);
-	for (size_t i = 0; i < c->npend; i++)
+	for (size_t i = 0; i < c->npend; i++) {
 		if (c->pend[i].resp)
 			mfma__v1__response__free_unpacked(c->pend[i].resp, NULL);
+		free(c->pend[i].frame);
+	}
 	free(c->pend);
 	frame_reader_free(&c->rd);
 	explicit_bzero(c->token, sizeof(c->token));
@@ -355,6 +473,7 @@ void client_pending_remove(mfma_client *c, struct client_pending *p)
 {
 	if (p->resp)
 		mfma__v1__response__free_unpacked(p->resp, NULL);
+	free(p->frame);
 	*p = c->pend[--c->npend];
 }
 
@@ -420,6 +539,15 @@ static void dispatch(mfma_client *c, Mfma__V1__Response *resp, uint64_t now)
 	if (p->abandoned) {
 		mfma__v1__response__free_unpacked(resp, NULL);
 		client_pending_remove(c, p);
+		return;
+	}
+	/* A draining daemon refuses new work "shutting down": a request that
+	 * can be resent goes to the next connection instead. */
+	const Mfma__V1__Status *st = resp->status;
+	if (p->frame && st && st->has_code && st->code == MFMA__V1__CODE__UNAVAILABLE &&
+	    st->message && strncmp(st->message, "shutting down", 13) == 0) {
+		mfma__v1__response__free_unpacked(resp, NULL);
+		client_abandon(c, -ECONNRESET, "the daemon is draining");
 		return;
 	}
 	p->resp = resp;
@@ -594,6 +722,18 @@ static struct client_pending *ready(mfma_client *c, uint64_t id)
 	return best;
 }
 
+/* Whether a lost connection should be made again for this wait: the
+ * request waited for (or, for MFMA_ANY, some submitted one) can be resent. */
+static bool waits_for_resend(mfma_client *c, uint64_t id)
+{
+	for (size_t i = 0; i < c->npend; i++) {
+		const struct client_pending *p = &c->pend[i];
+		if ((id == MFMA_ANY ? p->user : p->id == id) && p->frame && !p->resp)
+			return true;
+	}
+	return false;
+}
+
 int client_wait(mfma_client *c, uint64_t id, int timeout_ms, struct client_pending **out,
 		struct mfma_error *err)
 {
@@ -608,6 +748,22 @@ int client_wait(mfma_client *c, uint64_t id, int timeout_ms, struct client_pendi
 			return 0;
 		}
 		int rc = client_check_alive(c, err);
+		if (rc < 0 && waits_for_resend(c, id)) {
+			uint64_t until = deadline;
+			for (size_t i = 0; i < c->npend; i++) {
+				const struct client_pending *q = &c->pend[i];
+				if (q->frame && !q->resp && q->deadline_ns &&
+				    (until == 0 || q->deadline_ns < until))
+					until = q->deadline_ns;
+			}
+			rc = client_reconnect(c, until, err);
+			expire(c, mfma_clock_ns());
+			if (rc == 0 || ready(c, id))
+				continue;
+			if (deadline == 0 || mfma_clock_ns() < deadline)
+				return rc;
+			timed_out = true;
+		}
 		if (rc < 0)
 			return rc;
 		if (timed_out)

@@ -21,7 +21,18 @@ struct client_pending {
 	uint64_t t_recv_ns;
 	uint64_t seq;    /* arrival order, for MFMA_ANY */
 	Mfma__V1__Response *resp; /* NULL until the answer arrives */
+	/* A request that changes nothing (a GEMM, a ping, status, the list)
+	 * keeps its frame until answered: after a lost connection it is sent
+	 * again, with the same id, on the next one (client_reconnect), until
+	 * deadline_ns passes. */
+	uint8_t *frame;
+	size_t frame_len;
+	uint64_t deadline_ns;
 };
+
+/* How long a resendable request may wait for a connection when neither
+ * it (timeout_us) nor the client (mfma_set_timeout) says. */
+#define CLIENT_RESEND_WINDOW_MS 60000
 
 struct mfma_client {
 	int fd;
@@ -37,8 +48,9 @@ struct mfma_client {
 	char dead_msg[MFMA_ERROR_MAX];
 	char conn_msg[MFMA_ERROR_MAX / 2]; /* last error the daemon sent with no id */
 	char endpoint[400];
-	/* An endpoint list of two or more: after a connection is lost, the
-	 * next call reconnects, starting with the endpoint after cur. */
+	/* The endpoint list (one entry for a single endpoint or the default
+	 * socket): after a connection is lost, the next call reconnects,
+	 * starting with the endpoint after cur (the same one when alone). */
 	struct endpoint eps[ENDPOINT_LIST_MAX];
 	size_t neps, cur;
 	uint8_t token[FRAME_TOKEN_MAX]; /* resent on each reconnect */
@@ -49,12 +61,14 @@ int client_fail(struct mfma_error *err, int code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 void client_ok(struct mfma_error *err);
 int client_check_alive(mfma_client *c, struct mfma_error *err);
-/* When the connection is dead and the client has an endpoint list:
- * connects to the next endpoint that answers (in list order, wrapping),
- * drops every request that was in flight on the old connection and
- * resends the token.  1 when it reconnected, 0 when there was nothing
- * to do, or the error of the last endpoint tried. */
-int client_reconnect(mfma_client *c, struct mfma_error *err);
+/* When the connection is dead: connects to the next endpoint that
+ * answers (in list order, wrapping; a single endpoint is tried again),
+ * resends the token, then every resendable request whose answer has not
+ * come (same ids: each is answered once), and drops the others that were
+ * in flight.  Retries with short pauses, a bounded number of times and
+ * not past `deadline` (0: none); requests whose own deadline passes are
+ * answered DEADLINE_EXCEEDED here.  0 when connected, or the last error. */
+int client_reconnect(mfma_client *c, uint64_t deadline, struct mfma_error *err);
 /* Sends the token frame (len checked by the caller); a right token is not
  * answered. */
 int client_send_token(mfma_client *c, const void *token, size_t len, struct mfma_error *err);

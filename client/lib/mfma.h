@@ -253,7 +253,15 @@ int mfma_gemm(mfma_client *client, const struct mfma_gemm_args *args,
  * is handed to the kernel; while the socket is full it keeps reading
  * responses into the client's buffer, so any number of submits before the
  * first wait cannot deadlock.  The caller's matrices may be reused as soon
- * as it returns. */
+ * as it returns.
+ *
+ * A GEMM changes nothing, so the library keeps its frame until the answer
+ * comes: when the connection is lost (the daemon killed and restarted, or
+ * draining), the next submit or wait reconnects (to the same endpoint, or
+ * the next of a list) and sends it again with the same id; mfma_wait
+ * completes each id exactly once.  A request that finds no connection
+ * within its timeout_us (else the client's timeout, else 60 s) completes
+ * with DEADLINE_EXCEEDED. */
 int mfma_gemm_submit(mfma_client *client, const struct mfma_gemm_args *args, uint64_t *id,
 		     struct mfma_error *err);
 
@@ -297,6 +305,22 @@ struct mfma_weight_info {
 	uint64_t launches;   /* the launches they took: requests / launches is the mean batch */
 };
 
+/* A weight the daemon's configuration declares (weights.declare) and where
+ * it stands; the daemon is ready only when every one is resident. */
+enum mfma_declared_state {
+	MFMA_DECLARED_UNKNOWN = 0,
+	MFMA_DECLARED_LOADING = 1,  /* its file is being read or made resident */
+	MFMA_DECLARED_RESIDENT = 2,
+	MFMA_DECLARED_FAILED = 3,   /* message says why */
+};
+
+struct mfma_declared_weight {
+	const char *name;
+	const char *file;
+	enum mfma_declared_state state;
+	const char *message;        /* "" unless it failed */
+};
+
 struct mfma_load_args {
 	const char *name;
 	struct mfma_operand a; /* dense (with sparsity) or 2:4; not a weight */
@@ -323,6 +347,8 @@ struct mfma_weight_list {
 	size_t n_weights;
 	struct mfma_weight_info *weights;
 	void *priv;
+	size_t n_declared;          /* the declared weights, resident or not */
+	struct mfma_declared_weight *declared;
 };
 
 void mfma_weight_list_free(struct mfma_weight_list *list);
@@ -361,6 +387,8 @@ struct mfma_status {
 	uint64_t weight_budget; /* bytes the daemon may hold in weights (0 = no limit) */
 	uint64_t weight_bytes;  /* bytes held now */
 	void *priv;
+	size_t n_declared;      /* the declared weights, resident or not */
+	struct mfma_declared_weight *declared;
 };
 
 void mfma_status_free(struct mfma_status *status);

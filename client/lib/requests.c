@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "mfma_dtype.h"
 
@@ -187,11 +186,43 @@ static int gemm_to_wire(const struct mfma_gemm_args *args, struct wire_gemm *w,
 	return 0;
 }
 
-/* Packs req (its id set here) behind a frame header and sends it. */
+/* Requests that change nothing (a GEMM is pure) may be sent again when
+ * their answer was lost with the connection, or a draining daemon
+ * refused them. */
+static bool resendable(const Mfma__V1__Request *req)
+{
+	switch (req->body_case) {
+	case MFMA__V1__REQUEST__BODY_GEMM:
+	case MFMA__V1__REQUEST__BODY_PING:
+	case MFMA__V1__REQUEST__BODY_STATUS:
+	case MFMA__V1__REQUEST__BODY_LIST_WEIGHTS: return true;
+	default: return false;
+	}
+}
+
+/* Until when a request may be resent: its own timeout, else the
+ * client's, else CLIENT_RESEND_WINDOW_MS. */
+static uint64_t resend_deadline(const mfma_client *c, const Mfma__V1__Request *req)
+{
+	uint64_t now = mfma_clock_ns();
+	if (req->body_case == MFMA__V1__REQUEST__BODY_GEMM && req->gemm->has_timeout_us &&
+	    req->gemm->timeout_us)
+		return now + req->gemm->timeout_us * 1000u;
+	if (c->timeout_ms >= 0)
+		return now + (uint64_t)c->timeout_ms * 1000000u;
+	return now + (uint64_t)CLIENT_RESEND_WINDOW_MS * 1000000u;
+}
+
+/* Packs req (its id set here) behind a frame header and sends it; on a
+ * lost connection, reconnects first.  A resendable request keeps its
+ * frame until answered: when the connection breaks while it is sent, it
+ * stays in flight and goes again on the next connection. */
 static int send_request(mfma_client *c, Mfma__V1__Request *req, bool user, uint64_t *idp,
 			struct mfma_error *err)
 {
-	int rc = client_check_alive(c, err);
+	bool keep = resendable(req) && c->neps > 0;
+	uint64_t deadline = resend_deadline(c, req);
+	int rc = c->dead ? client_reconnect(c, deadline, err) : 0;
 	if (rc < 0)
 		return rc;
 	uint64_t id = c->next_id++;
@@ -213,17 +244,25 @@ static int send_request(mfma_client *c, Mfma__V1__Request *req, bool user, uint6
 		free(buf);
 		return client_fail(err, rc, "out of memory");
 	}
+	if (keep) {
+		struct client_pending *p = client_pending_find(c, id);
+		p->frame = buf;
+		p->frame_len = FRAME_HEADER_SIZE + n;
+		p->deadline_ns = deadline;
+	}
 	uint64_t t_first = mfma_clock_ns();
 	rc = client_send_frame(c, buf, FRAME_HEADER_SIZE + n, &t_first, err);
-	free(buf);
+	if (!keep)
+		free(buf);
 	/* Answers read while sending may have moved entries: find it again. */
 	struct client_pending *p = client_pending_find(c, id);
-	if (rc < 0) {
+	if (rc < 0 && !(keep && p && c->dead)) {
 		if (p)
 			client_pending_remove(c, p);
 		return rc;
 	}
-	p->t_send_ns = t_first;
+	if (p)
+		p->t_send_ns = t_first;
 	*idp = id;
 	return 0;
 }
@@ -252,76 +291,25 @@ static int take(mfma_client *c, struct client_pending *p, Mfma__V1__Response__Bo
 	return 0;
 }
 
-/* Requests that change nothing (a GEMM is pure) may be sent again when
- * their answer was lost with the connection, or a draining daemon
- * refused them. */
-static bool resendable(const Mfma__V1__Request *req)
-{
-	switch (req->body_case) {
-	case MFMA__V1__REQUEST__BODY_GEMM:
-	case MFMA__V1__REQUEST__BODY_PING:
-	case MFMA__V1__REQUEST__BODY_STATUS:
-	case MFMA__V1__REQUEST__BODY_LIST_WEIGHTS: return true;
-	default: return false;
-	}
-}
-
-/* The daemon's answer while it drains (dispatch.c's refusal). */
-static bool is_draining(const Mfma__V1__Response *resp)
-{
-	const Mfma__V1__Status *st = resp->status;
-	return st && st->has_code && st->code == MFMA__V1__CODE__UNAVAILABLE && st->message &&
-	       strncmp(st->message, "shutting down", 13) == 0;
-}
-
-/* Bounds the resends of a call without a timeout: every endpoint a few
- * times over, with the pauses below, is a few seconds. */
-#define CALL_MAX_ATTEMPTS(neps) (4 * (neps) + 4)
-
-/* One blocking round trip.  On a client with an endpoint list, a
- * resendable request whose answer was lost (the connection broke, or the
- * daemon was draining) is sent again on a new connection to the next
- * endpoint, until the call's timeout. */
+/* One blocking round trip.  A resendable request whose answer was lost
+ * (the connection broke, or the daemon was draining) is sent again on a
+ * new connection, to the same endpoint or the next in the list, within
+ * the call's timeout (client_wait). */
 static int call(mfma_client *c, Mfma__V1__Request *req, Mfma__V1__Response__BodyCase want,
 		Mfma__V1__Response **out, uint64_t *rtt, struct mfma_error *err)
 {
-	bool resend = c->neps > 1 && resendable(req);
-	uint64_t start = mfma_clock_ns();
-	for (unsigned attempt = 0;; attempt++) {
-		uint64_t id;
-		struct client_pending *p;
-		int timeout = c->timeout_ms;
-		if (attempt > 0 && timeout >= 0) {
-			uint64_t spent = (mfma_clock_ns() - start) / 1000000u;
-			if (spent >= (uint64_t)timeout)
-				return client_fail(err, -ETIMEDOUT, "no answer within %d ms from any "
-						   "endpoint; the last said: %s", c->timeout_ms,
-						   err ? err->message : "");
-			timeout -= (int)spent;
-		}
-		int rc = resend ? client_reconnect(c, err) : 0;
-		if (rc >= 0)
-			rc = send_request(c, req, false, &id, err);
-		if (rc >= 0) {
-			rc = client_wait(c, id, timeout, &p, err);
-			if (rc == 0 && !(resend && is_draining(p->resp)))
-				return take(c, p, want, out, rtt, err);
-			if (rc == 0) {
-				client_pending_remove(c, p);
-				client_abandon(c, -ECONNRESET, "the daemon is draining");
-				rc = client_fail(err, -ECONNRESET, "%s is draining", c->endpoint);
-			} else if ((p = client_pending_find(c, id)) != NULL) {
-				p->abandoned = true;
-			}
-		}
-		if (!resend || !c->dead || attempt + 1 >= CALL_MAX_ATTEMPTS(c->neps))
-			return rc;
-		/* Every endpoint refused: give a restarting daemon a moment. */
-		if (rc != -ECONNRESET && rc != -EPIPE) {
-			struct timespec ts = { 0, 20000000L * (attempt < 10 ? attempt + 1 : 10) };
-			nanosleep(&ts, NULL);
-		}
+	uint64_t id;
+	struct client_pending *p;
+	int rc = send_request(c, req, false, &id, err);
+	if (rc < 0)
+		return rc;
+	rc = client_wait(c, id, c->timeout_ms, &p, err);
+	if (rc < 0) {
+		if ((p = client_pending_find(c, id)) != NULL)
+			p->abandoned = true;
+		return rc;
 	}
+	return take(c, p, want, out, rtt, err);
 }
 
 /* ---- decoding ---- */
@@ -639,6 +627,24 @@ static int weights_from(Mfma__V1__WeightInfo **w, size_t n, struct mfma_weight_i
 	return 0;
 }
 
+static int declared_from(Mfma__V1__DeclaredWeight **w, size_t n,
+			 struct mfma_declared_weight **out, struct mfma_error *err)
+{
+	*out = NULL;
+	if (n == 0)
+		return 0;
+	*out = calloc(n, sizeof(**out));
+	if (!*out)
+		return client_fail(err, -ENOMEM, "out of memory");
+	for (size_t i = 0; i < n; i++) {
+		(*out)[i].name = str(w[i]->name);
+		(*out)[i].file = str(w[i]->file);
+		(*out)[i].state = (enum mfma_declared_state)w[i]->state;
+		(*out)[i].message = str(w[i]->message);
+	}
+	return 0;
+}
+
 int mfma_list_weights(mfma_client *c, struct mfma_weight_list *list, struct mfma_error *err)
 {
 	Mfma__V1__Request req = MFMA__V1__REQUEST__INIT;
@@ -655,12 +661,15 @@ int mfma_list_weights(mfma_client *c, struct mfma_weight_list *list, struct mfma
 		return rc;
 	const Mfma__V1__ListWeightsResult *r = resp->list_weights;
 	size_t n = r ? r->n_weights : 0;
-	if ((rc = weights_from(r ? r->weights : NULL, n, &list->weights, err)) < 0) {
-		mfma__v1__response__free_unpacked(resp, NULL);
+	list->priv = resp;
+	if ((rc = weights_from(r ? r->weights : NULL, n, &list->weights, err)) < 0 ||
+	    (rc = declared_from(r ? r->declared : NULL, r ? r->n_declared : 0, &list->declared,
+				err)) < 0) {
+		mfma_weight_list_free(list);
 		return rc;
 	}
 	list->n_weights = n;
-	list->priv = resp;
+	list->n_declared = r ? r->n_declared : 0;
 	client_ok(err);
 	return 0;
 }
@@ -670,6 +679,7 @@ void mfma_weight_list_free(struct mfma_weight_list *list)
 	if (!list)
 		return;
 	free(list->weights);
+	free(list->declared);
 	if (list->priv)
 		mfma__v1__response__free_unpacked(list->priv, NULL);
 	memset(list, 0, sizeof(*list));
@@ -735,11 +745,13 @@ int mfma_status(mfma_client *c, struct mfma_status *st, struct mfma_error *err)
 			o->failed = d->failed;
 		}
 	}
-	if ((rc = weights_from(r->weights, r->n_weights, &st->weights, err)) < 0) {
+	if ((rc = weights_from(r->weights, r->n_weights, &st->weights, err)) < 0 ||
+	    (rc = declared_from(r->declared, r->n_declared, &st->declared, err)) < 0) {
 		mfma_status_free(st);
 		return rc;
 	}
 	st->n_weights = r->n_weights;
+	st->n_declared = r->n_declared;
 	client_ok(err);
 	return 0;
 }
@@ -750,6 +762,7 @@ void mfma_status_free(struct mfma_status *st)
 		return;
 	free(st->devices);
 	free(st->weights);
+	free(st->declared);
 	if (st->priv)
 		mfma__v1__response__free_unpacked(st->priv, NULL);
 	memset(st, 0, sizeof(*st));

@@ -75,9 +75,15 @@ class LoadResult(Structure):
     _fields_ = [("weight", WeightInfo), ("priv", c_void_p)]
 
 
+class DeclaredWeight(Structure):
+    _fields_ = [("name", c_char_p), ("file", c_char_p), ("state", c_int),
+                ("message", c_char_p)]
+
+
 class WeightList(Structure):
     _fields_ = [("n_weights", c_size_t), ("weights", POINTER(WeightInfo)),
-                ("priv", c_void_p)]
+                ("priv", c_void_p), ("n_declared", c_size_t),
+                ("declared", POINTER(DeclaredWeight))]
 
 
 class DeviceStatus(Structure):
@@ -100,7 +106,8 @@ class Status(Structure):
                 ("n_devices", c_size_t), ("devices", POINTER(DeviceStatus)),
                 ("n_weights", c_size_t), ("weights", POINTER(WeightInfo)),
                 ("counters", Counters), ("weight_budget", c_uint64),
-                ("weight_bytes", c_uint64), ("priv", c_void_p)]
+                ("weight_bytes", c_uint64), ("priv", c_void_p),
+                ("n_declared", c_size_t), ("declared", POINTER(DeclaredWeight))]
 
 
 def _candidates():

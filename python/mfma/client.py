@@ -57,6 +57,9 @@ class Status:
     counters: dict
     weight_budget: int
     weight_bytes: int
+    # The configuration's weights.declare: dicts of name, file, state
+    # ("loading", "resident", "failed") and message.
+    declared: list = ()
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,14 @@ class GemmFuture(concurrent.futures.Future):
 def _weight(w):
     return WeightInfo(_lib.text(w.name), w.rows, w.cols, dtypes.NAME.get(w.dtype, "?"),
                       bool(w.sparse), w.bytes, tuple(w.devices[i] for i in range(w.n_devices)))
+
+
+_DECLARED_STATE = {1: "loading", 2: "resident", 3: "failed"}
+
+
+def _declared(w):
+    return {"name": _lib.text(w.name), "file": _lib.text(w.file),
+            "state": _DECLARED_STATE.get(w.state, "unknown"), "message": _lib.text(w.message)}
 
 
 def _is_torch(x):
@@ -473,7 +484,8 @@ class Client:
                 out = Status(_lib.text(st.version), st.uptime_ns, devs,
                              [_weight(st.weights[i]) for i in range(st.n_weights)],
                              {k: getattr(st.counters, k) for k, _ in _lib.Counters._fields_},
-                             st.weight_budget, st.weight_bytes)
+                             st.weight_budget, st.weight_bytes,
+                             [_declared(st.declared[i]) for i in range(st.n_declared)])
                 _lib.mfma_status_free(ctypes.byref(st))
         if rc < 0:
             raise from_c(rc, err)

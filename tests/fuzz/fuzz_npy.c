@@ -1,5 +1,6 @@
-/* mfmactl's .npy reader on arbitrary files: parsed or refused with a
- * message, and a parse that succeeds describes data inside the file. */
+/* The .npy reader (kernels/common/npy.c, mfmactl's and mfmad's) on
+ * arbitrary files: parsed or refused with a message, and a parse that
+ * succeeds describes data inside the file. */
 #include <stddef.h>
 #include <stdint.h>
 

@@ -199,10 +199,10 @@ static void test_render_exact_lines(void **state)
 		samples++;
 	}
 	assert_null(strstr(out, "result=\"unknown\""));
-	/* 5 status + requests + 6 gemm + 17 histogram + 1 executions + 12
+	/* 6 status (with the declared weights pending) + requests + 6 gemm + 17 histogram + 1 executions + 12
 	 * batch histogram + 6 + 1 + 2 info + 6 x 2 per-device + 2 kernel. */
 	assert_int_equal(samples,
-			 5 + STATS_NKINDS * STATS_NRESULTS + 6 + 17 + 1 + 12 + 6 + 1 + 2 + 12 + 2);
+			 6 + STATS_NKINDS * STATS_NRESULTS + 6 + 17 + 1 + 12 + 6 + 1 + 2 + 12 + 2);
 	assert_int_equal(out[len - 1], '\n');
 	free(out);
 	free(s);

@@ -153,6 +153,9 @@ static void *fake_main(void *arg)
 		return NULL;
 	}
 	f->script(f, fd);
+	/* The daemon is gone with its socket: a reconnection is refused
+	 * (a listener left open would take it into its backlog). */
+	shutdown(f->lfd, SHUT_RDWR);
 	close(fd);
 	return NULL;
 }

@@ -5,12 +5,15 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
 
 #include "config.h"
 #include "log.h"
+#include "mfma.pb-c.h"
+#include "mfma_dtype.h"
 
 static int parse(struct mfmad_config *c, const char *text, char *err, size_t errlen)
 {
@@ -76,6 +79,26 @@ static void test_errors_name_line_and_reason(void **state)
 		{ "cpu = { enabled = \"sometimes\"; };", "cpu.enabled must be true, false or \"auto\"" },
 		{ "cpu = 3;", "cpu must be a group" },
 		{ "limits = { max_inflight = 3 ", "test.conf:1: syntax error" },
+		{ "weights = { declare = { name = \"a\"; }; };", "weights.declare must be a list" },
+		{ "weights = { declare = ( 3 ); };", "weights.declare[0] must be a group" },
+		{ "weights = { declare = ( { file = \"/w.npy\"; } ); };",
+		  "weights.declare[0] needs a name" },
+		{ "weights = { declare = ( { name = \"a\"; } ); };", "weights.declare[0] needs a file" },
+		{ "weights = { declare = ( { name = \"a b\"; file = \"/w.npy\"; } ); };",
+		  "weights.declare[0].name: weight name 'a b' has character 0x20" },
+		{ "weights = { declare = ( { name = \"a\"; file = \"w.npy\"; } ); };",
+		  "weights.declare[0].file = \"w.npy\" must be an absolute path" },
+		{ "weights = { declare = ( { name = \"a\"; file = \"/w\"; sparse = \"half\"; } ); };",
+		  "weights.declare[0].sparse = \"half\": expected none, validate, prune or packed" },
+		{ "weights = { declare = ( { name = \"a\"; file = \"/w\"; dtype = \"i32\"; } ); };",
+		  "weights.declare[0].dtype = \"i32\": expected f32, f16, bf16 or i8" },
+		{ "weights = { declare = ( { name = \"a\"; file = \"/w\"; device = 99; } ); };",
+		  "weights.declare[0].device = 99 is out of range -1..31" },
+		{ "weights = { declare = ( { name = \"a\"; file = \"/w\"; prune = true; } ); };",
+		  "weights.declare[0].prune is not a setting of a declared weight" },
+		{ "weights = { declare = ( { name = \"a\"; file = \"/w\"; },\n"
+		  "                         { name = \"a\"; file = \"/v\"; } ); };",
+		  "test.conf:2: weights.declare[1].name = \"a\" is declared twice (also weights.declare[0])" },
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		struct mfmad_config c;
@@ -84,6 +107,49 @@ static void test_errors_name_line_and_reason(void **state)
 		if (!strstr(err, cases[i].want))
 			fail_msg("case %zu: error \"%s\" lacks \"%s\"", i, err, cases[i].want);
 	}
+}
+
+static void test_declare(void **state)
+{
+	(void)state;
+	struct mfmad_config c;
+	char err[512] = "";
+	assert_int_equal(parse(&c, "", err, sizeof(err)), 0);
+	assert_int_equal(c.ndeclared, 0);
+	assert_int_equal(parse(&c,
+			       "weights = { declare = (\n"
+			       "  { name = \"ffn.up\"; file = \"/var/w/up.npy\"; sparse = \"prune\";\n"
+			       "    dtype = \"f16\"; device = 0; },\n"
+			       "  { name = \"ffn.down\"; file = \"/var/w/down.npy\"; sparse = \"packed\"; },\n"
+			       "  { name = \"emb\"; file = \"/var/w/emb.npy\"; }\n"
+			       "); };\n",
+			       err, sizeof(err)),
+			 0);
+	assert_int_equal(c.ndeclared, 3);
+	assert_string_equal(c.declared[0].name, "ffn.up");
+	assert_string_equal(c.declared[0].file, "/var/w/up.npy");
+	assert_int_equal(c.declared[0].sparsity, MFMA__V1__SPARSITY__PRUNE_24);
+	assert_int_equal(c.declared[0].dtype, MFMA_DT_F16);
+	assert_int_equal(c.declared[0].device, 0);
+	assert_int_equal(c.declared[1].sparsity, MFMA__V1__SPARSITY__VALIDATE_24);
+	assert_int_equal(c.declared[1].device, -1);
+	assert_int_equal(c.declared[2].sparsity, MFMA__V1__SPARSITY__DENSE);
+	assert_int_equal(c.declared[2].dtype, MFMA_DT_NONE);
+
+	/* The list is bounded, and the refusal names the limit. */
+	char *text = malloc(16384);
+	assert_non_null(text);
+	size_t off = (size_t)snprintf(text, 16384, "weights = { declare = (");
+	for (int i = 0; i <= CONFIG_DECLARE_MAX; i++)
+		off += (size_t)snprintf(text + off, 16384 - off, "%s{ name = \"w%d\"; file = \"/w\"; }",
+					i ? ", " : "", i);
+	snprintf(text + off, 16384 - off, "); };");
+	assert_int_equal(parse(&c, text, err, sizeof(err)), -EINVAL);
+	char want[64];
+	snprintf(want, sizeof(want), "has %d entries; the limit is %d", CONFIG_DECLARE_MAX + 1,
+		 CONFIG_DECLARE_MAX);
+	assert_non_null(strstr(err, want));
+	free(text);
 }
 
 static void test_missing_file(void **state)
@@ -130,6 +196,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_defaults_and_values),
 		cmocka_unit_test(test_errors_name_line_and_reason),
+		cmocka_unit_test(test_declare),
 		cmocka_unit_test(test_missing_file),
 		cmocka_unit_test(test_shipped_file_is_the_defaults),
 		cmocka_unit_test(test_restart_only),

@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const uint8_t npy_magic[6] = { 0x93, 'N', 'U', 'M', 'P', 'Y' };
@@ -321,4 +322,66 @@ size_t npy_write_header(enum npy_type t, uint32_t rows, uint32_t cols, uint8_t *
 	memset(out + 10 + n, ' ', hlen - (size_t)n - 1);
 	out[total - 1] = '\n';
 	return total;
+}
+
+void npy_matrix_free(struct npy_matrix *m)
+{
+	if (!m)
+		return;
+	free(m->alloc);
+	memset(m, 0, sizeof(*m));
+}
+
+int npy_decode(void *file, size_t len, enum mfma_dtype want, bool convert, struct npy_matrix *m,
+	       char *err, size_t errlen)
+{
+	struct npy_info info;
+	enum mfma_dtype have;
+	uint8_t *buf = file;
+
+	memset(m, 0, sizeof(*m));
+	int rc = npy_parse(buf, len, &info, err, errlen);
+	if (rc == 0)
+		rc = npy_resolve(info.type, want, &have, err, errlen);
+	if (rc < 0) {
+		free(buf);
+		return rc;
+	}
+	m->rows = info.rows;
+	m->cols = info.cols;
+	if (want == MFMA_DT_NONE || want == have) {
+		/* Keep the file's buffer; move the data to its start, where the
+		 * header may have left it misaligned for the element type. */
+		memmove(buf, buf + info.data_offset, info.data_bytes);
+		m->alloc = buf;
+		m->data = buf;
+		m->bytes = info.data_bytes;
+		m->dtype = have;
+		return 0;
+	}
+	if (!convert || have != MFMA_DT_F32 || (want != MFMA_DT_F16 && want != MFMA_DT_BF16)) {
+		rc = fail(err, errlen, -EINVAL, "the data is %s (%s), which cannot be used as %s%s",
+			  mfma_dtype_name(have), npy_type_descr(info.type), mfma_dtype_name(want),
+			  have == MFMA_DT_F32 && !convert ? " (use --dtype to convert)" : "");
+		free(buf);
+		return rc;
+	}
+	/* rows * cols * 4 fitted in the file, so half of it fits too. */
+	size_t count = (size_t)info.rows * info.cols;
+	uint16_t *out = malloc(count * 2 + 1);
+	if (!out) {
+		free(buf);
+		return fail(err, errlen, -ENOMEM, "out of memory converting %zu elements", count);
+	}
+	for (size_t i = 0; i < count; i++) {
+		float f;
+		memcpy(&f, buf + info.data_offset + 4 * i, sizeof(f));
+		out[i] = want == MFMA_DT_F16 ? mfma_f32_to_f16(f) : mfma_f32_to_bf16(f);
+	}
+	free(buf);
+	m->alloc = out;
+	m->data = out;
+	m->bytes = count * 2;
+	m->dtype = want;
+	return 0;
 }

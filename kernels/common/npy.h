@@ -1,6 +1,7 @@
-/* The NumPy .npy format, as far as mfmactl needs it: pure functions from
- * bytes to a description and back, no I/O (mfmactl reads and writes the
- * files).
+/* The NumPy .npy format, as far as mfmactl and mfmad need it: pure
+ * functions from bytes to a description and a matrix and back (npy.c), and
+ * the one reader of a file that both use (npy_file.c: open, size check,
+ * read, then the pure decode).
  *
  * Read: format versions 1.0, 2.0 and 3.0 (3.0 only differs by allowing a
  * UTF-8 header); C order only; element types <f4 (f32), <f2 (f16), |i1
@@ -12,6 +13,7 @@
 #ifndef MFMA_NPY_H
 #define MFMA_NPY_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -62,5 +64,33 @@ int npy_resolve(enum npy_type t, enum mfma_dtype hint, enum mfma_dtype *out, cha
  * into out (at least NPY_HEADER_MAX bytes); returns its length, a
  * multiple of 64, or 0 for NPY_NONE. */
 size_t npy_write_header(enum npy_type t, uint32_t rows, uint32_t cols, uint8_t *out);
+
+/* A matrix read from a .npy file: `data` (rows x cols of dtype, `bytes`
+ * long) lies in `alloc`, which the holder frees (npy_matrix_free). */
+struct npy_matrix {
+	uint32_t rows, cols;
+	enum mfma_dtype dtype;
+	void *data;
+	size_t bytes;
+	void *alloc;
+};
+
+/* Decodes a whole file held in `file` (malloc'd, `len` bytes), taking it
+ * over: on success it becomes m->alloc (or is freed when a conversion
+ * made a new buffer), on failure it is freed.  `want` is the dtype the
+ * caller needs (MFMA_DT_NONE: the file's own); f32 data becomes f16 or
+ * bf16 when `convert` allows it, other differences are refused.  0, or
+ * -EINVAL / -ENOTSUP / -ENOMEM with a sentence in err (without the file
+ * name: the caller adds it). */
+int npy_decode(void *file, size_t len, enum mfma_dtype want, bool convert, struct npy_matrix *m,
+	       char *err, size_t errlen);
+void npy_matrix_free(struct npy_matrix *m);
+
+/* Reads and decodes the file at path (npy_file.c).  Files larger than
+ * max_bytes (0: no limit) are refused before anything is read, with a
+ * sentence naming the size and the limit (-EFBIG); the caller says which
+ * setting the limit is.  Errors start with the path. */
+int npy_read(const char *path, enum mfma_dtype want, bool convert, uint64_t max_bytes,
+	     struct npy_matrix *m, char *err, size_t errlen);
 
 #endif

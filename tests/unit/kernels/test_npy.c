@@ -1,4 +1,4 @@
-/* npy.c: headers as NumPy writes them (bytes fixed here, not produced by
+/* npy.c and npy_file.c: headers as NumPy writes them (bytes fixed here, not produced by
  * our own writer), the writer's output read back for every type, and the
  * refusals with the sentence they give. */
 #include <errno.h>
@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -311,6 +312,77 @@ static void test_writer_matches_numpy(void **state)
 		assert_int_equal(hdr[i], ' ');
 }
 
+/* npy_decode: the file's own type kept in its buffer, data moved to the
+ * start; f32 converted to f16 only when allowed; other types refused. */
+static void test_decode(void **state)
+{
+	(void)state;
+	size_t len;
+	struct npy_matrix m;
+	char err[256] = "";
+	float vals[6] = { 1.0f, -2.0f, 0.5f, 3.0f, 0.0f, -0.25f };
+	uint8_t *f = make_file(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }",
+			       sizeof(vals), &len);
+	memcpy(f + len - sizeof(vals), vals, sizeof(vals));
+	assert_int_equal(npy_decode(f, len, MFMA_DT_NONE, false, &m, err, sizeof(err)), 0);
+	assert_int_equal(m.rows, 2);
+	assert_int_equal(m.cols, 3);
+	assert_int_equal(m.dtype, MFMA_DT_F32);
+	assert_int_equal(m.bytes, sizeof(vals));
+	assert_memory_equal(m.data, vals, sizeof(vals));
+	npy_matrix_free(&m);
+
+	f = make_file(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", sizeof(vals),
+		      &len);
+	memcpy(f + len - sizeof(vals), vals, sizeof(vals));
+	assert_int_equal(npy_decode(f, len, MFMA_DT_F16, false, &m, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "cannot be used as f16"));
+
+	f = make_file(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", sizeof(vals),
+		      &len);
+	memcpy(f + len - sizeof(vals), vals, sizeof(vals));
+	assert_int_equal(npy_decode(f, len, MFMA_DT_F16, true, &m, err, sizeof(err)), 0);
+	assert_int_equal(m.dtype, MFMA_DT_F16);
+	assert_int_equal(m.bytes, 12);
+	const uint16_t *h = m.data;
+	for (int i = 0; i < 6; i++)
+		assert_int_equal(h[i], mfma_f32_to_f16(vals[i]));
+	npy_matrix_free(&m);
+
+	f = make_file(1, "{'descr': '|i1', 'fortran_order': False, 'shape': (2, 3), }", 6, &len);
+	assert_int_equal(npy_decode(f, len, MFMA_DT_F16, true, &m, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "i8"));
+	npy_matrix_free(&m); /* nothing to free: safe */
+}
+
+/* npy_read: a file over the limit is refused from its size, naming both. */
+static void test_read_limit(void **state)
+{
+	(void)state;
+	size_t len;
+	char path[] = "/tmp/test-npy-XXXXXX", err[256] = "";
+	struct npy_matrix m;
+	int fd = mkstemp(path);
+	assert_true(fd >= 0);
+	uint8_t *f = make_file(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (4, 4), }", 64,
+			       &len);
+	assert_int_equal(write(fd, f, len), (ssize_t)len);
+	close(fd);
+	free(f);
+	assert_int_equal(npy_read(path, MFMA_DT_NONE, false, len - 1, &m, err, sizeof(err)), -EFBIG);
+	char want[64];
+	snprintf(want, sizeof(want), "%zu bytes, over the limit of %zu", len, len - 1);
+	if (!strstr(err, want) || !strstr(err, path))
+		fail_msg("'%s' does not say '%s' with the path", err, want);
+	assert_int_equal(npy_read(path, MFMA_DT_NONE, false, len, &m, err, sizeof(err)), 0);
+	assert_int_equal(m.rows, 4);
+	assert_int_equal(m.bytes, 64);
+	npy_matrix_free(&m);
+	unlink(path);
+	assert_int_equal(npy_read(path, MFMA_DT_NONE, false, 0, &m, err, sizeof(err)), -ENOENT);
+	assert_non_null(strstr(err, path));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -323,6 +395,8 @@ int main(void)
 		cmocka_unit_test(test_resolve),
 		cmocka_unit_test(test_write_round_trip),
 		cmocka_unit_test(test_writer_matches_numpy),
+		cmocka_unit_test(test_decode),
+		cmocka_unit_test(test_read_limit),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,348 @@
+/* Declared weights (weights.declare) against the real daemon: loaded at
+ * start from .npy files, /readyz 503 while one has failed and 200 once all
+ * are resident, SIGHUP adding, changing and removing declarations (a
+ * client's own weight untouched), a bad or too large file refused with a
+ * message that names it, clients kept off declared names, and the
+ * declaration winning over a stored copy in the state directory. */
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "harness.h"
+#include "mfma.h"
+#include "mfma_clock.h"
+#include "npy.h"
+
+enum { M = 16, K = 32, N = 8 };
+
+static char dir[64];
+static float b[K * N];
+
+/* Writes an M x K f32 .npy whose values follow `seed`. */
+static void write_npy(const char *name, int seed)
+{
+	char path[128];
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	float a[M * K];
+	for (int i = 0; i < M * K; i++)
+		a[i] = (float)((i * 7 + seed * 3) % 13) - 6.0f;
+	uint8_t hdr[NPY_HEADER_MAX];
+	size_t hlen = npy_write_header(NPY_F4, M, K, hdr);
+	/* Renamed in place, as a deployment would: a new inode. */
+	char tmp[140];
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	FILE *f = fopen(tmp, "wb");
+	assert_non_null(f);
+	assert_int_equal(fwrite(hdr, 1, hlen, f), hlen);
+	assert_int_equal(fwrite(a, 1, sizeof(a), f), sizeof(a));
+	assert_int_equal(fclose(f), 0);
+	assert_int_equal(rename(tmp, path), 0);
+}
+
+/* The reference: the same A sent with the request. */
+static void expected(int seed, float *out)
+{
+	float a[M * K];
+	for (int i = 0; i < M * K; i++)
+		a[i] = (float)((i * 7 + seed * 3) % 13) - 6.0f;
+	for (int i = 0; i < M; i++)
+		for (int j = 0; j < N; j++) {
+			float s = 0;
+			for (int k = 0; k < K; k++)
+				s += a[i * K + k] * b[k * N + j];
+			out[i * N + j] = s;
+		}
+}
+
+static int gemm_on(mfma_client *c, const char *name, float *out, struct mfma_error *err)
+{
+	struct mfma_gemm_args g;
+	mfma_gemm_args_init(&g);
+	g.a.kind = MFMA_OPERAND_WEIGHT;
+	g.a.weight = name;
+	g.b = (struct mfma_matrix){ K, N, MFMA_TYPE_F32, b, sizeof(b) };
+	struct mfma_gemm_result r;
+	int rc = mfma_gemm(c, &g, &r, err);
+	if (rc < 0)
+		return rc;
+	memcpy(out, r.d.data, sizeof(float) * M * N);
+	mfma_gemm_result_free(&r);
+	return 0;
+}
+
+static void check_weight(mfma_client *c, const char *name, int seed)
+{
+	float got[M * N], want[M * N];
+	struct mfma_error err;
+	if (gemm_on(c, name, got, &err) < 0)
+		fail_msg("gemm on %s: %s", name, err.message);
+	expected(seed, want);
+	for (int i = 0; i < M * N; i++)
+		if (got[i] != want[i])
+			fail_msg("%s: D[%d] = %g, want %g (seed %d)", name, i, got[i], want[i], seed);
+}
+
+/* A port free now, for the metrics endpoint. */
+static int free_port(void)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(sa);
+	assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+	close(fd);
+	return ntohs(sa.sin_port);
+}
+
+/* The HTTP status of GET /readyz. */
+static int readyz(int port)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		close(fd);
+		return -1;
+	}
+	const char req[] = "GET /readyz HTTP/1.0\r\nHost: localhost\r\n\r\n";
+	assert_int_equal(harness_write_all(fd, req, sizeof(req) - 1), 0);
+	char buf[512] = "";
+	size_t got = 0;
+	struct pollfd pfd = { .fd = fd, .events = POLLIN };
+	while (got < sizeof(buf) - 1 && poll(&pfd, 1, 5000) > 0) {
+		ssize_t r = recv(fd, buf + got, sizeof(buf) - 1 - got, 0);
+		if (r <= 0)
+			break;
+		got += (size_t)r;
+	}
+	close(fd);
+	int code = -1;
+	sscanf(buf, "HTTP/1.%*d %d", &code);
+	return code;
+}
+
+/* The state of the declaration `name` in status (and its message). */
+static enum mfma_declared_state declared_state(mfma_client *c, const char *name, char *msg,
+					       size_t len)
+{
+	struct mfma_status st;
+	struct mfma_error err;
+	if (mfma_status(c, &st, &err) < 0)
+		fail_msg("status: %s", err.message);
+	enum mfma_declared_state s = MFMA_DECLARED_UNKNOWN;
+	for (size_t i = 0; i < st.n_declared; i++)
+		if (strcmp(st.declared[i].name, name) == 0) {
+			s = st.declared[i].state;
+			if (msg)
+				snprintf(msg, len, "%s", st.declared[i].message);
+		}
+	mfma_status_free(&st);
+	return s;
+}
+
+/* Waits (up to 10 s) for the declaration to reach `want`. */
+static void wait_state(mfma_client *c, const char *name, enum mfma_declared_state want)
+{
+	uint64_t end = mfma_clock_ns() + 10000000000ull;
+	while (declared_state(c, name, NULL, 0) != want) {
+		if (mfma_clock_ns() > end)
+			fail_msg("declared weight %s did not become state %d", name, (int)want);
+		usleep(20000);
+	}
+}
+
+static void write_conf(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fputs(text, f);
+	fclose(f);
+}
+
+static void test_declare_reload(void **state)
+{
+	(void)state;
+	char conf[1024], msg[1024], port_s[32];
+	int port = free_port();
+	snprintf(port_s, sizeof(port_s), "127.0.0.1:%d", port);
+	const char *args[] = { "--metrics", port_s, NULL };
+	write_npy("one.npy", 1);
+	write_npy("two.npy", 2);
+	FILE *bad = fopen("/tmp/declare-test-bad.npy", "w");
+	assert_non_null(bad);
+	fputs("not numpy", bad);
+	fclose(bad);
+	snprintf(conf, sizeof(conf),
+		 "weights = { declare = (\n"
+		 "  { name = \"one\"; file = \"%s/one.npy\"; },\n"
+		 "  { name = \"sp\"; file = \"%s/two.npy\"; sparse = \"prune\"; dtype = \"f16\"; },\n"
+		 "  { name = \"bad\"; file = \"/tmp/declare-test-bad.npy\"; }\n"
+		 "); };\n", dir, dir);
+	struct mfmad_proc d;
+	assert_int_equal(harness_start(&d, conf, args), 0);
+	mfma_client *c;
+	struct mfma_error err;
+	assert_int_equal(mfma_connect(d.endpoint, &c, &err), 0);
+
+	/* At start: two resident, the bad one failed with its reason, not ready. */
+	check_weight(c, "one", 1);
+	assert_int_equal(declared_state(c, "sp", NULL, 0), MFMA_DECLARED_RESIDENT);
+	assert_int_equal(declared_state(c, "bad", msg, sizeof(msg)), MFMA_DECLARED_FAILED);
+	assert_non_null(strstr(msg, "/tmp/declare-test-bad.npy: not a .npy file"));
+	assert_int_equal(readyz(port), 503);
+
+	/* Clients keep off declared names; their own weights are theirs. */
+	struct mfma_load_args la;
+	float a[M * K] = { 0 };
+	mfma_load_args_init(&la);
+	la.name = "one";
+	la.replace = true;
+	la.a.kind = MFMA_OPERAND_DENSE;
+	la.a.dense = (struct mfma_matrix){ M, K, MFMA_TYPE_F32, a, sizeof(a) };
+	assert_int_equal(mfma_load_weight(c, &la, NULL, &err), MFMA_EREMOTE(MFMA_CODE_ALREADY_EXISTS));
+	assert_non_null(strstr(err.message, "weights.declare"));
+	assert_int_equal(mfma_unload_weight(c, "one", &err), MFMA_EREMOTE(MFMA_CODE_INVALID_ARGUMENT));
+	la.name = "mine";
+	la.replace = false;
+	assert_int_equal(mfma_load_weight(c, &la, NULL, &err), 0);
+
+	/* SIGHUP: the bad file fixed, one's file changed, sp removed, three added. */
+	write_npy("one.npy", 3);
+	write_npy("bad.npy", 4);
+	write_npy("three.npy", 5);
+	snprintf(conf, sizeof(conf),
+		 "weights = { declare = (\n"
+		 "  { name = \"one\"; file = \"%s/one.npy\"; },\n"
+		 "  { name = \"bad\"; file = \"%s/bad.npy\"; },\n"
+		 "  { name = \"three\"; file = \"%s/three.npy\"; }\n"
+		 "); };\n", dir, dir, dir);
+	write_conf(d.conf, conf);
+	kill(d.pid, SIGHUP);
+	wait_state(c, "bad", MFMA_DECLARED_RESIDENT);
+	wait_state(c, "three", MFMA_DECLARED_RESIDENT);
+	uint64_t end = mfma_clock_ns() + 10000000000ull;
+	for (;;) {
+		float got[M * N], want[M * N];
+		assert_int_equal(gemm_on(c, "one", got, &err), 0);
+		expected(3, want);
+		if (memcmp(got, want, sizeof(got)) == 0)
+			break;
+		if (mfma_clock_ns() > end)
+			fail_msg("the changed file of 'one' was not loaded after SIGHUP");
+		usleep(20000);
+	}
+	check_weight(c, "bad", 4);
+	check_weight(c, "three", 5);
+	float out[M * N];
+	end = mfma_clock_ns() + 10000000000ull;
+	while (gemm_on(c, "sp", out, &err) == 0) {
+		if (mfma_clock_ns() > end)
+			fail_msg("the removed declaration 'sp' was not unloaded");
+		usleep(20000);
+	}
+	assert_int_equal(err.code, MFMA_CODE_NOT_FOUND);
+	assert_int_equal(declared_state(c, "sp", NULL, 0), MFMA_DECLARED_UNKNOWN);
+	assert_int_equal(gemm_on(c, "mine", out, &err), 0);
+	assert_int_equal(readyz(port), 200);
+
+	/* A file over limits.max_memory_mb is refused before it is read. */
+	char big[128];
+	snprintf(big, sizeof(big), "%s/big.npy", dir);
+	FILE *f = fopen(big, "wb");
+	assert_non_null(f);
+	assert_int_equal(ftruncate(fileno(f), 17 << 20), 0);
+	fclose(f);
+	snprintf(conf, sizeof(conf),
+		 "limits = { max_memory_mb = 16; };\n"
+		 "weights = { declare = ( { name = \"one\"; file = \"%s/one.npy\"; },\n"
+		 "  { name = \"big\"; file = \"%s\"; } ); };\n", dir, big);
+	write_conf(d.conf, conf);
+	kill(d.pid, SIGHUP);
+	wait_state(c, "big", MFMA_DECLARED_FAILED);
+	declared_state(c, "big", msg, sizeof(msg));
+	assert_non_null(strstr(msg, "17825792 bytes, over the limit of 16777216"));
+	assert_non_null(strstr(msg, "limits.max_memory_mb"));
+	assert_int_equal(readyz(port), 503);
+	printf("declare: start, failed (%s), SIGHUP add/change/remove, size limit: as expected\n",
+	       "not ready");
+
+	mfma_close(c);
+	assert_int_equal(harness_stop(&d), 0);
+	unlink(big);
+	unlink("/tmp/declare-test-bad.npy");
+}
+
+/* A weight a client loaded (stored in the state directory) under a name
+ * that is then declared: after a restart the declared file serves and the
+ * stored copy is gone. */
+static void test_declaration_wins_over_state_dir(void **state)
+{
+	(void)state;
+	char conf[1024], path[160];
+	snprintf(path, sizeof(path), "%s/state", dir);
+	assert_int_equal(mkdir(path, 0700), 0);
+	snprintf(conf, sizeof(conf), "weights = { state_dir = \"%s/state\"; };", dir);
+	struct mfmad_proc d;
+	assert_int_equal(harness_start(&d, conf, NULL), 0);
+	mfma_client *c;
+	struct mfma_error err;
+	assert_int_equal(mfma_connect(d.endpoint, &c, &err), 0);
+	float a[M * K];
+	for (int i = 0; i < M * K; i++)
+		a[i] = (float)((i * 7 + 6 * 3) % 13) - 6.0f; /* seed 6 */
+	struct mfma_load_args la;
+	mfma_load_args_init(&la);
+	la.name = "shared";
+	la.a.kind = MFMA_OPERAND_DENSE;
+	la.a.dense = (struct mfma_matrix){ M, K, MFMA_TYPE_F32, a, sizeof(a) };
+	assert_int_equal(mfma_load_weight(c, &la, NULL, &err), 0);
+	check_weight(c, "shared", 6);
+	mfma_close(c);
+	assert_int_equal(harness_stop(&d), 0);
+	snprintf(path, sizeof(path), "%s/state/weights/shared.mfw", dir);
+	struct stat st;
+	assert_int_equal(stat(path, &st), 0);
+
+	write_npy("shared.npy", 7);
+	snprintf(conf, sizeof(conf),
+		 "weights = { state_dir = \"%s/state\";\n"
+		 "  declare = ( { name = \"shared\"; file = \"%s/shared.npy\"; } ); };", dir, dir);
+	assert_int_equal(harness_start(&d, conf, NULL), 0);
+	assert_int_equal(mfma_connect(d.endpoint, &c, &err), 0);
+	check_weight(c, "shared", 7);
+	assert_int_equal(stat(path, &st), -1);
+	mfma_close(c);
+	assert_int_equal(harness_stop(&d), 0);
+}
+
+int main(void)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	for (size_t i = 0; i < K * N; i++)
+		b[i] = (float)((i * 5) % 11) / 4.0f - 1.0f;
+	snprintf(dir, sizeof(dir), "/tmp/mfmad-declare-XXXXXX");
+	if (!mkdtemp(dir))
+		return 1;
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_declare_reload),
+		cmocka_unit_test(test_declaration_wins_over_state_dir),
+	};
+	int rc = cmocka_run_group_tests(tests, NULL, NULL);
+	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	(void)!system(cmd);
+	return rc;
+}
