@@ -37,12 +37,16 @@ static size_t put_key(uint8_t *p, unsigned field, unsigned wt)
  * varints), device (index, two short strings), variant, status. */
 #define TAIL_ROOM 1024
 
-int answer_start(struct answer *a, uint64_t id, uint32_t m, uint32_t n, enum mfma_dtype dt)
+/* region 0: D's bytes in the frame; else a RegionRef in their place. */
+static int start(struct answer *a, uint64_t id, uint32_t m, uint32_t n, enum mfma_dtype dt,
+		 uint64_t region, uint64_t offset)
 {
 	memset(a, 0, sizeof(*a));
-	a->d_bytes = (size_t)m * n * mfma_dtype_size(dt);
-	/* The head: at most 4 + 11 (id) + 6 (gemm) + 11 (d) + 3 * 6 + 11. */
-	uint8_t head[96];
+	size_t d_len = (size_t)m * n * mfma_dtype_size(dt);
+	a->d_bytes = region ? 0 : d_len;
+	/* The head: at most 4 + 11 (id) + 6 (gemm) + 11 (d) + 3 * 6 + 11,
+	 * or with a region 4 + 11 + 6 + 11 + 3 * 6 + 2 + 3 * 11. */
+	uint8_t head[128];
 	size_t h = FRAME_HEADER_SIZE;
 	h += put_key(head + h, 1, WT_VARINT); /* Response.id */
 	h += put_varint(head + h, id);
@@ -50,7 +54,7 @@ int answer_start(struct answer *a, uint64_t id, uint32_t m, uint32_t n, enum mfm
 	a->gemm_len_at = h;
 	h += 5;
 	/* GemmResult.d: a Matrix with its data last. */
-	uint8_t mat[48];
+	uint8_t mat[80];
 	size_t mlen = 0;
 	mlen += put_key(mat + mlen, 1, WT_VARINT);
 	mlen += put_varint(mat + mlen, m);
@@ -58,8 +62,23 @@ int answer_start(struct answer *a, uint64_t id, uint32_t m, uint32_t n, enum mfm
 	mlen += put_varint(mat + mlen, n);
 	mlen += put_key(mat + mlen, 3, WT_VARINT);
 	mlen += put_varint(mat + mlen, (uint64_t)dt);
-	mlen += put_key(mat + mlen, 4, WT_LEN);
-	mlen += put_varint(mat + mlen, a->d_bytes);
+	if (region) {
+		uint8_t ref[40];
+		size_t rlen = 0;
+		rlen += put_key(ref + rlen, 1, WT_VARINT);
+		rlen += put_varint(ref + rlen, region);
+		rlen += put_key(ref + rlen, 2, WT_VARINT);
+		rlen += put_varint(ref + rlen, offset);
+		rlen += put_key(ref + rlen, 3, WT_VARINT);
+		rlen += put_varint(ref + rlen, d_len);
+		mlen += put_key(mat + mlen, 5, WT_LEN); /* Matrix.region */
+		mlen += put_varint(mat + mlen, rlen);
+		memcpy(mat + mlen, ref, rlen);
+		mlen += rlen;
+	} else {
+		mlen += put_key(mat + mlen, 4, WT_LEN);
+		mlen += put_varint(mat + mlen, a->d_bytes);
+	}
 	h += put_key(head + h, 1, WT_LEN);
 	h += put_varint(head + h, mlen + a->d_bytes);
 	memcpy(head + h, mat, mlen);
@@ -71,6 +90,17 @@ int answer_start(struct answer *a, uint64_t id, uint32_t m, uint32_t n, enum mfm
 		return -ENOMEM;
 	memcpy(a->frame, head, h);
 	return 0;
+}
+
+int answer_start(struct answer *a, uint64_t id, uint32_t m, uint32_t n, enum mfma_dtype dt)
+{
+	return start(a, id, m, n, dt, 0, 0);
+}
+
+int answer_start_region(struct answer *a, uint64_t id, uint32_t m, uint32_t n,
+			enum mfma_dtype dt, uint64_t region, uint64_t offset)
+{
+	return start(a, id, m, n, dt, region, offset);
 }
 
 /* A submessage field: key, length, packed bytes. */

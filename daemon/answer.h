@@ -26,6 +26,10 @@ struct answer {
 /* Lays out the answer to request id with an m x n D of dtype dt: D goes at
  * a->frame + a->d_at.  0 or -ENOMEM. */
 int answer_start(struct answer *a, uint64_t id, uint32_t m, uint32_t n, enum mfma_dtype dt);
+/* The same for a D written into a client's region: the answer's D names
+ * the region (id, offset, length) and carries no bytes (a->d_bytes is 0). */
+int answer_start_region(struct answer *a, uint64_t id, uint32_t m, uint32_t n,
+			enum mfma_dtype dt, uint64_t region, uint64_t offset);
 
 /* Writes what follows D and the lengths: the frame (a->frame, a->len) is
  * then an OK Response.  0, -ENOMEM, or -E2BIG past 4 GiB. */

@@ -32,6 +32,9 @@ void config_defaults(struct mfmad_config *c)
 	c->idle_timeout_ms = 600000;
 	c->write_timeout_ms = 60000;
 	c->max_dim = 65536;
+	c->max_regions_per_conn = 16;
+	c->max_region_bytes_per_conn = 4096ull << 20;
+	c->max_pinned_bytes = 16384ull << 20;
 	c->default_priority = 5;
 	c->priority_aging_ms = 1000;
 	c->batch_enabled = true;
@@ -230,6 +233,9 @@ KEY(max_memory_mb, { set_u64(p, s, 16, 1ll << 30, 1ull << 20, &c->max_memory_byt
 KEY(read_timeout_ms, { set_u64(p, s, 0, 1ll << 32, 1, &c->read_timeout_ms); })
 KEY(idle_timeout_ms, { set_u64(p, s, 0, 1ll << 32, 1, &c->idle_timeout_ms); })
 KEY(write_timeout_ms, { set_u64(p, s, 0, 1ll << 32, 1, &c->write_timeout_ms); })
+KEY(max_regions_per_conn, { set_u32(p, s, 0, 1 << 16, &c->max_regions_per_conn); })
+KEY(max_region_mb_per_conn, { set_u64(p, s, 0, 1ll << 30, 1ull << 20, &c->max_region_bytes_per_conn); })
+KEY(max_pinned_mb, { set_u64(p, s, 0, 1ll << 30, 1ull << 20, &c->max_pinned_bytes); })
 KEY(max_dim, { set_u32(p, s, 1, 1 << 24, &c->max_dim); })
 KEY(default_priority, { set_u32(p, s, 1, 1000, &c->default_priority); })
 KEY(default_timeout_ms, { set_u64(p, s, 0, 1ll << 40, 1, &c->default_timeout_ms); })
@@ -274,6 +280,9 @@ static const struct key limits_keys[] = {
 	{ "idle_timeout_ms", k_idle_timeout_ms, NULL },
 	{ "write_timeout_ms", k_write_timeout_ms, NULL },
 	{ "max_dim", k_max_dim, NULL },
+	{ "max_regions_per_conn", k_max_regions_per_conn, NULL },
+	{ "max_region_mb_per_conn", k_max_region_mb_per_conn, NULL },
+	{ "max_pinned_mb", k_max_pinned_mb, NULL },
 	{ "default_priority", k_default_priority, NULL },
 	{ "default_timeout_ms", k_default_timeout_ms, NULL },
 	{ "priority_aging_ms", k_priority_aging_ms, NULL },

@@ -47,6 +47,9 @@ struct mfmad_config {
 	uint64_t idle_timeout_ms;      /* no request and nothing pending; 0 = none */
 	uint64_t write_timeout_ms;     /* answers not taken; 0 = none */
 	uint32_t max_dim;
+	uint32_t max_regions_per_conn;  /* shared-memory regions one connection may register */
+	uint64_t max_region_bytes_per_conn; /* their bytes together */
+	uint64_t max_pinned_bytes;     /* regions of every connection together (pinned on GPUs) */
 	uint32_t default_priority;     /* what priority 0 means; 1 is the highest */
 	uint64_t default_timeout_ms;   /* 0 = none */
 	uint64_t priority_aging_ms;    /* waiting this long is worth one priority level; 0 = strict */

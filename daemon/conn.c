@@ -1,11 +1,13 @@
 #include "conn.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <malloc.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -41,6 +43,10 @@ struct conn {
 	uint64_t active_ns;  /* the last frame, or the accept */
 	uint64_t frame_ns;   /* since when a started frame waits for its bytes; 0: none */
 	uint64_t write_ns;   /* the last write completed, or the first queued */
+	bool ipc;         /* a Unix socket: descriptors may come with frames */
+	int fds[CONN_MAX_FDS]; /* received and not yet claimed (conn_take_fd), oldest first */
+	unsigned nfds;
+	struct region *regions; /* regions.c's, for this connection */
 };
 
 struct write_req {
@@ -56,6 +62,8 @@ struct write_req {
  * them at most), so a connection over a memory cap can still be answered
  * small requests once it is read again. */
 #define READ_CHUNK (64u * 1024)
+
+static void update_reading(struct conn *c);
 
 /* How often the timer looks at every connection. */
 #define TICK_MS 100
@@ -139,10 +147,18 @@ void conn_ref(struct conn *c)
 	c->refs++;
 }
 
+/* Closes the descriptors nobody claimed. */
+static void close_fds(struct conn *c)
+{
+	while (c->nfds > 0)
+		close(c->fds[--c->nfds]);
+}
+
 void conn_unref(struct conn *c)
 {
 	if (--c->refs > 0)
 		return;
+	close_fds(c);
 	c->d->buffered_bytes -= c->rd_counted + c->taken;
 	frame_reader_free(&c->rd);
 	free(c);
@@ -180,6 +196,77 @@ bool conn_is_closed(const struct conn *c)
 	return c->closed;
 }
 
+bool conn_is_unix(const struct conn *c)
+{
+	return c->ipc;
+}
+
+struct region **conn_regions(struct conn *c)
+{
+	return &c->regions;
+}
+
+int conn_take_fd(struct conn *c)
+{
+	if (c->nfds == 0)
+		return -ENOENT;
+	int fd = c->fds[0];
+	c->nfds--;
+	memmove(c->fds, c->fds + 1, c->nfds * sizeof(c->fds[0]));
+	return fd;
+}
+
+static void free_handle(uv_handle_t *h)
+{
+	free(h);
+}
+
+/* Moves the descriptors libuv received with the last read into the
+ * connection's own queue.  libuv hands a received descriptor out only
+ * through uv_accept into a handle, so each goes through a scratch pipe
+ * whose descriptor is duplicated before the pipe is closed.  This runs
+ * in on_read, while the connection reads: uv_accept re-arms the
+ * watcher's POLLIN when its queue empties, which is harmless only then
+ * (uv_read_stop would not undo it for a connection that is not reading).
+ * libuv's own queue is unbounded; ours holds CONN_MAX_FDS: a client
+ * that sends more before they are claimed is in the wrong (false). */
+static bool take_received_fds(struct conn *c)
+{
+	bool ok = true;
+	while (uv_pipe_pending_count(&c->h.pipe) > 0) {
+		uv_pipe_t *tmp = malloc(sizeof(*tmp));
+		if (!tmp || uv_pipe_init(c->d->loop, tmp, 0) < 0) {
+			free(tmp);
+			return false; /* the close below closes libuv's queue */
+		}
+		int fd = -1;
+		uv_os_fd_t ufd;
+		if (uv_accept(&c->h.stream, (uv_stream_t *)tmp) == 0 &&
+		    uv_fileno((uv_handle_t *)tmp, &ufd) == 0)
+			fd = fcntl(ufd, F_DUPFD_CLOEXEC, 3);
+		uv_close((uv_handle_t *)tmp, free_handle);
+		if (fd < 0 || c->nfds == CONN_MAX_FDS) {
+			if (fd >= 0)
+				close(fd);
+			ok = false;
+			continue;
+		}
+		c->fds[c->nfds++] = fd;
+	}
+	return ok;
+}
+
+/* A connection that broke the descriptor rules: it is answered why and
+ * closed, and never read again. */
+static void fd_violation(struct conn *c, const char *why)
+{
+	log_info("connection %" PRIu64 " closed: %s", c->cid, why);
+	close_fds(c);
+	c->broken = true;
+	update_reading(c);
+	c->ev->on_denied(c, why);
+}
+
 static void on_closed(uv_handle_t *h)
 {
 	struct conn *c = h->data;
@@ -203,6 +290,11 @@ void conn_close(struct conn *c)
 	if (c->inflight)
 		log_debug("connection %" PRIu64 " closed with %u request(s) in flight", c->cid,
 			  c->inflight);
+	close_fds(c);
+	/* Before the handle goes: what the connection owns elsewhere (its
+	 * regions) is let go now, while the device workers still run. */
+	if (c->ev->on_close)
+		c->ev->on_close(c);
 	uv_close(&c->h.handle, on_closed);
 }
 
@@ -456,8 +548,24 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 		return;
 	}
 	frame_reader_commit(&c->rd, (size_t)nread);
+	if (c->ipc && !take_received_fds(c)) {
+		char why[160];
+		snprintf(why, sizeof(why),
+			 "more than %d file descriptors were sent before register_region frames "
+			 "claimed them", CONN_MAX_FDS);
+		fd_violation(c, why);
+		return;
+	}
 	if (!c->suspended) {
 		process_frames(c);
+		/* A descriptor comes with the bytes of the frame it belongs to,
+		 * and the kernel ends a read with the message that carried it:
+		 * once every received byte is a handled frame, one still
+		 * unclaimed came with something else. */
+		if (c->nfds > 0 && !c->closed && !c->suspended && !c->broken &&
+		    frame_reader_pending(&c->rd) == 0)
+			fd_violation(c, "a file descriptor came with a frame that is not "
+					"register_region");
 	} else if (frame_reader_pending(&c->rd) > c->d->cfg.max_frame_bytes) {
 		/* The client sends on while its last frame decodes: hold it to
 		 * one frame's worth until the decode is done. */
@@ -560,8 +668,10 @@ void conn_accept(struct daemon *d, uv_stream_t *server, const struct conn_events
 		log_err("%s: out of memory accepting a connection", what);
 		return;
 	}
-	int rc = server->type == UV_NAMED_PIPE ? uv_pipe_init(d->loop, &c->h.pipe, 0)
-					       : uv_tcp_init(d->loop, &c->h.tcp);
+	/* Unix connections are IPC pipes so that libuv receives the memfd
+	 * of a region (SCM_RIGHTS) instead of dropping it. */
+	c->ipc = server->type == UV_NAMED_PIPE;
+	int rc = c->ipc ? uv_pipe_init(d->loop, &c->h.pipe, 1) : uv_tcp_init(d->loop, &c->h.tcp);
 	if (rc < 0) {
 		/* The handle never existed: nothing to close, only to free. */
 		log_warn("%s: cannot take a connection: %s", what, uv_strerror(rc));

@@ -18,6 +18,10 @@
 #include "daemon.h"
 
 struct conn;
+struct region;
+
+/* Descriptors a connection may have received and not yet claimed. */
+#define CONN_MAX_FDS 8
 
 struct conn_events {
 	/* A connection was accepted (and counted in connections_open).  False
@@ -33,6 +37,9 @@ struct conn_events {
 	/* The peer failed its listener's check (credentials, token); why
 	 * says so.  The callback answers with close_after. */
 	void (*on_denied)(struct conn *c, const char *why);
+	/* The connection is closing (once); requests in flight still hold
+	 * it.  May be NULL. */
+	void (*on_close)(struct conn *c);
 };
 
 /* What a listener asks of its peers (listen.c fills it in).  With a
@@ -88,6 +95,14 @@ struct daemon *conn_daemon(const struct conn *c);
 void conn_send(struct conn *c, uint8_t *buf, size_t len, bool close_after);
 void conn_close(struct conn *c);
 bool conn_is_closed(const struct conn *c);
+/* A Unix-socket connection (descriptors can come with its frames). */
+bool conn_is_unix(const struct conn *c);
+/* The oldest descriptor received on the connection and not yet claimed;
+ * the caller owns it.  -ENOENT when there is none.  A descriptor that no
+ * frame claims closes the connection (conn.c says when). */
+int conn_take_fd(struct conn *c);
+/* The connection's list of regions, kept by regions.c. */
+struct region **conn_regions(struct conn *c);
 
 /* Called from on_frame: keeps the current frame for an off-loop decode.
  * Returns the read buffer holding it (the caller frees it) and hands no

@@ -59,6 +59,10 @@ struct daemon {
 	uint64_t buffered_bytes;
 	uint64_t unsent_bytes;
 	uint64_t held_peak;      /* since the last malloc_trim */
+	/* regions.c: shared-memory regions of every connection. */
+	uint64_t next_region_id;
+	uint64_t region_bytes;   /* against limits.max_pinned_mb */
+	uint32_t regions;
 	uv_timer_t conn_timer;   /* timeouts, reading resumed, memory trimmed */
 	uint32_t fd_conn_cap;    /* connections the fd limit allows (listen.c); 0: no cap */
 	uint64_t refused[4];     /* connections refused, by enum conn_refusal */

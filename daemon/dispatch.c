@@ -12,6 +12,7 @@
 #include "mfma.pb-c.h"
 #include "mfma_clock.h"
 #include "mfmad_build.h"
+#include "regions.h"
 #include "reply.h"
 #include "validate.h"
 #include "weights.h"
@@ -33,6 +34,8 @@ static enum stats_kind kind_of(const Mfma__V1__Request *req)
 	case MFMA__V1__REQUEST__BODY_LIST_WEIGHTS: return STATS_LIST;
 	case MFMA__V1__REQUEST__BODY_STATUS: return STATS_STATUS;
 	case MFMA__V1__REQUEST__BODY_PING: return STATS_PING;
+	case MFMA__V1__REQUEST__BODY_REGISTER_REGION:
+	case MFMA__V1__REQUEST__BODY_UNREGISTER_REGION: return STATS_REGION;
 	default: return STATS_OTHER;
 	}
 }
@@ -95,6 +98,13 @@ static void route(struct conn *c, Mfma__V1__Request *req, size_t len, uint64_t a
 		return;
 	}
 	request_init(&r, c, req->id, arrival, kind_of(req));
+	/* Before any refusal: the registration takes the descriptor that
+	 * came with the frame, also to close it when it refuses. */
+	if (req->body_case == MFMA__V1__REQUEST__BODY_REGISTER_REGION) {
+		regions_handle_register(d, &r, req->register_region);
+		mfma__v1__request__free_unpacked(req, NULL);
+		return;
+	}
 	if (req->body_case == MFMA__V1__REQUEST__BODY_DRAIN) {
 		/* The answer is queued before the signal is handled, so the
 		 * caller sees OK; the stop itself is main.c's one graceful path
@@ -111,7 +121,8 @@ static void route(struct conn *c, Mfma__V1__Request *req, size_t len, uint64_t a
 		if (req->base.n_unknown_fields > 0)
 			reply_status(d, &r, MFMA__V1__CODE__INVALID_ARGUMENT,
 				     "unknown request type (field %u); this daemon speaks mfma.v1 %s: "
-				     "gemm, load_weight, unload_weight, list_weights, status, ping, drain",
+				     "gemm, load_weight, unload_weight, list_weights, status, ping, drain, "
+				     "register_region, unregister_region",
 				     req->base.unknown_fields[0].tag, MFMAD_VERSION);
 		else
 			reply_status(d, &r, MFMA__V1__CODE__INVALID_ARGUMENT,
@@ -145,6 +156,7 @@ static void route(struct conn *c, Mfma__V1__Request *req, size_t len, uint64_t a
 	case STATS_LIST: info_list(d, &r); break;
 	case STATS_STATUS: info_status(d, &r); break;
 	case STATS_PING: info_ping(d, &r, req->ping); break;
+	case STATS_REGION: regions_handle_unregister(d, &r, req->unregister_region); break;
 	default: break;
 	}
 	mfma__v1__request__free_unpacked(req, NULL);
@@ -267,9 +279,15 @@ static void on_denied(struct conn *c, const char *why)
 	reply_and_close(c, MFMA__V1__CODE__UNAVAILABLE, why);
 }
 
+static void on_close(struct conn *c)
+{
+	regions_conn_closed(conn_daemon(c), c);
+}
+
 const struct conn_events dispatch_events = {
 	.on_open = on_open,
 	.on_frame = on_frame,
 	.on_oversize = on_oversize,
 	.on_denied = on_denied,
+	.on_close = on_close,
 };

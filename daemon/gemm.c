@@ -8,9 +8,11 @@
 #include <string.h>
 
 #include "answer.h"
+#include "conn.h"
 #include "devices.h"
 #include "mfma_clock.h"
 #include "operand.h"
+#include "regions.h"
 #include "scheduler.h"
 #include "validate.h"
 #include "weights.h"
@@ -21,6 +23,8 @@ struct gemm_job {
 	Mfma__V1__Request *req; /* owns the bytes the plan points into */
 	struct gemm_plan plan;
 	struct weight *weight;  /* with a reference, or NULL */
+	/* The regions B, C and D are in, each with a reference, or NULL. */
+	struct region *rb, *rc, *rd;
 	struct operand_a a;     /* A as the backend takes it, made on the worker */
 	struct answer ans;      /* the answer's frame, D written in place */
 	size_t in_bytes;        /* counted against limits.max_inflight_mb */
@@ -70,12 +74,18 @@ static uint64_t queue_ns(const struct gemm_job *j)
 static bool start_answer(struct gemm_job *j)
 {
 	const struct mfma_gemm *g = &j->plan.g;
-	if (answer_start(&j->ans, j->r.id, g->m, g->n, g->out_dtype) < 0) {
+	/* D in a region: the backend writes it there (plan.g.d points into
+	 * it already) and the answer only names it. */
+	int rc = j->rd ? answer_start_region(&j->ans, j->r.id, g->m, g->n, g->out_dtype,
+					     regions_id(j->rd), j->plan.d_region->offset)
+		       : answer_start(&j->ans, j->r.id, g->m, g->n, g->out_dtype);
+	if (rc < 0) {
 		job_fail(j, MFMA__V1__CODE__RESOURCE_EXHAUSTED,
 			 "out of host memory for a %zu-byte result", j->plan.d_bytes);
 		return false;
 	}
-	j->plan.g.d = j->ans.frame + j->ans.d_at;
+	if (!j->rd)
+		j->plan.g.d = j->ans.frame + j->ans.d_at;
 	return true;
 }
 
@@ -203,6 +213,47 @@ static void gemm_batch_work(struct device *v, struct sched_job **sjs, size_t n)
 
 /* ---- the loop ---- */
 
+static void release_regions(struct daemon *d, struct gemm_job *j)
+{
+	struct region *rs[] = { j->rb, j->rc, j->rd };
+	for (size_t i = 0; i < 3; i++)
+		if (rs[i])
+			regions_unref(d, rs[i]);
+	j->rb = j->rc = j->rd = NULL;
+}
+
+/* Points B, C and D at the regions the request names, each checked
+ * against its region and holding a reference; D may overlap neither B
+ * nor C (the kernels read those while they write D). */
+static int use_regions(struct conn *c, struct gemm_job *j, char *err, size_t errlen)
+{
+	struct gemm_plan *pl = &j->plan;
+	void *p;
+	int rc = 0;
+	if (pl->b_region && (rc = regions_use(c, pl->b_region, pl->b_bytes, "b", &j->rb, &p, err,
+					      errlen)) == 0)
+		pl->g.b = p;
+	if (rc == 0 && pl->c_region &&
+	    (rc = regions_use(c, pl->c_region, pl->c_bytes, "c", &j->rc, &p, err, errlen)) == 0)
+		pl->g.c = p;
+	if (rc == 0 && pl->d_region &&
+	    (rc = regions_use(c, pl->d_region, pl->d_bytes, "d", &j->rd, &p, err, errlen)) == 0)
+		pl->g.d = p;
+	if (rc == 0 && j->rd &&
+	    (regions_overlap(j->rd, pl->g.d, pl->d_bytes, j->rb, pl->g.b, pl->b_bytes) ||
+	     regions_overlap(j->rd, pl->g.d, pl->d_bytes, j->rc, pl->g.c, pl->c_bytes))) {
+		snprintf(err, errlen,
+			 "d (offset %" PRIu64 ", %zu bytes) overlaps %s in region %" PRIu64
+			 "; the result must go to bytes the inputs do not use",
+			 pl->d_region->offset, pl->d_bytes,
+			 regions_overlap(j->rd, pl->g.d, pl->d_bytes, j->rb, pl->g.b, pl->b_bytes)
+				 ? "b" : "c",
+			 regions_id(j->rd));
+		rc = -EINVAL;
+	}
+	return rc;
+}
+
 static void gemm_done(struct daemon *d, struct sched_job *sj, int status)
 {
 	struct gemm_job *j = (struct gemm_job *)sj;
@@ -253,6 +304,7 @@ static void gemm_done(struct daemon *d, struct sched_job *sj, int status)
 	STATS_SUB(d->stats.in_flight, 1);
 	if (j->weight)
 		weights_unref(d, j->weight);
+	release_regions(d, j);
 	request_release(d, &j->r);
 	job_free(j);
 }
@@ -352,7 +404,24 @@ void gemm_handle(struct daemon *d, const struct request *r, Mfma__V1__Request *r
 	}
 	if (validate_gemm(g, &lim, w ? &ws : NULL, &j->plan, err, sizeof(err)) < 0)
 		goto fail;
-	j->in_bytes = j->plan.in_bytes + j->plan.d_bytes;
+	if (j->plan.b_region || j->plan.c_region || j->plan.d_region) {
+		if (!r->conn || !conn_is_unix(r->conn)) {
+			code = MFMA__V1__CODE__FAILED_PRECONDITION;
+			snprintf(err, sizeof(err),
+				 "b, c or d names a region, and regions need the Unix socket "
+				 "(this connection is TCP): send the matrices' bytes instead");
+			goto fail;
+		}
+		int rc = use_regions(r->conn, j, err, sizeof(err));
+		if (rc < 0) {
+			code = rc == -ENOENT ? MFMA__V1__CODE__NOT_FOUND
+					     : MFMA__V1__CODE__INVALID_ARGUMENT;
+			goto fail;
+		}
+	}
+	/* Bytes in a region are the client's memory, not the daemon's: only
+	 * what the frame carries and the answer holds count. */
+	j->in_bytes = j->plan.in_bytes + (j->rd ? 0 : j->plan.d_bytes);
 	/* Answers count until written (conn.c's unsent_bytes), not only
 	 * until computed. */
 	if (d->inflight_bytes + d->unsent_bytes + j->in_bytes > d->cfg.max_inflight_bytes &&
@@ -388,6 +457,8 @@ void gemm_handle(struct daemon *d, const struct request *r, Mfma__V1__Request *r
 	sched_submit(d, dev, &j->sj, gemm_work, gemm_done);
 	return;
 fail:
+	if (j)
+		release_regions(d, j);
 	free(j);
 	reply_status(d, r, code, "%s", err);
 	mfma__v1__request__free_unpacked(req, NULL);

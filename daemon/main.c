@@ -166,12 +166,15 @@ static void print_config(const struct mfmad_config *c, const char *src)
 	       "max_dim = %u; default_priority = %u; default_timeout_ms = %" PRIu64 "; "
 	       "priority_aging_ms = %" PRIu64 "; worker_poll_us = %" PRIu64 ";\n           max_buffered_mb = %" PRIu64 "; "
 	       "max_unsent_mb = %" PRIu64 "; max_memory_mb = %" PRIu64 "; read_timeout_ms = %" PRIu64
-	       "; idle_timeout_ms = %" PRIu64 "; write_timeout_ms = %" PRIu64 "; };\n",
+	       "; idle_timeout_ms = %" PRIu64 "; write_timeout_ms = %" PRIu64 ";\n"
+	       "           max_regions_per_conn = %u; max_region_mb_per_conn = %" PRIu64
+	       "; max_pinned_mb = %" PRIu64 "; };\n",
 	       c->max_frame_bytes >> 20, c->max_inflight_per_conn, c->max_inflight,
 	       c->max_inflight_bytes >> 20, c->max_connections, c->max_dim, c->default_priority,
 	       c->default_timeout_ms, c->priority_aging_ms, c->worker_poll_us, c->max_buffered_bytes >> 20,
 	       c->max_unsent_bytes >> 20, c->max_memory_bytes >> 20, c->read_timeout_ms,
-	       c->idle_timeout_ms, c->write_timeout_ms);
+	       c->idle_timeout_ms, c->write_timeout_ms, c->max_regions_per_conn,
+	       c->max_region_bytes_per_conn >> 20, c->max_pinned_bytes >> 20);
 	printf("weights = { budget_mb = %" PRIu64 "; persist = %s; state_dir = \"%s\"; };\n",
 	       c->weight_budget_bytes >> 20, c->weights_persist ? "true" : "false",
 	       c->weights_state_dir);
@@ -271,6 +274,10 @@ static void reload(struct daemon *d)
 	c->idle_timeout_ms = nc.idle_timeout_ms;
 	c->write_timeout_ms = nc.write_timeout_ms;
 	c->max_dim = nc.max_dim;
+	/* Regions already registered stay; the limits apply to the next. */
+	c->max_regions_per_conn = nc.max_regions_per_conn;
+	c->max_region_bytes_per_conn = nc.max_region_bytes_per_conn;
+	c->max_pinned_bytes = nc.max_pinned_bytes;
 	c->default_priority = nc.default_priority;
 	c->default_timeout_ms = nc.default_timeout_ms;
 	c->priority_aging_ms = nc.priority_aging_ms;

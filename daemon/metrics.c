@@ -122,6 +122,7 @@ static const char *kind_label(int k)
 	case STATS_LIST: return "list_weights";
 	case STATS_STATUS: return "status";
 	case STATS_PING: return "ping";
+	case STATS_REGION: return "region";
 	default: return "other";
 	}
 }

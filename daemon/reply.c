@@ -22,6 +22,7 @@ enum stats_result reply_result_of(int code)
 	case MFMA__V1__CODE__UNAVAILABLE: return STATS_UNAVAILABLE;
 	case MFMA__V1__CODE__DEADLINE_EXCEEDED: return STATS_DEADLINE;
 	case MFMA__V1__CODE__MALFORMED: return STATS_MALFORMED;
+	case MFMA__V1__CODE__FAILED_PRECONDITION: return STATS_INVALID;
 	default: return STATS_INTERNAL;
 	}
 }

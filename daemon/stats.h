@@ -32,6 +32,7 @@ enum stats_kind {
 	STATS_LIST,
 	STATS_STATUS,
 	STATS_PING,
+	STATS_REGION,  /* register_region and unregister_region */
 	STATS_OTHER,
 	STATS_NKINDS
 };

@@ -1,10 +1,13 @@
 #include "validate.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "sparse24.h"
 
@@ -38,9 +41,11 @@ static int check_dims(uint32_t rows, uint32_t cols, const struct validate_limits
 	return 0;
 }
 
-/* A dense matrix: present, sane shape, known dtype, bytes = rows*cols*size. */
-static int check_matrix(const Mfma__V1__Matrix *m, const struct validate_limits *lim,
-			const char *what, char *err, size_t errlen)
+/* A dense matrix: present, sane shape, known dtype, bytes = rows*cols*size.
+ * With in_region (b and c of a Gemm), its bytes may be in a region
+ * instead: the span is checked against the region later. */
+static int check_matrix_in(const Mfma__V1__Matrix *m, const struct validate_limits *lim,
+			   const char *what, bool may_region, char *err, size_t errlen)
 {
 	if (!m)
 		return bad(err, errlen, "%s is missing", what);
@@ -50,11 +55,64 @@ static int check_matrix(const Mfma__V1__Matrix *m, const struct validate_limits 
 	if (rc)
 		return rc;
 	uint64_t want = (uint64_t)m->rows * m->cols * mfma_dtype_size((enum mfma_dtype)m->dtype);
+	if (m->region) {
+		if (!may_region)
+			return bad(err, errlen, "%s.region: only b, c and d of a gemm may be in a "
+				   "region", what);
+		if (m->data.len)
+			return bad(err, errlen, "%s has both data (%zu bytes) and a region; send one",
+				   what, m->data.len);
+		return 0;
+	}
 	if (m->data.len != want)
 		return bad(err, errlen,
 			   "%s.data has %zu bytes but %ux%u %s needs %llu", what, m->data.len,
 			   m->rows, m->cols, mfma_dtype_name((enum mfma_dtype)m->dtype),
 			   (unsigned long long)want);
+	return 0;
+}
+
+static int check_matrix(const Mfma__V1__Matrix *m, const struct validate_limits *lim,
+			const char *what, char *err, size_t errlen)
+{
+	return check_matrix_in(m, lim, what, false, err, errlen);
+}
+
+int validate_region_span(uint64_t region_len, uint64_t off, int has_length, uint64_t length,
+			 uint64_t need, const char *field, uint64_t id, char *err, size_t errlen)
+{
+	if (has_length && length != need)
+		return bad(err, errlen, "%s.region.length=%" PRIu64 " but the matrix needs %" PRIu64
+			   " bytes", field, length, need);
+	/* off + need may wrap: compare without adding. */
+	if (off > region_len || need > region_len - off)
+		return bad(err, errlen,
+			   "%s.region.offset=%" PRIu64 " with %" PRIu64 " bytes runs past the end of "
+			   "region %" PRIu64 " (%" PRIu64 " bytes)",
+			   field, off, need, id, region_len);
+	return 0;
+}
+
+int validate_region_fd(uint32_t mode, uint64_t size, int seals, uint64_t want, char *err,
+		       size_t errlen)
+{
+	if (!S_ISREG(mode))
+		return bad(err, errlen,
+			   "register_region: the descriptor is not a memfd (not a regular file: "
+			   "mode 0%o); create one with memfd_create(2)", (unsigned)mode);
+	if (seals < 0)
+		return bad(err, errlen,
+			   "register_region: the descriptor's file takes no seals; it must be a "
+			   "memfd created with MFD_ALLOW_SEALING");
+	if ((seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW))
+		return bad(err, errlen,
+			   "register_region: the memfd is not sealed against resizing (seals 0x%x); "
+			   "add F_SEAL_SHRINK | F_SEAL_GROW with fcntl(F_ADD_SEALS)", (unsigned)seals);
+	if (size == 0)
+		return bad(err, errlen, "register_region: the memfd is empty (0 bytes)");
+	if (want && want != size)
+		return bad(err, errlen, "register_region: bytes=%" PRIu64 " but the memfd has %" PRIu64,
+			   want, size);
 	return 0;
 }
 
@@ -197,7 +255,7 @@ int validate_gemm(const Mfma__V1__Gemm *g, const struct validate_limits *lim,
 			plan->in_bytes += g->a->dense->data.len;
 		}
 	}
-	rc = check_matrix(g->b, lim, "b", err, errlen);
+	rc = check_matrix_in(g->b, lim, "b", true, err, errlen);
 	if (rc)
 		return rc;
 	if (g->b->rows != k)
@@ -235,7 +293,7 @@ int validate_gemm(const Mfma__V1__Gemm *g, const struct validate_limits *lim,
 	if (g->beta != 0.0f) {
 		if (!g->c)
 			return bad(err, errlen, "beta=%g needs c, which is missing", (double)g->beta);
-		rc = check_matrix(g->c, lim, "c", err, errlen);
+		rc = check_matrix_in(g->c, lim, "c", true, err, errlen);
 		if (rc)
 			return rc;
 		if (g->c->rows != m || g->c->cols != n)
@@ -244,7 +302,9 @@ int validate_gemm(const Mfma__V1__Gemm *g, const struct validate_limits *lim,
 		if ((enum mfma_dtype)g->c->dtype != out)
 			return bad(err, errlen, "c.dtype=%s does not match the output dtype %s",
 				   mfma_dtype_name((enum mfma_dtype)g->c->dtype), mfma_dtype_name(out));
-		plan->g.c = g->c->data.data;
+		plan->c_bytes = (size_t)m * n * mfma_dtype_size(out);
+		plan->c_region = g->c->region;
+		plan->g.c = plan->c_region ? NULL : g->c->data.data;
 		plan->in_bytes += g->c->data.len;
 	} else if (g->c) {
 		return bad(err, errlen, "c is given but beta is 0; set beta (1 to add c)");
@@ -265,10 +325,14 @@ int validate_gemm(const Mfma__V1__Gemm *g, const struct validate_limits *lim,
 	plan->g.out_dtype = out;
 	plan->g.alpha = g->alpha;
 	plan->g.beta = g->beta;
-	plan->g.b = g->b->data.data;
+	plan->b_region = g->b->region;
+	plan->b_bytes = (size_t)k * n * mfma_dtype_size(in);
+	plan->g.b = plan->b_region ? NULL : g->b->data.data;
 	plan->in_bytes += g->b->data.len;
 	plan->d_bytes = (size_t)m * n * mfma_dtype_size(out);
-	if (plan->d_bytes + 4096 > lim->max_out_bytes)
+	plan->d_region = g->d;
+	/* A D written into a region is bounded by the region, not the frame. */
+	if (!plan->d_region && plan->d_bytes + 4096 > lim->max_out_bytes)
 		return bad(err, errlen,
 			   "the %ux%u %s result (%zu bytes) would not fit in one frame (limit %llu bytes)",
 			   m, n, mfma_dtype_name(out), plan->d_bytes,

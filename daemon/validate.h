@@ -42,6 +42,12 @@ struct weight_shape {
 
 struct gemm_plan {
 	enum a_form a_form;
+	/* Operands in a client's region instead of the frame (NULL: in the
+	 * frame); their pointers in g are NULL until the caller resolves
+	 * them (regions_use), with b_bytes, c_bytes and d_bytes as the
+	 * lengths to check. */
+	const Mfma__V1__RegionRef *b_region, *c_region, *d_region;
+	size_t b_bytes, c_bytes;
 	struct mfma_gemm g; /* pointers into the request; a/a_meta NULL for A_WEIGHT */
 	const char *weight; /* A_WEIGHT: the name */
 	size_t d_bytes;
@@ -58,6 +64,18 @@ int validate_operand(const Mfma__V1__Operand *op, const struct validate_limits *
  * it up and answers NOT_FOUND itself when it does not exist). */
 int validate_gemm(const Mfma__V1__Gemm *g, const struct validate_limits *lim,
 		  const struct weight_shape *w, struct gemm_plan *plan, char *err, size_t errlen);
+
+/* A region's bytes [off, off + need) named by a GEMM's field: inside the
+ * region of region_len bytes (overflow included), and length, when the
+ * client gave one (has_length), equal to need. */
+int validate_region_span(uint64_t region_len, uint64_t off, int has_length, uint64_t length,
+			 uint64_t need, const char *field, uint64_t id, char *err, size_t errlen);
+
+/* A descriptor offered as a region, from fstat and F_GET_SEALS (seals < 0:
+ * the call failed, not a memfd): a regular file of 1 byte or more, sealed
+ * against shrinking and growing, of want bytes when want is not 0. */
+int validate_region_fd(uint32_t mode, uint64_t size, int seals, uint64_t want, char *err,
+		       size_t errlen);
 
 /* A weight name: 1..127 bytes of [A-Za-z0-9._:-]. */
 int validate_weight_name(const char *name, char *err, size_t errlen);

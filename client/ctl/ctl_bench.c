@@ -21,6 +21,7 @@ struct bench_opts {
 	enum mfma_dtype dtype, out_dtype;
 	bool sparse, resident, dtype_given;
 	bool samples; /* --samples: every latency in the JSON */
+	bool shm;     /* --shm: B and D through a shared-memory region per connection */
 	enum ctl_sparse mode;
 	const char *weight;
 	int device;
@@ -30,6 +31,8 @@ struct bench_conn {
 	pthread_t tid;
 	mfma_client *c;
 	const struct mfma_gemm_args *args;
+	mfma_region *rg;    /* --shm: B, then one D per request slot */
+	size_t d_at, d_bytes;
 	pthread_barrier_t *start;
 	uint64_t warmup, requests, slots;
 	int timeout_ms;
@@ -38,6 +41,7 @@ struct bench_conn {
 	size_t nlat;
 	uint64_t errors;
 	uint64_t queue, h2d, kernel, d2h, total; /* sums over successful requests */
+	uint64_t encode, send, wait, decode, unexplained; /* the client's side, summed */
 	uint64_t batch;         /* requests of each one's launch, summed */
 	double launch_kernel_ns; /* each request's share of its launch's kernel time */
 	int rc;                                  /* first failure */
@@ -61,8 +65,16 @@ static void *bench_thread(void *arg)
 	struct bench_conn *bc = arg;
 	struct mfma_gemm_result r;
 	struct mfma_error e;
+	struct mfma_gemm_args args = *bc->args;
+	char *base = bc->rg ? mfma_region_data(bc->rg) : NULL;
 	int rc;
 
+	if (base) {
+		memcpy(base, args.b.data, args.b.bytes);
+		args.b.data = base;
+		args.d = base + bc->d_at;
+		bc->args = &args;
+	}
 	for (uint64_t i = 0; i < bc->warmup && !bc->fatal; i++) {
 		rc = mfma_gemm(bc->c, bc->args, &r, &e);
 		if (rc < 0) {
@@ -78,6 +90,11 @@ static void *bench_thread(void *arg)
 	while (!bc->fatal && done < bc->requests) {
 		while (submitted < bc->requests && submitted - done < bc->slots) {
 			uint64_t id;
+			/* Each request in flight its own D (answers may come
+			 * back out of order: a reused slot is only a benchmark's
+			 * overwrite, never a fault). */
+			if (base)
+				args.d = base + bc->d_at + (submitted % bc->slots) * bc->d_bytes;
 			if ((rc = mfma_gemm_submit(bc->c, bc->args, &id, &e)) < 0) {
 				note_error(bc, rc, &e);
 				break;
@@ -101,6 +118,11 @@ static void *bench_thread(void *arg)
 		bc->kernel += r.timing.kernel_ns;
 		bc->d2h += r.timing.d2h_ns;
 		bc->total += r.timing.total_ns;
+		bc->encode += r.client.encode_ns;
+		bc->send += r.client.send_ns;
+		bc->wait += r.client.wait_ns;
+		bc->decode += r.client.decode_ns;
+		bc->unexplained += ctl_unexplained_ns(r.client.wait_ns, r.timing.total_ns);
 		uint32_t br = r.timing.batch_requests ? r.timing.batch_requests : 1;
 		bc->batch += br;
 		bc->launch_kernel_ns += (double)r.timing.kernel_ns / br;
@@ -114,7 +136,7 @@ static int parse(struct ctl *ctl, int argc, char **argv, struct bench_opts *o)
 	enum {
 		OPT_CONNECTIONS = CTL_OPT_FIRST_COMMAND_OPTION, OPT_M, OPT_N, OPT_K, OPT_DTYPE,
 		OPT_OUT_DTYPE, OPT_SPARSE, OPT_WEIGHT, OPT_RESIDENT, OPT_WARMUP, OPT_DEVICE,
-		OPT_SEED, OPT_SAMPLES,
+		OPT_SEED, OPT_SAMPLES, OPT_SHM,
 	};
 	static const struct option opts[] = {
 		CTL_COMMON_LONG,
@@ -133,6 +155,7 @@ static int parse(struct ctl *ctl, int argc, char **argv, struct bench_opts *o)
 		{ "device", required_argument, NULL, OPT_DEVICE },
 		{ "seed", required_argument, NULL, OPT_SEED },
 		{ "samples", no_argument, NULL, OPT_SAMPLES },
+		{ "shm", no_argument, NULL, OPT_SHM },
 		{ NULL, 0, NULL, 0 },
 	};
 	const uint64_t dim_max = 1u << 20;
@@ -187,6 +210,7 @@ static int parse(struct ctl *ctl, int argc, char **argv, struct bench_opts *o)
 		case OPT_DEVICE: rc = ctl_parse_int("--device", optarg, -1, 1 << 20, &o->device, err, sizeof(err)); break;
 		case OPT_SEED: rc = ctl_parse_u64("--seed", optarg, 0, UINT64_MAX, &o->seed, err, sizeof(err)); break;
 		case OPT_SAMPLES: o->samples = true; break;
+		case OPT_SHM: o->shm = true; break;
 		default:
 			rc = ctl_common_option(ctl, "bench", opt, optarg);
 			if (rc != CTL_CONTINUE)
@@ -255,6 +279,7 @@ static void report(struct ctl *ctl, const struct bench_opts *o, struct bench_con
 {
 	size_t n = 0;
 	uint64_t errors = 0, q = 0, h = 0, kr = 0, d = 0, t = 0, sum = 0, batch = 0;
+	uint64_t ce = 0, cs = 0, cw = 0, cd = 0, cu = 0;
 	double busy_ns = 0;
 	for (uint64_t i = 0; i < o->connections; i++) {
 		batch += bc[i].batch;
@@ -266,6 +291,11 @@ static void report(struct ctl *ctl, const struct bench_opts *o, struct bench_con
 		kr += bc[i].kernel;
 		d += bc[i].d2h;
 		t += bc[i].total;
+		ce += bc[i].encode;
+		cs += bc[i].send;
+		cw += bc[i].wait;
+		cd += bc[i].decode;
+		cu += bc[i].unexplained;
 	}
 	uint64_t *lat = malloc((n ? n : 1) * sizeof(*lat));
 	size_t at = 0;
@@ -302,6 +332,7 @@ static void report(struct ctl *ctl, const struct bench_opts *o, struct bench_con
 		json_kv_uint(j, "k", o->k);
 		json_kv_string(j, "dtype", mfma_dtype_name(o->dtype));
 		json_kv_string(j, "a", a_kind);
+		json_kv_bool(j, "shm", o->shm);
 		json_kv_uint(j, "wall_ns", wall_ns);
 		json_kv_double(j, "requests_per_s", rps);
 		json_key(j, "latency_ns");
@@ -323,6 +354,14 @@ static void report(struct ctl *ctl, const struct bench_opts *o, struct bench_con
 		json_kv_uint(j, "d2h", d / div);
 		json_kv_uint(j, "total", t / div);
 		json_object_end(j);
+		json_key(j, "client_mean_ns");
+		json_object_begin(j);
+		json_kv_uint(j, "encode", ce / div);
+		json_kv_uint(j, "send", cs / div);
+		json_kv_uint(j, "wait", cw / div);
+		json_kv_uint(j, "decode", cd / div);
+		json_kv_uint(j, "unexplained", cu / div);
+		json_object_end(j);
 		/* Batching: the mean number of requests a launch answered, and
 		 * the share of the wall time the device spent in kernels (each
 		 * launch counted once). */
@@ -340,9 +379,10 @@ static void report(struct ctl *ctl, const struct bench_opts *o, struct bench_con
 		json_object_end(j);
 	} else {
 		char s[8][32];
-		printf("bench: %zu requests of %ux%ux%u %s (A %s), %" PRIu64 " in flight over %" PRIu64
+		printf("bench: %zu requests of %ux%ux%u %s (A %s%s), %" PRIu64 " in flight over %" PRIu64
 		       " connection%s\n", n, o->m, o->n, o->k, mfma_dtype_name(o->dtype), a_kind,
-		       o->concurrency, o->connections, o->connections == 1 ? "" : "s");
+		       o->shm ? ", B and D in shared memory" : "", o->concurrency, o->connections,
+		       o->connections == 1 ? "" : "s");
 		printf("  throughput   %.1f requests/s, %.2f GFLOP/s\n", rps, gf_wall);
 		ctl_format_ns(n ? lat[0] : 0, s[0], sizeof(s[0]));
 		ctl_format_ns(sum / div, s[1], sizeof(s[1]));
@@ -359,6 +399,13 @@ static void report(struct ctl *ctl, const struct bench_opts *o, struct bench_con
 		ctl_format_ns(t / div, s[4], sizeof(s[4]));
 		printf("  server mean  queue %s, copy in %s, kernel %s, copy out %s, total %s\n",
 		       s[0], s[1], s[2], s[3], s[4]);
+		ctl_format_ns(ce / div, s[0], sizeof(s[0]));
+		ctl_format_ns(cs / div, s[1], sizeof(s[1]));
+		ctl_format_ns(cw / div, s[2], sizeof(s[2]));
+		ctl_format_ns(cd / div, s[3], sizeof(s[3]));
+		ctl_format_ns(cu / div, s[4], sizeof(s[4]));
+		printf("  client mean  encode %s, send %s, wait %s, decode %s; unexplained %s (the "
+		       "wait less the server total)\n", s[0], s[1], s[2], s[3], s[4]);
 		printf("  kernel       %.2f GFLOP/s over the mean kernel time\n", gf_kernel);
 		printf("  batching     %.2f requests per launch on average; kernels busy %.1f%% of "
 		       "the wall time\n",
@@ -455,6 +502,17 @@ int ctl_cmd_bench(struct ctl *ctl, int argc, char **argv)
 		}
 		if ((rc = ctl_connect(ctl, &x->c)) != 0)
 			goto out;
+		if (o.shm) {
+			enum mfma_type out = args.out_dtype != MFMA_TYPE_NONE ? args.out_dtype
+					     : ctl_type(mfma_out_dtype_default(o.dtype));
+			x->d_at = (args.b.bytes + 63) & ~(size_t)63;
+			x->d_bytes = ((size_t)o.m * o.n * mfma_type_size(out) + 63) & ~(size_t)63;
+			if ((rc = mfma_region_create(x->c, x->d_at + x->slots * x->d_bytes, &x->rg,
+						     &e)) < 0) {
+				rc = ctl_fail(ctl, "bench --shm: creating a region", rc, &e);
+				goto out;
+			}
+		}
 	}
 	for (; started < o.connections; started++) {
 		if (pthread_create(&bc[started].tid, NULL, bench_thread, &bc[started]) != 0) {
@@ -498,6 +556,9 @@ out:
 		fprintf(stderr, "mfmactl: bench: unloading %s: %s\n", wname, e.message);
 	if (bc) {
 		for (uint64_t i = 0; i < o.connections; i++) {
+			if (bc[i].rg && mfma_region_destroy(bc[i].c, bc[i].rg, &e) < 0)
+				fprintf(stderr, "mfmactl: bench: unregistering a region: %s\n",
+					e.message);
 			mfma_close(bc[i].c);
 			free(bc[i].lat);
 		}

@@ -18,6 +18,7 @@ struct submit_opts {
 	enum mfma_dtype dtype, out_dtype;
 	float alpha, beta;
 	bool have_beta, check;
+	bool shm; /* --shm: B, C and D through a shared-memory region */
 	int device;
 	uint32_t priority;
 	uint64_t deadline_us;
@@ -146,6 +147,15 @@ static void print_text(const struct submit_opts *o, uint32_t m, uint32_t n, uint
 	       r->device.arch, r->variant[0] ? r->variant : "(not named)");
 	printf("timing: queue %s, prep %s, copy in %s, kernel %s, copy out %s, server total %s, "
 	       "round trip %s\n", q, p, h, kr, d, t, rt);
+	char ce[32], cs[32], cw[32], cd[32], un[32];
+	const struct mfma_client_timing *ct = &r->client;
+	ctl_format_ns(ct->encode_ns, ce, sizeof(ce));
+	ctl_format_ns(ct->send_ns, cs, sizeof(cs));
+	ctl_format_ns(ct->wait_ns, cw, sizeof(cw));
+	ctl_format_ns(ct->decode_ns, cd, sizeof(cd));
+	ctl_format_ns(ctl_unexplained_ns(ct->wait_ns, r->timing.total_ns), un, sizeof(un));
+	printf("client: encode %s, send %s, wait %s, decode %s; unexplained %s (the wait less the "
+	       "server total: socket, wake-ups)\n", ce, cs, cw, cd, un);
 	printf("GFLOP/s (2*M*N*K = %.4g): %.2f over the kernel, %.2f over the round trip\n",
 	       2.0 * m * n * k, ctl_gflops(m, n, k, r->timing.kernel_ns),
 	       ctl_gflops(m, n, k, r->round_trip_ns));
@@ -188,6 +198,11 @@ static void print_json(struct ctl *ctl, const struct submit_opts *o, uint32_t m,
 	json_kv_uint(j, "d2h_ns", r->timing.d2h_ns);
 	json_kv_uint(j, "total_ns", r->timing.total_ns);
 	json_kv_uint(j, "round_trip_ns", r->round_trip_ns);
+	json_kv_uint(j, "client_encode_ns", r->client.encode_ns);
+	json_kv_uint(j, "client_send_ns", r->client.send_ns);
+	json_kv_uint(j, "client_wait_ns", r->client.wait_ns);
+	json_kv_uint(j, "client_decode_ns", r->client.decode_ns);
+	json_kv_uint(j, "unexplained_ns", ctl_unexplained_ns(r->client.wait_ns, r->timing.total_ns));
 	json_object_end(j);
 	json_kv_double(j, "gflops_kernel", ctl_gflops(m, n, k, r->timing.kernel_ns));
 	json_kv_double(j, "gflops_round_trip", ctl_gflops(m, n, k, r->round_trip_ns));
@@ -215,7 +230,7 @@ static int parse(struct ctl *ctl, int argc, char **argv, struct submit_opts *o)
 {
 	enum {
 		OPT_ALPHA = CTL_OPT_FIRST_COMMAND_OPTION, OPT_BETA, OPT_SPARSE, OPT_DTYPE,
-		OPT_OUT_DTYPE, OPT_DEVICE, OPT_PRIORITY, OPT_DEADLINE, OPT_CHECK,
+		OPT_OUT_DTYPE, OPT_DEVICE, OPT_PRIORITY, OPT_DEADLINE, OPT_CHECK, OPT_SHM,
 	};
 	static const struct option opts[] = {
 		CTL_COMMON_LONG,
@@ -233,6 +248,7 @@ static int parse(struct ctl *ctl, int argc, char **argv, struct submit_opts *o)
 		{ "priority", required_argument, NULL, OPT_PRIORITY },
 		{ "deadline", required_argument, NULL, OPT_DEADLINE },
 		{ "check", no_argument, NULL, OPT_CHECK },
+		{ "shm", no_argument, NULL, OPT_SHM },
 		{ NULL, 0, NULL, 0 },
 	};
 	char err[256];
@@ -248,6 +264,7 @@ static int parse(struct ctl *ctl, int argc, char **argv, struct submit_opts *o)
 		case 'w': o->weight = optarg; break;
 		case 'b': o->b = optarg; break;
 		case 'c': o->c = optarg; break;
+		case OPT_SHM: o->shm = true; break;
 		case 'o': o->out = optarg; break;
 		case OPT_ALPHA: rc = ctl_parse_float("--alpha", optarg, &o->alpha, err, sizeof(err)); break;
 		case OPT_BETA:
@@ -293,6 +310,50 @@ static int parse(struct ctl *ctl, int argc, char **argv, struct submit_opts *o)
 	return CTL_CONTINUE;
 }
 
+/* --shm: B and C copied into a region of the connection, D to be
+ * written after them; args then point there (the library sends
+ * references instead of bytes).  M comes from A, or from the weight. */
+static int shm_args(struct ctl *ctl, mfma_client *cl, const struct submit_opts *o,
+		    const struct ctl_matrix *a, struct mfma_gemm_args *args, struct mfma_matrix *cm,
+		    mfma_region **rg)
+{
+	struct mfma_error e;
+	uint32_t m = a->rows;
+	if (o->weight) {
+		struct mfma_weight_list wl;
+		int rc = mfma_list_weights(cl, &wl, &e);
+		if (rc < 0)
+			return ctl_fail(ctl, "submit --shm: listing the weights", rc, &e);
+		m = 0;
+		for (size_t i = 0; i < wl.n_weights; i++)
+			if (strcmp(wl.weights[i].name, o->weight) == 0)
+				m = wl.weights[i].rows;
+		mfma_weight_list_free(&wl);
+		if (m == 0)
+			return ctl_fail_local(ctl, CTL_EXIT_DAEMON, "submit: no resident weight is "
+					      "named '%s'", o->weight);
+	}
+	enum mfma_type out = args->out_dtype != MFMA_TYPE_NONE ? args->out_dtype
+			     : ctl_type(mfma_out_dtype_default(ctl_dtype(args->b.dtype)));
+	size_t cb = args->c ? args->c->bytes : 0;
+	size_t db = (size_t)m * args->b.cols * mfma_type_size(out);
+	/* 64-byte aligned pieces: what a DMA engine likes best. */
+	size_t boff = 0, coff = (args->b.bytes + 63) & ~(size_t)63, doff = (coff + cb + 63) & ~(size_t)63;
+	int rc = mfma_region_create(cl, doff + db, rg, &e);
+	if (rc < 0)
+		return ctl_fail(ctl, "submit --shm: creating the region", rc, &e);
+	char *base = mfma_region_data(*rg);
+	memcpy(base + boff, args->b.data, args->b.bytes);
+	args->b.data = base + boff;
+	if (args->c) {
+		memcpy(base + coff, args->c->data, cb);
+		cm->data = base + coff;
+		args->c = cm;
+	}
+	args->d = base + doff;
+	return 0;
+}
+
 static int input_error(struct ctl *ctl, int rc, const char *err)
 {
 	return ctl_fail_local(ctl, rc == -ENOMEM ? CTL_EXIT_LOCAL : CTL_EXIT_USAGE, "%s", err);
@@ -308,6 +369,7 @@ int ctl_cmd_submit(struct ctl *ctl, int argc, char **argv)
 	struct check_result chk = { 0 };
 	struct mfma_error e;
 	mfma_client *cl = NULL;
+	mfma_region *rg = NULL;
 	char err[512];
 	int rc = parse(ctl, argc, argv, &o);
 	if (rc != CTL_CONTINUE)
@@ -363,6 +425,8 @@ int ctl_cmd_submit(struct ctl *ctl, int argc, char **argv)
 	if ((rc = ctl_connect(ctl, &cl)) != 0)
 		goto out;
 	ctl_progress(ctl, cl);
+	if (o.shm && (rc = shm_args(ctl, cl, &o, &a, &args, &cm, &rg)) != 0)
+		goto out;
 	if ((rc = mfma_gemm(cl, &args, &res, &e)) < 0) {
 		rc = ctl_fail(ctl, "submit", rc, &e);
 		goto out;
@@ -390,6 +454,9 @@ int ctl_cmd_submit(struct ctl *ctl, int argc, char **argv)
 		fprintf(stderr, "mfmactl: submit: the result is over the tolerance\n");
 out:
 	mfma_gemm_result_free(&res);
+	int drc;
+	if (rg && (drc = mfma_region_destroy(cl, rg, &e)) < 0 && rc == CTL_EXIT_OK)
+		rc = ctl_fail(ctl, "submit: unregistering the region", drc, &e);
 	mfma_close(cl);
 	ctl_packed_free(&pk);
 	ctl_matrix_free(&a);

@@ -271,3 +271,8 @@ double ctl_tolerance(enum mfma_dtype in, enum mfma_dtype out)
 	double a = tol_of(in), b = tol_of(out);
 	return a > b ? a : b;
 }
+
+uint64_t ctl_unexplained_ns(uint64_t client_wait_ns, uint64_t server_total_ns)
+{
+	return client_wait_ns > server_total_ns ? client_wait_ns - server_total_ns : 0;
+}

@@ -46,6 +46,13 @@ void ctl_format_uptime(uint64_t ns, char *buf, size_t len);
 uint64_t ctl_percentile(const uint64_t *sorted, size_t n, double p);
 void ctl_sort_u64(uint64_t *v, size_t n);
 
+/* Of a round trip, what neither side accounts for: the client's wait (last
+ * byte sent to the answer read) less the server's total (frame arrived to
+ * answer queued) -- the socket both ways and the wake-ups.  0 when the
+ * server's figure is the larger (clocks of one machine, but not one
+ * instant). */
+uint64_t ctl_unexplained_ns(uint64_t client_wait_ns, uint64_t server_total_ns);
+
 /* Dense-equivalent GFLOP/s of an m x n x k GEMM that took ns. */
 double ctl_gflops(uint64_t m, uint64_t n, uint64_t k, uint64_t ns);
 

@@ -54,7 +54,7 @@ const char *mfma_code_name(int code)
 {
 	static const char *const names[] = {
 		"OK", "INVALID_ARGUMENT", "NOT_FOUND", "ALREADY_EXISTS", "RESOURCE_EXHAUSTED",
-		"UNAVAILABLE", "DEADLINE_EXCEEDED", "INTERNAL", "MALFORMED",
+		"UNAVAILABLE", "DEADLINE_EXCEEDED", "INTERNAL", "MALFORMED", "FAILED_PRECONDITION",
 	};
 	if (code >= 0 && (size_t)code < sizeof(names) / sizeof(names[0]))
 		return names[code];
@@ -255,6 +255,8 @@ static int reconnect_once(mfma_client *c, struct mfma_error *err)
 	 * callers have been told), answers already here stay. */
 	frame_reader_free(&c->rd);
 	frame_reader_init(&c->rd, CLIENT_MAX_FRAME);
+	c->is_unix = c->eps[which].kind == ENDPOINT_UNIX;
+	client_regions_lost(c);
 	for (size_t i = c->npend; i-- > 0;) {
 		struct client_pending *p = &c->pend[i];
 		if (!p->resp && (!p->frame || p->abandoned))
@@ -400,6 +402,7 @@ int mfma_connect(const char *endpoint, mfma_client **client, struct mfma_error *
 	}
 	free(eps);
 	(void)endpoint_format(&ep, c->endpoint, sizeof(c->endpoint));
+	c->is_unix = ep.kind == ENDPOINT_UNIX;
 	frame_reader_init(&c->rd, CLIENT_MAX_FRAME);
 	*client = c;
 	client_ok(err);
@@ -418,6 +421,7 @@ void mfma_close(mfma_client *c)
 		free(c->pend[i].frame);
 	}
 	free(c->pend);
+	client_regions_free(c);
 	frame_reader_free(&c->rd);
 	explicit_bzero(c->token, sizeof(c->token));
 	free(c);
@@ -521,7 +525,7 @@ void client_abandon(mfma_client *c, int code, const char *why)
 	(void)client_die(c, code, NULL, "%s", why);
 }
 
-static void dispatch(mfma_client *c, Mfma__V1__Response *resp, uint64_t now)
+static void dispatch(mfma_client *c, Mfma__V1__Response *resp, uint64_t now, uint64_t unpack_ns)
 {
 	uint64_t id = resp->has_id ? resp->id : 0;
 	struct client_pending *p = id ? client_pending_find(c, id) : NULL;
@@ -552,6 +556,7 @@ static void dispatch(mfma_client *c, Mfma__V1__Response *resp, uint64_t now)
 	}
 	p->resp = resp;
 	p->t_recv_ns = now;
+	p->unpack_ns = unpack_ns;
 	p->seq = ++c->arrivals;
 }
 
@@ -593,12 +598,13 @@ static int read_available(mfma_client *c, struct mfma_error *err)
 		if (r < 0)
 			return client_die(c, -EPROTO, err, "response frame of %zu bytes is too large",
 					  len);
+		uint64_t t0 = mfma_clock_ns();
 		Mfma__V1__Response *resp = mfma__v1__response__unpack(NULL, len, payload);
 		if (!resp)
 			return client_die(c, -EPROTO, err,
 					  "could not decode a response frame of %zu bytes from %s",
 					  len, c->endpoint);
-		dispatch(c, resp, now);
+		dispatch(c, resp, now, mfma_clock_ns() - t0);
 	}
 	if (!eof)
 		return 0;
@@ -646,8 +652,35 @@ static int wait_socket(mfma_client *c, short events, uint64_t deadline, short *r
 	}
 }
 
+/* One send; with fd >= 0 the descriptor rides on these bytes. */
+static ssize_t send_some(int sock, const uint8_t *buf, size_t len, int fd)
+{
+	if (fd < 0)
+		return send(sock, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+	union {
+		struct cmsghdr h;
+		char space[CMSG_SPACE(sizeof(int))];
+	} u;
+	memset(&u, 0, sizeof(u));
+	struct iovec iov = { .iov_base = (void *)(uintptr_t)buf, .iov_len = len };
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.space,
+			      .msg_controllen = sizeof(u.space) };
+	struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+	return sendmsg(sock, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
 int client_send_frame(mfma_client *c, const uint8_t *buf, size_t len, uint64_t *t_first,
 		      struct mfma_error *err)
+{
+	return client_send_frame_fd(c, buf, len, -1, t_first, err);
+}
+
+int client_send_frame_fd(mfma_client *c, const uint8_t *buf, size_t len, int fd,
+			 uint64_t *t_first, struct mfma_error *err)
 {
 	uint64_t deadline = client_deadline(c->timeout_ms);
 	size_t off = 0;
@@ -658,7 +691,8 @@ int client_send_frame(mfma_client *c, const uint8_t *buf, size_t len, uint64_t *
 		/* The round trip starts when the first byte goes: stamp before
 		 * the call, so time spent descheduled inside it counts. */
 		uint64_t t = off == 0 ? mfma_clock_ns() : 0;
-		ssize_t n = send(c->fd, buf + off, len - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+		/* The descriptor goes with the first bytes that leave. */
+		ssize_t n = send_some(c->fd, buf + off, len - off, off == 0 ? fd : -1);
 		if (n > 0) {
 			if (off == 0 && t_first)
 				*t_first = t;

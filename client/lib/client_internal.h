@@ -17,9 +17,13 @@ struct client_pending {
 	uint64_t id;
 	bool user;       /* submitted with mfma_gemm_submit (mfma_wait may return it) */
 	bool abandoned;  /* its blocking caller timed out: drop the answer */
-	uint64_t t_send_ns;
-	uint64_t t_recv_ns;
+	uint64_t t_send_ns;  /* the first byte went */
+	uint64_t t_sent_ns;  /* the last byte went */
+	uint64_t t_recv_ns;  /* the answer's last bytes were read */
+	uint64_t encode_ns;  /* building and packing the request */
+	uint64_t unpack_ns;  /* unpacking the answer */
 	uint64_t seq;    /* arrival order, for MFMA_ANY */
+	void *d_dst;     /* where the caller wants D (mfma_gemm_args.d), or NULL */
 	Mfma__V1__Response *resp; /* NULL until the answer arrives */
 	/* A request that changes nothing (a GEMM, a ping, status, the list)
 	 * keeps its frame until answered: after a lost connection it is sent
@@ -33,6 +37,15 @@ struct client_pending {
 /* How long a resendable request may wait for a connection when neither
  * it (timeout_us) nor the client (mfma_set_timeout) says. */
 #define CLIENT_RESEND_WINDOW_MS 60000
+
+/* A region (mfma.h): the memfd, its mapping and the daemon's id. */
+struct mfma_region {
+	struct mfma_region *next;
+	int fd;
+	void *base;
+	size_t size;
+	uint64_t id;   /* 0: not registered on the current connection */
+};
 
 struct mfma_client {
 	int fd;
@@ -55,6 +68,10 @@ struct mfma_client {
 	size_t neps, cur;
 	uint8_t token[FRAME_TOKEN_MAX]; /* resent on each reconnect */
 	size_t token_len;
+	struct mfma_region *regions;
+	bool is_unix;
+	uint64_t encode_t0; /* when the GEMM being sent began to be built; 0: none */
+	struct mfma_client_timing last; /* of the answer take() handed out last */
 };
 
 int client_fail(struct mfma_error *err, int code, const char *fmt, ...)
@@ -86,6 +103,22 @@ void client_pending_remove(mfma_client *c, struct client_pending *p);
  * *t_first (may be NULL) receives the time the first byte left. */
 int client_send_frame(mfma_client *c, const uint8_t *buf, size_t len, uint64_t *t_first,
 		      struct mfma_error *err);
+/* The same with a descriptor passed (SCM_RIGHTS) on the frame's first
+ * bytes; fd < 0: none. */
+int client_send_frame_fd(mfma_client *c, const uint8_t *buf, size_t len, int fd,
+			 uint64_t *t_first, struct mfma_error *err);
+
+/* The region of this client (registered on the current connection)
+ * holding [p, p + len), or NULL. */
+struct mfma_region *client_region_of(mfma_client *c, const void *p, size_t len);
+/* Forgets every region's id (the connection they belonged to is gone). */
+void client_regions_lost(mfma_client *c);
+/* Unmaps and frees every region (mfma_close). */
+void client_regions_free(mfma_client *c);
+/* The RegisterRegion round trip, the memfd passed with the frame. */
+int client_region_register(mfma_client *c, int fd, uint64_t bytes, uint64_t *region,
+			   struct mfma_error *err);
+int client_region_unregister(mfma_client *c, uint64_t region, struct mfma_error *err);
 
 /* Waits until the request `id` (or, with MFMA_ANY, any submitted request)
  * has its answer; timeout_ms < 0 waits forever. */

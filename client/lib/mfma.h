@@ -82,6 +82,7 @@ enum mfma_code {
 	MFMA_CODE_DEADLINE_EXCEEDED = 6,
 	MFMA_CODE_INTERNAL = 7,         /* a device or kernel failure */
 	MFMA_CODE_MALFORMED = 8,        /* the daemon could not decode the frame */
+	MFMA_CODE_FAILED_PRECONDITION = 9, /* not possible on this connection (regions over TCP) */
 };
 
 /* Return value for "the daemon answered with code c": far below any
@@ -203,6 +204,12 @@ struct mfma_gemm_args {
 	int device;                 /* -1 (after init): the daemon picks */
 	uint32_t priority;          /* 0 = default, 1 = highest, larger = lower */
 	uint64_t timeout_us;        /* server-side deadline from arrival; 0 = none */
+	/* Where D should go (M x N of the output type), or NULL for memory
+	 * the library owns until mfma_gemm_result_free().  Inside one of the
+	 * client's regions the daemon writes D there and no byte of it
+	 * travels; elsewhere the library copies D there.  result.d.data
+	 * points at it either way. */
+	void *d;
 };
 
 /* Zero-initialising the struct is NOT enough: alpha would be 0 and device
@@ -227,12 +234,25 @@ struct mfma_device_ref {
 	const char *arch;    /* "x86_64", "gfx942", "sm_90" */
 };
 
+/* What the library itself spent on the last GEMM it returned (mfma_gemm
+ * or mfma_wait): building and packing the request, writing it to the
+ * socket, waiting from the last byte sent to the whole answer read, and
+ * decoding the answer.  Measured with the same monotonic clock as
+ * round_trip_ns. */
+struct mfma_client_timing {
+	uint64_t encode_ns;
+	uint64_t send_ns;
+	uint64_t wait_ns;
+	uint64_t decode_ns;
+};
+
 struct mfma_gemm_result {
 	struct mfma_matrix d;       /* library-owned until mfma_gemm_result_free() */
 	struct mfma_timing timing;
 	struct mfma_device_ref device;
 	const char *variant;        /* the kernel variant that ran */
 	uint64_t round_trip_ns;     /* first byte sent to the whole response received */
+	struct mfma_client_timing client; /* the library's own share */
 	void *priv;
 };
 
@@ -278,6 +298,41 @@ int mfma_wait(mfma_client *client, uint64_t id, int timeout_ms, uint64_t *done_i
 
 /* Submitted requests whose answer has not been returned by mfma_wait(). */
 size_t mfma_in_flight(const mfma_client *client);
+
+/* ---- shared-memory regions (Unix socket only) ----
+ *
+ * A region is memory the client and the daemon share: a sealed memfd the
+ * library creates and maps, and registers with the daemon once (the
+ * daemon maps it too and registers it with each GPU's runtime, so copies
+ * are DMA from and to these very pages).  Matrices whose bytes lie inside
+ * a region are then not sent: a GEMM whose b, c or d (struct
+ * mfma_gemm_args) point into a region of this client names (region,
+ * offset, length) instead, and its answer carries only status and timing.
+ * The regular GEMM calls do this by themselves; nothing else changes.
+ *
+ * - While a submitted GEMM uses a region, its B and C must not change and
+ *   its D is not complete before mfma_wait returns it.
+ * - Regions belong to the connection: they go with mfma_close (their
+ *   memory is unmapped then) and do not survive a reconnect of an
+ *   endpoint list (GEMMs naming them then fail with NOT_FOUND).
+ * - Over TCP, mfma_region_create fails with
+ *   MFMA_EREMOTE(MFMA_CODE_FAILED_PRECONDITION).
+ * - The daemon bounds them: limits.max_regions_per_conn,
+ *   limits.max_region_mb_per_conn, limits.max_pinned_mb; a refusal names
+ *   the limit (RESOURCE_EXHAUSTED). */
+typedef struct mfma_region mfma_region;
+
+/* Creates a region of `bytes` bytes (rounded up to the page size) and
+ * registers it; *region then gives its memory (mfma_region_data), zeroed,
+ * readable and writable. */
+int mfma_region_create(mfma_client *client, size_t bytes, mfma_region **region,
+		       struct mfma_error *err);
+/* Unregisters it (answered once no request uses it) and unmaps it.  NULL
+ * is fine.  The memory is unmapped even when the daemon could not be
+ * told (a broken connection), and the error is returned. */
+int mfma_region_destroy(mfma_client *client, mfma_region *region, struct mfma_error *err);
+void *mfma_region_data(const mfma_region *region);
+size_t mfma_region_size(const mfma_region *region);
 
 /* ---- ping ---- */
 

@@ -147,9 +147,28 @@ struct wire_gemm {
 	Mfma__V1__Gemm g;
 	struct wire_operand a;
 	Mfma__V1__Matrix b, c;
+	Mfma__V1__RegionRef rb, rc, rd;
 };
 
-static int gemm_to_wire(const struct mfma_gemm_args *args, struct wire_gemm *w,
+/* A matrix whose bytes lie in one of the client's regions travels as a
+ * reference to them instead. */
+static void use_region(mfma_client *c, Mfma__V1__Matrix *w, Mfma__V1__RegionRef *ref)
+{
+	struct mfma_region *rg = client_region_of(c, w->data.data, w->data.len);
+	if (!rg || w->data.len == 0)
+		return;
+	mfma__v1__region_ref__init(ref);
+	ref->has_region = ref->has_offset = ref->has_length = 1;
+	ref->region = rg->id;
+	ref->offset = (uint64_t)(w->data.data - (uint8_t *)rg->base);
+	ref->length = w->data.len;
+	w->region = ref;
+	w->has_data = 0;
+	w->data.len = 0;
+	w->data.data = NULL;
+}
+
+static int gemm_to_wire(mfma_client *cl, const struct mfma_gemm_args *args, struct wire_gemm *w,
 			struct mfma_error *err)
 {
 	int rc;
@@ -164,10 +183,12 @@ static int gemm_to_wire(const struct mfma_gemm_args *args, struct wire_gemm *w,
 		return rc;
 	w->g.a = &w->a.op;
 	w->g.b = &w->b;
+	use_region(cl, &w->b, &w->rb);
 	if (args->c) {
 		if ((rc = matrix_to_wire(args->c, &w->c, "c", err)) < 0)
 			return rc;
 		w->g.c = &w->c;
+		use_region(cl, &w->c, &w->rc);
 	}
 	w->g.has_alpha = w->g.has_beta = w->g.has_device = 1;
 	w->g.alpha = args->alpha;
@@ -183,6 +204,33 @@ static int gemm_to_wire(const struct mfma_gemm_args *args, struct wire_gemm *w,
 	w->g.priority = args->priority;
 	w->g.has_timeout_us = args->timeout_us != 0;
 	w->g.timeout_us = args->timeout_us;
+	if (args->d) {
+		/* D's size as the daemon will make it: M from A, N from B. */
+		enum mfma_type out = args->out_dtype != MFMA_TYPE_NONE ? args->out_dtype
+				     : args->b.dtype == MFMA_TYPE_I8 ? MFMA_TYPE_I32 : MFMA_TYPE_F32;
+		uint32_t m = args->a.kind == MFMA_OPERAND_DENSE ? args->a.dense.rows
+			     : args->a.kind == MFMA_OPERAND_SPARSE24 ? args->a.sparse.rows : 0;
+		struct mfma_region *rg = NULL;
+		size_t len = (size_t)m * args->b.cols * mfma_type_size(out);
+		/* A resident weight's M is the daemon's to know: the region must
+		 * hold D from d to its end at most, and the daemon checks the
+		 * exact span. */
+		if (args->a.kind == MFMA_OPERAND_WEIGHT) {
+			rg = client_region_of(cl, args->d, 1);
+			len = 0;
+		} else {
+			rg = client_region_of(cl, args->d, len);
+		}
+		if (rg) {
+			mfma__v1__region_ref__init(&w->rd);
+			w->rd.has_region = w->rd.has_offset = 1;
+			w->rd.region = rg->id;
+			w->rd.offset = (uint64_t)((uint8_t *)args->d - (uint8_t *)rg->base);
+			w->rd.has_length = len != 0;
+			w->rd.length = len;
+			w->g.d = &w->rd;
+		}
+	}
 	return 0;
 }
 
@@ -198,6 +246,12 @@ static bool resendable(const Mfma__V1__Request *req)
 	case MFMA__V1__REQUEST__BODY_LIST_WEIGHTS: return true;
 	default: return false;
 	}
+}
+
+static bool names_region(const Mfma__V1__Request *req)
+{
+	const Mfma__V1__Gemm *g = req->body_case == MFMA__V1__REQUEST__BODY_GEMM ? req->gemm : NULL;
+	return g && ((g->b && g->b->region) || (g->c && g->c->region) || g->d);
 }
 
 /* Until when a request may be resent: its own timeout, else the
@@ -217,10 +271,14 @@ static uint64_t resend_deadline(const mfma_client *c, const Mfma__V1__Request *r
  * lost connection, reconnects first.  A resendable request keeps its
  * frame until answered: when the connection breaks while it is sent, it
  * stays in flight and goes again on the next connection. */
-static int send_request(mfma_client *c, Mfma__V1__Request *req, bool user, uint64_t *idp,
+static int send_request(mfma_client *c, Mfma__V1__Request *req, bool user, int fd, uint64_t *idp,
 			struct mfma_error *err)
 {
-	bool keep = resendable(req) && c->neps > 0;
+	uint64_t t0 = c->encode_t0 ? c->encode_t0 : mfma_clock_ns();
+	c->encode_t0 = 0;
+	/* A frame that carries a descriptor, or names regions (which belong
+	 * to the connection it was sent on), cannot go again elsewhere. */
+	bool keep = resendable(req) && c->neps > 0 && fd < 0 && !names_region(req);
 	uint64_t deadline = resend_deadline(c, req);
 	int rc = c->dead ? client_reconnect(c, deadline, err) : 0;
 	if (rc < 0)
@@ -251,7 +309,8 @@ static int send_request(mfma_client *c, Mfma__V1__Request *req, bool user, uint6
 		p->deadline_ns = deadline;
 	}
 	uint64_t t_first = mfma_clock_ns();
-	rc = client_send_frame(c, buf, FRAME_HEADER_SIZE + n, &t_first, err);
+	rc = client_send_frame_fd(c, buf, FRAME_HEADER_SIZE + n, fd, &t_first, err);
+	uint64_t t_sent = mfma_clock_ns();
 	if (!keep)
 		free(buf);
 	/* Answers read while sending may have moved entries: find it again. */
@@ -261,8 +320,11 @@ static int send_request(mfma_client *c, Mfma__V1__Request *req, bool user, uint6
 			client_pending_remove(c, p);
 		return rc;
 	}
-	if (p)
+	if (p) {
 		p->t_send_ns = t_first;
+		p->t_sent_ns = t_sent;
+		p->encode_ns = t_first - t0;
+	}
 	*idp = id;
 	return 0;
 }
@@ -276,6 +338,14 @@ static int take(mfma_client *c, struct client_pending *p, Mfma__V1__Response__Bo
 	p->resp = NULL;
 	if (rtt)
 		*rtt = p->t_recv_ns - p->t_send_ns;
+	c->last = (struct mfma_client_timing){
+		.encode_ns = p->encode_ns,
+		.send_ns = p->t_sent_ns - p->t_send_ns,
+		/* An answer read while the request was still being sent
+		 * waited for nothing. */
+		.wait_ns = p->t_recv_ns > p->t_sent_ns ? p->t_recv_ns - p->t_sent_ns : 0,
+		.decode_ns = p->unpack_ns,
+	};
 	client_pending_remove(c, p);
 	int rc = 0;
 	if (is_error(resp))
@@ -300,7 +370,7 @@ static int call(mfma_client *c, Mfma__V1__Request *req, Mfma__V1__Response__Body
 {
 	uint64_t id;
 	struct client_pending *p;
-	int rc = send_request(c, req, false, &id, err);
+	int rc = send_request(c, req, false, -1, &id, err);
 	if (rc < 0)
 		return rc;
 	rc = client_wait(c, id, c->timeout_ms, &p, err);
@@ -314,9 +384,20 @@ static int call(mfma_client *c, Mfma__V1__Request *req, Mfma__V1__Response__Body
 
 /* ---- decoding ---- */
 
-static int gemm_result_from(Mfma__V1__Response *resp, uint64_t rtt, struct mfma_gemm_result *r,
-			    struct mfma_error *err)
+/* The region of this client with id, or NULL. */
+static struct mfma_region *region_by_id(mfma_client *c, uint64_t id)
 {
+	for (struct mfma_region *rg = c->regions; rg; rg = rg->next)
+		if (id && rg->id == id)
+			return rg;
+	return NULL;
+}
+
+/* dst: where the caller wants D (mfma_gemm_args.d), or NULL. */
+static int gemm_result_from(mfma_client *c, Mfma__V1__Response *resp, uint64_t rtt, void *dst,
+			    struct mfma_gemm_result *r, struct mfma_error *err)
+{
+	uint64_t t0 = mfma_clock_ns();
 	const Mfma__V1__GemmResult *g = resp->gemm;
 	memset(r, 0, sizeof(*r));
 	if (!g || !g->d) {
@@ -325,18 +406,36 @@ static int gemm_result_from(Mfma__V1__Response *resp, uint64_t rtt, struct mfma_
 	}
 	const Mfma__V1__Matrix *d = g->d;
 	size_t es = mfma_type_size((enum mfma_type)d->dtype);
-	if (es == 0 || (uint64_t)d->rows * d->cols * es != d->data.len) {
+	uint64_t want = (uint64_t)d->rows * d->cols * es;
+	const void *data = d->data.data;
+	if (d->region) {
+		/* D was written into our region: point at it there. */
+		struct mfma_region *rg = region_by_id(c, d->region->region);
+		if (!rg || es == 0 || d->region->offset > rg->size ||
+		    want > rg->size - d->region->offset) {
+			mfma__v1__response__free_unpacked(resp, NULL);
+			return client_fail(err, -EPROTO, "the daemon's D names region %llu at offset "
+					   "%llu, which is not a region of this client that holds it",
+					   (unsigned long long)d->region->region,
+					   (unsigned long long)d->region->offset);
+		}
+		data = (const uint8_t *)rg->base + d->region->offset;
+	} else if (es == 0 || want != d->data.len) {
 		int rc = client_fail(err, -EPROTO, "the daemon's D is %ux%u dtype %d with %zu "
 				     "bytes, which do not match", d->rows, d->cols, (int)d->dtype,
 				     d->data.len);
 		mfma__v1__response__free_unpacked(resp, NULL);
 		return rc;
 	}
+	if (dst && !d->region && want) {
+		memcpy(dst, data, (size_t)want);
+		data = dst;
+	}
 	r->d.rows = d->rows;
 	r->d.cols = d->cols;
 	r->d.dtype = (enum mfma_type)d->dtype;
-	r->d.data = d->data.data;
-	r->d.bytes = d->data.len;
+	r->d.data = data;
+	r->d.bytes = (size_t)want;
 	if (g->timing) {
 		r->timing.queue_ns = g->timing->queue_ns;
 		r->timing.h2d_ns = g->timing->h2d_ns;
@@ -352,6 +451,8 @@ static int gemm_result_from(Mfma__V1__Response *resp, uint64_t rtt, struct mfma_
 	r->device.arch = str(g->device ? g->device->arch : NULL);
 	r->variant = str(g->variant);
 	r->round_trip_ns = rtt;
+	r->client = c->last;
+	r->client.decode_ns += mfma_clock_ns() - t0;
 	r->priv = resp;
 	return 0;
 }
@@ -412,13 +513,18 @@ int mfma_gemm_submit(mfma_client *c, const struct mfma_gemm_args *args, uint64_t
 	uint64_t sid;
 	if (!c || !id)
 		return client_fail(err, -EINVAL, "mfma_gemm_submit: client and id must not be NULL");
-	int rc = gemm_to_wire(args, &w, err);
+	uint64_t t0 = mfma_clock_ns();
+	int rc = gemm_to_wire(c, args, &w, err);
 	if (rc < 0)
 		return rc;
 	req.body_case = MFMA__V1__REQUEST__BODY_GEMM;
 	req.gemm = &w.g;
-	if ((rc = send_request(c, &req, true, &sid, err)) < 0)
+	c->encode_t0 = t0;
+	if ((rc = send_request(c, &req, true, -1, &sid, err)) < 0)
 		return rc;
+	struct client_pending *p = client_pending_find(c, sid);
+	if (p)
+		p->d_dst = args->d;
 	*id = sid;
 	client_ok(err);
 	return 0;
@@ -447,10 +553,11 @@ int mfma_wait(mfma_client *c, uint64_t id, int timeout_ms, uint64_t *done_id,
 		return rc;
 	if (done_id)
 		*done_id = p->id;
+	void *dst = p->d_dst;
 	rc = take(c, p, MFMA__V1__RESPONSE__BODY_GEMM, &resp, &rtt, err);
 	if (rc < 0)
 		return rc;
-	if ((rc = gemm_result_from(resp, rtt, result, err)) < 0)
+	if ((rc = gemm_result_from(c, resp, rtt, dst, result, err)) < 0)
 		return rc;
 	client_ok(err);
 	return 0;
@@ -466,14 +573,16 @@ int mfma_gemm(mfma_client *c, const struct mfma_gemm_args *args, struct mfma_gem
 	if (!c || !result)
 		return client_fail(err, -EINVAL, "mfma_gemm: client and result must not be NULL");
 	memset(result, 0, sizeof(*result));
-	int rc = gemm_to_wire(args, &w, err);
+	uint64_t t0 = mfma_clock_ns();
+	int rc = gemm_to_wire(c, args, &w, err);
 	if (rc < 0)
 		return rc;
 	req.body_case = MFMA__V1__REQUEST__BODY_GEMM;
 	req.gemm = &w.g;
+	c->encode_t0 = t0;
 	if ((rc = call(c, &req, MFMA__V1__RESPONSE__BODY_GEMM, &resp, &rtt, err)) < 0)
 		return rc;
-	if ((rc = gemm_result_from(resp, rtt, result, err)) < 0)
+	if ((rc = gemm_result_from(c, resp, rtt, args->d, result, err)) < 0)
 		return rc;
 	client_ok(err);
 	return 0;
@@ -766,4 +875,62 @@ void mfma_status_free(struct mfma_status *st)
 	if (st->priv)
 		mfma__v1__response__free_unpacked(st->priv, NULL);
 	memset(st, 0, sizeof(*st));
+}
+
+/* ---- regions (regions.c keeps the memory) ---- */
+
+int client_region_register(mfma_client *c, int fd, uint64_t bytes, uint64_t *region,
+			   struct mfma_error *err)
+{
+	Mfma__V1__Request req = MFMA__V1__REQUEST__INIT;
+	Mfma__V1__RegisterRegion rr = MFMA__V1__REGISTER_REGION__INIT;
+	Mfma__V1__Response *resp;
+	struct client_pending *p;
+	uint64_t id;
+	rr.has_bytes = 1;
+	rr.bytes = bytes;
+	req.body_case = MFMA__V1__REQUEST__BODY_REGISTER_REGION;
+	req.register_region = &rr;
+	/* Not through call(): a descriptor cannot be resent to another
+	 * endpoint after a reconnect. */
+	int rc = send_request(c, &req, false, fd, &id, err);
+	if (rc < 0)
+		return rc;
+	rc = client_wait(c, id, c->timeout_ms, &p, err);
+	if (rc < 0) {
+		if ((p = client_pending_find(c, id)) != NULL)
+			p->abandoned = true;
+		return rc;
+	}
+	rc = take(c, p, MFMA__V1__RESPONSE__BODY_REGISTER_REGION, &resp, NULL, err);
+	if (rc < 0)
+		return rc;
+	const Mfma__V1__RegisterRegionResult *r = resp->register_region;
+	if (!r || !r->region || r->bytes != bytes) {
+		rc = client_fail(err, -EPROTO, "the daemon's answer to register_region gives region "
+				 "%llu of %llu bytes for a region of %llu bytes",
+				 (unsigned long long)(r ? r->region : 0),
+				 (unsigned long long)(r ? r->bytes : 0), (unsigned long long)bytes);
+		mfma__v1__response__free_unpacked(resp, NULL);
+		return rc;
+	}
+	*region = r->region;
+	mfma__v1__response__free_unpacked(resp, NULL);
+	return 0;
+}
+
+int client_region_unregister(mfma_client *c, uint64_t region, struct mfma_error *err)
+{
+	Mfma__V1__Request req = MFMA__V1__REQUEST__INIT;
+	Mfma__V1__UnregisterRegion ur = MFMA__V1__UNREGISTER_REGION__INIT;
+	Mfma__V1__Response *resp;
+	ur.has_region = 1;
+	ur.region = region;
+	req.body_case = MFMA__V1__REQUEST__BODY_UNREGISTER_REGION;
+	req.unregister_region = &ur;
+	int rc = call(c, &req, MFMA__V1__RESPONSE__BODY__NOT_SET, &resp, NULL, err);
+	if (rc < 0)
+		return rc;
+	mfma__v1__response__free_unpacked(resp, NULL);
+	return 0;
 }

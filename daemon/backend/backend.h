@@ -82,6 +82,16 @@ struct backend_ops {
 	 * weight_load and replaces g->a / g->a_meta / g->a_sparse. */
 	int (*gemm)(void *dev, const struct mfma_gemm *g, void *weight, struct backend_timing *t,
 		    char *err, size_t errlen);
+
+	/* Registers host memory [p, p + len) (a client's shared-memory
+	 * region, mapped by the daemon) with the device's runtime, so that
+	 * copies from and into it are DMA with no staging copy; *handle goes
+	 * back to host_unregister, which is called before the memory is
+	 * unmapped and only once no GEMM uses it.  NULL for a device that
+	 * reads any host memory alike (the CPU). */
+	int (*host_register)(void *dev, void *p, size_t len, void **handle, char *err,
+			     size_t errlen);
+	void (*host_unregister)(void *dev, void *handle);
 };
 
 extern const struct backend_ops backend_cpu;

@@ -42,7 +42,8 @@ class Operand(Structure):
 class GemmArgs(Structure):
     _fields_ = [("a", Operand), ("b", Matrix), ("c", POINTER(Matrix)),
                 ("alpha", c_float), ("beta", c_float), ("out_dtype", c_int),
-                ("device", c_int), ("priority", c_uint32), ("timeout_us", c_uint64)]
+                ("device", c_int), ("priority", c_uint32), ("timeout_us", c_uint64),
+                ("d", c_void_p)]
 
 
 class Timing(Structure):
@@ -55,9 +56,15 @@ class DeviceRef(Structure):
     _fields_ = [("index", c_uint32), ("backend", c_char_p), ("arch", c_char_p)]
 
 
+class ClientTiming(Structure):
+    _fields_ = [("encode_ns", c_uint64), ("send_ns", c_uint64), ("wait_ns", c_uint64),
+                ("decode_ns", c_uint64)]
+
+
 class GemmResult(Structure):
     _fields_ = [("d", Matrix), ("timing", Timing), ("device", DeviceRef),
-                ("variant", c_char_p), ("round_trip_ns", c_uint64), ("priv", c_void_p)]
+                ("variant", c_char_p), ("round_trip_ns", c_uint64), ("client", ClientTiming),
+                ("priv", c_void_p)]
 
 
 class WeightInfo(Structure):

@@ -82,11 +82,40 @@ static void test_long_variant_grows_the_frame(void **state)
 	check(5, 64, 64, MFMA_DT_F32, v, 99);
 }
 
+/* D in a client's region: the answer names it and carries no bytes. */
+static void test_region_answer(void **state)
+{
+	(void)state;
+	struct answer a;
+	assert_int_equal(answer_start_region(&a, 42, 300, 17, MFMA_DT_F32, 9, 1ull << 33), 0);
+	assert_int_equal(a.d_bytes, 0);
+	Mfma__V1__Timing t = MFMA__V1__TIMING__INIT;
+	Mfma__V1__DeviceRef dev = MFMA__V1__DEVICE_REF__INIT;
+	assert_int_equal(answer_finish(&a, &t, &dev, "cpu"), 0);
+	uint8_t *f = answer_take(&a);
+	Mfma__V1__Response *r = mfma__v1__response__unpack(NULL, a.len - FRAME_HEADER_SIZE,
+							   f + FRAME_HEADER_SIZE);
+	assert_non_null(r);
+	assert_int_equal(r->id, 42);
+	const Mfma__V1__Matrix *d = r->gemm->d;
+	assert_int_equal(d->rows, 300);
+	assert_int_equal(d->cols, 17);
+	assert_int_equal(d->data.len, 0);
+	assert_non_null(d->region);
+	assert_int_equal(d->region->region, 9);
+	assert_int_equal(d->region->offset, 1ull << 33);
+	assert_int_equal(d->region->length, 300 * 17 * 4);
+	assert_string_equal(r->gemm->variant, "cpu");
+	mfma__v1__response__free_unpacked(r, NULL);
+	free(f);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_small_and_large),
 		cmocka_unit_test(test_long_variant_grows_the_frame),
+		cmocka_unit_test(test_region_answer),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -6,6 +6,8 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 
 #include <cmocka.h>
 
@@ -261,6 +263,79 @@ static void test_output_limit(void **state)
 	assert_non_null(strstr(err, "would not fit in one frame"));
 }
 
+/* A region's span: inside, at the very end, past it, wrapping, and a
+ * length that disagrees with the matrix. */
+static void test_region_span(void **state)
+{
+	(void)state;
+	char err[256];
+	assert_int_equal(validate_region_span(4096, 0, 0, 0, 4096, "b", 1, err, sizeof(err)), 0);
+	assert_int_equal(validate_region_span(4096, 4000, 1, 96, 96, "b", 1, err, sizeof(err)), 0);
+	assert_int_equal(validate_region_span(4096, 4000, 0, 0, 97, "b", 1, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "b.region.offset=4000 with 97 bytes runs past the end of region 1"));
+	assert_int_equal(validate_region_span(4096, 4097, 0, 0, 0, "c", 2, err, sizeof(err)), -EINVAL);
+	assert_int_equal(validate_region_span(4096, UINT64_MAX - 3, 0, 0, 8, "d", 3, err, sizeof(err)),
+			 -EINVAL);
+	assert_non_null(strstr(err, "d.region.offset=18446744073709551612"));
+	assert_int_equal(validate_region_span(4096, 0, 1, 12, 8, "b", 1, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "b.region.length=12 but the matrix needs 8 bytes"));
+}
+
+static void test_region_fd(void **state)
+{
+	(void)state;
+	char err[256];
+	const int both = F_SEAL_SHRINK | F_SEAL_GROW;
+	assert_int_equal(validate_region_fd(S_IFREG | 0600, 8192, both, 0, err, sizeof(err)), 0);
+	assert_int_equal(validate_region_fd(S_IFREG | 0600, 8192, both | F_SEAL_SEAL, 8192, err,
+					    sizeof(err)), 0);
+	assert_int_equal(validate_region_fd(S_IFIFO | 0600, 8192, both, 0, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "not a memfd"));
+	assert_int_equal(validate_region_fd(S_IFREG | 0600, 8192, -1, 0, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "takes no seals"));
+	assert_int_equal(validate_region_fd(S_IFREG | 0600, 8192, F_SEAL_GROW, 0, err, sizeof(err)),
+			 -EINVAL);
+	assert_non_null(strstr(err, "not sealed against resizing (seals 0x4)"));
+	assert_int_equal(validate_region_fd(S_IFREG | 0600, 0, both, 0, err, sizeof(err)), -EINVAL);
+	assert_int_equal(validate_region_fd(S_IFREG | 0600, 8192, both, 4096, err, sizeof(err)),
+			 -EINVAL);
+	assert_non_null(strstr(err, "bytes=4096 but the memfd has 8192"));
+}
+
+/* b and c may name a region instead of carrying data; a may not, and
+ * a region with data is refused. */
+static void test_region_operands(void **state)
+{
+	(void)state;
+	struct fixture f;
+	setup_dense(&f);
+	set_matrix(&f.ad, 8, 16, MFMA_DT_F32, bufa);
+	set_matrix(&f.b, 16, 4, MFMA_DT_F32, bufb);
+	Mfma__V1__RegionRef rb = MFMA__V1__REGION_REF__INIT, rd = MFMA__V1__REGION_REF__INIT;
+	f.b.has_data = 0;
+	f.b.data.len = 0;
+	f.b.data.data = NULL;
+	f.b.region = &rb;
+	f.g.d = &rd;
+	struct gemm_plan p;
+	char err[512];
+	assert_int_equal(validate_gemm(&f.g, &lim, NULL, &p, err, sizeof(err)), 0);
+	assert_ptr_equal(p.b_region, &rb);
+	assert_ptr_equal(p.d_region, &rd);
+	assert_null(p.g.b);
+	assert_int_equal(p.b_bytes, 16 * 4 * 4);
+	assert_int_equal(p.d_bytes, 8 * 4 * 4);
+	assert_int_equal(p.in_bytes, 8 * 16 * 4); /* A only: B is the client's memory */
+	f.b.data.len = 4;
+	f.b.data.data = bufb;
+	assert_int_equal(validate_gemm(&f.g, &lim, NULL, &p, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "b has both data (4 bytes) and a region"));
+	f.b.data.len = 0;
+	f.ad.region = &rb;
+	assert_int_equal(validate_gemm(&f.g, &lim, NULL, &p, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "a.region: only b, c and d"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -272,6 +347,9 @@ int main(void)
 		cmocka_unit_test(test_alpha_beta_c),
 		cmocka_unit_test(test_weight_operand),
 		cmocka_unit_test(test_output_limit),
+		cmocka_unit_test(test_region_span),
+		cmocka_unit_test(test_region_fd),
+		cmocka_unit_test(test_region_operands),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
