@@ -248,6 +248,7 @@ static int reconnect_once(mfma_client *c, struct mfma_error *err)
 	c->fd = fd;
 	c->cur = which;
 	c->dead = 0;
+	c->verdict = false;
 	c->dead_msg[0] = c->conn_msg[0] = '\0';
 	(void)endpoint_format(&c->eps[which], c->endpoint, sizeof(c->endpoint));
 	/* Whatever was half-read belonged to the old stream; of the requests
@@ -477,6 +478,8 @@ void client_pending_remove(mfma_client *c, struct client_pending *p)
 {
 	if (p->resp)
 		mfma__v1__response__free_unpacked(p->resp, NULL);
+	if (p->refused)
+		mfma__v1__response__free_unpacked(p->refused, NULL);
 	free(p->frame);
 	*p = c->pend[--c->npend];
 }
@@ -505,6 +508,7 @@ static int client_die(mfma_client *c, int code, struct mfma_error *err, const ch
 		/* A verdict the daemon sent just before closing (an oversized
 		 * frame, say) says more than "connection closed". */
 		if (c->conn_msg[0]) {
+			c->verdict = true;
 			size_t n = strlen(c->dead_msg);
 			snprintf(c->dead_msg + n, sizeof(c->dead_msg) - n, "; the daemon said: %s",
 				 c->conn_msg);
@@ -518,11 +522,6 @@ int client_check_alive(mfma_client *c, struct mfma_error *err)
 	if (c->dead)
 		return client_fail(err, c->dead, "%s", c->dead_msg);
 	return 0;
-}
-
-void client_abandon(mfma_client *c, int code, const char *why)
-{
-	(void)client_die(c, code, NULL, "%s", why);
 }
 
 static void dispatch(mfma_client *c, Mfma__V1__Response *resp, uint64_t now, uint64_t unpack_ns)
@@ -546,13 +545,20 @@ static void dispatch(mfma_client *c, Mfma__V1__Response *resp, uint64_t now, uin
 		return;
 	}
 	/* A draining daemon refuses new work "shutting down": a request that
-	 * can be resent goes to the next connection instead. */
+	 * can be resent goes to the next connection instead, once this one
+	 * ends (the daemon closes it when it has answered what it runs: those
+	 * answers are read first). */
 	const Mfma__V1__Status *st = resp->status;
 	if (p->frame && st && st->has_code && st->code == MFMA__V1__CODE__UNAVAILABLE &&
 	    st->message && strncmp(st->message, "shutting down", 13) == 0) {
-		mfma__v1__response__free_unpacked(resp, NULL);
-		client_abandon(c, -ECONNRESET, "the daemon is draining");
+		if (p->refused)
+			mfma__v1__response__free_unpacked(p->refused, NULL);
+		p->refused = resp;
 		return;
+	}
+	if (p->refused) {
+		mfma__v1__response__free_unpacked(p->refused, NULL);
+		p->refused = NULL;
 	}
 	p->resp = resp;
 	p->t_recv_ns = now;
@@ -756,10 +762,41 @@ static struct client_pending *ready(mfma_client *c, uint64_t id)
 	return best;
 }
 
+/* No other connection took the requests a draining daemon refused: its
+ * "shutting down" becomes their answer, and that of the requests left
+ * with it when the client moved on (their answers were not read). */
+static void answer_refused(mfma_client *c, const struct mfma_error *why)
+{
+	bool drained = false;
+	for (size_t i = 0; i < c->npend; i++) {
+		struct client_pending *p = &c->pend[i];
+		if (p->refused && !p->resp) {
+			p->resp = p->refused;
+			p->refused = NULL;
+			p->t_recv_ns = mfma_clock_ns();
+			p->seq = ++c->arrivals;
+			drained = true;
+		}
+	}
+	if (!drained)
+		return;
+	char msg[MFMA_ERROR_MAX];
+	snprintf(msg, sizeof(msg), "shutting down: the daemon was draining and no endpoint took "
+		 "the request again (%.300s)", why ? why->message : "");
+	for (size_t i = 0; i < c->npend; i++) {
+		struct client_pending *p = &c->pend[i];
+		if (p->frame && !p->resp && !p->abandoned)
+			answer_locally(c, p, MFMA__V1__CODE__UNAVAILABLE, msg);
+	}
+}
+
 /* Whether a lost connection should be made again for this wait: the
- * request waited for (or, for MFMA_ANY, some submitted one) can be resent. */
+ * request waited for (or, for MFMA_ANY, some submitted one) can be resent,
+ * and the daemon did not close the connection with a verdict on it. */
 static bool waits_for_resend(mfma_client *c, uint64_t id)
 {
+	if (c->verdict)
+		return false;
 	for (size_t i = 0; i < c->npend; i++) {
 		const struct client_pending *p = &c->pend[i];
 		if ((id == MFMA_ANY ? p->user : p->id == id) && p->frame && !p->resp)
@@ -791,6 +828,8 @@ int client_wait(mfma_client *c, uint64_t id, int timeout_ms, struct client_pendi
 					until = q->deadline_ns;
 			}
 			rc = client_reconnect(c, until, err);
+			if (rc < 0)
+				answer_refused(c, err);
 			expire(c, mfma_clock_ns());
 			if (rc == 0 || ready(c, id))
 				continue;

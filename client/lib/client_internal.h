@@ -32,6 +32,9 @@ struct client_pending {
 	uint8_t *frame;
 	size_t frame_len;
 	uint64_t deadline_ns;
+	/* A draining daemon's "shutting down", kept while the request goes
+	 * to another connection: its answer if no other daemon takes it. */
+	Mfma__V1__Response *refused;
 };
 
 /* How long a resendable request may wait for a connection when neither
@@ -60,6 +63,9 @@ struct mfma_client {
 	int dead; /* 0, or the negative errno that broke the connection */
 	char dead_msg[MFMA_ERROR_MAX];
 	char conn_msg[MFMA_ERROR_MAX / 2]; /* last error the daemon sent with no id */
+	/* The daemon closed the connection with a verdict on it (conn_msg:
+	 * no token, an oversized frame): the same frames are not resent. */
+	bool verdict;
 	char endpoint[400];
 	/* The endpoint list (one entry for a single endpoint or the default
 	 * socket): after a connection is lost, the next call reconnects,
@@ -89,9 +95,6 @@ int client_reconnect(mfma_client *c, uint64_t deadline, struct mfma_error *err);
 /* Sends the token frame (len checked by the caller); a right token is not
  * answered. */
 int client_send_token(mfma_client *c, const void *token, size_t len, struct mfma_error *err);
-/* Marks the connection lost so that the next call reconnects (a daemon
- * that answered "shutting down" is draining). */
-void client_abandon(mfma_client *c, int code, const char *why);
 
 struct client_pending *client_pending_find(mfma_client *c, uint64_t id);
 int client_pending_add(mfma_client *c, uint64_t id, bool user);
