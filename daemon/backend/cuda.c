@@ -436,6 +436,26 @@ static int cuda_gemm(void *dev, const struct mfma_gemm *g, void *weight, struct 
 	return run_on(bd, i, &run, NULL, t, err, errlen);
 }
 
+/* A client's region: the device copies from and into it directly.  The
+ * handle is the address itself. */
+static int cuda_host_register(void *dev, void *p, size_t len, void **handle, char *err,
+			      size_t errlen)
+{
+	struct cuda_backend_dev *bd = dev;
+	int rc = cuda_dev_enter(bd->dev, err, errlen);
+	if (rc == 0 && (rc = cuda_dev_host_register(bd->dev, p, len, err, errlen)) == 0)
+		*handle = p;
+	return rc;
+}
+
+static void cuda_host_unregister(void *dev, void *handle)
+{
+	struct cuda_backend_dev *bd = dev;
+	char err[128];
+	if (handle && cuda_dev_enter(bd->dev, err, sizeof(err)) == 0)
+		cuda_dev_host_unregister(bd->dev, handle);
+}
+
 int cuda_lib_open(const char *const *names, size_t nnames, const char *env,
 		  const struct cuda_lib_sym *syms, size_t nsyms, char *path, size_t pathlen,
 		  char *err, size_t errlen)
@@ -480,4 +500,6 @@ const struct backend_ops backend_cuda = {
 	.weight_load = cuda_weight_load,
 	.weight_free = cuda_weight_free,
 	.gemm = cuda_gemm,
+	.host_register = cuda_host_register,
+	.host_unregister = cuda_host_unregister,
 };

@@ -5,11 +5,14 @@
  * without it, or without a GPU, probing finds zero devices.  An open device
  * retains its primary context and works on one stream.  Copies go through
  * a pinned staging pool, split in two halves so that filling one half on
- * the host overlaps the DMA of the other.  Four events per request time
- * the copies in, the kernels and the copy out. */
+ * the host overlaps the DMA of the other; host memory registered with the
+ * device (a client's shared-memory region) is copied from and into
+ * directly instead.  Four events per request time the copies in, the
+ * kernels and the copy out. */
 #include "mfmad_build.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +53,12 @@ struct cuda_dev {
 	CUevent pin_ev[2];
 	int pin_busy[2];
 	struct cuda_buf scratch[CUDA_SCRATCH_COUNT];
+	/* Host ranges registered with cuMemHostRegister (worker thread only). */
+	struct cuda_host_range {
+		uintptr_t base;
+		size_t len;
+	} *regs;
+	size_t nregs, capregs;
 };
 
 int cuda_fail(CUresult r, char *err, size_t errlen, const char *what)
@@ -221,9 +230,55 @@ void cuda_dev_close(struct cuda_dev *d)
 			nv_drv.cuMemFreeHost(d->pin);
 		if (d->stream)
 			nv_drv.cuStreamDestroy(d->stream);
+		for (size_t i = 0; i < d->nregs; i++)
+			nv_drv.cuMemHostUnregister((void *)d->regs[i].base);
 		nv_drv.cuDevicePrimaryCtxRelease(d->slot->dev);
 	}
+	free(d->regs);
 	free(d);
+}
+
+/* ---- registered host memory ---- */
+
+int cuda_dev_host_register(struct cuda_dev *d, void *p, size_t len, char *err, size_t errlen)
+{
+	if (d->nregs == d->capregs) {
+		size_t cap = d->capregs ? 2 * d->capregs : 16;
+		struct cuda_host_range *r = realloc(d->regs, cap * sizeof(*r));
+		if (!r) {
+			snprintf(err, errlen, "cuda: out of memory registering host memory");
+			return -ENOMEM;
+		}
+		d->regs = r;
+		d->capregs = cap;
+	}
+	CU_TRY(nv_drv.cuMemHostRegister(p, len, 0), "cuMemHostRegister");
+	d->regs[d->nregs++] = (struct cuda_host_range){ (uintptr_t)p, len };
+	return 0;
+}
+
+void cuda_dev_host_unregister(struct cuda_dev *d, void *p)
+{
+	for (size_t i = 0; i < d->nregs; i++) {
+		if (d->regs[i].base != (uintptr_t)p)
+			continue;
+		/* Copies from or into it may still be queued on the stream. */
+		nv_drv.cuStreamSynchronize(d->stream);
+		nv_drv.cuMemHostUnregister(p);
+		d->regs[i] = d->regs[--d->nregs];
+		return;
+	}
+}
+
+/* Whether [p, p + len) lies inside one registered range. */
+static bool registered(const struct cuda_dev *d, const void *p, size_t len)
+{
+	uintptr_t a = (uintptr_t)p;
+	for (size_t i = 0; i < d->nregs; i++)
+		if (a >= d->regs[i].base && len <= d->regs[i].len &&
+		    a - d->regs[i].base <= d->regs[i].len - len)
+			return true;
+	return false;
 }
 
 int cuda_dev_open(int index, const struct backend_config *cfg, struct cuda_dev **dev, char *err,
@@ -303,6 +358,26 @@ int cuda_dev_copy_in(struct cuda_dev *d, CUdeviceptr dst, size_t dpitch, const v
 {
 	const unsigned char *s = src;
 	int rc, h = 0;
+	if (registered(d, src, rows * row_bytes)) {
+		if (dpitch == row_bytes) {
+			CU_TRY(nv_drv.cuMemcpyHtoDAsync(dst, src, rows * row_bytes, d->stream),
+			       "cuMemcpyHtoDAsync(registered)");
+			return 0;
+		}
+		/* The gap after each row is zero, as the staged copy leaves it. */
+		CU_TRY(nv_drv.cuMemsetD8Async(dst, 0, rows * dpitch, d->stream), "cuMemsetD8Async");
+		CUDA_MEMCPY2D c2 = { 0 };
+		c2.srcMemoryType = CU_MEMORYTYPE_HOST;
+		c2.srcHost = src;
+		c2.srcPitch = row_bytes;
+		c2.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+		c2.dstDevice = dst;
+		c2.dstPitch = dpitch;
+		c2.WidthInBytes = row_bytes;
+		c2.Height = rows;
+		CU_TRY(nv_drv.cuMemcpy2DAsync(&c2, d->stream), "cuMemcpy2DAsync(registered)");
+		return 0;
+	}
 	if (dpitch == row_bytes) {
 		size_t total = rows * row_bytes;
 		for (size_t off = 0; off < total; off += d->pin_half, h ^= 1) {
@@ -376,6 +451,14 @@ static void take_into(void *arg, size_t off, const unsigned char *src, size_t le
 int cuda_dev_copy_out(struct cuda_dev *d, void *dst, CUdeviceptr src, size_t bytes, char *err,
 		      size_t errlen)
 {
+	if (registered(d, dst, bytes)) {
+		CU_TRY(nv_drv.cuMemcpyDtoHAsync(dst, src, bytes, d->stream),
+		       "cuMemcpyDtoHAsync(registered)");
+		CU_TRY(nv_drv.cuEventRecord(d->ev[EV_OUT], d->stream), "cuEventRecord");
+		CU_TRY(nv_drv.cuEventSynchronize(d->ev[EV_OUT]), "cuEventSynchronize");
+		d->out_tail_ns = 0;
+		return 0;
+	}
 	return cuda_dev_copy_out_with(d, src, bytes, take_into, dst, err, errlen);
 }
 

@@ -79,9 +79,15 @@ enum cuda_scratch {
 };
 struct cuda_buf *cuda_dev_scratch(struct cuda_dev *d, enum cuda_scratch which);
 
-/* Host to device through the pinned pool: rows x row_bytes of src to dst,
- * whose rows are dpitch bytes apart (the gap zero-filled); asynchronous
- * on the stream. */
+/* Registers host memory [p, p + len) with the device (cuMemHostRegister):
+ * the copies below then go straight from and into it, with no staging.
+ * Unregistering waits for the copies queued on the device's stream. */
+int cuda_dev_host_register(struct cuda_dev *d, void *p, size_t len, char *err, size_t errlen);
+void cuda_dev_host_unregister(struct cuda_dev *d, void *p);
+
+/* Host to device through the pinned pool (or directly from registered
+ * memory): rows x row_bytes of src to dst, whose rows are dpitch bytes
+ * apart (the gap zero-filled); asynchronous on the stream. */
 int cuda_dev_copy_in(struct cuda_dev *d, CUdeviceptr dst, size_t dpitch, const void *src,
 		     size_t rows, size_t row_bytes, char *err, size_t errlen);
 

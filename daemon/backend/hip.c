@@ -255,6 +255,26 @@ static int hip_gemm(void *dev, const struct mfma_gemm *g, void *weight, struct b
 	return 0;
 }
 
+/* A client's region: copies from and into it go without staging.  The
+ * handle is the address itself. */
+static int hip_host_register(void *dev, void *p, size_t len, void **handle, char *err,
+			     size_t errlen)
+{
+	struct hip_backend_dev *bd = dev;
+	int rc = hip_dev_enter(bd->dev, err, errlen);
+	if (rc == 0 && (rc = hip_dev_host_register(bd->dev, p, len, err, errlen)) == 0)
+		*handle = p;
+	return rc;
+}
+
+static void hip_host_unregister(void *dev, void *handle)
+{
+	struct hip_backend_dev *bd = dev;
+	char err[128];
+	if (handle && hip_dev_enter(bd->dev, err, sizeof(err)) == 0)
+		hip_dev_host_unregister(bd->dev, handle);
+}
+
 const struct backend_ops backend_hip = {
 	.name = "hip",
 	.probe = hip_probe,
@@ -264,4 +284,6 @@ const struct backend_ops backend_hip = {
 	.weight_load = hip_weight_load,
 	.weight_free = hip_weight_free,
 	.gemm = hip_gemm,
+	.host_register = hip_host_register,
+	.host_unregister = hip_host_unregister,
 };

@@ -4,7 +4,9 @@
  * At probe time every device's gcnArchName is cut at the first ':' and
  * offered to the providers; devices of an arch no provider has kernels
  * for are left out.  An open device works on one stream; events around
- * the copies and the kernel give the timing. */
+ * the copies and the kernel give the timing.  Copies from host memory go
+ * through the runtime's own staging, or straight from memory registered
+ * with hipHostRegister (a client's shared-memory region). */
 #include "mfmad_build.h"
 
 #include <errno.h>
@@ -211,6 +213,20 @@ int hip_dev_copy_in(struct hip_dev *d, struct hip_buf *b, const void *src, size_
 		return -EIO;
 	}
 	return 0;
+}
+
+int hip_dev_host_register(struct hip_dev *d, void *p, size_t len, char *err, size_t errlen)
+{
+	(void)d;
+	hipError_t e = hipHostRegister(p, len, hipHostRegisterDefault);
+	return e == hipSuccess ? 0 : hip_fail(e, err, errlen, "hipHostRegister");
+}
+
+void hip_dev_host_unregister(struct hip_dev *d, void *p)
+{
+	/* Copies from or into it may still be queued on the stream. */
+	(void)hipStreamSynchronize(d->stream);
+	(void)hipHostUnregister(p);
 }
 
 int hip_dev_mark(struct hip_dev *d, enum hip_mark mark, char *err, size_t errlen)

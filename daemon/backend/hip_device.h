@@ -70,6 +70,12 @@ enum hip_scratch {
 };
 struct hip_buf *hip_dev_scratch(struct hip_dev *d, enum hip_scratch which);
 
+/* Registers host memory [p, p + len) with the runtime (hipHostRegister),
+ * so that copies from and into it are DMA with no staging; unregistering
+ * waits for the copies queued on the device's stream. */
+int hip_dev_host_register(struct hip_dev *d, void *p, size_t len, char *err, size_t errlen);
+void hip_dev_host_unregister(struct hip_dev *d, void *p);
+
 /* size bytes of host src into b (grown to hold them), asynchronously on
  * the stream; what names the operand in errors. */
 int hip_dev_copy_in(struct hip_dev *d, struct hip_buf *b, const void *src, size_t size,

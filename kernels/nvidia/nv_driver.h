@@ -45,6 +45,9 @@ extern "C" {
 	X(cuMemHostAlloc)                           \
 	X(cuMemFreeHost)                            \
 	X(cuMemcpyHtoDAsync)                        \
+	X(cuMemcpy2DAsync)                          \
+	X(cuMemHostRegister)                        \
+	X(cuMemHostUnregister)                      \
 	X(cuMemcpyDtoHAsync)                        \
 	X(cuMemcpyDtoDAsync)                        \
 	X(cuMemsetD8Async)                          \
