@@ -6,7 +6,7 @@
 # brings them back); a short summary goes to stdout.
 #
 # usage: bench/nvidia/device_round.sh [test] [sanitize|memcheck|racecheck] [bench] [sweep]
-#        [ncu] [e2e] [latency] [multi] [choice] [batching]
+#        [ncu] [e2e] [latency] [multi] [choice] [batching] [serving]
 #        (no argument: test sanitize bench e2e)
 set -u
 OUT=${OUT:-/tmp/mfma-out}
@@ -114,6 +114,11 @@ ncu)
 		grep -E "Duration|Throughput|Pipe|Warp Cycles Per Issued|Issue Slots Busy|Registers Per|Achieved Occupancy|Hit Rate|Bank Conflicts|Stall" \
 			"$OUT/ncu_$1.txt" | head -24
 	done
+	;;
+serving)
+	timeout "${E2E_S:-420}" bash bench/nvidia/serving_bench.sh "$P" "$OUT" > "$OUT/serving.log" 2>&1
+	echo "=== serving: rc=$?"
+	grep -E "^(SERVE|FAIL|CHECK summary|regions)" "$OUT/serving.log" | cut -c1-600 | tail -40
 	;;
 latency)
 	timeout "${E2E_S:-300}" bash bench/nvidia/e2e.sh "$P" "$OUT" latency > "$OUT/e2e_latency.log" 2>&1

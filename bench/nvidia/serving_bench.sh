@@ -1,0 +1,114 @@
+#!/bin/bash
+# The serving path on one GPU (called by device_round.sh serving): memfd
+# regions (issue 10) against bytes in the frames, and the worker's idle
+# poll, in one run through the real daemon and mfmactl over a Unix socket.
+#  1. correctness with --shm: mfmactl submit --shm --check (float64
+#     reference in the client) for f16, bf16 and i8, dense and 2:4, odd
+#     shapes, C with beta, and a resident weight; the CUDA backend has
+#     registered the region (cuMemHostRegister), so these are its direct
+#     copies;
+#  2. one request in flight on a resident 14336x4096 2:4 f16 weight,
+#     N = 16, 64, 256: bytes, then --shm, side by side; with
+#     limits.worker_poll_us 0 and then 300 (SIGHUP between);
+#  3. the batching loads of batch_bench.sh (8192x8192 2:4 f16; N=8 x 64
+#     in flight, N=1 x 256 in flight): bytes, then --shm.
+#
+# usage: serving_bench.sh PAYLOAD_DIR OUT_DIR
+set -u
+P=$1
+OUT=$2
+SOCK=/tmp/mfmad-serving.sock
+D=/tmp/mfma-serving
+rm -rf "$D" && mkdir -p "$D"
+CTL=("$P/bin/mfmactl" -e "unix:$SOCK" --timeout 600000)
+conf() {
+	cat >"$D/mfmad.conf" <<CONF
+limits = {
+  max_frame_mb = 1800;
+  max_inflight_mb = 65536;
+  max_inflight_per_connection = 256;
+  max_inflight = 4096;
+  max_connections = 1024;
+  max_pinned_mb = 16384;
+  max_region_mb_per_conn = 4096;
+  worker_poll_us = $1;
+};
+CONF
+}
+conf 0
+rm -f "$SOCK"
+"$P/bin/mfmad" --config "$D/mfmad.conf" --socket "$SOCK" --backends cuda --log-level info \
+	2>"$OUT/mfmad_serving.log" &
+DPID=$!
+trap 'kill -TERM "$DPID" 2>/dev/null' EXIT
+for _ in $(seq 150); do
+	"${CTL[@]}" ping >/dev/null 2>&1 && break
+	sleep 0.2
+done
+fails=0
+checks=0
+check() {
+	local label=$1
+	shift
+	local out
+	checks=$((checks + 1))
+	if out=$("${CTL[@]}" --json submit --shm "$@" --check 2>&1); then
+		echo "CHECK ok   $label $(echo "$out" | grep -o '"variant":"[^"]*"\|"rel_error":[^,}]*' | tr '\n' ' ')"
+	else
+		fails=$((fails + 1))
+		echo "FAIL $label: $out"
+	fi
+}
+rnd() { "${CTL[@]}" random -o "$1" --shape "$2" --dtype "$3" ${4:-} --seed "${5:-7}" >/dev/null; }
+
+for dt in f16 bf16 i8; do
+	for shape in 37x29x100 300x17x516 129x200x260 520x300x1028; do
+		IFS=x read -r m n k <<<"$shape"
+		rnd "$D/a.npy" "${m}x${k}" "$dt" --sparse24 11
+		rnd "$D/b.npy" "${k}x${n}" "$dt" "" 12
+		check "shm $dt ${m}x${n}x${k} dense" -a "$D/a.npy" -b "$D/b.npy" --dtype "$dt"
+		check "shm $dt ${m}x${n}x${k} 2:4" -a "$D/a.npy" -b "$D/b.npy" --dtype "$dt" --sparse packed
+		if [ "$dt" != i8 ]; then
+			rnd "$D/c.npy" "${m}x${n}" f32 "" 13
+			check "shm $dt ${m}x${n}x${k} 2:4 out $dt, C, beta -0.5" -a "$D/a.npy" -b "$D/b.npy" \
+				--dtype "$dt" --sparse packed --out-dtype "$dt" -c "$D/c.npy" --beta -0.5 --alpha 1.5
+		fi
+	done
+	rnd "$D/w.npy" "1000x1028" "$dt" --sparse24 16
+	rnd "$D/b.npy" "1028x33" "$dt" "" 17
+	"${CTL[@]}" load "w_$dt" "$D/w.npy" --dtype "$dt" --sparse packed >/dev/null ||
+		{ fails=$((fails + 1)); echo "FAIL load $dt"; }
+	check "shm $dt resident 2:4 1000x1028 x N=33" --weight "w_$dt" -a "$D/w.npy" -b "$D/b.npy" --dtype "$dt"
+done
+echo "CHECK summary: $((checks - fails)) of $checks passed"
+grep -c "copies through staging" "$OUT/mfmad_serving.log" | sed 's/^/regions not registered (log lines): /'
+
+bench() { "${CTL[@]}" --json bench --resident --sparse "$@" --dtype f16 --out-dtype f16 2>&1 | tr -s ' \n' ' '; }
+for poll in 0 300; do
+	if [ "$poll" != 0 ]; then
+		conf "$poll"
+		kill -HUP "$DPID"
+		sleep 1
+	fi
+	for n in 16 64 256; do
+		for how in "" --shm; do
+			echo "SERVE poll=$poll one in flight 14336x4096 2:4 f16 N=$n ${how:-bytes}: $(bench --m 14336 --k 4096 --n $n -n 400 --warmup 20 --device 0 $how)"
+		done
+	done
+done
+conf 0
+kill -HUP "$DPID"
+sleep 1
+for round in 1 2; do
+	for load in "8 64 8000" "1 256 40000"; do
+		set -- $load
+		for how in "" --shm; do
+			echo "SERVE batching round=$round 8192x8192 2:4 f16 N=$1 in_flight=$2 ${how:-bytes}: $(bench --m 8192 --k 8192 --n $1 -n $3 -j $2 --warmup 4 --device 0 $how)"
+		done
+	done
+done
+trap - EXIT
+kill -TERM "$DPID"
+wait "$DPID"
+echo "SERVE mfmad exit status: $?"
+exit $((fails > 0))
