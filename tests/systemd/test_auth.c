@@ -191,7 +191,7 @@ static void test_remote_tcp_without_token_refused(void **state)
 		 "listen = { tcp = true; tcp_address = \"0.0.0.0\"; tcp_port = %d; "
 		 "tcp_allow_remote = true; };",
 		 r.port);
-	expect_refused_start(&r, spawn(&r, conf), "listen.token_file is not set");
+	expect_refused_start(&r, spawn(&r, conf), "without a credential");
 	/* A token file others can read is refused too. */
 	chmod(r.token, 0644);
 	snprintf(conf, sizeof(conf),
