@@ -7,6 +7,7 @@
 #   server.pem/.key    CN=localhost, SAN localhost, 127.0.0.1, ::1; signed by ca
 #   server.bundle.pem  server.pem + server.key (HAProxy's `crt` takes one file)
 #   client.pem/.key    CN=mfma-client; signed by ca
+#   client.bundle.pem  client.pem + client.key (HAProxy's `crt` towards mfmad)
 #   other-ca.pem       a second CA, which nothing above trusts
 #   other-server.pem/.key, other-client.pem/.key  the same, signed by other-ca
 #
@@ -50,5 +51,6 @@ leaf client mfma-client ca "$client_ext"
 leaf other-server localhost other-ca "$server_ext"
 leaf other-client mfma-other-client other-ca "$client_ext"
 cat server.pem server.key > server.bundle.pem
+cat client.pem client.key > client.bundle.pem
 chmod 0644 ./*.pem
-chmod 0600 ./*.key server.bundle.pem
+chmod 0600 ./*.key ./*.bundle.pem
