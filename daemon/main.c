@@ -27,7 +27,8 @@
 
 static const char usage_text[] =
 	"Usage: mfmad [OPTION]...\n"
-	"Serve dense and 2:4-sparse matrix multiplication (GEMM) over a Unix socket.\n"
+	"Serve dense and 2:4-sparse matrix multiplication (GEMM) over a Unix socket\n"
+	"(and TCP, optionally with TLS).\n"
 	"\n"
 	"mfmad finds the machine's GPUs (CUDA, HIP) and serves on them, or on the CPU\n"
 	"when there is none.  Clients speak the mfma.v1 protocol: use mfmactl(1) or\n"
