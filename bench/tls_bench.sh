@@ -12,6 +12,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
+# OpenBLAS' spinning threads would take the cores the TLS work needs on a
+# small machine (as in scripts/test.sh); the GEMMs here are small anyway.
+export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
 mfmad=$build/daemon/mfmad
 ctl=$build/client/ctl/mfmactl
 tmp=$(mktemp -d /tmp/mfma-tlsbench-XXXXXX)
