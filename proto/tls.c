@@ -43,19 +43,24 @@ static int ctx_fail(SSL_CTX *c, int code, char *err, size_t errlen, const char *
 	return code;
 }
 
-static int ctx_common(SSL_CTX *c, char *err, size_t errlen)
+/* A context of this method with what every mfma context has: NULL with
+ * the reason in err. */
+static SSL_CTX *ctx_new(const SSL_METHOD *method, char *err, size_t errlen)
 {
-	if (!SSL_CTX_set_min_proto_version(c, TLS1_2_VERSION) ||
+	ERR_clear_error();
+	SSL_CTX *c = SSL_CTX_new(method);
+	if (!c || !SSL_CTX_set_min_proto_version(c, TLS1_2_VERSION) ||
 	    !SSL_CTX_set_cipher_list(c, TLS12_CIPHERS)) {
 		if (err && errlen)
-			snprintf(err, errlen, "cannot set the TLS versions and ciphers: %s",
-				 last_reason());
-		return -EINVAL;
+			snprintf(err, errlen, "cannot make a TLS context: %s", last_reason());
+		SSL_CTX_free(c);
+		ERR_clear_error();
+		return NULL;
 	}
 	/* Idle sessions give their record buffers back: a daemon may hold
 	 * hundreds of connections that mostly wait. */
 	SSL_CTX_set_mode(c, SSL_MODE_RELEASE_BUFFERS);
-	return 0;
+	return c;
 }
 
 static int use_cert_key(SSL_CTX *c, const char *cert, const char *key, char *err, size_t errlen)
@@ -91,18 +96,10 @@ int tls_ctx_server(const char *cert_file, const char *key_file, const char *clie
 			snprintf(err, errlen, "a TLS server needs a certificate and a key file");
 		return -EINVAL;
 	}
-	ERR_clear_error();
-	SSL_CTX *c = SSL_CTX_new(TLS_server_method());
-	if (!c) {
-		if (err && errlen)
-			snprintf(err, errlen, "cannot make a TLS context: %s", last_reason());
+	SSL_CTX *c = ctx_new(TLS_server_method(), err, errlen);
+	int rc;
+	if (!c)
 		return -ENOMEM;
-	}
-	int rc = ctx_common(c, err, errlen);
-	if (rc < 0) {
-		SSL_CTX_free(c);
-		return rc;
-	}
 	if ((rc = use_cert_key(c, cert_file, key_file, err, errlen)) < 0)
 		return rc;
 	/* Clients do not resume sessions: tickets would only cost a
@@ -132,18 +129,10 @@ int tls_ctx_client(const char *ca_file, const char *cert_file, const char *key_f
 					      "certificate (MFMA_TLS_CERT and MFMA_TLS_KEY)");
 		return -EINVAL;
 	}
-	ERR_clear_error();
-	SSL_CTX *c = SSL_CTX_new(TLS_client_method());
-	if (!c) {
-		if (err && errlen)
-			snprintf(err, errlen, "cannot make a TLS context: %s", last_reason());
+	SSL_CTX *c = ctx_new(TLS_client_method(), err, errlen);
+	int rc;
+	if (!c)
 		return -ENOMEM;
-	}
-	int rc = ctx_common(c, err, errlen);
-	if (rc < 0) {
-		SSL_CTX_free(c);
-		return rc;
-	}
 	if (ca_file && *ca_file) {
 		if (SSL_CTX_load_verify_locations(c, ca_file, NULL) != 1)
 			return ctx_fail(c, -EINVAL, err, errlen, "CA file", ca_file);

@@ -17,26 +17,10 @@ import tempfile
 import time
 
 import fleet
-from test_haproxy import completed, parse, run_load
+from test_haproxy import compare_rps, completed, parse, run_load, start_haproxy
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CFG = os.path.join(HERE, "..", "..", "deploy", "haproxy", "mfmad-tls.cfg")
-
-
-def start_haproxy(tmp, certs, front, nodes):
-    with open(CFG) as f:
-        text = f.read()
-    text = text.replace("@FRONT_PORT@", str(front)).replace("@CERTS@", certs)
-    for i, n in enumerate(nodes, 1):
-        text = text.replace(f"@NODE{i}_PORT@", str(n.port))
-        text = text.replace(f"@NODE{i}_METRICS@", str(n.metrics_port))
-    cfg = os.path.join(tmp, "haproxy.cfg")
-    with open(cfg, "w") as f:
-        f.write(text)
-    chk = subprocess.run(["haproxy", "-c", "-f", cfg], capture_output=True, text=True)
-    assert chk.returncode == 0, f"haproxy -c: {chk.stdout} {chk.stderr}"
-    log = open(os.path.join(tmp, "haproxy.log"), "wb")
-    return subprocess.Popen(["haproxy", "-db", "-f", cfg], stdout=log, stderr=log)
 
 
 def main():
@@ -49,7 +33,7 @@ def main():
     front = fleet.free_port()
     n1 = fleet.Daemon("node1", tls=certs).start()
     n2 = fleet.Daemon("node2", tls=certs).start()
-    ha = start_haproxy(tmp, certs, front, [n1, n2])
+    ha = start_haproxy(tmp, front, [n1, n2], CFG, {"@CERTS@": certs})
     lb = f"tls:localhost:{front}"
     split = {"node1": 0, "node2": 0}
     stop = os.path.join(tmp, "stop")
@@ -94,16 +78,7 @@ def main():
             assert ok, f"{n.name} does not answer over TLS"
 
         os.unlink(stop)
-        out_ha, _ = run_load(lb, 4, 3, stop).communicate(timeout=30)
-        d1 = run_load(n1.endpoint, 2, 3, stop)
-        d2 = run_load(n2.endpoint, 2, 3, stop)
-        out_d1, _ = d1.communicate(timeout=30)
-        out_d2, _ = d2.communicate(timeout=30)
-        rps_ha = float(parse(out_ha)["requests_per_s"])
-        rps_direct = float(parse(out_d1)["requests_per_s"]) + float(parse(out_d2)["requests_per_s"])
-        print(f"requests/s, 32x64x16 f32 GEMMs, 4 blocking client threads, 3 s, all TLS: "
-              f"through haproxy {rps_ha:.0f}, direct {rps_direct:.0f} "
-              f"({100.0 * rps_ha / rps_direct:.0f}% of direct)")
+        compare_rps(lb, [n1, n2], stop, ", all TLS")
         print(f"done in {time.monotonic() - t_start:.1f} s")
     finally:
         open(stop, "w").close()

@@ -174,11 +174,7 @@ static void test_tcp_token(void **state)
 /* The daemon exits 1 at start, saying why. */
 static void expect_refused_start(struct run *r, pid_t pid, const char *want)
 {
-	int st = sdtest_wait_exit(pid, 20000);
-	if (st != 1 || !sdtest_file_contains(r->log, want)) {
-		sdtest_print_file(r->log);
-		fail_msg("exit status %d, want 1 with \"%s\"", st, want);
-	}
+	assert_true(sdtest_exits_saying(pid, 1, r->log, want));
 }
 
 static void test_remote_tcp_without_token_refused(void **state)
@@ -219,17 +215,7 @@ static void test_activated_remote_tcp_refused(void **state)
 			       NULL };
 	pid_t pid = sdtest_spawn(argv, NULL, r.log);
 	/* The first connection starts mfmad on the activated socket. */
-	int fd = -1;
-	for (int i = 0; i < 200; i++) {
-		fd = socket(AF_INET, SOCK_STREAM, 0);
-		struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)r.port),
-					  .sin_addr.s_addr = htonl(0x7f000001) };
-		if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0)
-			break;
-		close(fd);
-		fd = -1;
-		usleep(25000);
-	}
+	int fd = sdtest_connect_tcp(r.port, 5000);
 	assert_true(fd >= 0);
 	expect_refused_start(&r, pid, "socket activation: activated tcp socket (fd 3) listens on "
 				      "0.0.0.0");

@@ -313,10 +313,8 @@ static void test_handshake_stall(void **state)
 	write_conf(&r, "server", cf(&r, "ca.pem"), "limits = { read_timeout_ms = 600; };");
 	r.pid = spawn(&r);
 	wait_ready(&r);
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)r.port),
-				  .sin_addr.s_addr = htonl(0x7f000001) };
-	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	int fd = sdtest_connect_tcp(r.port, 0);
+	assert_true(fd >= 0);
 	const uint8_t half_hello[] = { 22, 3, 1, 0x02, 0x00, 1, 0, 1, 0xfc, 3, 3 };
 	assert_int_equal(write(fd, half_hello, sizeof(half_hello)), (ssize_t)sizeof(half_hello));
 	uint64_t t0 = mfma_clock_ns();
@@ -343,11 +341,7 @@ static void test_handshake_stall(void **state)
 /* The daemon exits 1 at start, saying why. */
 static void expect_refused_start(struct run *r, pid_t pid, const char *want)
 {
-	int st = sdtest_wait_exit(pid, 20000);
-	if (st != 1 || !sdtest_file_contains(r->log, want)) {
-		sdtest_print_file(r->log);
-		fail_msg("exit status %d, want 1 with \"%s\"", st, want);
-	}
+	assert_true(sdtest_exits_saying(pid, 1, r->log, want));
 }
 
 static void test_remote_needs_credential(void **state)
@@ -393,17 +387,7 @@ static void test_remote_needs_credential(void **state)
 	const char *argv[] = { act, "-l", listen, env_or_empty("MFMAD_BIN"), "--config", r.conf,
 			       NULL };
 	pid_t pid = sdtest_spawn(argv, NULL, r.log);
-	int fd = -1;
-	for (int i = 0; i < 200; i++) {
-		fd = socket(AF_INET, SOCK_STREAM, 0);
-		struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)r.port),
-					  .sin_addr.s_addr = htonl(0x7f000001) };
-		if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0)
-			break;
-		close(fd);
-		fd = -1;
-		usleep(25000);
-	}
+	int fd = sdtest_connect_tcp(r.port, 5000);
 	assert_true(fd >= 0);
 	expect_refused_start(&r, pid, "socket activation: activated tcp socket (fd 3) listens on "
 				      "0.0.0.0, which other hosts can reach, without a credential");
