@@ -558,16 +558,15 @@ static void tls_pull(struct conn *c)
 		frame_reader_commit(&c->rd, (size_t)n);
 		process_frames(c);
 	}
-	if (!c->closed && !c->broken) {
-		if (!was_ready && tls_session_ready(c->tls)) {
-			STATS_ADD(c->d->stats.tls_handshakes_ok, 1);
-			if (log_get_level() >= LOG_LVL_DEBUG) {
-				tls_session_describe(c->tls, why, sizeof(why));
-				log_debug("connection %" PRIu64 ": TLS: %s", c->cid, why);
-			}
+	if (c->tls && !was_ready && tls_session_ready(c->tls)) {
+		STATS_ADD(c->d->stats.tls_handshakes_ok, 1);
+		if (log_get_level() >= LOG_LVL_DEBUG) {
+			tls_session_describe(c->tls, why, sizeof(why));
+			log_debug("connection %" PRIu64 ": TLS: %s", c->cid, why);
 		}
-		tls_flush(c, false);
 	}
+	if (!c->closed && !c->broken)
+		tls_flush(c, false);
 	count_tls(c);
 	update_reading(c);
 	conn_unref(c);
@@ -726,9 +725,14 @@ static void on_tick(uv_timer_t *t)
 			continue;
 		if (cf->read_timeout_ms && c->tls && !tls_session_ready(c->tls) && !c->broken &&
 		    now - c->active_ns > cf->read_timeout_ms * 1000000) {
+			/* A handshake failure like the others: counted, and
+			 * logged at most once a second however many stall. */
 			STATS_ADD(d->stats.tls_handshakes_failed, 1);
-			time_out(c, "the TLS handshake did not complete", "read_timeout_ms",
-				 cf->read_timeout_ms);
+			conn_refused(d, CONN_REFUSE_TLS,
+				     "connection %" PRIu64 " closed: the TLS handshake did not "
+				     "complete in %" PRIu64 " ms (limits.read_timeout_ms)",
+				     c->cid, cf->read_timeout_ms);
+			conn_close(c);
 		} else if (cf->read_timeout_ms && c->reading && c->frame_ns &&
 		    now - c->frame_ns > cf->read_timeout_ms * 1000000) {
 			time_out(c, "a started frame did not complete", "read_timeout_ms",
