@@ -168,6 +168,27 @@ static void test_tcp_token(void **state)
 	fclose(f);
 	printf("53 unauthenticated connections, %d log line(s)\n", lines);
 	assert_true(lines >= 1 && lines <= 4);
+
+	/* SIGHUP reads the token file again: the new token is taken, the old
+	 * one no longer; a token file made unusable keeps the new one. */
+	const char *newer = "a-newer-token-of-issue-12-tls";
+	write_file(r.token, "a-newer-token-of-issue-12-tls\n", 0600);
+	kill(r.pid, SIGHUP);
+	usleep(300000);
+	c = connect_tcp(&r);
+	assert_true(mfma_authenticate(c, TOKEN, strlen(TOKEN), &err) < 0);
+	mfma_close(c);
+	c = connect_tcp(&r);
+	if (mfma_authenticate(c, newer, strlen(newer), &err) < 0)
+		fail_msg("the token read on SIGHUP was refused: %s", err.message);
+	mfma_close(c);
+	write_file(r.token, "short\n", 0600);
+	kill(r.pid, SIGHUP);
+	usleep(300000);
+	assert_true(sdtest_file_contains(r.log, "reload: listen.token_file"));
+	c = connect_tcp(&r);
+	assert_int_equal(mfma_authenticate(c, newer, strlen(newer), &err), 0);
+	mfma_close(c);
 	run_stop(&r);
 }
 
