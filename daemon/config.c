@@ -220,6 +220,9 @@ KEY(tcp_address, { set_str(p, s, c->tcp_address, sizeof(c->tcp_address)); })
 KEY(tcp_port, { set_int(p, s, 1, 65535, &c->tcp_port); })
 KEY(tcp_allow_remote, { set_bool(p, s, &c->tcp_allow_remote); })
 KEY(token_file, { set_str(p, s, c->token_file, sizeof(c->token_file)); })
+KEY(tls_cert, { set_str(p, s, c->tls_cert, sizeof(c->tls_cert)); })
+KEY(tls_key, { set_str(p, s, c->tls_key, sizeof(c->tls_key)); })
+KEY(tls_client_ca, { set_str(p, s, c->tls_client_ca, sizeof(c->tls_client_ca)); })
 KEY(unix_users, { set_str(p, s, c->unix_users, sizeof(c->unix_users)); })
 KEY(unix_group, { set_str(p, s, c->unix_group, sizeof(c->unix_group)); })
 KEY(max_frame_mb, { set_u64(p, s, 1, 2047, 1ull << 20, &c->max_frame_bytes); })
@@ -264,7 +267,8 @@ static const struct key listen_keys[] = {
 	{ "tcp", k_tcp, NULL }, { "tcp_address", k_tcp_address, NULL },
 	{ "tcp_port", k_tcp_port, NULL }, { "tcp_allow_remote", k_tcp_allow_remote, NULL },
 	{ "token_file", k_token_file, NULL }, { "unix_users", k_unix_users, NULL },
-	{ "unix_group", k_unix_group, NULL },
+	{ "unix_group", k_unix_group, NULL }, { "tls_cert", k_tls_cert, NULL },
+	{ "tls_key", k_tls_key, NULL }, { "tls_client_ca", k_tls_client_ca, NULL },
 	{ NULL, NULL, NULL },
 };
 static const struct key limits_keys[] = {
@@ -472,6 +476,13 @@ static int load(struct mfmad_config *cfg, config_t *lc, int ok, const char *name
 	apply_group(&p, config_root_setting(lc), root_keys, cfg);
 	if (p.failed)
 		return -EINVAL;
+	if (!cfg->tls_cert[0] != !cfg->tls_key[0] || (cfg->tls_client_ca[0] && !cfg->tls_cert[0])) {
+		snprintf(err, errlen,
+			 "%s: listen.tls_cert and listen.tls_key go together (tls_cert = \"%s\", "
+			 "tls_key = \"%s\"), and listen.tls_client_ca (\"%s\") needs them",
+			 name, cfg->tls_cert, cfg->tls_key, cfg->tls_client_ca);
+		return -EINVAL;
+	}
 	return 0;
 }
 
@@ -514,9 +525,14 @@ int config_restart_only_changes(const struct mfmad_config *a, const struct mfmad
 	DIFF(a->tcp_enabled != b->tcp_enabled || strcmp(a->tcp_address, b->tcp_address) != 0 ||
 		     a->tcp_port != b->tcp_port || a->tcp_allow_remote != b->tcp_allow_remote,
 	     "listen.tcp*");
-	DIFF(strcmp(a->token_file, b->token_file) != 0 || strcmp(a->unix_users, b->unix_users) != 0 ||
-		     strcmp(a->unix_group, b->unix_group) != 0,
-	     "listen.token_file/unix_users/unix_group");
+	/* Whether TCP takes a token, TLS and client certificates decides at
+	 * start what a listener may be (a remote one needs a credential);
+	 * the files themselves are read again on SIGHUP (listen_reload). */
+	DIFF(!a->token_file[0] != !b->token_file[0] || !a->tls_cert[0] != !b->tls_cert[0] ||
+		     !a->tls_client_ca[0] != !b->tls_client_ca[0],
+	     "listen.token_file/tls_cert/tls_client_ca (set or unset)");
+	DIFF(strcmp(a->unix_users, b->unix_users) != 0 || strcmp(a->unix_group, b->unix_group) != 0,
+	     "listen.unix_users/unix_group");
 	DIFF(a->cpu != b->cpu || a->cpu_threads != b->cpu_threads || a->cpu_devices != b->cpu_devices,
 	     "cpu.*");
 	DIFF(a->hip != b->hip, "hip.enabled");

@@ -32,6 +32,9 @@ struct mfmad_config {
 	int tcp_port;
 	bool tcp_allow_remote;         /* allow a non-loopback tcp_address */
 	char token_file[256];          /* TCP clients must send its token first; "" = none */
+	char tls_cert[256];            /* TCP listeners speak TLS with this chain; "" = plaintext */
+	char tls_key[256];             /* ... and this key */
+	char tls_client_ca[256];       /* TLS clients must show a certificate these CAs signed */
 	char unix_users[256];          /* peers allowed on the Unix socket: names or uids, "," */
 	char unix_group[64];           /* ... or members of this group; both "" = any */
 

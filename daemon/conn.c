@@ -14,6 +14,7 @@
 #include "frame.h"
 #include "log.h"
 #include "mfma_clock.h"
+#include "tls.h"
 
 struct conn {
 	union {
@@ -34,6 +35,9 @@ struct conn {
 	bool suspended;   /* a frame is being decoded off the loop */
 	bool broken;      /* an oversized frame or a refused peer: never read again */
 	bool need_token;  /* the first frame must carry the listener's token */
+	bool tls_fed;     /* TLS: the first bytes have been looked at */
+	struct tls_session *tls; /* NULL: plaintext */
+	size_t tls_counted; /* what the TLS session holds, as counted in buffered_bytes */
 	const struct conn_policy *pol;
 	uint32_t inflight;
 	size_t unsent;    /* answers queued, at their real cost */
@@ -117,7 +121,10 @@ static const char *const refusal_name[] = {
 	[CONN_REFUSE_FD] = "fd limit",
 	[CONN_REFUSE_PEER] = "peer",
 	[CONN_REFUSE_MEMORY] = "memory",
+	[CONN_REFUSE_TLS] = "TLS",
 };
+_Static_assert(sizeof(((struct daemon *)0)->refused) / sizeof(uint64_t) == CONN_REFUSE_N,
+	       "daemon.h's refusal counters have one slot per enum conn_refusal");
 
 void conn_refused(struct daemon *d, enum conn_refusal cause, const char *fmt, ...)
 {
@@ -159,7 +166,8 @@ void conn_unref(struct conn *c)
 	if (--c->refs > 0)
 		return;
 	close_fds(c);
-	c->d->buffered_bytes -= c->rd_counted + c->taken;
+	c->d->buffered_bytes -= c->rd_counted + c->taken + c->tls_counted;
+	tls_session_free(c->tls);
 	frame_reader_free(&c->rd);
 	free(c);
 }
@@ -300,6 +308,27 @@ void conn_close(struct conn *c)
 
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
 
+/* Room in the read buffer for the next bytes, where the memory caps allow
+ * it: 0, -ENOBUFS (the connection is then starved: the timer reads on once
+ * the memory is there) or -ENOMEM. */
+static int read_space(struct conn *c, uint8_t **p, size_t *avail)
+{
+	size_t ncap = frame_reader_capacity_for(&c->rd, READ_CHUNK);
+	if (ncap > c->rd.cap && ncap > FRAME_HEADER_SIZE + READ_CHUNK &&
+	    !may_buffer(c->d, ncap - c->rd.cap)) {
+		c->starved = true;
+		return -ENOBUFS;
+	}
+	if (frame_reader_space(&c->rd, READ_CHUNK, p, avail) < 0)
+		return -ENOMEM;
+	count_reader(c);
+	return 0;
+}
+
+/* TLS: received bytes land here and go into the session at once; the
+ * loop is one thread and libuv calls on_read right after on_alloc. */
+static uint8_t tls_inbuf[READ_CHUNK];
+
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
 	struct conn *c = h->data;
@@ -308,24 +337,27 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 	(void)suggested;
 	buf->base = NULL;
 	buf->len = 0;
-	size_t ncap = frame_reader_capacity_for(&c->rd, READ_CHUNK);
-	if (ncap > c->rd.cap && ncap > FRAME_HEADER_SIZE + READ_CHUNK &&
-	    !may_buffer(c->d, ncap - c->rd.cap)) {
-		/* on_read gets UV_ENOBUFS and stops reading; the timer reads
-		 * on once the memory is there. */
-		c->starved = true;
+	if (c->tls) {
+		buf->base = (char *)tls_inbuf;
+		buf->len = sizeof(tls_inbuf);
 		return;
 	}
-	if (frame_reader_space(&c->rd, READ_CHUNK, &p, &avail) < 0)
+	/* Failing, on_read gets UV_ENOBUFS and stops reading. */
+	if (read_space(c, &p, &avail) < 0)
 		return;
-	count_reader(c);
 	buf->base = (char *)p;
 	buf->len = avail > UINT32_MAX ? UINT32_MAX : avail;
 }
 
+/* TLS: received bytes the session holds beyond this stop the reading
+ * until they have become frames (a client sending on while its last frame
+ * decodes, or while it is over its share). */
+#define TLS_IN_MAX (2 * READ_CHUNK)
+
 static bool may_read(const struct conn *c)
 {
-	return !c->closed && !c->suspended && !c->paused && !c->starved && !c->broken;
+	return !c->closed && !c->suspended && !c->paused && !c->starved && !c->broken &&
+	       !(c->tls && tls_session_in_pending(c->tls) > TLS_IN_MAX);
 }
 
 /* Starts or stops reading as the connection's state says. */
@@ -346,6 +378,7 @@ static void update_reading(struct conn *c)
 }
 
 static void process_frames(struct conn *c);
+static void tls_pull(struct conn *c);
 
 /* Reading resumes when what stopped it has gone: frames already buffered
  * are handed over first. */
@@ -355,7 +388,9 @@ static void resume(struct conn *c)
 		return;
 	if (c->paused && under_share(c))
 		c->paused = false;
-	if (!c->paused)
+	if (!c->paused && c->tls)
+		tls_pull(c);
+	else if (!c->paused)
 		process_frames(c);
 	update_reading(c);
 }
@@ -381,12 +416,11 @@ static void on_write(uv_write_t *req, int status)
 	conn_unref(c);
 }
 
-void conn_send(struct conn *c, uint8_t *buf, size_t len, bool close_after)
+static uint8_t *tls_seal(struct conn *c, uint8_t *plain, size_t *len);
+
+/* Queues bytes for the socket as they are (ciphertext on TLS). */
+static void queue_write(struct conn *c, uint8_t *buf, size_t len, bool close_after)
 {
-	if (!c || c->closed) {
-		free(buf);
-		return;
-	}
 	struct write_req *w = calloc(1, sizeof(*w));
 	if (!w) {
 		free(buf);
@@ -419,10 +453,21 @@ void conn_send(struct conn *c, uint8_t *buf, size_t len, bool close_after)
 		c->paused = true; /* process_frames stops; on_write or the timer resume */
 }
 
-
-static void deny(struct conn *c, const char *why)
+void conn_send(struct conn *c, uint8_t *buf, size_t len, bool close_after)
 {
-	conn_refused(c->d, CONN_REFUSE_PEER, "connection %" PRIu64 " refused: %s", c->cid, why);
+	if (!c || c->closed) {
+		free(buf);
+		return;
+	}
+	if (c->tls && !(buf = tls_seal(c, buf, &len)))
+		return;
+	queue_write(c, buf, len, close_after);
+}
+
+
+static void deny(struct conn *c, enum conn_refusal cause, const char *why)
+{
+	conn_refused(c->d, cause, "connection %" PRIu64 " refused: %s", c->cid, why);
 	c->broken = true;
 	update_reading(c);
 	c->ev->on_denied(c, why);
@@ -489,8 +534,9 @@ static void process_frames(struct conn *c)
 		if (rc == 0)
 			break;
 		if (rc < 0 && c->need_token) {
-			deny(c, "this listener takes a token first (listen.token_file), and the first "
-				"frame was too long to carry it");
+			deny(c, CONN_REFUSE_PEER,
+			     "this listener takes a token first (listen.token_file), and the first "
+			     "frame was too long to carry it");
 			break;
 		}
 		if (rc < 0) {
@@ -503,8 +549,9 @@ static void process_frames(struct conn *c)
 		c->active_ns = mfma_clock_ns();
 		if (c->need_token) {
 			if (!token_ok(c->pol, payload, len)) {
-				deny(c, "this listener takes a token first (listen.token_file), and the "
-					"first frame did not carry it");
+				deny(c, CONN_REFUSE_PEER,
+				     "this listener takes a token first (listen.token_file), and the "
+				     "first frame did not carry it");
 				break;
 			}
 			c->need_token = false;
@@ -526,10 +573,174 @@ static void process_frames(struct conn *c)
 	conn_unref(c);
 }
 
+/* ---- TLS (listen.tls_cert): the session between the socket and the
+ * frames.  Received bytes go into it (tls_received), plaintext comes out
+ * into the read buffer under the same caps as a plaintext read
+ * (tls_pull), answers are sealed whole before they are queued
+ * (tls_seal), so every limit counts ciphertext and the session's own
+ * buffers like any other byte a client makes the daemon hold. ---- */
+
+/* Counts what the session holds in buffered_bytes after it changed. */
+static void count_tls(struct conn *c)
+{
+	size_t held = c->tls ? TLS_SESSION_OVERHEAD + tls_session_in_pending(c->tls) : 0;
+	c->d->buffered_bytes = c->d->buffered_bytes - c->tls_counted + held;
+	c->tls_counted = held;
+	note_held(c->d);
+}
+
+/* Sends what the session wrote (handshake messages, an alert). */
+static void tls_flush(struct conn *c, bool close_after)
+{
+	size_t n = tls_session_out_pending(c->tls);
+	uint8_t *buf = n ? malloc(n) : NULL;
+	if (!buf) {
+		if (n)
+			log_warn("connection %" PRIu64 ": out of memory sending TLS data; closing",
+				 c->cid);
+		if (n || close_after)
+			conn_close(c);
+		return;
+	}
+	queue_write(c, buf, tls_session_out_take(c->tls, buf, n), close_after);
+}
+
+/* The session failed or ended: says why (a failed handshake counted and
+ * logged at most once a second, with the others), sends the alert that
+ * tells the client why, then closes. */
+static void tls_failed(struct conn *c, ssize_t rc, const char *why)
+{
+	c->broken = true;
+	if (rc == TLS_CLOSED) {
+		log_debug("connection %" PRIu64 ": the client closed its TLS session", c->cid);
+	} else if (!tls_session_ready(c->tls)) {
+		STATS_ADD(c->d->stats.tls_handshakes_failed, 1);
+		conn_refused(c->d, CONN_REFUSE_TLS, "connection %" PRIu64 ": TLS handshake failed: %s",
+			     c->cid, why);
+	} else {
+		log_info("connection %" PRIu64 ": TLS error: %s; closing", c->cid, why);
+	}
+	tls_flush(c, true);
+}
+
+static void tls_pull(struct conn *c)
+{
+	char why[256] = "";
+	conn_ref(c); /* handling a frame may close it */
+	bool was_ready = tls_session_ready(c->tls);
+	process_frames(c); /* what is already plaintext goes first */
+	while (!c->closed && !c->suspended && !c->paused && !c->broken && !c->starved) {
+		uint8_t *p;
+		size_t avail;
+		int rc = read_space(c, &p, &avail);
+		if (rc == -ENOBUFS)
+			break;
+		if (rc < 0) {
+			log_warn("connection %" PRIu64 ": out of memory for its read buffer; closing",
+				 c->cid);
+			conn_close(c);
+			break;
+		}
+		ssize_t n = tls_session_read(c->tls, p, avail, why, sizeof(why));
+		if (n < 0)
+			tls_failed(c, n, why);
+		if (n <= 0)
+			break;
+		frame_reader_commit(&c->rd, (size_t)n);
+		process_frames(c);
+	}
+	if (c->tls && !was_ready && tls_session_ready(c->tls)) {
+		STATS_ADD(c->d->stats.tls_handshakes_ok, 1);
+		if (log_get_level() >= LOG_LVL_DEBUG) {
+			tls_session_describe(c->tls, why, sizeof(why));
+			log_debug("connection %" PRIu64 ": TLS: %s", c->cid, why);
+		}
+	}
+	if (!c->closed && !c->broken)
+		tls_flush(c, false);
+	count_tls(c);
+	update_reading(c);
+	conn_unref(c);
+}
+
+static void tls_received(struct conn *c, const uint8_t *buf, size_t n)
+{
+	if (n == 0)
+		return;
+	if (!c->tls_fed) {
+		c->tls_fed = true;
+		if (!tls_looks_like_handshake(buf, n)) {
+			/* A plaintext client: answer in plaintext, which is what
+			 * it reads, and say what it should have dialled. */
+			STATS_ADD(c->d->stats.tls_handshakes_failed, 1);
+			tls_session_free(c->tls);
+			c->tls = NULL;
+			count_tls(c);
+			deny(c, CONN_REFUSE_TLS,
+			     "this listener speaks TLS (listen.tls_cert) and the client sent "
+			     "plaintext: connect with tls:HOST:PORT");
+			return;
+		}
+	}
+	if (tls_session_feed(c->tls, buf, n) < 0) {
+		log_warn("connection %" PRIu64 ": out of memory for TLS input; closing", c->cid);
+		conn_close(c);
+		return;
+	}
+	count_tls(c);
+	tls_pull(c);
+}
+
+/* Plaintext bytes sealed per call: the output grows by at most this much
+ * plus records' overhead before it is taken out of the session. */
+#define SEAL_CHUNK (256u * 1024)
+
+/* Seals a whole answer: returns the ciphertext (taking plain) with its
+ * length in *len, or NULL when the connection was closed instead. */
+static uint8_t *tls_seal(struct conn *c, uint8_t *plain, size_t *len)
+{
+	char why[256] = "the session wrote more than its bound";
+	if (!tls_session_ready(c->tls)) {
+		/* An answer before the handshake ended (a refusal at accept):
+		 * TLS has no way to carry it, so the client sees a close. */
+		log_debug("connection %" PRIu64 ": answer before the TLS handshake ended; closing",
+			  c->cid);
+		free(plain);
+		conn_close(c);
+		return NULL;
+	}
+	size_t have = tls_session_out_pending(c->tls);
+	size_t cap = have + tls_sealed_bound(*len);
+	uint8_t *out = malloc(cap);
+	if (!out)
+		log_warn("connection %" PRIu64 ": out of memory sealing a %zu-byte answer; closing",
+			 c->cid, *len);
+	size_t got = out ? tls_session_out_take(c->tls, out, have) : 0;
+	for (size_t off = 0; out && off < *len;) {
+		size_t chunk = *len - off < SEAL_CHUNK ? *len - off : SEAL_CHUNK;
+		if (tls_session_write(c->tls, plain + off, chunk, why, sizeof(why)) < 0 ||
+		    tls_session_out_pending(c->tls) > cap - got) {
+			log_err("connection %" PRIu64 ": cannot seal a %zu-byte answer: %s", c->cid,
+				*len, why);
+			free(out);
+			out = NULL;
+			break;
+		}
+		got += tls_session_out_take(c->tls, out + got, cap - got);
+		off += chunk;
+	}
+	free(plain);
+	if (!out) {
+		conn_close(c);
+		return NULL;
+	}
+	*len = got;
+	return out;
+}
+
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
 	struct conn *c = s->data;
-	(void)buf;
 	if (nread == UV_ENOBUFS && c->starved) {
 		log_debug("connection %" PRIu64 ": not read until memory is available "
 			  "(limits.max_buffered_mb, limits.max_memory_mb)", c->cid);
@@ -545,6 +756,10 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 		if (nread != UV_EOF)
 			log_debug("connection %" PRIu64 ": %s", c->cid, uv_strerror((int)nread));
 		conn_close(c);
+		return;
+	}
+	if (c->tls) {
+		tls_received(c, (const uint8_t *)buf->base, (size_t)nread);
 		return;
 	}
 	frame_reader_commit(&c->rd, (size_t)nread);
@@ -615,7 +830,17 @@ static void on_tick(uv_timer_t *t)
 		next = c->next;
 		if (c->closed)
 			continue;
-		if (cf->read_timeout_ms && c->reading && c->frame_ns &&
+		if (cf->read_timeout_ms && c->tls && !tls_session_ready(c->tls) && !c->broken &&
+		    now - c->active_ns > cf->read_timeout_ms * 1000000) {
+			/* A handshake failure like the others: counted, and
+			 * logged at most once a second however many stall. */
+			STATS_ADD(d->stats.tls_handshakes_failed, 1);
+			conn_refused(d, CONN_REFUSE_TLS,
+				     "connection %" PRIu64 " closed: the TLS handshake did not "
+				     "complete in %" PRIu64 " ms (limits.read_timeout_ms)",
+				     c->cid, cf->read_timeout_ms);
+			conn_close(c);
+		} else if (cf->read_timeout_ms && c->reading && c->frame_ns &&
 		    now - c->frame_ns > cf->read_timeout_ms * 1000000) {
 			time_out(c, "a started frame did not complete", "read_timeout_ms",
 				 cf->read_timeout_ms);
@@ -631,6 +856,8 @@ static void on_tick(uv_timer_t *t)
 			size_t ncap = frame_reader_capacity_for(&c->rd, READ_CHUNK);
 			if (ncap <= c->rd.cap || may_buffer(d, ncap - c->rd.cap)) {
 				c->starved = false;
+				if (c->tls)
+					tls_pull(c);
 				update_reading(c);
 			}
 		} else if (c->paused && !c->suspended) {
@@ -702,8 +929,16 @@ void conn_accept(struct daemon *d, uv_stream_t *server, const struct conn_events
 	c->pol = pol;
 	char why[160];
 	if (pol && pol->check_peer && !peer_ok(c, why, sizeof(why))) {
-		deny(c, why);
+		deny(c, CONN_REFUSE_PEER, why);
 		return;
+	}
+	if (pol && pol->tls) {
+		if (tls_session_new(pol->tls, NULL, &c->tls) < 0) {
+			log_warn("%s: out of memory for a TLS session", what);
+			conn_close(c);
+			return;
+		}
+		count_tls(c);
 	}
 	if (pol && pol->token) {
 		c->need_token = true;

@@ -44,8 +44,12 @@ struct conn_events {
 
 /* What a listener asks of its peers (listen.c fills it in).  With a
  * token, the first frame must be frame.h's token frame carrying it;
- * nothing else is taken before, and it is answered only when wrong. */
+ * nothing else is taken before, and it is answered only when wrong.
+ * With tls, the connection speaks TLS (proto/tls.h) from its first byte:
+ * frames, the token frame included, travel inside it. */
+struct tls_ctx;
 struct conn_policy {
+	struct tls_ctx *tls;  /* NULL: plaintext; replaced on SIGHUP (listen.c) */
 	const uint8_t *token; /* the first frame must carry it; NULL: none */
 	size_t token_len;
 	bool check_peer;      /* Unix socket: SO_PEERCRED against uids/gid */
@@ -61,6 +65,8 @@ enum conn_refusal {
 	CONN_REFUSE_FD,     /* the process is out of file descriptors */
 	CONN_REFUSE_PEER,   /* a credential or peer check failed */
 	CONN_REFUSE_MEMORY, /* limits.max_memory_mb */
+	CONN_REFUSE_TLS,    /* a TLS handshake failed, or a plaintext client on TLS */
+	CONN_REFUSE_N
 };
 
 /* Starts the connections' timer: read, idle and write timeouts, reading

@@ -65,9 +65,9 @@ struct daemon {
 	uint32_t regions;
 	uv_timer_t conn_timer;   /* timeouts, reading resumed, memory trimmed */
 	uint32_t fd_conn_cap;    /* connections the fd limit allows (listen.c); 0: no cap */
-	uint64_t refused[4];     /* connections refused, by enum conn_refusal */
-	uint64_t refused_logged_ns[4];
-	uint64_t refused_unlogged[4];
+	uint64_t refused[5];     /* connections refused, by enum conn_refusal */
+	uint64_t refused_logged_ns[5];
+	uint64_t refused_unlogged[5];
 
 	uv_signal_t sig_term, sig_int, sig_hup;
 	uv_timer_t grace_timer;

@@ -17,6 +17,7 @@
 
 #include "endpoint.h"
 #include "log.h"
+#include "tls.h"
 #include "mfmad_build.h"
 #if MFMAD_HAVE_SYSTEMD
 #include <systemd/sd-daemon.h>
@@ -48,6 +49,10 @@ struct listeners {
 	 * listen.unix_users, listen.unix_group), resolved at start. */
 	uint8_t token[TOKEN_MAX];
 	size_t token_len;
+	/* listen.tls_cert/tls_key/tls_client_ca: every TCP listener's TLS;
+	 * replaced on SIGHUP, while sessions keep the context they began with. */
+	struct tls_ctx *tls;
+	bool tls_client_certs;
 	uint32_t uids[UIDS_MAX];
 	size_t nuids;
 	bool has_gid;
@@ -69,12 +74,12 @@ static void policy_unix(struct daemon *d, struct listener *l)
 static int policy_tcp(struct daemon *d, struct listener *l, const struct sockaddr *sa, char *err,
 		      size_t errlen);
 
-/* Reads listen.token_file: its first line is the token.  A token shorter
- * than TOKEN_MIN bytes or a file others may read is refused. */
-static int load_token(struct daemon *d, char *err, size_t errlen)
+/* Reads listen.token_file (path) into ls: its first line is the token.
+ * A token shorter than TOKEN_MIN bytes or a file others may read is
+ * refused, and ls keeps the token it had. */
+static int load_token(struct listeners *ls, const char *path, char *err, size_t errlen)
 {
-	struct listeners *ls = d->listeners;
-	const char *path = d->cfg.token_file;
+	uint8_t token[TOKEN_MAX];
 	if (!path[0])
 		return 0;
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -94,20 +99,42 @@ static int load_token(struct daemon *d, char *err, size_t errlen)
 			 path, (unsigned)(st.st_mode & 07777));
 		return -EPERM;
 	}
-	ssize_t n = read(fd, ls->token, sizeof(ls->token));
+	ssize_t n = read(fd, token, sizeof(token));
 	close(fd);
 	size_t len = n > 0 ? (size_t)n : 0;
 	for (size_t i = 0; i < len; i++)
-		if (ls->token[i] == '\n' || ls->token[i] == '\r')
+		if (token[i] == '\n' || token[i] == '\r')
 			len = i;
-	if (len < TOKEN_MIN || len == sizeof(ls->token)) {
+	if (len < TOKEN_MIN || len == sizeof(token)) {
+		explicit_bzero(token, sizeof(token));
 		snprintf(err, errlen,
 			 "listen.token_file = \"%s\": the token (its first line) must be %d to %d "
 			 "bytes, not %zu",
 			 path, TOKEN_MIN, TOKEN_MAX - 1, len);
 		return -EINVAL;
 	}
+	memcpy(ls->token, token, len);
+	explicit_bzero(token, sizeof(token));
 	ls->token_len = len;
+	return 0;
+}
+
+/* Makes the TLS context of listen.tls_cert/tls_key/tls_client_ca (none
+ * when tls_cert is ""); a file that cannot be used leaves ls as it was. */
+static int load_tls(struct listeners *ls, const struct mfmad_config *cf, char *err, size_t errlen)
+{
+	if (!cf->tls_cert[0])
+		return 0;
+	struct tls_ctx *t;
+	char why[400];
+	int rc = tls_ctx_server(cf->tls_cert, cf->tls_key, cf->tls_client_ca, &t, why, sizeof(why));
+	if (rc < 0) {
+		snprintf(err, errlen, "listen.tls_cert/tls_key/tls_client_ca: %s", why);
+		return rc;
+	}
+	tls_ctx_free(ls->tls);
+	ls->tls = t;
+	ls->tls_client_certs = cf->tls_client_ca[0] != '\0';
 	return 0;
 }
 
@@ -261,9 +288,10 @@ static int policy_tcp(struct daemon *d, struct listener *l, const struct sockadd
 		      size_t errlen)
 {
 	struct listeners *ls = d->listeners;
+	l->pol = (struct conn_policy){ .tls = ls->tls };
 	if (ls->token_len) {
-		l->pol = (struct conn_policy){ .token = ls->token, .token_len = ls->token_len };
-		return 0;
+		l->pol.token = ls->token;
+		l->pol.token_len = ls->token_len;
 	}
 	if (is_loopback(sa))
 		return 0;
@@ -272,9 +300,21 @@ static int policy_tcp(struct daemon *d, struct listener *l, const struct sockadd
 		uv_ip6_name((const struct sockaddr_in6 *)sa, host, sizeof(host));
 	else
 		uv_ip4_name((const struct sockaddr_in *)sa, host, sizeof(host));
+	/* TLS with client certificates is a credential; TLS alone only hides
+	 * the traffic, so the token is still asked for. */
+	if (ls->tls && ls->tls_client_certs)
+		return 0;
+	if (ls->token_len) {
+		if (!ls->tls)
+			log_warn("%s%s listens on %s without TLS: the token and every matrix travel "
+				 "in the clear (set listen.tls_cert and listen.tls_key)",
+				 l->activated ? "socket activation: " : "", l->what, host);
+		return 0;
+	}
 	snprintf(err, errlen,
-		 "%s%s listens on %s, which other hosts can reach, and listen.token_file is not "
-		 "set: refusing to serve unauthenticated remote clients",
+		 "%s%s listens on %s, which other hosts can reach, without a credential: set "
+		 "listen.tls_client_ca (TLS with client certificates) or listen.token_file; "
+		 "refusing to serve unauthenticated remote clients",
 		 l->activated ? "socket activation: " : "", l->what, host);
 	return -EPERM;
 }
@@ -292,7 +332,8 @@ static int listen_tcp(struct daemon *d, const struct conn_events *ev, char *err,
 	if (!is_loopback((struct sockaddr *)&ss) && !d->cfg.tcp_allow_remote) {
 		snprintf(err, errlen,
 			 "listen.tcp_address = \"%s\" is not a loopback address; set "
-			 "listen.tcp_allow_remote = true (and listen.token_file) to mean it",
+			 "listen.tcp_allow_remote = true (and listen.tls_client_ca or listen.token_file) "
+			 "to mean it",
 			 addr);
 		return -EPERM;
 	}
@@ -315,7 +356,7 @@ static int listen_tcp(struct daemon *d, const struct conn_events *ev, char *err,
 		snprintf(err, errlen, "cannot listen on %s: %s", l->what, uv_strerror(rc));
 		return rc;
 	}
-	log_info("listening on %s", l->what);
+	log_info("listening on %s%s", l->what, l->pol.tls ? " (TLS)" : "");
 	return 0;
 }
 
@@ -422,7 +463,9 @@ int listen_start(struct daemon *d, const struct conn_events *ev, char *err, size
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
-	int n = load_token(d, err, errlen);
+	int n = load_token(d->listeners, d->cfg.token_file, err, errlen);
+	if (n == 0)
+		n = load_tls(d->listeners, &d->cfg, err, errlen);
 	if (n == 0)
 		n = load_peers(d, err, errlen);
 	if (n == 0)
@@ -462,8 +505,34 @@ void listen_close(struct daemon *d)
 	}
 }
 
+int listen_reload(struct daemon *d, const struct mfmad_config *nc, char *err, size_t errlen)
+{
+	struct listeners *ls = d->listeners;
+	if (!ls)
+		return 0;
+	/* Whether each is set cannot change without a restart
+	 * (config_restart_only_changes); only the files are read again. */
+	int rc = 0;
+	if (d->cfg.token_file[0] && nc->token_file[0])
+		rc = load_token(ls, nc->token_file, err, errlen);
+	if (rc == 0 && ls->tls && nc->tls_cert[0] &&
+	    !nc->tls_client_ca[0] == !ls->tls_client_certs) {
+		struct tls_ctx *old = ls->tls;
+		rc = load_tls(ls, nc, err, errlen);
+		for (int i = 0; rc == 0 && i < ls->n; i++)
+			if (ls->l[i].pol.tls == old)
+				ls->l[i].pol.tls = ls->tls;
+	}
+	for (int i = 0; i < ls->n; i++)
+		if (ls->l[i].pol.token)
+			ls->l[i].pol.token_len = ls->token_len;
+	return rc;
+}
+
 void listen_free(struct daemon *d)
 {
+	if (d->listeners)
+		tls_ctx_free(d->listeners->tls);
 	free(d->listeners);
 	d->listeners = NULL;
 }

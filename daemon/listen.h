@@ -13,6 +13,11 @@
 #define LISTEN_MAX 8
 
 int listen_start(struct daemon *d, const struct conn_events *ev, char *err, size_t errlen);
+/* SIGHUP: reads listen.token_file and the TLS certificate, key and client
+ * CAs of nc again; new connections use them, open ones keep theirs.  A
+ * file that cannot be used leaves the old ones in place: -errno, with err
+ * naming the file and why. */
+int listen_reload(struct daemon *d, const struct mfmad_config *nc, char *err, size_t errlen);
 /* Stops accepting; removes the Unix socket file this daemon made. */
 void listen_close(struct daemon *d);
 void listen_free(struct daemon *d);

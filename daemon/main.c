@@ -29,7 +29,8 @@
 
 static const char usage_text[] =
 	"Usage: mfmad [OPTION]...\n"
-	"Serve dense and 2:4-sparse matrix multiplication (GEMM) over a Unix socket.\n"
+	"Serve dense and 2:4-sparse matrix multiplication (GEMM) over a Unix socket\n"
+	"(and TCP, optionally with TLS).\n"
 	"\n"
 	"mfmad finds the machine's GPUs (CUDA, HIP) and serves on them, or on the CPU\n"
 	"when there is none.  Clients speak the mfma.v1 protocol: use mfmactl(1) or\n"
@@ -45,7 +46,8 @@ static const char usage_text[] =
 	"                           $XDG_RUNTIME_DIR/mfmad.sock (without it, the\n"
 	"                           system path: give --socket)\n"
 	"      --tcp [ADDR:]PORT    also listen on TCP (loopback unless\n"
-	"                           listen.tcp_allow_remote = true)\n"
+	"                           listen.tcp_allow_remote = true; TLS when\n"
+	"                           listen.tls_cert and listen.tls_key are set)\n"
 	"  -l, --log-level LEVEL    error, warning, notice, info (default), debug\n"
 	"  -t, --threads N          CPU backend: threads per GEMM (0 = all cores)\n"
 	"      --cpu-devices N      CPU backend: number of CPU queues to expose\n"
@@ -65,8 +67,10 @@ static const char usage_text[] =
 	"                   (the same stop as SIGTERM; also `mfmactl drain`)\n"
 	"  SIGHUP           re-read the configuration file; log level, limits and\n"
 	"                   weights.declare change live (declared weights load,\n"
-	"                   reload or unload), the rest needs a restart (a bad\n"
-	"                   file is reported and the old configuration kept)\n"
+	"                   reload or unload), the token and the TLS certificate,\n"
+	"                   key and client CAs are read again for new connections;\n"
+	"                   the rest needs a restart (a bad file is reported and\n"
+	"                   the old configuration, or certificate, kept)\n"
 	"\n"
 	"Exit status: 0 after a clean stop, 1 on a configuration or start-up error,\n"
 	"2 on a usage error.\n"
@@ -158,9 +162,11 @@ static void print_config(const struct mfmad_config *c, const char *src)
 	printf("status_interval_ms = %" PRIu64 ";\n", c->status_interval_ms);
 	printf("listen = { unix = \"%s\"; unix_mode = \"%04o\"; tcp = %s; tcp_address = \"%s\"; "
 	       "tcp_port = %d; tcp_allow_remote = %s;\n           token_file = \"%s\"; "
-	       "unix_users = \"%s\"; unix_group = \"%s\"; };\n",
+	       "unix_users = \"%s\"; unix_group = \"%s\";\n           tls_cert = \"%s\"; "
+	       "tls_key = \"%s\"; tls_client_ca = \"%s\"; };\n",
 	       sock, c->unix_mode, c->tcp_enabled ? "true" : "false", c->tcp_address, c->tcp_port,
-	       c->tcp_allow_remote ? "true" : "false", c->token_file, c->unix_users, c->unix_group);
+	       c->tcp_allow_remote ? "true" : "false", c->token_file, c->unix_users, c->unix_group,
+	       c->tls_cert, c->tls_key, c->tls_client_ca);
 	printf("limits = { max_frame_mb = %" PRIu64 "; max_inflight_per_connection = %u; "
 	       "max_inflight = %u; max_inflight_mb = %" PRIu64 "; max_connections = %u; "
 	       "max_dim = %u; default_priority = %u; default_timeout_ms = %" PRIu64 "; "
@@ -261,6 +267,19 @@ static void reload(struct daemon *d)
 	if (config_restart_only_changes(&d->cfg, &nc, fixed, sizeof(fixed)) > 0)
 		log_warn("reload: %s changed; that needs a restart, kept the running values", fixed);
 	struct mfmad_config *c = &d->cfg;
+	if (listen_reload(d, &nc, err, sizeof(err)) < 0) {
+		log_err("reload: %s; new connections keep the token and certificates they had", err);
+	} else if (c->tls_cert[0] || c->token_file[0]) {
+		memcpy(c->token_file, nc.token_file, sizeof(c->token_file));
+		if (c->tls_cert[0] && nc.tls_cert[0] && !c->tls_client_ca[0] == !nc.tls_client_ca[0]) {
+			memcpy(c->tls_cert, nc.tls_cert, sizeof(c->tls_cert));
+			memcpy(c->tls_key, nc.tls_key, sizeof(c->tls_key));
+			memcpy(c->tls_client_ca, nc.tls_client_ca, sizeof(c->tls_client_ca));
+		}
+		log_info("reload: %s%s%s read again", c->token_file[0] ? "the token" : "",
+			 c->token_file[0] && c->tls_cert[0] ? " and " : "",
+			 c->tls_cert[0] ? "the TLS certificate, key and client CAs" : "");
+	}
 	c->log_level = nc.log_level;
 	c->max_frame_bytes = nc.max_frame_bytes;
 	c->max_inflight_per_conn = nc.max_inflight_per_conn;

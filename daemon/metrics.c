@@ -279,6 +279,13 @@ int metrics_render_at(const struct mfmad_stats *s, uint64_t now_ns, char **out, 
 		     STATS_GET(s->connections_open));
 	render_counter(&b, "mfmad_connections_total", "Client connections accepted since start.",
 		       STATS_GET(s->connections_total));
+	family(&b, "mfmad_tls_handshakes_total", "counter",
+	       "TLS handshakes on TCP listeners, by result (failed: a certificate missing or not "
+	       "trusted, a plaintext client, a handshake past limits.read_timeout_ms).");
+	buf_printf(&b, "mfmad_tls_handshakes_total{result=\"ok\"} %" PRIu64 "\n",
+		   STATS_GET(s->tls_handshakes_ok));
+	buf_printf(&b, "mfmad_tls_handshakes_total{result=\"failed\"} %" PRIu64 "\n",
+		   STATS_GET(s->tls_handshakes_failed));
 	render_gauge(&b, "mfmad_in_flight_requests", "Requests received and not yet answered.",
 		     STATS_GET(s->in_flight));
 	render_gauge(&b, "mfmad_resident_weights", "Weights loaded and resident.",

@@ -75,6 +75,9 @@ struct mfmad_stats {
 	_Atomic uint64_t latency_bucket[STATS_LATENCY_BUCKETS + 1];
 	_Atomic uint64_t latency_sum_ns, latency_count;
 	_Atomic uint64_t connections_open, connections_total;
+	/* TLS listeners: handshakes completed, and failed (bad or missing
+	 * certificate, a plaintext client, a handshake past the read timeout). */
+	_Atomic uint64_t tls_handshakes_ok, tls_handshakes_failed;
 	_Atomic uint64_t in_flight;
 	_Atomic uint64_t weight_bytes, weight_budget, weights;
 	_Atomic uint64_t declared_pending; /* declared weights not resident: not ready */

@@ -19,21 +19,27 @@ int endpoint_parse(const char *s, struct endpoint *ep, char *err, size_t errlen)
 	memset(ep, 0, sizeof(*ep));
 	if (!s || !*s)
 		return set_err(err, errlen, "empty endpoint%s", "");
-	if (strncmp(s, "tcp:", 4) == 0) {
+	bool tls = strncmp(s, "tls:", 4) == 0;
+	if (tls || strncmp(s, "tcp:", 4) == 0) {
 		const char *h = s + 4, *colon;
 		size_t hlen;
 		if (*h == '[') {
 			const char *close = strchr(h, ']');
 			if (!close || close[1] != ':')
 				return set_err(err, errlen,
-					       "endpoint '%s': expected tcp:[IPV6]:PORT", s);
+					       tls ? "endpoint '%s': expected tls:[IPV6]:PORT"
+						   : "endpoint '%s': expected tcp:[IPV6]:PORT",
+					       s);
 			h++;
 			hlen = (size_t)(close - h);
 			colon = close + 1;
 		} else {
 			colon = strrchr(h, ':');
 			if (!colon)
-				return set_err(err, errlen, "endpoint '%s': expected tcp:HOST:PORT", s);
+				return set_err(err, errlen,
+					       tls ? "endpoint '%s': expected tls:HOST:PORT"
+						   : "endpoint '%s': expected tcp:HOST:PORT",
+					       s);
 			hlen = (size_t)(colon - h);
 		}
 		if (hlen == 0 || hlen >= sizeof(ep->host))
@@ -44,6 +50,7 @@ int endpoint_parse(const char *s, struct endpoint *ep, char *err, size_t errlen)
 		if (colon[1] == '\0' || *end != '\0' || port < 1 || port > 65535)
 			return set_err(err, errlen, "endpoint '%s': port must be 1..65535", s);
 		ep->kind = ENDPOINT_TCP;
+		ep->tls = tls;
 		ep->port = (int)port;
 		return 0;
 	}
@@ -100,9 +107,9 @@ int endpoint_format(const struct endpoint *ep, char *buf, size_t len)
 	if (ep->kind == ENDPOINT_UNIX)
 		n = snprintf(buf, len, "unix:%s", ep->path);
 	else if (strchr(ep->host, ':'))
-		n = snprintf(buf, len, "tcp:[%s]:%d", ep->host, ep->port);
+		n = snprintf(buf, len, "%s:[%s]:%d", ep->tls ? "tls" : "tcp", ep->host, ep->port);
 	else
-		n = snprintf(buf, len, "tcp:%s:%d", ep->host, ep->port);
+		n = snprintf(buf, len, "%s:%s:%d", ep->tls ? "tls" : "tcp", ep->host, ep->port);
 	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
 }
 

@@ -1,10 +1,13 @@
 /* Endpoints as users write them: "unix:/run/mfmad/mfmad.sock",
- * "tcp:127.0.0.1:7470", "tcp:[::1]:7470", or a bare path (Unix socket).
+ * "tcp:127.0.0.1:7470", "tcp:[::1]:7470", "tls:host:7470" (TCP with TLS,
+ * the server's certificate checked against host), or a bare path (Unix
+ * socket).
  * Shared by the daemon (listeners) and the client library, so both agree
  * on the default socket. */
 #ifndef MFMA_ENDPOINT_H
 #define MFMA_ENDPOINT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #define MFMA_DEFAULT_TCP_PORT 7470
@@ -16,6 +19,7 @@ struct endpoint {
 	char path[108]; /* ENDPOINT_UNIX: sun_path */
 	char host[256]; /* ENDPOINT_TCP, without brackets */
 	int port;
+	bool tls;       /* ENDPOINT_TCP written tls:HOST:PORT */
 };
 
 /* 0, or -EINVAL with a sentence in err naming what was wrong. */

@@ -24,12 +24,13 @@ done
 # build and inspect the AMD code objects, libamdhip64-dev is the HIP runtime
 # the AMD backend links; prometheus gives promtool for the /metrics test;
 # systemd gives systemd-analyze and systemd-socket-activate for the unit tests;
+# libssl-dev is TLS on TCP, the openssl tool makes the tests' certificates;
 # numpy, pytest and matplotlib are for the Python package (python/mfma), its
 # tests and its benchmark plot.
 packages=(
   build-essential pkg-config meson ninja-build
   libuv1-dev libprotobuf-c-dev protobuf-c-compiler libconfig-dev
-  libsystemd-dev libcmocka-dev libmicrohttpd-dev libopenblas-dev
+  libsystemd-dev libcmocka-dev libmicrohttpd-dev libopenblas-dev libssl-dev openssl
   clang-22 lld-22 llvm-22 libclang-rt-22-dev libamdhip64-dev
   prometheus systemd groff-base man-db procps python3
   python3-numpy python3-pytest python3-matplotlib haproxy python3-yaml

@@ -41,6 +41,7 @@ struct ctl {
 	bool json;
 	int timeout_ms;       /* < 0: forever */
 	const char *token_file; /* NULL: MFMA_TOKEN_FILE, else no token */
+	struct mfma_tls tls;  /* --tls-ca/--tls-cert/--tls-key; NULL fields: MFMA_TLS_* */
 	struct json j;        /* stdout, when json */
 	int progress_pct;     /* last percentage shown, -1: none */
 };
@@ -52,8 +53,19 @@ struct ctl {
 	{ "endpoint", required_argument, NULL, 'e' },                     \
 	{ "json", no_argument, NULL, CTL_OPT_JSON },                      \
 	{ "timeout", required_argument, NULL, CTL_OPT_TIMEOUT },          \
-	{ "token-file", required_argument, NULL, CTL_OPT_TOKEN_FILE }
-enum { CTL_OPT_JSON = 1000, CTL_OPT_TIMEOUT, CTL_OPT_TOKEN_FILE, CTL_OPT_FIRST_COMMAND_OPTION };
+	{ "token-file", required_argument, NULL, CTL_OPT_TOKEN_FILE },    \
+	{ "tls-ca", required_argument, NULL, CTL_OPT_TLS_CA },            \
+	{ "tls-cert", required_argument, NULL, CTL_OPT_TLS_CERT },        \
+	{ "tls-key", required_argument, NULL, CTL_OPT_TLS_KEY }
+enum {
+	CTL_OPT_JSON = 1000,
+	CTL_OPT_TIMEOUT,
+	CTL_OPT_TOKEN_FILE,
+	CTL_OPT_TLS_CA,
+	CTL_OPT_TLS_CERT,
+	CTL_OPT_TLS_KEY,
+	CTL_OPT_FIRST_COMMAND_OPTION
+};
 
 /* Handles an option outside the command's own: a common one (returns
  * CTL_CONTINUE), -h (prints the command's help, returns 0), a bad value or

@@ -40,7 +40,8 @@ static const char help_main[] =
 	"\n"
 	"OPTIONS (before or after the command)\n"
 	"    -e, --endpoint ENDPOINT\n"
-	"        unix:PATH, tcp:HOST:PORT, tcp:[IPV6]:PORT or a bare socket path.\n"
+	"        unix:PATH, tcp:HOST:PORT, tcp:[IPV6]:PORT, tls:HOST:PORT (TCP with\n"
+	"        TLS; the daemon's certificate must name HOST) or a bare socket path.\n"
 	"        A comma list (tcp:a:7470,tcp:b:7470) fails over: the first that\n"
 	"        answers is used, a lost connection reconnects to the next.\n"
 	"        Default: $MFMA_ENDPOINT, else $XDG_RUNTIME_DIR/mfmad.sock (not for\n"
@@ -55,6 +56,13 @@ static const char help_main[] =
 	"    --token-file FILE\n"
 	"        Send the token in FILE's first line first: a TCP listener with\n"
 	"        listen.token_file asks for it (default: $MFMA_TOKEN_FILE).\n"
+	"    --tls-ca FILE\n"
+	"        tls: endpoints: the CAs (PEM) the daemon's certificate must chain to\n"
+	"        (default: $MFMA_TLS_CA, else the system's CAs).\n"
+	"    --tls-cert FILE, --tls-key FILE\n"
+	"        tls: endpoints: this client's certificate and key (PEM), for a\n"
+	"        daemon with listen.tls_client_ca (default: $MFMA_TLS_CERT,\n"
+	"        $MFMA_TLS_KEY).\n"
 	"    -h, --help\n"
 	"        This text; after a command, that command's help.\n"
 	"\n"
@@ -76,6 +84,8 @@ static const char help_main[] =
 	"ENVIRONMENT\n"
 	"    MFMA_ENDPOINT   the endpoint when -e is not given\n"
 	"    MFMA_TOKEN_FILE the token file when --token-file is not given\n"
+	"    MFMA_TLS_CA, MFMA_TLS_CERT, MFMA_TLS_KEY\n"
+	"                    --tls-ca, --tls-cert, --tls-key when not given\n"
 	"\n"
 	"EXAMPLES\n"
 	"    mfmactl status\n"
@@ -397,6 +407,15 @@ int ctl_common_option(struct ctl *ctl, const char *cmd, int opt, const char *arg
 	case CTL_OPT_TOKEN_FILE:
 		ctl->token_file = arg;
 		return CTL_CONTINUE;
+	case CTL_OPT_TLS_CA:
+		ctl->tls.ca_file = arg;
+		return CTL_CONTINUE;
+	case CTL_OPT_TLS_CERT:
+		ctl->tls.cert_file = arg;
+		return CTL_CONTINUE;
+	case CTL_OPT_TLS_KEY:
+		ctl->tls.key_file = arg;
+		return CTL_CONTINUE;
 	case '?':
 		/* getopt has said what was wrong. */
 		fprintf(stderr, "Try 'mfmactl %s%s--help'.\n", cmd ? cmd : "", cmd ? " " : "");
@@ -480,7 +499,7 @@ void ctl_progress(struct ctl *ctl, mfma_client *client)
 int ctl_connect(struct ctl *ctl, mfma_client **client)
 {
 	struct mfma_error err;
-	int rc = mfma_connect(ctl->endpoint, client, &err);
+	int rc = mfma_connect_tls(ctl->endpoint, &ctl->tls, client, &err);
 	if (rc < 0)
 		return rc == -EINVAL ? ctl_fail_local(ctl, CTL_EXIT_USAGE, "%s", err.message)
 				     : ctl_fail(ctl, "connect", rc, &err);

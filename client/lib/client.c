@@ -29,6 +29,10 @@
  * what it is willing to send. */
 #define CLIENT_MAX_FRAME UINT32_MAX
 #define CLIENT_READ_CHUNK (256u * 1024u)
+/* TLS: ciphertext read per recv(), and plaintext sealed per chunk of a
+ * frame (so a large frame is never held twice over). */
+#define CLIENT_TLS_CHUNK (64u * 1024u)
+#define CLIENT_TLS_HANDSHAKE_MS 30000
 
 int client_fail(struct mfma_error *err, int code, const char *fmt, ...)
 {
@@ -175,21 +179,113 @@ static int set_nonblock(int fd, struct mfma_error *err)
 	return 0;
 }
 
-static int connect_one(const struct endpoint *ep, int *fdp, struct mfma_error *err)
+/* Sends every byte the session has for the peer, waiting for room
+ * until the deadline. */
+static int tls_send_out(int fd, struct tls_session *s, uint64_t deadline, const char *name,
+			struct mfma_error *err)
+{
+	uint8_t buf[16384];
+	size_t n;
+	while ((n = tls_session_out_take(s, buf, sizeof(buf))) > 0) {
+		for (size_t off = 0; off < n;) {
+			ssize_t w = send(fd, buf + off, n - off, MSG_NOSIGNAL);
+			if (w > 0) {
+				off += (size_t)w;
+				continue;
+			}
+			if (w < 0 && errno == EINTR)
+				continue;
+			if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
+				return client_fail(err, -errno, "TLS handshake with %s: %s", name,
+						   strerror(errno));
+			struct pollfd pfd = { .fd = fd, .events = POLLOUT };
+			uint64_t now = mfma_clock_ns();
+			if (now >= deadline || poll(&pfd, 1, (int)((deadline - now) / 1000000 + 1)) == 0)
+				return client_fail(err, -ETIMEDOUT, "TLS handshake with %s timed out",
+						   name);
+		}
+	}
+	return 0;
+}
+
+/* The TLS handshake on a connected non-blocking socket: the daemon's
+ * certificate checked against the CAs and the name. */
+static int tls_handshake(int fd, struct tls_session *s, const char *name, struct mfma_error *err)
+{
+	uint64_t deadline = mfma_clock_ns() + CLIENT_TLS_HANDSHAKE_MS * 1000000ull;
+	uint8_t buf[16384];
+	char why[256];
+	for (;;) {
+		int hs = tls_session_handshake(s, why, sizeof(why));
+		int rc = tls_send_out(fd, s, deadline, name, err);
+		if (hs == 1 || (hs >= 0 && rc < 0))
+			return rc;
+		if (hs < 0) {
+			/* A daemon without TLS on this port answers the
+			 * ClientHello with a plaintext frame. */
+			bool plain = strstr(why, "wrong version number") || strstr(why, "packet length");
+			return client_fail(err, -EPROTO, "TLS handshake with %s failed: %s%s", name, why,
+					   plain ? " (does this port speak TLS? tcp: is plaintext)"
+						 : "");
+		}
+		struct pollfd pfd = { .fd = fd, .events = POLLIN };
+		uint64_t now = mfma_clock_ns();
+		int pr = now >= deadline ? 0 : poll(&pfd, 1, (int)((deadline - now) / 1000000 + 1));
+		if (pr < 0 && errno == EINTR)
+			continue;
+		if (pr <= 0)
+			return client_fail(err, pr == 0 ? -ETIMEDOUT : -errno,
+					   "TLS handshake with %s: %s", name,
+					   pr == 0 ? "timed out" : strerror(errno));
+		ssize_t n = recv(fd, buf, sizeof(buf), 0);
+		if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK))
+			continue;
+		if (n <= 0)
+			return client_fail(err, n == 0 ? -ECONNRESET : -errno,
+					   "%s closed the connection during the TLS handshake%s", name,
+					   n == 0 ? "" : strerror(errno));
+		if (tls_session_feed(s, buf, (size_t)n) < 0)
+			return client_fail(err, -ENOMEM, "out of memory");
+	}
+}
+
+/* What a connection needs for TLS (NULL ctx: plaintext only). */
+struct client_tls {
+	struct tls_ctx *ctx;
+	const char *name; /* "" = each endpoint's host */
+};
+
+static int connect_one(const struct endpoint *ep, const struct client_tls *t, int *fdp,
+		       struct tls_session **sp, struct mfma_error *err)
 {
 	int rc = ep->kind == ENDPOINT_UNIX ? connect_unix(ep, fdp, err) : connect_tcp(ep, fdp, err);
-	return rc < 0 ? rc : set_nonblock(*fdp, err);
+	if (rc < 0 || (rc = set_nonblock(*fdp, err)) < 0 || !ep->tls)
+		return rc;
+	char what[300];
+	(void)endpoint_format(ep, what, sizeof(what));
+	const char *name = t && t->name[0] ? t->name : ep->host;
+	rc = !t || !t->ctx ? client_fail(err, -EINVAL, "%s: no TLS settings", what)
+	     : tls_session_new(t->ctx, name, sp) < 0
+		     ? client_fail(err, -ENOMEM, "%s: cannot make a TLS session for \"%s\"", what, name)
+		     : tls_handshake(*fdp, *sp, what, err);
+	if (rc < 0) {
+		tls_session_free(*sp);
+		*sp = NULL;
+		close(*fdp);
+	}
+	return rc;
 }
 
 /* Tries eps[first], eps[first+1], ... (wrapping) once each; the index
  * that answered goes to *which. */
 static int connect_list(const struct endpoint *eps, size_t n, size_t first, size_t *which,
-			int *fdp, struct mfma_error *err)
+			const struct client_tls *t, int *fdp, struct tls_session **sp,
+			struct mfma_error *err)
 {
 	int rc = -ENOENT;
 	for (size_t k = 0; k < n; k++) {
 		size_t i = (first + k) % n;
-		rc = connect_one(&eps[i], fdp, err);
+		rc = connect_one(&eps[i], t, fdp, sp, err);
 		if (rc == 0) {
 			*which = i;
 			return 0;
@@ -234,18 +330,33 @@ static void expire(mfma_client *c, uint64_t now)
 	}
 }
 
+/* Makes the client's session buffers for a new TLS session (s may be NULL). */
+static int client_take_tls(mfma_client *c, struct tls_session *s)
+{
+	tls_session_free(c->tls);
+	c->tls = s;
+	c->tls_out_len = c->tls_out_off = 0;
+	if (s && !c->tls_in && !(c->tls_in = malloc(CLIENT_TLS_CHUNK)))
+		return -ENOMEM;
+	return 0;
+}
+
 /* One reconnection: the new socket, the token, the resends.  0, or the
  * error (the connection is then dead again, or was never made). */
 static int reconnect_once(mfma_client *c, struct mfma_error *err)
 {
-	size_t which;
+	size_t which = 0;
 	int fd;
-	int rc = connect_list(c->eps, c->neps, c->cur + 1, &which, &fd, err);
+	struct tls_session *ts = NULL;
+	struct client_tls t = { c->tls_ctx, c->tls_name };
+	int rc = connect_list(c->eps, c->neps, c->cur + 1, &which, &t, &fd, &ts, err);
 	if (rc < 0)
 		return rc;
 	if (c->fd >= 0)
 		close(c->fd);
 	c->fd = fd;
+	if (client_take_tls(c, ts) < 0)
+		return client_fail(err, -ENOMEM, "out of memory");
 	c->cur = which;
 	c->dead = 0;
 	c->verdict = false;
@@ -352,15 +463,47 @@ int client_send_token(mfma_client *c, const void *token, size_t len, struct mfma
 
 int mfma_connect(const char *endpoint, mfma_client **client, struct mfma_error *err)
 {
+	return mfma_connect_tls(endpoint, NULL, client, err);
+}
+
+/* A setting of struct mfma_tls, else its environment variable, else NULL. */
+static const char *tls_setting(const char *v, const char *env)
+{
+	if (v && *v)
+		return v;
+	v = getenv(env);
+	return v && *v ? v : NULL;
+}
+
+static int make_tls_ctx(const struct mfma_tls *o, struct tls_ctx **ctx, struct mfma_error *err)
+{
+	char why[400];
+	const struct mfma_tls none = { 0 };
+	if (!o)
+		o = &none;
+	int rc = tls_ctx_client(tls_setting(o->ca_file, "MFMA_TLS_CA"),
+				tls_setting(o->cert_file, "MFMA_TLS_CERT"),
+				tls_setting(o->key_file, "MFMA_TLS_KEY"), ctx, why, sizeof(why));
+	return rc < 0 ? client_fail(err, rc, "TLS: %s", why) : 0;
+}
+
+int mfma_connect_tls(const char *endpoint, const struct mfma_tls *tls, mfma_client **client,
+		     struct mfma_error *err)
+{
 	char perr[256];
 	struct endpoint ep;
 	struct endpoint *eps = NULL;
 	size_t neps = 0, which = 0;
 	int rc, fd = -1;
+	struct client_tls t = { NULL, tls && tls->server_name ? tls->server_name : "" };
+	struct tls_session *ts = NULL;
 
 	if (!client)
 		return client_fail(err, -EINVAL, "mfma_connect: client must not be NULL");
 	*client = NULL;
+	if (strlen(t.name) >= sizeof(((mfma_client *)0)->tls_name))
+		return client_fail(err, -EINVAL, "mfma_tls.server_name is longer than %zu bytes",
+				   sizeof(((mfma_client *)0)->tls_name) - 1);
 	if (!endpoint || !*endpoint)
 		endpoint = getenv("MFMA_ENDPOINT");
 	if (!endpoint || !*endpoint) {
@@ -376,19 +519,36 @@ int mfma_connect(const char *endpoint, mfma_client **client, struct mfma_error *
 			free(eps);
 			return client_fail(err, rc, "%s", perr);
 		}
-		rc = connect_list(eps, neps, 0, &which, &fd, err);
+		bool any_tls = false;
+		for (size_t i = 0; i < neps; i++)
+			any_tls |= eps[i].tls;
+		if (any_tls && (rc = make_tls_ctx(tls, &t.ctx, err)) < 0) {
+			free(eps);
+			return rc;
+		}
+		rc = connect_list(eps, neps, 0, &which, &t, &fd, &ts, err);
 		ep = eps[which];
 	}
 	if (rc < 0) {
+		tls_ctx_free(t.ctx);
 		free(eps);
 		return rc;
 	}
 	mfma_client *c = calloc(1, sizeof(*c));
-	if (!c) {
+	if (!c || client_take_tls(c, ts) < 0) {
+		if (c) {
+			c->fd = -1;
+			mfma_close(c);
+		}
+		else
+			tls_session_free(ts);
 		close(fd);
+		tls_ctx_free(t.ctx);
 		free(eps);
 		return client_fail(err, -ENOMEM, "out of memory");
 	}
+	c->tls_ctx = t.ctx;
+	snprintf(c->tls_name, sizeof(c->tls_name), "%s", t.name);
 	c->fd = fd;
 	c->timeout_ms = -1;
 	c->next_id = 1;
@@ -416,9 +576,15 @@ void mfma_close(mfma_client *c)
 		return;
 	if (c->fd >= 0)
 		close(c->fd);
+	tls_session_free(c->tls);
+	tls_ctx_free(c->tls_ctx);
+	free(c->tls_in);
+	free(c->tls_out);
 	for (size_t i = 0; i < c->npend; i++) {
 		if (c->pend[i].resp)
 			mfma__v1__response__free_unpacked(c->pend[i].resp, NULL);
+		if (c->pend[i].refused)
+			mfma__v1__response__free_unpacked(c->pend[i].refused, NULL);
 		free(c->pend[i].frame);
 	}
 	free(c->pend);
@@ -566,13 +732,56 @@ static void dispatch(mfma_client *c, Mfma__V1__Response *resp, uint64_t now, uin
 	p->seq = ++c->arrivals;
 }
 
+/* TLS: reads everything the socket has now through the session into
+ * the frame reader.  The session is drained of plaintext each time, so
+ * nothing waits inside it that poll() would not announce.  -1 at the
+ * end of the stream (*eof), or a negative errno. */
+static int read_tls(mfma_client *c, bool *eof, struct mfma_error *err)
+{
+	char why[256];
+	for (;;) {
+		ssize_t n = recv(c->fd, c->tls_in, CLIENT_TLS_CHUNK, 0);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
+			return client_die(c, -errno, err, "reading from %s: %s", c->endpoint,
+					  strerror(errno));
+		if (n == 0)
+			*eof = true;
+		if (n > 0 && tls_session_feed(c->tls, c->tls_in, (size_t)n) < 0)
+			return client_die(c, -ENOMEM, err, "out of memory buffering a response");
+		for (;;) {
+			uint8_t *ptr;
+			size_t avail;
+			if (frame_reader_space(&c->rd, CLIENT_READ_CHUNK, &ptr, &avail) < 0)
+				return client_die(c, -ENOMEM, err, "out of memory buffering a response");
+			ssize_t got = tls_session_read(c->tls, ptr, avail, why, sizeof(why));
+			if (got == TLS_CLOSED) {
+				*eof = true;
+				break;
+			}
+			if (got < 0)
+				return client_die(c, -EPROTO, err, "TLS error with %s: %s", c->endpoint,
+						  why);
+			if (got == 0)
+				break;
+			frame_reader_commit(&c->rd, (size_t)got);
+		}
+		if (n <= 0 || (size_t)n < CLIENT_TLS_CHUNK)
+			return 0;
+	}
+}
+
 /* Reads everything the socket has now and files the complete frames.
  * 0, or a negative errno when the connection broke (it is then dead);
  * answers that arrived before the end are filed first. */
 static int read_available(mfma_client *c, struct mfma_error *err)
 {
 	bool eof = false;
-	for (;;) {
+	int trc = c->tls ? read_tls(c, &eof, err) : 0;
+	if (trc < 0)
+		return trc;
+	for (; !c->tls;) {
 		uint8_t *ptr;
 		size_t avail;
 		if (frame_reader_space(&c->rd, CLIENT_READ_CHUNK, &ptr, &avail) < 0)
@@ -679,6 +888,32 @@ static ssize_t send_some(int sock, const uint8_t *buf, size_t len, int fd)
 	return sendmsg(sock, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
+/* TLS: seals the next n bytes of a frame into tls_out (with whatever the
+ * session had to send before). */
+static int seal_chunk(mfma_client *c, const uint8_t *p, size_t n, struct mfma_error *err)
+{
+	char why[256];
+	size_t need = tls_session_out_pending(c->tls) + tls_sealed_bound(n);
+	if (c->tls_out_cap < need) {
+		uint8_t *nb = realloc(c->tls_out, need);
+		if (!nb)
+			return client_die(c, -ENOMEM, err, "out of memory sealing a request");
+		c->tls_out = nb;
+		c->tls_out_cap = need;
+	}
+	if (tls_session_write(c->tls, p, n, why, sizeof(why)) < 0)
+		return client_die(c, -EPROTO, err, "TLS error with %s: %s", c->endpoint, why);
+	c->tls_out_off = 0;
+	c->tls_out_len = tls_session_out_take(c->tls, c->tls_out, c->tls_out_cap);
+	return 0;
+}
+
+static bool socket_writable(int fd)
+{
+	struct pollfd pfd = { .fd = fd, .events = POLLOUT };
+	return poll(&pfd, 1, 0) == 1 && (pfd.revents & POLLOUT);
+}
+
 int client_send_frame(mfma_client *c, const uint8_t *buf, size_t len, uint64_t *t_first,
 		      struct mfma_error *err)
 {
@@ -689,21 +924,47 @@ int client_send_frame_fd(mfma_client *c, const uint8_t *buf, size_t len, int fd,
 			 uint64_t *t_first, struct mfma_error *err)
 {
 	uint64_t deadline = client_deadline(c->timeout_ms);
-	size_t off = 0;
+	size_t off = 0;     /* bytes of buf sent (TLS: sealed) */
+	bool wire = false;  /* a byte of this frame went out (TLS: was sealed) */
 	int rc = client_check_alive(c, err);
 	if (rc < 0)
 		return rc;
-	while (off < len) {
+	while (off < len || (c->tls && c->tls_out_off < c->tls_out_len)) {
 		/* The round trip starts when the first byte goes: stamp before
 		 * the call, so time spent descheduled inside it counts. */
-		uint64_t t = off == 0 ? mfma_clock_ns() : 0;
-		/* The descriptor goes with the first bytes that leave. */
-		ssize_t n = send_some(c->fd, buf + off, len - off, off == 0 ? fd : -1);
+		uint64_t t = !wire ? mfma_clock_ns() : 0;
+		ssize_t n;
+		if (c->tls && !wire && !socket_writable(c->fd)) {
+			/* Sealing commits the session's record numbers: it waits
+			 * until the bytes can go, so a timeout before them still
+			 * leaves the connection usable. */
+			n = -1;
+			errno = EAGAIN;
+		} else if (c->tls) {
+			if (c->tls_out_off == c->tls_out_len) {
+				size_t chunk = len - off < CLIENT_TLS_CHUNK ? len - off : CLIENT_TLS_CHUNK;
+				if ((rc = seal_chunk(c, buf + off, chunk, err)) < 0)
+					return rc;
+				off += chunk;
+				if (!wire && t_first)
+					*t_first = t;
+				wire = true;
+			}
+			n = send(c->fd, c->tls_out + c->tls_out_off, c->tls_out_len - c->tls_out_off,
+				 MSG_NOSIGNAL | MSG_DONTWAIT);
+		} else {
+			/* The descriptor goes with the first bytes that leave. */
+			n = send_some(c->fd, buf + off, len - off, !wire ? fd : -1);
+		}
 		if (n > 0) {
-			if (off == 0 && t_first)
+			if (!wire && t_first)
 				*t_first = t;
-			off += (size_t)n;
-			if (c->progress)
+			wire = true;
+			if (c->tls)
+				c->tls_out_off += (size_t)n;
+			else
+				off += (size_t)n;
+			if (c->progress && (!c->tls || c->tls_out_off == c->tls_out_len))
 				c->progress(c->progress_user, off, len);
 			continue;
 		}
@@ -725,7 +986,7 @@ int client_send_frame_fd(mfma_client *c, const uint8_t *buf, size_t len, int fd,
 		if (pr < 0)
 			return pr;
 		if (pr == 0) {
-			if (off == 0)
+			if (!wire)
 				return client_fail(err, -ETIMEDOUT,
 						   "timed out after %d ms waiting to send to %s",
 						   c->timeout_ms, c->endpoint);

@@ -11,6 +11,7 @@
 #include "mfma.h"
 #include "mfma_clock.h"
 #include "mfma.pb-c.h"
+#include "tls.h"
 
 /* One request sent and not yet handed back to the caller. */
 struct client_pending {
@@ -78,6 +79,15 @@ struct mfma_client {
 	bool is_unix;
 	uint64_t encode_t0; /* when the GEMM being sent began to be built; 0: none */
 	struct mfma_client_timing last; /* of the answer take() handed out last */
+	/* tls: endpoints.  The context lives as long as the client (each
+	 * reconnect makes a session from it); a session's ciphertext that is
+	 * sealed and not yet sent waits in tls_out. */
+	struct tls_ctx *tls_ctx;
+	char tls_name[256];         /* the name to verify; "" = each endpoint's host */
+	struct tls_session *tls;    /* NULL: plaintext */
+	uint8_t *tls_in;            /* CLIENT_TLS_CHUNK bytes for recv() */
+	uint8_t *tls_out;
+	size_t tls_out_len, tls_out_off, tls_out_cap;
 };
 
 int client_fail(struct mfma_error *err, int code, const char *fmt, ...)

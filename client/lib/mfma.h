@@ -109,12 +109,41 @@ const char *mfma_version(void);
 
 typedef struct mfma_client mfma_client;
 
-/* Connects to `endpoint`: "unix:PATH", "tcp:HOST:PORT", "tcp:[V6]:PORT" or
- * a bare socket path.  NULL (or "") means the MFMA_ENDPOINT environment
- * variable, else the default sockets: $XDG_RUNTIME_DIR/mfmad.sock (not for
- * root) when a daemon listens there, else /run/mfmad/mfmad.sock, which is
- * for root and the members of the mfmad group. */
+/* Connects to `endpoint`: "unix:PATH", "tcp:HOST:PORT", "tcp:[V6]:PORT",
+ * "tls:HOST:PORT" (TCP with TLS, see mfma_connect_tls) or a bare socket
+ * path; or a comma list of them, tried in order, with failover to the
+ * next after a lost connection.  NULL (or "") means the MFMA_ENDPOINT
+ * environment variable, else the default sockets:
+ * $XDG_RUNTIME_DIR/mfmad.sock (not for root) when a daemon listens there,
+ * else /run/mfmad/mfmad.sock, which is for root and the members of the
+ * mfmad group.  tls: endpoints take their files from MFMA_TLS_CA,
+ * MFMA_TLS_CERT and MFMA_TLS_KEY. */
 int mfma_connect(const char *endpoint, mfma_client **client, struct mfma_error *err);
+
+/* TLS for tls: endpoints (TLS 1.2 or 1.3).  A field NULL or "" takes the
+ * environment variable named, then the default:
+ *   ca_file      MFMA_TLS_CA    PEM CAs the daemon's certificate must chain
+ *                               to (default: the system's CAs)
+ *   cert_file    MFMA_TLS_CERT  this client's certificate (PEM), for a
+ *   key_file     MFMA_TLS_KEY   daemon with listen.tls_client_ca; both or
+ *                               neither
+ *   server_name  -              the name the daemon's certificate must carry
+ *                               (DNS name or IP address; default: the host
+ *                               of each endpoint)
+ * The handshake is part of connecting (at most 30 s).  Under TLS 1.3 a
+ * daemon judges the client's certificate after the client has finished:
+ * a refused certificate shows as the first call failing with the
+ * daemon's alert ("certificate required", "unknown ca"). */
+struct mfma_tls {
+	const char *ca_file;
+	const char *cert_file;
+	const char *key_file;
+	const char *server_name;
+};
+
+/* mfma_connect with TLS settings (NULL: the environment's, as above). */
+int mfma_connect_tls(const char *endpoint, const struct mfma_tls *tls, mfma_client **client,
+		     struct mfma_error *err);
 
 /* Closes the connection and frees the handle (NULL is fine).  Results of
  * requests still in flight are dropped. */

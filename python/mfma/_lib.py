@@ -23,6 +23,11 @@ class Error_(Structure):
     _fields_ = [("code", c_int), ("message", c_char * ERROR_MAX)]
 
 
+class Tls(Structure):
+    _fields_ = [("ca_file", c_char_p), ("cert_file", c_char_p), ("key_file", c_char_p),
+                ("server_name", c_char_p)]
+
+
 class Matrix(Structure):
     _fields_ = [("rows", c_uint32), ("cols", c_uint32), ("dtype", c_int),
                 ("data", c_void_p), ("bytes", c_size_t)]
@@ -167,6 +172,8 @@ def _fn(name, restype, *argtypes):
 mfma_version = _fn("mfma_version", c_char_p)
 mfma_code_name = _fn("mfma_code_name", c_char_p, c_int)
 mfma_connect = _fn("mfma_connect", c_int, c_char_p, POINTER(client_p), err_p)
+mfma_connect_tls = _fn("mfma_connect_tls", c_int, c_char_p, POINTER(Tls), POINTER(client_p),
+                       err_p)
 mfma_close = _fn("mfma_close", None, client_p)
 mfma_authenticate = _fn("mfma_authenticate", c_int, client_p, c_char_p, c_size_t, err_p)
 mfma_set_timeout = _fn("mfma_set_timeout", None, client_p, c_int)

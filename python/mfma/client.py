@@ -115,25 +115,35 @@ def _to_torch(a):
 
 
 class Client:
-    """Client(endpoint=None, *, timeout_ms=None, copy_strided=True, token=None)
+    """Client(endpoint=None, *, timeout_ms=None, copy_strided=True, token=None,
+              tls_ca=None, tls_cert=None, tls_key=None, tls_server_name=None)
 
-    endpoint: "unix:PATH", "tcp:HOST:PORT" or a socket path; None means
+    endpoint: "unix:PATH", "tcp:HOST:PORT", "tls:HOST:PORT" (TCP with TLS), a
+    socket path, or a comma list of them (failover); None means
     $MFMA_ENDPOINT, else the default sockets ($XDG_RUNTIME_DIR/mfmad.sock,
     then /run/mfmad/mfmad.sock).  timeout_ms bounds every wait for the
     daemon.  token (str or bytes): sent first, for a TCP listener with
     listen.token_file; None reads the first line of $MFMA_TOKEN_FILE when
-    that is set.  Arrays that are not C-contiguous little-endian (slices with a
+    that is set.  tls_ca, tls_cert, tls_key (file paths, PEM) are for tls:
+    endpoints: the CAs the daemon's certificate must chain to, and this
+    client's certificate and key; None takes $MFMA_TLS_CA, $MFMA_TLS_CERT,
+    $MFMA_TLS_KEY (and the system's CAs without either).  tls_server_name is
+    the name the daemon's certificate must carry (default: each endpoint's
+    host).  Arrays that are not C-contiguous little-endian (slices with a
     step, transposes, big-endian data) are copied into row-major order when
     copy_strided is true, and refused with ValueError when it is false;
     they are never sent as they lie in memory."""
 
-    def __init__(self, endpoint=None, *, timeout_ms=None, copy_strided=True, token=None):
+    def __init__(self, endpoint=None, *, timeout_ms=None, copy_strided=True, token=None,
+                 tls_ca=None, tls_cert=None, tls_key=None, tls_server_name=None):
         self._h = None
         self.copy_strided = copy_strided
         h = _lib.client_p()
         err = _lib.Error_()
-        rc = _lib.mfma_connect(endpoint.encode() if endpoint else None, ctypes.byref(h),
-                               ctypes.byref(err))
+        tls = _lib.Tls(*(os.fsencode(v) if v is not None else None
+                         for v in (tls_ca, tls_cert, tls_key, tls_server_name)))
+        rc = _lib.mfma_connect_tls(endpoint.encode() if endpoint else None, ctypes.byref(tls),
+                                   ctypes.byref(h), ctypes.byref(err))
         if rc < 0:
             raise from_c(rc, err)
         self._h = h

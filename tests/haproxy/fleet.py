@@ -49,18 +49,39 @@ def wait_for(pred, timeout, what):
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
+def make_certs(directory):
+    """Certificates for a TLS fleet (tests/tls/make_certs.sh), and the
+    client library's environment (MFMA_TLS_*) set to use them, for mfmactl
+    and ha_load started after this."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    subprocess.run(["bash", os.path.join(here, "..", "tls", "make_certs.sh"), directory],
+                   check=True)
+    os.environ["MFMA_TLS_CA"] = os.path.join(directory, "ca.pem")
+    os.environ["MFMA_TLS_CERT"] = os.path.join(directory, "client.pem")
+    os.environ["MFMA_TLS_KEY"] = os.path.join(directory, "client.key")
+    return directory
+
+
 class Daemon:
-    def __init__(self, name, threads=1, port=None, metrics_port=None, conf=None):
+    def __init__(self, name, threads=1, port=None, metrics_port=None, conf=None, tls=None):
+        """tls: a make_certs() directory: the node's TCP listener speaks TLS
+        and asks for client certificates of its CA."""
         self.name = name
+        self.tls = tls
         self.dir = tempfile.mkdtemp(prefix=f"mfma-{name}-")
         self.port = port or free_port()
         self.metrics_port = metrics_port or free_port()
         self.threads = threads
         self.proc = None
         self.conf = conf or 'weights = { persist = false; };'
+        if tls:
+            self.conf += (f'\nlisten = {{ tls_cert = "{tls}/server.pem"; '
+                          f'tls_key = "{tls}/server.key"; tls_client_ca = "{tls}/ca.pem"; }};')
 
     @property
     def endpoint(self):
+        if self.tls:
+            return f"tls:localhost:{self.port}"
         return f"tcp:127.0.0.1:{self.port}"
 
     def start(self, wait_ready=True):

@@ -25,10 +25,14 @@ def completed(d):
     return sum(x["completed"] for x in d.status()["devices"])
 
 
-def start_haproxy(tmp, front, nodes):
-    with open(CFG) as f:
+def start_haproxy(tmp, front, nodes, cfg=CFG, names=None):
+    """haproxy on cfg with its @...@ names replaced: the ports, and names
+    ({"@CERTS@": dir}, say)."""
+    with open(cfg) as f:
         text = f.read()
     text = text.replace("@FRONT_PORT@", str(front))
+    for k, v in (names or {}).items():
+        text = text.replace(k, v)
     for i, n in enumerate(nodes, 1):
         text = text.replace(f"@NODE{i}_PORT@", str(n.port))
         text = text.replace(f"@NODE{i}_METRICS@", str(n.metrics_port))
@@ -48,6 +52,19 @@ def run_load(endpoint, threads, seconds, stop):
 
 def parse(out):
     return dict(kv.split("=") for kv in out.split())
+
+
+def compare_rps(lb, nodes, stop, what):
+    """Prints the requests/s through the balancer (4 client threads, 3 s)
+    against direct to the two nodes (2 threads each), one after the other."""
+    out_ha, _ = run_load(lb, 4, 3, stop).communicate(timeout=30)
+    direct = [run_load(n.endpoint, 2, 3, stop) for n in nodes]
+    rps_direct = sum(float(parse(d.communicate(timeout=30)[0])["requests_per_s"])
+                     for d in direct)
+    rps_ha = float(parse(out_ha)["requests_per_s"])
+    print(f"requests/s, 32x64x16 f32 GEMMs, 4 blocking client threads, 3 s{what}: "
+          f"through haproxy {rps_ha:.0f}, direct {rps_direct:.0f} "
+          f"({100.0 * rps_ha / rps_direct:.0f}% of direct)")
 
 
 def main():
@@ -104,16 +121,7 @@ def main():
 
         # Requests/s through haproxy against direct, 4 client threads, 3 s each.
         os.unlink(stop)
-        out_ha, _ = run_load(lb, 4, 3, stop).communicate(timeout=30)
-        d1 = run_load(n1.endpoint, 2, 3, stop)
-        d2 = run_load(n2.endpoint, 2, 3, stop)
-        out_d1, _ = d1.communicate(timeout=30)
-        out_d2, _ = d2.communicate(timeout=30)
-        rps_ha = float(parse(out_ha)["requests_per_s"])
-        rps_direct = float(parse(out_d1)["requests_per_s"]) + float(parse(out_d2)["requests_per_s"])
-        print(f"requests/s, 32x64x16 f32 GEMMs, 4 blocking client threads, 3 s: "
-              f"through haproxy {rps_ha:.0f}, direct {rps_direct:.0f} "
-              f"({100.0 * rps_ha / rps_direct:.0f}% of direct)")
+        compare_rps(lb, [n1, n2], stop, "")
         print(f"done in {time.monotonic() - t_start:.1f} s")
     finally:
         open(stop, "w").close()

@@ -89,3 +89,22 @@ def token_daemon(tmp_path):
                              f'tcp_port = {port}; token_file = "{tf}"; }};')
     yield f"tcp:127.0.0.1:{port}", token, str(tf)
     _stop(p, d, log)
+
+
+@pytest.fixture
+def tls_daemon(tmp_path):
+    """A daemon with a loopback TLS listener that asks for client
+    certificates, made for the run by tests/tls/make_certs.sh:
+    (tls endpoint, certificate directory)."""
+    certs = tmp_path / "certs"
+    script = os.path.join(os.environ.get("MFMA_SOURCE_ROOT", ""), "tests", "tls", "make_certs.sh")
+    subprocess.run(["bash", script, str(certs)], check=True)
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    p, d, sock, log = _start(f'listen = {{ tcp = true; tcp_port = {port}; '
+                             f'tls_cert = "{certs}/server.pem"; tls_key = "{certs}/server.key"; '
+                             f'tls_client_ca = "{certs}/ca.pem"; }};')
+    yield f"tls:localhost:{port}", str(certs)
+    _stop(p, d, log)

@@ -213,3 +213,29 @@ def test_token(token_daemon, monkeypatch):
     with pytest.raises(mfma.Error):
         with mfma.Client(endpoint, token="wrong") as c:
             c.ping()
+
+
+def test_tls(tls_daemon, monkeypatch):
+    endpoint, certs = tls_daemon
+    for name in ("MFMA_TLS_CA", "MFMA_TLS_CERT", "MFMA_TLS_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    rng = np.random.default_rng(14)
+    a = rng.standard_normal((16, 16), dtype=np.float32)
+    b = rng.standard_normal((16, 16), dtype=np.float32)
+    with mfma.Client(endpoint, tls_ca=f"{certs}/ca.pem", tls_cert=f"{certs}/client.pem",
+                     tls_key=f"{certs}/client.key", timeout_ms=10000) as c:
+        assert mfma.check(c.gemm(a, b), a, b) < mfma.tolerance("f32", 16)
+    monkeypatch.setenv("MFMA_TLS_CA", f"{certs}/ca.pem")
+    monkeypatch.setenv("MFMA_TLS_CERT", f"{certs}/client.pem")
+    monkeypatch.setenv("MFMA_TLS_KEY", f"{certs}/client.key")
+    with mfma.Client(endpoint, timeout_ms=10000) as c:
+        assert c.ping() > 0
+    # The daemon's certificate names localhost, not this.
+    with pytest.raises(mfma.Error, match="mismatch"):
+        mfma.Client(endpoint, tls_server_name="mfmad.example")
+    # Without a client certificate the first call carries the refusal.
+    monkeypatch.delenv("MFMA_TLS_CERT")
+    monkeypatch.delenv("MFMA_TLS_KEY")
+    with pytest.raises(mfma.Error, match="certificate required"):
+        with mfma.Client(endpoint, timeout_ms=10000) as c:
+            c.ping()

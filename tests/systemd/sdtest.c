@@ -234,6 +234,32 @@ int sdtest_free_port(void)
 	return port;
 }
 
+int sdtest_exits_saying(pid_t pid, int status, const char *log_path, const char *want)
+{
+	int st = sdtest_wait_exit(pid, 20000);
+	if (st == status && sdtest_file_contains(log_path, want))
+		return 1;
+	sdtest_print_file(log_path);
+	fprintf(stderr, "exit status %d, want %d with \"%s\"\n", st, status, want);
+	return 0;
+}
+
+int sdtest_connect_tcp(int port, int timeout_ms)
+{
+	for (int waited = 0;; waited += 25) {
+		int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+					  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+		if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0)
+			return fd;
+		if (fd >= 0)
+			close(fd);
+		if (waited >= timeout_ms)
+			return -1;
+		usleep(25000);
+	}
+}
+
 /* ---- processes ---- */
 
 pid_t sdtest_spawn(const char *const *argv, const char *const *env, const char *log_path)

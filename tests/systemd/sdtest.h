@@ -53,6 +53,10 @@ int sdtest_http(int family, int port, const char *method, const char *path, char
 /* A TCP port on 127.0.0.1 that was free a moment ago. */
 int sdtest_free_port(void);
 
+/* A socket connected to 127.0.0.1:port, trying every 25 ms for up to
+ * timeout_ms (a listener still starting), or -1. */
+int sdtest_connect_tcp(int port, int timeout_ms);
+
 /* ---- processes ---- */
 
 /* posix_spawn of argv with `env` (NAME=VALUE strings, NULL-terminated) added
@@ -63,6 +67,11 @@ pid_t sdtest_spawn(const char *const *argv, const char *const *env, const char *
 /* Waits up to timeout_ms for pid; returns its exit status, 128 + signal, or
  * -1 when it is still running (it is then killed and reaped). */
 int sdtest_wait_exit(pid_t pid, int timeout_ms);
+
+/* Waits up to 20 s for pid to exit with `status` having written `want`
+ * into log_path: 1 when it did, else 0 with what happened and the log
+ * printed to stderr (a daemon refusing to start, say). */
+int sdtest_exits_saying(pid_t pid, int status, const char *log_path, const char *want);
 
 /* Whether the file `path` contains `needle`. */
 int sdtest_file_contains(const char *path, const char *needle);

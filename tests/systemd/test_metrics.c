@@ -51,6 +51,8 @@ static struct mfmad_stats *known_stats(void)
 	stats_observe_latency(s, 20000000000ull);
 	s->connections_open = 2;
 	s->connections_total = 40;
+	s->tls_handshakes_ok = 9;
+	s->tls_handshakes_failed = 4;
 	s->in_flight = 5;
 	s->weights = 2;
 	s->weight_bytes = 3u << 20;
@@ -158,6 +160,8 @@ static void test_render_exact_lines(void **state)
 
 	assert_line(out, "mfmad_connections_open 2");
 	assert_line(out, "mfmad_connections_total 40");
+	assert_line(out, "mfmad_tls_handshakes_total{result=\"ok\"} 9");
+	assert_line(out, "mfmad_tls_handshakes_total{result=\"failed\"} 4");
 	assert_line(out, "mfmad_in_flight_requests 5");
 	assert_line(out, "mfmad_resident_weights 2");
 	assert_line(out, "mfmad_weight_bytes 3145728");
@@ -199,10 +203,11 @@ static void test_render_exact_lines(void **state)
 		samples++;
 	}
 	assert_null(strstr(out, "result=\"unknown\""));
-	/* 6 status (with the declared weights pending) + requests + 6 gemm + 17 histogram + 1 executions + 12
-	 * batch histogram + 6 + 1 + 2 info + 6 x 2 per-device + 2 kernel. */
+	/* 6 status (with the declared weights pending) + requests + 6 gemm + 17
+	 * histogram + 1 executions + 12 batch histogram + 6 + 2 TLS + 1 + 2 info +
+	 * 6 x 2 per-device + 2 kernel. */
 	assert_int_equal(samples,
-			 6 + STATS_NKINDS * STATS_NRESULTS + 6 + 17 + 1 + 12 + 6 + 1 + 2 + 12 + 2);
+			 6 + STATS_NKINDS * STATS_NRESULTS + 6 + 17 + 1 + 12 + 6 + 2 + 1 + 2 + 12 + 2);
 	assert_int_equal(out[len - 1], '\n');
 	free(out);
 	free(s);

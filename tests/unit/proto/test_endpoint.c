@@ -26,6 +26,33 @@ static void test_forms(void **state)
 	assert_int_equal(endpoint_parse("tcp:[::1]:80", &ep, err, sizeof(err)), 0);
 	assert_string_equal(ep.host, "::1");
 	assert_int_equal(ep.port, 80);
+	assert_false(ep.tls);
+}
+
+/* tls:HOST:PORT is TCP with TLS, and is written back the same way. */
+static void test_tls(void **state)
+{
+	(void)state;
+	struct endpoint ep;
+	char err[256], out[300];
+	assert_int_equal(endpoint_parse("tls:mfmad.example:7471", &ep, err, sizeof(err)), 0);
+	assert_int_equal(ep.kind, ENDPOINT_TCP);
+	assert_true(ep.tls);
+	assert_string_equal(ep.host, "mfmad.example");
+	assert_int_equal(ep.port, 7471);
+	assert_int_equal(endpoint_format(&ep, out, sizeof(out)), 0);
+	assert_string_equal(out, "tls:mfmad.example:7471");
+	assert_int_equal(endpoint_parse("tls:[::1]:9", &ep, err, sizeof(err)), 0);
+	assert_int_equal(endpoint_format(&ep, out, sizeof(out)), 0);
+	assert_string_equal(out, "tls:[::1]:9");
+	assert_int_equal(endpoint_parse("tls:host", &ep, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "expected tls:HOST:PORT"));
+	struct endpoint eps[4];
+	size_t n;
+	assert_int_equal(endpoint_list_parse("tls:a:1,tcp:b:2", eps, 4, &n, err, sizeof(err)), 0);
+	assert_int_equal(n, 2);
+	assert_true(eps[0].tls);
+	assert_false(eps[1].tls);
 }
 
 static void test_errors(void **state)
@@ -157,6 +184,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_forms),
 		cmocka_unit_test(test_errors),
+		cmocka_unit_test(test_tls),
 		cmocka_unit_test(test_list),
 		cmocka_unit_test(test_list_errors),
 		cmocka_unit_test(test_default_path),

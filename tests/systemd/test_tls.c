@@ -1,0 +1,502 @@
+/* TLS on TCP listeners (issue 12), against the real daemon and the real
+ * client library on loopback, with certificates made for this run by
+ * tests/tls/make_certs.sh (MAKE_CERTS): a client with a certificate is
+ * served correct results, one without, or signed by another CA, is
+ * refused, and so is a client that does not trust the daemon; a plaintext
+ * client is told so while others go on; a client stalling mid-handshake is
+ * closed at the read timeout; a remote listener without a credential is
+ * refused at start (socket-activated too); SIGHUP swaps the certificate
+ * and keeps the old one when the new file is broken; endpoint lists fail
+ * over between tls: endpoints. */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "mfma.h"
+#include "mfma_clock.h"
+#include "sdtest.h"
+
+struct run {
+	char dir[64], conf[96], log[96], sock[96], certs[96];
+	pid_t pid;
+	int port, mport;
+};
+
+static const char *env_or_empty(const char *name)
+{
+	const char *v = getenv(name);
+	return v ? v : "";
+}
+
+static void write_file(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fputs(text, f);
+	fclose(f);
+}
+
+/* A file of the run's certificate directory. */
+static const char *cf(const struct run *r, const char *name)
+{
+	static char bufs[12][160];
+	static int i;
+	char *b = bufs[i++ % 12];
+	snprintf(b, 160, "%s/%s", r->certs, name);
+	return b;
+}
+
+static void run_init(struct run *r)
+{
+	memset(r, 0, sizeof(*r));
+	strcpy(r->dir, "/tmp/mfmad-tls-XXXXXX");
+	assert_non_null(mkdtemp(r->dir));
+	snprintf(r->conf, sizeof(r->conf), "%s/mfmad.conf", r->dir);
+	snprintf(r->log, sizeof(r->log), "%s/mfmad.log", r->dir);
+	snprintf(r->sock, sizeof(r->sock), "%s/mfmad.sock", r->dir);
+	snprintf(r->certs, sizeof(r->certs), "%s/certs", r->dir);
+	char cmd[256];
+	snprintf(cmd, sizeof(cmd), "bash '%s' '%s'", env_or_empty("MAKE_CERTS"), r->certs);
+	assert_int_equal(system(cmd), 0);
+	r->port = sdtest_free_port();
+	r->mport = sdtest_free_port();
+}
+
+/* The config of a TLS listener on r->port: cert is "server" or
+ * "other-server"; client_ca NULL: none; extra: more libconfig text. */
+static void write_conf(struct run *r, const char *cert, const char *client_ca, const char *extra)
+{
+	char conf[1024];
+	snprintf(conf, sizeof(conf),
+		 "listen = { tcp = true; tcp_port = %d; tls_cert = \"%s/%s.pem\"; "
+		 "tls_key = \"%s/%s.key\"; tls_client_ca = \"%s\"; };\n"
+		 "metrics = { enabled = true; port = %d; };\n%s\n",
+		 r->port, r->certs, cert, r->certs, cert, client_ca ? client_ca : "", r->mport,
+		 extra ? extra : "");
+	write_file(r->conf, conf);
+}
+
+static pid_t spawn(struct run *r)
+{
+	const char *argv[] = { env_or_empty("MFMAD_BIN"), "--config", r->conf, "--socket", r->sock,
+			       "--log-level", "debug", NULL };
+	return sdtest_spawn(argv, NULL, r->log);
+}
+
+/* Waits until the daemon answers on its Unix socket. */
+static void wait_ready(const struct run *r)
+{
+	char ep[128];
+	snprintf(ep, sizeof(ep), "unix:%s", r->sock);
+	mfma_client *c = NULL;
+	struct mfma_error err;
+	for (int i = 0; i < 400 && mfma_connect(ep, &c, &err) < 0; i++)
+		usleep(25000);
+	assert_non_null(c);
+	mfma_close(c);
+}
+
+static void run_stop(struct run *r)
+{
+	if (r->pid > 0) {
+		kill(r->pid, SIGTERM);
+		int st = sdtest_wait_exit(r->pid, 30000);
+		if (st != 0)
+			sdtest_print_file(r->log);
+		assert_int_equal(st, 0);
+	}
+	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", r->dir);
+	(void)!system(cmd);
+}
+
+/* Connects to tls:HOST:port with these files; 0 or the library's error. */
+static int connect_tls(const struct run *r, const char *host, const char *ca, const char *cert,
+		       const char *key, mfma_client **c, struct mfma_error *err)
+{
+	char ep[128];
+	snprintf(ep, sizeof(ep), "tls:%s:%d", host, r->port);
+	struct mfma_tls t = { .ca_file = ca, .cert_file = cert, .key_file = key };
+	*c = NULL;
+	int rc = mfma_connect_tls(ep, &t, c, err);
+	if (rc == 0)
+		mfma_set_timeout(*c, 10000);
+	return rc;
+}
+
+static mfma_client *good_client(const struct run *r)
+{
+	mfma_client *c;
+	struct mfma_error err;
+	if (connect_tls(r, "localhost", cf(r, "ca.pem"), cf(r, "client.pem"), cf(r, "client.key"), &c,
+			&err) < 0)
+		fail_msg("TLS client with a certificate: %s", err.message);
+	return c;
+}
+
+/* One f32 GEMM of m x k x n through c, checked against float64. */
+static void gemm_checked(mfma_client *c, uint32_t m, uint32_t k, uint32_t n)
+{
+	float *a = malloc((size_t)m * k * 4), *b = malloc((size_t)k * n * 4);
+	for (size_t i = 0; i < (size_t)m * k; i++)
+		a[i] = (float)((i * 37 + 11) % 19) / 8.0f - 1.0f;
+	for (size_t i = 0; i < (size_t)k * n; i++)
+		b[i] = (float)((i * 53 + 5) % 23) / 8.0f - 1.5f;
+	struct mfma_gemm_args args;
+	mfma_gemm_args_init(&args);
+	args.a.kind = MFMA_OPERAND_DENSE;
+	args.a.dense = (struct mfma_matrix){ m, k, MFMA_TYPE_F32, a, (size_t)m * k * 4 };
+	args.b = (struct mfma_matrix){ k, n, MFMA_TYPE_F32, b, (size_t)k * n * 4 };
+	struct mfma_gemm_result res;
+	struct mfma_error err;
+	if (mfma_gemm(c, &args, &res, &err) < 0)
+		fail_msg("gemm %ux%ux%u over TLS: %s", m, k, n, err.message);
+	assert_int_equal(res.d.rows, m);
+	assert_int_equal(res.d.cols, n);
+	const float *d = res.d.data;
+	double worst = 0;
+	for (uint32_t i = 0; i < m; i++)
+		for (uint32_t j = 0; j < n; j++) {
+			double want = 0;
+			for (uint32_t p = 0; p < k; p++)
+				want += (double)a[(size_t)i * k + p] * b[(size_t)p * n + j];
+			double e = fabs(d[(size_t)i * n + j] - want) / (fabs(want) + 1.0);
+			worst = e > worst ? e : worst;
+		}
+	printf("gemm %ux%ux%u over TLS: worst relative error %.2e\n", m, k, n, worst);
+	assert_true(worst < 1e-4);
+	mfma_gemm_result_free(&res);
+	free(a);
+	free(b);
+}
+
+/* A counter of /metrics, or -1. */
+static long metric(const struct run *r, const char *name)
+{
+	static char body[1 << 16];
+	char head[1024];
+	if (sdtest_http(AF_INET, r->mport, "GET", "/metrics", head, sizeof(head), body,
+			sizeof(body)) != 200)
+		return -1;
+	const char *p = strstr(body, name);
+	return p ? atol(p + strlen(name)) : -1;
+}
+
+static void test_client_certificates(void **state)
+{
+	(void)state;
+	struct run r;
+	run_init(&r);
+	write_conf(&r, "server", cf(&r, "ca.pem"), "limits = { read_timeout_ms = 2000; };");
+	r.pid = spawn(&r);
+	wait_ready(&r);
+	struct mfma_error err;
+
+	/* With a certificate: small and ~1 MiB requests, results checked. */
+	mfma_client *c = good_client(&r);
+	assert_int_equal(mfma_ping(c, "abc", 3, NULL, &err), 0);
+	gemm_checked(c, 16, 16, 16);
+	gemm_checked(c, 128, 1024, 256); /* A 512 KiB + B 1 MiB: many records each way */
+	mfma_close(c);
+
+	/* By IP address: the certificate names 127.0.0.1 too. */
+	assert_int_equal(connect_tls(&r, "127.0.0.1", cf(&r, "ca.pem"), cf(&r, "client.pem"),
+				     cf(&r, "client.key"), &c, &err),
+			 0);
+	assert_int_equal(mfma_ping(c, "x", 1, NULL, &err), 0);
+	mfma_close(c);
+
+	/* No client certificate: TLS 1.3 lets the client finish first; the
+	 * first call carries the daemon's alert. */
+	int rc = connect_tls(&r, "localhost", cf(&r, "ca.pem"), NULL, NULL, &c, &err);
+	if (rc == 0)
+		rc = mfma_ping(c, "x", 1, NULL, &err);
+	printf("no client certificate: %d \"%s\"\n", rc, err.message);
+	assert_true(rc < 0);
+	assert_non_null(strstr(err.message, "certificate required"));
+	mfma_close(c);
+
+	/* A certificate from a CA the daemon does not trust. */
+	rc = connect_tls(&r, "localhost", cf(&r, "ca.pem"), cf(&r, "other-client.pem"),
+			 cf(&r, "other-client.key"), &c, &err);
+	if (rc == 0)
+		rc = mfma_ping(c, "x", 1, NULL, &err);
+	printf("client certificate of another CA: %d \"%s\"\n", rc, err.message);
+	assert_true(rc < 0);
+	assert_non_null(strstr(err.message, "unknown ca"));
+	mfma_close(c);
+
+	/* The client does not trust the daemon's CA, or dialled another name. */
+	rc = connect_tls(&r, "localhost", cf(&r, "other-ca.pem"), cf(&r, "client.pem"),
+			 cf(&r, "client.key"), &c, &err);
+	printf("daemon of an untrusted CA: %d \"%s\"\n", rc, err.message);
+	assert_true(rc < 0);
+	assert_non_null(strstr(err.message, "certificate verify failed"));
+	assert_null(c);
+	struct mfma_tls named = { cf(&r, "ca.pem"), cf(&r, "client.pem"), cf(&r, "client.key"),
+				  "mfmad.example" };
+	char ep[64];
+	snprintf(ep, sizeof(ep), "tls:127.0.0.1:%d", r.port);
+	rc = mfma_connect_tls(ep, &named, &c, &err);
+	printf("another server name: %d \"%s\"\n", rc, err.message);
+	assert_true(rc < 0);
+	assert_non_null(strstr(err.message, "mismatch"));
+
+	/* A plaintext client is told what to dial; the others go on. */
+	snprintf(ep, sizeof(ep), "tcp:127.0.0.1:%d", r.port);
+	assert_int_equal(mfma_connect(ep, &c, &err), 0);
+	mfma_set_timeout(c, 5000);
+	rc = mfma_ping(c, "x", 1, NULL, &err);
+	printf("plaintext client: %d \"%s\"\n", rc, err.message);
+	assert_true(rc < 0);
+	assert_non_null(strstr(err.message, "speaks TLS"));
+	mfma_close(c);
+	c = good_client(&r);
+	gemm_checked(c, 16, 16, 16);
+	mfma_close(c);
+	usleep(1100000); /* past the rate limit: the next refusal is logged */
+	assert_int_equal(mfma_connect(ep, &c, &err), 0);
+	(void)mfma_ping(c, "x", 1, NULL, &err);
+	mfma_close(c);
+	usleep(200000);
+	assert_true(sdtest_file_contains(r.log, "TLS handshake failed: peer did not return a "
+						"certificate"));
+	assert_true(sdtest_file_contains(r.log, "the client sent plaintext"));
+
+	/* mfmactl: the options, and the environment. */
+	const char *ctl = env_or_empty("MFMACTL_BIN");
+	char cmd[1024];
+	snprintf(cmd, sizeof(cmd),
+		 "%s -e tls:localhost:%d --tls-ca %s --tls-cert %s --tls-key %s ping >/dev/null", ctl,
+		 r.port, cf(&r, "ca.pem"), cf(&r, "client.pem"), cf(&r, "client.key"));
+	assert_int_equal(system(cmd), 0);
+	snprintf(cmd, sizeof(cmd),
+		 "MFMA_TLS_CA=%s MFMA_TLS_CERT=%s MFMA_TLS_KEY=%s %s -e tls:localhost:%d status "
+		 ">/dev/null",
+		 cf(&r, "ca.pem"), cf(&r, "client.pem"), cf(&r, "client.key"), ctl, r.port);
+	assert_int_equal(system(cmd), 0);
+	snprintf(cmd, sizeof(cmd), "%s -e tls:localhost:%d --tls-ca %s ping >/dev/null 2>&1", ctl,
+		 r.port, cf(&r, "ca.pem"));
+	assert_int_not_equal(system(cmd), 0);
+
+	long ok = metric(&r, "mfmad_tls_handshakes_total{result=\"ok\"} ");
+	long failed = metric(&r, "mfmad_tls_handshakes_total{result=\"failed\"} ");
+	printf("/metrics: %ld handshakes ok, %ld failed\n", ok, failed);
+	assert_true(ok >= 5); /* three clients and two mfmactl runs */
+	assert_true(failed >= 5);
+	run_stop(&r);
+}
+
+/* A client that sends half a ClientHello and stops is closed at
+ * limits.read_timeout_ms, while another is served meanwhile. */
+static void test_handshake_stall(void **state)
+{
+	(void)state;
+	struct run r;
+	run_init(&r);
+	write_conf(&r, "server", cf(&r, "ca.pem"), "limits = { read_timeout_ms = 600; };");
+	r.pid = spawn(&r);
+	wait_ready(&r);
+	int fd = sdtest_connect_tcp(r.port, 0);
+	assert_true(fd >= 0);
+	const uint8_t half_hello[] = { 22, 3, 1, 0x02, 0x00, 1, 0, 1, 0xfc, 3, 3 };
+	assert_int_equal(write(fd, half_hello, sizeof(half_hello)), (ssize_t)sizeof(half_hello));
+	uint64_t t0 = mfma_clock_ns();
+	mfma_client *c = good_client(&r);
+	gemm_checked(c, 16, 16, 16);
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	char buf[64];
+	ssize_t n = 1;
+	while (n > 0 && poll(&p, 1, 5000) == 1)
+		n = read(fd, buf, sizeof(buf));
+	double ms = (double)(mfma_clock_ns() - t0) / 1e6;
+	printf("stalled handshake closed after %.0f ms (read_timeout_ms = 600)\n", ms);
+	assert_true(n <= 0);
+	assert_true(ms >= 550 && ms < 2500);
+	close(fd);
+	/* The good client's connection outlives it. */
+	struct mfma_error err;
+	assert_int_equal(mfma_ping(c, "x", 1, NULL, &err), 0);
+	mfma_close(c);
+	assert_true(sdtest_file_contains(r.log, "the TLS handshake did not complete"));
+	run_stop(&r);
+}
+
+/* The daemon exits 1 at start, saying why. */
+static void expect_refused_start(struct run *r, pid_t pid, const char *want)
+{
+	assert_true(sdtest_exits_saying(pid, 1, r->log, want));
+}
+
+static void test_remote_needs_credential(void **state)
+{
+	(void)state;
+	struct run r;
+	run_init(&r);
+	/* TLS without client certificates hides the traffic, but is no
+	 * credential: without a token a remote listener is refused. */
+	char conf[1024];
+	snprintf(conf, sizeof(conf),
+		 "listen = { tcp = true; tcp_address = \"0.0.0.0\"; tcp_port = %d; "
+		 "tcp_allow_remote = true; tls_cert = \"%s\"; tls_key = \"%s\"; };",
+		 r.port, cf(&r, "server.pem"), cf(&r, "server.key"));
+	write_file(r.conf, conf);
+	expect_refused_start(&r, spawn(&r), "without a credential");
+	/* With client certificates it starts. */
+	snprintf(conf, sizeof(conf),
+		 "listen = { tcp = true; tcp_address = \"0.0.0.0\"; tcp_port = %d; "
+		 "tcp_allow_remote = true; tls_cert = \"%s\"; tls_key = \"%s\"; "
+		 "tls_client_ca = \"%s\"; };",
+		 r.port, cf(&r, "server.pem"), cf(&r, "server.key"), cf(&r, "ca.pem"));
+	write_file(r.conf, conf);
+	r.pid = spawn(&r);
+	wait_ready(&r);
+	mfma_client *c = good_client(&r);
+	gemm_checked(c, 16, 16, 16);
+	mfma_close(c);
+	run_stop(&r);
+
+	/* Socket activation hands over 0.0.0.0: the same rule. */
+	const char *act = env_or_empty("SOCKET_ACTIVATE");
+	if (!act[0]) {
+		print_message("systemd-socket-activate not found; activation part skipped\n");
+		return;
+	}
+	run_init(&r);
+	snprintf(conf, sizeof(conf), "listen = { tls_cert = \"%s\"; tls_key = \"%s\"; };",
+		 cf(&r, "server.pem"), cf(&r, "server.key"));
+	write_file(r.conf, conf);
+	char listen[32];
+	snprintf(listen, sizeof(listen), "0.0.0.0:%d", r.port);
+	const char *argv[] = { act, "-l", listen, env_or_empty("MFMAD_BIN"), "--config", r.conf,
+			       NULL };
+	pid_t pid = sdtest_spawn(argv, NULL, r.log);
+	int fd = sdtest_connect_tcp(r.port, 5000);
+	assert_true(fd >= 0);
+	expect_refused_start(&r, pid, "socket activation: activated tcp socket (fd 3) listens on "
+				      "0.0.0.0, which other hosts can reach, without a credential");
+	close(fd);
+	run_stop(&r);
+}
+
+static void test_sighup_swaps_certificate(void **state)
+{
+	(void)state;
+	struct run r;
+	run_init(&r);
+	write_conf(&r, "server", cf(&r, "ca.pem"), NULL);
+	r.pid = spawn(&r);
+	wait_ready(&r);
+	mfma_client *old = good_client(&r);
+	struct mfma_error err;
+
+	write_conf(&r, "other-server", cf(&r, "ca.pem"), NULL);
+	kill(r.pid, SIGHUP);
+	usleep(300000);
+	mfma_client *c;
+	int rc = connect_tls(&r, "localhost", cf(&r, "ca.pem"), cf(&r, "client.pem"),
+			     cf(&r, "client.key"), &c, &err);
+	printf("after SIGHUP, trusting the old CA: %d \"%s\"\n", rc, err.message);
+	assert_true(rc < 0);
+	assert_non_null(strstr(err.message, "certificate verify failed"));
+	assert_int_equal(connect_tls(&r, "localhost", cf(&r, "other-ca.pem"), cf(&r, "client.pem"),
+				     cf(&r, "client.key"), &c, &err),
+			 0);
+	gemm_checked(c, 16, 16, 16);
+	mfma_close(c);
+	/* The connection made before keeps its session. */
+	gemm_checked(old, 16, 16, 16);
+	mfma_close(old);
+
+	/* A broken file: the daemon says so and keeps the certificate it has. */
+	char bad[160];
+	snprintf(bad, sizeof(bad), "%s/broken.pem", r.certs);
+	write_file(bad, "-----BEGIN CERTIFICATE-----\nnot one\n-----END CERTIFICATE-----\n");
+	char conf[1024];
+	snprintf(conf, sizeof(conf),
+		 "listen = { tcp = true; tcp_port = %d; tls_cert = \"%s\"; tls_key = \"%s\"; "
+		 "tls_client_ca = \"%s\"; };\nmetrics = { enabled = true; port = %d; };\n",
+		 r.port, bad, cf(&r, "server.key"), cf(&r, "ca.pem"), r.mport);
+	write_file(r.conf, conf);
+	kill(r.pid, SIGHUP);
+	usleep(300000);
+	assert_true(sdtest_file_contains(r.log, "broken.pem"));
+	assert_int_equal(connect_tls(&r, "localhost", cf(&r, "other-ca.pem"), cf(&r, "client.pem"),
+				     cf(&r, "client.key"), &c, &err),
+			 0);
+	assert_int_equal(mfma_ping(c, "x", 1, NULL, &err), 0);
+	mfma_close(c);
+	run_stop(&r);
+}
+
+/* An endpoint list of tls: endpoints: a dead first entry is passed over,
+ * and a lost connection fails over to the next. */
+static void test_failover(void **state)
+{
+	(void)state;
+	struct run a, b;
+	run_init(&a);
+	run_init(&b);
+	write_conf(&a, "server", cf(&a, "ca.pem"), NULL);
+	/* Both daemons use a's certificates: one CA for the fleet. */
+	snprintf(b.certs, sizeof(b.certs), "%s", a.certs);
+	write_conf(&b, "server", cf(&b, "ca.pem"), NULL);
+	int dead = sdtest_free_port();
+	a.pid = spawn(&a);
+	b.pid = spawn(&b);
+	wait_ready(&a);
+	wait_ready(&b);
+	char ep[256];
+	snprintf(ep, sizeof(ep), "tls:localhost:%d,tls:localhost:%d,tls:localhost:%d", dead, a.port,
+		 b.port);
+	struct mfma_tls t = { cf(&a, "ca.pem"), cf(&a, "client.pem"), cf(&a, "client.key"), NULL };
+	mfma_client *c;
+	struct mfma_error err;
+	if (mfma_connect_tls(ep, &t, &c, &err) < 0)
+		fail_msg("endpoint list: %s", err.message);
+	mfma_set_timeout(c, 10000);
+	char want[64];
+	snprintf(want, sizeof(want), "tls:localhost:%d", a.port);
+	assert_string_equal(mfma_endpoint(c), want);
+	gemm_checked(c, 16, 16, 16);
+	kill(a.pid, SIGTERM);
+	assert_int_equal(sdtest_wait_exit(a.pid, 30000), 0);
+	a.pid = 0;
+	/* The call that finds the connection gone is resent on the next. */
+	gemm_checked(c, 16, 16, 16);
+	snprintf(want, sizeof(want), "tls:localhost:%d", b.port);
+	assert_string_equal(mfma_endpoint(c), want);
+	mfma_close(c);
+	run_stop(&b);
+	run_stop(&a);
+}
+
+int main(void)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	signal(SIGPIPE, SIG_IGN);
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_client_certificates),
+		cmocka_unit_test(test_handshake_stall),
+		cmocka_unit_test(test_remote_needs_credential),
+		cmocka_unit_test(test_sighup_swaps_certificate),
+		cmocka_unit_test(test_failover),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
