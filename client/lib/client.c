@@ -671,6 +671,10 @@ static int client_die(mfma_client *c, int code, struct mfma_error *err, const ch
 		c->dead = code;
 		vsnprintf(c->dead_msg, sizeof(c->dead_msg), fmt, ap);
 		va_end(ap);
+		/* A protocol failure (a TLS alert such as "certificate
+		 * required", a frame over the limit) comes again on resending. */
+		if (code == -EPROTO)
+			c->verdict = true;
 		/* A verdict the daemon sent just before closing (an oversized
 		 * frame, say) says more than "connection closed". */
 		if (c->conn_msg[0]) {

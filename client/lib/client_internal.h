@@ -65,7 +65,8 @@ struct mfma_client {
 	char dead_msg[MFMA_ERROR_MAX];
 	char conn_msg[MFMA_ERROR_MAX / 2]; /* last error the daemon sent with no id */
 	/* The daemon closed the connection with a verdict on it (conn_msg:
-	 * no token, an oversized frame): the same frames are not resent. */
+	 * no token, an oversized frame), or the protocol failed (a TLS
+	 * alert): the same frames are not resent. */
 	bool verdict;
 	char endpoint[400];
 	/* The endpoint list (one entry for a single endpoint or the default
