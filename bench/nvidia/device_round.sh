@@ -166,7 +166,7 @@ wgmma)
 wgncu)
 	# Hardware counters of one launch of the wide and the decode wgmma.sp
 	# kernel (clocks left alone).
-	for spec in "nv_wg_f16_256 8192x8192x8192" "nv_wg_f16_16 14336x16x4096"; do
+	for spec in "nv_wg_f16_n256 8192x8192x8192" "nv_wg_f16_n16 14336x16x4096"; do
 		set -- $spec
 		WG_DTYPES=f16 timeout 200 ncu --clock-control none -k "regex:$1" --launch-skip 5 --launch-count 1 \
 			--section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \

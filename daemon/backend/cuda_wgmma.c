@@ -84,6 +84,13 @@ static int wg_supports(const struct cuda_dev *dev, void *state, const struct cud
 {
 	(void)dev;
 	(void)state;
+	/* A request no kernel could run is said so first: the backend reports
+	 * the first provider's refusal, and this one comes first. */
+	if (s->out != MFMA_DT_NONE && !mfma_out_dtype_ok(s->in, s->out)) {
+		snprintf(err, errlen, "cuda: out_dtype=%s is not produced from in_dtype=%s",
+			 mfma_dtype_name(s->out), mfma_dtype_name(s->in));
+		return -EINVAL;
+	}
 	if (!s->sparse || (s->in != MFMA_DT_F16 && s->in != MFMA_DT_BF16)) {
 		snprintf(err, errlen, "cuda: the wgmma.sp kernels run 2:4 f16 and bf16 only, not %s %s",
 			 s->sparse ? "2:4" : "dense", mfma_dtype_name(s->in));
@@ -93,11 +100,6 @@ static int wg_supports(const struct cuda_dev *dev, void *state, const struct cud
 		snprintf(err, errlen, "cuda: the wgmma.sp kernels do not run batched launches (%u parts)",
 			 s->nparts);
 		return -ENOTSUP;
-	}
-	if (s->out != MFMA_DT_NONE && !mfma_out_dtype_ok(s->in, s->out)) {
-		snprintf(err, errlen, "cuda: out_dtype=%s is not produced from in_dtype=%s",
-			 mfma_dtype_name(s->out), mfma_dtype_name(s->in));
-		return -EINVAL;
 	}
 	if (s->k % 4 != 0) {
 		snprintf(err, errlen, "cuda: k=%u is not a multiple of 4 (2:4 groups)", s->k);

@@ -87,9 +87,18 @@ int nv_wg_plan_make(int64_t m, int64_t n, int64_t k, int sms, const int occ[NV_W
 	int tile = force_tile >= 0 ? force_tile : pick_tile(n, occ);
 	if (tile < 0 || occ[tile] <= 0)
 		return -ENOTSUP;
+	/* Wide N on few rows: the widest tile would leave most SMs idle and
+	 * cannot split K, so narrower tiles (down to 64 columns) trade a
+	 * re-read of A from L2 for CTAs (4096 x 256 x 14336 on the H200:
+	 * 32 CTAs 109.7 us, 128 CTAs of 64 columns 66.4 us). */
+	const int64_t tiles_m = nv_wg_m_pad(m) / NV_WG_BM;
+	if (force_tile < 0 && n > tiles[NV_WG_TILE_n128].bn)
+		while (tile < NV_WG_TILE_n64 && occ[tile + 1] > 0 &&
+		       tiles_m * ((n + tiles[tile].bn - 1) / tiles[tile].bn) * 2 < sms)
+			tile++;
 	memset(plan, 0, sizeof(*plan));
 	plan->tile = tile;
-	plan->tiles_m = (int)(nv_wg_m_pad(m) / NV_WG_BM);
+	plan->tiles_m = (int)tiles_m;
 	plan->tiles_n = (int)((n + tiles[tile].bn - 1) / tiles[tile].bn);
 	plan->k_iters = (int)(nv_wg_k_pad(k) / NV_WG_BK);
 	const int64_t ntiles = (int64_t)plan->tiles_m * plan->tiles_n;

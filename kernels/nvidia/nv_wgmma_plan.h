@@ -40,9 +40,10 @@ struct nv_wg_plan {
 	size_t counters; /* split-K arrival counters (uint32), one per tile */
 };
 
-/* The narrowest tile that covers N (n16 .. n128, then n256 for wider N;
- * occ[t] = 0 marks a tile this device cannot run, replaced by the next
- * wider one, else the next narrower), then split-K: the largest power of
+/* The narrowest tile that covers N (n16 .. n128, then n256 for wider N,
+ * or narrower tiles down to n64 while the tiles would not occupy half the
+ * SMs; occ[t] = 0 marks a tile this device cannot run, replaced by the
+ * next wider one, else the next narrower), then split-K: the largest power of
  * two that keeps tiles x splits within one CTA per SM and at least 4
  * stages per split (the widest tile never splits, see nv_wgmma.cuh).
  * force_tile >= 0 pins the tile.  -EINVAL for bad sizes (K must be a

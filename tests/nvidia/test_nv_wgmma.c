@@ -119,9 +119,17 @@ static void test_plan(void **state)
 		     { 64, NV_WG_TILE_n64 },  { 65, NV_WG_TILE_n128 }, { 128, NV_WG_TILE_n128 },
 		     { 129, NV_WG_TILE_n256 }, { 8192, NV_WG_TILE_n256 } };
 	for (size_t i = 0; i < sizeof(pick) / sizeof(pick[0]); i++) {
-		assert_int_equal(nv_wg_plan_make(4096, pick[i].n, 4096, 132, occ, -1, &p), 0);
+		assert_int_equal(nv_wg_plan_make(16384, pick[i].n, 4096, 132, occ, -1, &p), 0);
 		assert_int_equal(p.tile, pick[i].tile);
 	}
+	/* Wide N on few rows: narrower tiles for CTAs (measured faster). */
+	assert_int_equal(nv_wg_plan_make(4096, 256, 14336, 132, occ, -1, &p), 0);
+	assert_int_equal(p.tile, NV_WG_TILE_n64);
+	assert_int_equal(p.tiles_m * p.tiles_n, 128);
+	assert_int_equal(nv_wg_plan_make(14336, 256, 4096, 132, occ, -1, &p), 0);
+	assert_int_equal(p.tile, NV_WG_TILE_n256);
+	assert_int_equal(nv_wg_plan_make(4096, 256, 14336, 132, occ, NV_WG_TILE_n256, &p), 0);
+	assert_int_equal(p.tile, NV_WG_TILE_n256); /* a pinned tile stays */
 	/* Decode 14336 x 16 x 4096: 112 tiles fill 132 SMs, no split. */
 	assert_int_equal(nv_wg_plan_make(14336, 16, 4096, 132, occ, -1, &p), 0);
 	assert_int_equal(p.tiles_m * p.tiles_n, 112);
@@ -136,7 +144,7 @@ static void test_plan(void **state)
 	/* Short K keeps 4 stages a split; the widest tile never splits. */
 	assert_int_equal(nv_wg_plan_make(128, 16, 256, 132, occ, -1, &p), 0);
 	assert_int_equal(p.splits, 1);
-	assert_int_equal(nv_wg_plan_make(128, 300, 65536, 132, occ, -1, &p), 0);
+	assert_int_equal(nv_wg_plan_make(128, 300, 65536, 132, occ, NV_WG_TILE_n256, &p), 0);
 	assert_int_equal(p.tile, NV_WG_TILE_n256);
 	assert_int_equal(p.splits, 1);
 	/* Odd K: padded to whole stages, every split non-empty. */
