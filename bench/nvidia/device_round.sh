@@ -6,7 +6,7 @@
 # brings them back); a short summary goes to stdout.
 #
 # usage: bench/nvidia/device_round.sh [test] [sanitize|memcheck|racecheck] [bench] [sweep]
-#        [ncu] [e2e] [latency] [multi] [choice] [batching] [serving]
+#        [ncu] [e2e] [latency] [multi] [choice] [batching] [serving] [wgmma] [wgncu]
 #        (no argument: test sanitize bench e2e)
 set -u
 OUT=${OUT:-/tmp/mfma-out}
@@ -148,6 +148,39 @@ choice)
 	timeout "${E2E_S:-300}" bash bench/nvidia/e2e.sh "$P" "$OUT" choice > "$OUT/e2e_choice.log" 2>&1
 	echo "=== e2e choice: rc=$?"
 	grep -E "^(E2E|FAIL)|variants" "$OUT/e2e_choice.log" | cut -c1-400
+	;;
+wgmma)
+	# The sm_90a wgmma.sp kernels (.devlibs/wgmma_bench from
+	# build_wgmma.sh): the metadata probe, the odd-shape checks, their
+	# timings beside cuBLAS, then bench_nv at the same shapes (our mma.sp
+	# kernel, cuBLASLt, cuSPARSELt) in the same round.
+	WG=.devlibs/wgmma_bench
+	WG_SHAPES=${WG_SHAPES:-8192x8192x8192 14336x1024x4096 4096x64x14336 14336x16x4096}
+	TAILN=12 step wg_probe 60 "$WG" probe
+	TAILN=2 step wg_check ${WG_CHECK_S:-240} "$WG" check
+	grep -E "FAIL" "$OUT/wg_check.log" | head -20
+	TAILN=0 step wg_bench ${WG_BENCH_S:-300} "$WG" bench $WG_SHAPES
+	grep -E "^\|" "$OUT/wg_bench.log"
+	build_bench
+	: >"$OUT/wg_vendor.log"
+	for shape in $WG_SHAPES; do
+		timeout 150 "$BENCH" --dtypes ${WG_DTYPES:-f16,bf16} --shape "$shape" >>"$OUT/wg_vendor.log" 2>&1
+	done
+	grep -E "^\| (f16|bf16)" "$OUT/wg_vendor.log"
+	;;
+wgncu)
+	# Hardware counters of one launch of the wide and the decode wgmma.sp
+	# kernel (clocks left alone).
+	for spec in "nv_wg_f16_n256 8192x8192x8192" "nv_wg_f16_n16 14336x16x4096"; do
+		set -- $spec
+		WG_DTYPES=f16 timeout 200 ncu --clock-control none -k "regex:$1" --launch-skip 5 --launch-count 1 \
+			--section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
+			--section Occupancy --section LaunchStats --section ComputeWorkloadAnalysis \
+			.devlibs/wgmma_bench bench "$2" >"$OUT/ncu_$1.txt" 2>&1
+		echo "=== ncu $1 rc=$?"
+		grep -E "Duration|Throughput|Pipe|Warp Cycles Per Issued|Issue Slots Busy|Registers Per|Achieved Occupancy|Hit Rate|Bank Conflicts|Stall" \
+			"$OUT/ncu_$1.txt" | head -24
+	done
 	;;
 esac
 done

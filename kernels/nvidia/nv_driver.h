@@ -39,6 +39,7 @@ extern "C" {
 	X(cuFuncGetAttribute)                       \
 	X(cuOccupancyMaxActiveBlocksPerMultiprocessor) \
 	X(cuLaunchKernel)                           \
+	X(cuTensorMapEncodeTiled)                   \
 	X(cuMemAlloc)                               \
 	X(cuMemFree)                                \
 	X(cuMemGetInfo)                             \

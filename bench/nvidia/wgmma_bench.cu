@@ -1,0 +1,798 @@
+/* The sm_90a wgmma.sp kernels on the H200: the metadata-layout probe,
+ * correctness against a float64 reference, and timings beside cuBLAS
+ * dense in one run.  Built by bench/nvidia/wgmma_round.sh with nvcc
+ * (-gencode arch=compute_90a,code=sm_90a); it uses the CUDA runtime
+ * (the daemon's driver-API host code does not run these kernels yet).
+ *
+ *   wgmma_bench probe        the one-warpgroup probe (f16, bf16)
+ *   wgmma_bench check        odd shapes, every tile, split and output dtype
+ *   wgmma_bench bench [MxNxK ...]   timings (default: the issue's four shapes)
+ *
+ * Every check draws fresh random data and random 2:4 patterns, poisons D
+ * first and compares with float64 (the whole of D for the checks; 32
+ * random rows of D for the benchmark shapes) by ||out - ref|| / ||ref||. */
+#include <cublas_v2.h>
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <vector>
+
+#include "nv_wgmma.cuh"
+
+#define CK(x)                                                                                      \
+	do {                                                                                       \
+		cudaError_t e_ = (x);                                                              \
+		if (e_ != cudaSuccess) {                                                           \
+			fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+			exit(1);                                                                   \
+		}                                                                                  \
+	} while (0)
+
+/* ---- kernels under test ---- */
+
+/* The kernels the daemon embeds (nv_kernels_wg.cu: every tile of
+ * NV_WG_TILES, f16 and bf16, KEEP = 0). */
+#include "nv_kernels_wg.cu"
+#include "nv_wgmma_plan.h"
+
+struct variant {
+	const char *name;
+	int tile, bf16, bn, stages, minb, keep;
+	void (*fn)(const nv_wg_params);
+	unsigned smem;
+};
+
+static variant variants[] = {
+#define WG_ENTRY_F16(name, bn, st, minb) \
+	{ "f16_" #name, NV_WG_TILE_##name, 0, bn, st, minb, 0, nv_wg_f16_##name, NV_WG_SMEM_BYTES(bn, st) },
+#define WG_ENTRY_BF16(name, bn, st, minb) \
+	{ "bf16_" #name, NV_WG_TILE_##name, 1, bn, st, minb, 0, nv_wg_bf16_##name, NV_WG_SMEM_BYTES(bn, st) },
+	NV_WG_TILES(WG_ENTRY_F16) NV_WG_TILES(WG_ENTRY_BF16)
+#undef WG_ENTRY_F16
+#undef WG_ENTRY_BF16
+};
+static const int nvariants = sizeof(variants) / sizeof(variants[0]);
+
+/* ---- the probe: one warpgroup, one m64n16 tile, K = 64 (two k32 steps),
+ * operands in shared memory in the no-swizzle ("interleave") layout,
+ * written by plain stores.  mode:
+ *  0  canonical words, register nv_wg_meta_reg(W[r], W[r+8], t & 1) in
+ *     threads t = 0, 1, selector 0; threads t = 2, 3 hold a legal but
+ *     wrong word (0x9999...), so that the test fails if they are read
+ *  1  the same register in threads t = 2, 3, selector 1; t = 0, 1 poisoned
+ *  2  the packed mma.sp metadata (nv_layout.h): one register per 64 K,
+ *     selector 0 for the even k32 step and 1 for the odd one
+ *  3  the packed metadata with selector 0 for both steps: expected wrong
+ *     (the odd step then reads the even step's pairs), the control that
+ *     shows the probe can fail */
+template <int BF16>
+__global__ void __launch_bounds__(128) probe_kernel(const uint16_t *ac, const uint32_t *canon,
+						    const uint32_t *packed, const uint16_t *bt, float *d, int mode)
+{
+	/* A: 64 rows x 32 compressed values; core matrix (8 rows x 8 values,
+	 * 128 bytes) of row group rg and value column kc at kc * 1024 + rg * 128.
+	 * Bt: 16 rows (n) x 64 K; core matrix (ng, kc) at kc * 256 + ng * 128. */
+	__shared__ __align__(1024) uint16_t sa[64 * 32];
+	__shared__ __align__(1024) uint16_t sb[16 * 64];
+	const unsigned tid = threadIdx.x, w = tid / 32, lane = tid & 31, g = lane >> 2, t = lane & 3;
+	for (int i = tid; i < 64 * 32; i += 128) {
+		int r = i / 32, c = i % 32;
+		sa[((c / 8) * 1024 + (r / 8) * 128 + (r % 8) * 16 + (c % 8) * 2) / 2] = ac[i];
+	}
+	for (int i = tid; i < 16 * 64; i += 128) {
+		int n = i / 64, k = i % 64;
+		sb[((k / 8) * 256 + (n / 8) * 128 + (n % 8) * 16 + (k % 8) * 2) / 2] = bt[i];
+	}
+	asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+	__syncthreads();
+	float acc[8];
+	for (int i = 0; i < 8; i++)
+		acc[i] = 0.0f;
+	const unsigned r = 16 * w + g;
+	uint32_t e[2];
+	const uint32_t poison = 0x99999999u;
+	for (int ks = 0; ks < 2; ks++) {
+		uint32_t reg = nv_wg_meta_reg(canon[r * 2 + ks], canon[(r + 8) * 2 + ks], t & 1);
+		if (mode == 0)
+			e[ks] = t < 2 ? reg : poison;
+		else if (mode == 1)
+			e[ks] = t >= 2 ? reg : poison;
+		else
+			e[ks] = packed[w * 32 + lane];
+	}
+	const uint32_t a0 = nv_wg_smem(sa), b0 = nv_wg_smem(sb);
+	nv_wg_fence();
+	/* k32 step ks: A values 16ks..16ks+15 = core column pair 2ks, 2ks+1;
+	 * B K rows 32ks.. = core columns 4ks..4ks+3. */
+	const uint64_t da0 = nv_wg_desc(a0, 1024, 128, 0), da1 = nv_wg_desc(a0 + 2048, 1024, 128, 0);
+	const uint64_t db0 = nv_wg_desc(b0, 256, 128, 0), db1 = nv_wg_desc(b0 + 1024, 256, 128, 0);
+	if (mode == 1) {
+		nv_wgsp<BF16, 16, 1, 0>(acc, da0, db0, e[0]);
+		nv_wgsp<BF16, 16, 1, 0>(acc, da1, db1, e[1]);
+	} else if (mode == 2) {
+		nv_wgsp<BF16, 16, 0, 0>(acc, da0, db0, e[0]);
+		nv_wgsp<BF16, 16, 1, 0>(acc, da1, db1, e[0]);
+	} else {
+		nv_wgsp<BF16, 16, 0, 0>(acc, da0, db0, e[0]);
+		nv_wgsp<BF16, 16, 0, 0>(acc, da1, db1, mode == 3 ? e[0] : e[1]);
+	}
+	nv_wg_commit();
+	nv_wg_wait<0>();
+	for (int i = 0; i < 8; i++) {
+		unsigned row, col;
+		nv_wg_acc_pos(w, lane, i, &row, &col);
+		d[row * 16 + col] = acc[i];
+	}
+}
+
+/* ---- host helpers ---- */
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+static uint64_t rnd(void)
+{
+	rng_state ^= rng_state << 13;
+	rng_state ^= rng_state >> 7;
+	rng_state ^= rng_state << 17;
+	return rng_state;
+}
+static float rndf(void) { return (float)((rnd() >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f; }
+
+static uint16_t to16(float x, int bf16)
+{
+	if (bf16) {
+		__nv_bfloat16 h = __float2bfloat16_rn(x);
+		return *(uint16_t *)&h;
+	}
+	__half h = __float2half_rn(x);
+	return *(uint16_t *)&h;
+}
+static double from16(uint16_t v, int bf16)
+{
+	if (bf16)
+		return (double)__bfloat162float(*(__nv_bfloat16 *)&v);
+	return (double)__half2float(*(__half *)&v);
+}
+
+/* A random 2:4 matrix in canonical form (sparse24.h): values rows x k/2,
+ * meta rows x ceil(k/32) words, ordered pairs; about one group in eight
+ * keeps a single non-zero (the other slot a stored zero). */
+struct sp24 {
+	int rows, k, mw;
+	std::vector<uint16_t> val;
+	std::vector<uint32_t> meta;
+};
+static void make_sp24(sp24 &a, int rows, int k, int bf16)
+{
+	a.rows = rows;
+	a.k = k;
+	a.mw = (k / 4 + 7) / 8;
+	a.val.assign((size_t)rows * (k / 2), 0);
+	a.meta.assign((size_t)rows * a.mw, 0);
+	static const unsigned pairs[6][2] = { { 0, 1 }, { 0, 2 }, { 0, 3 }, { 1, 2 }, { 1, 3 }, { 2, 3 } };
+	for (int r = 0; r < rows; r++)
+		for (int gi = 0; gi < k / 4; gi++) {
+			const unsigned *pr = pairs[rnd() % 6];
+			size_t vi = (size_t)r * (k / 2) + 2 * gi;
+			a.val[vi] = to16(rndf(), bf16);
+			a.val[vi + 1] = (rnd() & 7) ? to16(rndf(), bf16) : 0;
+			a.meta[(size_t)r * a.mw + gi / 8] |= (pr[0] | pr[1] << 2) << (4 * (gi % 8));
+		}
+}
+/* Dense value of A at (r, kk). */
+static double sp24_at(const sp24 &a, int r, int kk, int bf16)
+{
+	int gi = kk / 4, pos = kk % 4;
+	unsigned nib = (a.meta[(size_t)r * a.mw + gi / 8] >> (4 * (gi % 8))) & 0xf;
+	size_t vi = (size_t)r * (a.k / 2) + 2 * gi;
+	if ((nib & 3) == (unsigned)pos)
+		return from16(a.val[vi], bf16);
+	if ((nib >> 2) == (unsigned)pos)
+		return from16(a.val[vi + 1], bf16);
+	return 0.0;
+}
+
+static double rel_err(const std::vector<double> &ref, const std::vector<double> &out)
+{
+	double num = 0, den = 0;
+	for (size_t i = 0; i < ref.size(); i++) {
+		if (!isfinite(out[i]))
+			return INFINITY;
+		num += (out[i] - ref[i]) * (out[i] - ref[i]);
+		den += ref[i] * ref[i];
+	}
+	return sqrt(num / (den > 0 ? den : 1));
+}
+
+/* ---- probe ---- */
+
+static int run_probe(void)
+{
+	int fails = 0;
+	for (int bf16 = 0; bf16 < 2; bf16++) {
+		sp24 a;
+		make_sp24(a, 64, 64, bf16);
+		std::vector<uint16_t> bt(16 * 64);
+		for (auto &v : bt)
+			v = to16(rndf(), bf16);
+		/* The packed mma.sp metadata, strips 0..3, meta tile 0. */
+		std::vector<uint32_t> packed(4 * 32);
+		for (int s = 0; s < 4; s++)
+			for (unsigned l = 0; l < 32; l++)
+				packed[s * 32 + l] = nv_pack_meta_word(a.meta.data(), a.mw, 64, 16, 0, s, 0, l);
+		std::vector<double> ref(64 * 16);
+		for (int r = 0; r < 64; r++)
+			for (int n = 0; n < 16; n++) {
+				double s = 0;
+				for (int kk = 0; kk < 64; kk++)
+					s += sp24_at(a, r, kk, bf16) * from16(bt[n * 64 + kk], bf16);
+				ref[r * 16 + n] = s;
+			}
+		uint16_t *dac, *dbt;
+		uint32_t *dcanon, *dpacked;
+		float *dd;
+		CK(cudaMalloc(&dac, a.val.size() * 2));
+		CK(cudaMalloc(&dbt, bt.size() * 2));
+		CK(cudaMalloc(&dcanon, a.meta.size() * 4));
+		CK(cudaMalloc(&dpacked, packed.size() * 4));
+		CK(cudaMalloc(&dd, 64 * 16 * 4));
+		CK(cudaMemcpy(dac, a.val.data(), a.val.size() * 2, cudaMemcpyHostToDevice));
+		CK(cudaMemcpy(dbt, bt.data(), bt.size() * 2, cudaMemcpyHostToDevice));
+		CK(cudaMemcpy(dcanon, a.meta.data(), a.meta.size() * 4, cudaMemcpyHostToDevice));
+		CK(cudaMemcpy(dpacked, packed.data(), packed.size() * 4, cudaMemcpyHostToDevice));
+		static const char *mname[4] = { "canonical, PRMT, sel 0 (t=0,1)", "canonical, PRMT, sel 1 (t=2,3)",
+						 "packed mma.sp, sel 0/1 per k32 step", "packed mma.sp, sel 0 twice (control)" };
+		for (int mode = 0; mode < 4; mode++) {
+			CK(cudaMemset(dd, 0xff, 64 * 16 * 4)); /* NaN poison */
+			if (bf16)
+				probe_kernel<1><<<1, 128>>>(dac, dcanon, dpacked, dbt, dd, mode);
+			else
+				probe_kernel<0><<<1, 128>>>(dac, dcanon, dpacked, dbt, dd, mode);
+			CK(cudaGetLastError());
+			CK(cudaDeviceSynchronize());
+			std::vector<float> out(64 * 16);
+			CK(cudaMemcpy(out.data(), dd, out.size() * 4, cudaMemcpyDeviceToHost));
+			std::vector<double> o(out.begin(), out.end());
+			double err = rel_err(ref, o);
+			bool ok = err < 1e-5;
+			bool want = mode != 3;
+			printf("probe %-4s %-40s rel err %.2e  %s\n", bf16 ? "bf16" : "f16", mname[mode], err,
+			       ok == want ? (ok ? "PASS" : "PASS (fails as expected)") : "FAIL");
+			if (ok != want)
+				fails++;
+		}
+		cudaFree(dac);
+		cudaFree(dbt);
+		cudaFree(dcanon);
+		cudaFree(dpacked);
+		cudaFree(dd);
+	}
+	return fails;
+}
+
+/* ---- the pipelined kernel: operands, launch ---- */
+
+static PFN_cuTensorMapEncodeTiled_v12000 encode_tiled;
+
+struct wg_weight {
+	int m, k, mp, kp;
+	uint16_t *val; /* m x kp/2 */
+	uint32_t *meta;
+};
+
+/* Packs the canonical A on the device with the daemon's kernel. */
+static void wg_pack(const sp24 &a, wg_weight &w)
+{
+	w.m = a.rows;
+	w.k = a.k;
+	w.mp = (int)nv_wg_m_pad(a.rows);
+	w.kp = (int)nv_wg_k_pad(a.k);
+	uint16_t *cv;
+	uint32_t *cm;
+	CK(cudaMalloc(&cv, a.val.size() * 2));
+	CK(cudaMalloc(&cm, a.meta.size() * 4));
+	CK(cudaMemcpy(cv, a.val.data(), a.val.size() * 2, cudaMemcpyHostToDevice));
+	CK(cudaMemcpy(cm, a.meta.data(), a.meta.size() * 4, cudaMemcpyHostToDevice));
+	CK(cudaMalloc(&w.val, (size_t)nv_wg_values_bytes(w.m, w.k, 2)));
+	CK(cudaMalloc(&w.meta, (size_t)nv_wg_meta_bytes(w.m, w.k)));
+	nv_wg_pack_params p = { (uint64_t)cv, (uint64_t)cm, (uint64_t)w.val, (uint64_t)w.meta, w.m, w.k, a.mw };
+	int64_t words = (nv_wg_values_bytes(w.m, w.k, 2) + nv_wg_meta_bytes(w.m, w.k)) / 4;
+	nv_wg_pack<<<(unsigned)((words + 255) / 256), 256>>>(p);
+	CK(cudaGetLastError());
+	CK(cudaDeviceSynchronize());
+	cudaFree(cv);
+	cudaFree(cm);
+}
+
+struct wg_launch {
+	nv_wg_params p;
+	const variant *v;
+	dim3 grid;
+	void *ws;
+	unsigned *counters;
+};
+
+static int tmap_2d(CUtensorMap *tm, void *base, uint64_t d0, uint64_t d1, uint64_t stride_bytes, uint32_t b0,
+		   uint32_t b1, CUtensorMapSwizzle swz)
+{
+	cuuint64_t dims[2] = { d0, d1 }, strides[1] = { stride_bytes };
+	cuuint32_t box[2] = { b0, b1 }, es[2] = { 1, 1 };
+	CUresult r = encode_tiled(tm, CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, base, dims, strides, box, es,
+				  CU_TENSOR_MAP_INTERLEAVE_NONE, swz, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+				  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+	return r == CUDA_SUCCESS ? 0 : -(int)r;
+}
+
+/* Prepares a launch of variant v on weight w, B [k][ldb], D/C [m][n].
+ * splits 0 = choose: enough CTAs for two per SM slot where the tiles
+ * alone leave the GPU idle, at least 4 k-iterations each. */
+static int wg_prepare(wg_launch &L, const variant *v, const wg_weight &w, const void *b, int n, int ldb, void *c,
+		      void *d, int out_dtype, float alpha, float beta, int splits, int sms)
+{
+	memset(&L, 0, sizeof(L));
+	L.v = v;
+	nv_wg_params &p = L.p;
+	int bnb = v->bn < 64 ? v->bn : 64;
+	CUtensorMapSwizzle bs = bnb == 64 ? CU_TENSOR_MAP_SWIZZLE_128B
+			       : bnb == 32 ? CU_TENSOR_MAP_SWIZZLE_64B
+					   : CU_TENSOR_MAP_SWIZZLE_32B;
+	int r = tmap_2d(&p.tm_a, w.val, w.kp / 2, w.m, (uint64_t)w.kp, 32, NV_WG_BM, CU_TENSOR_MAP_SWIZZLE_64B);
+	if (r)
+		return r;
+	r = tmap_2d(&p.tm_b, (void *)b, n, w.k, (uint64_t)ldb * 2, bnb, NV_WG_BK, bs);
+	if (r)
+		return r;
+	p.meta = (uint64_t)w.meta;
+	p.c = (uint64_t)c;
+	p.d = (uint64_t)d;
+	p.m = w.m;
+	p.n = n;
+	p.m_pad = w.mp;
+	p.ldc = n;
+	p.ldd = n;
+	p.out_dtype = out_dtype;
+	p.alpha = alpha;
+	p.beta = beta;
+	/* The daemon's plan (nv_wgmma_plan.c) for this tile; splits > 0
+	 * overrides its split-K (the sweep). */
+	int occ[NV_WG_TILE_COUNT];
+	for (int t = 0; t < NV_WG_TILE_COUNT; t++)
+		occ[t] = 1;
+	struct nv_wg_plan pl;
+	if (nv_wg_plan_make(w.m, n, w.k, sms, occ, v->tile, &pl) < 0)
+		return -1;
+	if (splits > 0 && v->bn < 256) {
+		pl.iters_per_split = (pl.k_iters + splits - 1) / splits;
+		pl.splits = (pl.k_iters + pl.iters_per_split - 1) / pl.iters_per_split;
+	}
+	p.k_iters = pl.k_iters;
+	p.tiles_m = pl.tiles_m;
+	p.tiles_n = pl.tiles_n;
+	p.iters_per_split = pl.iters_per_split;
+	splits = pl.splits;
+	int tiles = p.tiles_m * p.tiles_n;
+	L.grid = dim3(tiles, 1, splits);
+	if (splits > 1) {
+		CK(cudaMalloc(&L.ws, (size_t)tiles * splits * (v->bn / 2) * 256 * 4));
+		CK(cudaMalloc(&L.counters, (size_t)tiles * 4));
+		CK(cudaMemset(L.counters, 0, (size_t)tiles * 4));
+		p.ws = (uint64_t)L.ws;
+		p.counters = (uint64_t)L.counters;
+	}
+	return 0;
+}
+
+static void wg_release(wg_launch &L)
+{
+	if (L.ws)
+		cudaFree(L.ws);
+	if (L.counters)
+		cudaFree(L.counters);
+	L.ws = NULL;
+	L.counters = NULL;
+}
+
+static void wg_run(const wg_launch &L, cudaStream_t s)
+{
+	L.v->fn<<<L.grid, 384, L.v->smem, s>>>(L.p);
+}
+
+static void setup_variants(void)
+{
+	for (int i = 0; i < nvariants; i++)
+		CK(cudaFuncSetAttribute(variants[i].fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+					variants[i].smem));
+}
+
+static const variant *find_variant(int bf16, int bn, int keep)
+{
+	for (int i = 0; i < nvariants; i++)
+		if (variants[i].bf16 == bf16 && variants[i].bn == bn && variants[i].keep == keep)
+			return &variants[i];
+	return NULL;
+}
+
+/* ---- correctness on odd shapes ---- */
+
+static size_t dt_size(int dt) { return dt == MFMA_DT_F32 ? 4 : 2; }
+static double dt_get(const void *p, size_t i, int dt)
+{
+	if (dt == MFMA_DT_F32)
+		return ((const float *)p)[i];
+	return from16(((const uint16_t *)p)[i], dt == MFMA_DT_BF16);
+}
+
+static int check_one(int bf16, int m, int n, int k, int bn, int keep, int splits, int out_dt, float alpha,
+		     float beta, int sms)
+{
+	const variant *v = find_variant(bf16, bn, keep);
+	if (!v)
+		return 0;
+	sp24 a;
+	make_sp24(a, m, k, bf16);
+	wg_weight w;
+	wg_pack(a, w);
+	int ldb = (n + 7) / 8 * 8;
+	std::vector<uint16_t> b((size_t)k * ldb);
+	for (auto &x : b)
+		x = to16(rndf(), bf16);
+	size_t es = dt_size(out_dt);
+	std::vector<unsigned char> c((size_t)m * n * es);
+	for (size_t i = 0; i < (size_t)m * n; i++) {
+		float x = rndf();
+		if (out_dt == MFMA_DT_F32)
+			((float *)c.data())[i] = x;
+		else
+			((uint16_t *)c.data())[i] = to16(x, out_dt == MFMA_DT_BF16);
+	}
+	void *db, *dc, *dd;
+	CK(cudaMalloc(&db, b.size() * 2));
+	CK(cudaMalloc(&dc, c.size()));
+	CK(cudaMalloc(&dd, c.size()));
+	CK(cudaMemcpy(db, b.data(), b.size() * 2, cudaMemcpyHostToDevice));
+	CK(cudaMemcpy(dc, c.data(), c.size(), cudaMemcpyHostToDevice));
+	CK(cudaMemset(dd, 0xff, c.size()));
+	wg_launch L;
+	int r = wg_prepare(L, v, w, db, n, ldb, beta != 0 ? dc : NULL, dd, out_dt, alpha, beta, splits, sms);
+	if (r) {
+		printf("check %s %dx%dx%d: tensor map failed (%d)\n", v->name, m, n, k, r);
+		return 1;
+	}
+	/* Twice: the split-K counters must be back at zero after a launch. */
+	for (int rep = 0; rep < 2; rep++) {
+		CK(cudaMemset(dd, 0xff, c.size()));
+		wg_run(L, 0);
+		CK(cudaGetLastError());
+	}
+	CK(cudaDeviceSynchronize());
+	std::vector<unsigned char> out(c.size());
+	CK(cudaMemcpy(out.data(), dd, out.size(), cudaMemcpyDeviceToHost));
+	std::vector<double> ref((size_t)m * n), o((size_t)m * n);
+	std::vector<double> arow(k);
+	for (int i = 0; i < m; i++) {
+		for (int kk = 0; kk < k; kk++)
+			arow[kk] = sp24_at(a, i, kk, bf16);
+		for (int j = 0; j < n; j++) {
+			double s = 0;
+			for (int kk = 0; kk < k; kk++)
+				if (arow[kk] != 0)
+					s += arow[kk] * from16(b[(size_t)kk * ldb + j], bf16);
+			size_t idx = (size_t)i * n + j;
+			ref[idx] = alpha * s + (beta != 0 ? beta * dt_get(c.data(), idx, out_dt) : 0);
+			o[idx] = dt_get(out.data(), idx, out_dt);
+		}
+	}
+	double err = rel_err(ref, o);
+	double tol = out_dt == MFMA_DT_F32 ? 1e-5 : out_dt == MFMA_DT_F16 ? 2e-3 : 1e-2;
+	bool ok = err < tol;
+	printf("check %-4s %-12s %5dx%-4dx%-5d splits %d out %-4s alpha %.2f beta %.2f: rel err %.2e %s\n",
+	       bf16 ? "bf16" : "f16", v->name, m, n, k, (int)L.grid.z, mfma_dtype_name((mfma_dtype)out_dt), alpha,
+	       beta, err, ok ? "ok" : "FAIL");
+	wg_release(L);
+	cudaFree(db);
+	cudaFree(dc);
+	cudaFree(dd);
+	cudaFree(w.val);
+	cudaFree(w.meta);
+	return ok ? 0 : 1;
+}
+
+static int run_checks(int sms)
+{
+	struct {
+		int m, n, k;
+	} shapes[] = { { 200, 72, 136 }, { 77, 24, 100 }, { 1000, 264, 520 }, { 129, 257, 1028 }, { 384, 16, 4096 } };
+	static const int bns[] = { 256, 128, 64, 32, 16 };
+	int fails = 0;
+	for (int bf16 = 0; bf16 < 2; bf16++)
+		for (auto &s : shapes)
+			for (int bn : bns)
+				for (int keep = 0; keep < 1; keep++) {
+					int out_dt = (rnd() & 1) ? MFMA_DT_F32 : (bf16 ? MFMA_DT_BF16 : MFMA_DT_F16);
+					float beta = (rnd() & 1) ? 0.5f : 0.0f;
+					int splits = s.k >= 1000 ? 1 + (int)(rnd() % 4) : 1;
+					fails += check_one(bf16, s.m, s.n, s.k, bn, keep, splits, out_dt, 1.25f, beta, sms);
+				}
+	printf("checks: %d failed\n", fails);
+	return fails;
+}
+
+/* ---- benchmark ---- */
+
+static float time_median(void (*fn)(void *, int, cudaStream_t), void *ctx, int copies, cudaStream_t s)
+{
+	cudaEvent_t e0, e1;
+	CK(cudaEventCreate(&e0));
+	CK(cudaEventCreate(&e1));
+	for (int i = 0; i < 3; i++)
+		fn(ctx, i % copies, s);
+	CK(cudaStreamSynchronize(s));
+	std::vector<float> ts;
+	float total = 0;
+	for (int i = 0; i < 400 && (total < 60.0f || i < 10); i++) {
+		CK(cudaEventRecord(e0, s));
+		fn(ctx, i % copies, s);
+		CK(cudaEventRecord(e1, s));
+		CK(cudaEventSynchronize(e1));
+		float ms;
+		CK(cudaEventElapsedTime(&ms, e0, e1));
+		ts.push_back(ms);
+		total += ms;
+	}
+	CK(cudaGetLastError());
+	std::sort(ts.begin(), ts.end());
+	cudaEventDestroy(e0);
+	cudaEventDestroy(e1);
+	return ts[ts.size() / 2] * 1000.0f; /* us */
+}
+
+struct wg_ctx {
+	wg_launch *L; /* one per copy */
+};
+static void wg_call(void *ctx, int copy, cudaStream_t s) { wg_run(((wg_ctx *)ctx)->L[copy], s); }
+
+struct blas_ctx {
+	cublasHandle_t h;
+	int m, n, k, ldb, bf16;
+	void **a;
+	void *b, *d;
+};
+static void blas_call(void *ctx, int copy, cudaStream_t s)
+{
+	blas_ctx *c = (blas_ctx *)ctx;
+	float one = 1.0f, zero = 0.0f;
+	cudaDataType t = c->bf16 ? CUDA_R_16BF : CUDA_R_16F;
+	cublasSetStream(c->h, s);
+	/* Row-major D = A B is column-major D^T = B^T A^T. */
+	cublasStatus_t st = cublasGemmEx(c->h, CUBLAS_OP_N, CUBLAS_OP_N, c->n, c->m, c->k, &one, c->b, t, c->ldb,
+					 c->a[copy], t, c->k, &zero, c->d, t, c->n, CUBLAS_COMPUTE_32F,
+					 CUBLAS_GEMM_DEFAULT);
+	if (st != CUBLAS_STATUS_SUCCESS) {
+		fprintf(stderr, "cublasGemmEx: %d\n", (int)st);
+		exit(1);
+	}
+}
+
+/* Dense A on the device from the canonical form (for cuBLAS). */
+__global__ void expand_kernel(const uint16_t *val, const uint32_t *meta, int rows, int k, int mw, uint16_t *dense)
+{
+	int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+	if (i >= (int64_t)rows * (k / 4))
+		return;
+	int r = (int)(i / (k / 4)), gi = (int)(i % (k / 4));
+	unsigned nib = (meta[(int64_t)r * mw + gi / 8] >> (4 * (gi % 8))) & 0xf;
+	uint16_t out[4] = { 0, 0, 0, 0 };
+	out[nib & 3] = val[(int64_t)r * (k / 2) + 2 * gi];
+	out[nib >> 2] = val[(int64_t)r * (k / 2) + 2 * gi + 1];
+	for (int j = 0; j < 4; j++)
+		dense[(int64_t)r * k + 4 * gi + j] = out[j];
+}
+
+static void run_bench_shape(int bf16, int m, int n, int k, int sms, cublasHandle_t h, cudaStream_t s)
+{
+	sp24 a;
+	make_sp24(a, m, k, bf16);
+	int ldb = (n + 7) / 8 * 8;
+	std::vector<uint16_t> b((size_t)k * ldb);
+	for (auto &x : b)
+		x = to16(rndf(), bf16);
+	/* Enough weight copies to exceed 200 MB, so that the weight comes
+	 * from HBM, not from the 50 MB L2. */
+	double wbytes = (double)nv_wg_values_bytes(m, k, 2) + (double)nv_wg_meta_bytes(m, k);
+	int copies = std::min(8, std::max(1, (int)ceil(200e6 / wbytes)));
+	std::vector<wg_weight> w(copies);
+	wg_pack(a, w[0]);
+	for (int i = 1; i < copies; i++) {
+		w[i] = w[0];
+		size_t vb = (size_t)nv_wg_values_bytes(m, k, 2), mb = (size_t)nv_wg_meta_bytes(m, k);
+		CK(cudaMalloc(&w[i].val, vb));
+		CK(cudaMalloc(&w[i].meta, mb));
+		CK(cudaMemcpy(w[i].val, w[0].val, vb, cudaMemcpyDeviceToDevice));
+		CK(cudaMemcpy(w[i].meta, w[0].meta, mb, cudaMemcpyDeviceToDevice));
+	}
+	void *db, *dd, *dblas;
+	CK(cudaMalloc(&db, b.size() * 2));
+	CK(cudaMalloc(&dd, (size_t)m * n * 2));
+	CK(cudaMalloc(&dblas, (size_t)m * n * 2));
+	CK(cudaMemcpy(db, b.data(), b.size() * 2, cudaMemcpyHostToDevice));
+
+	/* cuBLAS dense on the expanded A (copies to exceed 200 MB too). */
+	int dcopies = std::min(8, std::max(1, (int)ceil(200e6 / ((double)m * k * 2))));
+	std::vector<void *> da(dcopies);
+	{
+		uint16_t *cv;
+		uint32_t *cm;
+		CK(cudaMalloc(&cv, a.val.size() * 2));
+		CK(cudaMalloc(&cm, a.meta.size() * 4));
+		CK(cudaMemcpy(cv, a.val.data(), a.val.size() * 2, cudaMemcpyHostToDevice));
+		CK(cudaMemcpy(cm, a.meta.data(), a.meta.size() * 4, cudaMemcpyHostToDevice));
+		for (int i = 0; i < dcopies; i++) {
+			CK(cudaMalloc(&da[i], (size_t)m * k * 2));
+			int64_t groups = (int64_t)m * (k / 4);
+			expand_kernel<<<(unsigned)((groups + 255) / 256), 256>>>(cv, cm, m, k, a.mw, (uint16_t *)da[i]);
+			CK(cudaGetLastError());
+		}
+		CK(cudaDeviceSynchronize());
+		cudaFree(cv);
+		cudaFree(cm);
+	}
+	blas_ctx bc = { h, m, n, k, ldb, bf16, da.data(), db, dblas };
+	float t_blas = time_median(blas_call, &bc, dcopies, s);
+
+	/* Float64 reference on 32 random rows (and the last). */
+	std::vector<int> rows;
+	for (int i = 0; i < 31; i++)
+		rows.push_back((int)(rnd() % m));
+	rows.push_back(m - 1);
+	std::vector<double> ref(rows.size() * n);
+	{
+		std::vector<double> arow(k);
+		for (size_t ri = 0; ri < rows.size(); ri++) {
+			for (int kk = 0; kk < k; kk++)
+				arow[kk] = sp24_at(a, rows[ri], kk, bf16);
+			for (int j = 0; j < n; j++) {
+				double sum = 0;
+				for (int kk = 0; kk < k; kk++)
+					if (arow[kk] != 0)
+						sum += arow[kk] * from16(b[(size_t)kk * ldb + j], bf16);
+				ref[ri * n + j] = sum;
+			}
+		}
+	}
+	auto sample_err = [&](void *dptr) {
+		std::vector<uint16_t> row(n);
+		std::vector<double> o(rows.size() * n);
+		for (size_t ri = 0; ri < rows.size(); ri++) {
+			CK(cudaMemcpy(row.data(), (uint16_t *)dptr + (size_t)rows[ri] * n, (size_t)n * 2,
+				      cudaMemcpyDeviceToHost));
+			for (int j = 0; j < n; j++)
+				o[ri * n + j] = from16(row[j], bf16);
+		}
+		return rel_err(ref, o);
+	};
+	double blas_err = sample_err(dblas);
+	double flop = 2.0 * m * n * k;
+	printf("bench %-4s %dx%dx%d  cuBLAS dense %.1f us (%.0f TF)  err %.1e\n", bf16 ? "bf16" : "f16", m, n, k,
+	       t_blas, flop / t_blas * 1e-6, blas_err);
+
+	/* Our variants: every tile of this dtype with its default split, and
+	 * for the skinny shapes a sweep of splits. */
+	float best = 1e30f;
+	const char *best_name = "";
+	int best_splits = 0;
+	for (int vi = 0; vi < nvariants; vi++) {
+		const variant *v = &variants[vi];
+		if (v->bf16 != bf16)
+			continue;
+		if (v->bn > 2 * ldb && v->bn > 16)
+			continue; /* a tile over twice as wide as N is only waste */
+		if (n >= 512 && v->bn < 128)
+			continue;
+		std::vector<int> split_list = { 0 };
+		if ((int64_t)((m + 127) / 128) * ((n + v->bn - 1) / v->bn) < sms)
+			split_list = { 1, 2, 3, 4, 6, 8 };
+		for (int sp : split_list) {
+			std::vector<wg_launch> L(copies);
+			bool bad = false;
+			for (int i = 0; i < copies; i++)
+				if (wg_prepare(L[i], v, w[i], db, n, ldb, NULL, dd, bf16 ? MFMA_DT_BF16 : MFMA_DT_F16, 1.0f,
+					       0.0f, sp, sms))
+					bad = true;
+			if (bad) {
+				printf("  %-12s tensor map failed\n", v->name);
+				continue;
+			}
+			if (sp > 1 && L[0].p.iters_per_split < 2)
+				continue;
+			CK(cudaMemset(dd, 0xff, (size_t)m * n * 2));
+			wg_ctx ctx = { L.data() };
+			float t = time_median(wg_call, &ctx, copies, s);
+			CK(cudaStreamSynchronize(s));
+			double err = sample_err(dd);
+			bool ok = err < (bf16 ? 1e-2 : 2e-3);
+			printf("  %-12s splits %d grid %5d: %8.1f us %6.0f TF-eq  %.2fx cuBLAS time  err %.1e %s\n",
+			       v->name, (int)L[0].grid.z, (int)(L[0].grid.x * L[0].grid.z), t, flop / t * 1e-6,
+			       t / t_blas, err, ok ? "ok" : "WRONG");
+			if (ok && t < best) {
+				best = t;
+				best_name = v->name;
+				best_splits = (int)L[0].grid.z;
+			}
+			for (auto &l : L)
+				wg_release(l);
+		}
+	}
+	printf("| %s | %d x %d x %d | %.1f us (%.0f TF-eq) %s s%d | %.1f us (%.0f TF) | %.2fx |\n",
+	       bf16 ? "bf16" : "f16", m, n, k, best, flop / best * 1e-6, best_name, best_splits, t_blas,
+	       flop / t_blas * 1e-6, best / t_blas);
+	for (auto &x : w) {
+		cudaFree(x.val);
+		cudaFree(x.meta);
+	}
+	for (auto p : da)
+		cudaFree(p);
+	cudaFree(db);
+	cudaFree(dd);
+	cudaFree(dblas);
+}
+
+int main(int argc, char **argv)
+{
+	const char *what = argc > 1 ? argv[1] : "probe";
+	cudaDeviceProp prop;
+	CK(cudaGetDeviceProperties(&prop, 0));
+	printf("device %s, sm_%d%d, %d SMs\n", prop.name, prop.major, prop.minor, prop.multiProcessorCount);
+	if (prop.major != 9) {
+		printf("not an sm_90 device: the sm_90a kernels do not run here\n");
+		return 2;
+	}
+	cudaDriverEntryPointQueryResult q;
+	CK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", (void **)&encode_tiled, 12000,
+					     cudaEnableDefault, &q));
+	if (q != cudaDriverEntryPointSuccess || !encode_tiled) {
+		printf("cuTensorMapEncodeTiled not found\n");
+		return 1;
+	}
+	setup_variants();
+	if (strcmp(what, "probe") == 0)
+		return run_probe() ? 1 : 0;
+	if (strcmp(what, "check") == 0)
+		return run_checks(prop.multiProcessorCount) ? 1 : 0;
+	if (strcmp(what, "bench") == 0) {
+		cublasHandle_t h;
+		if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) {
+			printf("cublasCreate failed\n");
+			return 1;
+		}
+		cudaStream_t s;
+		CK(cudaStreamCreate(&s));
+		const char *dts = getenv("WG_DTYPES") ? getenv("WG_DTYPES") : "f16,bf16";
+		std::vector<int> shp;
+		for (int i = 2; i < argc; i++) {
+			int m, n, k;
+			if (sscanf(argv[i], "%dx%dx%d", &m, &n, &k) == 3 && k % 4 == 0) {
+				shp.push_back(m);
+				shp.push_back(n);
+				shp.push_back(k);
+			}
+		}
+		if (shp.empty())
+			shp = { 8192, 8192, 8192, 14336, 1024, 4096, 4096, 64, 14336, 14336, 16, 4096 };
+		for (int bf16 = 0; bf16 < 2; bf16++) {
+			char list[64];
+			snprintf(list, sizeof(list), ",%s,", dts);
+			if (!strstr(list, bf16 ? ",bf16," : ",f16,"))
+				continue;
+			for (size_t i = 0; i < shp.size(); i += 3)
+				run_bench_shape(bf16, shp[i], shp[i + 1], shp[i + 2], prop.multiProcessorCount, h, s);
+		}
+		return 0;
+	}
+	printf("usage: wgmma_bench probe|check|bench [MxNxK ...]\n");
+	return 2;
+}

@@ -1,0 +1,285 @@
+/* The sm_90a wgmma.sp kernels as a provider of the CUDA backend
+ * (cuda_provider.h): 2:4 f16 and bf16 on sm_90 (H100, H200), TMA-fed and
+ * warp-specialised (kernels/nvidia/nv_wgmma.cuh).  On sm_90 it comes before
+ * our mma.sp family in the table, so a 2:4 A sent with a request runs
+ * here; the mma.sp kernels stay the family for sm_80/86/89, for dense and
+ * i8, for batched launches, and the fallback.  A resident weight is packed
+ * by both, and the measured choice per N bucket picks between them.
+ *
+ * The canonical 2:4 weight is rewritten on the device into the kernels'
+ * layout (nv_wgmma_layout.h: values padded to whole stages, metadata
+ * grouped per stage): once at load for a resident weight, per request
+ * otherwise (then counted in the kernel time, as our mma.sp provider
+ * counts its packing). */
+#include "mfmad_build.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_provider.h"
+#include "nv_wgmma.h"
+#include "sparse24.h"
+
+struct wg {
+	struct nv_wg_module mod;
+	struct cuda_buf val, meta, ws, counters;
+};
+
+static int wg_usable(int cc)
+{
+	return nv_wg_usable(nv_images, nv_image_count, cc);
+}
+
+static void wg_describe(int cc, struct backend_device_info *info)
+{
+	(void)cc;
+	info->sparse_dtypes |= BACKEND_DTYPE_BIT(MFMA_DT_F16) | BACKEND_DTYPE_BIT(MFMA_DT_BF16);
+	size_t len = strlen(info->variants);
+	for (int bf16 = 0; bf16 < 2; bf16++)
+		for (int t = 0; t < NV_WG_TILE_COUNT; t++) {
+			int n = snprintf(info->variants + len, sizeof(info->variants) - len, "%s%s",
+					 len ? "," : "", nv_wg_variant_label(bf16, t));
+			if (n < 0 || (size_t)n >= sizeof(info->variants) - len) {
+				info->variants[len] = '\0'; /* the names that fit are there */
+				return;
+			}
+			len += (size_t)n;
+		}
+}
+
+static void wg_detach(struct cuda_dev *dev, void *state)
+{
+	struct wg *o = state;
+	(void)dev;
+	if (!o)
+		return;
+	cuda_buf_free(&o->val);
+	cuda_buf_free(&o->meta);
+	cuda_buf_free(&o->ws);
+	cuda_buf_free(&o->counters);
+	nv_wg_module_unload(&o->mod);
+	free(o);
+}
+
+static int wg_attach(struct cuda_dev *dev, void **state, char *err, size_t errlen)
+{
+	struct wg *o = calloc(1, sizeof(*o));
+	if (!o) {
+		snprintf(err, errlen, "cuda: out of host memory");
+		return -ENOMEM;
+	}
+	int rc = nv_wg_module_load(&o->mod, cuda_dev_device(dev), err, errlen);
+	if (rc < 0) {
+		free(o);
+		return rc;
+	}
+	*state = o;
+	return 0;
+}
+
+static int wg_supports(const struct cuda_dev *dev, void *state, const struct cuda_shape *s, char *err,
+		       size_t errlen)
+{
+	(void)dev;
+	(void)state;
+	/* A request no kernel could run is said so first: the backend reports
+	 * the first provider's refusal, and this one comes first. */
+	if (s->out != MFMA_DT_NONE && !mfma_out_dtype_ok(s->in, s->out)) {
+		snprintf(err, errlen, "cuda: out_dtype=%s is not produced from in_dtype=%s",
+			 mfma_dtype_name(s->out), mfma_dtype_name(s->in));
+		return -EINVAL;
+	}
+	if (!s->sparse || (s->in != MFMA_DT_F16 && s->in != MFMA_DT_BF16)) {
+		snprintf(err, errlen, "cuda: the wgmma.sp kernels run 2:4 f16 and bf16 only, not %s %s",
+			 s->sparse ? "2:4" : "dense", mfma_dtype_name(s->in));
+		return -ENOTSUP;
+	}
+	if (s->nparts > 1) {
+		snprintf(err, errlen, "cuda: the wgmma.sp kernels do not run batched launches (%u parts)",
+			 s->nparts);
+		return -ENOTSUP;
+	}
+	if (s->k % 4 != 0) {
+		snprintf(err, errlen, "cuda: k=%u is not a multiple of 4 (2:4 groups)", s->k);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* Copies the canonical A (values and meta) to the device's scratch
+ * buffers. */
+static int upload_a(struct cuda_dev *dev, size_t m, size_t k, const void *a, const uint32_t *meta, char *err,
+		    size_t errlen)
+{
+	struct cuda_buf *raw_a = cuda_dev_scratch(dev, CUDA_SCRATCH_A);
+	struct cuda_buf *raw_meta = cuda_dev_scratch(dev, CUDA_SCRATCH_META);
+	const size_t abytes = sparse24_values_bytes(m, k, 2), mbytes = sparse24_meta_bytes(m, k);
+	int rc;
+	if ((rc = cuda_buf_need(raw_a, abytes, "A", NULL, err, errlen)) < 0 ||
+	    (rc = cuda_dev_copy_in(dev, raw_a->p, abytes, a, 1, abytes, err, errlen)) < 0 ||
+	    (rc = cuda_buf_need(raw_meta, mbytes, "A meta", NULL, err, errlen)) < 0 ||
+	    (rc = cuda_dev_copy_in(dev, raw_meta->p, mbytes, meta, 1, mbytes, err, errlen)) < 0)
+		return rc;
+	return 0;
+}
+
+/* Packs the A that upload_a copied into dst. */
+static int launch_pack(struct cuda_dev *dev, struct wg *o, const struct nv_wg_packed *dst, char *err,
+		       size_t errlen)
+{
+	int rc = nv_wg_launch_pack(&o->mod, cuda_dev_stream(dev), cuda_dev_scratch(dev, CUDA_SCRATCH_A)->p,
+				   cuda_dev_scratch(dev, CUDA_SCRATCH_META)->p, dst);
+	if (rc < 0)
+		snprintf(err, errlen, "cuda: launching the wgmma A packing kernel failed (%d)", rc);
+	return rc;
+}
+
+static void wg_weight_free(struct cuda_dev *dev, void *state, void *packed)
+{
+	struct nv_wg_packed *pk = packed;
+	(void)dev;
+	(void)state;
+	if (!pk)
+		return;
+	if (pk->val)
+		nv_drv.cuMemFree(pk->val);
+	if (pk->meta)
+		nv_drv.cuMemFree(pk->meta);
+	free(pk);
+}
+
+static int wg_weight_pack(struct cuda_dev *dev, void *state, const struct mfma_weight_host *w, void **packed,
+			  uint64_t *dev_bytes, char *err, size_t errlen)
+{
+	struct wg *o = state;
+	struct nv_wg_packed *pk = calloc(1, sizeof(*pk));
+	if (!pk) {
+		snprintf(err, errlen, "cuda: out of host memory");
+		return -ENOMEM;
+	}
+	pk->bf16 = w->dtype == MFMA_DT_BF16;
+	pk->m = w->m;
+	pk->k = w->k;
+	/* The padded layout is what the device holds: that is the cost. */
+	const uint64_t vbytes = (uint64_t)nv_wg_values_bytes(w->m, w->k, 2);
+	const uint64_t mbytes = (uint64_t)nv_wg_meta_bytes(w->m, w->k);
+	int rc;
+	CUresult r = nv_drv.cuMemAlloc(&pk->val, (size_t)vbytes);
+	if (r == CUDA_SUCCESS)
+		r = nv_drv.cuMemAlloc(&pk->meta, (size_t)mbytes);
+	if (r != CUDA_SUCCESS) {
+		rc = cuda_fail(r, err, errlen, "allocating the wgmma weight");
+		goto out;
+	}
+	if ((rc = upload_a(dev, w->m, w->k, w->a, w->meta, err, errlen)) < 0 ||
+	    (rc = launch_pack(dev, o, pk, err, errlen)) < 0)
+		goto out;
+	*packed = pk;
+	*dev_bytes = vbytes + mbytes;
+	return 0;
+out:
+	/* Nothing enqueued may still write the weight being freed. */
+	cuda_dev_drain(dev);
+	wg_weight_free(dev, state, pk);
+	return rc;
+}
+
+static int wg_launch(struct cuda_dev *dev, void *state, const struct mfma_gemm *g, void *packed,
+		     const char **variant, char *err, size_t errlen)
+{
+	struct wg *o = state;
+	const int bf16 = g->in_dtype == MFMA_DT_BF16;
+	const uint32_t m = g->m, n = g->n, k = g->k;
+	const size_t os = mfma_dtype_size(g->out_dtype);
+	const CUstream stream = cuda_dev_stream(dev);
+	struct nv_wg_plan plan;
+	int rc = nv_wg_plan_make(m, n, k, o->mod.sms, o->mod.occ[bf16], -1, &plan);
+	if (rc < 0) {
+		snprintf(err, errlen, "cuda: no wgmma.sp kernel for %ux%ux%u %s (%d)", m, n, k,
+			 mfma_dtype_name(g->in_dtype), rc);
+		return rc;
+	}
+	struct nv_wg_packed pk;
+	if (packed) {
+		pk = *(const struct nv_wg_packed *)packed;
+	} else {
+		memset(&pk, 0, sizeof(pk));
+		pk.bf16 = bf16;
+		pk.m = m;
+		pk.k = k;
+		if ((rc = cuda_buf_need(&o->val, (size_t)nv_wg_values_bytes(m, k, 2), "wgmma A", NULL, err,
+					errlen)) < 0 ||
+		    (rc = cuda_buf_need(&o->meta, (size_t)nv_wg_meta_bytes(m, k), "wgmma A meta", NULL, err,
+					errlen)) < 0)
+			return rc;
+		pk.val = o->val.p;
+		pk.meta = o->meta.p;
+	}
+	struct cuda_buf *b = cuda_dev_scratch(dev, CUDA_SCRATCH_B);
+	struct cuda_buf *c = cuda_dev_scratch(dev, CUDA_SCRATCH_C);
+	struct cuda_buf *d = cuda_dev_scratch(dev, CUDA_SCRATCH_D);
+	/* TMA wants B's rows 16-byte aligned: ldb a multiple of 8. */
+	const size_t ldb = (size_t)nv_round_up(n, 8);
+	const size_t dbytes = (size_t)m * n * os;
+	int grown = 0;
+	if ((rc = cuda_buf_need(b, (size_t)k * ldb * 2, "B", NULL, err, errlen)) < 0 ||
+	    (g->beta != 0.0f && (rc = cuda_buf_need(c, dbytes, "C", NULL, err, errlen)) < 0) ||
+	    (rc = cuda_buf_need(d, dbytes, "D", NULL, err, errlen)) < 0 ||
+	    (rc = cuda_buf_need(&o->ws, plan.ws_bytes, "split-K workspace", NULL, err, errlen)) < 0 ||
+	    (rc = cuda_buf_need(&o->counters, plan.counters * 4, "split-K counters", &grown, err, errlen)) < 0)
+		return rc;
+	if (grown) {
+		CUresult r = nv_drv.cuMemsetD32Async(o->counters.p, 0, o->counters.cap / 4, stream);
+		if (r != CUDA_SUCCESS)
+			return cuda_fail(r, err, errlen, "cuMemsetD32Async(counters)");
+	}
+
+	/* In.  A without a resident weight is uploaded here (copies in) and
+	 * packed below (kernel time). */
+	if ((rc = cuda_dev_mark(dev, CUDA_MARK_START, err, errlen)) < 0)
+		return rc;
+	if (!packed && (rc = upload_a(dev, m, k, g->a, g->a_meta, err, errlen)) < 0)
+		return rc;
+	if ((rc = cuda_dev_copy_in(dev, b->p, ldb * 2, g->b, k, (size_t)n * 2, err, errlen)) < 0)
+		return rc;
+	if (g->beta != 0.0f && (rc = cuda_dev_copy_in(dev, c->p, dbytes, g->c, 1, dbytes, err, errlen)) < 0)
+		return rc;
+	if ((rc = cuda_dev_mark(dev, CUDA_MARK_IN, err, errlen)) < 0)
+		return rc;
+
+	/* Kernels. */
+	if (!packed && (rc = launch_pack(dev, o, &pk, err, errlen)) < 0)
+		return rc;
+	const struct nv_wg_args args = {
+		.b = b->p, .c = g->beta != 0.0f ? c->p : 0, .d = d->p,
+		.n = (int32_t)n, .ldb = (int32_t)ldb, .ldc = (int32_t)n, .ldd = (int32_t)n,
+		.out_dtype = g->out_dtype, .alpha = g->alpha, .beta = g->beta,
+	};
+	char why[160] = "";
+	if ((rc = nv_wg_launch_gemm(&o->mod, &plan, &pk, &args, o->ws.p, o->counters.p, stream, why,
+				    sizeof(why))) < 0) {
+		snprintf(err, errlen, "cuda: launching %s failed (%d)%s%s", nv_wg_variant_label(bf16, plan.tile), rc,
+			 why[0] ? ": " : "", why);
+		return rc;
+	}
+	if ((rc = cuda_dev_mark(dev, CUDA_MARK_KERNEL, err, errlen)) < 0)
+		return rc;
+	if ((rc = cuda_dev_copy_out(dev, g->d, d->p, dbytes, err, errlen)) < 0)
+		return rc;
+	*variant = nv_wg_variant_label(bf16, plan.tile);
+	return 0;
+}
+
+const struct cuda_provider cuda_provider_wgmma = {
+	.name = "wgmma",
+	.usable = wg_usable,
+	.describe = wg_describe,
+	.attach = wg_attach,
+	.detach = wg_detach,
+	.supports = wg_supports,
+	.weight_pack = wg_weight_pack,
+	.weight_free = wg_weight_free,
+	.launch = wg_launch,
+};

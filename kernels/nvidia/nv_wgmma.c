@@ -1,0 +1,163 @@
+/* Host side of the wgmma.sp kernels that talks to the driver (see
+ * nv_wgmma.h). */
+#include "nv_wgmma.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "mfma_dtype.h"
+
+#define NV_WG_CHECK(call, what)                                                           \
+	do {                                                                              \
+		CUresult r_ = (call);                                                     \
+		if (r_ != CUDA_SUCCESS) {                                                 \
+			if (err && errlen)                                                \
+				snprintf(err, errlen, "%s failed: %s", what, nv_result_str(r_)); \
+			return nv_result_errno(r_);                                       \
+		}                                                                         \
+	} while (0)
+
+int nv_wg_module_load(struct nv_wg_module *m, CUdevice dev, char *err, size_t errlen)
+{
+	int major = 0, minor = 0, smem_optin = 0, rc;
+	memset(m, 0, sizeof(*m));
+	NV_WG_CHECK(nv_drv.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev),
+		    "cuDeviceGetAttribute(compute capability)");
+	NV_WG_CHECK(nv_drv.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev),
+		    "cuDeviceGetAttribute(compute capability)");
+	NV_WG_CHECK(nv_drv.cuDeviceGetAttribute(&m->sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev),
+		    "cuDeviceGetAttribute(multiprocessor count)");
+	NV_WG_CHECK(nv_drv.cuDeviceGetAttribute(&smem_optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+						dev),
+		    "cuDeviceGetAttribute(shared memory per block)");
+	const int cc = major * 10 + minor;
+	if (!nv_wg_usable(nv_images, nv_image_count, cc)) {
+		snprintf(err, errlen, "no wgmma.sp kernels for sm_%d (they are built for sm_90a only)", cc);
+		return -ENOTSUP;
+	}
+	const struct nv_image *im = nv_image_find(nv_images, nv_image_count, NV_WG_UNIT, cc);
+	NV_WG_CHECK(nv_drv.cuModuleLoadData(&m->mod, im->data), "cuModuleLoadData(wg, sm_90a)");
+	CUresult r = nv_drv.cuModuleGetFunction(&m->pack, m->mod, "nv_wg_pack");
+	if (r != CUDA_SUCCESS) {
+		snprintf(err, errlen, "cuModuleGetFunction(nv_wg_pack) failed: %s", nv_result_str(r));
+		rc = nv_result_errno(r);
+		goto fail;
+	}
+	for (int bf16 = 0; bf16 < 2; bf16++)
+		for (int t = 0; t < NV_WG_TILE_COUNT; t++) {
+			const char *name = nv_wg_kernel_name(bf16, t);
+			struct nv_wg_tile_shape sh;
+			nv_wg_tile_shape(t, &sh);
+			r = nv_drv.cuModuleGetFunction(&m->gemm[bf16][t], m->mod, name);
+			/* A tile that needs more shared memory than this GPU gives
+			 * a block stays unused (occ = 0). */
+			if (r == CUDA_SUCCESS && (int)sh.smem > smem_optin)
+				continue;
+			if (r == CUDA_SUCCESS)
+				r = nv_drv.cuFuncSetAttribute(m->gemm[bf16][t],
+							      CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+							      (int)sh.smem);
+			if (r == CUDA_SUCCESS)
+				r = nv_drv.cuOccupancyMaxActiveBlocksPerMultiprocessor(&m->occ[bf16][t],
+										      m->gemm[bf16][t],
+										      NV_WG_THREADS, sh.smem);
+			if (r != CUDA_SUCCESS) {
+				snprintf(err, errlen, "setting up %s failed: %s", name, nv_result_str(r));
+				rc = nv_result_errno(r);
+				goto fail;
+			}
+		}
+	return 0;
+fail:
+	nv_wg_module_unload(m);
+	return rc;
+}
+
+void nv_wg_module_unload(struct nv_wg_module *m)
+{
+	if (!m)
+		return;
+	if (m->mod)
+		nv_drv.cuModuleUnload(m->mod);
+	memset(m, 0, sizeof(*m));
+}
+
+int nv_wg_launch_pack(const struct nv_wg_module *m, CUstream s, CUdeviceptr src, CUdeviceptr src_meta,
+		      const struct nv_wg_packed *dst)
+{
+	if (!m || !m->pack || !dst || dst->m <= 0 || dst->k <= 0 || dst->k % 4 != 0 || !src || !src_meta ||
+	    !dst->val || !dst->meta)
+		return -EINVAL;
+	struct nv_wg_pack_params p = {
+		.src = src, .src_meta = src_meta, .dst = dst->val, .dst_meta = dst->meta,
+		.rows = (int32_t)dst->m, .k = (int32_t)dst->k, .meta_words = (int32_t)((dst->k / 4 + 7) / 8),
+	};
+	int64_t words = (nv_wg_values_bytes(dst->m, dst->k, 2) + nv_wg_meta_bytes(dst->m, dst->k)) / 4;
+	void *args[] = { &p };
+	return nv_result_errno(nv_drv.cuLaunchKernel(m->pack, (unsigned)((words + 255) / 256), 1, 1, 256, 1, 1, 0,
+						     s, args, NULL));
+}
+
+/* A 2D map of 16-bit elements: d0 contiguous, rows of stride bytes. */
+static CUresult tmap_2d(CUtensorMap *tm, CUdeviceptr base, uint64_t d0, uint64_t d1, uint64_t stride,
+			uint32_t b0, uint32_t b1, CUtensorMapSwizzle swz)
+{
+	const cuuint64_t dims[2] = { d0, d1 }, strides[1] = { stride };
+	const cuuint32_t box[2] = { b0, b1 }, es[2] = { 1, 1 };
+	return nv_drv.cuTensorMapEncodeTiled(tm, CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, (void *)(uintptr_t)base, dims,
+					     strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE, swz,
+					     CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+}
+
+int nv_wg_launch_gemm(const struct nv_wg_module *m, const struct nv_wg_plan *plan, const struct nv_wg_packed *a,
+		      const struct nv_wg_args *g, CUdeviceptr ws, CUdeviceptr counters, CUstream s, char *err,
+		      size_t errlen)
+{
+	if (!m || !plan || !a || !g || plan->tile < 0 || plan->tile >= NV_WG_TILE_COUNT)
+		return -EINVAL;
+	const int bf16 = !!a->bf16;
+	if (m->occ[bf16][plan->tile] <= 0)
+		return -ENOTSUP;
+	if ((plan->splits > 1 && (!ws || !counters)) || g->ldb % 8 != 0 || g->b % 16 != 0 || g->n <= 0)
+		return -EINVAL;
+	struct nv_wg_tile_shape sh;
+	nv_wg_tile_shape(plan->tile, &sh);
+	const int bnb = sh.bn < 64 ? sh.bn : 64;
+	const CUtensorMapSwizzle bswz = bnb == 64   ? CU_TENSOR_MAP_SWIZZLE_128B
+					: bnb == 32 ? CU_TENSOR_MAP_SWIZZLE_64B
+						    : CU_TENSOR_MAP_SWIZZLE_32B;
+	struct nv_wg_params p;
+	memset(&p, 0, sizeof(p));
+	const int64_t kp = nv_wg_k_pad(a->k);
+	/* A's rows are kp/2 values; 32 of them (64 bytes, one swizzle span)
+	 * and 128 rows a box.  B's box is one stage of K by up to 64 columns. */
+	NV_WG_CHECK(tmap_2d(&p.tm_a, a->val, (uint64_t)kp / 2, (uint64_t)a->m, (uint64_t)kp, NV_WG_BK / 2, NV_WG_BM,
+			    CU_TENSOR_MAP_SWIZZLE_64B),
+		    "cuTensorMapEncodeTiled(A)");
+	NV_WG_CHECK(tmap_2d(&p.tm_b, g->b, (uint64_t)g->n, (uint64_t)a->k, (uint64_t)g->ldb * 2, (uint32_t)bnb,
+			    NV_WG_BK, bswz),
+		    "cuTensorMapEncodeTiled(B)");
+	p.meta = a->meta;
+	p.c = g->c;
+	p.d = g->d;
+	p.ws = ws;
+	p.counters = counters;
+	p.m = (int32_t)a->m;
+	p.n = g->n;
+	p.m_pad = (int32_t)nv_wg_m_pad(a->m);
+	p.k_iters = plan->k_iters;
+	p.iters_per_split = plan->iters_per_split;
+	p.ldc = g->ldc;
+	p.ldd = g->ldd;
+	p.tiles_m = plan->tiles_m;
+	p.tiles_n = plan->tiles_n;
+	p.out_dtype = g->out_dtype;
+	p.alpha = g->alpha;
+	p.beta = g->beta;
+	void *args[] = { &p };
+	NV_WG_CHECK(nv_drv.cuLaunchKernel(m->gemm[bf16][plan->tile], (unsigned)(plan->tiles_m * plan->tiles_n), 1,
+					  (unsigned)plan->splits, NV_WG_THREADS, 1, 1, sh.smem, s, args, NULL),
+		    nv_wg_kernel_name(bf16, plan->tile));
+	return 0;
+}

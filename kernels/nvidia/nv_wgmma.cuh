@@ -1,0 +1,353 @@
+/* sm_90a 2:4 GEMM with wgmma.mma_async.sp, TMA and mbarriers, warp
+ * specialised: D (M x N) = alpha * A (M x K, 2:4) x B (K x N) + beta * C.
+ *
+ * A CTA of 384 threads computes a 128 x BN tile of D.  Warpgroup 0 is the
+ * producer: one thread issues, per stage of NV_WG_BK = 64 dense K, a TMA
+ * load of the compressed A slab (128 rows x 32 values, 64-byte swizzle),
+ * a bulk copy of the stage's metadata (1 KiB, nv_wgmma_layout.h) and TMA
+ * loads of B (64 K rows x BN columns, in boxes of up to 64 columns with
+ * the swizzle that matches their row width), all completing on the
+ * stage's `full` mbarrier.  Warpgroups 1 and 2 are the consumers, each
+ * owning 64 rows: they wait on `full`, build their metadata registers
+ * from the stage's words (two 8-byte shared loads and one byte permute
+ * per k32 step), issue two wgmma.sp m64nBNk32 and release the stage on its
+ * `empty` mbarrier once the instructions that read it are complete.  The
+ * ring is STAGES deep.  With setmaxnreg the producer gives its registers
+ * to the consumers (one CTA per SM, wide tiles); the skinny tiles run two
+ * CTAs per SM instead and keep the compiler's allocation.
+ *
+ * KEEP = 1 keeps one wgmma group in flight: the stage of iteration i - 1
+ * is released after `wgmma.wait_group 1` in iteration i, and the
+ * metadata registers of the group in flight are kept alive until that
+ * wait (an empty asm that reads them).  Measured on the H200 it is WRONG
+ * (relative error 0.5-0.7 with the 64 x 256 tiles every time, 1e-2
+ * intermittently with the others): the PTX says nothing about when
+ * wgmma.sp reads sp-meta, and ptxas is free to give the next stage's
+ * words the registers of the group in flight (an empty asm does not pin a
+ * physical register).  So every kernel built uses KEEP = 0, waiting for
+ * all groups each stage as CUTLASS's sparse mainloop does; the parameter
+ * stays for the experiment (double-buffered metadata in registers ptxas
+ * cannot merge would be the next try).
+ *
+ * Split-K (gridDim.z > 1): every CTA of a tile writes its f32 partial
+ * tile to the workspace, in its threads' register order; the last CTA of
+ * the tile to arrive (an atomic counter, reset by that CTA) adds the
+ * partials in split order, so the result does not depend on timing, and
+ * runs the epilogue.  The epilogue writes D straight from the
+ * accumulator registers (alpha, beta * C, conversion to the output
+ * dtype); it is not overlapped with the next tile (no persistence yet). */
+#ifndef MFMA_NV_WGMMA_CUH
+#define MFMA_NV_WGMMA_CUH
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#include "mfma_dtype.h"
+#include "nv_wgmma_layout.h"
+#include "nv_wgmma_ops.cuh"
+
+/* ---- PTX wrappers ---- */
+
+static __device__ __forceinline__ uint32_t nv_wg_smem(const void *p)
+{
+	return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+static __device__ __forceinline__ void nv_mbar_init(uint32_t bar, uint32_t count)
+{
+	asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+
+static __device__ __forceinline__ void nv_mbar_expect_tx(uint32_t bar, uint32_t bytes)
+{
+	asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+		     : "memory");
+}
+
+static __device__ __forceinline__ void nv_mbar_arrive(uint32_t bar)
+{
+	asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+
+static __device__ __forceinline__ void nv_mbar_wait(uint32_t bar, uint32_t parity)
+{
+	uint32_t ok;
+	do {
+		asm volatile("{\n.reg .pred p;\n"
+			     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+			     "selp.u32 %0, 1, 0, p;\n}\n"
+			     : "=r"(ok)
+			     : "r"(bar), "r"(parity)
+			     : "memory");
+	} while (!ok);
+}
+
+/* Cache hints (CUTLASS CacheHintSm90): the weight is read once per
+ * column of tiles, B by every row of tiles. */
+#define NV_WG_EVICT_FIRST 0x12F0000000000000ull
+#define NV_WG_EVICT_LAST 0x14F0000000000000ull
+
+static __device__ __forceinline__ void nv_tma_2d(uint32_t dst, const CUtensorMap *tm, int c0, int c1,
+						 uint32_t bar, uint64_t policy)
+{
+	asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+		     " [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
+		     "l"((uint64_t)tm), "r"(c0), "r"(c1), "r"(bar), "l"(policy)
+		     : "memory");
+}
+
+static __device__ __forceinline__ void nv_bulk_1d(uint32_t dst, uint64_t src, uint32_t bytes, uint32_t bar,
+						  uint64_t policy)
+{
+	asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+		     " [%0], [%1], %2, [%3], %4;\n" ::"r"(dst),
+		     "l"(src), "r"(bytes), "r"(bar), "l"(policy)
+		     : "memory");
+}
+
+static __device__ __forceinline__ void nv_wg_fence(void) { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+static __device__ __forceinline__ void nv_wg_commit(void) { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+static __device__ __forceinline__ void nv_wg_wait(void)
+{
+	asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+
+/* Shared-memory matrix descriptor (PTX 9.7.15.5.1.2.2): start, LBO and
+ * SBO in 16-byte units, swizzle code 1 = 128B, 2 = 64B, 3 = 32B (the
+ * reverse of CUtensorMapSwizzle's numbering). */
+static __device__ __forceinline__ uint64_t nv_wg_desc(uint32_t saddr, uint32_t lbo, uint32_t sbo, uint32_t swz)
+{
+	return (uint64_t)((saddr & 0x3FFFF) >> 4) | (uint64_t)((lbo & 0x3FFFF) >> 4) << 16 |
+	       (uint64_t)((sbo & 0x3FFFF) >> 4) << 32 | (uint64_t)swz << 62;
+}
+
+template <int BF16, int N, int SEL, int TB>
+static __device__ __forceinline__ void nv_wgsp(float *d, uint64_t da, uint64_t db, uint32_t e)
+{
+#define NV_WGSP_CASE(n)                                            \
+	if constexpr (N == n) {                                    \
+		if constexpr (BF16)                                \
+			nv_wgsp_bf16_n##n<SEL, TB>(d, da, db, e);  \
+		else                                               \
+			nv_wgsp_f16_n##n<SEL, TB>(d, da, db, e);   \
+	}
+	NV_WGSP_CASE(16)
+	NV_WGSP_CASE(32)
+	NV_WGSP_CASE(64)
+	NV_WGSP_CASE(128)
+	NV_WGSP_CASE(256)
+#undef NV_WGSP_CASE
+}
+
+/* ---- the pipelined kernel ---- */
+
+template <int BF16, int BN, int STAGES, int MINB, int KEEP>
+struct nv_wg_gemm {
+	enum {
+		NACC = BN / 2,
+		BNB = BN < 64 ? BN : 64,          /* B box width (columns) */
+		B_SWZ_BYTES = BNB * 2,            /* 32, 64 or 128 */
+		B_SWZ_CODE = B_SWZ_BYTES == 128 ? 1 : B_SWZ_BYTES == 64 ? 2 : 3,
+		A_BYTES = NV_WG_A_BYTES, /* 8 KiB */
+		B_BOX_BYTES = NV_WG_BK * B_SWZ_BYTES,
+		B_BYTES = NV_WG_BK * BN * 2,
+		E_BYTES = NV_WG_E_BYTES,
+		/* A and each B box start on 1024-byte boundaries, so that every
+		 * swizzle atom is aligned and the descriptors' base offset is 0. */
+		STAGE = NV_WG_STAGE_BYTES(BN),
+		SMEM = NV_WG_SMEM_BYTES(BN, STAGES),
+		/* The 64 x 256 tiles hold 128 accumulators per thread: the
+		 * split-K reduction on top of them spills at the 168 registers a
+		 * 384-thread CTA may start with, so those run with one split (the
+		 * wide tiles are for large N, where the tiles fill the GPU). */
+		SPLIT_K = BN < 256,
+	};
+	static_assert(BN % 16 == 0 && BN <= 256, "BN");
+	static_assert(A_BYTES % 1024 == 0 && B_BYTES % 1024 == 0, "stage alignment");
+
+	static __device__ __forceinline__ void run(const nv_wg_params &p, char *smem_raw)
+	{
+		char *smem = (char *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+		const uint32_t sbase = nv_wg_smem(smem);
+		const uint32_t bars = sbase + STAGES * STAGE; /* full[s] then empty[s] */
+		const unsigned tid = threadIdx.x, wg = tid / 128;
+		const int tile = blockIdx.x, z = blockIdx.z;
+		int pm, pn;
+		nv_raster(tile, p.tiles_m, p.tiles_n, &pm, &pn);
+		const int m0 = pm * NV_WG_BM, n0 = pn * BN;
+		const int it0 = z * p.iters_per_split;
+		const int it1 = min(p.k_iters, it0 + p.iters_per_split);
+		const int n_it = it1 - it0;
+
+		if (tid == 0) {
+			for (int s = 0; s < STAGES; s++) {
+				nv_mbar_init(bars + 8 * s, 1);
+				nv_mbar_init(bars + 8 * (STAGES + s), 8); /* one arrival per consumer warp */
+			}
+			asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+			asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)&p.tm_a) : "memory");
+			asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)&p.tm_b) : "memory");
+		}
+		__syncthreads();
+
+		if (wg == 0) {
+			if (MINB == 1)
+				asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+			if (tid != 0)
+				return;
+			for (int i = 0; i < n_it; i++) {
+				const int s = i % STAGES, it = it0 + i;
+				nv_mbar_wait(bars + 8 * (STAGES + s), ((i / STAGES) & 1) ^ 1);
+				const uint32_t full = bars + 8 * s, st = sbase + s * STAGE;
+				nv_mbar_expect_tx(full, A_BYTES + B_BYTES + E_BYTES);
+				nv_tma_2d(st, &p.tm_a, it * (NV_WG_BK / 2), m0, full, NV_WG_EVICT_FIRST);
+#pragma unroll
+				for (int nb = 0; nb < BN / BNB; nb++)
+					nv_tma_2d(st + A_BYTES + nb * B_BOX_BYTES, &p.tm_b, n0 + nb * BNB,
+						  it * NV_WG_BK, full, NV_WG_EVICT_LAST);
+				nv_bulk_1d(st + A_BYTES + B_BYTES,
+					   p.meta + ((int64_t)it * p.m_pad + m0) * 8, E_BYTES, full,
+					   NV_WG_EVICT_FIRST);
+			}
+			return;
+		}
+
+		if (MINB == 1)
+			asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+		const unsigned ctid = tid - 128, c = wg - 1, w = (tid / 32) % 4, lane = tid & 31;
+		const unsigned q = lane & 1u, mrow = 64 * c + 16 * w + (lane >> 2);
+		float acc[NACC];
+#pragma unroll
+		for (int i = 0; i < NACC; i++)
+			acc[i] = 0.0f;
+		uint32_t prev0 = 0, prev1 = 0;
+
+		for (int i = 0; i < n_it; i++) {
+			const int s = i % STAGES;
+			nv_mbar_wait(bars + 8 * s, (i / STAGES) & 1);
+			const uint32_t st = sbase + s * STAGE;
+			const char *e = smem + s * STAGE + A_BYTES + B_BYTES;
+			const uint2 lo = *(const uint2 *)(e + mrow * 8), hi = *(const uint2 *)(e + (mrow + 8) * 8);
+			const uint32_t e0 = __byte_perm(lo.x, hi.x, q ? 0x7632 : 0x5410);
+			const uint32_t e1 = __byte_perm(lo.y, hi.y, q ? 0x7632 : 0x5410);
+			const uint32_t a0 = st + c * 64 * 64; /* 64 rows of 64 bytes per warpgroup */
+			const uint32_t b0 = st + A_BYTES;
+			nv_wg_fence();
+			nv_wgsp<BF16, BN, 0, 1>(acc, nv_wg_desc(a0, 16, 512, 2),
+						nv_wg_desc(b0, B_BOX_BYTES, 8 * B_SWZ_BYTES, B_SWZ_CODE), e0);
+			nv_wgsp<BF16, BN, 0, 1>(acc, nv_wg_desc(a0 + 32, 16, 512, 2),
+						nv_wg_desc(b0 + 32 * B_SWZ_BYTES, B_BOX_BYTES, 8 * B_SWZ_BYTES, B_SWZ_CODE),
+						e1);
+			nv_wg_commit();
+			if (KEEP) {
+				nv_wg_wait<1>();
+				/* The previous group's metadata registers stay live until
+				 * it is complete (see the file comment). */
+				asm volatile("" ::"r"(prev0), "r"(prev1));
+				prev0 = e0;
+				prev1 = e1;
+				if (i > 0 && lane == 0)
+					nv_mbar_arrive(bars + 8 * (STAGES + (i - 1) % STAGES));
+			} else {
+				nv_wg_wait<0>();
+				if (lane == 0)
+					nv_mbar_arrive(bars + 8 * (STAGES + s));
+			}
+		}
+		if (KEEP) {
+			nv_wg_wait<0>();
+			asm volatile("" ::"r"(prev0), "r"(prev1));
+		}
+
+		if (SPLIT_K && gridDim.z > 1 && !reduce_splits(p, acc, tile, z, ctid))
+			return;
+		epilogue(p, acc, m0 + 64 * c, n0, w, lane);
+	}
+
+	/* Returns true in the last CTA of the tile to arrive, with the sum of
+	 * every split's partial in acc. */
+	static __device__ __forceinline__ bool reduce_splits(const nv_wg_params &p, float *acc, int tile, int z,
+							     unsigned ctid)
+	{
+		__shared__ unsigned s_last;
+		const int splits = gridDim.z;
+		float *ws = (float *)p.ws + (int64_t)tile * splits * NACC * 256;
+#pragma unroll
+		for (int i = 0; i < NACC; i++)
+			__stcg(&ws[((int64_t)z * NACC + i) * 256 + ctid], acc[i]);
+		__threadfence();
+		asm volatile("bar.sync 1, 256;\n" ::: "memory");
+		if (ctid == 0) {
+			unsigned *cnt = (unsigned *)p.counters + tile;
+			unsigned prev = atomicAdd(cnt, 1u);
+			s_last = prev == (unsigned)splits - 1;
+			if (s_last)
+				*cnt = 0; /* ready for the next launch */
+		}
+		asm volatile("bar.sync 1, 256;\n" ::: "memory");
+		if (!s_last)
+			return false;
+		__threadfence();
+#pragma unroll
+		for (int i = 0; i < NACC; i++) {
+			float v = 0.0f;
+			for (int zz = 0; zz < splits; zz++)
+				v += zz == z ? acc[i] : __ldcg(&ws[((int64_t)zz * NACC + i) * 256 + ctid]);
+			acc[i] = v;
+		}
+		return true;
+	}
+
+	/* D = alpha * acc + beta * C from the registers (each thread holds
+	 * pairs of adjacent columns); T is the output element type. */
+	template <class T>
+	static __device__ __forceinline__ void epilogue_t(const nv_wg_params &p, const float *acc, int row0, int n0,
+							  unsigned w, unsigned lane)
+	{
+		T *d = (T *)p.d;
+		const T *cc = (const T *)p.c;
+		const bool beta = p.beta != 0.0f;
+#pragma unroll
+		for (int i = 0; i < NACC; i += 2) {
+			unsigned r, col;
+			nv_wg_acc_pos(w, lane, i, &r, &col);
+			const int row = row0 + (int)r, cn = n0 + (int)col;
+			if (row >= p.m || cn >= p.n)
+				continue;
+			const int64_t di = (int64_t)row * p.ldd + cn, ci = (int64_t)row * p.ldc + cn;
+			float x0 = p.alpha * acc[i], x1 = p.alpha * acc[i + 1];
+			if (beta)
+				x0 += p.beta * (float)cc[ci];
+			d[di] = (T)x0;
+			if (cn + 1 < p.n) {
+				if (beta)
+					x1 += p.beta * (float)cc[ci + 1];
+				d[di + 1] = (T)x1;
+			}
+		}
+	}
+
+	static __device__ __forceinline__ void epilogue(const nv_wg_params &p, const float *acc, int row0, int n0,
+							unsigned w, unsigned lane)
+	{
+		if (p.out_dtype == MFMA_DT_F16)
+			epilogue_t<__half>(p, acc, row0, n0, w, lane);
+		else if (p.out_dtype == MFMA_DT_BF16)
+			epilogue_t<__nv_bfloat16>(p, acc, row0, n0, w, lane);
+		else
+			epilogue_t<float>(p, acc, row0, n0, w, lane);
+	}
+};
+
+#define NV_WG_DEFINE_KERNEL(name, bf16, bn, stages, minb, keep)                                   \
+	extern "C" __global__ void __launch_bounds__(NV_WG_THREADS, minb)                           \
+		nv_wg_##name(const __grid_constant__ nv_wg_params p)                                \
+	{                                                                                           \
+		extern __shared__ __align__(1024) char nv_wg_smem_raw[];                            \
+		nv_wg_gemm<bf16, bn, stages, minb, keep>::run(p, nv_wg_smem_raw);                   \
+	}
+
+#endif

@@ -1,0 +1,58 @@
+/* Host side of the sm_90a wgmma.sp kernels that talks to the driver:
+ * loading their cubin into a context, packing a weight, the GEMM launch
+ * with its tensor maps.  Library code: 0 or a negative errno (with a
+ * sentence in err where given), never logs. */
+#ifndef MFMA_NV_WGMMA_H
+#define MFMA_NV_WGMMA_H
+
+#include "nv_driver.h"
+#include "nv_wgmma_plan.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct nv_wg_module {
+	CUmodule mod;
+	CUfunction gemm[2][NV_WG_TILE_COUNT]; /* [bf16][tile] */
+	int occ[2][NV_WG_TILE_COUNT];         /* resident CTAs per SM, 0 if unusable */
+	CUfunction pack;
+	int sms;
+};
+
+/* -ENOTSUP (with the reason) on a device the kernels do not run on. */
+int nv_wg_module_load(struct nv_wg_module *m, CUdevice dev, char *err, size_t errlen);
+void nv_wg_module_unload(struct nv_wg_module *m);
+
+/* A 2:4 A in the kernels' layout (nv_wgmma_layout.h). */
+struct nv_wg_packed {
+	int bf16;
+	int64_t m, k;
+	CUdeviceptr val, meta; /* nv_wg_values_bytes / nv_wg_meta_bytes */
+};
+
+/* Packs canonical values [m][k/2] (src) and meta [m][ceil(k/32)]
+ * (src_meta) into dst. */
+int nv_wg_launch_pack(const struct nv_wg_module *m, CUstream s, CUdeviceptr src, CUdeviceptr src_meta,
+		      const struct nv_wg_packed *dst);
+
+/* The rest of one GEMM: B [k][ldb] 16-bit (ldb a multiple of 8, the
+ * address 16-byte aligned: TMA's rules), C and D [m][ldc/ldd]. */
+struct nv_wg_args {
+	CUdeviceptr b, c, d;
+	int32_t n, ldb, ldc, ldd;
+	int32_t out_dtype; /* enum mfma_dtype: f32 or the input type */
+	float alpha, beta;
+};
+
+/* Launches the planned GEMM; ws and counters must hold plan->ws_bytes and
+ * plan->counters words (the counters zeroed once when allocated). */
+int nv_wg_launch_gemm(const struct nv_wg_module *m, const struct nv_wg_plan *plan, const struct nv_wg_packed *a,
+		      const struct nv_wg_args *g, CUdeviceptr ws, CUdeviceptr counters, CUstream s, char *err,
+		      size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,130 @@
+/* Operand layouts of the sm_90a wgmma.sp kernels (nv_wgmma.cuh), plain
+ * index arithmetic compiled for the host (packing, tests) and the device.
+ *
+ * The 2:4 weight is kept in two arrays, made once from the canonical form
+ * (sparse24.h):
+ *  - values: rows x kp/2 elements, row-major, kp = K padded to NV_WG_BK
+ *    with zero values: the canonical `values` rows, padded.  The kernel
+ *    loads it with TMA (64-byte swizzle) as a K-major tile of width kp/2,
+ *    which is how wgmma.sp wants the compressed A in shared memory.
+ *  - meta: for each k block kb of NV_WG_BK dense K and each row r of the
+ *    row count padded to NV_WG_BM, the two canonical meta words of that
+ *    block (words 2kb and 2kb+1 of the row, one per k32 step), 8 bytes;
+ *    blocks are [kb][row], so one CTA tile's metadata for one stage is a
+ *    contiguous 1 KiB that a single bulk copy brings in.  Nibbles past K
+ *    or past the last row are the padding pair 0x4 (positions 0 and 1),
+ *    never 0x0, which the PTX lists as invalid metadata.
+ *
+ * The register a thread hands to wgmma.sp (m64nNk32, f16/bf16, selector
+ * 0), measured on the H200 by the probe in bench/nvidia/wgmma_bench.cu:
+ * thread (warp w of the warpgroup, g = lane / 4, t = lane % 4) passes
+ * rows 16w+g (low half) and 16w+g+8 (high half), chunks 4q..4q+3 of the
+ * k32 step, q = t & 1.  With canonical words W (chunk c of a row at bits
+ * 4c) that is nv_wg_meta_reg(W[16w+g], W[16w+g+8], q): the low 16 bits
+ * of both words for q = 0, the high 16 bits for q = 1.  Threads t = 2, 3
+ * are not read with selector 0 (they compute the same word anyway). */
+#ifndef MFMA_NV_WGMMA_LAYOUT_H
+#define MFMA_NV_WGMMA_LAYOUT_H
+
+#include <cuda.h>
+#include <stdint.h>
+
+#include "nv_layout.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define NV_WG_BM 128  /* rows of a CTA tile: two consumer warpgroups x 64 */
+#define NV_WG_BK 64   /* dense K of one pipeline stage (two k32 steps) */
+#define NV_WG_THREADS 384 /* one producer and two consumer warpgroups */
+
+/* The tiles the kernels are built with, shared by the device code (one
+ * kernel per dtype and tile) and the host (selection, shared memory).
+ * X(name, BN, STAGES, MIN_CTAS_PER_SM): the wide tiles run one CTA per SM
+ * and move the producer's registers to the consumers (setmaxnreg); the
+ * skinny ones (decode shapes, where streaming the weight is the whole
+ * cost) run two CTAs per SM with a ring of about 100 KiB each.  Stage
+ * counts fill the 227 KiB an sm_90 block may have. */
+#define NV_WG_TILES(X)          \
+	X(n256, 256, 5, 1)      \
+	X(n128, 128, 8, 1)      \
+	X(n64, 64, 6, 2)        \
+	X(n32, 32, 8, 2)        \
+	X(n16, 16, 9, 2)
+
+enum nv_wg_tile {
+#define NV_WG_TILE_ENUM(name, bn, st, minb) NV_WG_TILE_##name,
+	NV_WG_TILES(NV_WG_TILE_ENUM)
+#undef NV_WG_TILE_ENUM
+	NV_WG_TILE_COUNT
+};
+
+/* Bytes of one stage (A, B and the metadata, each 1024-byte aligned so
+ * that every swizzle atom starts on its boundary) and of a kernel's
+ * dynamic shared memory (the ring, alignment slack, the mbarriers). */
+#define NV_WG_A_BYTES (NV_WG_BM * NV_WG_BK / 2 * 2)
+#define NV_WG_E_BYTES (NV_WG_BM * 8)
+#define NV_WG_STAGE_BYTES(bn) (NV_WG_A_BYTES + NV_WG_BK * (bn) * 2 + (NV_WG_E_BYTES + 1023) / 1024 * 1024)
+#define NV_WG_SMEM_BYTES(bn, stages) ((stages) * NV_WG_STAGE_BYTES(bn) + 1024 + 2 * (stages) * 8)
+
+NV_HD int64_t nv_wg_k_pad(int64_t k) { return nv_round_up(k, NV_WG_BK); }
+NV_HD int64_t nv_wg_m_pad(int64_t m) { return nv_round_up(m, NV_WG_BM); }
+NV_HD int64_t nv_wg_values_bytes(int64_t m, int64_t k, int esize) { return m * (nv_wg_k_pad(k) / 2) * esize; }
+NV_HD int64_t nv_wg_meta_bytes(int64_t m, int64_t k) { return nv_wg_k_pad(k) / NV_WG_BK * nv_wg_m_pad(m) * 8; }
+
+/* Word j (0, 1) of k block kb of row r in the kernel's meta array, from
+ * the canonical meta (rows x meta_words, kgroups = K / 4 groups). */
+NV_HD uint32_t nv_wg_meta_word(const uint32_t *meta, int meta_words, int rows, int kgroups, int64_t kb,
+			       int64_t r, int j)
+{
+	uint32_t w = 0;
+	int64_t g0 = (kb * 2 + j) * 8;
+	for (int c = 0; c < 8; c++)
+		w |= (uint32_t)nv_canon_nibble(meta, meta_words, rows, kgroups, r, g0 + c) << (4 * c);
+	return w;
+}
+
+/* Kernel arguments, passed by value (the tensor maps must be kernel
+ * parameters: TMA reads them from the parameter space). */
+struct nv_wg_params {
+	CUtensorMap tm_a; /* values: dims {kp/2, M}, 64-byte swizzle, box {32, 128} */
+	CUtensorMap tm_b; /* B: dims {N, K} (row-major K x ldb), box {min(BN, 64), 64} */
+	uint64_t meta;    /* the meta array above */
+	uint64_t c, d;    /* C, D [m][ldc/ldd] in out_dtype (c = 0 when beta = 0) */
+	uint64_t ws;      /* split-K partials */
+	uint64_t counters;/* split-K arrival counters, one per tile, zero between launches */
+	int32_t m, n, m_pad;
+	int32_t k_iters, iters_per_split;
+	int32_t ldc, ldd;
+	int32_t tiles_m, tiles_n;
+	int32_t out_dtype; /* enum mfma_dtype */
+	float alpha, beta;
+};
+
+/* Arguments of the packing kernel (nv_wg_pack): canonical values
+ * [rows][k/2] and meta [rows][meta_words] into the two arrays above. */
+struct nv_wg_pack_params {
+	uint64_t src, src_meta, dst, dst_meta;
+	int32_t rows, k, meta_words;
+};
+
+/* The wgmma.sp metadata register from the words of rows g and g + 8. */
+NV_HD uint32_t nv_wg_meta_reg(uint32_t w_lo, uint32_t w_hi, unsigned q)
+{
+	return q ? (w_lo >> 16) | (w_hi & 0xffff0000u) : (w_lo & 0xffffu) | (w_hi << 16);
+}
+
+/* Position of f32 accumulator register i of thread (warp w of the
+ * warpgroup, lane) in the 64 x N tile of one wgmma m64nN. */
+NV_HD void nv_wg_acc_pos(unsigned w, unsigned lane, unsigned i, unsigned *row, unsigned *col)
+{
+	*row = 16 * w + (lane >> 2) + 8 * ((i >> 1) & 1);
+	*col = 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
+}
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,194 @@
+/* Host-only tests of the sm_90a wgmma.sp kernels' pure parts: the
+ * metadata layout (and its agreement with the mma.sp packing, which the
+ * H200 probe of bench/nvidia/wgmma_bench.cu showed feeds wgmma.sp with the
+ * selector alternating per k32 step), the accumulator map, the plan and
+ * the embedded image.  The kernels themselves run in test_cuda_backend on
+ * an H200. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "nv_wgmma_plan.h"
+#include "sparse24.h"
+
+static uint64_t seed = 0x2545F4914F6CDD1Dull;
+static uint32_t rnd(void)
+{
+	seed ^= seed << 13;
+	seed ^= seed >> 7;
+	seed ^= seed << 17;
+	return (uint32_t)(seed >> 32);
+}
+
+/* Random canonical meta of a rows x k matrix (legal ordered pairs; the
+ * unused nibbles of a row's last word left 0, as sparse24 writes them). */
+static uint32_t *random_meta(int rows, int k, int *mw)
+{
+	static const unsigned pairs[6] = { 0x4, 0x8, 0xc, 0x9, 0xd, 0xe };
+	*mw = (int)sparse24_meta_words((size_t)k);
+	uint32_t *m = calloc((size_t)rows * *mw, sizeof(*m));
+	assert_non_null(m);
+	for (int r = 0; r < rows; r++)
+		for (int g = 0; g < k / 4; g++)
+			m[r * *mw + g / 8] |= pairs[rnd() % 6] << (4 * (g % 8));
+	return m;
+}
+
+/* The wgmma.sp register built from canonical words is, for the lanes that
+ * supply it, the word the mma.sp packing gives that lane: selector 0
+ * reads lanes t = 0, 1 of the even k32 step, selector 1 lanes t = 2, 3 of
+ * the odd one, from the same packed word. */
+static void test_meta_reg_matches_mma_sp_packing(void **state)
+{
+	(void)state;
+	const int rows = 70, k = 200, kg = k / 4;
+	int mw;
+	uint32_t *meta = random_meta(rows, k, &mw);
+	for (int64_t s = 0; s < nv_m_pad(rows) / 16; s++)
+		for (int64_t mt = 0; mt < nv_k_pad(NV_F16_SPARSE, k) / NV_META_K; mt++)
+			for (unsigned lane = 0; lane < 32; lane++) {
+				const unsigned g = lane >> 2, t = lane & 3;
+				const int64_t r = s * 16 + g, kb = mt; /* NV_META_K == NV_WG_BK */
+				const int j = (int)(t >> 1);
+				uint32_t lo = nv_wg_meta_word(meta, mw, rows, kg, kb, r, j);
+				uint32_t hi = nv_wg_meta_word(meta, mw, rows, kg, kb, r + 8, j);
+				assert_int_equal(nv_wg_meta_reg(lo, hi, t & 1),
+						 nv_pack_meta_word(meta, mw, rows, kg, 0, s, mt, lane));
+			}
+	free(meta);
+}
+
+/* Past K and past the last row the words hold the padding pair 0x4,
+ * never the invalid 0x0; inside, the canonical nibbles. */
+static void test_meta_word_pads(void **state)
+{
+	(void)state;
+	const int rows = 5, k = 36; /* 9 groups: word 1 holds one, kp = 64 */
+	int mw;
+	uint32_t *meta = random_meta(rows, k, &mw);
+	assert_int_equal(nv_wg_k_pad(k), 64);
+	for (int r = 0; r < (int)nv_wg_m_pad(rows); r++)
+		for (int j = 0; j < 2; j++) {
+			uint32_t w = nv_wg_meta_word(meta, mw, rows, k / 4, 0, r, j);
+			for (int c = 0; c < 8; c++) {
+				int grp = 8 * j + c;
+				unsigned nib = (w >> (4 * c)) & 0xf;
+				if (r >= rows || grp >= k / 4)
+					assert_int_equal(nib, 0x4);
+				else
+					assert_int_equal(nib, sparse24_nibble(meta + r * mw, (size_t)grp));
+			}
+		}
+	free(meta);
+}
+
+/* Each 64 x N tile position is held by exactly one (warp, lane, register). */
+static void test_acc_pos_bijection(void **state)
+{
+	(void)state;
+	const unsigned n = 256;
+	unsigned char *seen = calloc(64 * n, 1);
+	assert_non_null(seen);
+	for (unsigned w = 0; w < 4; w++)
+		for (unsigned lane = 0; lane < 32; lane++)
+			for (unsigned i = 0; i < n / 2; i++) {
+				unsigned r, c;
+				nv_wg_acc_pos(w, lane, i, &r, &c);
+				assert_true(r < 64 && c < n);
+				assert_int_equal(seen[r * n + c]++, 0);
+			}
+	free(seen);
+}
+
+static void test_plan(void **state)
+{
+	(void)state;
+	int occ[NV_WG_TILE_COUNT] = { 1, 1, 2, 2, 2 };
+	struct nv_wg_plan p;
+	/* The narrowest tile covering N. */
+	const struct {
+		int64_t n;
+		int tile;
+	} pick[] = { { 1, NV_WG_TILE_n16 },   { 16, NV_WG_TILE_n16 },   { 17, NV_WG_TILE_n32 },
+		     { 64, NV_WG_TILE_n64 },  { 65, NV_WG_TILE_n128 }, { 128, NV_WG_TILE_n128 },
+		     { 129, NV_WG_TILE_n256 }, { 8192, NV_WG_TILE_n256 } };
+	for (size_t i = 0; i < sizeof(pick) / sizeof(pick[0]); i++) {
+		assert_int_equal(nv_wg_plan_make(16384, pick[i].n, 4096, 132, occ, -1, &p), 0);
+		assert_int_equal(p.tile, pick[i].tile);
+	}
+	/* Wide N on few rows: narrower tiles for CTAs (measured faster). */
+	assert_int_equal(nv_wg_plan_make(4096, 256, 14336, 132, occ, -1, &p), 0);
+	assert_int_equal(p.tile, NV_WG_TILE_n64);
+	assert_int_equal(p.tiles_m * p.tiles_n, 128);
+	assert_int_equal(nv_wg_plan_make(14336, 256, 4096, 132, occ, -1, &p), 0);
+	assert_int_equal(p.tile, NV_WG_TILE_n256);
+	assert_int_equal(nv_wg_plan_make(4096, 256, 14336, 132, occ, NV_WG_TILE_n256, &p), 0);
+	assert_int_equal(p.tile, NV_WG_TILE_n256); /* a pinned tile stays */
+	/* Decode 14336 x 16 x 4096: 112 tiles fill 132 SMs, no split. */
+	assert_int_equal(nv_wg_plan_make(14336, 16, 4096, 132, occ, -1, &p), 0);
+	assert_int_equal(p.tiles_m * p.tiles_n, 112);
+	assert_int_equal(p.splits, 1);
+	assert_int_equal(p.ws_bytes, 0);
+	/* 4096 x 64 x 14336: 32 tiles, four splits of 56 stages. */
+	assert_int_equal(nv_wg_plan_make(4096, 64, 14336, 132, occ, -1, &p), 0);
+	assert_int_equal(p.splits, 4);
+	assert_int_equal(p.iters_per_split, 56);
+	assert_int_equal(p.ws_bytes, (size_t)32 * 4 * 32 * 256 * 4);
+	assert_int_equal(p.counters, 32);
+	/* Short K keeps 4 stages a split; the widest tile never splits. */
+	assert_int_equal(nv_wg_plan_make(128, 16, 256, 132, occ, -1, &p), 0);
+	assert_int_equal(p.splits, 1);
+	assert_int_equal(nv_wg_plan_make(128, 300, 65536, 132, occ, NV_WG_TILE_n256, &p), 0);
+	assert_int_equal(p.tile, NV_WG_TILE_n256);
+	assert_int_equal(p.splits, 1);
+	/* Odd K: padded to whole stages, every split non-empty. */
+	assert_int_equal(nv_wg_plan_make(200, 40, 1028, 132, occ, -1, &p), 0);
+	assert_int_equal(p.k_iters, 17);
+	assert_true((p.splits - 1) * p.iters_per_split < p.k_iters);
+	/* A tile the device cannot run is replaced by a wider one. */
+	occ[NV_WG_TILE_n16] = 0;
+	assert_int_equal(nv_wg_plan_make(4096, 16, 4096, 132, occ, -1, &p), 0);
+	assert_int_equal(p.tile, NV_WG_TILE_n32);
+	memset(occ, 0, sizeof(occ));
+	assert_int_equal(nv_wg_plan_make(4096, 16, 4096, 132, occ, -1, &p), -ENOTSUP);
+	occ[0] = 1;
+	assert_int_equal(nv_wg_plan_make(4096, 16, 4098, 132, occ, -1, &p), -EINVAL);
+	assert_int_equal(nv_wg_plan_make(0, 16, 4096, 132, occ, -1, &p), -EINVAL);
+	assert_int_equal(nv_wg_plan_make(4096, 16, 4096, 132, occ, NV_WG_TILE_COUNT, &p), -EINVAL);
+}
+
+static void test_names_and_images(void **state)
+{
+	(void)state;
+	assert_string_equal(nv_wg_variant_label(0, NV_WG_TILE_n256), "wgmma.f16.sparse.128x256");
+	assert_string_equal(nv_wg_variant_label(1, NV_WG_TILE_n16), "wgmma.bf16.sparse.128x16");
+	assert_string_equal(nv_wg_kernel_name(1, NV_WG_TILE_n64), "nv_wg_bf16_n64");
+	struct nv_wg_tile_shape sh;
+	nv_wg_tile_shape(NV_WG_TILE_n256, &sh);
+	assert_true(sh.smem <= 232448); /* an sm_90 block's shared memory */
+	/* An sm_90a cubin is for sm_90 alone. */
+	static const unsigned char x[1];
+	const struct nv_image imgs[] = { { "wg", 90, 0, x, x }, { "f16", 90, 1, x, x } };
+	assert_true(nv_wg_usable(imgs, 2, 90));
+	assert_false(nv_wg_usable(imgs, 2, 89));
+	assert_false(nv_wg_usable(imgs, 2, 100));
+	assert_false(nv_wg_usable(imgs + 1, 1, 90));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_meta_reg_matches_mma_sp_packing),
+		cmocka_unit_test(test_meta_word_pads),
+		cmocka_unit_test(test_acc_pos_bijection),
+		cmocka_unit_test(test_plan),
+		cmocka_unit_test(test_names_and_images),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
