@@ -51,7 +51,7 @@ static const uint32_t bucket_max[] = { 16, 32, 64, 256, UINT32_MAX };
 #define NOUT 6
 /* Timed runs per candidate after one untimed warm-up (plans, heuristics,
  * lazy module loads); the fastest run counts. */
-#define TIMED_RUNS 3
+#define TIMED_RUNS 5
 
 static size_t bucket_of(uint32_t n)
 {
@@ -287,41 +287,54 @@ static int run_on(struct cuda_backend_dev *bd, size_t i, const struct mfma_gemm 
 }
 
 /* Times each candidate (cand[0..ncand)) on g and fills r with those that
- * ran, fastest first.  Every run writes the full answer into g->d; *last
- * is the candidate that ran last, with its timing in *t.  0, or the first
+ * ran, fastest first.  The candidates take turns, one run each per round,
+ * so that a clock ramping up or a neighbour's burst weighs on all of them
+ * alike; the first round is an untimed warm-up, the fastest timed run
+ * counts.  Every run writes the full answer into g->d; *last is the
+ * candidate that ran last, with its timing in *t.  0, or the first
  * candidate's error when none ran. */
 static int measure(struct cuda_backend_dev *bd, struct cuda_weight *w, const size_t *cand,
 		   size_t ncand, const struct mfma_gemm *g, struct cuda_rank *r, size_t *last,
 		   struct backend_timing *t, char *err, size_t errlen)
 {
 	uint64_t best[NPROVIDERS];
+	int rcs[NPROVIDERS];
 	int first_rc = 0;
+	for (size_t c = 0; c < ncand; c++) {
+		best[cand[c]] = UINT64_MAX;
+		rcs[cand[c]] = 0;
+	}
+	for (int run = 0; run <= TIMED_RUNS; run++) {
+		for (size_t c = 0; c < ncand; c++) {
+			size_t i = cand[c];
+			if (rcs[i] < 0)
+				continue;
+			char why[256];
+			char *e = first_rc ? why : err;
+			size_t elen = first_rc ? sizeof(why) : errlen;
+			int rc = run_on(bd, i, g, w->packed[i], t, e, elen);
+			if (rc < 0) {
+				rcs[i] = rc;
+				if (!first_rc)
+					first_rc = rc;
+				continue;
+			}
+			*last = i;
+			if (run > 0 && t->kernel_ns < best[i])
+				best[i] = t->kernel_ns;
+		}
+	}
+	/* Insertion by time keeps r sorted. */
 	r->n = 0;
 	for (size_t c = 0; c < ncand; c++) {
 		size_t i = cand[c];
-		char why[256];
-		char *e = first_rc ? why : err;
-		size_t elen = first_rc ? sizeof(why) : errlen;
-		uint64_t min = UINT64_MAX;
-		int rc = 0;
-		for (int run = 0; run <= TIMED_RUNS && rc == 0; run++) {
-			rc = run_on(bd, i, g, w->packed[i], t, e, elen);
-			if (rc == 0 && run > 0 && t->kernel_ns < min)
-				min = t->kernel_ns;
-		}
-		if (rc < 0) {
-			if (!first_rc)
-				first_rc = rc;
+		if (rcs[i] < 0)
 			continue;
-		}
-		*last = i;
-		/* Insertion by time keeps r sorted. */
 		size_t at = r->n;
-		while (at > 0 && best[r->order[at - 1]] > min) {
+		while (at > 0 && best[r->order[at - 1]] > best[i]) {
 			r->order[at] = r->order[at - 1];
 			at--;
 		}
-		best[i] = min;
 		r->order[at] = (uint8_t)i;
 		r->n++;
 	}
