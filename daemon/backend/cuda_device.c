@@ -271,7 +271,7 @@ void cuda_dev_host_unregister(struct cuda_dev *d, void *p)
 }
 
 /* Whether [p, p + len) lies inside one registered range. */
-static bool registered(const struct cuda_dev *d, const void *p, size_t len)
+bool cuda_dev_registered(const struct cuda_dev *d, const void *p, size_t len)
 {
 	uintptr_t a = (uintptr_t)p;
 	for (size_t i = 0; i < d->nregs; i++)
@@ -358,7 +358,7 @@ int cuda_dev_copy_in(struct cuda_dev *d, CUdeviceptr dst, size_t dpitch, const v
 {
 	const unsigned char *s = src;
 	int rc, h = 0;
-	if (registered(d, src, rows * row_bytes)) {
+	if (cuda_dev_registered(d, src, rows * row_bytes)) {
 		if (dpitch == row_bytes) {
 			CU_TRY(nv_drv.cuMemcpyHtoDAsync(dst, src, rows * row_bytes, d->stream),
 			       "cuMemcpyHtoDAsync(registered)");
@@ -451,15 +451,26 @@ static void take_into(void *arg, size_t off, const unsigned char *src, size_t le
 int cuda_dev_copy_out(struct cuda_dev *d, void *dst, CUdeviceptr src, size_t bytes, char *err,
 		      size_t errlen)
 {
-	if (registered(d, dst, bytes)) {
-		CU_TRY(nv_drv.cuMemcpyDtoHAsync(dst, src, bytes, d->stream),
-		       "cuMemcpyDtoHAsync(registered)");
-		CU_TRY(nv_drv.cuEventRecord(d->ev[EV_OUT], d->stream), "cuEventRecord");
-		CU_TRY(nv_drv.cuEventSynchronize(d->ev[EV_OUT]), "cuEventSynchronize");
-		d->out_tail_ns = 0;
-		return 0;
+	if (cuda_dev_registered(d, dst, bytes)) {
+		int rc = cuda_dev_copy_out_async(d, dst, src, bytes, err, errlen);
+		return rc < 0 ? rc : cuda_dev_copy_out_end(d, err, errlen);
 	}
 	return cuda_dev_copy_out_with(d, src, bytes, take_into, dst, err, errlen);
+}
+
+int cuda_dev_copy_out_async(struct cuda_dev *d, void *dst, CUdeviceptr src, size_t bytes,
+			    char *err, size_t errlen)
+{
+	CU_TRY(nv_drv.cuMemcpyDtoHAsync(dst, src, bytes, d->stream), "cuMemcpyDtoHAsync(registered)");
+	return 0;
+}
+
+int cuda_dev_copy_out_end(struct cuda_dev *d, char *err, size_t errlen)
+{
+	CU_TRY(nv_drv.cuEventRecord(d->ev[EV_OUT], d->stream), "cuEventRecord");
+	CU_TRY(nv_drv.cuEventSynchronize(d->ev[EV_OUT]), "cuEventSynchronize");
+	d->out_tail_ns = 0;
+	return 0;
 }
 
 int cuda_dev_copy_out_with(struct cuda_dev *d, CUdeviceptr src, size_t bytes, cuda_take_fn take,

@@ -11,6 +11,7 @@
 #ifndef MFMAD_CUDA_DEVICE_H
 #define MFMAD_CUDA_DEVICE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -84,6 +85,14 @@ struct cuda_buf *cuda_dev_scratch(struct cuda_dev *d, enum cuda_scratch which);
  * Unregistering waits for the copies queued on the device's stream. */
 int cuda_dev_host_register(struct cuda_dev *d, void *p, size_t len, char *err, size_t errlen);
 void cuda_dev_host_unregister(struct cuda_dev *d, void *p);
+/* Whether [p, p + len) lies inside one registered range. */
+bool cuda_dev_registered(const struct cuda_dev *d, const void *p, size_t len);
+/* Device to registered host memory: queues one copy (dst registered);
+ * cuda_dev_copy_out_end then ends the copy out as cuda_dev_copy_out does
+ * (the end event, and waits for it). */
+int cuda_dev_copy_out_async(struct cuda_dev *d, void *dst, CUdeviceptr src, size_t bytes,
+			    char *err, size_t errlen);
+int cuda_dev_copy_out_end(struct cuda_dev *d, char *err, size_t errlen);
 
 /* Host to device through the pinned pool (or directly from registered
  * memory): rows x row_bytes of src to dst, whose rows are dpitch bytes

@@ -226,6 +226,62 @@ static void take_parts(void *arg, size_t off, const unsigned char *src, size_t l
 	mfma_gemm_parts_copy(io->g, io->which, io->rows, io->es, off, (void *)(uintptr_t)src, len, 1);
 }
 
+/* The parts' own blocks of which ('b', 'c' or 'd', rows x n_i each) when
+ * every one lies in host memory registered with the device: then each
+ * block is copied straight from or into its request's region at its
+ * place in the parts' buffer, with no staging copy on the host. */
+static bool parts_registered(struct cuda_dev *dev, const struct mfma_gemm *g, char which,
+			     size_t rows, size_t es)
+{
+	for (uint32_t i = 0; i < g->nparts; i++) {
+		const struct mfma_gemm_part *pt = &g->parts[i];
+		const void *p = which == 'b' ? pt->b : which == 'c' ? pt->c : pt->d;
+		if (!cuda_dev_registered(dev, p, rows * pt->n * es))
+			return false;
+	}
+	return true;
+}
+
+static int parts_in(struct cuda_dev *dev, CUdeviceptr dst, const struct parts_io *io, char *err,
+		    size_t errlen)
+{
+	if (!parts_registered(dev, io->g, io->which, io->rows, io->es)) {
+		size_t bytes = 0;
+		for (uint32_t i = 0; i < io->g->nparts; i++)
+			bytes += io->rows * io->g->parts[i].n * io->es;
+		return cuda_dev_copy_in_with(dev, dst, bytes, give_parts, (void *)(uintptr_t)io,
+					     err, errlen);
+	}
+	int rc = 0;
+	for (uint32_t i = 0; i < io->g->nparts && rc == 0; i++) {
+		const struct mfma_gemm_part *pt = &io->g->parts[i];
+		size_t len = io->rows * pt->n * io->es;
+		rc = cuda_dev_copy_in(dev, dst, len, io->which == 'b' ? pt->b : pt->c, 1, len, err,
+				      errlen);
+		dst += len;
+	}
+	return rc;
+}
+
+static int parts_out(struct cuda_dev *dev, CUdeviceptr src, const struct parts_io *io, char *err,
+		     size_t errlen)
+{
+	size_t bytes = 0;
+	for (uint32_t i = 0; i < io->g->nparts; i++)
+		bytes += io->rows * io->g->parts[i].n * io->es;
+	if (!parts_registered(dev, io->g, 'd', io->rows, io->es))
+		return cuda_dev_copy_out_with(dev, src, bytes, take_parts, (void *)(uintptr_t)io,
+					      err, errlen);
+	int rc = 0;
+	for (uint32_t i = 0; i < io->g->nparts && rc == 0; i++) {
+		const struct mfma_gemm_part *pt = &io->g->parts[i];
+		size_t len = io->rows * pt->n * io->es;
+		rc = cuda_dev_copy_out_async(dev, pt->d, src, len, err, errlen);
+		src += len;
+	}
+	return rc < 0 ? rc : cuda_dev_copy_out_end(dev, err, errlen);
+}
+
 /* Uploads each joined column's part (first column, width) for
  * nv_batch_cols. */
 static int upload_cols(struct cuda_dev *dev, struct ours *o, const struct mfma_gemm *g, char *err,
@@ -342,15 +398,13 @@ static int ours_launch(struct cuda_dev *dev, void *state, const struct mfma_gemm
 		size_t most = (size_t)k * n * es > dbytes ? (size_t)k * n * es : dbytes;
 		if ((rc = cuda_buf_need(&o->parts, most, "a batch's parts", NULL, err, errlen)) < 0 ||
 		    (rc = upload_cols(dev, o, g, err, errlen)) < 0 ||
-		    (rc = cuda_dev_copy_in_with(dev, o->parts.p, (size_t)k * n * es, give_parts, &bio,
-						err, errlen)) < 0 ||
+		    (rc = parts_in(dev, o->parts.p, &bio, err, errlen)) < 0 ||
 		    (rc = batch_cols(dev, o, g, k, ldb, es, b->p, 0, err, errlen)) < 0)
 			return rc;
 		/* The parts' buffer is reused in stream order: C's copy starts
 		 * after B's join has read it. */
 		if (g->beta != 0.0f &&
-		    ((rc = cuda_dev_copy_in_with(dev, o->parts.p, dbytes, give_parts, &cio, err,
-						 errlen)) < 0 ||
+		    ((rc = parts_in(dev, o->parts.p, &cio, err, errlen)) < 0 ||
 		     (rc = batch_cols(dev, o, g, m, n, os, c->p, 0, err, errlen)) < 0))
 			return rc;
 	} else {
@@ -402,7 +456,7 @@ static int ours_launch(struct cuda_dev *dev, void *state, const struct mfma_gemm
 	if (g->nparts > 1) {
 		rc = batch_cols(dev, o, g, m, n, os, d->p, 1, err, errlen);
 		if (rc == 0)
-			rc = cuda_dev_copy_out_with(dev, o->parts.p, dbytes, take_parts, &dio, err, errlen);
+			rc = parts_out(dev, o->parts.p, &dio, err, errlen);
 	} else {
 		rc = cuda_dev_copy_out(dev, g->d, d->p, dbytes, err, errlen);
 	}

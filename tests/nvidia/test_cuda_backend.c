@@ -44,6 +44,13 @@ static int quick;
 static uint64_t seed = 0x5eedf00d1234567ull;
 static int checks;
 
+#define RC_OK(call, err)                                                  \
+	do {                                                              \
+		int rc_ = (call);                                         \
+		if (rc_ != 0)                                             \
+			fail_msg("%s failed (%d): %s", #call, rc_, err);  \
+	} while (0)
+
 struct operands {
 	struct mfma_gemm g;
 	void *a, *b, *c, *d;
@@ -288,6 +295,51 @@ static void test_resident_weight(void **state)
 /* A batched launch (mfma_gemm.nparts) on a resident weight: three
  * requests' B side by side, odd widths, with and without C, each D
  * against its own float64 reference. */
+/* The same batch with every part's B, C and D in a registered region
+ * (the copies go straight to and from each part's block): D equal, bit
+ * for bit, to the staged batch's in r[i].d. */
+static void batched_registered(const struct mfma_gemm *g, void *w, const struct operands *r,
+			       uint32_t m, uint32_t k)
+{
+	size_t es = mfma_dtype_size(g->in_dtype), os = mfma_dtype_size(g->out_dtype);
+	size_t len = 4096;
+	for (uint32_t i = 0; i < g->nparts; i++)
+		len += ((size_t)k * g->parts[i].n * es + 2 * (size_t)m * g->parts[i].n * os) + 64;
+	int fd = memfd_create("test-batch-region", MFD_CLOEXEC);
+	assert_true(fd >= 0);
+	assert_int_equal(ftruncate(fd, (off_t)len), 0);
+	unsigned char *rg = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	assert_true(rg != MAP_FAILED);
+	char err[512] = "";
+	void *handle = NULL;
+	RC_OK(backend_cuda.host_register(dev, rg, len, &handle, err, sizeof(err)), err);
+	struct mfma_gemm_part parts[3];
+	unsigned char *at = rg + 16;
+	for (uint32_t i = 0; i < g->nparts; i++) {
+		size_t bb = (size_t)k * g->parts[i].n * es, db = (size_t)m * g->parts[i].n * os;
+		parts[i] = g->parts[i];
+		memcpy(at, g->parts[i].b, bb);
+		parts[i].b = at;
+		at += bb + 16;
+		if (g->parts[i].c) {
+			memcpy(at, g->parts[i].c, db);
+			parts[i].c = at;
+			at += db + 16;
+		}
+		memset(at, 0xff, db);
+		parts[i].d = at;
+		at += db + 16;
+	}
+	struct mfma_gemm rg_g = *g;
+	rg_g.parts = parts;
+	RC_OK(backend_cuda.gemm(dev, &rg_g, w, NULL, err, sizeof(err)), err);
+	for (uint32_t i = 0; i < g->nparts; i++)
+		assert_memory_equal(parts[i].d, r[i].d, (size_t)m * g->parts[i].n * os);
+	backend_cuda.host_unregister(dev, handle);
+	munmap(rg, len);
+	close(fd);
+}
+
 static void test_batched_launch(void **state)
 {
 	(void)state;
@@ -325,6 +377,7 @@ static void test_batched_launch(void **state)
 			struct backend_timing t = { 0 };
 			if (backend_cuda.gemm(dev, &g, w, &t, err, sizeof(err)) != 0)
 				fail_msg("batched gemm: %s", err);
+			batched_registered(&g, w, r, m, k);
 			for (int i = 0; i < 3; i++) {
 				r[i].g.a_sparse = sp;
 				r[i].g.a = o.a;
@@ -375,13 +428,6 @@ static void test_repeatable(void **state)
  * B and C are copied from it and D into it directly (a 2-D copy when B's
  * rows are padded on the device).  Results equal the staged path's, bit
  * for bit, and stay right after the region is unregistered. */
-#define RC_OK(call, err)                                                  \
-	do {                                                              \
-		int rc_ = (call);                                         \
-		if (rc_ != 0)                                             \
-			fail_msg("%s failed (%d): %s", #call, rc_, err);  \
-	} while (0)
-
 static void test_registered_host(void **state)
 {
 	(void)state;
