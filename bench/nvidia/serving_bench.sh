@@ -11,7 +11,8 @@
 #     N = 16, 64, 256: bytes, then --shm, side by side; with
 #     limits.worker_poll_us 0 and then 300 (SIGHUP between);
 #  3. the batching loads of batch_bench.sh (8192x8192 2:4 f16; N=8 x 64
-#     in flight, N=1 x 256 in flight): bytes, then --shm.
+#     in flight, N=1 x 256 in flight): bytes, then --shm; then with
+#     batching off (SIGHUP), bytes and --shm, for the ratios in one run.
 #
 # usage: serving_bench.sh PAYLOAD_DIR OUT_DIR
 set -u
@@ -33,6 +34,7 @@ limits = {
   max_region_mb_per_conn = 4096;
   worker_poll_us = $1;
 };
+batching = { enabled = ${2:-true}; };
 CONF
 }
 conf 0
@@ -105,6 +107,15 @@ for round in 1 2; do
 		for how in "" --shm; do
 			echo "SERVE batching round=$round 8192x8192 2:4 f16 N=$1 in_flight=$2 ${how:-bytes}: $(bench --m 8192 --k 8192 --n $1 -n $3 -j $2 --warmup 4 --device 0 $how)"
 		done
+	done
+done
+conf 0 false
+kill -HUP "$DPID"
+sleep 1
+for load in "8 64 8000" "1 256 20000"; do
+	set -- $load
+	for how in "" --shm; do
+		echo "SERVE batching off 8192x8192 2:4 f16 N=$1 in_flight=$2 ${how:-bytes}: $(bench --m 8192 --k 8192 --n $1 -n $3 -j $2 --warmup 4 --device 0 $how)"
 	done
 done
 trap - EXIT
