@@ -127,7 +127,8 @@ int client_send_frame_fd(mfma_client *c, const uint8_t *buf, size_t len, int fd,
 struct mfma_region *client_region_of(mfma_client *c, const void *p, size_t len);
 /* Forgets every region's id (the connection they belonged to is gone). */
 void client_regions_lost(mfma_client *c);
-/* Unmaps and frees every region (mfma_close). */
+/* Unmaps and frees one region, or every region of the client (mfma_close). */
+void client_region_free(struct mfma_region *rg);
 void client_regions_free(mfma_client *c);
 /* The RegisterRegion round trip, the memfd passed with the frame. */
 int client_region_register(mfma_client *c, int fd, uint64_t bytes, uint64_t *region,

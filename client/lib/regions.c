@@ -2,7 +2,7 @@
  * sealed so that it can neither shrink nor grow (the daemon maps it and
  * must never find its pages gone), mapped here and registered with the
  * daemon on this connection; requests.c turns pointers inside one into
- * region references. */
+ * region references (the client's list of them is region_table.c's). */
 #include "client_internal.h"
 
 #include <errno.h>
@@ -11,43 +11,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
-
-struct mfma_region *client_region_of(mfma_client *c, const void *p, size_t len)
-{
-	uintptr_t x = (uintptr_t)p;
-	if (!p || len == 0)
-		return NULL;
-	for (struct mfma_region *rg = c->regions; rg; rg = rg->next) {
-		uintptr_t b = (uintptr_t)rg->base;
-		if (rg->id && x >= b && x - b <= rg->size && len <= rg->size - (x - b))
-			return rg;
-	}
-	return NULL;
-}
-
-void client_regions_lost(mfma_client *c)
-{
-	for (struct mfma_region *rg = c->regions; rg; rg = rg->next)
-		rg->id = 0;
-}
-
-static void region_free(struct mfma_region *rg)
-{
-	if (rg->base)
-		munmap(rg->base, rg->size);
-	if (rg->fd >= 0)
-		close(rg->fd);
-	free(rg);
-}
-
-void client_regions_free(mfma_client *c)
-{
-	while (c->regions) {
-		struct mfma_region *rg = c->regions;
-		c->regions = rg->next;
-		region_free(rg);
-	}
-}
 
 int mfma_region_create(mfma_client *c, size_t bytes, mfma_region **region, struct mfma_error *err)
 {
@@ -95,7 +58,7 @@ int mfma_region_create(mfma_client *c, size_t bytes, mfma_region **region, struc
 	client_ok(err);
 	return 0;
 fail:
-	region_free(rg);
+	client_region_free(rg);
 	return rc;
 }
 
@@ -117,7 +80,7 @@ int mfma_region_destroy(mfma_client *c, mfma_region *region, struct mfma_error *
 	 * would be safe for it, but not for a D still being written). */
 	if (region->id)
 		rc = client_region_unregister(c, region->id, err);
-	region_free(region);
+	client_region_free(region);
 	if (rc == 0)
 		client_ok(err);
 	return rc;
