@@ -361,16 +361,18 @@ static int take(mfma_client *c, struct client_pending *p, Mfma__V1__Response__Bo
 	return 0;
 }
 
-/* One blocking round trip.  A resendable request whose answer was lost
- * (the connection broke, or the daemon was draining) is sent again on a
- * new connection, to the same endpoint or the next in the list, within
- * the call's timeout (client_wait). */
-static int call(mfma_client *c, Mfma__V1__Request *req, Mfma__V1__Response__BodyCase want,
-		Mfma__V1__Response **out, uint64_t *rtt, struct mfma_error *err)
+/* One blocking round trip, with a descriptor on the frame when fd >= 0.
+ * A resendable request whose answer was lost (the connection broke, or
+ * the daemon was draining) is sent again on a new connection, to the same
+ * endpoint or the next in the list, within the call's timeout
+ * (client_wait); one that carries a descriptor never is. */
+static int call_fd(mfma_client *c, Mfma__V1__Request *req, int fd,
+		   Mfma__V1__Response__BodyCase want, Mfma__V1__Response **out, uint64_t *rtt,
+		   struct mfma_error *err)
 {
 	uint64_t id;
 	struct client_pending *p;
-	int rc = send_request(c, req, false, -1, &id, err);
+	int rc = send_request(c, req, false, fd, &id, err);
 	if (rc < 0)
 		return rc;
 	rc = client_wait(c, id, c->timeout_ms, &p, err);
@@ -380,6 +382,12 @@ static int call(mfma_client *c, Mfma__V1__Request *req, Mfma__V1__Response__Body
 		return rc;
 	}
 	return take(c, p, want, out, rtt, err);
+}
+
+static int call(mfma_client *c, Mfma__V1__Request *req, Mfma__V1__Response__BodyCase want,
+		Mfma__V1__Response **out, uint64_t *rtt, struct mfma_error *err)
+{
+	return call_fd(c, req, -1, want, out, rtt, err);
 }
 
 /* ---- decoding ---- */
@@ -885,24 +893,11 @@ int client_region_register(mfma_client *c, int fd, uint64_t bytes, uint64_t *reg
 	Mfma__V1__Request req = MFMA__V1__REQUEST__INIT;
 	Mfma__V1__RegisterRegion rr = MFMA__V1__REGISTER_REGION__INIT;
 	Mfma__V1__Response *resp;
-	struct client_pending *p;
-	uint64_t id;
 	rr.has_bytes = 1;
 	rr.bytes = bytes;
 	req.body_case = MFMA__V1__REQUEST__BODY_REGISTER_REGION;
 	req.register_region = &rr;
-	/* Not through call(): a descriptor cannot be resent to another
-	 * endpoint after a reconnect. */
-	int rc = send_request(c, &req, false, fd, &id, err);
-	if (rc < 0)
-		return rc;
-	rc = client_wait(c, id, c->timeout_ms, &p, err);
-	if (rc < 0) {
-		if ((p = client_pending_find(c, id)) != NULL)
-			p->abandoned = true;
-		return rc;
-	}
-	rc = take(c, p, MFMA__V1__RESPONSE__BODY_REGISTER_REGION, &resp, NULL, err);
+	int rc = call_fd(c, &req, fd, MFMA__V1__RESPONSE__BODY_REGISTER_REGION, &resp, NULL, err);
 	if (rc < 0)
 		return rc;
 	const Mfma__V1__RegisterRegionResult *r = resp->register_region;
