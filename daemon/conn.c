@@ -868,7 +868,7 @@ static void on_tick(uv_timer_t *t)
 	 * heap (and raises its mmap threshold after large frees), so RSS
 	 * would stay at the burst's peak. */
 	uint64_t held = conn_held_bytes(d);
-	if (d->held_peak > held + (32u << 20)) {
+	if (d->held_peak > held + (16u << 20)) {
 		malloc_trim(0);
 		log_debug("returned memory to the system: %" PRIu64 " MiB held, %" PRIu64
 			  " MiB at the peak", held >> 20, d->held_peak >> 20);
