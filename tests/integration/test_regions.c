@@ -159,8 +159,9 @@ static void test_region_matches_bytes(void **state)
 	check_ref(rb.d.data, A, B, C, 0.5f, 2.0f, M, K, N);
 
 	mfma_region *rg;
-	assert_int_equal(mfma_region_create(c, bb + cb + cb + 100, &rg, &err), 0);
-	assert_true(mfma_region_size(rg) >= bb + 2 * cb + 100);
+	/* B, C, D, and four more D for the pipelined requests below. */
+	assert_int_equal(mfma_region_create(c, bb + 6 * cb + 100, &rg, &err), 0);
+	assert_true(mfma_region_size(rg) >= bb + 6 * cb + 100);
 	assert_int_equal(region_maps(p.pid, "mfma-region"), 1);
 	/* Unaligned offsets on purpose: the daemon must not care. */
 	char *base = mfma_region_data(rg);
@@ -185,14 +186,19 @@ static void test_region_matches_bytes(void **state)
 		      (unsigned long long)rr.client.wait_ns, (unsigned long long)rr.client.decode_ns);
 	assert_true(rr.client.wait_ns > 0 && rr.client.wait_ns <= rr.round_trip_ns);
 
-	/* Pipelined, through the same region. */
+	/* Pipelined, through the same region, each with a D of its own (a
+	 * request still running writes its D while an earlier one is read). */
 	uint64_t ids[4];
 	mfma_gemm_result_free(&rr);
-	for (int i = 0; i < 4; i++)
-		assert_int_equal(mfma_gemm_submit(c, &gr, &ids[i], &err), 0);
+	for (int i = 0; i < 4; i++) {
+		struct mfma_gemm_args gi = gr;
+		gi.d = (char *)rD + (size_t)(i + 1) * cb;
+		assert_int_equal(mfma_gemm_submit(c, &gi, &ids[i], &err), 0);
+	}
 	for (int i = 0; i < 4; i++) {
 		uint64_t done;
 		assert_int_equal(mfma_wait(c, ids[i], 10000, &done, &rr, &err), 0);
+		assert_ptr_equal(rr.d.data, (char *)rD + (size_t)(i + 1) * cb);
 		assert_memory_equal(rr.d.data, rb.d.data, cb);
 		mfma_gemm_result_free(&rr);
 	}
