@@ -108,3 +108,14 @@ def tls_daemon(tmp_path):
                              f'tls_client_ca = "{certs}/ca.pem"; }};')
     yield f"tls:localhost:{port}", str(certs)
     _stop(p, d, log)
+
+
+@pytest.fixture(scope="module")
+def small_daemon():
+    """A daemon with small limits, for the region tests: frames of at most
+    1 MiB (so a matrix that travels in a frame is refused, and one in a
+    region is not), 3 regions and 16 MiB of them per connection."""
+    p, d, sock, log = _start("limits = { max_frame_mb = 1; max_regions_per_conn = 3; "
+                             "max_region_mb_per_conn = 16; };")
+    yield "unix:" + sock
+    _stop(p, d, log)
