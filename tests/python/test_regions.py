@@ -226,3 +226,21 @@ def test_every_module_is_installed():
     for name in sorted(os.listdir(os.path.join(root, "python", "mfma"))):
         if name.endswith(".py"):
             assert f"'mfma/{name}'" in listed, f"python/meson.build does not install {name}"
+
+
+def test_bench_shm(daemon, tmp_path):
+    """python3 -m mfma bench --shm runs mfmactl bench --shm."""
+    import json
+    import os
+    import subprocess
+    import sys
+    if not os.environ.get("MFMACTL_BIN"):
+        pytest.skip("MFMACTL_BIN is not set (run through meson test)")
+    saved = tmp_path / "runs.json"
+    r = subprocess.run([sys.executable, "-m", "mfma", "bench", "-e", daemon, "-j", "1,2",
+                        "-n", "10", "--shm", "--json", str(saved), "--",
+                        "--m", "32", "--n", "8", "--k", "64"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    runs = json.loads(saved.read_text())
+    assert [x["concurrency"] for x in runs] == [1, 2] and all(x["shm"] for x in runs)
