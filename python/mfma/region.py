@@ -18,7 +18,8 @@ releases the region at once when no array views it any more: the daemon
 unregisters it (once no request still uses it) and the pages are unmapped.
 While arrays still view it, the release waits for the last of them to go,
 so an array never points at unmapped memory; Region.released says whether
-it has happened.  The Client's close() waits for the same before it lets
+it has happened.  A submitted request holds its region arrays until its
+answer, so it counts as a view too.  The Client's close() waits for the same before it lets
 go of the connection."""
 
 import ctypes
