@@ -23,9 +23,15 @@ def _start(conf="", extra=()):
     log = open(os.path.join(d, "mfmad.log"), "w")
     # The CPU backend runs every dtype, dense and 2:4, on any machine: the
     # tests are about the client, the GPU backends have their own.
+    # Under run.py's preloaded sanitizers the daemon (linked with them
+    # itself) gets the caller's ASAN_OPTIONS back: leak checking included.
+    env = dict(os.environ)
+    if "MFMA_DAEMON_ASAN_OPTIONS" in env:
+        env["ASAN_OPTIONS"] = env.pop("MFMA_DAEMON_ASAN_OPTIONS")
+        env.pop("LD_PRELOAD", None)
     p = subprocess.Popen([binary, "--config", os.path.join(d, "mfmad.conf"), "--socket", sock,
                           "--log-level", "info", "--backends", "cpu", *extra],
-                         stdout=subprocess.DEVNULL, stderr=log)
+                         stdout=subprocess.DEVNULL, stderr=log, env=env)
     for _ in range(300):
         s = socket.socket(socket.AF_UNIX)
         try:
