@@ -6,27 +6,31 @@
         d = c.gemm(a, b)                    # 256 x 64 float32
     mfma.check(d, a, b)                     # relative error; CheckError over the tolerance
 
-See Client for the calls, mfma.prune / mfma.compress for the 2:4 format,
-mfma.bfloat16 for bf16 arrays and mfma.Error for what failures carry."""
+See Client for the calls, Client.region / mfma.Region for memory shared with
+the daemon (B, C and D not copied through the socket), mfma.prune /
+mfma.compress for the 2:4 format, mfma.bfloat16 for bf16 arrays and
+mfma.Error for what failures carry."""
 
 import numpy as np
 
 from . import _lib
 from .client import Client, DeviceStatus, GemmFuture, GemmInfo, Status, WeightInfo
 from .dtypes import as_float, bfloat16, from_bf16, to_bf16
-from .errors import (AlreadyExists, DaemonError, DeadlineExceeded, Error, Internal,
-                     InvalidArgument, Malformed, NotFound, ResourceExhausted, TransportError,
-                     Unavailable)
+from .errors import (AlreadyExists, DaemonError, DeadlineExceeded, Error, FailedPrecondition,
+                     Internal, InvalidArgument, Malformed, NotFound, ResourceExhausted,
+                     TransportError, Unavailable)
+from .region import Region
 from .sparse import Sparse24, compress, prune, prune_dense
 from . import dtypes as _dtypes
 
 __version__ = _lib.text(_lib.mfma_version())
 
 __all__ = [
-    "Client", "GemmFuture", "GemmInfo", "Status", "DeviceStatus", "WeightInfo",
+    "Client", "Region", "GemmFuture", "GemmInfo", "Status", "DeviceStatus", "WeightInfo",
     "bfloat16", "to_bf16", "from_bf16", "as_float",
     "Error", "DaemonError", "TransportError", "InvalidArgument", "NotFound", "AlreadyExists",
     "ResourceExhausted", "Unavailable", "DeadlineExceeded", "Internal", "Malformed",
+    "FailedPrecondition",
     "Sparse24", "prune", "compress", "prune_dense",
     "reference", "tolerance", "check", "CheckError",
 ]

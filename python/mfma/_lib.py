@@ -204,6 +204,12 @@ mfma_sparse24_compress = _fn("mfma_sparse24_compress", c_int, c_void_p, c_int, c
 mfma_sparse24_decompress = _fn("mfma_sparse24_decompress", c_int, c_void_p, c_void_p, c_int,
                                c_uint32, c_uint32, c_void_p, err_p)
 mfma_check_tolerance = _fn("mfma_check_tolerance", c_double, c_int, c_uint32)
+region_p = c_void_p
+mfma_region_create = _fn("mfma_region_create", c_int, client_p, c_size_t, POINTER(region_p),
+                         err_p)
+mfma_region_destroy = _fn("mfma_region_destroy", c_int, client_p, region_p, err_p)
+mfma_region_data = _fn("mfma_region_data", c_void_p, region_p)
+mfma_region_size = _fn("mfma_region_size", c_size_t, region_p)
 
 
 def text(b):

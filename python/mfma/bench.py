@@ -31,7 +31,8 @@ def plot(runs, out):
 
     r0 = runs[0]
     title = (f"{r0['m']}x{r0['n']}x{r0['k']} {r0['dtype']} (A {r0['a']}), "
-             f"{r0['requests']} requests per run")
+             f"{r0['requests']} requests per run"
+             f"{', B and D in shared memory' if r0.get('shm') else ''}")
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.6), dpi=100)
     for r in runs:
         s = sorted(r.get("latency_samples_ns") or [])
@@ -91,6 +92,9 @@ def main(argv):
     ap.add_argument("-n", "--requests", type=int, default=500,
                     help="measured requests per run (default 500)")
     ap.add_argument("-e", "--endpoint", help="the daemon (default: mfmactl's)")
+    ap.add_argument("--shm", action="store_true",
+                    help="B and D through a shared-memory region (mfmactl bench --shm; the "
+                    "Unix socket only)")
     ap.add_argument("--plot", metavar="OUT.png", help="draw the runs into OUT.png")
     ap.add_argument("--json", metavar="OUT.json", help="save the runs (a list of mfmactl's "
                     "JSON documents)")
@@ -100,6 +104,8 @@ def main(argv):
     ap.add_argument("extra", nargs=argparse.REMAINDER, help="-- then mfmactl bench options")
     o = ap.parse_args(argv)
     extra = o.extra[1:] if o.extra[:1] == ["--"] else o.extra
+    if o.shm and "--shm" not in extra:
+        extra.append("--shm")
 
     if o.input:
         with open(o.input) as f:

@@ -2,7 +2,10 @@
 
 A Client may be shared by threads: calls on the connection take a lock, and
 the answers of submit()ted requests are collected by one background thread
-that sleeps on the socket (mfma_fileno) while nothing has arrived."""
+that sleeps on the socket (mfma_fileno) while nothing has arrived.
+
+Shared-memory regions (Client.region, mfma.Region) live in region.py; here
+is how GEMMs use them and how closing waits for their last array."""
 
 import concurrent.futures
 import ctypes
@@ -10,12 +13,14 @@ import errno
 import os
 import select
 import threading
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from . import _lib, dtypes
 from .errors import TransportError, from_c
+from .region import Region
 from .sparse import Sparse24
 
 _SPARSITY = {None: _lib.SPARSITY_DENSE, "dense": _lib.SPARSITY_DENSE,
@@ -73,8 +78,9 @@ class GemmInfo:
 
 
 class GemmFuture(concurrent.futures.Future):
-    """A submitted GEMM: result() is its output array; .info its GemmInfo
-    once done.  Cancelling only stops waiting: the daemon still runs it."""
+    """A submitted GEMM: result() is its output array (the out= array when
+    one was given); .info its GemmInfo once done.  Cancelling only stops
+    waiting: the daemon still runs it."""
 
     def __init__(self, request_id):
         super().__init__()
@@ -132,11 +138,16 @@ class Client:
     host).  Arrays that are not C-contiguous little-endian (slices with a
     step, transposes, big-endian data) are copied into row-major order when
     copy_strided is true, and refused with ValueError when it is false;
-    they are never sent as they lie in memory."""
+    they are never sent as they lie in memory.
+
+    On a Unix socket, region(nbytes) gives memory shared with the daemon
+    (mfma.Region): B and C arrays in it are not sent, and out= in it has
+    the daemon write D there."""
 
     def __init__(self, endpoint=None, *, timeout_ms=None, copy_strided=True, token=None,
                  tls_ca=None, tls_cert=None, tls_key=None, tls_server_name=None):
         self._h = None
+        self._closed = False
         self.copy_strided = copy_strided
         h = _lib.client_p()
         err = _lib.Error_()
@@ -160,8 +171,13 @@ class Client:
                 self._h = None
                 _lib.mfma_close(h)
                 raise from_c(rc, err)
-        self._lock = threading.Lock()
+        # Reentrant: a region's release may run (its last array dropped) in
+        # a thread that holds the lock between two library calls.
+        self._lock = threading.RLock()
         self._futures = {}
+        self._regions = weakref.WeakSet()  # Region objects, for close()
+        self._live = set()  # handles of regions not yet released
+        self._weight_rows = {}  # name -> M, to check out= of a resident weight
         self._pump = None
         self._closing = False
         self._wake_r, self._wake_w = os.pipe()
@@ -171,22 +187,35 @@ class Client:
 
     def close(self):
         """Closes the connection; submitted requests not yet answered fail
-        with TransportError (ECANCELED)."""
-        if self._h is None:
+        with TransportError (ECANCELED).  Its regions are closed too; while
+        an array still views one, the connection (which maps the region's
+        pages) is let go only when the last such array is gone."""
+        if self._h is None or self._closed:
             return
+        self._closed = True
         self._closing = True
         self._wake()
         if self._pump is not None:
             self._pump.join()
+        for r in list(self._regions):
+            r._mem = None  # released now unless an array views it
         with self._lock:
-            _lib.mfma_close(self._h)
-            self._h = None
             pending, self._futures = self._futures, {}
-        for fut, _ in pending.values():
+        for fut, *_ in pending.values():
             if not fut.done():
                 fut.set_exception(TransportError(-errno.ECANCELED, "the client was closed"))
+        del pending  # the requests' region arrays: their releases may run now
+        with self._lock:
+            self._finish_close()
         os.close(self._wake_r)
         os.close(self._wake_w)
+
+    def _finish_close(self):
+        """mfma_close once close() was called and no region is left (its
+        pages are unmapped with the connection).  Under the lock."""
+        if self._closed and self._h is not None and not self._live:
+            _lib.mfma_close(self._h)
+            self._h = None
 
     def __enter__(self):
         return self
@@ -205,7 +234,7 @@ class Client:
         return _lib.text(_lib.mfma_endpoint(self._handle()))
 
     def _handle(self):
-        if self._h is None:
+        if self._h is None or self._closed:
             raise TransportError(-errno.EBADF, "the client is closed")
         return self._h
 
@@ -269,8 +298,40 @@ class Client:
         op.sparsity = _SPARSITY[sparse]
         return op, code
 
+    def _rows_of(self, weight):
+        """M of a resident weight, from what this client last saw of it
+        (one listing when it has seen nothing); None when unknown."""
+        if weight not in self._weight_rows:
+            self.weights()
+        return self._weight_rows.get(weight)
+
+    def _out(self, out, args, bcode, m, n, keep):
+        """Checks out= against D (m x n; m None when unknown) and, when it
+        lies in a region of this client, has the daemon write D there."""
+        if not isinstance(out, np.ndarray):
+            raise TypeError(f"out= must be a numpy array, not {type(out).__name__} "
+                            "(for a torch tensor pass tensor.numpy())")
+        code = args.out_dtype or (_lib.TYPE_I32 if bcode == _lib.TYPE_I8 else _lib.TYPE_F32)
+        want = dtypes.numpy_dtype(code)
+        if out.dtype != want:
+            raise ValueError(f"out is {out.dtype}, but D will be {dtypes.NAME[code]} ({want}); "
+                             "give out= of that dtype, or out_dtype= to match it")
+        if out.ndim != 2 or (m is not None and out.shape[0] != m) or out.shape[1] != n:
+            raise ValueError(f"out has shape {out.shape}, but D is "
+                             f"{'?' if m is None else m}x{n}")
+        if not out.flags.c_contiguous or not out.flags.writeable:
+            raise ValueError(f"out must be a writable C-contiguous array (strides "
+                             f"{out.strides}, writeable={out.flags.writeable})")
+        keep.append(out)
+        # Only a region's D goes straight to out=: the library copies a
+        # D that travelled in the frame without knowing out's size (a
+        # weight's M is the daemon's), so _take copies that one instead,
+        # after checking the shape.
+        if self._in_region(out):
+            args.d = out.ctypes.data
+
     def _gemm_args(self, a, b, sparse, c, alpha, beta, out_dtype, weight, device, priority,
-                   timeout_us):
+                   timeout_us, out=None):
         keep = []
         args = _lib.GemmArgs()
         _lib.mfma_gemm_args_init(ctypes.byref(args))
@@ -305,26 +366,78 @@ class Client:
         args.device = int(device)
         args.priority = int(priority)
         args.timeout_us = int(timeout_us)
+        if out is not None:
+            m = (self._rows_of(weight) if weight is not None
+                 else a.shape[0] if isinstance(a, Sparse24) else args.a.dense.rows)
+            self._out(out, args, bcode, m, bb.shape[1], keep)
         return args, keep, torch_out
 
-    @staticmethod
-    def _take(res):
-        """Copies the library's answer into numpy and describes it."""
+    def _take(self, res, out=None):
+        """The library's answer as numpy (out= when given: written there by
+        the daemon, or copied there) and its description; an exception
+        instead of the array when out= does not fit the daemon's D."""
         d = res.d
-        out = np.empty((d.rows, d.cols), dtype=dtypes.numpy_dtype(d.dtype))
-        if d.bytes:
-            ctypes.memmove(out.ctypes.data, d.data, min(d.bytes, out.nbytes))
+        exc = None
+        if out is None:
+            out = np.empty((d.rows, d.cols), dtype=dtypes.numpy_dtype(d.dtype))
+            if d.bytes:
+                ctypes.memmove(out.ctypes.data, d.data, min(d.bytes, out.nbytes))
+        elif (d.rows, d.cols) != out.shape or dtypes.numpy_dtype(d.dtype) != out.dtype:
+            # Only a resident weight replaced since _rows_of looked can do
+            # this; in a region the daemon kept D inside the region.
+            self._weight_rows.clear()
+            where = " (written into the region from out's first byte)" if d.data else ""
+            exc = ValueError(f"the daemon's D is {d.rows}x{d.cols} {dtypes.NAME[d.dtype]}"
+                             f"{where}, but out is {out.shape} {out.dtype}: was the weight "
+                             "replaced?")
+        elif d.bytes and d.data != out.ctypes.data:
+            ctypes.memmove(out.ctypes.data, d.data, out.nbytes)
         t = res.timing
         info = GemmInfo({k: getattr(t, k) for k, _ in _lib.Timing._fields_},
                         (res.device.index, _lib.text(res.device.backend),
                          _lib.text(res.device.arch)),
                         _lib.text(res.variant), res.round_trip_ns)
-        return out, info
+        return (None if exc else out), info, exc
+
+    # ---- shared-memory regions ----
+
+    def region(self, nbytes):
+        """Memory of nbytes (rounded up to the page size) shared with the
+        daemon: an mfma.Region, a context manager whose array() views it.
+        Unix socket only (mfma.FailedPrecondition over TCP); the daemon's
+        limits.max_regions_per_conn, max_region_mb_per_conn and
+        max_pinned_mb bound it (mfma.ResourceExhausted naming the limit)."""
+        n = int(nbytes)
+        if n < 1:
+            raise ValueError(f"nbytes={nbytes} must be at least 1")
+        rg = _lib.region_p()
+        self._call(_lib.mfma_region_create, n, ctypes.byref(rg))
+        with self._lock:
+            r = Region(self, rg.value, _lib.mfma_region_data(rg), _lib.mfma_region_size(rg))
+            self._live.add(rg.value)
+            self._regions.add(r)
+        return r
+
+    def _region_release(self, handle):
+        """The finalizer of a region's memory (run when it is closed and no
+        array views it): unregisters and unmaps it; returns the error, if
+        any, for Region.close() to raise (a finalizer cannot)."""
+        err = _lib.Error_()
+        rc = 0
+        with self._lock:
+            if self._h is not None:
+                rc = _lib.mfma_region_destroy(self._h, handle, ctypes.byref(err))
+            self._live.discard(handle)
+            self._finish_close()
+        return from_c(rc, err) if rc < 0 else None
+
+    def _in_region(self, a):
+        return any(r.holds(a) for r in list(self._regions))
 
     # ---- GEMM ----
 
     def gemm(self, a, b, *, sparse=None, c=None, alpha=1.0, beta=0.0, out_dtype=None,
-             weight=None, device=-1, priority=0, timeout_us=0):
+             weight=None, device=-1, priority=0, timeout_us=0, out=None):
         """D = alpha * A.B + beta * C on the daemon; returns D (numpy, or a
         torch tensor when an input was one).
 
@@ -334,16 +447,20 @@ class Client:
         "prune" (keep the two largest of every 4 along K).  b: K x N of A's
         dtype.  c: M x N in the output dtype.  out_dtype: None (float32 for
         float inputs, int32 for int8), or the input's own 16-bit type.
-        The timing of the call is in self.last_info."""
+        out: an M x N C-contiguous numpy array of the output dtype to
+        receive D, returned; inside a region of this client (and b, c
+        there too) the daemon reads and writes the region and no matrix
+        byte is in the frames.  The timing of the call is in
+        self.last_info."""
         args, keep, torch_out = self._gemm_args(a, b, sparse, c, alpha, beta, out_dtype,
-                                                weight, device, priority, timeout_us)
+                                                weight, device, priority, timeout_us, out)
         res = _lib.GemmResult()
         err = _lib.Error_()
         with self._lock:
             rc = _lib.mfma_gemm(self._handle(), ctypes.byref(args), ctypes.byref(res),
                                 ctypes.byref(err))
             if rc == 0:
-                out, info = self._take(res)
+                d, info, exc = self._take(res, out)
                 _lib.mfma_gemm_result_free(ctypes.byref(res))
         del keep
         if self._futures:
@@ -351,16 +468,21 @@ class Client:
         if rc < 0:
             raise from_c(rc, err)
         self.last_info = info
-        return _to_torch(out) if torch_out else out
+        if exc is not None:
+            raise exc
+        return _to_torch(d) if torch_out and out is None else d
 
     def submit(self, a, b, **kw):
         """Sends a GEMM without waiting; returns a GemmFuture.  Takes the
         arguments of gemm().  Any number may be in flight on one client; the
-        inputs may be reused as soon as submit returns."""
+        inputs may be reused as soon as submit returns, except those in a
+        region: the daemon reads B and C there, so they must not change
+        until the future is done (and out= holds D only then)."""
+        out = kw.pop("out", None)
         args, keep, torch_out = self._gemm_args(
             a, b, kw.pop("sparse", None), kw.pop("c", None), kw.pop("alpha", 1.0),
             kw.pop("beta", 0.0), kw.pop("out_dtype", None), kw.pop("weight", None),
-            kw.pop("device", -1), kw.pop("priority", 0), kw.pop("timeout_us", 0))
+            kw.pop("device", -1), kw.pop("priority", 0), kw.pop("timeout_us", 0), out)
         if kw:
             raise TypeError(f"submit() got unexpected arguments {sorted(kw)}")
         rid = ctypes.c_uint64()
@@ -370,7 +492,10 @@ class Client:
                                        ctypes.byref(err))
             if rc == 0:
                 fut = GemmFuture(rid.value)
-                self._futures[rid.value] = (fut, torch_out)
+                # Region arrays stay referenced until the answer, so their
+                # region is not released under the request.
+                held = [x for x in keep if isinstance(x, np.ndarray) and self._in_region(x)]
+                self._futures[rid.value] = (fut, torch_out and out is None, out, held)
                 if self._pump is None:
                     self._pump = threading.Thread(target=self._collect, name="mfma-collect",
                                                   daemon=True)
@@ -403,9 +528,10 @@ class Client:
                     if rc == -errno.ETIMEDOUT:
                         break
                     if rc == 0:
-                        out, info = self._take(res)
+                        entry = self._futures.pop(did.value, None)
+                        out, info, exc = self._take(res, entry[2] if entry else None)
                         _lib.mfma_gemm_result_free(ctypes.byref(res))
-                        done.append((self._futures.pop(did.value, None), out, info, None))
+                        done.append((entry, out, info, exc))
                     elif rc <= -_lib.EREMOTE_BASE:
                         done.append((self._futures.pop(did.value, None), None, None,
                                      from_c(rc, err)))
@@ -418,7 +544,7 @@ class Client:
             for entry, out, info, exc in done:
                 if entry is None:
                     continue
-                fut, torch_out = entry
+                fut, torch_out = entry[:2]
                 if fut.cancelled():
                     continue
                 if exc is not None:
@@ -456,12 +582,14 @@ class Client:
                 _lib.mfma_load_result_free(ctypes.byref(res))
         if rc < 0:
             raise from_c(rc, err)
+        self._weight_rows[info.name] = info.rows
         return info
 
     def unload_weight(self, name):
         """Frees the resident weight `name` (mfma.NotFound when there is
         none); returns once its memory is back in the budget."""
         self._call(_lib.mfma_unload_weight, name.encode())
+        self._weight_rows.pop(name, None)
 
     def weights(self):
         """The resident weights, as a list of WeightInfo."""
@@ -474,6 +602,7 @@ class Client:
                 _lib.mfma_weight_list_free(ctypes.byref(wl))
         if rc < 0:
             raise from_c(rc, err)
+        self._weight_rows = {w.name: w.rows for w in out}
         return out
 
     def status(self):

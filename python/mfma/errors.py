@@ -2,7 +2,7 @@
 the message libmfmaclient reported.
 
     code > 0   the daemon answered with an error: the wire code (1
-               INVALID_ARGUMENT ... 8 MALFORMED), code_name its name, message
+               INVALID_ARGUMENT ... 9 FAILED_PRECONDITION), code_name its name, message
                the daemon's own sentence; raised as the subclass named after
                the code (mfma.NotFound, mfma.InvalidArgument, ...).
     code < 0   a local or transport failure: a negative errno value
@@ -70,8 +70,13 @@ class Malformed(DaemonError):
     pass
 
 
+class FailedPrecondition(DaemonError):
+    """Not possible on this connection: a shared-memory region over TCP."""
+
+
 _BY_CODE = {1: InvalidArgument, 2: NotFound, 3: AlreadyExists, 4: ResourceExhausted,
-            5: Unavailable, 6: DeadlineExceeded, 7: Internal, 8: Malformed}
+            5: Unavailable, 6: DeadlineExceeded, 7: Internal, 8: Malformed,
+            9: FailedPrecondition}
 
 
 def from_c(rc, err):

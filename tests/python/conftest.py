@@ -23,9 +23,15 @@ def _start(conf="", extra=()):
     log = open(os.path.join(d, "mfmad.log"), "w")
     # The CPU backend runs every dtype, dense and 2:4, on any machine: the
     # tests are about the client, the GPU backends have their own.
+    # Under run.py's preloaded sanitizers the daemon (linked with them
+    # itself) gets the caller's ASAN_OPTIONS back: leak checking included.
+    env = dict(os.environ)
+    if "MFMA_DAEMON_ASAN_OPTIONS" in env:
+        env["ASAN_OPTIONS"] = env.pop("MFMA_DAEMON_ASAN_OPTIONS")
+        env.pop("LD_PRELOAD", None)
     p = subprocess.Popen([binary, "--config", os.path.join(d, "mfmad.conf"), "--socket", sock,
                           "--log-level", "info", "--backends", "cpu", *extra],
-                         stdout=subprocess.DEVNULL, stderr=log)
+                         stdout=subprocess.DEVNULL, stderr=log, env=env)
     for _ in range(300):
         s = socket.socket(socket.AF_UNIX)
         try:
@@ -107,4 +113,15 @@ def tls_daemon(tmp_path):
                              f'tls_cert = "{certs}/server.pem"; tls_key = "{certs}/server.key"; '
                              f'tls_client_ca = "{certs}/ca.pem"; }};')
     yield f"tls:localhost:{port}", str(certs)
+    _stop(p, d, log)
+
+
+@pytest.fixture(scope="module")
+def small_daemon():
+    """A daemon with small limits, for the region tests: frames of at most
+    1 MiB (so a matrix that travels in a frame is refused, and one in a
+    region is not), 3 regions and 16 MiB of them per connection."""
+    p, d, sock, log = _start("limits = { max_frame_mb = 1; max_regions_per_conn = 3; "
+                             "max_region_mb_per_conn = 16; };")
+    yield "unix:" + sock
     _stop(p, d, log)
