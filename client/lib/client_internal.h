@@ -25,6 +25,7 @@ struct client_pending {
 	uint64_t unpack_ns;  /* unpacking the answer */
 	uint64_t seq;    /* arrival order, for MFMA_ANY */
 	void *d_dst;     /* where the caller wants D (mfma_gemm_args.d), or NULL */
+	size_t d_bytes;  /* and how many bytes it holds (mfma_gemm_args.d_bytes) */
 	Mfma__V1__Response *resp; /* NULL until the answer arrives */
 	/* A request that changes nothing (a GEMM, a ping, status, the list)
 	 * keeps its frame until answered: after a lost connection it is sent

@@ -237,8 +237,12 @@ struct mfma_gemm_args {
 	 * the library owns until mfma_gemm_result_free().  Inside one of the
 	 * client's regions the daemon writes D there and no byte of it
 	 * travels; elsewhere the library copies D there.  result.d.data
-	 * points at it either way. */
+	 * points at it either way.  d_bytes is how many bytes d holds: a D
+	 * that does not fit is refused (the daemon checks it inside a region;
+	 * the library before it copies elsewhere).  0 means "to the end of
+	 * d's region", and is refused for d outside a region. */
 	void *d;
+	size_t d_bytes;
 };
 
 /* Zero-initialising the struct is NOT enough: alpha would be 0 and device

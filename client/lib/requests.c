@@ -216,11 +216,18 @@ static int gemm_to_wire(mfma_client *cl, const struct mfma_gemm_args *args, stru
 		 * hold D from d to its end at most, and the daemon checks the
 		 * exact span. */
 		if (args->a.kind == MFMA_OPERAND_WEIGHT) {
-			rg = client_region_of(cl, args->d, 1);
-			len = 0;
+			rg = client_region_of(cl, args->d, args->d_bytes ? args->d_bytes : 1);
+			len = args->d_bytes;
 		} else {
+			if (args->d_bytes && args->d_bytes < len)
+				return client_fail(err, -EINVAL, "d holds %zu bytes (d_bytes), but D is "
+						   "%ux%u: %zu bytes", args->d_bytes, m, args->b.cols,
+						   len);
 			rg = client_region_of(cl, args->d, len);
 		}
+		if (!rg && !args->d_bytes)
+			return client_fail(err, -EINVAL, "d is outside the client's regions: give its "
+					   "size in d_bytes (the library copies D there)");
 		if (rg) {
 			mfma__v1__region_ref__init(&w->rd);
 			w->rd.has_region = w->rd.has_offset = 1;
@@ -403,7 +410,7 @@ static struct mfma_region *region_by_id(mfma_client *c, uint64_t id)
 
 /* dst: where the caller wants D (mfma_gemm_args.d), or NULL. */
 static int gemm_result_from(mfma_client *c, Mfma__V1__Response *resp, uint64_t rtt, void *dst,
-			    struct mfma_gemm_result *r, struct mfma_error *err)
+			    size_t dst_bytes, struct mfma_gemm_result *r, struct mfma_error *err)
 {
 	uint64_t t0 = mfma_clock_ns();
 	const Mfma__V1__GemmResult *g = resp->gemm;
@@ -436,6 +443,13 @@ static int gemm_result_from(mfma_client *c, Mfma__V1__Response *resp, uint64_t r
 		return rc;
 	}
 	if (dst && !d->region && want) {
+		if (want > dst_bytes) {
+			int rc = client_fail(err, -EMSGSIZE, "D is %ux%u, %llu bytes, but d holds %zu "
+					     "(d_bytes): not copied", d->rows, d->cols,
+					     (unsigned long long)want, dst_bytes);
+			mfma__v1__response__free_unpacked(resp, NULL);
+			return rc;
+		}
 		memcpy(dst, data, (size_t)want);
 		data = dst;
 	}
@@ -531,8 +545,10 @@ int mfma_gemm_submit(mfma_client *c, const struct mfma_gemm_args *args, uint64_t
 	if ((rc = send_request(c, &req, true, -1, &sid, err)) < 0)
 		return rc;
 	struct client_pending *p = client_pending_find(c, sid);
-	if (p)
+	if (p) {
 		p->d_dst = args->d;
+		p->d_bytes = args->d_bytes;
+	}
 	*id = sid;
 	client_ok(err);
 	return 0;
@@ -562,10 +578,11 @@ int mfma_wait(mfma_client *c, uint64_t id, int timeout_ms, uint64_t *done_id,
 	if (done_id)
 		*done_id = p->id;
 	void *dst = p->d_dst;
+	size_t dst_bytes = p->d_bytes;
 	rc = take(c, p, MFMA__V1__RESPONSE__BODY_GEMM, &resp, &rtt, err);
 	if (rc < 0)
 		return rc;
-	if ((rc = gemm_result_from(c, resp, rtt, dst, result, err)) < 0)
+	if ((rc = gemm_result_from(c, resp, rtt, dst, dst_bytes, result, err)) < 0)
 		return rc;
 	client_ok(err);
 	return 0;
@@ -590,7 +607,7 @@ int mfma_gemm(mfma_client *c, const struct mfma_gemm_args *args, struct mfma_gem
 	c->encode_t0 = t0;
 	if ((rc = call(c, &req, MFMA__V1__RESPONSE__BODY_GEMM, &resp, &rtt, err)) < 0)
 		return rc;
-	if ((rc = gemm_result_from(c, resp, rtt, args->d, result, err)) < 0)
+	if ((rc = gemm_result_from(c, resp, rtt, args->d, args->d_bytes, result, err)) < 0)
 		return rc;
 	client_ok(err);
 	return 0;

@@ -48,7 +48,7 @@ class GemmArgs(Structure):
     _fields_ = [("a", Operand), ("b", Matrix), ("c", POINTER(Matrix)),
                 ("alpha", c_float), ("beta", c_float), ("out_dtype", c_int),
                 ("device", c_int), ("priority", c_uint32), ("timeout_us", c_uint64),
-                ("d", c_void_p)]
+                ("d", c_void_p), ("d_bytes", c_size_t)]
 
 
 class Timing(Structure):

@@ -329,6 +329,7 @@ class Client:
         # after checking the shape.
         if self._in_region(out):
             args.d = out.ctypes.data
+            args.d_bytes = out.nbytes
 
     def _gemm_args(self, a, b, sparse, c, alpha, beta, out_dtype, weight, device, priority,
                    timeout_us, out=None):
@@ -384,7 +385,8 @@ class Client:
                 ctypes.memmove(out.ctypes.data, d.data, min(d.bytes, out.nbytes))
         elif (d.rows, d.cols) != out.shape or dtypes.numpy_dtype(d.dtype) != out.dtype:
             # Only a resident weight replaced since _rows_of looked can do
-            # this; in a region the daemon kept D inside the region.
+            # this (out= outside a region: in one, d_bytes lets the daemon
+            # refuse a D of another size before it writes).
             self._weight_rows.clear()
             where = " (written into the region from out's first byte)" if d.data else ""
             exc = ValueError(f"the daemon's D is {d.rows}x{d.cols} {dtypes.NAME[d.dtype]}"

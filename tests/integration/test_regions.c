@@ -205,10 +205,19 @@ static void test_region_matches_bytes(void **state)
 	/* D outside a region: the library copies it where asked. */
 	float *mine = calloc((size_t)M * N, 4);
 	g.d = mine;
+	g.d_bytes = (size_t)M * N * 4;
 	assert_int_equal(mfma_gemm(c, &g, &rr, &err), 0);
 	assert_ptr_equal(rr.d.data, mine);
 	assert_memory_equal(mine, rb.d.data, cb);
 	mfma_gemm_result_free(&rr);
+	/* Without its size, or too small for D, d outside a region is
+	 * refused before anything is sent. */
+	g.d_bytes = 0;
+	assert_int_equal(mfma_gemm(c, &g, &rr, &err), -EINVAL);
+	assert_non_null(strstr(err.message, "d_bytes"));
+	g.d_bytes = cb - 4;
+	assert_int_equal(mfma_gemm(c, &g, &rr, &err), -EINVAL);
+	assert_non_null(strstr(err.message, "d_bytes"));
 	free(mine);
 
 	assert_int_equal(mfma_region_destroy(c, rg, &err), 0);
