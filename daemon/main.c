@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "choices.h"
 #include "conn.h"
 #include "daemon.h"
 #include "declare.h"
@@ -501,6 +502,9 @@ int main(int argc, char **argv)
 		snprintf(err, sizeof(err), "cannot start the connection timer: %s", uv_strerror(rc));
 	if (rc == 0)
 		rc = devices_probe(d, err, sizeof(err));
+	/* The devices find the measured choices when they open. */
+	if (rc == 0 && (rc = choices_start(d)) < 0)
+		snprintf(err, sizeof(err), "cannot start the cache of choices: %s", strerror(-rc));
 	if (rc == 0)
 		rc = sched_start(d, err, sizeof(err));
 	/* Stored weights are resident again before anyone can connect. */
@@ -557,6 +561,7 @@ int main(int argc, char **argv)
 	sched_drain(d);
 	uv_walk(d->loop, close_walk, NULL);
 	uv_run(d->loop, UV_RUN_DEFAULT);
+	choices_free(d);
 	declare_free(d);
 	sched_free(d);
 	devices_free(d);
