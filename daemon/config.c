@@ -279,8 +279,9 @@ static void parse_providers(struct pctx *p, const config_setting_t *s, enum prov
 		const char *key = config_setting_name(e);
 		if (strcmp(key, "prefer") == 0) {
 			const char *v = get_str(p, e);
-			int at = v ? providers_index(f, v) : -1;
-			if (v && at < 0)
+			/* "" is no pin, as --check-config prints it. */
+			int at = v && *v ? providers_index(f, v) : -1;
+			if (v && *v && at < 0)
 				fail(p, e, "%s.providers.prefer = \"%s\" is not a %s provider (known: %s)",
 				     fam, v, fam, known);
 			else if (v)

@@ -215,6 +215,12 @@ static void test_providers(void **state)
 	assert_int_equal(c.cuda_providers.prefer, providers_index(PROVIDERS_CUDA, "wgmma"));
 	assert_int_equal(c.hip_providers.prefer, 0);
 	assert_int_equal(c.hip_providers.exclude, 0);
+	/* No pin and nothing excluded, as --check-config prints it. */
+	assert_int_equal(parse(&c, "cuda = { providers = { exclude = []; prefer = \"\"; }; };\n",
+			       err, sizeof(err)),
+			 0);
+	assert_int_equal(c.cuda_providers.prefer, -1);
+	assert_int_equal(c.cuda_providers.exclude, 0);
 
 	assert_int_equal(parse(&c, "cuda = { providers = { exclude = [\"cusparse\"]; }; };\n", err,
 			       sizeof(err)),
