@@ -73,15 +73,11 @@ static int hip_probe(const struct backend_config *cfg, char *err, size_t errlen)
 {
 	/* The configuration names providers by providers.c's list, whose
 	 * index is the exclude bit: it must be this table, in this order. */
-	size_t n;
-	const char *const *names = providers_names(PROVIDERS_HIP, &n);
 	for (size_t i = 0; i < NPROVIDERS; i++) {
-		if (n != NPROVIDERS || strcmp(names[i], providers[i]->name) != 0) {
-			snprintf(err, errlen, "hip: provider %zu is %s in hip.c but %s in "
-				 "providers.c (a build error: keep the two lists alike)", i,
-				 providers[i]->name, i < n ? names[i] : "absent");
-			return -EINVAL;
-		}
+		int rc = providers_check(PROVIDERS_HIP, i, NPROVIDERS, providers[i]->name, err,
+					 errlen);
+		if (rc < 0)
+			return rc;
 	}
 	if (cfg)
 		policy = cfg->hip_providers;

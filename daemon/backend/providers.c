@@ -43,6 +43,19 @@ const char *providers_list(enum provider_family f, char *buf, size_t len)
 	return buf;
 }
 
+int providers_check(enum provider_family f, size_t i, size_t count, const char *name, char *err,
+		    size_t errlen)
+{
+	size_t n;
+	const char *const *names = providers_names(f, &n);
+	if (n == count && i < n && strcmp(names[i], name) == 0)
+		return 0;
+	snprintf(err, errlen, "%s: provider %zu is %s in the backend's table but %s in providers.c "
+		 "(a build error: keep the two lists alike)", f == PROVIDERS_HIP ? "hip" : "cuda", i,
+		 name, i < n ? names[i] : "absent");
+	return -EINVAL;
+}
+
 void providers_describe(const struct provider_policy *p, enum provider_family f, size_t i,
 			char *buf, size_t len)
 {

@@ -36,6 +36,12 @@ static inline int provider_excluded(const struct provider_policy *p, size_t i)
 	return p && (p->exclude >> i) & 1u;
 }
 
+/* Checks that entry i of a family's table (of count entries) is named as
+ * the list says: 0, or -EINVAL with the mismatch in err (a build error,
+ * caught at probe). */
+int providers_check(enum provider_family f, size_t i, size_t count, const char *name, char *err,
+		    size_t errlen);
+
 /* A provider's state on a device for status, "name" or "name:pinned" /
  * "name:excluded", appended to the comma-separated list in buf. */
 void providers_describe(const struct provider_policy *p, enum provider_family f, size_t i,

@@ -254,6 +254,18 @@ static void test_providers(void **state)
 			 -EINVAL);
 	assert_non_null(strstr(err, "cuda.providers must be a group"));
 
+	/* The backends' checks of their tables, and the status strings. */
+	assert_int_equal(providers_check(PROVIDERS_CUDA, 0, 4, "wgmma", err, sizeof(err)), 0);
+	assert_int_equal(providers_check(PROVIDERS_CUDA, 1, 4, "wgmma", err, sizeof(err)), -EINVAL);
+	assert_string_equal(err, "cuda: provider 1 is wgmma in the backend's table but ours in "
+				 "providers.c (a build error: keep the two lists alike)");
+	assert_int_equal(providers_check(PROVIDERS_HIP, 0, 2, "ours", err, sizeof(err)), -EINVAL);
+	struct provider_policy pol = { .exclude = 1u << 2, .prefer = 0 };
+	char desc[128] = "";
+	for (size_t i = 0; i < 4; i++)
+		providers_describe(&pol, PROVIDERS_CUDA, i, desc, sizeof(desc));
+	assert_string_equal(desc, "wgmma:pinned,ours,cublaslt:excluded,cusparselt");
+
 	char buf[256];
 	config_defaults(&def);
 	assert_int_equal(parse(&c, "cuda = { providers = { exclude = [\"cusparselt\"]; }; };\n",
