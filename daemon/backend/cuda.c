@@ -141,10 +141,11 @@ static int cuda_describe(int index, struct backend_device_info *info)
 		return rc;
 	int cc = cuda_slot_cc(index);
 	for (size_t i = 0; i < NPROVIDERS; i++) {
-		if (!providers[i]->usable(cc))
+		/* An excluded provider is listed as excluded without asking
+		 * usable(), which for a library opens it: excluded is never
+		 * loaded.  It adds no variant and no dtype. */
+		if (!provider_excluded(&policy, i) && !providers[i]->usable(cc))
 			continue;
-		/* An excluded provider is listed (as excluded) but adds no
-		 * variant and no dtype. */
 		providers_describe(&policy, PROVIDERS_CUDA, i, info->providers,
 				   sizeof(info->providers));
 		if (usable_here(i, cc))

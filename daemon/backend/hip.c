@@ -91,7 +91,8 @@ static int hip_describe(int index, struct backend_device_info *info)
 		return rc;
 	const char *arch = hip_slot_arch(index);
 	for (size_t i = 0; i < NPROVIDERS; i++) {
-		if (!providers[i]->usable(arch))
+		/* Excluded: listed as such without asking usable(). */
+		if (!provider_excluded(&policy, i) && !providers[i]->usable(arch))
 			continue;
 		providers_describe(&policy, PROVIDERS_HIP, i, info->providers,
 				   sizeof(info->providers));
