@@ -199,18 +199,16 @@ int choice_cache_parse(struct choice_cache *c, const char *text, size_t len, cha
 		line[n] = '\0';
 		blen -= n + 1;
 		body = end + 1;
-		char *f[8];
+		char *f[9];
 		size_t nf = 0;
-		/* strtok_r would merge empty fields; the split is by hand. */
-		for (char *p = line; nf < 8; nf++) {
+		/* strtok_r would merge empty fields; the split is by hand, and
+		 * a ninth field makes the line wrong too. */
+		for (char *p = line; p && nf < 9; nf++) {
 			f[nf] = p;
 			char *t = strchr(p, '\t');
-			if (!t) {
-				nf++;
-				break;
-			}
-			*t = '\0';
-			p = t + 1;
+			if (t)
+				*t = '\0';
+			p = t ? t + 1 : NULL;
 		}
 		struct backend_choice_key k;
 		memset(&k, 0, sizeof(k));
