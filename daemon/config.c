@@ -44,6 +44,8 @@ void config_defaults(struct mfmad_config *c)
 	c->cpu_devices = 1;
 	c->hip = BACKEND_AUTO;
 	c->cuda = BACKEND_AUTO;
+	c->hip_providers.prefer = -1;
+	c->cuda_providers.prefer = -1;
 	c->shutdown_grace_ms = 10000;
 	snprintf(c->metrics_address, sizeof(c->metrics_address), "127.0.0.1");
 	c->metrics_port = 9464;
@@ -255,6 +257,72 @@ KEY(cpu_threads, { set_int(p, s, 0, 4096, &c->cpu_threads); })
 KEY(cpu_devices, { set_int(p, s, 1, 16, &c->cpu_devices); })
 KEY(hip_enabled, { set_enable(p, s, &c->hip); })
 KEY(cuda_enabled, { set_enable(p, s, &c->cuda); })
+/* family.providers = { exclude = ["name", ...]; prefer = "name"; }: every
+ * name one of the family's providers (providers.h), the pinned one not
+ * excluded too. */
+static void parse_providers(struct pctx *p, const config_setting_t *s, enum provider_family f,
+			    struct provider_policy *pol)
+{
+	char nb[128], known[128];
+	const char *fam = f == PROVIDERS_CUDA ? "cuda" : "hip";
+	providers_list(f, known, sizeof(known));
+	if (config_setting_type(s) != CONFIG_TYPE_GROUP) {
+		fail(p, s, "%s.providers must be a group: providers = { exclude = [\"name\"]; "
+		     "prefer = \"name\"; };", fam);
+		return;
+	}
+	struct provider_policy np = { .exclude = 0, .prefer = -1 };
+	const config_setting_t *prefer = NULL;
+	int n = config_setting_length(s);
+	for (int i = 0; i < n && !p->failed; i++) {
+		const config_setting_t *e = config_setting_get_elem(s, (unsigned)i);
+		const char *key = config_setting_name(e);
+		if (strcmp(key, "prefer") == 0) {
+			const char *v = get_str(p, e);
+			/* "" is no pin, as --check-config prints it. */
+			int at = v && *v ? providers_index(f, v) : -1;
+			if (v && *v && at < 0)
+				fail(p, e, "%s.providers.prefer = \"%s\" is not a %s provider (known: %s)",
+				     fam, v, fam, known);
+			else if (v)
+				np.prefer = at;
+			prefer = e;
+		} else if (strcmp(key, "exclude") == 0) {
+			int t = config_setting_type(e);
+			if (t != CONFIG_TYPE_ARRAY && t != CONFIG_TYPE_LIST) {
+				fail(p, e, "%s must be a list of names: exclude = [\"cusparselt\"];",
+				     path_of(e, nb, sizeof(nb)));
+				return;
+			}
+			int m = config_setting_length(e);
+			for (int j = 0; j < m && !p->failed; j++) {
+				const config_setting_t *x = config_setting_get_elem(e, (unsigned)j);
+				if (config_setting_type(x) != CONFIG_TYPE_STRING) {
+					fail(p, x, "%s.providers.exclude[%d] must be a string", fam, j);
+					return;
+				}
+				const char *v = config_setting_get_string(x);
+				int at = providers_index(f, v);
+				if (at < 0)
+					fail(p, x, "%s.providers.exclude[%d] = \"%s\" is not a %s provider "
+					     "(known: %s)", fam, j, v, fam, known);
+				else
+					np.exclude |= 1u << at;
+			}
+		} else {
+			fail(p, e, "unknown setting '%s' (a %s.providers group has exclude and prefer)",
+			     path_of(e, nb, sizeof(nb)), fam);
+		}
+	}
+	if (!p->failed && np.prefer >= 0 && provider_excluded(&np, (size_t)np.prefer))
+		fail(p, prefer, "%s.providers.prefer = \"%s\" is also in %s.providers.exclude", fam,
+		     providers_names(f, &(size_t){ 0 })[np.prefer], fam);
+	if (!p->failed)
+		*pol = np;
+}
+
+KEY(hip_providers, { parse_providers(p, s, PROVIDERS_HIP, &c->hip_providers); })
+KEY(cuda_providers, { parse_providers(p, s, PROVIDERS_CUDA, &c->cuda_providers); })
 KEY(shutdown_grace_ms, { set_u64(p, s, 0, 3600000, 1, &c->shutdown_grace_ms); })
 KEY(status_interval_ms, { set_u64(p, s, 100, 3600000, 1, &c->status_interval_ms); })
 KEY(metrics_enabled, { set_bool(p, s, &c->metrics_enabled); })
@@ -412,8 +480,14 @@ static const struct key cpu_keys[] = {
 	{ "enabled", k_cpu_enabled, NULL }, { "threads", k_cpu_threads, NULL },
 	{ "devices", k_cpu_devices, NULL }, { NULL, NULL, NULL },
 };
-static const struct key hip_keys[] = { { "enabled", k_hip_enabled, NULL }, { NULL, NULL, NULL } };
-static const struct key cuda_keys[] = { { "enabled", k_cuda_enabled, NULL }, { NULL, NULL, NULL } };
+static const struct key hip_keys[] = {
+	{ "enabled", k_hip_enabled, NULL }, { "providers", k_hip_providers, NULL },
+	{ NULL, NULL, NULL },
+};
+static const struct key cuda_keys[] = {
+	{ "enabled", k_cuda_enabled, NULL }, { "providers", k_cuda_providers, NULL },
+	{ NULL, NULL, NULL },
+};
 static const struct key metrics_keys[] = {
 	{ "enabled", k_metrics_enabled, NULL }, { "address", k_metrics_address, NULL },
 	{ "port", k_metrics_port, NULL }, { "allow_remote", k_metrics_allow_remote, NULL },
@@ -505,6 +579,19 @@ int config_load_string(struct mfmad_config *cfg, const char *text, const char *n
 	return rc;
 }
 
+const char *config_state_dir(const struct mfmad_config *cfg, char *buf, size_t len)
+{
+	const char *base = cfg->weights_state_dir;
+	if (!base[0])
+		base = getenv("STATE_DIRECTORY"); /* systemd's StateDirectory= */
+	if (!base || !base[0])
+		return NULL;
+	/* $STATE_DIRECTORY lists one path per StateDirectory=, ':'-separated. */
+	size_t n = strcspn(base, ":");
+	int w = snprintf(buf, len, "%.*s", (int)n, base);
+	return w > 0 && (size_t)w < len ? buf : NULL;
+}
+
 int config_restart_only_changes(const struct mfmad_config *a, const struct mfmad_config *b,
 				char *buf, size_t len)
 {
@@ -537,6 +624,12 @@ int config_restart_only_changes(const struct mfmad_config *a, const struct mfmad
 	     "cpu.*");
 	DIFF(a->hip != b->hip, "hip.enabled");
 	DIFF(a->cuda != b->cuda, "cuda.enabled");
+	/* The providers a device has are attached when it opens, and the
+	 * resident weights were packed by them: a change takes a restart. */
+	DIFF(memcmp(&a->hip_providers, &b->hip_providers, sizeof(a->hip_providers)) != 0,
+	     "hip.providers");
+	DIFF(memcmp(&a->cuda_providers, &b->cuda_providers, sizeof(a->cuda_providers)) != 0,
+	     "cuda.providers");
 	DIFF(a->metrics_enabled != b->metrics_enabled ||
 		     strcmp(a->metrics_address, b->metrics_address) != 0 ||
 		     a->metrics_port != b->metrics_port || a->metrics_allow_remote != b->metrics_allow_remote,

@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "providers.h"
+
 enum backend_enable { BACKEND_OFF = 0, BACKEND_ON = 1, BACKEND_AUTO = 2 };
 
 /* weights.declare: at most this many entries (the refusal names it). */
@@ -72,6 +74,7 @@ struct mfmad_config {
 	int cpu_threads;               /* 0 = all cores */
 	int cpu_devices;
 	enum backend_enable hip, cuda;
+	struct provider_policy hip_providers, cuda_providers; /* hip.providers, cuda.providers */
 
 	uint64_t shutdown_grace_ms;
 	bool metrics_enabled;
@@ -90,6 +93,10 @@ void config_defaults(struct mfmad_config *cfg);
 int config_load_file(struct mfmad_config *cfg, const char *path, char *err, size_t errlen);
 int config_load_string(struct mfmad_config *cfg, const char *text, const char *name, char *err,
 		       size_t errlen);
+
+/* The state directory (weights.state_dir, else the first path of systemd's
+ * $STATE_DIRECTORY) into buf, or NULL when there is none. */
+const char *config_state_dir(const struct mfmad_config *cfg, char *buf, size_t len);
 
 /* Describes the settings that differ between a and b but cannot change
  * without a restart (socket, backends, threads) into buf; returns how many. */

@@ -25,6 +25,7 @@
 #include "config.h"
 #include "stats.h"
 
+struct choices;
 struct conn;
 struct declared;
 struct device;
@@ -45,6 +46,7 @@ struct daemon {
 	struct sched *sched;     /* scheduler.c */
 	struct weight *weights;  /* weights.c: the ready weights */
 	struct declared *declared; /* declare.c: weights.declare and where each stands */
+	struct choices *choices; /* choices.c: measured provider choices, NULL without a state dir */
 	struct listeners *listeners; /* listen.c */
 	struct conn *conns;      /* conn.c: every open connection */
 	uint64_t next_conn_id;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "choices.h"
 #include "log.h"
 
 /* In the order devices are numbered: GPUs first, the CPU last (it serves
@@ -59,6 +60,16 @@ static void add_devices(struct daemon *d, const struct backend_ops *b, int count
 	}
 }
 
+/* What the backends are told of the configuration, at probe and open. */
+static void backend_config_of(const struct daemon *d, struct backend_config *bc)
+{
+	*bc = (struct backend_config){ .cpu_threads = d->cfg.cpu_threads,
+				       .cpu_devices = d->cfg.cpu_devices,
+				       .cuda_providers = d->cfg.cuda_providers,
+				       .hip_providers = d->cfg.hip_providers,
+				       .choices = choices_hook(d) };
+}
+
 /* Probes one backend; 0 or more devices added, or a negative code when an
  * enabled (not "auto") backend cannot serve. */
 static int probe_one(struct daemon *d, const struct backend_entry *b, char *err, size_t errlen)
@@ -74,8 +85,8 @@ static int probe_one(struct daemon *d, const struct backend_entry *b, char *err,
 		}
 		return 0;
 	}
-	struct backend_config bc = { .cpu_threads = d->cfg.cpu_threads,
-				     .cpu_devices = d->cfg.cpu_devices };
+	struct backend_config bc;
+	backend_config_of(d, &bc);
 	char berr[256] = "";
 	int n = b->ops->probe(&bc, berr, sizeof(berr));
 	if (n < 0) {
@@ -140,8 +151,8 @@ void devices_free(struct daemon *d)
 
 void devices_open(struct device *v)
 {
-	const struct mfmad_config *c = &v->d->cfg;
-	struct backend_config bc = { .cpu_threads = c->cpu_threads, .cpu_devices = c->cpu_devices };
+	struct backend_config bc;
+	backend_config_of(v->d, &bc);
 	char err[sizeof(v->open_err)] = "";
 	int rc = v->ops->open(v->bindex, &bc, &v->bdev, err, sizeof(err));
 	snprintf(v->open_err, sizeof(v->open_err), "%s", err);

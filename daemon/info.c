@@ -31,6 +31,8 @@ void info_status(struct daemon *d, const struct request *r)
 	Mfma__V1__DeviceInfo *dip[STATS_MAX_DEVICES];
 	char *variants[STATS_MAX_DEVICES][64];
 	char varbuf[STATS_MAX_DEVICES][sizeof(d->dev[0].info.variants)];
+	char *providers[STATS_MAX_DEVICES][PROVIDERS_MAX];
+	char provbuf[STATS_MAX_DEVICES][sizeof(d->dev[0].info.providers)];
 	struct weight_list wl;
 	struct declare_list dl;
 	if (weights_list(d, &wl) < 0) {
@@ -66,6 +68,13 @@ void info_status(struct daemon *d, const struct request *r)
 			variants[i][nv++] = t;
 		di[i].n_variants = nv;
 		di[i].variants = variants[i];
+		snprintf(provbuf[i], sizeof(provbuf[i]), "%s", v->info.providers);
+		size_t np = 0;
+		for (char *t = strtok_r(provbuf[i], ",", &save); t && np < PROVIDERS_MAX;
+		     t = strtok_r(NULL, ",", &save))
+			providers[i][np++] = t;
+		di[i].n_providers = np;
+		di[i].providers = providers[i];
 		dip[i] = &di[i];
 	}
 	uint64_t ok = 0, failed = 0, busy = 0, malformed = 0;

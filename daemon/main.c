@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "choices.h"
 #include "conn.h"
 #include "daemon.h"
 #include "declare.h"
@@ -148,6 +149,17 @@ static int read_config(struct daemon *d, struct mfmad_config *out, char *err, si
 	return 0;
 }
 
+static void print_providers(const struct provider_policy *p, enum provider_family f)
+{
+	size_t n;
+	const char *const *names = providers_names(f, &n);
+	printf("{ exclude = [");
+	for (size_t i = 0, k = 0; i < n; i++)
+		if (provider_excluded(p, i))
+			printf("%s\"%s\"", k++ ? ", " : "", names[i]);
+	printf("]; prefer = \"%s\"; }", p->prefer >= 0 ? names[p->prefer] : "");
+}
+
 static void print_config(const struct mfmad_config *c, const char *src)
 {
 	char sock[108];
@@ -198,7 +210,11 @@ static void print_config(const struct mfmad_config *c, const char *src)
 	       c->batch_max_queue_delay_us);
 	printf("cpu = { enabled = %s; threads = %d; devices = %d; };\n", en[c->cpu], c->cpu_threads,
 	       c->cpu_devices);
-	printf("hip = { enabled = %s; };\ncuda = { enabled = %s; };\n", en[c->hip], en[c->cuda]);
+	printf("hip = { enabled = %s; providers = ", en[c->hip]);
+	print_providers(&c->hip_providers, PROVIDERS_HIP);
+	printf("; };\ncuda = { enabled = %s; providers = ", en[c->cuda]);
+	print_providers(&c->cuda_providers, PROVIDERS_CUDA);
+	printf("; };\n");
 	printf("metrics = { enabled = %s; address = \"%s\"; port = %d; allow_remote = %s; };\n",
 	       c->metrics_enabled ? "true" : "false", c->metrics_address, c->metrics_port,
 	       c->metrics_allow_remote ? "true" : "false");
@@ -501,6 +517,9 @@ int main(int argc, char **argv)
 		snprintf(err, sizeof(err), "cannot start the connection timer: %s", uv_strerror(rc));
 	if (rc == 0)
 		rc = devices_probe(d, err, sizeof(err));
+	/* The devices find the measured choices when they open. */
+	if (rc == 0 && (rc = choices_start(d)) < 0)
+		snprintf(err, sizeof(err), "cannot start the cache of choices: %s", strerror(-rc));
 	if (rc == 0)
 		rc = sched_start(d, err, sizeof(err));
 	/* Stored weights are resident again before anyone can connect. */
@@ -557,6 +576,7 @@ int main(int argc, char **argv)
 	sched_drain(d);
 	uv_walk(d->loop, close_walk, NULL);
 	uv_run(d->loop, UV_RUN_DEFAULT);
+	choices_free(d);
 	declare_free(d);
 	sched_free(d);
 	devices_free(d);

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fnv.h"
 #include "log.h"
 #include "mfma.pb-c.h"
 #include "sparse24.h"
@@ -30,35 +31,23 @@ struct wstore_header {
 
 static const char magic[8] = "MFMAWGT";
 
-static uint64_t fnv(uint64_t h, const void *p, size_t n)
-{
-	const uint8_t *b = p;
-	for (size_t i = 0; i < n; i++)
-		h = (h ^ b[i]) * 0x100000001b3ull;
-	return h;
-}
-
 static uint64_t checksum(const struct wstore_header *hd, const void *v, const void *m)
 {
 	struct wstore_header h = *hd;
 	h.checksum = 0;
-	uint64_t c = fnv(0xcbf29ce484222325ull, &h, sizeof(h));
-	c = fnv(c, v, hd->values_bytes);
-	return fnv(c, m, hd->meta_bytes);
+	uint64_t c = fnv64(FNV64_INIT, &h, sizeof(h));
+	c = fnv64(c, v, hd->values_bytes);
+	return fnv64(c, m, hd->meta_bytes);
 }
 
 const char *wstore_dir(const struct daemon *d, char *buf, size_t len)
 {
 	if (!d->cfg.weights_persist)
 		return NULL;
-	const char *base = d->cfg.weights_state_dir;
-	if (!base[0])
-		base = getenv("STATE_DIRECTORY"); /* systemd's StateDirectory= */
-	if (!base || !base[0])
+	char base[256];
+	if (!config_state_dir(&d->cfg, base, sizeof(base)))
 		return NULL;
-	/* $STATE_DIRECTORY lists one path per StateDirectory=, ':'-separated. */
-	size_t n = strcspn(base, ":");
-	int w = snprintf(buf, len, "%.*s/weights", (int)n, base);
+	int w = snprintf(buf, len, "%s/weights", base);
 	return w > 0 && (size_t)w < len ? buf : NULL;
 }
 

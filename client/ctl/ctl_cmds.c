@@ -387,6 +387,20 @@ static void status_json(struct ctl *ctl, mfma_client *c, const struct mfma_statu
 		for (size_t v = 0; v < d->n_variants; v++)
 			json_string(j, d->variants[v]);
 		json_array_end(j);
+		/* "name:state" on the wire, an object here. */
+		json_key(j, "providers");
+		json_array_begin(j);
+		for (size_t v = 0; v < d->n_providers; v++) {
+			char name[64];
+			const char *p = d->providers[v], *colon = strchr(p, ':');
+			snprintf(name, sizeof(name), "%.*s", colon ? (int)(colon - p) : (int)strlen(p),
+				 p);
+			json_object_begin(j);
+			json_kv_string(j, "name", name);
+			json_kv_string(j, "state", colon ? colon + 1 : "available");
+			json_object_end(j);
+		}
+		json_array_end(j);
 		json_object_end(j);
 	}
 	json_array_end(j);
@@ -445,6 +459,16 @@ static void status_text(mfma_client *c, const struct mfma_status *s)
 		for (size_t v = 0; v < d->n_variants; v++)
 			printf("%s %s", v ? "," : "", d->variants[v]);
 		printf("%s\n", d->n_variants ? "" : " (none)");
+		if (!d->n_providers)
+			continue;
+		printf("device %u providers:", d->index);
+		for (size_t v = 0; v < d->n_providers; v++) {
+			const char *p = d->providers[v], *colon = strchr(p, ':');
+			printf("%s %.*s%s%s%s", v ? "," : "",
+			       colon ? (int)(colon - p) : (int)strlen(p), p, colon ? " (" : "",
+			       colon ? colon + 1 : "", colon ? ")" : "");
+		}
+		putchar('\n');
 	}
 	if (s->n_weights) {
 		putchar('\n');

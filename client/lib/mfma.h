@@ -456,6 +456,11 @@ struct mfma_device_status {
 	size_t n_variants;
 	const char *const *variants;
 	uint64_t completed, failed;
+	/* The device's kernel providers, each "name", "name:pinned" or
+	 * "name:excluded" (the daemon's cuda.providers / hip.providers); none
+	 * for the CPU backend. */
+	size_t n_providers;
+	const char *const *providers;
 };
 
 struct mfma_counters {

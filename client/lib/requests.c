@@ -877,6 +877,8 @@ int mfma_status(mfma_client *c, struct mfma_status *st, struct mfma_error *err)
 			o->variants = (const char *const *)d->variants;
 			o->completed = d->completed;
 			o->failed = d->failed;
+			o->n_providers = d->n_providers;
+			o->providers = (const char *const *)d->providers;
 		}
 	}
 	if ((rc = weights_from(r->weights, r->n_weights, &st->weights, err)) < 0 ||

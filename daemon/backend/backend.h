@@ -19,12 +19,44 @@
 
 #include "mfma_gemm.h"
 #include "mfmad_build.h"
+#include "providers.h"
+
+/* What a measured choice among a device's providers is kept under: the
+ * device (its name, driver and toolkit versions and the providers it has,
+ * so that a new driver or library is measured again), the weight, the N
+ * bucket and the output type. */
+struct backend_choice_key {
+	char device[192];
+	uint32_t m, k;
+	uint32_t dtype;  /* enum mfma_dtype of the weight */
+	uint32_t sparse; /* 0 or 1 */
+	uint32_t n_max;  /* the N bucket's upper bound, inclusive */
+	uint32_t out;    /* enum mfma_dtype of the answer */
+};
+
+/* The daemon's cache of measured choices (choices.c), which keeps them in
+ * the state directory across restarts: a backend asks it before it times
+ * the candidates and tells it the order it measured.  Any worker thread;
+ * the daemon does the file I/O elsewhere, so these never block on a disk. */
+struct backend_choices {
+	/* The cached order for key (provider names, comma-separated, fastest
+	 * first) into order; 0, or -ENOENT when there is none. */
+	int (*get)(void *arg, const struct backend_choice_key *key, char *order, size_t len);
+	/* Keeps an order just measured. */
+	void (*put)(void *arg, const struct backend_choice_key *key, const char *order);
+	void *arg;
+};
 
 struct backend_config {
 	int cpu_threads;       /* CPU backend: worker threads for one GEMM, <= 0 = all cores */
 	int cpu_devices;       /* CPU backend: how many CPU "devices" (queues) to expose */
 	uint64_t pinned_bytes; /* GPU backends: pinned staging pool per device; 0 = the
 	                        * backend's default (not configurable yet) */
+	struct provider_policy cuda_providers; /* cuda.providers */
+	struct provider_policy hip_providers;  /* hip.providers */
+	/* The cache of measured choices, NULL for none; it outlives every
+	 * device. */
+	const struct backend_choices *choices;
 };
 
 struct backend_device_info {
@@ -32,6 +64,10 @@ struct backend_device_info {
 	char arch[32];       /* e.g. "gfx942", "sm_90", "x86_64" */
 	uint64_t mem_total;  /* bytes of device memory (host RAM for the CPU) */
 	char variants[1024]; /* kernel variants this device can run, comma-separated */
+	/* The kernel providers the device has, comma-separated, each "name",
+	 * "name:pinned" or "name:excluded" (providers_describe); "" for a
+	 * backend without providers (the CPU). */
+	char providers[256];
 	/* Input dtypes the device runs, as bits (1u << enum mfma_dtype), for a
 	 * dense and for a 2:4 A; 0 means every dtype.  The scheduler routes by
 	 * them, so a request never reaches a device without a kernel for it. */

@@ -13,7 +13,19 @@
  * that supports it (the device charges the sum), and the choice among
  * them is measured: the first GEMM of an N bucket (and output type) runs
  * on each candidate, timed by the device's events, and the fastest serves
- * that bucket from then on.  The answer's variant names what ran. */
+ * that bucket from then on.  The answer's variant names what ran.
+ *
+ * The configuration (cuda.providers, struct provider_policy) may exclude
+ * providers: they are not attached, not described and never run.  It may
+ * pin one: it runs first whatever it supports (requests with their own A
+ * and resident weights alike, with no measuring), the others only what it
+ * cannot run.  The others still pack a resident weight they support, so
+ * that an N or output type the pinned one refuses has a fallback.
+ *
+ * The measured order of each (weight shape, N bucket, output type) is
+ * also handed to the daemon's cache of choices (backend_config.choices),
+ * which keeps it in the state directory: a restart finds it there and
+ * does not time the candidates again. */
 #include "mfmad_build.h"
 
 #include <dlfcn.h>
@@ -26,6 +38,7 @@
 #include "backend.h"
 #include "cuda_device.h"
 #include "cuda_provider.h"
+#include "providers.h"
 
 /* The providers, in order of preference for a request with its own A:
  * the first that supports it runs it.  Ours come first there since the
@@ -61,10 +74,23 @@ static size_t bucket_of(uint32_t n)
 	return b;
 }
 
-/* An open device: the device layer and each provider's state on it. */
+/* The configuration's word on the providers (cuda.providers), set at
+ * probe, before any device opens, and read-only after. */
+static struct provider_policy policy = { .exclude = 0, .prefer = -1 };
+
+/* Whether provider i may serve on compute capability cc. */
+static int usable_here(size_t i, int cc)
+{
+	return !provider_excluded(&policy, i) && providers[i]->usable(cc);
+}
+
+/* An open device: the device layer and each provider's state on it, and
+ * the cache of measured choices with the key part that names the device. */
 struct cuda_backend_dev {
 	struct cuda_dev *dev;
 	void *state[NPROVIDERS];
+	const struct backend_choices *choices;
+	char fingerprint[sizeof(((struct backend_choice_key *)0)->device)];
 };
 
 /* The measured order of the candidates for one (N bucket, output type):
@@ -88,14 +114,23 @@ struct cuda_weight {
 static int any_provider_usable(int cc)
 {
 	for (size_t i = 0; i < NPROVIDERS; i++)
-		if (providers[i]->usable(cc))
+		if (usable_here(i, cc))
 			return 1;
 	return 0;
 }
 
 static int cuda_probe(const struct backend_config *cfg, char *err, size_t errlen)
 {
-	(void)cfg;
+	/* The configuration names providers by providers.c's list, whose
+	 * index is the exclude bit: it must be this table, in this order. */
+	for (size_t i = 0; i < NPROVIDERS; i++) {
+		int rc = providers_check(PROVIDERS_CUDA, i, NPROVIDERS, providers[i]->name, err,
+					 errlen);
+		if (rc < 0)
+			return rc;
+	}
+	if (cfg)
+		policy = cfg->cuda_providers;
 	return cuda_dev_probe(any_provider_usable, err, errlen);
 }
 
@@ -105,9 +140,17 @@ static int cuda_describe(int index, struct backend_device_info *info)
 	if (rc < 0)
 		return rc;
 	int cc = cuda_slot_cc(index);
-	for (size_t i = 0; i < NPROVIDERS; i++)
-		if (providers[i]->usable(cc))
+	for (size_t i = 0; i < NPROVIDERS; i++) {
+		/* An excluded provider is listed as excluded without asking
+		 * usable(), which for a library opens it: excluded is never
+		 * loaded.  It adds no variant and no dtype. */
+		if (!provider_excluded(&policy, i) && !providers[i]->usable(cc))
+			continue;
+		providers_describe(&policy, PROVIDERS_CUDA, i, info->providers,
+				   sizeof(info->providers));
+		if (usable_here(i, cc))
 			providers[i]->describe(cc, info);
+	}
 	return 0;
 }
 
@@ -148,14 +191,27 @@ static int cuda_open(int index, const struct backend_config *cfg, void **dev, ch
 		return rc;
 	}
 	int cc = cuda_dev_cc(bd->dev);
+	/* The device's part of a cached choice's key: a choice measured on
+	 * another GPU, driver, daemon version or provider set is not this
+	 * one's. */
+	int drv = 0;
+	(void)nv_drv.cuDriverGetVersion(&drv);
+	struct backend_device_info info;
+	int off = snprintf(bd->fingerprint, sizeof(bd->fingerprint), "%s sm_%d driver %d mfmad %s:",
+			   cuda_slot_describe(index, &info) == 0 ? info.name : "?", cc, drv,
+			   MFMAD_VERSION);
 	for (size_t i = 0; i < NPROVIDERS; i++) {
-		if (!providers[i]->usable(cc))
+		if (!usable_here(i, cc))
 			continue;
 		if ((rc = providers[i]->attach(bd->dev, &bd->state[i], err, errlen)) < 0) {
 			cuda_close(bd);
 			return rc;
 		}
+		if (off > 0 && (size_t)off < sizeof(bd->fingerprint))
+			off += snprintf(bd->fingerprint + off, sizeof(bd->fingerprint) - (size_t)off,
+					" %s", providers[i]->name);
 	}
+	bd->choices = cfg ? cfg->choices : NULL;
 	*dev = bd;
 	return 0;
 }
@@ -170,8 +226,13 @@ static size_t pick(const struct cuda_backend_dev *bd, const struct cuda_shape *s
 	snprintf(err, errlen, "cuda: no kernel provider on sm_%d runs %s %s", cc,
 		 mfma_dtype_name(s->in), s->sparse ? "2:4" : "dense");
 	bool refused = false;
-	for (size_t i = 0; i < NPROVIDERS; i++) {
-		if (!providers[i]->usable(cc))
+	/* The pinned provider first, then the table's order. */
+	for (size_t j = 0; j <= NPROVIDERS; j++) {
+		size_t i;
+		if (j == 0 && policy.prefer < 0)
+			continue;
+		i = j == 0 ? (size_t)policy.prefer : j - 1;
+		if ((j > 0 && (int)i == policy.prefer) || !usable_here(i, cc))
 			continue;
 		char why[256];
 		int r = providers[i]->supports(bd->dev, bd->state[i], s, refused ? why : err,
@@ -239,7 +300,7 @@ static int cuda_weight_load(void *dev, const struct mfma_weight_host *wh, void *
 		char why[256];
 		char *e = first_rc ? why : err;
 		size_t elen = first_rc ? sizeof(why) : errlen;
-		if (!providers[i]->usable(cc) ||
+		if (!usable_here(i, cc) ||
 		    providers[i]->supports(bd->dev, bd->state[i], &s, why, sizeof(why)) < 0)
 			continue;
 		uint64_t bytes = 0;
@@ -341,8 +402,71 @@ static int measure(struct cuda_backend_dev *bd, struct cuda_weight *w, const siz
 	return r->n ? 0 : first_rc;
 }
 
-/* A GEMM on a resident weight: the measured choice for its N bucket,
- * measured now if this is the bucket's first GEMM. */
+/* The key of w's choice for N bucket b and output type out. */
+static void choice_key(const struct cuda_backend_dev *bd, const struct cuda_weight *w, size_t b,
+		       size_t out, struct backend_choice_key *k)
+{
+	memset(k, 0, sizeof(*k));
+	snprintf(k->device, sizeof(k->device), "%s", bd->fingerprint);
+	k->m = w->m;
+	k->k = w->k;
+	k->dtype = (uint32_t)w->dtype;
+	k->sparse = w->sparse;
+	k->n_max = bucket_max[b];
+	k->out = (uint32_t)out;
+}
+
+/* Fills r from the cache when it holds an order of exactly these
+ * candidates (a provider gone or come since, or one that failed when it
+ * was measured, means measuring again). */
+static bool rank_from_cache(const struct cuda_backend_dev *bd, const struct backend_choice_key *k,
+			    const size_t *cand, size_t ncand, struct cuda_rank *r)
+{
+	char order[128];
+	if (!bd->choices || bd->choices->get(bd->choices->arg, k, order, sizeof(order)) < 0)
+		return false;
+	struct cuda_rank nr = { .n = 0 };
+	bool seen[NPROVIDERS] = { false };
+	char *save = NULL;
+	for (char *t = strtok_r(order, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+		size_t i = 0;
+		while (i < NPROVIDERS && strcmp(providers[i]->name, t) != 0)
+			i++;
+		bool is_cand = false;
+		for (size_t c = 0; c < ncand; c++)
+			is_cand = is_cand || cand[c] == i;
+		if (i == NPROVIDERS || !is_cand || seen[i])
+			return false;
+		seen[i] = true;
+		nr.order[nr.n++] = (uint8_t)i;
+	}
+	if (nr.n != ncand)
+		return false;
+	*r = nr;
+	return true;
+}
+
+static void rank_to_cache(const struct cuda_backend_dev *bd, const struct backend_choice_key *k,
+			  const struct cuda_rank *r)
+{
+	char order[128] = "";
+	size_t off = 0;
+	if (!bd->choices)
+		return;
+	for (size_t j = 0; j < r->n && off < sizeof(order); j++) {
+		int n = snprintf(order + off, sizeof(order) - off, "%s%s", j ? "," : "",
+				 providers[r->order[j]]->name);
+		if (n < 0)
+			return;
+		off += (size_t)n;
+	}
+	if (off < sizeof(order))
+		bd->choices->put(bd->choices->arg, k, order);
+}
+
+/* A GEMM on a resident weight: the pinned provider when it runs the
+ * shape, else the measured choice for its N bucket, from the cache of
+ * choices or measured now if this is the bucket's first GEMM. */
 static int gemm_resident(struct cuda_backend_dev *bd, struct cuda_weight *w,
 			 const struct mfma_gemm *g, const struct cuda_shape *s,
 			 struct backend_timing *t, char *err, size_t errlen)
@@ -369,14 +493,28 @@ static int gemm_resident(struct cuda_backend_dev *bd, struct cuda_weight *w,
 		return rc;
 	if ((rc = cuda_dev_enter(bd->dev, err, errlen)) < 0)
 		return rc;
-	struct cuda_rank *r = &w->rank[bucket_of(g->n)][g->out_dtype < NOUT ? g->out_dtype : 0];
-	if (ncand > 1 && r->n == 0) {
-		size_t last = NPROVIDERS;
-		if ((rc = measure(bd, w, cand, ncand, g, r, &last, t, err, errlen)) < 0)
-			return rc;
-		/* The answer is the winner's, so that the variant is true. */
-		if (last == r->order[0])
-			return 0;
+	size_t b = bucket_of(g->n), out = g->out_dtype < NOUT ? g->out_dtype : 0;
+	struct cuda_rank *r = &w->rank[b][out];
+	bool pinned = false;
+	for (size_t c = 0; c < ncand; c++)
+		pinned = pinned || (int)cand[c] == policy.prefer;
+	if (r->n == 0 && pinned) {
+		/* A pin is an order of one: nothing to measure; the table's
+		 * order follows where it cannot make the shape at launch. */
+		r->order[0] = (uint8_t)policy.prefer;
+		r->n = 1;
+	} else if (ncand > 1 && r->n == 0) {
+		struct backend_choice_key key;
+		choice_key(bd, w, b, out, &key);
+		if (!rank_from_cache(bd, &key, cand, ncand, r)) {
+			size_t last = NPROVIDERS;
+			if ((rc = measure(bd, w, cand, ncand, g, r, &last, t, err, errlen)) < 0)
+				return rc;
+			rank_to_cache(bd, &key, r);
+			/* The answer is the winner's, so that the variant is true. */
+			if (last == r->order[0])
+				return 0;
+		}
 	}
 	/* The measured order first, then the table's; a candidate that
 	 * cannot make this very shape (-ENOTSUP at launch) passes to the

@@ -19,7 +19,9 @@
  *      accepts it runs it.  A resident weight is packed by every provider
  *      that supports it, and cuda.c times them on the device for each N
  *      bucket the first time the bucket is seen, keeping the fastest.
- *   3. Add the file to backend_cuda_sources in meson.build.
+ *   3. Add the file to backend_cuda_sources in meson.build, and its name
+ *      to providers.c's cuda list at the same place in the order (the
+ *      configuration's cuda.providers names it; probe refuses a mismatch).
  * The daemon sees none of this: the variant string a GEMM reports names
  * the kernel (and so the provider) that ran; a library's variants start
  * with its name ("cublaslt.f16.dense"). */

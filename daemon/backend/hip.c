@@ -8,7 +8,14 @@
  * when a provider has kernels for its arch, describes it as the union of
  * its providers, and sends each weight and each GEMM to the first provider
  * whose supports() accepts it.  A resident weight stays with the provider
- * that made it, since its device layout is that provider's own. */
+ * that made it, since its device layout is that provider's own.
+ *
+ * The configuration (hip.providers, struct provider_policy) may exclude a
+ * provider (never attached, described or run) or pin one (asked first).
+ * With one provider today neither changes much but the status: the HIP
+ * backend does not measure a choice yet, so it keeps none in the cache of
+ * choices (backend_config.choices); once hipBLASLt / hipSPARSELt are
+ * providers it should follow cuda.c's gemm_resident. */
 #include "mfmad_build.h"
 
 #include <errno.h>
@@ -19,6 +26,7 @@
 #include "backend.h"
 #include "hip_device.h"
 #include "hip_provider.h"
+#include "providers.h"
 
 /* The providers, in order of preference: the first that supports a
  * request runs it.  To add one (a vendor library, another kernel family),
@@ -27,6 +35,15 @@ static const struct hip_provider *const providers[] = {
 	&hip_provider_ours,
 };
 #define NPROVIDERS (sizeof(providers) / sizeof(providers[0]))
+
+/* The configuration's word on the providers (hip.providers), set at
+ * probe, before any device opens, and read-only after. */
+static struct provider_policy policy = { .exclude = 0, .prefer = -1 };
+
+static int usable_here(size_t i, const char *arch)
+{
+	return !provider_excluded(&policy, i) && providers[i]->usable(arch);
+}
 
 /* An open device: the device layer and each provider's state on it. */
 struct hip_backend_dev {
@@ -47,14 +64,23 @@ struct hip_weight {
 static int any_provider_usable(const char *arch)
 {
 	for (size_t i = 0; i < NPROVIDERS; i++)
-		if (providers[i]->usable(arch))
+		if (usable_here(i, arch))
 			return 1;
 	return 0;
 }
 
 static int hip_probe(const struct backend_config *cfg, char *err, size_t errlen)
 {
-	(void)cfg;
+	/* The configuration names providers by providers.c's list, whose
+	 * index is the exclude bit: it must be this table, in this order. */
+	for (size_t i = 0; i < NPROVIDERS; i++) {
+		int rc = providers_check(PROVIDERS_HIP, i, NPROVIDERS, providers[i]->name, err,
+					 errlen);
+		if (rc < 0)
+			return rc;
+	}
+	if (cfg)
+		policy = cfg->hip_providers;
 	return hip_dev_probe(any_provider_usable, err, errlen);
 }
 
@@ -64,9 +90,15 @@ static int hip_describe(int index, struct backend_device_info *info)
 	if (rc < 0)
 		return rc;
 	const char *arch = hip_slot_arch(index);
-	for (size_t i = 0; i < NPROVIDERS; i++)
-		if (providers[i]->usable(arch))
+	for (size_t i = 0; i < NPROVIDERS; i++) {
+		/* Excluded: listed as such without asking usable(). */
+		if (!provider_excluded(&policy, i) && !providers[i]->usable(arch))
+			continue;
+		providers_describe(&policy, PROVIDERS_HIP, i, info->providers,
+				   sizeof(info->providers));
+		if (usable_here(i, arch))
 			providers[i]->describe(arch, info);
+	}
 	return 0;
 }
 
@@ -109,7 +141,7 @@ static int hip_open(int index, const struct backend_config *cfg, void **dev, cha
 	}
 	const char *arch = hip_dev_arch(bd->dev);
 	for (size_t i = 0; i < NPROVIDERS; i++) {
-		if (!providers[i]->usable(arch))
+		if (!usable_here(i, arch))
 			continue;
 		if ((rc = providers[i]->attach(bd->dev, &bd->state[i], err, errlen)) < 0) {
 			hip_close(bd);
@@ -130,8 +162,12 @@ static size_t pick(const struct hip_backend_dev *bd, const struct hip_shape *s, 
 	snprintf(err, errlen, "hip: no kernel provider on %s runs %s %s", arch,
 		 mfma_dtype_name(s->in), s->sparse ? "2:4" : "dense");
 	bool refused = false;
-	for (size_t i = 0; i < NPROVIDERS; i++) {
-		if (!providers[i]->usable(arch))
+	/* The pinned provider first, then the table's order. */
+	for (size_t j = 0; j <= NPROVIDERS; j++) {
+		if (j == 0 && policy.prefer < 0)
+			continue;
+		size_t i = j == 0 ? (size_t)policy.prefer : j - 1;
+		if ((j > 0 && (int)i == policy.prefer) || !usable_here(i, arch))
 			continue;
 		char why[256];
 		int r = providers[i]->supports(bd->dev, bd->state[i], s, refused ? why : err,

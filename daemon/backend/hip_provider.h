@@ -15,7 +15,9 @@
  *      supports() say no.
  *   2. Add it to the table in hip.c, in order of preference: the first
  *      provider whose supports() accepts a request runs it.
- *   3. Add the file to backend_hip_sources in meson.build.
+ *   3. Add the file to backend_hip_sources in meson.build, and its name
+ *      to providers.c's hip list at the same place in the order (the
+ *      configuration's hip.providers names it; probe refuses a mismatch).
  * The daemon sees none of this: the variant string a GEMM reports names
  * the kernel (and so the provider) that ran. */
 #ifndef MFMAD_HIP_PROVIDER_H

@@ -103,7 +103,8 @@ class DeviceStatus(Structure):
                 ("name", c_char_p), ("mem_total", c_uint64), ("mem_used", c_uint64),
                 ("queue_depth", c_uint32), ("in_flight", c_uint32),
                 ("n_variants", c_size_t), ("variants", POINTER(c_char_p)),
-                ("completed", c_uint64), ("failed", c_uint64)]
+                ("completed", c_uint64), ("failed", c_uint64),
+                ("n_providers", c_size_t), ("providers", POINTER(c_char_p))]
 
 
 class Counters(Structure):

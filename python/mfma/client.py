@@ -51,6 +51,8 @@ class DeviceStatus:
     variants: tuple
     completed: int
     failed: int
+    # Kernel providers, each "name", "name:pinned" or "name:excluded".
+    providers: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -621,7 +623,8 @@ class Client:
                         d.index, _lib.text(d.backend), _lib.text(d.arch), _lib.text(d.name),
                         d.mem_total, d.mem_used, d.queue_depth, d.in_flight,
                         tuple(_lib.text(d.variants[j]) for j in range(d.n_variants)),
-                        d.completed, d.failed))
+                        d.completed, d.failed,
+                        tuple(_lib.text(d.providers[j]) for j in range(d.n_providers))))
                 out = Status(_lib.text(st.version), st.uptime_ns, devs,
                              [_weight(st.weights[i]) for i in range(st.n_weights)],
                              {k: getattr(st.counters, k) for k, _ in _lib.Counters._fields_},

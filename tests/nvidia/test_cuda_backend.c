@@ -31,6 +31,8 @@
 #include "backend.h"
 #include "cpu_gemm.h"
 #include "cuda_provider.h"
+#include "mfma_clock.h"
+#include "providers.h"
 #include "nv_plan.h"
 #include "nv_testdata.h"
 #include "sparse24.h"
@@ -720,6 +722,190 @@ static void test_choice(void **state)
 	}
 }
 
+/* The provider a variant names: the libraries' and wgmma's start with
+ * their name, our mma.sp kernels' with the dtype. */
+static const char *provider_of(const char *variant)
+{
+	static const char *const named[] = { "wgmma.", "cublaslt.", "cusparselt." };
+	static const char *const names[] = { "wgmma", "cublaslt", "cusparselt" };
+	for (size_t i = 0; variant && i < 3; i++)
+		if (strncmp(variant, named[i], strlen(named[i])) == 0)
+			return names[i];
+	return "ours";
+}
+
+/* A cache of choices for the test: one entry, the calls counted. */
+static struct test_cache {
+	int gets, puts;
+	bool have;
+	struct backend_choice_key key;
+	char order[128];
+} tc;
+
+static int tc_get(void *arg, const struct backend_choice_key *k, char *order, size_t len)
+{
+	(void)arg;
+	tc.gets++;
+	if (!tc.have || memcmp(k, &tc.key, sizeof(*k)) != 0)
+		return -ENOENT;
+	snprintf(order, len, "%s", tc.order);
+	return 0;
+}
+
+static void tc_put(void *arg, const struct backend_choice_key *k, const char *order)
+{
+	(void)arg;
+	tc.puts++;
+	tc.have = true;
+	tc.key = *k;
+	snprintf(tc.order, sizeof(tc.order), "%s", order);
+}
+
+static const struct backend_choices tc_hook = { .get = tc_get, .put = tc_put, .arg = NULL };
+
+/* Re-probes and opens the test's device under cfg (the backend reads its
+ * provider policy at probe). */
+static void reopen(const struct backend_config *cfg)
+{
+	char err[512] = "";
+	backend_cuda.close(dev);
+	dev = NULL;
+	if (backend_cuda.probe(cfg, err, sizeof(err)) != ndev)
+		fail_msg("probe again: %s", err);
+	if (backend_cuda.open(dev_index, cfg, &dev, err, sizeof(err)) != 0)
+		fail_msg("open again: %s", err);
+}
+
+/* One resident f16 weight (2:4 or dense) loaded, one GEMM at N on it,
+ * checked against the reference, freed; the variant that ran. */
+static const char *resident_once(bool sp, uint32_t m, uint32_t k, uint32_t n)
+{
+	struct operands o, r;
+	char err[512] = "";
+	ops_make(&o, MFMA_DT_F16, MFMA_DT_F16, sp, m, 16, k, 1.0f, 0.0f);
+	struct mfma_weight_host wh = { .m = m, .k = k, .dtype = MFMA_DT_F16, .sparse = sp,
+				       .a = o.a, .meta = o.meta };
+	void *w = NULL;
+	uint64_t wbytes = 0;
+	if (backend_cuda.weight_load(dev, &wh, &w, &wbytes, err, sizeof(err)) != 0)
+		fail_msg("weight_load: %s", err);
+	ops_make(&r, MFMA_DT_F16, MFMA_DT_F16, false, m, n, k, 1.0f, 0.0f);
+	r.g.a_sparse = sp;
+	free(r.a);
+	r.a = NULL;
+	r.g.a = o.a;
+	r.g.a_meta = o.meta;
+	struct backend_timing t = { 0 };
+	if (backend_cuda.gemm(dev, &r.g, w, &t, err, sizeof(err)) != 0)
+		fail_msg("gemm: %s", err);
+	uint32_t idx[16];
+	for (uint32_t j = 0; j < 16; j++)
+		idx[j] = j == 0 ? 0 : j == 1 ? m - 1 : nvt_rand(&seed) % m;
+	double rel = rel_error(&r, idx, 16);
+	checks++;
+	if (!(rel <= nvt_tolerance(MFMA_DT_F16)))
+		fail_msg("relative error %g on %s", rel, t.variant ? t.variant : "?");
+	const char *v = t.variant;
+	r.g.a = NULL;
+	r.g.a_meta = NULL;
+	ops_free(&r);
+	backend_cuda.weight_free(dev, w);
+	ops_free(&o);
+	return v;
+}
+
+/* cuda.providers and the cache of choices (issue 11): an excluded
+ * provider is listed as excluded, adds no variant and never runs; a pin
+ * runs whatever it can; a measured order is handed to the cache, and an
+ * order found there is used as it is, without timing the candidates. */
+static void test_policy_and_cache(void **state)
+{
+	(void)state;
+	if (quick == 2)
+		return;
+	const uint32_t m = quick ? 1024 : 4096, k = quick ? 1024 : 4096;
+	struct backend_device_info info;
+	struct backend_config cfg = { .pinned_bytes = 8u << 20 };
+
+	/* Exclusion: both libraries.  test_choice shows a library serving
+	 * dense N=256 when present; excluded, ours must. */
+	cfg.cuda_providers.prefer = -1;
+	cfg.cuda_providers.exclude = 1u << providers_index(PROVIDERS_CUDA, "cublaslt") |
+				     1u << providers_index(PROVIDERS_CUDA, "cusparselt");
+	reopen(&cfg);
+	assert_int_equal(backend_cuda.describe(dev_index, &info), 0);
+	printf("  excluded: providers %s\n", info.providers);
+	assert_non_null(strstr(info.providers, "cublaslt:excluded"));
+	assert_non_null(strstr(info.providers, "cusparselt:excluded"));
+	assert_null(strstr(info.variants, "cublaslt."));
+	assert_null(strstr(info.variants, "cusparselt."));
+	for (int sp = 0; sp < 2; sp++) {
+		const char *v = resident_once(sp, m, k, 256);
+		printf("  excluded: %s N=256 ran %s\n", sp ? "2:4" : "dense", v);
+		assert_true(strncmp(v, "cu", 2) != 0);
+	}
+
+	/* A pin: ours, on 2:4 where wgmma is otherwise measured against it. */
+	cfg.cuda_providers.exclude = 0;
+	cfg.cuda_providers.prefer = providers_index(PROVIDERS_CUDA, "ours");
+	reopen(&cfg);
+	assert_int_equal(backend_cuda.describe(dev_index, &info), 0);
+	assert_non_null(strstr(info.providers, "ours:pinned"));
+	for (uint32_t n = 16; n <= 256; n *= 16) {
+		const char *v = resident_once(true, m, k, n);
+		printf("  pinned ours: 2:4 N=%u ran %s\n", n, v);
+		assert_string_equal(provider_of(v), "ours");
+	}
+
+	/* The cache: the first GEMM measures and hands the order over; a
+	 * weight loaded again finds it and runs its first (here the order
+	 * reversed, the slowest first, which no measurement would choose). */
+	cfg.cuda_providers.prefer = -1;
+	cfg.choices = &tc_hook;
+	reopen(&cfg);
+	memset(&tc, 0, sizeof(tc));
+	const char *v = resident_once(true, m, k, 16);
+	printf("  measured: 2:4 N=16 ran %s; cached order %s (gets %d, puts %d)\n", v, tc.order,
+	       tc.gets, tc.puts);
+	assert_int_equal(tc.puts, 1);
+	assert_true(tc.have);
+	assert_int_equal(tc.key.m, m);
+	assert_int_equal(tc.key.n_max, 16);
+	char rev[128] = "", copy[128];
+	snprintf(copy, sizeof(copy), "%s", tc.order);
+	assert_int_equal(strncmp(tc.order, provider_of(v), strlen(provider_of(v))), 0);
+	const char *parts[8];
+	int np = 0;
+	for (char *t = strtok(copy, ","); t && np < 8; t = strtok(NULL, ","))
+		parts[np++] = t;
+	if (np < 2) {
+		printf("  (one candidate: nothing to reorder)\n");
+	} else {
+		for (int i = np - 1; i >= 0; i--)
+			snprintf(rev + strlen(rev), sizeof(rev) - strlen(rev), "%s%s",
+				 i == np - 1 ? "" : ",", parts[i]);
+		snprintf(tc.order, sizeof(tc.order), "%s", rev);
+		uint64_t t0 = mfma_clock_ns();
+		v = resident_once(true, m, k, 16);
+		uint64_t dt = mfma_clock_ns() - t0;
+		printf("  cached %s: 2:4 N=16 ran %s, no timing (puts %d), %.1f ms with the load\n",
+		       rev, v, tc.puts, dt / 1e6);
+		assert_int_equal(tc.puts, 1);
+		assert_string_equal(provider_of(v), parts[np - 1]);
+	}
+	/* A cached order naming a provider that is not a candidate is not
+	 * used: measured again. */
+	if (np >= 2) {
+		snprintf(tc.order, sizeof(tc.order), "cublaslt");
+		v = resident_once(true, m, k, 16);
+		assert_int_equal(tc.puts, 2);
+	}
+
+	cfg.choices = NULL;
+	cfg.cuda_providers = (struct provider_policy){ .exclude = 0, .prefer = -1 };
+	reopen(&cfg);
+}
+
 static void test_other_devices(void **state)
 {
 	(void)state;
@@ -784,6 +970,7 @@ int main(void)
 		cmocka_unit_test(test_large),
 		cmocka_unit_test(test_providers),
 		cmocka_unit_test(test_choice),
+		cmocka_unit_test(test_policy_and_cache),
 		cmocka_unit_test(test_other_devices),
 	};
 	int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -20,6 +20,17 @@ def f16(rng, shape):
     return rng.standard_normal(shape).astype(np.float16)
 
 
+# ---- status ----
+
+def test_status_devices(client):
+    # The CPU backend has no kernel providers; a GPU device lists its own
+    # ("wgmma:pinned", "cusparselt:excluded", ...).  Read after the
+    # fields before it, so a struct out of step with mfma.h shows here.
+    d = client.status().devices[0]
+    assert d.backend == "cpu" and d.variants and d.completed >= 0
+    assert d.providers == ()
+
+
 # ---- resident weights ----
 
 def test_weight_lifecycle(client, rng):

@@ -58,6 +58,8 @@ conf5=$mandir/mfmad.conf.5
 [ -f "$conf5" ] || fail "no mfmad.conf.5"
 awk '
 	/^[ \t]*#/ || /^[ \t]*\/\// { next }
+	# A group on one line (cuda.providers = { ... };) is one setting.
+	/^[ \t]*[a-z_]+[ \t]*=[ \t]*\{.*\};[ \t]*$/ { sub(/^[ \t]*/, ""); split($0, a, /[ \t=]/); print group a[1]; next }
 	/^[ \t]*[a-z_]+[ \t]*=[ \t]*\{/ { sub(/^[ \t]*/, ""); split($0, a, /[ \t=]/); group = a[1] "."; next }
 	/^[ \t]*\};/ { group = ""; next }
 	/^[ \t]*[a-z_]+[ \t]*=/ { sub(/^[ \t]*/, ""); split($0, a, /[ \t=]/); print group a[1] }

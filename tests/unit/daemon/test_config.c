@@ -191,6 +191,107 @@ static void test_restart_only(void **state)
 	assert_non_null(strstr(buf, "cpu.*"));
 }
 
+/* cuda.providers / hip.providers: names checked against the family's
+ * list, the refusal listing the known ones; a pin that is also excluded is
+ * refused; a change takes a restart. */
+static void test_providers(void **state)
+{
+	(void)state;
+	struct mfmad_config c, def;
+	char err[512] = "";
+	assert_int_equal(parse(&c, "", err, sizeof(err)), 0);
+	assert_int_equal(c.cuda_providers.prefer, -1);
+	assert_int_equal(c.cuda_providers.exclude, 0);
+	assert_int_equal(c.hip_providers.prefer, -1);
+	assert_int_equal(parse(&c,
+			       "cuda = { providers = { exclude = [\"cusparselt\", \"cublaslt\"]; "
+			       "prefer = \"wgmma\"; }; };\n"
+			       "hip = { providers = { prefer = \"ours\"; }; };\n",
+			       err, sizeof(err)),
+			 0);
+	assert_int_equal(c.cuda_providers.exclude,
+			 (1u << providers_index(PROVIDERS_CUDA, "cusparselt")) |
+				 (1u << providers_index(PROVIDERS_CUDA, "cublaslt")));
+	assert_int_equal(c.cuda_providers.prefer, providers_index(PROVIDERS_CUDA, "wgmma"));
+	assert_int_equal(c.hip_providers.prefer, 0);
+	assert_int_equal(c.hip_providers.exclude, 0);
+	/* No pin and nothing excluded, as --check-config prints it. */
+	assert_int_equal(parse(&c, "cuda = { providers = { exclude = []; prefer = \"\"; }; };\n",
+			       err, sizeof(err)),
+			 0);
+	assert_int_equal(c.cuda_providers.prefer, -1);
+	assert_int_equal(c.cuda_providers.exclude, 0);
+
+	assert_int_equal(parse(&c, "cuda = { providers = { exclude = [\"cusparse\"]; }; };\n", err,
+			       sizeof(err)),
+			 -EINVAL);
+	assert_string_equal(err, "test.conf:1: cuda.providers.exclude[0] = \"cusparse\" is not a "
+				 "cuda provider (known: wgmma, ours, cublaslt, cusparselt)");
+	assert_int_equal(parse(&c, "\nhip = { providers = { prefer = \"hipblaslt\"; }; };\n", err,
+			       sizeof(err)),
+			 -EINVAL);
+	assert_string_equal(err, "test.conf:2: hip.providers.prefer = \"hipblaslt\" is not a hip "
+				 "provider (known: ours)");
+	assert_int_equal(parse(&c, "cuda = { providers = { exclude = [\"ours\"]; prefer = \"ours\"; "
+				   "}; };\n",
+			       err, sizeof(err)),
+			 -EINVAL);
+	assert_non_null(strstr(err, "cuda.providers.prefer = \"ours\" is also in "
+				    "cuda.providers.exclude"));
+	assert_int_equal(parse(&c, "cuda = { providers = { pin = \"ours\"; }; };\n", err,
+			       sizeof(err)),
+			 -EINVAL);
+	assert_non_null(strstr(err, "unknown setting 'cuda.providers.pin'"));
+	assert_int_equal(parse(&c, "cuda = { providers = { exclude = \"ours\"; }; };\n", err,
+			       sizeof(err)),
+			 -EINVAL);
+	assert_non_null(strstr(err, "must be a list of names"));
+	assert_int_equal(parse(&c, "cuda = { providers = { exclude = [1]; }; };\n", err,
+			       sizeof(err)),
+			 -EINVAL);
+	assert_non_null(strstr(err, "cuda.providers.exclude[0] must be a string"));
+	assert_int_equal(parse(&c, "cuda = { providers = \"ours\"; };\n", err, sizeof(err)),
+			 -EINVAL);
+	assert_non_null(strstr(err, "cuda.providers must be a group"));
+
+	/* The backends' checks of their tables, and the status strings. */
+	assert_int_equal(providers_check(PROVIDERS_CUDA, 0, 4, "wgmma", err, sizeof(err)), 0);
+	assert_int_equal(providers_check(PROVIDERS_CUDA, 1, 4, "wgmma", err, sizeof(err)), -EINVAL);
+	assert_string_equal(err, "cuda: provider 1 is wgmma in the backend's table but ours in "
+				 "providers.c (a build error: keep the two lists alike)");
+	assert_int_equal(providers_check(PROVIDERS_HIP, 0, 2, "ours", err, sizeof(err)), -EINVAL);
+	struct provider_policy pol = { .exclude = 1u << 2, .prefer = 0 };
+	char desc[128] = "";
+	for (size_t i = 0; i < 4; i++)
+		providers_describe(&pol, PROVIDERS_CUDA, i, desc, sizeof(desc));
+	assert_string_equal(desc, "wgmma:pinned,ours,cublaslt:excluded,cusparselt");
+
+	char buf[256];
+	config_defaults(&def);
+	assert_int_equal(parse(&c, "cuda = { providers = { exclude = [\"cusparselt\"]; }; };\n",
+			       err, sizeof(err)),
+			 0);
+	assert_int_equal(config_restart_only_changes(&def, &c, buf, sizeof(buf)), 1);
+	assert_string_equal(buf, "cuda.providers");
+}
+
+/* The state directory: weights.state_dir, else the first of
+ * $STATE_DIRECTORY's paths. */
+static void test_state_dir(void **state)
+{
+	(void)state;
+	struct mfmad_config c;
+	char buf[256];
+	config_defaults(&c);
+	unsetenv("STATE_DIRECTORY");
+	assert_null(config_state_dir(&c, buf, sizeof(buf)));
+	setenv("STATE_DIRECTORY", "/var/lib/mfmad:/var/lib/other", 1);
+	assert_string_equal(config_state_dir(&c, buf, sizeof(buf)), "/var/lib/mfmad");
+	snprintf(c.weights_state_dir, sizeof(c.weights_state_dir), "/srv/state");
+	assert_string_equal(config_state_dir(&c, buf, sizeof(buf)), "/srv/state");
+	unsetenv("STATE_DIRECTORY");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -200,6 +301,8 @@ int main(void)
 		cmocka_unit_test(test_missing_file),
 		cmocka_unit_test(test_shipped_file_is_the_defaults),
 		cmocka_unit_test(test_restart_only),
+		cmocka_unit_test(test_providers),
+		cmocka_unit_test(test_state_dir),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,71 @@
+#include "providers.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+/* Keep each list in the order of its family's table (cuda.c's and hip.c's
+ * providers[]): the index is the bit of provider_policy.exclude. */
+static const char *const cuda_names[] = { "wgmma", "ours", "cublaslt", "cusparselt" };
+static const char *const hip_names[] = { "ours" };
+
+const char *const *providers_names(enum provider_family f, size_t *n)
+{
+	if (f == PROVIDERS_HIP) {
+		*n = sizeof(hip_names) / sizeof(hip_names[0]);
+		return hip_names;
+	}
+	*n = sizeof(cuda_names) / sizeof(cuda_names[0]);
+	return cuda_names;
+}
+
+int providers_index(enum provider_family f, const char *name)
+{
+	size_t n;
+	const char *const *names = providers_names(f, &n);
+	for (size_t i = 0; name && i < n; i++)
+		if (strcmp(names[i], name) == 0)
+			return (int)i;
+	return -ENOENT;
+}
+
+const char *providers_list(enum provider_family f, char *buf, size_t len)
+{
+	size_t n, off = 0;
+	const char *const *names = providers_names(f, &n);
+	buf[0] = '\0';
+	for (size_t i = 0; i < n && off < len; i++) {
+		int w = snprintf(buf + off, len - off, "%s%s", i ? ", " : "", names[i]);
+		if (w < 0)
+			break;
+		off += (size_t)w;
+	}
+	return buf;
+}
+
+int providers_check(enum provider_family f, size_t i, size_t count, const char *name, char *err,
+		    size_t errlen)
+{
+	size_t n;
+	const char *const *names = providers_names(f, &n);
+	if (n == count && i < n && strcmp(names[i], name) == 0)
+		return 0;
+	snprintf(err, errlen, "%s: provider %zu is %s in the backend's table but %s in providers.c "
+		 "(a build error: keep the two lists alike)", f == PROVIDERS_HIP ? "hip" : "cuda", i,
+		 name, i < n ? names[i] : "absent");
+	return -EINVAL;
+}
+
+void providers_describe(const struct provider_policy *p, enum provider_family f, size_t i,
+			char *buf, size_t len)
+{
+	size_t n;
+	const char *const *names = providers_names(f, &n);
+	size_t off = strlen(buf);
+	if (i >= n || off >= len)
+		return;
+	const char *state = provider_excluded(p, i) ? ":excluded"
+			    : p && p->prefer == (int)i ? ":pinned"
+						       : "";
+	snprintf(buf + off, len - off, "%s%s%s", off ? "," : "", names[i], state);
+}
