@@ -12,7 +12,9 @@
 #     limits.worker_poll_us 0 and then 300 (SIGHUP between);
 #  3. the batching loads of batch_bench.sh (8192x8192 2:4 f16; N=8 x 64
 #     in flight, N=1 x 256 in flight): bytes, then --shm; then with
-#     batching off (SIGHUP), bytes and --shm, for the ratios in one run.
+#     batching off (SIGHUP), bytes and --shm, for the ratios in one run;
+#  4. (MULTI=1, a machine of several GPUs) the batching loads pinned to
+#     device 0 and left to the scheduler, bytes and --shm.
 #
 # usage: serving_bench.sh PAYLOAD_DIR OUT_DIR
 set -u
@@ -118,6 +120,23 @@ for load in "8 64 8000" "1 256 20000"; do
 		echo "SERVE batching off 8192x8192 2:4 f16 N=$1 in_flight=$2 ${how:-bytes}: $(bench --m 8192 --k 8192 --n $1 -n $3 -j $2 --warmup 4 --device 0 $how)"
 	done
 done
+if [ "${MULTI:-0}" = 1 ]; then
+	# Several GPUs: batching on again, the weight on every device, the
+	# same loads pinned to device 0 and left to the scheduler.
+	conf 0 true
+	kill -HUP "$DPID"
+	sleep 1
+	for round in 1 2; do
+		for load in "8 64 8000" "1 256 40000"; do
+			set -- $load
+			for how in "" --shm; do
+				for pin in "--device 0" ""; do
+					echo "SERVE multi round=$round 8192x8192 2:4 f16 N=$1 in_flight=$2 ${how:-bytes} ${pin:-all devices}: $(bench --m 8192 --k 8192 --n $1 -n $3 -j $2 --warmup 4 $pin $how)"
+				done
+			done
+		done
+	done
+fi
 trap - EXIT
 kill -TERM "$DPID"
 wait "$DPID"
