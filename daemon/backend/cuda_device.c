@@ -57,6 +57,7 @@ struct cuda_dev {
 	struct cuda_host_range {
 		uintptr_t base;
 		size_t len;
+		bool owned; /* this device registered it (and unregisters it) */
 	} *regs;
 	size_t nregs, capregs;
 };
@@ -231,7 +232,8 @@ void cuda_dev_close(struct cuda_dev *d)
 		if (d->stream)
 			nv_drv.cuStreamDestroy(d->stream);
 		for (size_t i = 0; i < d->nregs; i++)
-			nv_drv.cuMemHostUnregister((void *)d->regs[i].base);
+			if (d->regs[i].owned)
+				nv_drv.cuMemHostUnregister((void *)d->regs[i].base);
 		nv_drv.cuDevicePrimaryCtxRelease(d->slot->dev);
 	}
 	free(d->regs);
@@ -252,8 +254,16 @@ int cuda_dev_host_register(struct cuda_dev *d, void *p, size_t len, char *err, s
 		d->regs = r;
 		d->capregs = cap;
 	}
-	CU_TRY(nv_drv.cuMemHostRegister(p, len, 0), "cuMemHostRegister");
-	d->regs[d->nregs++] = (struct cuda_host_range){ (uintptr_t)p, len };
+	/* Portable: every device's context sees the pages as pinned.  The
+	 * device that registers them first owns the registration; the
+	 * others are told the range is registered (or mapped) already, and
+	 * copy from it all the same. */
+	CUresult r = nv_drv.cuMemHostRegister(p, len, CU_MEMHOSTREGISTER_PORTABLE);
+	bool owned = r == CUDA_SUCCESS;
+	if (r != CUDA_SUCCESS && r != CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED &&
+	    r != CUDA_ERROR_ALREADY_MAPPED)
+		return cuda_fail(r, err, errlen, "cuMemHostRegister");
+	d->regs[d->nregs++] = (struct cuda_host_range){ (uintptr_t)p, len, owned };
 	return 0;
 }
 
@@ -264,7 +274,8 @@ void cuda_dev_host_unregister(struct cuda_dev *d, void *p)
 			continue;
 		/* Copies from or into it may still be queued on the stream. */
 		nv_drv.cuStreamSynchronize(d->stream);
-		nv_drv.cuMemHostUnregister(p);
+		if (d->regs[i].owned)
+			nv_drv.cuMemHostUnregister(p);
 		d->regs[i] = d->regs[--d->nregs];
 		return;
 	}
