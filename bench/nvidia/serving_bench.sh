@@ -16,7 +16,7 @@
 #  4. (MULTI=1, a machine of several GPUs) the batching loads pinned to
 #     device 0 and left to the scheduler, bytes and --shm.
 #
-# usage: serving_bench.sh PAYLOAD_DIR OUT_DIR
+# usage: [SERVING_STEPS="check latency batching off"] serving_bench.sh PAYLOAD_DIR OUT_DIR
 set -u
 P=$1
 OUT=$2
@@ -65,7 +65,9 @@ check() {
 }
 rnd() { "${CTL[@]}" random -o "$1" --shape "$2" --dtype "$3" ${4:-} --seed "${5:-7}" >/dev/null; }
 
-for dt in f16 bf16 i8; do
+STEPS=" ${SERVING_STEPS:-check latency batching off} "
+has() { case "$STEPS" in *" $1 "*) return 0 ;; esac; return 1; }
+has check && for dt in f16 bf16 i8; do
 	for shape in 37x29x100 300x17x516 129x200x260 520x300x1028; do
 		IFS=x read -r m n k <<<"$shape"
 		rnd "$D/a.npy" "${m}x${k}" "$dt" --sparse24 11
@@ -88,7 +90,7 @@ echo "CHECK summary: $((checks - fails)) of $checks passed"
 grep -c "copies through staging" "$OUT/mfmad_serving.log" | sed 's/^/regions not registered (log lines): /'
 
 bench() { "${CTL[@]}" --json bench --resident --sparse "$@" --dtype f16 --out-dtype f16 2>&1 | tr -s ' \n' ' '; }
-for poll in 0 300; do
+has latency && for poll in 0 300; do
 	if [ "$poll" != 0 ]; then
 		conf "$poll"
 		kill -HUP "$DPID"
@@ -103,7 +105,7 @@ done
 conf 0
 kill -HUP "$DPID"
 sleep 1
-for round in 1 2; do
+has batching && for round in 1 2; do
 	for load in "8 64 8000" "1 256 40000"; do
 		set -- $load
 		for how in "" --shm; do
@@ -111,10 +113,7 @@ for round in 1 2; do
 		done
 	done
 done
-conf 0 false
-kill -HUP "$DPID"
-sleep 1
-for load in "8 64 8000" "1 256 20000"; do
+has off && conf 0 false && kill -HUP "$DPID" && sleep 1 && for load in "8 64 8000" "1 256 20000"; do
 	set -- $load
 	for how in "" --shm; do
 		echo "SERVE batching off 8192x8192 2:4 f16 N=$1 in_flight=$2 ${how:-bytes}: $(bench --m 8192 --k 8192 --n $1 -n $3 -j $2 --warmup 4 --device 0 $how)"
