@@ -163,6 +163,80 @@ static void test_plan(void **state)
 	assert_int_equal(nv_wg_plan_make(4096, 16, 4096, 132, occ, NV_WG_TILE_COUNT, &p), -EINVAL);
 }
 
+/* The decode kernels' stream-K split: every unit in exactly one CTA, no
+ * CTA empty, and nv_wgd_block_ctas names exactly the CTAs holding units
+ * of a block (brute force over many sizes and grids). */
+static void test_decode_split(void **state)
+{
+	(void)state;
+	for (int trial = 0; trial < 3000; trial++) {
+		const int64_t blocks = 1 + rnd() % 300, ki = 1 + rnd() % 120, units = blocks * ki;
+		int64_t grid = 1 + rnd() % 600;
+		if (grid > units)
+			grid = units;
+		int64_t prev = 0;
+		for (int64_t c = 0; c < grid; c++) {
+			const int64_t b0 = nv_wgd_unit_begin(c, units, grid), b1 = nv_wgd_unit_begin(c + 1, units, grid);
+			assert_int_equal(b0, prev);
+			assert_true(b1 > b0);
+			prev = b1;
+		}
+		assert_int_equal(prev, units);
+		for (int64_t b = 0; b < blocks; b += 1 + rnd() % 7) {
+			int64_t c0, c1, want0 = -1, want1 = -1;
+			nv_wgd_block_ctas(b, ki, units, grid, &c0, &c1);
+			for (int64_t c = 0; c < grid; c++) {
+				const int64_t u0 = nv_wgd_unit_begin(c, units, grid), u1 = nv_wgd_unit_begin(c + 1, units, grid);
+				if (u0 < (b + 1) * ki && u1 > b * ki) {
+					if (want0 < 0)
+						want0 = c;
+					want1 = c;
+				}
+			}
+			assert_int_equal(c0, want0);
+			assert_int_equal(c1, want1);
+		}
+	}
+}
+
+/* The decode plan: the narrowest tile that covers N, every CTA slot of
+ * the GPU but never more CTAs than units, N > 64 left to the tiles. */
+static void test_decode_plan(void **state)
+{
+	(void)state;
+	int occ[NV_WGD_TILE_COUNT] = { 2, 2, 2 };
+	struct nv_wgd_plan p;
+	const struct {
+		int64_t n;
+		int tile;
+	} pick[] = { { 1, NV_WGD_TILE_d16 }, { 16, NV_WGD_TILE_d16 }, { 17, NV_WGD_TILE_d32 },
+		     { 33, NV_WGD_TILE_d64 }, { 64, NV_WGD_TILE_d64 } };
+	for (size_t i = 0; i < sizeof(pick) / sizeof(pick[0]); i++) {
+		assert_int_equal(nv_wgd_plan_make(14336, pick[i].n, 4096, 132, occ, &p), 0);
+		assert_int_equal(p.tile, pick[i].tile);
+		assert_int_equal(p.grid, 264);
+		assert_int_equal(p.counters, 112); /* 128-row blocks */
+	}
+	struct nv_wgd_tile_shape sh;
+	nv_wgd_tile_shape(NV_WGD_TILE_d16, &sh);
+	assert_int_equal(p.ws_bytes, (size_t)264 * 2 * 64 * 128 * 4);
+	assert_true(sh.smem <= 113 * 1024); /* two CTAs fit an SM */
+	assert_string_equal(nv_wgd_kernel_name(1, NV_WGD_TILE_d32), "nv_wgd_bf16_d32");
+	assert_string_equal(nv_wgd_variant_label(0, NV_WGD_TILE_d16), "wgmma.f16.sparse.decode16");
+	assert_int_equal(sh.threads, 288);
+	/* Few units: one CTA each. */
+	assert_int_equal(nv_wgd_plan_make(64, 7, 256, 132, occ, &p), 0);
+	assert_int_equal(p.grid, 4); /* 1 block x 4 stages of 64 K */
+	assert_int_equal(p.counters, 1);
+	/* A tile this device cannot run is replaced by a wider one. */
+	occ[NV_WGD_TILE_d16] = 0;
+	assert_int_equal(nv_wgd_plan_make(4096, 16, 4096, 132, occ, &p), 0);
+	assert_int_equal(p.tile, NV_WGD_TILE_d32);
+	assert_int_equal(nv_wgd_plan_make(4096, 65, 4096, 132, occ, &p), -ENOTSUP);
+	assert_int_equal(nv_wgd_plan_make(4096, 16, 4098, 132, occ, &p), -EINVAL);
+	assert_int_equal(nv_wgd_plan_make(0, 16, 4096, 132, occ, &p), -EINVAL);
+}
+
 static void test_names_and_images(void **state)
 {
 	(void)state;
@@ -188,6 +262,8 @@ int main(void)
 		cmocka_unit_test(test_meta_word_pads),
 		cmocka_unit_test(test_acc_pos_bijection),
 		cmocka_unit_test(test_plan),
+		cmocka_unit_test(test_decode_split),
+		cmocka_unit_test(test_decode_plan),
 		cmocka_unit_test(test_names_and_images),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
