@@ -192,9 +192,6 @@ wgdsan)
 		.devlibs/wgmma_bench dcheck
 	WG_QUICK=1 TAILN=4 step wgd_racecheck 90 compute-sanitizer --tool racecheck --error-exitcode 9 \
 		.devlibs/wgmma_bench dcheck
-	# The same with fence.proxy.async before each stage's release.
-	WG_QUICK=1 WG_ONLY=x_f16_c2k1s9f TAILN=4 step wgd_racecheck_fence 90 compute-sanitizer --tool racecheck \
-		--error-exitcode 9 .devlibs/wgmma_bench dcheck
 	;;
 wgdncu)
 	# Hardware counters of one launch of the decode kernel at 14336x16x4096.

@@ -65,11 +65,9 @@ static const int nvariants = sizeof(variants) / sizeof(variants[0]);
 #include "nv_wgmma_decode.cuh"
 /* x_<bn>_c<CONS>k<KSUB>s<STAGES>[f]: f = FENCE (nv_wgmma_decode.cuh). */
 #define WGD_XLIST(X)                          \
-	X(x_f16_c1k4s4, 16, 1, 4, 4, 2, 0)    \
-	X(x_f16_c2k2s5, 16, 2, 2, 5, 2, 0)    \
-	X(x_f16_c2k1s18, 16, 2, 1, 18, 1, 0)  \
-	X(x_f16_c2k1s9f, 16, 2, 1, 9, 2, 1)   \
-	X(x_f16_c2k2s9, 16, 2, 2, 9, 1, 0)
+	X(x_f16_c1k4s4f, 16, 1, 4, 4, 2, 1)   \
+	X(x_f16_c2k2s5f, 16, 2, 2, 5, 2, 1)   \
+	X(x_f16_c2k1s9, 16, 2, 1, 9, 2, 0)
 #define WGD_XDEF(name, bn, cons, ks, st, minb, f) NV_WGD_DEFINE_KERNEL(name, 0, bn, cons, ks, st, minb, f)
 WGD_XLIST(WGD_XDEF)
 
@@ -455,16 +453,19 @@ static void wg_run(const wg_launch &L, cudaStream_t s)
 struct wgd_launch {
 	nv_wgd_params p;
 	const dvariant *v;
-	int grid;
+	int grid, rows;
 	void *ws;
 	unsigned *counters;
 };
 
 /* A decode launch of v on weight w; grid 0 = every resident CTA slot of
- * the GPU (occupancy x SMs), at most one CTA per unit. */
+ * the GPU (occupancy x SMs), -1 = one CTA per block, at most one CTA per
+ * unit; rows 0 = the variant's 64 x CONS rows a block. */
 static int wgd_prepare(wgd_launch &L, const dvariant *v, const wg_weight &w, const void *b, int n, int ldb, void *c,
-		       void *d, int out_dtype, float alpha, float beta, int grid, int sms)
+		       void *d, int out_dtype, float alpha, float beta, int grid, int sms, int rows = 0)
 {
+	if (rows <= 0 || rows > NV_WGD_BM(v->cons))
+		rows = NV_WGD_BM(v->cons);
 	memset(&L, 0, sizeof(L));
 	L.v = v;
 	nv_wgd_params &p = L.p;
@@ -473,8 +474,7 @@ static int wgd_prepare(wgd_launch &L, const dvariant *v, const wg_weight &w, con
 	CUtensorMapSwizzle bs = v->bn == 64 ? CU_TENSOR_MAP_SWIZZLE_128B
 				: v->bn == 32 ? CU_TENSOR_MAP_SWIZZLE_64B
 					      : CU_TENSOR_MAP_SWIZZLE_32B;
-	int r = tmap_2d(&p.tm_a, w.val, w.kp / 2, w.m, (uint64_t)w.kp, 32, NV_WGD_BM(v->cons), CU_TENSOR_MAP_SWIZZLE_64B,
-			a_promo());
+	int r = tmap_2d(&p.tm_a, w.val, w.kp / 2, w.m, (uint64_t)w.kp, 32, rows, CU_TENSOR_MAP_SWIZZLE_64B, a_promo());
 	if (r)
 		return r;
 	r = tmap_2d(&p.tm_b, (void *)b, n, w.k, (uint64_t)ldb * 2, v->bn, NV_WG_BK, bs);
@@ -492,11 +492,15 @@ static int wgd_prepare(wgd_launch &L, const dvariant *v, const wg_weight &w, con
 	p.out_dtype = out_dtype;
 	p.alpha = alpha;
 	p.beta = beta;
-	int ki = (p.kb + v->ksub - 1) / v->ksub, blocks = (w.m + NV_WGD_BM(v->cons) - 1) / NV_WGD_BM(v->cons);
+	p.rows = rows;
+	int ki = (p.kb + v->ksub - 1) / v->ksub, blocks = (w.m + rows - 1) / rows;
 	int units = ki * blocks;
-	if (grid <= 0)
+	if (grid == 0)
 		grid = v->occ * sms;
+	if (grid < 0)
+		grid = blocks;
 	L.grid = std::min(grid, units);
+	L.rows = rows;
 	CK(cudaMalloc(&L.ws, (size_t)L.grid * NV_WGD_WS_BYTES(v->bn, v->cons)));
 	CK(cudaMalloc(&L.counters, (size_t)blocks * 4));
 	CK(cudaMemset(L.counters, 0, (size_t)blocks * 4));
@@ -555,7 +559,7 @@ static double dt_get(const void *p, size_t i, int dt)
 /* dv: a decode variant (grid CTAs, 0 = the default) instead of the tile
  * of width bn. */
 static int check_one(int bf16, int m, int n, int k, int bn, int keep, int splits, int out_dt, float alpha,
-		     float beta, int sms, const dvariant *dv = NULL, int grid = 0)
+		     float beta, int sms, const dvariant *dv = NULL, int grid = 0, int rows = 0)
 {
 	const variant *v = dv ? NULL : find_variant(bf16, bn, keep);
 	if (!v && !dv)
@@ -586,7 +590,7 @@ static int check_one(int bf16, int m, int n, int k, int bn, int keep, int splits
 	CK(cudaMemset(dd, 0xff, c.size()));
 	wg_launch L;
 	wgd_launch DL;
-	int r = dv ? wgd_prepare(DL, dv, w, db, n, ldb, beta != 0 ? dc : NULL, dd, out_dt, alpha, beta, grid, sms)
+	int r = dv ? wgd_prepare(DL, dv, w, db, n, ldb, beta != 0 ? dc : NULL, dd, out_dt, alpha, beta, grid, sms, rows)
 		   : wg_prepare(L, v, w, db, n, ldb, beta != 0 ? dc : NULL, dd, out_dt, alpha, beta, splits, sms);
 	const char *vname = dv ? dv->name : v->name;
 	if (r) {
@@ -623,8 +627,9 @@ static int check_one(int bf16, int m, int n, int k, int bn, int keep, int splits
 	double err = rel_err(ref, o);
 	double tol = out_dt == MFMA_DT_F32 ? 1e-5 : out_dt == MFMA_DT_F16 ? 2e-3 : 1e-2;
 	bool ok = err < tol;
-	printf("check %-4s %-12s %5dx%-4dx%-5d %s %3d out %-4s alpha %.2f beta %.2f: rel err %.2e %s\n",
+	printf("check %-4s %-12s %5dx%-4dx%-5d %s %3d rows %3d out %-4s alpha %.2f beta %.2f: rel err %.2e %s\n",
 	       bf16 ? "bf16" : "f16", vname, m, n, k, dv ? "grid" : "splits", dv ? DL.grid : (int)L.grid.z,
+	       dv ? DL.rows : 128,
 	       mfma_dtype_name((mfma_dtype)out_dt), alpha, beta, err, ok ? "ok" : "FAIL");
 	if (dv)
 		wgd_release(DL);
@@ -685,8 +690,11 @@ static int run_dchecks(int sms)
 				for (int od = 0; od < 2; od++) {
 					int out_dt = od ? MFMA_DT_F32 : (bf16 ? MFMA_DT_BF16 : MFMA_DT_F16);
 					float beta = (rnd() & 1) ? 0.5f : 0.0f;
-					int grid = grids[gi++ % 5];
-					fails += check_one(bf16, s.m, s.n, s.k, 0, 0, 1, out_dt, 1.25f, beta, sms, dv, grid);
+					int grid = grids[gi % 5];
+					int rows = gi % 3 == 0 ? 0 : gi % 3 == 1 ? 40 : 112;
+					gi++;
+					fails += check_one(bf16, s.m, s.n, s.k, 0, 0, 1, out_dt, 1.25f, beta, sms, dv, grid,
+							   rows);
 				}
 			}
 	printf("decode checks: %d failed\n", fails);
@@ -910,22 +918,27 @@ static void run_bench_shape(int bf16, int m, int n, int k, int sms, cublasHandle
 	 * covers N, on its default grid and on one CTA per SM. */
 	float dbest = 1e30f;
 	const char *dbest_name = "-";
-	int dbest_grid = 0;
+	int dbest_grid = 0, dbest_rows = 0;
 	for (int di = 0; n <= 64 && di < ndvariants; di++) {
 		const dvariant *dv = &dvariants[di];
 		if (dv->bf16 != bf16 || dv->bn < n || dv->occ <= 0)
 			continue;
 		if (dv->bn >= 2 * n && dv->bn > 16)
 			continue; /* a narrower tile covers N */
-		std::vector<int> grids = { 0 };
+		/* {grid, rows}: stream-K on every CTA slot and on one per SM, then
+		 * one block per CTA with blocks of as few rows as fill the SMs
+		 * (all CTAs walk K together, as the tiled kernels' do). */
+		const int fill = std::min(NV_WGD_BM(dv->cons), (((m + sms - 1) / sms) + 7) / 8 * 8);
+		std::vector<std::pair<int, int>> cfgs = { { 0, 0 } };
 		if (dv->occ > 1)
-			grids.push_back(sms);
-		for (int g : grids) {
+			cfgs.push_back({ sms, 0 });
+		cfgs.push_back({ -1, fill });
+		for (auto cfg : cfgs) {
 			std::vector<wgd_launch> L(copies);
 			bool bad = false;
 			for (int i = 0; i < copies; i++)
 				if (wgd_prepare(L[i], dv, w[i], db, n, ldb, NULL, dd, bf16 ? MFMA_DT_BF16 : MFMA_DT_F16,
-						1.0f, 0.0f, g, sms))
+						1.0f, 0.0f, cfg.first, sms, cfg.second))
 					bad = true;
 			if (bad) {
 				printf("  %-14s tensor map failed\n", dv->name);
@@ -938,21 +951,23 @@ static void run_bench_shape(int bf16, int m, int n, int k, int sms, cublasHandle
 			double err = sample_err(dd);
 			bool ok = err < (bf16 ? 1e-2 : 2e-3);
 			double bytes = (double)nv_wg_values_bytes(m, k, 2) + (double)nv_wg_meta_bytes(m, k);
-			printf("  %-14s grid %5d: %8.1f us %6.0f TF-eq %5.2f TB/s  %.2fx wgmma  %.2fx cuBLAS  err %.1e %s\n",
-			       dv->name, L[0].grid, t, flop / t * 1e-6, bytes / t * 1e-6, t / best, t / t_blas, err,
+			printf("  %-14s grid %5d rows %3d: %8.1f us %6.0f TF-eq %5.2f TB/s  %.2fx wgmma  %.2fx cuBLAS  err %.1e %s\n",
+			       dv->name, L[0].grid, L[0].rows, t, flop / t * 1e-6, bytes / t * 1e-6, t / best, t / t_blas, err,
 			       ok ? "ok" : "WRONG");
 			if (ok && t < dbest) {
 				dbest = t;
 				dbest_name = dv->name;
 				dbest_grid = L[0].grid;
+				dbest_rows = L[0].rows;
 			}
 			for (auto &l : L)
 				wgd_release(l);
 		}
 	}
 	if (n <= 64)
-		printf("|decode %s | %d x %d x %d | %.1f us %s grid %d | wgmma %.1f us | cuBLAS %.1f us | %.2fx wgmma |\n",
-		       bf16 ? "bf16" : "f16", m, n, k, dbest, dbest_name, dbest_grid, best, t_blas, dbest / best);
+		printf("|decode %s | %d x %d x %d | %.1f us %s grid %d rows %d | wgmma %.1f us | cuBLAS %.1f us | %.2fx wgmma |\n",
+		       bf16 ? "bf16" : "f16", m, n, k, dbest, dbest_name, dbest_grid, dbest_rows, best, t_blas,
+		       dbest / best);
 	for (auto &x : w) {
 		cudaFree(x.val);
 		cudaFree(x.meta);

@@ -33,7 +33,8 @@ extern "C" __global__ void __launch_bounds__(256) nv_wg_pack(const nv_wg_pack_pa
 /* The decode kernels (nv_wgmma_decode.cuh), every tile of NV_WGD_TILES. */
 #include "nv_wgmma_decode.cuh"
 
-#define NV_WGD_F16(name, bn, cons, ksub, st, minb) NV_WGD_DEFINE_KERNEL(f16_##name, 0, bn, cons, ksub, st, minb, 0)
-#define NV_WGD_BF16(name, bn, cons, ksub, st, minb) NV_WGD_DEFINE_KERNEL(bf16_##name, 1, bn, cons, ksub, st, minb, 0)
+/* FENCE = 1: racecheck-clean at no measured cost (bench/RESULTS.md). */
+#define NV_WGD_F16(name, bn, cons, ksub, st, minb) NV_WGD_DEFINE_KERNEL(f16_##name, 0, bn, cons, ksub, st, minb, 1)
+#define NV_WGD_BF16(name, bn, cons, ksub, st, minb) NV_WGD_DEFINE_KERNEL(bf16_##name, 1, bn, cons, ksub, st, minb, 1)
 NV_WGD_TILES(NV_WGD_F16)
 NV_WGD_TILES(NV_WGD_BF16)

@@ -206,7 +206,10 @@ int nv_wgd_launch_gemm(const struct nv_wg_module *m, const struct nv_wgd_plan *p
 	struct nv_wgd_params p;
 	memset(&p, 0, sizeof(p));
 	const int64_t kp = nv_wg_k_pad(a->k);
-	NV_WG_CHECK(tmap_2d(&p.tm_a, a->val, (uint64_t)kp / 2, (uint64_t)a->m, (uint64_t)kp, NV_WG_BK / 2, (uint32_t)sh.bm,
+	if (plan->rows <= 0 || plan->rows > sh.bm || plan->rows % 8 != 0)
+		return -EINVAL;
+	NV_WG_CHECK(tmap_2d(&p.tm_a, a->val, (uint64_t)kp / 2, (uint64_t)a->m, (uint64_t)kp, NV_WG_BK / 2,
+			    (uint32_t)plan->rows,
 			    CU_TENSOR_MAP_SWIZZLE_64B),
 		    "cuTensorMapEncodeTiled(A, decode)");
 	NV_WG_CHECK(tmap_2d(&p.tm_b, g->b, (uint64_t)g->n, (uint64_t)a->k, (uint64_t)g->ldb * 2, (uint32_t)sh.bn,
@@ -221,6 +224,7 @@ int nv_wgd_launch_gemm(const struct nv_wg_module *m, const struct nv_wgd_plan *p
 	p.n = g->n;
 	p.m_pad = (int32_t)nv_wg_m_pad(a->m);
 	p.kb = (int32_t)(kp / NV_WG_BK);
+	p.rows = plan->rows;
 	p.ldc = g->ldc;
 	p.ldd = g->ldd;
 	p.out_dtype = g->out_dtype;

@@ -144,11 +144,12 @@ static __device__ __forceinline__ void nv_wgsp(float *d, uint64_t da, uint64_t d
 
 /* D = alpha * acc + beta * C from the accumulator registers of one
  * m64nN wgmma (each thread holds pairs of adjacent columns), rows from
- * row0, columns from n0; T is the output element type.  P is any of the
- * kernels' parameter structs (they share the output fields). */
+ * row0 up to (not including) row_end, columns from n0; T is the output
+ * element type.  P is any of the kernels' parameter structs (they share
+ * the output fields). */
 template <class T, int NACC, class P>
-static __device__ __forceinline__ void nv_wg_store_t(const P &p, const float *acc, int row0, int n0, unsigned w,
-						      unsigned lane)
+static __device__ __forceinline__ void nv_wg_store_t(const P &p, const float *acc, int row0, int row_end, int n0,
+						      unsigned w, unsigned lane)
 {
 	T *d = (T *)p.d;
 	const T *cc = (const T *)p.c;
@@ -158,7 +159,7 @@ static __device__ __forceinline__ void nv_wg_store_t(const P &p, const float *ac
 		unsigned r, col;
 		nv_wg_acc_pos(w, lane, i, &r, &col);
 		const int row = row0 + (int)r, cn = n0 + (int)col;
-		if (row >= p.m || cn >= p.n)
+		if (row >= row_end || cn >= p.n)
 			continue;
 		const int64_t di = (int64_t)row * p.ldd + cn, ci = (int64_t)row * p.ldc + cn;
 		float x0 = p.alpha * acc[i], x1 = p.alpha * acc[i + 1];
@@ -174,15 +175,15 @@ static __device__ __forceinline__ void nv_wg_store_t(const P &p, const float *ac
 }
 
 template <int NACC, class P>
-static __device__ __forceinline__ void nv_wg_store(const P &p, const float *acc, int row0, int n0, unsigned w,
-						    unsigned lane)
+static __device__ __forceinline__ void nv_wg_store(const P &p, const float *acc, int row0, int row_end, int n0,
+						    unsigned w, unsigned lane)
 {
 	if (p.out_dtype == MFMA_DT_F16)
-		nv_wg_store_t<__half, NACC>(p, acc, row0, n0, w, lane);
+		nv_wg_store_t<__half, NACC>(p, acc, row0, row_end, n0, w, lane);
 	else if (p.out_dtype == MFMA_DT_BF16)
-		nv_wg_store_t<__nv_bfloat16, NACC>(p, acc, row0, n0, w, lane);
+		nv_wg_store_t<__nv_bfloat16, NACC>(p, acc, row0, row_end, n0, w, lane);
 	else
-		nv_wg_store_t<float, NACC>(p, acc, row0, n0, w, lane);
+		nv_wg_store_t<float, NACC>(p, acc, row0, row_end, n0, w, lane);
 }
 
 /* ---- the pipelined kernel ---- */
@@ -347,7 +348,7 @@ struct nv_wg_gemm {
 	static __device__ __forceinline__ void epilogue(const nv_wg_params &p, const float *acc, int row0, int n0,
 							unsigned w, unsigned lane)
 	{
-		nv_wg_store<NACC>(p, acc, row0, n0, w, lane);
+		nv_wg_store<NACC>(p, acc, row0, p.m, n0, w, lane);
 	}
 };
 

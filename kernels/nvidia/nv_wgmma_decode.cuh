@@ -54,7 +54,8 @@ struct nv_wgd_gemm {
 		const unsigned tid = threadIdx.x;
 		/* Units fit an int (the host checks blocks x ki < 2^31). */
 		const int ki = (p.kb + KSUB - 1) / KSUB; /* stages per row block */
-		const int blocks = (p.m + BM - 1) / BM, units = blocks * ki;
+		const int rows = p.rows; /* of a block: BM, or fewer so that the blocks fill the GPU */
+		const int blocks = (p.m + rows - 1) / rows, units = blocks * ki;
 		const int c = blockIdx.x, grid = gridDim.x;
 		const int u0 = (int)nv_wgd_unit_begin(c, units, grid), u1 = (int)nv_wgd_unit_begin(c + 1, units, grid);
 
@@ -82,15 +83,15 @@ struct nv_wgd_gemm {
 				const int nsub = min(KSUB, p.kb - k0);
 				nv_mbar_wait(bars + 8 * (STAGES + s), ph ^ 1);
 				const uint32_t full = bars + 8 * s, st = sbase + s * STAGE;
-				nv_mbar_expect_tx(full, nsub * (A_BYTES + B_BYTES + E_BYTES));
+				nv_mbar_expect_tx(full, nsub * (rows * (NV_WG_BK / 2 * 2 + 8) + B_BYTES));
 				for (int j = 0; j < nsub; j++) {
 					const int kb = k0 + j;
-					nv_tma_2d(st + j * A_BYTES, &p.tm_a, kb * (NV_WG_BK / 2), b * BM, full,
+					nv_tma_2d(st + j * A_BYTES, &p.tm_a, kb * (NV_WG_BK / 2), b * rows, full,
 						  NV_WG_EVICT_FIRST);
 					nv_tma_2d(st + B_OFF + j * B_BYTES, &p.tm_b, 0, kb * NV_WG_BK, full,
 						  NV_WG_EVICT_LAST);
 					nv_bulk_1d(st + E_OFF + j * E_BYTES,
-						   p.meta + ((int64_t)kb * p.m_pad + (int64_t)b * BM) * 8, E_BYTES,
+						   p.meta + ((int64_t)kb * p.m_pad + (int64_t)b * rows) * 8, rows * 8,
 						   full, NV_WG_EVICT_FIRST);
 				}
 				if (++s == STAGES) {
@@ -156,7 +157,7 @@ struct nv_wgd_gemm {
 			}
 			const bool whole = ks0 == 0 && ks1 == ki;
 			if (whole || finish_block(p, acc, b, ki, units, c, grid, u == u0 ? 0 : 1, tid))
-				nv_wg_store<NACC>(p, acc, b * BM + 64 * (int)wg, 0, w, lane);
+				nv_wg_store<NACC>(p, acc, b * rows + 64 * (int)wg, min(p.m, (b + 1) * rows), 0, w, lane);
 			u += ks1 - ks0;
 		}
 	}

@@ -155,6 +155,10 @@ struct nv_wgd_params {
 	uint64_t ws;      /* partials: grid x NV_WGD_WS_BYTES */
 	uint64_t counters;/* arrivals per row block, zero between launches */
 	int32_t m, n, m_pad, kb; /* kb: 64-K blocks, kp / 64 */
+	int32_t rows;     /* rows of a block: 64 x CONS, or fewer (a multiple of 8, the
+			   * A box's height) so that the blocks fill the GPU; the
+			   * block's rows past it are stale shared memory, computed
+			   * and never stored */
 	int32_t ldc, ldd;
 	int32_t out_dtype; /* enum mfma_dtype */
 	float alpha, beta;

@@ -185,16 +185,24 @@ int nv_wgd_plan_make(int64_t m, int64_t n, int64_t k, int sms, const int occ[NV_
 			tile = t;
 	if (tile < 0)
 		return -ENOTSUP;
-	const int64_t blocks = (m + NV_WGD_BM(dtiles[tile].cons) - 1) / NV_WGD_BM(dtiles[tile].cons);
+	const int64_t bm = NV_WGD_BM(dtiles[tile].cons);
+	int64_t rows = nv_round_up((m + sms - 1) / sms, 8);
+	if (rows > bm)
+		rows = bm;
+	const int64_t blocks = (m + rows - 1) / rows;
 	const int64_t ki = (nv_wg_k_pad(k) / NV_WG_BK + dtiles[tile].ksub - 1) / dtiles[tile].ksub;
 	/* The kernel counts units in an int. */
 	if (blocks * ki > INT32_MAX)
 		return -EINVAL;
-	int64_t grid = (int64_t)occ[tile] * sms;
-	if (grid > blocks * ki)
-		grid = blocks * ki;
+	int64_t grid = blocks;
+	if (blocks > sms) {
+		grid = (int64_t)occ[tile] * sms;
+		if (grid > blocks * ki)
+			grid = blocks * ki;
+	}
 	memset(plan, 0, sizeof(*plan));
 	plan->tile = tile;
+	plan->rows = (int)rows;
 	plan->grid = (int)grid;
 	plan->ws_bytes = (size_t)grid * NV_WGD_WS_BYTES(dtiles[tile].bn, dtiles[tile].cons);
 	plan->counters = (size_t)blocks;

@@ -64,14 +64,18 @@ const char *nv_wgd_variant_label(int bf16, int tile);
 
 struct nv_wgd_plan {
 	int tile;
-	int grid;        /* CTAs: every resident slot of the GPU, at most one per unit */
+	int rows;        /* rows of a block (nv_wgd_params.rows) */
+	int grid;        /* CTAs */
 	size_t ws_bytes; /* partials: grid x NV_WGD_WS_BYTES */
 	size_t counters; /* arrival counters (uint32), one per row block */
 };
 
 /* The narrowest decode tile that covers N and this device runs (occ[t] =
- * CTAs per SM, 0 if unusable), on occ x sms CTAs.  -ENOTSUP when N > 64
- * or no tile can run, -EINVAL for bad sizes. */
+ * CTAs per SM, 0 if unusable).  Where blocks of at most 64 x CONS rows
+ * can give every SM one, the fewest rows (a multiple of 8) that do, one
+ * CTA per block walking the whole of K; else full blocks, stream-K on
+ * occ x sms CTAs.  -ENOTSUP when N > 64 or no tile can run, -EINVAL for
+ * bad sizes. */
 int nv_wgd_plan_make(int64_t m, int64_t n, int64_t k, int sms, const int occ[NV_WGD_TILE_COUNT],
 		     struct nv_wgd_plan *plan);
 

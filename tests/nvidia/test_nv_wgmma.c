@@ -212,10 +212,11 @@ static void test_decode_plan(void **state)
 	} pick[] = { { 1, NV_WGD_TILE_d16 }, { 16, NV_WGD_TILE_d16 }, { 17, NV_WGD_TILE_d32 },
 		     { 33, NV_WGD_TILE_d64 }, { 64, NV_WGD_TILE_d64 } };
 	for (size_t i = 0; i < sizeof(pick) / sizeof(pick[0]); i++) {
-		assert_int_equal(nv_wgd_plan_make(14336, pick[i].n, 4096, 132, occ, &p), 0);
+		assert_int_equal(nv_wgd_plan_make(20000, pick[i].n, 4096, 132, occ, &p), 0);
 		assert_int_equal(p.tile, pick[i].tile);
+		assert_int_equal(p.rows, 128); /* 157 blocks of 128 rows: stream-K */
 		assert_int_equal(p.grid, 264);
-		assert_int_equal(p.counters, 112); /* 128-row blocks */
+		assert_int_equal(p.counters, 157);
 	}
 	struct nv_wgd_tile_shape sh;
 	nv_wgd_tile_shape(NV_WGD_TILE_d16, &sh);
@@ -224,10 +225,17 @@ static void test_decode_plan(void **state)
 	assert_string_equal(nv_wgd_kernel_name(1, NV_WGD_TILE_d32), "nv_wgd_bf16_d32");
 	assert_string_equal(nv_wgd_variant_label(0, NV_WGD_TILE_d16), "wgmma.f16.sparse.decode16");
 	assert_int_equal(sh.threads, 288);
-	/* Few units: one CTA each. */
+	/* Blocks that fit the SMs: the fewest rows that give each SM one. */
+	assert_int_equal(nv_wgd_plan_make(14336, 16, 4096, 132, occ, &p), 0);
+	assert_int_equal(p.rows, 112);
+	assert_int_equal(p.grid, 128);
+	assert_int_equal(nv_wgd_plan_make(4096, 16, 14336, 132, occ, &p), 0);
+	assert_int_equal(p.rows, 32);
+	assert_int_equal(p.grid, 128);
 	assert_int_equal(nv_wgd_plan_make(64, 7, 256, 132, occ, &p), 0);
-	assert_int_equal(p.grid, 4); /* 1 block x 4 stages of 64 K */
-	assert_int_equal(p.counters, 1);
+	assert_int_equal(p.rows, 8);
+	assert_int_equal(p.grid, 8);
+	assert_int_equal(p.counters, 8);
 	/* A tile this device cannot run is replaced by a wider one. */
 	occ[NV_WGD_TILE_d16] = 0;
 	assert_int_equal(nv_wgd_plan_make(4096, 16, 4096, 132, occ, &p), 0);
