@@ -60,9 +60,14 @@ static variant variants[] = {
 };
 static const int nvariants = sizeof(variants) / sizeof(variants[0]);
 
-/* The decode kernels (nv_wgmma_decode.cuh): the daemon's tiles, then
- * experimental ones built here only (other stage depths, CTAs per SM). */
+/* The decode kernels (nv_wgmma_decode.cuh), built here only (the daemon
+ * does not embed them: slower than the tiled kernels, bench/RESULTS.md):
+ * the tiles of NV_WGD_TILES, then other stage depths and CTA shapes. */
 #include "nv_wgmma_decode.cuh"
+#define NV_WGD_F16(name, bn, cons, ksub, st, minb) NV_WGD_DEFINE_KERNEL(f16_##name, 0, bn, cons, ksub, st, minb, 1)
+#define NV_WGD_BF16(name, bn, cons, ksub, st, minb) NV_WGD_DEFINE_KERNEL(bf16_##name, 1, bn, cons, ksub, st, minb, 1)
+NV_WGD_TILES(NV_WGD_F16)
+NV_WGD_TILES(NV_WGD_BF16)
 /* x_<bn>_c<CONS>k<KSUB>s<STAGES>[f]: f = FENCE (nv_wgmma_decode.cuh). */
 #define WGD_XLIST(X)                          \
 	X(x_f16_c1k4s4f, 16, 1, 4, 4, 2, 1)   \

@@ -1,7 +1,6 @@
 /* The sm_90a wgmma.sp kernels as a provider of the CUDA backend
  * (cuda_provider.h): 2:4 f16 and bf16 on sm_90 (H100, H200), TMA-fed and
- * warp-specialised (kernels/nvidia/nv_wgmma.cuh), and for N <= 64 the
- * stream-K decode kernels (kernels/nvidia/nv_wgmma_decode.cuh).  On sm_90 it comes before
+ * warp-specialised (kernels/nvidia/nv_wgmma.cuh).  On sm_90 it comes before
  * our mma.sp family in the table, so a 2:4 A sent with a request runs
  * here; the mma.sp kernels stay the family for sm_80/86/89, for dense and
  * i8, for batched launches, and the fallback.  A resident weight is packed
@@ -44,16 +43,6 @@ static void wg_describe(int cc, struct backend_device_info *info)
 					 len ? "," : "", nv_wg_variant_label(bf16, t));
 			if (n < 0 || (size_t)n >= sizeof(info->variants) - len) {
 				info->variants[len] = '\0'; /* the names that fit are there */
-				return;
-			}
-			len += (size_t)n;
-		}
-	for (int bf16 = 0; bf16 < 2; bf16++)
-		for (int t = 0; t < NV_WGD_TILE_COUNT; t++) {
-			int n = snprintf(info->variants + len, sizeof(info->variants) - len, ",%s",
-					 nv_wgd_variant_label(bf16, t));
-			if (n < 0 || (size_t)n >= sizeof(info->variants) - len) {
-				info->variants[len] = '\0';
 				return;
 			}
 			len += (size_t)n;
@@ -205,14 +194,9 @@ static int wg_launch(struct cuda_dev *dev, void *state, const struct mfma_gemm *
 	const uint32_t m = g->m, n = g->n, k = g->k;
 	const size_t os = mfma_dtype_size(g->out_dtype);
 	const CUstream stream = cuda_dev_stream(dev);
-	/* N <= 64 runs the decode kernels (64-row blocks, stream-K over the
-	 * whole GPU: nv_wgmma_decode.cuh), measured faster than the 128-row
-	 * tiles there (bench/RESULTS.md); wider N the tiled kernels. */
-	struct nv_wgd_plan dplan;
-	const bool decode = nv_wgd_plan_make(m, n, k, o->mod.sms, o->mod.docc[bf16], &dplan) == 0;
 	struct nv_wg_plan plan;
 	int rc = nv_wg_plan_make(m, n, k, o->mod.sms, o->mod.occ[bf16], -1, &plan);
-	if (rc < 0 && !decode) {
+	if (rc < 0) {
 		snprintf(err, errlen, "cuda: no wgmma.sp kernel for %ux%ux%u %s (%d)", m, n, k,
 			 mfma_dtype_name(g->in_dtype), rc);
 		return rc;
@@ -243,10 +227,8 @@ static int wg_launch(struct cuda_dev *dev, void *state, const struct mfma_gemm *
 	if ((rc = cuda_buf_need(b, (size_t)k * ldb * 2, "B", NULL, err, errlen)) < 0 ||
 	    (g->beta != 0.0f && (rc = cuda_buf_need(c, dbytes, "C", NULL, err, errlen)) < 0) ||
 	    (rc = cuda_buf_need(d, dbytes, "D", NULL, err, errlen)) < 0 ||
-	    (rc = cuda_buf_need(&o->ws, decode ? dplan.ws_bytes : plan.ws_bytes, "split-K workspace", NULL, err,
-				errlen)) < 0 ||
-	    (rc = cuda_buf_need(&o->counters, (decode ? dplan.counters : plan.counters) * 4, "split-K counters",
-				&grown, err, errlen)) < 0)
+	    (rc = cuda_buf_need(&o->ws, plan.ws_bytes, "split-K workspace", NULL, err, errlen)) < 0 ||
+	    (rc = cuda_buf_need(&o->counters, plan.counters * 4, "split-K counters", &grown, err, errlen)) < 0)
 		return rc;
 	if (grown) {
 		CUresult r = nv_drv.cuMemsetD32Async(o->counters.p, 0, o->counters.cap / 4, stream);
@@ -276,18 +258,17 @@ static int wg_launch(struct cuda_dev *dev, void *state, const struct mfma_gemm *
 		.out_dtype = g->out_dtype, .alpha = g->alpha, .beta = g->beta,
 	};
 	char why[160] = "";
-	const char *label = decode ? nv_wgd_variant_label(bf16, dplan.tile) : nv_wg_variant_label(bf16, plan.tile);
-	rc = decode ? nv_wgd_launch_gemm(&o->mod, &dplan, &pk, &args, o->ws.p, o->counters.p, stream, why, sizeof(why))
-		    : nv_wg_launch_gemm(&o->mod, &plan, &pk, &args, o->ws.p, o->counters.p, stream, why, sizeof(why));
-	if (rc < 0) {
-		snprintf(err, errlen, "cuda: launching %s failed (%d)%s%s", label, rc, why[0] ? ": " : "", why);
+	if ((rc = nv_wg_launch_gemm(&o->mod, &plan, &pk, &args, o->ws.p, o->counters.p, stream, why,
+				    sizeof(why))) < 0) {
+		snprintf(err, errlen, "cuda: launching %s failed (%d)%s%s", nv_wg_variant_label(bf16, plan.tile), rc,
+			 why[0] ? ": " : "", why);
 		return rc;
 	}
 	if ((rc = cuda_dev_mark(dev, CUDA_MARK_KERNEL, err, errlen)) < 0)
 		return rc;
 	if ((rc = cuda_dev_copy_out(dev, g->d, d->p, dbytes, err, errlen)) < 0)
 		return rc;
-	*variant = label;
+	*variant = nv_wg_variant_label(bf16, plan.tile);
 	return 0;
 }
 

@@ -1,5 +1,5 @@
 /* sm_90a only: the wgmma.sp kernels (nv_wgmma.cuh), 2:4 f16 and bf16,
- * every tile of NV_WG_TILES, the decode kernels, and the packing of a canonical 2:4 A into
+ * every tile of NV_WG_TILES, and the packing of a canonical 2:4 A into
  * their layout (nv_wgmma_layout.h).  Built for compute_90a / sm_90a when
  * nvidia_archs names 90; an sm_90a cubin runs on sm_90 only. */
 #include "nv_wgmma.cuh"
@@ -29,12 +29,3 @@ extern "C" __global__ void __launch_bounds__(256) nv_wg_pack(const nv_wg_pack_pa
 							      p.rows, p.k / 4, kb, r, (int)(j & 1));
 	}
 }
-
-/* The decode kernels (nv_wgmma_decode.cuh), every tile of NV_WGD_TILES. */
-#include "nv_wgmma_decode.cuh"
-
-/* FENCE = 1: racecheck-clean at no measured cost (bench/RESULTS.md). */
-#define NV_WGD_F16(name, bn, cons, ksub, st, minb) NV_WGD_DEFINE_KERNEL(f16_##name, 0, bn, cons, ksub, st, minb, 1)
-#define NV_WGD_BF16(name, bn, cons, ksub, st, minb) NV_WGD_DEFINE_KERNEL(bf16_##name, 1, bn, cons, ksub, st, minb, 1)
-NV_WGD_TILES(NV_WGD_F16)
-NV_WGD_TILES(NV_WGD_BF16)

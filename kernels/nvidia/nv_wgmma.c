@@ -68,28 +68,6 @@ int nv_wg_module_load(struct nv_wg_module *m, CUdevice dev, char *err, size_t er
 				goto fail;
 			}
 		}
-	for (int bf16 = 0; bf16 < 2; bf16++)
-		for (int t = 0; t < NV_WGD_TILE_COUNT; t++) {
-			const char *name = nv_wgd_kernel_name(bf16, t);
-			struct nv_wgd_tile_shape sh;
-			nv_wgd_tile_shape(t, &sh);
-			r = nv_drv.cuModuleGetFunction(&m->decode[bf16][t], m->mod, name);
-			if (r == CUDA_SUCCESS && (int)sh.smem > smem_optin)
-				continue;
-			if (r == CUDA_SUCCESS)
-				r = nv_drv.cuFuncSetAttribute(m->decode[bf16][t],
-							      CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-							      (int)sh.smem);
-			if (r == CUDA_SUCCESS)
-				r = nv_drv.cuOccupancyMaxActiveBlocksPerMultiprocessor(&m->docc[bf16][t],
-										      m->decode[bf16][t],
-										      sh.threads, sh.smem);
-			if (r != CUDA_SUCCESS) {
-				snprintf(err, errlen, "setting up %s failed: %s", name, nv_result_str(r));
-				rc = nv_result_errno(r);
-				goto fail;
-			}
-		}
 	return 0;
 fail:
 	nv_wg_module_unload(m);
@@ -181,58 +159,5 @@ int nv_wg_launch_gemm(const struct nv_wg_module *m, const struct nv_wg_plan *pla
 	NV_WG_CHECK(nv_drv.cuLaunchKernel(m->gemm[bf16][plan->tile], (unsigned)(plan->tiles_m * plan->tiles_n), 1,
 					  (unsigned)plan->splits, NV_WG_THREADS, 1, 1, sh.smem, s, args, NULL),
 		    nv_wg_kernel_name(bf16, plan->tile));
-	return 0;
-}
-
-int nv_wgd_launch_gemm(const struct nv_wg_module *m, const struct nv_wgd_plan *plan, const struct nv_wg_packed *a,
-		       const struct nv_wg_args *g, CUdeviceptr ws, CUdeviceptr counters, CUstream s, char *err,
-		       size_t errlen)
-{
-	if (!m || !plan || !a || !g || plan->tile < 0 || plan->tile >= NV_WGD_TILE_COUNT || plan->grid <= 0)
-		return -EINVAL;
-	const int bf16 = !!a->bf16;
-	if (m->docc[bf16][plan->tile] <= 0)
-		return -ENOTSUP;
-	if (!ws || !counters || g->ldb % 8 != 0 || g->b % 16 != 0 || g->n <= 0)
-		return -EINVAL;
-	struct nv_wgd_tile_shape sh;
-	nv_wgd_tile_shape(plan->tile, &sh);
-	if (g->n > sh.bn)
-		return -EINVAL;
-	/* B's box is one swizzle span wide: BN 16-bit columns. */
-	const CUtensorMapSwizzle bswz = sh.bn == 64   ? CU_TENSOR_MAP_SWIZZLE_128B
-					: sh.bn == 32 ? CU_TENSOR_MAP_SWIZZLE_64B
-						      : CU_TENSOR_MAP_SWIZZLE_32B;
-	struct nv_wgd_params p;
-	memset(&p, 0, sizeof(p));
-	const int64_t kp = nv_wg_k_pad(a->k);
-	if (plan->rows <= 0 || plan->rows > sh.bm || plan->rows % 8 != 0)
-		return -EINVAL;
-	NV_WG_CHECK(tmap_2d(&p.tm_a, a->val, (uint64_t)kp / 2, (uint64_t)a->m, (uint64_t)kp, NV_WG_BK / 2,
-			    (uint32_t)plan->rows,
-			    CU_TENSOR_MAP_SWIZZLE_64B),
-		    "cuTensorMapEncodeTiled(A, decode)");
-	NV_WG_CHECK(tmap_2d(&p.tm_b, g->b, (uint64_t)g->n, (uint64_t)a->k, (uint64_t)g->ldb * 2, (uint32_t)sh.bn,
-			    NV_WG_BK, bswz),
-		    "cuTensorMapEncodeTiled(B, decode)");
-	p.meta = a->meta;
-	p.c = g->c;
-	p.d = g->d;
-	p.ws = ws;
-	p.counters = counters;
-	p.m = (int32_t)a->m;
-	p.n = g->n;
-	p.m_pad = (int32_t)nv_wg_m_pad(a->m);
-	p.kb = (int32_t)(kp / NV_WG_BK);
-	p.rows = plan->rows;
-	p.ldc = g->ldc;
-	p.ldd = g->ldd;
-	p.out_dtype = g->out_dtype;
-	p.alpha = g->alpha;
-	p.beta = g->beta;
-	void *args[] = { &p };
-	NV_WG_CHECK(nv_drv.cuLaunchKernel(m->decode[bf16][plan->tile], (unsigned)plan->grid, 1, 1,
-					  (unsigned)sh.threads, 1, 1, sh.smem, s, args, NULL),
-		    nv_wgd_kernel_name(bf16, plan->tile));
 	return 0;
 }

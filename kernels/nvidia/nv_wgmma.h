@@ -16,8 +16,6 @@ struct nv_wg_module {
 	CUmodule mod;
 	CUfunction gemm[2][NV_WG_TILE_COUNT]; /* [bf16][tile] */
 	int occ[2][NV_WG_TILE_COUNT];         /* resident CTAs per SM, 0 if unusable */
-	CUfunction decode[2][NV_WGD_TILE_COUNT]; /* [bf16][tile] (nv_wgmma_decode.cuh) */
-	int docc[2][NV_WGD_TILE_COUNT];
 	CUfunction pack;
 	int sms;
 };
@@ -52,12 +50,6 @@ struct nv_wg_args {
 int nv_wg_launch_gemm(const struct nv_wg_module *m, const struct nv_wg_plan *plan, const struct nv_wg_packed *a,
 		      const struct nv_wg_args *g, CUdeviceptr ws, CUdeviceptr counters, CUstream s, char *err,
 		      size_t errlen);
-
-/* Launches the planned decode GEMM (N <= 64); ws and counters as above
- * for plan->ws_bytes and plan->counters. */
-int nv_wgd_launch_gemm(const struct nv_wg_module *m, const struct nv_wgd_plan *plan, const struct nv_wg_packed *a,
-		       const struct nv_wg_args *g, CUdeviceptr ws, CUdeviceptr counters, CUstream s, char *err,
-		       size_t errlen);
 
 #ifdef __cplusplus
 }

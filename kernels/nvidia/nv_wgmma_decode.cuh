@@ -2,24 +2,28 @@
  * wgmma.mma_async.sp, TMA and mbarriers: D (M x N) = alpha * A (M x K,
  * 2:4, the packed layout of nv_wgmma_layout.h) x B (K x N) + beta * C.
  *
- * At N <= 64 the whole cost is streaming the weight: 14336 x 4096 is 66 MB
- * of values and metadata against 128 KiB of B.  The 128-row tiles of
- * nv_wgmma.cuh leave 20 of 132 SMs idle there (112 tiles) and hold too few
- * bytes in flight per SM; split-K only added partial sums.  So here:
- *  - 64-row blocks, one consumer warpgroup (m64nBNk32) and one producer
- *    warp per CTA, a ring of about 100 KiB, two CTAs per SM;
- *  - stream-K: the (row block, stage of K) units are cut evenly over a
- *    persistent grid of CTAs (nv_wgd_unit_begin), each CTA walks its
- *    range in order, so every SM streams the same number of bytes;
- *  - the producer's TMA copies of the weight are marked evict-first, B's
- *    evict-last (every CTA reads all of B from L2);
- *  - a row block shared by several CTAs is finished without a second
+ * An experiment of issue 11, measured on the H200 and NOT faster than the
+ * tiled kernels of nv_wgmma.cuh at any decode shape (bench/RESULTS.md), so
+ * only bench/nvidia/wgmma_bench.cu builds it.  What it tried:
+ *  - row blocks of 64 x CONS rows (CONS consumer warpgroups of 64 rows,
+ *    m64nBNk32 each, one producer warp), a ring of about 100 KiB;
+ *  - stream-K: the (row block, stage of K) units cut evenly over a
+ *    persistent grid (nv_wgd_unit_begin), each CTA walking its range in
+ *    order, so that every SM streams the same bytes.  Measured 1.3-1.5x
+ *    the tiled kernels' time (1.8 TB/s at 14336 x 16 x 4096), worse with
+ *    two CTAs per SM;
+ *  - or (p.rows < 64 x CONS) blocks of as few rows as give each SM one,
+ *    one CTA per block walking all of K as the tiled kernels' CTAs do:
+ *    as fast as the tiled kernels at 14336 x 16 (2.2-2.4 TB/s), so the
+ *    20 idle SMs there were not what limits them;
+ *  - the weight's TMA copies evict-first, B's evict-last;
+ *  - a row block shared by several CTAs finished without a second
  *    kernel: each writes its f32 partial (in register order) to its slot
  *    of the workspace, and the last to arrive (a counter per block, reset
  *    by that CTA) adds them in CTA order, so the sum does not depend on
  *    timing, and runs the epilogue (nv_wg_store).
  * The consumer waits for its wgmma group every stage (as nv_wgmma.cuh
- * does, see KEEP there); the second CTA on the SM covers that wait. */
+ * does, see KEEP there). */
 #ifndef MFMA_NV_WGMMA_DECODE_CUH
 #define MFMA_NV_WGMMA_DECODE_CUH
 

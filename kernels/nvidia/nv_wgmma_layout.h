@@ -103,13 +103,15 @@ struct nv_wg_params {
 };
 
 /* The decode kernels (nv_wgmma_decode.cuh): skinny N (one tile of BN >= N
- * columns), row blocks of 64 x CONS rows of the same packed weight (CONS
- * consumer warpgroups of 64 rows each), stream-K over (row block, stage
- * of K) units across a persistent grid.  A stage holds KSUB 64-K blocks:
- * for each, the A box (64 x CONS rows x 32 values, 64-byte swizzle), the
- * B box (64 K x BN) and the rows' metadata (8 bytes a row).
+ * columns), row blocks of up to 64 x CONS rows of the same packed weight
+ * (CONS consumer warpgroups of 64 rows each), stream-K over (row block,
+ * stage of K) units across a persistent grid.  A stage holds KSUB 64-K
+ * blocks: for each, the A box (rows x 32 values, 64-byte swizzle), the B
+ * box (64 K x BN) and the rows' metadata (8 bytes a row).
  * X(name, BN, CONS, KSUB, STAGES, MIN_CTAS_PER_SM); each ring is about
- * 100 KiB, so that two CTAs fit an SM. */
+ * 100 KiB, so that two CTAs fit an SM.  Built by bench/nvidia/wgmma_bench.cu
+ * only: measured slower than the tiled kernels above at every decode
+ * shape (bench/RESULTS.md), so the daemon does not embed them. */
 #define NV_WGD_TILES(X)            \
 	X(d16, 16, 2, 1, 9, 2)     \
 	X(d32, 32, 2, 1, 8, 2)     \

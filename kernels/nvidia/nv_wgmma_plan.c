@@ -2,7 +2,6 @@
 #include "nv_wgmma_plan.h"
 
 #include <errno.h>
-#include <stdint.h>
 #include <string.h>
 
 int nv_wg_usable(const struct nv_image *images, size_t count, int cc)
@@ -116,95 +115,5 @@ int nv_wg_plan_make(int64_t m, int64_t n, int64_t k, int sms, const int occ[NV_W
 	plan->splits = (plan->k_iters + plan->iters_per_split - 1) / plan->iters_per_split;
 	plan->counters = (size_t)ntiles;
 	plan->ws_bytes = plan->splits > 1 ? (size_t)ntiles * plan->splits * (tiles[tile].bn / 2) * 256 * 4 : 0;
-	return 0;
-}
-
-/* ---- the decode kernels ---- */
-
-static const struct {
-	int bn, cons, ksub, stages, minb;
-} dtiles[NV_WGD_TILE_COUNT] = {
-#define NV_WGD_ROW(name, bn, cons, ks, st, minb) { bn, cons, ks, st, minb },
-	NV_WGD_TILES(NV_WGD_ROW)
-#undef NV_WGD_ROW
-};
-
-void nv_wgd_tile_shape(int tile, struct nv_wgd_tile_shape *s)
-{
-	memset(s, 0, sizeof(*s));
-	if (tile < 0 || tile >= NV_WGD_TILE_COUNT)
-		return;
-	s->bn = dtiles[tile].bn;
-	s->cons = dtiles[tile].cons;
-	s->ksub = dtiles[tile].ksub;
-	s->stages = dtiles[tile].stages;
-	s->min_ctas = dtiles[tile].minb;
-	s->bm = NV_WGD_BM(s->cons);
-	s->threads = NV_WGD_THREADS(s->cons);
-	s->smem = (unsigned)NV_WGD_SMEM_BYTES(s->bn, s->cons, s->ksub, s->stages);
-}
-
-static const char *const dkernel_names[2][NV_WGD_TILE_COUNT] = {
-#define NV_WGD_KNAME_F16(name, bn, cons, ks, st, minb) "nv_wgd_f16_" #name,
-#define NV_WGD_KNAME_BF16(name, bn, cons, ks, st, minb) "nv_wgd_bf16_" #name,
-	{ NV_WGD_TILES(NV_WGD_KNAME_F16) },
-	{ NV_WGD_TILES(NV_WGD_KNAME_BF16) },
-#undef NV_WGD_KNAME_F16
-#undef NV_WGD_KNAME_BF16
-};
-
-static const char *const dlabels[2][NV_WGD_TILE_COUNT] = {
-#define NV_WGD_LABEL_F16(name, bn, cons, ks, st, minb) "wgmma.f16.sparse.decode" #bn,
-#define NV_WGD_LABEL_BF16(name, bn, cons, ks, st, minb) "wgmma.bf16.sparse.decode" #bn,
-	{ NV_WGD_TILES(NV_WGD_LABEL_F16) },
-	{ NV_WGD_TILES(NV_WGD_LABEL_BF16) },
-#undef NV_WGD_LABEL_F16
-#undef NV_WGD_LABEL_BF16
-};
-
-const char *nv_wgd_kernel_name(int bf16, int tile)
-{
-	return tile >= 0 && tile < NV_WGD_TILE_COUNT ? dkernel_names[!!bf16][tile] : "?";
-}
-
-const char *nv_wgd_variant_label(int bf16, int tile)
-{
-	return tile >= 0 && tile < NV_WGD_TILE_COUNT ? dlabels[!!bf16][tile] : "?";
-}
-
-int nv_wgd_plan_make(int64_t m, int64_t n, int64_t k, int sms, const int occ[NV_WGD_TILE_COUNT],
-		     struct nv_wgd_plan *plan)
-{
-	if (!plan || !occ || m <= 0 || n <= 0 || k <= 0 || k % 4 != 0 || sms <= 0)
-		return -EINVAL;
-	if (m > INT32_MAX || nv_wg_k_pad(k) > INT32_MAX || nv_wg_m_pad(m) > INT32_MAX)
-		return -EINVAL;
-	int tile = -1;
-	for (int t = NV_WGD_TILE_COUNT - 1; t >= 0; t--) /* listed narrowest first */
-		if (dtiles[t].bn >= n && occ[t] > 0)
-			tile = t;
-	if (tile < 0)
-		return -ENOTSUP;
-	const int64_t bm = NV_WGD_BM(dtiles[tile].cons);
-	int64_t rows = nv_round_up((m + sms - 1) / sms, 8);
-	if (rows > bm)
-		rows = bm;
-	const int64_t blocks = (m + rows - 1) / rows;
-	const int64_t ki = (nv_wg_k_pad(k) / NV_WG_BK + dtiles[tile].ksub - 1) / dtiles[tile].ksub;
-	/* The kernel counts units in an int. */
-	if (blocks * ki > INT32_MAX)
-		return -EINVAL;
-	int64_t grid = blocks;
-	if (blocks > sms) {
-		grid = (int64_t)occ[tile] * sms;
-		if (grid > blocks * ki)
-			grid = blocks * ki;
-	}
-	memset(plan, 0, sizeof(*plan));
-	plan->tile = tile;
-	plan->rows = (int)rows;
-	plan->grid = (int)grid;
-	plan->ws_bytes = (size_t)grid * NV_WGD_WS_BYTES(dtiles[tile].bn, dtiles[tile].cons);
-	plan->counters = (size_t)blocks;
 	return 0;
 }

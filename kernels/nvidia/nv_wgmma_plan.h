@@ -51,34 +51,6 @@ struct nv_wg_plan {
 int nv_wg_plan_make(int64_t m, int64_t n, int64_t k, int sms, const int occ[NV_WG_TILE_COUNT],
 		    int force_tile, struct nv_wg_plan *plan);
 
-/* The decode kernels (nv_wgmma_decode.cuh), N <= 64. */
-struct nv_wgd_tile_shape {
-	int bn, cons, ksub, stages, min_ctas;
-	int bm, threads; /* rows of a block (64 x cons), threads of a CTA */
-	unsigned smem;
-};
-void nv_wgd_tile_shape(int tile, struct nv_wgd_tile_shape *s);
-/* "nv_wgd_<f16|bf16>_<tile>" and "wgmma.f16.sparse.decode16" (static). */
-const char *nv_wgd_kernel_name(int bf16, int tile);
-const char *nv_wgd_variant_label(int bf16, int tile);
-
-struct nv_wgd_plan {
-	int tile;
-	int rows;        /* rows of a block (nv_wgd_params.rows) */
-	int grid;        /* CTAs */
-	size_t ws_bytes; /* partials: grid x NV_WGD_WS_BYTES */
-	size_t counters; /* arrival counters (uint32), one per row block */
-};
-
-/* The narrowest decode tile that covers N and this device runs (occ[t] =
- * CTAs per SM, 0 if unusable).  Where blocks of at most 64 x CONS rows
- * can give every SM one, the fewest rows (a multiple of 8) that do, one
- * CTA per block walking the whole of K; else full blocks, stream-K on
- * occ x sms CTAs.  -ENOTSUP when N > 64 or no tile can run, -EINVAL for
- * bad sizes. */
-int nv_wgd_plan_make(int64_t m, int64_t n, int64_t k, int sms, const int occ[NV_WGD_TILE_COUNT],
-		     struct nv_wgd_plan *plan);
-
 #ifdef __cplusplus
 }
 #endif

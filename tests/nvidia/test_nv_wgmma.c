@@ -199,52 +199,6 @@ static void test_decode_split(void **state)
 	}
 }
 
-/* The decode plan: the narrowest tile that covers N, every CTA slot of
- * the GPU but never more CTAs than units, N > 64 left to the tiles. */
-static void test_decode_plan(void **state)
-{
-	(void)state;
-	int occ[NV_WGD_TILE_COUNT] = { 2, 2, 2 };
-	struct nv_wgd_plan p;
-	const struct {
-		int64_t n;
-		int tile;
-	} pick[] = { { 1, NV_WGD_TILE_d16 }, { 16, NV_WGD_TILE_d16 }, { 17, NV_WGD_TILE_d32 },
-		     { 33, NV_WGD_TILE_d64 }, { 64, NV_WGD_TILE_d64 } };
-	for (size_t i = 0; i < sizeof(pick) / sizeof(pick[0]); i++) {
-		assert_int_equal(nv_wgd_plan_make(20000, pick[i].n, 4096, 132, occ, &p), 0);
-		assert_int_equal(p.tile, pick[i].tile);
-		assert_int_equal(p.rows, 128); /* 157 blocks of 128 rows: stream-K */
-		assert_int_equal(p.grid, 264);
-		assert_int_equal(p.counters, 157);
-	}
-	struct nv_wgd_tile_shape sh;
-	nv_wgd_tile_shape(NV_WGD_TILE_d16, &sh);
-	assert_int_equal(p.ws_bytes, (size_t)264 * 2 * 64 * 128 * 4);
-	assert_true(sh.smem <= 113 * 1024); /* two CTAs fit an SM */
-	assert_string_equal(nv_wgd_kernel_name(1, NV_WGD_TILE_d32), "nv_wgd_bf16_d32");
-	assert_string_equal(nv_wgd_variant_label(0, NV_WGD_TILE_d16), "wgmma.f16.sparse.decode16");
-	assert_int_equal(sh.threads, 288);
-	/* Blocks that fit the SMs: the fewest rows that give each SM one. */
-	assert_int_equal(nv_wgd_plan_make(14336, 16, 4096, 132, occ, &p), 0);
-	assert_int_equal(p.rows, 112);
-	assert_int_equal(p.grid, 128);
-	assert_int_equal(nv_wgd_plan_make(4096, 16, 14336, 132, occ, &p), 0);
-	assert_int_equal(p.rows, 32);
-	assert_int_equal(p.grid, 128);
-	assert_int_equal(nv_wgd_plan_make(64, 7, 256, 132, occ, &p), 0);
-	assert_int_equal(p.rows, 8);
-	assert_int_equal(p.grid, 8);
-	assert_int_equal(p.counters, 8);
-	/* A tile this device cannot run is replaced by a wider one. */
-	occ[NV_WGD_TILE_d16] = 0;
-	assert_int_equal(nv_wgd_plan_make(4096, 16, 4096, 132, occ, &p), 0);
-	assert_int_equal(p.tile, NV_WGD_TILE_d32);
-	assert_int_equal(nv_wgd_plan_make(4096, 65, 4096, 132, occ, &p), -ENOTSUP);
-	assert_int_equal(nv_wgd_plan_make(4096, 16, 4098, 132, occ, &p), -EINVAL);
-	assert_int_equal(nv_wgd_plan_make(0, 16, 4096, 132, occ, &p), -EINVAL);
-}
-
 static void test_names_and_images(void **state)
 {
 	(void)state;
@@ -271,7 +225,6 @@ int main(void)
 		cmocka_unit_test(test_acc_pos_bijection),
 		cmocka_unit_test(test_plan),
 		cmocka_unit_test(test_decode_split),
-		cmocka_unit_test(test_decode_plan),
 		cmocka_unit_test(test_names_and_images),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
