@@ -7,6 +7,7 @@
 #
 # usage: bench/nvidia/device_round.sh [test] [sanitize|memcheck|racecheck] [bench] [sweep]
 #        [ncu] [e2e] [latency] [multi] [choice] [batching] [serving] [wgmma] [wgncu]
+#        [wgdecode] [wgdsan] [wgdncu]
 #        (no argument: test sanitize bench e2e)
 set -u
 OUT=${OUT:-/tmp/mfma-out}
@@ -167,6 +168,40 @@ wgmma)
 		timeout 150 "$BENCH" --dtypes ${WG_DTYPES:-f16,bf16} --shape "$shape" >>"$OUT/wg_vendor.log" 2>&1
 	done
 	grep -E "^\| (f16|bf16)" "$OUT/wg_vendor.log"
+	;;
+wgdecode)
+	# The decode kernels (nv_wgmma_decode.cuh, .devlibs/wgmma_bench): odd
+	# shapes against float64, then beside the 128-row wgmma tiles and cuBLAS
+	# (wgmma_bench) and our mma.sp kernel, cuBLASLt and cuSPARSELt (bench_nv)
+	# at the decode shapes, then compute-sanitizer on the quick checks.
+	WG=.devlibs/wgmma_bench
+	WGD_SHAPES=${WGD_SHAPES:-14336x16x4096 4096x16x14336 14336x64x4096 4096x64x14336}
+	TAILN=2 step wgd_check 120 "$WG" dcheck
+	grep -E "FAIL" "$OUT/wgd_check.log" | head -20
+	WG_DTYPES=${WGD_DTYPES:-f16,bf16} TAILN=0 step wgd_bench ${WG_BENCH_S:-240} "$WG" bench $WGD_SHAPES
+	grep -E "^\|" "$OUT/wgd_bench.log"
+	build_bench
+	: >"$OUT/wgd_vendor.log"
+	for shape in $WGD_SHAPES; do
+		timeout 100 "$BENCH" --dtypes ${WGD_DTYPES:-f16,bf16} --shape "$shape" >>"$OUT/wgd_vendor.log" 2>&1
+	done
+	grep -E "^\| (f16|bf16)" "$OUT/wgd_vendor.log"
+	;;
+wgdsan)
+	WG_QUICK=1 TAILN=4 step wgd_memcheck 90 compute-sanitizer --tool memcheck --error-exitcode 9 \
+		.devlibs/wgmma_bench dcheck
+	WG_QUICK=1 TAILN=4 step wgd_racecheck 90 compute-sanitizer --tool racecheck --error-exitcode 9 \
+		.devlibs/wgmma_bench dcheck
+	;;
+wgdncu)
+	# Hardware counters of one launch of the decode kernel at 14336x16x4096.
+	WG_DTYPES=f16 timeout 120 ncu --clock-control none -k "regex:nv_wgd_f16_d16" --launch-skip 5 --launch-count 1 \
+		--section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
+		--section Occupancy --section LaunchStats \
+		.devlibs/wgmma_bench bench 14336x16x4096 >"$OUT/ncu_wgd.txt" 2>&1
+	echo "=== ncu wgd rc=$?"
+	grep -E "Duration|Throughput|Warp Cycles Per Issued|Issue Slots Busy|Registers Per|Achieved Occupancy|Hit Rate|Stall|Grid Size" \
+		"$OUT/ncu_wgd.txt" | head -24
 	;;
 wgncu)
 	# Hardware counters of one launch of the wide and the decode wgmma.sp

@@ -6,6 +6,7 @@
  *
  *   wgmma_bench probe        the one-warpgroup probe (f16, bf16)
  *   wgmma_bench check        odd shapes, every tile, split and output dtype
+ *   wgmma_bench dcheck       the decode kernels: odd shapes, N = 1 .. 64, grids
  *   wgmma_bench bench [MxNxK ...]   timings (default: the issue's four shapes)
  *
  * Every check draws fresh random data and random 2:4 patterns, poisons D
@@ -58,6 +59,45 @@ static variant variants[] = {
 #undef WG_ENTRY_BF16
 };
 static const int nvariants = sizeof(variants) / sizeof(variants[0]);
+
+/* The decode kernels (nv_wgmma_decode.cuh), built here only (the daemon
+ * does not embed them: slower than the tiled kernels, bench/RESULTS.md):
+ * the tiles of NV_WGD_TILES, then other stage depths and CTA shapes. */
+#include "nv_wgmma_decode.cuh"
+#define NV_WGD_F16(name, bn, cons, ksub, st, minb) NV_WGD_DEFINE_KERNEL(f16_##name, 0, bn, cons, ksub, st, minb, 1)
+#define NV_WGD_BF16(name, bn, cons, ksub, st, minb) NV_WGD_DEFINE_KERNEL(bf16_##name, 1, bn, cons, ksub, st, minb, 1)
+NV_WGD_TILES(NV_WGD_F16)
+NV_WGD_TILES(NV_WGD_BF16)
+/* x_<bn>_c<CONS>k<KSUB>s<STAGES>[f]: f = FENCE (nv_wgmma_decode.cuh). */
+#define WGD_XLIST(X)                          \
+	X(x_f16_c1k4s4f, 16, 1, 4, 4, 2, 1)   \
+	X(x_f16_c2k2s5f, 16, 2, 2, 5, 2, 1)   \
+	X(x_f16_c2k1s9, 16, 2, 1, 9, 2, 0)
+#define WGD_XDEF(name, bn, cons, ks, st, minb, f) NV_WGD_DEFINE_KERNEL(name, 0, bn, cons, ks, st, minb, f)
+WGD_XLIST(WGD_XDEF)
+
+struct dvariant {
+	const char *name;
+	int tile, bf16, bn, cons, ksub, stages, minb;
+	void (*fn)(const nv_wgd_params);
+	unsigned smem;
+	int occ; /* measured at start */
+};
+
+static dvariant dvariants[] = {
+#define WGD_ENTRY_F16(name, bn, cons, ks, st, minb) \
+	{ "f16_" #name, NV_WGD_TILE_##name, 0, bn, cons, ks, st, minb, nv_wgd_f16_##name, NV_WGD_SMEM_BYTES(bn, cons, ks, st), 0 },
+#define WGD_ENTRY_BF16(name, bn, cons, ks, st, minb) \
+	{ "bf16_" #name, NV_WGD_TILE_##name, 1, bn, cons, ks, st, minb, nv_wgd_bf16_##name, NV_WGD_SMEM_BYTES(bn, cons, ks, st), 0 },
+	NV_WGD_TILES(WGD_ENTRY_F16) NV_WGD_TILES(WGD_ENTRY_BF16)
+#undef WGD_ENTRY_F16
+#undef WGD_ENTRY_BF16
+#define WGD_X(name, bn, cons, ks, st, minb, f) \
+	{ #name, -1, 0, bn, cons, ks, st, minb, nv_wgd_##name, NV_WGD_SMEM_BYTES(bn, cons, ks, st), 0 },
+	WGD_XLIST(WGD_X)
+#undef WGD_X
+};
+static const int ndvariants = sizeof(dvariants) / sizeof(dvariants[0]);
 
 /* ---- the probe: one warpgroup, one m64n16 tile, K = 64 (two k32 steps),
  * operands in shared memory in the no-swizzle ("interleave") layout,
@@ -317,13 +357,26 @@ struct wg_launch {
 	unsigned *counters;
 };
 
+/* WGD_PROMO=0/128 (the experiment): the L2 promotion of the decode
+ * kernels' weight loads; 256 bytes otherwise, as the daemon does. */
+static CUtensorMapL2promotion a_promo(void)
+{
+	const char *e = getenv("WGD_PROMO");
+	if (e && strcmp(e, "0") == 0)
+		return CU_TENSOR_MAP_L2_PROMOTION_NONE;
+	if (e && strcmp(e, "128") == 0)
+		return CU_TENSOR_MAP_L2_PROMOTION_L2_128B;
+	return CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
+}
+
 static int tmap_2d(CUtensorMap *tm, void *base, uint64_t d0, uint64_t d1, uint64_t stride_bytes, uint32_t b0,
-		   uint32_t b1, CUtensorMapSwizzle swz)
+		   uint32_t b1, CUtensorMapSwizzle swz,
+		   CUtensorMapL2promotion promo = CU_TENSOR_MAP_L2_PROMOTION_L2_256B)
 {
 	cuuint64_t dims[2] = { d0, d1 }, strides[1] = { stride_bytes };
 	cuuint32_t box[2] = { b0, b1 }, es[2] = { 1, 1 };
 	CUresult r = encode_tiled(tm, CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, base, dims, strides, box, es,
-				  CU_TENSOR_MAP_INTERLEAVE_NONE, swz, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+				  CU_TENSOR_MAP_INTERLEAVE_NONE, swz, promo,
 				  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
 	return r == CUDA_SUCCESS ? 0 : -(int)r;
 }
@@ -402,11 +455,92 @@ static void wg_run(const wg_launch &L, cudaStream_t s)
 	L.v->fn<<<L.grid, 384, L.v->smem, s>>>(L.p);
 }
 
+struct wgd_launch {
+	nv_wgd_params p;
+	const dvariant *v;
+	int grid, rows;
+	void *ws;
+	unsigned *counters;
+};
+
+/* A decode launch of v on weight w; grid 0 = every resident CTA slot of
+ * the GPU (occupancy x SMs), -1 = one CTA per block, at most one CTA per
+ * unit; rows 0 = the variant's 64 x CONS rows a block. */
+static int wgd_prepare(wgd_launch &L, const dvariant *v, const wg_weight &w, const void *b, int n, int ldb, void *c,
+		       void *d, int out_dtype, float alpha, float beta, int grid, int sms, int rows = 0)
+{
+	if (rows <= 0 || rows > NV_WGD_BM(v->cons))
+		rows = NV_WGD_BM(v->cons);
+	memset(&L, 0, sizeof(L));
+	L.v = v;
+	nv_wgd_params &p = L.p;
+	if (n > v->bn)
+		return -1;
+	CUtensorMapSwizzle bs = v->bn == 64 ? CU_TENSOR_MAP_SWIZZLE_128B
+				: v->bn == 32 ? CU_TENSOR_MAP_SWIZZLE_64B
+					      : CU_TENSOR_MAP_SWIZZLE_32B;
+	int r = tmap_2d(&p.tm_a, w.val, w.kp / 2, w.m, (uint64_t)w.kp, 32, rows, CU_TENSOR_MAP_SWIZZLE_64B, a_promo());
+	if (r)
+		return r;
+	r = tmap_2d(&p.tm_b, (void *)b, n, w.k, (uint64_t)ldb * 2, v->bn, NV_WG_BK, bs);
+	if (r)
+		return r;
+	p.meta = (uint64_t)w.meta;
+	p.c = (uint64_t)c;
+	p.d = (uint64_t)d;
+	p.m = w.m;
+	p.n = n;
+	p.m_pad = w.mp;
+	p.kb = w.kp / NV_WG_BK;
+	p.ldc = n;
+	p.ldd = n;
+	p.out_dtype = out_dtype;
+	p.alpha = alpha;
+	p.beta = beta;
+	p.rows = rows;
+	int ki = (p.kb + v->ksub - 1) / v->ksub, blocks = (w.m + rows - 1) / rows;
+	int units = ki * blocks;
+	if (grid == 0)
+		grid = v->occ * sms;
+	if (grid < 0)
+		grid = blocks;
+	L.grid = std::min(grid, units);
+	L.rows = rows;
+	CK(cudaMalloc(&L.ws, (size_t)L.grid * NV_WGD_WS_BYTES(v->bn, v->cons)));
+	CK(cudaMalloc(&L.counters, (size_t)blocks * 4));
+	CK(cudaMemset(L.counters, 0, (size_t)blocks * 4));
+	p.ws = (uint64_t)L.ws;
+	p.counters = (uint64_t)L.counters;
+	return 0;
+}
+
+static void wgd_release(wgd_launch &L)
+{
+	cudaFree(L.ws);
+	cudaFree(L.counters);
+	L.ws = NULL;
+	L.counters = NULL;
+}
+
+static void wgd_run(const wgd_launch &L, cudaStream_t s)
+{
+	L.v->fn<<<L.grid, NV_WGD_THREADS(L.v->cons), L.v->smem, s>>>(L.p);
+}
+
 static void setup_variants(void)
 {
 	for (int i = 0; i < nvariants; i++)
 		CK(cudaFuncSetAttribute(variants[i].fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
 					variants[i].smem));
+	for (int i = 0; i < ndvariants; i++) {
+		CK(cudaFuncSetAttribute(dvariants[i].fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+					dvariants[i].smem));
+		CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&dvariants[i].occ, dvariants[i].fn,
+								NV_WGD_THREADS(dvariants[i].cons), dvariants[i].smem));
+		printf("decode %-14s BN %2d CONS %d KSUB %d stages %2d smem %6u: %d CTAs per SM\n", dvariants[i].name,
+		       dvariants[i].bn, dvariants[i].cons, dvariants[i].ksub, dvariants[i].stages, dvariants[i].smem,
+		       dvariants[i].occ);
+	}
 }
 
 static const variant *find_variant(int bf16, int bn, int keep)
@@ -427,11 +561,13 @@ static double dt_get(const void *p, size_t i, int dt)
 	return from16(((const uint16_t *)p)[i], dt == MFMA_DT_BF16);
 }
 
+/* dv: a decode variant (grid CTAs, 0 = the default) instead of the tile
+ * of width bn. */
 static int check_one(int bf16, int m, int n, int k, int bn, int keep, int splits, int out_dt, float alpha,
-		     float beta, int sms)
+		     float beta, int sms, const dvariant *dv = NULL, int grid = 0, int rows = 0)
 {
-	const variant *v = find_variant(bf16, bn, keep);
-	if (!v)
+	const variant *v = dv ? NULL : find_variant(bf16, bn, keep);
+	if (!v && !dv)
 		return 0;
 	sp24 a;
 	make_sp24(a, m, k, bf16);
@@ -458,15 +594,21 @@ static int check_one(int bf16, int m, int n, int k, int bn, int keep, int splits
 	CK(cudaMemcpy(dc, c.data(), c.size(), cudaMemcpyHostToDevice));
 	CK(cudaMemset(dd, 0xff, c.size()));
 	wg_launch L;
-	int r = wg_prepare(L, v, w, db, n, ldb, beta != 0 ? dc : NULL, dd, out_dt, alpha, beta, splits, sms);
+	wgd_launch DL;
+	int r = dv ? wgd_prepare(DL, dv, w, db, n, ldb, beta != 0 ? dc : NULL, dd, out_dt, alpha, beta, grid, sms, rows)
+		   : wg_prepare(L, v, w, db, n, ldb, beta != 0 ? dc : NULL, dd, out_dt, alpha, beta, splits, sms);
+	const char *vname = dv ? dv->name : v->name;
 	if (r) {
-		printf("check %s %dx%dx%d: tensor map failed (%d)\n", v->name, m, n, k, r);
+		printf("check %s %dx%dx%d: tensor map failed (%d)\n", vname, m, n, k, r);
 		return 1;
 	}
 	/* Twice: the split-K counters must be back at zero after a launch. */
 	for (int rep = 0; rep < 2; rep++) {
 		CK(cudaMemset(dd, 0xff, c.size()));
-		wg_run(L, 0);
+		if (dv)
+			wgd_run(DL, 0);
+		else
+			wg_run(L, 0);
 		CK(cudaGetLastError());
 	}
 	CK(cudaDeviceSynchronize());
@@ -490,10 +632,14 @@ static int check_one(int bf16, int m, int n, int k, int bn, int keep, int splits
 	double err = rel_err(ref, o);
 	double tol = out_dt == MFMA_DT_F32 ? 1e-5 : out_dt == MFMA_DT_F16 ? 2e-3 : 1e-2;
 	bool ok = err < tol;
-	printf("check %-4s %-12s %5dx%-4dx%-5d splits %d out %-4s alpha %.2f beta %.2f: rel err %.2e %s\n",
-	       bf16 ? "bf16" : "f16", v->name, m, n, k, (int)L.grid.z, mfma_dtype_name((mfma_dtype)out_dt), alpha,
-	       beta, err, ok ? "ok" : "FAIL");
-	wg_release(L);
+	printf("check %-4s %-12s %5dx%-4dx%-5d %s %3d rows %3d out %-4s alpha %.2f beta %.2f: rel err %.2e %s\n",
+	       bf16 ? "bf16" : "f16", vname, m, n, k, dv ? "grid" : "splits", dv ? DL.grid : (int)L.grid.z,
+	       dv ? DL.rows : 128,
+	       mfma_dtype_name((mfma_dtype)out_dt), alpha, beta, err, ok ? "ok" : "FAIL");
+	if (dv)
+		wgd_release(DL);
+	else
+		wg_release(L);
 	cudaFree(db);
 	cudaFree(dc);
 	cudaFree(dd);
@@ -519,6 +665,44 @@ static int run_checks(int sms)
 					fails += check_one(bf16, s.m, s.n, s.k, bn, keep, splits, out_dt, 1.25f, beta, sms);
 				}
 	printf("checks: %d failed\n", fails);
+	return fails;
+}
+
+/* The decode kernels: odd M and K (not multiples of the 64-row block or
+ * of a stage), N = 1, 7, 16, 33, 64, every output dtype, beta 0 and 0.5,
+ * and grids from one CTA to one CTA per unit (every block then shared by
+ * all of its CTAs), each variant whose BN covers N. */
+static int run_dchecks(int sms)
+{
+	struct {
+		int m, n, k;
+	} shapes[] = { { 77, 1, 100 }, { 200, 7, 136 }, { 1000, 16, 520 }, { 129, 33, 1028 }, { 333, 64, 964 },
+		       { 64, 16, 64 }, { 4099, 16, 4100 } };
+	static const int grids[] = { 0, 1, 3, 7, 100000 };
+	/* WG_QUICK (the sanitizer runs): the daemon's tiles only, small shapes. */
+	const bool quick = getenv("WG_QUICK") != NULL;
+	int fails = 0, gi = 0;
+	for (int bf16 = 0; bf16 < 2; bf16++)
+		for (auto &s : shapes)
+			for (int di = 0; di < ndvariants; di++) {
+				const dvariant *dv = &dvariants[di];
+				if (dv->bf16 != bf16 || dv->bn < s.n || dv->occ <= 0)
+					continue;
+				if (quick && ((dv->tile < 0 && !getenv("WG_ONLY")) || s.m * s.k > 1000000))
+					continue;
+				if (getenv("WG_ONLY") && strcmp(getenv("WG_ONLY"), dv->name) != 0)
+					continue;
+				for (int od = 0; od < 2; od++) {
+					int out_dt = od ? MFMA_DT_F32 : (bf16 ? MFMA_DT_BF16 : MFMA_DT_F16);
+					float beta = (rnd() & 1) ? 0.5f : 0.0f;
+					int grid = grids[gi % 5];
+					int rows = gi % 3 == 0 ? 0 : gi % 3 == 1 ? 40 : 112;
+					gi++;
+					fails += check_one(bf16, s.m, s.n, s.k, 0, 0, 1, out_dt, 1.25f, beta, sms, dv, grid,
+							   rows);
+				}
+			}
+	printf("decode checks: %d failed\n", fails);
 	return fails;
 }
 
@@ -555,6 +739,10 @@ struct wg_ctx {
 	wg_launch *L; /* one per copy */
 };
 static void wg_call(void *ctx, int copy, cudaStream_t s) { wg_run(((wg_ctx *)ctx)->L[copy], s); }
+struct wgd_ctx {
+	wgd_launch *L; /* one per copy */
+};
+static void wgd_call(void *ctx, int copy, cudaStream_t s) { wgd_run(((wgd_ctx *)ctx)->L[copy], s); }
 
 struct blas_ctx {
 	cublasHandle_t h;
@@ -730,6 +918,61 @@ static void run_bench_shape(int bf16, int m, int n, int k, int sms, cublasHandle
 	printf("| %s | %d x %d x %d | %.1f us (%.0f TF-eq) %s s%d | %.1f us (%.0f TF) | %.2fx |\n",
 	       bf16 ? "bf16" : "f16", m, n, k, best, flop / best * 1e-6, best_name, best_splits, t_blas,
 	       flop / t_blas * 1e-6, best / t_blas);
+
+	/* The decode kernels (N <= 64): each variant of this dtype whose BN
+	 * covers N, on its default grid and on one CTA per SM. */
+	float dbest = 1e30f;
+	const char *dbest_name = "-";
+	int dbest_grid = 0, dbest_rows = 0;
+	for (int di = 0; n <= 64 && di < ndvariants; di++) {
+		const dvariant *dv = &dvariants[di];
+		if (dv->bf16 != bf16 || dv->bn < n || dv->occ <= 0)
+			continue;
+		if (dv->bn >= 2 * n && dv->bn > 16)
+			continue; /* a narrower tile covers N */
+		/* {grid, rows}: stream-K on every CTA slot and on one per SM, then
+		 * one block per CTA with blocks of as few rows as fill the SMs
+		 * (all CTAs walk K together, as the tiled kernels' do). */
+		const int fill = std::min(NV_WGD_BM(dv->cons), (((m + sms - 1) / sms) + 7) / 8 * 8);
+		std::vector<std::pair<int, int>> cfgs = { { 0, 0 } };
+		if (dv->occ > 1)
+			cfgs.push_back({ sms, 0 });
+		cfgs.push_back({ -1, fill });
+		for (auto cfg : cfgs) {
+			std::vector<wgd_launch> L(copies);
+			bool bad = false;
+			for (int i = 0; i < copies; i++)
+				if (wgd_prepare(L[i], dv, w[i], db, n, ldb, NULL, dd, bf16 ? MFMA_DT_BF16 : MFMA_DT_F16,
+						1.0f, 0.0f, cfg.first, sms, cfg.second))
+					bad = true;
+			if (bad) {
+				printf("  %-14s tensor map failed\n", dv->name);
+				continue;
+			}
+			CK(cudaMemset(dd, 0xff, (size_t)m * n * 2));
+			wgd_ctx ctx = { L.data() };
+			float t = time_median(wgd_call, &ctx, copies, s);
+			CK(cudaStreamSynchronize(s));
+			double err = sample_err(dd);
+			bool ok = err < (bf16 ? 1e-2 : 2e-3);
+			double bytes = (double)nv_wg_values_bytes(m, k, 2) + (double)nv_wg_meta_bytes(m, k);
+			printf("  %-14s grid %5d rows %3d: %8.1f us %6.0f TF-eq %5.2f TB/s  %.2fx wgmma  %.2fx cuBLAS  err %.1e %s\n",
+			       dv->name, L[0].grid, L[0].rows, t, flop / t * 1e-6, bytes / t * 1e-6, t / best, t / t_blas, err,
+			       ok ? "ok" : "WRONG");
+			if (ok && t < dbest) {
+				dbest = t;
+				dbest_name = dv->name;
+				dbest_grid = L[0].grid;
+				dbest_rows = L[0].rows;
+			}
+			for (auto &l : L)
+				wgd_release(l);
+		}
+	}
+	if (n <= 64)
+		printf("|decode %s | %d x %d x %d | %.1f us %s grid %d rows %d | wgmma %.1f us | cuBLAS %.1f us | %.2fx wgmma |\n",
+		       bf16 ? "bf16" : "f16", m, n, k, dbest, dbest_name, dbest_grid, dbest_rows, best, t_blas,
+		       dbest / best);
 	for (auto &x : w) {
 		cudaFree(x.val);
 		cudaFree(x.meta);
@@ -763,6 +1006,8 @@ int main(int argc, char **argv)
 		return run_probe() ? 1 : 0;
 	if (strcmp(what, "check") == 0)
 		return run_checks(prop.multiProcessorCount) ? 1 : 0;
+	if (strcmp(what, "dcheck") == 0)
+		return run_dchecks(prop.multiProcessorCount) ? 1 : 0;
 	if (strcmp(what, "bench") == 0) {
 		cublasHandle_t h;
 		if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) {

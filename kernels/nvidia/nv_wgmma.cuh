@@ -142,6 +142,50 @@ static __device__ __forceinline__ void nv_wgsp(float *d, uint64_t da, uint64_t d
 #undef NV_WGSP_CASE
 }
 
+/* D = alpha * acc + beta * C from the accumulator registers of one
+ * m64nN wgmma (each thread holds pairs of adjacent columns), rows from
+ * row0 up to (not including) row_end, columns from n0; T is the output
+ * element type.  P is any of the kernels' parameter structs (they share
+ * the output fields). */
+template <class T, int NACC, class P>
+static __device__ __forceinline__ void nv_wg_store_t(const P &p, const float *acc, int row0, int row_end, int n0,
+						      unsigned w, unsigned lane)
+{
+	T *d = (T *)p.d;
+	const T *cc = (const T *)p.c;
+	const bool beta = p.beta != 0.0f;
+#pragma unroll
+	for (int i = 0; i < NACC; i += 2) {
+		unsigned r, col;
+		nv_wg_acc_pos(w, lane, i, &r, &col);
+		const int row = row0 + (int)r, cn = n0 + (int)col;
+		if (row >= row_end || cn >= p.n)
+			continue;
+		const int64_t di = (int64_t)row * p.ldd + cn, ci = (int64_t)row * p.ldc + cn;
+		float x0 = p.alpha * acc[i], x1 = p.alpha * acc[i + 1];
+		if (beta)
+			x0 += p.beta * (float)cc[ci];
+		d[di] = (T)x0;
+		if (cn + 1 < p.n) {
+			if (beta)
+				x1 += p.beta * (float)cc[ci + 1];
+			d[di + 1] = (T)x1;
+		}
+	}
+}
+
+template <int NACC, class P>
+static __device__ __forceinline__ void nv_wg_store(const P &p, const float *acc, int row0, int row_end, int n0,
+						    unsigned w, unsigned lane)
+{
+	if (p.out_dtype == MFMA_DT_F16)
+		nv_wg_store_t<__half, NACC>(p, acc, row0, row_end, n0, w, lane);
+	else if (p.out_dtype == MFMA_DT_BF16)
+		nv_wg_store_t<__nv_bfloat16, NACC>(p, acc, row0, row_end, n0, w, lane);
+	else
+		nv_wg_store_t<float, NACC>(p, acc, row0, row_end, n0, w, lane);
+}
+
 /* ---- the pipelined kernel ---- */
 
 template <int BF16, int BN, int STAGES, int MINB, int KEEP>
@@ -301,44 +345,10 @@ struct nv_wg_gemm {
 		return true;
 	}
 
-	/* D = alpha * acc + beta * C from the registers (each thread holds
-	 * pairs of adjacent columns); T is the output element type. */
-	template <class T>
-	static __device__ __forceinline__ void epilogue_t(const nv_wg_params &p, const float *acc, int row0, int n0,
-							  unsigned w, unsigned lane)
-	{
-		T *d = (T *)p.d;
-		const T *cc = (const T *)p.c;
-		const bool beta = p.beta != 0.0f;
-#pragma unroll
-		for (int i = 0; i < NACC; i += 2) {
-			unsigned r, col;
-			nv_wg_acc_pos(w, lane, i, &r, &col);
-			const int row = row0 + (int)r, cn = n0 + (int)col;
-			if (row >= p.m || cn >= p.n)
-				continue;
-			const int64_t di = (int64_t)row * p.ldd + cn, ci = (int64_t)row * p.ldc + cn;
-			float x0 = p.alpha * acc[i], x1 = p.alpha * acc[i + 1];
-			if (beta)
-				x0 += p.beta * (float)cc[ci];
-			d[di] = (T)x0;
-			if (cn + 1 < p.n) {
-				if (beta)
-					x1 += p.beta * (float)cc[ci + 1];
-				d[di + 1] = (T)x1;
-			}
-		}
-	}
-
 	static __device__ __forceinline__ void epilogue(const nv_wg_params &p, const float *acc, int row0, int n0,
 							unsigned w, unsigned lane)
 	{
-		if (p.out_dtype == MFMA_DT_F16)
-			epilogue_t<__half>(p, acc, row0, n0, w, lane);
-		else if (p.out_dtype == MFMA_DT_BF16)
-			epilogue_t<__nv_bfloat16>(p, acc, row0, n0, w, lane);
-		else
-			epilogue_t<float>(p, acc, row0, n0, w, lane);
+		nv_wg_store<NACC>(p, acc, row0, p.m, n0, w, lane);
 	}
 };
 

@@ -102,6 +102,70 @@ struct nv_wg_params {
 	float alpha, beta;
 };
 
+/* The decode kernels (nv_wgmma_decode.cuh): skinny N (one tile of BN >= N
+ * columns), row blocks of up to 64 x CONS rows of the same packed weight
+ * (CONS consumer warpgroups of 64 rows each), stream-K over (row block,
+ * stage of K) units across a persistent grid.  A stage holds KSUB 64-K
+ * blocks: for each, the A box (rows x 32 values, 64-byte swizzle), the B
+ * box (64 K x BN) and the rows' metadata (8 bytes a row).
+ * X(name, BN, CONS, KSUB, STAGES, MIN_CTAS_PER_SM); each ring is about
+ * 100 KiB, so that two CTAs fit an SM.  Built by bench/nvidia/wgmma_bench.cu
+ * only: measured slower than the tiled kernels above at every decode
+ * shape (bench/RESULTS.md), so the daemon does not embed them. */
+#define NV_WGD_TILES(X)            \
+	X(d16, 16, 2, 1, 9, 2)     \
+	X(d32, 32, 2, 1, 8, 2)     \
+	X(d64, 64, 2, 1, 12, 1)
+
+enum nv_wgd_tile {
+#define NV_WGD_TILE_ENUM(name, bn, cons, ksub, st, minb) NV_WGD_TILE_##name,
+	NV_WGD_TILES(NV_WGD_TILE_ENUM)
+#undef NV_WGD_TILE_ENUM
+	NV_WGD_TILE_COUNT
+};
+
+#define NV_WGD_BM(cons) (64 * (cons))
+#define NV_WGD_THREADS(cons) (128 * (cons) + 32) /* consumer warpgroups, then the producer warp */
+#define NV_WGD_A_BYTES(cons) (NV_WGD_BM(cons) * NV_WG_BK / 2 * 2)
+#define NV_WGD_E_BYTES(cons) (NV_WGD_BM(cons) * 8)
+#define NV_WGD_SUB_BYTES(bn, cons) (NV_WGD_A_BYTES(cons) + NV_WG_BK * (bn) * 2 + NV_WGD_E_BYTES(cons))
+#define NV_WGD_STAGE_BYTES(bn, cons, ksub) (((ksub) * NV_WGD_SUB_BYTES(bn, cons) + 1023) / 1024 * 1024)
+#define NV_WGD_SMEM_BYTES(bn, cons, ksub, stages) \
+	((stages) * NV_WGD_STAGE_BYTES(bn, cons, ksub) + 1024 + 2 * (stages) * 8)
+/* Partials of one CTA: 2 slots of BN x 64 x CONS f32. */
+#define NV_WGD_WS_BYTES(bn, cons) (2 * (bn) * NV_WGD_BM(cons) * 4)
+
+/* The stream-K split of a decode GEMM: units = row blocks x stages of K,
+ * CTA c of `grid` takes units [c * units / grid, (c + 1) * units / grid)
+ * (grid <= units, so none is empty).  A CTA's first and last row block
+ * may be shared with its neighbours: it leaves a partial there (slot 0
+ * for its first block, 1 for its last) and the last of a block's CTAs to
+ * finish adds them in CTA order. */
+NV_HD int64_t nv_wgd_unit_begin(int64_t c, int64_t units, int64_t grid) { return c * units / grid; }
+/* The first and last CTA that hold units of row block b (ki stages each). */
+NV_HD void nv_wgd_block_ctas(int64_t b, int64_t ki, int64_t units, int64_t grid, int64_t *c0, int64_t *c1)
+{
+	*c0 = ((b * ki + 1) * grid - 1) / units;
+	*c1 = ((b + 1) * ki * grid - 1) / units;
+}
+
+struct nv_wgd_params {
+	CUtensorMap tm_a; /* values: dims {kp/2, M}, 64-byte swizzle, box {32, 64 x CONS} */
+	CUtensorMap tm_b; /* B: dims {N, K} (row-major K x ldb), box {BN, 64} */
+	uint64_t meta;    /* the meta array above (rows padded to NV_WG_BM) */
+	uint64_t c, d;    /* C, D [m][ldc/ldd] in out_dtype (c = 0 when beta = 0) */
+	uint64_t ws;      /* partials: grid x NV_WGD_WS_BYTES */
+	uint64_t counters;/* arrivals per row block, zero between launches */
+	int32_t m, n, m_pad, kb; /* kb: 64-K blocks, kp / 64 */
+	int32_t rows;     /* rows of a block: 64 x CONS, or fewer (a multiple of 8, the
+			   * A box's height) so that the blocks fill the GPU; the
+			   * block's rows past it are stale shared memory, computed
+			   * and never stored */
+	int32_t ldc, ldd;
+	int32_t out_dtype; /* enum mfma_dtype */
+	float alpha, beta;
+};
+
 /* Arguments of the packing kernel (nv_wg_pack): canonical values
  * [rows][k/2] and meta [rows][meta_words] into the two arrays above. */
 struct nv_wg_pack_params {

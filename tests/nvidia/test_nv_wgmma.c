@@ -163,6 +163,42 @@ static void test_plan(void **state)
 	assert_int_equal(nv_wg_plan_make(4096, 16, 4096, 132, occ, NV_WG_TILE_COUNT, &p), -EINVAL);
 }
 
+/* The decode kernels' stream-K split: every unit in exactly one CTA, no
+ * CTA empty, and nv_wgd_block_ctas names exactly the CTAs holding units
+ * of a block (brute force over many sizes and grids). */
+static void test_decode_split(void **state)
+{
+	(void)state;
+	for (int trial = 0; trial < 3000; trial++) {
+		const int64_t blocks = 1 + rnd() % 300, ki = 1 + rnd() % 120, units = blocks * ki;
+		int64_t grid = 1 + rnd() % 600;
+		if (grid > units)
+			grid = units;
+		int64_t prev = 0;
+		for (int64_t c = 0; c < grid; c++) {
+			const int64_t b0 = nv_wgd_unit_begin(c, units, grid), b1 = nv_wgd_unit_begin(c + 1, units, grid);
+			assert_int_equal(b0, prev);
+			assert_true(b1 > b0);
+			prev = b1;
+		}
+		assert_int_equal(prev, units);
+		for (int64_t b = 0; b < blocks; b += 1 + rnd() % 7) {
+			int64_t c0, c1, want0 = -1, want1 = -1;
+			nv_wgd_block_ctas(b, ki, units, grid, &c0, &c1);
+			for (int64_t c = 0; c < grid; c++) {
+				const int64_t u0 = nv_wgd_unit_begin(c, units, grid), u1 = nv_wgd_unit_begin(c + 1, units, grid);
+				if (u0 < (b + 1) * ki && u1 > b * ki) {
+					if (want0 < 0)
+						want0 = c;
+					want1 = c;
+				}
+			}
+			assert_int_equal(c0, want0);
+			assert_int_equal(c1, want1);
+		}
+	}
+}
+
 static void test_names_and_images(void **state)
 {
 	(void)state;
@@ -188,6 +224,7 @@ int main(void)
 		cmocka_unit_test(test_meta_word_pads),
 		cmocka_unit_test(test_acc_pos_bijection),
 		cmocka_unit_test(test_plan),
+		cmocka_unit_test(test_decode_split),
 		cmocka_unit_test(test_names_and_images),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
