@@ -16,6 +16,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "mfma_gemm.h"
 #include "mfmad_build.h"
@@ -77,6 +78,20 @@ struct backend_device_info {
 	 * resident weight: the daemon batches only for such devices. */
 	bool batches;
 };
+
+/* Appends item to the comma-separated list in buf (cap bytes, a C
+ * string): whole or not at all, so a list that is full holds the items
+ * that fit.  false when it did not fit. */
+static inline bool backend_list_add(char *buf, size_t cap, const char *item)
+{
+	size_t len = strlen(buf), n = strlen(item), sep = len ? 1 : 0;
+	if (len + sep + n >= cap)
+		return false;
+	if (sep)
+		buf[len] = ',';
+	memcpy(buf + len + sep, item, n + 1);
+	return true;
+}
 
 #define BACKEND_DTYPE_BIT(t) (1u << (unsigned)(t))
 static inline int backend_runs(const struct backend_device_info *info, enum mfma_dtype t,

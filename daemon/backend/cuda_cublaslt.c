@@ -159,9 +159,8 @@ static void lt_describe(int cc, struct backend_device_info *info)
 {
 	(void)cc;
 	info->dense_dtypes |= BACKEND_DTYPE_BIT(MFMA_DT_F16) | BACKEND_DTYPE_BIT(MFMA_DT_BF16);
-	size_t len = strlen(info->variants);
-	snprintf(info->variants + len, sizeof(info->variants) - len, "%scublaslt.f16.dense,cublaslt.bf16.dense",
-		 len ? "," : "");
+	if (backend_list_add(info->variants, sizeof(info->variants), "cublaslt.f16.dense"))
+		backend_list_add(info->variants, sizeof(info->variants), "cublaslt.bf16.dense");
 }
 
 /* Destroys what exists of a plan (each part may be missing after a

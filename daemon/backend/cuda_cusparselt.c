@@ -165,9 +165,8 @@ static void cs_describe(int cc, struct backend_device_info *info)
 {
 	(void)cc;
 	info->sparse_dtypes |= BACKEND_DTYPE_BIT(MFMA_DT_F16) | BACKEND_DTYPE_BIT(MFMA_DT_BF16);
-	size_t len = strlen(info->variants);
-	snprintf(info->variants + len, sizeof(info->variants) - len,
-		 "%scusparselt.f16.sparse,cusparselt.bf16.sparse", len ? "," : "");
+	if (backend_list_add(info->variants, sizeof(info->variants), "cusparselt.f16.sparse"))
+		backend_list_add(info->variants, sizeof(info->variants), "cusparselt.bf16.sparse");
 }
 
 static void cs_detach(struct cuda_dev *dev, void *state)

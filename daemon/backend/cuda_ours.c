@@ -51,17 +51,11 @@ static void ours_describe(int cc, struct backend_device_info *info)
 	info->dense_dtypes |= dt;
 	info->sparse_dtypes |= dt;
 	info->batches = true; /* launch joins and splits the parts' columns on the device */
-	size_t len = strlen(info->variants);
 	for (int kind = 0; kind < NV_KIND_COUNT; kind++)
-		for (int tile = 0; tile < NV_TILE_COUNT; tile++) {
-			int n = snprintf(info->variants + len, sizeof(info->variants) - len, "%s%s",
-					 len ? "," : "", nv_variant_label(kind, tile));
-			if (n < 0 || (size_t)n >= sizeof(info->variants) - len) {
-				info->variants[len] = '\0'; /* the names that fit are there */
+		for (int tile = 0; tile < NV_TILE_COUNT; tile++)
+			if (!backend_list_add(info->variants, sizeof(info->variants),
+					      nv_variant_label(kind, tile)))
 				return;
-			}
-			len += (size_t)n;
-		}
 }
 
 static void ours_detach(struct cuda_dev *dev, void *state)

@@ -36,17 +36,11 @@ static void wg_describe(int cc, struct backend_device_info *info)
 {
 	(void)cc;
 	info->sparse_dtypes |= BACKEND_DTYPE_BIT(MFMA_DT_F16) | BACKEND_DTYPE_BIT(MFMA_DT_BF16);
-	size_t len = strlen(info->variants);
 	for (int bf16 = 0; bf16 < 2; bf16++)
-		for (int t = 0; t < NV_WG_TILE_COUNT; t++) {
-			int n = snprintf(info->variants + len, sizeof(info->variants) - len, "%s%s",
-					 len ? "," : "", nv_wg_variant_label(bf16, t));
-			if (n < 0 || (size_t)n >= sizeof(info->variants) - len) {
-				info->variants[len] = '\0'; /* the names that fit are there */
+		for (int t = 0; t < NV_WG_TILE_COUNT; t++)
+			if (!backend_list_add(info->variants, sizeof(info->variants),
+					      nv_wg_variant_label(bf16, t)))
 				return;
-			}
-			len += (size_t)n;
-		}
 }
 
 static void wg_detach(struct cuda_dev *dev, void *state)

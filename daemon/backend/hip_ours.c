@@ -75,7 +75,6 @@ static void ours_describe(const char *arch_name, struct backend_device_info *inf
 	static const enum mfma_dtype of_elem[AMD_NELEM] = {
 		[AMD_E_F16] = MFMA_DT_F16, [AMD_E_BF16] = MFMA_DT_BF16, [AMD_E_I8] = MFMA_DT_I8,
 	};
-	size_t used = strlen(info->variants);
 	for (size_t v = 0; v < NVARIANTS; v++) {
 		struct amd_variant var;
 		if (!has[v] || amd_variant_at(arch, v, &var) < 0)
@@ -84,13 +83,8 @@ static void ours_describe(const char *arch_name, struct backend_device_info *inf
 			info->sparse_dtypes |= BACKEND_DTYPE_BIT(of_elem[var.cfg.elem]);
 		else
 			info->dense_dtypes |= BACKEND_DTYPE_BIT(of_elem[var.cfg.elem]);
-		int n = snprintf(info->variants + used, sizeof(info->variants) - used, "%s%s",
-				 used ? "," : "", var.name);
-		if (n < 0 || (size_t)n >= sizeof(info->variants) - used) {
-			info->variants[used] = '\0'; /* the names that fit are there */
+		if (!backend_list_add(info->variants, sizeof(info->variants), var.name))
 			break;
-		}
-		used += (size_t)n;
 	}
 }
 

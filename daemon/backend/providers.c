@@ -1,5 +1,7 @@
 #include "providers.h"
 
+#include "backend.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -61,11 +63,12 @@ void providers_describe(const struct provider_policy *p, enum provider_family f,
 {
 	size_t n;
 	const char *const *names = providers_names(f, &n);
-	size_t off = strlen(buf);
-	if (i >= n || off >= len)
+	if (i >= n)
 		return;
 	const char *state = provider_excluded(p, i) ? ":excluded"
 			    : p && p->prefer == (int)i ? ":pinned"
 						       : "";
-	snprintf(buf + off, len - off, "%s%s%s", off ? "," : "", names[i], state);
+	char item[64];
+	snprintf(item, sizeof(item), "%s%s", names[i], state);
+	backend_list_add(buf, len, item);
 }

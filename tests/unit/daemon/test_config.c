@@ -10,6 +10,7 @@
 
 #include <cmocka.h>
 
+#include "backend.h"
 #include "config.h"
 #include "log.h"
 #include "mfma.pb-c.h"
@@ -265,6 +266,14 @@ static void test_providers(void **state)
 	for (size_t i = 0; i < 4; i++)
 		providers_describe(&pol, PROVIDERS_CUDA, i, desc, sizeof(desc));
 	assert_string_equal(desc, "wgmma:pinned,ours,cublaslt:excluded,cusparselt");
+	/* A list that is full keeps the names that fit, each whole. */
+	char small[24] = "";
+	for (size_t i = 0; i < 4; i++)
+		providers_describe(&pol, PROVIDERS_CUDA, i, small, sizeof(small));
+	assert_string_equal(small, "wgmma:pinned,ours");
+	assert_false(backend_list_add(small, sizeof(small), "abcdef"));
+	assert_true(backend_list_add(small, sizeof(small), "abcde"));
+	assert_string_equal(small, "wgmma:pinned,ours,abcde");
 
 	char buf[256];
 	config_defaults(&def);
