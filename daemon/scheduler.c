@@ -136,25 +136,21 @@ static inline void cpu_relax(void)
 /* Waking a sleeping thread costs 10-40 us (a futex wake and the
  * scheduler's latency); a worker that polls for a while after its last
  * job takes the next one at once.  Called and returns with the mutex
- * held; false when nothing came within the window. */
-static bool poll_for_work(struct queue *q, uint64_t window_ns)
+ * held; returns when a job was pushed or the window passed. */
+static void poll_for_work(struct queue *q, uint64_t window_ns)
 {
 	uint64_t seen = atomic_load_explicit(&q->pushes, memory_order_acquire);
 	pthread_mutex_unlock(&q->mu);
 	uint64_t until = mfma_clock_ns() + window_ns;
-	bool came = false;
 	for (unsigned i = 0;; i++) {
-		if (atomic_load_explicit(&q->pushes, memory_order_acquire) != seen) {
-			came = true;
+		if (atomic_load_explicit(&q->pushes, memory_order_acquire) != seen)
 			break;
-		}
 		/* Read the clock every 64 pauses only: it costs more than one. */
 		if ((i & 63) == 63 && mfma_clock_ns() >= until)
 			break;
 		cpu_relax();
 	}
 	pthread_mutex_lock(&q->mu);
-	return came;
 }
 
 /* Takes the next job and, when it batches, its companions: how many. */

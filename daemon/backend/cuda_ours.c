@@ -235,28 +235,23 @@ static void take_parts(void *arg, size_t off, const unsigned char *src, size_t l
 static bool parts_direct(struct cuda_dev *dev, const struct mfma_gemm *g, char which, size_t rows,
 			 size_t es)
 {
-	size_t total = 0;
+	if (g->nparts == 0 || rows * g->n * es / g->nparts < DIRECT_PART_MIN)
+		return false;
 	for (uint32_t i = 0; i < g->nparts; i++) {
 		const struct mfma_gemm_part *pt = &g->parts[i];
 		const void *p = which == 'b' ? pt->b : which == 'c' ? pt->c : pt->d;
-		size_t len = rows * pt->n * es;
-		if (!cuda_dev_registered(dev, p, len))
+		if (!cuda_dev_registered(dev, p, rows * pt->n * es))
 			return false;
-		total += len;
 	}
-	return g->nparts > 0 && total / g->nparts >= DIRECT_PART_MIN;
+	return true;
 }
 
 static int parts_in(struct cuda_dev *dev, CUdeviceptr dst, const struct parts_io *io, char *err,
 		    size_t errlen)
 {
-	if (!parts_direct(dev, io->g, io->which, io->rows, io->es)) {
-		size_t bytes = 0;
-		for (uint32_t i = 0; i < io->g->nparts; i++)
-			bytes += io->rows * io->g->parts[i].n * io->es;
-		return cuda_dev_copy_in_with(dev, dst, bytes, give_parts, (void *)(uintptr_t)io,
-					     err, errlen);
-	}
+	if (!parts_direct(dev, io->g, io->which, io->rows, io->es))
+		return cuda_dev_copy_in_with(dev, dst, io->rows * io->g->n * io->es, give_parts,
+					     (void *)(uintptr_t)io, err, errlen);
 	int rc = 0;
 	for (uint32_t i = 0; i < io->g->nparts && rc == 0; i++) {
 		const struct mfma_gemm_part *pt = &io->g->parts[i];
@@ -271,12 +266,9 @@ static int parts_in(struct cuda_dev *dev, CUdeviceptr dst, const struct parts_io
 static int parts_out(struct cuda_dev *dev, CUdeviceptr src, const struct parts_io *io, char *err,
 		     size_t errlen)
 {
-	size_t bytes = 0;
-	for (uint32_t i = 0; i < io->g->nparts; i++)
-		bytes += io->rows * io->g->parts[i].n * io->es;
 	if (!parts_direct(dev, io->g, 'd', io->rows, io->es))
-		return cuda_dev_copy_out_with(dev, src, bytes, take_parts, (void *)(uintptr_t)io,
-					      err, errlen);
+		return cuda_dev_copy_out_with(dev, src, io->rows * io->g->n * io->es, take_parts,
+					      (void *)(uintptr_t)io, err, errlen);
 	int rc = 0;
 	for (uint32_t i = 0; i < io->g->nparts && rc == 0; i++) {
 		const struct mfma_gemm_part *pt = &io->g->parts[i];

@@ -243,6 +243,20 @@ static void test_batching_off(void **state)
 	assert_int_equal(launches, requests);
 }
 
+/* A worker that polls for its next job (limits.worker_poll_us) takes the
+ * same burst, every answer checked, and still batches what it finds. */
+static void test_polling_worker(void **state)
+{
+	(void)state;
+	uint64_t requests, launches;
+	uint32_t widest = run("cpu = { threads = 1; devices = 1; }; limits = { worker_poll_us = 2000; };",
+			      false, &requests, &launches);
+	print_message("polling: %llu requests in %llu launches, widest batch %u requests\n",
+		      (unsigned long long)requests, (unsigned long long)launches, widest);
+	assert_int_equal(requests, NREQ + 1);
+	assert_true(launches <= requests);
+}
+
 /* Three requests 30 ms apart on an idle daemon: with a queue delay the
  * first waits for the others and one launch answers all three; without,
  * each runs as it comes. */
@@ -335,6 +349,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_concurrent_requests_share_launches, stop_leftover),
 		cmocka_unit_test_teardown(test_different_scalars_never_share, stop_leftover),
 		cmocka_unit_test_teardown(test_batching_off, stop_leftover),
+		cmocka_unit_test_teardown(test_polling_worker, stop_leftover),
 		cmocka_unit_test_teardown(test_queue_delay_gathers_a_batch, stop_leftover),
 		cmocka_unit_test_teardown(test_enabled_live_on_sighup, stop_leftover),
 	};

@@ -192,6 +192,20 @@ static void test_restart_only(void **state)
 	assert_non_null(strstr(buf, "cpu.*"));
 }
 
+/* limits.worker_poll_us: off by default, at most 10 ms. */
+static void test_worker_poll(void **state)
+{
+	(void)state;
+	struct mfmad_config c;
+	char err[512];
+	config_defaults(&c);
+	assert_int_equal(c.worker_poll_us, 0);
+	assert_int_equal(parse(&c, "limits = { worker_poll_us = 250; };\n", err, sizeof(err)), 0);
+	assert_int_equal(c.worker_poll_us, 250);
+	assert_true(parse(&c, "limits = { worker_poll_us = 10001; };\n", err, sizeof(err)) < 0);
+	assert_non_null(strstr(err, "worker_poll_us"));
+}
+
 /* cuda.providers / hip.providers: names checked against the family's
  * list, the refusal listing the known ones; a pin that is also excluded is
  * refused; a change takes a restart. */
@@ -310,6 +324,7 @@ int main(void)
 		cmocka_unit_test(test_missing_file),
 		cmocka_unit_test(test_shipped_file_is_the_defaults),
 		cmocka_unit_test(test_restart_only),
+		cmocka_unit_test(test_worker_poll),
 		cmocka_unit_test(test_providers),
 		cmocka_unit_test(test_state_dir),
 	};
