@@ -1,4 +1,5 @@
 #include "wire_check.h"
+#include "wire_varint.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -7,22 +8,6 @@
 /* Nested messages deeper than this are not looked into; the schema has
  * four levels. */
 #define MAX_DEPTH 16
-
-static int read_varint(const uint8_t *buf, size_t len, size_t *pos, uint64_t *out)
-{
-	uint64_t v = 0;
-	for (int shift = 0; shift < 64; shift += 7) {
-		if (*pos >= len)
-			return -1;
-		uint8_t b = buf[(*pos)++];
-		v |= (uint64_t)(b & 0x7f) << shift;
-		if (!(b & 0x80)) {
-			*out = v;
-			return 0;
-		}
-	}
-	return -1;
-}
 
 /* The field path down to here ("gemm.a.weight"), kept as a chain and
  * written out only for an error: every request walks this, and formatting
@@ -47,11 +32,11 @@ static int walk(const ProtobufCMessageDescriptor *desc, const uint8_t *buf, size
 	size_t pos = 0;
 	while (pos < len) {
 		uint64_t tag, n;
-		if (read_varint(buf, len, &pos, &tag) < 0)
+		if (wire_varint_get(buf, len, &pos, &tag) < 0)
 			return 0; /* not ours to judge: the decoder accepted it */
 		switch (tag & 7) {
 		case 0:
-			if (read_varint(buf, len, &pos, &n) < 0)
+			if (wire_varint_get(buf, len, &pos, &n) < 0)
 				return 0;
 			continue;
 		case 1:
@@ -65,7 +50,7 @@ static int walk(const ProtobufCMessageDescriptor *desc, const uint8_t *buf, size
 		default:
 			return 0;
 		}
-		if (read_varint(buf, len, &pos, &n) < 0 || n > len - pos)
+		if (wire_varint_get(buf, len, &pos, &n) < 0 || n > len - pos)
 			return 0;
 		const uint8_t *p = buf + pos;
 		pos += n;

@@ -1,0 +1,455 @@
+/* The split decode: random requests and answers packed by protobuf-c
+ * decode, split, to exactly what protobuf-c's own decode makes of them
+ * (both packed again and compared byte for byte), with the large fields
+ * pointing into the payload; merged, mutated and truncated payloads
+ * decode to the same thing or fail the same way, and never crash. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "mfma.pb-c.h"
+#include "wire_split.h"
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+
+static uint32_t rnd(uint32_t n)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return n ? (uint32_t)(rng % n) : 0;
+}
+
+/* Sizes around the threshold, and none at all. */
+static size_t rnd_size(void)
+{
+	static const size_t sizes[] = { 0, 1, 100, 4095, 4096, 4097, 20000, 70000 };
+	return sizes[rnd(sizeof(sizes) / sizeof(sizes[0]))];
+}
+
+/* A pool the random messages' bytes point into. */
+static uint8_t pool[80000];
+
+static ProtobufCBinaryData rnd_bytes(void)
+{
+	size_t n = rnd_size();
+	return (ProtobufCBinaryData){ .len = n, .data = pool + rnd((uint32_t)(sizeof(pool) - n)) };
+}
+
+struct gen {
+	Mfma__V1__Request req;
+	Mfma__V1__Gemm g;
+	Mfma__V1__LoadWeight lw;
+	Mfma__V1__Ping ping;
+	Mfma__V1__GetStatus st;
+	Mfma__V1__Operand op;
+	Mfma__V1__Matrix a, b, c;
+	Mfma__V1__Sparse24 s;
+	Mfma__V1__RegionRef rb;
+};
+
+static void rnd_matrix(Mfma__V1__Matrix *m)
+{
+	mfma__v1__matrix__init(m);
+	m->has_rows = m->has_cols = m->has_dtype = 1;
+	m->rows = rnd(5000);
+	m->cols = rnd(300);
+	m->dtype = (Mfma__V1__DType)rnd(6);
+	m->has_data = rnd(8) != 0;
+	if (m->has_data)
+		m->data = rnd_bytes();
+}
+
+static void rnd_operand(struct gen *x, bool weight_ok)
+{
+	mfma__v1__operand__init(&x->op);
+	switch (rnd(weight_ok ? 3 : 2)) {
+	case 0:
+		rnd_matrix(&x->a);
+		x->op.kind_case = MFMA__V1__OPERAND__KIND_DENSE;
+		x->op.dense = &x->a;
+		x->op.has_sparsity = rnd(2);
+		x->op.sparsity = (Mfma__V1__Sparsity)rnd(3);
+		break;
+	case 1:
+		mfma__v1__sparse24__init(&x->s);
+		x->s.has_rows = x->s.has_cols = 1;
+		x->s.rows = rnd(100);
+		x->s.cols = rnd(100) * 4;
+		x->s.has_values = rnd(4) != 0;
+		x->s.values = rnd_bytes();
+		x->s.has_meta = rnd(4) != 0;
+		x->s.meta = rnd_bytes();
+		x->op.kind_case = MFMA__V1__OPERAND__KIND_SPARSE;
+		x->op.sparse = &x->s;
+		break;
+	default:
+		x->op.kind_case = MFMA__V1__OPERAND__KIND_WEIGHT;
+		x->op.weight = "w1";
+		break;
+	}
+}
+
+static void rnd_request(struct gen *x)
+{
+	memset(x, 0, sizeof(*x));
+	mfma__v1__request__init(&x->req);
+	x->req.has_id = 1;
+	x->req.id = rnd(UINT32_MAX);
+	switch (rnd(5)) {
+	case 0:
+	case 1:
+		mfma__v1__gemm__init(&x->g);
+		if (rnd(8)) {
+			rnd_operand(x, true);
+			x->g.a = &x->op;
+		}
+		rnd_matrix(&x->b);
+		x->g.b = &x->b;
+		if (rnd(4) == 0) {
+			mfma__v1__region_ref__init(&x->rb);
+			x->rb.has_region = 1;
+			x->rb.region = 7;
+			x->b.region = &x->rb;
+		}
+		if (rnd(2)) {
+			rnd_matrix(&x->c);
+			x->g.c = &x->c;
+		}
+		x->g.has_alpha = rnd(2);
+		x->g.alpha = 0.5f;
+		x->g.has_timeout_us = rnd(2);
+		x->g.timeout_us = rnd(100000);
+		x->req.body_case = MFMA__V1__REQUEST__BODY_GEMM;
+		x->req.gemm = &x->g;
+		break;
+	case 2:
+		mfma__v1__load_weight__init(&x->lw);
+		x->lw.name = "weight.name";
+		rnd_operand(x, false);
+		x->lw.a = &x->op;
+		x->req.body_case = MFMA__V1__REQUEST__BODY_LOAD_WEIGHT;
+		x->req.load_weight = &x->lw;
+		break;
+	case 3:
+		mfma__v1__ping__init(&x->ping);
+		x->ping.has_payload = 1;
+		x->ping.payload = rnd_bytes();
+		x->req.body_case = MFMA__V1__REQUEST__BODY_PING;
+		x->req.ping = &x->ping;
+		break;
+	default:
+		mfma__v1__get_status__init(&x->st);
+		x->req.body_case = MFMA__V1__REQUEST__BODY_STATUS;
+		x->req.status = &x->st;
+		break;
+	}
+}
+
+static uint8_t *pack(const ProtobufCMessage *m, size_t *len)
+{
+	*len = protobuf_c_message_get_packed_size(m);
+	uint8_t *b = malloc(*len ? *len : 1);
+	assert_non_null(b);
+	assert_int_equal(protobuf_c_message_pack(m, b), *len);
+	return b;
+}
+
+/* Whether every field the split could take out that holds at least the
+ * threshold points into buf. */
+static void check_in_place(const ProtobufCMessage *m, const uint8_t *buf, size_t len)
+{
+	const Mfma__V1__Request *r = (const Mfma__V1__Request *)m;
+	const ProtobufCBinaryData *f[4] = { 0 };
+	if (r->body_case == MFMA__V1__REQUEST__BODY_GEMM) {
+		f[0] = r->gemm->b && r->gemm->b->has_data ? &r->gemm->b->data : NULL;
+		f[1] = r->gemm->c && r->gemm->c->has_data ? &r->gemm->c->data : NULL;
+	}
+	for (size_t i = 0; i < 4; i++)
+		if (f[i] && f[i]->len >= WIRE_SPLIT_MIN_BYTES)
+			assert_true(f[i]->data >= buf && f[i]->data + f[i]->len <= buf + len);
+}
+
+/* The split decode of buf against protobuf-c's: both fail, or both
+ * decode to messages that pack to the same bytes.  Returns whether it
+ * decoded. */
+static bool same_as_plain(const ProtobufCMessageDescriptor *desc,
+			  const struct wire_split_path *paths, size_t npaths, const uint8_t *buf,
+			  size_t len)
+{
+	ProtobufCMessage *plain = protobuf_c_message_unpack(desc, NULL, len, buf);
+	ProtobufCMessage *split =
+		wire_split_unpack(desc, paths, npaths, WIRE_SPLIT_MIN_BYTES, buf, len);
+	assert_true((plain == NULL) == (split == NULL));
+	if (plain) {
+		size_t n1, n2;
+		uint8_t *b1 = pack(plain, &n1), *b2 = pack(split, &n2);
+		assert_int_equal(n1, n2);
+		assert_memory_equal(b1, b2, n1);
+		free(b1);
+		free(b2);
+	}
+	protobuf_c_message_free_unpacked(plain, NULL);
+	wire_split_free(split, paths, npaths, buf, len);
+	return plain != NULL;
+}
+
+static bool same_request(const uint8_t *buf, size_t len)
+{
+	return same_as_plain(&mfma__v1__request__descriptor, wire_split_request_paths,
+			     wire_split_request_npaths, buf, len);
+}
+
+static void test_random_requests(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < sizeof(pool); i++)
+		pool[i] = (uint8_t)rnd(256);
+	unsigned split_some = 0;
+	for (int it = 0; it < 3000; it++) {
+		struct gen x;
+		rnd_request(&x);
+		size_t len;
+		uint8_t *buf = pack(&x.req.base, &len);
+		assert_true(same_request(buf, len));
+		ProtobufCMessage *m = wire_split_unpack(&mfma__v1__request__descriptor,
+							wire_split_request_paths,
+							wire_split_request_npaths,
+							WIRE_SPLIT_MIN_BYTES, buf, len);
+		assert_non_null(m);
+		check_in_place(m, buf, len);
+		wire_split_free(m, wire_split_request_paths, wire_split_request_npaths, buf, len);
+		size_t small = 0;
+		struct wire_split_field f[WIRE_SPLIT_MAX_PATHS];
+		assert_int_equal(wire_split(buf, len, wire_split_request_paths,
+					    wire_split_request_npaths, WIRE_SPLIT_MIN_BYTES, NULL,
+					    &small, NULL),
+				 0);
+		uint8_t *sb = malloc(small + 1);
+		int n = wire_split(buf, len, wire_split_request_paths, wire_split_request_npaths,
+				   WIRE_SPLIT_MIN_BYTES, sb, &small, f);
+		assert_true(n >= 0);
+		size_t taken = 0;
+		for (int k = 0; k < n; k++) {
+			assert_true(f[k].len >= WIRE_SPLIT_MIN_BYTES);
+			assert_true(f[k].offset + f[k].len <= len);
+			taken += f[k].len;
+		}
+		assert_true(small + taken <= len);
+		split_some += n > 0;
+		free(sb);
+		free(buf);
+	}
+	/* The generator does reach the split (not only the fallback). */
+	assert_true(split_some > 500);
+}
+
+/* Two messages back to back are one message to protobuf (fields merged,
+ * the last scalar kept, a oneof's last member kept): the split declines
+ * where it would differ, and the result is the plain one. */
+static void test_merged_requests(void **state)
+{
+	(void)state;
+	for (int it = 0; it < 2000; it++) {
+		struct gen x, y;
+		rnd_request(&x);
+		rnd_request(&y);
+		size_t l1, l2;
+		uint8_t *b1 = pack(&x.req.base, &l1), *b2 = pack(&y.req.base, &l2);
+		uint8_t *b = malloc(l1 + l2);
+		memcpy(b, b1, l1);
+		memcpy(b + l1, b2, l2);
+		assert_true(same_request(b, l1 + l2));
+		free(b);
+		free(b1);
+		free(b2);
+	}
+}
+
+/* Every truncation and random corruption of a few requests: the same
+ * verdict as protobuf-c, and no crash (run under ASan in CI). */
+static void test_truncated_and_mutated(void **state)
+{
+	(void)state;
+	for (int it = 0; it < 40; it++) {
+		struct gen x;
+		rnd_request(&x);
+		size_t len;
+		uint8_t *buf = pack(&x.req.base, &len);
+		size_t step = len > 2000 ? len / 997 : 1;
+		for (size_t cut = 0; cut < len; cut += step) {
+			uint8_t *t = malloc(cut ? cut : 1); /* exact size: ASan sees overreads */
+			memcpy(t, buf, cut);
+			same_request(t, cut);
+			free(t);
+		}
+		for (int m = 0; m < 300; m++) {
+			uint8_t *t = malloc(len ? len : 1);
+			memcpy(t, buf, len);
+			/* Corrupt the head, where the keys and lengths are. */
+			size_t span = len < 64 ? len : 64;
+			for (int k = 0; k < 1 + (int)rnd(3) && span; k++)
+				t[rnd((uint32_t)span)] = (uint8_t)rnd(256);
+			same_request(t, len);
+			free(t);
+		}
+		free(buf);
+	}
+	for (int it = 0; it < 20000; it++) {
+		uint8_t g[48];
+		size_t n = rnd(sizeof(g) + 1);
+		for (size_t i = 0; i < n; i++)
+			g[i] = (uint8_t)rnd(256);
+		uint8_t *t = malloc(n ? n : 1);
+		memcpy(t, g, n);
+		same_request(t, n);
+		free(t);
+	}
+}
+
+/* The answer's D, as the client decodes it. */
+static void test_response_d(void **state)
+{
+	(void)state;
+	for (int it = 0; it < 500; it++) {
+		Mfma__V1__Response resp = MFMA__V1__RESPONSE__INIT;
+		Mfma__V1__GemmResult g = MFMA__V1__GEMM_RESULT__INIT;
+		Mfma__V1__Matrix d = MFMA__V1__MATRIX__INIT;
+		Mfma__V1__Timing t = MFMA__V1__TIMING__INIT;
+		Mfma__V1__Status st = MFMA__V1__STATUS__INIT;
+		resp.has_id = 1;
+		resp.id = it + 1;
+		st.has_code = 1;
+		resp.status = &st;
+		d.has_rows = d.has_cols = d.has_data = 1;
+		d.rows = rnd(100);
+		d.data = rnd_bytes();
+		g.d = &d;
+		t.has_kernel_ns = 1;
+		t.kernel_ns = rnd(1000);
+		g.timing = &t;
+		g.variant = "cpu-f32";
+		resp.body_case = MFMA__V1__RESPONSE__BODY_GEMM;
+		resp.gemm = &g;
+		size_t len;
+		uint8_t *buf = pack(&resp.base, &len);
+		assert_true(same_as_plain(&mfma__v1__response__descriptor, wire_split_response_paths,
+					  wire_split_response_npaths, buf, len));
+		Mfma__V1__Response *r = (Mfma__V1__Response *)wire_split_unpack(
+			&mfma__v1__response__descriptor, wire_split_response_paths,
+			wire_split_response_npaths, WIRE_SPLIT_MIN_BYTES, buf, len);
+		assert_non_null(r);
+		assert_int_equal(r->gemm->d->data.len, d.data.len);
+		if (d.data.len)
+			assert_memory_equal(r->gemm->d->data.data, d.data.data, d.data.len);
+		if (d.data.len >= WIRE_SPLIT_MIN_BYTES)
+			assert_true(r->gemm->d->data.data > buf &&
+				    r->gemm->d->data.data + d.data.len <= buf + len);
+		wire_split_free(&r->base, wire_split_response_paths, wire_split_response_npaths,
+				buf, len);
+		free(buf);
+	}
+}
+
+/* Each path names the field it says, by the descriptors. */
+static void test_paths_name_their_fields(void **state)
+{
+	(void)state;
+	static const char *const want_req[] = {
+		"gemm.b.data", "gemm.c.data", "gemm.a.dense.data", "gemm.a.sparse.values",
+		"gemm.a.sparse.meta", "load_weight.a.dense.data", "load_weight.a.sparse.values",
+		"load_weight.a.sparse.meta",
+	};
+	assert_int_equal(wire_split_request_npaths, sizeof(want_req) / sizeof(want_req[0]));
+	for (size_t i = 0; i < wire_split_request_npaths + wire_split_response_npaths; i++) {
+		bool req = i < wire_split_request_npaths;
+		const struct wire_split_path *p =
+			req ? &wire_split_request_paths[i]
+			    : &wire_split_response_paths[i - wire_split_request_npaths];
+		const ProtobufCMessageDescriptor *d =
+			req ? &mfma__v1__request__descriptor : &mfma__v1__response__descriptor;
+		char name[128] = "";
+		for (unsigned k = 0; k < p->depth; k++) {
+			const ProtobufCFieldDescriptor *f =
+				protobuf_c_message_descriptor_get_field(d, p->field[k]);
+			assert_non_null(f);
+			strcat(name, k ? "." : "");
+			strcat(name, f->name);
+			assert_int_equal(f->type, k + 1 < p->depth ? PROTOBUF_C_TYPE_MESSAGE
+								   : PROTOBUF_C_TYPE_BYTES);
+			d = f->descriptor;
+		}
+		assert_string_equal(name, req ? want_req[i] : "gemm.d.data");
+	}
+}
+
+/* The small copy by hand: Request{id=5, gemm{b{rows=1, data=5000 x 'x'}}}
+ * becomes Request{id=5, gemm{b{rows=1}}} with the lengths rewritten. */
+static void test_small_copy_bytes(void **state)
+{
+	(void)state;
+	size_t n = 5000;
+	uint8_t *buf = malloc(16 + n);
+	size_t o = 0;
+	buf[o++] = 0x08, buf[o++] = 5;            /* id = 5 */
+	buf[o++] = 0x12, buf[o++] = 0x90, buf[o++] = 0x27; /* gemm, 5008 bytes */
+	buf[o++] = 0x12, buf[o++] = 0x8d, buf[o++] = 0x27; /* b, 5005 bytes */
+	buf[o++] = 0x08, buf[o++] = 1;            /* rows = 1 */
+	buf[o++] = 0x22, buf[o++] = 0x88, buf[o++] = 0x27; /* data, 5000 bytes */
+	size_t at = o;
+	memset(buf + o, 'x', n);
+	o += n;
+	uint8_t small[64];
+	size_t sl = sizeof(small);
+	struct wire_split_field f[WIRE_SPLIT_MAX_PATHS];
+	assert_int_equal(wire_split(buf, o, wire_split_request_paths, wire_split_request_npaths,
+				    4096, small, &sl, f),
+			 1);
+	static const uint8_t want[] = { 0x08, 5, 0x12, 4, 0x12, 2, 0x08, 1 };
+	assert_int_equal(sl, sizeof(want));
+	assert_memory_equal(small, want, sizeof(want));
+	assert_int_equal(f[0].offset, at);
+	assert_int_equal(f[0].len, n);
+	assert_int_equal(f[0].path, 0);
+	/* Too small a buffer, and a bad argument. */
+	sl = 4;
+	assert_int_equal(wire_split(buf, o, wire_split_request_paths, wire_split_request_npaths,
+				    4096, small, &sl, f),
+			 -ENOSPC);
+	assert_int_equal(wire_split(buf, o, wire_split_request_paths, 0, 4096, small, &sl, f),
+			 -EINVAL);
+	/* Below the threshold nothing is taken out. */
+	sl = 0;
+	assert_int_equal(wire_split(buf, o, wire_split_request_paths, wire_split_request_npaths,
+				    n + 1, NULL, &sl, NULL),
+			 0);
+	assert_int_equal(sl, o);
+	/* b twice in gemm: protobuf merges them, the split declines. */
+	uint8_t dup[] = { 0x12, 4, 0x12, 0, 0x12, 0 };
+	sl = sizeof(small);
+	assert_int_equal(wire_split(dup, sizeof(dup), wire_split_request_paths,
+				    wire_split_request_npaths, 1, small, &sl, f),
+			 -EINVAL);
+	free(buf);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_random_requests),
+		cmocka_unit_test(test_merged_requests),
+		cmocka_unit_test(test_truncated_and_mutated),
+		cmocka_unit_test(test_response_d),
+		cmocka_unit_test(test_paths_name_their_fields),
+		cmocka_unit_test(test_small_copy_bytes),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
