@@ -789,17 +789,32 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 	}
 }
 
-uint8_t *conn_frames_suspend(struct conn *c)
+uint8_t *conn_frames_suspend(struct conn *c, size_t *cap)
 {
-	size_t cap = c->rd.cap;
+	*cap = c->rd.cap;
 	uint8_t *base = frame_reader_take(&c->rd);
 	if (!base)
 		return NULL;
 	/* The taken buffer stays counted until the decode is done. */
 	c->suspended = true;
-	c->taken += cap;
+	c->taken += *cap;
 	c->rd_counted = 0;
 	count_reader(c);
+	return base;
+}
+
+uint8_t *conn_frame_take(struct conn *c, size_t *cap)
+{
+	/* The bytes after the frame move to a fresh buffer: usually at most
+	 * one read's worth (the reader sizes its buffer to the frame it
+	 * reads); more means several frames came in one read, and moving
+	 * them again for each would cost more than the copy it saves. */
+	if (frame_reader_pending(&c->rd) > READ_CHUNK)
+		return NULL;
+	*cap = c->rd.cap;
+	uint8_t *base = frame_reader_take(&c->rd);
+	if (base)
+		count_reader(c); /* from now on the caller counts it */
 	return base;
 }
 

@@ -111,10 +111,18 @@ int conn_take_fd(struct conn *c);
 struct region **conn_regions(struct conn *c);
 
 /* Called from on_frame: keeps the current frame for an off-loop decode.
- * Returns the read buffer holding it (the caller frees it) and hands no
- * further frame over until conn_frames_resume; NULL when that is not
- * possible (decode inline then). */
-uint8_t *conn_frames_suspend(struct conn *c);
+ * Returns the read buffer holding it (the caller frees it; *cap bytes,
+ * counted against the connection's read buffers until
+ * conn_frames_resume) and hands no further frame over until then; NULL
+ * when that is not possible (decode inline then). */
+uint8_t *conn_frames_suspend(struct conn *c, size_t *cap);
+/* Called from on_frame: hands the read buffer holding the current frame
+ * (*cap bytes) to the caller, who frees it and counts it from now on
+ * against the daemon's limits (the connection no longer does); frames go
+ * on in a fresh buffer.  NULL when the buffer holds too much after the
+ * frame to move it cheaply, or out of memory (the frame stays the
+ * reader's: copy what is needed of it). */
+uint8_t *conn_frame_take(struct conn *c, size_t *cap);
 void conn_frames_resume(struct conn *c);
 
 void conn_close_all(struct daemon *d);

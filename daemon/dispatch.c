@@ -14,15 +14,21 @@
 #include "mfmad_build.h"
 #include "regions.h"
 #include "reply.h"
+#include "request_msg.h"
 #include "validate.h"
 #include "weights.h"
 #include "wire_check.h"
+#include "wire_split.h"
 
-/* Decoding copies every byte of the matrices (protobuf-c owns its bytes
- * fields), which for a 64 MiB frame takes a few hundred milliseconds on a
- * small machine: frames this large are decoded on the threadpool, and the
- * connection hands over its next frame only afterwards, so its order
- * holds. */
+/* Decoding a LoadWeight copies every byte of its matrix (protobuf-c owns
+ * its bytes fields), which for a 64 MiB frame takes a few hundred
+ * milliseconds on a small machine: frames this large are decoded on the
+ * threadpool, and the connection hands over its next frame only
+ * afterwards, so its order holds.  (A GEMM's matrices are no longer
+ * copied by the decode: they stay in the frame, request_msg.h.)  Smaller
+ * frames stay on the loop: the hand-off to the threadpool costs more
+ * than their decode (bench/RESULTS.md, "decoding 128 KiB requests off the
+ * loop"). */
 #define DECODE_OFFLOAD_BYTES (1u << 20)
 
 static enum stats_kind kind_of(const Mfma__V1__Request *req)
@@ -73,28 +79,31 @@ static bool refuse(struct daemon *d, struct conn *c, const struct request *r)
 	return false;
 }
 
-/* Decodes a frame and checks what the decoder lets through: a string
- * with a NUL byte (bad[0] is then set).  NULL: it does not decode. */
-static Mfma__V1__Request *decode(const uint8_t *payload, size_t len, char *bad, size_t badlen)
+/* Decodes a frame (its matrices left in frame, which m then owns, when
+ * frame is given) and checks what the decoder lets through: a string
+ * with a NUL byte (bad[0] is then set).  m->req NULL: it does not
+ * decode. */
+static void decode(struct request_msg *m, const uint8_t *payload, size_t len, uint8_t *frame,
+		   size_t cap, char *bad, size_t badlen)
 {
 	bad[0] = '\0';
-	Mfma__V1__Request *req = mfma__v1__request__unpack(NULL, len, payload);
-	if (req)
+	request_msg_decode(m, payload, len, frame, cap);
+	if (m->req)
 		wire_check_strings(&mfma__v1__request__descriptor, payload, len, bad, badlen);
-	return req;
 }
 
-/* Takes the decoded request (NULL: the frame did not decode); bad is
- * decode's verdict on its strings. */
-static void route(struct conn *c, Mfma__V1__Request *req, size_t len, uint64_t arrival,
-		  uint64_t decode_ns, const char *bad)
+/* route's body: what it does not hand on stays in m. */
+static void route_msg(struct conn *c, struct request_msg *m, uint64_t arrival, uint64_t decode_ns,
+		      const char *bad)
 {
 	struct daemon *d = conn_daemon(c);
 	struct request r;
+	Mfma__V1__Request *req = m->req;
 	if (!req) {
 		request_init(&r, c, 0, 0, STATS_OTHER);
 		reply_status(d, &r, MFMA__V1__CODE__MALFORMED,
-			     "malformed request: the %zu-byte frame is not a valid mfma.v1.Request", len);
+			     "malformed request: the %zu-byte frame is not a valid mfma.v1.Request",
+			     m->len);
 		return;
 	}
 	request_init(&r, c, req->id, arrival, kind_of(req));
@@ -102,7 +111,6 @@ static void route(struct conn *c, Mfma__V1__Request *req, size_t len, uint64_t a
 	 * came with the frame, also to close it when it refuses. */
 	if (req->body_case == MFMA__V1__REQUEST__BODY_REGISTER_REGION) {
 		regions_handle_register(d, &r, req->register_region);
-		mfma__v1__request__free_unpacked(req, NULL);
 		return;
 	}
 	if (req->body_case == MFMA__V1__REQUEST__BODY_DRAIN) {
@@ -114,7 +122,6 @@ static void route(struct conn *c, Mfma__V1__Request *req, size_t len, uint64_t a
 		reply_status(d, &r, MFMA__V1__CODE__OK, "draining");
 		if (!d->stopping)
 			uv_kill(getpid(), SIGUSR1);
-		mfma__v1__request__free_unpacked(req, NULL);
 		return;
 	}
 	if (r.kind == STATS_OTHER) {
@@ -127,13 +134,11 @@ static void route(struct conn *c, Mfma__V1__Request *req, size_t len, uint64_t a
 		else
 			reply_status(d, &r, MFMA__V1__CODE__INVALID_ARGUMENT,
 				     "request %" PRIu64 " has no body", req->id);
-		mfma__v1__request__free_unpacked(req, NULL);
 		return;
 	}
 	char err[256];
 	if (bad[0]) {
 		reply_status(d, &r, MFMA__V1__CODE__INVALID_ARGUMENT, "%s; strings in a request cannot hold NUL bytes", bad);
-		mfma__v1__request__free_unpacked(req, NULL);
 		return;
 	}
 	/* The name's own error before the lookup, as for a load (a name of
@@ -142,24 +147,32 @@ static void route(struct conn *c, Mfma__V1__Request *req, size_t len, uint64_t a
 	    req->gemm->a->kind_case == MFMA__V1__OPERAND__KIND_WEIGHT &&
 	    validate_weight_name(req->gemm->a->weight, err, sizeof(err)) < 0) {
 		reply_status(d, &r, MFMA__V1__CODE__INVALID_ARGUMENT, "%s", err);
-		mfma__v1__request__free_unpacked(req, NULL);
 		return;
 	}
-	if (refuse(d, c, &r)) {
-		mfma__v1__request__free_unpacked(req, NULL);
+	if (refuse(d, c, &r))
 		return;
-	}
 	switch (r.kind) {
-	case STATS_GEMM: gemm_handle(d, &r, req, decode_ns); return;
-	case STATS_LOAD: weights_handle_load(d, &r, req); return;
-	case STATS_UNLOAD: weights_handle_unload(d, &r, req); return;
+	case STATS_GEMM: gemm_handle(d, &r, m, decode_ns); return;
+	/* The registry takes the message itself: nothing of it is in the
+	 * frame (only a GEMM's fields stay there). */
+	case STATS_LOAD: m->req = NULL; weights_handle_load(d, &r, req); return;
+	case STATS_UNLOAD: m->req = NULL; weights_handle_unload(d, &r, req); return;
 	case STATS_LIST: info_list(d, &r); break;
 	case STATS_STATUS: info_status(d, &r); break;
 	case STATS_PING: info_ping(d, &r, req->ping); break;
 	case STATS_REGION: regions_handle_unregister(d, &r, req->unregister_region); break;
 	default: break;
 	}
-	mfma__v1__request__free_unpacked(req, NULL);
+}
+
+/* Takes the decoded request and its frame (m->req NULL: the frame did not
+ * decode); bad is decode's verdict on its strings.  A GEMM goes on with
+ * its frame; every other request is done with it on return. */
+static void route(struct conn *c, struct request_msg *m, uint64_t arrival, uint64_t decode_ns,
+		  const char *bad)
+{
+	route_msg(c, m, arrival, decode_ns, bad);
+	request_msg_free(m);
 }
 
 /* ---- off-loop decode ---- */
@@ -169,17 +182,18 @@ struct decode_work {
 	struct conn *c;
 	struct request hold; /* the decode counts as a request in flight */
 	uint8_t *base;       /* the reader's buffer, holding the frame */
+	size_t cap;
 	const uint8_t *payload;
 	size_t len;
 	uint64_t arrival, decoded;
-	Mfma__V1__Request *req;
+	struct request_msg m;
 	char bad[160];
 };
 
 static void decode_run(uv_work_t *w)
 {
 	struct decode_work *dw = w->data;
-	dw->req = decode(dw->payload, dw->len, dw->bad, sizeof(dw->bad));
+	decode(&dw->m, dw->payload, dw->len, dw->base, dw->cap, dw->bad, sizeof(dw->bad));
 	dw->decoded = mfma_clock_ns();
 }
 
@@ -189,14 +203,14 @@ static void decode_done(uv_work_t *w, int status)
 	struct conn *c = dw->c;
 	struct daemon *d = conn_daemon(c);
 	(void)status; /* never cancelled: uv_cancel is not used */
-	free(dw->base);
 	conn_ref(c);
-	if (conn_is_closed(c)) {
-		if (dw->req)
-			mfma__v1__request__free_unpacked(dw->req, NULL);
-	} else {
-		route(c, dw->req, dw->len, dw->arrival, dw->decoded - dw->arrival, dw->bad);
-	}
+	/* The buffer is the message's now; still counted as the
+	 * connection's (taken) until the resume below, and by a GEMM that
+	 * keeps it from its admission on. */
+	if (conn_is_closed(c))
+		request_msg_free(&dw->m);
+	else
+		route(c, &dw->m, dw->arrival, dw->decoded - dw->arrival, dw->bad);
 	request_release(d, &dw->hold);
 	conn_frames_resume(c);
 	conn_unref(c);
@@ -211,7 +225,7 @@ static bool decode_offload(struct conn *c, const uint8_t *payload, size_t len, u
 	struct decode_work *dw = calloc(1, sizeof(*dw));
 	if (!dw)
 		return false;
-	dw->base = conn_frames_suspend(c);
+	dw->base = conn_frames_suspend(c, &dw->cap);
 	if (!dw->base) {
 		free(dw);
 		return false;
@@ -238,9 +252,15 @@ static void on_frame(struct conn *c, const uint8_t *payload, size_t len)
 	uint64_t arrival = mfma_clock_ns();
 	if (len >= DECODE_OFFLOAD_BYTES && decode_offload(c, payload, len, arrival))
 		return;
+	/* A frame that may carry a matrix worth leaving in place is taken
+	 * from the reader, so a GEMM can keep it; a smaller one (or one the
+	 * reader cannot give) is copied from as before. */
+	size_t cap = 0;
+	uint8_t *frame = len >= WIRE_SPLIT_MIN_BYTES ? conn_frame_take(c, &cap) : NULL;
 	char bad[160];
-	Mfma__V1__Request *req = decode(payload, len, bad, sizeof(bad));
-	route(c, req, len, arrival, 0, bad);
+	struct request_msg m;
+	decode(&m, payload, len, frame, cap, bad, sizeof(bad));
+	route(c, &m, arrival, 0, bad);
 }
 
 static void on_oversize(struct conn *c, size_t len)

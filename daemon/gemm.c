@@ -20,7 +20,7 @@
 struct gemm_job {
 	struct sched_job sj; /* first: the scheduler hands this back */
 	struct request r;
-	Mfma__V1__Request *req; /* owns the bytes the plan points into */
+	struct request_msg in;  /* owns the bytes the plan points into (its frame's) */
 	struct gemm_plan plan;
 	struct weight *weight;  /* with a reference, or NULL */
 	/* The regions B, C and D are in, each with a reference, or NULL. */
@@ -52,8 +52,7 @@ static void job_fail(struct gemm_job *j, int code, const char *fmt, ...)
 
 static void job_free(struct gemm_job *j)
 {
-	if (j->req)
-		mfma__v1__request__free_unpacked(j->req, NULL);
+	request_msg_free(&j->in);
 	operand_a_free(&j->a);
 	answer_free(&j->ans);
 	free(j->frame);
@@ -370,10 +369,10 @@ static int choose_device(struct daemon *d, const Mfma__V1__Gemm *g, const struct
 	return dev;
 }
 
-void gemm_handle(struct daemon *d, const struct request *r, Mfma__V1__Request *req,
+void gemm_handle(struct daemon *d, const struct request *r, struct request_msg *m,
 		 uint64_t decode_ns)
 {
-	const Mfma__V1__Gemm *g = req->gemm;
+	const Mfma__V1__Gemm *g = m->req->gemm;
 	char err[512];
 	struct validate_limits lim = { .max_dim = d->cfg.max_dim,
 				       .max_out_bytes = d->cfg.max_frame_bytes };
@@ -420,8 +419,11 @@ void gemm_handle(struct daemon *d, const struct request *r, Mfma__V1__Request *r
 		}
 	}
 	/* Bytes in a region are the client's memory, not the daemon's: only
-	 * what the frame carries and the answer holds count. */
-	j->in_bytes = j->plan.in_bytes + (j->rd ? 0 : j->plan.d_bytes);
+	 * what the frame carries and the answer holds count.  Matrices left
+	 * in the frame are held as the frame's whole buffer. */
+	size_t held_in = request_msg_frame_bytes(m) > j->plan.in_bytes ? request_msg_frame_bytes(m)
+									 : j->plan.in_bytes;
+	j->in_bytes = held_in + (j->rd ? 0 : j->plan.d_bytes);
 	/* Answers count until written (conn.c's unsent_bytes), not only
 	 * until computed. */
 	if (d->inflight_bytes + d->unsent_bytes + j->in_bytes > d->cfg.max_inflight_bytes &&
@@ -442,7 +444,8 @@ void gemm_handle(struct daemon *d, const struct request *r, Mfma__V1__Request *r
 	request_hold(d, &j->r);
 	d->inflight_bytes += j->in_bytes;
 	STATS_ADD(d->stats.in_flight, 1);
-	j->req = req;
+	j->in = *m;
+	*m = (struct request_msg){ 0 };
 	j->decode_ns = decode_ns;
 	uint64_t timeout_us = g->timeout_us ? g->timeout_us : d->cfg.default_timeout_ms * 1000;
 	j->sj.deadline_ns = timeout_us ? r->arrival_ns + timeout_us * 1000 : 0;
@@ -461,5 +464,5 @@ fail:
 		release_regions(d, j);
 	free(j);
 	reply_status(d, r, code, "%s", err);
-	mfma__v1__request__free_unpacked(req, NULL);
+	request_msg_free(m);
 }

@@ -10,10 +10,12 @@
 #include "daemon.h"
 #include "mfma.pb-c.h"
 #include "reply.h"
+#include "request_msg.h"
 
-/* Takes the request (and frees it).  decode_ns: time spent decoding the
- * frame off the loop, reported in the answer's prep time. */
-void gemm_handle(struct daemon *d, const struct request *r, Mfma__V1__Request *req,
+/* Takes the decoded request and the frame its matrices are in (m is left
+ * empty: the request frees both when it is done).  decode_ns: time spent
+ * decoding the frame off the loop, reported in the answer's prep time. */
+void gemm_handle(struct daemon *d, const struct request *r, struct request_msg *m,
 		 uint64_t decode_ns);
 
 #endif

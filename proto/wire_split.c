@@ -8,21 +8,18 @@
 #include "wire_varint.h"
 
 /* Request.gemm (2) .a (1) .dense (1) / .sparse (2); .b (2), .c (3);
- * Request.load_weight (3) .a (2); Matrix.data (4); Sparse24.values (4),
- * .meta (5).  test_wire_split checks each against the descriptors by
- * name, so a schema change that moves one fails there. */
-const struct wire_split_path wire_split_request_paths[] = {
+ * Matrix.data (4); Sparse24.values (4), .meta (5).  test_wire_split
+ * checks each against the descriptors by name, so a schema change that
+ * moves one fails there. */
+const struct wire_split_path wire_split_gemm_paths[] = {
 	{ 3, { 2, 2, 4 } },       /* gemm.b.data */
 	{ 3, { 2, 3, 4 } },       /* gemm.c.data */
 	{ 4, { 2, 1, 1, 4 } },    /* gemm.a.dense.data */
 	{ 4, { 2, 1, 2, 4 } },    /* gemm.a.sparse.values */
 	{ 4, { 2, 1, 2, 5 } },    /* gemm.a.sparse.meta */
-	{ 4, { 3, 2, 1, 4 } },    /* load_weight.a.dense.data */
-	{ 4, { 3, 2, 2, 4 } },    /* load_weight.a.sparse.values */
-	{ 4, { 3, 2, 2, 5 } },    /* load_weight.a.sparse.meta */
 };
-const size_t wire_split_request_npaths =
-	sizeof(wire_split_request_paths) / sizeof(wire_split_request_paths[0]);
+const size_t wire_split_gemm_npaths =
+	sizeof(wire_split_gemm_paths) / sizeof(wire_split_gemm_paths[0]);
 
 /* Response.gemm (3) .d (1) .data (4). */
 const struct wire_split_path wire_split_response_paths[] = {
@@ -201,11 +198,14 @@ static ProtobufCBinaryData *locate(ProtobufCMessage *m, const struct wire_split_
 
 ProtobufCMessage *wire_split_unpack(const ProtobufCMessageDescriptor *desc,
 				    const struct wire_split_path *paths, size_t npaths,
-				    size_t min_len, const uint8_t *buf, size_t len)
+				    size_t min_len, const uint8_t *buf, size_t len, size_t *in_place)
 {
 	struct wire_split_field f[WIRE_SPLIT_MAX_PATHS];
 	uint8_t stack[SMALL_ON_STACK];
-	size_t need = 0;
+	size_t need = 0, none;
+	if (!in_place)
+		in_place = &none;
+	*in_place = 0;
 	if (!desc || len < (min_len ? min_len : 1) ||
 	    wire_split(buf, len, paths, npaths, min_len, NULL, &need, NULL) < 0 || need == len)
 		return protobuf_c_message_unpack(desc, NULL, len, buf);
@@ -236,6 +236,7 @@ ProtobufCMessage *wire_split_unpack(const ProtobufCMessageDescriptor *desc,
 		if (has[i])
 			*has[i] = 1;
 	}
+	*in_place = (size_t)n;
 	return m;
 }
 

@@ -55,21 +55,25 @@ int wire_split(const uint8_t *buf, size_t len, const struct wire_split_path *pat
  * protobuf_c_message_free_unpacked, which would free buf's bytes).  Where
  * the split is not possible (wire_split fails, or a field taken out is
  * not in the decoded message: the losing member of a oneof sent twice)
- * it decodes buf whole, as plain protobuf-c does.  NULL when buf does not
- * decode, or out of memory. */
+ * it decodes buf whole, as plain protobuf-c does.  *in_place (may be
+ * NULL) is how many fields point into buf: with 0, buf may go at once.
+ * NULL when buf does not decode, or out of memory. */
 ProtobufCMessage *wire_split_unpack(const ProtobufCMessageDescriptor *desc,
 				    const struct wire_split_path *paths, size_t npaths,
-				    size_t min_len, const uint8_t *buf, size_t len);
+				    size_t min_len, const uint8_t *buf, size_t len, size_t *in_place);
 
 /* Frees a message from wire_split_unpack (NULL is fine): the fields that
  * point into buf are let go first. */
 void wire_split_free(ProtobufCMessage *m, const struct wire_split_path *paths, size_t npaths,
 		     const uint8_t *buf, size_t len);
 
-/* The paths mfmad and its clients split, and the size from which a field
- * is worth it (below it, protobuf-c's copy costs less than the walk). */
-extern const struct wire_split_path wire_split_request_paths[];
-extern const size_t wire_split_request_npaths;
+/* The paths mfmad and its clients split: a GEMM request's matrices (A,
+ * B, C) and its answer's D; and the size from which a field is worth it
+ * (below it, protobuf-c's copy costs less than the walk).  A LoadWeight's
+ * matrix is still copied: the weight registry keeps the request across
+ * its own asynchronous steps, and a load is rare. */
+extern const struct wire_split_path wire_split_gemm_paths[];
+extern const size_t wire_split_gemm_npaths;
 extern const struct wire_split_path wire_split_response_paths[];
 extern const size_t wire_split_response_npaths;
 #define WIRE_SPLIT_MIN_BYTES 4096u

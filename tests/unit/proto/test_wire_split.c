@@ -187,7 +187,7 @@ static bool same_as_plain(const ProtobufCMessageDescriptor *desc,
 {
 	ProtobufCMessage *plain = protobuf_c_message_unpack(desc, NULL, len, buf);
 	ProtobufCMessage *split =
-		wire_split_unpack(desc, paths, npaths, WIRE_SPLIT_MIN_BYTES, buf, len);
+		wire_split_unpack(desc, paths, npaths, WIRE_SPLIT_MIN_BYTES, buf, len, NULL);
 	assert_true((plain == NULL) == (split == NULL));
 	if (plain) {
 		size_t n1, n2;
@@ -204,8 +204,8 @@ static bool same_as_plain(const ProtobufCMessageDescriptor *desc,
 
 static bool same_request(const uint8_t *buf, size_t len)
 {
-	return same_as_plain(&mfma__v1__request__descriptor, wire_split_request_paths,
-			     wire_split_request_npaths, buf, len);
+	return same_as_plain(&mfma__v1__request__descriptor, wire_split_gemm_paths,
+			     wire_split_gemm_npaths, buf, len);
 }
 
 static void test_random_requests(void **state)
@@ -220,21 +220,22 @@ static void test_random_requests(void **state)
 		size_t len;
 		uint8_t *buf = pack(&x.req.base, &len);
 		assert_true(same_request(buf, len));
+		size_t kept;
 		ProtobufCMessage *m = wire_split_unpack(&mfma__v1__request__descriptor,
-							wire_split_request_paths,
-							wire_split_request_npaths,
-							WIRE_SPLIT_MIN_BYTES, buf, len);
+							wire_split_gemm_paths,
+							wire_split_gemm_npaths,
+							WIRE_SPLIT_MIN_BYTES, buf, len, &kept);
 		assert_non_null(m);
 		check_in_place(m, buf, len);
-		wire_split_free(m, wire_split_request_paths, wire_split_request_npaths, buf, len);
+		wire_split_free(m, wire_split_gemm_paths, wire_split_gemm_npaths, buf, len);
 		size_t small = 0;
 		struct wire_split_field f[WIRE_SPLIT_MAX_PATHS];
-		assert_int_equal(wire_split(buf, len, wire_split_request_paths,
-					    wire_split_request_npaths, WIRE_SPLIT_MIN_BYTES, NULL,
+		assert_int_equal(wire_split(buf, len, wire_split_gemm_paths,
+					    wire_split_gemm_npaths, WIRE_SPLIT_MIN_BYTES, NULL,
 					    &small, NULL),
 				 0);
 		uint8_t *sb = malloc(small + 1);
-		int n = wire_split(buf, len, wire_split_request_paths, wire_split_request_npaths,
+		int n = wire_split(buf, len, wire_split_gemm_paths, wire_split_gemm_npaths,
 				   WIRE_SPLIT_MIN_BYTES, sb, &small, f);
 		assert_true(n >= 0);
 		size_t taken = 0;
@@ -244,6 +245,7 @@ static void test_random_requests(void **state)
 			taken += f[k].len;
 		}
 		assert_true(small + taken <= len);
+		assert_int_equal(kept, (size_t)n);
 		split_some += n > 0;
 		free(sb);
 		free(buf);
@@ -341,12 +343,14 @@ static void test_response_d(void **state)
 		resp.gemm = &g;
 		size_t len;
 		uint8_t *buf = pack(&resp.base, &len);
+		size_t kept;
 		assert_true(same_as_plain(&mfma__v1__response__descriptor, wire_split_response_paths,
 					  wire_split_response_npaths, buf, len));
 		Mfma__V1__Response *r = (Mfma__V1__Response *)wire_split_unpack(
 			&mfma__v1__response__descriptor, wire_split_response_paths,
-			wire_split_response_npaths, WIRE_SPLIT_MIN_BYTES, buf, len);
+			wire_split_response_npaths, WIRE_SPLIT_MIN_BYTES, buf, len, &kept);
 		assert_non_null(r);
+		assert_int_equal(kept, d.data.len >= WIRE_SPLIT_MIN_BYTES);
 		assert_int_equal(r->gemm->d->data.len, d.data.len);
 		if (d.data.len)
 			assert_memory_equal(r->gemm->d->data.data, d.data.data, d.data.len);
@@ -365,15 +369,14 @@ static void test_paths_name_their_fields(void **state)
 	(void)state;
 	static const char *const want_req[] = {
 		"gemm.b.data", "gemm.c.data", "gemm.a.dense.data", "gemm.a.sparse.values",
-		"gemm.a.sparse.meta", "load_weight.a.dense.data", "load_weight.a.sparse.values",
-		"load_weight.a.sparse.meta",
+		"gemm.a.sparse.meta",
 	};
-	assert_int_equal(wire_split_request_npaths, sizeof(want_req) / sizeof(want_req[0]));
-	for (size_t i = 0; i < wire_split_request_npaths + wire_split_response_npaths; i++) {
-		bool req = i < wire_split_request_npaths;
+	assert_int_equal(wire_split_gemm_npaths, sizeof(want_req) / sizeof(want_req[0]));
+	for (size_t i = 0; i < wire_split_gemm_npaths + wire_split_response_npaths; i++) {
+		bool req = i < wire_split_gemm_npaths;
 		const struct wire_split_path *p =
-			req ? &wire_split_request_paths[i]
-			    : &wire_split_response_paths[i - wire_split_request_npaths];
+			req ? &wire_split_gemm_paths[i]
+			    : &wire_split_response_paths[i - wire_split_gemm_npaths];
 		const ProtobufCMessageDescriptor *d =
 			req ? &mfma__v1__request__descriptor : &mfma__v1__response__descriptor;
 		char name[128] = "";
@@ -410,7 +413,7 @@ static void test_small_copy_bytes(void **state)
 	uint8_t small[64];
 	size_t sl = sizeof(small);
 	struct wire_split_field f[WIRE_SPLIT_MAX_PATHS];
-	assert_int_equal(wire_split(buf, o, wire_split_request_paths, wire_split_request_npaths,
+	assert_int_equal(wire_split(buf, o, wire_split_gemm_paths, wire_split_gemm_npaths,
 				    4096, small, &sl, f),
 			 1);
 	static const uint8_t want[] = { 0x08, 5, 0x12, 4, 0x12, 2, 0x08, 1 };
@@ -421,22 +424,22 @@ static void test_small_copy_bytes(void **state)
 	assert_int_equal(f[0].path, 0);
 	/* Too small a buffer, and a bad argument. */
 	sl = 4;
-	assert_int_equal(wire_split(buf, o, wire_split_request_paths, wire_split_request_npaths,
+	assert_int_equal(wire_split(buf, o, wire_split_gemm_paths, wire_split_gemm_npaths,
 				    4096, small, &sl, f),
 			 -ENOSPC);
-	assert_int_equal(wire_split(buf, o, wire_split_request_paths, 0, 4096, small, &sl, f),
+	assert_int_equal(wire_split(buf, o, wire_split_gemm_paths, 0, 4096, small, &sl, f),
 			 -EINVAL);
 	/* Below the threshold nothing is taken out. */
 	sl = 0;
-	assert_int_equal(wire_split(buf, o, wire_split_request_paths, wire_split_request_npaths,
+	assert_int_equal(wire_split(buf, o, wire_split_gemm_paths, wire_split_gemm_npaths,
 				    n + 1, NULL, &sl, NULL),
 			 0);
 	assert_int_equal(sl, o);
 	/* b twice in gemm: protobuf merges them, the split declines. */
 	uint8_t dup[] = { 0x12, 4, 0x12, 0, 0x12, 0 };
 	sl = sizeof(small);
-	assert_int_equal(wire_split(dup, sizeof(dup), wire_split_request_paths,
-				    wire_split_request_npaths, 1, small, &sl, f),
+	assert_int_equal(wire_split(dup, sizeof(dup), wire_split_gemm_paths,
+				    wire_split_gemm_npaths, 1, small, &sl, f),
 			 -EINVAL);
 	free(buf);
 }

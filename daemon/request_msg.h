@@ -1,0 +1,40 @@
+/* A decoded request and the frame its matrices stay in.
+ *
+ * A GEMM's matrices are not copied out of the frame by the decode
+ * (proto/wire_split.h): the message's bytes fields point into the frame's
+ * buffer, which the message then owns, so the buffer lives exactly as
+ * long as the request does and is freed with it.  Pure: no I/O. */
+#ifndef MFMAD_REQUEST_MSG_H
+#define MFMAD_REQUEST_MSG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mfma.pb-c.h"
+
+struct request_msg {
+	Mfma__V1__Request *req; /* NULL: the frame did not decode */
+	uint8_t *frame;         /* the buffer holding payload, owned; NULL: not ours */
+	size_t frame_cap;       /* its size, which the holder of the message counts */
+	const uint8_t *payload;
+	size_t len;
+};
+
+/* Decodes the len bytes at payload.  With frame (the buffer payload lies
+ * in, cap bytes, which m then owns whatever happens), a GEMM's matrices
+ * of WIRE_SPLIT_MIN_BYTES or more stay in it; without, every field is
+ * copied, as protobuf-c does, and payload may go once this returns. */
+void request_msg_decode(struct request_msg *m, const uint8_t *payload, size_t len, uint8_t *frame,
+			size_t cap);
+
+/* Frees the message and its frame; NULL, or an empty one, is fine. */
+void request_msg_free(struct request_msg *m);
+
+/* The bytes the message makes the daemon hold beyond what its decode
+ * copied: the frame's buffer (0 without one). */
+static inline size_t request_msg_frame_bytes(const struct request_msg *m)
+{
+	return m->frame ? m->frame_cap : 0;
+}
+
+#endif
