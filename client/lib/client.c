@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "endpoint.h"
+#include "wire_split.h"
 
 /* Frames are limited by their 32-bit length only: the daemon decides
  * what it is willing to send. */
@@ -400,7 +401,8 @@ static int reconnect_once(mfma_client *c, struct mfma_error *err)
 		uint8_t *frame = p->frame;
 		size_t len = p->frame_len;
 		uint64_t t = mfma_clock_ns();
-		rc = client_send_frame(c, frame, len, &t, err);
+		rc = p->iov ? client_send_iov(c, p->iov, p->niov, len, -1, &t, err)
+			    : client_send_frame(c, frame, len, &t, err);
 		if (rc == 0 && (p = client_pending_find(c, ids[i])) != NULL)
 			p->t_send_ns = t;
 	}
@@ -581,11 +583,10 @@ void mfma_close(mfma_client *c)
 	free(c->tls_in);
 	free(c->tls_out);
 	for (size_t i = 0; i < c->npend; i++) {
-		if (c->pend[i].resp)
-			mfma__v1__response__free_unpacked(c->pend[i].resp, NULL);
+		client_response_free(c->pend[i].resp, &c->pend[i].rx);
 		if (c->pend[i].refused)
 			mfma__v1__response__free_unpacked(c->pend[i].refused, NULL);
-		free(c->pend[i].frame);
+		client_pending_drop_frame(&c->pend[i]);
 	}
 	free(c->pend);
 	client_regions_free(c);
@@ -642,12 +643,32 @@ int client_pending_add(mfma_client *c, uint64_t id, bool user)
 
 void client_pending_remove(mfma_client *c, struct client_pending *p)
 {
-	if (p->resp)
-		mfma__v1__response__free_unpacked(p->resp, NULL);
+	client_response_free(p->resp, &p->rx);
 	if (p->refused)
 		mfma__v1__response__free_unpacked(p->refused, NULL);
-	free(p->frame);
+	client_pending_drop_frame(p);
 	*p = c->pend[--c->npend];
+}
+
+void client_pending_drop_frame(struct client_pending *p)
+{
+	free(p->frame);
+	free(p->iov);
+	p->frame = NULL;
+	p->iov = NULL;
+	p->frame_len = p->niov = 0;
+}
+
+void client_response_free(Mfma__V1__Response *resp, struct client_rx *rx)
+{
+	if (rx && rx->frame) {
+		wire_split_free(resp ? &resp->base : NULL, wire_split_response_paths,
+				wire_split_response_npaths, rx->payload, rx->len);
+		free(rx->frame);
+		*rx = (struct client_rx){ 0 };
+	} else if (resp) {
+		mfma__v1__response__free_unpacked(resp, NULL);
+	}
 }
 
 size_t mfma_in_flight(const mfma_client *c)
@@ -694,7 +715,10 @@ int client_check_alive(mfma_client *c, struct mfma_error *err)
 	return 0;
 }
 
-static void dispatch(mfma_client *c, Mfma__V1__Response *resp, uint64_t now, uint64_t unpack_ns)
+/* Files an answer (and the receive buffer its D is in: rx) with its
+ * request. */
+static void dispatch(mfma_client *c, Mfma__V1__Response *resp, struct client_rx *rx, uint64_t now,
+		     uint64_t unpack_ns)
 {
 	uint64_t id = resp->has_id ? resp->id : 0;
 	struct client_pending *p = id ? client_pending_find(c, id) : NULL;
@@ -706,11 +730,11 @@ static void dispatch(mfma_client *c, Mfma__V1__Response *resp, uint64_t now, uin
 			snprintf(c->conn_msg, sizeof(c->conn_msg), "%s (%s)",
 				 resp->status->message ? resp->status->message : "",
 				 mfma_code_name((int)resp->status->code));
-		mfma__v1__response__free_unpacked(resp, NULL);
+		client_response_free(resp, rx);
 		return;
 	}
 	if (p->abandoned) {
-		mfma__v1__response__free_unpacked(resp, NULL);
+		client_response_free(resp, rx);
 		client_pending_remove(c, p);
 		return;
 	}
@@ -731,6 +755,7 @@ static void dispatch(mfma_client *c, Mfma__V1__Response *resp, uint64_t now, uin
 		p->refused = NULL;
 	}
 	p->resp = resp;
+	p->rx = *rx;
 	p->t_recv_ns = now;
 	p->unpack_ns = unpack_ns;
 	p->seq = ++c->arrivals;
@@ -776,6 +801,33 @@ static int read_tls(mfma_client *c, bool *eof, struct mfma_error *err)
 	}
 }
 
+/* Decodes the answer at payload, which frame_reader_next just returned.
+ * A large one's D is left where it was received: the reader's buffer
+ * becomes the answer's (rx), and the caller's copy of D (or its pointer
+ * into it) comes from there, never from a copy protobuf-c made first. */
+static Mfma__V1__Response *decode_response(mfma_client *c, const uint8_t *payload, size_t len,
+					   struct client_rx *rx)
+{
+	/* The bytes after the frame move to a fresh buffer: at most a read's
+	 * worth usually; more (many answers in one read) would be moved
+	 * again for each, costing more than the copy it saves. */
+	if (len < WIRE_SPLIT_MIN_BYTES || frame_reader_pending(&c->rd) > CLIENT_READ_CHUNK ||
+	    !(rx->frame = frame_reader_take(&c->rd)))
+		return mfma__v1__response__unpack(NULL, len, payload);
+	size_t kept = 0;
+	Mfma__V1__Response *resp = (Mfma__V1__Response *)wire_split_unpack(
+		&mfma__v1__response__descriptor, wire_split_response_paths,
+		wire_split_response_npaths, WIRE_SPLIT_MIN_BYTES, payload, len, &kept);
+	if (kept == 0) {
+		free(rx->frame);
+		rx->frame = NULL;
+		return resp;
+	}
+	rx->payload = payload;
+	rx->len = len;
+	return resp;
+}
+
 /* Reads everything the socket has now and files the complete frames.
  * 0, or a negative errno when the connection broke (it is then dead);
  * answers that arrived before the end are filed first. */
@@ -818,12 +870,13 @@ static int read_available(mfma_client *c, struct mfma_error *err)
 			return client_die(c, -EPROTO, err, "response frame of %zu bytes is too large",
 					  len);
 		uint64_t t0 = mfma_clock_ns();
-		Mfma__V1__Response *resp = mfma__v1__response__unpack(NULL, len, payload);
+		struct client_rx rx = { 0 };
+		Mfma__V1__Response *resp = decode_response(c, payload, len, &rx);
 		if (!resp)
 			return client_die(c, -EPROTO, err,
 					  "could not decode a response frame of %zu bytes from %s",
 					  len, c->endpoint);
-		dispatch(c, resp, now, mfma_clock_ns() - t0);
+		dispatch(c, resp, &rx, now, mfma_clock_ns() - t0);
 	}
 	if (!eof)
 		return 0;
@@ -871,19 +924,34 @@ static int wait_socket(mfma_client *c, short events, uint64_t deadline, short *r
 	}
 }
 
-/* One send; with fd >= 0 the descriptor rides on these bytes. */
-static ssize_t send_some(int sock, const uint8_t *buf, size_t len, int fd)
+/* Pieces one sendmsg takes at most (a frame has a few: the matrices and
+ * the fields between them). */
+#define SEND_IOV_MAX 16
+
+/* One send of the pieces from piece i, byte off on; with fd >= 0 the
+ * descriptor rides on these bytes. */
+static ssize_t send_some(int sock, const struct iovec *iov, size_t niov, size_t i, size_t off,
+			 int fd)
 {
+	struct iovec v[SEND_IOV_MAX];
+	size_t n = 0;
+	for (; i < niov && n < SEND_IOV_MAX; i++, off = 0) {
+		if (iov[i].iov_len == off)
+			continue;
+		v[n].iov_base = (uint8_t *)iov[i].iov_base + off;
+		v[n].iov_len = iov[i].iov_len - off;
+		n++;
+	}
+	struct msghdr msg = { .msg_iov = v, .msg_iovlen = n };
 	if (fd < 0)
-		return send(sock, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+		return sendmsg(sock, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
 	union {
 		struct cmsghdr h;
 		char space[CMSG_SPACE(sizeof(int))];
 	} u;
 	memset(&u, 0, sizeof(u));
-	struct iovec iov = { .iov_base = (void *)(uintptr_t)buf, .iov_len = len };
-	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.space,
-			      .msg_controllen = sizeof(u.space) };
+	msg.msg_control = u.space;
+	msg.msg_controllen = sizeof(u.space);
 	struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
 	cm->cmsg_level = SOL_SOCKET;
 	cm->cmsg_type = SCM_RIGHTS;
@@ -927,9 +995,28 @@ int client_send_frame(mfma_client *c, const uint8_t *buf, size_t len, uint64_t *
 int client_send_frame_fd(mfma_client *c, const uint8_t *buf, size_t len, int fd,
 			 uint64_t *t_first, struct mfma_error *err)
 {
+	struct iovec one = { .iov_base = (void *)(uintptr_t)buf, .iov_len = len };
+	return client_send_iov(c, &one, 1, len, fd, t_first, err);
+}
+
+/* Moves the cursor (piece *i, byte *at) n bytes on, past empty pieces. */
+static void iov_advance(const struct iovec *iov, size_t niov, size_t *i, size_t *at, size_t n)
+{
+	*at += n;
+	while (*i < niov && *at >= iov[*i].iov_len) {
+		*at -= iov[*i].iov_len;
+		(*i)++;
+	}
+}
+
+int client_send_iov(mfma_client *c, const struct iovec *iov, size_t niov, size_t len, int fd,
+		    uint64_t *t_first, struct mfma_error *err)
+{
 	uint64_t deadline = client_deadline(c->timeout_ms);
-	size_t off = 0;     /* bytes of buf sent (TLS: sealed) */
+	size_t off = 0;     /* bytes of the frame sent (TLS: sealed) */
+	size_t pi = 0, pat = 0; /* the same as piece, byte in it */
 	bool wire = false;  /* a byte of this frame went out (TLS: was sealed) */
+	iov_advance(iov, niov, &pi, &pat, 0);
 	int rc = client_check_alive(c, err);
 	if (rc < 0)
 		return rc;
@@ -946,10 +1033,14 @@ int client_send_frame_fd(mfma_client *c, const uint8_t *buf, size_t len, int fd,
 			errno = EAGAIN;
 		} else if (c->tls) {
 			if (c->tls_out_off == c->tls_out_len) {
-				size_t chunk = len - off < CLIENT_TLS_CHUNK ? len - off : CLIENT_TLS_CHUNK;
-				if ((rc = seal_chunk(c, buf + off, chunk, err)) < 0)
+				/* A record per piece at most: the pieces are few. */
+				size_t left = iov[pi].iov_len - pat;
+				size_t chunk = left < CLIENT_TLS_CHUNK ? left : CLIENT_TLS_CHUNK;
+				if ((rc = seal_chunk(c, (const uint8_t *)iov[pi].iov_base + pat, chunk,
+						     err)) < 0)
 					return rc;
 				off += chunk;
+				iov_advance(iov, niov, &pi, &pat, chunk);
 				if (!wire && t_first)
 					*t_first = t;
 				wire = true;
@@ -958,16 +1049,18 @@ int client_send_frame_fd(mfma_client *c, const uint8_t *buf, size_t len, int fd,
 				 MSG_NOSIGNAL | MSG_DONTWAIT);
 		} else {
 			/* The descriptor goes with the first bytes that leave. */
-			n = send_some(c->fd, buf + off, len - off, !wire ? fd : -1);
+			n = send_some(c->fd, iov, niov, pi, pat, !wire ? fd : -1);
 		}
 		if (n > 0) {
 			if (!wire && t_first)
 				*t_first = t;
 			wire = true;
-			if (c->tls)
+			if (c->tls) {
 				c->tls_out_off += (size_t)n;
-			else
+			} else {
 				off += (size_t)n;
+				iov_advance(iov, niov, &pi, &pat, (size_t)n);
+			}
 			if (c->progress && (!c->tls || c->tls_out_off == c->tls_out_len))
 				c->progress(c->progress_user, off, len);
 			continue;

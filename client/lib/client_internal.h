@@ -5,6 +5,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 #include "endpoint.h"
 #include "frame.h"
@@ -12,6 +13,18 @@
 #include "mfma_clock.h"
 #include "mfma.pb-c.h"
 #include "tls.h"
+
+/* The receive buffer an answer's D was left in (proto/wire_split.h):
+ * whoever holds the answer owns it, and frees it with the answer
+ * (client_response_free).  All NULL/0: the answer owns its bytes. */
+struct client_rx {
+	uint8_t *frame;
+	const uint8_t *payload;
+	size_t len;
+};
+
+/* Frees an answer (NULL is fine) and the receive buffer its D is in. */
+void client_response_free(Mfma__V1__Response *resp, struct client_rx *rx);
 
 /* One request sent and not yet handed back to the caller. */
 struct client_pending {
@@ -27,12 +40,19 @@ struct client_pending {
 	void *d_dst;     /* where the caller wants D (mfma_gemm_args.d), or NULL */
 	size_t d_bytes;  /* and how many bytes it holds (mfma_gemm_args.d_bytes) */
 	Mfma__V1__Response *resp; /* NULL until the answer arrives */
+	struct client_rx rx;      /* where resp's D is, when not in resp */
 	/* A request that changes nothing (a GEMM, a ping, status, the list)
 	 * keeps its frame until answered: after a lost connection it is sent
 	 * again, with the same id, on the next one (client_reconnect), until
 	 * deadline_ns passes. */
 	uint8_t *frame;
 	size_t frame_len;
+	/* A blocking call's frame, kept as it was sent: its pieces, the
+	 * large ones the caller's own matrices (valid until the call returns,
+	 * which drops them: client_pending_drop_frame), the small ones in
+	 * frame.  NULL: frame is the whole frame. */
+	struct iovec *iov;
+	size_t niov;
 	uint64_t deadline_ns;
 	/* A draining daemon's "shutting down", kept while the request goes
 	 * to another connection: its answer if no other daemon takes it. */
@@ -113,6 +133,8 @@ int client_pending_add(mfma_client *c, uint64_t id, bool user);
 /* Frees the response it holds and drops the entry (pointers into the
  * table are invalid afterwards). */
 void client_pending_remove(mfma_client *c, struct client_pending *p);
+/* Forgets the frame kept for a resend (the request is not sent again). */
+void client_pending_drop_frame(struct client_pending *p);
 
 /* Writes one whole frame, reading answers while the socket is full.
  * *t_first (may be NULL) receives the time the first byte left. */
@@ -122,6 +144,10 @@ int client_send_frame(mfma_client *c, const uint8_t *buf, size_t len, uint64_t *
  * bytes; fd < 0: none. */
 int client_send_frame_fd(mfma_client *c, const uint8_t *buf, size_t len, int fd,
 			 uint64_t *t_first, struct mfma_error *err);
+/* The same for a frame in pieces (writev: no piece is copied, except
+ * into TLS records); len is their sum. */
+int client_send_iov(mfma_client *c, const struct iovec *iov, size_t niov, size_t len, int fd,
+		    uint64_t *t_first, struct mfma_error *err);
 
 /* The region of this client (registered on the current connection)
  * holding [p, p + len), or NULL. */

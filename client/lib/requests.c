@@ -1,8 +1,9 @@
 /* libmfmaclient: the public calls.  Each builds its Request with
  * protobuf-c (pointing at the caller's matrices, never copying them),
- * packs it once into a buffer that has the frame header in front, and
- * turns the Response into the public structs, which point into the
- * unpacked message instead of copying it. */
+ * packs it behind a frame header (a large one in pieces that leave the
+ * matrices where they are, send_request) and turns the Response into the
+ * public structs, which point into the unpacked message (or the receive
+ * buffer, for a large D) instead of copying it. */
 #include "client_internal.h"
 
 #include <errno.h>
@@ -11,6 +12,7 @@
 #include <string.h>
 
 #include "mfma_dtype.h"
+#include "wire_split.h"
 
 /* The public element types travel as the wire's DType and mean what the
  * kernels' enum mfma_dtype means (mfmactl converts between the two), so
@@ -274,10 +276,101 @@ static uint64_t resend_deadline(const mfma_client *c, const Mfma__V1__Request *r
 	return now + (uint64_t)CLIENT_RESEND_WINDOW_MS * 1000000u;
 }
 
+/* A frame packed in pieces.  protobuf-c packs into a ProtobufCBuffer by
+ * handing over each key, length and field in turn, a bytes field as its
+ * own pointer: the large ones stay pieces pointing at the caller's
+ * memory, everything else is copied into scratch (the frame header
+ * first), so the matrices reach the socket without a copy (writev). */
+struct gather {
+	ProtobufCBuffer base;
+	uint8_t *scratch;
+	size_t slen, scap;
+	struct gather_piece {
+		const uint8_t *ext; /* NULL: scratch + off */
+		size_t off, len;
+	} *pc;
+	size_t npc, cappc;
+	bool oom;
+};
+
+static bool gather_grow(void **p, size_t *cap, size_t need, size_t elem, size_t first)
+{
+	if (need <= *cap)
+		return true;
+	size_t ncap = *cap ? *cap : first;
+	while (ncap < need)
+		ncap *= 2;
+	void *np = realloc(*p, ncap * elem);
+	if (!np)
+		return false;
+	*p = np;
+	*cap = ncap;
+	return true;
+}
+
+static void gather_append(ProtobufCBuffer *b, size_t len, const uint8_t *data)
+{
+	struct gather *g = (struct gather *)(void *)b;
+	if (g->oom || len == 0)
+		return;
+	bool ext = len >= WIRE_SPLIT_MIN_BYTES;
+	struct gather_piece *last = g->npc ? &g->pc[g->npc - 1] : NULL;
+	bool extend = !ext && last && !last->ext;
+	if ((!extend && !gather_grow((void **)&g->pc, &g->cappc, g->npc + 1, sizeof(*g->pc), 8)) ||
+	    (!ext && !gather_grow((void **)&g->scratch, &g->scap, g->slen + len, 1, 256))) {
+		g->oom = true;
+		return;
+	}
+	if (extend) {
+		g->pc[g->npc - 1].len += len;
+	} else {
+		g->pc[g->npc++] = (struct gather_piece){ .ext = ext ? data : NULL, .off = g->slen,
+							 .len = len };
+	}
+	if (!ext) {
+		memcpy(g->scratch + g->slen, data, len);
+		g->slen += len;
+	}
+}
+
+/* Packs req (n bytes) behind a frame header in pieces: *scratch holds
+ * the small ones, *iov (niov entries) all of them in order. */
+static int pack_gather(const Mfma__V1__Request *req, size_t n, uint8_t **scratch,
+		       struct iovec **iov, size_t *niov)
+{
+	struct gather g = { .base = { .append = gather_append } };
+	uint8_t head[FRAME_HEADER_SIZE];
+	frame_header_put(head, (uint32_t)n);
+	gather_append(&g.base, sizeof(head), head);
+	size_t packed = protobuf_c_message_pack_to_buffer(&req->base, &g.base);
+	struct iovec *v = g.oom ? NULL : malloc(g.npc * sizeof(*v));
+	if (!v || packed != n) {
+		free(v);
+		free(g.scratch);
+		free(g.pc);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < g.npc; i++)
+		v[i] = (struct iovec){ .iov_base = g.pc[i].ext ? (void *)(uintptr_t)g.pc[i].ext
+							       : g.scratch + g.pc[i].off,
+				       .iov_len = g.pc[i].len };
+	*niov = g.npc;
+	free(g.pc);
+	*scratch = g.scratch;
+	*iov = v;
+	return 0;
+}
+
 /* Packs req (its id set here) behind a frame header and sends it; on a
  * lost connection, reconnects first.  A resendable request keeps its
  * frame until answered: when the connection breaks while it is sent, it
- * stays in flight and goes again on the next connection. */
+ * stays in flight and goes again on the next connection.
+ *
+ * A large frame goes out in pieces, the matrices straight from the
+ * caller's memory.  A blocking call keeps those pieces for a resend (the
+ * caller's matrices outlive the call, and the call drops them when it
+ * returns); a submitted GEMM keeps a flat copy instead, since its caller
+ * may reuse the matrices once mfma_gemm_submit returns. */
 static int send_request(mfma_client *c, Mfma__V1__Request *req, bool user, int fd, uint64_t *idp,
 			struct mfma_error *err)
 {
@@ -299,27 +392,42 @@ static int send_request(mfma_client *c, Mfma__V1__Request *req, bool user, int f
 	if (n > UINT32_MAX)
 		return client_fail(err, -EMSGSIZE, "request of %zu bytes exceeds the frame limit "
 				   "of 4 GiB", n);
-	uint8_t *buf = malloc(FRAME_HEADER_SIZE + n);
-	if (!buf)
-		return client_fail(err, -ENOMEM, "out of memory packing a request of %zu bytes",
-				   n);
-	frame_header_put(buf, (uint32_t)n);
-	protobuf_c_message_pack(&req->base, buf + FRAME_HEADER_SIZE);
+	uint8_t *buf = NULL;
+	struct iovec *iov = NULL;
+	size_t niov = 0;
+	if (fd < 0 && !(keep && user) && n >= WIRE_SPLIT_MIN_BYTES) {
+		if (pack_gather(req, n, &buf, &iov, &niov) < 0)
+			return client_fail(err, -ENOMEM, "out of memory packing a request of %zu "
+					   "bytes", n);
+	} else {
+		buf = malloc(FRAME_HEADER_SIZE + n);
+		if (!buf)
+			return client_fail(err, -ENOMEM, "out of memory packing a request of %zu "
+					   "bytes", n);
+		frame_header_put(buf, (uint32_t)n);
+		protobuf_c_message_pack(&req->base, buf + FRAME_HEADER_SIZE);
+	}
 	if ((rc = client_pending_add(c, id, user)) < 0) {
 		free(buf);
+		free(iov);
 		return client_fail(err, rc, "out of memory");
 	}
 	if (keep) {
 		struct client_pending *p = client_pending_find(c, id);
 		p->frame = buf;
 		p->frame_len = FRAME_HEADER_SIZE + n;
+		p->iov = iov;
+		p->niov = niov;
 		p->deadline_ns = deadline;
 	}
 	uint64_t t_first = mfma_clock_ns();
-	rc = client_send_frame_fd(c, buf, FRAME_HEADER_SIZE + n, fd, &t_first, err);
+	rc = iov ? client_send_iov(c, iov, niov, FRAME_HEADER_SIZE + n, fd, &t_first, err)
+		 : client_send_frame_fd(c, buf, FRAME_HEADER_SIZE + n, fd, &t_first, err);
 	uint64_t t_sent = mfma_clock_ns();
-	if (!keep)
+	if (!keep) {
 		free(buf);
+		free(iov);
+	}
 	/* Answers read while sending may have moved entries: find it again. */
 	struct client_pending *p = client_pending_find(c, id);
 	if (rc < 0 && !(keep && p && c->dead)) {
@@ -336,13 +444,17 @@ static int send_request(mfma_client *c, Mfma__V1__Request *req, bool user, int f
 	return 0;
 }
 
-/* Takes the answer out of the table.  On a daemon error the response is
- * freed and MFMA_EREMOTE(code) returned. */
+/* Takes the answer out of the table, with the receive buffer its D is
+ * in (rx; NULL for calls whose answers carry no matrix).  On a daemon
+ * error the response is freed and MFMA_EREMOTE(code) returned. */
 static int take(mfma_client *c, struct client_pending *p, Mfma__V1__Response__BodyCase want,
-		Mfma__V1__Response **out, uint64_t *rtt, struct mfma_error *err)
+		Mfma__V1__Response **out, uint64_t *rtt, struct client_rx *rx,
+		struct mfma_error *err)
 {
 	Mfma__V1__Response *resp = p->resp;
+	struct client_rx prx = p->rx;
 	p->resp = NULL;
+	p->rx = (struct client_rx){ 0 };
 	if (rtt)
 		*rtt = p->t_recv_ns - p->t_send_ns;
 	c->last = (struct mfma_client_timing){
@@ -360,11 +472,16 @@ static int take(mfma_client *c, struct client_pending *p, Mfma__V1__Response__Bo
 	else if (want != MFMA__V1__RESPONSE__BODY__NOT_SET && resp->body_case != want)
 		rc = client_fail(err, -EPROTO, "the daemon answered with body %d where %d was "
 				 "expected", (int)resp->body_case, (int)want);
+	else if (!rx && prx.frame)
+		rc = client_fail(err, -EPROTO, "the daemon answered with a GEMM result where "
+				 "none was expected");
 	if (rc < 0) {
-		mfma__v1__response__free_unpacked(resp, NULL);
+		client_response_free(resp, &prx);
 		return rc;
 	}
 	*out = resp;
+	if (rx)
+		*rx = prx;
 	return 0;
 }
 
@@ -375,7 +492,7 @@ static int take(mfma_client *c, struct client_pending *p, Mfma__V1__Response__Bo
  * (client_wait); one that carries a descriptor never is. */
 static int call_fd(mfma_client *c, Mfma__V1__Request *req, int fd,
 		   Mfma__V1__Response__BodyCase want, Mfma__V1__Response **out, uint64_t *rtt,
-		   struct mfma_error *err)
+		   struct client_rx *rx, struct mfma_error *err)
 {
 	uint64_t id;
 	struct client_pending *p;
@@ -384,17 +501,21 @@ static int call_fd(mfma_client *c, Mfma__V1__Request *req, int fd,
 		return rc;
 	rc = client_wait(c, id, c->timeout_ms, &p, err);
 	if (rc < 0) {
-		if ((p = client_pending_find(c, id)) != NULL)
+		/* Never sent again: its frame may point at the caller's
+		 * matrices, which are the caller's again once this returns. */
+		if ((p = client_pending_find(c, id)) != NULL) {
 			p->abandoned = true;
+			client_pending_drop_frame(p);
+		}
 		return rc;
 	}
-	return take(c, p, want, out, rtt, err);
+	return take(c, p, want, out, rtt, rx, err);
 }
 
 static int call(mfma_client *c, Mfma__V1__Request *req, Mfma__V1__Response__BodyCase want,
 		Mfma__V1__Response **out, uint64_t *rtt, struct mfma_error *err)
 {
-	return call_fd(c, req, -1, want, out, rtt, err);
+	return call_fd(c, req, -1, want, out, rtt, NULL, err);
 }
 
 /* ---- decoding ---- */
@@ -408,15 +529,34 @@ static struct mfma_region *region_by_id(mfma_client *c, uint64_t id)
 	return NULL;
 }
 
-/* dst: where the caller wants D (mfma_gemm_args.d), or NULL. */
-static int gemm_result_from(mfma_client *c, Mfma__V1__Response *resp, uint64_t rtt, void *dst,
-			    size_t dst_bytes, struct mfma_gemm_result *r, struct mfma_error *err)
+/* What mfma_gemm_result.priv holds: the answer and the receive buffer
+ * its D may be in. */
+struct client_result {
+	Mfma__V1__Response *resp;
+	struct client_rx rx;
+};
+
+/* dst: where the caller wants D (mfma_gemm_args.d), or NULL: D is then
+ * pointed at where it is, in the receive buffer (rx) or the answer.
+ * Takes resp and rx. */
+static int gemm_result_from(mfma_client *c, Mfma__V1__Response *resp, struct client_rx *rx,
+			    uint64_t rtt, void *dst, size_t dst_bytes, struct mfma_gemm_result *r,
+			    struct mfma_error *err)
 {
 	uint64_t t0 = mfma_clock_ns();
 	const Mfma__V1__GemmResult *g = resp->gemm;
 	memset(r, 0, sizeof(*r));
+	struct client_result *box = malloc(sizeof(*box));
+	if (!box) {
+		client_response_free(resp, rx);
+		return client_fail(err, -ENOMEM, "out of memory");
+	}
+	box->resp = resp;
+	box->rx = *rx;
+	*rx = (struct client_rx){ 0 };
+	r->priv = box; /* from here on every error frees it */
 	if (!g || !g->d) {
-		mfma__v1__response__free_unpacked(resp, NULL);
+		mfma_gemm_result_free(r);
 		return client_fail(err, -EPROTO, "the daemon's GEMM answer carries no D matrix");
 	}
 	const Mfma__V1__Matrix *d = g->d;
@@ -428,7 +568,7 @@ static int gemm_result_from(mfma_client *c, Mfma__V1__Response *resp, uint64_t r
 		struct mfma_region *rg = region_by_id(c, d->region->region);
 		if (!rg || es == 0 || d->region->offset > rg->size ||
 		    want > rg->size - d->region->offset) {
-			mfma__v1__response__free_unpacked(resp, NULL);
+			mfma_gemm_result_free(r);
 			return client_fail(err, -EPROTO, "the daemon's D names region %llu at offset "
 					   "%llu, which is not a region of this client that holds it",
 					   (unsigned long long)d->region->region,
@@ -439,7 +579,7 @@ static int gemm_result_from(mfma_client *c, Mfma__V1__Response *resp, uint64_t r
 		int rc = client_fail(err, -EPROTO, "the daemon's D is %ux%u dtype %d with %zu "
 				     "bytes, which do not match", d->rows, d->cols, (int)d->dtype,
 				     d->data.len);
-		mfma__v1__response__free_unpacked(resp, NULL);
+		mfma_gemm_result_free(r);
 		return rc;
 	}
 	if (dst && !d->region && want) {
@@ -447,7 +587,7 @@ static int gemm_result_from(mfma_client *c, Mfma__V1__Response *resp, uint64_t r
 			int rc = client_fail(err, -EMSGSIZE, "D is %ux%u, %llu bytes, but d holds %zu "
 					     "(d_bytes): not copied", d->rows, d->cols,
 					     (unsigned long long)want, dst_bytes);
-			mfma__v1__response__free_unpacked(resp, NULL);
+			mfma_gemm_result_free(r);
 			return rc;
 		}
 		memcpy(dst, data, (size_t)want);
@@ -475,7 +615,6 @@ static int gemm_result_from(mfma_client *c, Mfma__V1__Response *resp, uint64_t r
 	r->round_trip_ns = rtt;
 	r->client = c->last;
 	r->client.decode_ns += mfma_clock_ns() - t0;
-	r->priv = resp;
 	return 0;
 }
 
@@ -483,8 +622,11 @@ void mfma_gemm_result_free(struct mfma_gemm_result *r)
 {
 	if (!r)
 		return;
-	if (r->priv)
-		mfma__v1__response__free_unpacked(r->priv, NULL);
+	struct client_result *box = r->priv;
+	if (box) {
+		client_response_free(box->resp, &box->rx);
+		free(box);
+	}
 	memset(r, 0, sizeof(*r));
 }
 
@@ -579,10 +721,11 @@ int mfma_wait(mfma_client *c, uint64_t id, int timeout_ms, uint64_t *done_id,
 		*done_id = p->id;
 	void *dst = p->d_dst;
 	size_t dst_bytes = p->d_bytes;
-	rc = take(c, p, MFMA__V1__RESPONSE__BODY_GEMM, &resp, &rtt, err);
+	struct client_rx rx;
+	rc = take(c, p, MFMA__V1__RESPONSE__BODY_GEMM, &resp, &rtt, &rx, err);
 	if (rc < 0)
 		return rc;
-	if ((rc = gemm_result_from(c, resp, rtt, dst, dst_bytes, result, err)) < 0)
+	if ((rc = gemm_result_from(c, resp, &rx, rtt, dst, dst_bytes, result, err)) < 0)
 		return rc;
 	client_ok(err);
 	return 0;
@@ -605,9 +748,10 @@ int mfma_gemm(mfma_client *c, const struct mfma_gemm_args *args, struct mfma_gem
 	req.body_case = MFMA__V1__REQUEST__BODY_GEMM;
 	req.gemm = &w.g;
 	c->encode_t0 = t0;
-	if ((rc = call(c, &req, MFMA__V1__RESPONSE__BODY_GEMM, &resp, &rtt, err)) < 0)
+	struct client_rx rx;
+	if ((rc = call_fd(c, &req, -1, MFMA__V1__RESPONSE__BODY_GEMM, &resp, &rtt, &rx, err)) < 0)
 		return rc;
-	if ((rc = gemm_result_from(c, resp, rtt, args->d, args->d_bytes, result, err)) < 0)
+	if ((rc = gemm_result_from(c, resp, &rx, rtt, args->d, args->d_bytes, result, err)) < 0)
 		return rc;
 	client_ok(err);
 	return 0;
@@ -916,7 +1060,8 @@ int client_region_register(mfma_client *c, int fd, uint64_t bytes, uint64_t *reg
 	rr.bytes = bytes;
 	req.body_case = MFMA__V1__REQUEST__BODY_REGISTER_REGION;
 	req.register_region = &rr;
-	int rc = call_fd(c, &req, fd, MFMA__V1__RESPONSE__BODY_REGISTER_REGION, &resp, NULL, err);
+	int rc = call_fd(c, &req, fd, MFMA__V1__RESPONSE__BODY_REGISTER_REGION, &resp, NULL, NULL,
+			 err);
 	if (rc < 0)
 		return rc;
 	const Mfma__V1__RegisterRegionResult *r = resp->register_region;
