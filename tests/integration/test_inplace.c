@@ -1,0 +1,423 @@
+/* Large frames without the double copy (issue 10), against the real mfmad
+ * on the CPU backend: GEMMs whose matrices the daemon leaves in the frame
+ * they came in and the client library sends in pieces and decodes in
+ * place, checked against a float64 reference across the split threshold
+ * (4 KiB), the off-loop decode (1 MiB), blocking and submitted calls, D
+ * given or not, Unix and TCP; deep pipelines (many frames per read);
+ * frames by hand that protobuf merges (the split must step aside); and
+ * the frame a request keeps counted against limits.max_inflight_mb. */
+#include <errno.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "frame.h"
+#include "harness.h"
+#include "mfma.h"
+#include "rawwire.h"
+
+static struct mfmad_proc *running;
+
+static int stop_leftover(void **state)
+{
+	(void)state;
+	if (running)
+		harness_stop(running);
+	running = NULL;
+	return 0;
+}
+
+static void start(struct mfmad_proc *p, const char *conf, const char *const *args)
+{
+	assert_int_equal(harness_start(p, conf, args), 0);
+	running = p;
+}
+
+static void stop(struct mfmad_proc *p)
+{
+	running = NULL;
+	assert_int_equal(harness_stop(p), 0);
+}
+
+static float *values(size_t n, unsigned seed)
+{
+	float *p = malloc(n * sizeof(*p));
+	assert_non_null(p);
+	for (size_t i = 0; i < n; i++)
+		p[i] = (float)((i * 2654435761u + seed * 40503u) % 2001) / 1000.0f - 1.0f;
+	return p;
+}
+
+/* Worst relative error of d (m x n) against alpha A.B + beta C in float64. */
+static double worst_error(const float *d, const float *a, const float *b, const float *c,
+			  float alpha, float beta, uint32_t m, uint32_t k, uint32_t n)
+{
+	double worst = 0;
+	for (uint32_t i = 0; i < m; i++)
+		for (uint32_t j = 0; j < n; j++) {
+			double want = 0;
+			for (uint32_t p = 0; p < k; p++)
+				want += (double)a[(size_t)i * k + p] * b[(size_t)p * n + j];
+			want = alpha * want + (c ? beta * (double)c[(size_t)i * n + j] : 0);
+			double e = fabs(d[(size_t)i * n + j] - want) / (fabs(want) + 1.0);
+			worst = e > worst ? e : worst;
+		}
+	return worst;
+}
+
+struct shape {
+	uint32_t m, k, n;
+	bool with_c;
+};
+
+/* Across the thresholds: B of exactly 4 KiB, below it, A and B of 256 KiB,
+ * a frame over 1 MiB (decoded off the loop), D of 350 KiB, odd sizes. */
+static const struct shape shapes[] = {
+	{ 8, 128, 8, false },    /* B 4096 bytes: split from this size */
+	{ 8, 127, 8, true },     /* B 4064 bytes: copied as before */
+	{ 64, 1024, 64, true },  /* A, B 256 KiB, C and D 16 KiB */
+	{ 32, 2048, 160, false }, /* B 1.25 MiB: the off-loop decode */
+	{ 300, 17, 301, true },  /* B 20 KiB, C and D 353 KiB */
+};
+
+/* Every shape through c: blocking and submitted, D given and not. */
+static void run_shapes(mfma_client *c, const char *what)
+{
+	struct mfma_error err;
+	for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+		const struct shape *sh = &shapes[s];
+		float *a = values((size_t)sh->m * sh->k, 1 + s), *b = values((size_t)sh->k * sh->n, 7 + s);
+		float *cm = sh->with_c ? values((size_t)sh->m * sh->n, 13 + s) : NULL;
+		size_t dn = (size_t)sh->m * sh->n;
+		float *dst = malloc(dn * sizeof(float));
+		struct mfma_matrix cmat = { sh->m, sh->n, MFMA_TYPE_F32, cm, dn * 4 };
+		for (int mode = 0; mode < 4; mode++) {
+			struct mfma_gemm_args g;
+			mfma_gemm_args_init(&g);
+			g.a.kind = MFMA_OPERAND_DENSE;
+			g.a.dense = (struct mfma_matrix){ sh->m, sh->k, MFMA_TYPE_F32, a,
+							  (size_t)sh->m * sh->k * 4 };
+			g.b = (struct mfma_matrix){ sh->k, sh->n, MFMA_TYPE_F32, b,
+						    (size_t)sh->k * sh->n * 4 };
+			if (cm) {
+				g.c = &cmat;
+				g.beta = 0.5f;
+				g.alpha = 2.0f;
+			}
+			bool given = mode & 1;
+			if (given) {
+				memset(dst, 0xff, dn * sizeof(float));
+				g.d = dst;
+				g.d_bytes = dn * sizeof(float);
+			}
+			struct mfma_gemm_result r;
+			if (mode & 2) {
+				uint64_t id, done;
+				if (mfma_gemm_submit(c, &g, &id, &err) < 0)
+					fail_msg("%s submit %ux%ux%u: %s", what, sh->m, sh->k, sh->n,
+						 err.message);
+				/* The caller may reuse its matrices once submit returns. */
+				float keep = b[0];
+				b[0] = 1e9f;
+				if (mfma_wait(c, id, 30000, &done, &r, &err) < 0)
+					fail_msg("%s wait %ux%ux%u: %s", what, sh->m, sh->k, sh->n,
+						 err.message);
+				b[0] = keep;
+			} else if (mfma_gemm(c, &g, &r, &err) < 0) {
+				fail_msg("%s gemm %ux%ux%u: %s", what, sh->m, sh->k, sh->n, err.message);
+			}
+			assert_int_equal(r.d.rows, sh->m);
+			assert_int_equal(r.d.cols, sh->n);
+			assert_int_equal(r.d.bytes, dn * sizeof(float));
+			if (given)
+				assert_ptr_equal(r.d.data, dst);
+			double e = worst_error(r.d.data, a, b, cm, g.alpha, g.beta, sh->m, sh->k, sh->n);
+			if (e > 1e-4)
+				fail_msg("%s %ux%ux%u mode %d: worst relative error %.2e", what, sh->m,
+					 sh->k, sh->n, mode, e);
+			mfma_gemm_result_free(&r);
+		}
+		free(a);
+		free(b);
+		free(cm);
+		free(dst);
+	}
+}
+
+static void test_shapes_unix_and_tcp(void **state)
+{
+	(void)state;
+	struct mfmad_proc p;
+	char tcp[32], ep[160];
+	int port = 20000 + (int)(getpid() % 20000);
+	snprintf(tcp, sizeof(tcp), "127.0.0.1:%d", port);
+	const char *args[] = { "--tcp", tcp, NULL };
+	start(&p, "cpu = { threads = 1; devices = 1; };", args);
+	struct mfma_error err;
+	mfma_client *c;
+	snprintf(ep, sizeof(ep), "unix:%s", p.sock);
+	assert_int_equal(mfma_connect(ep, &c, &err), 0);
+	run_shapes(c, "unix");
+	mfma_close(c);
+	snprintf(ep, sizeof(ep), "tcp:127.0.0.1:%d", port);
+	assert_int_equal(mfma_connect(ep, &c, &err), 0);
+	run_shapes(c, "tcp");
+	mfma_close(c);
+	stop(&p);
+}
+
+/* 48 submits of 256 KiB before the first wait: the daemon reads several
+ * frames at once (and then copies instead of taking its read buffer), the
+ * client several answers; each answer is its own request's. */
+static void test_deep_pipeline(void **state)
+{
+	(void)state;
+	enum { M = 16, K = 1024, N = 64, DEPTH = 48, VARIANTS = 3 };
+	struct mfmad_proc p;
+	start(&p, "cpu = { threads = 1; devices = 1; };", NULL);
+	struct mfma_error err;
+	mfma_client *c;
+	char ep[160];
+	snprintf(ep, sizeof(ep), "unix:%s", p.sock);
+	assert_int_equal(mfma_connect(ep, &c, &err), 0);
+	float *a = values((size_t)M * K, 3), *b[VARIANTS];
+	for (int v = 0; v < VARIANTS; v++)
+		b[v] = values((size_t)K * N, 20 + v);
+	uint64_t ids[DEPTH];
+	for (int i = 0; i < DEPTH; i++) {
+		struct mfma_gemm_args g;
+		mfma_gemm_args_init(&g);
+		g.a.kind = MFMA_OPERAND_DENSE;
+		g.a.dense = (struct mfma_matrix){ M, K, MFMA_TYPE_F32, a, sizeof(float) * M * K };
+		g.b = (struct mfma_matrix){ K, N, MFMA_TYPE_F32, b[i % VARIANTS], sizeof(float) * K * N };
+		if (mfma_gemm_submit(c, &g, &ids[i], &err) < 0)
+			fail_msg("submit %d: %s", i, err.message);
+	}
+	for (int i = 0; i < DEPTH; i++) {
+		struct mfma_gemm_result r;
+		uint64_t done;
+		if (mfma_wait(c, MFMA_ANY, 30000, &done, &r, &err) < 0)
+			fail_msg("wait: %s", err.message);
+		int which = -1;
+		for (int j = 0; j < DEPTH; j++)
+			if (ids[j] == done)
+				which = j;
+		assert_true(which >= 0);
+		ids[which] = 0;
+		double e = worst_error(r.d.data, a, b[which % VARIANTS], NULL, 1, 0, M, K, N);
+		if (e > 1e-4)
+			fail_msg("request %d: worst relative error %.2e", which, e);
+		mfma_gemm_result_free(&r);
+	}
+	mfma_close(c);
+	for (int v = 0; v < VARIANTS; v++)
+		free(b[v]);
+	free(a);
+	stop(&p);
+}
+
+/* payload1 then payload2 as one frame: protobuf reads them as one message,
+ * merged (a message field sent twice is merged, a scalar's last value
+ * kept, a oneof's last member kept). */
+static void send_merged(int fd, const Mfma__V1__Request *r1, const Mfma__V1__Request *r2)
+{
+	size_t l1 = mfma__v1__request__get_packed_size(r1);
+	size_t l2 = mfma__v1__request__get_packed_size(r2);
+	uint8_t *buf = malloc(FRAME_HEADER_SIZE + l1 + l2);
+	frame_header_put(buf, (uint32_t)(l1 + l2));
+	mfma__v1__request__pack(r1, buf + FRAME_HEADER_SIZE);
+	mfma__v1__request__pack(r2, buf + FRAME_HEADER_SIZE + l1);
+	assert_int_equal(harness_write_all(fd, buf, FRAME_HEADER_SIZE + l1 + l2), 0);
+	free(buf);
+}
+
+/* Appends a varint. */
+static size_t put_varint(uint8_t *p, uint64_t v)
+{
+	size_t n = 0;
+	for (; v >= 0x80; v >>= 7)
+		p[n++] = (uint8_t)(v | 0x80);
+	p[n++] = (uint8_t)v;
+	return n;
+}
+
+/* Frames whose large fields come twice, or whose GEMM loses its oneof to
+ * a ping: the daemon answers what protobuf-c says the frame means. */
+static void test_merged_frames(void **state)
+{
+	(void)state;
+	enum { M = 8, K = 256, N = 16 };
+	struct mfmad_proc p;
+	start(&p, "cpu = { threads = 1; devices = 1; };", NULL);
+	int fd = harness_connect_raw(&p);
+	assert_true(fd >= 0);
+	struct rw_mat a, b1, b2;
+	rw_mat_init(&a, M, K, 1);
+	rw_mat_init(&b1, K, N, 2);
+	rw_mat_init(&b2, K, N, 3);
+	Mfma__V1__Request r1 = MFMA__V1__REQUEST__INIT;
+	Mfma__V1__Gemm g1 = MFMA__V1__GEMM__INIT;
+	r1.has_id = 1;
+	r1.id = 41;
+	r1.body_case = MFMA__V1__REQUEST__BODY_GEMM;
+	r1.gemm = &g1;
+	g1.a = &a.op;
+	g1.b = &b1.m;
+	/* Request{id = 41, gemm{a, b = b1, b = b2}}: protobuf merges the two
+	 * b's, and b2's fields win. */
+	size_t gl = mfma__v1__gemm__get_packed_size(&g1);
+	size_t bl = mfma__v1__matrix__get_packed_size(&b2.m);
+	uint8_t *buf = malloc(64 + gl + bl);
+	size_t o = FRAME_HEADER_SIZE;
+	buf[o++] = 0x08;
+	o += put_varint(buf + o, 41);
+	buf[o++] = 0x12;
+	size_t inner = gl + 1 + put_varint(buf + o, bl) + bl;
+	o += put_varint(buf + o, inner);
+	o += mfma__v1__gemm__pack(&g1, buf + o);
+	buf[o++] = 0x12;
+	o += put_varint(buf + o, bl);
+	o += mfma__v1__matrix__pack(&b2.m, buf + o);
+	frame_header_put(buf, (uint32_t)(o - FRAME_HEADER_SIZE));
+	assert_int_equal(harness_write_all(fd, buf, o), 0);
+	free(buf);
+	Mfma__V1__Response *resp = rw_read(fd, 10000);
+	assert_non_null(resp);
+	assert_int_equal(resp->id, 41);
+	if (resp->status && resp->status->code)
+		fail_msg("gemm.b twice: %s", resp->status->message);
+	const float *d = (const float *)resp->gemm->d->data.data;
+	assert_int_equal(resp->gemm->d->data.len, sizeof(float) * M * N);
+	assert_true(worst_error(d, a.data, b2.data, NULL, 1, 0, M, K, N) < 1e-4);
+	assert_true(worst_error(d, a.data, b1.data, NULL, 1, 0, M, K, N) > 1e-2);
+	mfma__v1__response__free_unpacked(resp, NULL);
+
+	/* Two whole gemm bodies: protobuf-c keeps the last member of a
+	 * oneof as it comes (no merge), so this one has no A. */
+	Mfma__V1__Request r2 = MFMA__V1__REQUEST__INIT;
+	Mfma__V1__Gemm g2 = MFMA__V1__GEMM__INIT;
+	r2.body_case = MFMA__V1__REQUEST__BODY_GEMM;
+	r2.gemm = &g2;
+	g2.b = &b2.m;
+	send_merged(fd, &r1, &r2);
+	resp = rw_read(fd, 10000);
+	assert_non_null(resp);
+	assert_int_equal(resp->id, 41);
+	assert_int_equal(resp->status->code, MFMA__V1__CODE__INVALID_ARGUMENT);
+	assert_non_null(strstr(resp->status->message, "a is missing"));
+	mfma__v1__response__free_unpacked(resp, NULL);
+
+	/* The GEMM, then a ping in the same oneof: a ping it is. */
+	Mfma__V1__Ping ping = MFMA__V1__PING__INIT;
+	Mfma__V1__Request r3 = MFMA__V1__REQUEST__INIT;
+	r1.id = 42;
+	g1.b = &b1.m;
+	r3.body_case = MFMA__V1__REQUEST__BODY_PING;
+	r3.ping = &ping;
+	send_merged(fd, &r1, &r3);
+	resp = rw_read(fd, 10000);
+	assert_non_null(resp);
+	assert_int_equal(resp->id, 42);
+	assert_int_equal(resp->body_case, MFMA__V1__RESPONSE__BODY_PONG);
+	mfma__v1__response__free_unpacked(resp, NULL);
+	close(fd);
+	rw_mat_free(&a);
+	rw_mat_free(&b1);
+	rw_mat_free(&b2);
+	stop(&p);
+}
+
+/* A request holds its whole frame now: a GEMM with a small B but 700 KiB
+ * of fields the daemon ignores counts its frame against
+ * limits.max_inflight_mb (its matrices alone would fit twice), so a
+ * second one while the first runs is refused, naming the limit.  The
+ * first is slow: a resident 2048 x 2048 weight. */
+static void test_frame_counted(void **state)
+{
+	(void)state;
+	enum { M = 2048, K = 2048, N = 8, JUNK = 700 * 1024 };
+	struct mfmad_proc p;
+	start(&p, "cpu = { threads = 1; devices = 1; };\nlimits = { max_inflight_mb = 1; };", NULL);
+	int fd = harness_connect_raw(&p);
+	assert_true(fd >= 0);
+	struct rw_mat w, b;
+	rw_mat_init(&w, M, K, 5);
+	rw_mat_init(&b, K, N, 6);
+	Mfma__V1__Request req = MFMA__V1__REQUEST__INIT;
+	Mfma__V1__LoadWeight lw = MFMA__V1__LOAD_WEIGHT__INIT;
+	lw.name = "big";
+	lw.a = &w.op;
+	req.has_id = 1;
+	req.id = 1;
+	req.body_case = MFMA__V1__REQUEST__BODY_LOAD_WEIGHT;
+	req.load_weight = &lw;
+	rw_send(fd, &req);
+	Mfma__V1__Response *resp = rw_read(fd, 30000);
+	assert_non_null(resp);
+	assert_int_equal(resp->status ? resp->status->code : 0, MFMA__V1__CODE__OK);
+	mfma__v1__response__free_unpacked(resp, NULL);
+
+	Mfma__V1__Gemm g = MFMA__V1__GEMM__INIT;
+	Mfma__V1__Operand op = MFMA__V1__OPERAND__INIT;
+	op.kind_case = MFMA__V1__OPERAND__KIND_WEIGHT;
+	op.weight = "big";
+	g.a = &op;
+	g.b = &b.m;
+	req.body_case = MFMA__V1__REQUEST__BODY_GEMM;
+	req.gemm = &g;
+	size_t n = mfma__v1__request__get_packed_size(&req);
+	/* Field 99 (unknown to the schema), length-delimited, JUNK bytes. */
+	size_t flen = n + 2 + 3 + JUNK;
+	uint8_t *two = calloc(1, 2 * (FRAME_HEADER_SIZE + flen));
+	for (int i = 0; i < 2; i++) {
+		uint8_t *f = two + i * (FRAME_HEADER_SIZE + flen);
+		req.id = 10 + i;
+		frame_header_put(f, (uint32_t)flen);
+		mfma__v1__request__pack(&req, f + FRAME_HEADER_SIZE);
+		uint8_t *x = f + FRAME_HEADER_SIZE + n;
+		x[0] = 0x9a, x[1] = 0x06;                                   /* key 99, type 2 */
+		x[2] = (JUNK & 0x7f) | 0x80, x[3] = ((JUNK >> 7) & 0x7f) | 0x80, x[4] = JUNK >> 14;
+	}
+	assert_int_equal(harness_write_all(fd, two, 2 * (FRAME_HEADER_SIZE + flen)), 0);
+	bool ok10 = false, refused11 = false;
+	for (int i = 0; i < 2; i++) {
+		resp = rw_read(fd, 30000);
+		assert_non_null(resp);
+		int code = resp->status ? (int)resp->status->code : 0;
+		const char *msg = resp->status && resp->status->message ? resp->status->message : "";
+		printf("answer %llu: code %d %s\n", (unsigned long long)resp->id, code, msg);
+		if (resp->id == 10)
+			ok10 = code == MFMA__V1__CODE__OK;
+		if (resp->id == 11)
+			refused11 = code == MFMA__V1__CODE__RESOURCE_EXHAUSTED &&
+				    strstr(msg, "limits.max_inflight_mb") != NULL;
+		mfma__v1__response__free_unpacked(resp, NULL);
+	}
+	assert_true(ok10);
+	assert_true(refused11);
+	free(two);
+	close(fd);
+	rw_mat_free(&w);
+	rw_mat_free(&b);
+	stop(&p);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_teardown(test_shapes_unix_and_tcp, stop_leftover),
+		cmocka_unit_test_teardown(test_deep_pipeline, stop_leftover),
+		cmocka_unit_test_teardown(test_merged_frames, stop_leftover),
+		cmocka_unit_test_teardown(test_frame_counted, stop_leftover),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
