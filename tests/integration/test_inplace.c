@@ -4,10 +4,13 @@
  * place, checked against a float64 reference across the split threshold
  * (4 KiB), the off-loop decode (1 MiB), blocking and submitted calls, D
  * given or not, Unix and TCP; deep pipelines (many frames per read);
- * frames by hand that protobuf merges (the split must step aside); and
- * the frame a request keeps counted against limits.max_inflight_mb. */
+ * frames by hand that protobuf merges (the split must step aside); the
+ * frame a request keeps counted against limits.max_inflight_mb; and a
+ * blocking call's frame, kept in pieces, sent again after a lost
+ * connection. */
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -16,6 +19,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -411,6 +416,91 @@ static void test_frame_counted(void **state)
 	stop(&p);
 }
 
+/* A peer that takes one frame and closes without answering. */
+struct swallow {
+	int lfd;
+	uint8_t *got;
+	long len;
+};
+
+static void *swallow_one(void *arg)
+{
+	struct swallow *w = arg;
+	int fd = accept(w->lfd, NULL, NULL);
+	if (fd >= 0) {
+		w->len = harness_read_frame(fd, &w->got, 10000);
+		close(fd);
+	}
+	return NULL;
+}
+
+/* A blocking GEMM of 512 KiB goes out in pieces, the matrices from the
+ * caller's memory; its first endpoint takes the frame and closes, and the
+ * library sends the pieces it kept again to the next endpoint of the
+ * list, within the same call.  The frame as sent is protobuf-c's own
+ * packing, byte for byte. */
+static void test_blocking_resend(void **state)
+{
+	(void)state;
+	enum { M = 32, K = 1024, N = 128 };
+	struct mfmad_proc p;
+	start(&p, "cpu = { threads = 1; devices = 1; };", NULL);
+	struct swallow w = { .len = -1 };
+	char fake[108];
+	snprintf(fake, sizeof(fake), "%s.swallow", p.sock);
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", fake);
+	w.lfd = socket(AF_UNIX, SOCK_STREAM, 0);
+	assert_true(w.lfd >= 0);
+	assert_int_equal(bind(w.lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(w.lfd, 4), 0);
+	pthread_t t;
+	assert_int_equal(pthread_create(&t, NULL, swallow_one, &w), 0);
+
+	char ep[256];
+	snprintf(ep, sizeof(ep), "unix:%s,unix:%s", fake, p.sock);
+	struct mfma_error err;
+	mfma_client *c;
+	assert_int_equal(mfma_connect(ep, &c, &err), 0);
+	mfma_set_timeout(c, 20000);
+	float *a = values((size_t)M * K, 31), *b = values((size_t)K * N, 32);
+	struct mfma_gemm_args g;
+	mfma_gemm_args_init(&g);
+	g.a.kind = MFMA_OPERAND_DENSE;
+	g.a.dense = (struct mfma_matrix){ M, K, MFMA_TYPE_F32, a, sizeof(float) * M * K };
+	g.b = (struct mfma_matrix){ K, N, MFMA_TYPE_F32, b, sizeof(float) * K * N };
+	struct mfma_gemm_result r;
+	if (mfma_gemm(c, &g, &r, &err) < 0)
+		fail_msg("gemm after a swallowed frame: %s", err.message);
+	pthread_join(t, NULL);
+	close(w.lfd);
+	unlink(fake);
+	assert_true(worst_error(r.d.data, a, b, NULL, 1, 0, M, K, N) < 1e-4);
+	mfma_gemm_result_free(&r);
+	mfma_close(c);
+
+	/* What the first endpoint read: the whole request, as protobuf-c
+	 * packs it. */
+	assert_true(w.len > 0);
+	Mfma__V1__Request *req = mfma__v1__request__unpack(NULL, (size_t)w.len, w.got);
+	assert_non_null(req);
+	assert_int_equal(req->body_case, MFMA__V1__REQUEST__BODY_GEMM);
+	assert_int_equal(req->gemm->b->data.len, sizeof(float) * K * N);
+	assert_memory_equal(req->gemm->b->data.data, b, sizeof(float) * K * N);
+	assert_memory_equal(req->gemm->a->dense->data.data, a, sizeof(float) * M * K);
+	size_t n = mfma__v1__request__get_packed_size(req);
+	uint8_t *again = malloc(n);
+	mfma__v1__request__pack(req, again);
+	assert_int_equal(n, (size_t)w.len);
+	assert_memory_equal(again, w.got, n);
+	free(again);
+	mfma__v1__request__free_unpacked(req, NULL);
+	free(w.got);
+	free(a);
+	free(b);
+	stop(&p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -418,6 +508,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_deep_pipeline, stop_leftover),
 		cmocka_unit_test_teardown(test_merged_frames, stop_leftover),
 		cmocka_unit_test_teardown(test_frame_counted, stop_leftover),
+		cmocka_unit_test_teardown(test_blocking_resend, stop_leftover),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
