@@ -236,7 +236,8 @@ struct mfma_gemm_args {
 	/* Where D should go (M x N of the output type), or NULL for memory
 	 * the library owns until mfma_gemm_result_free().  Inside one of the
 	 * client's regions the daemon writes D there and no byte of it
-	 * travels; elsewhere the library copies D there.  result.d.data
+	 * travels; elsewhere the library copies D there (once, from the
+	 * buffer the answer was received in).  result.d.data
 	 * points at it either way.  d_bytes is how many bytes d holds: a D
 	 * that does not fit is refused (the daemon checks it inside a region;
 	 * the library before it copies elsewhere).  0 means "to the end of
@@ -293,7 +294,10 @@ void mfma_gemm_result_free(struct mfma_gemm_result *result);
 
 /* Blocking: sends the request and waits for its answer.  Responses to
  * requests submitted earlier that arrive meanwhile are kept for
- * mfma_wait(). */
+ * mfma_wait().  A large request's matrices are written to the socket
+ * straight from the caller's memory (and again from there if the
+ * connection is lost and the request resent), so they must not change
+ * until the call returns. */
 int mfma_gemm(mfma_client *client, const struct mfma_gemm_args *args,
 	      struct mfma_gemm_result *result, struct mfma_error *err);
 
