@@ -1,23 +1,58 @@
 /* The daemon's decode path on arbitrary bytes: frame reader, protobuf
- * decode, request validation.  Built two ways: as a libFuzzer target
+ * decode (as the daemon does it: a GEMM's matrices left in the frame,
+ * daemon/request_msg.c, which must mean exactly what protobuf-c's own
+ * decode makes of the bytes), request validation.  Built two ways: as a libFuzzer target
  * (clang -fsanitize=fuzzer, see meson.build) and linked into
  * fuzz_smoke, a deterministic mutation run that CI executes. */
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "frame.h"
 #include "mfma.pb-c.h"
+#include "request_msg.h"
 #include "validate.h"
 #include "wire_check.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+/* The split decode against protobuf-c's: the same verdict, and messages
+ * that pack to the same bytes. */
+static void check_same(const Mfma__V1__Request *split, const uint8_t *p, size_t n)
+{
+	Mfma__V1__Request *plain = mfma__v1__request__unpack(NULL, n, p);
+	if ((plain == NULL) != (split == NULL))
+		__builtin_trap();
+	if (!plain)
+		return;
+	size_t l1 = mfma__v1__request__get_packed_size(plain);
+	size_t l2 = mfma__v1__request__get_packed_size(split);
+	uint8_t *b1 = malloc(l1 + 1), *b2 = malloc(l2 + 1);
+	if (b1 && b2) {
+		if (l1 != l2 || mfma__v1__request__pack(plain, b1) != l1 ||
+		    mfma__v1__request__pack(split, b2) != l2 || memcmp(b1, b2, l1) != 0)
+			__builtin_trap();
+	}
+	free(b1);
+	free(b2);
+	mfma__v1__request__free_unpacked(plain, NULL);
+}
+
 static void check_request(const uint8_t *p, size_t n)
 {
-	Mfma__V1__Request *req = mfma__v1__request__unpack(NULL, n, p);
-	if (!req)
+	uint8_t *frame = malloc(n ? n : 1);
+	if (!frame)
 		return;
+	memcpy(frame, p, n);
+	struct request_msg m;
+	request_msg_decode(&m, frame, n, frame, n);
+	check_same(m.req, p, n);
+	Mfma__V1__Request *req = m.req;
+	if (!req) {
+		request_msg_free(&m);
+		return;
+	}
 	char err[512];
 	/* The daemon's checks after a decode: strings without NUL, and the
 	 * messages that echo them made valid UTF-8. */
@@ -45,7 +80,7 @@ static void check_request(const uint8_t *p, size_t n)
 			wire_utf8_sanitize(err);
 		validate_operand(req->load_weight->a, &lim, "a", &form, &r, &c, &dt, err, sizeof(err));
 	}
-	mfma__v1__request__free_unpacked(req, NULL);
+	request_msg_free(&m);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
