@@ -29,6 +29,7 @@
 #include "harness.h"
 #include "mfma.h"
 #include "rawwire.h"
+#include "wire_varint.h"
 
 static struct mfmad_proc *running;
 
@@ -245,16 +246,6 @@ static void send_merged(int fd, const Mfma__V1__Request *r1, const Mfma__V1__Req
 	free(buf);
 }
 
-/* Appends a varint. */
-static size_t put_varint(uint8_t *p, uint64_t v)
-{
-	size_t n = 0;
-	for (; v >= 0x80; v >>= 7)
-		p[n++] = (uint8_t)(v | 0x80);
-	p[n++] = (uint8_t)v;
-	return n;
-}
-
 /* Frames whose large fields come twice, or whose GEMM loses its oneof to
  * a ping: the daemon answers what protobuf-c says the frame means. */
 static void test_merged_frames(void **state)
@@ -284,13 +275,13 @@ static void test_merged_frames(void **state)
 	uint8_t *buf = malloc(64 + gl + bl);
 	size_t o = FRAME_HEADER_SIZE;
 	buf[o++] = 0x08;
-	o += put_varint(buf + o, 41);
+	o += wire_varint_put(buf + o, 41);
 	buf[o++] = 0x12;
-	size_t inner = gl + 1 + put_varint(buf + o, bl) + bl;
-	o += put_varint(buf + o, inner);
+	size_t inner = gl + 1 + wire_varint_put(NULL, bl) + bl;
+	o += wire_varint_put(buf + o, inner);
 	o += mfma__v1__gemm__pack(&g1, buf + o);
 	buf[o++] = 0x12;
-	o += put_varint(buf + o, bl);
+	o += wire_varint_put(buf + o, bl);
 	o += mfma__v1__matrix__pack(&b2.m, buf + o);
 	frame_header_put(buf, (uint32_t)(o - FRAME_HEADER_SIZE));
 	assert_int_equal(harness_write_all(fd, buf, o), 0);
