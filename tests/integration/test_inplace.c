@@ -332,15 +332,20 @@ static void test_merged_frames(void **state)
 	stop(&p);
 }
 
-/* A request holds its whole frame now: a GEMM with a small B but 700 KiB
- * of fields the daemon ignores counts its frame against
- * limits.max_inflight_mb (its matrices alone would fit twice), so a
- * second one while the first runs is refused, naming the limit.  The
- * first is slow: a resident 2048 x 2048 weight. */
+/* A request holds its whole frame now: a GEMM with a small B (128 KiB)
+ * and D (256 KiB) but 700 KiB of fields the daemon ignores counts its
+ * frame against limits.max_inflight_mb (its matrices alone would fit
+ * twice), so a second one while the first runs is refused, naming the
+ * limit.  The first is slow (a resident 4096 x 2048 weight: ten
+ * milliseconds or more here) against reading the second frame; and if it
+ * is done first, its answer (256 KiB, more than a Unix socket buffers)
+ * still counts until this test reads it, after both frames are written,
+ * so the second is refused either way, and admitted either way were its
+ * frame not counted (256 + 384 KiB of matrices fit under 1 MiB). */
 static void test_frame_counted(void **state)
 {
 	(void)state;
-	enum { M = 2048, K = 2048, N = 8, JUNK = 700 * 1024 };
+	enum { M = 4096, K = 2048, N = 16, JUNK = 700 * 1024 };
 	struct mfmad_proc p;
 	start(&p, "cpu = { threads = 1; devices = 1; };\nlimits = { max_inflight_mb = 1; };", NULL);
 	int fd = harness_connect_raw(&p);
@@ -390,7 +395,11 @@ static void test_frame_counted(void **state)
 		assert_non_null(resp);
 		int code = resp->status ? (int)resp->status->code : 0;
 		const char *msg = resp->status && resp->status->message ? resp->status->message : "";
-		printf("answer %llu: code %d %s\n", (unsigned long long)resp->id, code, msg);
+		printf("answer %llu: code %d %s (kernel %llu us)\n", (unsigned long long)resp->id,
+		       code, msg,
+		       resp->gemm && resp->gemm->timing
+			       ? (unsigned long long)resp->gemm->timing->kernel_ns / 1000
+			       : 0ull);
 		if (resp->id == 10)
 			ok10 = code == MFMA__V1__CODE__OK;
 		if (resp->id == 11)
