@@ -803,16 +803,17 @@ uint8_t *conn_frames_suspend(struct conn *c, size_t *cap)
 	return base;
 }
 
-uint8_t *conn_frame_take(struct conn *c, size_t *cap)
+uint8_t *conn_frame_take(struct conn *c, const uint8_t **payload, size_t len, size_t *cap)
 {
 	/* The bytes after the frame move to a fresh buffer: usually at most
 	 * one read's worth (the reader sizes its buffer to the frame it
 	 * reads); more means several frames came in one read, and moving
-	 * them again for each would cost more than the copy it saves. */
+	 * them again for each would cost more than the copy it saves.  The
+	 * taken buffer is cut at the frame's end, so a small frame read
+	 * into a 64 KiB buffer does not keep (and count) all of it. */
 	if (frame_reader_pending(&c->rd) > READ_CHUNK)
 		return NULL;
-	*cap = c->rd.cap;
-	uint8_t *base = frame_reader_take(&c->rd);
+	uint8_t *base = frame_reader_take_frame(&c->rd, payload, len, cap);
 	if (base)
 		count_reader(c); /* from now on the caller counts it */
 	return base;

@@ -116,13 +116,14 @@ struct region **conn_regions(struct conn *c);
  * conn_frames_resume) and hands no further frame over until then; NULL
  * when that is not possible (decode inline then). */
 uint8_t *conn_frames_suspend(struct conn *c, size_t *cap);
-/* Called from on_frame: hands the read buffer holding the current frame
- * (*cap bytes) to the caller, who frees it and counts it from now on
+/* Called from on_frame with its payload and len: hands the read buffer
+ * holding that frame, cut at its end (*cap bytes; *payload follows it
+ * should it move), to the caller, who frees it and counts it from now on
  * against the daemon's limits (the connection no longer does); frames go
  * on in a fresh buffer.  NULL when the buffer holds too much after the
  * frame to move it cheaply, or out of memory (the frame stays the
  * reader's: copy what is needed of it). */
-uint8_t *conn_frame_take(struct conn *c, size_t *cap);
+uint8_t *conn_frame_take(struct conn *c, const uint8_t **payload, size_t len, size_t *cap);
 void conn_frames_resume(struct conn *c);
 
 void conn_close_all(struct daemon *d);

@@ -256,7 +256,7 @@ static void on_frame(struct conn *c, const uint8_t *payload, size_t len)
 	 * from the reader, so a GEMM can keep it; a smaller one (or one the
 	 * reader cannot give) is copied from as before. */
 	size_t cap = 0;
-	uint8_t *frame = len >= WIRE_SPLIT_MIN_BYTES ? conn_frame_take(c, &cap) : NULL;
+	uint8_t *frame = len >= WIRE_SPLIT_MIN_BYTES ? conn_frame_take(c, &payload, len, &cap) : NULL;
 	char bad[160];
 	struct request_msg m;
 	decode(&m, payload, len, frame, cap, bad, sizeof(bad));

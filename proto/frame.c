@@ -130,3 +130,20 @@ uint8_t *frame_reader_take(struct frame_reader *r)
 	r->start = 0;
 	return old;
 }
+
+uint8_t *frame_reader_take_frame(struct frame_reader *r, const uint8_t **payload, size_t len,
+				 size_t *cap)
+{
+	size_t off = (size_t)(*payload - r->buf), end = off + len, had = r->cap;
+	uint8_t *base = frame_reader_take(r);
+	if (!base)
+		return NULL;
+	/* Shrinking: the allocator keeps the block in place (or moves it);
+	 * should it fail, the larger block is still good. */
+	uint8_t *nb = realloc(base, end ? end : 1);
+	if (nb)
+		base = nb;
+	*payload = base + off;
+	*cap = nb ? end : had;
+	return base;
+}

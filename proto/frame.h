@@ -66,6 +66,14 @@ int frame_reader_next(struct frame_reader *r, const uint8_t **payload, size_t *l
  * (reader unchanged) when that copy cannot be allocated. */
 uint8_t *frame_reader_take(struct frame_reader *r);
 
+/* frame_reader_take for a caller that keeps the frame frame_reader_next
+ * just returned (payload, len) beyond it: the taken buffer is cut to end
+ * with that frame (realloc), so it holds no read space past it; *payload
+ * follows it should it move, and *cap is its size.  NULL (reader
+ * unchanged) when out of memory. */
+uint8_t *frame_reader_take_frame(struct frame_reader *r, const uint8_t **payload, size_t len,
+				 size_t *cap);
+
 /* Bytes buffered but not yet returned as frames. */
 static inline size_t frame_reader_pending(const struct frame_reader *r)
 {

@@ -199,6 +199,46 @@ static void test_random_splits(void **state)
 	frame_reader_free(&r);
 }
 
+/* Taking a frame kept beyond the reader: the buffer ends with it, the
+ * payload is intact wherever the buffer went, and the bytes after it
+ * stay the reader's. */
+static void test_take_frame(void **state)
+{
+	(void)state;
+	struct frame_reader r;
+	frame_reader_init(&r, 1 << 20);
+	uint8_t big[9000], buf[20000];
+	for (size_t i = 0; i < sizeof(big); i++)
+		big[i] = (uint8_t)(i * 7);
+	size_t n = make_frame(buf, "ab", 2);
+	n += make_frame(buf + n, (const char *)big, sizeof(big));
+	n += make_frame(buf + n, "tail", 4);
+	/* Room for much more than the frames: the taken block shrinks. */
+	uint8_t *p;
+	size_t avail;
+	assert_int_equal(frame_reader_space(&r, 200000, &p, &avail), 0);
+	memcpy(p, buf, n - 3); /* the last frame not whole yet */
+	frame_reader_commit(&r, n - 3);
+	const uint8_t *payload;
+	size_t len, cap;
+	assert_int_equal(frame_reader_next(&r, &payload, &len), 1);
+	assert_int_equal(len, 2);
+	assert_int_equal(frame_reader_next(&r, &payload, &len), 1);
+	assert_int_equal(len, sizeof(big));
+	uint8_t *kept = frame_reader_take_frame(&r, &payload, len, &cap);
+	assert_non_null(kept);
+	assert_int_equal(cap, (size_t)(payload - kept) + len);
+	assert_int_equal(cap, 2 * FRAME_HEADER_SIZE + 2 + sizeof(big));
+	assert_memory_equal(payload, big, sizeof(big));
+	/* The reader goes on with the rest. */
+	assert_int_equal(frame_reader_feed(&r, buf + n - 3, 3), 0);
+	assert_int_equal(frame_reader_next(&r, &payload, &len), 1);
+	assert_int_equal(len, 4);
+	assert_memory_equal(payload, "tail", 4);
+	free(kept);
+	frame_reader_free(&r);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -209,6 +249,7 @@ int main(void)
 		cmocka_unit_test(test_in_place_space),
 		cmocka_unit_test(test_exact_growth_and_shrink),
 		cmocka_unit_test(test_random_splits),
+		cmocka_unit_test(test_take_frame),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
