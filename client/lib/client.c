@@ -810,12 +810,11 @@ static Mfma__V1__Response *decode_response(mfma_client *c, const uint8_t *payloa
 {
 	/* The bytes after the frame move to a fresh buffer: at most a read's
 	 * worth usually; more (many answers in one read) would be moved
-	 * again for each, costing more than the copy it saves.  The kept
-	 * buffer is cut at the frame's end: a result holds its answer, not
-	 * the read space beyond it. */
-	size_t cap;
+	 * again for each, costing more than the copy it saves.  What the
+	 * buffer holds beyond the answer goes when the result is made
+	 * (requests.c, gemm_result_from). */
 	if (len < WIRE_SPLIT_MIN_BYTES || frame_reader_pending(&c->rd) > CLIENT_READ_CHUNK ||
-	    !(rx->frame = frame_reader_take_frame(&c->rd, &payload, len, &cap)))
+	    !(rx->frame = frame_reader_take(&c->rd)))
 		return mfma__v1__response__unpack(NULL, len, payload);
 	size_t kept = 0;
 	Mfma__V1__Response *resp = (Mfma__V1__Response *)wire_split_unpack(

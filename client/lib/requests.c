@@ -593,6 +593,25 @@ static int gemm_result_from(mfma_client *c, Mfma__V1__Response *resp, struct cli
 		memcpy(dst, data, (size_t)want);
 		data = dst;
 	}
+	struct client_rx *kept = &box->rx;
+	if (kept->frame && data == dst) {
+		/* D is the caller's now: the receive buffer goes at once. */
+		g->d->data = (ProtobufCBinaryData){ 0 };
+		free(kept->frame);
+		*kept = (struct client_rx){ 0 };
+	} else if (kept->frame) {
+		/* D stays in the receive buffer as long as the result: cut it
+		 * at the answer's end, so the read space beyond goes back. */
+		size_t at = (size_t)(kept->payload - kept->frame);
+		size_t dat = (size_t)((const uint8_t *)data - kept->frame);
+		uint8_t *nb = realloc(kept->frame, at + kept->len);
+		if (nb) {
+			kept->frame = nb;
+			kept->payload = nb + at;
+			g->d->data.data = nb + dat;
+			data = nb + dat;
+		}
+	}
 	r->d.rows = d->rows;
 	r->d.cols = d->cols;
 	r->d.dtype = (enum mfma_type)d->dtype;
