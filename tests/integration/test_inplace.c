@@ -31,7 +31,9 @@
 #include "rawwire.h"
 #include "wire_varint.h"
 
-static struct mfmad_proc *running;
+/* The daemon of the test running: not on a test's stack, since after a
+ * failure the teardown stops it from another frame. */
+static struct mfmad_proc proc, *running;
 
 static int stop_leftover(void **state)
 {
@@ -42,10 +44,11 @@ static int stop_leftover(void **state)
 	return 0;
 }
 
-static void start(struct mfmad_proc *p, const char *conf, const char *const *args)
+static struct mfmad_proc *start(const char *conf, const char *const *args)
 {
-	assert_int_equal(harness_start(p, conf, args), 0);
-	running = p;
+	assert_int_equal(harness_start(&proc, conf, args), 0);
+	running = &proc;
+	return &proc;
 }
 
 static void stop(struct mfmad_proc *p)
@@ -162,15 +165,14 @@ static void run_shapes(mfma_client *c, const char *what)
 static void test_shapes_unix_and_tcp(void **state)
 {
 	(void)state;
-	struct mfmad_proc p;
 	char tcp[32], ep[160];
 	int port = 20000 + (int)(getpid() % 20000);
 	snprintf(tcp, sizeof(tcp), "127.0.0.1:%d", port);
 	const char *args[] = { "--tcp", tcp, NULL };
-	start(&p, "cpu = { threads = 1; devices = 1; };", args);
+	struct mfmad_proc *p = start("cpu = { threads = 1; devices = 1; };", args);
 	struct mfma_error err;
 	mfma_client *c;
-	snprintf(ep, sizeof(ep), "unix:%s", p.sock);
+	assert_true(snprintf(ep, sizeof(ep), "unix:%s", p->sock) < (int)sizeof(ep));
 	assert_int_equal(mfma_connect(ep, &c, &err), 0);
 	run_shapes(c, "unix");
 	mfma_close(c);
@@ -178,7 +180,7 @@ static void test_shapes_unix_and_tcp(void **state)
 	assert_int_equal(mfma_connect(ep, &c, &err), 0);
 	run_shapes(c, "tcp");
 	mfma_close(c);
-	stop(&p);
+	stop(p);
 }
 
 /* 48 submits of 256 KiB before the first wait: the daemon reads several
@@ -188,12 +190,11 @@ static void test_deep_pipeline(void **state)
 {
 	(void)state;
 	enum { M = 16, K = 1024, N = 64, DEPTH = 48, VARIANTS = 3 };
-	struct mfmad_proc p;
-	start(&p, "cpu = { threads = 1; devices = 1; };", NULL);
+	struct mfmad_proc *p = start("cpu = { threads = 1; devices = 1; };", NULL);
 	struct mfma_error err;
 	mfma_client *c;
 	char ep[160];
-	snprintf(ep, sizeof(ep), "unix:%s", p.sock);
+	assert_true(snprintf(ep, sizeof(ep), "unix:%s", p->sock) < (int)sizeof(ep));
 	assert_int_equal(mfma_connect(ep, &c, &err), 0);
 	float *a = values((size_t)M * K, 3), *b[VARIANTS];
 	for (int v = 0; v < VARIANTS; v++)
@@ -228,7 +229,7 @@ static void test_deep_pipeline(void **state)
 	for (int v = 0; v < VARIANTS; v++)
 		free(b[v]);
 	free(a);
-	stop(&p);
+	stop(p);
 }
 
 /* payload1 then payload2 as one frame: protobuf reads them as one message,
@@ -252,9 +253,8 @@ static void test_merged_frames(void **state)
 {
 	(void)state;
 	enum { M = 8, K = 256, N = 16 };
-	struct mfmad_proc p;
-	start(&p, "cpu = { threads = 1; devices = 1; };", NULL);
-	int fd = harness_connect_raw(&p);
+	struct mfmad_proc *p = start("cpu = { threads = 1; devices = 1; };", NULL);
+	int fd = harness_connect_raw(p);
 	assert_true(fd >= 0);
 	struct rw_mat a, b1, b2;
 	rw_mat_init(&a, M, K, 1);
@@ -329,7 +329,7 @@ static void test_merged_frames(void **state)
 	rw_mat_free(&a);
 	rw_mat_free(&b1);
 	rw_mat_free(&b2);
-	stop(&p);
+	stop(p);
 }
 
 /* A request holds its whole frame now: a GEMM with a small B (128 KiB)
@@ -346,9 +346,8 @@ static void test_frame_counted(void **state)
 {
 	(void)state;
 	enum { M = 4096, K = 2048, N = 16, JUNK = 700 * 1024 };
-	struct mfmad_proc p;
-	start(&p, "cpu = { threads = 1; devices = 1; };\nlimits = { max_inflight_mb = 1; };", NULL);
-	int fd = harness_connect_raw(&p);
+	struct mfmad_proc *p = start("cpu = { threads = 1; devices = 1; };\nlimits = { max_inflight_mb = 1; };", NULL);
+	int fd = harness_connect_raw(p);
 	assert_true(fd >= 0);
 	struct rw_mat w, b;
 	rw_mat_init(&w, M, K, 5);
@@ -413,7 +412,7 @@ static void test_frame_counted(void **state)
 	close(fd);
 	rw_mat_free(&w);
 	rw_mat_free(&b);
-	stop(&p);
+	stop(p);
 }
 
 /* A peer that takes one frame and closes without answering. */
@@ -443,13 +442,12 @@ static void test_blocking_resend(void **state)
 {
 	(void)state;
 	enum { M = 32, K = 1024, N = 128 };
-	struct mfmad_proc p;
-	start(&p, "cpu = { threads = 1; devices = 1; };", NULL);
+	struct mfmad_proc *p = start("cpu = { threads = 1; devices = 1; };", NULL);
 	struct swallow w = { .len = -1 };
 	char fake[108];
-	snprintf(fake, sizeof(fake), "%s.swallow", p.sock);
+	assert_true(snprintf(fake, sizeof(fake), "%s.swallow", p->sock) < (int)sizeof(fake));
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", fake);
+	memcpy(sa.sun_path, fake, sizeof(fake));
 	w.lfd = socket(AF_UNIX, SOCK_STREAM, 0);
 	assert_true(w.lfd >= 0);
 	assert_int_equal(bind(w.lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
@@ -458,7 +456,7 @@ static void test_blocking_resend(void **state)
 	assert_int_equal(pthread_create(&t, NULL, swallow_one, &w), 0);
 
 	char ep[256];
-	snprintf(ep, sizeof(ep), "unix:%s,unix:%s", fake, p.sock);
+	assert_true(snprintf(ep, sizeof(ep), "unix:%s,unix:%s", fake, p->sock) < (int)sizeof(ep));
 	struct mfma_error err;
 	mfma_client *c;
 	assert_int_equal(mfma_connect(ep, &c, &err), 0);
@@ -498,7 +496,7 @@ static void test_blocking_resend(void **state)
 	free(w.got);
 	free(a);
 	free(b);
-	stop(&p);
+	stop(p);
 }
 
 int main(void)
