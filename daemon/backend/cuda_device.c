@@ -58,6 +58,8 @@ struct cuda_dev {
 		uintptr_t base;
 		size_t len;
 		bool owned; /* this device registered it (and unregisters it) */
+		bool mapped; /* kernels reach it at base + dev_off */
+		uint64_t dev_off;
 	} *regs;
 	size_t nregs, capregs;
 };
@@ -257,13 +259,21 @@ int cuda_dev_host_register(struct cuda_dev *d, void *p, size_t len, char *err, s
 	/* Portable: every device's context sees the pages as pinned.  The
 	 * device that registers them first owns the registration; the
 	 * others are told the range is registered (or mapped) already, and
-	 * copy from it all the same. */
-	CUresult r = nv_drv.cuMemHostRegister(p, len, CU_MEMHOSTREGISTER_PORTABLE);
+	 * copy from it all the same.  Mapped too, so that kernels can read
+	 * and write the pages across the bus (a batched launch's parts:
+	 * cuda_dev_mapped). */
+	CUresult r = nv_drv.cuMemHostRegister(p, len, CU_MEMHOSTREGISTER_PORTABLE |
+							      CU_MEMHOSTREGISTER_DEVICEMAP);
 	bool owned = r == CUDA_SUCCESS;
 	if (r != CUDA_SUCCESS && r != CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED &&
 	    r != CUDA_ERROR_ALREADY_MAPPED)
 		return cuda_fail(r, err, errlen, "cuMemHostRegister");
-	d->regs[d->nregs++] = (struct cuda_host_range){ (uintptr_t)p, len, owned };
+	/* Without a device address (a range some other part of the process
+	 * registered unmapped) the DMA copies still serve. */
+	CUdeviceptr dp = 0;
+	bool mapped = nv_drv.cuMemHostGetDevicePointer(&dp, p, 0) == CUDA_SUCCESS;
+	d->regs[d->nregs++] = (struct cuda_host_range){ (uintptr_t)p, len, owned, mapped,
+							 (uint64_t)dp - (uint64_t)(uintptr_t)p };
 	return 0;
 }
 
@@ -281,15 +291,29 @@ void cuda_dev_host_unregister(struct cuda_dev *d, void *p)
 	}
 }
 
-/* Whether [p, p + len) lies inside one registered range. */
-bool cuda_dev_registered(const struct cuda_dev *d, const void *p, size_t len)
+/* The registered range [p, p + len) lies in, or NULL. */
+static const struct cuda_host_range *range_of(const struct cuda_dev *d, const void *p, size_t len)
 {
 	uintptr_t a = (uintptr_t)p;
 	for (size_t i = 0; i < d->nregs; i++)
 		if (a >= d->regs[i].base && len <= d->regs[i].len &&
 		    a - d->regs[i].base <= d->regs[i].len - len)
-			return true;
-	return false;
+			return &d->regs[i];
+	return NULL;
+}
+
+bool cuda_dev_registered(const struct cuda_dev *d, const void *p, size_t len)
+{
+	return range_of(d, p, len) != NULL;
+}
+
+bool cuda_dev_mapped(const struct cuda_dev *d, const void *p, size_t len, CUdeviceptr *dp)
+{
+	const struct cuda_host_range *r = range_of(d, p, len);
+	if (!r || !r->mapped)
+		return false;
+	*dp = (CUdeviceptr)((uint64_t)(uintptr_t)p + r->dev_off);
+	return true;
 }
 
 int cuda_dev_open(int index, const struct backend_config *cfg, struct cuda_dev **dev, char *err,
@@ -463,17 +487,11 @@ int cuda_dev_copy_out(struct cuda_dev *d, void *dst, CUdeviceptr src, size_t byt
 		      size_t errlen)
 {
 	if (cuda_dev_registered(d, dst, bytes)) {
-		int rc = cuda_dev_copy_out_async(d, dst, src, bytes, err, errlen);
-		return rc < 0 ? rc : cuda_dev_copy_out_end(d, err, errlen);
+		CU_TRY(nv_drv.cuMemcpyDtoHAsync(dst, src, bytes, d->stream),
+		       "cuMemcpyDtoHAsync(registered)");
+		return cuda_dev_copy_out_end(d, err, errlen);
 	}
 	return cuda_dev_copy_out_with(d, src, bytes, take_into, dst, err, errlen);
-}
-
-int cuda_dev_copy_out_async(struct cuda_dev *d, void *dst, CUdeviceptr src, size_t bytes,
-			    char *err, size_t errlen)
-{
-	CU_TRY(nv_drv.cuMemcpyDtoHAsync(dst, src, bytes, d->stream), "cuMemcpyDtoHAsync(registered)");
-	return 0;
 }
 
 int cuda_dev_copy_out_end(struct cuda_dev *d, char *err, size_t errlen)

@@ -87,11 +87,12 @@ int cuda_dev_host_register(struct cuda_dev *d, void *p, size_t len, char *err, s
 void cuda_dev_host_unregister(struct cuda_dev *d, void *p);
 /* Whether [p, p + len) lies inside one registered range. */
 bool cuda_dev_registered(const struct cuda_dev *d, const void *p, size_t len);
-/* Device to registered host memory: queues one copy (dst registered);
- * cuda_dev_copy_out_end then ends the copy out as cuda_dev_copy_out does
- * (the end event, and waits for it). */
-int cuda_dev_copy_out_async(struct cuda_dev *d, void *dst, CUdeviceptr src, size_t bytes,
-			    char *err, size_t errlen);
+/* Whether kernels can reach [p, p + len) (inside one registered range,
+ * mapped into the device's address space), and at which address. */
+bool cuda_dev_mapped(const struct cuda_dev *d, const void *p, size_t len, CUdeviceptr *dp);
+/* Ends a copy out that the provider queued itself (a kernel writing
+ * into mapped host memory) as cuda_dev_copy_out does: the end event, and
+ * waits for it. */
 int cuda_dev_copy_out_end(struct cuda_dev *d, char *err, size_t errlen);
 
 /* Host to device through the pinned pool (or directly from registered

@@ -71,7 +71,8 @@ int nv_module_load(struct nv_module *m, CUdevice dev, char *err, size_t errlen)
 	if ((rc = get_fn(m, NV_UNIT_UTIL, "nv_pack_a", &m->pack_a, err, errlen)) < 0 ||
 	    (rc = get_fn(m, NV_UNIT_UTIL, "nv_pack_meta", &m->pack_meta, err, errlen)) < 0 ||
 	    (rc = get_fn(m, NV_UNIT_UTIL, "nv_transpose_b8", &m->transpose_b8, err, errlen)) < 0 ||
-	    (rc = get_fn(m, NV_UNIT_UTIL, "nv_batch_cols", &m->batch_cols, err, errlen)) < 0)
+	    (rc = get_fn(m, NV_UNIT_UTIL, "nv_batch_cols", &m->batch_cols, err, errlen)) < 0 ||
+	    (rc = get_fn(m, NV_UNIT_UTIL, "nv_copy_spans", &m->copy_spans, err, errlen)) < 0)
 		goto fail;
 	for (int kind = 0; kind < NV_KIND_COUNT; kind++) {
 		for (int tile = 0; tile < NV_TILE_COUNT; tile++) {
@@ -178,6 +179,20 @@ int nv_launch_batch_cols(const struct nv_module *m, CUstream s, const struct nv_
 	int width = q.dir == 0 ? q.ld : q.cols;
 	return launch(m->batch_cols, (unsigned)((width + 31) / 32), (unsigned)((q.rows + 31) / 32), 1,
 		      32, 8, 0, s, &q);
+}
+
+int nv_launch_copy_spans(const struct nv_module *m, CUstream s, const struct nv_copy_params *p,
+			 uint64_t max_bytes)
+{
+	if (!m || !p || !p->spans || p->count <= 0 || p->count > 65535)
+		return -EINVAL;
+	/* Enough blocks a span that every multiprocessor has a few, and no
+	 * more than its 16-byte units need. */
+	uint64_t units = (max_bytes + 16 * 256 - 1) / (16 * 256);
+	uint64_t want = (uint64_t)(m->sms > 0 ? m->sms : 1) * 4 / (uint64_t)p->count + 1;
+	unsigned gx = (unsigned)(units < want ? (units ? units : 1) : want);
+	struct nv_copy_params q = *p;
+	return launch(m->copy_spans, gx, (unsigned)q.count, 1, 256, 1, 0, s, &q);
 }
 
 int nv_launch_gemm(const struct nv_module *m, const struct nv_plan *plan,

@@ -298,8 +298,9 @@ static void test_resident_weight(void **state)
  * requests' B side by side, odd widths, with and without C, each D
  * against its own float64 reference. */
 /* The same batch with every part's B, C and D in a registered region
- * (the copies go straight to and from each part's block): D equal, bit
- * for bit, to the staged batch's in r[i].d. */
+ * (one kernel copies every part's block across the bus, nv_copy_spans;
+ * the parts sit at 16-, 4-, 2- and 1-byte alignments as the shapes fall):
+ * D equal, bit for bit, to the staged batch's in r[i].d. */
 static void batched_registered(const struct mfma_gemm *g, void *w, const struct operands *r,
 			       uint32_t m, uint32_t k)
 {
@@ -405,8 +406,7 @@ static void test_batched_launch(void **state)
 			float beta = ti == 0 ? 1.0f : 0.0f, alpha = in == MFMA_DT_I8 ? 1.0f : 0.75f;
 			batched_case(in, out, sp, 517, sp ? 260 : 258, ns, alpha, beta);
 		}
-	/* Parts large enough to be copied one by one straight from a
-	 * registered region (the small ones above go through the pool). */
+	/* Larger parts, several blocks of the copy kernel each. */
 	const uint32_t wide[3] = { 8, 24, 16 };
 	batched_case(MFMA_DT_F16, MFMA_DT_F32, 1, 2048, 4096, wide, 1.0f, 0.5f);
 }
