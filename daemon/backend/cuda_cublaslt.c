@@ -228,10 +228,6 @@ static int lt_supports(const struct cuda_dev *dev, void *state, const struct cud
 		snprintf(err, errlen, "cuda: cuBLASLt (%s) did not start on this device", lt_path);
 		return -ENOTSUP;
 	}
-	if (s->nparts > 1) {
-		snprintf(err, errlen, "cuda: cuBLASLt: batched launches run on our kernels");
-		return -ENOTSUP;
-	}
 	if (s->in != MFMA_DT_F16 && s->in != MFMA_DT_BF16) {
 		snprintf(err, errlen, "cuda: cuBLASLt runs f16 and bf16, not in_dtype=%s",
 			 mfma_dtype_name(s->in));

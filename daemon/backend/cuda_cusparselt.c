@@ -212,10 +212,6 @@ static int cs_supports(const struct cuda_dev *dev, void *state, const struct cud
 			 cs_path, st ? st->version : 0);
 		return -ENOTSUP;
 	}
-	if (s->nparts > 1) {
-		snprintf(err, errlen, "cuda: cuSPARSELt: batched launches run on our kernels");
-		return -ENOTSUP;
-	}
 	if (!s->sparse || (s->in != MFMA_DT_F16 && s->in != MFMA_DT_BF16)) {
 		snprintf(err, errlen, "cuda: cuSPARSELt runs 2:4 f16 and bf16, not %s %s",
 			 s->sparse ? "2:4" : "dense", mfma_dtype_name(s->in));

@@ -62,6 +62,9 @@ struct cuda_dev {
 		uint64_t dev_off;
 	} *regs;
 	size_t nregs, capregs;
+	/* Operands already on the device (cuda_dev_on_device). */
+	struct cuda_dev_range ondev[CUDA_MAX_ON_DEVICE];
+	size_t nondev;
 };
 
 int cuda_fail(CUresult r, char *err, size_t errlen, const char *what)
@@ -388,12 +391,38 @@ static int pin_mark(struct cuda_dev *d, int h, char *err, size_t errlen)
 	return 0;
 }
 
+/* ---- operands already on the device ---- */
+
+void cuda_dev_on_device(struct cuda_dev *d, const struct cuda_dev_range *r, size_t n)
+{
+	d->nondev = n < CUDA_MAX_ON_DEVICE ? n : CUDA_MAX_ON_DEVICE;
+	for (size_t i = 0; i < d->nondev; i++)
+		d->ondev[i] = r[i];
+}
+
+/* Whether [p, p + len) lies inside one of the operands on the device. */
+static bool on_device(const struct cuda_dev *d, const void *p, size_t len)
+{
+	uint64_t a = (uint64_t)(uintptr_t)p;
+	for (size_t i = 0; i < d->nondev; i++)
+		if (a >= d->ondev[i].p && len <= d->ondev[i].len && a - d->ondev[i].p <= d->ondev[i].len - len)
+			return true;
+	return false;
+}
+
 int cuda_dev_copy_in(struct cuda_dev *d, CUdeviceptr dst, size_t dpitch, const void *src,
 		     size_t rows, size_t row_bytes, char *err, size_t errlen)
 {
 	const unsigned char *s = src;
 	int rc, h = 0;
-	if (cuda_dev_registered(d, src, rows * row_bytes)) {
+	bool dev_src = on_device(d, src, rows * row_bytes);
+	if (dev_src || cuda_dev_registered(d, src, rows * row_bytes)) {
+		if (dev_src && dpitch == row_bytes) {
+			CU_TRY(nv_drv.cuMemcpyDtoDAsync(dst, (CUdeviceptr)(uintptr_t)src, rows * row_bytes,
+							d->stream),
+			       "cuMemcpyDtoDAsync(operand on the device)");
+			return 0;
+		}
 		if (dpitch == row_bytes) {
 			CU_TRY(nv_drv.cuMemcpyHtoDAsync(dst, src, rows * row_bytes, d->stream),
 			       "cuMemcpyHtoDAsync(registered)");
@@ -402,8 +431,9 @@ int cuda_dev_copy_in(struct cuda_dev *d, CUdeviceptr dst, size_t dpitch, const v
 		/* The gap after each row is zero, as the staged copy leaves it. */
 		CU_TRY(nv_drv.cuMemsetD8Async(dst, 0, rows * dpitch, d->stream), "cuMemsetD8Async");
 		CUDA_MEMCPY2D c2 = { 0 };
-		c2.srcMemoryType = CU_MEMORYTYPE_HOST;
-		c2.srcHost = src;
+		c2.srcMemoryType = dev_src ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
+		c2.srcHost = dev_src ? NULL : src;
+		c2.srcDevice = dev_src ? (CUdeviceptr)(uintptr_t)src : 0;
 		c2.srcPitch = row_bytes;
 		c2.dstMemoryType = CU_MEMORYTYPE_DEVICE;
 		c2.dstDevice = dst;
@@ -471,6 +501,9 @@ int cuda_dev_mark(struct cuda_dev *d, enum cuda_mark mark, char *err, size_t err
 {
 	static const int ev_of[] = { [CUDA_MARK_START] = EV_START, [CUDA_MARK_IN] = EV_IN,
 				     [CUDA_MARK_KERNEL] = EV_KERNEL };
+	/* A batched launch recorded its start before gathering its parts. */
+	if (mark == CUDA_MARK_START && d->nondev)
+		return 0;
 	CU_TRY(nv_drv.cuEventRecord(d->ev[ev_of[mark]], d->stream), "cuEventRecord");
 	return 0;
 }
@@ -486,6 +519,13 @@ static void take_into(void *arg, size_t off, const unsigned char *src, size_t le
 int cuda_dev_copy_out(struct cuda_dev *d, void *dst, CUdeviceptr src, size_t bytes, char *err,
 		      size_t errlen)
 {
+	if (on_device(d, dst, bytes)) {
+		/* The batched launch splits and copies D out after this, and
+		 * ends the copy out itself. */
+		CU_TRY(nv_drv.cuMemcpyDtoDAsync((CUdeviceptr)(uintptr_t)dst, src, bytes, d->stream),
+		       "cuMemcpyDtoDAsync(result on the device)");
+		return 0;
+	}
 	if (cuda_dev_registered(d, dst, bytes)) {
 		CU_TRY(nv_drv.cuMemcpyDtoHAsync(dst, src, bytes, d->stream),
 		       "cuMemcpyDtoHAsync(registered)");

@@ -95,8 +95,23 @@ bool cuda_dev_mapped(const struct cuda_dev *d, const void *p, size_t len, CUdevi
  * waits for it. */
 int cuda_dev_copy_out_end(struct cuda_dev *d, char *err, size_t errlen);
 
+/* Operands already on the device: a batched launch gathers its parts'
+ * B and C into joined matrices on the device, and hands the provider one
+ * GEMM whose b, c and d are those device addresses (with unified
+ * addressing a device address is never a host one).  While they are set,
+ * a copy in from one of them is a device-to-device copy, a copy out into
+ * one is a device-to-device copy that neither records the end nor waits
+ * (the batch splits D and ends the copy out itself), and the START mark
+ * is the batch's, recorded before its gathers.  n = 0 clears them. */
+#define CUDA_MAX_ON_DEVICE 3
+struct cuda_dev_range {
+	CUdeviceptr p;
+	size_t len;
+};
+void cuda_dev_on_device(struct cuda_dev *d, const struct cuda_dev_range *r, size_t n);
+
 /* Host to device through the pinned pool (or directly from registered
- * memory): rows x row_bytes of src to dst, whose rows are dpitch bytes
+ * memory, or from an operand on the device): rows x row_bytes of src to dst, whose rows are dpitch bytes
  * apart (the gap zero-filled); asynchronous on the stream. */
 int cuda_dev_copy_in(struct cuda_dev *d, CUdeviceptr dst, size_t dpitch, const void *src,
 		     size_t rows, size_t row_bytes, char *err, size_t errlen);

@@ -24,9 +24,6 @@
 struct ours {
 	struct nv_module mod;
 	struct cuda_buf pack_a, pack_meta, bt, ws, counters;
-	/* A batched launch: the parts' operands one after the other, and the
-	 * column tables of nv_batch_cols. */
-	struct cuda_buf parts, cols;
 };
 
 static int ours_usable(int cc)
@@ -50,7 +47,6 @@ static void ours_describe(int cc, struct backend_device_info *info)
 			    BACKEND_DTYPE_BIT(MFMA_DT_I8);
 	info->dense_dtypes |= dt;
 	info->sparse_dtypes |= dt;
-	info->batches = true; /* launch joins and splits the parts' columns on the device */
 	for (int kind = 0; kind < NV_KIND_COUNT; kind++)
 		for (int tile = 0; tile < NV_TILE_COUNT; tile++)
 			if (!backend_list_add(info->variants, sizeof(info->variants),
@@ -64,8 +60,7 @@ static void ours_detach(struct cuda_dev *dev, void *state)
 	(void)dev;
 	if (!o)
 		return;
-	struct cuda_buf *bufs[] = { &o->pack_a, &o->pack_meta, &o->bt, &o->ws, &o->counters,
-				    &o->parts, &o->cols };
+	struct cuda_buf *bufs[] = { &o->pack_a, &o->pack_meta, &o->bt, &o->ws, &o->counters };
 	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
 		cuda_buf_free(bufs[i]);
 	nv_module_unload(&o->mod);
@@ -198,156 +193,6 @@ out:
 	return rc;
 }
 
-/* A batched launch moves each request's B, C and D as one block (the parts
- * one after the other, mfma_gemm_parts_copy) and joins or splits the
- * columns on the device (nv_batch_cols): the host makes a few large
- * copies, not one per request per row. */
-struct parts_io {
-	const struct mfma_gemm *g;
-	char which;
-	size_t rows, es;
-};
-
-static void give_parts(void *arg, size_t off, unsigned char *dst, size_t len)
-{
-	const struct parts_io *io = arg;
-	mfma_gemm_parts_copy(io->g, io->which, io->rows, io->es, off, dst, len, 0);
-}
-
-static void take_parts(void *arg, size_t off, const unsigned char *src, size_t len)
-{
-	const struct parts_io *io = arg;
-	mfma_gemm_parts_copy(io->g, io->which, io->rows, io->es, off, (void *)(uintptr_t)src, len, 1);
-}
-
-/* A batched launch's tables, uploaded to o->cols in one copy: the column
- * table of nv_batch_cols, then for each of B, C and D the spans of
- * nv_copy_spans when every part of that operand lies in host memory the
- * device maps (registered regions).  Such parts move between their
- * regions and the parts' buffer in one launch: not one DMA copy per part
- * (each costs microseconds to start: on the H200 123 single-column parts
- * of 16 KiB took 425 us one by one), and not through the staging pool (a
- * host copy of every byte on the device's worker, which bounded the
- * batched rate at N=8).  Other parts go through the pool. */
-enum { OP_B, OP_C, OP_D, OP_COUNT };
-struct batch_tables {
-	size_t spans_at[OP_COUNT]; /* where an operand's spans start in o->cols; 0: not mapped */
-	uint64_t most[OP_COUNT];   /* its largest part, bytes */
-};
-
-static const void *part_ptr(const struct mfma_gemm_part *pt, int op)
-{
-	return op == OP_B ? pt->b : op == OP_C ? pt->c : pt->d;
-}
-
-/* Fills the spans of operand op (rows x n_i of es bytes a part) between
- * the parts' regions and the parts' buffer; false when some part is not
- * mapped. */
-static bool map_spans(struct cuda_dev *dev, const struct ours *o, const struct mfma_gemm *g, int op,
-		      size_t rows, size_t es, struct nv_copy_span *sp, uint64_t *most)
-{
-	CUdeviceptr at = o->parts.p;
-	*most = 0;
-	for (uint32_t i = 0; i < g->nparts; i++) {
-		const struct mfma_gemm_part *pt = &g->parts[i];
-		size_t len = rows * pt->n * es;
-		CUdeviceptr host;
-		if (!cuda_dev_mapped(dev, part_ptr(pt, op), len, &host))
-			return false;
-		sp[i] = op == OP_D ? (struct nv_copy_span){ at, host, len }
-				   : (struct nv_copy_span){ host, at, len };
-		at += len;
-		if (len > *most)
-			*most = len;
-	}
-	return true;
-}
-
-static int upload_tables(struct cuda_dev *dev, struct ours *o, const struct mfma_gemm *g,
-			 const struct parts_io io[OP_COUNT], struct batch_tables *t, char *err,
-			 size_t errlen)
-{
-	const size_t cols_bytes = (size_t)g->n * 2 * sizeof(int32_t);
-	const size_t span_bytes = (size_t)g->nparts * sizeof(struct nv_copy_span);
-	size_t at = (cols_bytes + 15) & ~(size_t)15;
-	unsigned char *tab = malloc(at + OP_COUNT * span_bytes);
-	if (!tab) {
-		snprintf(err, errlen, "cuda: out of host memory for a batch's tables");
-		return -ENOMEM;
-	}
-	int32_t *cols = (int32_t *)(void *)tab;
-	uint32_t j = 0;
-	for (uint32_t i = 0; i < g->nparts; i++)
-		for (uint32_t c = 0; c < g->parts[i].n; c++, j++) {
-			cols[j] = (int32_t)(j - c);
-			cols[g->n + j] = (int32_t)g->parts[i].n;
-		}
-	for (int op = 0; op < OP_COUNT; op++) {
-		t->spans_at[op] = 0;
-		if (op == OP_C && g->beta == 0.0f)
-			continue;
-		if (map_spans(dev, o, g, op, io[op].rows, io[op].es,
-			      (struct nv_copy_span *)(void *)(tab + at), &t->most[op])) {
-			t->spans_at[op] = at;
-			at += span_bytes;
-		}
-	}
-	int rc = cuda_buf_need(&o->cols, at, "batch tables", NULL, err, errlen);
-	if (rc == 0)
-		rc = cuda_dev_copy_in(dev, o->cols.p, at, tab, 1, at, err, errlen);
-	free(tab);
-	return rc;
-}
-
-static int copy_spans(struct cuda_dev *dev, struct ours *o, const struct mfma_gemm *g,
-		      const struct batch_tables *t, int op, char *err, size_t errlen)
-{
-	struct nv_copy_params p = { .spans = o->cols.p + t->spans_at[op],
-				    .count = (int32_t)g->nparts };
-	int rc = nv_launch_copy_spans(&o->mod, cuda_dev_stream(dev), &p, t->most[op]);
-	if (rc < 0)
-		snprintf(err, errlen, "cuda: launching the copy of a batch's parts %s failed (%d)",
-			 op == OP_D ? "out" : "in", rc);
-	return rc;
-}
-
-static int parts_in(struct cuda_dev *dev, struct ours *o, const struct parts_io *io,
-		    const struct batch_tables *t, int op, char *err, size_t errlen)
-{
-	if (t->spans_at[op])
-		return copy_spans(dev, o, io->g, t, op, err, errlen);
-	return cuda_dev_copy_in_with(dev, o->parts.p, io->rows * io->g->n * io->es, give_parts,
-				     (void *)(uintptr_t)io, err, errlen);
-}
-
-static int parts_out(struct cuda_dev *dev, struct ours *o, const struct parts_io *io,
-		     const struct batch_tables *t, char *err, size_t errlen)
-{
-	if (!t->spans_at[OP_D])
-		return cuda_dev_copy_out_with(dev, o->parts.p, io->rows * io->g->n * io->es,
-					      take_parts, (void *)(uintptr_t)io, err, errlen);
-	int rc = copy_spans(dev, o, io->g, t, OP_D, err, errlen);
-	return rc < 0 ? rc : cuda_dev_copy_out_end(dev, err, errlen);
-}
-
-/* Joins (dir 0) or splits (dir 1) one operand of a batched launch between
- * o->parts and the joined matrix at joined. */
-static int batch_cols(struct cuda_dev *dev, struct ours *o, const struct mfma_gemm *g, size_t rows,
-		      size_t ld, size_t es, CUdeviceptr joined, int dir, char *err, size_t errlen)
-{
-	struct nv_batch_params p = {
-		.parts = o->parts.p, .joined = joined,
-		.col_start = o->cols.p, .col_n = o->cols.p + (size_t)g->n * sizeof(int32_t),
-		.rows = (int32_t)rows, .cols = (int32_t)g->n, .ld = (int32_t)ld, .es = (int32_t)es,
-		.dir = dir,
-	};
-	int rc = nv_launch_batch_cols(&o->mod, cuda_dev_stream(dev), &p);
-	if (rc < 0)
-		snprintf(err, errlen, "cuda: launching the batch %s failed (%d)",
-			 dir ? "split of D" : "join", rc);
-	return rc;
-}
-
 static int ours_launch(struct cuda_dev *dev, void *state, const struct mfma_gemm *g, void *packed,
 		       const char **variant, char *err, size_t errlen)
 {
@@ -417,28 +262,11 @@ static int ours_launch(struct cuda_dev *dev, void *state, const struct mfma_gemm
 		return rc;
 	if (!packed && (rc = upload_a(dev, kind, m, k, g->a, g->a_meta, err, errlen)) < 0)
 		return rc;
-	const struct parts_io io[OP_COUNT] = { { g, 'b', k, es }, { g, 'c', m, os }, { g, 'd', m, os } };
-	struct batch_tables tabs;
-	if (g->nparts > 1) {
-		size_t most = (size_t)k * n * es > dbytes ? (size_t)k * n * es : dbytes;
-		if ((rc = cuda_buf_need(&o->parts, most, "a batch's parts", NULL, err, errlen)) < 0 ||
-		    (rc = upload_tables(dev, o, g, io, &tabs, err, errlen)) < 0 ||
-		    (rc = parts_in(dev, o, &io[OP_B], &tabs, OP_B, err, errlen)) < 0 ||
-		    (rc = batch_cols(dev, o, g, k, ldb, es, b->p, 0, err, errlen)) < 0)
-			return rc;
-		/* The parts' buffer is reused in stream order: C's copy starts
-		 * after B's join has read it. */
-		if (g->beta != 0.0f &&
-		    ((rc = parts_in(dev, o, &io[OP_C], &tabs, OP_C, err, errlen)) < 0 ||
-		     (rc = batch_cols(dev, o, g, m, n, os, c->p, 0, err, errlen)) < 0))
-			return rc;
-	} else {
-		if ((rc = cuda_dev_copy_in(dev, b->p, ldb * es, g->b, k, (size_t)n * es, err, errlen)) < 0)
-			return rc;
-		if (g->beta != 0.0f &&
-		    (rc = cuda_dev_copy_in(dev, c->p, dbytes, g->c, 1, dbytes, err, errlen)) < 0)
-			return rc;
-	}
+	if ((rc = cuda_dev_copy_in(dev, b->p, ldb * es, g->b, k, (size_t)n * es, err, errlen)) < 0)
+		return rc;
+	if (g->beta != 0.0f &&
+	    (rc = cuda_dev_copy_in(dev, c->p, dbytes, g->c, 1, dbytes, err, errlen)) < 0)
+		return rc;
 	if ((rc = cuda_dev_mark(dev, CUDA_MARK_IN, err, errlen)) < 0)
 		return rc;
 
@@ -478,14 +306,7 @@ static int ours_launch(struct cuda_dev *dev, void *state, const struct mfma_gemm
 		return rc;
 
 	/* Out. */
-	if (g->nparts > 1) {
-		rc = batch_cols(dev, o, g, m, n, os, d->p, 1, err, errlen);
-		if (rc == 0)
-			rc = parts_out(dev, o, &io[OP_D], &tabs, err, errlen);
-	} else {
-		rc = cuda_dev_copy_out(dev, g->d, d->p, dbytes, err, errlen);
-	}
-	if (rc < 0)
+	if ((rc = cuda_dev_copy_out(dev, g->d, d->p, dbytes, err, errlen)) < 0)
 		return rc;
 	*variant = nv_variant_label(kind, plan.tile);
 	return 0;

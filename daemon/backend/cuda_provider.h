@@ -38,15 +38,15 @@
 /* What a provider is asked to run.  At weight_load the request is not
  * known yet: n is 0 and out is MFMA_DT_NONE, meaning "any".  resident: A
  * is a weight packed by weight_pack (a provider whose packing is costly,
- * like cuSPARSELt's compression, may run only those).  nparts: the
- * request's parts in a batched launch (mfma_gemm.nparts; 0 or 1 is one
- * request). */
+ * like cuSPARSELt's compression, may run only those).  A batched launch
+ * reaches a provider as one GEMM over its parts joined on the device
+ * (cuda_batch.h): its b, c and d are then device addresses, which the
+ * device layer's copies recognise (cuda_dev_on_device). */
 struct cuda_shape {
 	uint32_t m, n, k;
 	enum mfma_dtype in, out;
 	bool sparse;
 	bool resident;
-	uint32_t nparts;
 };
 
 struct cuda_provider {

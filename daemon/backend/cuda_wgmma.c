@@ -90,11 +90,6 @@ static int wg_supports(const struct cuda_dev *dev, void *state, const struct cud
 			 s->sparse ? "2:4" : "dense", mfma_dtype_name(s->in));
 		return -ENOTSUP;
 	}
-	if (s->nparts > 1) {
-		snprintf(err, errlen, "cuda: the wgmma.sp kernels do not run batched launches (%u parts)",
-			 s->nparts);
-		return -ENOTSUP;
-	}
 	if (s->k % 4 != 0) {
 		snprintf(err, errlen, "cuda: k=%u is not a multiple of 4 (2:4 groups)", s->k);
 		return -EINVAL;
