@@ -234,7 +234,7 @@ static int ours_launch(struct cuda_dev *dev, void *state, const struct mfma_gemm
 	}
 	struct cuda_buf *b = cuda_dev_scratch(dev, CUDA_SCRATCH_B);
 	struct cuda_buf *c = cuda_dev_scratch(dev, CUDA_SCRATCH_C);
-	struct cuda_buf *d = cuda_dev_scratch(dev, CUDA_SCRATCH_D);
+	CUdeviceptr dp = 0;
 	/* 16-bit B keeps its rows 16-byte aligned for cp.async (ldb a
 	 * multiple of 8); 8-bit B goes in as is and is transposed. */
 	const size_t ldb = es == 2 ? (size_t)nv_round_up(n, 8) : n;
@@ -245,7 +245,7 @@ static int ours_launch(struct cuda_dev *dev, void *state, const struct mfma_gemm
 	    (es == 1 &&
 	     (rc = cuda_buf_need(&o->bt, (size_t)n * ldbt, "B transposed", NULL, err, errlen)) < 0) ||
 	    (g->beta != 0.0f && (rc = cuda_buf_need(c, dbytes, "C", NULL, err, errlen)) < 0) ||
-	    (rc = cuda_buf_need(d, dbytes, "D", NULL, err, errlen)) < 0 ||
+	    (rc = cuda_dev_out_buffer(dev, g->d, dbytes, &dp, err, errlen)) < 0 ||
 	    (rc = cuda_buf_need(&o->ws, plan.ws_bytes, "split-K workspace", NULL, err, errlen)) < 0 ||
 	    (rc = cuda_buf_need(&o->counters, plan.counters * 4, "split-K counters", &grown, err,
 				errlen)) < 0)
@@ -289,7 +289,7 @@ static int ours_launch(struct cuda_dev *dev, void *state, const struct mfma_gemm
 		p.ldb = (int32_t)ldbt;
 	}
 	p.c = g->beta != 0.0f ? c->p : 0;
-	p.d = d->p;
+	p.d = dp;
 	p.m = (int32_t)m;
 	p.n = (int32_t)n;
 	p.k = (int32_t)k;
@@ -306,7 +306,7 @@ static int ours_launch(struct cuda_dev *dev, void *state, const struct mfma_gemm
 		return rc;
 
 	/* Out. */
-	if ((rc = cuda_dev_copy_out(dev, g->d, d->p, dbytes, err, errlen)) < 0)
+	if ((rc = cuda_dev_copy_out(dev, g->d, dp, dbytes, err, errlen)) < 0)
 		return rc;
 	*variant = nv_variant_label(kind, plan.tile);
 	return 0;

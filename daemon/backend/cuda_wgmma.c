@@ -208,14 +208,14 @@ static int wg_launch(struct cuda_dev *dev, void *state, const struct mfma_gemm *
 	}
 	struct cuda_buf *b = cuda_dev_scratch(dev, CUDA_SCRATCH_B);
 	struct cuda_buf *c = cuda_dev_scratch(dev, CUDA_SCRATCH_C);
-	struct cuda_buf *d = cuda_dev_scratch(dev, CUDA_SCRATCH_D);
+	CUdeviceptr dp = 0;
 	/* TMA wants B's rows 16-byte aligned: ldb a multiple of 8. */
 	const size_t ldb = (size_t)nv_round_up(n, 8);
 	const size_t dbytes = (size_t)m * n * os;
 	int grown = 0;
 	if ((rc = cuda_buf_need(b, (size_t)k * ldb * 2, "B", NULL, err, errlen)) < 0 ||
 	    (g->beta != 0.0f && (rc = cuda_buf_need(c, dbytes, "C", NULL, err, errlen)) < 0) ||
-	    (rc = cuda_buf_need(d, dbytes, "D", NULL, err, errlen)) < 0 ||
+	    (rc = cuda_dev_out_buffer(dev, g->d, dbytes, &dp, err, errlen)) < 0 ||
 	    (rc = cuda_buf_need(&o->ws, plan.ws_bytes, "split-K workspace", NULL, err, errlen)) < 0 ||
 	    (rc = cuda_buf_need(&o->counters, plan.counters * 4, "split-K counters", &grown, err, errlen)) < 0)
 		return rc;
@@ -242,7 +242,7 @@ static int wg_launch(struct cuda_dev *dev, void *state, const struct mfma_gemm *
 	if (!packed && (rc = launch_pack(dev, o, &pk, err, errlen)) < 0)
 		return rc;
 	const struct nv_wg_args args = {
-		.b = b->p, .c = g->beta != 0.0f ? c->p : 0, .d = d->p,
+		.b = b->p, .c = g->beta != 0.0f ? c->p : 0, .d = dp,
 		.n = (int32_t)n, .ldb = (int32_t)ldb, .ldc = (int32_t)n, .ldd = (int32_t)n,
 		.out_dtype = g->out_dtype, .alpha = g->alpha, .beta = g->beta,
 	};
@@ -255,7 +255,7 @@ static int wg_launch(struct cuda_dev *dev, void *state, const struct mfma_gemm *
 	}
 	if ((rc = cuda_dev_mark(dev, CUDA_MARK_KERNEL, err, errlen)) < 0)
 		return rc;
-	if ((rc = cuda_dev_copy_out(dev, g->d, d->p, dbytes, err, errlen)) < 0)
+	if ((rc = cuda_dev_copy_out(dev, g->d, dp, dbytes, err, errlen)) < 0)
 		return rc;
 	*variant = nv_wg_variant_label(bf16, plan.tile);
 	return 0;
