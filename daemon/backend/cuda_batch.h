@@ -20,8 +20,9 @@ bool cuda_batch_usable(int cc);
 /* The width of the joined matrices for n columns of parts: rounded up, so
  * that the batches of a load (any total from 2 to thousands of columns)
  * come in a few widths, and a provider that plans per N (cuSPARSELt
- * searches its algorithms for each N it sees and keeps 16 plans) plans
- * once per width.  The padding columns are zero and never copied out. */
+ * searches its algorithms for each N it sees, some 100 ms on the H200)
+ * plans once per width.  The padding columns are zero and never copied
+ * out. */
 uint32_t cuda_batch_width(uint32_t n);
 
 /* Loads the data-movement kernels; NULL *b with -ENOEXEC when the build

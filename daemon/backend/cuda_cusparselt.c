@@ -130,7 +130,11 @@ struct cs_plan {
 	size_t ws_bytes;
 };
 
-#define CS_PLANS 16
+/* Plans kept per weight, the oldest replaced: a load's single requests
+ * and its batches' widths (cuda_batch_width: ten up to 1536 columns), for
+ * two output types, fit; a plan replaced and needed again costs its
+ * search again (some 100 ms on the H200). */
+#define CS_PLANS 48
 
 struct cs_weight {
 	uint32_t m, k, mp, kp;

@@ -523,8 +523,6 @@ int cuda_dev_out_buffer(struct cuda_dev *d, void *dst, size_t bytes, CUdeviceptr
 		*out = (CUdeviceptr)(uintptr_t)dst;
 		return 0;
 	}
-	if (dst && cuda_dev_mapped(d, dst, bytes, out))
-		return 0;
 	struct cuda_buf *b = &d->scratch[CUDA_SCRATCH_D];
 	int rc = cuda_buf_need(b, bytes, "D", NULL, err, errlen);
 	if (rc == 0)
@@ -535,11 +533,8 @@ int cuda_dev_out_buffer(struct cuda_dev *d, void *dst, size_t bytes, CUdeviceptr
 int cuda_dev_copy_out(struct cuda_dev *d, void *dst, CUdeviceptr src, size_t bytes, char *err,
 		      size_t errlen)
 {
-	CUdeviceptr mapped;
 	if (src == (CUdeviceptr)(uintptr_t)dst && on_device(d, dst, bytes))
 		return 0; /* the kernels wrote the batch's joined D in place */
-	if (cuda_dev_mapped(d, dst, bytes, &mapped) && mapped == src)
-		return cuda_dev_copy_out_end(d, err, errlen); /* written across the bus */
 	if (on_device(d, dst, bytes)) {
 		/* The batched launch splits and copies D out after this, and
 		 * ends the copy out itself. */
