@@ -37,11 +37,6 @@ struct gemm_job {
 	bool launch_head;       /* counts the launch (one job of each) */
 	uint8_t *frame;         /* the encoded answer when OK */
 	size_t frame_len;
-	/* The head of a batch left running on the device (gemm_start): the
-	 * launch as the backend reads it until gemm_batch_finish. */
-	struct mfma_gemm batch_g;
-	struct mfma_gemm_part *batch_parts;
-	void *token;
 };
 
 static void job_fail(struct gemm_job *j, int code, const char *fmt, ...)
@@ -62,7 +57,6 @@ static void job_free(struct gemm_job *j)
 	operand_a_free(&j->a);
 	answer_free(&j->ans);
 	free(j->frame);
-	free(j->batch_parts);
 	free(j);
 }
 
@@ -164,42 +158,11 @@ static void gemm_work(struct device *v, struct sched_job *sj)
 	finish_answer(v, j);
 }
 
-/* A failed batched launch: each request tried alone, so one bad request
- * fails only itself. */
-static void retry_alone(struct device *v, struct sched_job **sjs, size_t n)
-{
-	for (size_t i = 0; i < n; i++) {
-		struct gemm_job *j = (struct gemm_job *)sjs[i];
-		answer_free(&j->ans);
-		j->code = MFMA__V1__CODE__OK;
-		gemm_work(v, sjs[i]);
-	}
-}
-
-/* The answers of a batched launch that ran: each request its own D and
- * status, the launch's timing. */
-static void batch_answers(struct device *v, struct sched_job **sjs, size_t n,
-			  const struct backend_timing *t, uint32_t cols)
-{
-	stats_observe_batch(&v->d->stats, n);
-	for (size_t i = 0; i < n; i++) {
-		struct gemm_job *j = (struct gemm_job *)sjs[i];
-		j->t = *t;
-		j->batch_requests = (uint32_t)n;
-		j->batch_columns = cols;
-		j->launch_head = i == 0;
-		j->code = MFMA__V1__CODE__OK;
-		finish_answer(v, j);
-	}
-}
-
 /* n >= 2 GEMMs on one resident weight with the same dtypes and scalars
  * (their batch keys are equal): one launch over their columns side by
- * side, each with its own D, timing and answer.  Where the device
- * pipelines batches (backend gemm_start), the launch is left running and
- * finished by gemm_batch_finish after the next one has started: true.
- * When the launch fails, each request is tried alone. */
-static bool gemm_batch_work(struct device *v, struct sched_job **sjs, size_t n)
+ * side, each with its own D, timing and answer.  When the launch fails,
+ * each request is tried alone, so one bad request fails only itself. */
+static void gemm_batch_work(struct device *v, struct sched_job **sjs, size_t n)
 {
 	struct gemm_job *head = (struct gemm_job *)sjs[0];
 	struct mfma_gemm_part *parts = calloc(n, sizeof(*parts));
@@ -224,42 +187,28 @@ static bool gemm_batch_work(struct device *v, struct sched_job **sjs, size_t n)
 		g.parts = parts;
 		g.b = g.c = g.d = NULL;
 		g.a_sparse = head->weight->sparse;
-		void *handle = head->weight->handle[v->index];
-		rc = -EAGAIN;
-		if (v->ops->gemm_start) {
-			/* The backend reads g and its parts until it is finished. */
-			head->batch_g = g;
-			rc = v->ops->gemm_start(v->bdev, &head->batch_g, handle, &head->token, err,
-						sizeof(err));
-			if (rc == 0) {
-				head->batch_parts = parts;
-				return true;
-			}
-		}
-		if (rc == -EAGAIN)
-			rc = v->ops->gemm(v->bdev, &g, handle, &t, err, sizeof(err));
+		rc = v->ops->gemm(v->bdev, &g, head->weight->handle[v->index], &t, err, sizeof(err));
 	}
 	free(parts);
-	if (rc < 0)
-		retry_alone(v, sjs, n);
-	else
-		batch_answers(v, sjs, n, &t, (uint32_t)cols);
-	return false;
-}
-
-static void gemm_batch_finish(struct device *v, struct sched_job **sjs, size_t n)
-{
-	struct gemm_job *head = (struct gemm_job *)sjs[0];
-	struct backend_timing t = { 0 };
-	char err[400] = "";
-	int rc = v->ops->gemm_finish(v->bdev, head->token, &t, err, sizeof(err));
-	free(head->batch_parts);
-	head->batch_parts = NULL;
-	head->token = NULL;
-	if (rc < 0)
-		retry_alone(v, sjs, n);
-	else
-		batch_answers(v, sjs, n, &t, head->batch_g.n);
+	if (rc < 0) {
+		for (size_t i = 0; i < n; i++) {
+			struct gemm_job *j = (struct gemm_job *)sjs[i];
+			answer_free(&j->ans);
+			j->code = MFMA__V1__CODE__OK;
+			gemm_work(v, sjs[i]);
+		}
+		return;
+	}
+	stats_observe_batch(&v->d->stats, n);
+	for (size_t i = 0; i < n; i++) {
+		struct gemm_job *j = (struct gemm_job *)sjs[i];
+		j->t = t;
+		j->batch_requests = (uint32_t)n;
+		j->batch_columns = (uint32_t)cols;
+		j->launch_head = i == 0;
+		j->code = MFMA__V1__CODE__OK;
+		finish_answer(v, j);
+	}
 }
 
 /* ---- the loop ---- */
@@ -373,7 +322,6 @@ static void set_batch_key(struct gemm_job *j)
 						.b = (uint64_t)alpha << 32 | beta };
 	j->sj.batch_cost = g->n;
 	j->sj.batch_work = gemm_batch_work;
-	j->sj.batch_finish = gemm_batch_finish;
 }
 
 /* The device for a validated GEMM, or -1 with the refusal in code/err. */

@@ -153,17 +153,15 @@ static void poll_for_work(struct queue *q, uint64_t window_ns)
 	pthread_mutex_lock(&q->mu);
 }
 
-/* Takes the next job and, when it batches, its companions: how many.
- * block false: 0 at once when nothing is queued (a batch is running on
- * the device and waits to be finished). */
-static size_t next_jobs(struct queue *q, struct sched_job **jobs, bool block)
+/* Takes the next job and, when it batches, its companions: how many. */
+static size_t next_jobs(struct queue *q, struct sched_job **jobs)
 {
 	struct sched *s = q->s;
 	pthread_mutex_lock(&q->mu);
 	uint64_t poll = atomic_load_explicit(&s->poll_ns, memory_order_relaxed);
-	if (q->heap.len == 0 && !q->stop && poll && block)
+	if (q->heap.len == 0 && !q->stop && poll)
 		poll_for_work(q, poll);
-	while (q->heap.len == 0 && !q->stop && block)
+	while (q->heap.len == 0 && !q->stop)
 		pthread_cond_wait(&q->cv, &q->mu);
 	struct heap_node *top = heap_pop(&q->heap);
 	size_t n = 0;
@@ -192,17 +190,6 @@ static size_t next_jobs(struct queue *q, struct sched_job **jobs, bool block)
 	return n;
 }
 
-/* Waits for the batch left running and completes its jobs. */
-static void finish_held(struct queue *q, struct sched_job **held, size_t *nheld)
-{
-	held[0]->batch_finish(q->v, held, *nheld);
-	for (size_t i = 0; i < *nheld; i++) {
-		STATS_SUB(q->v->st->in_flight, 1);
-		complete(q->s, held[i]);
-	}
-	*nheld = 0;
-}
-
 static void *worker_main(void *arg)
 {
 	struct queue *q = arg;
@@ -217,16 +204,9 @@ static void *worker_main(void *arg)
 	pthread_cond_broadcast(&q->cv);
 	pthread_mutex_unlock(&q->mu);
 
-	/* held: a batch left running on the device, finished after the next
-	 * jobs have been started (or when there are none). */
-	struct sched_job *jobs[SCHED_MAX_BATCH], *runs[SCHED_MAX_BATCH], *held[SCHED_MAX_BATCH];
-	size_t nheld = 0;
+	struct sched_job *jobs[SCHED_MAX_BATCH], *runs[SCHED_MAX_BATCH];
 	for (;;) {
-		size_t n = next_jobs(q, jobs, nheld == 0);
-		if (n == 0 && nheld) {
-			finish_held(q, held, &nheld);
-			continue;
-		}
+		size_t n = next_jobs(q, jobs);
 		if (n == 0)
 			break; /* stopping, and the queue is empty */
 		uint64_t now = mfma_clock_ns();
@@ -245,23 +225,13 @@ static void *worker_main(void *arg)
 			else
 				runs[nrun++] = j;
 		}
-		bool running = false;
 		if (nrun == 1)
 			runs[0]->work(v, runs[0]);
 		else if (nrun > 1)
-			running = runs[0]->batch_work(v, runs, nrun);
-		/* This launch is queued behind the held one: finish that. */
-		if (nheld)
-			finish_held(q, held, &nheld);
+			runs[0]->batch_work(v, runs, nrun);
 		for (size_t i = 0; i < n; i++) {
-			if (running && jobs[i]->status == 0)
-				continue; /* one of runs: completed when finished */
 			STATS_SUB(v->st->in_flight, 1);
 			complete(q->s, jobs[i]);
-		}
-		if (running) {
-			memcpy(held, runs, nrun * sizeof(*runs));
-			nheld = nrun;
 		}
 	}
 	devices_close(v);

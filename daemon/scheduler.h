@@ -44,12 +44,8 @@ struct sched_batch_key {
 };
 
 /* Worker thread: runs n >= 2 jobs of one key together (each keeps its own
- * done callback and status).  It may leave them running on the device and
- * return true: the worker then takes and starts the next jobs first (so
- * the device overlaps the two), and calls the jobs' batch_finish before it
- * completes them.  false: they are done. */
-typedef bool (*sched_batch_fn)(struct device *v, struct sched_job **jobs, size_t n);
-typedef void (*sched_finish_fn)(struct device *v, struct sched_job **jobs, size_t n);
+ * done callback and status). */
+typedef void (*sched_batch_fn)(struct device *v, struct sched_job **jobs, size_t n);
 
 /* The most jobs one batch takes. */
 #define SCHED_MAX_BATCH 256
@@ -68,7 +64,6 @@ struct sched_job {
 	struct sched_batch_key batch;
 	uint32_t batch_cost;    /* against the batch limit (a GEMM: its columns) */
 	sched_batch_fn batch_work;
-	sched_finish_fn batch_finish; /* for batches batch_work left running */
 	bool taken;             /* picked for a batch (private) */
 };
 

@@ -134,19 +134,6 @@ struct backend_ops {
 	int (*gemm)(void *dev, const struct mfma_gemm *g, void *weight, struct backend_timing *t,
 		    char *err, size_t errlen);
 
-	/* Optional: a batched launch (g->nparts >= 2, a resident weight)
-	 * pipelined.  gemm_start queues it and returns without waiting, with
-	 * a token for gemm_finish, which waits for it and fills the timing;
-	 * meanwhile the daemon may start the next batch, whose copies in then
-	 * overlap this one's kernel and copies out.  At most two are started
-	 * and not finished; g and its parts stay valid until gemm_finish.
-	 * -EAGAIN from gemm_start: run it with gemm() instead.  NULL: the
-	 * device does not pipeline. */
-	int (*gemm_start)(void *dev, const struct mfma_gemm *g, void *weight, void **token,
-			  char *err, size_t errlen);
-	int (*gemm_finish)(void *dev, void *token, struct backend_timing *t, char *err,
-			   size_t errlen);
-
 	/* Registers host memory [p, p + len) (a client's shared-memory
 	 * region, mapped by the daemon) with the device's runtime, so that
 	 * copies from and into it are DMA with no staging copy; *handle goes

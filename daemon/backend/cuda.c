@@ -358,7 +358,7 @@ static int run_on(struct cuda_backend_dev *bd, size_t i, const struct mfma_gemm 
 		rc = cuda_batch_out(bd->batch, bd->dev, g, err, errlen);
 	if (rc < 0) {
 		if (batch)
-			cuda_batch_abort(bd->batch, bd->dev, NULL);
+			cuda_batch_abort(bd->dev);
 		/* Whatever the provider enqueued before failing may still read
 		 * the pinned pool or write device buffers: wait for it. */
 		cuda_dev_drain(bd->dev);
@@ -520,11 +520,10 @@ static int gemm_resident(struct cuda_backend_dev *bd, struct cuda_weight *w,
 	bool pinned = false;
 	for (size_t c = 0; c < ncand; c++)
 		pinned = pinned || (int)cand[c] == policy.prefer;
-	if (r->n == 0 && (pinned || ncand == 1)) {
+	if (r->n == 0 && pinned) {
 		/* A pin is an order of one: nothing to measure; the table's
-		 * order follows where it cannot make the shape at launch.  So
-		 * is a lone candidate. */
-		r->order[0] = (uint8_t)(pinned ? policy.prefer : (int)cand[0]);
+		 * order follows where it cannot make the shape at launch. */
+		r->order[0] = (uint8_t)policy.prefer;
 		r->n = 1;
 	} else if (ncand > 1 && r->n == 0) {
 		struct backend_choice_key key;
@@ -620,63 +619,6 @@ static int cuda_gemm(void *dev, const struct mfma_gemm *g, void *weight, struct 
 	return run_on(bd, i, &run, NULL, t, err, errlen);
 }
 
-/* A batched launch pipelined (cuda_batch.h): its copies in overlap the
- * previous batch's GEMM and copies out.  Only on the bucket's measured
- * (or pinned) first choice and with every part in a mapped region; else
- * -EAGAIN and the daemon runs it with cuda_gemm. */
-static int cuda_gemm_start(void *dev, const struct mfma_gemm *g, void *weight, void **token,
-			   char *err, size_t errlen)
-{
-	struct cuda_backend_dev *bd = dev;
-	struct cuda_weight *w = weight;
-	if (!bd || !g || !w || !bd->batch || g->nparts < 2 || w->m != g->m || w->k != g->k ||
-	    w->dtype != g->in_dtype)
-		return -EAGAIN;
-	size_t b = bucket_of(g->n), out = g->out_dtype < NOUT ? g->out_dtype : 0;
-	const struct cuda_rank *r = &w->rank[b][out];
-	if (r->n == 0)
-		return -EAGAIN; /* the bucket's first GEMM measures its candidates */
-	size_t i = r->order[0];
-	struct mfma_gemm run = *g;
-	run.a_sparse = w->sparse;
-	const struct cuda_shape s = { .m = g->m, .n = cuda_batch_width(g->n), .k = g->k,
-				      .in = g->in_dtype, .out = g->out_dtype, .sparse = w->sparse,
-				      .resident = true };
-	char why[256];
-	if (!w->have[i] || providers[i]->supports(bd->dev, bd->state[i], &s, why, sizeof(why)) != 0)
-		return -EAGAIN;
-	int rc = cuda_dev_enter(bd->dev, err, errlen);
-	if (rc < 0)
-		return rc;
-	struct cuda_batch_slot *slot = NULL;
-	struct mfma_gemm one;
-	if ((rc = cuda_batch_start(bd->batch, bd->dev, &run, &one, &slot, err, errlen)) < 0)
-		return rc;
-	const char *variant = NULL;
-	rc = providers[i]->launch(bd->dev, bd->state[i], &one, w->packed[i], &variant, err, errlen);
-	if (rc == 0)
-		rc = cuda_batch_launched(bd->batch, bd->dev, &run, slot, variant, err, errlen);
-	if (rc < 0) {
-		cuda_batch_abort(bd->batch, bd->dev, slot);
-		cuda_dev_drain(bd->dev);
-		return rc;
-	}
-	*token = slot;
-	return 0;
-}
-
-static int cuda_gemm_finish(void *dev, void *token, struct backend_timing *t, char *err,
-			    size_t errlen)
-{
-	struct cuda_backend_dev *bd = dev;
-	int rc = cuda_dev_enter(bd->dev, err, errlen);
-	if (rc == 0)
-		rc = cuda_batch_wait(token, t, err, errlen);
-	if (rc < 0)
-		cuda_dev_drain(bd->dev);
-	return rc;
-}
-
 /* A client's region: the device copies from and into it directly.  The
  * handle is the address itself. */
 static int cuda_host_register(void *dev, void *p, size_t len, void **handle, char *err,
@@ -741,8 +683,6 @@ const struct backend_ops backend_cuda = {
 	.weight_load = cuda_weight_load,
 	.weight_free = cuda_weight_free,
 	.gemm = cuda_gemm,
-	.gemm_start = cuda_gemm_start,
-	.gemm_finish = cuda_gemm_finish,
 	.host_register = cuda_host_register,
 	.host_unregister = cuda_host_unregister,
 };

@@ -36,19 +36,13 @@ struct cuda_slot {
 static struct cuda_slot slots[CUDA_MAX_DEVICES];
 static int nslots;
 
-enum { EV_START, EV_IN, EV_KERNEL, EV_OUT, EV_GATHERED, EV_COUNT };
-
-/* One launch's timing events (cuda_device.h). */
-struct cuda_marks {
-	CUevent ev[EV_COUNT];
-	bool gathered; /* EV_GATHERED recorded: h2d ends there */
-};
+enum { EV_START, EV_IN, EV_KERNEL, EV_OUT, EV_COUNT };
 
 struct cuda_dev {
 	struct cuda_slot *slot;
 	CUcontext ctx;
 	CUstream stream;
-	struct cuda_marks own, *cur; /* the marks cuda_dev_mark records into */
+	CUevent ev[EV_COUNT];
 	/* Host time spent copying the last chunk out of the pool, after the
 	 * end event: part of the D2H time. */
 	uint64_t out_tail_ns;
@@ -233,8 +227,8 @@ void cuda_dev_close(struct cuda_dev *d)
 		for (int i = 0; i < CUDA_SCRATCH_COUNT; i++)
 			cuda_buf_free(&d->scratch[i]);
 		for (int i = 0; i < EV_COUNT; i++)
-			if (d->own.ev[i])
-				nv_drv.cuEventDestroy(d->own.ev[i]);
+			if (d->ev[i])
+				nv_drv.cuEventDestroy(d->ev[i]);
 		for (int i = 0; i < 2; i++)
 			if (d->pin_ev[i])
 				nv_drv.cuEventDestroy(d->pin_ev[i]);
@@ -354,11 +348,10 @@ int cuda_dev_open(int index, const struct backend_config *cfg, struct cuda_dev *
 		goto out;
 	}
 	for (int i = 0; i < EV_COUNT; i++)
-		if ((r = nv_drv.cuEventCreate(&d->own.ev[i], CU_EVENT_DEFAULT)) != CUDA_SUCCESS) {
+		if ((r = nv_drv.cuEventCreate(&d->ev[i], CU_EVENT_DEFAULT)) != CUDA_SUCCESS) {
 			rc = cuda_fail(r, err, errlen, "cuEventCreate");
 			goto out;
 		}
-	d->cur = &d->own;
 	for (int i = 0; i < 2; i++)
 		if ((r = nv_drv.cuEventCreate(&d->pin_ev[i], CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS) {
 			rc = cuda_fail(r, err, errlen, "cuEventCreate");
@@ -511,7 +504,7 @@ int cuda_dev_mark(struct cuda_dev *d, enum cuda_mark mark, char *err, size_t err
 	/* A batched launch recorded its start before gathering its parts. */
 	if (mark == CUDA_MARK_START && d->nondev)
 		return 0;
-	CU_TRY(nv_drv.cuEventRecord(d->cur->ev[ev_of[mark]], d->stream), "cuEventRecord");
+	CU_TRY(nv_drv.cuEventRecord(d->ev[ev_of[mark]], d->stream), "cuEventRecord");
 	return 0;
 }
 
@@ -559,8 +552,8 @@ int cuda_dev_copy_out(struct cuda_dev *d, void *dst, CUdeviceptr src, size_t byt
 
 int cuda_dev_copy_out_end(struct cuda_dev *d, char *err, size_t errlen)
 {
-	CU_TRY(nv_drv.cuEventRecord(d->cur->ev[EV_OUT], d->stream), "cuEventRecord");
-	CU_TRY(nv_drv.cuEventSynchronize(d->cur->ev[EV_OUT]), "cuEventSynchronize");
+	CU_TRY(nv_drv.cuEventRecord(d->ev[EV_OUT], d->stream), "cuEventRecord");
+	CU_TRY(nv_drv.cuEventSynchronize(d->ev[EV_OUT]), "cuEventSynchronize");
 	d->out_tail_ns = 0;
 	return 0;
 }
@@ -582,7 +575,7 @@ int cuda_dev_copy_out_with(struct cuda_dev *d, CUdeviceptr src, size_t bytes, cu
 		if ((rc = pin_mark(d, h, err, errlen)) < 0)
 			return rc;
 		if (i + 1 == nchunks)
-			CU_TRY(nv_drv.cuEventRecord(d->cur->ev[EV_OUT], d->stream), "cuEventRecord");
+			CU_TRY(nv_drv.cuEventRecord(d->ev[EV_OUT], d->stream), "cuEventRecord");
 		if (i > 0) {
 			int hp = h ^ 1;
 			size_t poff = (i - 1) * d->pin_half;
@@ -591,7 +584,7 @@ int cuda_dev_copy_out_with(struct cuda_dev *d, CUdeviceptr src, size_t bytes, cu
 			take(arg, poff, d->pin + (size_t)hp * d->pin_half, d->pin_half);
 		}
 	}
-	CU_TRY(nv_drv.cuEventSynchronize(d->cur->ev[EV_OUT]), "cuEventSynchronize");
+	CU_TRY(nv_drv.cuEventSynchronize(d->ev[EV_OUT]), "cuEventSynchronize");
 	uint64_t t0 = mfma_clock_ns();
 	if (nchunks > 0) {
 		size_t last = nchunks - 1, off = last * d->pin_half;
@@ -612,77 +605,11 @@ static uint64_t elapsed_ns(CUevent from, CUevent to)
 	return backend_event_ns(ms);
 }
 
-static void marks_timing(const struct cuda_marks *m, uint64_t tail_ns, struct backend_timing *t)
-{
-	t->h2d_ns = elapsed_ns(m->ev[EV_START], m->ev[m->gathered ? EV_GATHERED : EV_IN]);
-	t->kernel_ns = elapsed_ns(m->ev[EV_IN], m->ev[EV_KERNEL]);
-	t->d2h_ns = elapsed_ns(m->ev[EV_KERNEL], m->ev[EV_OUT]) + tail_ns;
-}
-
 void cuda_dev_timing(struct cuda_dev *d, struct backend_timing *t)
 {
-	marks_timing(d->cur, d->out_tail_ns, t);
-}
-
-/* ---- marks of a launch not waited for ---- */
-
-int cuda_marks_new(struct cuda_marks **m, char *err, size_t errlen)
-{
-	struct cuda_marks *n = calloc(1, sizeof(*n));
-	if (!n) {
-		snprintf(err, errlen, "cuda: out of host memory");
-		return -ENOMEM;
-	}
-	for (int i = 0; i < EV_COUNT; i++) {
-		CUresult r = nv_drv.cuEventCreate(&n->ev[i], CU_EVENT_DEFAULT);
-		if (r != CUDA_SUCCESS) {
-			cuda_marks_free(n);
-			return cuda_fail(r, err, errlen, "cuEventCreate");
-		}
-	}
-	*m = n;
-	return 0;
-}
-
-void cuda_marks_free(struct cuda_marks *m)
-{
-	if (!m)
-		return;
-	for (int i = 0; i < EV_COUNT; i++)
-		if (m->ev[i])
-			nv_drv.cuEventDestroy(m->ev[i]);
-	free(m);
-}
-
-void cuda_dev_use_marks(struct cuda_dev *d, struct cuda_marks *m)
-{
-	d->cur = m ? m : &d->own;
-}
-
-int cuda_marks_gathering(struct cuda_marks *m, CUstream s, bool done, char *err, size_t errlen)
-{
-	CU_TRY(nv_drv.cuEventRecord(m->ev[done ? EV_GATHERED : EV_START], s), "cuEventRecord");
-	m->gathered = true;
-	return 0;
-}
-
-int cuda_dev_wait_gathered(struct cuda_dev *d, const struct cuda_marks *m, char *err, size_t errlen)
-{
-	CU_TRY(nv_drv.cuStreamWaitEvent(d->stream, m->ev[EV_GATHERED], 0), "cuStreamWaitEvent");
-	return 0;
-}
-
-int cuda_dev_copy_out_mark(struct cuda_dev *d, char *err, size_t errlen)
-{
-	CU_TRY(nv_drv.cuEventRecord(d->cur->ev[EV_OUT], d->stream), "cuEventRecord");
-	return 0;
-}
-
-int cuda_marks_wait(struct cuda_marks *m, struct backend_timing *t, char *err, size_t errlen)
-{
-	CU_TRY(nv_drv.cuEventSynchronize(m->ev[EV_OUT]), "cuEventSynchronize");
-	marks_timing(m, 0, t);
-	return 0;
+	t->h2d_ns = elapsed_ns(d->ev[EV_START], d->ev[EV_IN]);
+	t->kernel_ns = elapsed_ns(d->ev[EV_IN], d->ev[EV_KERNEL]);
+	t->d2h_ns = elapsed_ns(d->ev[EV_KERNEL], d->ev[EV_OUT]) + d->out_tail_ns;
 }
 
 int cuda_dev_sync(struct cuda_dev *d, const char *what, char *err, size_t errlen)

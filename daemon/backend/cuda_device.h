@@ -156,24 +156,6 @@ int cuda_dev_copy_out_with(struct cuda_dev *d, CUdeviceptr src, size_t bytes, cu
  * variant is the provider's to name). */
 void cuda_dev_timing(struct cuda_dev *d, struct backend_timing *t);
 
-/* The timing marks of a launch that is not waited for at once (a
- * pipelined batch): each brings its own, so that the next launch's marks
- * do not overwrite them.  cuda_dev_use_marks makes cuda_dev_mark and the
- * copy out's end record into m (NULL: the device's own again);
- * cuda_marks_gathering records the start (done false) and the end (done
- * true) of copies in made on another stream s, which then bound h2d;
- * cuda_dev_wait_gathered makes the device's stream wait for that end;
- * cuda_dev_copy_out_mark records the end of the copy out without waiting;
- * cuda_marks_wait waits for it and reads the timing. */
-struct cuda_marks;
-int cuda_marks_new(struct cuda_marks **m, char *err, size_t errlen);
-void cuda_marks_free(struct cuda_marks *m);
-void cuda_dev_use_marks(struct cuda_dev *d, struct cuda_marks *m);
-int cuda_marks_gathering(struct cuda_marks *m, CUstream s, bool done, char *err, size_t errlen);
-int cuda_dev_wait_gathered(struct cuda_dev *d, const struct cuda_marks *m, char *err, size_t errlen);
-int cuda_dev_copy_out_mark(struct cuda_dev *d, char *err, size_t errlen);
-int cuda_marks_wait(struct cuda_marks *m, struct backend_timing *t, char *err, size_t errlen);
-
 /* Waits for the stream after work that ends on the device (a weight's
  * packing): the pinned pool is free again afterwards. */
 int cuda_dev_sync(struct cuda_dev *d, const char *what, char *err, size_t errlen);

@@ -57,7 +57,6 @@ extern "C" {
 	X(cuStreamCreate)                           \
 	X(cuStreamDestroy)                          \
 	X(cuStreamSynchronize)                      \
-	X(cuStreamWaitEvent)                        \
 	X(cuEventCreate)                            \
 	X(cuEventDestroy)                           \
 	X(cuEventRecord)                            \
