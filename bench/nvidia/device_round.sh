@@ -181,8 +181,6 @@ wgdense)
 	grep -E "FAIL" "$OUT/wgx_check.log" | head -20
 	WG_KIND=dense TAILN=0 step wgx_bench ${WG_BENCH_S:-240} "$WG" bench $WGX_SHAPES
 	grep -E "^\|" "$OUT/wgx_bench.log"
-	# WGX_VENDOR=0: no bench_nv (a re-run of the kernels alone).
-	[ "${WGX_VENDOR:-1}" = 1 ] || continue
 	: >"$OUT/wgx_vendor.log"
 	for shape in $WGX_SHAPES; do
 		timeout 150 "$P/bin/bench_nv" --dtypes ${WG_DTYPES:-f16,bf16} --shape "$shape" >>"$OUT/wgx_vendor.log" 2>&1

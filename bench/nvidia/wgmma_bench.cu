@@ -423,25 +423,11 @@ static int tmap_2d(CUtensorMap *tm, void *base, uint64_t d0, uint64_t d1, uint64
 	return r == CUDA_SUCCESS ? 0 : -(int)r;
 }
 
-/* WG_APOL=normal|last (the experiment): the L2 hint of A's loads in the
- * tiled kernels; evict-first otherwise, as the daemon does. */
-static uint64_t a_policy(void)
-{
-	const char *e = getenv("WG_APOL");
-	if (e && strcmp(e, "normal") == 0)
-		return 0x1000000000000000ull;
-	if (e && strcmp(e, "last") == 0)
-		return NV_WG_EVICT_LAST;
-	return 0;
-}
-
 /* Prepares a launch of variant v on weight w, B [k][ldb], D/C [m][n].
  * splits 0 = choose: enough CTAs for two per SM slot where the tiles
- * alone leave the GPU idle, at least 4 k-iterations each.  ctas 0 = the
- * plan's grid (persistent CTAs beyond one wave), -1 = one CTA per tile,
- * else that many CTAs (at most one per tile). */
+ * alone leave the GPU idle, at least 4 k-iterations each. */
 static int wg_prepare(wg_launch &L, const variant *v, const wg_weight &w, const void *b, int n, int ldb, void *c,
-		      void *d, int out_dtype, float alpha, float beta, int splits, int sms, int ctas = 0)
+		      void *d, int out_dtype, float alpha, float beta, int splits, int sms)
 {
 	memset(&L, 0, sizeof(L));
 	L.v = v;
@@ -473,8 +459,7 @@ static int wg_prepare(wg_launch &L, const variant *v, const wg_weight &w, const 
 	 * overrides its split-K (the sweep). */
 	int occ[NV_WG_TILE_COUNT];
 	for (int t = 0; t < NV_WG_TILE_COUNT; t++)
-		occ[t] = v->minb; /* what the tile is built for; the daemon asks the driver */
-	p.a_policy = a_policy();
+		occ[t] = 1;
 	struct nv_wg_plan pl;
 	/* The plan counts 64-K stages only; K a multiple of 4 is the 2:4
 	 * groups' rule, not the dense kernels'. */
@@ -490,9 +475,7 @@ static int wg_prepare(wg_launch &L, const variant *v, const wg_weight &w, const 
 	p.iters_per_split = pl.iters_per_split;
 	splits = pl.splits;
 	int tiles = p.tiles_m * p.tiles_n;
-	/* A tile built without the tile loop must have a CTA per tile. */
-	const int grid_x = ctas == 0 || !NV_WG_PERSISTENT(v->minb) ? pl.ctas : ctas < 0 ? tiles : std::min(ctas, tiles);
-	L.grid = dim3(grid_x, 1, splits);
+	L.grid = dim3(tiles, 1, splits);
 	if (splits > 1) {
 		CK(cudaMalloc(&L.ws, (size_t)tiles * splits * (v->bn / 2) * 256 * 4));
 		CK(cudaMalloc(&L.counters, (size_t)tiles * 4));
@@ -627,7 +610,7 @@ static double dt_get(const void *p, size_t i, int dt)
 /* dv: a decode variant (grid CTAs, 0 = the default) instead of the tile
  * of width bn. */
 static int check_one(int dense, int bf16, int m, int n, int k, int bn, int splits, int out_dt, float alpha,
-		     float beta, int sms, const dvariant *dv = NULL, int grid = 0, int rows = 0, int ctas = 0)
+		     float beta, int sms, const dvariant *dv = NULL, int grid = 0, int rows = 0)
 {
 	const variant *v = dv ? NULL : find_variant(dense, bf16, bn);
 	if (!v && !dv)
@@ -665,7 +648,7 @@ static int check_one(int dense, int bf16, int m, int n, int k, int bn, int split
 	wg_launch L;
 	wgd_launch DL;
 	int r = dv ? wgd_prepare(DL, dv, w, db, n, ldb, beta != 0 ? dc : NULL, dd, out_dt, alpha, beta, grid, sms, rows)
-		   : wg_prepare(L, v, w, db, n, ldb, beta != 0 ? dc : NULL, dd, out_dt, alpha, beta, splits, sms, ctas);
+		   : wg_prepare(L, v, w, db, n, ldb, beta != 0 ? dc : NULL, dd, out_dt, alpha, beta, splits, sms);
 	const char *vname = dv ? dv->name : v->name;
 	if (r) {
 		printf("check %s %dx%dx%d: tensor map failed (%d)\n", vname, m, n, k, r);
@@ -701,8 +684,8 @@ static int check_one(int dense, int bf16, int m, int n, int k, int bn, int split
 	double err = rel_err(ref, o);
 	double tol = out_dt == MFMA_DT_F32 ? 1e-5 : out_dt == MFMA_DT_F16 ? 2e-3 : 1e-2;
 	bool ok = err < tol;
-	printf("check %-4s %-16s %5dx%-4dx%-5d ctas %4d %s %3d rows %3d out %-4s alpha %.2f beta %.2f: rel err %.2e %s\n",
-	       bf16 ? "bf16" : "f16", vname, m, n, k, dv ? 0 : (int)L.grid.x, dv ? "grid" : "splits", dv ? DL.grid : (int)L.grid.z,
+	printf("check %-4s %-16s %5dx%-4dx%-5d %s %3d rows %3d out %-4s alpha %.2f beta %.2f: rel err %.2e %s\n",
+	       bf16 ? "bf16" : "f16", vname, m, n, k, dv ? "grid" : "splits", dv ? DL.grid : (int)L.grid.z,
 	       dv ? DL.rows : 128,
 	       mfma_dtype_name((mfma_dtype)out_dt), alpha, beta, err, ok ? "ok" : "FAIL");
 	if (dv)
@@ -744,12 +727,7 @@ static int run_checks(int sms)
 					int out_dt = (rnd() & 1) ? MFMA_DT_F32 : (bf16 ? MFMA_DT_BF16 : MFMA_DT_F16);
 					float beta = (rnd() & 1) ? 0.5f : 0.0f;
 					int splits = k >= 1000 ? 1 + (int)(rnd() % 4) : 1;
-					/* The plan's grid, one CTA per tile, or a few
-					 * persistent CTAs walking several tiles each. */
-					static const int ctas_list[] = { 0, -1, 1, 3 };
-					const int ctas = ctas_list[checks % 4];
-					fails += check_one(dense, bf16, m, n, k, bn, splits, out_dt, 1.25f, beta, sms, NULL, 0,
-							   0, ctas);
+					fails += check_one(dense, bf16, m, n, k, bn, splits, out_dt, 1.25f, beta, sms);
 					checks++;
 				}
 			}
@@ -962,7 +940,7 @@ static void run_bench_shape(int bf16, int m, int n, int k, int sms, cublasHandle
 	 * for the skinny shapes a sweep of splits. */
 	float best = 1e30f;
 	const char *best_name = "";
-	int best_splits = 0, best_grid = 0;
+	int best_splits = 0;
 	for (int vi = 0; vi < nvariants; vi++) {
 		const variant *v = &variants[vi];
 		if (v->bf16 != bf16 || v->dense)
@@ -971,19 +949,15 @@ static void run_bench_shape(int bf16, int m, int n, int k, int sms, cublasHandle
 			continue; /* a tile over twice as wide as N is only waste */
 		if (n >= 512 && v->bn < 128)
 			continue;
-		const int64_t tiles = (int64_t)((m + 127) / 128) * ((n + v->bn - 1) / v->bn);
-		std::vector<std::pair<int, int>> cfgs = { { 0, 0 } }; /* {splits, ctas} */
-		if (tiles < sms)
-			cfgs = { { 1, 0 }, { 2, 0 }, { 3, 0 }, { 4, 0 }, { 6, 0 }, { 8, 0 } };
-		else if (tiles > (int64_t)sms * v->minb && NV_WG_PERSISTENT(v->minb))
-			cfgs.push_back({ 0, -1 }); /* the plan's persistent CTAs against one per tile */
-		for (auto cfg : cfgs) {
-			const int sp = cfg.first;
+		std::vector<int> split_list = { 0 };
+		if ((int64_t)((m + 127) / 128) * ((n + v->bn - 1) / v->bn) < sms)
+			split_list = { 1, 2, 3, 4, 6, 8 };
+		for (int sp : split_list) {
 			std::vector<wg_launch> L(copies);
 			bool bad = false;
 			for (int i = 0; i < copies; i++)
 				if (wg_prepare(L[i], v, w[i], db, n, ldb, NULL, dd, bf16 ? MFMA_DT_BF16 : MFMA_DT_F16, 1.0f,
-					       0.0f, sp, sms, cfg.second))
+					       0.0f, sp, sms))
 					bad = true;
 			if (bad) {
 				printf("  %-12s tensor map failed\n", v->name);
@@ -1004,14 +978,13 @@ static void run_bench_shape(int bf16, int m, int n, int k, int sms, cublasHandle
 				best = t;
 				best_name = v->name;
 				best_splits = (int)L[0].grid.z;
-				best_grid = (int)L[0].grid.x;
 			}
 			for (auto &l : L)
 				wg_release(l);
 		}
 	}
-	printf("| %s | %d x %d x %d | %.1f us (%.0f TF-eq) %s s%d g%d | %.1f us (%.0f TF) | %.2fx |\n",
-	       bf16 ? "bf16" : "f16", m, n, k, best, flop / best * 1e-6, best_name, best_splits, best_grid, t_blas,
+	printf("| %s | %d x %d x %d | %.1f us (%.0f TF-eq) %s s%d | %.1f us (%.0f TF) | %.2fx |\n",
+	       bf16 ? "bf16" : "f16", m, n, k, best, flop / best * 1e-6, best_name, best_splits, t_blas,
 	       flop / t_blas * 1e-6, best / t_blas);
 
 	/* The decode kernels (N <= 64): each variant of this dtype whose BN
@@ -1143,7 +1116,7 @@ static void run_dense_bench_shape(int bf16, int m, int n, int k, int sms, cublas
 	       t_blas, flop / t_blas * 1e-6, blas_err);
 	float best = 1e30f;
 	const char *best_name = "-";
-	int best_splits = 0, best_grid = 0;
+	int best_splits = 0;
 	for (int vi = 0; vi < nvariants; vi++) {
 		const variant *v = &variants[vi];
 		if (v->bf16 != bf16 || !v->dense)
@@ -1152,19 +1125,15 @@ static void run_dense_bench_shape(int bf16, int m, int n, int k, int sms, cublas
 			continue;
 		if (n >= 512 && v->bn < 128)
 			continue;
-		const int64_t tiles = (int64_t)((m + 127) / 128) * ((n + v->bn - 1) / v->bn);
-		std::vector<std::pair<int, int>> cfgs = { { 0, 0 } }; /* {splits, ctas} */
-		if (tiles < sms && v->bn < 256)
-			cfgs = { { 1, 0 }, { 2, 0 }, { 4, 0 } };
-		else if (tiles > (int64_t)sms * v->minb && NV_WG_PERSISTENT(v->minb))
-			cfgs.push_back({ 0, -1 }); /* the plan's persistent CTAs against one per tile */
-		for (auto cfg : cfgs) {
-			const int sp = cfg.first;
+		std::vector<int> split_list = { 0 };
+		if ((int64_t)((m + 127) / 128) * ((n + v->bn - 1) / v->bn) < sms && v->bn < 256)
+			split_list = { 1, 2, 4 };
+		for (int sp : split_list) {
 			std::vector<wg_launch> L(copies);
 			bool bad = false;
 			for (int i = 0; i < copies; i++)
 				if (wg_prepare(L[i], v, w[i], db, n, ldb, NULL, dd, bf16 ? MFMA_DT_BF16 : MFMA_DT_F16, 1.0f,
-					       0.0f, sp, sms, cfg.second))
+					       0.0f, sp, sms))
 					bad = true;
 			if (bad) {
 				printf("  %-16s tensor map failed\n", v->name);
@@ -1183,14 +1152,13 @@ static void run_dense_bench_shape(int bf16, int m, int n, int k, int sms, cublas
 				best = t;
 				best_name = v->name;
 				best_splits = (int)L[0].grid.z;
-				best_grid = (int)L[0].grid.x;
 			}
 			for (auto &l : L)
 				wg_release(l);
 		}
 	}
-	printf("|dense %s | %d x %d x %d | %.1f us (%.0f TF) %s s%d g%d | GemmEx %.1f us (%.0f TF) | %.2fx |\n",
-	       bf16 ? "bf16" : "f16", m, n, k, best, flop / best * 1e-6, best_name, best_splits, best_grid, t_blas,
+	printf("|dense %s | %d x %d x %d | %.1f us (%.0f TF) %s s%d | GemmEx %.1f us (%.0f TF) | %.2fx |\n",
+	       bf16 ? "bf16" : "f16", m, n, k, best, flop / best * 1e-6, best_name, best_splits, t_blas,
 	       flop / t_blas * 1e-6, best / t_blas);
 	for (auto &x : w)
 		cudaFree(x.val);
