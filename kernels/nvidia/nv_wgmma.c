@@ -163,7 +163,7 @@ int nv_wg_launch_gemm(const struct nv_wg_module *m, const struct nv_wg_plan *pla
 	p.alpha = g->alpha;
 	p.beta = g->beta;
 	void *args[] = { &p };
-	NV_WG_CHECK(nv_drv.cuLaunchKernel(m->gemm[dense][bf16][plan->tile], (unsigned)plan->ctas, 1,
+	NV_WG_CHECK(nv_drv.cuLaunchKernel(m->gemm[dense][bf16][plan->tile], (unsigned)(plan->tiles_m * plan->tiles_n), 1,
 					  (unsigned)plan->splits, NV_WG_THREADS, 1, 1, sh.smem, s, args, NULL),
 		    nv_wg_kernel_name(dense, bf16, plan->tile));
 	return 0;

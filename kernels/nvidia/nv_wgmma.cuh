@@ -43,10 +43,7 @@
  * partials in split order, so the result does not depend on timing, and
  * runs the epilogue.  The epilogue writes D straight from the
  * accumulator registers (alpha, beta * C, conversion to the output
- * dtype).  A grid narrower than the tiles makes the CTAs persistent (each
- * takes every gridDim.x-th tile), and then the producer fills the ring
- * with the next tile's stages while the consumers store the last one;
- * whether the plan uses that is measured (nv_wgmma_plan.c). */
+ * dtype); it is not overlapped with the next tile (no persistence yet). */
 #ifndef MFMA_NV_WGMMA_CUH
 #define MFMA_NV_WGMMA_CUH
 
@@ -243,9 +240,9 @@ struct nv_wg_sp24 {
 	static constexpr unsigned stage_bytes(int bn) { return NV_WG_STAGE_BYTES(bn); }
 
 	static __device__ __forceinline__ void load_a(const nv_wg_params &p, uint32_t st, uint32_t full, int it,
-						      int m0, uint32_t b_bytes, uint64_t a_policy)
+						      int m0, uint32_t b_bytes)
 	{
-		nv_tma_2d(st, &p.tm_a, it * (NV_WG_BK / 2), m0, full, a_policy);
+		nv_tma_2d(st, &p.tm_a, it * (NV_WG_BK / 2), m0, full, NV_WG_EVICT_FIRST);
 		nv_bulk_1d(st + A_BYTES + b_bytes, p.meta + ((int64_t)it * p.m_pad + m0) * 8, E_BYTES, full,
 			   NV_WG_EVICT_FIRST);
 	}
@@ -284,10 +281,10 @@ struct nv_wg_dense {
 	static constexpr unsigned stage_bytes(int bn) { return NV_WG_DSTAGE_BYTES(bn); }
 
 	static __device__ __forceinline__ void load_a(const nv_wg_params &p, uint32_t st, uint32_t full, int it,
-						      int m0, uint32_t b_bytes, uint64_t a_policy)
+						      int m0, uint32_t b_bytes)
 	{
 		(void)b_bytes;
-		nv_tma_2d(st, &p.tm_a, it * NV_WG_BK, m0, full, a_policy);
+		nv_tma_2d(st, &p.tm_a, it * NV_WG_BK, m0, full, NV_WG_EVICT_FIRST);
 	}
 
 	template <int BN>
@@ -326,7 +323,6 @@ struct nv_wg_gemm {
 		 * 384-thread CTA may start with, so those run with one split (the
 		 * wide tiles are for large N, where the tiles fill the GPU). */
 		SPLIT_K = BN < 256,
-		PERSIST = NV_WG_PERSISTENT(MINB),
 	};
 	static_assert(BN % 16 == 0 && BN <= 256, "BN");
 	static_assert(A_BYTES % 1024 == 0 && B_BYTES % 1024 == 0 && STAGE % 1024 == 0, "stage alignment");
@@ -337,15 +333,13 @@ struct nv_wg_gemm {
 		const uint32_t sbase = nv_wg_smem(smem);
 		const uint32_t bars = sbase + STAGES * STAGE; /* full[s] then empty[s] */
 		const unsigned tid = threadIdx.x, wg = tid / 128;
-		const int z = blockIdx.z, ntiles = p.tiles_m * p.tiles_n;
+		const int tile = blockIdx.x, z = blockIdx.z;
+		int pm, pn;
+		nv_raster(tile, p.tiles_m, p.tiles_n, &pm, &pn);
+		const int m0 = pm * NV_WG_BM, n0 = pn * BN;
 		const int it0 = z * p.iters_per_split;
 		const int it1 = min(p.k_iters, it0 + p.iters_per_split);
 		const int n_it = it1 - it0;
-		/* CTA x takes tiles x, x + gridDim.x, ...: one tile each when the
-		 * grid is as wide as the tiles, persistent when narrower (then the
-		 * ring and its phases run on from one tile to the next, and the
-		 * producer loads the next tile's stages during the epilogue). */
-		const uint64_t a_policy = p.a_policy ? p.a_policy : NV_WG_EVICT_FIRST;
 
 		if (tid == 0) {
 			for (int s = 0; s < STAGES; s++) {
@@ -363,24 +357,16 @@ struct nv_wg_gemm {
 				asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
 			if (tid != 0)
 				return;
-			int g = 0; /* stages issued by this CTA, over all its tiles */
-			for (int tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
-				int pm, pn;
-				nv_raster(tile, p.tiles_m, p.tiles_n, &pm, &pn);
-				const int m0 = pm * NV_WG_BM, n0 = pn * BN;
-				for (int i = 0; i < n_it; i++, g++) {
-					const int s = g % STAGES, it = it0 + i;
-					nv_mbar_wait(bars + 8 * (STAGES + s), ((g / STAGES) & 1) ^ 1);
-					const uint32_t full = bars + 8 * s, st = sbase + s * STAGE;
-					nv_mbar_expect_tx(full, A_BYTES + B_BYTES + E_BYTES);
-					OP::load_a(p, st, full, it, m0, B_BYTES, a_policy);
+			for (int i = 0; i < n_it; i++) {
+				const int s = i % STAGES, it = it0 + i;
+				nv_mbar_wait(bars + 8 * (STAGES + s), ((i / STAGES) & 1) ^ 1);
+				const uint32_t full = bars + 8 * s, st = sbase + s * STAGE;
+				nv_mbar_expect_tx(full, A_BYTES + B_BYTES + E_BYTES);
+				OP::load_a(p, st, full, it, m0, B_BYTES);
 #pragma unroll
-					for (int nb = 0; nb < BN / B::BNB; nb++)
-						nv_tma_2d(st + A_BYTES + nb * B::BOX_BYTES, &p.tm_b, n0 + nb * B::BNB,
-							  it * NV_WG_BK, full, NV_WG_EVICT_LAST);
-				}
-				if (!PERSIST)
-					break;
+				for (int nb = 0; nb < BN / B::BNB; nb++)
+					nv_tma_2d(st + A_BYTES + nb * B::BOX_BYTES, &p.tm_b, n0 + nb * B::BNB,
+						  it * NV_WG_BK, full, NV_WG_EVICT_LAST);
 			}
 			return;
 		}
@@ -388,54 +374,42 @@ struct nv_wg_gemm {
 		if (MINB == 1)
 			asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
 		const unsigned ctid = tid - 128, c = wg - 1, w = (tid / 32) % 4, lane = tid & 31;
-		int g = 0; /* stages consumed, over all tiles: the ring's position and phase */
-		for (int tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
-			int pm, pn;
-			nv_raster(tile, p.tiles_m, p.tiles_n, &pm, &pn);
-			const int m0 = pm * NV_WG_BM, n0 = pn * BN;
-			float acc[NACC];
+		float acc[NACC];
 #pragma unroll
-			for (int i = 0; i < NACC; i++)
-				acc[i] = 0.0f;
-			uint32_t prev0 = 0, prev1 = 0;
-			int prev_s = -1; /* KEEP: the stage of the group left in flight */
-			for (int i = 0; i < n_it; i++, g++) {
-				const int s = g % STAGES;
-				nv_mbar_wait(bars + 8 * s, (g / STAGES) & 1);
-				uint32_t e[2];
-				OP::template mma<BN>(acc, smem + s * STAGE, sbase + s * STAGE, c, w, lane, e);
-				nv_wg_commit();
-				if (KEEP) {
-					nv_wg_wait<1>();
-					/* The previous group's metadata registers stay live
-					 * until it is complete (see the file comment; the
-					 * dense policy has none). */
-					asm volatile("" ::"r"(prev0), "r"(prev1));
-					prev0 = e[0];
-					prev1 = e[1];
-					if (prev_s >= 0 && lane == 0)
-						nv_mbar_arrive(bars + 8 * (STAGES + prev_s));
-					prev_s = s;
-				} else {
-					nv_wg_wait<0>();
-					if (lane == 0)
-						nv_mbar_arrive(bars + 8 * (STAGES + s));
-				}
-			}
-			if (KEEP) {
-				nv_wg_wait<0>();
-				asm volatile("" ::"r"(prev0), "r"(prev1));
-				/* The tile's last stage, so that the producer can refill
-				 * it for the next tile while this one is stored. */
-				if (lane == 0)
-					nv_mbar_arrive(bars + 8 * (STAGES + prev_s));
-			}
+		for (int i = 0; i < NACC; i++)
+			acc[i] = 0.0f;
+		uint32_t prev0 = 0, prev1 = 0;
 
-			if (!(SPLIT_K && gridDim.z > 1 && !reduce_splits(p, acc, tile, z, ctid)))
-				epilogue(p, acc, m0 + 64 * c, n0, w, lane);
-			if (!PERSIST)
-				break;
+		for (int i = 0; i < n_it; i++) {
+			const int s = i % STAGES;
+			nv_mbar_wait(bars + 8 * s, (i / STAGES) & 1);
+			uint32_t e[2];
+			OP::template mma<BN>(acc, smem + s * STAGE, sbase + s * STAGE, c, w, lane, e);
+			nv_wg_commit();
+			if (KEEP) {
+				nv_wg_wait<1>();
+				/* The previous group's metadata registers stay live until
+				 * it is complete (see the file comment; the dense
+				 * policy has none). */
+				asm volatile("" ::"r"(prev0), "r"(prev1));
+				prev0 = e[0];
+				prev1 = e[1];
+				if (i > 0 && lane == 0)
+					nv_mbar_arrive(bars + 8 * (STAGES + (i - 1) % STAGES));
+			} else {
+				nv_wg_wait<0>();
+				if (lane == 0)
+					nv_mbar_arrive(bars + 8 * (STAGES + s));
+			}
 		}
+		if (KEEP) {
+			nv_wg_wait<0>();
+			asm volatile("" ::"r"(prev0), "r"(prev1));
+		}
+
+		if (SPLIT_K && gridDim.z > 1 && !reduce_splits(p, acc, tile, z, ctid))
+			return;
+		epilogue(p, acc, m0 + 64 * c, n0, w, lane);
 	}
 
 	/* Returns true in the last CTA of the tile to arrive, with the sum of

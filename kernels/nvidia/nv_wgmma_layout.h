@@ -71,13 +71,6 @@ enum nv_wg_tile {
 	X(n32, 32, 5, 2)        \
 	X(n16, 16, 5, 2)
 
-/* Whether the kernels of a tile built for MIN_CTAS_PER_SM walk several
- * tiles (persistent CTAs, grid narrower than the tiles): the one-CTA-an-SM
- * tiles do; the two-CTA ones, at their 80-register cap, spilled with the
- * tile loop's state and are built for one tile a CTA (their plans never
- * give them fewer CTAs than tiles). */
-#define NV_WG_PERSISTENT(minb) ((minb) == 1)
-
 /* Bytes of one stage (A, B and the metadata, each 1024-byte aligned so
  * that every swizzle atom starts on its boundary) and of a kernel's
  * dynamic shared memory (the ring, alignment slack, the mbarriers). */
@@ -131,7 +124,6 @@ struct nv_wg_params {
 	int32_t tiles_m, tiles_n;
 	int32_t out_dtype; /* enum mfma_dtype */
 	float alpha, beta;
-	uint64_t a_policy; /* L2 cache hint of A's loads; 0 = evict-first (the weight) */
 };
 
 /* The decode kernels (nv_wgmma_decode.cuh): skinny N (one tile of BN >= N

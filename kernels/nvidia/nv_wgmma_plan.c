@@ -144,11 +144,6 @@ int nv_wg_plan_make(int64_t m, int64_t n, int64_t k, int sms, const int occ[NV_W
 			splits *= 2;
 	plan->iters_per_split = (int)((plan->k_iters + splits - 1) / splits);
 	plan->splits = (plan->k_iters + plan->iters_per_split - 1) / plan->iters_per_split;
-	/* More tiles than fit at once: one wave of persistent CTAs (measured
-	 * on the H200, bench/RESULTS.md). */
-	const int64_t wave = (int64_t)sms * occ[tile];
-	plan->ctas = (int)(plan->splits == 1 && ntiles > wave && NV_WG_PERSISTENT(tiles[0][tile].minb) ? wave
-														: ntiles);
 	plan->counters = (size_t)ntiles;
 	plan->ws_bytes = plan->splits > 1 ? (size_t)ntiles * plan->splits * (tiles[0][tile].bn / 2) * 256 * 4 : 0;
 	return 0;

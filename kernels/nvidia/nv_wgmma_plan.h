@@ -41,7 +41,6 @@ const char *nv_wg_variant_label(int dense, int bf16, int tile);
 struct nv_wg_plan {
 	int tile;
 	int tiles_m, tiles_n, k_iters, splits, iters_per_split;
-	int ctas; /* grid.x: the tiles, or fewer (persistent CTAs) when they exceed one wave */
 	size_t ws_bytes; /* split-K partials (0 when splits == 1) */
 	size_t counters; /* split-K arrival counters (uint32), one per tile */
 };
@@ -51,10 +50,7 @@ struct nv_wg_plan {
  * SMs; occ[t] = 0 marks a tile this device cannot run, replaced by the
  * next wider one, else the next narrower), then split-K: the largest power of
  * two that keeps tiles x splits within one CTA per SM and at least 4
- * stages per split (the widest tile never splits, see nv_wgmma.cuh);
- * tiles beyond one wave (sms x occ[tile] CTAs) are walked by that many
- * persistent CTAs where the tile's kernels are built for it
- * (NV_WG_PERSISTENT).
+ * stages per split (the widest tile never splits, see nv_wgmma.cuh).
  * force_tile >= 0 pins the tile.  -EINVAL for bad sizes (K must be a
  * multiple of 4), -ENOTSUP when no tile can run. */
 int nv_wg_plan_make(int64_t m, int64_t n, int64_t k, int sms, const int occ[NV_WG_TILE_COUNT],

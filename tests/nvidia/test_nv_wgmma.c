@@ -122,16 +122,6 @@ static void test_plan(void **state)
 		assert_int_equal(nv_wg_plan_make(16384, pick[i].n, 4096, 132, occ, -1, &p), 0);
 		assert_int_equal(p.tile, pick[i].tile);
 	}
-	/* Beyond one wave of CTAs (sms x occ), persistent CTAs; within it,
-	 * one per tile. */
-	assert_int_equal(nv_wg_plan_make(8192, 8192, 8192, 132, occ, -1, &p), 0);
-	assert_int_equal(p.tiles_m * p.tiles_n, 2048);
-	assert_int_equal(p.ctas, 132);
-	assert_int_equal(nv_wg_plan_make(8192, 64, 8192, 132, occ, -1, &p), 0);
-	assert_int_equal(p.tiles_m * p.tiles_n, 64);
-	assert_int_equal(p.ctas, 64);
-	assert_int_equal(nv_wg_plan_make(65536, 64, 256, 132, occ, -1, &p), 0);
-	assert_int_equal(p.ctas, 512); /* the two-CTA tiles are not built persistent */
 	/* Wide N on few rows: narrower tiles for CTAs (measured faster). */
 	assert_int_equal(nv_wg_plan_make(4096, 256, 14336, 132, occ, -1, &p), 0);
 	assert_int_equal(p.tile, NV_WG_TILE_n64);
