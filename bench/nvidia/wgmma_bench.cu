@@ -849,6 +849,117 @@ __global__ void expand_kernel(const uint16_t *val, const uint32_t *meta, int row
 		dense[(int64_t)r * k + 4 * gi + j] = out[j];
 }
 
+/* The float64 reference of 32 random rows of D (and the last), for the
+ * timed shapes: a_at(r, kk) gives A's value, B is [k][ldb]. */
+struct sampled_ref {
+	int n, bf16;
+	std::vector<int> rows;
+	std::vector<double> ref;
+};
+template <class F>
+static void make_sampled_ref(sampled_ref &sr, int m, int n, int k, int ldb, const std::vector<uint16_t> &b, int bf16,
+			     F a_at)
+{
+	sr.n = n;
+	sr.bf16 = bf16;
+	sr.rows.clear();
+	for (int i = 0; i < 31; i++)
+		sr.rows.push_back((int)(rnd() % m));
+	sr.rows.push_back(m - 1);
+	sr.ref.assign(sr.rows.size() * n, 0.0);
+	std::vector<double> arow(k);
+	for (size_t ri = 0; ri < sr.rows.size(); ri++) {
+		for (int kk = 0; kk < k; kk++)
+			arow[kk] = a_at(sr.rows[ri], kk);
+		for (int j = 0; j < n; j++) {
+			double sum = 0;
+			for (int kk = 0; kk < k; kk++)
+				if (arow[kk] != 0)
+					sum += arow[kk] * from16(b[(size_t)kk * ldb + j], bf16);
+			sr.ref[ri * n + j] = sum;
+		}
+	}
+}
+
+/* ||D - ref|| / ||ref|| over the sampled rows of a 16-bit D [m][n] on the
+ * device. */
+static double sampled_err(const sampled_ref &sr, const void *dptr)
+{
+	const int n = sr.n;
+	std::vector<uint16_t> row(n);
+	std::vector<double> o(sr.rows.size() * n);
+	for (size_t ri = 0; ri < sr.rows.size(); ri++) {
+		CK(cudaMemcpy(row.data(), (const uint16_t *)dptr + (size_t)sr.rows[ri] * n, (size_t)n * 2,
+			      cudaMemcpyDeviceToHost));
+		for (int j = 0; j < n; j++)
+			o[ri * n + j] = from16(row[j], sr.bf16);
+	}
+	return rel_err(sr.ref, o);
+}
+
+struct tile_best {
+	float t;
+	const char *name;
+	int splits;
+};
+
+/* Times every tile of one family (dense or 2:4) and dtype that suits N
+ * (not over twice as wide as N, none under 128 columns from N = 512) on
+ * weight copies w, each on the plan's split, or on each of skinny_splits
+ * where the tiles alone leave SMs idle (the widest tile never splits);
+ * each checked on the sampled rows.  Returns the fastest correct one. */
+static tile_best time_tiles(int dense, int bf16, int m, int n, int ldb, std::vector<wg_weight> &w, void *db,
+			    void *dd, float t_blas, const sampled_ref &sr, const std::vector<int> &skinny_splits,
+			    int sms, cudaStream_t s)
+{
+	const int copies = (int)w.size();
+	const double flop = 2.0 * m * n * w[0].k;
+	tile_best best = { 1e30f, "-", 0 };
+	for (int vi = 0; vi < nvariants; vi++) {
+		const variant *v = &variants[vi];
+		if (v->bf16 != bf16 || v->dense != dense)
+			continue;
+		if (v->bn > 2 * ldb && v->bn > 16)
+			continue; /* a tile over twice as wide as N is only waste */
+		if (n >= 512 && v->bn < 128)
+			continue;
+		std::vector<int> split_list = { 0 };
+		if ((int64_t)((m + 127) / 128) * ((n + v->bn - 1) / v->bn) < sms && v->bn < 256)
+			split_list = skinny_splits;
+		for (int sp : split_list) {
+			std::vector<wg_launch> L(copies);
+			bool bad = false;
+			for (int i = 0; i < copies; i++)
+				if (wg_prepare(L[i], v, w[i], db, n, ldb, NULL, dd, bf16 ? MFMA_DT_BF16 : MFMA_DT_F16, 1.0f,
+					       0.0f, sp, sms))
+					bad = true;
+			if (bad) {
+				printf("  %-16s tensor map failed\n", v->name);
+				continue;
+			}
+			if (sp > 1 && L[0].p.iters_per_split < 2) {
+				for (auto &l : L)
+					wg_release(l);
+				continue;
+			}
+			CK(cudaMemset(dd, 0xff, (size_t)m * n * 2));
+			wg_ctx ctx = { L.data() };
+			float t = time_median(wg_call, &ctx, copies, s);
+			CK(cudaStreamSynchronize(s));
+			double err = sampled_err(sr, dd);
+			bool ok = err < (bf16 ? 1e-2 : 2e-3);
+			printf("  %-16s splits %d grid %5d: %8.1f us %6.0f %s  %.2fx cuBLAS time  err %.1e %s\n", v->name,
+			       (int)L[0].grid.z, (int)(L[0].grid.x * L[0].grid.z), t, flop / t * 1e-6, dense ? "TF" : "TF-eq",
+			       t / t_blas, err, ok ? "ok" : "WRONG");
+			if (ok && t < best.t)
+				best = { t, v->name, (int)L[0].grid.z };
+			for (auto &l : L)
+				wg_release(l);
+		}
+	}
+	return best;
+}
+
 static void run_bench_shape(int bf16, int m, int n, int k, int sms, cublasHandle_t h, cudaStream_t s)
 {
 	sp24 a;
@@ -900,91 +1011,19 @@ static void run_bench_shape(int bf16, int m, int n, int k, int sms, cublasHandle
 	blas_ctx bc = { h, m, n, k, ldb, bf16, da.data(), db, dblas };
 	float t_blas = time_median(blas_call, &bc, dcopies, s);
 
-	/* Float64 reference on 32 random rows (and the last). */
-	std::vector<int> rows;
-	for (int i = 0; i < 31; i++)
-		rows.push_back((int)(rnd() % m));
-	rows.push_back(m - 1);
-	std::vector<double> ref(rows.size() * n);
-	{
-		std::vector<double> arow(k);
-		for (size_t ri = 0; ri < rows.size(); ri++) {
-			for (int kk = 0; kk < k; kk++)
-				arow[kk] = sp24_at(a, rows[ri], kk, bf16);
-			for (int j = 0; j < n; j++) {
-				double sum = 0;
-				for (int kk = 0; kk < k; kk++)
-					if (arow[kk] != 0)
-						sum += arow[kk] * from16(b[(size_t)kk * ldb + j], bf16);
-				ref[ri * n + j] = sum;
-			}
-		}
-	}
-	auto sample_err = [&](void *dptr) {
-		std::vector<uint16_t> row(n);
-		std::vector<double> o(rows.size() * n);
-		for (size_t ri = 0; ri < rows.size(); ri++) {
-			CK(cudaMemcpy(row.data(), (uint16_t *)dptr + (size_t)rows[ri] * n, (size_t)n * 2,
-				      cudaMemcpyDeviceToHost));
-			for (int j = 0; j < n; j++)
-				o[ri * n + j] = from16(row[j], bf16);
-		}
-		return rel_err(ref, o);
-	};
-	double blas_err = sample_err(dblas);
+	sampled_ref sr;
+	make_sampled_ref(sr, m, n, k, ldb, b, bf16, [&](int r, int kk) { return sp24_at(a, r, kk, bf16); });
+	double blas_err = sampled_err(sr, dblas);
 	double flop = 2.0 * m * n * k;
 	printf("bench %-4s %dx%dx%d  cuBLAS dense %.1f us (%.0f TF)  err %.1e\n", bf16 ? "bf16" : "f16", m, n, k,
 	       t_blas, flop / t_blas * 1e-6, blas_err);
 
 	/* Our variants: every tile of this dtype with its default split, and
 	 * for the skinny shapes a sweep of splits. */
-	float best = 1e30f;
-	const char *best_name = "";
-	int best_splits = 0;
-	for (int vi = 0; vi < nvariants; vi++) {
-		const variant *v = &variants[vi];
-		if (v->bf16 != bf16 || v->dense)
-			continue;
-		if (v->bn > 2 * ldb && v->bn > 16)
-			continue; /* a tile over twice as wide as N is only waste */
-		if (n >= 512 && v->bn < 128)
-			continue;
-		std::vector<int> split_list = { 0 };
-		if ((int64_t)((m + 127) / 128) * ((n + v->bn - 1) / v->bn) < sms)
-			split_list = { 1, 2, 3, 4, 6, 8 };
-		for (int sp : split_list) {
-			std::vector<wg_launch> L(copies);
-			bool bad = false;
-			for (int i = 0; i < copies; i++)
-				if (wg_prepare(L[i], v, w[i], db, n, ldb, NULL, dd, bf16 ? MFMA_DT_BF16 : MFMA_DT_F16, 1.0f,
-					       0.0f, sp, sms))
-					bad = true;
-			if (bad) {
-				printf("  %-12s tensor map failed\n", v->name);
-				continue;
-			}
-			if (sp > 1 && L[0].p.iters_per_split < 2)
-				continue;
-			CK(cudaMemset(dd, 0xff, (size_t)m * n * 2));
-			wg_ctx ctx = { L.data() };
-			float t = time_median(wg_call, &ctx, copies, s);
-			CK(cudaStreamSynchronize(s));
-			double err = sample_err(dd);
-			bool ok = err < (bf16 ? 1e-2 : 2e-3);
-			printf("  %-12s splits %d grid %5d: %8.1f us %6.0f TF-eq  %.2fx cuBLAS time  err %.1e %s\n",
-			       v->name, (int)L[0].grid.z, (int)(L[0].grid.x * L[0].grid.z), t, flop / t * 1e-6,
-			       t / t_blas, err, ok ? "ok" : "WRONG");
-			if (ok && t < best) {
-				best = t;
-				best_name = v->name;
-				best_splits = (int)L[0].grid.z;
-			}
-			for (auto &l : L)
-				wg_release(l);
-		}
-	}
+	const tile_best tb = time_tiles(0, bf16, m, n, ldb, w, db, dd, t_blas, sr, { 1, 2, 3, 4, 6, 8 }, sms, s);
+	const float best = tb.t;
 	printf("| %s | %d x %d x %d | %.1f us (%.0f TF-eq) %s s%d | %.1f us (%.0f TF) | %.2fx |\n",
-	       bf16 ? "bf16" : "f16", m, n, k, best, flop / best * 1e-6, best_name, best_splits, t_blas,
+	       bf16 ? "bf16" : "f16", m, n, k, best, flop / best * 1e-6, tb.name, tb.splits, t_blas,
 	       flop / t_blas * 1e-6, best / t_blas);
 
 	/* The decode kernels (N <= 64): each variant of this dtype whose BN
@@ -1021,7 +1060,7 @@ static void run_bench_shape(int bf16, int m, int n, int k, int sms, cublasHandle
 			wgd_ctx ctx = { L.data() };
 			float t = time_median(wgd_call, &ctx, copies, s);
 			CK(cudaStreamSynchronize(s));
-			double err = sample_err(dd);
+			double err = sampled_err(sr, dd);
 			bool ok = err < (bf16 ? 1e-2 : 2e-3);
 			double bytes = (double)nv_wg_values_bytes(m, k, 2) + (double)nv_wg_meta_bytes(m, k);
 			printf("  %-14s grid %5d rows %3d: %8.1f us %6.0f TF-eq %5.2f TB/s  %.2fx wgmma  %.2fx cuBLAS  err %.1e %s\n",
@@ -1086,80 +1125,17 @@ static void run_dense_bench_shape(int bf16, int m, int n, int k, int sms, cublas
 		t_blas = time_median(blas_call, &bc, copies, s);
 	}
 
-	std::vector<int> rows;
-	for (int i = 0; i < 31; i++)
-		rows.push_back((int)(rnd() % m));
-	rows.push_back(m - 1);
-	std::vector<double> ref(rows.size() * n);
-	for (size_t ri = 0; ri < rows.size(); ri++)
-		for (int j = 0; j < n; j++) {
-			double sum = 0;
-			for (int kk = 0; kk < k; kk++)
-				sum += from16(a.val[(size_t)rows[ri] * a.lda + kk], bf16) *
-				       from16(b[(size_t)kk * ldb + j], bf16);
-			ref[ri * n + j] = sum;
-		}
-	auto sample_err = [&](void *dptr) {
-		std::vector<uint16_t> row(n);
-		std::vector<double> o(rows.size() * n);
-		for (size_t ri = 0; ri < rows.size(); ri++) {
-			CK(cudaMemcpy(row.data(), (uint16_t *)dptr + (size_t)rows[ri] * n, (size_t)n * 2,
-				      cudaMemcpyDeviceToHost));
-			for (int j = 0; j < n; j++)
-				o[ri * n + j] = from16(row[j], bf16);
-		}
-		return rel_err(ref, o);
-	};
+	sampled_ref sr;
+	make_sampled_ref(sr, m, n, k, ldb, b, bf16,
+			 [&](int r, int kk) { return from16(a.val[(size_t)r * a.lda + kk], bf16); });
 	const double flop = 2.0 * m * n * k;
-	const double blas_err = t_blas > 0 ? sample_err(dblas) : 0;
+	const double blas_err = t_blas > 0 ? sampled_err(sr, dblas) : 0;
 	printf("dense %-4s %dx%dx%d  cuBLAS GemmEx %.1f us (%.0f TF)  err %.1e\n", bf16 ? "bf16" : "f16", m, n, k,
 	       t_blas, flop / t_blas * 1e-6, blas_err);
-	float best = 1e30f;
-	const char *best_name = "-";
-	int best_splits = 0;
-	for (int vi = 0; vi < nvariants; vi++) {
-		const variant *v = &variants[vi];
-		if (v->bf16 != bf16 || !v->dense)
-			continue;
-		if (v->bn > 2 * ldb && v->bn > 16)
-			continue;
-		if (n >= 512 && v->bn < 128)
-			continue;
-		std::vector<int> split_list = { 0 };
-		if ((int64_t)((m + 127) / 128) * ((n + v->bn - 1) / v->bn) < sms && v->bn < 256)
-			split_list = { 1, 2, 4 };
-		for (int sp : split_list) {
-			std::vector<wg_launch> L(copies);
-			bool bad = false;
-			for (int i = 0; i < copies; i++)
-				if (wg_prepare(L[i], v, w[i], db, n, ldb, NULL, dd, bf16 ? MFMA_DT_BF16 : MFMA_DT_F16, 1.0f,
-					       0.0f, sp, sms))
-					bad = true;
-			if (bad) {
-				printf("  %-16s tensor map failed\n", v->name);
-				continue;
-			}
-			CK(cudaMemset(dd, 0xff, (size_t)m * n * 2));
-			wg_ctx ctx = { L.data() };
-			float t = time_median(wg_call, &ctx, copies, s);
-			CK(cudaStreamSynchronize(s));
-			double err = sample_err(dd);
-			bool ok = err < (bf16 ? 1e-2 : 2e-3);
-			printf("  %-16s splits %d grid %5d: %8.1f us %6.0f TF  %.2fx cuBLAS time  err %.1e %s\n", v->name,
-			       (int)L[0].grid.z, (int)(L[0].grid.x * L[0].grid.z), t, flop / t * 1e-6, t / t_blas, err,
-			       ok ? "ok" : "WRONG");
-			if (ok && t < best) {
-				best = t;
-				best_name = v->name;
-				best_splits = (int)L[0].grid.z;
-			}
-			for (auto &l : L)
-				wg_release(l);
-		}
-	}
+	const tile_best tb = time_tiles(1, bf16, m, n, ldb, w, db, dd, t_blas, sr, { 1, 2, 4 }, sms, s);
 	printf("|dense %s | %d x %d x %d | %.1f us (%.0f TF) %s s%d | GemmEx %.1f us (%.0f TF) | %.2fx |\n",
-	       bf16 ? "bf16" : "f16", m, n, k, best, flop / best * 1e-6, best_name, best_splits, t_blas,
-	       flop / t_blas * 1e-6, best / t_blas);
+	       bf16 ? "bf16" : "f16", m, n, k, tb.t, flop / tb.t * 1e-6, tb.name, tb.splits, t_blas,
+	       flop / t_blas * 1e-6, tb.t / t_blas);
 	for (auto &x : w)
 		cudaFree(x.val);
 	cudaFree(db);
