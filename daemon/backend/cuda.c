@@ -44,8 +44,8 @@
 /* The providers, in order of preference for a request with its own A:
  * the first that supports it runs it.  Ours come first there since the
  * libraries would each need their own copy of A per request, the sm_90a
- * wgmma.sp family (2:4 f16/bf16 on sm_90 only) before the mma.sp one
- * since it is faster there at every shape measured (bench/RESULTS.md);
+ * wgmma family (2:4 and dense f16/bf16 on sm_90 only) before the mma.sp
+ * one since it is faster there at every shape measured (bench/RESULTS.md);
  * resident weights choose by measurement.  To add one (a vendor library, another
  * kernel family), see the steps at the top of cuda_provider.h; its entry
  * goes here. */

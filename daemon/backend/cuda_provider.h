@@ -109,7 +109,8 @@ int cuda_lib_open(const char *const *names, size_t nnames, const char *env,
 		  char *err, size_t errlen);
 
 extern const struct cuda_provider cuda_provider_ours;
-/* The sm_90a wgmma.sp kernels (2:4 f16, bf16 on sm_90), cuda_wgmma.c. */
+/* The sm_90a wgmma.sp and wgmma kernels (2:4 and dense f16, bf16 on
+ * sm_90), cuda_wgmma.c. */
 extern const struct cuda_provider cuda_provider_wgmma;
 /* NVIDIA's libraries, opened with dlopen when a device attaches; without
  * them the providers attach with a state that supports nothing. */

@@ -695,7 +695,7 @@ static void test_providers(void **state)
 		void *pstate = NULL;
 		if (p->attach(cd, &pstate, err, sizeof(err)) != 0)
 			fail_msg("%s: attach: %s", p->name, err);
-		int ran = 0;
+		int ran = 0, ran_dense = 0;
 		for (size_t ti = 0; ti < 3; ti++)
 			for (int sp = 0; sp < 2; sp++)
 				for (int res = 0; res < 2; res++)
@@ -705,11 +705,18 @@ static void test_providers(void **state)
 						uint32_t k = shapes[si][2] + (sp ? 0 : (uint32_t)si % 3);
 						float beta = si % 2 ? (in == MFMA_DT_I8 ? 1.0f : -0.5f) : 0.0f;
 						float alpha = in == MFMA_DT_I8 ? 1.0f : si % 3 ? 1.25f : 1.0f;
-						ran += provider_case(cd, p, pstate, in,
-								     out_for(in, (int)si + res), sp, res,
-								     m, n, k, alpha, beta);
+						const int r = provider_case(cd, p, pstate, in,
+									    out_for(in, (int)si + res), sp, res,
+									    m, n, k, alpha, beta);
+						ran += r;
+						ran_dense += sp ? 0 : r;
 					}
-		printf("  provider %s: %d GEMMs checked\n", p->name, ran);
+		printf("  provider %s: %d GEMMs checked, %d of them dense\n", p->name, ran, ran_dense);
+		/* The wgmma family runs dense f16/bf16 as well as 2:4 (odd K
+		 * included: the dense shapes above have K % 4 = 1, 2). */
+		if (p == &cuda_provider_wgmma && ran_dense < 2 * 2 * (int)nshapes)
+			fail_msg("provider wgmma ran %d dense GEMMs, not every f16/bf16 case (%d)", ran_dense,
+				 2 * 2 * (int)nshapes);
 		/* A library that loaded must have run something it claims. */
 		if (ran == 0)
 			fail_msg("provider %s is usable but ran no GEMM", p->name);
