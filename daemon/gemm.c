@@ -119,8 +119,13 @@ static void finish_answer(struct device *v, struct gemm_job *j)
 	j->frame_len = j->ans.len;
 	j->frame = answer_take(&j->ans);
 	/* Straight to the client from here when nothing is queued ahead of
-	 * it: the loop then only counts it. */
-	if (j->frame && j->r.conn && conn_send_direct(j->r.conn, j->frame, j->frame_len)) {
+	 * it and no request waits for this device: the loop then only counts
+	 * it, and the client has it a thread wake-up sooner.  Under load the
+	 * loop sends, so the worker goes back to the device at once (on the
+	 * H200, N=8 x 64 in flight, sending a batch's 43 answers here cut the
+	 * rate from 105k to 38k requests a second). */
+	if (j->frame && j->r.conn && STATS_GET(v->st->queued) == 0 &&
+	    conn_send_direct(j->r.conn, j->frame, j->frame_len)) {
 		j->frame = NULL;
 		j->sent = true;
 	}
