@@ -4,6 +4,7 @@
 #include <inttypes.h>
 #include <malloc.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +59,7 @@ struct conn {
 	 * tail a direct send left (rest, from rest_off), which goes out
 	 * before anything the loop queues. */
 	pthread_mutex_t wmu;
+	_Atomic uint32_t later; /* answers a worker left to the loop, not yet queued */
 	int fd;           /* -1: no direct sends (TLS, or no descriptor) */
 	uint32_t wqueued;
 	bool wclosed;
@@ -462,6 +464,17 @@ static void queue_write(struct conn *c, uint8_t *buf, size_t len, bool close_aft
 		conn_close(c);
 }
 
+void conn_answer_later(struct conn *c)
+{
+	atomic_fetch_add(&c->later, 1);
+}
+
+void conn_answer_sent(struct conn *c)
+{
+	if (c)
+		atomic_fetch_sub(&c->later, 1);
+}
+
 void conn_flush_direct(struct conn *c)
 {
 	if (c && !c->closed)
@@ -474,7 +487,7 @@ bool conn_send_direct(struct conn *c, uint8_t *frame, size_t len)
 		return false;
 	bool taken = false;
 	pthread_mutex_lock(&c->wmu);
-	if (!c->wclosed && c->wqueued == 0 && !c->rest) {
+	if (!c->wclosed && c->wqueued == 0 && !c->rest && atomic_load(&c->later) == 0) {
 		ssize_t n = send(c->fd, frame, len, MSG_DONTWAIT | MSG_NOSIGNAL);
 		if (n == (ssize_t)len) {
 			free(frame);

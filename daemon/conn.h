@@ -108,6 +108,10 @@ void conn_send(struct conn *c, uint8_t *buf, size_t len, bool close_after);
 bool conn_send_direct(struct conn *c, uint8_t *frame, size_t len);
 /* Loop: queues the tail a direct send left, if any. */
 void conn_flush_direct(struct conn *c);
+/* Any thread: an answer finished on a worker is left for the loop to send
+ * (no direct send may overtake it) / the loop has queued it. */
+void conn_answer_later(struct conn *c);
+void conn_answer_sent(struct conn *c);
 void conn_close(struct conn *c);
 bool conn_is_closed(const struct conn *c);
 /* A Unix-socket connection (descriptors can come with its frames). */

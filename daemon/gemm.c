@@ -38,6 +38,7 @@ struct gemm_job {
 	uint8_t *frame;         /* the encoded answer when OK */
 	size_t frame_len;
 	bool sent;              /* the worker sent it (conn_send_direct) */
+	bool later;             /* counted by conn_answer_later until the loop sends it */
 };
 
 static void job_fail(struct gemm_job *j, int code, const char *fmt, ...)
@@ -131,7 +132,7 @@ static void finish_answer(struct device *v, struct gemm_job *j)
 	}
 }
 
-static void gemm_work(struct device *v, struct sched_job *sj)
+static void run_one(struct device *v, struct sched_job *sj)
 {
 	struct gemm_job *j = (struct gemm_job *)sj;
 	struct mfma_gemm *g = &j->plan.g;
@@ -168,6 +169,23 @@ static void gemm_work(struct device *v, struct sched_job *sj)
 	j->code = MFMA__V1__CODE__OK;
 	stats_observe_batch(&v->d->stats, 1);
 	finish_answer(v, j);
+}
+
+/* The worker is done with j: an answer it did not send itself is the
+ * loop's to send, and until it has, no later answer on the connection
+ * may go out directly ahead of it. */
+static void leave_to_loop(struct gemm_job *j)
+{
+	if (!j->sent && j->r.conn) {
+		conn_answer_later(j->r.conn);
+		j->later = true;
+	}
+}
+
+static void gemm_work(struct device *v, struct sched_job *sj)
+{
+	run_one(v, sj);
+	leave_to_loop((struct gemm_job *)sj);
 }
 
 /* n >= 2 GEMMs on one resident weight with the same dtypes and scalars
@@ -220,6 +238,7 @@ static void gemm_batch_work(struct device *v, struct sched_job **sjs, size_t n)
 		j->launch_head = i == 0;
 		j->code = MFMA__V1__CODE__OK;
 		finish_answer(v, j);
+		leave_to_loop(j);
 	}
 }
 
@@ -315,6 +334,9 @@ static void gemm_done(struct daemon *d, struct sched_job *sj, int status)
 		STATS_ADD(v->st->failed, 1);
 		reply_status(d, &j->r, j->code, "%s", j->msg);
 	}
+	/* Queued now: later answers may go out directly again. */
+	if (j->later)
+		conn_answer_sent(j->r.conn);
 	d->inflight_bytes -= j->in_bytes;
 	STATS_SUB(d->stats.in_flight, 1);
 	if (j->weight)
