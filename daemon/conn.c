@@ -4,10 +4,12 @@
 #include <inttypes.h>
 #include <malloc.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -51,6 +53,18 @@ struct conn {
 	int fds[CONN_MAX_FDS]; /* received and not yet claimed (conn_take_fd), oldest first */
 	unsigned nfds;
 	struct region *regions; /* regions.c's, for this connection */
+	/* The socket's write side, shared with the device workers'
+	 * conn_send_direct: under wmu, the writes libuv has not finished
+	 * (wqueued), whether it may still be written (not wclosed), and the
+	 * tail a direct send left (rest, from rest_off), which goes out
+	 * before anything the loop queues. */
+	pthread_mutex_t wmu;
+	_Atomic uint32_t later; /* answers a worker left to the loop, not yet queued */
+	int fd;           /* -1: no direct sends (TLS, or no descriptor) */
+	uint32_t wqueued;
+	bool wclosed;
+	uint8_t *rest;
+	size_t rest_off, rest_len;
 };
 
 struct write_req {
@@ -169,6 +183,8 @@ void conn_unref(struct conn *c)
 	c->d->buffered_bytes -= c->rd_counted + c->taken + c->tls_counted;
 	tls_session_free(c->tls);
 	frame_reader_free(&c->rd);
+	free(c->rest);
+	pthread_mutex_destroy(&c->wmu);
 	free(c);
 }
 
@@ -299,6 +315,10 @@ void conn_close(struct conn *c)
 		log_debug("connection %" PRIu64 " closed with %u request(s) in flight", c->cid,
 			  c->inflight);
 	close_fds(c);
+	/* No direct send after this: libuv closes the descriptor. */
+	pthread_mutex_lock(&c->wmu);
+	c->wclosed = true;
+	pthread_mutex_unlock(&c->wmu);
 	/* Before the handle goes: what the connection owns elsewhere (its
 	 * regions) is let go now, while the device workers still run. */
 	if (c->ev->on_close)
@@ -400,6 +420,9 @@ static void on_write(uv_write_t *req, int status)
 	struct write_req *w = (struct write_req *)req;
 	struct conn *c = w->c;
 	struct daemon *d = c->d;
+	pthread_mutex_lock(&c->wmu);
+	c->wqueued--;
+	pthread_mutex_unlock(&c->wmu);
 	c->unsent -= w->cost;
 	d->unsent_bytes -= w->cost;
 	c->write_ns = mfma_clock_ns();
@@ -418,15 +441,80 @@ static void on_write(uv_write_t *req, int status)
 
 static uint8_t *tls_seal(struct conn *c, uint8_t *plain, size_t *len);
 
-/* Queues bytes for the socket as they are (ciphertext on TLS). */
+/* Queues len bytes of buf from off for the socket (ciphertext on TLS);
+ * under wmu, after what a direct send left. */
+static bool queue_locked(struct conn *c, uint8_t *buf, size_t off, size_t len, bool close_after);
+
+/* Queues what a direct send left unsent, then buf (NULL: nothing more). */
 static void queue_write(struct conn *c, uint8_t *buf, size_t len, bool close_after)
+{
+	bool ok = true;
+	pthread_mutex_lock(&c->wmu);
+	if (c->rest) {
+		uint8_t *rest = c->rest;
+		c->rest = NULL;
+		ok = queue_locked(c, rest, c->rest_off, c->rest_len, false);
+	}
+	if (buf && ok)
+		ok = queue_locked(c, buf, 0, len, close_after);
+	else
+		free(buf);
+	pthread_mutex_unlock(&c->wmu);
+	if (!ok)
+		conn_close(c);
+}
+
+void conn_answer_later(struct conn *c)
+{
+	atomic_fetch_add(&c->later, 1);
+}
+
+void conn_answer_sent(struct conn *c)
+{
+	if (c)
+		atomic_fetch_sub(&c->later, 1);
+}
+
+void conn_flush_direct(struct conn *c)
+{
+	if (c && !c->closed)
+		queue_write(c, NULL, 0, false);
+}
+
+bool conn_send_direct(struct conn *c, uint8_t *frame, size_t len)
+{
+	if (!c || c->fd < 0)
+		return false;
+	bool taken = false;
+	pthread_mutex_lock(&c->wmu);
+	if (!c->wclosed && c->wqueued == 0 && !c->rest && atomic_load(&c->later) == 0) {
+		ssize_t n = send(c->fd, frame, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+		if (n == (ssize_t)len) {
+			free(frame);
+			taken = true;
+		} else if (n > 0) {
+			/* The socket is full: the loop sends the tail first. */
+			c->rest = frame;
+			c->rest_off = (size_t)n;
+			c->rest_len = len - (size_t)n;
+			taken = true;
+		}
+		/* Nothing written (full, or an error the loop's own write will
+		 * meet and report): the loop sends it all. */
+	}
+	pthread_mutex_unlock(&c->wmu);
+	return taken;
+}
+
+/* false: the connection must close (out of memory, or libuv refused the
+ * write); the caller closes it once it has let go of wmu. */
+static bool queue_locked(struct conn *c, uint8_t *buf, size_t off, size_t len, bool close_after)
 {
 	struct write_req *w = calloc(1, sizeof(*w));
 	if (!w) {
 		free(buf);
 		log_err("connection %" PRIu64 ": out of memory sending a response; closing", c->cid);
-		conn_close(c);
-		return;
+		return false;
 	}
 	w->c = c;
 	w->buf = buf;
@@ -435,14 +523,13 @@ static void queue_write(struct conn *c, uint8_t *buf, size_t len, bool close_aft
 	 * some 300 bytes with its request and the allocator's headers. */
 	w->cost = malloc_usable_size(buf) + malloc_usable_size(w) + 2 * sizeof(size_t);
 	w->close_after = close_after;
-	uv_buf_t b = uv_buf_init((char *)buf, (unsigned)w->len);
-	int rc = uv_write(&w->req, &c->h.stream, &b, 1, on_write);
-	if (rc < 0) {
+	uv_buf_t b = uv_buf_init((char *)buf + off, (unsigned)w->len);
+	if (uv_write(&w->req, &c->h.stream, &b, 1, on_write) < 0) {
 		free(buf);
 		free(w);
-		conn_close(c);
-		return;
+		return false;
 	}
+	c->wqueued++;
 	conn_ref(c);
 	if (c->unsent == 0)
 		c->write_ns = mfma_clock_ns();
@@ -451,6 +538,7 @@ static void queue_write(struct conn *c, uint8_t *buf, size_t len, bool close_aft
 	note_held(c->d);
 	if (over_share(c))
 		c->paused = true; /* process_frames stops; on_write or the timer resume */
+	return true;
 }
 
 void conn_send(struct conn *c, uint8_t *buf, size_t len, bool close_after)
@@ -924,6 +1012,8 @@ void conn_accept(struct daemon *d, uv_stream_t *server, const struct conn_events
 	c->d = d;
 	c->ev = ev;
 	c->refs = 1;
+	c->fd = -1;
+	pthread_mutex_init(&c->wmu, NULL);
 	c->cid = ++d->next_conn_id;
 	c->active_ns = mfma_clock_ns();
 	c->h.handle.data = c;
@@ -956,6 +1046,10 @@ void conn_accept(struct daemon *d, uv_stream_t *server, const struct conn_events
 		}
 		count_tls(c);
 	}
+	/* Plaintext answers may go straight from a device worker. */
+	uv_os_fd_t fd;
+	if (!c->tls && uv_fileno(&c->h.handle, &fd) == 0)
+		c->fd = fd;
 	if (pol && pol->token) {
 		c->need_token = true;
 		c->rd.max_frame = FRAME_TOKEN_MAX;

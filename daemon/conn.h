@@ -99,6 +99,19 @@ struct daemon *conn_daemon(const struct conn *c);
 /* Queues one encoded frame (header included) and takes the buffer.  A
  * NULL or closed connection drops it. */
 void conn_send(struct conn *c, uint8_t *buf, size_t len, bool close_after);
+/* Any thread (a device worker, for the answer it just made): writes a
+ * whole frame straight to the socket of a plaintext connection when no
+ * write is queued ahead of it, sparing the loop's wake-up on the way out.
+ * true: the frame is taken (sent, or its unsent tail kept for the loop,
+ * which sends it before anything else: conn_flush_direct); false: send
+ * it with conn_send.  The caller holds the connection. */
+bool conn_send_direct(struct conn *c, uint8_t *frame, size_t len);
+/* Loop: queues the tail a direct send left, if any. */
+void conn_flush_direct(struct conn *c);
+/* Any thread: an answer finished on a worker is left for the loop to send
+ * (no direct send may overtake it) / the loop has queued it. */
+void conn_answer_later(struct conn *c);
+void conn_answer_sent(struct conn *c);
 void conn_close(struct conn *c);
 bool conn_is_closed(const struct conn *c);
 /* A Unix-socket connection (descriptors can come with its frames). */

@@ -37,6 +37,8 @@ struct gemm_job {
 	bool launch_head;       /* counts the launch (one job of each) */
 	uint8_t *frame;         /* the encoded answer when OK */
 	size_t frame_len;
+	bool sent;              /* the worker sent it (conn_send_direct) */
+	bool later;             /* counted by conn_answer_later until the loop sends it */
 };
 
 static void job_fail(struct gemm_job *j, int code, const char *fmt, ...)
@@ -116,9 +118,20 @@ static void finish_answer(struct device *v, struct gemm_job *j)
 	}
 	j->frame_len = j->ans.len;
 	j->frame = answer_take(&j->ans);
+	/* Straight to the client from here when nothing is queued ahead of
+	 * it and no request waits for this device: the loop then only counts
+	 * it, and the client has it a thread wake-up sooner.  Under load the
+	 * loop sends, so the worker goes back to the device at once (on the
+	 * H200, N=8 x 64 in flight, sending a batch's 43 answers here cut the
+	 * rate from 105k to 38k requests a second). */
+	if (j->frame && j->r.conn && STATS_GET(v->st->queued) == 0 &&
+	    conn_send_direct(j->r.conn, j->frame, j->frame_len)) {
+		j->frame = NULL;
+		j->sent = true;
+	}
 }
 
-static void gemm_work(struct device *v, struct sched_job *sj)
+static void run_one(struct device *v, struct sched_job *sj)
 {
 	struct gemm_job *j = (struct gemm_job *)sj;
 	struct mfma_gemm *g = &j->plan.g;
@@ -155,6 +168,23 @@ static void gemm_work(struct device *v, struct sched_job *sj)
 	j->code = MFMA__V1__CODE__OK;
 	stats_observe_batch(&v->d->stats, 1);
 	finish_answer(v, j);
+}
+
+/* The worker is done with j: an answer it did not send itself is the
+ * loop's to send, and until it has, no later answer on the connection
+ * may go out directly ahead of it. */
+static void leave_to_loop(struct gemm_job *j)
+{
+	if (!j->sent && j->r.conn) {
+		conn_answer_later(j->r.conn);
+		j->later = true;
+	}
+}
+
+static void gemm_work(struct device *v, struct sched_job *sj)
+{
+	run_one(v, sj);
+	leave_to_loop((struct gemm_job *)sj);
 }
 
 /* n >= 2 GEMMs on one resident weight with the same dtypes and scalars
@@ -207,6 +237,7 @@ static void gemm_batch_work(struct device *v, struct sched_job **sjs, size_t n)
 		j->launch_head = i == 0;
 		j->code = MFMA__V1__CODE__OK;
 		finish_answer(v, j);
+		leave_to_loop(j);
 	}
 }
 
@@ -291,7 +322,10 @@ static void gemm_done(struct daemon *d, struct sched_job *sj, int status)
 		STATS_ADD(d->stats.gemm_d2h_ns, j->t.d2h_ns);
 		STATS_ADD(d->stats.gemm_total_ns, mfma_clock_ns() - j->r.arrival_ns);
 		STATS_ADD(d->stats.gemm_flops, (uint64_t)mfma_gemm_flops(&j->plan.g));
-		reply_encoded(d, &j->r, j->frame, j->frame_len);
+		if (j->sent)
+			reply_sent(d, &j->r);
+		else
+			reply_encoded(d, &j->r, j->frame, j->frame_len);
 		j->frame = NULL;
 	} else {
 		/* Failures before the device started (deadline, shutdown) were
@@ -299,6 +333,9 @@ static void gemm_done(struct daemon *d, struct sched_job *sj, int status)
 		STATS_ADD(v->st->failed, 1);
 		reply_status(d, &j->r, j->code, "%s", j->msg);
 	}
+	/* Queued now: later answers may go out directly again. */
+	if (j->later)
+		conn_answer_sent(j->r.conn);
 	d->inflight_bytes -= j->in_bytes;
 	STATS_SUB(d->stats.in_flight, 1);
 	if (j->weight)

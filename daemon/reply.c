@@ -130,6 +130,12 @@ void reply_encoded(struct daemon *d, const struct request *r, uint8_t *frame, si
 	conn_send(r->conn, frame, len, false);
 }
 
+void reply_sent(struct daemon *d, const struct request *r)
+{
+	count(d, r, MFMA__V1__CODE__OK);
+	conn_flush_direct(r->conn);
+}
+
 void reply_and_close(struct conn *c, int code, const char *msg)
 {
 	Mfma__V1__Response resp = MFMA__V1__RESPONSE__INIT;

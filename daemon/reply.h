@@ -41,6 +41,9 @@ void reply_status(struct daemon *d, const struct request *r, int code, const cha
 	__attribute__((format(printf, 4, 5)));
 /* An OK answer encoded beforehand (reply_encode), e.g. on a device worker. */
 void reply_encoded(struct daemon *d, const struct request *r, uint8_t *frame, size_t len);
+/* An OK answer the device worker sent itself (conn_send_direct):
+ * counted, and the tail it left queued. */
+void reply_sent(struct daemon *d, const struct request *r);
 /* The last answer on a connection (no request id: the frame was not a
  * request, or the connection is refused), then the connection closes.
  * Not counted: the caller knows what it was. */

@@ -7,7 +7,7 @@
 #
 # usage: bench/nvidia/device_round.sh [test] [sanitize|memcheck|racecheck] [bench] [sweep]
 #        [ncu] [e2e] [latency] [multi] [choice] [batching] [serving] [wgmma] [wgncu]
-#        [wgdecode] [wgdsan] [wgdncu]
+#        [wgdecode] [wgdsan] [wgdncu] [wgdense] [wgdensesan] [wgdensencu]
 #        (no argument: test sanitize bench e2e)
 set -u
 OUT=${OUT:-/tmp/mfma-out}
@@ -168,6 +168,42 @@ wgmma)
 		timeout 150 "$BENCH" --dtypes ${WG_DTYPES:-f16,bf16} --shape "$shape" >>"$OUT/wg_vendor.log" 2>&1
 	done
 	grep -E "^\| (f16|bf16)" "$OUT/wg_vendor.log"
+	;;
+wgdense)
+	# The dense wgmma kernels (nv_wgmma.cuh, policy nv_wg_dense) from
+	# .devlibs/wgmma_bench: odd shapes against float64 (every tile, split,
+	# output type, beta), timings on a random dense A beside cublasGemmEx in
+	# the same process, then bench_nv at the same shapes (our mma.sp dense
+	# kernel and cuBLASLt, f16 and bf16).
+	WG=.devlibs/wgmma_bench
+	WGX_SHAPES=${WGX_SHAPES:-8192x8192x8192 14336x1024x4096 4096x256x14336}
+	WG_KIND=dense TAILN=2 step wgx_check ${WG_CHECK_S:-180} "$WG" check
+	grep -E "FAIL" "$OUT/wgx_check.log" | head -20
+	WG_KIND=dense TAILN=0 step wgx_bench ${WG_BENCH_S:-240} "$WG" bench $WGX_SHAPES
+	grep -E "^\|" "$OUT/wgx_bench.log"
+	: >"$OUT/wgx_vendor.log"
+	for shape in $WGX_SHAPES; do
+		timeout 150 "$P/bin/bench_nv" --dtypes ${WG_DTYPES:-f16,bf16} --shape "$shape" >>"$OUT/wgx_vendor.log" 2>&1
+	done
+	grep -E "^\| (f16|bf16)" "$OUT/wgx_vendor.log"
+	;;
+wgdensesan)
+	# compute-sanitizer on the dense kernels' quick checks (small odd shapes,
+	# every tile, split-K).
+	WG_KIND=dense WG_QUICK=1 TAILN=3 step wgx_memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 9 \
+		.devlibs/wgmma_bench check
+	WG_KIND=dense WG_QUICK=1 TAILN=3 step wgx_racecheck 150 compute-sanitizer --tool racecheck --error-exitcode 9 \
+		.devlibs/wgmma_bench check
+	;;
+wgdensencu)
+	# Hardware counters of one launch of the widest dense kernel at 8192^3.
+	WG_KIND=dense WG_DTYPES=f16 timeout 200 ncu --clock-control none -k "regex:nv_wg_dense_f16_n256" \
+		--launch-skip 5 --launch-count 1 --section SpeedOfLight --section MemoryWorkloadAnalysis \
+		--section WarpStateStats --section Occupancy --section LaunchStats --section ComputeWorkloadAnalysis \
+		.devlibs/wgmma_bench bench 8192x8192x8192 >"$OUT/ncu_wgx.txt" 2>&1
+	echo "=== ncu wgx rc=$?"
+	grep -E "Duration|Throughput|Pipe|Warp Cycles Per Issued|Issue Slots Busy|Registers Per|Achieved Occupancy|Hit Rate|Bank Conflicts|Stall" \
+		"$OUT/ncu_wgx.txt" | head -24
 	;;
 wgdecode)
 	# The decode kernels (nv_wgmma_decode.cuh, .devlibs/wgmma_bench): odd

@@ -13,6 +13,9 @@
 #  3. the batching loads of batch_bench.sh (8192x8192 2:4 f16; N=8 x 64
 #     in flight, N=1 x 256 in flight): bytes, then --shm; then with
 #     batching off (SIGHUP), bytes and --shm, for the ratios in one run;
+#     each after WARMUP (default 32) unmeasured requests per connection:
+#     every bench loads its own weight, and a batch width a provider sees
+#     first costs its plan (cuSPARSELt's search, some 60 ms) once;
 #  4. (MULTI=1, a machine of several GPUs) the batching loads pinned to
 #     device 0 and left to the scheduler, bytes and --shm.
 #
@@ -109,14 +112,14 @@ has batching && for round in 1 2; do
 	for load in "8 64 8000" "1 256 40000"; do
 		set -- $load
 		for how in "" --shm; do
-			echo "SERVE batching round=$round 8192x8192 2:4 f16 N=$1 in_flight=$2 ${how:-bytes}: $(bench --m 8192 --k 8192 --n $1 -n $3 -j $2 --warmup 4 --device 0 $how)"
+			echo "SERVE batching round=$round 8192x8192 2:4 f16 N=$1 in_flight=$2 ${how:-bytes}: $(bench --m 8192 --k 8192 --n $1 -n $3 -j $2 --warmup ${WARMUP:-32} --device 0 $how)"
 		done
 	done
 done
 has off && conf 0 false && kill -HUP "$DPID" && sleep 1 && for load in "8 64 8000" "1 256 20000"; do
 	set -- $load
 	for how in "" --shm; do
-		echo "SERVE batching off 8192x8192 2:4 f16 N=$1 in_flight=$2 ${how:-bytes}: $(bench --m 8192 --k 8192 --n $1 -n $3 -j $2 --warmup 4 --device 0 $how)"
+		echo "SERVE batching off 8192x8192 2:4 f16 N=$1 in_flight=$2 ${how:-bytes}: $(bench --m 8192 --k 8192 --n $1 -n $3 -j $2 --warmup ${WARMUP:-32} --device 0 $how)"
 	done
 done
 if [ "${MULTI:-0}" = 1 ]; then
@@ -130,7 +133,7 @@ if [ "${MULTI:-0}" = 1 ]; then
 			set -- $load
 			for how in "" --shm; do
 				for pin in "--device 0" ""; do
-					echo "SERVE multi round=$round 8192x8192 2:4 f16 N=$1 in_flight=$2 ${how:-bytes} ${pin:-all devices}: $(bench --m 8192 --k 8192 --n $1 -n $3 -j $2 --warmup 4 $pin $how)"
+					echo "SERVE multi round=$round 8192x8192 2:4 f16 N=$1 in_flight=$2 ${how:-bytes} ${pin:-all devices}: $(bench --m 8192 --k 8192 --n $1 -n $3 -j $2 --warmup ${WARMUP:-32} $pin $how)"
 				done
 			done
 		done

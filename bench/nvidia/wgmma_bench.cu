@@ -5,9 +5,13 @@
  * (the daemon's driver-API host code does not run these kernels yet).
  *
  *   wgmma_bench probe        the one-warpgroup probe (f16, bf16)
- *   wgmma_bench check        odd shapes, every tile, split and output dtype
+ *   wgmma_bench check        odd shapes, every tile, split and output dtype,
+ *                            2:4 and dense (WG_KIND=sparse|dense: one of them;
+ *                            WG_QUICK: the small shapes, for compute-sanitizer)
  *   wgmma_bench dcheck       the decode kernels: odd shapes, N = 1 .. 64, grids
- *   wgmma_bench bench [MxNxK ...]   timings (default: the issue's four shapes)
+ *   wgmma_bench bench [MxNxK ...]   timings (default: the issue's four shapes);
+ *                            WG_KIND=dense times the dense kernels instead, on
+ *                            a fully random dense A, beside cublasGemmEx
  *
  * Every check draws fresh random data and random 2:4 patterns, poisons D
  * first and compares with float64 (the whole of D for the checks; 32
@@ -44,19 +48,26 @@
 
 struct variant {
 	const char *name;
-	int tile, bf16, bn, stages, minb, keep;
+	int dense, tile, bf16, bn, stages, minb, keep;
 	void (*fn)(const nv_wg_params);
 	unsigned smem;
 };
 
 static variant variants[] = {
 #define WG_ENTRY_F16(name, bn, st, minb) \
-	{ "f16_" #name, NV_WG_TILE_##name, 0, bn, st, minb, 0, nv_wg_f16_##name, NV_WG_SMEM_BYTES(bn, st) },
+	{ "f16_" #name, 0, NV_WG_TILE_##name, 0, bn, st, minb, 0, nv_wg_f16_##name, NV_WG_SMEM_BYTES(bn, st) },
 #define WG_ENTRY_BF16(name, bn, st, minb) \
-	{ "bf16_" #name, NV_WG_TILE_##name, 1, bn, st, minb, 0, nv_wg_bf16_##name, NV_WG_SMEM_BYTES(bn, st) },
+	{ "bf16_" #name, 0, NV_WG_TILE_##name, 1, bn, st, minb, 0, nv_wg_bf16_##name, NV_WG_SMEM_BYTES(bn, st) },
+#define WG_ENTRY_DF16(name, bn, st, minb) \
+	{ "dense_f16_" #name, 1, NV_WG_TILE_##name, 0, bn, st, minb, 1, nv_wg_dense_f16_##name, NV_WG_DSMEM_BYTES(bn, st) },
+#define WG_ENTRY_DBF16(name, bn, st, minb) \
+	{ "dense_bf16_" #name, 1, NV_WG_TILE_##name, 1, bn, st, minb, 1, nv_wg_dense_bf16_##name, NV_WG_DSMEM_BYTES(bn, st) },
 	NV_WG_TILES(WG_ENTRY_F16) NV_WG_TILES(WG_ENTRY_BF16)
+	NV_WG_DTILES(WG_ENTRY_DF16) NV_WG_DTILES(WG_ENTRY_DBF16)
 #undef WG_ENTRY_F16
 #undef WG_ENTRY_BF16
+#undef WG_ENTRY_DF16
+#undef WG_ENTRY_DBF16
 };
 static const int nvariants = sizeof(variants) / sizeof(variants[0]);
 
@@ -237,6 +248,23 @@ static double sp24_at(const sp24 &a, int r, int kk, int bf16)
 	return 0.0;
 }
 
+/* A random dense A, rows x k in rows of lda = nv_wg_dense_lda(k) values;
+ * the padding past k holds NaN, so a kernel that read it would fail. */
+struct dmat {
+	int rows, k, lda;
+	std::vector<uint16_t> val;
+};
+static void make_dense(dmat &a, int rows, int k, int bf16)
+{
+	a.rows = rows;
+	a.k = k;
+	a.lda = (int)nv_wg_dense_lda(k);
+	a.val.assign((size_t)rows * a.lda, bf16 ? 0x7fc0 : 0x7e00);
+	for (int r = 0; r < rows; r++)
+		for (int kk = 0; kk < k; kk++)
+			a.val[(size_t)r * a.lda + kk] = to16(rndf(), bf16);
+}
+
 static double rel_err(const std::vector<double> &ref, const std::vector<double> &out)
 {
 	double num = 0, den = 0;
@@ -320,14 +348,28 @@ static int run_probe(void)
 static PFN_cuTensorMapEncodeTiled_v12000 encode_tiled;
 
 struct wg_weight {
-	int m, k, mp, kp;
-	uint16_t *val; /* m x kp/2 */
-	uint32_t *meta;
+	int dense, m, k, mp, kp;
+	uint16_t *val; /* m x kp/2; dense: m x lda */
+	uint32_t *meta; /* NULL for a dense A */
 };
+
+/* A dense A on the device as the kernels read it (rows of lda values). */
+static void wg_upload_dense(const dmat &a, wg_weight &w)
+{
+	w.dense = 1;
+	w.m = a.rows;
+	w.k = a.k;
+	w.mp = (int)nv_wg_m_pad(a.rows);
+	w.kp = (int)nv_wg_k_pad(a.k);
+	w.meta = NULL;
+	CK(cudaMalloc(&w.val, a.val.size() * 2));
+	CK(cudaMemcpy(w.val, a.val.data(), a.val.size() * 2, cudaMemcpyHostToDevice));
+}
 
 /* Packs the canonical A on the device with the daemon's kernel. */
 static void wg_pack(const sp24 &a, wg_weight &w)
 {
+	w.dense = 0;
 	w.m = a.rows;
 	w.k = a.k;
 	w.mp = (int)nv_wg_m_pad(a.rows);
@@ -394,7 +436,9 @@ static int wg_prepare(wg_launch &L, const variant *v, const wg_weight &w, const 
 	CUtensorMapSwizzle bs = bnb == 64 ? CU_TENSOR_MAP_SWIZZLE_128B
 			       : bnb == 32 ? CU_TENSOR_MAP_SWIZZLE_64B
 					   : CU_TENSOR_MAP_SWIZZLE_32B;
-	int r = tmap_2d(&p.tm_a, w.val, w.kp / 2, w.m, (uint64_t)w.kp, 32, NV_WG_BM, CU_TENSOR_MAP_SWIZZLE_64B);
+	int r = w.dense ? tmap_2d(&p.tm_a, w.val, w.k, w.m, (uint64_t)nv_wg_dense_lda(w.k) * 2, NV_WG_BK, NV_WG_BM,
+				  CU_TENSOR_MAP_SWIZZLE_128B)
+			: tmap_2d(&p.tm_a, w.val, w.kp / 2, w.m, (uint64_t)w.kp, 32, NV_WG_BM, CU_TENSOR_MAP_SWIZZLE_64B);
 	if (r)
 		return r;
 	r = tmap_2d(&p.tm_b, (void *)b, n, w.k, (uint64_t)ldb * 2, bnb, NV_WG_BK, bs);
@@ -417,7 +461,9 @@ static int wg_prepare(wg_launch &L, const variant *v, const wg_weight &w, const 
 	for (int t = 0; t < NV_WG_TILE_COUNT; t++)
 		occ[t] = 1;
 	struct nv_wg_plan pl;
-	if (nv_wg_plan_make(w.m, n, w.k, sms, occ, v->tile, &pl) < 0)
+	/* The plan counts 64-K stages only; K a multiple of 4 is the 2:4
+	 * groups' rule, not the dense kernels'. */
+	if (nv_wg_plan_make(w.m, n, (w.k + 3) / 4 * 4, sms, occ, v->tile, &pl) < 0)
 		return -1;
 	if (splits > 0 && v->bn < 256) {
 		pl.iters_per_split = (pl.k_iters + splits - 1) / splits;
@@ -543,10 +589,10 @@ static void setup_variants(void)
 	}
 }
 
-static const variant *find_variant(int bf16, int bn, int keep)
+static const variant *find_variant(int dense, int bf16, int bn)
 {
 	for (int i = 0; i < nvariants; i++)
-		if (variants[i].bf16 == bf16 && variants[i].bn == bn && variants[i].keep == keep)
+		if (variants[i].dense == dense && variants[i].bf16 == bf16 && variants[i].bn == bn)
 			return &variants[i];
 	return NULL;
 }
@@ -563,16 +609,22 @@ static double dt_get(const void *p, size_t i, int dt)
 
 /* dv: a decode variant (grid CTAs, 0 = the default) instead of the tile
  * of width bn. */
-static int check_one(int bf16, int m, int n, int k, int bn, int keep, int splits, int out_dt, float alpha,
+static int check_one(int dense, int bf16, int m, int n, int k, int bn, int splits, int out_dt, float alpha,
 		     float beta, int sms, const dvariant *dv = NULL, int grid = 0, int rows = 0)
 {
-	const variant *v = dv ? NULL : find_variant(bf16, bn, keep);
+	const variant *v = dv ? NULL : find_variant(dense, bf16, bn);
 	if (!v && !dv)
 		return 0;
 	sp24 a;
-	make_sp24(a, m, k, bf16);
+	dmat ad;
 	wg_weight w;
-	wg_pack(a, w);
+	if (dense) {
+		make_dense(ad, m, k, bf16);
+		wg_upload_dense(ad, w);
+	} else {
+		make_sp24(a, m, k, bf16);
+		wg_pack(a, w);
+	}
 	int ldb = (n + 7) / 8 * 8;
 	std::vector<uint16_t> b((size_t)k * ldb);
 	for (auto &x : b)
@@ -618,7 +670,7 @@ static int check_one(int bf16, int m, int n, int k, int bn, int keep, int splits
 	std::vector<double> arow(k);
 	for (int i = 0; i < m; i++) {
 		for (int kk = 0; kk < k; kk++)
-			arow[kk] = sp24_at(a, i, kk, bf16);
+			arow[kk] = dense ? from16(ad.val[(size_t)i * ad.lda + kk], bf16) : sp24_at(a, i, kk, bf16);
 		for (int j = 0; j < n; j++) {
 			double s = 0;
 			for (int kk = 0; kk < k; kk++)
@@ -632,7 +684,7 @@ static int check_one(int bf16, int m, int n, int k, int bn, int keep, int splits
 	double err = rel_err(ref, o);
 	double tol = out_dt == MFMA_DT_F32 ? 1e-5 : out_dt == MFMA_DT_F16 ? 2e-3 : 1e-2;
 	bool ok = err < tol;
-	printf("check %-4s %-12s %5dx%-4dx%-5d %s %3d rows %3d out %-4s alpha %.2f beta %.2f: rel err %.2e %s\n",
+	printf("check %-4s %-16s %5dx%-4dx%-5d %s %3d rows %3d out %-4s alpha %.2f beta %.2f: rel err %.2e %s\n",
 	       bf16 ? "bf16" : "f16", vname, m, n, k, dv ? "grid" : "splits", dv ? DL.grid : (int)L.grid.z,
 	       dv ? DL.rows : 128,
 	       mfma_dtype_name((mfma_dtype)out_dt), alpha, beta, err, ok ? "ok" : "FAIL");
@@ -653,18 +705,34 @@ static int run_checks(int sms)
 	struct {
 		int m, n, k;
 	} shapes[] = { { 200, 72, 136 }, { 77, 24, 100 }, { 1000, 264, 520 }, { 129, 257, 1028 }, { 384, 16, 4096 } };
+	/* Dense K need not be a multiple of 4 (nor of 8: lda pads it). */
+	struct {
+		int m, n, k;
+	} dshapes[] = { { 200, 72, 136 }, { 77, 24, 101 }, { 1000, 264, 522 }, { 129, 257, 1027 }, { 384, 16, 4096 } };
 	static const int bns[] = { 256, 128, 64, 32, 16 };
-	int fails = 0;
-	for (int bf16 = 0; bf16 < 2; bf16++)
-		for (auto &s : shapes)
-			for (int bn : bns)
-				for (int keep = 0; keep < 1; keep++) {
+	const char *kind = getenv("WG_KIND");
+	const bool quick = getenv("WG_QUICK") != NULL;
+	int fails = 0, checks = 0;
+	for (int dense = 0; dense < 2; dense++) {
+		if (kind && strcmp(kind, dense ? "dense" : "sparse") != 0)
+			continue;
+		for (int bf16 = 0; bf16 < 2; bf16++)
+			for (int si = 0; si < 5; si++) {
+				const int m = dense ? dshapes[si].m : shapes[si].m, n = dense ? dshapes[si].n : shapes[si].n;
+				const int k = dense ? dshapes[si].k : shapes[si].k;
+				if (quick && (m * k > 200000 || si > 2))
+					continue;
+				for (int bn : bns) {
+					/* Every output type and beta at every tile, drawn. */
 					int out_dt = (rnd() & 1) ? MFMA_DT_F32 : (bf16 ? MFMA_DT_BF16 : MFMA_DT_F16);
 					float beta = (rnd() & 1) ? 0.5f : 0.0f;
-					int splits = s.k >= 1000 ? 1 + (int)(rnd() % 4) : 1;
-					fails += check_one(bf16, s.m, s.n, s.k, bn, keep, splits, out_dt, 1.25f, beta, sms);
+					int splits = k >= 1000 ? 1 + (int)(rnd() % 4) : 1;
+					fails += check_one(dense, bf16, m, n, k, bn, splits, out_dt, 1.25f, beta, sms);
+					checks++;
 				}
-	printf("checks: %d failed\n", fails);
+			}
+	}
+	printf("checks: %d of %d failed\n", fails, checks);
 	return fails;
 }
 
@@ -698,7 +766,7 @@ static int run_dchecks(int sms)
 					int grid = grids[gi % 5];
 					int rows = gi % 3 == 0 ? 0 : gi % 3 == 1 ? 40 : 112;
 					gi++;
-					fails += check_one(bf16, s.m, s.n, s.k, 0, 0, 1, out_dt, 1.25f, beta, sms, dv, grid,
+					fails += check_one(0, bf16, s.m, s.n, s.k, 0, 1, out_dt, 1.25f, beta, sms, dv, grid,
 							   rows);
 				}
 			}
@@ -781,6 +849,117 @@ __global__ void expand_kernel(const uint16_t *val, const uint32_t *meta, int row
 		dense[(int64_t)r * k + 4 * gi + j] = out[j];
 }
 
+/* The float64 reference of 32 random rows of D (and the last), for the
+ * timed shapes: a_at(r, kk) gives A's value, B is [k][ldb]. */
+struct sampled_ref {
+	int n, bf16;
+	std::vector<int> rows;
+	std::vector<double> ref;
+};
+template <class F>
+static void make_sampled_ref(sampled_ref &sr, int m, int n, int k, int ldb, const std::vector<uint16_t> &b, int bf16,
+			     F a_at)
+{
+	sr.n = n;
+	sr.bf16 = bf16;
+	sr.rows.clear();
+	for (int i = 0; i < 31; i++)
+		sr.rows.push_back((int)(rnd() % m));
+	sr.rows.push_back(m - 1);
+	sr.ref.assign(sr.rows.size() * n, 0.0);
+	std::vector<double> arow(k);
+	for (size_t ri = 0; ri < sr.rows.size(); ri++) {
+		for (int kk = 0; kk < k; kk++)
+			arow[kk] = a_at(sr.rows[ri], kk);
+		for (int j = 0; j < n; j++) {
+			double sum = 0;
+			for (int kk = 0; kk < k; kk++)
+				if (arow[kk] != 0)
+					sum += arow[kk] * from16(b[(size_t)kk * ldb + j], bf16);
+			sr.ref[ri * n + j] = sum;
+		}
+	}
+}
+
+/* ||D - ref|| / ||ref|| over the sampled rows of a 16-bit D [m][n] on the
+ * device. */
+static double sampled_err(const sampled_ref &sr, const void *dptr)
+{
+	const int n = sr.n;
+	std::vector<uint16_t> row(n);
+	std::vector<double> o(sr.rows.size() * n);
+	for (size_t ri = 0; ri < sr.rows.size(); ri++) {
+		CK(cudaMemcpy(row.data(), (const uint16_t *)dptr + (size_t)sr.rows[ri] * n, (size_t)n * 2,
+			      cudaMemcpyDeviceToHost));
+		for (int j = 0; j < n; j++)
+			o[ri * n + j] = from16(row[j], sr.bf16);
+	}
+	return rel_err(sr.ref, o);
+}
+
+struct tile_best {
+	float t;
+	const char *name;
+	int splits;
+};
+
+/* Times every tile of one family (dense or 2:4) and dtype that suits N
+ * (not over twice as wide as N, none under 128 columns from N = 512) on
+ * weight copies w, each on the plan's split, or on each of skinny_splits
+ * where the tiles alone leave SMs idle (the widest tile never splits);
+ * each checked on the sampled rows.  Returns the fastest correct one. */
+static tile_best time_tiles(int dense, int bf16, int m, int n, int ldb, std::vector<wg_weight> &w, void *db,
+			    void *dd, float t_blas, const sampled_ref &sr, const std::vector<int> &skinny_splits,
+			    int sms, cudaStream_t s)
+{
+	const int copies = (int)w.size();
+	const double flop = 2.0 * m * n * w[0].k;
+	tile_best best = { 1e30f, "-", 0 };
+	for (int vi = 0; vi < nvariants; vi++) {
+		const variant *v = &variants[vi];
+		if (v->bf16 != bf16 || v->dense != dense)
+			continue;
+		if (v->bn > 2 * ldb && v->bn > 16)
+			continue; /* a tile over twice as wide as N is only waste */
+		if (n >= 512 && v->bn < 128)
+			continue;
+		std::vector<int> split_list = { 0 };
+		if ((int64_t)((m + 127) / 128) * ((n + v->bn - 1) / v->bn) < sms && v->bn < 256)
+			split_list = skinny_splits;
+		for (int sp : split_list) {
+			std::vector<wg_launch> L(copies);
+			bool bad = false;
+			for (int i = 0; i < copies; i++)
+				if (wg_prepare(L[i], v, w[i], db, n, ldb, NULL, dd, bf16 ? MFMA_DT_BF16 : MFMA_DT_F16, 1.0f,
+					       0.0f, sp, sms))
+					bad = true;
+			if (bad) {
+				printf("  %-16s tensor map failed\n", v->name);
+				continue;
+			}
+			if (sp > 1 && L[0].p.iters_per_split < 2) {
+				for (auto &l : L)
+					wg_release(l);
+				continue;
+			}
+			CK(cudaMemset(dd, 0xff, (size_t)m * n * 2));
+			wg_ctx ctx = { L.data() };
+			float t = time_median(wg_call, &ctx, copies, s);
+			CK(cudaStreamSynchronize(s));
+			double err = sampled_err(sr, dd);
+			bool ok = err < (bf16 ? 1e-2 : 2e-3);
+			printf("  %-16s splits %d grid %5d: %8.1f us %6.0f %s  %.2fx cuBLAS time  err %.1e %s\n", v->name,
+			       (int)L[0].grid.z, (int)(L[0].grid.x * L[0].grid.z), t, flop / t * 1e-6, dense ? "TF" : "TF-eq",
+			       t / t_blas, err, ok ? "ok" : "WRONG");
+			if (ok && t < best.t)
+				best = { t, v->name, (int)L[0].grid.z };
+			for (auto &l : L)
+				wg_release(l);
+		}
+	}
+	return best;
+}
+
 static void run_bench_shape(int bf16, int m, int n, int k, int sms, cublasHandle_t h, cudaStream_t s)
 {
 	sp24 a;
@@ -832,91 +1011,19 @@ static void run_bench_shape(int bf16, int m, int n, int k, int sms, cublasHandle
 	blas_ctx bc = { h, m, n, k, ldb, bf16, da.data(), db, dblas };
 	float t_blas = time_median(blas_call, &bc, dcopies, s);
 
-	/* Float64 reference on 32 random rows (and the last). */
-	std::vector<int> rows;
-	for (int i = 0; i < 31; i++)
-		rows.push_back((int)(rnd() % m));
-	rows.push_back(m - 1);
-	std::vector<double> ref(rows.size() * n);
-	{
-		std::vector<double> arow(k);
-		for (size_t ri = 0; ri < rows.size(); ri++) {
-			for (int kk = 0; kk < k; kk++)
-				arow[kk] = sp24_at(a, rows[ri], kk, bf16);
-			for (int j = 0; j < n; j++) {
-				double sum = 0;
-				for (int kk = 0; kk < k; kk++)
-					if (arow[kk] != 0)
-						sum += arow[kk] * from16(b[(size_t)kk * ldb + j], bf16);
-				ref[ri * n + j] = sum;
-			}
-		}
-	}
-	auto sample_err = [&](void *dptr) {
-		std::vector<uint16_t> row(n);
-		std::vector<double> o(rows.size() * n);
-		for (size_t ri = 0; ri < rows.size(); ri++) {
-			CK(cudaMemcpy(row.data(), (uint16_t *)dptr + (size_t)rows[ri] * n, (size_t)n * 2,
-				      cudaMemcpyDeviceToHost));
-			for (int j = 0; j < n; j++)
-				o[ri * n + j] = from16(row[j], bf16);
-		}
-		return rel_err(ref, o);
-	};
-	double blas_err = sample_err(dblas);
+	sampled_ref sr;
+	make_sampled_ref(sr, m, n, k, ldb, b, bf16, [&](int r, int kk) { return sp24_at(a, r, kk, bf16); });
+	double blas_err = sampled_err(sr, dblas);
 	double flop = 2.0 * m * n * k;
 	printf("bench %-4s %dx%dx%d  cuBLAS dense %.1f us (%.0f TF)  err %.1e\n", bf16 ? "bf16" : "f16", m, n, k,
 	       t_blas, flop / t_blas * 1e-6, blas_err);
 
 	/* Our variants: every tile of this dtype with its default split, and
 	 * for the skinny shapes a sweep of splits. */
-	float best = 1e30f;
-	const char *best_name = "";
-	int best_splits = 0;
-	for (int vi = 0; vi < nvariants; vi++) {
-		const variant *v = &variants[vi];
-		if (v->bf16 != bf16)
-			continue;
-		if (v->bn > 2 * ldb && v->bn > 16)
-			continue; /* a tile over twice as wide as N is only waste */
-		if (n >= 512 && v->bn < 128)
-			continue;
-		std::vector<int> split_list = { 0 };
-		if ((int64_t)((m + 127) / 128) * ((n + v->bn - 1) / v->bn) < sms)
-			split_list = { 1, 2, 3, 4, 6, 8 };
-		for (int sp : split_list) {
-			std::vector<wg_launch> L(copies);
-			bool bad = false;
-			for (int i = 0; i < copies; i++)
-				if (wg_prepare(L[i], v, w[i], db, n, ldb, NULL, dd, bf16 ? MFMA_DT_BF16 : MFMA_DT_F16, 1.0f,
-					       0.0f, sp, sms))
-					bad = true;
-			if (bad) {
-				printf("  %-12s tensor map failed\n", v->name);
-				continue;
-			}
-			if (sp > 1 && L[0].p.iters_per_split < 2)
-				continue;
-			CK(cudaMemset(dd, 0xff, (size_t)m * n * 2));
-			wg_ctx ctx = { L.data() };
-			float t = time_median(wg_call, &ctx, copies, s);
-			CK(cudaStreamSynchronize(s));
-			double err = sample_err(dd);
-			bool ok = err < (bf16 ? 1e-2 : 2e-3);
-			printf("  %-12s splits %d grid %5d: %8.1f us %6.0f TF-eq  %.2fx cuBLAS time  err %.1e %s\n",
-			       v->name, (int)L[0].grid.z, (int)(L[0].grid.x * L[0].grid.z), t, flop / t * 1e-6,
-			       t / t_blas, err, ok ? "ok" : "WRONG");
-			if (ok && t < best) {
-				best = t;
-				best_name = v->name;
-				best_splits = (int)L[0].grid.z;
-			}
-			for (auto &l : L)
-				wg_release(l);
-		}
-	}
+	const tile_best tb = time_tiles(0, bf16, m, n, ldb, w, db, dd, t_blas, sr, { 1, 2, 3, 4, 6, 8 }, sms, s);
+	const float best = tb.t;
 	printf("| %s | %d x %d x %d | %.1f us (%.0f TF-eq) %s s%d | %.1f us (%.0f TF) | %.2fx |\n",
-	       bf16 ? "bf16" : "f16", m, n, k, best, flop / best * 1e-6, best_name, best_splits, t_blas,
+	       bf16 ? "bf16" : "f16", m, n, k, best, flop / best * 1e-6, tb.name, tb.splits, t_blas,
 	       flop / t_blas * 1e-6, best / t_blas);
 
 	/* The decode kernels (N <= 64): each variant of this dtype whose BN
@@ -953,7 +1060,7 @@ static void run_bench_shape(int bf16, int m, int n, int k, int sms, cublasHandle
 			wgd_ctx ctx = { L.data() };
 			float t = time_median(wgd_call, &ctx, copies, s);
 			CK(cudaStreamSynchronize(s));
-			double err = sample_err(dd);
+			double err = sampled_err(sr, dd);
 			bool ok = err < (bf16 ? 1e-2 : 2e-3);
 			double bytes = (double)nv_wg_values_bytes(m, k, 2) + (double)nv_wg_meta_bytes(m, k);
 			printf("  %-14s grid %5d rows %3d: %8.1f us %6.0f TF-eq %5.2f TB/s  %.2fx wgmma  %.2fx cuBLAS  err %.1e %s\n",
@@ -979,6 +1086,58 @@ static void run_bench_shape(int bf16, int m, int n, int k, int sms, cublasHandle
 	}
 	for (auto p : da)
 		cudaFree(p);
+	cudaFree(db);
+	cudaFree(dd);
+	cudaFree(dblas);
+}
+
+/* The dense kernels at one shape: a fully random dense A (zeros would
+ * flatter both sides), copies above 200 MB so that A comes from HBM,
+ * cublasGemmEx on the same copies, then every dense tile this shape can
+ * use with its plan's split (and a sweep of splits where the tiles alone
+ * leave SMs idle), each checked on 32 sampled rows against float64. */
+static void run_dense_bench_shape(int bf16, int m, int n, int k, int sms, cublasHandle_t h, cudaStream_t s)
+{
+	dmat a;
+	make_dense(a, m, k, bf16);
+	int ldb = (n + 7) / 8 * 8;
+	std::vector<uint16_t> b((size_t)k * ldb);
+	for (auto &x : b)
+		x = to16(rndf(), bf16);
+	const double abytes = (double)a.val.size() * 2;
+	const int copies = std::min(8, std::max(1, (int)ceil(200e6 / abytes)));
+	std::vector<wg_weight> w(copies);
+	for (int i = 0; i < copies; i++)
+		wg_upload_dense(a, w[i]);
+	void *db, *dd, *dblas;
+	CK(cudaMalloc(&db, b.size() * 2));
+	CK(cudaMalloc(&dd, (size_t)m * n * 2));
+	CK(cudaMalloc(&dblas, (size_t)m * n * 2));
+	CK(cudaMemcpy(db, b.data(), b.size() * 2, cudaMemcpyHostToDevice));
+	/* cuBLAS reads A with lda = k; ours with lda = nv_wg_dense_lda(k):
+	 * the same buffers when k is a multiple of 8 (every timed shape). */
+	std::vector<void *> da(copies);
+	for (int i = 0; i < copies; i++)
+		da[i] = w[i].val;
+	float t_blas = -1;
+	if (a.lda == k) {
+		blas_ctx bc = { h, m, n, k, ldb, bf16, da.data(), db, dblas };
+		t_blas = time_median(blas_call, &bc, copies, s);
+	}
+
+	sampled_ref sr;
+	make_sampled_ref(sr, m, n, k, ldb, b, bf16,
+			 [&](int r, int kk) { return from16(a.val[(size_t)r * a.lda + kk], bf16); });
+	const double flop = 2.0 * m * n * k;
+	const double blas_err = t_blas > 0 ? sampled_err(sr, dblas) : 0;
+	printf("dense %-4s %dx%dx%d  cuBLAS GemmEx %.1f us (%.0f TF)  err %.1e\n", bf16 ? "bf16" : "f16", m, n, k,
+	       t_blas, flop / t_blas * 1e-6, blas_err);
+	const tile_best tb = time_tiles(1, bf16, m, n, ldb, w, db, dd, t_blas, sr, { 1, 2, 4 }, sms, s);
+	printf("|dense %s | %d x %d x %d | %.1f us (%.0f TF) %s s%d | GemmEx %.1f us (%.0f TF) | %.2fx |\n",
+	       bf16 ? "bf16" : "f16", m, n, k, tb.t, flop / tb.t * 1e-6, tb.name, tb.splits, t_blas,
+	       flop / t_blas * 1e-6, tb.t / t_blas);
+	for (auto &x : w)
+		cudaFree(x.val);
 	cudaFree(db);
 	cudaFree(dd);
 	cudaFree(dblas);
@@ -1033,8 +1192,14 @@ int main(int argc, char **argv)
 			snprintf(list, sizeof(list), ",%s,", dts);
 			if (!strstr(list, bf16 ? ",bf16," : ",f16,"))
 				continue;
+			const bool dense = getenv("WG_KIND") && strcmp(getenv("WG_KIND"), "dense") == 0;
 			for (size_t i = 0; i < shp.size(); i += 3)
-				run_bench_shape(bf16, shp[i], shp[i + 1], shp[i + 2], prop.multiProcessorCount, h, s);
+				if (dense)
+					run_dense_bench_shape(bf16, shp[i], shp[i + 1], shp[i + 2], prop.multiProcessorCount,
+							      h, s);
+				else
+					run_bench_shape(bf16, shp[i], shp[i + 1], shp[i + 2], prop.multiProcessorCount, h,
+							s);
 		}
 		return 0;
 	}

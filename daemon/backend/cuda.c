@@ -36,6 +36,7 @@
 #include <sys/stat.h>
 
 #include "backend.h"
+#include "cuda_batch.h"
 #include "cuda_device.h"
 #include "cuda_provider.h"
 #include "providers.h"
@@ -43,8 +44,8 @@
 /* The providers, in order of preference for a request with its own A:
  * the first that supports it runs it.  Ours come first there since the
  * libraries would each need their own copy of A per request, the sm_90a
- * wgmma.sp family (2:4 f16/bf16 on sm_90 only) before the mma.sp one
- * since it is faster there at every shape measured (bench/RESULTS.md);
+ * wgmma family (2:4 and dense f16/bf16 on sm_90 only) before the mma.sp
+ * one since it is faster there at every shape measured (bench/RESULTS.md);
  * resident weights choose by measurement.  To add one (a vendor library, another
  * kernel family), see the steps at the top of cuda_provider.h; its entry
  * goes here. */
@@ -89,6 +90,7 @@ static int usable_here(size_t i, int cc)
 struct cuda_backend_dev {
 	struct cuda_dev *dev;
 	void *state[NPROVIDERS];
+	struct cuda_batch *batch; /* NULL: the device does not batch */
 	const struct backend_choices *choices;
 	char fingerprint[sizeof(((struct backend_choice_key *)0)->device)];
 };
@@ -140,6 +142,9 @@ static int cuda_describe(int index, struct backend_device_info *info)
 	if (rc < 0)
 		return rc;
 	int cc = cuda_slot_cc(index);
+	/* A batch joins its parts on the device and runs on whichever
+	 * provider the choice names (cuda_batch.h). */
+	info->batches = cuda_batch_usable(cc);
 	for (size_t i = 0; i < NPROVIDERS; i++) {
 		/* An excluded provider is listed as excluded without asking
 		 * usable(), which for a library opens it: excluded is never
@@ -167,6 +172,7 @@ static void cuda_close(void *dev)
 			cuda_dev_drain(bd->dev);
 			for (size_t i = 0; i < NPROVIDERS; i++)
 				providers[i]->detach(bd->dev, bd->state[i]);
+			cuda_batch_close(bd->batch);
 		}
 		cuda_dev_close(bd->dev);
 	}
@@ -210,6 +216,12 @@ static int cuda_open(int index, const struct backend_config *cfg, void **dev, ch
 		if (off > 0 && (size_t)off < sizeof(bd->fingerprint))
 			off += snprintf(bd->fingerprint + off, sizeof(bd->fingerprint) - (size_t)off,
 					" %s", providers[i]->name);
+	}
+	/* Batched launches need the data-movement kernels; describe said
+	 * the device batches only where the build has them. */
+	if ((rc = cuda_batch_open(bd->dev, &bd->batch, err, errlen)) < 0) {
+		cuda_close(bd);
+		return rc;
 	}
 	bd->choices = cfg ? cfg->choices : NULL;
 	*dev = bd;
@@ -330,13 +342,23 @@ static int cuda_weight_load(void *dev, const struct mfma_weight_host *wh, void *
 	return 0;
 }
 
-/* Runs g on provider i; on failure the stream is drained. */
+/* Runs g on provider i; on failure the stream is drained.  A batched
+ * launch is one GEMM over its parts joined on the device. */
 static int run_on(struct cuda_backend_dev *bd, size_t i, const struct mfma_gemm *g, void *packed,
 		  struct backend_timing *t, char *err, size_t errlen)
 {
 	const char *variant = NULL;
-	int rc = providers[i]->launch(bd->dev, bd->state[i], g, packed, &variant, err, errlen);
+	struct mfma_gemm one;
+	const bool batch = g->nparts > 1;
+	int rc = batch ? cuda_batch_in(bd->batch, bd->dev, g, &one, err, errlen) : 0;
+	if (rc == 0)
+		rc = providers[i]->launch(bd->dev, bd->state[i], batch ? &one : g, packed, &variant,
+					  err, errlen);
+	if (rc == 0 && batch)
+		rc = cuda_batch_out(bd->batch, bd->dev, g, err, errlen);
 	if (rc < 0) {
+		if (batch)
+			cuda_batch_abort(bd->dev);
 		/* Whatever the provider enqueued before failing may still read
 		 * the pinned pool or write device buffers: wait for it. */
 		cuda_dev_drain(bd->dev);
@@ -559,9 +581,11 @@ static int cuda_gemm(void *dev, const struct mfma_gemm *g, void *weight, struct 
 	struct mfma_gemm run = *g;
 	if (w)
 		run.a_sparse = w->sparse;
-	const struct cuda_shape s = { .m = g->m, .n = g->n, .k = g->k, .in = g->in_dtype,
-				      .out = g->out_dtype, .sparse = run.a_sparse,
-				      .resident = w != NULL, .nparts = g->nparts };
+	/* A batch's GEMM is over its joined width. */
+	const struct cuda_shape s = { .m = g->m,
+				      .n = g->nparts > 1 ? cuda_batch_width(g->n) : g->n,
+				      .k = g->k, .in = g->in_dtype, .out = g->out_dtype,
+				      .sparse = run.a_sparse, .resident = w != NULL };
 	if (w && (w->m != g->m || w->k != g->k || w->dtype != g->in_dtype)) {
 		snprintf(err, errlen, "cuda: the weight is %ux%u %s, the request wants %ux%u %s", w->m,
 			 w->k, mfma_dtype_name(w->dtype), g->m, g->k, mfma_dtype_name(g->in_dtype));
@@ -570,6 +594,11 @@ static int cuda_gemm(void *dev, const struct mfma_gemm *g, void *weight, struct 
 	if (!g->m || !g->n || !g->k || (g->nparts < 2 && (!g->b || !g->d)) || (!w && !g->a) ||
 	    (!w && run.a_sparse && !g->a_meta) || (g->nparts < 2 && g->beta != 0.0f && !g->c)) {
 		snprintf(err, errlen, "cuda: gemm: missing operand or empty size");
+		return -EINVAL;
+	}
+	if (g->nparts > 1 && (!w || !bd->batch)) {
+		snprintf(err, errlen, "cuda: a batched launch of %u parts needs a resident weight",
+			 g->nparts);
 		return -EINVAL;
 	}
 	if (run.a_sparse && g->k % 4 != 0) {

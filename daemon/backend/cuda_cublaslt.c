@@ -228,10 +228,6 @@ static int lt_supports(const struct cuda_dev *dev, void *state, const struct cud
 		snprintf(err, errlen, "cuda: cuBLASLt (%s) did not start on this device", lt_path);
 		return -ENOTSUP;
 	}
-	if (s->nparts > 1) {
-		snprintf(err, errlen, "cuda: cuBLASLt: batched launches run on our kernels");
-		return -ENOTSUP;
-	}
 	if (s->in != MFMA_DT_F16 && s->in != MFMA_DT_BF16) {
 		snprintf(err, errlen, "cuda: cuBLASLt runs f16 and bf16, not in_dtype=%s",
 			 mfma_dtype_name(s->in));
@@ -397,11 +393,11 @@ static int lt_launch(struct cuda_dev *dev, void *state, const struct mfma_gemm *
 	struct cuda_buf *a = cuda_dev_scratch(dev, CUDA_SCRATCH_A);
 	struct cuda_buf *b = cuda_dev_scratch(dev, CUDA_SCRATCH_B);
 	struct cuda_buf *c = cuda_dev_scratch(dev, CUDA_SCRATCH_C);
-	struct cuda_buf *d = cuda_dev_scratch(dev, CUDA_SCRATCH_D);
+	CUdeviceptr dp = 0;
 	if ((!w && (rc = cuda_buf_need(a, abytes, "A", NULL, err, errlen)) < 0) ||
 	    (rc = cuda_buf_need(b, (size_t)g->k * ldb * es, "B", NULL, err, errlen)) < 0 ||
 	    (g->beta != 0.0f && (rc = cuda_buf_need(c, dbytes, "C", NULL, err, errlen)) < 0) ||
-	    (rc = cuda_buf_need(d, dbytes, "D", NULL, err, errlen)) < 0 ||
+	    (rc = cuda_dev_out_buffer(dev, g->d, dbytes, &dp, err, errlen)) < 0 ||
 	    (rc = cuda_buf_need(&s->ws, p->ws_bytes, "cuBLASLt workspace", NULL, err, errlen)) < 0)
 		return rc;
 
@@ -419,10 +415,10 @@ static int lt_launch(struct cuda_dev *dev, void *state, const struct mfma_gemm *
 		return rc;
 
 	/* With beta = 0 the library does not read C: D stands in for it. */
-	const CUdeviceptr cp = g->beta != 0.0f ? c->p : d->p;
+	const CUdeviceptr cp = g->beta != 0.0f ? c->p : dp;
 	lt_status st = lt.matmul(s->h, p->desc, &g->alpha, (const void *)(uintptr_t)b->p, p->la,
 				 (const void *)(uintptr_t)(w ? w->a : a->p), p->lb, &g->beta,
-				 (const void *)(uintptr_t)cp, p->lcd, (void *)(uintptr_t)d->p, p->lcd,
+				 (const void *)(uintptr_t)cp, p->lcd, (void *)(uintptr_t)dp, p->lcd,
 				 &p->algo, (void *)(uintptr_t)s->ws.p, p->ws_bytes,
 				 cuda_dev_stream(dev));
 	if (st != 0) {
@@ -432,7 +428,7 @@ static int lt_launch(struct cuda_dev *dev, void *state, const struct mfma_gemm *
 	}
 	if ((rc = cuda_dev_mark(dev, CUDA_MARK_KERNEL, err, errlen)) < 0)
 		return rc;
-	if ((rc = cuda_dev_copy_out(dev, g->d, d->p, dbytes, err, errlen)) < 0)
+	if ((rc = cuda_dev_copy_out(dev, g->d, dp, dbytes, err, errlen)) < 0)
 		return rc;
 	*variant = lt_variant(g->in_dtype);
 	return 0;

@@ -130,7 +130,11 @@ struct cs_plan {
 	size_t ws_bytes;
 };
 
-#define CS_PLANS 16
+/* Plans kept per weight, the oldest replaced: a load's single requests
+ * and its batches' widths (cuda_batch_width: ten up to 1536 columns), for
+ * two output types, fit; a plan replaced and needed again costs its
+ * search again (some 100 ms on the H200). */
+#define CS_PLANS 48
 
 struct cs_weight {
 	uint32_t m, k, mp, kp;
@@ -210,10 +214,6 @@ static int cs_supports(const struct cuda_dev *dev, void *state, const struct cud
 	if (!st || !st->have_handle) {
 		snprintf(err, errlen, "cuda: cuSPARSELt (%s, version %d) did not start on this device",
 			 cs_path, st ? st->version : 0);
-		return -ENOTSUP;
-	}
-	if (s->nparts > 1) {
-		snprintf(err, errlen, "cuda: cuSPARSELt: batched launches run on our kernels");
 		return -ENOTSUP;
 	}
 	if (!s->sparse || (s->in != MFMA_DT_F16 && s->in != MFMA_DT_BF16)) {
@@ -456,6 +456,11 @@ static int cs_launch(struct cuda_dev *dev, void *state, const struct mfma_gemm *
 	}
 	if ((rc = cuda_buf_need(&s->ws, p->ws_bytes, "cuSPARSELt workspace", NULL, err, errlen)) < 0)
 		return rc;
+	/* D straight into the caller's memory where the device reaches it,
+	 * when the library's rows are the request's (no padding rows). */
+	CUdeviceptr dp = d->p;
+	if (w->mp == g->m && (rc = cuda_dev_out_buffer(dev, g->d, dbytes, &dp, err, errlen)) < 0)
+		return rc;
 
 	if ((rc = cuda_dev_mark(dev, CUDA_MARK_START, err, errlen)) < 0)
 		return rc;
@@ -475,17 +480,17 @@ static int cs_launch(struct cuda_dev *dev, void *state, const struct mfma_gemm *
 	if ((rc = cuda_dev_mark(dev, CUDA_MARK_IN, err, errlen)) < 0)
 		return rc;
 	CUstream st = stream;
-	const CUdeviceptr cp = g->beta != 0.0f ? c->p : d->p;
+	const CUdeviceptr cp = g->beta != 0.0f ? c->p : dp;
 	if (cs.matmul(&s->h, &p->plan, &g->alpha, (const void *)(uintptr_t)w->comp,
 		      (const void *)(uintptr_t)b->p, &g->beta, (const void *)(uintptr_t)cp,
-		      (void *)(uintptr_t)d->p, (void *)(uintptr_t)s->ws.p, &st, 1) != 0) {
+		      (void *)(uintptr_t)dp, (void *)(uintptr_t)s->ws.p, &st, 1) != 0) {
 		snprintf(err, errlen, "cuda: cusparseLtMatmul %ux%ux%u failed", g->m, g->n, g->k);
 		return -EIO;
 	}
 	if ((rc = cuda_dev_mark(dev, CUDA_MARK_KERNEL, err, errlen)) < 0)
 		return rc;
 	/* D's padding rows, if any, come after the m rows copied out. */
-	if ((rc = cuda_dev_copy_out(dev, g->d, d->p, dbytes, err, errlen)) < 0)
+	if ((rc = cuda_dev_copy_out(dev, g->d, dp, dbytes, err, errlen)) < 0)
 		return rc;
 	*variant = cs_variant(g->in_dtype);
 	return 0;

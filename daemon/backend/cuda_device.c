@@ -58,8 +58,13 @@ struct cuda_dev {
 		uintptr_t base;
 		size_t len;
 		bool owned; /* this device registered it (and unregisters it) */
+		bool mapped; /* kernels reach it at base + dev_off */
+		uint64_t dev_off;
 	} *regs;
 	size_t nregs, capregs;
+	/* Operands already on the device (cuda_dev_on_device). */
+	struct cuda_dev_range ondev[CUDA_MAX_ON_DEVICE];
+	size_t nondev;
 };
 
 int cuda_fail(CUresult r, char *err, size_t errlen, const char *what)
@@ -257,13 +262,21 @@ int cuda_dev_host_register(struct cuda_dev *d, void *p, size_t len, char *err, s
 	/* Portable: every device's context sees the pages as pinned.  The
 	 * device that registers them first owns the registration; the
 	 * others are told the range is registered (or mapped) already, and
-	 * copy from it all the same. */
-	CUresult r = nv_drv.cuMemHostRegister(p, len, CU_MEMHOSTREGISTER_PORTABLE);
+	 * copy from it all the same.  Mapped too, so that kernels can read
+	 * and write the pages across the bus (a batched launch's parts:
+	 * cuda_dev_mapped). */
+	CUresult r = nv_drv.cuMemHostRegister(p, len, CU_MEMHOSTREGISTER_PORTABLE |
+							      CU_MEMHOSTREGISTER_DEVICEMAP);
 	bool owned = r == CUDA_SUCCESS;
 	if (r != CUDA_SUCCESS && r != CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED &&
 	    r != CUDA_ERROR_ALREADY_MAPPED)
 		return cuda_fail(r, err, errlen, "cuMemHostRegister");
-	d->regs[d->nregs++] = (struct cuda_host_range){ (uintptr_t)p, len, owned };
+	/* Without a device address (a range some other part of the process
+	 * registered unmapped) the DMA copies still serve. */
+	CUdeviceptr dp = 0;
+	bool mapped = nv_drv.cuMemHostGetDevicePointer(&dp, p, 0) == CUDA_SUCCESS;
+	d->regs[d->nregs++] = (struct cuda_host_range){ (uintptr_t)p, len, owned, mapped,
+							 (uint64_t)dp - (uint64_t)(uintptr_t)p };
 	return 0;
 }
 
@@ -281,15 +294,29 @@ void cuda_dev_host_unregister(struct cuda_dev *d, void *p)
 	}
 }
 
-/* Whether [p, p + len) lies inside one registered range. */
-bool cuda_dev_registered(const struct cuda_dev *d, const void *p, size_t len)
+/* The registered range [p, p + len) lies in, or NULL. */
+static const struct cuda_host_range *range_of(const struct cuda_dev *d, const void *p, size_t len)
 {
 	uintptr_t a = (uintptr_t)p;
 	for (size_t i = 0; i < d->nregs; i++)
 		if (a >= d->regs[i].base && len <= d->regs[i].len &&
 		    a - d->regs[i].base <= d->regs[i].len - len)
-			return true;
-	return false;
+			return &d->regs[i];
+	return NULL;
+}
+
+bool cuda_dev_registered(const struct cuda_dev *d, const void *p, size_t len)
+{
+	return range_of(d, p, len) != NULL;
+}
+
+bool cuda_dev_mapped(const struct cuda_dev *d, const void *p, size_t len, CUdeviceptr *dp)
+{
+	const struct cuda_host_range *r = range_of(d, p, len);
+	if (!r || !r->mapped)
+		return false;
+	*dp = (CUdeviceptr)((uint64_t)(uintptr_t)p + r->dev_off);
+	return true;
 }
 
 int cuda_dev_open(int index, const struct backend_config *cfg, struct cuda_dev **dev, char *err,
@@ -364,12 +391,38 @@ static int pin_mark(struct cuda_dev *d, int h, char *err, size_t errlen)
 	return 0;
 }
 
+/* ---- operands already on the device ---- */
+
+void cuda_dev_on_device(struct cuda_dev *d, const struct cuda_dev_range *r, size_t n)
+{
+	d->nondev = n < CUDA_MAX_ON_DEVICE ? n : CUDA_MAX_ON_DEVICE;
+	for (size_t i = 0; i < d->nondev; i++)
+		d->ondev[i] = r[i];
+}
+
+/* Whether [p, p + len) lies inside one of the operands on the device. */
+static bool on_device(const struct cuda_dev *d, const void *p, size_t len)
+{
+	uint64_t a = (uint64_t)(uintptr_t)p;
+	for (size_t i = 0; i < d->nondev; i++)
+		if (a >= d->ondev[i].p && len <= d->ondev[i].len && a - d->ondev[i].p <= d->ondev[i].len - len)
+			return true;
+	return false;
+}
+
 int cuda_dev_copy_in(struct cuda_dev *d, CUdeviceptr dst, size_t dpitch, const void *src,
 		     size_t rows, size_t row_bytes, char *err, size_t errlen)
 {
 	const unsigned char *s = src;
 	int rc, h = 0;
-	if (cuda_dev_registered(d, src, rows * row_bytes)) {
+	bool dev_src = on_device(d, src, rows * row_bytes);
+	if (dev_src || cuda_dev_registered(d, src, rows * row_bytes)) {
+		if (dev_src && dpitch == row_bytes) {
+			CU_TRY(nv_drv.cuMemcpyDtoDAsync(dst, (CUdeviceptr)(uintptr_t)src, rows * row_bytes,
+							d->stream),
+			       "cuMemcpyDtoDAsync(operand on the device)");
+			return 0;
+		}
 		if (dpitch == row_bytes) {
 			CU_TRY(nv_drv.cuMemcpyHtoDAsync(dst, src, rows * row_bytes, d->stream),
 			       "cuMemcpyHtoDAsync(registered)");
@@ -378,8 +431,9 @@ int cuda_dev_copy_in(struct cuda_dev *d, CUdeviceptr dst, size_t dpitch, const v
 		/* The gap after each row is zero, as the staged copy leaves it. */
 		CU_TRY(nv_drv.cuMemsetD8Async(dst, 0, rows * dpitch, d->stream), "cuMemsetD8Async");
 		CUDA_MEMCPY2D c2 = { 0 };
-		c2.srcMemoryType = CU_MEMORYTYPE_HOST;
-		c2.srcHost = src;
+		c2.srcMemoryType = dev_src ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
+		c2.srcHost = dev_src ? NULL : src;
+		c2.srcDevice = dev_src ? (CUdeviceptr)(uintptr_t)src : 0;
 		c2.srcPitch = row_bytes;
 		c2.dstMemoryType = CU_MEMORYTYPE_DEVICE;
 		c2.dstDevice = dst;
@@ -447,6 +501,9 @@ int cuda_dev_mark(struct cuda_dev *d, enum cuda_mark mark, char *err, size_t err
 {
 	static const int ev_of[] = { [CUDA_MARK_START] = EV_START, [CUDA_MARK_IN] = EV_IN,
 				     [CUDA_MARK_KERNEL] = EV_KERNEL };
+	/* A batched launch recorded its start before gathering its parts. */
+	if (mark == CUDA_MARK_START && d->nondev)
+		return 0;
 	CU_TRY(nv_drv.cuEventRecord(d->ev[ev_of[mark]], d->stream), "cuEventRecord");
 	return 0;
 }
@@ -459,21 +516,38 @@ static void take_into(void *arg, size_t off, const unsigned char *src, size_t le
 	memcpy((unsigned char *)arg + off, src, len);
 }
 
+int cuda_dev_out_buffer(struct cuda_dev *d, void *dst, size_t bytes, CUdeviceptr *out, char *err,
+			size_t errlen)
+{
+	if (dst && on_device(d, dst, bytes)) {
+		*out = (CUdeviceptr)(uintptr_t)dst;
+		return 0;
+	}
+	struct cuda_buf *b = &d->scratch[CUDA_SCRATCH_D];
+	int rc = cuda_buf_need(b, bytes, "D", NULL, err, errlen);
+	if (rc == 0)
+		*out = b->p;
+	return rc;
+}
+
 int cuda_dev_copy_out(struct cuda_dev *d, void *dst, CUdeviceptr src, size_t bytes, char *err,
 		      size_t errlen)
 {
+	if (src == (CUdeviceptr)(uintptr_t)dst && on_device(d, dst, bytes))
+		return 0; /* the kernels wrote the batch's joined D in place */
+	if (on_device(d, dst, bytes)) {
+		/* The batched launch splits and copies D out after this, and
+		 * ends the copy out itself. */
+		CU_TRY(nv_drv.cuMemcpyDtoDAsync((CUdeviceptr)(uintptr_t)dst, src, bytes, d->stream),
+		       "cuMemcpyDtoDAsync(result on the device)");
+		return 0;
+	}
 	if (cuda_dev_registered(d, dst, bytes)) {
-		int rc = cuda_dev_copy_out_async(d, dst, src, bytes, err, errlen);
-		return rc < 0 ? rc : cuda_dev_copy_out_end(d, err, errlen);
+		CU_TRY(nv_drv.cuMemcpyDtoHAsync(dst, src, bytes, d->stream),
+		       "cuMemcpyDtoHAsync(registered)");
+		return cuda_dev_copy_out_end(d, err, errlen);
 	}
 	return cuda_dev_copy_out_with(d, src, bytes, take_into, dst, err, errlen);
-}
-
-int cuda_dev_copy_out_async(struct cuda_dev *d, void *dst, CUdeviceptr src, size_t bytes,
-			    char *err, size_t errlen)
-{
-	CU_TRY(nv_drv.cuMemcpyDtoHAsync(dst, src, bytes, d->stream), "cuMemcpyDtoHAsync(registered)");
-	return 0;
 }
 
 int cuda_dev_copy_out_end(struct cuda_dev *d, char *err, size_t errlen)

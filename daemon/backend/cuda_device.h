@@ -87,15 +87,31 @@ int cuda_dev_host_register(struct cuda_dev *d, void *p, size_t len, char *err, s
 void cuda_dev_host_unregister(struct cuda_dev *d, void *p);
 /* Whether [p, p + len) lies inside one registered range. */
 bool cuda_dev_registered(const struct cuda_dev *d, const void *p, size_t len);
-/* Device to registered host memory: queues one copy (dst registered);
- * cuda_dev_copy_out_end then ends the copy out as cuda_dev_copy_out does
- * (the end event, and waits for it). */
-int cuda_dev_copy_out_async(struct cuda_dev *d, void *dst, CUdeviceptr src, size_t bytes,
-			    char *err, size_t errlen);
+/* Whether kernels can reach [p, p + len) (inside one registered range,
+ * mapped into the device's address space), and at which address. */
+bool cuda_dev_mapped(const struct cuda_dev *d, const void *p, size_t len, CUdeviceptr *dp);
+/* Ends a copy out that the provider queued itself (a kernel writing
+ * into mapped host memory) as cuda_dev_copy_out does: the end event, and
+ * waits for it. */
 int cuda_dev_copy_out_end(struct cuda_dev *d, char *err, size_t errlen);
 
+/* Operands already on the device: a batched launch gathers its parts'
+ * B and C into joined matrices on the device, and hands the provider one
+ * GEMM whose b, c and d are those device addresses (with unified
+ * addressing a device address is never a host one).  While they are set,
+ * a copy in from one of them is a device-to-device copy, a copy out into
+ * one is a device-to-device copy that neither records the end nor waits
+ * (the batch splits D and ends the copy out itself), and the START mark
+ * is the batch's, recorded before its gathers.  n = 0 clears them. */
+#define CUDA_MAX_ON_DEVICE 3
+struct cuda_dev_range {
+	CUdeviceptr p;
+	size_t len;
+};
+void cuda_dev_on_device(struct cuda_dev *d, const struct cuda_dev_range *r, size_t n);
+
 /* Host to device through the pinned pool (or directly from registered
- * memory): rows x row_bytes of src to dst, whose rows are dpitch bytes
+ * memory, or from an operand on the device): rows x row_bytes of src to dst, whose rows are dpitch bytes
  * apart (the gap zero-filled); asynchronous on the stream. */
 int cuda_dev_copy_in(struct cuda_dev *d, CUdeviceptr dst, size_t dpitch, const void *src,
 		     size_t rows, size_t row_bytes, char *err, size_t errlen);
@@ -113,8 +129,20 @@ int cuda_dev_copy_in_with(struct cuda_dev *d, CUdeviceptr dst, size_t bytes, cud
 enum cuda_mark { CUDA_MARK_START, CUDA_MARK_IN, CUDA_MARK_KERNEL };
 int cuda_dev_mark(struct cuda_dev *d, enum cuda_mark mark, char *err, size_t errlen);
 
+/* Where a GEMM's kernels write D (bytes of it, for dst): dst itself when
+ * it is an operand on the device (a batch's joined D), else the device's D
+ * scratch buffer, grown as needed.  Not into a mapped region: the GEMM
+ * epilogues' scattered stores across the bus measured slower on the H200
+ * than the kernel into device memory and one DMA copy after it (N=16:
+ * kernel 27 -> 38 us against a 15 us copy; N=256: 39 -> 188 us against
+ * 138 us). */
+int cuda_dev_out_buffer(struct cuda_dev *d, void *dst, size_t bytes, CUdeviceptr *out, char *err,
+			size_t errlen);
+
 /* Device to host through the pinned pool, then waits for the stream: the
- * last step of a GEMM.  A kernel fault surfaces here. */
+ * last step of a GEMM.  A kernel fault surfaces here.  Into an operand on
+ * the device it is a device-to-device copy that does not wait (nothing at
+ * all when src is dst: cuda_dev_out_buffer gave the kernels dst). */
 int cuda_dev_copy_out(struct cuda_dev *d, void *dst, CUdeviceptr src, size_t bytes, char *err,
 		      size_t errlen);
 

@@ -24,9 +24,6 @@
 struct ours {
 	struct nv_module mod;
 	struct cuda_buf pack_a, pack_meta, bt, ws, counters;
-	/* A batched launch: the parts' operands one after the other, and the
-	 * column tables of nv_batch_cols. */
-	struct cuda_buf parts, cols;
 };
 
 static int ours_usable(int cc)
@@ -50,7 +47,6 @@ static void ours_describe(int cc, struct backend_device_info *info)
 			    BACKEND_DTYPE_BIT(MFMA_DT_I8);
 	info->dense_dtypes |= dt;
 	info->sparse_dtypes |= dt;
-	info->batches = true; /* launch joins and splits the parts' columns on the device */
 	for (int kind = 0; kind < NV_KIND_COUNT; kind++)
 		for (int tile = 0; tile < NV_TILE_COUNT; tile++)
 			if (!backend_list_add(info->variants, sizeof(info->variants),
@@ -64,8 +60,7 @@ static void ours_detach(struct cuda_dev *dev, void *state)
 	(void)dev;
 	if (!o)
 		return;
-	struct cuda_buf *bufs[] = { &o->pack_a, &o->pack_meta, &o->bt, &o->ws, &o->counters,
-				    &o->parts, &o->cols };
+	struct cuda_buf *bufs[] = { &o->pack_a, &o->pack_meta, &o->bt, &o->ws, &o->counters };
 	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
 		cuda_buf_free(bufs[i]);
 	nv_module_unload(&o->mod);
@@ -198,129 +193,6 @@ out:
 	return rc;
 }
 
-/* A batched launch moves each request's B, C and D as one block (the parts
- * one after the other, mfma_gemm_parts_copy) and joins or splits the
- * columns on the device (nv_batch_cols): the host makes a few large
- * copies, not one per request per row. */
-struct parts_io {
-	const struct mfma_gemm *g;
-	char which;
-	size_t rows, es;
-};
-
-static void give_parts(void *arg, size_t off, unsigned char *dst, size_t len)
-{
-	const struct parts_io *io = arg;
-	mfma_gemm_parts_copy(io->g, io->which, io->rows, io->es, off, dst, len, 0);
-}
-
-static void take_parts(void *arg, size_t off, const unsigned char *src, size_t len)
-{
-	const struct parts_io *io = arg;
-	mfma_gemm_parts_copy(io->g, io->which, io->rows, io->es, off, (void *)(uintptr_t)src, len, 1);
-}
-
-/* A block smaller than this goes through the staging pool even from a
- * registered region: each copy costs a few microseconds to launch, and on
- * the H200 123 single-column parts of 16 KiB took 425 us one by one
- * against about 100 us gathered into the pool; parts of 128 KiB, 190 us
- * against 450 us. */
-#define DIRECT_PART_MIN (64u << 10)
-
-/* The parts' own blocks of which ('b', 'c' or 'd', rows x n_i each) when
- * every one lies in host memory registered with the device and they are
- * large enough on average: then each block is copied straight from or
- * into its request's region at its place in the parts' buffer, with no
- * staging copy on the host. */
-static bool parts_direct(struct cuda_dev *dev, const struct mfma_gemm *g, char which, size_t rows,
-			 size_t es)
-{
-	if (g->nparts == 0 || rows * g->n * es / g->nparts < DIRECT_PART_MIN)
-		return false;
-	for (uint32_t i = 0; i < g->nparts; i++) {
-		const struct mfma_gemm_part *pt = &g->parts[i];
-		const void *p = which == 'b' ? pt->b : which == 'c' ? pt->c : pt->d;
-		if (!cuda_dev_registered(dev, p, rows * pt->n * es))
-			return false;
-	}
-	return true;
-}
-
-static int parts_in(struct cuda_dev *dev, CUdeviceptr dst, const struct parts_io *io, char *err,
-		    size_t errlen)
-{
-	if (!parts_direct(dev, io->g, io->which, io->rows, io->es))
-		return cuda_dev_copy_in_with(dev, dst, io->rows * io->g->n * io->es, give_parts,
-					     (void *)(uintptr_t)io, err, errlen);
-	int rc = 0;
-	for (uint32_t i = 0; i < io->g->nparts && rc == 0; i++) {
-		const struct mfma_gemm_part *pt = &io->g->parts[i];
-		size_t len = io->rows * pt->n * io->es;
-		rc = cuda_dev_copy_in(dev, dst, len, io->which == 'b' ? pt->b : pt->c, 1, len, err,
-				      errlen);
-		dst += len;
-	}
-	return rc;
-}
-
-static int parts_out(struct cuda_dev *dev, CUdeviceptr src, const struct parts_io *io, char *err,
-		     size_t errlen)
-{
-	if (!parts_direct(dev, io->g, 'd', io->rows, io->es))
-		return cuda_dev_copy_out_with(dev, src, io->rows * io->g->n * io->es, take_parts,
-					      (void *)(uintptr_t)io, err, errlen);
-	int rc = 0;
-	for (uint32_t i = 0; i < io->g->nparts && rc == 0; i++) {
-		const struct mfma_gemm_part *pt = &io->g->parts[i];
-		size_t len = io->rows * pt->n * io->es;
-		rc = cuda_dev_copy_out_async(dev, pt->d, src, len, err, errlen);
-		src += len;
-	}
-	return rc < 0 ? rc : cuda_dev_copy_out_end(dev, err, errlen);
-}
-
-/* Uploads each joined column's part (first column, width) for
- * nv_batch_cols. */
-static int upload_cols(struct cuda_dev *dev, struct ours *o, const struct mfma_gemm *g, char *err,
-		       size_t errlen)
-{
-	int32_t *tab = malloc((size_t)g->n * 2 * sizeof(*tab));
-	if (!tab) {
-		snprintf(err, errlen, "cuda: out of host memory for a batch's column table");
-		return -ENOMEM;
-	}
-	uint32_t j = 0;
-	for (uint32_t i = 0; i < g->nparts; i++)
-		for (uint32_t c = 0; c < g->parts[i].n; c++, j++) {
-			tab[j] = (int32_t)(j - c);
-			tab[g->n + j] = (int32_t)g->parts[i].n;
-		}
-	size_t bytes = (size_t)g->n * 2 * sizeof(*tab);
-	int rc = cuda_buf_need(&o->cols, bytes, "batch column table", NULL, err, errlen);
-	if (rc == 0)
-		rc = cuda_dev_copy_in(dev, o->cols.p, bytes, tab, 1, bytes, err, errlen);
-	free(tab);
-	return rc;
-}
-
-/* Joins (dir 0) or splits (dir 1) one operand of a batched launch between
- * o->parts and the joined matrix at joined. */
-static int batch_cols(struct cuda_dev *dev, struct ours *o, const struct mfma_gemm *g, size_t rows,
-		      size_t ld, size_t es, CUdeviceptr joined, int dir, char *err, size_t errlen)
-{
-	struct nv_batch_params p = {
-		.parts = o->parts.p, .joined = joined,
-		.col_start = o->cols.p, .col_n = o->cols.p + (size_t)g->n * sizeof(int32_t),
-		.rows = (int32_t)rows, .cols = (int32_t)g->n, .ld = (int32_t)ld, .es = (int32_t)es,
-		.dir = dir,
-	};
-	int rc = nv_launch_batch_cols(&o->mod, cuda_dev_stream(dev), &p);
-	if (rc < 0)
-		snprintf(err, errlen, "cuda: launching the batch %s failed (%d)",
-			 dir ? "split of D" : "join", rc);
-	return rc;
-}
-
 static int ours_launch(struct cuda_dev *dev, void *state, const struct mfma_gemm *g, void *packed,
 		       const char **variant, char *err, size_t errlen)
 {
@@ -362,7 +234,7 @@ static int ours_launch(struct cuda_dev *dev, void *state, const struct mfma_gemm
 	}
 	struct cuda_buf *b = cuda_dev_scratch(dev, CUDA_SCRATCH_B);
 	struct cuda_buf *c = cuda_dev_scratch(dev, CUDA_SCRATCH_C);
-	struct cuda_buf *d = cuda_dev_scratch(dev, CUDA_SCRATCH_D);
+	CUdeviceptr dp = 0;
 	/* 16-bit B keeps its rows 16-byte aligned for cp.async (ldb a
 	 * multiple of 8); 8-bit B goes in as is and is transposed. */
 	const size_t ldb = es == 2 ? (size_t)nv_round_up(n, 8) : n;
@@ -373,7 +245,7 @@ static int ours_launch(struct cuda_dev *dev, void *state, const struct mfma_gemm
 	    (es == 1 &&
 	     (rc = cuda_buf_need(&o->bt, (size_t)n * ldbt, "B transposed", NULL, err, errlen)) < 0) ||
 	    (g->beta != 0.0f && (rc = cuda_buf_need(c, dbytes, "C", NULL, err, errlen)) < 0) ||
-	    (rc = cuda_buf_need(d, dbytes, "D", NULL, err, errlen)) < 0 ||
+	    (rc = cuda_dev_out_buffer(dev, g->d, dbytes, &dp, err, errlen)) < 0 ||
 	    (rc = cuda_buf_need(&o->ws, plan.ws_bytes, "split-K workspace", NULL, err, errlen)) < 0 ||
 	    (rc = cuda_buf_need(&o->counters, plan.counters * 4, "split-K counters", &grown, err,
 				errlen)) < 0)
@@ -390,27 +262,11 @@ static int ours_launch(struct cuda_dev *dev, void *state, const struct mfma_gemm
 		return rc;
 	if (!packed && (rc = upload_a(dev, kind, m, k, g->a, g->a_meta, err, errlen)) < 0)
 		return rc;
-	struct parts_io bio = { g, 'b', k, es }, cio = { g, 'c', m, os }, dio = { g, 'd', m, os };
-	if (g->nparts > 1) {
-		size_t most = (size_t)k * n * es > dbytes ? (size_t)k * n * es : dbytes;
-		if ((rc = cuda_buf_need(&o->parts, most, "a batch's parts", NULL, err, errlen)) < 0 ||
-		    (rc = upload_cols(dev, o, g, err, errlen)) < 0 ||
-		    (rc = parts_in(dev, o->parts.p, &bio, err, errlen)) < 0 ||
-		    (rc = batch_cols(dev, o, g, k, ldb, es, b->p, 0, err, errlen)) < 0)
-			return rc;
-		/* The parts' buffer is reused in stream order: C's copy starts
-		 * after B's join has read it. */
-		if (g->beta != 0.0f &&
-		    ((rc = parts_in(dev, o->parts.p, &cio, err, errlen)) < 0 ||
-		     (rc = batch_cols(dev, o, g, m, n, os, c->p, 0, err, errlen)) < 0))
-			return rc;
-	} else {
-		if ((rc = cuda_dev_copy_in(dev, b->p, ldb * es, g->b, k, (size_t)n * es, err, errlen)) < 0)
-			return rc;
-		if (g->beta != 0.0f &&
-		    (rc = cuda_dev_copy_in(dev, c->p, dbytes, g->c, 1, dbytes, err, errlen)) < 0)
-			return rc;
-	}
+	if ((rc = cuda_dev_copy_in(dev, b->p, ldb * es, g->b, k, (size_t)n * es, err, errlen)) < 0)
+		return rc;
+	if (g->beta != 0.0f &&
+	    (rc = cuda_dev_copy_in(dev, c->p, dbytes, g->c, 1, dbytes, err, errlen)) < 0)
+		return rc;
 	if ((rc = cuda_dev_mark(dev, CUDA_MARK_IN, err, errlen)) < 0)
 		return rc;
 
@@ -433,7 +289,7 @@ static int ours_launch(struct cuda_dev *dev, void *state, const struct mfma_gemm
 		p.ldb = (int32_t)ldbt;
 	}
 	p.c = g->beta != 0.0f ? c->p : 0;
-	p.d = d->p;
+	p.d = dp;
 	p.m = (int32_t)m;
 	p.n = (int32_t)n;
 	p.k = (int32_t)k;
@@ -450,14 +306,7 @@ static int ours_launch(struct cuda_dev *dev, void *state, const struct mfma_gemm
 		return rc;
 
 	/* Out. */
-	if (g->nparts > 1) {
-		rc = batch_cols(dev, o, g, m, n, os, d->p, 1, err, errlen);
-		if (rc == 0)
-			rc = parts_out(dev, o->parts.p, &dio, err, errlen);
-	} else {
-		rc = cuda_dev_copy_out(dev, g->d, d->p, dbytes, err, errlen);
-	}
-	if (rc < 0)
+	if ((rc = cuda_dev_copy_out(dev, g->d, dp, dbytes, err, errlen)) < 0)
 		return rc;
 	*variant = nv_variant_label(kind, plan.tile);
 	return 0;

@@ -38,15 +38,15 @@
 /* What a provider is asked to run.  At weight_load the request is not
  * known yet: n is 0 and out is MFMA_DT_NONE, meaning "any".  resident: A
  * is a weight packed by weight_pack (a provider whose packing is costly,
- * like cuSPARSELt's compression, may run only those).  nparts: the
- * request's parts in a batched launch (mfma_gemm.nparts; 0 or 1 is one
- * request). */
+ * like cuSPARSELt's compression, may run only those).  A batched launch
+ * reaches a provider as one GEMM over its parts joined on the device
+ * (cuda_batch.h): its b, c and d are then device addresses, which the
+ * device layer's copies recognise (cuda_dev_on_device). */
 struct cuda_shape {
 	uint32_t m, n, k;
 	enum mfma_dtype in, out;
 	bool sparse;
 	bool resident;
-	uint32_t nparts;
 };
 
 struct cuda_provider {
@@ -109,7 +109,8 @@ int cuda_lib_open(const char *const *names, size_t nnames, const char *env,
 		  char *err, size_t errlen);
 
 extern const struct cuda_provider cuda_provider_ours;
-/* The sm_90a wgmma.sp kernels (2:4 f16, bf16 on sm_90), cuda_wgmma.c. */
+/* The sm_90a wgmma.sp and wgmma kernels (2:4 and dense f16, bf16 on
+ * sm_90), cuda_wgmma.c. */
 extern const struct cuda_provider cuda_provider_wgmma;
 /* NVIDIA's libraries, opened with dlopen when a device attaches; without
  * them the providers attach with a state that supports nothing. */

@@ -1,16 +1,18 @@
-/* The sm_90a wgmma.sp kernels as a provider of the CUDA backend
- * (cuda_provider.h): 2:4 f16 and bf16 on sm_90 (H100, H200), TMA-fed and
- * warp-specialised (kernels/nvidia/nv_wgmma.cuh).  On sm_90 it comes before
- * our mma.sp family in the table, so a 2:4 A sent with a request runs
- * here; the mma.sp kernels stay the family for sm_80/86/89, for dense and
- * i8, for batched launches, and the fallback.  A resident weight is packed
- * by both, and the measured choice per N bucket picks between them.
+/* The sm_90a wgmma kernels as a provider of the CUDA backend
+ * (cuda_provider.h): 2:4 (wgmma.sp) and dense (wgmma) f16 and bf16 on
+ * sm_90 (H100, H200), TMA-fed and warp-specialised
+ * (kernels/nvidia/nv_wgmma.cuh).  On sm_90 it comes before our mma.sp
+ * family in the table, so an f16/bf16 A sent with a request runs here; the
+ * mma.sp kernels stay the family for sm_80/86/89, for i8, for batched
+ * launches, and the fallback.  A resident weight is packed by both (and by
+ * the libraries), and the measured choice per N bucket picks among them.
  *
  * The canonical 2:4 weight is rewritten on the device into the kernels'
  * layout (nv_wgmma_layout.h: values padded to whole stages, metadata
  * grouped per stage): once at load for a resident weight, per request
  * otherwise (then counted in the kernel time, as our mma.sp provider
- * counts its packing). */
+ * counts its packing).  A dense A only needs its rows padded to a multiple
+ * of 8 values (TMA's 16-byte row stride): the copy in does that. */
 #include "mfmad_build.h"
 
 #include <errno.h>
@@ -36,11 +38,13 @@ static void wg_describe(int cc, struct backend_device_info *info)
 {
 	(void)cc;
 	info->sparse_dtypes |= BACKEND_DTYPE_BIT(MFMA_DT_F16) | BACKEND_DTYPE_BIT(MFMA_DT_BF16);
-	for (int bf16 = 0; bf16 < 2; bf16++)
-		for (int t = 0; t < NV_WG_TILE_COUNT; t++)
-			if (!backend_list_add(info->variants, sizeof(info->variants),
-					      nv_wg_variant_label(bf16, t)))
-				return;
+	info->dense_dtypes |= BACKEND_DTYPE_BIT(MFMA_DT_F16) | BACKEND_DTYPE_BIT(MFMA_DT_BF16);
+	for (int dense = 0; dense < 2; dense++)
+		for (int bf16 = 0; bf16 < 2; bf16++)
+			for (int t = 0; t < NV_WG_TILE_COUNT; t++)
+				if (!backend_list_add(info->variants, sizeof(info->variants),
+						      nv_wg_variant_label(dense, bf16, t)))
+					return;
 }
 
 static void wg_detach(struct cuda_dev *dev, void *state)
@@ -85,17 +89,12 @@ static int wg_supports(const struct cuda_dev *dev, void *state, const struct cud
 			 mfma_dtype_name(s->out), mfma_dtype_name(s->in));
 		return -EINVAL;
 	}
-	if (!s->sparse || (s->in != MFMA_DT_F16 && s->in != MFMA_DT_BF16)) {
-		snprintf(err, errlen, "cuda: the wgmma.sp kernels run 2:4 f16 and bf16 only, not %s %s",
+	if (s->in != MFMA_DT_F16 && s->in != MFMA_DT_BF16) {
+		snprintf(err, errlen, "cuda: the wgmma kernels run f16 and bf16 only, not %s %s",
 			 s->sparse ? "2:4" : "dense", mfma_dtype_name(s->in));
 		return -ENOTSUP;
 	}
-	if (s->nparts > 1) {
-		snprintf(err, errlen, "cuda: the wgmma.sp kernels do not run batched launches (%u parts)",
-			 s->nparts);
-		return -ENOTSUP;
-	}
-	if (s->k % 4 != 0) {
+	if (s->sparse && s->k % 4 != 0) {
 		snprintf(err, errlen, "cuda: k=%u is not a multiple of 4 (2:4 groups)", s->k);
 		return -EINVAL;
 	}
@@ -117,6 +116,13 @@ static int upload_a(struct cuda_dev *dev, size_t m, size_t k, const void *a, con
 	    (rc = cuda_dev_copy_in(dev, raw_meta->p, mbytes, meta, 1, mbytes, err, errlen)) < 0)
 		return rc;
 	return 0;
+}
+
+/* Copies a dense A [m][k] into dst, rows nv_wg_dense_lda(k) apart. */
+static int upload_dense(struct cuda_dev *dev, CUdeviceptr dst, size_t m, size_t k, const void *a, char *err,
+			size_t errlen)
+{
+	return cuda_dev_copy_in(dev, dst, (size_t)nv_wg_dense_lda((int64_t)k) * 2, a, m, k * 2, err, errlen);
 }
 
 /* Packs the A that upload_a copied into dst. */
@@ -154,21 +160,26 @@ static int wg_weight_pack(struct cuda_dev *dev, void *state, const struct mfma_w
 		return -ENOMEM;
 	}
 	pk->bf16 = w->dtype == MFMA_DT_BF16;
+	pk->dense = !w->sparse;
 	pk->m = w->m;
 	pk->k = w->k;
 	/* The padded layout is what the device holds: that is the cost. */
-	const uint64_t vbytes = (uint64_t)nv_wg_values_bytes(w->m, w->k, 2);
-	const uint64_t mbytes = (uint64_t)nv_wg_meta_bytes(w->m, w->k);
+	const uint64_t vbytes = pk->dense ? (uint64_t)nv_wg_dense_bytes(w->m, w->k, 2)
+					  : (uint64_t)nv_wg_values_bytes(w->m, w->k, 2);
+	const uint64_t mbytes = pk->dense ? 0 : (uint64_t)nv_wg_meta_bytes(w->m, w->k);
 	int rc;
 	CUresult r = nv_drv.cuMemAlloc(&pk->val, (size_t)vbytes);
-	if (r == CUDA_SUCCESS)
+	if (r == CUDA_SUCCESS && mbytes)
 		r = nv_drv.cuMemAlloc(&pk->meta, (size_t)mbytes);
 	if (r != CUDA_SUCCESS) {
 		rc = cuda_fail(r, err, errlen, "allocating the wgmma weight");
 		goto out;
 	}
-	if ((rc = upload_a(dev, w->m, w->k, w->a, w->meta, err, errlen)) < 0 ||
-	    (rc = launch_pack(dev, o, pk, err, errlen)) < 0)
+	if (pk->dense)
+		rc = upload_dense(dev, pk->val, w->m, w->k, w->a, err, errlen);
+	else if ((rc = upload_a(dev, w->m, w->k, w->a, w->meta, err, errlen)) == 0)
+		rc = launch_pack(dev, o, pk, err, errlen);
+	if (rc < 0)
 		goto out;
 	*packed = pk;
 	*dev_bytes = vbytes + mbytes;
@@ -188,11 +199,15 @@ static int wg_launch(struct cuda_dev *dev, void *state, const struct mfma_gemm *
 	const uint32_t m = g->m, n = g->n, k = g->k;
 	const size_t os = mfma_dtype_size(g->out_dtype);
 	const CUstream stream = cuda_dev_stream(dev);
+	const int dense = packed ? ((const struct nv_wg_packed *)packed)->dense : !g->a_sparse;
 	struct nv_wg_plan plan;
-	int rc = nv_wg_plan_make(m, n, k, o->mod.sms, o->mod.occ[bf16], -1, &plan);
+	/* The plan counts 64-K stages; its K-multiple-of-4 rule is the 2:4
+	 * groups', so a dense K is handed to it rounded up (the same stages). */
+	int rc = nv_wg_plan_make(m, n, dense ? nv_round_up(k, 4) : k, o->mod.sms, o->mod.occ[dense][bf16], -1,
+				 &plan);
 	if (rc < 0) {
-		snprintf(err, errlen, "cuda: no wgmma.sp kernel for %ux%ux%u %s (%d)", m, n, k,
-			 mfma_dtype_name(g->in_dtype), rc);
+		snprintf(err, errlen, "cuda: no wgmma kernel for %ux%ux%u %s %s (%d)", m, n, k,
+			 dense ? "dense" : "2:4", mfma_dtype_name(g->in_dtype), rc);
 		return rc;
 	}
 	struct nv_wg_packed pk;
@@ -201,26 +216,30 @@ static int wg_launch(struct cuda_dev *dev, void *state, const struct mfma_gemm *
 	} else {
 		memset(&pk, 0, sizeof(pk));
 		pk.bf16 = bf16;
+		pk.dense = dense;
 		pk.m = m;
 		pk.k = k;
-		if ((rc = cuda_buf_need(&o->val, (size_t)nv_wg_values_bytes(m, k, 2), "wgmma A", NULL, err,
-					errlen)) < 0 ||
-		    (rc = cuda_buf_need(&o->meta, (size_t)nv_wg_meta_bytes(m, k), "wgmma A meta", NULL, err,
-					errlen)) < 0)
+		if (dense)
+			rc = cuda_buf_need(&o->val, (size_t)nv_wg_dense_bytes(m, k, 2), "wgmma A", NULL, err, errlen);
+		else if ((rc = cuda_buf_need(&o->val, (size_t)nv_wg_values_bytes(m, k, 2), "wgmma A", NULL, err,
+					     errlen)) == 0)
+			rc = cuda_buf_need(&o->meta, (size_t)nv_wg_meta_bytes(m, k), "wgmma A meta", NULL, err,
+					   errlen);
+		if (rc < 0)
 			return rc;
 		pk.val = o->val.p;
-		pk.meta = o->meta.p;
+		pk.meta = dense ? 0 : o->meta.p;
 	}
 	struct cuda_buf *b = cuda_dev_scratch(dev, CUDA_SCRATCH_B);
 	struct cuda_buf *c = cuda_dev_scratch(dev, CUDA_SCRATCH_C);
-	struct cuda_buf *d = cuda_dev_scratch(dev, CUDA_SCRATCH_D);
+	CUdeviceptr dp = 0;
 	/* TMA wants B's rows 16-byte aligned: ldb a multiple of 8. */
 	const size_t ldb = (size_t)nv_round_up(n, 8);
 	const size_t dbytes = (size_t)m * n * os;
 	int grown = 0;
 	if ((rc = cuda_buf_need(b, (size_t)k * ldb * 2, "B", NULL, err, errlen)) < 0 ||
 	    (g->beta != 0.0f && (rc = cuda_buf_need(c, dbytes, "C", NULL, err, errlen)) < 0) ||
-	    (rc = cuda_buf_need(d, dbytes, "D", NULL, err, errlen)) < 0 ||
+	    (rc = cuda_dev_out_buffer(dev, g->d, dbytes, &dp, err, errlen)) < 0 ||
 	    (rc = cuda_buf_need(&o->ws, plan.ws_bytes, "split-K workspace", NULL, err, errlen)) < 0 ||
 	    (rc = cuda_buf_need(&o->counters, plan.counters * 4, "split-K counters", &grown, err, errlen)) < 0)
 		return rc;
@@ -234,7 +253,9 @@ static int wg_launch(struct cuda_dev *dev, void *state, const struct mfma_gemm *
 	 * packed below (kernel time). */
 	if ((rc = cuda_dev_mark(dev, CUDA_MARK_START, err, errlen)) < 0)
 		return rc;
-	if (!packed && (rc = upload_a(dev, m, k, g->a, g->a_meta, err, errlen)) < 0)
+	if (!packed && dense && (rc = upload_dense(dev, pk.val, m, k, g->a, err, errlen)) < 0)
+		return rc;
+	if (!packed && !dense && (rc = upload_a(dev, m, k, g->a, g->a_meta, err, errlen)) < 0)
 		return rc;
 	if ((rc = cuda_dev_copy_in(dev, b->p, ldb * 2, g->b, k, (size_t)n * 2, err, errlen)) < 0)
 		return rc;
@@ -244,25 +265,25 @@ static int wg_launch(struct cuda_dev *dev, void *state, const struct mfma_gemm *
 		return rc;
 
 	/* Kernels. */
-	if (!packed && (rc = launch_pack(dev, o, &pk, err, errlen)) < 0)
+	if (!packed && !dense && (rc = launch_pack(dev, o, &pk, err, errlen)) < 0)
 		return rc;
 	const struct nv_wg_args args = {
-		.b = b->p, .c = g->beta != 0.0f ? c->p : 0, .d = d->p,
+		.b = b->p, .c = g->beta != 0.0f ? c->p : 0, .d = dp,
 		.n = (int32_t)n, .ldb = (int32_t)ldb, .ldc = (int32_t)n, .ldd = (int32_t)n,
 		.out_dtype = g->out_dtype, .alpha = g->alpha, .beta = g->beta,
 	};
 	char why[160] = "";
 	if ((rc = nv_wg_launch_gemm(&o->mod, &plan, &pk, &args, o->ws.p, o->counters.p, stream, why,
 				    sizeof(why))) < 0) {
-		snprintf(err, errlen, "cuda: launching %s failed (%d)%s%s", nv_wg_variant_label(bf16, plan.tile), rc,
+		snprintf(err, errlen, "cuda: launching %s failed (%d)%s%s", nv_wg_variant_label(dense, bf16, plan.tile), rc,
 			 why[0] ? ": " : "", why);
 		return rc;
 	}
 	if ((rc = cuda_dev_mark(dev, CUDA_MARK_KERNEL, err, errlen)) < 0)
 		return rc;
-	if ((rc = cuda_dev_copy_out(dev, g->d, d->p, dbytes, err, errlen)) < 0)
+	if ((rc = cuda_dev_copy_out(dev, g->d, dp, dbytes, err, errlen)) < 0)
 		return rc;
-	*variant = nv_wg_variant_label(bf16, plan.tile);
+	*variant = nv_wg_variant_label(dense, bf16, plan.tile);
 	return 0;
 }
 

@@ -49,6 +49,7 @@ extern "C" {
 	X(cuMemcpy2DAsync)                          \
 	X(cuMemHostRegister)                        \
 	X(cuMemHostUnregister)                      \
+	X(cuMemHostGetDevicePointer)                \
 	X(cuMemcpyDtoHAsync)                        \
 	X(cuMemcpyDtoDAsync)                        \
 	X(cuMemsetD8Async)                          \

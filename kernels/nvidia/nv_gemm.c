@@ -70,8 +70,7 @@ int nv_module_load(struct nv_module *m, CUdevice dev, char *err, size_t errlen)
 			goto fail;
 	if ((rc = get_fn(m, NV_UNIT_UTIL, "nv_pack_a", &m->pack_a, err, errlen)) < 0 ||
 	    (rc = get_fn(m, NV_UNIT_UTIL, "nv_pack_meta", &m->pack_meta, err, errlen)) < 0 ||
-	    (rc = get_fn(m, NV_UNIT_UTIL, "nv_transpose_b8", &m->transpose_b8, err, errlen)) < 0 ||
-	    (rc = get_fn(m, NV_UNIT_UTIL, "nv_batch_cols", &m->batch_cols, err, errlen)) < 0)
+	    (rc = get_fn(m, NV_UNIT_UTIL, "nv_transpose_b8", &m->transpose_b8, err, errlen)) < 0)
 		goto fail;
 	for (int kind = 0; kind < NV_KIND_COUNT; kind++) {
 		for (int tile = 0; tile < NV_TILE_COUNT; tile++) {
@@ -113,6 +112,43 @@ void nv_module_unload(struct nv_module *m)
 		if (m->mod[u])
 			nv_drv.cuModuleUnload(m->mod[u]);
 	memset(m, 0, sizeof(*m));
+}
+
+int nv_util_load(struct nv_util *u, CUdevice dev, char *err, size_t errlen)
+{
+	int major = 0, minor = 0;
+	memset(u, 0, sizeof(*u));
+	NV_CHECK(nv_drv.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev),
+		 "cuDeviceGetAttribute(compute capability)");
+	NV_CHECK(nv_drv.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev),
+		 "cuDeviceGetAttribute(compute capability)");
+	NV_CHECK(nv_drv.cuDeviceGetAttribute(&u->sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev),
+		 "cuDeviceGetAttribute(multiprocessor count)");
+	int cc = major * 10 + minor;
+	const struct nv_image *im = nv_image_find(nv_images, nv_image_count, nv_unit_name(NV_UNIT_UTIL), cc);
+	if (!im) {
+		snprintf(err, errlen, "no util kernels for sm_%d: built for other architectures "
+			 "(nvidia_archs)", cc);
+		return -ENOEXEC;
+	}
+	NV_CHECK(nv_drv.cuModuleLoadData(&u->mod, im->data), "cuModuleLoadData(util)");
+	CUresult r = nv_drv.cuModuleGetFunction(&u->batch_cols, u->mod, "nv_batch_cols");
+	if (r == CUDA_SUCCESS)
+		r = nv_drv.cuModuleGetFunction(&u->copy_spans, u->mod, "nv_copy_spans");
+	if (r != CUDA_SUCCESS) {
+		snprintf(err, errlen, "cuModuleGetFunction(util) failed: %s", nv_result_str(r));
+		nv_util_unload(u);
+		return nv_result_errno(r);
+	}
+	return 0;
+}
+
+void nv_util_unload(struct nv_util *u)
+{
+	if (u && u->mod)
+		nv_drv.cuModuleUnload(u->mod);
+	if (u)
+		memset(u, 0, sizeof(*u));
 }
 
 void nv_module_occ(const struct nv_module *m, int kind, int occ[NV_TILE_COUNT])
@@ -169,7 +205,7 @@ int nv_launch_transpose_b8(const struct nv_module *m, CUstream s, CUdeviceptr b,
 		      &p);
 }
 
-int nv_launch_batch_cols(const struct nv_module *m, CUstream s, const struct nv_batch_params *p)
+int nv_launch_batch_cols(const struct nv_util *m, CUstream s, const struct nv_batch_params *p)
 {
 	if (!m || !p || p->rows <= 0 || p->cols <= 0 || p->ld < p->cols ||
 	    (p->es != 1 && p->es != 2 && p->es != 4) || (p->dir != 0 && p->dir != 1))
@@ -178,6 +214,20 @@ int nv_launch_batch_cols(const struct nv_module *m, CUstream s, const struct nv_
 	int width = q.dir == 0 ? q.ld : q.cols;
 	return launch(m->batch_cols, (unsigned)((width + 31) / 32), (unsigned)((q.rows + 31) / 32), 1,
 		      32, 8, 0, s, &q);
+}
+
+int nv_launch_copy_spans(const struct nv_util *m, CUstream s, const struct nv_copy_params *p,
+			 uint64_t max_bytes)
+{
+	if (!m || !p || !p->spans || p->count <= 0 || p->count > 65535)
+		return -EINVAL;
+	/* Enough blocks a span that every multiprocessor has a few, and no
+	 * more than its 16-byte units need. */
+	uint64_t units = (max_bytes + 16 * 256 - 1) / (16 * 256);
+	uint64_t want = (uint64_t)(m->sms > 0 ? m->sms : 1) * 4 / (uint64_t)p->count + 1;
+	unsigned gx = (unsigned)(units < want ? (units ? units : 1) : want);
+	struct nv_copy_params q = *p;
+	return launch(m->copy_spans, gx, (unsigned)q.count, 1, 256, 1, 0, s, &q);
 }
 
 int nv_launch_gemm(const struct nv_module *m, const struct nv_plan *plan,

@@ -24,7 +24,7 @@ struct nv_module {
 	CUmodule mod[NV_UNIT_COUNT];
 	const struct nv_image *image[NV_UNIT_COUNT];
 	struct nv_kernel gemm[NV_KIND_COUNT][NV_TILE_COUNT];
-	CUfunction pack_a, pack_meta, transpose_b8, batch_cols;
+	CUfunction pack_a, pack_meta, transpose_b8;
 	int cc, sms;
 };
 
@@ -52,9 +52,24 @@ int nv_launch_pack(const struct nv_module *m, CUstream s, CUdeviceptr src, CUdev
 int nv_launch_transpose_b8(const struct nv_module *m, CUstream s, CUdeviceptr b, int k, int n,
 			   int ldb, CUdeviceptr bt, int ldbt);
 
+/* The data-movement kernels of a batched launch, whichever provider runs
+ * its GEMM: loaded alone (the util image only) in the current context. */
+struct nv_util {
+	CUmodule mod;
+	CUfunction batch_cols, copy_spans;
+	int sms;
+};
+int nv_util_load(struct nv_util *u, CUdevice dev, char *err, size_t errlen);
+void nv_util_unload(struct nv_util *u);
+
 /* A batched launch's operand joined from its parts or split back into
  * them (nv_batch_params in nv_layout.h). */
-int nv_launch_batch_cols(const struct nv_module *m, CUstream s, const struct nv_batch_params *p);
+int nv_launch_batch_cols(const struct nv_util *u, CUstream s, const struct nv_batch_params *p);
+
+/* Copies p->count spans (nv_copy_params in nv_layout.h) of at most
+ * max_bytes each: the spans' table must be on the device already. */
+int nv_launch_copy_spans(const struct nv_util *u, CUstream s, const struct nv_copy_params *p,
+			 uint64_t max_bytes);
 
 /* Launches the planned GEMM.  p holds the operands (p->a / p->meta from a
  * struct nv_packed, p->b as described in nv_layout.h, c, d), m, n, k,

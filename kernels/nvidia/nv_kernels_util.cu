@@ -2,7 +2,8 @@
  * canonical 2:4 values) and the canonical metadata into the packed
  * fragment order of nv_layout.h, and transposing 8-bit B.  They run once
  * per resident weight, or once per request for an A that is not resident.
- * nv_batch_cols joins a batched launch's B (and C) and splits its D. */
+ * nv_batch_cols joins a batched launch's B (and C) and splits its D;
+ * nv_copy_spans moves its parts in and out of registered host memory. */
 #include <stdint.h>
 
 #include "nv_layout.h"
@@ -127,4 +128,39 @@ extern "C" __global__ void __launch_bounds__(256) nv_batch_cols(const nv_batch_p
 					   p.es, t[i][threadIdx.x]);
 		}
 	}
+}
+
+/* One span in units of T (the widest both ends are aligned to): the
+ * blocks of its grid row stride over it. */
+template <typename T>
+__device__ static void nv_copy_units(const nv_copy_span &sp)
+{
+	const T *src = (const T *)sp.src;
+	T *dst = (T *)sp.dst;
+	const uint64_t n = sp.bytes / sizeof(T);
+	for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+	     i += (uint64_t)gridDim.x * blockDim.x)
+		dst[i] = src[i];
+	/* The ragged tail, byte by byte. */
+	const uint64_t done = n * sizeof(T);
+	const uint64_t t = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+	if (done + t < sp.bytes)
+		((uint8_t *)sp.dst)[done + t] = ((const uint8_t *)sp.src)[done + t];
+}
+
+/* Span blockIdx.y of p, 16 bytes a thread where both ends allow (reads of
+ * host memory cross PCIe: the wider and more of them in flight, the
+ * closer to the link's rate).  Block 256; grid (blocks per span, count). */
+extern "C" __global__ void __launch_bounds__(256) nv_copy_spans(const nv_copy_params p)
+{
+	const nv_copy_span sp = ((const nv_copy_span *)p.spans)[blockIdx.y];
+	const uint64_t align = sp.src | sp.dst;
+	if ((align & 15) == 0)
+		nv_copy_units<uint4>(sp);
+	else if ((align & 3) == 0)
+		nv_copy_units<uint32_t>(sp);
+	else if ((align & 1) == 0)
+		nv_copy_units<uint16_t>(sp);
+	else
+		nv_copy_units<uint8_t>(sp);
 }

@@ -1,14 +1,22 @@
 /* sm_90a only: the wgmma.sp kernels (nv_wgmma.cuh), 2:4 f16 and bf16,
- * every tile of NV_WG_TILES, and the packing of a canonical 2:4 A into
+ * every tile of NV_WG_TILES, the dense wgmma kernels (every tile of
+ * NV_WG_DTILES), and the packing of a canonical 2:4 A into
  * their layout (nv_wgmma_layout.h).  Built for compute_90a / sm_90a when
  * nvidia_archs names 90; an sm_90a cubin runs on sm_90 only. */
 #include "nv_wgmma.cuh"
 
-/* KEEP = 0: see nv_wgmma.cuh for why a group is never left in flight. */
-#define NV_WG_F16(name, bn, st, minb) NV_WG_DEFINE_KERNEL(f16_##name, 0, bn, st, minb, 0)
-#define NV_WG_BF16(name, bn, st, minb) NV_WG_DEFINE_KERNEL(bf16_##name, 1, bn, st, minb, 0)
+/* KEEP = 0 for 2:4: see nv_wgmma.cuh for why a wgmma.sp group is never
+ * left in flight; the dense kernels keep one (KEEP = 1). */
+#define NV_WG_F16(name, bn, st, minb) NV_WG_DEFINE_KERNEL(f16_##name, nv_wg_sp24<0>, bn, st, minb, 0)
+#define NV_WG_BF16(name, bn, st, minb) NV_WG_DEFINE_KERNEL(bf16_##name, nv_wg_sp24<1>, bn, st, minb, 0)
 NV_WG_TILES(NV_WG_F16)
 NV_WG_TILES(NV_WG_BF16)
+#define NV_WG_DENSE_F16(name, bn, st, minb) \
+	NV_WG_DEFINE_KERNEL(dense_f16_##name, nv_wg_dense<0>, bn, st, minb, 1)
+#define NV_WG_DENSE_BF16(name, bn, st, minb) \
+	NV_WG_DEFINE_KERNEL(dense_bf16_##name, nv_wg_dense<1>, bn, st, minb, 1)
+NV_WG_DTILES(NV_WG_DENSE_F16)
+NV_WG_DTILES(NV_WG_DENSE_BF16)
 
 /* One thread per 32-bit word of the output: the padded values (two
  * 16-bit values a word; rows of kp/2 values, kp/2 even) first, then the

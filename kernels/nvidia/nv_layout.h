@@ -137,6 +137,19 @@ struct nv_batch_params {
 	int32_t rows, cols, ld, es, dir;
 };
 
+/* Arguments of nv_copy_spans: count byte ranges copied at once, one
+ * grid row each.  A batched launch moves its parts between the device and
+ * host memory the GPU can address (registered regions) with one launch
+ * instead of one DMA copy per part, each of which costs microseconds to
+ * start. */
+struct nv_copy_span {
+	uint64_t src, dst, bytes;
+};
+struct nv_copy_params {
+	uint64_t spans; /* count nv_copy_span on the device */
+	int32_t count, pad;
+};
+
 /* Arguments of the 8-bit B transpose: B [k][ldb] -> Bt [n][ldbt]. */
 struct nv_transpose_params {
 	uint64_t b, bt;

@@ -1,5 +1,5 @@
-/* Host side of the wgmma.sp kernels that talks to the driver (see
- * nv_wgmma.h). */
+/* Host side of the wgmma.sp and wgmma kernels that talks to the driver
+ * (see nv_wgmma.h). */
 #include "nv_wgmma.h"
 
 #include <errno.h>
@@ -33,7 +33,7 @@ int nv_wg_module_load(struct nv_wg_module *m, CUdevice dev, char *err, size_t er
 		    "cuDeviceGetAttribute(shared memory per block)");
 	const int cc = major * 10 + minor;
 	if (!nv_wg_usable(nv_images, nv_image_count, cc)) {
-		snprintf(err, errlen, "no wgmma.sp kernels for sm_%d (they are built for sm_90a only)", cc);
+		snprintf(err, errlen, "no wgmma kernels for sm_%d (they are built for sm_90a only)", cc);
 		return -ENOTSUP;
 	}
 	const struct nv_image *im = nv_image_find(nv_images, nv_image_count, NV_WG_UNIT, cc);
@@ -44,30 +44,30 @@ int nv_wg_module_load(struct nv_wg_module *m, CUdevice dev, char *err, size_t er
 		rc = nv_result_errno(r);
 		goto fail;
 	}
-	for (int bf16 = 0; bf16 < 2; bf16++)
-		for (int t = 0; t < NV_WG_TILE_COUNT; t++) {
-			const char *name = nv_wg_kernel_name(bf16, t);
-			struct nv_wg_tile_shape sh;
-			nv_wg_tile_shape(t, &sh);
-			r = nv_drv.cuModuleGetFunction(&m->gemm[bf16][t], m->mod, name);
-			/* A tile that needs more shared memory than this GPU gives
-			 * a block stays unused (occ = 0). */
-			if (r == CUDA_SUCCESS && (int)sh.smem > smem_optin)
-				continue;
-			if (r == CUDA_SUCCESS)
-				r = nv_drv.cuFuncSetAttribute(m->gemm[bf16][t],
-							      CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-							      (int)sh.smem);
-			if (r == CUDA_SUCCESS)
-				r = nv_drv.cuOccupancyMaxActiveBlocksPerMultiprocessor(&m->occ[bf16][t],
-										      m->gemm[bf16][t],
-										      NV_WG_THREADS, sh.smem);
-			if (r != CUDA_SUCCESS) {
-				snprintf(err, errlen, "setting up %s failed: %s", name, nv_result_str(r));
-				rc = nv_result_errno(r);
-				goto fail;
+	for (int dense = 0; dense < 2; dense++)
+		for (int bf16 = 0; bf16 < 2; bf16++)
+			for (int t = 0; t < NV_WG_TILE_COUNT; t++) {
+				const char *name = nv_wg_kernel_name(dense, bf16, t);
+				CUfunction *fn = &m->gemm[dense][bf16][t];
+				struct nv_wg_tile_shape sh;
+				nv_wg_tile_shape(dense, t, &sh);
+				r = nv_drv.cuModuleGetFunction(fn, m->mod, name);
+				/* A tile that needs more shared memory than this GPU
+				 * gives a block stays unused (occ = 0). */
+				if (r == CUDA_SUCCESS && (int)sh.smem > smem_optin)
+					continue;
+				if (r == CUDA_SUCCESS)
+					r = nv_drv.cuFuncSetAttribute(*fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+								      (int)sh.smem);
+				if (r == CUDA_SUCCESS)
+					r = nv_drv.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+						&m->occ[dense][bf16][t], *fn, NV_WG_THREADS, sh.smem);
+				if (r != CUDA_SUCCESS) {
+					snprintf(err, errlen, "setting up %s failed: %s", name, nv_result_str(r));
+					rc = nv_result_errno(r);
+					goto fail;
+				}
 			}
-		}
 	return 0;
 fail:
 	nv_wg_module_unload(m);
@@ -86,7 +86,7 @@ void nv_wg_module_unload(struct nv_wg_module *m)
 int nv_wg_launch_pack(const struct nv_wg_module *m, CUstream s, CUdeviceptr src, CUdeviceptr src_meta,
 		      const struct nv_wg_packed *dst)
 {
-	if (!m || !m->pack || !dst || dst->m <= 0 || dst->k <= 0 || dst->k % 4 != 0 || !src || !src_meta ||
+	if (!m || !m->pack || !dst || dst->dense || dst->m <= 0 || dst->k <= 0 || dst->k % 4 != 0 || !src || !src_meta ||
 	    !dst->val || !dst->meta)
 		return -EINVAL;
 	struct nv_wg_pack_params p = {
@@ -116,13 +116,13 @@ int nv_wg_launch_gemm(const struct nv_wg_module *m, const struct nv_wg_plan *pla
 {
 	if (!m || !plan || !a || !g || plan->tile < 0 || plan->tile >= NV_WG_TILE_COUNT)
 		return -EINVAL;
-	const int bf16 = !!a->bf16;
-	if (m->occ[bf16][plan->tile] <= 0)
+	const int bf16 = !!a->bf16, dense = !!a->dense;
+	if (m->occ[dense][bf16][plan->tile] <= 0)
 		return -ENOTSUP;
 	if ((plan->splits > 1 && (!ws || !counters)) || g->ldb % 8 != 0 || g->b % 16 != 0 || g->n <= 0)
 		return -EINVAL;
 	struct nv_wg_tile_shape sh;
-	nv_wg_tile_shape(plan->tile, &sh);
+	nv_wg_tile_shape(dense, plan->tile, &sh);
 	const int bnb = sh.bn < 64 ? sh.bn : 64;
 	const CUtensorMapSwizzle bswz = bnb == 64   ? CU_TENSOR_MAP_SWIZZLE_128B
 					: bnb == 32 ? CU_TENSOR_MAP_SWIZZLE_64B
@@ -130,11 +130,18 @@ int nv_wg_launch_gemm(const struct nv_wg_module *m, const struct nv_wg_plan *pla
 	struct nv_wg_params p;
 	memset(&p, 0, sizeof(p));
 	const int64_t kp = nv_wg_k_pad(a->k);
-	/* A's rows are kp/2 values; 32 of them (64 bytes, one swizzle span)
-	 * and 128 rows a box.  B's box is one stage of K by up to 64 columns. */
-	NV_WG_CHECK(tmap_2d(&p.tm_a, a->val, (uint64_t)kp / 2, (uint64_t)a->m, (uint64_t)kp, NV_WG_BK / 2, NV_WG_BM,
-			    CU_TENSOR_MAP_SWIZZLE_64B),
-		    "cuTensorMapEncodeTiled(A)");
+	/* 2:4: A's rows are kp/2 values; 32 of them (64 bytes, one swizzle
+	 * span) and 128 rows a box.  Dense: rows of K values (lda apart), 64 of
+	 * them (128 bytes) and 128 rows a box, zeros past K.  B's box is one
+	 * stage of K by up to 64 columns. */
+	if (dense)
+		NV_WG_CHECK(tmap_2d(&p.tm_a, a->val, (uint64_t)a->k, (uint64_t)a->m,
+				    (uint64_t)nv_wg_dense_lda(a->k) * 2, NV_WG_BK, NV_WG_BM, CU_TENSOR_MAP_SWIZZLE_128B),
+			    "cuTensorMapEncodeTiled(A)");
+	else
+		NV_WG_CHECK(tmap_2d(&p.tm_a, a->val, (uint64_t)kp / 2, (uint64_t)a->m, (uint64_t)kp, NV_WG_BK / 2,
+				    NV_WG_BM, CU_TENSOR_MAP_SWIZZLE_64B),
+			    "cuTensorMapEncodeTiled(A)");
 	NV_WG_CHECK(tmap_2d(&p.tm_b, g->b, (uint64_t)g->n, (uint64_t)a->k, (uint64_t)g->ldb * 2, (uint32_t)bnb,
 			    NV_WG_BK, bswz),
 		    "cuTensorMapEncodeTiled(B)");
@@ -156,8 +163,8 @@ int nv_wg_launch_gemm(const struct nv_wg_module *m, const struct nv_wg_plan *pla
 	p.alpha = g->alpha;
 	p.beta = g->beta;
 	void *args[] = { &p };
-	NV_WG_CHECK(nv_drv.cuLaunchKernel(m->gemm[bf16][plan->tile], (unsigned)(plan->tiles_m * plan->tiles_n), 1,
+	NV_WG_CHECK(nv_drv.cuLaunchKernel(m->gemm[dense][bf16][plan->tile], (unsigned)(plan->tiles_m * plan->tiles_n), 1,
 					  (unsigned)plan->splits, NV_WG_THREADS, 1, 1, sh.smem, s, args, NULL),
-		    nv_wg_kernel_name(bf16, plan->tile));
+		    nv_wg_kernel_name(dense, bf16, plan->tile));
 	return 0;
 }

@@ -29,6 +29,14 @@
  * stays for the experiment (double-buffered metadata in registers ptxas
  * cannot merge would be the next try).
  *
+ * The dense kernels (nv_wg_dense below) are the same kernel with another
+ * compute policy: A (128 rows x 64 K a stage, 128-byte swizzle) comes by
+ * TMA like B, no metadata, four wgmma m64nBNk16 per stage.  They keep one
+ * wgmma group in flight (KEEP = 1): with no metadata registers the only
+ * thing the group in flight reads is shared memory, whose stage is
+ * released after `wgmma.wait_group 1` in the next iteration, as CUTLASS's
+ * dense mainloop does.
+ *
  * Split-K (gridDim.z > 1): every CTA of a tile writes its f32 partial
  * tile to the workspace, in its threads' register order; the last CTA of
  * the tile to arrive (an atomic counter, reset by that CTA) adds the
@@ -142,6 +150,24 @@ static __device__ __forceinline__ void nv_wgsp(float *d, uint64_t da, uint64_t d
 #undef NV_WGSP_CASE
 }
 
+template <int BF16, int N, int TB>
+static __device__ __forceinline__ void nv_wgmma(float *d, uint64_t da, uint64_t db)
+{
+#define NV_WGMMA_CASE(n)                                   \
+	if constexpr (N == n) {                            \
+		if constexpr (BF16)                        \
+			nv_wgmma_bf16_n##n<TB>(d, da, db); \
+		else                                       \
+			nv_wgmma_f16_n##n<TB>(d, da, db);  \
+	}
+	NV_WGMMA_CASE(16)
+	NV_WGMMA_CASE(32)
+	NV_WGMMA_CASE(64)
+	NV_WGMMA_CASE(128)
+	NV_WGMMA_CASE(256)
+#undef NV_WGMMA_CASE
+}
+
 /* D = alpha * acc + beta * C from the accumulator registers of one
  * m64nN wgmma (each thread holds pairs of adjacent columns), rows from
  * row0 up to (not including) row_end, columns from n0; T is the output
@@ -186,23 +212,112 @@ static __device__ __forceinline__ void nv_wg_store(const P &p, const float *acc,
 		nv_wg_store_t<float, NACC>(p, acc, row0, row_end, n0, w, lane);
 }
 
+/* ---- compute policies: one per instruction ---- */
+
+/* B's shared-memory tile of a BN-column kernel: 64 K rows in boxes of up
+ * to 64 columns, each with the swizzle that matches its row width. */
+template <int BN>
+struct nv_wg_bsmem {
+	enum {
+		BNB = BN < 64 ? BN : 64,          /* B box width (columns) */
+		SWZ_BYTES = BNB * 2,              /* 32, 64 or 128 */
+		SWZ_CODE = SWZ_BYTES == 128 ? 1 : SWZ_BYTES == 64 ? 2 : 3,
+		BOX_BYTES = NV_WG_BK * SWZ_BYTES,
+		BYTES = NV_WG_BK * BN * 2,
+	};
+	/* The descriptor of B from K row `row` of the stage (a multiple of 8). */
+	static __device__ __forceinline__ uint64_t desc(uint32_t b0, int row)
+	{
+		return nv_wg_desc(b0 + row * SWZ_BYTES, BOX_BYTES, 8 * SWZ_BYTES, SWZ_CODE);
+	}
+};
+
+/* 2:4 A (wgmma.mma_async.sp m64nNk32): compressed A by TMA (64-byte
+ * swizzle) and the stage's metadata by one bulk copy after B. */
+template <int BF16>
+struct nv_wg_sp24 {
+	enum { DENSE = 0, A_BYTES = NV_WG_A_BYTES, E_BYTES = NV_WG_E_BYTES };
+	static constexpr unsigned stage_bytes(int bn) { return NV_WG_STAGE_BYTES(bn); }
+
+	static __device__ __forceinline__ void load_a(const nv_wg_params &p, uint32_t st, uint32_t full, int it,
+						      int m0, uint32_t b_bytes)
+	{
+		nv_tma_2d(st, &p.tm_a, it * (NV_WG_BK / 2), m0, full, NV_WG_EVICT_FIRST);
+		nv_bulk_1d(st + A_BYTES + b_bytes, p.meta + ((int64_t)it * p.m_pad + m0) * 8, E_BYTES, full,
+			   NV_WG_EVICT_FIRST);
+	}
+
+	/* One stage of consumer warpgroup c (rows 64c..64c+63 of the tile):
+	 * its metadata registers from the stage's words (two 8-byte shared
+	 * loads and one byte permute per k32 step), the fence, two wgmma.sp
+	 * (the caller commits the group).  e gets the
+	 * metadata registers (the KEEP experiment keeps them alive). */
+	template <int BN>
+	static __device__ __forceinline__ void mma(float *acc, const char *stage, uint32_t st, unsigned c,
+						   unsigned w, unsigned lane, uint32_t e[2])
+	{
+		typedef nv_wg_bsmem<BN> B;
+		const unsigned q = lane & 1u, mrow = 64 * c + 16 * w + (lane >> 2);
+		const char *ew = stage + A_BYTES + B::BYTES;
+		const uint2 lo = *(const uint2 *)(ew + mrow * 8), hi = *(const uint2 *)(ew + (mrow + 8) * 8);
+		e[0] = __byte_perm(lo.x, hi.x, q ? 0x7632 : 0x5410);
+		e[1] = __byte_perm(lo.y, hi.y, q ? 0x7632 : 0x5410);
+		const uint32_t a0 = st + c * 64 * 64; /* 64 rows of 64 bytes per warpgroup */
+		const uint32_t b0 = st + A_BYTES;
+		nv_wg_fence();
+		nv_wgsp<BF16, BN, 0, 1>(acc, nv_wg_desc(a0, 16, 512, 2), B::desc(b0, 0), e[0]);
+		nv_wgsp<BF16, BN, 0, 1>(acc, nv_wg_desc(a0 + 32, 16, 512, 2), B::desc(b0, 32), e[1]);
+	}
+};
+
+/* Dense A (wgmma.mma_async m64nNk16): A [M][lda] by TMA, a box of 64 K
+ * (128 bytes, 128-byte swizzle) by 128 rows; four k16 steps a stage, each
+ * 32 bytes further along the swizzled rows (the swizzle is a function of
+ * the address, so the K offset goes into the descriptor's start address,
+ * the atoms staying 1024-byte aligned). */
+template <int BF16>
+struct nv_wg_dense {
+	enum { DENSE = 1, A_BYTES = NV_WG_DA_BYTES, E_BYTES = 0 };
+	static constexpr unsigned stage_bytes(int bn) { return NV_WG_DSTAGE_BYTES(bn); }
+
+	static __device__ __forceinline__ void load_a(const nv_wg_params &p, uint32_t st, uint32_t full, int it,
+						      int m0, uint32_t b_bytes)
+	{
+		(void)b_bytes;
+		nv_tma_2d(st, &p.tm_a, it * NV_WG_BK, m0, full, NV_WG_EVICT_FIRST);
+	}
+
+	template <int BN>
+	static __device__ __forceinline__ void mma(float *acc, const char *stage, uint32_t st, unsigned c,
+						   unsigned w, unsigned lane, uint32_t e[2])
+	{
+		typedef nv_wg_bsmem<BN> B;
+		(void)stage;
+		(void)w;
+		(void)lane;
+		e[0] = e[1] = 0;
+		const uint32_t a0 = st + c * 64 * 128; /* 64 rows of 128 bytes per warpgroup */
+		const uint32_t b0 = st + A_BYTES;
+		nv_wg_fence();
+#pragma unroll
+		for (int j = 0; j < NV_WG_BK / 16; j++)
+			nv_wgmma<BF16, BN, 1>(acc, nv_wg_desc(a0 + 32 * j, 16, 1024, 1), B::desc(b0, 16 * j));
+	}
+};
+
 /* ---- the pipelined kernel ---- */
 
-template <int BF16, int BN, int STAGES, int MINB, int KEEP>
+template <class OP, int BN, int STAGES, int MINB, int KEEP>
 struct nv_wg_gemm {
+	typedef nv_wg_bsmem<BN> B;
 	enum {
 		NACC = BN / 2,
-		BNB = BN < 64 ? BN : 64,          /* B box width (columns) */
-		B_SWZ_BYTES = BNB * 2,            /* 32, 64 or 128 */
-		B_SWZ_CODE = B_SWZ_BYTES == 128 ? 1 : B_SWZ_BYTES == 64 ? 2 : 3,
-		A_BYTES = NV_WG_A_BYTES, /* 8 KiB */
-		B_BOX_BYTES = NV_WG_BK * B_SWZ_BYTES,
-		B_BYTES = NV_WG_BK * BN * 2,
-		E_BYTES = NV_WG_E_BYTES,
+		A_BYTES = OP::A_BYTES,
+		B_BYTES = B::BYTES,
+		E_BYTES = OP::E_BYTES,
 		/* A and each B box start on 1024-byte boundaries, so that every
 		 * swizzle atom is aligned and the descriptors' base offset is 0. */
-		STAGE = NV_WG_STAGE_BYTES(BN),
-		SMEM = NV_WG_SMEM_BYTES(BN, STAGES),
+		STAGE = OP::stage_bytes(BN),
 		/* The 64 x 256 tiles hold 128 accumulators per thread: the
 		 * split-K reduction on top of them spills at the 168 registers a
 		 * 384-thread CTA may start with, so those run with one split (the
@@ -210,7 +325,7 @@ struct nv_wg_gemm {
 		SPLIT_K = BN < 256,
 	};
 	static_assert(BN % 16 == 0 && BN <= 256, "BN");
-	static_assert(A_BYTES % 1024 == 0 && B_BYTES % 1024 == 0, "stage alignment");
+	static_assert(A_BYTES % 1024 == 0 && B_BYTES % 1024 == 0 && STAGE % 1024 == 0, "stage alignment");
 
 	static __device__ __forceinline__ void run(const nv_wg_params &p, char *smem_raw)
 	{
@@ -247,14 +362,11 @@ struct nv_wg_gemm {
 				nv_mbar_wait(bars + 8 * (STAGES + s), ((i / STAGES) & 1) ^ 1);
 				const uint32_t full = bars + 8 * s, st = sbase + s * STAGE;
 				nv_mbar_expect_tx(full, A_BYTES + B_BYTES + E_BYTES);
-				nv_tma_2d(st, &p.tm_a, it * (NV_WG_BK / 2), m0, full, NV_WG_EVICT_FIRST);
+				OP::load_a(p, st, full, it, m0, B_BYTES);
 #pragma unroll
-				for (int nb = 0; nb < BN / BNB; nb++)
-					nv_tma_2d(st + A_BYTES + nb * B_BOX_BYTES, &p.tm_b, n0 + nb * BNB,
+				for (int nb = 0; nb < BN / B::BNB; nb++)
+					nv_tma_2d(st + A_BYTES + nb * B::BOX_BYTES, &p.tm_b, n0 + nb * B::BNB,
 						  it * NV_WG_BK, full, NV_WG_EVICT_LAST);
-				nv_bulk_1d(st + A_BYTES + B_BYTES,
-					   p.meta + ((int64_t)it * p.m_pad + m0) * 8, E_BYTES, full,
-					   NV_WG_EVICT_FIRST);
 			}
 			return;
 		}
@@ -262,7 +374,6 @@ struct nv_wg_gemm {
 		if (MINB == 1)
 			asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
 		const unsigned ctid = tid - 128, c = wg - 1, w = (tid / 32) % 4, lane = tid & 31;
-		const unsigned q = lane & 1u, mrow = 64 * c + 16 * w + (lane >> 2);
 		float acc[NACC];
 #pragma unroll
 		for (int i = 0; i < NACC; i++)
@@ -272,27 +383,17 @@ struct nv_wg_gemm {
 		for (int i = 0; i < n_it; i++) {
 			const int s = i % STAGES;
 			nv_mbar_wait(bars + 8 * s, (i / STAGES) & 1);
-			const uint32_t st = sbase + s * STAGE;
-			const char *e = smem + s * STAGE + A_BYTES + B_BYTES;
-			const uint2 lo = *(const uint2 *)(e + mrow * 8), hi = *(const uint2 *)(e + (mrow + 8) * 8);
-			const uint32_t e0 = __byte_perm(lo.x, hi.x, q ? 0x7632 : 0x5410);
-			const uint32_t e1 = __byte_perm(lo.y, hi.y, q ? 0x7632 : 0x5410);
-			const uint32_t a0 = st + c * 64 * 64; /* 64 rows of 64 bytes per warpgroup */
-			const uint32_t b0 = st + A_BYTES;
-			nv_wg_fence();
-			nv_wgsp<BF16, BN, 0, 1>(acc, nv_wg_desc(a0, 16, 512, 2),
-						nv_wg_desc(b0, B_BOX_BYTES, 8 * B_SWZ_BYTES, B_SWZ_CODE), e0);
-			nv_wgsp<BF16, BN, 0, 1>(acc, nv_wg_desc(a0 + 32, 16, 512, 2),
-						nv_wg_desc(b0 + 32 * B_SWZ_BYTES, B_BOX_BYTES, 8 * B_SWZ_BYTES, B_SWZ_CODE),
-						e1);
+			uint32_t e[2];
+			OP::template mma<BN>(acc, smem + s * STAGE, sbase + s * STAGE, c, w, lane, e);
 			nv_wg_commit();
 			if (KEEP) {
 				nv_wg_wait<1>();
 				/* The previous group's metadata registers stay live until
-				 * it is complete (see the file comment). */
+				 * it is complete (see the file comment; the dense
+				 * policy has none). */
 				asm volatile("" ::"r"(prev0), "r"(prev1));
-				prev0 = e0;
-				prev1 = e1;
+				prev0 = e[0];
+				prev1 = e[1];
 				if (i > 0 && lane == 0)
 					nv_mbar_arrive(bars + 8 * (STAGES + (i - 1) % STAGES));
 			} else {
@@ -352,12 +453,13 @@ struct nv_wg_gemm {
 	}
 };
 
-#define NV_WG_DEFINE_KERNEL(name, bf16, bn, stages, minb, keep)                                   \
+/* op: the compute policy, nv_wg_sp24<BF16> or nv_wg_dense<BF16>. */
+#define NV_WG_DEFINE_KERNEL(name, op, bn, stages, minb, keep)                                     \
 	extern "C" __global__ void __launch_bounds__(NV_WG_THREADS, minb)                           \
 		nv_wg_##name(const __grid_constant__ nv_wg_params p)                                \
 	{                                                                                           \
 		extern __shared__ __align__(1024) char nv_wg_smem_raw[];                            \
-		nv_wg_gemm<bf16, bn, stages, minb, keep>::run(p, nv_wg_smem_raw);                   \
+		nv_wg_gemm<op, bn, stages, minb, keep>::run(p, nv_wg_smem_raw);                     \
 	}
 
 #endif

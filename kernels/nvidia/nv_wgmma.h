@@ -1,6 +1,6 @@
-/* Host side of the sm_90a wgmma.sp kernels that talks to the driver:
- * loading their cubin into a context, packing a weight, the GEMM launch
- * with its tensor maps.  Library code: 0 or a negative errno (with a
+/* Host side of the sm_90a wgmma.sp and dense wgmma kernels that talks to
+ * the driver: loading their cubin into a context, packing a 2:4 weight,
+ * the GEMM launch with its tensor maps.  Library code: 0 or a negative errno (with a
  * sentence in err where given), never logs. */
 #ifndef MFMA_NV_WGMMA_H
 #define MFMA_NV_WGMMA_H
@@ -14,8 +14,8 @@ extern "C" {
 
 struct nv_wg_module {
 	CUmodule mod;
-	CUfunction gemm[2][NV_WG_TILE_COUNT]; /* [bf16][tile] */
-	int occ[2][NV_WG_TILE_COUNT];         /* resident CTAs per SM, 0 if unusable */
+	CUfunction gemm[2][2][NV_WG_TILE_COUNT]; /* [dense][bf16][tile] */
+	int occ[2][2][NV_WG_TILE_COUNT];         /* resident CTAs per SM, 0 if unusable */
 	CUfunction pack;
 	int sms;
 };
@@ -24,15 +24,17 @@ struct nv_wg_module {
 int nv_wg_module_load(struct nv_wg_module *m, CUdevice dev, char *err, size_t errlen);
 void nv_wg_module_unload(struct nv_wg_module *m);
 
-/* A 2:4 A in the kernels' layout (nv_wgmma_layout.h). */
+/* A in the kernels' layout (nv_wgmma_layout.h): 2:4 (values and meta),
+ * or dense (val: [m][nv_wg_dense_lda(k)], meta 0). */
 struct nv_wg_packed {
-	int bf16;
+	int bf16, dense;
 	int64_t m, k;
-	CUdeviceptr val, meta; /* nv_wg_values_bytes / nv_wg_meta_bytes */
+	CUdeviceptr val, meta; /* nv_wg_values_bytes / nv_wg_meta_bytes, or nv_wg_dense_bytes */
 };
 
 /* Packs canonical values [m][k/2] (src) and meta [m][ceil(k/32)]
- * (src_meta) into dst. */
+ * (src_meta) into dst (a 2:4 one; a dense A needs no kernel, only a
+ * pitched copy). */
 int nv_wg_launch_pack(const struct nv_wg_module *m, CUstream s, CUdeviceptr src, CUdeviceptr src_meta,
 		      const struct nv_wg_packed *dst);
 

@@ -60,6 +60,17 @@ enum nv_wg_tile {
 	NV_WG_TILE_COUNT
 };
 
+/* The dense kernels (wgmma.mma_async without .sp, nv_wgmma.cuh): the
+ * same tiles, names and widths (nv_wgmma_plan.c plans both with one
+ * table), their own stage counts: a stage holds 64 dense K of A (16 KiB)
+ * against 8 KiB of compressed A and 1 KiB of metadata in the 2:4 one. */
+#define NV_WG_DTILES(X)         \
+	X(n256, 256, 4, 1)      \
+	X(n128, 128, 6, 1)      \
+	X(n64, 64, 4, 2)        \
+	X(n32, 32, 5, 2)        \
+	X(n16, 16, 5, 2)
+
 /* Bytes of one stage (A, B and the metadata, each 1024-byte aligned so
  * that every swizzle atom starts on its boundary) and of a kernel's
  * dynamic shared memory (the ring, alignment slack, the mbarriers). */
@@ -68,10 +79,22 @@ enum nv_wg_tile {
 #define NV_WG_STAGE_BYTES(bn) (NV_WG_A_BYTES + NV_WG_BK * (bn) * 2 + (NV_WG_E_BYTES + 1023) / 1024 * 1024)
 #define NV_WG_SMEM_BYTES(bn, stages) ((stages) * NV_WG_STAGE_BYTES(bn) + 1024 + 2 * (stages) * 8)
 
+/* A dense stage: A (128 rows x 64 K, one 128-byte swizzle row each) then
+ * B; no metadata. */
+#define NV_WG_DA_BYTES (NV_WG_BM * NV_WG_BK * 2)
+#define NV_WG_DSTAGE_BYTES(bn) (NV_WG_DA_BYTES + NV_WG_BK * (bn) * 2)
+#define NV_WG_DSMEM_BYTES(bn, stages) ((stages) * NV_WG_DSTAGE_BYTES(bn) + 1024 + 2 * (stages) * 8)
+
 NV_HD int64_t nv_wg_k_pad(int64_t k) { return nv_round_up(k, NV_WG_BK); }
 NV_HD int64_t nv_wg_m_pad(int64_t m) { return nv_round_up(m, NV_WG_BM); }
 NV_HD int64_t nv_wg_values_bytes(int64_t m, int64_t k, int esize) { return m * (nv_wg_k_pad(k) / 2) * esize; }
 NV_HD int64_t nv_wg_meta_bytes(int64_t m, int64_t k) { return nv_wg_k_pad(k) / NV_WG_BK * nv_wg_m_pad(m) * 8; }
+
+/* A dense A is kept row-major with its rows padded to lda elements, a
+ * multiple of 8 (TMA's 16-byte row stride); the kernels never read the
+ * padding (the tensor map's width is K, TMA fills past it with zeros). */
+NV_HD int64_t nv_wg_dense_lda(int64_t k) { return nv_round_up(k, 8); }
+NV_HD int64_t nv_wg_dense_bytes(int64_t m, int64_t k, int esize) { return m * nv_wg_dense_lda(k) * esize; }
 
 /* Word j (0, 1) of k block kb of row r in the kernel's meta array, from
  * the canonical meta (rows x meta_words, kgroups = K / 4 groups). */
@@ -88,9 +111,10 @@ NV_HD uint32_t nv_wg_meta_word(const uint32_t *meta, int meta_words, int rows, i
 /* Kernel arguments, passed by value (the tensor maps must be kernel
  * parameters: TMA reads them from the parameter space). */
 struct nv_wg_params {
-	CUtensorMap tm_a; /* values: dims {kp/2, M}, 64-byte swizzle, box {32, 128} */
+	CUtensorMap tm_a; /* values: dims {kp/2, M}, 64-byte swizzle, box {32, 128};
+			   * dense A: dims {K, M}, 128-byte swizzle, box {64, 128} */
 	CUtensorMap tm_b; /* B: dims {N, K} (row-major K x ldb), box {min(BN, 64), 64} */
-	uint64_t meta;    /* the meta array above */
+	uint64_t meta;    /* the meta array above (unused by the dense kernels) */
 	uint64_t c, d;    /* C, D [m][ldc/ldd] in out_dtype (c = 0 when beta = 0) */
 	uint64_t ws;      /* split-K partials */
 	uint64_t counters;/* split-K arrival counters, one per tile, zero between launches */

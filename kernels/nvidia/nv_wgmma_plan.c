@@ -12,49 +12,80 @@ int nv_wg_usable(const struct nv_image *images, size_t count, int cc)
 
 static const struct {
 	int bn, stages, minb;
-} tiles[NV_WG_TILE_COUNT] = {
+} tiles[2][NV_WG_TILE_COUNT] = {
 #define NV_WG_ROW(name, bn, st, minb) { bn, st, minb },
-	NV_WG_TILES(NV_WG_ROW)
+	{ NV_WG_TILES(NV_WG_ROW) },
+	{ NV_WG_DTILES(NV_WG_ROW) },
 #undef NV_WG_ROW
 };
 
-void nv_wg_tile_shape(int tile, struct nv_wg_tile_shape *s)
+/* The plan below serves both families with one tile numbering: the dense
+ * list must name the same tiles, in the same order, as wide. */
+enum {
+#define NV_WG_BN_OF(name, bn, st, minb) NV_WG_BN_##name = (bn),
+	NV_WG_TILES(NV_WG_BN_OF)
+#undef NV_WG_BN_OF
+};
+enum {
+#define NV_WG_DENSE_INDEX(name, bn, st, minb) NV_WG_DTILE_##name,
+	NV_WG_DTILES(NV_WG_DENSE_INDEX)
+#undef NV_WG_DENSE_INDEX
+	NV_WG_DTILE_COUNT
+};
+#define NV_WG_SAME_TILE(name, bn, st, minb)                                                     \
+	_Static_assert((int)NV_WG_DTILE_##name == (int)NV_WG_TILE_##name && NV_WG_BN_##name == (bn),      \
+		       "dense tile " #name " is not the 2:4 tile of that name");
+NV_WG_DTILES(NV_WG_SAME_TILE)
+#undef NV_WG_SAME_TILE
+_Static_assert((int)NV_WG_DTILE_COUNT == (int)NV_WG_TILE_COUNT, "dense and 2:4 tile lists differ");
+
+void nv_wg_tile_shape(int dense, int tile, struct nv_wg_tile_shape *s)
 {
 	memset(s, 0, sizeof(*s));
 	if (tile < 0 || tile >= NV_WG_TILE_COUNT)
 		return;
-	s->bn = tiles[tile].bn;
-	s->stages = tiles[tile].stages;
-	s->min_ctas = tiles[tile].minb;
-	s->smem = (unsigned)NV_WG_SMEM_BYTES(s->bn, s->stages);
+	dense = !!dense;
+	s->bn = tiles[dense][tile].bn;
+	s->stages = tiles[dense][tile].stages;
+	s->min_ctas = tiles[dense][tile].minb;
+	s->smem = dense ? (unsigned)NV_WG_DSMEM_BYTES(s->bn, s->stages)
+			: (unsigned)NV_WG_SMEM_BYTES(s->bn, s->stages);
 }
 
-static const char *const kernel_names[2][NV_WG_TILE_COUNT] = {
+static const char *const kernel_names[2][2][NV_WG_TILE_COUNT] = {
 #define NV_WG_KNAME_F16(name, bn, st, minb) "nv_wg_f16_" #name,
 #define NV_WG_KNAME_BF16(name, bn, st, minb) "nv_wg_bf16_" #name,
-	{ NV_WG_TILES(NV_WG_KNAME_F16) },
-	{ NV_WG_TILES(NV_WG_KNAME_BF16) },
+#define NV_WG_KNAME_DF16(name, bn, st, minb) "nv_wg_dense_f16_" #name,
+#define NV_WG_KNAME_DBF16(name, bn, st, minb) "nv_wg_dense_bf16_" #name,
+	{ { NV_WG_TILES(NV_WG_KNAME_F16) }, { NV_WG_TILES(NV_WG_KNAME_BF16) } },
+	{ { NV_WG_DTILES(NV_WG_KNAME_DF16) }, { NV_WG_DTILES(NV_WG_KNAME_DBF16) } },
 #undef NV_WG_KNAME_F16
 #undef NV_WG_KNAME_BF16
+#undef NV_WG_KNAME_DF16
+#undef NV_WG_KNAME_DBF16
 };
 
-static const char *const labels[2][NV_WG_TILE_COUNT] = {
+static const char *const labels[2][2][NV_WG_TILE_COUNT] = {
 #define NV_WG_LABEL_F16(name, bn, st, minb) "wgmma.f16.sparse.128x" #bn,
 #define NV_WG_LABEL_BF16(name, bn, st, minb) "wgmma.bf16.sparse.128x" #bn,
-	{ NV_WG_TILES(NV_WG_LABEL_F16) },
-	{ NV_WG_TILES(NV_WG_LABEL_BF16) },
+#define NV_WG_LABEL_DF16(name, bn, st, minb) "wgmma.f16.dense.128x" #bn,
+#define NV_WG_LABEL_DBF16(name, bn, st, minb) "wgmma.bf16.dense.128x" #bn,
+	{ { NV_WG_TILES(NV_WG_LABEL_F16) }, { NV_WG_TILES(NV_WG_LABEL_BF16) } },
+	{ { NV_WG_DTILES(NV_WG_LABEL_DF16) }, { NV_WG_DTILES(NV_WG_LABEL_DBF16) } },
 #undef NV_WG_LABEL_F16
 #undef NV_WG_LABEL_BF16
+#undef NV_WG_LABEL_DF16
+#undef NV_WG_LABEL_DBF16
 };
 
-const char *nv_wg_kernel_name(int bf16, int tile)
+const char *nv_wg_kernel_name(int dense, int bf16, int tile)
 {
-	return tile >= 0 && tile < NV_WG_TILE_COUNT ? kernel_names[!!bf16][tile] : "?";
+	return tile >= 0 && tile < NV_WG_TILE_COUNT ? kernel_names[!!dense][!!bf16][tile] : "?";
 }
 
-const char *nv_wg_variant_label(int bf16, int tile)
+const char *nv_wg_variant_label(int dense, int bf16, int tile)
 {
-	return tile >= 0 && tile < NV_WG_TILE_COUNT ? labels[!!bf16][tile] : "?";
+	return tile >= 0 && tile < NV_WG_TILE_COUNT ? labels[!!dense][!!bf16][tile] : "?";
 }
 
 static int pick_tile(int64_t n, const int occ[NV_WG_TILE_COUNT])
@@ -63,7 +94,7 @@ static int pick_tile(int64_t n, const int occ[NV_WG_TILE_COUNT])
 	 * last one with bn >= n. */
 	int want = 0;
 	for (int t = 0; t < NV_WG_TILE_COUNT; t++)
-		if (tiles[t].bn >= n)
+		if (tiles[0][t].bn >= n)
 			want = t;
 	for (int t = want; t >= 0; t--)
 		if (occ[t] > 0)
@@ -92,14 +123,14 @@ int nv_wg_plan_make(int64_t m, int64_t n, int64_t k, int sms, const int occ[NV_W
 	 * re-read of A from L2 for CTAs (4096 x 256 x 14336 on the H200:
 	 * 32 CTAs 109.7 us, 128 CTAs of 64 columns 66.4 us). */
 	const int64_t tiles_m = nv_wg_m_pad(m) / NV_WG_BM;
-	if (force_tile < 0 && n > tiles[NV_WG_TILE_n128].bn)
+	if (force_tile < 0 && n > tiles[0][NV_WG_TILE_n128].bn)
 		while (tile < NV_WG_TILE_n64 && occ[tile + 1] > 0 &&
-		       tiles_m * ((n + tiles[tile].bn - 1) / tiles[tile].bn) * 2 < sms)
+		       tiles_m * ((n + tiles[0][tile].bn - 1) / tiles[0][tile].bn) * 2 < sms)
 			tile++;
 	memset(plan, 0, sizeof(*plan));
 	plan->tile = tile;
 	plan->tiles_m = (int)tiles_m;
-	plan->tiles_n = (int)((n + tiles[tile].bn - 1) / tiles[tile].bn);
+	plan->tiles_n = (int)((n + tiles[0][tile].bn - 1) / tiles[0][tile].bn);
 	plan->k_iters = (int)(nv_wg_k_pad(k) / NV_WG_BK);
 	const int64_t ntiles = (int64_t)plan->tiles_m * plan->tiles_n;
 	if (ntiles > INT32_MAX)
@@ -108,12 +139,12 @@ int nv_wg_plan_make(int64_t m, int64_t n, int64_t k, int sms, const int occ[NV_W
 	 * where two fit on one SM, lost to the extra partial-sum traffic and
 	 * the second wave at the decode shapes. */
 	int64_t splits = 1;
-	if (tiles[tile].bn < 256)
+	if (tiles[0][tile].bn < 256)
 		while (ntiles * splits * 2 <= sms && plan->k_iters / (splits * 2) >= 4)
 			splits *= 2;
 	plan->iters_per_split = (int)((plan->k_iters + splits - 1) / splits);
 	plan->splits = (plan->k_iters + plan->iters_per_split - 1) / plan->iters_per_split;
 	plan->counters = (size_t)ntiles;
-	plan->ws_bytes = plan->splits > 1 ? (size_t)ntiles * plan->splits * (tiles[tile].bn / 2) * 256 * 4 : 0;
+	plan->ws_bytes = plan->splits > 1 ? (size_t)ntiles * plan->splits * (tiles[0][tile].bn / 2) * 256 * 4 : 0;
 	return 0;
 }

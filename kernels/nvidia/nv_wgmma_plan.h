@@ -22,16 +22,21 @@ extern "C" {
  * an sm_90a cubin, which runs on sm_90 and nowhere else. */
 int nv_wg_usable(const struct nv_image *images, size_t count, int cc);
 
+/* In every function below, dense = 0 names the 2:4 kernels (wgmma.sp,
+ * NV_WG_TILES), dense = 1 the dense ones (wgmma, NV_WG_DTILES): the same
+ * tiles and widths, their own stage counts. */
 struct nv_wg_tile_shape {
 	int bn, stages, min_ctas; /* min_ctas: CTAs per SM the kernel is built for */
 	unsigned smem;            /* dynamic shared memory, bytes */
 };
-void nv_wg_tile_shape(int tile, struct nv_wg_tile_shape *s);
+void nv_wg_tile_shape(int dense, int tile, struct nv_wg_tile_shape *s);
 
-/* Kernel symbol "nv_wg_<f16|bf16>_<tile>" (static string). */
-const char *nv_wg_kernel_name(int bf16, int tile);
-/* "wgmma.f16.sparse.128x256" style label (static string). */
-const char *nv_wg_variant_label(int bf16, int tile);
+/* Kernel symbol "nv_wg_<f16|bf16>_<tile>", dense "nv_wg_dense_<f16|bf16>_<tile>"
+ * (static string). */
+const char *nv_wg_kernel_name(int dense, int bf16, int tile);
+/* "wgmma.f16.sparse.128x256" / "wgmma.f16.dense.128x256" style label
+ * (static string). */
+const char *nv_wg_variant_label(int dense, int bf16, int tile);
 
 struct nv_wg_plan {
 	int tile;

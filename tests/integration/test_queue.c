@@ -6,10 +6,13 @@
  * - a queued request whose deadline passes is answered then, not when
  *   the device gets to it;
  * - priorities age, so a low priority does not starve;
+ * - an answer larger than the socket takes, sent by the device worker to
+ *   a client that reads late, arrives whole, and the next answer after it;
  * - more listening sockets than the daemon holds is a clear error. */
 #include <errno.h>
 #include <stdbool.h>
 #include <fcntl.h>
+#include <math.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -327,6 +330,68 @@ static void test_priorities_age(void **state)
 
 /* Eight socket-activated listeners and --tcp: one more than mfmad holds.
  * It must refuse to start, saying why (it used to write past its table). */
+/* D of the f32 GEMM send_gemm(fd, id, m, n, k) sends, in float64. */
+static double *reference_d(uint32_t m, uint32_t n, uint32_t k)
+{
+	struct rw_mat a, b;
+	rw_mat_init(&a, m, k, 1);
+	rw_mat_init(&b, k, n, 2);
+	double *d = calloc((size_t)m * n, sizeof(*d));
+	assert_non_null(d);
+	for (uint32_t i = 0; i < m; i++)
+		for (uint32_t p = 0; p < k; p++)
+			for (uint32_t j = 0; j < n; j++)
+				d[(size_t)i * n + j] += (double)a.data[(size_t)i * k + p] *
+							b.data[(size_t)p * n + j];
+	rw_mat_free(&a);
+	rw_mat_free(&b);
+	return d;
+}
+
+static void expect_d(Mfma__V1__Response *r, uint64_t id, const double *ref, uint32_t m, uint32_t n)
+{
+	assert_non_null(r);
+	assert_int_equal(r->id, id);
+	assert_true(!r->status || r->status->code == MFMA__V1__CODE__OK);
+	assert_non_null(r->gemm);
+	assert_non_null(r->gemm->d);
+	assert_int_equal(r->gemm->d->data.len, (size_t)m * n * sizeof(float));
+	const float *d = (const float *)(const void *)r->gemm->d->data.data;
+	for (size_t i = 0; i < (size_t)m * n; i++)
+		if (fabs(d[i] - ref[i]) > 1e-4 * (1.0 + fabs(ref[i])))
+			fail_msg("answer %llu: D[%zu] = %g, float64 %g", (unsigned long long)id, i,
+				 (double)d[i], ref[i]);
+}
+
+/* A 4 MiB answer to a client that does not read for a while: the device
+ * worker writes what the socket takes and leaves the rest to the loop;
+ * a second request's answer, made while that rest is still unread, must
+ * come after it, and both whole. */
+static void test_large_answer_read_late(void **state)
+{
+	(void)state;
+	struct mfmad_proc p;
+	start(&p, NULL);
+	int fd = harness_connect_raw(&p);
+	assert_true(fd >= 0);
+	const uint32_t m = 1024, n = 1024, k = 16;
+	double *ref = reference_d(m, n, k);
+	send_gemm(fd, 1, m, n, k, 0, 0);
+	struct timespec late = { .tv_sec = 0, .tv_nsec = 300 * 1000000L };
+	nanosleep(&late, NULL);
+	send_gemm(fd, 2, m, n, k, 0, 0);
+	nanosleep(&late, NULL);
+	Mfma__V1__Response *r1 = read_response(fd, 10000);
+	expect_d(r1, 1, ref, m, n);
+	Mfma__V1__Response *r2 = read_response(fd, 10000);
+	expect_d(r2, 2, ref, m, n);
+	mfma__v1__response__free_unpacked(r1, NULL);
+	mfma__v1__response__free_unpacked(r2, NULL);
+	free(ref);
+	close(fd);
+	stop(&p);
+}
+
 static void test_too_many_listeners(void **state)
 {
 	(void)state;
@@ -396,6 +461,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_huge_timeout_is_refused, stop_leftover),
 		cmocka_unit_test_teardown(test_deadline_answered_when_it_passes, stop_leftover),
 		cmocka_unit_test_teardown(test_priorities_age, stop_leftover),
+		cmocka_unit_test_teardown(test_large_answer_read_late, stop_leftover),
 		cmocka_unit_test(test_too_many_listeners),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -30,6 +30,7 @@
 
 #include "backend.h"
 #include "cpu_gemm.h"
+#include "cuda_batch.h"
 #include "cuda_provider.h"
 #include "mfma_clock.h"
 #include "providers.h"
@@ -298,8 +299,9 @@ static void test_resident_weight(void **state)
  * requests' B side by side, odd widths, with and without C, each D
  * against its own float64 reference. */
 /* The same batch with every part's B, C and D in a registered region
- * (the copies go straight to and from each part's block): D equal, bit
- * for bit, to the staged batch's in r[i].d. */
+ * (one kernel copies every part's block across the bus, nv_copy_spans;
+ * the parts sit at 16-, 4-, 2- and 1-byte alignments as the shapes fall):
+ * D equal, bit for bit, to the staged batch's in r[i].d. */
 static void batched_registered(const struct mfma_gemm *g, void *w, const struct operands *r,
 			       uint32_t m, uint32_t k)
 {
@@ -405,8 +407,7 @@ static void test_batched_launch(void **state)
 			float beta = ti == 0 ? 1.0f : 0.0f, alpha = in == MFMA_DT_I8 ? 1.0f : 0.75f;
 			batched_case(in, out, sp, 517, sp ? 260 : 258, ns, alpha, beta);
 		}
-	/* Parts large enough to be copied one by one straight from a
-	 * registered region (the small ones above go through the pool). */
+	/* Larger parts, several blocks of the copy kernel each. */
 	const uint32_t wide[3] = { 8, 24, 16 };
 	batched_case(MFMA_DT_F16, MFMA_DT_F32, 1, 2048, 4096, wide, 1.0f, 0.5f);
 }
@@ -598,6 +599,75 @@ static int provider_case(struct cuda_dev *cd, const struct cuda_provider *p, voi
 	return 1;
 }
 
+/* One batched launch of three parts (5, 16 and 3 columns: a joined width
+ * of 32 with 8 zero columns) on a weight packed by p: each part's D
+ * against its own float64 reference.  0 when p does not take the shape. */
+static int provider_batched_case(struct cuda_dev *cd, const struct cuda_provider *p, void *pstate,
+				 struct cuda_batch *batch, enum mfma_dtype in, enum mfma_dtype out,
+				 bool sparse, uint32_t m, uint32_t k, float beta)
+{
+	static const uint32_t ns[3] = { 5, 16, 3 };
+	const float alpha = in == MFMA_DT_I8 ? 1.0f : 0.75f;
+	const struct cuda_shape sh = { .m = m, .n = cuda_batch_width(24), .k = k, .in = in,
+				       .out = out, .sparse = sparse, .resident = true };
+	char err[512] = "";
+	if (p->supports(cd, pstate, &sh, err, sizeof(err)) != 0)
+		return 0;
+	struct operands o, r[3];
+	ops_make(&o, in, out, sparse, m, 1, k, 1.0f, 0.0f);
+	struct mfma_weight_host wh = { .m = m, .k = k, .dtype = in, .sparse = sparse, .a = o.a,
+				       .meta = o.meta };
+	void *packed = NULL;
+	uint64_t bytes = 0;
+	int rc = p->weight_pack(cd, pstate, &wh, &packed, &bytes, err, sizeof(err));
+	if (rc == 0)
+		rc = cuda_dev_sync(cd, "packing", err, sizeof(err));
+	if (rc != 0)
+		fail_msg("%s batched: weight_pack failed (%d): %s", p->name, rc, err);
+	struct mfma_gemm_part parts[3];
+	for (int i = 0; i < 3; i++) {
+		ops_make(&r[i], in, out, false, m, ns[i], k, alpha, beta);
+		parts[i] = (struct mfma_gemm_part){ .b = r[i].b, .c = r[i].c, .d = r[i].d, .n = ns[i] };
+	}
+	struct mfma_gemm g = r[0].g;
+	g.n = ns[0] + ns[1] + ns[2];
+	g.nparts = 3;
+	g.parts = parts;
+	g.a = g.b = g.c = NULL;
+	g.d = NULL;
+	g.a_meta = NULL;
+	g.a_sparse = sparse;
+	struct mfma_gemm one;
+	const char *variant = NULL;
+	if ((rc = cuda_batch_in(batch, cd, &g, &one, err, sizeof(err))) == 0 &&
+	    (rc = p->launch(cd, pstate, &one, packed, &variant, err, sizeof(err))) == 0)
+		rc = cuda_batch_out(batch, cd, &g, err, sizeof(err));
+	if (rc != 0) {
+		cuda_batch_abort(cd);
+		cuda_dev_drain(cd);
+		fail_msg("%s batched %s %s: %s (%d)", p->name, mfma_dtype_name(in),
+			 sparse ? "2:4" : "dense", err, rc);
+	}
+	for (int i = 0; i < 3; i++) {
+		r[i].g.a_sparse = sparse;
+		r[i].g.a = o.a;
+		r[i].g.a_meta = o.meta;
+		double rel = rel_error(&r[i], NULL, m);
+		checks++;
+		printf("  %s batched %s->%s %s %ux%u part %d (N=%u of 24, width %u) %-24s rel %.3g\n",
+		       p->name, mfma_dtype_name(in), mfma_dtype_name(out), sparse ? "2:4" : "dense", m,
+		       k, i, ns[i], one.n, variant ? variant : "?", rel);
+		if (!(rel <= nvt_tolerance(out)))
+			fail_msg("%s batched part %d: relative error %g", p->name, i, rel);
+		r[i].g.a = NULL;
+		r[i].g.a_meta = NULL;
+		ops_free(&r[i]);
+	}
+	p->weight_free(cd, pstate, packed);
+	ops_free(&o);
+	return 1;
+}
+
 static void test_providers(void **state)
 {
 	(void)state;
@@ -608,6 +678,9 @@ static void test_providers(void **state)
 	struct backend_config cfg = { .pinned_bytes = 8u << 20 };
 	if (cuda_dev_open(dev_index, &cfg, &cd, err, sizeof(err)) != 0)
 		fail_msg("cuda_dev_open: %s", err);
+	struct cuda_batch *batch = NULL;
+	if (cuda_batch_open(cd, &batch, err, sizeof(err)) != 0)
+		fail_msg("cuda_batch_open: %s", err);
 	/* Odd shapes and decode-like ones; the quick run takes the first
 	 * three (one the cuSPARSELt path takes: N a multiple of 8). */
 	const uint32_t shapes[][3] = { { 37, 29, 100 }, { 129, 200, 260 }, { 96, 16, 4096 },
@@ -622,7 +695,7 @@ static void test_providers(void **state)
 		void *pstate = NULL;
 		if (p->attach(cd, &pstate, err, sizeof(err)) != 0)
 			fail_msg("%s: attach: %s", p->name, err);
-		int ran = 0;
+		int ran = 0, ran_dense = 0;
 		for (size_t ti = 0; ti < 3; ti++)
 			for (int sp = 0; sp < 2; sp++)
 				for (int res = 0; res < 2; res++)
@@ -632,25 +705,34 @@ static void test_providers(void **state)
 						uint32_t k = shapes[si][2] + (sp ? 0 : (uint32_t)si % 3);
 						float beta = si % 2 ? (in == MFMA_DT_I8 ? 1.0f : -0.5f) : 0.0f;
 						float alpha = in == MFMA_DT_I8 ? 1.0f : si % 3 ? 1.25f : 1.0f;
-						ran += provider_case(cd, p, pstate, in,
-								     out_for(in, (int)si + res), sp, res,
-								     m, n, k, alpha, beta);
+						const int r = provider_case(cd, p, pstate, in,
+									    out_for(in, (int)si + res), sp, res,
+									    m, n, k, alpha, beta);
+						ran += r;
+						ran_dense += sp ? 0 : r;
 					}
-		printf("  provider %s: %d GEMMs checked\n", p->name, ran);
+		printf("  provider %s: %d GEMMs checked, %d of them dense\n", p->name, ran, ran_dense);
+		/* The wgmma family runs dense f16/bf16 as well as 2:4 (odd K
+		 * included: the dense shapes above have K % 4 = 1, 2). */
+		if (p == &cuda_provider_wgmma && ran_dense < 2 * 2 * (int)nshapes)
+			fail_msg("provider wgmma ran %d dense GEMMs, not every f16/bf16 case (%d)", ran_dense,
+				 2 * 2 * (int)nshapes);
 		/* A library that loaded must have run something it claims. */
 		if (ran == 0)
 			fail_msg("provider %s is usable but ran no GEMM", p->name);
-		/* Batched launches are refused by the libraries. */
-		const struct cuda_shape batched = { .m = 64, .n = 32, .k = 64, .in = MFMA_DT_F16,
-						    .out = MFMA_DT_F32, .sparse = true,
-						    .resident = true, .nparts = 2 };
-		if (p != &cuda_provider_ours) {
-			assert_int_equal(p->supports(cd, pstate, &batched, err, sizeof(err)), -ENOTSUP);
-			assert_non_null(strstr(err, "batched"));
-		}
+		/* Batched launches: the parts joined on the device, then this
+		 * provider's GEMM over them (cuda_batch.h). */
+		int nb = 0;
+		for (size_t ti = 0; ti < 2; ti++)
+			for (int sp = 0; sp < 2; sp++)
+				nb += provider_batched_case(cd, p, pstate, batch, in_types[ti],
+							    out_for(in_types[ti], sp), sp, 517,
+							    sp ? 260 : 258, sp ? 0.5f : 0.0f);
+		printf("  provider %s: %d batched launches checked\n", p->name, nb);
 		cuda_dev_drain(cd);
 		p->detach(cd, pstate);
 	}
+	cuda_batch_close(batch);
 	cuda_dev_close(cd);
 }
 

@@ -202,12 +202,30 @@ static void test_decode_split(void **state)
 static void test_names_and_images(void **state)
 {
 	(void)state;
-	assert_string_equal(nv_wg_variant_label(0, NV_WG_TILE_n256), "wgmma.f16.sparse.128x256");
-	assert_string_equal(nv_wg_variant_label(1, NV_WG_TILE_n16), "wgmma.bf16.sparse.128x16");
-	assert_string_equal(nv_wg_kernel_name(1, NV_WG_TILE_n64), "nv_wg_bf16_n64");
-	struct nv_wg_tile_shape sh;
-	nv_wg_tile_shape(NV_WG_TILE_n256, &sh);
-	assert_true(sh.smem <= 232448); /* an sm_90 block's shared memory */
+	assert_string_equal(nv_wg_variant_label(0, 0, NV_WG_TILE_n256), "wgmma.f16.sparse.128x256");
+	assert_string_equal(nv_wg_variant_label(0, 1, NV_WG_TILE_n16), "wgmma.bf16.sparse.128x16");
+	assert_string_equal(nv_wg_kernel_name(0, 1, NV_WG_TILE_n64), "nv_wg_bf16_n64");
+	assert_string_equal(nv_wg_variant_label(1, 0, NV_WG_TILE_n256), "wgmma.f16.dense.128x256");
+	assert_string_equal(nv_wg_variant_label(1, 1, NV_WG_TILE_n32), "wgmma.bf16.dense.128x32");
+	assert_string_equal(nv_wg_kernel_name(1, 0, NV_WG_TILE_n128), "nv_wg_dense_f16_n128");
+	assert_string_equal(nv_wg_variant_label(1, 0, NV_WG_TILE_COUNT), "?");
+	/* Every tile of both families fits an sm_90 block's shared memory,
+	 * and two CTAs fit an SM (228 KiB, 1 KiB each reserved) where the
+	 * tile is built for two; the dense tiles are as wide as the 2:4 ones. */
+	for (int dense = 0; dense < 2; dense++)
+		for (int t = 0; t < NV_WG_TILE_COUNT; t++) {
+			struct nv_wg_tile_shape sh, sp;
+			nv_wg_tile_shape(dense, t, &sh);
+			nv_wg_tile_shape(0, t, &sp);
+			assert_true(sh.smem <= 232448);
+			assert_true(sh.min_ctas * (sh.smem + 1024) <= 233472);
+			assert_int_equal(sh.bn, sp.bn);
+			assert_true(sh.stages >= 3);
+		}
+	/* Dense rows padded to 8 values, never more. */
+	assert_int_equal(nv_wg_dense_lda(100), 104);
+	assert_int_equal(nv_wg_dense_lda(4096), 4096);
+	assert_int_equal(nv_wg_dense_bytes(3, 1, 2), 3 * 8 * 2);
 	/* An sm_90a cubin is for sm_90 alone. */
 	static const unsigned char x[1];
 	const struct nv_image imgs[] = { { "wg", 90, 0, x, x }, { "f16", 90, 1, x, x } };

@@ -1,0 +1,47 @@
+/* A batched launch on an NVIDIA GPU (mfma_gemm.nparts >= 2), whichever
+ * provider runs its GEMM: the parts' B (and C) are gathered into joined
+ * matrices on the device, the provider runs one GEMM over them as over any
+ * request (cuda_dev_on_device tells the device layer that those operands
+ * are already there), and the joined D is split back into the parts.
+ *
+ * Worker thread of the device, context current.  0 or a negative code with
+ * a sentence in err. */
+#ifndef MFMAD_CUDA_BATCH_H
+#define MFMAD_CUDA_BATCH_H
+
+#include "cuda_device.h"
+
+struct cuda_batch;
+
+/* Probe time: whether the build has the batch's kernels for compute
+ * capability cc (the device batches only then). */
+bool cuda_batch_usable(int cc);
+
+/* The width of the joined matrices for n columns of parts: rounded up, so
+ * that the batches of a load (any total from 2 to thousands of columns)
+ * come in a few widths, and a provider that plans per N (cuSPARSELt
+ * searches its algorithms for each N it sees, some 100 ms on the H200)
+ * plans once per width.  The padding columns are zero and never copied
+ * out. */
+uint32_t cuda_batch_width(uint32_t n);
+
+/* Loads the data-movement kernels; NULL *b with -ENOEXEC when the build
+ * has none for this GPU (the device then does not batch). */
+int cuda_batch_open(struct cuda_dev *dev, struct cuda_batch **b, char *err, size_t errlen);
+void cuda_batch_close(struct cuda_batch *b);
+
+/* Records the START mark, gathers g's parts onto the device and fills one
+ * with the single GEMM the provider runs: g's shape and scalars, n the
+ * joined width (cuda_batch_width of the parts' total), b, c and d the
+ * joined matrices' device addresses.  On success the operands stay set on the device until
+ * cuda_batch_out or cuda_batch_abort. */
+int cuda_batch_in(struct cuda_batch *b, struct cuda_dev *dev, const struct mfma_gemm *g,
+		  struct mfma_gemm *one, char *err, size_t errlen);
+/* After the provider's launch: splits the joined D into the parts, copies
+ * them out and waits (the end of the copy out); clears the operands. */
+int cuda_batch_out(struct cuda_batch *b, struct cuda_dev *dev, const struct mfma_gemm *g, char *err,
+		   size_t errlen);
+/* Clears the operands after a failed launch (the caller drains). */
+void cuda_batch_abort(struct cuda_dev *dev);
+
+#endif
