@@ -95,7 +95,11 @@ static int walk(struct walker *w, const uint8_t *p, size_t n, unsigned d, uint32
 		if (term && term != hit)
 			return -EINVAL; /* a field both bytes and message: bad paths */
 		if (term) {
-			if (v < w->min_len || v == 0) {
+			/* A field whose bytes do not start on an element boundary
+			 * stays in the small copy: protobuf-c's copy of it is
+			 * aligned, and its readers take it as f32 or u32. */
+			if (v < w->min_len || v == 0 ||
+			    ((uintptr_t)val & (WIRE_SPLIT_ALIGN - 1)) != 0) {
 				if (out)
 					memcpy(out + o, p + start, pos - start);
 				o += pos - start;

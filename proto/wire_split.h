@@ -16,6 +16,14 @@
 
 #include <protobuf-c/protobuf-c.h>
 
+/* A field is left in place only when its bytes start at a multiple of
+ * this (the widest element: f32, i32, 2:4 metadata words), since its
+ * readers (the CPU kernels, a client's typed D) take it as such; others
+ * are copied by protobuf-c, as without the split.  The frame's own
+ * position in memory decides, so about a quarter of large fields stay
+ * in place in a frame read at an arbitrary offset. */
+#define WIRE_SPLIT_ALIGN 4u
+
 /* The schema nests four levels deep (Request.load_weight.a.dense.data). */
 #define WIRE_SPLIT_MAX_DEPTH 6
 /* Paths one call looks for (the set in one bitmask). */
