@@ -5,20 +5,10 @@
 #include <string.h>
 
 #include "frame.h"
+#include "wire_varint.h"
 
 /* Protobuf wire types. */
 enum { WT_VARINT = 0, WT_LEN = 2 };
-
-static size_t put_varint(uint8_t *p, uint64_t v)
-{
-	size_t n = 0;
-	while (v >= 0x80) {
-		p[n++] = (uint8_t)(v | 0x80);
-		v >>= 7;
-	}
-	p[n++] = (uint8_t)v;
-	return n;
-}
 
 /* v in exactly five bytes (v < 2^35), continuation bits on the first four. */
 static void put_varint5(uint8_t *p, uint64_t v)
@@ -30,7 +20,7 @@ static void put_varint5(uint8_t *p, uint64_t v)
 
 static size_t put_key(uint8_t *p, unsigned field, unsigned wt)
 {
-	return put_varint(p, (uint64_t)field << 3 | wt);
+	return wire_varint_put(p, (uint64_t)field << 3 | wt);
 }
 
 /* Bytes the fields after D may take, whatever their values: timing (8
@@ -49,7 +39,7 @@ static int start(struct answer *a, uint64_t id, uint32_t m, uint32_t n, enum mfm
 	uint8_t head[128];
 	size_t h = FRAME_HEADER_SIZE;
 	h += put_key(head + h, 1, WT_VARINT); /* Response.id */
-	h += put_varint(head + h, id);
+	h += wire_varint_put(head + h, id);
 	h += put_key(head + h, 3, WT_LEN);    /* Response.gemm */
 	a->gemm_len_at = h;
 	h += 5;
@@ -57,30 +47,30 @@ static int start(struct answer *a, uint64_t id, uint32_t m, uint32_t n, enum mfm
 	uint8_t mat[80];
 	size_t mlen = 0;
 	mlen += put_key(mat + mlen, 1, WT_VARINT);
-	mlen += put_varint(mat + mlen, m);
+	mlen += wire_varint_put(mat + mlen, m);
 	mlen += put_key(mat + mlen, 2, WT_VARINT);
-	mlen += put_varint(mat + mlen, n);
+	mlen += wire_varint_put(mat + mlen, n);
 	mlen += put_key(mat + mlen, 3, WT_VARINT);
-	mlen += put_varint(mat + mlen, (uint64_t)dt);
+	mlen += wire_varint_put(mat + mlen, (uint64_t)dt);
 	if (region) {
 		uint8_t ref[40];
 		size_t rlen = 0;
 		rlen += put_key(ref + rlen, 1, WT_VARINT);
-		rlen += put_varint(ref + rlen, region);
+		rlen += wire_varint_put(ref + rlen, region);
 		rlen += put_key(ref + rlen, 2, WT_VARINT);
-		rlen += put_varint(ref + rlen, offset);
+		rlen += wire_varint_put(ref + rlen, offset);
 		rlen += put_key(ref + rlen, 3, WT_VARINT);
-		rlen += put_varint(ref + rlen, d_len);
+		rlen += wire_varint_put(ref + rlen, d_len);
 		mlen += put_key(mat + mlen, 5, WT_LEN); /* Matrix.region */
-		mlen += put_varint(mat + mlen, rlen);
+		mlen += wire_varint_put(mat + mlen, rlen);
 		memcpy(mat + mlen, ref, rlen);
 		mlen += rlen;
 	} else {
 		mlen += put_key(mat + mlen, 4, WT_LEN);
-		mlen += put_varint(mat + mlen, a->d_bytes);
+		mlen += wire_varint_put(mat + mlen, a->d_bytes);
 	}
 	h += put_key(head + h, 1, WT_LEN);
-	h += put_varint(head + h, mlen + a->d_bytes);
+	h += wire_varint_put(head + h, mlen + a->d_bytes);
 	memcpy(head + h, mat, mlen);
 	h += mlen;
 	a->d_at = h;
@@ -108,7 +98,7 @@ static size_t put_message(uint8_t *p, unsigned field, const ProtobufCMessage *ms
 {
 	size_t n = put_key(p, field, WT_LEN);
 	size_t len = protobuf_c_message_get_packed_size(msg);
-	n += put_varint(p + n, len);
+	n += wire_varint_put(p + n, len);
 	return n + protobuf_c_message_pack(msg, p + n);
 }
 
@@ -135,7 +125,7 @@ int answer_finish(struct answer *a, const Mfma__V1__Timing *t, const Mfma__V1__D
 	at += put_message(p + at, 2, &t->base);   /* GemmResult.timing */
 	at += put_message(p + at, 3, &dev->base); /* GemmResult.device */
 	at += put_key(p + at, 4, WT_LEN);         /* GemmResult.variant */
-	at += put_varint(p + at, vlen);
+	at += wire_varint_put(p + at, vlen);
 	memcpy(p + at, variant ? variant : "", vlen);
 	at += vlen;
 	size_t gemm_len = at - (a->gemm_len_at + 5);
