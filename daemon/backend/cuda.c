@@ -218,11 +218,13 @@ static int cuda_open(int index, const struct backend_config *cfg, void **dev, ch
 					" %s", providers[i]->name);
 	}
 	/* Batched launches need the data-movement kernels; describe said
-	 * the device batches only where the build has them. */
-	if ((rc = cuda_batch_open(bd->dev, &bd->batch, err, errlen)) < 0) {
+	 * the device batches only where the build has them (-ENOEXEC: not
+	 * for this arch, and the libraries may still serve it). */
+	if ((rc = cuda_batch_open(bd->dev, &bd->batch, err, errlen)) < 0 && rc != -ENOEXEC) {
 		cuda_close(bd);
 		return rc;
 	}
+	err[0] = '\0';
 	bd->choices = cfg ? cfg->choices : NULL;
 	*dev = bd;
 	return 0;
@@ -597,8 +599,9 @@ static int cuda_gemm(void *dev, const struct mfma_gemm *g, void *weight, struct 
 		return -EINVAL;
 	}
 	if (g->nparts > 1 && (!w || !bd->batch)) {
-		snprintf(err, errlen, "cuda: a batched launch of %u parts needs a resident weight",
-			 g->nparts);
+		snprintf(err, errlen, "cuda: a batched launch of %u parts needs %s", g->nparts,
+			 w ? "the batch kernels, which this build lacks for this GPU"
+			   : "a resident weight");
 		return -EINVAL;
 	}
 	if (run.a_sparse && g->k % 4 != 0) {
