@@ -27,6 +27,31 @@ struct bench_opts {
 	int device;
 };
 
+/* Which kernel variants answered, with how many answers each: the first
+ * BENCH_VARIANTS names seen, the rest counted together. */
+#define BENCH_VARIANTS 16
+struct bench_variants {
+	char name[BENCH_VARIANTS][64];
+	uint64_t count[BENCH_VARIANTS];
+	size_t n;
+	uint64_t other;
+};
+
+static void variants_add(struct bench_variants *v, const char *name, uint64_t k)
+{
+	for (size_t i = 0; i < v->n; i++)
+		if (strcmp(v->name[i], name) == 0) {
+			v->count[i] += k;
+			return;
+		}
+	if (v->n == BENCH_VARIANTS) {
+		v->other += k;
+		return;
+	}
+	snprintf(v->name[v->n], sizeof(v->name[v->n]), "%s", name);
+	v->count[v->n++] = k;
+}
+
 struct bench_conn {
 	pthread_t tid;
 	mfma_client *c;
@@ -43,6 +68,7 @@ struct bench_conn {
 	uint64_t queue, h2d, kernel, d2h, total; /* sums over successful requests */
 	uint64_t encode, send, wait, decode, unexplained; /* the client's side, summed */
 	uint64_t batch;         /* requests of each one's launch, summed */
+	struct bench_variants variants;
 	double launch_kernel_ns; /* each request's share of its launch's kernel time */
 	int rc;                                  /* first failure */
 	struct mfma_error err;
@@ -126,6 +152,7 @@ static void *bench_thread(void *arg)
 		uint32_t br = r.timing.batch_requests ? r.timing.batch_requests : 1;
 		bc->batch += br;
 		bc->launch_kernel_ns += (double)r.timing.kernel_ns / br;
+		variants_add(&bc->variants, r.variant && r.variant[0] ? r.variant : "?", 1);
 		mfma_gemm_result_free(&r);
 	}
 	return NULL;
@@ -281,7 +308,11 @@ static void report(struct ctl *ctl, const struct bench_opts *o, struct bench_con
 	uint64_t errors = 0, q = 0, h = 0, kr = 0, d = 0, t = 0, sum = 0, batch = 0;
 	uint64_t ce = 0, cs = 0, cw = 0, cd = 0, cu = 0;
 	double busy_ns = 0;
+	struct bench_variants var = { .n = 0 };
 	for (uint64_t i = 0; i < o->connections; i++) {
+		for (size_t k = 0; k < bc[i].variants.n; k++)
+			variants_add(&var, bc[i].variants.name[k], bc[i].variants.count[k]);
+		var.other += bc[i].variants.other;
 		batch += bc[i].batch;
 		busy_ns += bc[i].launch_kernel_ns;
 		n += bc[i].nlat;
@@ -367,6 +398,15 @@ static void report(struct ctl *ctl, const struct bench_opts *o, struct bench_con
 		 * launch counted once). */
 		json_kv_double(j, "mean_batch", (double)batch / (double)div);
 		json_kv_double(j, "device_busy", wall_ns ? busy_ns / (double)wall_ns : 0.0);
+		/* Which kernels or libraries answered: the measured choice
+		 * per N bucket, and for batches per joined width. */
+		json_key(j, "variants");
+		json_object_begin(j);
+		for (size_t k = 0; k < var.n; k++)
+			json_kv_uint(j, var.name[k], var.count[k]);
+		if (var.other)
+			json_kv_uint(j, "other", var.other);
+		json_object_end(j);
 		if (o->samples) {
 			/* The measurements the percentiles come from, for plotting
 			 * (python3 -m mfma bench --plot). */
@@ -410,6 +450,13 @@ static void report(struct ctl *ctl, const struct bench_opts *o, struct bench_con
 		printf("  batching     %.2f requests per launch on average; kernels busy %.1f%% of "
 		       "the wall time\n",
 		       (double)batch / (double)div, wall_ns ? 100.0 * busy_ns / (double)wall_ns : 0.0);
+		printf("  variants    ");
+		for (size_t k = 0; k < var.n; k++)
+			printf(" %s %" PRIu64 "%s", var.name[k], var.count[k],
+			       k + 1 < var.n || var.other ? "," : "");
+		if (var.other)
+			printf(" others %" PRIu64, var.other);
+		printf("\n");
 		if (errors)
 			printf("  errors       %" PRIu64 "\n", errors);
 	}

@@ -328,7 +328,7 @@ static const char help_bench[] =
 	"     \"gflops_kernel\", \"server_mean_ns\": {\"queue\", \"h2d\", \"kernel\", \"d2h\",\n"
 	"     \"total\"}, \"client_mean_ns\": {\"encode\", \"send\", \"wait\", \"decode\",\n"
 	"     \"unexplained\"}, \"shm\", \"mean_batch\", \"device_busy\",\n"
-	"     \"latency_samples_ns\": [...]\n"
+	"     \"variants\": {VARIANT: answers, ...}, \"latency_samples_ns\": [...]\n"
 	"     with --samples}\n"
 	"\n"
 	"EXAMPLES\n"

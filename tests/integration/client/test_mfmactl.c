@@ -496,6 +496,10 @@ static void test_status_ping_bench(void **state)
 	expect_in(e->out, "\"requests\": 30");
 	expect_in(e->out, "\"errors\": 0");
 	expect_in(e->out, "\"connections\": 2");
+	/* Every answer's variant tallied: here one CPU 2:4 kernel answered
+	 * all 30 (f16 2:4 on the CPU backend). */
+	expect_in(e->out, "\"variants\": {");
+	expect_in(e->out, ".sp24.f16\": 30");
 	assert_int_equal(ctl(e, "bench", "-n", "20", "-j", "2", "--resident", "--sparse=prune",
 			     "--m", "24", "--k", "40", "--n", "8", "--dtype", "i8", NULL), 0);
 	expect_in(e->out, "resident 2:4");
