@@ -117,16 +117,16 @@ int cuda_dev_probe(cuda_usable_fn usable, char *err, size_t errlen)
 	CU_TRY(nv_drv.cuDeviceGetCount(&count), "cuDeviceGetCount");
 	for (int i = 0; i < count && nslots < CUDA_MAX_DEVICES; i++) {
 		struct cuda_slot *s = &slots[nslots];
-		int major = 0, minor = 0;
+		struct nv_device_attrs at;
 		size_t mem = 0;
+		char why[200];
 		CU_TRY(nv_drv.cuDeviceGet(&s->dev, i), "cuDeviceGet");
-		CU_TRY(nv_drv.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
-						   s->dev),
-		       "cuDeviceGetAttribute(compute capability)");
-		CU_TRY(nv_drv.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
-						   s->dev),
-		       "cuDeviceGetAttribute(compute capability)");
-		s->cc = major * 10 + minor;
+		int rc = nv_device_attrs(s->dev, &at, why, sizeof(why));
+		if (rc < 0) {
+			snprintf(err, errlen, "cuda: %s", why);
+			return rc;
+		}
+		s->cc = at.cc;
 		if (!usable(s->cc))
 			continue;
 		CU_TRY(nv_drv.cuDeviceGetName(s->name, (int)sizeof(s->name), s->dev), "cuDeviceGetName");

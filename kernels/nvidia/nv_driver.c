@@ -82,3 +82,28 @@ int nv_result_errno(CUresult r)
 	default: return -EIO;
 	}
 }
+
+int nv_device_attrs(CUdevice dev, struct nv_device_attrs *a, char *err, size_t errlen)
+{
+	static const struct {
+		CUdevice_attribute attr;
+		const char *what;
+	} q[] = {
+		{ CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, "compute capability" },
+		{ CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, "compute capability" },
+		{ CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, "multiprocessor count" },
+		{ CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, "shared memory per block" },
+	};
+	int v[4] = { 0 };
+	for (size_t i = 0; i < 4; i++) {
+		CUresult r = nv_drv.cuDeviceGetAttribute(&v[i], q[i].attr, dev);
+		if (r != CUDA_SUCCESS) {
+			if (err && errlen)
+				snprintf(err, errlen, "cuDeviceGetAttribute(%s) failed: %s", q[i].what,
+					 nv_result_str(r));
+			return nv_result_errno(r);
+		}
+	}
+	*a = (struct nv_device_attrs){ .cc = v[0] * 10 + v[1], .sms = v[2], .smem_optin = v[3] };
+	return 0;
+}

@@ -84,6 +84,14 @@ const char *nv_result_str(CUresult r);
 /* Negative errno for a CUresult (-ENOMEM for allocation failures). */
 int nv_result_errno(CUresult r);
 
+/* What the kernel loaders and the probe read of a device: compute
+ * capability (major * 10 + minor), multiprocessors, the shared memory a
+ * block may opt into.  0, or the failed query's errno with err filled. */
+struct nv_device_attrs {
+	int cc, sms, smem_optin;
+};
+int nv_device_attrs(CUdevice dev, struct nv_device_attrs *a, char *err, size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif

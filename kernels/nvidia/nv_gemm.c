@@ -48,19 +48,14 @@ static int unit_of_kind(int kind)
 
 int nv_module_load(struct nv_module *m, CUdevice dev, char *err, size_t errlen)
 {
-	int major = 0, minor = 0, sms = 0, smem_optin = 0, rc;
+	struct nv_device_attrs at;
+	int rc;
 	memset(m, 0, sizeof(*m));
-	NV_CHECK(nv_drv.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev),
-		 "cuDeviceGetAttribute(compute capability)");
-	NV_CHECK(nv_drv.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev),
-		 "cuDeviceGetAttribute(compute capability)");
-	NV_CHECK(nv_drv.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev),
-		 "cuDeviceGetAttribute(multiprocessor count)");
-	NV_CHECK(nv_drv.cuDeviceGetAttribute(&smem_optin,
-					     CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev),
-		 "cuDeviceGetAttribute(shared memory per block)");
-	m->cc = major * 10 + minor;
-	m->sms = sms;
+	if ((rc = nv_device_attrs(dev, &at, err, errlen)) < 0)
+		return rc;
+	const int smem_optin = at.smem_optin;
+	m->cc = at.cc;
+	m->sms = at.sms;
 	if (m->cc < 80) {
 		snprintf(err, errlen, "sm_%d has no mma.sp (sm_80 or newer needed)", m->cc);
 		return -ENOTSUP;
@@ -116,15 +111,13 @@ void nv_module_unload(struct nv_module *m)
 
 int nv_util_load(struct nv_util *u, CUdevice dev, char *err, size_t errlen)
 {
-	int major = 0, minor = 0;
+	struct nv_device_attrs at;
 	memset(u, 0, sizeof(*u));
-	NV_CHECK(nv_drv.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev),
-		 "cuDeviceGetAttribute(compute capability)");
-	NV_CHECK(nv_drv.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev),
-		 "cuDeviceGetAttribute(compute capability)");
-	NV_CHECK(nv_drv.cuDeviceGetAttribute(&u->sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev),
-		 "cuDeviceGetAttribute(multiprocessor count)");
-	int cc = major * 10 + minor;
+	int rc = nv_device_attrs(dev, &at, err, errlen);
+	if (rc < 0)
+		return rc;
+	const int cc = at.cc;
+	u->sms = at.sms;
 	const struct nv_image *im = nv_image_find(nv_images, nv_image_count, nv_unit_name(NV_UNIT_UTIL), cc);
 	if (!im) {
 		snprintf(err, errlen, "no util kernels for sm_%d: built for other architectures "

@@ -20,18 +20,13 @@
 
 int nv_wg_module_load(struct nv_wg_module *m, CUdevice dev, char *err, size_t errlen)
 {
-	int major = 0, minor = 0, smem_optin = 0, rc;
+	struct nv_device_attrs at;
+	int rc;
 	memset(m, 0, sizeof(*m));
-	NV_WG_CHECK(nv_drv.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev),
-		    "cuDeviceGetAttribute(compute capability)");
-	NV_WG_CHECK(nv_drv.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev),
-		    "cuDeviceGetAttribute(compute capability)");
-	NV_WG_CHECK(nv_drv.cuDeviceGetAttribute(&m->sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev),
-		    "cuDeviceGetAttribute(multiprocessor count)");
-	NV_WG_CHECK(nv_drv.cuDeviceGetAttribute(&smem_optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
-						dev),
-		    "cuDeviceGetAttribute(shared memory per block)");
-	const int cc = major * 10 + minor;
+	if ((rc = nv_device_attrs(dev, &at, err, errlen)) < 0)
+		return rc;
+	const int smem_optin = at.smem_optin, cc = at.cc;
+	m->sms = at.sms;
 	if (!nv_wg_usable(nv_images, nv_image_count, cc)) {
 		snprintf(err, errlen, "no wgmma kernels for sm_%d (they are built for sm_90a only)", cc);
 		return -ENOTSUP;
