@@ -60,6 +60,7 @@ struct conn {
 	 * before anything the loop queues. */
 	pthread_mutex_t wmu;
 	_Atomic uint32_t later; /* answers a worker left to the loop, not yet queued */
+	_Atomic uint32_t posted; /* answers handed to a post thread, not yet sent or left */
 	int fd;           /* -1: no direct sends (TLS, or no descriptor) */
 	uint32_t wqueued;
 	bool wclosed;
@@ -481,27 +482,54 @@ void conn_flush_direct(struct conn *c)
 		queue_write(c, NULL, 0, false);
 }
 
+/* Under wmu: writes frame to the socket when nothing is queued ahead of
+ * it and no answer was left to the loop; true when the frame is taken. */
+static bool send_locked(struct conn *c, uint8_t *frame, size_t len)
+{
+	if (c->fd < 0 || c->wclosed || c->wqueued != 0 || c->rest || atomic_load(&c->later) != 0)
+		return false;
+	ssize_t n = send(c->fd, frame, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+	if (n == (ssize_t)len) {
+		free(frame);
+		return true;
+	}
+	if (n > 0) {
+		/* The socket is full: the loop sends the tail first. */
+		c->rest = frame;
+		c->rest_off = (size_t)n;
+		c->rest_len = len - (size_t)n;
+		return true;
+	}
+	/* Nothing written (full, or an error the loop's own write will meet
+	 * and report): the loop sends it all. */
+	return false;
+}
+
 bool conn_send_direct(struct conn *c, uint8_t *frame, size_t len)
 {
 	if (!c || c->fd < 0)
 		return false;
-	bool taken = false;
 	pthread_mutex_lock(&c->wmu);
-	if (!c->wclosed && c->wqueued == 0 && !c->rest && atomic_load(&c->later) == 0) {
-		ssize_t n = send(c->fd, frame, len, MSG_DONTWAIT | MSG_NOSIGNAL);
-		if (n == (ssize_t)len) {
-			free(frame);
-			taken = true;
-		} else if (n > 0) {
-			/* The socket is full: the loop sends the tail first. */
-			c->rest = frame;
-			c->rest_off = (size_t)n;
-			c->rest_len = len - (size_t)n;
-			taken = true;
-		}
-		/* Nothing written (full, or an error the loop's own write will
-		 * meet and report): the loop sends it all. */
-	}
+	/* An answer still with a post thread goes first. */
+	bool taken = atomic_load(&c->posted) == 0 && send_locked(c, frame, len);
+	pthread_mutex_unlock(&c->wmu);
+	return taken;
+}
+
+void conn_answer_posted(struct conn *c)
+{
+	atomic_fetch_add(&c->posted, 1);
+}
+
+bool conn_send_posted(struct conn *c, uint8_t *frame, size_t len)
+{
+	pthread_mutex_lock(&c->wmu);
+	bool taken = frame && send_locked(c, frame, len);
+	/* Left to the loop: counted there before it stops counting here, so
+	 * that no direct send finds both counts at zero in between. */
+	if (!taken)
+		atomic_fetch_add(&c->later, 1);
+	atomic_fetch_sub(&c->posted, 1);
 	pthread_mutex_unlock(&c->wmu);
 	return taken;
 }
