@@ -72,6 +72,10 @@ struct mfmad_stats {
 	 * batch_sum the requests they answered; the difference is batching's. */
 	_Atomic uint64_t batch_bucket[STATS_BATCH_BUCKETS + 1];
 	_Atomic uint64_t batch_sum, batch_count;
+	/* A GEMM frame's large matrices (WIRE_SPLIT_MIN_BYTES and more): left
+	 * in the frame the daemon read, or copied out by the decode (one not
+	 * at an aligned offset: a client without Request.pad). */
+	_Atomic uint64_t matrices_in_place, matrices_copied;
 	_Atomic uint64_t latency_bucket[STATS_LATENCY_BUCKETS + 1];
 	_Atomic uint64_t latency_sum_ns, latency_count;
 	_Atomic uint64_t connections_open, connections_total;
