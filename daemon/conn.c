@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "endpoint.h"
 #include "frame.h"
 #include "log.h"
 #include "mfma_clock.h"
@@ -1091,6 +1092,13 @@ void conn_accept(struct daemon *d, uv_stream_t *server, const struct conn_events
 	uv_os_fd_t fd;
 	if (!c->tls && uv_fileno(&c->h.handle, &fd) == 0)
 		c->fd = fd;
+	/* A local client's answer of up to limits.send_buffer_kb goes out in
+	 * one write (over TCP the kernel sizes the buffer itself); failing,
+	 * the system's default stays, and answers take more writes. */
+	if (c->ipc && d->cfg.send_buffer_bytes && uv_fileno(&c->h.handle, &fd) == 0 &&
+	    endpoint_send_buffer(fd, d->cfg.send_buffer_bytes) < 0)
+		log_debug("connection %" PRIu64 ": cannot raise its send buffer to %" PRIu64
+			  " KiB (limits.send_buffer_kb)", c->cid, d->cfg.send_buffer_bytes >> 10);
 	if (pol && pol->token) {
 		c->need_token = true;
 		c->rd.max_frame = FRAME_TOKEN_MAX;

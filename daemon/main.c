@@ -186,13 +186,14 @@ static void print_config(const struct mfmad_config *c, const char *src)
 	       "max_unsent_mb = %" PRIu64 "; max_memory_mb = %" PRIu64 "; read_timeout_ms = %" PRIu64
 	       "; idle_timeout_ms = %" PRIu64 "; write_timeout_ms = %" PRIu64 ";\n"
 	       "           max_regions_per_conn = %u; max_region_mb_per_conn = %" PRIu64
-	       "; max_pinned_mb = %" PRIu64 "; };\n",
+	       "; max_pinned_mb = %" PRIu64 "; send_buffer_kb = %" PRIu64 "; };\n",
 	       c->max_frame_bytes >> 20, c->max_inflight_per_conn, c->max_inflight,
 	       c->max_inflight_bytes >> 20, c->max_connections, c->max_dim, c->default_priority,
 	       c->default_timeout_ms, c->priority_aging_ms, c->worker_poll_us, c->max_buffered_bytes >> 20,
 	       c->max_unsent_bytes >> 20, c->max_memory_bytes >> 20, c->read_timeout_ms,
 	       c->idle_timeout_ms, c->write_timeout_ms, c->max_regions_per_conn,
-	       c->max_region_bytes_per_conn >> 20, c->max_pinned_bytes >> 20);
+	       c->max_region_bytes_per_conn >> 20, c->max_pinned_bytes >> 20,
+	       c->send_buffer_bytes >> 10);
 	printf("weights = { budget_mb = %" PRIu64 "; persist = %s; state_dir = \"%s\"; };\n",
 	       c->weight_budget_bytes >> 20, c->weights_persist ? "true" : "false",
 	       c->weights_state_dir);
@@ -304,6 +305,7 @@ static void reload(struct daemon *d)
 	c->max_connections = nc.max_connections;
 	c->max_buffered_bytes = nc.max_buffered_bytes;
 	c->max_unsent_bytes = nc.max_unsent_bytes;
+	c->send_buffer_bytes = nc.send_buffer_bytes; /* for connections accepted from now on */
 	c->max_memory_bytes = nc.max_memory_bytes;
 	c->read_timeout_ms = nc.read_timeout_ms;
 	c->idle_timeout_ms = nc.idle_timeout_ms;

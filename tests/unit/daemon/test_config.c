@@ -206,6 +206,23 @@ static void test_worker_poll(void **state)
 	assert_non_null(strstr(err, "worker_poll_us"));
 }
 
+/* limits.send_buffer_kb: 1 MiB by default, 0 for the system's, at most
+ * 1 GiB. */
+static void test_send_buffer(void **state)
+{
+	(void)state;
+	struct mfmad_config c;
+	char err[512];
+	config_defaults(&c);
+	assert_int_equal(c.send_buffer_bytes, 1u << 20);
+	assert_int_equal(parse(&c, "limits = { send_buffer_kb = 0; };\n", err, sizeof(err)), 0);
+	assert_int_equal(c.send_buffer_bytes, 0);
+	assert_int_equal(parse(&c, "limits = { send_buffer_kb = 4096; };\n", err, sizeof(err)), 0);
+	assert_int_equal(c.send_buffer_bytes, 4096u * 1024);
+	assert_true(parse(&c, "limits = { send_buffer_kb = 1048577; };\n", err, sizeof(err)) < 0);
+	assert_non_null(strstr(err, "send_buffer_kb"));
+}
+
 /* cuda.providers / hip.providers: names checked against the family's
  * list, the refusal listing the known ones; a pin that is also excluded is
  * refused; a change takes a restart. */
@@ -325,6 +342,7 @@ int main(void)
 		cmocka_unit_test(test_shipped_file_is_the_defaults),
 		cmocka_unit_test(test_restart_only),
 		cmocka_unit_test(test_worker_poll),
+		cmocka_unit_test(test_send_buffer),
 		cmocka_unit_test(test_providers),
 		cmocka_unit_test(test_state_dir),
 	};
