@@ -122,14 +122,20 @@ serving)
 	grep -E "^(SERVE|FAIL|CHECK summary|regions)" "$OUT/serving.log" | cut -c1-600 | tail -40
 	;;
 abserving)
-	# The serving loads against an earlier build of mfmad (BASE: a binary
-	# carried in .devlibs), the two daemons alternating round by round in
+	# The serving loads against an earlier build of mfmad and mfmactl
+	# (BASE: a folder carried in .devlibs with bin/mfmad, bin/mfmactl and
+	# the client library in lib/), the two alternating round by round in
 	# this one run: SERVING_STEPS (default "latency batching") each round.
 	for r in ${AB_ROUNDS:-1 2}; do
 		for who in base new; do
-			bin="$P/bin/mfmad"
-			[ "$who" = base ] && bin="${BASE:?BASE names the earlier mfmad}"
-			ROUNDS=$r MFMAD="$bin" LABEL="$who" SERVING_STEPS="${SERVING_STEPS:-latency batching}" \
+			bin="$P/bin/mfmad" ctl="$P/bin/mfmactl" libs="$LD_LIBRARY_PATH"
+			if [ "$who" = base ]; then
+				bin="${BASE:?BASE names the earlier build}/bin/mfmad"
+				ctl="$BASE/bin/mfmactl"
+				libs="$BASE/lib:$LD_LIBRARY_PATH" # its own client library first
+			fi
+			LD_LIBRARY_PATH="$libs" ROUNDS=$r MFMAD="$bin" MFMACTL="$ctl" LABEL="$who" \
+				SERVING_STEPS="${SERVING_STEPS:-latency batching}" \
 				timeout "${E2E_S:-420}" bash bench/nvidia/serving_bench.sh "$P" "$OUT" \
 				>> "$OUT/abserving.log" 2>&1
 			echo "=== abserving round $r $who: rc=$?"

@@ -20,16 +20,16 @@
 #     device 0 and left to the scheduler, bytes and --shm.
 #
 # usage: [SERVING_STEPS="check latency batching off"] [ROUNDS="1 2"] [MFMAD=path LABEL=name]
-#        serving_bench.sh PAYLOAD_DIR OUT_DIR
-# MFMAD runs another mfmad binary (a build of an earlier commit, for a side
-# by side run); LABEL then tags every SERVE line.
+#        [LAT_POLLS="0 300"] serving_bench.sh PAYLOAD_DIR OUT_DIR
+# MFMAD and MFMACTL run other binaries (builds of an earlier commit, for a
+# side by side run); LABEL then tags every SERVE line.
 set -u
 P=$1
 OUT=$2
 SOCK=/tmp/mfmad-serving.sock
 D=/tmp/mfma-serving
 rm -rf "$D" && mkdir -p "$D"
-CTL=("$P/bin/mfmactl" -e "unix:$SOCK" --timeout 600000)
+CTL=("${MFMACTL:-$P/bin/mfmactl}" -e "unix:$SOCK" --timeout 600000)
 conf() {
 	cat >"$D/mfmad.conf" <<CONF
 limits = {
@@ -96,7 +96,7 @@ echo "CHECK summary: $((checks - fails)) of $checks passed"
 grep -c "copies through staging" "$OUT/mfmad_serving.log" | sed 's/^/regions not registered (log lines): /'
 
 bench() { "${CTL[@]}" --json bench --resident --sparse "$@" --dtype f16 --out-dtype f16 2>&1 | tr -s ' \n' ' '; }
-has latency && for poll in 0 300; do
+has latency && for poll in ${LAT_POLLS:-0 300}; do
 	if [ "$poll" != 0 ]; then
 		conf "$poll"
 		kill -HUP "$DPID"
