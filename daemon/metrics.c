@@ -275,6 +275,25 @@ int metrics_render_at(const struct mfmad_stats *s, uint64_t now_ns, char **out, 
 	buf_printf(&b, "mfmad_gemm_batch_size_sum %" PRIu64 "\n", STATS_GET(s->batch_sum));
 	buf_printf(&b, "mfmad_gemm_batch_size_count %" PRIu64 "\n", cum);
 
+	/* Planning per N: at weight load (cuda.warmup) against on the serving
+	 * path, where the GEMM that makes a plan and the queue behind it wait
+	 * for it. */
+	family(&b, "mfmad_gemm_plans_total", "counter",
+	       "Per-N kernel plans the device backends made (a library's plan with its algorithm "
+	       "search), at weight load (warming) or on the serving path (a GEMM's first of its "
+	       "width).");
+	buf_printf(&b, "mfmad_gemm_plans_total{when=\"load\"} %" PRIu64 "\n", STATS_GET(s->plans_load));
+	buf_printf(&b, "mfmad_gemm_plans_total{when=\"serving\"} %" PRIu64 "\n",
+		   STATS_GET(s->plans_serving));
+	family(&b, "mfmad_gemm_choice_measurements_total", "counter",
+	       "Choices among kernel providers measured on a device (each candidate timed), at "
+	       "weight load (warming) or on the serving path; a choice found in the state "
+	       "directory is not measured.");
+	buf_printf(&b, "mfmad_gemm_choice_measurements_total{when=\"load\"} %" PRIu64 "\n",
+		   STATS_GET(s->measures_load));
+	buf_printf(&b, "mfmad_gemm_choice_measurements_total{when=\"serving\"} %" PRIu64 "\n",
+		   STATS_GET(s->measures_serving));
+
 	render_gauge(&b, "mfmad_connections_open", "Client connections open now.",
 		     STATS_GET(s->connections_open));
 	render_counter(&b, "mfmad_connections_total", "Client connections accepted since start.",
