@@ -32,6 +32,7 @@
 #include "cpu_gemm.h"
 #include "cuda_batch.h"
 #include "cuda_provider.h"
+#include "cuda_widths.h"
 #include "mfma_clock.h"
 #include "providers.h"
 #include "nv_plan.h"
@@ -815,6 +816,182 @@ static void test_choice(void **state)
 	}
 }
 
+/* One batched GEMM of two parts (width - 1 columns and 1) on the resident
+ * weight w (A in o): a joined width of exactly width.  Each part checked
+ * on 16 rows against the float64 reference; the timing returned. */
+static struct backend_timing warm_batch(void *w, const struct operands *o, enum mfma_dtype in,
+					enum mfma_dtype out, bool sp, uint32_t m, uint32_t k,
+					uint32_t width)
+{
+	const uint32_t ns[2] = { width - 1, 1 };
+	struct operands r[2];
+	struct mfma_gemm_part parts[2];
+	for (int i = 0; i < 2; i++) {
+		ops_make(&r[i], in, out, false, m, ns[i], k, 1.0f, 0.0f);
+		parts[i] = (struct mfma_gemm_part){ .b = r[i].b, .c = NULL, .d = r[i].d, .n = ns[i] };
+	}
+	struct mfma_gemm g = r[0].g;
+	g.n = width;
+	g.nparts = 2;
+	g.parts = parts;
+	g.a = g.b = g.c = NULL;
+	g.d = NULL;
+	g.a_meta = NULL;
+	g.a_sparse = sp;
+	struct backend_timing t = { 0 };
+	char err[512] = "";
+	if (backend_cuda.gemm(dev, &g, w, &t, err, sizeof(err)) != 0)
+		fail_msg("warmed batch of width %u: %s", width, err);
+	uint32_t idx[16];
+	for (uint32_t j = 0; j < 16; j++)
+		idx[j] = j == 0 ? 0 : j == 1 ? m - 1 : nvt_rand(&seed) % m;
+	for (int i = 0; i < 2; i++) {
+		r[i].g.a_sparse = sp;
+		r[i].g.a = o->a;
+		r[i].g.a_meta = o->meta;
+		double rel = rel_error(&r[i], idx, 16);
+		checks++;
+		if (!(rel <= nvt_tolerance(out)))
+			fail_msg("warmed batch of width %u part %d (%s): relative error %g", width, i,
+				 t.variant ? t.variant : "?", rel);
+		r[i].g.a = NULL;
+		r[i].g.a_meta = NULL;
+		ops_free(&r[i]);
+	}
+	return t;
+}
+
+/* One single GEMM at N on the resident weight w; its timing. */
+static struct backend_timing warm_single(void *w, const struct operands *o, enum mfma_dtype in,
+					 enum mfma_dtype out, bool sp, uint32_t m, uint32_t k, uint32_t n)
+{
+	struct operands r;
+	ops_make(&r, in, out, false, m, n, k, 1.0f, 0.0f);
+	free(r.a);
+	r.a = NULL;
+	r.g.a_sparse = sp;
+	r.g.a = o->a;
+	r.g.a_meta = o->meta;
+	struct backend_timing t = { 0 };
+	char err[512] = "";
+	if (backend_cuda.gemm(dev, &r.g, w, &t, err, sizeof(err)) != 0)
+		fail_msg("single GEMM N=%u: %s", n, err);
+	uint32_t idx[16];
+	for (uint32_t j = 0; j < 16; j++)
+		idx[j] = j == 0 ? 0 : j == 1 ? m - 1 : nvt_rand(&seed) % m;
+	double rel = rel_error(&r, idx, 16);
+	checks++;
+	if (!(rel <= nvt_tolerance(out)))
+		fail_msg("single GEMM N=%u (%s): relative error %g", n, t.variant ? t.variant : "?",
+			 rel);
+	r.g.a = NULL;
+	r.g.a_meta = NULL;
+	ops_free(&r);
+	return t;
+}
+
+/* Warming at load (issues 9 and 11): after weight_warm for batching up to
+ * 512 columns, no batched GEMM of any width a batch can take, and no
+ * single GEMM at a bucket's representative N, makes a plan or measures a
+ * choice on the serving path, for either output type.  The counters are
+ * shown to count: the same weight loaded without warming measures (and,
+ * with cuSPARSELt, plans) at its first batch.  On 2:4, plans made at the
+ * warming survive 40 plans of other N made afterwards. */
+static void test_warmup(void **state)
+{
+	(void)state;
+	if (quick == 2)
+		return;
+	struct backend_device_info info;
+	assert_int_equal(backend_cuda.describe(dev_index, &info), 0);
+	if (!info.batches) {
+		printf("  (this device does not batch: nothing to warm for batches)\n");
+		return;
+	}
+	const bool have_lt = strstr(info.variants, "cublaslt.") != NULL;
+	const bool have_slt = strstr(info.variants, "cusparselt.") != NULL;
+	const uint32_t m = quick ? 512 : 2048, k = quick ? 512 : 2048;
+	const struct backend_warm warm = { .batching = true, .max_columns = 512 };
+	uint32_t widths[CUDA_WARM_MAX_WIDTHS];
+	const size_t nw = cuda_warm_widths(true, warm.max_columns, widths, CUDA_WARM_MAX_WIDTHS);
+	const enum mfma_dtype outs[2] = { MFMA_DT_F16, MFMA_DT_F32 };
+	for (int sp = 0; sp < 2; sp++) {
+		struct operands o;
+		ops_make(&o, MFMA_DT_F16, MFMA_DT_F16, sp, m, 16, k, 1.0f, 0.0f);
+		struct mfma_weight_host wh = { .m = m, .k = k, .dtype = MFMA_DT_F16, .sparse = sp,
+					       .a = o.a, .meta = o.meta };
+		char err[512] = "";
+		void *w = NULL;
+		uint64_t wbytes = 0;
+
+		/* Without warming the first batch pays: the counters count. */
+		if (backend_cuda.weight_load(dev, &wh, &w, &wbytes, err, sizeof(err)) != 0)
+			fail_msg("weight_load: %s", err);
+		struct backend_timing t = warm_batch(w, &o, MFMA_DT_F16, MFMA_DT_F32, sp, m, k, 16);
+		printf("  %s, not warmed: first batch of width 16 ran %s, %u plans, %u measures\n",
+		       sp ? "2:4" : "dense", t.variant ? t.variant : "?", t.plans, t.measures);
+		if (t.measures != 1)
+			fail_msg("the first batch of a weight not warmed measured %u choices, not 1",
+				 t.measures);
+		if (((sp && have_slt) || (!sp && have_lt)) && t.plans == 0)
+			fail_msg("the first batch of a weight not warmed made no library plan");
+		backend_cuda.weight_free(dev, w);
+
+		/* Warmed: every width, both output types, pays nothing. */
+		if (backend_cuda.weight_load(dev, &wh, &w, &wbytes, err, sizeof(err)) != 0)
+			fail_msg("weight_load: %s", err);
+		struct backend_warm_report rep;
+		uint64_t t0 = mfma_clock_ns();
+		if (backend_cuda.weight_warm(dev, w, &warm, &rep, err, sizeof(err)) != 0)
+			fail_msg("weight_warm: %s", err);
+		printf("  %s %ux%u warmed in %.1f ms: %u widths, %u plans, %u measures\n",
+		       sp ? "2:4" : "dense", m, k, (mfma_clock_ns() - t0) / 1e6, rep.widths,
+		       rep.plans, rep.measures);
+		assert_int_equal(rep.widths, nw);
+		assert_int_equal(rep.widths_left, 0);
+		/* At most one measuring per bucket and output type. */
+		assert_true(rep.measures <= 2 * CUDA_NBUCKETS);
+		if (sp && have_slt && rep.plans < 2 * nw)
+			fail_msg("warming made %u plans, fewer than cuSPARSELt's %zu widths x 2 outputs",
+				 rep.plans, nw);
+		for (size_t oi = 0; oi < 2; oi++) {
+			for (size_t i = 0; i < nw; i++) {
+				t = warm_batch(w, &o, MFMA_DT_F16, outs[oi], sp, m, k, widths[i]);
+				if (t.plans || t.measures)
+					fail_msg("%s warmed: a batch of width %u -> %s made %u plans and "
+						 "measured %u choices on the serving path (%s)",
+						 sp ? "2:4" : "dense", widths[i], mfma_dtype_name(outs[oi]),
+						 t.plans, t.measures, t.variant ? t.variant : "?");
+			}
+			for (size_t b = 0; b < CUDA_NBUCKETS; b++) {
+				t = warm_single(w, &o, MFMA_DT_F16, outs[oi], sp, m, k, cuda_bucket_rep(b));
+				if (t.plans || t.measures)
+					fail_msg("warmed: a single GEMM at N=%u made %u plans, measured %u",
+						 cuda_bucket_rep(b), t.plans, t.measures);
+			}
+		}
+		printf("  %s warmed: %zu widths x 2 outputs batched and 5 bucket N single, no plan "
+		       "and no measuring on the serving path\n", sp ? "2:4" : "dense", nw);
+		/* Plans of other N made after the warming replace one another,
+		 * never the warmed ones (cuSPARSELt keeps them; cuBLASLt's cache
+		 * is the device's, shared by every weight, so dense is not
+		 * checked here). */
+		if (sp && have_slt && !quick) {
+			uint32_t made = 0;
+			for (uint32_t n = 8; n <= 8 * 44; n += 8)
+				if (cuda_batch_width(n) != n && n != 8 * 44)
+					made += warm_single(w, &o, MFMA_DT_F16, MFMA_DT_F32, sp, m, k, n).plans;
+			t = warm_batch(w, &o, MFMA_DT_F16, MFMA_DT_F32, sp, m, k, widths[0]);
+			printf("  2:4: %u plans of other N made since; width %u again: %u plans\n", made,
+			       widths[0], t.plans);
+			if (t.plans)
+				fail_msg("a warmed width's plan was replaced by later ones");
+		}
+		backend_cuda.weight_free(dev, w);
+		ops_free(&o);
+	}
+}
+
 /* The provider a variant names: the libraries' and wgmma's start with
  * their name, our mma.sp kernels' with the dtype. */
 static const char *provider_of(const char *variant)
@@ -1063,6 +1240,7 @@ int main(void)
 		cmocka_unit_test(test_large),
 		cmocka_unit_test(test_providers),
 		cmocka_unit_test(test_choice),
+		cmocka_unit_test(test_warmup),
 		cmocka_unit_test(test_policy_and_cache),
 		cmocka_unit_test(test_other_devices),
 	};
