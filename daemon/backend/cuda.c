@@ -13,7 +13,9 @@
  * that supports it (the device charges the sum), and the choice among
  * them is measured: the first GEMM of an N bucket (and output type) runs
  * on each candidate, timed by the device's events, and the fastest serves
- * that bucket from then on.  The answer's variant names what ran.
+ * that bucket from then on.  The answer's variant names what ran.  When
+ * the daemon warms a weight at load (weight_warm, below), the measuring
+ * and every provider's per-N plans happen then, off the serving path.
  *
  * The configuration (cuda.providers, struct provider_policy) may exclude
  * providers: they are not attached, not described and never run.  It may
@@ -380,10 +382,10 @@ static int run_on(struct cuda_backend_dev *bd, size_t i, const struct mfma_gemm 
 /* Times each candidate (cand[0..ncand)) on g and fills r with those that
  * ran, fastest first.  The candidates take turns, one run each per round,
  * so that a clock ramping up or a neighbour's burst weighs on all of them
- * alike; the first round is an untimed warm-up, the fastest timed run
- * counts (runs timed runs each).  Every run writes the full answer into g->d; *last is the
- * candidate that ran last, with its timing in *t.  0, or the first
- * candidate's error when none ran. */
+ * alike; the first round is an untimed warm-up, then runs timed rounds,
+ * the fastest timed run counts.  Every run writes the full answer into
+ * g->d; *last is the candidate that ran last, with its timing in *t.  0,
+ * or the first candidate's error when none ran. */
 static int measure(struct cuda_backend_dev *bd, struct cuda_weight *w, const size_t *cand,
 		   size_t ncand, const struct mfma_gemm *g, int runs, struct cuda_rank *r,
 		   size_t *last, struct backend_timing *t, char *err, size_t errlen)
