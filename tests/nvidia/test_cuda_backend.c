@@ -861,9 +861,11 @@ static struct backend_timing warm_batch(void *w, const struct operands *o, enum 
 	return t;
 }
 
-/* One single GEMM at N on the resident weight w; its timing. */
-static struct backend_timing warm_single(void *w, const struct operands *o, enum mfma_dtype in,
-					 enum mfma_dtype out, bool sp, uint32_t m, uint32_t k, uint32_t n)
+/* One single GEMM at N on the resident weight w (A in o), checked on 16
+ * rows against the float64 reference; its timing. */
+static struct backend_timing resident_gemm(void *w, const struct operands *o, enum mfma_dtype in,
+					   enum mfma_dtype out, bool sp, uint32_t m, uint32_t k,
+					   uint32_t n)
 {
 	struct operands r;
 	ops_make(&r, in, out, false, m, n, k, 1.0f, 0.0f);
@@ -891,12 +893,14 @@ static struct backend_timing warm_single(void *w, const struct operands *o, enum
 }
 
 /* Warming at load (issues 9 and 11): after weight_warm for batching up to
- * 512 columns (64 when quick), no batched GEMM of any width a batch can take, and no
- * single GEMM at a bucket's representative N, makes a plan or measures a
- * choice on the serving path, for either output type.  The counters are
- * shown to count: the same weight loaded without warming measures (and,
- * with cuSPARSELt, plans) at its first batch.  On 2:4, plans made at the
- * warming survive 40 plans of other N made afterwards. */
+ * 512 columns (64 when quick), no batched GEMM of any width a batch can
+ * take, and no single GEMM at a bucket's representative N, makes a plan or
+ * measures a choice on the serving path, for either output type.  The
+ * counters are shown to count: the same weight loaded without warming
+ * measures (and, with cuSPARSELt, plans) at its first batch.  On 2:4, the
+ * plans made at the warming survive those of 37 other N made afterwards
+ * (more than the 32 slots cuSPARSELt does not keep), where cuSPARSELt
+ * serves those N. */
 static void test_warmup(void **state)
 {
 	(void)state;
@@ -966,7 +970,7 @@ static void test_warmup(void **state)
 						 t.plans, t.measures, t.variant ? t.variant : "?");
 			}
 			for (size_t b = 0; b < CUDA_NBUCKETS; b++) {
-				t = warm_single(w, &o, MFMA_DT_F16, outs[oi], sp, m, k, cuda_bucket_rep(b));
+				t = resident_gemm(w, &o, MFMA_DT_F16, outs[oi], sp, m, k, cuda_bucket_rep(b));
 				if (t.plans || t.measures)
 					fail_msg("warmed: a single GEMM at N=%u made %u plans, measured %u",
 						 cuda_bucket_rep(b), t.plans, t.measures);
@@ -979,15 +983,17 @@ static void test_warmup(void **state)
 		 * is the device's, shared by every weight, so dense is not
 		 * checked here). */
 		if (sp && have_slt && !quick) {
-			uint32_t made = 0;
-			for (uint32_t n = 8; n <= 8 * 44; n += 8)
-				if (cuda_batch_width(n) != n && n != 8 * 44)
-					made += warm_single(w, &o, MFMA_DT_F16, MFMA_DT_F32, sp, m, k, n).plans;
-			t = warm_batch(w, &o, MFMA_DT_F16, MFMA_DT_F32, sp, m, k, widths[0]);
-			printf("  2:4: %u plans of other N made since; width %u again: %u plans\n", made,
-			       widths[0], t.plans);
-			if (t.plans)
-				fail_msg("a warmed width's plan was replaced by later ones");
+			uint32_t made = 0, again = 0;
+			for (uint32_t n = 8; n < 8 * 44; n += 8)
+				if (cuda_batch_width(n) != n)
+					made += resident_gemm(w, &o, MFMA_DT_F16, MFMA_DT_F32, sp, m, k, n).plans;
+			for (size_t i = 0; i < nw; i++)
+				again += warm_batch(w, &o, MFMA_DT_F16, MFMA_DT_F32, sp, m, k, widths[i]).plans;
+			printf("  2:4: %u plans of other N made since%s; the warmed widths again: %u plans\n",
+			       made, made > 32 ? "" : " (too few to fill the slots not kept: not a test)",
+			       again);
+			if (again)
+				fail_msg("%u warmed widths' plans were replaced by later ones", again);
 		}
 		backend_cuda.weight_free(dev, w);
 		ops_free(&o);
@@ -1052,7 +1058,7 @@ static void reopen(const struct backend_config *cfg)
  * checked against the reference, freed; the variant that ran. */
 static const char *resident_once(bool sp, uint32_t m, uint32_t k, uint32_t n)
 {
-	struct operands o, r;
+	struct operands o;
 	char err[512] = "";
 	ops_make(&o, MFMA_DT_F16, MFMA_DT_F16, sp, m, 16, k, 1.0f, 0.0f);
 	struct mfma_weight_host wh = { .m = m, .k = k, .dtype = MFMA_DT_F16, .sparse = sp,
@@ -1061,26 +1067,7 @@ static const char *resident_once(bool sp, uint32_t m, uint32_t k, uint32_t n)
 	uint64_t wbytes = 0;
 	if (backend_cuda.weight_load(dev, &wh, &w, &wbytes, err, sizeof(err)) != 0)
 		fail_msg("weight_load: %s", err);
-	ops_make(&r, MFMA_DT_F16, MFMA_DT_F16, false, m, n, k, 1.0f, 0.0f);
-	r.g.a_sparse = sp;
-	free(r.a);
-	r.a = NULL;
-	r.g.a = o.a;
-	r.g.a_meta = o.meta;
-	struct backend_timing t = { 0 };
-	if (backend_cuda.gemm(dev, &r.g, w, &t, err, sizeof(err)) != 0)
-		fail_msg("gemm: %s", err);
-	uint32_t idx[16];
-	for (uint32_t j = 0; j < 16; j++)
-		idx[j] = j == 0 ? 0 : j == 1 ? m - 1 : nvt_rand(&seed) % m;
-	double rel = rel_error(&r, idx, 16);
-	checks++;
-	if (!(rel <= nvt_tolerance(MFMA_DT_F16)))
-		fail_msg("relative error %g on %s", rel, t.variant ? t.variant : "?");
-	const char *v = t.variant;
-	r.g.a = NULL;
-	r.g.a_meta = NULL;
-	ops_free(&r);
+	const char *v = resident_gemm(w, &o, MFMA_DT_F16, MFMA_DT_F16, sp, m, k, n).variant;
 	backend_cuda.weight_free(dev, w);
 	ops_free(&o);
 	return v;
