@@ -15,6 +15,7 @@
 #include "mfmad_build.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -897,10 +898,8 @@ static struct backend_timing resident_gemm(void *w, const struct operands *o, en
  * take, and no single GEMM at a bucket's representative N, makes a plan or
  * measures a choice on the serving path, for either output type.  The
  * counters are shown to count: the same weight loaded without warming
- * measures (and, with cuSPARSELt, plans) at its first batch.  On 2:4, the
- * plans made at the warming survive those of 37 other N made afterwards
- * (more than the 32 slots cuSPARSELt does not keep), where cuSPARSELt
- * serves those N. */
+ * measures (and, with cuSPARSELt, plans) at its first batch.  That the
+ * warmed plans outlive later ones is test_cusparselt_keeps_warmed_plans. */
 static void test_warmup(void **state)
 {
 	(void)state;
@@ -978,26 +977,92 @@ static void test_warmup(void **state)
 		}
 		printf("  %s warmed: %zu widths x 2 outputs batched and 5 bucket N single, no plan "
 		       "and no measuring on the serving path\n", sp ? "2:4" : "dense", nw);
-		/* Plans of other N made after the warming replace one another,
-		 * never the warmed ones (cuSPARSELt keeps them; cuBLASLt's cache
-		 * is the device's, shared by every weight, so dense is not
-		 * checked here). */
-		if (sp && have_slt && !quick) {
-			uint32_t made = 0, again = 0;
-			for (uint32_t n = 8; n < 8 * 44; n += 8)
-				if (cuda_batch_width(n) != n)
-					made += resident_gemm(w, &o, MFMA_DT_F16, MFMA_DT_F32, sp, m, k, n).plans;
-			for (size_t i = 0; i < nw; i++)
-				again += warm_batch(w, &o, MFMA_DT_F16, MFMA_DT_F32, sp, m, k, widths[i]).plans;
-			printf("  2:4: %u plans of other N made since%s; the warmed widths again: %u plans\n",
-			       made, made > 32 ? "" : " (too few to fill the slots not kept: not a test)",
-			       again);
-			if (again)
-				fail_msg("%u warmed widths' plans were replaced by later ones", again);
-		}
 		backend_cuda.weight_free(dev, w);
 		ops_free(&o);
 	}
+}
+
+/* One GEMM on cuSPARSELt directly (a 2:4 weight it packed), N columns to
+ * out.  A shape the library has no kernel for (-ENOTSUP) still leaves its
+ * plan, marked failed, in the weight's table: it counts like any other. */
+static void cs_run(struct cuda_dev *cd, void *st, void *packed, uint32_t m, uint32_t k, uint32_t n,
+		   enum mfma_dtype out)
+{
+	struct operands r;
+	ops_make(&r, MFMA_DT_F16, out, false, m, n, k, 1.0f, 0.0f);
+	r.g.a_sparse = true;
+	const char *variant = NULL;
+	char err[512] = "";
+	int rc = cuda_provider_cusparselt.launch(cd, st, &r.g, packed, &variant, err, sizeof(err));
+	if (rc != 0)
+		cuda_dev_drain(cd);
+	if (rc != 0 && rc != -ENOTSUP)
+		fail_msg("cuSPARSELt N=%u -> %s: %s (%d)", n, mfma_dtype_name(out), err, rc);
+	ops_free(&r);
+}
+
+/* cuSPARSELt keeps the plans made while a weight is warmed (up to two
+ * output types of CUDA_WARM_MAX_WIDTHS widths) whatever comes after, and
+ * replaces the others oldest first: driven directly, so that the library
+ * serves every N. */
+static void test_cusparselt_keeps_warmed_plans(void **state)
+{
+	(void)state;
+	if (quick)
+		return;
+	char err[512] = "";
+	struct cuda_dev *cd = NULL;
+	struct backend_config cfg = { .pinned_bytes = 8u << 20 };
+	if (cuda_dev_open(dev_index, &cfg, &cd, err, sizeof(err)) != 0)
+		fail_msg("cuda_dev_open: %s", err);
+	const struct cuda_provider *p = &cuda_provider_cusparselt;
+	void *st = NULL;
+	if (!p->usable(cuda_dev_cc(cd)) || p->attach(cd, &st, err, sizeof(err)) != 0) {
+		printf("  (cuSPARSELt absent: nothing to check)\n");
+		cuda_dev_close(cd);
+		return;
+	}
+	const uint32_t m = 256, k = 256;
+	struct operands o;
+	ops_make(&o, MFMA_DT_F16, MFMA_DT_F32, true, m, 16, k, 1.0f, 0.0f);
+	struct mfma_weight_host wh = { .m = m, .k = k, .dtype = MFMA_DT_F16, .sparse = true,
+				       .a = o.a, .meta = o.meta };
+	void *packed = NULL;
+	uint64_t bytes = 0;
+	if (p->weight_pack(cd, st, &wh, &packed, &bytes, err, sizeof(err)) != 0 ||
+	    cuda_dev_sync(cd, "packing", err, sizeof(err)) != 0)
+		fail_msg("cuSPARSELt weight_pack: %s", err);
+	const enum mfma_dtype outs[2] = { MFMA_DT_F32, MFMA_DT_F16 };
+	/* Warmed: 16 widths (multiples of 16) x 2 output types, all kept. */
+	const uint64_t p0 = cuda_dev_plans(cd);
+	cuda_dev_set_warming(cd, true);
+	for (int oi = 0; oi < 2; oi++)
+		for (uint32_t i = 1; i <= CUDA_WARM_MAX_WIDTHS; i++)
+			cs_run(cd, st, packed, m, k, 16 * i, outs[oi]);
+	cuda_dev_set_warming(cd, false);
+	assert_int_equal(cuda_dev_plans(cd) - p0, 2 * CUDA_WARM_MAX_WIDTHS);
+	/* 40 other N (odd multiples of 8) in the 32 slots not kept. */
+	for (uint32_t j = 0; j < 40; j++)
+		cs_run(cd, st, packed, m, k, 8 + 16 * j, MFMA_DT_F32);
+	const uint64_t p1 = cuda_dev_plans(cd);
+	assert_int_equal(p1 - p0, 2 * CUDA_WARM_MAX_WIDTHS + 40);
+	/* Every warmed plan is still there; the first of the others was
+	 * replaced and is made again. */
+	for (int oi = 0; oi < 2; oi++)
+		for (uint32_t i = 1; i <= CUDA_WARM_MAX_WIDTHS; i++)
+			cs_run(cd, st, packed, m, k, 16 * i, outs[oi]);
+	const uint64_t p2 = cuda_dev_plans(cd);
+	cs_run(cd, st, packed, m, k, 8, MFMA_DT_F32);
+	printf("  cuSPARSELt: %u warmed plans, 40 others; warmed again: %" PRIu64 " new plans; the "
+	       "oldest other again: %" PRIu64 "\n", 2 * CUDA_WARM_MAX_WIDTHS, p2 - p1,
+	       cuda_dev_plans(cd) - p2);
+	assert_int_equal(p2, p1);
+	assert_int_equal(cuda_dev_plans(cd) - p2, 1);
+	p->weight_free(cd, st, packed);
+	ops_free(&o);
+	cuda_dev_drain(cd);
+	p->detach(cd, st);
+	cuda_dev_close(cd);
 }
 
 /* The provider a variant names: the libraries' and wgmma's start with
@@ -1230,6 +1295,7 @@ int main(void)
 		cmocka_unit_test(test_providers),
 		cmocka_unit_test(test_choice),
 		cmocka_unit_test(test_warmup),
+		cmocka_unit_test(test_cusparselt_keeps_warmed_plans),
 		cmocka_unit_test(test_policy_and_cache),
 		cmocka_unit_test(test_other_devices),
 	};
