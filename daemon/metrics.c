@@ -299,6 +299,15 @@ int metrics_render_at(const struct mfmad_stats *s, uint64_t now_ns, char **out, 
 			    "in the state directory is not measured.",
 			    STATS_GET(s->measures_load), STATS_GET(s->measures_serving));
 
+	family(&b, "mfmad_gemm_matrices_total", "counter",
+	       "A GEMM frame's large matrices (4 KiB or more), by whether the decode left them "
+	       "in the frame it read or copied them out (not at a 16-byte offset: a client that "
+	       "does not send Request.pad).");
+	buf_printf(&b, "mfmad_gemm_matrices_total{placement=\"in_place\"} %" PRIu64 "\n",
+		   STATS_GET(s->matrices_in_place));
+	buf_printf(&b, "mfmad_gemm_matrices_total{placement=\"copied\"} %" PRIu64 "\n",
+		   STATS_GET(s->matrices_copied));
+
 	render_gauge(&b, "mfmad_connections_open", "Client connections open now.",
 		     STATS_GET(s->connections_open));
 	render_counter(&b, "mfmad_connections_total", "Client connections accepted since start.",

@@ -77,6 +77,10 @@ struct mfmad_stats {
 	 * measured: at weight load (warming) and on the serving path (a
 	 * GEMM's first of its width, which the queue behind it waits for). */
 	_Atomic uint64_t plans_load, plans_serving, measures_load, measures_serving;
+	/* A GEMM frame's large matrices (WIRE_SPLIT_MIN_BYTES and more): left
+	 * in the frame the daemon read, or copied out by the decode (one not
+	 * at an aligned offset: a client without Request.pad). */
+	_Atomic uint64_t matrices_in_place, matrices_copied;
 	_Atomic uint64_t latency_bucket[STATS_LATENCY_BUCKETS + 1];
 	_Atomic uint64_t latency_sum_ns, latency_count;
 	_Atomic uint64_t connections_open, connections_total;
