@@ -47,6 +47,7 @@ void config_defaults(struct mfmad_config *c)
 	c->cuda = BACKEND_AUTO;
 	c->hip_providers.prefer = -1;
 	c->cuda_providers.prefer = -1;
+	c->cuda_warmup = true;
 	c->shutdown_grace_ms = 10000;
 	snprintf(c->metrics_address, sizeof(c->metrics_address), "127.0.0.1");
 	c->metrics_port = 9464;
@@ -259,6 +260,7 @@ KEY(cpu_threads, { set_int(p, s, 0, 4096, &c->cpu_threads); })
 KEY(cpu_devices, { set_int(p, s, 1, 16, &c->cpu_devices); })
 KEY(hip_enabled, { set_enable(p, s, &c->hip); })
 KEY(cuda_enabled, { set_enable(p, s, &c->cuda); })
+KEY(cuda_warmup, { set_bool(p, s, &c->cuda_warmup); })
 /* family.providers = { exclude = ["name", ...]; prefer = "name"; }: every
  * name one of the family's providers (providers.h), the pinned one not
  * excluded too. */
@@ -489,7 +491,7 @@ static const struct key hip_keys[] = {
 };
 static const struct key cuda_keys[] = {
 	{ "enabled", k_cuda_enabled, NULL }, { "providers", k_cuda_providers, NULL },
-	{ NULL, NULL, NULL },
+	{ "warmup", k_cuda_warmup, NULL }, { NULL, NULL, NULL },
 };
 static const struct key metrics_keys[] = {
 	{ "enabled", k_metrics_enabled, NULL }, { "address", k_metrics_address, NULL },

@@ -76,6 +76,7 @@ struct mfmad_config {
 	int cpu_devices;
 	enum backend_enable hip, cuda;
 	struct provider_policy hip_providers, cuda_providers; /* hip.providers, cuda.providers */
+	bool cuda_warmup;              /* plan resident weights' widths at load (live on SIGHUP) */
 
 	uint64_t shutdown_grace_ms;
 	bool metrics_enabled;

@@ -215,7 +215,7 @@ static void print_config(const struct mfmad_config *c, const char *src)
 	print_providers(&c->hip_providers, PROVIDERS_HIP);
 	printf("; };\ncuda = { enabled = %s; providers = ", en[c->cuda]);
 	print_providers(&c->cuda_providers, PROVIDERS_CUDA);
-	printf("; };\n");
+	printf("; warmup = %s; };\n", c->cuda_warmup ? "true" : "false");
 	printf("metrics = { enabled = %s; address = \"%s\"; port = %d; allow_remote = %s; };\n",
 	       c->metrics_enabled ? "true" : "false", c->metrics_address, c->metrics_port,
 	       c->metrics_allow_remote ? "true" : "false");
@@ -322,6 +322,8 @@ static void reload(struct daemon *d)
 	c->batch_enabled = nc.batch_enabled;
 	c->batch_max_columns = nc.batch_max_columns;
 	c->batch_max_queue_delay_us = nc.batch_max_queue_delay_us;
+	/* Weights loaded from now on are warmed (or not) by the new value. */
+	c->cuda_warmup = nc.cuda_warmup;
 	apply_scheduling(d);
 	c->shutdown_grace_ms = nc.shutdown_grace_ms;
 	c->status_interval_ms = nc.status_interval_ms;
