@@ -16,8 +16,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend_time.h"
+#include "copy_pool.h"
 #include "cuda_device.h"
 #include "mfma_clock.h"
 
@@ -69,6 +71,8 @@ struct cuda_dev {
 	 * a weight is being warmed at load now. */
 	uint64_t plans;
 	bool warming;
+	/* Helpers for the host side of staged copies (NULL: the worker alone). */
+	struct copy_pool *copies;
 };
 
 int cuda_fail(CUresult r, char *err, size_t errlen, const char *what)
@@ -265,6 +269,7 @@ void cuda_dev_close(struct cuda_dev *d)
 				nv_drv.cuMemHostUnregister((void *)d->regs[i].base);
 		nv_drv.cuDevicePrimaryCtxRelease(d->slot->dev);
 	}
+	copy_pool_stop(d->copies);
 	free(d->regs);
 	free(d);
 }
@@ -391,6 +396,9 @@ int cuda_dev_open(int index, const struct backend_config *cfg, struct cuda_dev *
 	}
 	d->pin = pin;
 	d->pin_half = pinned / 2 / 256 * 256;
+	/* Without helpers the copies still run, on the worker alone. */
+	if (copy_pool_start(&d->copies, copy_pool_helpers_for(sysconf(_SC_NPROCESSORS_ONLN))) < 0)
+		d->copies = NULL;
 	*dev = d;
 	return 0;
 out:
@@ -434,6 +442,15 @@ static bool on_device(const struct cuda_dev *d, const void *p, size_t len)
 	return false;
 }
 
+static void chunk_copy(struct cuda_dev *d, cuda_give_fn give, cuda_take_fn take, void *arg,
+		       size_t off, unsigned char *p, size_t len);
+
+/* give for a contiguous host source (arg). */
+static void give_from(void *arg, size_t off, unsigned char *dst, size_t len)
+{
+	memcpy(dst, (const unsigned char *)arg + off, len);
+}
+
 int cuda_dev_copy_in(struct cuda_dev *d, CUdeviceptr dst, size_t dpitch, const void *src,
 		     size_t rows, size_t row_bytes, char *err, size_t errlen)
 {
@@ -474,7 +491,7 @@ int cuda_dev_copy_in(struct cuda_dev *d, CUdeviceptr dst, size_t dpitch, const v
 			if ((rc = pin_wait(d, h, err, errlen)) < 0)
 				return rc;
 			unsigned char *p = d->pin + (size_t)h * d->pin_half;
-			memcpy(p, s + off, len);
+			chunk_copy(d, give_from, NULL, (void *)(uintptr_t)s, off, p, len);
 			CU_TRY(nv_drv.cuMemcpyHtoDAsync(dst + off, p, len, d->stream), "cuMemcpyHtoDAsync");
 			if ((rc = pin_mark(d, h, err, errlen)) < 0)
 				return rc;
@@ -504,6 +521,34 @@ int cuda_dev_copy_in(struct cuda_dev *d, CUdeviceptr dst, size_t dpitch, const v
 	return 0;
 }
 
+/* One chunk of a staged copy, cut into slices for the copy pool: the
+ * host side of the chunk at off (give into, or take out of, pinned p). */
+struct chunk_job {
+	cuda_give_fn give;
+	cuda_take_fn take;
+	void *arg;
+	size_t off;
+	unsigned char *p;
+};
+
+static void chunk_slice(void *job, size_t at, size_t len)
+{
+	const struct chunk_job *c = job;
+	if (c->give)
+		c->give(c->arg, c->off + at, c->p + at, len);
+	else
+		c->take(c->arg, c->off + at, c->p + at, len);
+}
+
+/* give (or take) over len bytes of chunk off at p, on the worker and the
+ * device's copy helpers. */
+static void chunk_copy(struct cuda_dev *d, cuda_give_fn give, cuda_take_fn take, void *arg,
+		       size_t off, unsigned char *p, size_t len)
+{
+	struct chunk_job c = { .give = give, .take = take, .arg = arg, .off = off, .p = p };
+	copy_pool_run(d->copies, chunk_slice, &c, len);
+}
+
 int cuda_dev_copy_in_with(struct cuda_dev *d, CUdeviceptr dst, size_t bytes, cuda_give_fn give,
 			  void *arg, char *err, size_t errlen)
 {
@@ -513,7 +558,7 @@ int cuda_dev_copy_in_with(struct cuda_dev *d, CUdeviceptr dst, size_t bytes, cud
 		if ((rc = pin_wait(d, h, err, errlen)) < 0)
 			return rc;
 		unsigned char *p = d->pin + (size_t)h * d->pin_half;
-		give(arg, off, p, len);
+		chunk_copy(d, give, NULL, arg, off, p, len);
 		CU_TRY(nv_drv.cuMemcpyHtoDAsync(dst + off, p, len, d->stream), "cuMemcpyHtoDAsync");
 		if ((rc = pin_mark(d, h, err, errlen)) < 0)
 			return rc;
@@ -605,7 +650,8 @@ int cuda_dev_copy_out_with(struct cuda_dev *d, CUdeviceptr src, size_t bytes, cu
 			size_t poff = (i - 1) * d->pin_half;
 			if ((rc = pin_wait(d, hp, err, errlen)) < 0)
 				return rc;
-			take(arg, poff, d->pin + (size_t)hp * d->pin_half, d->pin_half);
+			chunk_copy(d, NULL, take, arg, poff, d->pin + (size_t)hp * d->pin_half,
+				   d->pin_half);
 		}
 	}
 	CU_TRY(nv_drv.cuEventSynchronize(d->ev[EV_OUT]), "cuEventSynchronize");
@@ -615,7 +661,7 @@ int cuda_dev_copy_out_with(struct cuda_dev *d, CUdeviceptr src, size_t bytes, cu
 		int h = (int)(last & 1);
 		if ((rc = pin_wait(d, h, err, errlen)) < 0)
 			return rc;
-		take(arg, off, d->pin + (size_t)h * d->pin_half, bytes - off);
+		chunk_copy(d, NULL, take, arg, off, d->pin + (size_t)h * d->pin_half, bytes - off);
 	}
 	d->out_tail_ns = mfma_clock_ns() - t0;
 	return 0;

@@ -911,7 +911,6 @@ static void test_warmup(void **state)
 		printf("  (this device does not batch: nothing to warm for batches)\n");
 		return;
 	}
-	const bool have_lt = strstr(info.variants, "cublaslt.") != NULL;
 	const bool have_slt = strstr(info.variants, "cusparselt.") != NULL;
 	const uint32_t m = quick ? 512 : 2048, k = quick ? 512 : 2048;
 	/* Under compute-sanitizer (quick) fewer widths: each cuSPARSELt
@@ -935,10 +934,13 @@ static void test_warmup(void **state)
 		struct backend_timing t = warm_batch(w, &o, MFMA_DT_F16, MFMA_DT_F32, sp, m, k, 16);
 		printf("  %s, not warmed: first batch of width 16 ran %s, %u plans, %u measures\n",
 		       sp ? "2:4" : "dense", t.variant ? t.variant : "?", t.plans, t.measures);
-		if (t.measures != 1)
-			fail_msg("the first batch of a weight not warmed measured %u choices, not 1",
-				 t.measures);
-		if (((sp && have_slt) || (!sp && have_lt)) && t.plans == 0)
+		/* 2:4 f16 -> f32 has several candidates (our two families and
+		 * cuSPARSELt), so its first batch measures; dense f16 -> f32 may
+		 * have one only (on the H200 wgmma alone: cuBLASLt's dense
+		 * provider is not a candidate for it), which nothing measures. */
+		if (sp ? t.measures != 1 : t.measures > 1)
+			fail_msg("the first batch of a weight not warmed measured %u choices", t.measures);
+		if (sp && have_slt && t.plans == 0)
 			fail_msg("the first batch of a weight not warmed made no library plan");
 		backend_cuda.weight_free(dev, w);
 
