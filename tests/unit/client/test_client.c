@@ -335,11 +335,13 @@ static void test_no_deadlock_with_large_frames(void **state)
 	mfma_set_timeout(c, 20000);
 	struct progress prog = { 0 };
 	mfma_set_progress(c, on_progress, &prog);
-	size_t n = (1u << 20) / 4;
+	/* 4 MiB requests: larger than the client's send buffer (1 MiB,
+	 * CLIENT_SEND_BUFFER) and than the socket's on the other side. */
+	size_t n = (4u << 20) / 4;
 	float *data = calloc(n, sizeof(float));
 	assert_non_null(data);
 	struct mfma_gemm_args a;
-	args_for(&a, data, 1024, 256);
+	args_for(&a, data, 1024, 1024);
 	uint64_t ids[NBIG];
 	for (int i = 0; i < NBIG; i++) {
 		if (mfma_gemm_submit(c, &a, &ids[i], &err) != 0)
@@ -350,7 +352,7 @@ static void test_no_deadlock_with_large_frames(void **state)
 	assert_int_equal(prog.frames, NBIG);
 	assert_int_equal(prog.backwards, 0);
 	assert_true(prog.calls > 2 * NBIG);
-	assert_true(prog.last_total > (1u << 20));
+	assert_true(prog.last_total > (4u << 20));
 	for (int i = 0; i < NBIG; i++) {
 		struct mfma_gemm_result r;
 		uint64_t done;
