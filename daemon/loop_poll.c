@@ -2,6 +2,7 @@
 #include "loop_poll.h"
 
 #include <poll.h>
+#include <sched.h>
 #include <stddef.h>
 
 #include "mfma_clock.h"
@@ -18,7 +19,8 @@ static int backend_ready(uv_loop_t *loop)
 }
 
 /* Runs before each I/O phase while the window is open; stopping here makes
- * this very phase block with the loop's own timeout. */
+ * this very phase block with the loop's own timeout.  While it stays open
+ * the thread yields between looks (loop_poll.h says why). */
 static void on_idle(uv_idle_t *h)
 {
 	struct loop_poll *lp = h->data;
@@ -29,6 +31,8 @@ static void on_idle(uv_idle_t *h)
 	}
 	if (lp->window_ns == 0 || now - lp->last_work_ns >= lp->window_ns)
 		uv_idle_stop(&lp->idle);
+	else
+		sched_yield();
 }
 
 /* Runs after each I/O phase: with the idle handle stopped, that phase was

@@ -9,7 +9,12 @@
  * epoll descriptor reports something ready and closes it once nothing has
  * been for the window's length.  A check handle, which runs after each I/O
  * phase, opens the window again when the loop wakes from a blocking wait,
- * for whatever reason (I/O, a timer, a signal).  Both handles are
+ * for whatever reason (I/O, a timer, a signal).  Between two looks the
+ * thread yields (sched_yield): where another thread waits for this core
+ * (the device worker, a local client) it runs at once instead of after the
+ * spinner's time slice, which on a 2-core machine turned a 50 us round
+ * trip into 650 us (bench/RESULTS.md); with no one waiting the yield
+ * returns at once.  Both handles are
  * unreferenced, so they never keep the loop alive, and neither is started
  * while the window is 0: the loop then runs exactly as without them. */
 #ifndef MFMAD_LOOP_POLL_H

@@ -14,6 +14,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -958,7 +959,10 @@ static int wait_socket(mfma_client *c, short events, uint64_t deadline, short *r
 		/* mfma_set_spin_us: look without blocking first, so that an
 		 * answer that is about to come costs no sleep and wake-up;
 		 * never past the deadline, which the blocking poll below then
-		 * finds passed. */
+		 * finds passed.  Between looks the thread yields: where the
+		 * daemon's thread waits for this core it runs now, not after
+		 * our time slice (on 2 cores, 650 us round trips instead of 30
+		 * without the yield); with no one waiting it returns at once. */
 		uint64_t now = mfma_clock_ns();
 		uint64_t until = now + c->spin_ns;
 		if (deadline && deadline < until)
@@ -972,6 +976,7 @@ static int wait_socket(mfma_client *c, short events, uint64_t deadline, short *r
 			}
 			if (pr < 0 && errno != EINTR)
 				return client_die(c, -errno, err, "poll: %s", strerror(errno));
+			sched_yield();
 			now = mfma_clock_ns();
 		}
 	}
