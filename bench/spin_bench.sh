@@ -10,6 +10,9 @@
 # (default build/).
 #   bench/spin_bench.sh [ROUNDS]      (default 4)
 #   LOOP_US=300 SPIN_US=300 WORKER_POLL_US=0 M=256 K=256 N=16 RTT_ITERS=3000 BENCH_N=2000
+#   DTYPE=f32 SPARSE= (SPARSE=1: a 2:4 weight, loaded with --sparse validate)
+#   RTT_ITERS=0 leaves rtt_bench out (on a GPU host the 16x16x16 f32 goes to the GPU).
+# On a GPU host, e.g.: M=14336 K=4096 N=16 DTYPE=f16 SPARSE=1 RTT_ITERS=0 bench/spin_bench.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
@@ -22,6 +25,8 @@ K=${K:-256}
 N=${N:-16}
 RTT_ITERS=${RTT_ITERS:-3000}
 BENCH_N=${BENCH_N:-2000}
+DTYPE=${DTYPE:-f32}
+SPARSE=${SPARSE:-}
 export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
 unset MFMA_SPIN_US
 
@@ -29,7 +34,7 @@ dir=$(mktemp -d)
 pid=
 trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; wait 2>/dev/null; rm -rf "$dir"' EXIT
 conf() {
-  printf 'cpu = { threads = 1; devices = 1; };\nlimits = { loop_poll_us = %s; worker_poll_us = %s; };\n' \
+  printf 'cpu = { threads = 1; devices = 1; };\nlimits = { loop_poll_us = %s; worker_poll_us = %s; max_frame_mb = 512; };\n' \
     "$1" "$WORKER_POLL_US" > "$dir/mfmad.conf"
 }
 conf 0
@@ -37,8 +42,13 @@ conf 0
 pid=$!
 ctl=("$BUILD/client/ctl/mfmactl" -e "unix:$dir/s.sock")
 for _ in $(seq 100); do "${ctl[@]}" ping -c 1 >/dev/null 2>&1 && break; sleep 0.1; done
-"${ctl[@]}" random -o "$dir/w.npy" --shape "${M}x${K}" --dtype f32 --seed 1 >/dev/null
-"${ctl[@]}" load w "$dir/w.npy" >/dev/null
+if [ -n "$SPARSE" ]; then
+  "${ctl[@]}" random -o "$dir/w.npy" --shape "${M}x${K}" --dtype "$DTYPE" --seed 1 --sparse24 >/dev/null
+  "${ctl[@]}" load w "$dir/w.npy" --sparse validate >/dev/null
+else
+  "${ctl[@]}" random -o "$dir/w.npy" --shape "${M}x${K}" --dtype "$DTYPE" --seed 1 >/dev/null
+  "${ctl[@]}" load w "$dir/w.npy" >/dev/null
+fi
 
 # Sets limits.loop_poll_us and waits until the daemon has reloaded.
 set_loop() {
@@ -56,7 +66,7 @@ set_loop() {
 
 echo "# spin_bench: $(date -u +%FT%TZ), $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'), worker_poll_us $WORKER_POLL_US,"\
-     "rtt_bench $RTT_ITERS iterations, mfmactl bench $BENCH_N requests of ${M}x${N}x${K} f32 --shm"
+     "rtt_bench $RTT_ITERS iterations, mfmactl bench $BENCH_N requests of ${M}x${N}x${K} $DTYPE${SPARSE:+ 2:4} --shm"
 echo
 echo "| round | loop_poll_us | client spin us | echo p50 | rtt_bench mfmad p50 | mfmad - echo | bench --shm p50 | bench server total | bench kernel |"
 echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
@@ -66,11 +76,14 @@ for round in $(seq "$ROUNDS"); do
   for loop in 0 "$LOOP_US"; do
     set_loop "$loop"
     for spin in 0 "$SPIN_US"; do
-      rtt=$(MFMA_SPIN_US=$spin "$BUILD/bench/rtt_bench" "unix:$dir/s.sock" "$RTT_ITERS")
-      echo_p50=$(awk -F'|' '/raw Unix-socket echo/ { gsub(/ /, "", $4); print $4 }' <<<"$rtt")
-      gemm_p50=$(awk -F'|' '/mfmad GEMM/ { gsub(/ /, "", $4); print $4 }' <<<"$rtt")
+      echo_p50=0 gemm_p50=0
+      if [ "$RTT_ITERS" -gt 0 ]; then
+        rtt=$(MFMA_SPIN_US=$spin "$BUILD/bench/rtt_bench" "unix:$dir/s.sock" "$RTT_ITERS")
+        echo_p50=$(awk -F'|' '/raw Unix-socket echo/ { gsub(/ /, "", $4); print $4 }' <<<"$rtt")
+        gemm_p50=$(awk -F'|' '/mfmad GEMM/ { gsub(/ /, "", $4); print $4 }' <<<"$rtt")
+      fi
       js=$("${ctl[@]}" --spin-us "$spin" --json bench -n "$BENCH_N" -j 1 --weight w --n "$N" \
-           --dtype f32 --warmup 50 --shm)
+           --warmup 50 --shm)
       read -r b50 btot bker bspin < <(python3 -c '
 import json, sys
 j = json.loads(sys.argv[1])
