@@ -173,29 +173,17 @@ static uint64_t cpu_over_pings(const struct mfmad_proc *p, mfma_client *c)
 	return loop_cpu_ms(p->pid) - before;
 }
 
-static int log_count(const struct mfmad_proc *p, const char *s)
-{
-	FILE *f = fopen(p->log, "r");
-	char line[1024];
-	int n = 0;
-	while (f && fgets(line, sizeof(line), f))
-		n += strstr(line, s) != NULL;
-	if (f)
-		fclose(f);
-	return n;
-}
-
 static void reconfigure(const struct mfmad_proc *p, const char *conf)
 {
-	int before = log_count(p, "configuration reloaded");
+	int before = harness_log_count(p, "configuration reloaded");
 	FILE *f = fopen(p->conf, "w");
 	assert_non_null(f);
 	fprintf(f, "%s\n", conf);
 	fclose(f);
 	assert_int_equal(kill(p->pid, SIGHUP), 0);
-	for (int i = 0; i < 200 && log_count(p, "configuration reloaded") == before; i++)
+	for (int i = 0; i < 200 && harness_log_count(p, "configuration reloaded") == before; i++)
 		sleep_ms(25);
-	assert_true(log_count(p, "configuration reloaded") > before);
+	assert_true(harness_log_count(p, "configuration reloaded") > before);
 }
 
 /* limits.loop_poll_us changes on SIGHUP, both ways.  The thresholds leave
