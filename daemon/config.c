@@ -27,6 +27,7 @@ void config_defaults(struct mfmad_config *c)
 	c->max_connections = 256;
 	c->max_buffered_bytes = 1024ull << 20;
 	c->max_unsent_bytes = 64ull << 20;
+	c->send_buffer_bytes = 1ull << 20;
 	c->max_memory_bytes = 6144ull << 20;
 	c->read_timeout_ms = 30000;
 	c->idle_timeout_ms = 600000;
@@ -46,6 +47,7 @@ void config_defaults(struct mfmad_config *c)
 	c->cuda = BACKEND_AUTO;
 	c->hip_providers.prefer = -1;
 	c->cuda_providers.prefer = -1;
+	c->cuda_warmup = true;
 	c->shutdown_grace_ms = 10000;
 	snprintf(c->metrics_address, sizeof(c->metrics_address), "127.0.0.1");
 	c->metrics_port = 9464;
@@ -234,6 +236,7 @@ KEY(max_inflight_mb, { set_u64(p, s, 1, 1ll << 30, 1ull << 20, &c->max_inflight_
 KEY(max_connections, { set_u32(p, s, 1, 1 << 20, &c->max_connections); })
 KEY(max_buffered_mb, { set_u64(p, s, 1, 1ll << 30, 1ull << 20, &c->max_buffered_bytes); })
 KEY(max_unsent_mb, { set_u64(p, s, 1, 1ll << 30, 1ull << 20, &c->max_unsent_bytes); })
+KEY(send_buffer_kb, { set_u64(p, s, 0, 1 << 20, 1024, &c->send_buffer_bytes); })
 KEY(max_memory_mb, { set_u64(p, s, 16, 1ll << 30, 1ull << 20, &c->max_memory_bytes); })
 KEY(read_timeout_ms, { set_u64(p, s, 0, 1ll << 32, 1, &c->read_timeout_ms); })
 KEY(idle_timeout_ms, { set_u64(p, s, 0, 1ll << 32, 1, &c->idle_timeout_ms); })
@@ -258,6 +261,7 @@ KEY(cpu_threads, { set_int(p, s, 0, 4096, &c->cpu_threads); })
 KEY(cpu_devices, { set_int(p, s, 1, 16, &c->cpu_devices); })
 KEY(hip_enabled, { set_enable(p, s, &c->hip); })
 KEY(cuda_enabled, { set_enable(p, s, &c->cuda); })
+KEY(cuda_warmup, { set_bool(p, s, &c->cuda_warmup); })
 /* family.providers = { exclude = ["name", ...]; prefer = "name"; }: every
  * name one of the family's providers (providers.h), the pinned one not
  * excluded too. */
@@ -348,6 +352,7 @@ static const struct key limits_keys[] = {
 	{ "max_connections", k_max_connections, NULL },
 	{ "max_buffered_mb", k_max_buffered_mb, NULL },
 	{ "max_unsent_mb", k_max_unsent_mb, NULL },
+	{ "send_buffer_kb", k_send_buffer_kb, NULL },
 	{ "max_memory_mb", k_max_memory_mb, NULL },
 	{ "read_timeout_ms", k_read_timeout_ms, NULL },
 	{ "idle_timeout_ms", k_idle_timeout_ms, NULL },
@@ -488,7 +493,7 @@ static const struct key hip_keys[] = {
 };
 static const struct key cuda_keys[] = {
 	{ "enabled", k_cuda_enabled, NULL }, { "providers", k_cuda_providers, NULL },
-	{ NULL, NULL, NULL },
+	{ "warmup", k_cuda_warmup, NULL }, { NULL, NULL, NULL },
 };
 static const struct key metrics_keys[] = {
 	{ "enabled", k_metrics_enabled, NULL }, { "address", k_metrics_address, NULL },

@@ -47,6 +47,7 @@ struct mfmad_config {
 	uint32_t max_connections;
 	uint64_t max_buffered_bytes;   /* partial frames of every connection together */
 	uint64_t max_unsent_bytes;     /* answers waiting for one client, at their real cost */
+	uint64_t send_buffer_bytes;    /* a Unix-socket connection's kernel send buffer; 0: the system's */
 	uint64_t max_memory_bytes;     /* all a client can make the daemon hold, together */
 	uint64_t read_timeout_ms;      /* a started frame must complete; 0 = none */
 	uint64_t idle_timeout_ms;      /* no request and nothing pending; 0 = none */
@@ -76,6 +77,7 @@ struct mfmad_config {
 	int cpu_devices;
 	enum backend_enable hip, cuda;
 	struct provider_policy hip_providers, cuda_providers; /* hip.providers, cuda.providers */
+	bool cuda_warmup;              /* plan resident weights' widths at load (live on SIGHUP) */
 
 	uint64_t shutdown_grace_ms;
 	bool metrics_enabled;

@@ -106,6 +106,13 @@ void conn_send(struct conn *c, uint8_t *buf, size_t len, bool close_after);
  * which sends it before anything else: conn_flush_direct); false: send
  * it with conn_send.  The caller holds the connection. */
 bool conn_send_direct(struct conn *c, uint8_t *frame, size_t len);
+/* Worker: an answer handed to a post thread (no direct send may overtake
+ * it until conn_send_posted has run). */
+void conn_answer_posted(struct conn *c);
+/* Post thread, in the order the answers were posted: conn_send_direct
+ * for a posted answer (frame NULL: an answer the loop encodes).  false:
+ * left to the loop, counted as by conn_answer_later. */
+bool conn_send_posted(struct conn *c, uint8_t *frame, size_t len);
 /* Loop: queues the tail a direct send left, if any. */
 void conn_flush_direct(struct conn *c);
 /* Any thread: an answer finished on a worker is left for the loop to send

@@ -13,8 +13,9 @@
  *   devices.c  the backends compiled in and the devices they found
  *
  * Threads: the device workers touch only their queue (scheduler.c, under its
- * mutex), their device and the job they run; everything else is the
- * loop's. */
+ * mutex), their device and the job they run; each device's post thread
+ * only the jobs its worker handed it (for a GEMM: the answer's write, under
+ * the connection's write lock, conn.c); everything else is the loop's. */
 #ifndef MFMAD_DAEMON_H
 #define MFMAD_DAEMON_H
 

@@ -107,6 +107,8 @@ static void route_msg(struct conn *c, struct request_msg *m, uint64_t arrival, u
 		return;
 	}
 	request_init(&r, c, req->id, arrival, kind_of(req));
+	STATS_ADD(d->stats.matrices_in_place, m->in_place);
+	STATS_ADD(d->stats.matrices_copied, m->large - m->in_place);
 	/* Before any refusal: the registration takes the descriptor that
 	 * came with the frame, also to close it when it refuses. */
 	if (req->body_case == MFMA__V1__REQUEST__BODY_REGISTER_REGION) {
@@ -139,6 +141,12 @@ static void route_msg(struct conn *c, struct request_msg *m, uint64_t arrival, u
 	char err[256];
 	if (bad[0]) {
 		reply_status(d, &r, MFMA__V1__CODE__INVALID_ARGUMENT, "%s; strings in a request cannot hold NUL bytes", bad);
+		return;
+	}
+	if (req->has_pad && req->pad.len > WIRE_PAD_MAX) {
+		reply_status(d, &r, MFMA__V1__CODE__INVALID_ARGUMENT,
+			     "pad of %zu bytes; at most %u (it only aligns the matrix after it)",
+			     req->pad.len, WIRE_PAD_MAX);
 		return;
 	}
 	/* The name's own error before the lookup, as for a load (a name of

@@ -121,11 +121,12 @@ static void finish_answer(struct device *v, struct gemm_job *j)
 	/* Straight to the client from here when nothing is queued ahead of
 	 * it, it ran alone and no request waits for this device: the loop
 	 * then only counts it, and the client has it a thread wake-up
-	 * sooner.  A batch's answers and those made under load the loop
-	 * sends, so the worker goes back to the device at once (on the H200,
-	 * N=8 x 64 in flight, sending each batch's answers here cut the rate
-	 * from 105k to 38-58k requests a second: a batch empties the queue,
-	 * so "nothing waits" alone did not keep them on the loop). */
+	 * sooner.  A batch's answers and those made under load go to the
+	 * post thread (hand_off), so the worker goes back to the device at
+	 * once (on the H200, N=8 x 64 in flight, sending each batch's
+	 * answers here cut the rate from 105k to 38-58k requests a second: a
+	 * batch empties the queue, so "nothing waits" alone did not keep
+	 * them off the worker). */
 	if (j->frame && j->r.conn && j->batch_requests == 1 && STATS_GET(v->st->queued) == 0 &&
 	    conn_send_direct(j->r.conn, j->frame, j->frame_len)) {
 		j->frame = NULL;
@@ -161,7 +162,9 @@ static void run_one(struct device *v, struct sched_job *sj)
 	if (!start_answer(j))
 		return;
 	char err[400] = "";
+	j->t.plans = j->t.measures = 0;
 	int rc = v->ops->gemm(v->bdev, g, handle, &j->t, err, sizeof(err));
+	stats_observe_planning(&v->d->stats, j->t.plans, j->t.measures);
 	if (rc < 0) {
 		job_fail(j, MFMA__V1__CODE__INTERNAL, "device %d (%s %s): %s", v->index, v->ops->name,
 			 v->info.arch, err[0] ? err : strerror(-rc));
@@ -172,21 +175,44 @@ static void run_one(struct device *v, struct sched_job *sj)
 	finish_answer(v, j);
 }
 
-/* The worker is done with j: an answer it did not send itself is the
- * loop's to send, and until it has, no later answer on the connection
- * may go out directly ahead of it. */
-static void leave_to_loop(struct gemm_job *j)
+/* Post thread: writes an answer the worker finished to the socket, in
+ * the order the device's runs finished (or leaves it to the loop when
+ * the socket is busy or the connection is TLS). */
+static void gemm_post(struct device *v, struct sched_job *sj)
 {
-	if (!j->sent && j->r.conn) {
-		conn_answer_later(j->r.conn);
+	(void)v;
+	struct gemm_job *j = (struct gemm_job *)sj;
+	if (conn_send_posted(j->r.conn, j->frame, j->frame_len)) {
+		j->frame = NULL;
+		j->sent = true;
+	} else {
 		j->later = true;
 	}
+}
+
+/* The worker is done with j.  An answer it did not send itself goes to
+ * the device's post thread, which writes it while the worker goes back to
+ * the device (a batch's 30-odd answers, written here or on the loop, held
+ * the device or bounded the rate: bench/RESULTS.md); a failure's answer
+ * the loop makes.  Until one of them has sent it, no later answer on the
+ * connection goes out directly ahead of it. */
+static void hand_off(struct gemm_job *j)
+{
+	if (j->sent || !j->r.conn)
+		return;
+	if (j->code == MFMA__V1__CODE__OK && j->frame) {
+		conn_answer_posted(j->r.conn);
+		j->sj.post = gemm_post;
+		return;
+	}
+	conn_answer_later(j->r.conn);
+	j->later = true;
 }
 
 static void gemm_work(struct device *v, struct sched_job *sj)
 {
 	run_one(v, sj);
-	leave_to_loop((struct gemm_job *)sj);
+	hand_off((struct gemm_job *)sj);
 }
 
 /* n >= 2 GEMMs on one resident weight with the same dtypes and scalars
@@ -219,6 +245,7 @@ static void gemm_batch_work(struct device *v, struct sched_job **sjs, size_t n)
 		g.b = g.c = g.d = NULL;
 		g.a_sparse = head->weight->sparse;
 		rc = v->ops->gemm(v->bdev, &g, head->weight->handle[v->index], &t, err, sizeof(err));
+		stats_observe_planning(&v->d->stats, t.plans, t.measures);
 	}
 	free(parts);
 	if (rc < 0) {
@@ -239,7 +266,7 @@ static void gemm_batch_work(struct device *v, struct sched_job **sjs, size_t n)
 		j->launch_head = i == 0;
 		j->code = MFMA__V1__CODE__OK;
 		finish_answer(v, j);
-		leave_to_loop(j);
+		hand_off(j);
 	}
 }
 

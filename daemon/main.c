@@ -190,14 +190,15 @@ static void print_config(const struct mfmad_config *c, const char *src)
 	       "max_unsent_mb = %" PRIu64 "; max_memory_mb = %" PRIu64 "; read_timeout_ms = %" PRIu64
 	       "; idle_timeout_ms = %" PRIu64 "; write_timeout_ms = %" PRIu64 ";\n"
 	       "           max_regions_per_conn = %u; max_region_mb_per_conn = %" PRIu64
-	       "; max_pinned_mb = %" PRIu64 "; };\n",
+	       "; max_pinned_mb = %" PRIu64 "; send_buffer_kb = %" PRIu64 "; };\n",
 	       c->max_frame_bytes >> 20, c->max_inflight_per_conn, c->max_inflight,
 	       c->max_inflight_bytes >> 20, c->max_connections, c->max_dim, c->default_priority,
 	       c->default_timeout_ms, c->priority_aging_ms, c->worker_poll_us, c->loop_poll_us,
 	       c->max_buffered_bytes >> 20,
 	       c->max_unsent_bytes >> 20, c->max_memory_bytes >> 20, c->read_timeout_ms,
 	       c->idle_timeout_ms, c->write_timeout_ms, c->max_regions_per_conn,
-	       c->max_region_bytes_per_conn >> 20, c->max_pinned_bytes >> 20);
+	       c->max_region_bytes_per_conn >> 20, c->max_pinned_bytes >> 20,
+	       c->send_buffer_bytes >> 10);
 	printf("weights = { budget_mb = %" PRIu64 "; persist = %s; state_dir = \"%s\"; };\n",
 	       c->weight_budget_bytes >> 20, c->weights_persist ? "true" : "false",
 	       c->weights_state_dir);
@@ -219,7 +220,7 @@ static void print_config(const struct mfmad_config *c, const char *src)
 	print_providers(&c->hip_providers, PROVIDERS_HIP);
 	printf("; };\ncuda = { enabled = %s; providers = ", en[c->cuda]);
 	print_providers(&c->cuda_providers, PROVIDERS_CUDA);
-	printf("; };\n");
+	printf("; warmup = %s; };\n", c->cuda_warmup ? "true" : "false");
 	printf("metrics = { enabled = %s; address = \"%s\"; port = %d; allow_remote = %s; };\n",
 	       c->metrics_enabled ? "true" : "false", c->metrics_address, c->metrics_port,
 	       c->metrics_allow_remote ? "true" : "false");
@@ -310,6 +311,7 @@ static void reload(struct daemon *d)
 	c->max_connections = nc.max_connections;
 	c->max_buffered_bytes = nc.max_buffered_bytes;
 	c->max_unsent_bytes = nc.max_unsent_bytes;
+	c->send_buffer_bytes = nc.send_buffer_bytes; /* for connections accepted from now on */
 	c->max_memory_bytes = nc.max_memory_bytes;
 	c->read_timeout_ms = nc.read_timeout_ms;
 	c->idle_timeout_ms = nc.idle_timeout_ms;
@@ -327,6 +329,8 @@ static void reload(struct daemon *d)
 	c->batch_enabled = nc.batch_enabled;
 	c->batch_max_columns = nc.batch_max_columns;
 	c->batch_max_queue_delay_us = nc.batch_max_queue_delay_us;
+	/* Weights loaded from now on are warmed (or not) by the new value. */
+	c->cuda_warmup = nc.cuda_warmup;
 	apply_scheduling(d);
 	c->shutdown_grace_ms = nc.shutdown_grace_ms;
 	c->status_interval_ms = nc.status_interval_ms;

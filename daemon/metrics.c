@@ -163,6 +163,16 @@ static void render_counter(struct buf *b, const char *name, const char *help, ui
 	buf_printf(b, "%s %" PRIu64 "\n", name, v);
 }
 
+/* A counter of work done at weight load and on the serving path, as two
+ * series of one family labelled when="load" and when="serving". */
+static void render_load_serving(struct buf *b, const char *name, const char *help, uint64_t load,
+				uint64_t serving)
+{
+	family(b, name, "counter", help);
+	buf_printf(b, "%s{when=\"load\"} %" PRIu64 "\n", name, load);
+	buf_printf(b, "%s{when=\"serving\"} %" PRIu64 "\n", name, serving);
+}
+
 enum dev_field { DEV_QUEUED, DEV_IN_FLIGHT, DEV_COMPLETED, DEV_FAILED, DEV_WEIGHT_BYTES, DEV_MEM };
 
 static uint64_t dev_get(const struct stats_device *d, enum dev_field f)
@@ -274,6 +284,29 @@ int metrics_render_at(const struct mfmad_stats *s, uint64_t now_ns, char **out, 
 	buf_printf(&b, "mfmad_gemm_batch_size_bucket{le=\"+Inf\"} %" PRIu64 "\n", cum);
 	buf_printf(&b, "mfmad_gemm_batch_size_sum %" PRIu64 "\n", STATS_GET(s->batch_sum));
 	buf_printf(&b, "mfmad_gemm_batch_size_count %" PRIu64 "\n", cum);
+
+	/* Planning per N: at weight load (cuda.warmup) against on the serving
+	 * path, where the GEMM that makes a plan and the queue behind it wait
+	 * for it. */
+	render_load_serving(&b, "mfmad_gemm_plans_total",
+			    "Per-N kernel plans the device backends made (a library's plan with its "
+			    "algorithm search), at weight load (warming) or on the serving path (a "
+			    "GEMM's first of its width).",
+			    STATS_GET(s->plans_load), STATS_GET(s->plans_serving));
+	render_load_serving(&b, "mfmad_gemm_choice_measurements_total",
+			    "Choices among kernel providers measured on a device (each candidate "
+			    "timed), at weight load (warming) or on the serving path; a choice found "
+			    "in the state directory is not measured.",
+			    STATS_GET(s->measures_load), STATS_GET(s->measures_serving));
+
+	family(&b, "mfmad_gemm_matrices_total", "counter",
+	       "A GEMM frame's large matrices (4 KiB or more), by whether the decode left them "
+	       "in the frame it read or copied them out (not at a 16-byte offset: a client that "
+	       "does not send Request.pad).");
+	buf_printf(&b, "mfmad_gemm_matrices_total{placement=\"in_place\"} %" PRIu64 "\n",
+		   STATS_GET(s->matrices_in_place));
+	buf_printf(&b, "mfmad_gemm_matrices_total{placement=\"copied\"} %" PRIu64 "\n",
+		   STATS_GET(s->matrices_copied));
 
 	render_gauge(&b, "mfmad_connections_open", "Client connections open now.",
 		     STATS_GET(s->connections_open));

@@ -5,6 +5,30 @@
 
 #include "wire_split.h"
 
+static size_t large(const ProtobufCBinaryData *b, protobuf_c_boolean has)
+{
+	return has && b->len >= WIRE_SPLIT_MIN_BYTES;
+}
+
+/* The GEMM's matrices on wire_split_gemm_paths that are large. */
+static size_t count_large(const Mfma__V1__Request *r)
+{
+	if (!r || r->body_case != MFMA__V1__REQUEST__BODY_GEMM || !r->gemm)
+		return 0;
+	const Mfma__V1__Gemm *g = r->gemm;
+	size_t n = 0;
+	if (g->b)
+		n += large(&g->b->data, g->b->has_data);
+	if (g->c)
+		n += large(&g->c->data, g->c->has_data);
+	if (g->a && g->a->kind_case == MFMA__V1__OPERAND__KIND_DENSE && g->a->dense)
+		n += large(&g->a->dense->data, g->a->dense->has_data);
+	if (g->a && g->a->kind_case == MFMA__V1__OPERAND__KIND_SPARSE && g->a->sparse)
+		n += large(&g->a->sparse->values, g->a->sparse->has_values) +
+		     large(&g->a->sparse->meta, g->a->sparse->has_meta);
+	return n;
+}
+
 void request_msg_decode(struct request_msg *m, const uint8_t *payload, size_t len, uint8_t *frame,
 			size_t cap)
 {
@@ -12,9 +36,10 @@ void request_msg_decode(struct request_msg *m, const uint8_t *payload, size_t le
 	if (frame)
 		m->req = (Mfma__V1__Request *)wire_split_unpack(
 			&mfma__v1__request__descriptor, wire_split_gemm_paths, wire_split_gemm_npaths,
-			WIRE_SPLIT_MIN_BYTES, payload, len, NULL);
+			WIRE_SPLIT_MIN_BYTES, payload, len, &m->in_place);
 	else
 		m->req = mfma__v1__request__unpack(NULL, len, payload);
+	m->large = count_large(m->req);
 }
 
 void request_msg_free(struct request_msg *m)

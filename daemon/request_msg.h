@@ -18,6 +18,9 @@ struct request_msg {
 	size_t frame_cap;       /* its size, which the holder of the message counts */
 	const uint8_t *payload;
 	size_t len;
+	/* A GEMM's matrices of WIRE_SPLIT_MIN_BYTES or more: how many, and how
+	 * many of them stayed in the frame. */
+	size_t large, in_place;
 };
 
 /* Decodes the len bytes at payload.  With frame (the buffer payload lies

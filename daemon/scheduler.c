@@ -2,7 +2,11 @@
  * owns the device, and a heap (heap.c) under a mutex that feeds it;
  * finished jobs go on one completion list that the loop drains on each
  * uv_async wake (uv_async_send coalesces, so the loop takes the whole
- * list every time). */
+ * list every time).  A finished job with a post callback goes first to
+ * its device's post thread (a FIFO under its own mutex), which runs the
+ * callbacks in order and then completes the jobs: the work that follows
+ * a launch (for a GEMM, writing its answers to the sockets) then neither
+ * holds the device's worker nor falls on the one loop thread. */
 #include "scheduler.h"
 
 #include <errno.h>
@@ -31,6 +35,13 @@ struct queue {
 	/* Counts pushes, so that a polling worker sees new work without the
 	 * mutex. */
 	_Atomic uint64_t pushes;
+	/* The post thread and its FIFO (jobs linked through next). */
+	pthread_t post_thread;
+	bool post_started;
+	pthread_mutex_t post_mu;
+	pthread_cond_t post_cv;
+	struct sched_job *post_head, *post_tail;
+	bool post_stop;
 };
 
 struct sched {
@@ -200,6 +211,36 @@ static size_t next_jobs(struct queue *q, struct sched_job **jobs)
 	return n;
 }
 
+/* The jobs a run finished: those with more to do go to the post thread
+ * (in flight until it has run them), the others complete now. */
+static void post_or_complete(struct queue *q, struct sched_job **jobs, size_t n)
+{
+	bool posted = false;
+	for (size_t i = 0; i < n; i++) {
+		struct sched_job *j = jobs[i];
+		if (j->post && q->post_started) {
+			j->next = NULL;
+			if (!posted)
+				pthread_mutex_lock(&q->post_mu);
+			posted = true;
+			if (q->post_tail)
+				q->post_tail->next = j;
+			else
+				q->post_head = j;
+			q->post_tail = j;
+			continue;
+		}
+		if (j->post)
+			j->post(q->v, j); /* no post thread: run it here */
+		STATS_SUB(q->v->st->in_flight, 1);
+		complete(q->s, j);
+	}
+	if (posted) {
+		pthread_cond_signal(&q->post_cv);
+		pthread_mutex_unlock(&q->post_mu);
+	}
+}
+
 static void *worker_main(void *arg)
 {
 	struct queue *q = arg;
@@ -228,6 +269,7 @@ static void *worker_main(void *arg)
 			j->start_ns = now;
 			j->taken = false;
 			j->status = 0;
+			j->post = NULL;
 			if (v->open_rc < 0)
 				j->status = -ENODEV;
 			else if (j->deadline_ns && now > j->deadline_ns)
@@ -239,12 +281,39 @@ static void *worker_main(void *arg)
 			runs[0]->work(v, runs[0]);
 		else if (nrun > 1)
 			runs[0]->batch_work(v, runs, nrun);
-		for (size_t i = 0; i < n; i++) {
-			STATS_SUB(v->st->in_flight, 1);
-			complete(q->s, jobs[i]);
-		}
+		post_or_complete(q, jobs, n);
 	}
 	devices_close(v);
+	return NULL;
+}
+
+/* Runs the post callbacks in the order the jobs came, each job completed
+ * after its own. */
+static void *post_main(void *arg)
+{
+	struct queue *q = arg;
+	char name[16];
+	snprintf(name, sizeof(name), "mfmad-post%d", q->v->index);
+	pthread_setname_np(pthread_self(), name);
+	pthread_mutex_lock(&q->post_mu);
+	for (;;) {
+		while (!q->post_head && !q->post_stop)
+			pthread_cond_wait(&q->post_cv, &q->post_mu);
+		struct sched_job *list = q->post_head;
+		if (!list)
+			break; /* stopping, and nothing is left */
+		q->post_head = q->post_tail = NULL;
+		pthread_mutex_unlock(&q->post_mu);
+		while (list) {
+			struct sched_job *j = list;
+			list = j->next;
+			j->post(q->v, j);
+			STATS_SUB(q->v->st->in_flight, 1);
+			complete(q->s, j);
+		}
+		pthread_mutex_lock(&q->post_mu);
+	}
+	pthread_mutex_unlock(&q->post_mu);
 	return NULL;
 }
 
@@ -468,7 +537,15 @@ int sched_start(struct daemon *d, char *err, size_t errlen)
 		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 		pthread_cond_init(&q->cv, &ca);
 		pthread_condattr_destroy(&ca);
+		pthread_mutex_init(&q->post_mu, NULL);
+		pthread_cond_init(&q->post_cv, NULL);
 		s->nq++;
+		/* Before the worker: it hands jobs over from its first run. */
+		if (pthread_create(&q->post_thread, NULL, post_main, q) != 0) {
+			snprintf(err, errlen, "cannot start the post thread of device %d", i);
+			return -EAGAIN;
+		}
+		q->post_started = true;
 		if (pthread_create(&q->thread, NULL, worker_main, q) != 0) {
 			snprintf(err, errlen, "cannot start the worker thread of device %d", i);
 			return -EAGAIN;
@@ -509,6 +586,18 @@ void sched_stop(struct daemon *d)
 		pthread_join(q->thread, NULL);
 		q->started = false;
 	}
+	/* The workers are gone: what they posted is all there will be. */
+	for (int i = 0; i < s->nq; i++) {
+		struct queue *q = &s->q[i];
+		if (!q->post_started)
+			continue;
+		pthread_mutex_lock(&q->post_mu);
+		q->post_stop = true;
+		pthread_cond_signal(&q->post_cv);
+		pthread_mutex_unlock(&q->post_mu);
+		pthread_join(q->post_thread, NULL);
+		q->post_started = false;
+	}
 }
 
 void sched_free(struct daemon *d)
@@ -519,6 +608,8 @@ void sched_free(struct daemon *d)
 	for (int i = 0; i < s->nq; i++) {
 		pthread_mutex_destroy(&s->q[i].mu);
 		pthread_cond_destroy(&s->q[i].cv);
+		pthread_mutex_destroy(&s->q[i].post_mu);
+		pthread_cond_destroy(&s->q[i].post_cv);
 		heap_free(&s->q[i].heap);
 	}
 	pthread_mutex_destroy(&s->done_mu);

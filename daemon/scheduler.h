@@ -64,6 +64,11 @@ struct sched_job {
 	struct sched_batch_key batch;
 	uint32_t batch_cost;    /* against the batch limit (a GEMM: its columns) */
 	sched_batch_fn batch_work;
+	/* Set by the work or batch callback (reset before each run) when the
+	 * job has more to do off the loop before its done callback: it runs
+	 * on the device's post thread, in the order the jobs finished, while
+	 * the worker goes back to its device. */
+	sched_work_fn post;
 	bool taken;             /* picked for a batch (private) */
 };
 
@@ -78,7 +83,7 @@ static inline uint64_t sched_order_key(uint64_t enqueue_ns, uint32_t prio, uint6
 	return enqueue_ns + (uint64_t)prio * step;
 }
 
-/* Starts one worker per device and waits until each has opened its
+/* Starts one worker and one post thread per device and waits until each has opened its
  * device; fails when none could. */
 int sched_start(struct daemon *d, char *err, size_t errlen);
 /* Fills in the job's scheduling fields and queues it on device dev.
@@ -101,7 +106,8 @@ int sched_pick(struct daemon *d, const bool *ok);
 /* Runs the done callbacks of finished jobs (the loop does on each wake;
  * shutdown calls it once more after sched_stop). */
 void sched_drain(struct daemon *d);
-/* Joins the workers after they ran what was queued. */
+/* Joins the workers after they ran what was queued, then the post
+ * threads after they ran what the workers left them. */
 void sched_stop(struct daemon *d);
 void sched_free(struct daemon *d);
 

@@ -72,6 +72,15 @@ struct mfmad_stats {
 	 * batch_sum the requests they answered; the difference is batching's. */
 	_Atomic uint64_t batch_bucket[STATS_BATCH_BUCKETS + 1];
 	_Atomic uint64_t batch_sum, batch_count;
+	/* Per-N plans the device backends made (cuSPARSELt's with its
+	 * algorithm search, cuBLASLt's heuristic) and choices among providers
+	 * measured: at weight load (warming) and on the serving path (a
+	 * GEMM's first of its width, which the queue behind it waits for). */
+	_Atomic uint64_t plans_load, plans_serving, measures_load, measures_serving;
+	/* A GEMM frame's large matrices (WIRE_SPLIT_MIN_BYTES and more): left
+	 * in the frame the daemon read, or copied out by the decode (one not
+	 * at an aligned offset: a client without Request.pad). */
+	_Atomic uint64_t matrices_in_place, matrices_copied;
 	_Atomic uint64_t latency_bucket[STATS_LATENCY_BUCKETS + 1];
 	_Atomic uint64_t latency_sum_ns, latency_count;
 	_Atomic uint64_t connections_open, connections_total;
@@ -97,6 +106,15 @@ static inline void stats_observe_latency(struct mfmad_stats *s, uint64_t ns)
 	STATS_ADD(s->latency_bucket[b], 1);
 	STATS_ADD(s->latency_sum_ns, ns);
 	STATS_ADD(s->latency_count, 1);
+}
+
+/* What a GEMM paid for on the serving path (backend_timing). */
+static inline void stats_observe_planning(struct mfmad_stats *s, uint32_t plans, uint32_t measures)
+{
+	if (plans)
+		STATS_ADD(s->plans_serving, plans);
+	if (measures)
+		STATS_ADD(s->measures_serving, measures);
 }
 
 static inline void stats_observe_batch(struct mfmad_stats *s, uint64_t requests)

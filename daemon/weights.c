@@ -22,6 +22,14 @@ struct weight_job {
 	uint64_t dev_bytes;
 	int rc;
 	char err[400];
+	/* Warming after the load (backend_ops.weight_warm), decided on the
+	 * loop when the job is queued: the batching then in force. */
+	bool warm;
+	struct backend_warm warm_for;
+	struct backend_warm_report warm_rep;
+	int warm_rc;
+	uint64_t warm_ns;
+	char warm_err[400];
 };
 
 static struct weight *find_any(struct daemon *d, const char *name, enum weight_state state)
@@ -239,9 +247,14 @@ static void finish_load(struct daemon *d, struct weight *w)
 	}
 	w->state = WEIGHT_READY;
 	STATS_ADD(d->stats.weights, 1);
-	log_info("weight '%s' %s: %ux%u %s %s, %" PRIu64 " bytes per device (host form)", w->name,
-		 old ? "replaced" : "loaded", w->m, w->k, mfma_dtype_name(w->dtype),
-		 w->sparse ? "2:4" : "dense", w->host_bytes);
+	char warmed[128] = "";
+	if (w->warm_ns)
+		snprintf(warmed, sizeof(warmed), " (warming %.1f ms: %u plans made, %u choices measured)",
+			 w->warm_ns / 1e6, w->warm_plans, w->warm_measures);
+	log_info("weight '%s' %s: %ux%u %s %s, %" PRIu64 " bytes per device (host form), in %.1f ms%s",
+		 w->name, old ? "replaced" : "loaded", w->m, w->k, mfma_dtype_name(w->dtype),
+		 w->sparse ? "2:4" : "dense", w->host_bytes,
+		 (mfma_clock_ns() - w->load_start_ns) / 1e6, warmed);
 	if (w->done)
 		w->done(d, w->done_arg, w->code, "");
 
@@ -274,6 +287,36 @@ static void load_work(struct device *v, struct sched_job *sj)
 		.a = w->a.values, .meta = w->a.meta,
 	};
 	j->rc = v->ops->weight_load(v->bdev, &h, &j->handle, &j->dev_bytes, j->err, sizeof(j->err));
+	if (j->rc < 0 || !j->warm || !v->ops->weight_warm)
+		return;
+	/* The weight is resident whatever the warming does: a failure is
+	 * logged (load_done) and its widths are planned on first use. */
+	uint64_t t0 = mfma_clock_ns();
+	j->warm_rc = v->ops->weight_warm(v->bdev, j->handle, &j->warm_for, &j->warm_rep,
+					 j->warm_err, sizeof(j->warm_err));
+	j->warm_ns = mfma_clock_ns() - t0;
+}
+
+/* Loop: what the warming of j did, in the stats and the weight. */
+static void note_warm(struct daemon *d, struct weight *w, const struct weight_job *j, int dev)
+{
+	if (!j->warm || !d->dev[dev].ops->weight_warm)
+		return;
+	STATS_ADD(d->stats.plans_load, j->warm_rep.plans);
+	STATS_ADD(d->stats.measures_load, j->warm_rep.measures);
+	w->warm_plans += j->warm_rep.plans;
+	w->warm_measures += j->warm_rep.measures;
+	if (j->warm_ns > w->warm_ns)
+		w->warm_ns = j->warm_ns;
+	if (j->warm_rc < 0)
+		log_warn("weight '%s': warming on device %d failed after %.1f ms (%u plans made, %u "
+			 "choices measured): %s; it serves, and the widths not warmed are planned on "
+			 "their first GEMM", w->name, dev, j->warm_ns / 1e6, j->warm_rep.plans,
+			 j->warm_rep.measures, j->warm_err[0] ? j->warm_err : strerror(-j->warm_rc));
+	else if (j->warm_rep.widths_left)
+		log_info("weight '%s': device %d warmed %u widths; %u wider ones that "
+			 "batching.max_columns allows are planned on their first GEMM", w->name, dev,
+			 j->warm_rep.widths, j->warm_rep.widths_left);
 }
 
 static void load_done(struct daemon *d, struct sched_job *sj, int status)
@@ -289,6 +332,7 @@ static void load_done(struct daemon *d, struct sched_job *sj, int status)
 		release_budget(d, w, sj->dev);
 		w->target[sj->dev] = true;
 		charge(d, w, sj->dev, j->dev_bytes);
+		note_warm(d, w, j, sj->dev);
 	} else {
 		int code = MFMA__V1__CODE__INTERNAL;
 		if (status == -ENODEV) {
@@ -374,6 +418,11 @@ static void prep_done(uv_work_t *req, int status)
 			continue;
 		jobs[i]->w = w;
 		jobs[i]->sj.prio = 0;
+		jobs[i]->warm = d->cfg.cuda_warmup;
+		jobs[i]->warm_for = (struct backend_warm){
+			.batching = d->cfg.batch_enabled && d->dev[i].info.batches,
+			.max_columns = d->cfg.batch_max_columns,
+		};
 		sched_submit(d, i, &jobs[i]->sj, load_work, load_done);
 	}
 }
@@ -476,6 +525,7 @@ static void start_load(struct daemon *d, const struct request *r, Mfma__V1__Requ
 	if (old)
 		weights_ref(old);
 	w->state = WEIGHT_LOADING;
+	w->load_start_ns = mfma_clock_ns();
 	w->refs = 1;
 	w->req = req;
 	w->code = MFMA__V1__CODE__OK;

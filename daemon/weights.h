@@ -40,6 +40,11 @@ struct weight {
 	bool target[STATS_MAX_DEVICES];
 	int pending;                           /* device jobs not done yet */
 	uint64_t requests, launches;           /* GEMMs answered, and their launches */
+	/* The load's start (mfma_clock_ns), and its warming's longest time
+	 * on a device and plans made on all (backend_ops.weight_warm), for
+	 * the log line that says what the load cost. */
+	uint64_t load_start_ns, warm_ns;
+	uint32_t warm_plans, warm_measures;
 
 	/* While loading. */
 	struct request load;

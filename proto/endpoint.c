@@ -1,10 +1,12 @@
 #include "endpoint.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 static int set_err(char *err, size_t errlen, const char *fmt, const char *what)
@@ -138,4 +140,18 @@ int endpoint_default_path_at(unsigned i, char *buf, size_t len)
 int endpoint_default_path(char *buf, size_t len)
 {
 	return endpoint_default_path_at(0, buf, len);
+}
+
+int endpoint_send_buffer(int fd, size_t bytes)
+{
+	int have = 0;
+	socklen_t hl = sizeof(have);
+	if (getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &have, &hl) == 0 && have > 0 &&
+	    (size_t)have >= bytes)
+		return 0;
+	/* The kernel doubles what it is given (room for its bookkeeping). */
+	int v = bytes / 2 > INT_MAX ? INT_MAX : (int)(bytes / 2);
+	if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &v, sizeof(v)) == 0)
+		return 0;
+	return setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, sizeof(v)) == 0 ? 0 : -errno;
 }

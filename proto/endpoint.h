@@ -58,4 +58,12 @@ int endpoint_default_path_at(unsigned i, char *buf, size_t len);
 /* Candidate 0: the daemon's default socket. */
 int endpoint_default_path(char *buf, size_t len);
 
+/* Raises a connected socket's kernel send buffer to at least bytes, so
+ * that a frame of up to that size goes out in one write instead of
+ * several, each waiting for the reader to drain the last (a Unix socket's
+ * default, net.core.wmem_default, is 208 KiB).  Forced past
+ * net.core.wmem_max where the caller may (CAP_NET_ADMIN), else capped
+ * there by the kernel.  Never lowers it.  0 or -errno. */
+int endpoint_send_buffer(int fd, size_t bytes);
+
 #endif

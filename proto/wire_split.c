@@ -259,3 +259,18 @@ void wire_split_free(ProtobufCMessage *m, const struct wire_split_path *paths, s
 	}
 	protobuf_c_message_free_unpacked(m, NULL);
 }
+
+size_t wire_pad(size_t at, uint8_t out[WIRE_PAD_FIELD_MAX])
+{
+	size_t n = (WIRE_PAD_ALIGN - at % WIRE_PAD_ALIGN) % WIRE_PAD_ALIGN;
+	if (n == 0)
+		return 0;
+	/* The field is a key and a length byte at least: one byte short of
+	 * the boundary takes the one after. */
+	if (n < 2)
+		n += WIRE_PAD_ALIGN;
+	out[0] = (15u << 3) | 2u; /* Request.pad, length-delimited */
+	out[1] = (uint8_t)(n - 2);
+	memset(out + 2, 0, n - 2);
+	return n;
+}

@@ -86,4 +86,20 @@ extern const struct wire_split_path wire_split_response_paths[];
 extern const size_t wire_split_response_npaths;
 #define WIRE_SPLIT_MIN_BYTES 4096u
 
+/* A request's pad field (Request.pad, number 15): ignored by the daemon,
+ * it lets a client move the large matrix after it to a WIRE_PAD_ALIGN
+ * boundary of the frame, sent first in the message.  A reader's buffer
+ * is malloc'd (16-byte aligned) and a large frame starts at its
+ * beginning, so the matrix is then aligned in memory too and stays in
+ * place (WIRE_SPLIT_ALIGN) instead of being copied by protobuf-c. */
+#define WIRE_PAD_ALIGN 16u
+#define WIRE_PAD_MAX 64u
+/* The most bytes wire_pad writes: key, length and WIRE_PAD_ALIGN + 1. */
+#define WIRE_PAD_FIELD_MAX (2u + WIRE_PAD_ALIGN + 1u)
+
+/* The pad field that moves bytes now at frame offset `at` to the next
+ * WIRE_PAD_ALIGN boundary when written just before them: its bytes into
+ * out (room for WIRE_PAD_FIELD_MAX), and how many (0: at is aligned). */
+size_t wire_pad(size_t at, uint8_t out[WIRE_PAD_FIELD_MAX]);
+
 #endif

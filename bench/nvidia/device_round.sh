@@ -6,7 +6,7 @@
 # brings them back); a short summary goes to stdout.
 #
 # usage: bench/nvidia/device_round.sh [test] [sanitize|memcheck|racecheck] [bench] [sweep]
-#        [ncu] [e2e] [latency] [multi] [choice] [batching] [serving] [wgmma] [wgncu]
+#        [ncu] [e2e] [abserving] [latency] [multi] [choice] [batching] [serving] [wgmma] [wgncu]
 #        [wgdecode] [wgdsan] [wgdncu] [wgdense] [wgdensesan] [wgdensencu]
 #        (no argument: test sanitize bench e2e)
 set -u
@@ -120,6 +120,28 @@ serving)
 	timeout "${E2E_S:-420}" bash bench/nvidia/serving_bench.sh "$P" "$OUT" > "$OUT/serving.log" 2>&1
 	echo "=== serving: rc=$?"
 	grep -E "^(SERVE|FAIL|CHECK summary|regions)" "$OUT/serving.log" | cut -c1-600 | tail -40
+	;;
+abserving)
+	# The serving loads against an earlier build of mfmad and mfmactl
+	# (BASE: a folder carried in .devlibs with bin/mfmad, bin/mfmactl and
+	# the client library in lib/), the two alternating round by round in
+	# this one run: SERVING_STEPS (default "latency batching") each round.
+	for r in ${AB_ROUNDS:-1 2}; do
+		for who in base new; do
+			bin="$P/bin/mfmad" ctl="$P/bin/mfmactl" libs="$LD_LIBRARY_PATH"
+			if [ "$who" = base ]; then
+				bin="${BASE:?BASE names the earlier build}/bin/mfmad"
+				ctl="$BASE/bin/mfmactl"
+				libs="$BASE/lib:$LD_LIBRARY_PATH" # its own client library first
+			fi
+			LD_LIBRARY_PATH="$libs" ROUNDS=$r MFMAD="$bin" MFMACTL="$ctl" LABEL="$who" \
+				SERVING_STEPS="${SERVING_STEPS:-latency batching}" \
+				timeout "${E2E_S:-420}" bash bench/nvidia/serving_bench.sh "$P" "$OUT" \
+				>> "$OUT/abserving.log" 2>&1
+			echo "=== abserving round $r $who: rc=$?"
+		done
+	done
+	grep -E "^(SERVE|FAIL)" "$OUT/abserving.log" | cut -c1-300 | tail -60
 	;;
 latency)
 	timeout "${E2E_S:-300}" bash bench/nvidia/e2e.sh "$P" "$OUT" latency > "$OUT/e2e_latency.log" 2>&1

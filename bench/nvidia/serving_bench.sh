@@ -19,14 +19,17 @@
 #  4. (MULTI=1, a machine of several GPUs) the batching loads pinned to
 #     device 0 and left to the scheduler, bytes and --shm.
 #
-# usage: [SERVING_STEPS="check latency batching off"] serving_bench.sh PAYLOAD_DIR OUT_DIR
+# usage: [SERVING_STEPS="check latency batching off"] [ROUNDS="1 2"] [MFMAD=path LABEL=name]
+#        [LAT_POLLS="0 300"] serving_bench.sh PAYLOAD_DIR OUT_DIR
+# MFMAD and MFMACTL run other binaries (builds of an earlier commit, for a
+# side by side run); LABEL then tags every SERVE line.
 set -u
 P=$1
 OUT=$2
 SOCK=/tmp/mfmad-serving.sock
 D=/tmp/mfma-serving
 rm -rf "$D" && mkdir -p "$D"
-CTL=("$P/bin/mfmactl" -e "unix:$SOCK" --timeout 600000)
+CTL=("${MFMACTL:-$P/bin/mfmactl}" -e "unix:$SOCK" --timeout 600000)
 conf() {
 	cat >"$D/mfmad.conf" <<CONF
 limits = {
@@ -44,8 +47,8 @@ CONF
 }
 conf 0
 rm -f "$SOCK"
-"$P/bin/mfmad" --config "$D/mfmad.conf" --socket "$SOCK" --backends cuda --log-level info \
-	2>"$OUT/mfmad_serving.log" &
+"${MFMAD:-$P/bin/mfmad}" --config "$D/mfmad.conf" --socket "$SOCK" --backends cuda --log-level info \
+	2>>"$OUT/mfmad_serving${LABEL:+_$LABEL}.log" &
 DPID=$!
 trap 'kill -TERM "$DPID" 2>/dev/null' EXIT
 for _ in $(seq 150); do
@@ -93,7 +96,7 @@ echo "CHECK summary: $((checks - fails)) of $checks passed"
 grep -c "copies through staging" "$OUT/mfmad_serving.log" | sed 's/^/regions not registered (log lines): /'
 
 bench() { "${CTL[@]}" --json bench --resident --sparse "$@" --dtype f16 --out-dtype f16 2>&1 | tr -s ' \n' ' '; }
-has latency && for poll in 0 300; do
+has latency && for poll in ${LAT_POLLS:-0 300}; do
 	if [ "$poll" != 0 ]; then
 		conf "$poll"
 		kill -HUP "$DPID"
@@ -101,25 +104,25 @@ has latency && for poll in 0 300; do
 	fi
 	for n in 16 64 256; do
 		for how in "" --shm; do
-			echo "SERVE poll=$poll one in flight 14336x4096 2:4 f16 N=$n ${how:-bytes}: $(bench --m 14336 --k 4096 --n $n -n 400 --warmup 20 --device 0 $how)"
+			echo "SERVE${LABEL:+ [$LABEL]} poll=$poll one in flight 14336x4096 2:4 f16 N=$n ${how:-bytes}: $(bench --m 14336 --k 4096 --n $n -n 400 --warmup 20 --device 0 $how)"
 		done
 	done
 done
 conf 0
 kill -HUP "$DPID"
 sleep 1
-has batching && for round in 1 2; do
+has batching && for round in ${ROUNDS:-1 2}; do
 	for load in "8 64 8000" "1 256 40000"; do
 		set -- $load
 		for how in "" --shm; do
-			echo "SERVE batching round=$round 8192x8192 2:4 f16 N=$1 in_flight=$2 ${how:-bytes}: $(bench --m 8192 --k 8192 --n $1 -n $3 -j $2 --warmup ${WARMUP:-32} --device 0 $how)"
+			echo "SERVE${LABEL:+ [$LABEL]} batching round=$round 8192x8192 2:4 f16 N=$1 in_flight=$2 ${how:-bytes}: $(bench --m 8192 --k 8192 --n $1 -n $3 -j $2 --warmup ${WARMUP:-32} --device 0 $how)"
 		done
 	done
 done
 has off && conf 0 false && kill -HUP "$DPID" && sleep 1 && for load in "8 64 8000" "1 256 20000"; do
 	set -- $load
 	for how in "" --shm; do
-		echo "SERVE batching off 8192x8192 2:4 f16 N=$1 in_flight=$2 ${how:-bytes}: $(bench --m 8192 --k 8192 --n $1 -n $3 -j $2 --warmup ${WARMUP:-32} --device 0 $how)"
+		echo "SERVE${LABEL:+ [$LABEL]} batching off 8192x8192 2:4 f16 N=$1 in_flight=$2 ${how:-bytes}: $(bench --m 8192 --k 8192 --n $1 -n $3 -j $2 --warmup ${WARMUP:-32} --device 0 $how)"
 	done
 done
 if [ "${MULTI:-0}" = 1 ]; then
@@ -133,7 +136,7 @@ if [ "${MULTI:-0}" = 1 ]; then
 			set -- $load
 			for how in "" --shm; do
 				for pin in "--device 0" ""; do
-					echo "SERVE multi round=$round 8192x8192 2:4 f16 N=$1 in_flight=$2 ${how:-bytes} ${pin:-all devices}: $(bench --m 8192 --k 8192 --n $1 -n $3 -j $2 --warmup ${WARMUP:-32} $pin $how)"
+					echo "SERVE${LABEL:+ [$LABEL]} multi round=$round 8192x8192 2:4 f16 N=$1 in_flight=$2 ${how:-bytes} ${pin:-all devices}: $(bench --m 8192 --k 8192 --n $1 -n $3 -j $2 --warmup ${WARMUP:-32} $pin $how)"
 				done
 			done
 		done
@@ -142,5 +145,5 @@ fi
 trap - EXIT
 kill -TERM "$DPID"
 wait "$DPID"
-echo "SERVE mfmad exit status: $?"
+echo "SERVE${LABEL:+ [$LABEL]} mfmad exit status: $?"
 exit $((fails > 0))

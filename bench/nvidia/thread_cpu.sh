@@ -5,7 +5,7 @@
 # (from /proc/PID/task/*/stat), busiest first.  A thread near 100% is the
 # bound.
 #
-# usage: thread_cpu.sh PAYLOAD_DIR N IN_FLIGHT REQUESTS
+# usage: [MFMAD=path] thread_cpu.sh PAYLOAD_DIR N IN_FLIGHT REQUESTS [mfmactl bench flags, e.g. --shm]
 set -u
 P=$1
 N=$2
@@ -19,12 +19,12 @@ limits = { max_frame_mb = 1800; max_inflight_mb = 65536; max_inflight_per_connec
            max_inflight = 4096; max_connections = 1024; };
 CONF
 rm -f "$SOCK"
-"$P/bin/mfmad" --config "$D/mfmad.conf" --socket "$SOCK" --backends cuda --log-level warning &
+"${MFMAD:-$P/bin/mfmad}" --config "$D/mfmad.conf" --socket "$SOCK" --backends cuda --log-level warning &
 DPID=$!
 CTL=("$P/bin/mfmactl" -e "unix:$SOCK" --timeout 600000)
 for _ in $(seq 150); do "${CTL[@]}" ping >/dev/null 2>&1 && break; sleep 0.2; done
 "${CTL[@]}" --json bench --resident --sparse --m 8192 --k 8192 --n "$N" --dtype f16 --out-dtype f16 \
-	-n "$REQ" -j "$J" --warmup 4 --device 0 >"$D/bench.json" 2>&1 &
+	-n "$REQ" -j "$J" --warmup 4 --device 0 "${@:5}" >"$D/bench.json" 2>&1 &
 BPID=$!
 sleep "${WARM_S:-4}"
 # One awk reads every thread's stat and comm at once (a shell loop over a

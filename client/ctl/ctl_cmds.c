@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "ctl_util.h"
+#include "mfma_clock.h"
 #include "sparse24.h"
 
 /* ---- a text table with columns sized to their contents ---- */
@@ -560,7 +561,13 @@ int ctl_cmd_load(struct ctl *ctl, int argc, char **argv)
 	ctl_progress(ctl, c);
 	struct mfma_load_result res;
 	struct mfma_error e;
-	if ((rc = mfma_load_weight(c, &args, &res, &e)) < 0) {
+	/* The load's round trip, which on a GPU includes the daemon warming
+	 * the weight (cuda.warmup): the cost of a load is seen where it is
+	 * paid. */
+	const uint64_t t0 = mfma_clock_ns();
+	rc = mfma_load_weight(c, &args, &res, &e);
+	const uint64_t took = mfma_clock_ns() - t0;
+	if (rc < 0) {
 		rc = ctl_fail(ctl, "load", rc, &e);
 	} else {
 		if (ctl->json) {
@@ -569,10 +576,10 @@ int ctl_cmd_load(struct ctl *ctl, int argc, char **argv)
 			char bytes[32], devs[256];
 			ctl_format_bytes(res.weight.bytes, bytes, sizeof(bytes));
 			devices_str(&res.weight, devs, sizeof(devs));
-			printf("loaded %s: %ux%u %s %s, %s per device, on device%s %s\n",
+			printf("loaded %s: %ux%u %s %s, %s per device, on device%s %s, in %.1f ms\n",
 			       res.weight.name, res.weight.rows, res.weight.cols,
 			       mfma_dtype_name(ctl_dtype(res.weight.dtype)), res.weight.sparse ? "2:4" : "dense",
-			       bytes, res.weight.n_devices == 1 ? "" : "s", devs);
+			       bytes, res.weight.n_devices == 1 ? "" : "s", devs, took / 1e6);
 		}
 		mfma_load_result_free(&res);
 		rc = CTL_EXIT_OK;

@@ -34,6 +34,9 @@
 /* An answer at least this large keeps the buffer it was read into
  * (decode_response); smaller ones are unpacked with a copy. */
 #define CLIENT_KEEP_MIN_BYTES (1u << 20)
+/* The kernel send buffer of a Unix-socket connection (the daemon's side
+ * has limits.send_buffer_kb for the answers). */
+#define CLIENT_SEND_BUFFER (1u << 20)
 /* TLS: ciphertext read per recv(), and plaintext sealed per chunk of a
  * frame (so a large frame is never held twice over). */
 #define CLIENT_TLS_CHUNK (64u * 1024u)
@@ -99,6 +102,9 @@ static int connect_unix(const struct endpoint *ep, int *fdp, struct mfma_error *
 		return client_fail(err, -e, "cannot connect to unix:%s: %s%s", ep->path, strerror(e),
 				   hint);
 	}
+	/* A large request goes out in one write where the system allows
+	 * (best effort: the default only makes more writes). */
+	(void)endpoint_send_buffer(fd, CLIENT_SEND_BUFFER);
 	*fdp = fd;
 	return 0;
 }

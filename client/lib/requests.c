@@ -333,15 +333,44 @@ static void gather_append(ProtobufCBuffer *b, size_t len, const uint8_t *data)
 	}
 }
 
-/* Packs req (n bytes) behind a frame header in pieces: *scratch holds
- * the small ones, *iov (niov entries) all of them in order. */
-static int pack_gather(const Mfma__V1__Request *req, size_t n, uint8_t **scratch,
-		       struct iovec **iov, size_t *niov)
+/* Where the packing of a message puts its first large bytes field
+ * (SIZE_MAX: it has none), learnt by packing it into this, which keeps
+ * nothing. */
+struct first_large {
+	ProtobufCBuffer base;
+	size_t at, found;
+};
+
+static void first_large_append(ProtobufCBuffer *b, size_t len, const uint8_t *data)
+{
+	struct first_large *f = (struct first_large *)(void *)b;
+	(void)data;
+	if (f->found == SIZE_MAX && len >= WIRE_SPLIT_MIN_BYTES)
+		f->found = f->at;
+	f->at += len;
+}
+
+/* The pad field (wire_pad) that puts req's first large matrix at an
+ * aligned offset of its frame, so that the daemon leaves it in the
+ * buffer it reads it into instead of copying it: its length, 0 for none. */
+static size_t pad_for(const Mfma__V1__Request *req, uint8_t pad[WIRE_PAD_FIELD_MAX])
+{
+	struct first_large f = { .base = { .append = first_large_append }, .found = SIZE_MAX };
+	protobuf_c_message_pack_to_buffer(&req->base, &f.base);
+	return f.found == SIZE_MAX ? 0 : wire_pad(FRAME_HEADER_SIZE + f.found, pad);
+}
+
+/* Packs req (n bytes, pad first: npad bytes) behind a frame header in
+ * pieces: *scratch holds the small ones, *iov (niov entries) all of them
+ * in order. */
+static int pack_gather(const Mfma__V1__Request *req, size_t n, const uint8_t *pad, size_t npad,
+		       uint8_t **scratch, struct iovec **iov, size_t *niov)
 {
 	struct gather g = { .base = { .append = gather_append } };
 	uint8_t head[FRAME_HEADER_SIZE];
-	frame_header_put(head, (uint32_t)n);
+	frame_header_put(head, (uint32_t)(npad + n));
 	gather_append(&g.base, sizeof(head), head);
+	gather_append(&g.base, npad, pad);
 	size_t packed = protobuf_c_message_pack_to_buffer(&req->base, &g.base);
 	struct iovec *v = g.oom ? NULL : malloc(g.npc * sizeof(*v));
 	if (!v || packed != n) {
@@ -389,24 +418,28 @@ static int send_request(mfma_client *c, Mfma__V1__Request *req, bool user, int f
 	req->has_id = 1;
 	req->id = id;
 	size_t n = protobuf_c_message_get_packed_size(&req->base);
-	if (n > UINT32_MAX)
+	uint8_t pad[WIRE_PAD_FIELD_MAX];
+	size_t npad = n >= WIRE_SPLIT_MIN_BYTES ? pad_for(req, pad) : 0;
+	if (n > UINT32_MAX - npad)
 		return client_fail(err, -EMSGSIZE, "request of %zu bytes exceeds the frame limit "
 				   "of 4 GiB", n);
 	uint8_t *buf = NULL;
 	struct iovec *iov = NULL;
 	size_t niov = 0;
 	if (fd < 0 && !(keep && user) && n >= WIRE_SPLIT_MIN_BYTES) {
-		if (pack_gather(req, n, &buf, &iov, &niov) < 0)
+		if (pack_gather(req, n, pad, npad, &buf, &iov, &niov) < 0)
 			return client_fail(err, -ENOMEM, "out of memory packing a request of %zu "
 					   "bytes", n);
 	} else {
-		buf = malloc(FRAME_HEADER_SIZE + n);
+		buf = malloc(FRAME_HEADER_SIZE + npad + n);
 		if (!buf)
 			return client_fail(err, -ENOMEM, "out of memory packing a request of %zu "
 					   "bytes", n);
-		frame_header_put(buf, (uint32_t)n);
-		protobuf_c_message_pack(&req->base, buf + FRAME_HEADER_SIZE);
+		frame_header_put(buf, (uint32_t)(npad + n));
+		memcpy(buf + FRAME_HEADER_SIZE, pad, npad);
+		protobuf_c_message_pack(&req->base, buf + FRAME_HEADER_SIZE + npad);
 	}
+	n += npad;
 	if ((rc = client_pending_add(c, id, user)) < 0) {
 		free(buf);
 		free(iov);

@@ -104,6 +104,27 @@ static inline int backend_runs(const struct backend_device_info *info, enum mfma
 struct backend_timing {
 	uint64_t h2d_ns, kernel_ns, d2h_ns;
 	const char *variant; /* static string naming the kernel that ran */
+	/* What this GEMM paid for on the serving path: per-N states a
+	 * provider made (a library's plan, cuSPARSELt's with its algorithm
+	 * search) and measured choices among providers (the candidates
+	 * timed).  0 for a backend that has neither. */
+	uint32_t plans, measures;
+};
+
+/* What weight_warm prepares a resident weight for: the N a GEMM on it
+ * may have, from what the daemon batches now (batching.max_columns is
+ * live on SIGHUP; widths a later limit adds are planned on first use). */
+struct backend_warm {
+	bool batching;        /* the daemon batches on this device */
+	uint32_t max_columns; /* batching.max_columns */
+};
+
+/* What a warming did. */
+struct backend_warm_report {
+	uint32_t widths;      /* N widths prepared, each for every output type */
+	uint32_t widths_left; /* widths past the backend's bound, left to the serving path */
+	uint32_t plans;       /* per-N states made */
+	uint32_t measures;    /* choices measured (the others came from the cache) */
 };
 
 struct backend_ops {
@@ -127,6 +148,16 @@ struct backend_ops {
 	int (*weight_load)(void *dev, const struct mfma_weight_host *w, void **handle,
 			   uint64_t *dev_bytes, char *err, size_t errlen);
 	void (*weight_free)(void *dev, void *handle);
+	/* Optional (NULL: the backend has nothing to prepare per N, as the
+	 * CPU and HIP backends today).  Right after weight_load, off the
+	 * serving path: makes the measured choice and every per-N state the
+	 * weight's GEMMs would make on first use, for the N in warm and
+	 * every output type, on the device's own scratch operands.  A
+	 * failure part-way leaves the weight usable (what is not prepared is
+	 * made on first use, as without warming) and says why in err; rep
+	 * counts what was done either way. */
+	int (*weight_warm)(void *dev, void *handle, const struct backend_warm *warm,
+			   struct backend_warm_report *rep, char *err, size_t errlen);
 
 	/* Runs one GEMM: copies in, launches, copies out, synchronises, and
 	 * fills the timing.  When weight is not NULL it is a handle from

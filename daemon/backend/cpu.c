@@ -238,5 +238,7 @@ const struct backend_ops backend_cpu = {
 	.close = cpu_close,
 	.weight_load = cpu_weight_load,
 	.weight_free = cpu_weight_free,
+	/* No weight_warm: the CPU runs every N with the same loop, nothing is planned per N. */
+	.weight_warm = NULL,
 	.gemm = cpu_gemm,
 };

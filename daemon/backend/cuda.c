@@ -13,7 +13,9 @@
  * that supports it (the device charges the sum), and the choice among
  * them is measured: the first GEMM of an N bucket (and output type) runs
  * on each candidate, timed by the device's events, and the fastest serves
- * that bucket from then on.  The answer's variant names what ran.
+ * that bucket from then on.  The answer's variant names what ran.  When
+ * the daemon warms a weight at load (weight_warm, below), the measuring
+ * and every provider's per-N plans happen then, off the serving path.
  *
  * The configuration (cuda.providers, struct provider_policy) may exclude
  * providers: they are not attached, not described and never run.  It may
@@ -39,6 +41,8 @@
 #include "cuda_batch.h"
 #include "cuda_device.h"
 #include "cuda_provider.h"
+#include "cuda_widths.h"
+#include "mfma_dtype.h"
 #include "providers.h"
 
 /* The providers, in order of preference for a request with its own A:
@@ -57,23 +61,18 @@ static const struct cuda_provider *const providers[] = {
 };
 #define NPROVIDERS (sizeof(providers) / sizeof(providers[0]))
 
-/* N buckets of the measured choice: decode-sized N apart, then wider
- * ones.  Upper bounds, inclusive. */
-static const uint32_t bucket_max[] = { 16, 32, 64, 256, UINT32_MAX };
-#define NBUCKETS (sizeof(bucket_max) / sizeof(bucket_max[0]))
+/* The N buckets of the measured choice are cuda_widths.h's. */
+#define NBUCKETS CUDA_NBUCKETS
 /* Output types (enum mfma_dtype) a choice is kept for. */
 #define NOUT 6
 /* Timed runs per candidate after one untimed warm-up (plans, heuristics,
- * lazy module loads); the fastest run counts. */
+ * lazy module loads); the fastest run counts.  On the serving path every
+ * run delays the request that triggered the measuring, so few; at load
+ * (weight_warm) nothing waits, and more runs make the choice steadier:
+ * at 14336x4096 N=16 the kernels of three providers lie within 25-33 us
+ * and five runs picked a different one on different loads. */
 #define TIMED_RUNS 5
-
-static size_t bucket_of(uint32_t n)
-{
-	size_t b = 0;
-	while (n > bucket_max[b])
-		b++;
-	return b;
-}
+#define TIMED_RUNS_AT_LOAD 25
 
 /* The configuration's word on the providers (cuda.providers), set at
  * probe, before any device opens, and read-only after. */
@@ -93,6 +92,11 @@ struct cuda_backend_dev {
 	struct cuda_batch *batch; /* NULL: the device does not batch */
 	const struct backend_choices *choices;
 	char fingerprint[sizeof(((struct backend_choice_key *)0)->device)];
+	/* Choices measured on this device (the candidates timed). */
+	uint64_t measures;
+	/* A weight is being warmed: its GEMMs' operands are the warming's
+	 * scratch on the device, and run_on ends their copy out itself. */
+	bool warming;
 };
 
 /* The measured order of the candidates for one (N bucket, output type):
@@ -358,6 +362,10 @@ static int run_on(struct cuda_backend_dev *bd, size_t i, const struct mfma_gemm 
 					  err, errlen);
 	if (rc == 0 && batch)
 		rc = cuda_batch_out(bd->batch, bd->dev, g, err, errlen);
+	else if (rc == 0 && bd->warming)
+		/* D stayed on the device: record the end and wait, as a
+		 * batch's split does, so that the events are complete. */
+		rc = cuda_dev_copy_out_end(bd->dev, err, errlen);
 	if (rc < 0) {
 		if (batch)
 			cuda_batch_abort(bd->dev);
@@ -374,13 +382,13 @@ static int run_on(struct cuda_backend_dev *bd, size_t i, const struct mfma_gemm 
 /* Times each candidate (cand[0..ncand)) on g and fills r with those that
  * ran, fastest first.  The candidates take turns, one run each per round,
  * so that a clock ramping up or a neighbour's burst weighs on all of them
- * alike; the first round is an untimed warm-up, the fastest timed run
- * counts.  Every run writes the full answer into g->d; *last is the
- * candidate that ran last, with its timing in *t.  0, or the first
- * candidate's error when none ran. */
+ * alike; the first round is an untimed warm-up, then runs timed rounds,
+ * the fastest timed run counts.  Every run writes the full answer into
+ * g->d; *last is the candidate that ran last, with its timing in *t.  0,
+ * or the first candidate's error when none ran. */
 static int measure(struct cuda_backend_dev *bd, struct cuda_weight *w, const size_t *cand,
-		   size_t ncand, const struct mfma_gemm *g, struct cuda_rank *r, size_t *last,
-		   struct backend_timing *t, char *err, size_t errlen)
+		   size_t ncand, const struct mfma_gemm *g, int runs, struct cuda_rank *r,
+		   size_t *last, struct backend_timing *t, char *err, size_t errlen)
 {
 	uint64_t best[NPROVIDERS];
 	int rcs[NPROVIDERS];
@@ -389,7 +397,8 @@ static int measure(struct cuda_backend_dev *bd, struct cuda_weight *w, const siz
 		best[cand[c]] = UINT64_MAX;
 		rcs[cand[c]] = 0;
 	}
-	for (int run = 0; run <= TIMED_RUNS; run++) {
+	bd->measures++;
+	for (int run = 0; run <= runs; run++) {
 		for (size_t c = 0; c < ncand; c++) {
 			size_t i = cand[c];
 			if (rcs[i] < 0)
@@ -436,7 +445,7 @@ static void choice_key(const struct cuda_backend_dev *bd, const struct cuda_weig
 	k->k = w->k;
 	k->dtype = (uint32_t)w->dtype;
 	k->sparse = w->sparse;
-	k->n_max = bucket_max[b];
+	k->n_max = cuda_bucket_max[b];
 	k->out = (uint32_t)out;
 }
 
@@ -488,18 +497,16 @@ static void rank_to_cache(const struct cuda_backend_dev *bd, const struct backen
 		bd->choices->put(bd->choices->arg, k, order);
 }
 
-/* A GEMM on a resident weight: the pinned provider when it runs the
- * shape, else the measured choice for its N bucket, from the cache of
- * choices or measured now if this is the bucket's first GEMM. */
-static int gemm_resident(struct cuda_backend_dev *bd, struct cuda_weight *w,
-			 const struct mfma_gemm *g, const struct cuda_shape *s,
-			 struct backend_timing *t, char *err, size_t errlen)
+/* The candidates for s on w: the providers holding the weight that run
+ * the shape, in table order, into cand (*ncand of them); 0, or the first
+ * refusal's code with its sentence in err when there is none. */
+static int candidates(const struct cuda_backend_dev *bd, const struct cuda_weight *w,
+		      const struct cuda_shape *s, size_t *cand, size_t *ncand, char *err,
+		      size_t errlen)
 {
-	/* The candidates: providers holding the weight that run this shape,
-	 * in table order. */
-	size_t cand[NPROVIDERS], ncand = 0;
 	int rc = -ENOTSUP;
 	bool refused = false;
+	*ncand = 0;
 	for (size_t i = 0; i < NPROVIDERS; i++) {
 		if (!w->have[i])
 			continue;
@@ -507,19 +514,27 @@ static int gemm_resident(struct cuda_backend_dev *bd, struct cuda_weight *w,
 		int r = providers[i]->supports(bd->dev, bd->state[i], s, refused ? why : err,
 					      refused ? sizeof(why) : errlen);
 		if (r == 0) {
-			cand[ncand++] = i;
+			cand[(*ncand)++] = i;
 		} else if (!refused) {
 			rc = r;
 			refused = true;
 		}
 	}
-	if (!ncand)
-		return rc;
-	if ((rc = cuda_dev_enter(bd->dev, err, errlen)) < 0)
-		return rc;
-	size_t b = bucket_of(g->n), out = g->out_dtype < NOUT ? g->out_dtype : 0;
+	return *ncand ? 0 : rc;
+}
+
+/* Fills w's order for g's N bucket and output type when it has none: the
+ * pinned provider, else the cache's order, else measured now on g with
+ * runs timed runs each (handed to the cache).  *answered: g->d holds the
+ * winner's answer (its timing in *t), so that g need not run again. */
+static int rank_fill(struct cuda_backend_dev *bd, struct cuda_weight *w, const size_t *cand,
+		     size_t ncand, const struct mfma_gemm *g, int runs, bool *answered,
+		     struct backend_timing *t, char *err, size_t errlen)
+{
+	size_t b = cuda_bucket_of(g->n), out = g->out_dtype < NOUT ? g->out_dtype : 0;
 	struct cuda_rank *r = &w->rank[b][out];
 	bool pinned = false;
+	*answered = false;
 	for (size_t c = 0; c < ncand; c++)
 		pinned = pinned || (int)cand[c] == policy.prefer;
 	if (r->n == 0 && pinned) {
@@ -532,14 +547,37 @@ static int gemm_resident(struct cuda_backend_dev *bd, struct cuda_weight *w,
 		choice_key(bd, w, b, out, &key);
 		if (!rank_from_cache(bd, &key, cand, ncand, r)) {
 			size_t last = NPROVIDERS;
-			if ((rc = measure(bd, w, cand, ncand, g, r, &last, t, err, errlen)) < 0)
+			int rc = measure(bd, w, cand, ncand, g, runs, r, &last, t, err, errlen);
+			if (rc < 0)
 				return rc;
 			rank_to_cache(bd, &key, r);
-			/* The answer is the winner's, so that the variant is true. */
-			if (last == r->order[0])
-				return 0;
+			*answered = last == r->order[0];
 		}
 	}
+	return 0;
+}
+
+/* A GEMM on a resident weight: the pinned provider when it runs the
+ * shape, else the measured choice for its N bucket, from the cache of
+ * choices or measured now if this is the bucket's first GEMM (and the
+ * weight was not warmed at load). */
+static int gemm_resident(struct cuda_backend_dev *bd, struct cuda_weight *w,
+			 const struct mfma_gemm *g, const struct cuda_shape *s,
+			 struct backend_timing *t, char *err, size_t errlen)
+{
+	size_t cand[NPROVIDERS], ncand = 0;
+	int rc = candidates(bd, w, s, cand, &ncand, err, errlen);
+	if (rc < 0)
+		return rc;
+	if ((rc = cuda_dev_enter(bd->dev, err, errlen)) < 0)
+		return rc;
+	bool answered = false;
+	if ((rc = rank_fill(bd, w, cand, ncand, g, TIMED_RUNS, &answered, t, err, errlen)) < 0)
+		return rc;
+	/* The answer is the winner's, so that the variant is true. */
+	if (answered)
+		return 0;
+	const struct cuda_rank *r = &w->rank[cuda_bucket_of(g->n)][g->out_dtype < NOUT ? g->out_dtype : 0];
 	/* The measured order first, then the table's; a candidate that
 	 * cannot make this very shape (-ENOTSUP at launch) passes to the
 	 * next. */
@@ -612,14 +650,127 @@ static int cuda_gemm(void *dev, const struct mfma_gemm *g, void *weight, struct 
 	if (!t)
 		t = &local;
 	int rc;
-	if (w)
-		return gemm_resident(bd, w, &run, &s, t, err, errlen);
-	size_t i = pick(bd, &s, &rc, err, errlen);
+	/* What this GEMM paid for on the serving path: plans the providers
+	 * made and choices measured. */
+	const uint64_t plans0 = cuda_dev_plans(bd->dev), measures0 = bd->measures;
+	if (w) {
+		rc = gemm_resident(bd, w, &run, &s, t, err, errlen);
+	} else {
+		size_t i = pick(bd, &s, &rc, err, errlen);
+		if (rc == 0)
+			rc = cuda_dev_enter(bd->dev, err, errlen);
+		if (rc == 0)
+			rc = run_on(bd, i, &run, NULL, t, err, errlen);
+	}
+	t->plans = (uint32_t)(cuda_dev_plans(bd->dev) - plans0);
+	t->measures = (uint32_t)(bd->measures - measures0);
+	return rc;
+}
+
+/* Warming a resident weight at load (backend_ops.weight_warm): for each
+ * width the weight will meet (cuda_warm_widths: the N buckets'
+ * representatives and, when the daemon batches, every joined width up to
+ * batching.max_columns) and each output type the input dtype allows, the
+ * bucket's measured choice is made (from the cache when it has it, else
+ * timed with TIMED_RUNS_AT_LOAD runs) and every candidate runs the width
+ * once, which makes its per-N state (cuSPARSELt's plan with its search,
+ * cuBLASLt's heuristic) as the first GEMM of that width would on the
+ * serving path.  The operands are the warming's own scratch on the device,
+ * B zeros: no client's memory.  What is made stays with the weight (a
+ * cuSPARSELt plan made while warming is never replaced).  Widths past
+ * CUDA_WARM_MAX_WIDTHS, and those a larger max_columns adds after a
+ * reload, are made on first use as without warming.
+ *
+ * One GEMM of width n and output type out on w, its B and D the scratch
+ * (b, d): the bucket's choice made if n is its representative, then every
+ * candidate run once.  A candidate that refuses the width at launch
+ * (-ENOTSUP) is passed over, as the serving path passes to the next. */
+static int warm_width(struct cuda_backend_dev *bd, struct cuda_weight *w, uint32_t n,
+		      enum mfma_dtype out, CUdeviceptr b, CUdeviceptr d, char *err, size_t errlen)
+{
+	const struct cuda_shape s = { .m = w->m, .n = n, .k = w->k, .in = w->dtype, .out = out,
+				      .sparse = w->sparse, .resident = true };
+	const struct mfma_gemm g = { .m = w->m, .n = n, .k = w->k, .in_dtype = w->dtype,
+				     .out_dtype = out, .alpha = 1.0f, .beta = 0.0f,
+				     .a_sparse = w->sparse, .b = (const void *)(uintptr_t)b,
+				     .d = (void *)(uintptr_t)d };
+	size_t cand[NPROVIDERS], ncand = 0;
+	char why[256];
+	/* A width no provider holding the weight runs is nothing to warm. */
+	if (candidates(bd, w, &s, cand, &ncand, why, sizeof(why)) < 0)
+		return 0;
+	struct backend_timing t;
+	bool answered = false;
+	int rc;
+	if (n == cuda_bucket_rep(cuda_bucket_of(n)) &&
+	    (rc = rank_fill(bd, w, cand, ncand, &g, TIMED_RUNS_AT_LOAD, &answered, &t, err,
+			    errlen)) < 0)
+		return rc;
+	for (size_t c = 0; c < ncand; c++) {
+		rc = run_on(bd, cand[c], &g, w->packed[cand[c]], &t, err, errlen);
+		if (rc < 0 && rc != -ENOTSUP)
+			return rc;
+	}
+	err[0] = '\0';
+	return 0;
+}
+
+static int cuda_weight_warm(void *dev, void *handle, const struct backend_warm *warm,
+			    struct backend_warm_report *rep, char *err, size_t errlen)
+{
+	struct cuda_backend_dev *bd = dev;
+	struct cuda_weight *w = handle;
+	if (!bd || !w || !warm || !rep) {
+		snprintf(err, errlen, "cuda: weight_warm: no device, weight or widths");
+		return -EINVAL;
+	}
+	memset(rep, 0, sizeof(*rep));
+	uint32_t widths[CUDA_WARM_MAX_WIDTHS];
+	size_t all = cuda_warm_widths(warm->batching && bd->batch, warm->max_columns, widths,
+				      CUDA_WARM_MAX_WIDTHS);
+	size_t nw = all < CUDA_WARM_MAX_WIDTHS ? all : CUDA_WARM_MAX_WIDTHS;
+	rep->widths_left = (uint32_t)(all - nw);
+	int rc = cuda_dev_enter(bd->dev, err, errlen);
 	if (rc < 0)
 		return rc;
-	if ((rc = cuda_dev_enter(bd->dev, err, errlen)) < 0)
-		return rc;
-	return run_on(bd, i, &run, NULL, t, err, errlen);
+	/* The scratch operands, for the widest width and the widest output
+	 * type: what a batch of that width takes anyway.  Freed at the end. */
+	const uint32_t wmax = widths[nw - 1];
+	const size_t bbytes = (size_t)w->k * wmax * mfma_dtype_size(w->dtype);
+	const size_t dbytes = (size_t)w->m * wmax * sizeof(float);
+	struct cuda_buf b = { 0 }, d = { 0 };
+	const uint64_t plans0 = cuda_dev_plans(bd->dev), measures0 = bd->measures;
+	CUresult r;
+	if ((rc = cuda_buf_need(&b, bbytes, "the warming's B", NULL, err, errlen)) < 0 ||
+	    (rc = cuda_buf_need(&d, dbytes, "the warming's D", NULL, err, errlen)) < 0)
+		goto out;
+	/* Zeros: no NaN or infinity to slow a kernel or trip a library. */
+	if ((r = nv_drv.cuMemsetD8Async(b.p, 0, bbytes, cuda_dev_stream(bd->dev))) != CUDA_SUCCESS) {
+		rc = cuda_fail(r, err, errlen, "cuMemsetD8Async(the warming's B)");
+		goto out;
+	}
+	const struct cuda_dev_range on[] = { { b.p, bbytes }, { d.p, dbytes } };
+	cuda_dev_on_device(bd->dev, on, 2);
+	cuda_dev_set_warming(bd->dev, true);
+	bd->warming = true;
+	for (int out = MFMA_DT_F32; out <= MFMA_DT_I32 && rc == 0; out++) {
+		if (!mfma_out_dtype_ok(w->dtype, (enum mfma_dtype)out))
+			continue;
+		for (size_t i = 0; i < nw && rc == 0; i++)
+			rc = warm_width(bd, w, widths[i], (enum mfma_dtype)out, b.p, d.p, err, errlen);
+	}
+	if (rc == 0)
+		rep->widths = (uint32_t)nw;
+	bd->warming = false;
+	cuda_dev_set_warming(bd->dev, false);
+	cuda_dev_on_device(bd->dev, NULL, 0);
+out:
+	cuda_dev_drain(bd->dev);
+	cuda_buf_free(&b);
+	cuda_buf_free(&d);
+	rep->plans = (uint32_t)(cuda_dev_plans(bd->dev) - plans0);
+	rep->measures = (uint32_t)(bd->measures - measures0);
+	return rc;
 }
 
 /* A client's region: the device copies from and into it directly.  The
@@ -685,6 +836,7 @@ const struct backend_ops backend_cuda = {
 	.close = cuda_close,
 	.weight_load = cuda_weight_load,
 	.weight_free = cuda_weight_free,
+	.weight_warm = cuda_weight_warm,
 	.gemm = cuda_gemm,
 	.host_register = cuda_host_register,
 	.host_unregister = cuda_host_unregister,

@@ -47,21 +47,6 @@ bool cuda_batch_usable(int cc)
 	return nv_image_find(nv_images, nv_image_count, nv_unit_name(NV_UNIT_UTIL), cc) != NULL;
 }
 
-uint32_t cuda_batch_width(uint32_t n)
-{
-	/* 16, 32, 64, 128, 192, 256, 384, 512, 768, ...: powers of two and
-	 * one and a half times them, so at most a third of the columns are
-	 * padding, and ten widths cover up to 1536 columns. */
-	uint32_t w = 16;
-	while (w < n && w <= UINT32_MAX / 2) {
-		uint32_t half = w + w / 2;
-		if (w >= 128 && n <= half)
-			return half;
-		w *= 2;
-	}
-	return w < n ? n : w;
-}
-
 int cuda_batch_open(struct cuda_dev *dev, struct cuda_batch **b, char *err, size_t errlen)
 {
 	*b = NULL;

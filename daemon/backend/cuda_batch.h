@@ -10,6 +10,7 @@
 #define MFMAD_CUDA_BATCH_H
 
 #include "cuda_device.h"
+#include "cuda_widths.h"
 
 struct cuda_batch;
 
@@ -17,13 +18,7 @@ struct cuda_batch;
  * capability cc (the device batches only then). */
 bool cuda_batch_usable(int cc);
 
-/* The width of the joined matrices for n columns of parts: rounded up, so
- * that the batches of a load (any total from 2 to thousands of columns)
- * come in a few widths, and a provider that plans per N (cuSPARSELt
- * searches its algorithms for each N it sees, some 100 ms on the H200)
- * plans once per width.  The padding columns are zero and never copied
- * out. */
-uint32_t cuda_batch_width(uint32_t n);
+/* cuda_batch_width, the joined width of n columns, is in cuda_widths.h. */
 
 /* Loads the data-movement kernels; NULL *b with -ENOEXEC when the build
  * has none for this GPU (the device then does not batch). */

@@ -254,9 +254,11 @@ static size_t lt_ldb(uint32_t n)
 }
 
 /* The cached plan of a shape, made (descriptors and heuristic) on first
- * use. */
-static int plan_get(struct lt_state *s, const struct mfma_gemm *g, struct lt_plan **out,
-		    char *err, size_t errlen)
+ * use and counted on the device (cuda_dev_count_plan).  The cache is the
+ * device's, LT_PLANS shapes of every weight together: the heuristic is
+ * cheap (no search), so a plan replaced costs little when made again. */
+static int plan_get(struct cuda_dev *dev, struct lt_state *s, const struct mfma_gemm *g,
+		    struct lt_plan **out, char *err, size_t errlen)
 {
 	for (size_t i = 0; i < LT_PLANS; i++) {
 		struct lt_plan *p = &s->plans[i];
@@ -303,6 +305,7 @@ static int plan_get(struct lt_state *s, const struct mfma_gemm *g, struct lt_pla
 	p->algo = h.algo;
 	p->ws_bytes = h.workspace_size;
 	p->used = true;
+	cuda_dev_count_plan(dev);
 	*out = p;
 	return 0;
 }
@@ -387,7 +390,7 @@ static int lt_launch(struct cuda_dev *dev, void *state, const struct mfma_gemm *
 	const size_t ldb = lt_ldb(g->n), abytes = (size_t)g->m * g->k * es;
 	const size_t dbytes = (size_t)g->m * g->n * os;
 	struct lt_plan *p;
-	int rc = plan_get(s, g, &p, err, errlen);
+	int rc = plan_get(dev, s, g, &p, err, errlen);
 	if (rc < 0)
 		return rc;
 	struct cuda_buf *a = cuda_dev_scratch(dev, CUDA_SCRATCH_A);

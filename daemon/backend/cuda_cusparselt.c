@@ -14,7 +14,9 @@
  * for that).  So weight_pack expands our canonical 2:4 weight on the host,
  * copies it in once, and compresses it there; a GEMM with a new N makes
  * the plan for it once (descriptors, plan, cusparseLtMatmulSearch, which
- * is worth up to 2x on skinny N) and keeps it with the weight.  The weight
+ * is worth up to 2x on skinny N) and keeps it with the weight; a weight
+ * warmed at load (cuda.c) makes those of every width it will meet then,
+ * and keeps them for good (plan_keep).  The weight
  * is padded with zero rows and columns to multiples of 32: the sizes the
  * library's kernels take in every version seen. */
 #include "mfmad_build.h"
@@ -26,6 +28,7 @@
 #include <string.h>
 
 #include "cuda_provider.h"
+#include "cuda_widths.h"
 #include "sparse24.h"
 
 /* ---- The part of the cuSPARSELt API used ---- */
@@ -125,16 +128,21 @@ struct cs_plan {
 	uint32_t n;
 	enum mfma_dtype out;
 	bool failed; /* the library refused this shape: do not ask again */
+	bool kept;   /* made when the weight was warmed at load: never replaced */
 	bool have_b, have_c, have_mm, have_plan;
 	cs_obj mb, mc, mm, sel, plan;
 	size_t ws_bytes;
 };
 
-/* Plans kept per weight, the oldest replaced: a load's single requests
- * and its batches' widths (cuda_batch_width: ten up to 1536 columns), for
- * two output types, fit; a plan replaced and needed again costs its
- * search again (some 100 ms on the H200). */
-#define CS_PLANS 48
+/* Plans kept per weight.  Those made when the weight is warmed at load
+ * (cuda_dev_warming) stay: at most CUDA_WARM_MAX_WIDTHS widths for the two
+ * output types of f16 and bf16, CS_KEPT_MAX.  The others (an exact N of a
+ * single request, a width past the warmed ones) take the remaining slots,
+ * the oldest replaced; a plan replaced and needed again costs its search
+ * again (some 100 ms on the H200).  A plan is a few descriptors on the
+ * host: 64 of them are some 300 KiB per weight. */
+#define CS_KEPT_MAX (2 * CUDA_WARM_MAX_WIDTHS)
+#define CS_PLANS (CS_KEPT_MAX + 32)
 
 struct cs_weight {
 	uint32_t m, k, mp, kp;
@@ -142,7 +150,8 @@ struct cs_weight {
 	cs_obj ma;
 	CUdeviceptr comp;
 	struct cs_plan *plans[CS_PLANS];
-	unsigned next;
+	unsigned next; /* where the search for a slot to replace starts */
+	unsigned kept; /* plans that stay */
 };
 
 static uint32_t pad_to(uint32_t x, uint32_t to)
@@ -408,6 +417,29 @@ static struct cs_plan *plan_make(struct cs_state *s, struct cs_weight *w, uint32
 	return p;
 }
 
+/* Puts a new plan in w's table: a warmed one (keep) in a free slot while
+ * fewer than CS_KEPT_MAX are kept, every other in the next slot that is
+ * not kept, replacing what was there.  The kept are at most CS_KEPT_MAX
+ * of CS_PLANS, so such a slot always exists. */
+static void plan_keep(struct cs_weight *w, struct cs_plan *p, bool keep)
+{
+	unsigned at = w->next;
+	if (keep && w->kept < CS_KEPT_MAX) {
+		for (unsigned i = 0; i < CS_PLANS; i++)
+			if (!w->plans[(w->next + i) % CS_PLANS]) {
+				at = (w->next + i) % CS_PLANS;
+				break;
+			}
+	}
+	for (unsigned i = 0; i < CS_PLANS && w->plans[at] && w->plans[at]->kept; i++)
+		at = (at + 1) % CS_PLANS;
+	p->kept = keep && w->kept < CS_KEPT_MAX;
+	w->kept += p->kept;
+	plan_free(w->plans[at]);
+	w->plans[at] = p;
+	w->next = (at + 1) % CS_PLANS;
+}
+
 static const char *cs_variant(enum mfma_dtype in)
 {
 	return in == MFMA_DT_BF16 ? "cusparselt.bf16.sparse" : "cusparselt.f16.sparse";
@@ -445,9 +477,8 @@ static int cs_launch(struct cuda_dev *dev, void *state, const struct mfma_gemm *
 			snprintf(err, errlen, "cuda: out of host memory");
 			return -ENOMEM;
 		}
-		plan_free(w->plans[w->next]);
-		w->plans[w->next] = p;
-		w->next = (w->next + 1) % CS_PLANS;
+		cuda_dev_count_plan(dev);
+		plan_keep(w, p, cuda_dev_warming(dev));
 	}
 	if (p->failed) {
 		snprintf(err, errlen, "cuda: cuSPARSELt has no plan for %ux%ux%u %s->%s", g->m, g->n,

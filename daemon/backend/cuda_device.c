@@ -65,6 +65,10 @@ struct cuda_dev {
 	/* Operands already on the device (cuda_dev_on_device). */
 	struct cuda_dev_range ondev[CUDA_MAX_ON_DEVICE];
 	size_t nondev;
+	/* Per-N states the providers made (cuda_dev_count_plan), and whether
+	 * a weight is being warmed at load now. */
+	uint64_t plans;
+	bool warming;
 };
 
 int cuda_fail(CUresult r, char *err, size_t errlen, const char *what)
@@ -208,6 +212,26 @@ int cuda_dev_cc(const struct cuda_dev *d)
 CUstream cuda_dev_stream(const struct cuda_dev *d)
 {
 	return d->stream;
+}
+
+void cuda_dev_count_plan(struct cuda_dev *d)
+{
+	d->plans++;
+}
+
+uint64_t cuda_dev_plans(const struct cuda_dev *d)
+{
+	return d->plans;
+}
+
+void cuda_dev_set_warming(struct cuda_dev *d, bool on)
+{
+	d->warming = on;
+}
+
+bool cuda_dev_warming(const struct cuda_dev *d)
+{
+	return d->warming;
 }
 
 int cuda_dev_enter(struct cuda_dev *d, char *err, size_t errlen)

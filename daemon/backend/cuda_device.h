@@ -47,6 +47,16 @@ void cuda_dev_close(struct cuda_dev *d);
 CUdevice cuda_dev_device(const struct cuda_dev *d);
 int cuda_dev_cc(const struct cuda_dev *d);
 CUstream cuda_dev_stream(const struct cuda_dev *d);
+/* Per-N state of a provider (a library's plan, cuSPARSELt's with its
+ * algorithm search, some 100 ms on the H200): the provider counts each
+ * one it makes, so that the backend can say whether a GEMM paid for one
+ * on the serving path.  While a weight is warmed at load
+ * (cuda_dev_set_warming), the plans made are the ones the weight keeps: a
+ * provider that replaces its oldest plans never replaces those. */
+void cuda_dev_count_plan(struct cuda_dev *d);
+uint64_t cuda_dev_plans(const struct cuda_dev *d);
+void cuda_dev_set_warming(struct cuda_dev *d, bool on);
+bool cuda_dev_warming(const struct cuda_dev *d);
 /* Makes the device's context current on the calling thread. */
 int cuda_dev_enter(struct cuda_dev *d, char *err, size_t errlen);
 

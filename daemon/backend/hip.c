@@ -319,6 +319,8 @@ const struct backend_ops backend_hip = {
 	.close = hip_close,
 	.weight_load = hip_weight_load,
 	.weight_free = hip_weight_free,
+	/* No weight_warm: our HIP kernels choose their tile per launch from a pure plan; nothing is made per N (no vendor library provider yet). */
+	.weight_warm = NULL,
 	.gemm = hip_gemm,
 	.host_register = hip_host_register,
 	.host_unregister = hip_host_unregister,

@@ -332,6 +332,28 @@ static void test_byte_length_and_inner_dims(void **state)
 	free(q);
 }
 
+/* Request.pad is ignored up to its limit and refused, by name, past it. */
+static void test_pad(void **state)
+{
+	(void)state;
+	static uint8_t pad[65];
+	struct greq *q = gemm_req(8, 12, 5);
+	q->req.has_pad = 1;
+	q->req.pad = (ProtobufCBinaryData){ .len = 65, .data = pad };
+	expect_reply(&q->req, MFMA__V1__CODE__INVALID_ARGUMENT, "pad of 65 bytes; at most 64");
+	q->req.pad.len = 64;
+	int fd = harness_connect_raw(&D);
+	assert_true(fd >= 0);
+	send_request(fd, &q->req);
+	Mfma__V1__Response *r = recv_response(fd);
+	assert_true(!r->status || r->status->code == MFMA__V1__CODE__OK);
+	assert_int_equal(r->body_case, MFMA__V1__RESPONSE__BODY_GEMM);
+	assert_int_equal(r->id, q->req.id);
+	mfma__v1__response__free_unpacked(r, NULL);
+	close(fd);
+	free(q);
+}
+
 static void test_sparse_k_not_multiple_of_4(void **state)
 {
 	(void)state;
@@ -469,6 +491,7 @@ int main(void)
 		cmocka_unit_test(test_unknown_request_type),
 		cmocka_unit_test(test_bad_dimensions),
 		cmocka_unit_test(test_byte_length_and_inner_dims),
+		cmocka_unit_test(test_pad),
 		cmocka_unit_test(test_sparse_k_not_multiple_of_4),
 		cmocka_unit_test(test_not_24_under_validate),
 		cmocka_unit_test(test_bad_meta_nibble),

@@ -105,7 +105,8 @@ static void test_valid_policy_status_and_reload(void **state)
 	assert_int_equal(harness_run(check, out, sizeof(out)), 0);
 	unlink(path);
 	assert_non_null(strstr(out, "cuda = { enabled = \"auto\"; providers = { exclude = "
-				    "[\"cublaslt\", \"cusparselt\"]; prefer = \"wgmma\"; }; };"));
+				    "[\"cublaslt\", \"cusparselt\"]; prefer = \"wgmma\"; }; "
+				    "warmup = true; };"));
 	assert_non_null(strstr(out, "hip = { enabled = \"auto\"; providers = { exclude = []; "
 				    "prefer = \"ours\"; }; };"));
 

@@ -15,6 +15,7 @@
 #include "mfmad_build.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -32,6 +33,7 @@
 #include "cpu_gemm.h"
 #include "cuda_batch.h"
 #include "cuda_provider.h"
+#include "cuda_widths.h"
 #include "mfma_clock.h"
 #include "providers.h"
 #include "nv_plan.h"
@@ -815,6 +817,254 @@ static void test_choice(void **state)
 	}
 }
 
+/* One batched GEMM of two parts (width - 1 columns and 1) on the resident
+ * weight w (A in o): a joined width of exactly width.  Each part checked
+ * on 16 rows against the float64 reference; the timing returned. */
+static struct backend_timing warm_batch(void *w, const struct operands *o, enum mfma_dtype in,
+					enum mfma_dtype out, bool sp, uint32_t m, uint32_t k,
+					uint32_t width)
+{
+	const uint32_t ns[2] = { width - 1, 1 };
+	struct operands r[2];
+	struct mfma_gemm_part parts[2];
+	for (int i = 0; i < 2; i++) {
+		ops_make(&r[i], in, out, false, m, ns[i], k, 1.0f, 0.0f);
+		parts[i] = (struct mfma_gemm_part){ .b = r[i].b, .c = NULL, .d = r[i].d, .n = ns[i] };
+	}
+	struct mfma_gemm g = r[0].g;
+	g.n = width;
+	g.nparts = 2;
+	g.parts = parts;
+	g.a = g.b = g.c = NULL;
+	g.d = NULL;
+	g.a_meta = NULL;
+	g.a_sparse = sp;
+	struct backend_timing t = { 0 };
+	char err[512] = "";
+	if (backend_cuda.gemm(dev, &g, w, &t, err, sizeof(err)) != 0)
+		fail_msg("warmed batch of width %u: %s", width, err);
+	uint32_t idx[16];
+	for (uint32_t j = 0; j < 16; j++)
+		idx[j] = j == 0 ? 0 : j == 1 ? m - 1 : nvt_rand(&seed) % m;
+	for (int i = 0; i < 2; i++) {
+		r[i].g.a_sparse = sp;
+		r[i].g.a = o->a;
+		r[i].g.a_meta = o->meta;
+		double rel = rel_error(&r[i], idx, 16);
+		checks++;
+		if (!(rel <= nvt_tolerance(out)))
+			fail_msg("warmed batch of width %u part %d (%s): relative error %g", width, i,
+				 t.variant ? t.variant : "?", rel);
+		r[i].g.a = NULL;
+		r[i].g.a_meta = NULL;
+		ops_free(&r[i]);
+	}
+	return t;
+}
+
+/* One single GEMM at N on the resident weight w (A in o), checked on 16
+ * rows against the float64 reference; its timing. */
+static struct backend_timing resident_gemm(void *w, const struct operands *o, enum mfma_dtype in,
+					   enum mfma_dtype out, bool sp, uint32_t m, uint32_t k,
+					   uint32_t n)
+{
+	struct operands r;
+	ops_make(&r, in, out, false, m, n, k, 1.0f, 0.0f);
+	free(r.a);
+	r.a = NULL;
+	r.g.a_sparse = sp;
+	r.g.a = o->a;
+	r.g.a_meta = o->meta;
+	struct backend_timing t = { 0 };
+	char err[512] = "";
+	if (backend_cuda.gemm(dev, &r.g, w, &t, err, sizeof(err)) != 0)
+		fail_msg("single GEMM N=%u: %s", n, err);
+	uint32_t idx[16];
+	for (uint32_t j = 0; j < 16; j++)
+		idx[j] = j == 0 ? 0 : j == 1 ? m - 1 : nvt_rand(&seed) % m;
+	double rel = rel_error(&r, idx, 16);
+	checks++;
+	if (!(rel <= nvt_tolerance(out)))
+		fail_msg("single GEMM N=%u (%s): relative error %g", n, t.variant ? t.variant : "?",
+			 rel);
+	r.g.a = NULL;
+	r.g.a_meta = NULL;
+	ops_free(&r);
+	return t;
+}
+
+/* Warming at load (issues 9 and 11): after weight_warm for batching up to
+ * 512 columns (64 when quick), no batched GEMM of any width a batch can
+ * take, and no single GEMM at a bucket's representative N, makes a plan or
+ * measures a choice on the serving path, for either output type.  The
+ * counters are shown to count: the same weight loaded without warming
+ * measures (and, with cuSPARSELt, plans) at its first batch.  That the
+ * warmed plans outlive later ones is test_cusparselt_keeps_warmed_plans. */
+static void test_warmup(void **state)
+{
+	(void)state;
+	if (quick == 2)
+		return;
+	struct backend_device_info info;
+	assert_int_equal(backend_cuda.describe(dev_index, &info), 0);
+	if (!info.batches) {
+		printf("  (this device does not batch: nothing to warm for batches)\n");
+		return;
+	}
+	const bool have_lt = strstr(info.variants, "cublaslt.") != NULL;
+	const bool have_slt = strstr(info.variants, "cusparselt.") != NULL;
+	const uint32_t m = quick ? 512 : 2048, k = quick ? 512 : 2048;
+	/* Under compute-sanitizer (quick) fewer widths: each cuSPARSELt
+	 * search runs its kernels hundreds of times there. */
+	const struct backend_warm warm = { .batching = true, .max_columns = quick ? 64 : 512 };
+	uint32_t widths[CUDA_WARM_MAX_WIDTHS];
+	const size_t nw = cuda_warm_widths(true, warm.max_columns, widths, CUDA_WARM_MAX_WIDTHS);
+	const enum mfma_dtype outs[2] = { MFMA_DT_F16, MFMA_DT_F32 };
+	for (int sp = 0; sp < 2; sp++) {
+		struct operands o;
+		ops_make(&o, MFMA_DT_F16, MFMA_DT_F16, sp, m, 16, k, 1.0f, 0.0f);
+		struct mfma_weight_host wh = { .m = m, .k = k, .dtype = MFMA_DT_F16, .sparse = sp,
+					       .a = o.a, .meta = o.meta };
+		char err[512] = "";
+		void *w = NULL;
+		uint64_t wbytes = 0;
+
+		/* Without warming the first batch pays: the counters count. */
+		if (backend_cuda.weight_load(dev, &wh, &w, &wbytes, err, sizeof(err)) != 0)
+			fail_msg("weight_load: %s", err);
+		struct backend_timing t = warm_batch(w, &o, MFMA_DT_F16, MFMA_DT_F32, sp, m, k, 16);
+		printf("  %s, not warmed: first batch of width 16 ran %s, %u plans, %u measures\n",
+		       sp ? "2:4" : "dense", t.variant ? t.variant : "?", t.plans, t.measures);
+		if (t.measures != 1)
+			fail_msg("the first batch of a weight not warmed measured %u choices, not 1",
+				 t.measures);
+		if (((sp && have_slt) || (!sp && have_lt)) && t.plans == 0)
+			fail_msg("the first batch of a weight not warmed made no library plan");
+		backend_cuda.weight_free(dev, w);
+
+		/* Warmed: every width, both output types, pays nothing. */
+		if (backend_cuda.weight_load(dev, &wh, &w, &wbytes, err, sizeof(err)) != 0)
+			fail_msg("weight_load: %s", err);
+		struct backend_warm_report rep;
+		uint64_t t0 = mfma_clock_ns();
+		if (backend_cuda.weight_warm(dev, w, &warm, &rep, err, sizeof(err)) != 0)
+			fail_msg("weight_warm: %s", err);
+		printf("  %s %ux%u warmed in %.1f ms: %u widths, %u plans, %u measures\n",
+		       sp ? "2:4" : "dense", m, k, (mfma_clock_ns() - t0) / 1e6, rep.widths,
+		       rep.plans, rep.measures);
+		assert_int_equal(rep.widths, nw);
+		assert_int_equal(rep.widths_left, 0);
+		/* At most one measuring per bucket and output type. */
+		assert_true(rep.measures <= 2 * CUDA_NBUCKETS);
+		if (sp && have_slt && rep.plans < 2 * nw)
+			fail_msg("warming made %u plans, fewer than cuSPARSELt's %zu widths x 2 outputs",
+				 rep.plans, nw);
+		for (size_t oi = 0; oi < 2; oi++) {
+			for (size_t i = 0; i < nw; i++) {
+				t = warm_batch(w, &o, MFMA_DT_F16, outs[oi], sp, m, k, widths[i]);
+				if (t.plans || t.measures)
+					fail_msg("%s warmed: a batch of width %u -> %s made %u plans and "
+						 "measured %u choices on the serving path (%s)",
+						 sp ? "2:4" : "dense", widths[i], mfma_dtype_name(outs[oi]),
+						 t.plans, t.measures, t.variant ? t.variant : "?");
+			}
+			for (size_t b = 0; b < CUDA_NBUCKETS; b++) {
+				t = resident_gemm(w, &o, MFMA_DT_F16, outs[oi], sp, m, k, cuda_bucket_rep(b));
+				if (t.plans || t.measures)
+					fail_msg("warmed: a single GEMM at N=%u made %u plans, measured %u",
+						 cuda_bucket_rep(b), t.plans, t.measures);
+			}
+		}
+		printf("  %s warmed: %zu widths x 2 outputs batched and 5 bucket N single, no plan "
+		       "and no measuring on the serving path\n", sp ? "2:4" : "dense", nw);
+		backend_cuda.weight_free(dev, w);
+		ops_free(&o);
+	}
+}
+
+/* One GEMM on cuSPARSELt directly (a 2:4 weight it packed), N columns to
+ * out.  A shape the library has no kernel for (-ENOTSUP) still leaves its
+ * plan, marked failed, in the weight's table: it counts like any other. */
+static void cs_run(struct cuda_dev *cd, void *st, void *packed, uint32_t m, uint32_t k, uint32_t n,
+		   enum mfma_dtype out)
+{
+	struct operands r;
+	ops_make(&r, MFMA_DT_F16, out, false, m, n, k, 1.0f, 0.0f);
+	r.g.a_sparse = true;
+	const char *variant = NULL;
+	char err[512] = "";
+	int rc = cuda_provider_cusparselt.launch(cd, st, &r.g, packed, &variant, err, sizeof(err));
+	if (rc != 0)
+		cuda_dev_drain(cd);
+	if (rc != 0 && rc != -ENOTSUP)
+		fail_msg("cuSPARSELt N=%u -> %s: %s (%d)", n, mfma_dtype_name(out), err, rc);
+	ops_free(&r);
+}
+
+/* cuSPARSELt keeps the plans made while a weight is warmed (up to two
+ * output types of CUDA_WARM_MAX_WIDTHS widths) whatever comes after, and
+ * replaces the others oldest first: driven directly, so that the library
+ * serves every N. */
+static void test_cusparselt_keeps_warmed_plans(void **state)
+{
+	(void)state;
+	if (quick)
+		return;
+	char err[512] = "";
+	struct cuda_dev *cd = NULL;
+	struct backend_config cfg = { .pinned_bytes = 8u << 20 };
+	if (cuda_dev_open(dev_index, &cfg, &cd, err, sizeof(err)) != 0)
+		fail_msg("cuda_dev_open: %s", err);
+	const struct cuda_provider *p = &cuda_provider_cusparselt;
+	void *st = NULL;
+	if (!p->usable(cuda_dev_cc(cd)) || p->attach(cd, &st, err, sizeof(err)) != 0) {
+		printf("  (cuSPARSELt absent: nothing to check)\n");
+		cuda_dev_close(cd);
+		return;
+	}
+	const uint32_t m = 256, k = 256;
+	struct operands o;
+	ops_make(&o, MFMA_DT_F16, MFMA_DT_F32, true, m, 16, k, 1.0f, 0.0f);
+	struct mfma_weight_host wh = { .m = m, .k = k, .dtype = MFMA_DT_F16, .sparse = true,
+				       .a = o.a, .meta = o.meta };
+	void *packed = NULL;
+	uint64_t bytes = 0;
+	if (p->weight_pack(cd, st, &wh, &packed, &bytes, err, sizeof(err)) != 0 ||
+	    cuda_dev_sync(cd, "packing", err, sizeof(err)) != 0)
+		fail_msg("cuSPARSELt weight_pack: %s", err);
+	const enum mfma_dtype outs[2] = { MFMA_DT_F32, MFMA_DT_F16 };
+	/* Warmed: 16 widths (multiples of 16) x 2 output types, all kept. */
+	const uint64_t p0 = cuda_dev_plans(cd);
+	cuda_dev_set_warming(cd, true);
+	for (int oi = 0; oi < 2; oi++)
+		for (uint32_t i = 1; i <= CUDA_WARM_MAX_WIDTHS; i++)
+			cs_run(cd, st, packed, m, k, 16 * i, outs[oi]);
+	cuda_dev_set_warming(cd, false);
+	assert_int_equal(cuda_dev_plans(cd) - p0, 2 * CUDA_WARM_MAX_WIDTHS);
+	/* 40 other N (odd multiples of 8) in the 32 slots not kept. */
+	for (uint32_t j = 0; j < 40; j++)
+		cs_run(cd, st, packed, m, k, 8 + 16 * j, MFMA_DT_F32);
+	const uint64_t p1 = cuda_dev_plans(cd);
+	assert_int_equal(p1 - p0, 2 * CUDA_WARM_MAX_WIDTHS + 40);
+	/* Every warmed plan is still there; the first of the others was
+	 * replaced and is made again. */
+	for (int oi = 0; oi < 2; oi++)
+		for (uint32_t i = 1; i <= CUDA_WARM_MAX_WIDTHS; i++)
+			cs_run(cd, st, packed, m, k, 16 * i, outs[oi]);
+	const uint64_t p2 = cuda_dev_plans(cd);
+	cs_run(cd, st, packed, m, k, 8, MFMA_DT_F32);
+	printf("  cuSPARSELt: %u warmed plans, 40 others; warmed again: %" PRIu64 " new plans; the "
+	       "oldest other again: %" PRIu64 "\n", 2 * CUDA_WARM_MAX_WIDTHS, p2 - p1,
+	       cuda_dev_plans(cd) - p2);
+	assert_int_equal(p2, p1);
+	assert_int_equal(cuda_dev_plans(cd) - p2, 1);
+	p->weight_free(cd, st, packed);
+	ops_free(&o);
+	cuda_dev_drain(cd);
+	p->detach(cd, st);
+	cuda_dev_close(cd);
+}
+
 /* The provider a variant names: the libraries' and wgmma's start with
  * their name, our mma.sp kernels' with the dtype. */
 static const char *provider_of(const char *variant)
@@ -873,7 +1123,7 @@ static void reopen(const struct backend_config *cfg)
  * checked against the reference, freed; the variant that ran. */
 static const char *resident_once(bool sp, uint32_t m, uint32_t k, uint32_t n)
 {
-	struct operands o, r;
+	struct operands o;
 	char err[512] = "";
 	ops_make(&o, MFMA_DT_F16, MFMA_DT_F16, sp, m, 16, k, 1.0f, 0.0f);
 	struct mfma_weight_host wh = { .m = m, .k = k, .dtype = MFMA_DT_F16, .sparse = sp,
@@ -882,26 +1132,7 @@ static const char *resident_once(bool sp, uint32_t m, uint32_t k, uint32_t n)
 	uint64_t wbytes = 0;
 	if (backend_cuda.weight_load(dev, &wh, &w, &wbytes, err, sizeof(err)) != 0)
 		fail_msg("weight_load: %s", err);
-	ops_make(&r, MFMA_DT_F16, MFMA_DT_F16, false, m, n, k, 1.0f, 0.0f);
-	r.g.a_sparse = sp;
-	free(r.a);
-	r.a = NULL;
-	r.g.a = o.a;
-	r.g.a_meta = o.meta;
-	struct backend_timing t = { 0 };
-	if (backend_cuda.gemm(dev, &r.g, w, &t, err, sizeof(err)) != 0)
-		fail_msg("gemm: %s", err);
-	uint32_t idx[16];
-	for (uint32_t j = 0; j < 16; j++)
-		idx[j] = j == 0 ? 0 : j == 1 ? m - 1 : nvt_rand(&seed) % m;
-	double rel = rel_error(&r, idx, 16);
-	checks++;
-	if (!(rel <= nvt_tolerance(MFMA_DT_F16)))
-		fail_msg("relative error %g on %s", rel, t.variant ? t.variant : "?");
-	const char *v = t.variant;
-	r.g.a = NULL;
-	r.g.a_meta = NULL;
-	ops_free(&r);
+	const char *v = resident_gemm(w, &o, MFMA_DT_F16, MFMA_DT_F16, sp, m, k, n).variant;
 	backend_cuda.weight_free(dev, w);
 	ops_free(&o);
 	return v;
@@ -1063,6 +1294,8 @@ int main(void)
 		cmocka_unit_test(test_large),
 		cmocka_unit_test(test_providers),
 		cmocka_unit_test(test_choice),
+		cmocka_unit_test(test_warmup),
+		cmocka_unit_test(test_cusparselt_keeps_warmed_plans),
 		cmocka_unit_test(test_policy_and_cache),
 		cmocka_unit_test(test_other_devices),
 	};

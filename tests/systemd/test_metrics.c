@@ -32,6 +32,8 @@ static struct mfmad_stats *known_stats(void)
 	s->requests[STATS_LOAD][STATS_OK] = 3;
 	s->requests[STATS_PING][STATS_OK] = 11;
 	s->requests[STATS_STATUS][STATS_MALFORMED] = 1;
+	s->matrices_in_place = 40;
+	s->matrices_copied = 2;
 	s->gemm_queue_ns = 1500000000ull;   /* 1.5 s */
 	s->gemm_h2d_ns = 25000;              /* 25 µs */
 	s->gemm_kernel_ns = 3000000001ull;   /* 3 s + 1 ns */
@@ -41,6 +43,12 @@ static struct mfmad_stats *known_stats(void)
 	stats_observe_batch(s, 1);
 	stats_observe_batch(s, 5);
 	stats_observe_batch(s, 300);
+	/* Warming made 16 plans and 10 choices at load; two GEMMs made 3
+	 * plans, one measured, on the serving path. */
+	s->plans_load = 16;
+	s->measures_load = 10;
+	stats_observe_planning(s, 2, 1);
+	stats_observe_planning(s, 1, 0);
 	/* 4 requests <= 10 µs, 2 in (25, 50] µs, 1 above the last bound. */
 	stats_observe_latency(s, 9000);
 	stats_observe_latency(s, 10000);
@@ -128,6 +136,9 @@ static void test_render_exact_lines(void **state)
 	assert_line(out, "mfmad_requests_total{kind=\"ping\",result=\"ok\"} 11");
 	assert_line(out, "mfmad_requests_total{kind=\"status\",result=\"malformed\"} 1");
 	assert_line(out, "mfmad_requests_total{kind=\"unload_weight\",result=\"not_found\"} 0");
+	assert_line(out, "# TYPE mfmad_gemm_matrices_total counter");
+	assert_line(out, "mfmad_gemm_matrices_total{placement=\"in_place\"} 40");
+	assert_line(out, "mfmad_gemm_matrices_total{placement=\"copied\"} 2");
 	assert_line(out, "mfmad_requests_total{kind=\"list_weights\",result=\"internal\"} 0");
 	/* Frames that were not a request of a known kind. */
 	assert_line(out, "mfmad_requests_total{kind=\"other\",result=\"malformed\"} 0");
@@ -145,6 +156,12 @@ static void test_render_exact_lines(void **state)
 	assert_line(out, "mfmad_gemm_batch_size_bucket{le=\"+Inf\"} 3");
 	assert_line(out, "mfmad_gemm_batch_size_sum 306");
 	assert_line(out, "mfmad_gemm_batch_size_count 3");
+	assert_line(out, "# TYPE mfmad_gemm_plans_total counter");
+	assert_line(out, "mfmad_gemm_plans_total{when=\"load\"} 16");
+	assert_line(out, "mfmad_gemm_plans_total{when=\"serving\"} 3");
+	assert_line(out, "# TYPE mfmad_gemm_choice_measurements_total counter");
+	assert_line(out, "mfmad_gemm_choice_measurements_total{when=\"load\"} 10");
+	assert_line(out, "mfmad_gemm_choice_measurements_total{when=\"serving\"} 1");
 
 	/* Cumulative buckets, with bounds in seconds. */
 	assert_line(out, "# TYPE mfmad_request_duration_seconds histogram");
@@ -204,10 +221,10 @@ static void test_render_exact_lines(void **state)
 	}
 	assert_null(strstr(out, "result=\"unknown\""));
 	/* 6 status (with the declared weights pending) + requests + 6 gemm + 17
-	 * histogram + 1 executions + 12 batch histogram + 6 + 2 TLS + 1 + 2 info +
-	 * 6 x 2 per-device + 2 kernel. */
-	assert_int_equal(samples,
-			 6 + STATS_NKINDS * STATS_NRESULTS + 6 + 17 + 1 + 12 + 6 + 2 + 1 + 2 + 12 + 2);
+	 * histogram + 1 executions + 12 batch histogram + 2 plans + 2 measurements
+	 * + 2 matrices + 6 + 2 TLS + 1 + 2 info + 6 x 2 per-device + 2 kernel. */
+	assert_int_equal(samples, 6 + STATS_NKINDS * STATS_NRESULTS + 6 + 17 + 1 + 12 + 2 + 2 + 2 + 6 +
+					  2 + 1 + 2 + 12 + 2);
 	assert_int_equal(out[len - 1], '\n');
 	free(out);
 	free(s);

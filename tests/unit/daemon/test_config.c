@@ -192,6 +192,24 @@ static void test_restart_only(void **state)
 	assert_non_null(strstr(buf, "cpu.*"));
 }
 
+/* cuda.warmup: on by default, a boolean, live on SIGHUP (no restart). */
+static void test_cuda_warmup(void **state)
+{
+	(void)state;
+	struct mfmad_config c, d;
+	char err[512], buf[256];
+	config_defaults(&c);
+	assert_true(c.cuda_warmup);
+	assert_int_equal(parse(&c, "cuda = { warmup = false; };\n", err, sizeof(err)), 0);
+	assert_false(c.cuda_warmup);
+	config_defaults(&d);
+	assert_int_equal(config_restart_only_changes(&d, &c, buf, sizeof(buf)), 0);
+	assert_int_equal(parse(&c, "\ncuda = { warmup = 1; };\n", err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "test.conf:2: cuda.warmup must be true or false"));
+	assert_int_equal(parse(&c, "cuda = { warm = true; };\n", err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "unknown setting 'cuda.warm'"));
+}
+
 /* limits.worker_poll_us: off by default, at most 10 ms. */
 static void test_worker_poll(void **state)
 {
@@ -204,6 +222,23 @@ static void test_worker_poll(void **state)
 	assert_int_equal(c.worker_poll_us, 250);
 	assert_true(parse(&c, "limits = { worker_poll_us = 10001; };\n", err, sizeof(err)) < 0);
 	assert_non_null(strstr(err, "worker_poll_us"));
+}
+
+/* limits.send_buffer_kb: 1 MiB by default, 0 for the system's, at most
+ * 1 GiB. */
+static void test_send_buffer(void **state)
+{
+	(void)state;
+	struct mfmad_config c;
+	char err[512];
+	config_defaults(&c);
+	assert_int_equal(c.send_buffer_bytes, 1u << 20);
+	assert_int_equal(parse(&c, "limits = { send_buffer_kb = 0; };\n", err, sizeof(err)), 0);
+	assert_int_equal(c.send_buffer_bytes, 0);
+	assert_int_equal(parse(&c, "limits = { send_buffer_kb = 4096; };\n", err, sizeof(err)), 0);
+	assert_int_equal(c.send_buffer_bytes, 4096u * 1024);
+	assert_true(parse(&c, "limits = { send_buffer_kb = 1048577; };\n", err, sizeof(err)) < 0);
+	assert_non_null(strstr(err, "send_buffer_kb"));
 }
 
 /* limits.loop_poll_us: off by default, 0 to 10 ms, the refusal naming the
@@ -355,6 +390,8 @@ int main(void)
 		cmocka_unit_test(test_shipped_file_is_the_defaults),
 		cmocka_unit_test(test_restart_only),
 		cmocka_unit_test(test_worker_poll),
+		cmocka_unit_test(test_send_buffer),
+		cmocka_unit_test(test_cuda_warmup),
 		cmocka_unit_test(test_loop_poll),
 		cmocka_unit_test(test_providers),
 		cmocka_unit_test(test_state_dir),

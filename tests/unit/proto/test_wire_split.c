@@ -429,6 +429,74 @@ static void test_paths_name_their_fields(void **state)
 
 /* The small copy by hand: Request{id=5, gemm{b{rows=1, data=5000 x 'x'}}}
  * becomes Request{id=5, gemm{b{rows=1}}} with the lengths rewritten. */
+/* A pad field put first moves a GEMM's B to a 16-byte boundary of a
+ * 16-aligned frame, whatever the fields before B, and the split then
+ * leaves B in place; the padded request decodes to the same request with
+ * the pad set and B's bytes intact. */
+static void test_pad_aligns_b(void **state)
+{
+	(void)state;
+	static uint8_t bdata[8192];
+	for (size_t i = 0; i < sizeof(bdata); i++)
+		bdata[i] = (uint8_t)(i * 7 + 1);
+	for (uint32_t id = 0; id < 40; id++) {
+		Mfma__V1__Request req = MFMA__V1__REQUEST__INIT;
+		Mfma__V1__Gemm g = MFMA__V1__GEMM__INIT;
+		Mfma__V1__Operand op = MFMA__V1__OPERAND__INIT;
+		Mfma__V1__Matrix b = MFMA__V1__MATRIX__INIT;
+		char name[64];
+		/* Names of every length move B by every offset. */
+		snprintf(name, sizeof(name), "%.*s", (int)(id % 23), "wwwwwwwwwwwwwwwwwwwwwwwwwwwwww");
+		op.kind_case = MFMA__V1__OPERAND__KIND_WEIGHT;
+		op.weight = name;
+		b.has_rows = b.has_cols = b.has_dtype = b.has_data = 1;
+		b.rows = 1024;
+		b.cols = 4 + id;
+		b.dtype = MFMA__V1__DTYPE__F16;
+		b.data = (ProtobufCBinaryData){ .len = WIRE_SPLIT_MIN_BYTES + id * 100, .data = bdata };
+		g.a = &op;
+		g.b = &b;
+		req.has_id = 1;
+		req.id = (uint64_t)id * 977;
+		req.body_case = MFMA__V1__REQUEST__BODY_GEMM;
+		req.gemm = &g;
+		size_t n = protobuf_c_message_get_packed_size(&req.base);
+		uint8_t *plain = malloc(n);
+		assert_non_null(plain);
+		protobuf_c_message_pack(&req.base, plain);
+		const uint8_t *at = memmem(plain, n, bdata, b.data.len);
+		assert_non_null(at);
+		size_t b_off = 4 + (size_t)(at - plain); /* behind a 4-byte frame header */
+		uint8_t pad[WIRE_PAD_FIELD_MAX];
+		size_t npad = wire_pad(b_off, pad);
+		assert_true(npad == 0 || (npad >= 2 && npad <= WIRE_PAD_FIELD_MAX));
+		assert_int_equal((b_off + npad) % WIRE_PAD_ALIGN, 0);
+		/* The frame in a 16-aligned buffer: header, pad, request. */
+		uint8_t *frame = aligned_alloc(16, (4 + npad + n + 15) / 16 * 16);
+		assert_non_null(frame);
+		memcpy(frame + 4, pad, npad);
+		memcpy(frame + 4 + npad, plain, n);
+		size_t in_place = 0;
+		Mfma__V1__Request *got = (Mfma__V1__Request *)wire_split_unpack(
+			&mfma__v1__request__descriptor, wire_split_gemm_paths, wire_split_gemm_npaths,
+			WIRE_SPLIT_MIN_BYTES, frame + 4, npad + n, &in_place);
+		assert_non_null(got);
+		assert_int_equal(got->id, req.id);
+		assert_int_equal(got->has_pad, npad > 0);
+		if (npad)
+			assert_int_equal(got->pad.len, npad - 2);
+		assert_int_equal(got->gemm->b->data.len, b.data.len);
+		assert_memory_equal(got->gemm->b->data.data, bdata, b.data.len);
+		assert_true(got->gemm->b->data.data >= frame && got->gemm->b->data.data < frame + 4 + npad + n);
+		assert_int_equal(in_place, 1);
+		assert_int_equal((uintptr_t)got->gemm->b->data.data % WIRE_PAD_ALIGN, 0);
+		wire_split_free(&got->base, wire_split_gemm_paths, wire_split_gemm_npaths, frame + 4,
+				npad + n);
+		free(frame);
+		free(plain);
+	}
+}
+
 static void test_small_copy_bytes(void **state)
 {
 	(void)state;
@@ -499,6 +567,7 @@ int main(void)
 		cmocka_unit_test(test_response_d),
 		cmocka_unit_test(test_paths_name_their_fields),
 		cmocka_unit_test(test_small_copy_bytes),
+		cmocka_unit_test(test_pad_aligns_b),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

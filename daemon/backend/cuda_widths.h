@@ -1,0 +1,46 @@
+/* The N widths the CUDA backend plans for: the joined width of a batched
+ * launch, the N buckets of the measured choice among providers, and the
+ * list of widths a resident weight is warmed at when it loads (the widths
+ * the serving path would otherwise plan for on its first GEMM of each).
+ *
+ * Pure: no CUDA, unit-tested on any machine (tests/nvidia/
+ * test_cuda_widths.c). */
+#ifndef MFMAD_CUDA_WIDTHS_H
+#define MFMAD_CUDA_WIDTHS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* The width of the joined matrices for n columns of parts: rounded up, so
+ * that the batches of a load (any total from 2 to thousands of columns)
+ * come in a few widths, and a provider that plans per N (cuSPARSELt
+ * searches its algorithms for each N it sees, some 100 ms on the H200)
+ * plans once per width.  The padding columns are zero and never copied
+ * out. */
+uint32_t cuda_batch_width(uint32_t n);
+
+/* N buckets of the measured choice: decode-sized N apart, then wider
+ * ones.  Upper bounds, inclusive; the last is UINT32_MAX. */
+#define CUDA_NBUCKETS 5
+extern const uint32_t cuda_bucket_max[CUDA_NBUCKETS];
+/* The bucket of n. */
+size_t cuda_bucket_of(uint32_t n);
+/* The N a bucket is measured at when a weight is warmed: its upper bound,
+ * and for the open last bucket twice the bound below it (512), a batch
+ * width. */
+uint32_t cuda_bucket_rep(size_t b);
+
+/* The most widths one weight is warmed at.  With batching.max_columns =
+ * 8192 the batch widths are 16 (cuda_batch_width: 16 .. 8192); wider
+ * limits leave their largest widths to be planned on first use. */
+#define CUDA_WARM_MAX_WIDTHS 16
+
+/* The widths to warm a weight at, ascending, into out (at most cap): the
+ * representative of every bucket (cuda_bucket_rep), and, when batching,
+ * every width cuda_batch_width gives for a batch of 2 to max_columns
+ * columns.  Returns how many there are in all, which may exceed cap (then
+ * out holds the cap smallest, the widths the most batches take). */
+size_t cuda_warm_widths(bool batching, uint32_t max_columns, uint32_t *out, size_t cap);
+
+#endif

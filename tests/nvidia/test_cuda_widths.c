@@ -1,0 +1,98 @@
+/* The widths a resident weight is warmed at (cuda_widths.h): every width a
+ * batched launch of up to max_columns columns can take is in the list,
+ * with every bucket's representative, and nothing else. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <cmocka.h>
+
+#include "cuda_widths.h"
+
+static bool listed(const uint32_t *w, size_t n, uint32_t x)
+{
+	for (size_t i = 0; i < n; i++)
+		if (w[i] == x)
+			return true;
+	return false;
+}
+
+/* max_columns: every batch total 2..max has its width listed; every listed
+ * width is a bucket's representative or some batch's width; ascending. */
+static void check_limit(bool batching, uint32_t max)
+{
+	uint32_t w[128];
+	size_t n = cuda_warm_widths(batching, max, w, 128);
+	assert_true(n <= 128);
+	for (size_t i = 1; i < n; i++)
+		assert_true(w[i - 1] < w[i]);
+	for (size_t b = 0; b < CUDA_NBUCKETS; b++) {
+		assert_true(listed(w, n, cuda_bucket_rep(b)));
+		assert_int_equal(cuda_bucket_of(cuda_bucket_rep(b)), b);
+	}
+	for (uint32_t cols = 2; batching && cols <= max; cols++)
+		if (!listed(w, n, cuda_batch_width(cols)))
+			fail_msg("max_columns=%u: a batch of %u columns (width %u) is not warmed", max,
+				 cols, cuda_batch_width(cols));
+	for (size_t i = 0; i < n; i++) {
+		bool rep = false, batch = false;
+		for (size_t b = 0; b < CUDA_NBUCKETS; b++)
+			rep = rep || w[i] == cuda_bucket_rep(b);
+		/* A width is some batch's when the batch of exactly that many
+		 * columns, or of the fewest columns it takes, is within max. */
+		for (uint32_t cols = 2; batching && cols <= max && !batch; cols++)
+			batch = cuda_batch_width(cols) == w[i];
+		if (!rep && !batch)
+			fail_msg("max_columns=%u%s: width %u is neither a bucket's nor a batch's", max,
+				 batching ? "" : " (batching off)", w[i]);
+	}
+}
+
+static void test_every_width_and_no_other(void **state)
+{
+	(void)state;
+	const uint32_t limits[] = { 1, 2, 15, 16, 17, 100, 128, 129, 192, 193, 500, 512, 513,
+				    1000, 1536, 4096, 8192, 10000 };
+	for (size_t i = 0; i < sizeof(limits) / sizeof(limits[0]); i++) {
+		check_limit(true, limits[i]);
+		check_limit(false, limits[i]);
+	}
+}
+
+static void test_defaults(void **state)
+{
+	(void)state;
+	/* batching.max_columns = 512, the default: the buckets' 16, 32, 64,
+	 * 256, 512 and the batches' 128, 192, 384. */
+	const uint32_t want[] = { 16, 32, 64, 128, 192, 256, 384, 512 };
+	uint32_t w[CUDA_WARM_MAX_WIDTHS];
+	assert_int_equal(cuda_warm_widths(true, 512, w, CUDA_WARM_MAX_WIDTHS), 8);
+	for (size_t i = 0; i < 8; i++)
+		assert_int_equal(w[i], want[i]);
+	/* Without batching only the buckets. */
+	assert_int_equal(cuda_warm_widths(false, 512, w, CUDA_WARM_MAX_WIDTHS), 5);
+	assert_int_equal(w[4], 512);
+	/* 8192 columns fill the cap exactly; more widths are counted, and the
+	 * smallest kept. */
+	assert_int_equal(cuda_warm_widths(true, 8192, w, CUDA_WARM_MAX_WIDTHS),
+			 CUDA_WARM_MAX_WIDTHS);
+	assert_int_equal(w[CUDA_WARM_MAX_WIDTHS - 1], 8192);
+	size_t n = cuda_warm_widths(true, 1u << 20, w, 4);
+	assert_true(n > CUDA_WARM_MAX_WIDTHS);
+	assert_int_equal(w[0], 16);
+	assert_int_equal(w[3], 128);
+	/* The largest limit there can be ends. */
+	assert_true(cuda_warm_widths(true, UINT32_MAX, w, 4) <= 80);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_every_width_and_no_other),
+		cmocka_unit_test(test_defaults),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
