@@ -249,6 +249,7 @@ KEY(default_priority, { set_u32(p, s, 1, 1000, &c->default_priority); })
 KEY(default_timeout_ms, { set_u64(p, s, 0, 1ll << 40, 1, &c->default_timeout_ms); })
 KEY(priority_aging_ms, { set_u64(p, s, 0, 3600000, 1, &c->priority_aging_ms); })
 KEY(worker_poll_us, { set_u64(p, s, 0, 10000, 1, &c->worker_poll_us); })
+KEY(loop_poll_us, { set_u64(p, s, 0, 10000, 1, &c->loop_poll_us); })
 KEY(batch_enabled, { set_bool(p, s, &c->batch_enabled); })
 KEY(batch_max_columns, { set_u32(p, s, 1, 1 << 20, &c->batch_max_columns); })
 KEY(batch_max_queue_delay_us, { set_u64(p, s, 0, 1000000, 1, &c->batch_max_queue_delay_us); })
@@ -364,6 +365,7 @@ static const struct key limits_keys[] = {
 	{ "default_timeout_ms", k_default_timeout_ms, NULL },
 	{ "priority_aging_ms", k_priority_aging_ms, NULL },
 	{ "worker_poll_us", k_worker_poll_us, NULL },
+	{ "loop_poll_us", k_loop_poll_us, NULL },
 	{ NULL, NULL, NULL },
 };
 static const struct key batching_keys[] = {

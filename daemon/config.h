@@ -60,6 +60,7 @@ struct mfmad_config {
 	uint64_t default_timeout_ms;   /* 0 = none */
 	uint64_t priority_aging_ms;    /* waiting this long is worth one priority level; 0 = strict */
 	uint64_t worker_poll_us;       /* an idle device worker polls this long before it sleeps */
+	uint64_t loop_poll_us;         /* the loop busy-polls this long after a wake-up before it blocks */
 
 	uint64_t weight_budget_bytes;  /* per device; 0 = 75% of the device's memory */
 	bool weights_persist;          /* keep loaded weights across restarts */

@@ -20,6 +20,7 @@
 #include "endpoint.h"
 #include "listen.h"
 #include "log.h"
+#include "loop_poll.h"
 #include "metrics.h"
 #include "mfma_clock.h"
 #include "mfma_dtype.h"
@@ -83,6 +84,8 @@ static struct daemon D;
 static uv_signal_t sig_usr1;
 /* systemd readiness, status line and watchdog (no-ops outside systemd). */
 static struct notify N;
+/* limits.loop_poll_us: the loop's busy-poll before it blocks. */
+static struct loop_poll LP;
 
 static int parse_hostport(const char *s, char *host, size_t hlen, int *port)
 {
@@ -182,14 +185,16 @@ static void print_config(const struct mfmad_config *c, const char *src)
 	printf("limits = { max_frame_mb = %" PRIu64 "; max_inflight_per_connection = %u; "
 	       "max_inflight = %u; max_inflight_mb = %" PRIu64 "; max_connections = %u; "
 	       "max_dim = %u; default_priority = %u; default_timeout_ms = %" PRIu64 "; "
-	       "priority_aging_ms = %" PRIu64 "; worker_poll_us = %" PRIu64 ";\n           max_buffered_mb = %" PRIu64 "; "
+	       "priority_aging_ms = %" PRIu64 "; worker_poll_us = %" PRIu64 "; loop_poll_us = %" PRIu64
+	       ";\n           max_buffered_mb = %" PRIu64 "; "
 	       "max_unsent_mb = %" PRIu64 "; max_memory_mb = %" PRIu64 "; read_timeout_ms = %" PRIu64
 	       "; idle_timeout_ms = %" PRIu64 "; write_timeout_ms = %" PRIu64 ";\n"
 	       "           max_regions_per_conn = %u; max_region_mb_per_conn = %" PRIu64
 	       "; max_pinned_mb = %" PRIu64 "; send_buffer_kb = %" PRIu64 "; };\n",
 	       c->max_frame_bytes >> 20, c->max_inflight_per_conn, c->max_inflight,
 	       c->max_inflight_bytes >> 20, c->max_connections, c->max_dim, c->default_priority,
-	       c->default_timeout_ms, c->priority_aging_ms, c->worker_poll_us, c->max_buffered_bytes >> 20,
+	       c->default_timeout_ms, c->priority_aging_ms, c->worker_poll_us, c->loop_poll_us,
+	       c->max_buffered_bytes >> 20,
 	       c->max_unsent_bytes >> 20, c->max_memory_bytes >> 20, c->read_timeout_ms,
 	       c->idle_timeout_ms, c->write_timeout_ms, c->max_regions_per_conn,
 	       c->max_region_bytes_per_conn >> 20, c->max_pinned_bytes >> 20,
@@ -268,6 +273,7 @@ static void apply_scheduling(struct daemon *d)
 	sched_set_batching(d, c->batch_enabled, c->batch_max_columns,
 			   c->batch_max_queue_delay_us * 1000);
 	sched_set_poll(d, c->worker_poll_us * 1000);
+	loop_poll_set(&LP, c->loop_poll_us * 1000);
 }
 
 static void reload(struct daemon *d)
@@ -319,6 +325,7 @@ static void reload(struct daemon *d)
 	c->default_timeout_ms = nc.default_timeout_ms;
 	c->priority_aging_ms = nc.priority_aging_ms;
 	c->worker_poll_us = nc.worker_poll_us;
+	c->loop_poll_us = nc.loop_poll_us;
 	c->batch_enabled = nc.batch_enabled;
 	c->batch_max_columns = nc.batch_max_columns;
 	c->batch_max_queue_delay_us = nc.batch_max_queue_delay_us;
@@ -519,6 +526,9 @@ int main(int argc, char **argv)
 	int rc = conn_start(d);
 	if (rc < 0)
 		snprintf(err, sizeof(err), "cannot start the connection timer: %s", uv_strerror(rc));
+	if (rc == 0 && (rc = loop_poll_init(&LP, d->loop)) < 0)
+		snprintf(err, sizeof(err), "cannot start the loop's poll handles: %s",
+			 uv_strerror(rc));
 	if (rc == 0)
 		rc = devices_probe(d, err, sizeof(err));
 	/* The devices find the measured choices when they open. */

@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -156,9 +157,18 @@ static void poll_for_work(struct queue *q, uint64_t window_ns)
 	for (unsigned i = 0;; i++) {
 		if (atomic_load_explicit(&q->pushes, memory_order_acquire) != seen)
 			break;
-		/* Read the clock every 64 pauses only: it costs more than one. */
-		if ((i & 63) == 63 && mfma_clock_ns() >= until)
-			break;
+		/* Read the clock every 64 pauses only: it costs more than one.
+		 * Then also yield: a thread that waits for this core (the loop
+		 * with a request, a local client) runs now instead of after the
+		 * whole window; on a 2-core machine with the client and the
+		 * loop spinning too, round trips went from 30 to 350 us
+		 * without it (bench/RESULTS.md).  With no one waiting the
+		 * yield returns at once. */
+		if ((i & 63) == 63) {
+			if (mfma_clock_ns() >= until)
+				break;
+			sched_yield();
+		}
 		cpu_relax();
 	}
 	pthread_mutex_lock(&q->mu);

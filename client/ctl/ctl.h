@@ -40,6 +40,7 @@ struct ctl {
 	const char *endpoint; /* NULL: MFMA_ENDPOINT, else the default socket */
 	bool json;
 	int timeout_ms;       /* < 0: forever */
+	int spin_us;          /* --spin-us; < 0: the library's (MFMA_SPIN_US, else 0) */
 	const char *token_file; /* NULL: MFMA_TOKEN_FILE, else no token */
 	struct mfma_tls tls;  /* --tls-ca/--tls-cert/--tls-key; NULL fields: MFMA_TLS_* */
 	struct json j;        /* stdout, when json */
@@ -53,6 +54,7 @@ struct ctl {
 	{ "endpoint", required_argument, NULL, 'e' },                     \
 	{ "json", no_argument, NULL, CTL_OPT_JSON },                      \
 	{ "timeout", required_argument, NULL, CTL_OPT_TIMEOUT },          \
+	{ "spin-us", required_argument, NULL, CTL_OPT_SPIN_US },          \
 	{ "token-file", required_argument, NULL, CTL_OPT_TOKEN_FILE },    \
 	{ "tls-ca", required_argument, NULL, CTL_OPT_TLS_CA },            \
 	{ "tls-cert", required_argument, NULL, CTL_OPT_TLS_CERT },        \
@@ -60,6 +62,7 @@ struct ctl {
 enum {
 	CTL_OPT_JSON = 1000,
 	CTL_OPT_TIMEOUT,
+	CTL_OPT_SPIN_US,
 	CTL_OPT_TOKEN_FILE,
 	CTL_OPT_TLS_CA,
 	CTL_OPT_TLS_CERT,

@@ -22,6 +22,7 @@ struct bench_opts {
 	bool sparse, resident, dtype_given;
 	bool samples; /* --samples: every latency in the JSON */
 	bool shm;     /* --shm: B and D through a shared-memory region per connection */
+	uint32_t spin_us; /* the clients' spin window (--spin-us, MFMA_SPIN_US) */
 	enum ctl_sparse mode;
 	const char *weight;
 	int device;
@@ -364,6 +365,7 @@ static void report(struct ctl *ctl, const struct bench_opts *o, struct bench_con
 		json_kv_string(j, "dtype", mfma_dtype_name(o->dtype));
 		json_kv_string(j, "a", a_kind);
 		json_kv_bool(j, "shm", o->shm);
+		json_kv_uint(j, "spin_us", o->spin_us);
 		json_kv_uint(j, "wall_ns", wall_ns);
 		json_kv_double(j, "requests_per_s", rps);
 		json_key(j, "latency_ns");
@@ -419,10 +421,13 @@ static void report(struct ctl *ctl, const struct bench_opts *o, struct bench_con
 		json_object_end(j);
 	} else {
 		char s[8][32];
+		char spin[40] = "";
+		if (o->spin_us)
+			snprintf(spin, sizeof(spin), ", client spin %u us", o->spin_us);
 		printf("bench: %zu requests of %ux%ux%u %s (A %s%s), %" PRIu64 " in flight over %" PRIu64
-		       " connection%s\n", n, o->m, o->n, o->k, mfma_dtype_name(o->dtype), a_kind,
+		       " connection%s%s\n", n, o->m, o->n, o->k, mfma_dtype_name(o->dtype), a_kind,
 		       o->shm ? ", B and D in shared memory" : "", o->concurrency, o->connections,
-		       o->connections == 1 ? "" : "s");
+		       o->connections == 1 ? "" : "s", spin);
 		printf("  throughput   %.1f requests/s, %.2f GFLOP/s\n", rps, gf_wall);
 		ctl_format_ns(n ? lat[0] : 0, s[0], sizeof(s[0]));
 		ctl_format_ns(sum / div, s[1], sizeof(s[1]));
@@ -483,6 +488,7 @@ int ctl_cmd_bench(struct ctl *ctl, int argc, char **argv)
 	/* One control connection for the weight and the errors it finds early. */
 	if ((rc = ctl_connect(ctl, &ctrl)) != 0)
 		return rc;
+	o.spin_us = mfma_spin_us(ctrl);
 	mfma_gemm_args_init(&args);
 	if (o.weight && (rc = weight_shape(ctl, ctrl, &o)) != 0)
 		goto out;

@@ -17,7 +17,7 @@ static const char help_main[] =
 	"    mfmactl - control and use mfmad, the GEMM inference daemon\n"
 	"\n"
 	"SYNOPSIS\n"
-	"    mfmactl [-e ENDPOINT] [--json] [--timeout MS] COMMAND [ARGS]\n"
+	"    mfmactl [-e ENDPOINT] [--json] [--timeout MS] [--spin-us US] COMMAND [ARGS]\n"
 	"    mfmactl COMMAND --help\n"
 	"\n"
 	"DESCRIPTION\n"
@@ -53,6 +53,13 @@ static const char help_main[] =
 	"    --timeout MS\n"
 	"        Give up on the daemon after MS milliseconds per request (default:\n"
 	"        wait forever).  A timeout exits with 3.\n"
+	"    --spin-us US\n"
+	"        Before a wait for the daemon sleeps, poll the socket without\n"
+	"        sleeping for up to US microseconds (0 to 1000000; default:\n"
+	"        $MFMA_SPIN_US, else 0).  Takes a thread's wake-up off each round\n"
+	"        trip, at the price of a busy core while it waits: on a machine\n"
+	"        with few cores it can take the core the daemon needs, and be\n"
+	"        slower.  --timeout still ends a wait on time.\n"
 	"    --token-file FILE\n"
 	"        Send the token in FILE's first line first: a TCP listener with\n"
 	"        listen.token_file asks for it (default: $MFMA_TOKEN_FILE).\n"
@@ -86,6 +93,7 @@ static const char help_main[] =
 	"    MFMA_TOKEN_FILE the token file when --token-file is not given\n"
 	"    MFMA_TLS_CA, MFMA_TLS_CERT, MFMA_TLS_KEY\n"
 	"                    --tls-ca, --tls-cert, --tls-key when not given\n"
+	"    MFMA_SPIN_US    --spin-us when not given\n"
 	"\n"
 	"EXAMPLES\n"
 	"    mfmactl status\n"
@@ -363,7 +371,7 @@ static const struct command *find_command(const char *name)
 static const char help_common[] =
 	"\n"
 	"COMMON OPTIONS\n"
-	"    -e, --endpoint ENDPOINT, --json, --timeout MS, -h/--help\n"
+	"    -e, --endpoint ENDPOINT, --json, --timeout MS, --spin-us US, -h/--help\n"
 	"    (see mfmactl --help, which also lists the exit codes)\n";
 
 void ctl_print_help(const char *cmd)
@@ -404,6 +412,11 @@ int ctl_common_option(struct ctl *ctl, const char *cmd, int opt, const char *arg
 		return CTL_CONTINUE;
 	case CTL_OPT_TIMEOUT:
 		if (ctl_parse_int("--timeout", arg, 0, 86400000, &ctl->timeout_ms, err,
+				  sizeof(err)) < 0)
+			return ctl_usage(cmd, "%s", err);
+		return CTL_CONTINUE;
+	case CTL_OPT_SPIN_US:
+		if (ctl_parse_int("--spin-us", arg, 0, (int)MFMA_SPIN_US_MAX, &ctl->spin_us, err,
 				  sizeof(err)) < 0)
 			return ctl_usage(cmd, "%s", err);
 		return CTL_CONTINUE;
@@ -507,6 +520,8 @@ int ctl_connect(struct ctl *ctl, mfma_client **client)
 		return rc == -EINVAL ? ctl_fail_local(ctl, CTL_EXIT_USAGE, "%s", err.message)
 				     : ctl_fail(ctl, "connect", rc, &err);
 	mfma_set_timeout(*client, ctl->timeout_ms);
+	if (ctl->spin_us >= 0)
+		(void)mfma_set_spin_us(*client, (uint32_t)ctl->spin_us); /* in range: parsed so */
 	const char *tf = ctl->token_file ? ctl->token_file : getenv("MFMA_TOKEN_FILE");
 	if (!tf || !*tf)
 		return CTL_EXIT_OK;
@@ -536,7 +551,7 @@ int ctl_connect(struct ctl *ctl, mfma_client **client)
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = { CTL_COMMON_LONG, { NULL, 0, NULL, 0 } };
-	struct ctl ctl = { .timeout_ms = -1 };
+	struct ctl ctl = { .timeout_ms = -1, .spin_us = -1 };
 	int opt;
 
 	/* '+': stop at the command word; its options are its own. */

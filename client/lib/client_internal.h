@@ -75,6 +75,7 @@ struct mfma_region {
 struct mfma_client {
 	int fd;
 	int timeout_ms; /* < 0: forever */
+	uint64_t spin_ns; /* mfma_set_spin_us: poll without blocking this long first */
 	uint64_t next_id;
 	uint64_t arrivals;
 	struct frame_reader rd;

@@ -163,6 +163,25 @@ int mfma_authenticate(mfma_client *client, const void *token, size_t len,
  * and a late response to it is discarded. */
 void mfma_set_timeout(mfma_client *client, int timeout_ms);
 
+/* Busy-polling: before a wait on the socket blocks in poll() (for an
+ * answer, or for room to send), the library polls the socket without
+ * blocking for up to `us` microseconds, so an answer that comes within
+ * that time is taken without the thread being put to sleep and woken
+ * again (10-80 us on a virtual machine with idle cores).  It costs up to
+ * that much CPU time per wait, and on a machine with few cores it takes
+ * the core the daemon needs: measure before turning it on.  A wait still
+ * ends at its deadline (mfma_set_timeout, mfma_wait's timeout_ms), spin or
+ * not.  The default is the MFMA_SPIN_US environment variable read at
+ * connect (mfma_connect fails with -EINVAL, naming it, on a value that is
+ * not a number from 0 to MFMA_SPIN_US_MAX), else 0: block at once.  Waits
+ * of the caller's own on mfma_fileno() are the caller's.  Returns 0, or
+ * -EINVAL (nothing changed) when us is over MFMA_SPIN_US_MAX. */
+#define MFMA_SPIN_US_MAX 1000000u
+int mfma_set_spin_us(mfma_client *client, uint32_t us);
+
+/* The spin window in microseconds (0: off). */
+uint32_t mfma_spin_us(const mfma_client *client);
+
 /* Called while a request frame is written, after every chunk the socket
  * takes: bytes of the frame sent so far and its total (the last call has
  * sent == total).  For showing progress on large matrices; it runs in the

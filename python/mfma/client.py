@@ -124,7 +124,8 @@ def _to_torch(a):
 
 class Client:
     """Client(endpoint=None, *, timeout_ms=None, copy_strided=True, token=None,
-              tls_ca=None, tls_cert=None, tls_key=None, tls_server_name=None)
+              tls_ca=None, tls_cert=None, tls_key=None, tls_server_name=None,
+              spin_us=None)
 
     endpoint: "unix:PATH", "tcp:HOST:PORT", "tls:HOST:PORT" (TCP with TLS), a
     socket path, or a comma list of them (failover); None means
@@ -142,15 +143,25 @@ class Client:
     copy_strided is true, and refused with ValueError when it is false;
     they are never sent as they lie in memory.
 
+    spin_us (0 to 1000000; None: $MFMA_SPIN_US, else 0): before a blocking
+    call's wait for the daemon sleeps, the library polls the socket without
+    sleeping that many microseconds (mfma_set_spin_us), which saves a
+    thread wake-up per round trip where a core is free and costs one where
+    none is.  The futures of submit() are collected by a thread that waits
+    in select() and does not spin.
+
     On a Unix socket, region(nbytes) gives memory shared with the daemon
     (mfma.Region): B and C arrays in it are not sent, and out= in it has
     the daemon write D there."""
 
     def __init__(self, endpoint=None, *, timeout_ms=None, copy_strided=True, token=None,
-                 tls_ca=None, tls_cert=None, tls_key=None, tls_server_name=None):
+                 tls_ca=None, tls_cert=None, tls_key=None, tls_server_name=None,
+                 spin_us=None):
         self._h = None
         self._closed = False
         self.copy_strided = copy_strided
+        if spin_us is not None and not 0 <= int(spin_us) <= _lib.SPIN_US_MAX:
+            raise ValueError(f"spin_us={spin_us} is not from 0 to {_lib.SPIN_US_MAX}")
         h = _lib.client_p()
         err = _lib.Error_()
         tls = _lib.Tls(*(os.fsencode(v) if v is not None else None
@@ -162,6 +173,8 @@ class Client:
         self._h = h
         if timeout_ms is not None:
             _lib.mfma_set_timeout(h, int(timeout_ms))
+        if spin_us is not None:
+            _lib.mfma_set_spin_us(h, int(spin_us))  # in range: checked above
         if token is None and os.environ.get("MFMA_TOKEN_FILE"):
             with open(os.environ["MFMA_TOKEN_FILE"], "rb") as f:
                 token = f.readline().rstrip(b"\r\n")
@@ -234,6 +247,11 @@ class Client:
     @property
     def endpoint(self):
         return _lib.text(_lib.mfma_endpoint(self._handle()))
+
+    @property
+    def spin_us(self):
+        """The spin window in microseconds (0: off); see the class."""
+        return _lib.mfma_spin_us(self._handle())
 
     def _handle(self):
         if self._h is None or self._closed:

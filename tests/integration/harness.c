@@ -67,6 +67,18 @@ static void print_log(const struct mfmad_proc *p)
 	fclose(f);
 }
 
+int harness_log_count(const struct mfmad_proc *p, const char *s)
+{
+	FILE *f = fopen(p->log, "r");
+	char line[1024];
+	int n = 0;
+	while (f && fgets(line, sizeof(line), f))
+		n += strstr(line, s) != NULL;
+	if (f)
+		fclose(f);
+	return n;
+}
+
 int harness_connect_raw(const struct mfmad_proc *p)
 {
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);

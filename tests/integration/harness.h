@@ -27,6 +27,9 @@ int harness_start(struct mfmad_proc *p, const char *extra_conf, const char *cons
  * signal); prints the daemon's log when it is not 0. */
 int harness_stop(struct mfmad_proc *p);
 
+/* Lines of the daemon's log that hold s. */
+int harness_log_count(const struct mfmad_proc *p, const char *s);
+
 /* A raw connected socket to the daemon, or -1. */
 int harness_connect_raw(const struct mfmad_proc *p);
 

@@ -35,14 +35,7 @@ static uint64_t now_ms(void)
 /* Lines of the daemon's log holding s. */
 static int log_count(const char *s)
 {
-	FILE *f = fopen(D.log, "r");
-	char line[1024];
-	int n = 0;
-	while (f && fgets(line, sizeof(line), f))
-		n += strstr(line, s) != NULL;
-	if (f)
-		fclose(f);
-	return n;
+	return harness_log_count(&D, s);
 }
 
 /* The time until the daemon closes fd, or -1 after limit_ms. */

@@ -91,6 +91,29 @@ def test_transport_errors(tmp_path):
     assert e.value.code == -errno.EINVAL
 
 
+def test_spin(daemon, rng, monkeypatch):
+    # The spin window: the keyword, else $MFMA_SPIN_US; answers unchanged.
+    a = rng.standard_normal((16, 24), dtype=np.float32)
+    b = rng.standard_normal((24, 8), dtype=np.float32)
+    monkeypatch.delenv("MFMA_SPIN_US", raising=False)
+    with mfma.Client(daemon, timeout_ms=60000) as c:
+        assert c.spin_us == 0
+    with mfma.Client(daemon, timeout_ms=60000, spin_us=300) as c:
+        assert c.spin_us == 300
+        for _ in range(5):
+            assert mfma.check(c.gemm(a, b), a, b) < mfma.tolerance("f32", 24)
+    monkeypatch.setenv("MFMA_SPIN_US", "150")
+    with mfma.Client(daemon, timeout_ms=60000) as c:
+        assert c.spin_us == 150
+    with mfma.Client(daemon, timeout_ms=60000, spin_us=0) as c:
+        assert c.spin_us == 0
+    with pytest.raises(ValueError, match="spin_us=1000001"):
+        mfma.Client(daemon, spin_us=1000001)
+    monkeypatch.setenv("MFMA_SPIN_US", "soon")
+    with pytest.raises(mfma.Error, match="MFMA_SPIN_US"):
+        mfma.Client(daemon)
+
+
 def test_closed_client(daemon):
     with mfma.Client(daemon) as c:
         assert c.endpoint == daemon

@@ -509,6 +509,20 @@ static void test_status_ping_bench(void **state)
 	/* --resident cleans up after itself. */
 	assert_int_equal(ctl(e, "weights", "--json", NULL), 0);
 	expect_in(e->out, "\"weights\": []");
+	/* The client's spin window: a global option, reported by bench. */
+	assert_int_equal(ctl(e, "--spin-us", "300", "--json", "bench", "-n", "20", "--m", "8",
+			     "--n", "4", "--k", "16", "--dtype", "f32", NULL), 0);
+	expect_json(e->out);
+	expect_in(e->out, "\"spin_us\": 300");
+	expect_in(e->out, "\"errors\": 0");
+	assert_int_equal(ctl(e, "bench", "--spin-us", "50", "-n", "5", "--m", "8", "--n", "4",
+			     "--k", "16", NULL), 0);
+	expect_in(e->out, "client spin 50 us");
+	assert_int_equal(ctl(e, "--json", "bench", "-n", "5", "--m", "8", "--n", "4", "--k", "16",
+			     NULL), 0);
+	expect_in(e->out, "\"spin_us\": 0");
+	assert_int_equal(ctl(e, "--spin-us", "1000001", "ping", NULL), 2);
+	assert_int_equal(ctl(e, "--spin-us", "-5", "ping", NULL), 2);
 	assert_int_equal(ctl(e, "bench", "-n", "5", "--weight", "nope", NULL), 1);
 	assert_int_equal(ctl(e, "bench", "-n", "5", "-j", "2", "--connections", "3", NULL), 2);
 }
@@ -601,6 +615,8 @@ static void test_check_failure_exits_4(void **state)
 
 int main(void)
 {
+	/* bench's spin_us is checked against --spin-us and the default. */
+	unsetenv("MFMA_SPIN_US");
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_help_and_usage, setup_no_daemon, teardown),
 		cmocka_unit_test_setup_teardown(test_no_daemon, setup_no_daemon, teardown),

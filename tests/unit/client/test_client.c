@@ -22,6 +22,7 @@
 
 #include "frame.h"
 #include "mfma.h"
+#include "mfma_clock.h"
 #include "mfma.pb-c.h"
 
 struct fake {
@@ -523,6 +524,28 @@ static void test_timeout(void **state)
 	assert_int_equal(mfma_in_flight(c), 0);
 }
 
+/* A spinning wait still ends at its deadline: a 1 s spin does not stretch
+ * a 100 ms timeout against a daemon that never answers. */
+static void test_spin_keeps_timeout(void **state)
+{
+	struct fake *f = fake_start(state, script_silent, 0);
+	struct mfma_error err;
+	assert_int_equal(mfma_connect(f->endpoint, &f->c, &err), 0);
+	mfma_client *c = f->c;
+	assert_int_equal(mfma_spin_us(c), 0);
+	assert_int_equal(mfma_set_spin_us(c, MFMA_SPIN_US_MAX), 0);
+	assert_int_equal(mfma_set_spin_us(c, MFMA_SPIN_US_MAX + 1), -EINVAL);
+	assert_int_equal(mfma_spin_us(c), MFMA_SPIN_US_MAX);
+	assert_int_equal(mfma_set_spin_us(NULL, 1), -EINVAL);
+	assert_int_equal(mfma_spin_us(NULL), 0);
+	mfma_set_timeout(c, 100);
+	uint64_t t0 = mfma_clock_ns();
+	assert_int_equal(mfma_ping(c, NULL, 0, NULL, &err), -ETIMEDOUT);
+	uint64_t ms = (mfma_clock_ns() - t0) / 1000000;
+	assert_non_null(strstr(err.message, "within 100 ms"));
+	assert_true(ms >= 95 && ms < 600);
+}
+
 /* ---- arguments and endpoints ---- */
 
 static void test_arguments(void **state)
@@ -596,6 +619,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_errors, fake_teardown),
 		cmocka_unit_test_teardown(test_answer_then_close, fake_teardown),
 		cmocka_unit_test_teardown(test_timeout, fake_teardown),
+		cmocka_unit_test_teardown(test_spin_keeps_timeout, fake_teardown),
 		cmocka_unit_test_teardown(test_arguments, fake_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -241,6 +241,36 @@ static void test_send_buffer(void **state)
 	assert_non_null(strstr(err, "send_buffer_kb"));
 }
 
+/* limits.loop_poll_us: off by default, 0 to 10 ms, the refusal naming the
+ * key and the value. */
+static void test_loop_poll(void **state)
+{
+	(void)state;
+	struct mfmad_config c;
+	char err[512];
+	config_defaults(&c);
+	assert_int_equal(c.loop_poll_us, 0);
+	assert_int_equal(parse(&c, "limits = { loop_poll_us = 200; };\n", err, sizeof(err)), 0);
+	assert_int_equal(c.loop_poll_us, 200);
+	assert_int_equal(parse(&c, "limits = { loop_poll_us = 10000; };\n", err, sizeof(err)), 0);
+	assert_int_equal(c.loop_poll_us, 10000);
+	assert_int_equal(parse(&c, "limits = { loop_poll_us = 0; };\n", err, sizeof(err)), 0);
+	assert_int_equal(c.loop_poll_us, 0);
+	assert_true(parse(&c, "limits = { loop_poll_us = 10001; };\n", err, sizeof(err)) < 0);
+	assert_non_null(strstr(err, "loop_poll_us"));
+	assert_non_null(strstr(err, "10001"));
+	assert_true(parse(&c, "limits = { loop_poll_us = -1; };\n", err, sizeof(err)) < 0);
+	assert_non_null(strstr(err, "loop_poll_us"));
+	assert_true(parse(&c, "limits = { loop_poll_us = \"fast\"; };\n", err, sizeof(err)) < 0);
+	assert_non_null(strstr(err, "loop_poll_us"));
+	/* The two polls are separate settings. */
+	config_defaults(&c);
+	assert_int_equal(parse(&c, "limits = { loop_poll_us = 300; worker_poll_us = 100; };\n",
+			       err, sizeof(err)), 0);
+	assert_int_equal(c.loop_poll_us, 300);
+	assert_int_equal(c.worker_poll_us, 100);
+}
+
 /* cuda.providers / hip.providers: names checked against the family's
  * list, the refusal listing the known ones; a pin that is also excluded is
  * refused; a change takes a restart. */
@@ -362,6 +392,7 @@ int main(void)
 		cmocka_unit_test(test_worker_poll),
 		cmocka_unit_test(test_send_buffer),
 		cmocka_unit_test(test_cuda_warmup),
+		cmocka_unit_test(test_loop_poll),
 		cmocka_unit_test(test_providers),
 		cmocka_unit_test(test_state_dir),
 	};
