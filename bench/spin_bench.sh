@@ -12,6 +12,7 @@
 #   LOOP_US=300 SPIN_US=300 WORKER_POLL_US=0 M=256 K=256 N=16 RTT_ITERS=3000 BENCH_N=2000
 #   DTYPE=f32 SPARSE= (SPARSE=1: a 2:4 weight, loaded with --sparse validate)
 #   RTT_ITERS=0 leaves rtt_bench out (on a GPU host the 16x16x16 f32 goes to the GPU).
+#   MFMAD_ARGS: more arguments for mfmad (e.g. "--backends cuda").
 # On a GPU host, e.g.: M=14336 K=4096 N=16 DTYPE=f16 SPARSE=1 RTT_ITERS=0 bench/spin_bench.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,7 +39,8 @@ conf() {
     "$1" "$WORKER_POLL_US" > "$dir/mfmad.conf"
 }
 conf 0
-"$BUILD/daemon/mfmad" -c "$dir/mfmad.conf" -s "$dir/s.sock" > "$dir/mfmad.log" 2>&1 &
+# shellcheck disable=SC2086 # MFMAD_ARGS is a list of arguments
+"$BUILD/daemon/mfmad" -c "$dir/mfmad.conf" -s "$dir/s.sock" ${MFMAD_ARGS:-} > "$dir/mfmad.log" 2>&1 &
 pid=$!
 ctl=("$BUILD/client/ctl/mfmactl" -e "unix:$dir/s.sock")
 for _ in $(seq 100); do "${ctl[@]}" ping -c 1 >/dev/null 2>&1 && break; sleep 0.1; done
@@ -91,7 +93,7 @@ print(j["latency_ns"]["p50"] / 1e3, j["server_mean_ns"]["total"] / 1e3,
       j["server_mean_ns"]["kernel"] / 1e3, j["spin_us"])' "$js")
       [ "$bspin" = "$spin" ] || { echo "spin_bench: bench reports spin_us $bspin, not $spin" >&2; exit 1; }
       printf '| %s | %s | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f |\n' "$round" "$loop" "$spin" \
-        "$echo_p50" "$gemm_p50" "$(echo "$gemm_p50 - $echo_p50" | bc -l)" "$b50" "$btot" "$bker"
+        "$echo_p50" "$gemm_p50" "$(awk -v g="$gemm_p50" -v e="$echo_p50" 'BEGIN { print g - e }')" "$b50" "$btot" "$bker"
       echo "$loop $spin $echo_p50 $gemm_p50 $b50" >> "$results"
     done
   done

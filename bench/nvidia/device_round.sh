@@ -6,7 +6,7 @@
 # brings them back); a short summary goes to stdout.
 #
 # usage: bench/nvidia/device_round.sh [test] [sanitize|memcheck|racecheck] [bench] [sweep]
-#        [ncu] [e2e] [abserving] [latency] [multi] [choice] [batching] [serving] [wgmma] [wgncu]
+#        [ncu] [e2e] [abserving] [spin] [latency] [multi] [choice] [batching] [serving] [wgmma] [wgncu]
 #        [wgdecode] [wgdsan] [wgdncu] [wgdense] [wgdensesan] [wgdensencu]
 #        (no argument: test sanitize bench e2e)
 set -u
@@ -142,6 +142,20 @@ abserving)
 		done
 	done
 	grep -E "^(SERVE|FAIL)" "$OUT/abserving.log" | cut -c1-300 | tail -60
+	;;
+spin)
+	# The busy-poll knobs (bench/spin_bench.sh: the loop's poll and the
+	# client's spin, alternating round by round) on one GPU: a resident
+	# 14336x4096 2:4 f16 weight, N=16 over a region, worker_poll_us 300.
+	B=/tmp/mfma-spinbuild
+	rm -rf "$B" && mkdir -p "$B/daemon" "$B/client/ctl"
+	ln -s "$P/bin/mfmad" "$B/daemon/mfmad"
+	ln -s "$P/bin/mfmactl" "$B/client/ctl/mfmactl"
+	BUILD=$B MFMAD_ARGS="--backends cuda" M=14336 K=4096 N=${SPIN_N:-16} DTYPE=f16 SPARSE=1 \
+		RTT_ITERS=0 WORKER_POLL_US=300 timeout 300 bash bench/spin_bench.sh "${SPIN_ROUNDS:-4}" \
+		> "$OUT/spin.log" 2>&1
+	echo "=== spin: rc=$?"
+	tail -12 "$OUT/spin.log"
 	;;
 latency)
 	timeout "${E2E_S:-300}" bash bench/nvidia/e2e.sh "$P" "$OUT" latency > "$OUT/e2e_latency.log" 2>&1
