@@ -897,8 +897,10 @@ static struct backend_timing resident_gemm(void *w, const struct operands *o, en
  * 512 columns (64 when quick), no batched GEMM of any width a batch can
  * take, and no single GEMM at a bucket's representative N, makes a plan or
  * measures a choice on the serving path, for either output type.  The
- * counters are shown to count: the same weight loaded without warming
- * measures (and, with cuSPARSELt, plans) at its first batch.  That the
+ * counters are shown to count by the warming's own report (cuSPARSELt's
+ * plans for every width and output type); what the same weight's first
+ * batch pays without warming is printed (on the H200 the probe's shapes
+ * ran our wgmma kernels alone: nothing to plan or measure).  That the
  * warmed plans outlive later ones is test_cusparselt_keeps_warmed_plans. */
 static void test_warmup(void **state)
 {
@@ -911,7 +913,6 @@ static void test_warmup(void **state)
 		printf("  (this device does not batch: nothing to warm for batches)\n");
 		return;
 	}
-	const bool have_lt = strstr(info.variants, "cublaslt.") != NULL;
 	const bool have_slt = strstr(info.variants, "cusparselt.") != NULL;
 	const uint32_t m = quick ? 512 : 2048, k = quick ? 512 : 2048;
 	/* Under compute-sanitizer (quick) fewer widths: each cuSPARSELt
@@ -937,14 +938,13 @@ static void test_warmup(void **state)
 		struct backend_timing t = warm_batch(w, &o, MFMA_DT_F16, MFMA_DT_F16, sp, m, k, 16);
 		printf("  %s, not warmed: first batch of width 16 ran %s, %u plans, %u measures\n",
 		       sp ? "2:4" : "dense", t.variant ? t.variant : "?", t.plans, t.measures);
-		/* With a library present there are several candidates, so the
-		 * first batch measures, and the library plans its width. */
-		bool lib = sp ? have_slt : have_lt;
-		if (lib && t.measures != 1)
-			fail_msg("the first batch of a weight not warmed measured %u choices, not 1",
-				 t.measures);
-		if (lib && t.plans == 0)
-			fail_msg("the first batch of a weight not warmed made no library plan");
+		/* How many candidates a shape has depends on the machine (on
+		 * the H200 these ran wgmma alone, nothing to measure), so the
+		 * probe only shows what the first batch paid; that the counters
+		 * count is shown by the warming's own report below (a library's
+		 * plans) and the later checks that nothing more is made. */
+		if (t.measures > 1)
+			fail_msg("the first batch of a weight not warmed measured %u choices", t.measures);
 		backend_cuda.weight_free(dev, w);
 
 		/* Warmed: every width, both output types, pays nothing. */
