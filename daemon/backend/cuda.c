@@ -66,7 +66,7 @@ static const struct cuda_provider *const providers[] = {
 /* Output types (enum mfma_dtype) a choice is kept for. */
 #define NOUT 6
 /* Timed runs per candidate after one untimed warm-up (plans, heuristics,
- * lazy module loads); the fastest run counts.  On the serving path every
+ * lazy module loads); the median counts.  On the serving path every
  * run delays the request that triggered the measuring, so few; at load
  * (weight_warm) nothing waits, and more runs make the choice steadier:
  * at 14336x4096 N=16 the kernels of three providers lie within 25-33 us
@@ -379,13 +379,30 @@ static int run_on(struct cuda_backend_dev *bd, size_t i, const struct mfma_gemm 
 	return 0;
 }
 
+/* The median of n >= 1 times (sorts them). */
+static uint64_t median_u64(uint64_t *v, size_t n)
+{
+	for (size_t i = 1; i < n; i++) {
+		uint64_t x = v[i];
+		size_t j = i;
+		for (; j > 0 && v[j - 1] > x; j--)
+			v[j] = v[j - 1];
+		v[j] = x;
+	}
+	return v[n / 2];
+}
+
 /* Times each candidate (cand[0..ncand)) on g and fills r with those that
- * ran, fastest first.  The candidates take turns, one run each per round,
- * so that a clock ramping up or a neighbour's burst weighs on all of them
- * alike; the first round is an untimed warm-up, then runs timed rounds,
- * the fastest timed run counts.  Every run writes the full answer into
- * g->d; *last is the candidate that ran last, with its timing in *t.  0,
- * or the first candidate's error when none ran. */
+ * ran, fastest first.  Each candidate runs in a block of its own: one
+ * untimed warm-up, then `runs` timed runs back to back, the median
+ * counting.  Blocks, not turns, because that is how a provider serves:
+ * request after request on its own copy of the weight, most of which the
+ * L2 cache still holds from the last; taking turns made every run start
+ * with another provider's weight in the cache, and on the H200 ranked our
+ * wgmma kernels first at 14336x4096 N=16 and 64 where cuSPARSELt, served,
+ * was 20-30% faster (bench/RESULTS.md).  Every run writes the full answer
+ * into g->d; *last is the candidate that ran last, with its timing in *t.
+ * 0, or the first candidate's error when none ran. */
 static int measure(struct cuda_backend_dev *bd, struct cuda_weight *w, const size_t *cand,
 		   size_t ncand, const struct mfma_gemm *g, int runs, struct cuda_rank *r,
 		   size_t *last, struct backend_timing *t, char *err, size_t errlen)
@@ -393,16 +410,15 @@ static int measure(struct cuda_backend_dev *bd, struct cuda_weight *w, const siz
 	uint64_t best[NPROVIDERS];
 	int rcs[NPROVIDERS];
 	int first_rc = 0;
-	for (size_t c = 0; c < ncand; c++) {
-		best[cand[c]] = UINT64_MAX;
-		rcs[cand[c]] = 0;
-	}
+	if (runs > TIMED_RUNS_AT_LOAD)
+		runs = TIMED_RUNS_AT_LOAD;
 	bd->measures++;
-	for (int run = 0; run <= runs; run++) {
-		for (size_t c = 0; c < ncand; c++) {
-			size_t i = cand[c];
-			if (rcs[i] < 0)
-				continue;
+	for (size_t c = 0; c < ncand; c++) {
+		size_t i = cand[c];
+		uint64_t times[TIMED_RUNS_AT_LOAD];
+		int ntimes = 0;
+		rcs[i] = 0;
+		for (int run = 0; run <= runs && rcs[i] == 0; run++) {
 			char why[256];
 			char *e = first_rc ? why : err;
 			size_t elen = first_rc ? sizeof(why) : errlen;
@@ -411,12 +427,13 @@ static int measure(struct cuda_backend_dev *bd, struct cuda_weight *w, const siz
 				rcs[i] = rc;
 				if (!first_rc)
 					first_rc = rc;
-				continue;
+				break;
 			}
 			*last = i;
-			if (run > 0 && t->kernel_ns < best[i])
-				best[i] = t->kernel_ns;
+			if (run > 0)
+				times[ntimes++] = t->kernel_ns;
 		}
+		best[i] = ntimes ? median_u64(times, (size_t)ntimes) : UINT64_MAX;
 	}
 	/* Insertion by time keeps r sorted. */
 	r->n = 0;
