@@ -397,12 +397,13 @@ static uint64_t median_u64(uint64_t *v, size_t n)
  * untimed warm-up, then `runs` timed runs back to back, the median
  * counting.  Blocks, not turns, because that is how a provider serves:
  * request after request on its own copy of the weight, most of which the
- * L2 cache still holds from the last; taking turns made every run start
- * with another provider's weight in the cache, and on the H200 ranked our
- * wgmma kernels first at 14336x4096 N=16 and 64 where cuSPARSELt, served,
- * was 20-30% faster (bench/RESULTS.md).  Every run writes the full answer
- * into g->d; *last is the candidate that ran last, with its timing in *t.
- * 0, or the first candidate's error when none ran. */
+ * L2 cache still holds from the last (in turns every run started with
+ * another provider's weight there).  On the H200 this picked the same
+ * providers as turns did at the shapes measured, where cuSPARSELt alone
+ * beats the wgmma kernels the choice serves (bench/RESULTS.md: why is not
+ * established).  Every run writes the full answer into g->d; *last is the
+ * candidate that ran last, with its timing in *t.  0, or the first
+ * candidate's error when none ran. */
 static int measure(struct cuda_backend_dev *bd, struct cuda_weight *w, const size_t *cand,
 		   size_t ncand, const struct mfma_gemm *g, int runs, struct cuda_rank *r,
 		   size_t *last, struct backend_timing *t, char *err, size_t errlen)
