@@ -71,8 +71,8 @@ struct cuda_dev {
 	 * a weight is being warmed at load now. */
 	uint64_t plans;
 	bool warming;
-	/* Helpers for the host side of staged copies (NULL: the worker alone). */
-	struct copy_pool *copies;
+	/* A team for the host side of staged copies (NULL: the worker alone). */
+	struct cpu_pool *copies;
 };
 
 int cuda_fail(CUresult r, char *err, size_t errlen, const char *what)
@@ -269,7 +269,7 @@ void cuda_dev_close(struct cuda_dev *d)
 				nv_drv.cuMemHostUnregister((void *)d->regs[i].base);
 		nv_drv.cuDevicePrimaryCtxRelease(d->slot->dev);
 	}
-	copy_pool_stop(d->copies);
+	cpu_pool_destroy(d->copies);
 	free(d->regs);
 	free(d);
 }
@@ -396,9 +396,8 @@ int cuda_dev_open(int index, const struct backend_config *cfg, struct cuda_dev *
 	}
 	d->pin = pin;
 	d->pin_half = pinned / 2 / 256 * 256;
-	/* Without helpers the copies still run, on the worker alone. */
-	if (copy_pool_start(&d->copies, copy_pool_helpers_for(sysconf(_SC_NPROCESSORS_ONLN))) < 0)
-		d->copies = NULL;
+	/* Without a team (out of memory) the copies run on the worker alone. */
+	d->copies = cpu_pool_create(copy_pool_threads_for(sysconf(_SC_NPROCESSORS_ONLN)));
 	*dev = d;
 	return 0;
 out:

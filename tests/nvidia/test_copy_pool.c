@@ -1,9 +1,7 @@
-/* copy_pool: a copy cut into slices across the pool's threads and the
+/* copy_pool: a copy cut into slices across a team's threads and the
  * caller's does every byte exactly once, for lengths around the slice
- * size and the threshold, job after job (a helper that wakes late must
- * not take a slice of the next job with the last one's callback), and
- * stops cleanly; with no helpers or under the threshold it runs in one
- * call. */
+ * size and the threshold, job after job; with no team, a team of one or
+ * under the threshold it runs in one call. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -33,7 +31,7 @@ static void slice(void *arg, size_t off, size_t len)
 }
 
 /* Runs one copy of len bytes and checks it; returns the slices called. */
-static unsigned copy_once(struct copy_pool *p, size_t len, unsigned seed)
+static unsigned copy_once(struct cpu_pool *p, size_t len, unsigned seed)
 {
 	unsigned char *src = malloc(len + 1), *dst = calloc(1, len + 1);
 	_Atomic unsigned *touched = calloc(len + 1, sizeof(*touched));
@@ -59,8 +57,9 @@ static unsigned copy_once(struct copy_pool *p, size_t len, unsigned seed)
 static void test_every_byte_once(void **state)
 {
 	(void)state;
-	struct copy_pool *p;
-	assert_int_equal(copy_pool_start(&p, 3), 0);
+	struct cpu_pool *p = cpu_pool_create(4);
+	assert_non_null(p);
+	assert_int_equal(cpu_pool_size(p), 4);
 	static const size_t lens[] = { 0, 1, 4096, COPY_POOL_MIN - 1, COPY_POOL_MIN,
 				       COPY_POOL_MIN + 1, 3 * COPY_POOL_SLICE + 7,
 				       4u << 20, (4u << 20) + 12345 };
@@ -73,21 +72,20 @@ static void test_every_byte_once(void **state)
 			else
 				assert_int_equal(calls, lens[i] ? 1 : 0);
 		}
-	copy_pool_stop(p);
+	cpu_pool_destroy(p);
 }
 
-/* No pool, or a pool of no helpers: one call, on the caller. */
+/* No team, or a team of one: one call, on the caller. */
 static void test_without_helpers(void **state)
 {
 	(void)state;
 	assert_int_equal(copy_once(NULL, 4u << 20, 1), 1);
-	struct copy_pool *p;
-	assert_int_equal(copy_pool_start(&p, 0), 0);
+	struct cpu_pool *p = cpu_pool_create(1);
+	assert_non_null(p);
 	assert_int_equal(copy_once(p, 4u << 20, 2), 1);
-	copy_pool_stop(p);
-	copy_pool_stop(NULL);
-	assert_int_equal(copy_pool_helpers_for(2), 0);
-	assert_true(copy_pool_helpers_for(16) > 0);
+	cpu_pool_destroy(p);
+	assert_int_equal(copy_pool_threads_for(2), 1);
+	assert_true(copy_pool_threads_for(16) > 1);
 }
 
 int main(void)
