@@ -537,7 +537,7 @@ void conn_answer_posted(struct conn *c)
 bool conn_send_posted(struct conn *c, uint8_t *frame, size_t len)
 {
 	pthread_mutex_lock(&c->wmu);
-	bool taken = frame && send_locked(c, frame, len);
+	bool taken = send_locked(c, frame, len);
 	/* Left to the loop: counted there before it stops counting here, so
 	 * that no direct send finds both counts at zero in between. */
 	if (!taken)
@@ -1088,17 +1088,21 @@ void conn_accept(struct daemon *d, uv_stream_t *server, const struct conn_events
 		}
 		count_tls(c);
 	}
-	/* Plaintext answers may go straight from a device worker. */
 	uv_os_fd_t fd;
-	if (!c->tls && uv_fileno(&c->h.handle, &fd) == 0)
-		c->fd = fd;
-	/* A local client's answer of up to limits.send_buffer_kb goes out in
-	 * one write (over TCP the kernel sizes the buffer itself); failing,
-	 * the system's default stays, and answers take more writes. */
-	if (c->ipc && d->cfg.send_buffer_bytes && uv_fileno(&c->h.handle, &fd) == 0 &&
-	    endpoint_send_buffer(fd, d->cfg.send_buffer_bytes) < 0)
-		log_debug("connection %" PRIu64 ": cannot raise its send buffer to %" PRIu64
-			  " KiB (limits.send_buffer_kb)", c->cid, d->cfg.send_buffer_bytes >> 10);
+	if (uv_fileno(&c->h.handle, &fd) == 0) {
+		/* Plaintext answers may go straight from a device worker. */
+		if (!c->tls)
+			c->fd = fd;
+		/* A local client's answer of up to limits.send_buffer_kb goes
+		 * out in one write (over TCP the kernel sizes the buffer
+		 * itself); failing, the system's default stays, and answers
+		 * take more writes. */
+		if (c->ipc && d->cfg.send_buffer_bytes &&
+		    endpoint_send_buffer(fd, d->cfg.send_buffer_bytes) < 0)
+			log_debug("connection %" PRIu64 ": cannot raise its send buffer to %" PRIu64
+				  " KiB (limits.send_buffer_kb)", c->cid,
+				  d->cfg.send_buffer_bytes >> 10);
+	}
 	if (pol && pol->token) {
 		c->need_token = true;
 		c->rd.max_frame = FRAME_TOKEN_MAX;

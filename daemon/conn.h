@@ -110,8 +110,8 @@ bool conn_send_direct(struct conn *c, uint8_t *frame, size_t len);
  * it until conn_send_posted has run). */
 void conn_answer_posted(struct conn *c);
 /* Post thread, in the order the answers were posted: conn_send_direct
- * for a posted answer (frame NULL: an answer the loop encodes).  false:
- * left to the loop, counted as by conn_answer_later. */
+ * for a posted answer.  false: left to the loop, counted as by
+ * conn_answer_later. */
 bool conn_send_posted(struct conn *c, uint8_t *frame, size_t len);
 /* Loop: queues the tail a direct send left, if any. */
 void conn_flush_direct(struct conn *c);

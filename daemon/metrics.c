@@ -163,14 +163,15 @@ static void render_counter(struct buf *b, const char *name, const char *help, ui
 	buf_printf(b, "%s %" PRIu64 "\n", name, v);
 }
 
-/* A counter of work done at weight load and on the serving path, as two
- * series of one family labelled when="load" and when="serving". */
-static void render_load_serving(struct buf *b, const char *name, const char *help, uint64_t load,
-				uint64_t serving)
+/* A counter family of two series, one label telling them apart
+ * (label="a" and label="b"). */
+static void render_counter_pair(struct buf *b, const char *name, const char *help,
+				const char *label, const char *a, uint64_t av, const char *bn,
+				uint64_t bv)
 {
 	family(b, name, "counter", help);
-	buf_printf(b, "%s{when=\"load\"} %" PRIu64 "\n", name, load);
-	buf_printf(b, "%s{when=\"serving\"} %" PRIu64 "\n", name, serving);
+	buf_printf(b, "%s{%s=\"%s\"} %" PRIu64 "\n", name, label, a, av);
+	buf_printf(b, "%s{%s=\"%s\"} %" PRIu64 "\n", name, label, bn, bv);
 }
 
 enum dev_field { DEV_QUEUED, DEV_IN_FLIGHT, DEV_COMPLETED, DEV_FAILED, DEV_WEIGHT_BYTES, DEV_MEM };
@@ -288,37 +289,36 @@ int metrics_render_at(const struct mfmad_stats *s, uint64_t now_ns, char **out, 
 	/* Planning per N: at weight load (cuda.warmup) against on the serving
 	 * path, where the GEMM that makes a plan and the queue behind it wait
 	 * for it. */
-	render_load_serving(&b, "mfmad_gemm_plans_total",
+	render_counter_pair(&b, "mfmad_gemm_plans_total",
 			    "Per-N kernel plans the device backends made (a library's plan with its "
 			    "algorithm search), at weight load (warming) or on the serving path (a "
 			    "GEMM's first of its width).",
-			    STATS_GET(s->plans_load), STATS_GET(s->plans_serving));
-	render_load_serving(&b, "mfmad_gemm_choice_measurements_total",
+			    "when", "load", STATS_GET(s->plans_load), "serving",
+			    STATS_GET(s->plans_serving));
+	render_counter_pair(&b, "mfmad_gemm_choice_measurements_total",
 			    "Choices among kernel providers measured on a device (each candidate "
 			    "timed), at weight load (warming) or on the serving path; a choice found "
 			    "in the state directory is not measured.",
-			    STATS_GET(s->measures_load), STATS_GET(s->measures_serving));
+			    "when", "load", STATS_GET(s->measures_load), "serving",
+			    STATS_GET(s->measures_serving));
 
-	family(&b, "mfmad_gemm_matrices_total", "counter",
-	       "A GEMM frame's large matrices (4 KiB or more), by whether the decode left them "
-	       "in the frame it read or copied them out (not at a 16-byte offset: a client that "
-	       "does not send Request.pad).");
-	buf_printf(&b, "mfmad_gemm_matrices_total{placement=\"in_place\"} %" PRIu64 "\n",
-		   STATS_GET(s->matrices_in_place));
-	buf_printf(&b, "mfmad_gemm_matrices_total{placement=\"copied\"} %" PRIu64 "\n",
-		   STATS_GET(s->matrices_copied));
+	render_counter_pair(&b, "mfmad_gemm_matrices_total",
+			    "A GEMM frame's large matrices (4 KiB or more), by whether the decode "
+			    "left them in the frame it read or copied them out (not at a 16-byte "
+			    "offset: a client that does not send Request.pad).",
+			    "placement", "in_place", STATS_GET(s->matrices_in_place), "copied",
+			    STATS_GET(s->matrices_copied));
 
 	render_gauge(&b, "mfmad_connections_open", "Client connections open now.",
 		     STATS_GET(s->connections_open));
 	render_counter(&b, "mfmad_connections_total", "Client connections accepted since start.",
 		       STATS_GET(s->connections_total));
-	family(&b, "mfmad_tls_handshakes_total", "counter",
-	       "TLS handshakes on TCP listeners, by result (failed: a certificate missing or not "
-	       "trusted, a plaintext client, a handshake past limits.read_timeout_ms).");
-	buf_printf(&b, "mfmad_tls_handshakes_total{result=\"ok\"} %" PRIu64 "\n",
-		   STATS_GET(s->tls_handshakes_ok));
-	buf_printf(&b, "mfmad_tls_handshakes_total{result=\"failed\"} %" PRIu64 "\n",
-		   STATS_GET(s->tls_handshakes_failed));
+	render_counter_pair(&b, "mfmad_tls_handshakes_total",
+			    "TLS handshakes on TCP listeners, by result (failed: a certificate missing "
+			    "or not trusted, a plaintext client, a handshake past "
+			    "limits.read_timeout_ms).",
+			    "result", "ok", STATS_GET(s->tls_handshakes_ok), "failed",
+			    STATS_GET(s->tls_handshakes_failed));
 	render_gauge(&b, "mfmad_in_flight_requests", "Requests received and not yet answered.",
 		     STATS_GET(s->in_flight));
 	render_gauge(&b, "mfmad_resident_weights", "Weights loaded and resident.",

@@ -212,13 +212,15 @@ static size_t next_jobs(struct queue *q, struct sched_job **jobs)
 }
 
 /* The jobs a run finished: those with more to do go to the post thread
- * (in flight until it has run them), the others complete now. */
+ * (in flight until it has run them), the others complete now.  The post
+ * thread starts before the worker and stops after it (sched_start,
+ * sched_stop), so it is there for every run. */
 static void post_or_complete(struct queue *q, struct sched_job **jobs, size_t n)
 {
 	bool posted = false;
 	for (size_t i = 0; i < n; i++) {
 		struct sched_job *j = jobs[i];
-		if (j->post && q->post_started) {
+		if (j->post) {
 			j->next = NULL;
 			if (!posted)
 				pthread_mutex_lock(&q->post_mu);
@@ -230,8 +232,6 @@ static void post_or_complete(struct queue *q, struct sched_job **jobs, size_t n)
 			q->post_tail = j;
 			continue;
 		}
-		if (j->post)
-			j->post(q->v, j); /* no post thread: run it here */
 		STATS_SUB(q->v->st->in_flight, 1);
 		complete(q->s, j);
 	}

@@ -16,26 +16,34 @@
 
 extern char **environ;
 
-/* Daemons still running when the test program exits (a failed assertion
- * skips harness_stop) are killed then, so no test leaves one behind. */
-static struct mfmad_proc *live[16];
+/* Daemons started and not yet stopped, as copies (a test's own struct may
+ * be on a stack that a failed assertion has left): harness_stop_leftover
+ * stops them after a failed test, and those still running when the
+ * program exits are killed then, so no test leaves one behind. */
+static struct mfmad_proc live[16];
+
+static void remove_files(const struct mfmad_proc *p)
+{
+	unlink(p->sock);
+	unlink(p->conf);
+	unlink(p->log);
+	rmdir(p->dir);
+}
 
 static void kill_leftovers(void)
 {
 	for (size_t i = 0; i < sizeof(live) / sizeof(live[0]); i++) {
-		if (live[i] && live[i]->pid > 0) {
-			kill(live[i]->pid, SIGKILL);
-			waitpid(live[i]->pid, NULL, 0);
-			live[i]->pid = 0;
-			unlink(live[i]->sock);
-			unlink(live[i]->conf);
-			unlink(live[i]->log);
-			rmdir(live[i]->dir);
+		if (live[i].pid > 0) {
+			kill(live[i].pid, SIGKILL);
+			waitpid(live[i].pid, NULL, 0);
+			remove_files(&live[i]);
+			live[i].pid = 0;
 		}
 	}
 }
 
-static void track(struct mfmad_proc *p, int on)
+/* Starts (on) or ends (off) tracking the daemon of pid p->pid. */
+static void track(const struct mfmad_proc *p, int on)
 {
 	static int registered;
 	if (!registered) {
@@ -43,12 +51,12 @@ static void track(struct mfmad_proc *p, int on)
 		registered = 1;
 	}
 	for (size_t i = 0; i < sizeof(live) / sizeof(live[0]); i++) {
-		if (on && !live[i]) {
-			live[i] = p;
+		if (on && live[i].pid <= 0) {
+			live[i] = *p;
 			return;
 		}
-		if (!on && live[i] == p) {
-			live[i] = NULL;
+		if (!on && live[i].pid > 0 && live[i].pid == p->pid) {
+			live[i].pid = 0;
 			return;
 		}
 	}
@@ -149,8 +157,8 @@ int harness_start(struct mfmad_proc *p, const char *extra_conf, const char *cons
 		if (waitpid(p->pid, &st, WNOHANG) == p->pid) {
 			fprintf(stderr, "mfmad exited during start-up\n");
 			print_log(p);
-			p->pid = 0;
 			track(p, 0);
+			p->pid = 0;
 			return -1;
 		}
 		usleep(50 * 1000);
@@ -163,6 +171,7 @@ int harness_start(struct mfmad_proc *p, const char *extra_conf, const char *cons
 int harness_stop(struct mfmad_proc *p)
 {
 	int status = -1;
+	track(p, 0);
 	if (p->pid > 0) {
 		kill(p->pid, SIGTERM);
 		int st;
@@ -183,14 +192,22 @@ int harness_stop(struct mfmad_proc *p)
 		}
 		p->pid = 0;
 	}
-	track(p, 0);
 	if (status != 0)
 		print_log(p);
-	unlink(p->sock);
-	unlink(p->conf);
-	unlink(p->log);
-	rmdir(p->dir);
+	remove_files(p);
 	return status;
+}
+
+int harness_stop_leftover(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < sizeof(live) / sizeof(live[0]); i++) {
+		if (live[i].pid > 0) {
+			struct mfmad_proc p = live[i];
+			harness_stop(&p);
+		}
+	}
+	return 0;
 }
 
 int harness_write_all(int fd, const void *buf, size_t len)

@@ -27,6 +27,10 @@ int harness_start(struct mfmad_proc *p, const char *extra_conf, const char *cons
  * signal); prints the daemon's log when it is not 0. */
 int harness_stop(struct mfmad_proc *p);
 
+/* A cmocka teardown: stops (as harness_stop) every daemon a test started
+ * and did not stop, as after a failed assertion.  Returns 0. */
+int harness_stop_leftover(void **state);
+
 /* Lines of the daemon's log that hold s. */
 int harness_log_count(const struct mfmad_proc *p, const char *s);
 

@@ -27,17 +27,6 @@
 #define NREQ 32
 #define LONG_N 4096 /* keeps the one worker busy while the others queue */
 
-static struct mfmad_proc *running;
-
-static int stop_leftover(void **state)
-{
-	(void)state;
-	if (running)
-		harness_stop(running);
-	running = NULL;
-	return 0;
-}
-
 static void load_weight(int fd, const struct rw_mat *w)
 {
 	Mfma__V1__LoadWeight lw = MFMA__V1__LOAD_WEIGHT__INIT;
@@ -178,7 +167,6 @@ static uint32_t burst(int fd, const struct rw_mat *wm, bool mixed)
 static int start(struct mfmad_proc *p, const char *conf, struct rw_mat *w)
 {
 	assert_int_equal(harness_start(p, conf, NULL), 0);
-	running = p;
 	int fd = harness_connect_raw(p);
 	assert_true(fd >= 0);
 	rw_mat_init(w, M, K, 3);
@@ -190,7 +178,6 @@ static void stop(struct mfmad_proc *p, int fd, struct rw_mat *w)
 {
 	rw_mat_free(w);
 	close(fd);
-	running = NULL;
 	assert_int_equal(harness_stop(p), 0);
 }
 
@@ -346,12 +333,12 @@ int main(void)
 {
 	signal(SIGPIPE, SIG_IGN);
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_teardown(test_concurrent_requests_share_launches, stop_leftover),
-		cmocka_unit_test_teardown(test_different_scalars_never_share, stop_leftover),
-		cmocka_unit_test_teardown(test_batching_off, stop_leftover),
-		cmocka_unit_test_teardown(test_polling_worker, stop_leftover),
-		cmocka_unit_test_teardown(test_queue_delay_gathers_a_batch, stop_leftover),
-		cmocka_unit_test_teardown(test_enabled_live_on_sighup, stop_leftover),
+		cmocka_unit_test_teardown(test_concurrent_requests_share_launches, harness_stop_leftover),
+		cmocka_unit_test_teardown(test_different_scalars_never_share, harness_stop_leftover),
+		cmocka_unit_test_teardown(test_batching_off, harness_stop_leftover),
+		cmocka_unit_test_teardown(test_polling_worker, harness_stop_leftover),
+		cmocka_unit_test_teardown(test_queue_delay_gathers_a_batch, harness_stop_leftover),
+		cmocka_unit_test_teardown(test_enabled_live_on_sighup, harness_stop_leftover),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

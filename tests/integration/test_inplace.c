@@ -31,29 +31,18 @@
 #include "rawwire.h"
 #include "wire_varint.h"
 
-/* The daemon of the test running: not on a test's stack, since after a
- * failure the teardown stops it from another frame. */
-static struct mfmad_proc proc, *running;
-
-static int stop_leftover(void **state)
-{
-	(void)state;
-	if (running)
-		harness_stop(running);
-	running = NULL;
-	return 0;
-}
+/* The daemon of the test running (harness_stop_leftover stops it after
+ * a failed assertion). */
+static struct mfmad_proc proc;
 
 static struct mfmad_proc *start(const char *conf, const char *const *args)
 {
 	assert_int_equal(harness_start(&proc, conf, args), 0);
-	running = &proc;
 	return &proc;
 }
 
 static void stop(struct mfmad_proc *p)
 {
-	running = NULL;
 	assert_int_equal(harness_stop(p), 0);
 }
 
@@ -513,11 +502,11 @@ static void test_blocking_resend(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_teardown(test_shapes_unix_and_tcp, stop_leftover),
-		cmocka_unit_test_teardown(test_deep_pipeline, stop_leftover),
-		cmocka_unit_test_teardown(test_merged_frames, stop_leftover),
-		cmocka_unit_test_teardown(test_frame_counted, stop_leftover),
-		cmocka_unit_test_teardown(test_blocking_resend, stop_leftover),
+		cmocka_unit_test_teardown(test_shapes_unix_and_tcp, harness_stop_leftover),
+		cmocka_unit_test_teardown(test_deep_pipeline, harness_stop_leftover),
+		cmocka_unit_test_teardown(test_merged_frames, harness_stop_leftover),
+		cmocka_unit_test_teardown(test_frame_counted, harness_stop_leftover),
+		cmocka_unit_test_teardown(test_blocking_resend, harness_stop_leftover),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

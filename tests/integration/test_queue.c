@@ -117,29 +117,14 @@ static void write_npy(const char *path, uint32_t rows, uint32_t cols)
 
 static char out[1 << 16];
 
-/* The daemon of the running test, stopped by the teardown when an
- * assertion ends the test early. */
-static struct mfmad_proc *running;
-
 static void start(struct mfmad_proc *p, const char *conf)
 {
 	assert_int_equal(harness_start(p, conf, NULL), 0);
-	running = p;
 }
 
 static void stop(struct mfmad_proc *p)
 {
-	running = NULL;
 	assert_int_equal(harness_stop(p), 0);
-}
-
-static int stop_leftover(void **state)
-{
-	(void)state;
-	if (running)
-		harness_stop(running);
-	running = NULL;
-	return 0;
 }
 
 static int ctl(const struct mfmad_proc *p, ...)
@@ -456,12 +441,12 @@ int main(void)
 {
 	signal(SIGPIPE, SIG_IGN);
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_teardown(test_failed_replace_keeps_the_old_weight, stop_leftover),
-		cmocka_unit_test_teardown(test_replace_swaps, stop_leftover),
-		cmocka_unit_test_teardown(test_huge_timeout_is_refused, stop_leftover),
-		cmocka_unit_test_teardown(test_deadline_answered_when_it_passes, stop_leftover),
-		cmocka_unit_test_teardown(test_priorities_age, stop_leftover),
-		cmocka_unit_test_teardown(test_large_answer_read_late, stop_leftover),
+		cmocka_unit_test_teardown(test_failed_replace_keeps_the_old_weight, harness_stop_leftover),
+		cmocka_unit_test_teardown(test_replace_swaps, harness_stop_leftover),
+		cmocka_unit_test_teardown(test_huge_timeout_is_refused, harness_stop_leftover),
+		cmocka_unit_test_teardown(test_deadline_answered_when_it_passes, harness_stop_leftover),
+		cmocka_unit_test_teardown(test_priorities_age, harness_stop_leftover),
+		cmocka_unit_test_teardown(test_large_answer_read_late, harness_stop_leftover),
 		cmocka_unit_test(test_too_many_listeners),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -34,26 +34,13 @@
 /* Over the daemon's queue of unclaimed descriptors (CONN_MAX_FDS, 8). */
 #define CONN_FDS_OVER 12
 
-static struct mfmad_proc *running;
-
-static int stop_leftover(void **state)
-{
-	(void)state;
-	if (running)
-		harness_stop(running);
-	running = NULL;
-	return 0;
-}
-
 static void start(struct mfmad_proc *p, const char *conf)
 {
 	assert_int_equal(harness_start(p, conf, NULL), 0);
-	running = p;
 }
 
 static void stop(struct mfmad_proc *p)
 {
-	running = NULL;
 	assert_int_equal(harness_stop(p), 0);
 }
 
@@ -316,7 +303,6 @@ static void test_tcp_refused(void **state)
 	snprintf(tcp, sizeof(tcp), "127.0.0.1:%d", port);
 	const char *args[] = { "--tcp", tcp, NULL };
 	assert_int_equal(harness_start(&p, NULL, args), 0);
-	running = &p;
 	snprintf(ep, sizeof(ep), "tcp:127.0.0.1:%d", port);
 	mfma_client *c;
 	struct mfma_error err;
@@ -792,15 +778,15 @@ int main(void)
 {
 	signal(SIGPIPE, SIG_IGN);
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_teardown(test_region_matches_bytes, stop_leftover),
-		cmocka_unit_test_teardown(test_region_batched_weight, stop_leftover),
-		cmocka_unit_test_teardown(test_tcp_refused, stop_leftover),
-		cmocka_unit_test_teardown(test_bounds, stop_leftover),
-		cmocka_unit_test_teardown(test_other_connection, stop_leftover),
-		cmocka_unit_test_teardown(test_hostile_fds, stop_leftover),
-		cmocka_unit_test_teardown(test_limits, stop_leftover),
-		cmocka_unit_test_teardown(test_unregister_in_use, stop_leftover),
-		cmocka_unit_test_teardown(test_close_in_flight, stop_leftover),
+		cmocka_unit_test_teardown(test_region_matches_bytes, harness_stop_leftover),
+		cmocka_unit_test_teardown(test_region_batched_weight, harness_stop_leftover),
+		cmocka_unit_test_teardown(test_tcp_refused, harness_stop_leftover),
+		cmocka_unit_test_teardown(test_bounds, harness_stop_leftover),
+		cmocka_unit_test_teardown(test_other_connection, harness_stop_leftover),
+		cmocka_unit_test_teardown(test_hostile_fds, harness_stop_leftover),
+		cmocka_unit_test_teardown(test_limits, harness_stop_leftover),
+		cmocka_unit_test_teardown(test_unregister_in_use, harness_stop_leftover),
+		cmocka_unit_test_teardown(test_close_in_flight, harness_stop_leftover),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -346,6 +346,29 @@ static void batched_registered(const struct mfma_gemm *g, void *w, const struct 
 	close(fd);
 }
 
+/* The parts r[0..n) (each made by ops_make with its own N) as one batched
+ * GEMM over their columns side by side on a resident weight of sparsity
+ * sp: fills parts and returns the joined GEMM, whose operands are the
+ * parts' (its own a, b, c and d are NULL). */
+static struct mfma_gemm join_parts(const struct operands *r, struct mfma_gemm_part *parts, int n,
+				   bool sp)
+{
+	struct mfma_gemm g = r[0].g;
+	g.n = 0;
+	for (int i = 0; i < n; i++) {
+		parts[i] = (struct mfma_gemm_part){ .b = r[i].b, .c = r[i].c, .d = r[i].d,
+						    .n = r[i].g.n };
+		g.n += r[i].g.n;
+	}
+	g.nparts = (uint32_t)n;
+	g.parts = parts;
+	g.a = g.b = g.c = NULL;
+	g.d = NULL;
+	g.a_meta = NULL;
+	g.a_sparse = sp;
+	return g;
+}
+
 /* One batch of three parts on a resident weight (m x k): each part's D
  * against the float64 reference, and the same batch through a
  * registered region bit for bit. */
@@ -362,20 +385,10 @@ static void batched_case(enum mfma_dtype in, enum mfma_dtype out, int sp, uint32
 	if (backend_cuda.weight_load(dev, &wh, &w, &wbytes, err, sizeof(err)) != 0)
 		fail_msg("weight_load: %s", err);
 	struct mfma_gemm_part parts[3];
-	uint32_t total = 0;
-	for (int i = 0; i < 3; i++) {
+	for (int i = 0; i < 3; i++)
 		ops_make(&r[i], in, out, false, m, ns[i], k, alpha, beta);
-		parts[i] = (struct mfma_gemm_part){ .b = r[i].b, .c = r[i].c, .d = r[i].d, .n = ns[i] };
-		total += ns[i];
-	}
-	struct mfma_gemm g = r[0].g;
-	g.n = total;
-	g.nparts = 3;
-	g.parts = parts;
-	g.a = g.b = g.c = NULL;
-	g.d = NULL;
-	g.a_meta = NULL;
-	g.a_sparse = sp;
+	struct mfma_gemm g = join_parts(r, parts, 3, sp);
+	const uint32_t total = g.n;
 	struct backend_timing t = { 0 };
 	if (backend_cuda.gemm(dev, &g, w, &t, err, sizeof(err)) != 0)
 		fail_msg("batched gemm: %s", err);
@@ -627,18 +640,9 @@ static int provider_batched_case(struct cuda_dev *cd, const struct cuda_provider
 	if (rc != 0)
 		fail_msg("%s batched: weight_pack failed (%d): %s", p->name, rc, err);
 	struct mfma_gemm_part parts[3];
-	for (int i = 0; i < 3; i++) {
+	for (int i = 0; i < 3; i++)
 		ops_make(&r[i], in, out, false, m, ns[i], k, alpha, beta);
-		parts[i] = (struct mfma_gemm_part){ .b = r[i].b, .c = r[i].c, .d = r[i].d, .n = ns[i] };
-	}
-	struct mfma_gemm g = r[0].g;
-	g.n = ns[0] + ns[1] + ns[2];
-	g.nparts = 3;
-	g.parts = parts;
-	g.a = g.b = g.c = NULL;
-	g.d = NULL;
-	g.a_meta = NULL;
-	g.a_sparse = sparse;
+	struct mfma_gemm g = join_parts(r, parts, 3, sparse);
 	struct mfma_gemm one;
 	const char *variant = NULL;
 	if ((rc = cuda_batch_in(batch, cd, &g, &one, err, sizeof(err))) == 0 &&
@@ -827,18 +831,9 @@ static struct backend_timing warm_batch(void *w, const struct operands *o, enum 
 	const uint32_t ns[2] = { width - 1, 1 };
 	struct operands r[2];
 	struct mfma_gemm_part parts[2];
-	for (int i = 0; i < 2; i++) {
-		ops_make(&r[i], in, out, false, m, ns[i], k, 1.0f, 0.0f);
-		parts[i] = (struct mfma_gemm_part){ .b = r[i].b, .c = NULL, .d = r[i].d, .n = ns[i] };
-	}
-	struct mfma_gemm g = r[0].g;
-	g.n = width;
-	g.nparts = 2;
-	g.parts = parts;
-	g.a = g.b = g.c = NULL;
-	g.d = NULL;
-	g.a_meta = NULL;
-	g.a_sparse = sp;
+	for (int i = 0; i < 2; i++)
+		ops_make(&r[i], in, out, false, m, ns[i], k, 1.0f, 0.0f); /* beta 0: no C */
+	struct mfma_gemm g = join_parts(r, parts, 2, sp);
 	struct backend_timing t = { 0 };
 	char err[512] = "";
 	if (backend_cuda.gemm(dev, &g, w, &t, err, sizeof(err)) != 0)
