@@ -15,10 +15,13 @@
  * (cuBLASLt is given the layout it prefers).  Each result is checked
  * against cuBLASLt's (relative Frobenius error; integers must match).
  *
- * usage: bench_nv [--quick] [--dtypes f16,bf16,i8] [--device N]
+ * usage: bench_nv [--quick] [--served] [--dtypes f16,bf16,i8] [--device N]
  *                 [--shape MxNxK [--splits S1,S2,.. [--tile T]]]
  * --shape runs one problem; with --splits, only our 2:4 kernel, once per
- * forced split count (to tune the selection). */
+ * forced split count (to tune the selection).  --served adds, for ours 2:4,
+ * cuBLASLt and cuSPARSELt, the time of one call served the daemon's way
+ * (copies in and out around it, one at a time), launched directly and
+ * from a CUDA graph, with the host time of the launch. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -28,6 +31,7 @@
 #include <cublasLt.h>
 
 #include "bench_cslt.h"
+#include "mfma_clock.h"
 #include "nv_gemm.h"
 #include "nv_testdata.h"
 
@@ -321,6 +325,7 @@ static double tflops(const struct problem *p, double us)
 
 /* --splits sweep: our 2:4 kernel only, with each split count forced. */
 static const char *sweep_splits;
+static int served; /* --served */
 static int sweep_tile = -1;
 
 static void sweep(struct problem *p, FILE *out)
@@ -349,6 +354,90 @@ static void sweep(struct problem *p, FILE *out)
 		s = c2 ? c2 + 1 : NULL;
 	}
 	p->plan_sp = base;
+}
+
+/* The same call timed the way the daemon serves it, one at a time: B
+ * copied in from pinned host memory, an event, the call, an event, D
+ * copied out, the stream waited for.  Returns the median microseconds
+ * between the two events (the "kernel" time a served request reports,
+ * which includes any wait of the GPU for the host's launch) and sets
+ * *host_us to the median host time of the call itself.  With graph, the
+ * call is captured once into a CUDA graph and each run launches that.
+ * One copy of A (copy 0), as one resident weight is served. */
+static double time_served(op_fn fn, void *ctx, const struct problem *p, int graph,
+			  double *host_us)
+{
+	enum { REPS = 200 };
+	const size_t bbytes = (size_t)p->k * p->n * mfma_dtype_size(p->in);
+	const size_t dbytes = (size_t)p->m * p->n * mfma_dtype_size(p->out);
+	void *hb = NULL, *hd = NULL;
+	CUevent e0, e1;
+	CUgraph g = NULL;
+	CUgraphExec ge = NULL;
+	CU(nv_drv.cuMemHostAlloc(&hb, bbytes, 0));
+	CU(nv_drv.cuMemHostAlloc(&hd, dbytes, 0));
+	CU(nv_drv.cuEventCreate(&e0, CU_EVENT_DEFAULT));
+	CU(nv_drv.cuEventCreate(&e1, CU_EVENT_DEFAULT));
+	CU(nv_drv.cuMemcpyDtoHAsync(hb, p->b, bbytes, stream));
+	CU(nv_drv.cuStreamSynchronize(stream));
+	if (graph) {
+		if (fn(ctx, 0) != 0) /* plans and handles made before the capture */
+			return NAN;
+		CU(nv_drv.cuStreamSynchronize(stream));
+		CU(nv_drv.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+		int rc = fn(ctx, 0);
+		CUresult er = nv_drv.cuStreamEndCapture(stream, &g);
+		if (rc != 0 || er != CUDA_SUCCESS || !g ||
+		    nv_drv.cuGraphInstantiateWithFlags(&ge, g, 0) != CUDA_SUCCESS) {
+			fprintf(stderr, "  served: capture failed (call %d, end %d)\n", rc, (int)er);
+			*host_us = NAN;
+			return NAN;
+		}
+	}
+	double t[REPS], h[REPS];
+	for (int i = 0; i < REPS + 5; i++) {
+		CU(nv_drv.cuMemcpyHtoDAsync(p->b, hb, bbytes, stream));
+		CU(nv_drv.cuEventRecord(e0, stream));
+		uint64_t h0 = mfma_clock_ns();
+		int rc = graph ? (nv_drv.cuGraphLaunch(ge, stream) == CUDA_SUCCESS ? 0 : -1) : fn(ctx, 0);
+		uint64_t h1 = mfma_clock_ns();
+		if (rc != 0)
+			return NAN;
+		CU(nv_drv.cuEventRecord(e1, stream));
+		CU(nv_drv.cuMemcpyDtoHAsync(hd, p->d_ours, dbytes, stream));
+		CU(nv_drv.cuStreamSynchronize(stream));
+		float ms = 0;
+		CU(nv_drv.cuEventElapsedTime(&ms, e0, e1));
+		if (i >= 5) {
+			t[i - 5] = ms * 1e3;
+			h[i - 5] = (double)(h1 - h0) / 1e3;
+		}
+	}
+	if (ge)
+		nv_drv.cuGraphExecDestroy(ge);
+	if (g)
+		nv_drv.cuGraphDestroy(g);
+	nv_drv.cuEventDestroy(e0);
+	nv_drv.cuEventDestroy(e1);
+	nv_drv.cuMemFreeHost(hb);
+	nv_drv.cuMemFreeHost(hd);
+	qsort(t, REPS, sizeof(t[0]), cmp_double);
+	qsort(h, REPS, sizeof(h[0]), cmp_double);
+	*host_us = h[REPS / 2];
+	return t[REPS / 2];
+}
+
+/* --served: prints, for one provider, its served time (time_served)
+ * launched directly and from a CUDA graph. */
+static void served_line(FILE *out, const char *who, const char *shape, op_fn fn, void *ctx,
+			const struct problem *p)
+{
+	double hd = NAN, hg = NAN;
+	double td = time_served(fn, ctx, p, 0, &hd);
+	double tg = time_served(fn, ctx, p, 1, &hg);
+	fprintf(out, "| served | %-17s | %-10s | %8.1f | %6.1f | %8.1f | %6.1f |\n", shape, who, td, hd,
+		tg, hg);
+	fflush(out);
 }
 
 static void run_problem(enum mfma_dtype in, int m, int n, int k, FILE *out)
@@ -450,6 +539,13 @@ static void run_problem(enum mfma_dtype in, int m, int n, int k, FILE *out)
 	double t_dn = time_op(run_ours, &odn, p.ndn, target);
 	if (brc == 0)
 		e_dn = compare(p.d_ours, p.d_ref, p.out, p.out, (size_t)m * n);
+	char shape[64];
+	snprintf(shape, sizeof(shape), "%dx%dx%d", m, n, k);
+	if (served) {
+		served_line(out, "ours 2:4", shape, run_ours, &osp, &p);
+		if (brc == 0)
+			served_line(out, "cuBLASLt", shape, run_blas, &bc, &p);
+	}
 	double t_cs = NAN;
 	const char *cs_note = "not built";
 #ifdef MFMA_HAVE_CUSPARSELT
@@ -459,6 +555,8 @@ static void run_problem(enum mfma_dtype in, int m, int n, int k, FILE *out)
 	if (cslt_create(&cc.c, cdt, m, n, k, p.dense, p.ndense, p.b, p.bt, p.kpad, stream, why,
 			sizeof(why)) == 0) {
 		t_cs = time_op(run_cslt, &cc, cslt_copies(cc.c), target);
+		if (served)
+			served_line(out, "cuSPARSELt", shape, run_cslt, &cc, &p);
 		cs_note = cslt_out_name(cc.c);
 		if (brc == 0 && cslt_out_same(cc.c))
 			e_cs = compare(cslt_d(cc.c), p.d_ref, p.out, p.out, (size_t)m * n);
@@ -469,8 +567,6 @@ static void run_problem(enum mfma_dtype in, int m, int n, int k, FILE *out)
 #endif
 	blas_free(&bc);
 
-	char shape[64];
-	snprintf(shape, sizeof(shape), "%dx%dx%d", m, n, k);
 	fprintf(out,
 		"| %-4s | %-17s | %9.1f | %6.1f | %9.1f | %6.1f | %9.1f | %6.1f | %9.1f | %6.1f | %5.2f | %5.2f | %-20s | %.1e/%.1e/%.1e | %s |\n",
 		mfma_dtype_name(in), shape, t_sp, tflops(&p, t_sp), t_dn, tflops(&p, t_dn), t_blas,
@@ -525,6 +621,8 @@ int main(int argc, char **argv)
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "--quick") == 0)
 			quick = 1;
+		else if (strcmp(argv[i], "--served") == 0)
+			served = 1;
 		else if (strcmp(argv[i], "--dtypes") == 0 && i + 1 < argc)
 			dtypes = argv[++i];
 		else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc)
@@ -542,7 +640,7 @@ int main(int argc, char **argv)
 			if (sweep_tile < 0)
 				DIE("--tile: unknown tile '%s'", t);
 		} else
-			DIE("unknown argument '%s' (usage: bench_nv [--quick] [--dtypes f16,bf16,i8] "
+			DIE("unknown argument '%s' (usage: bench_nv [--quick] [--served] [--dtypes f16,bf16,i8] "
 			    "[--device N] [--shape MxNxK [--splits S1,S2,..] [--tile T]])", argv[i]);
 	}
 	char err[256];

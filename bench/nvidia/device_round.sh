@@ -6,7 +6,7 @@
 # brings them back); a short summary goes to stdout.
 #
 # usage: bench/nvidia/device_round.sh [test] [sanitize|memcheck|racecheck] [bench] [sweep]
-#        [ncu] [e2e] [abserving] [spin] [latency] [multi] [choice] [batching] [serving] [wgmma] [wgncu]
+#        [ncu] [e2e] [abserving] [spin] [latency] [multi] [choice] [served] [batching] [serving] [wgmma] [wgncu]
 #        [wgdecode] [wgdsan] [wgdncu] [wgdense] [wgdensesan] [wgdensencu]
 #        (no argument: test sanitize bench e2e)
 set -u
@@ -185,6 +185,25 @@ choice)
 	timeout "${E2E_S:-300}" bash bench/nvidia/e2e.sh "$P" "$OUT" choice > "$OUT/e2e_choice.log" 2>&1
 	echo "=== e2e choice: rc=$?"
 	grep -E "^(E2E|FAIL)|variants" "$OUT/e2e_choice.log" | cut -c1-400
+	;;
+served)
+	# Each library and our mma.sp kernel served the daemon's way (copies
+	# around one call at a time, launched directly and from a CUDA graph,
+	# bench_nv --served), then mfmad's served kernel times with the choice
+	# free and with cuSPARSELt and our wgmma kernels pinned in turn.
+	build_bench
+	: >"$OUT/served_bench.log"
+	for shape in ${CHOICE_SHAPES:-14336x16x4096 14336x64x4096 4096x16x14336}; do
+		timeout 120 "$BENCH" --served --dtypes f16 --shape "$shape" >>"$OUT/served_bench.log" 2>&1
+	done
+	grep -E "^\| (f16|served)" "$OUT/served_bench.log"
+	[ "${SERVED_E2E:-1}" = 1 ] && for pin in "" cusparselt wgmma; do
+		E2E_PREFER=$pin CHOICE_WEIGHTS=${SERVED_WEIGHTS:-14336x4096} CHOICE_NS=${SERVED_NS:-16 64} \
+			timeout "${E2E_S:-300}" bash bench/nvidia/e2e.sh "$P" "$OUT" choice \
+			> "$OUT/e2e_served_${pin:-free}.log" 2>&1
+		echo "=== e2e served, prefer '${pin}': rc=$?"
+		grep -E "^(E2E|FAIL)" "$OUT/e2e_served_${pin:-free}.log" | cut -c1-600
+	done
 	;;
 wgmma)
 	# The sm_90a wgmma.sp kernels (.devlibs/wgmma_bench from

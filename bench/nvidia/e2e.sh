@@ -29,6 +29,9 @@ limits = {
   max_inflight_per_connection = 256;
 };
 EOF
+# E2E_PREFER pins one CUDA provider (cuda.providers.prefer): the choice
+# mode then shows that provider's served times.
+[ -n "${E2E_PREFER:-}" ] && printf 'cuda = { providers = { prefer = "%s"; }; };\n' "$E2E_PREFER" >>"$D/mfmad.conf"
 rm -f "$SOCK"
 "$P/bin/mfmad" --config "$D/mfmad.conf" --socket "$SOCK" --backends "${E2E_BACKENDS:-cuda}" --log-level info \
 	2>"$OUT/mfmad_$MODE.log" &

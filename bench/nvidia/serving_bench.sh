@@ -16,6 +16,8 @@
 #     each after WARMUP (default 32) unmeasured requests per connection:
 #     every bench loads its own weight, and a batch width a provider sees
 #     first costs its plan (cuSPARSELt's search, some 60 ms) once;
+#  3b. (step alone) one request in flight on that weight, N=8, batching
+#     on and off alternating, bytes and --shm;
 #  4. (MULTI=1, a machine of several GPUs) the batching loads pinned to
 #     device 0 and left to the scheduler, bytes and --shm.
 #
@@ -116,6 +118,18 @@ has batching && for round in ${ROUNDS:-1 2}; do
 		set -- $load
 		for how in "" --shm; do
 			echo "SERVE${LABEL:+ [$LABEL]} batching round=$round 8192x8192 2:4 f16 N=$1 in_flight=$2 ${how:-bytes}: $(bench --m 8192 --k 8192 --n $1 -n $3 -j $2 --warmup ${WARMUP:-32} --device 0 $how)"
+		done
+	done
+done
+# One request in flight with batching on and off, alternating (issue 9:
+# batching must add nothing to a lone request), on the batching weight.
+has alone && for round in ${ROUNDS:-1 2}; do
+	for on in true false; do
+		conf 0 "$on"
+		kill -HUP "$DPID"
+		sleep 1
+		for how in "" --shm; do
+			echo "SERVE${LABEL:+ [$LABEL]} alone batching=$on round=$round 8192x8192 2:4 f16 N=8 in_flight=1 ${how:-bytes}: $(bench --m 8192 --k 8192 --n 8 -n 1500 --warmup 50 --device 0 $how)"
 		done
 	done
 done

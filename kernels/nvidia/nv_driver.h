@@ -61,7 +61,13 @@ extern "C" {
 	X(cuEventDestroy)                           \
 	X(cuEventRecord)                            \
 	X(cuEventSynchronize)                       \
-	X(cuEventElapsedTime)
+	X(cuEventElapsedTime)                       \
+	X(cuStreamBeginCapture)                     \
+	X(cuStreamEndCapture)                       \
+	X(cuGraphInstantiateWithFlags)              \
+	X(cuGraphLaunch)                            \
+	X(cuGraphExecDestroy)                       \
+	X(cuGraphDestroy)
 
 struct nv_driver {
 #define NV_DRIVER_FIELD(fn) __typeof__(&fn) fn;
