@@ -46,6 +46,10 @@ enum { CS_OP_N = 0 };                                  /* CUSPARSE_OPERATION_NON
 enum { CS_COMPUTE_32F = 2 };                           /* CUSPARSE_COMPUTE_32F (0.7+) */
 enum { CS_SPARSITY_50 = 0 };                           /* CUSPARSELT_SPARSITY_50_PERCENT */
 enum { CS_ALG_DEFAULT = 0 };                           /* CUSPARSELT_MATMUL_ALG_DEFAULT */
+/* cusparseLtMatmulAlgAttribute_t: the configuration a search chose, and
+ * its split of K (1: none) and how the parts are summed (2: a second
+ * kernel). */
+enum { CS_ALG_CONFIG_ID = 0, CS_ALG_SPLIT_K = 3, CS_ALG_SPLIT_K_MODE = 4 };
 #define CS_MIN_VERSION 700                             /* 0.7.0 */
 /* Rows and columns of the structured A are padded to this. */
 #define CS_PAD 32
@@ -77,6 +81,8 @@ static struct {
 	cs_status (*search)(const cs_obj *h, cs_obj *plan, const void *alpha, const void *a,
 			    const void *b, const void *beta, const void *c, void *d, void *ws,
 			    CUstream *streams, int32_t nstreams);
+	cs_status (*alg_get)(const cs_obj *h, const cs_obj *sel, int attr, void *data,
+			     size_t bytes);
 } cs;
 
 static pthread_once_t cs_once = PTHREAD_ONCE_INIT;
@@ -102,6 +108,7 @@ static void cs_open(void)
 		{ "cusparseLtSpMMACompress2", &cs.compress2 },
 		{ "cusparseLtMatmul", &cs.matmul },
 		{ "cusparseLtMatmulSearch", &cs.search },
+		{ "cusparseLtMatmulAlgGetAttribute", &cs.alg_get },
 	};
 	cs_rc = cuda_lib_open(names, 1, "MFMAD_CUSPARSELT", syms, sizeof(syms) / sizeof(syms[0]),
 			      cs_path, sizeof(cs_path), cs_err, sizeof(cs_err));
@@ -132,6 +139,7 @@ struct cs_plan {
 	bool have_b, have_c, have_mm, have_plan;
 	cs_obj mb, mc, mm, sel, plan;
 	size_t ws_bytes;
+	const char *variant; /* names the searched configuration (variant_of) */
 };
 
 /* Plans kept per weight.  Those made when the weight is warmed at load
@@ -373,6 +381,48 @@ fail:
 	return rc;
 }
 
+/* The variant names of searched plans, "cusparselt.f16.sparse.c29" (the
+ * library's configuration 29) with ".k4" (K split in four, the parts
+ * summed in the kernel) or ".k4x2" (summed by a second kernel): kept for
+ * the process's life, so that an answer may point at one after its plan
+ * is gone.  Distinct names are few (configurations x splits x two input
+ * types); past VARIANTS_MAX a plan is named by its input type alone. */
+#define VARIANTS_MAX 256
+static pthread_mutex_t variants_lock = PTHREAD_MUTEX_INITIALIZER;
+static char variants[VARIANTS_MAX][48];
+static size_t nvariants;
+
+static const char *cs_variant(enum mfma_dtype in)
+{
+	return in == MFMA_DT_BF16 ? "cusparselt.bf16.sparse" : "cusparselt.f16.sparse";
+}
+
+static const char *variant_of(const struct cs_state *s, const struct cs_plan *p,
+			      enum mfma_dtype in)
+{
+	int config = -1, split = 1, mode = 0;
+	if (cs.alg_get(&s->h, &p->sel, CS_ALG_CONFIG_ID, &config, sizeof(config)) != 0 || config < 0)
+		return cs_variant(in);
+	(void)cs.alg_get(&s->h, &p->sel, CS_ALG_SPLIT_K, &split, sizeof(split));
+	(void)cs.alg_get(&s->h, &p->sel, CS_ALG_SPLIT_K_MODE, &mode, sizeof(mode));
+	char name[48];
+	int len = snprintf(name, sizeof(name), "%s.c%d", cs_variant(in), config);
+	if (split > 1)
+		snprintf(name + len, sizeof(name) - (size_t)len, ".k%d%s", split,
+			 mode == 2 ? "x2" : "");
+	const char *v = cs_variant(in);
+	pthread_mutex_lock(&variants_lock);
+	size_t i = 0;
+	while (i < nvariants && strcmp(variants[i], name) != 0)
+		i++;
+	if (i == nvariants && nvariants < VARIANTS_MAX)
+		snprintf(variants[nvariants++], sizeof(variants[0]), "%s", name);
+	if (i < nvariants)
+		v = variants[i];
+	pthread_mutex_unlock(&variants_lock);
+	return v;
+}
+
 /* Makes a plan for n columns of B and output type out: descriptors, plan,
  * then the search over the library's kernels with the device buffers of
  * this call (their contents do not matter to the search; it writes D).
@@ -414,6 +464,7 @@ static struct cs_plan *plan_make(struct cs_state *s, struct cs_weight *w, uint32
 		 * chosen by default. */
 		p->ws_bytes = ws;
 	}
+	p->variant = variant_of(s, p, w->dtype);
 	return p;
 }
 
@@ -438,11 +489,6 @@ static void plan_keep(struct cs_weight *w, struct cs_plan *p, bool keep)
 	plan_free(w->plans[at]);
 	w->plans[at] = p;
 	w->next = (at + 1) % CS_PLANS;
-}
-
-static const char *cs_variant(enum mfma_dtype in)
-{
-	return in == MFMA_DT_BF16 ? "cusparselt.bf16.sparse" : "cusparselt.f16.sparse";
 }
 
 static int cs_launch(struct cuda_dev *dev, void *state, const struct mfma_gemm *g, void *packed,
@@ -523,7 +569,7 @@ static int cs_launch(struct cuda_dev *dev, void *state, const struct mfma_gemm *
 	/* D's padding rows, if any, come after the m rows copied out. */
 	if ((rc = cuda_dev_copy_out(dev, g->d, dp, dbytes, err, errlen)) < 0)
 		return rc;
-	*variant = cs_variant(g->in_dtype);
+	*variant = p->variant;
 	return 0;
 }
 
