@@ -345,6 +345,8 @@ static void gemm_done(struct daemon *d, struct sched_job *sj, int status)
 		}
 		STATS_ADD(v->st->completed, 1);
 		STATS_ADD(v->st->kernel_ns, j->t.kernel_ns);
+		if (j->launch_head)
+			STATS_ADD(v->st->launch_ns, j->t.launch_ns);
 		STATS_ADD(d->stats.gemm_queue_ns, queue_ns(j));
 		STATS_ADD(d->stats.gemm_h2d_ns, j->t.h2d_ns);
 		STATS_ADD(d->stats.gemm_kernel_ns, j->t.kernel_ns);

@@ -358,6 +358,12 @@ int metrics_render_at(const struct mfmad_stats *s, uint64_t now_ns, char **out, 
 	for (int d = 0; d < ndev; d++)
 		buf_printf(&b, "mfmad_device_kernel_seconds_total{device=\"%d\"} %s\n", d,
 			   fmt_seconds(STATS_GET(s->dev[d].kernel_ns), t));
+	family(&b, "mfmad_device_launch_seconds_total", "counter",
+	       "Cumulative host time of the kernel launch calls, once per launch (where a launch "
+	       "call outlasts the copy in, the GPU waits for it).");
+	for (int d = 0; d < ndev; d++)
+		buf_printf(&b, "mfmad_device_launch_seconds_total{device=\"%d\"} %s\n", d,
+			   fmt_seconds(STATS_GET(s->dev[d].launch_ns), t));
 
 	if (b.err) {
 		free(b.p);

@@ -59,6 +59,7 @@ struct stats_device {
 	_Atomic uint64_t failed;
 	_Atomic uint64_t weight_bytes; /* resident weights on this device */
 	_Atomic uint64_t kernel_ns;    /* cumulative */
+	_Atomic uint64_t launch_ns;    /* cumulative host time of the launch calls, per launch */
 };
 
 struct mfmad_stats {

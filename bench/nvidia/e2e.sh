@@ -33,7 +33,9 @@ EOF
 # mode then shows that provider's served times.
 [ -n "${E2E_PREFER:-}" ] && printf 'cuda = { providers = { prefer = "%s"; }; };\n' "$E2E_PREFER" >>"$D/mfmad.conf"
 rm -f "$SOCK"
+METRICS_PORT=${E2E_METRICS_PORT:-9479}
 "$P/bin/mfmad" --config "$D/mfmad.conf" --socket "$SOCK" --backends "${E2E_BACKENDS:-cuda}" --log-level info \
+	--metrics "127.0.0.1:$METRICS_PORT" \
 	2>"$OUT/mfmad_$MODE.log" &
 DPID=$!
 # The daemon goes with the script, however the script ends.
@@ -170,6 +172,10 @@ if [ "$MODE" = choice ]; then
 				loop=$("${CTL[@]}" --json bench --weight "$name" --n "$n" --dtype f16 --out-dtype f16 \
 					-n 200 --warmup 5 --device 0 2>&1 | tr -s ' \n' ' ')
 				echo "E2E choice f16 $sp ${m}x${n}x${k}: first $first| loop $loop"
+				# The device's counters so far: launches, kernel and launch
+				# call seconds (the launch call's host time per launch is
+				# the difference between two of these lines over launches).
+				echo "E2E metrics f16 $sp ${m}x${n}x${k}: $(python3 -c "import urllib.request as u; print(' '.join(l for l in u.urlopen('http://127.0.0.1:$METRICS_PORT/metrics').read().decode().splitlines() if l.startswith(('mfmad_gemm_executions_total', 'mfmad_device_kernel_seconds_total', 'mfmad_device_launch_seconds_total'))))" 2>&1)"
 			done
 			"${CTL[@]}" unload "$name" >/dev/null
 		done

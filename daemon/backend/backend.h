@@ -103,6 +103,11 @@ static inline int backend_runs(const struct backend_device_info *info, enum mfma
 
 struct backend_timing {
 	uint64_t h2d_ns, kernel_ns, d2h_ns;
+	/* Host time the launch call took (enqueueing the kernels; a vendor
+	 * library's call does its own host work too).  Where it is longer
+	 * than the copy in, the GPU waited for it, and kernel_ns includes
+	 * the wait.  0 where the backend does not measure it. */
+	uint64_t launch_ns;
 	const char *variant; /* static string naming the kernel that ran */
 	/* What this GEMM paid for on the serving path: per-N states a
 	 * provider made (a library's plan, cuSPARSELt's with its algorithm

@@ -222,6 +222,7 @@ static int cpu_gemm(void *dev, const struct mfma_gemm *g, void *weight, struct b
 	uint64_t t0 = mfma_clock_ns();
 	int rc = cpu_gemm_run_pool(&run, c->pool, &t->variant);
 	t->kernel_ns = mfma_clock_ns() - t0;
+	t->launch_ns = 0;
 	if (rc < 0)
 		snprintf(err, errlen, "cpu GEMM failed: %s", strerror(-rc));
 	else if (g->nparts > 1)

@@ -48,6 +48,9 @@ struct cuda_dev {
 	/* Host time spent copying the last chunk out of the pool, after the
 	 * end event: part of the D2H time. */
 	uint64_t out_tail_ns;
+	/* Host clock when the marks before and after the kernels were
+	 * recorded: the launch call's time (backend_timing.launch_ns). */
+	uint64_t mark_in_ns, mark_kernel_ns;
 	/* Pinned staging pool: two halves, each with the event of the last
 	 * copy that used it. */
 	unsigned char *pin;
@@ -573,6 +576,10 @@ int cuda_dev_mark(struct cuda_dev *d, enum cuda_mark mark, char *err, size_t err
 	if (mark == CUDA_MARK_START && d->nondev)
 		return 0;
 	CU_TRY(nv_drv.cuEventRecord(d->ev[ev_of[mark]], d->stream), "cuEventRecord");
+	if (mark == CUDA_MARK_IN)
+		d->mark_in_ns = mfma_clock_ns();
+	else if (mark == CUDA_MARK_KERNEL)
+		d->mark_kernel_ns = mfma_clock_ns();
 	return 0;
 }
 
@@ -679,6 +686,7 @@ void cuda_dev_timing(struct cuda_dev *d, struct backend_timing *t)
 	t->h2d_ns = elapsed_ns(d->ev[EV_START], d->ev[EV_IN]);
 	t->kernel_ns = elapsed_ns(d->ev[EV_IN], d->ev[EV_KERNEL]);
 	t->d2h_ns = elapsed_ns(d->ev[EV_KERNEL], d->ev[EV_OUT]) + d->out_tail_ns;
+	t->launch_ns = d->mark_kernel_ns > d->mark_in_ns ? d->mark_kernel_ns - d->mark_in_ns : 0;
 }
 
 int cuda_dev_sync(struct cuda_dev *d, const char *what, char *err, size_t errlen)

@@ -264,12 +264,13 @@ static uint64_t elapsed_ns(hipEvent_t from, hipEvent_t to)
 void hip_dev_timing(struct hip_dev *d, struct backend_timing *t)
 {
 	if (!d->timed) {
-		t->h2d_ns = t->kernel_ns = t->d2h_ns = 0;
+		t->h2d_ns = t->kernel_ns = t->d2h_ns = t->launch_ns = 0;
 		return;
 	}
 	t->h2d_ns = elapsed_ns(d->ev[EV_START], d->ev[EV_IN]);
 	t->kernel_ns = elapsed_ns(d->ev[EV_IN], d->ev[EV_KERNEL]);
 	t->d2h_ns = elapsed_ns(d->ev[EV_KERNEL], d->ev[EV_OUT]);
+	t->launch_ns = 0;
 }
 
 int hip_dev_sync(struct hip_dev *d, const char *what, char *err, size_t errlen)

@@ -76,6 +76,7 @@ static struct mfmad_stats *known_stats(void)
 	s->dev[0].failed = 1;
 	s->dev[0].weight_bytes = 2u << 20;
 	s->dev[0].kernel_ns = 2500000000ull;
+	s->dev[0].launch_ns = 125000000ull;
 	strcpy(s->dev[1].backend, "cpu");
 	strcpy(s->dev[1].arch, "x86-64");
 	/* A name needing every escape, filling the whole field (no NUL). */
@@ -199,6 +200,8 @@ static void test_render_exact_lines(void **state)
 	assert_line(out, "mfmad_device_failed_total{device=\"0\"} 1");
 	assert_line(out, "mfmad_device_kernel_seconds_total{device=\"0\"} 2.5");
 	assert_line(out, "mfmad_device_kernel_seconds_total{device=\"1\"} 0.5");
+	assert_line(out, "mfmad_device_launch_seconds_total{device=\"0\"} 0.125");
+	assert_line(out, "mfmad_device_launch_seconds_total{device=\"1\"} 0");
 	assert_null(strstr(out, "device=\"2\""));
 
 	/* Each series appears once (a kind or result the renderer does not name
@@ -222,9 +225,10 @@ static void test_render_exact_lines(void **state)
 	assert_null(strstr(out, "result=\"unknown\""));
 	/* 6 status (with the declared weights pending) + requests + 6 gemm + 17
 	 * histogram + 1 executions + 12 batch histogram + 2 plans + 2 measurements
-	 * + 2 matrices + 6 + 2 TLS + 1 + 2 info + 6 x 2 per-device + 2 kernel. */
+	 * + 2 matrices + 6 + 2 TLS + 1 + 2 info + 6 x 2 per-device + 2 kernel + 2
+	 * launch. */
 	assert_int_equal(samples, 6 + STATS_NKINDS * STATS_NRESULTS + 6 + 17 + 1 + 12 + 2 + 2 + 2 + 6 +
-					  2 + 1 + 2 + 12 + 2);
+					  2 + 1 + 2 + 12 + 2 + 2);
 	assert_int_equal(out[len - 1], '\n');
 	free(out);
 	free(s);
