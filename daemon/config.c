@@ -48,6 +48,7 @@ void config_defaults(struct mfmad_config *c)
 	c->hip_providers.prefer = -1;
 	c->cuda_providers.prefer = -1;
 	c->cuda_warmup = true;
+	c->cuda_graphs = true;
 	c->shutdown_grace_ms = 10000;
 	snprintf(c->metrics_address, sizeof(c->metrics_address), "127.0.0.1");
 	c->metrics_port = 9464;
@@ -262,6 +263,7 @@ KEY(cpu_devices, { set_int(p, s, 1, 16, &c->cpu_devices); })
 KEY(hip_enabled, { set_enable(p, s, &c->hip); })
 KEY(cuda_enabled, { set_enable(p, s, &c->cuda); })
 KEY(cuda_warmup, { set_bool(p, s, &c->cuda_warmup); })
+KEY(cuda_graphs, { set_bool(p, s, &c->cuda_graphs); })
 /* family.providers = { exclude = ["name", ...]; prefer = "name"; }: every
  * name one of the family's providers (providers.h), the pinned one not
  * excluded too. */
@@ -493,7 +495,8 @@ static const struct key hip_keys[] = {
 };
 static const struct key cuda_keys[] = {
 	{ "enabled", k_cuda_enabled, NULL }, { "providers", k_cuda_providers, NULL },
-	{ "warmup", k_cuda_warmup, NULL }, { NULL, NULL, NULL },
+	{ "warmup", k_cuda_warmup, NULL }, { "graphs", k_cuda_graphs, NULL },
+	{ NULL, NULL, NULL },
 };
 static const struct key metrics_keys[] = {
 	{ "enabled", k_metrics_enabled, NULL }, { "address", k_metrics_address, NULL },
@@ -637,6 +640,8 @@ int config_restart_only_changes(const struct mfmad_config *a, const struct mfmad
 	     "hip.providers");
 	DIFF(memcmp(&a->cuda_providers, &b->cuda_providers, sizeof(a->cuda_providers)) != 0,
 	     "cuda.providers");
+	/* Told to the devices when they open. */
+	DIFF(a->cuda_graphs != b->cuda_graphs, "cuda.graphs");
 	DIFF(a->metrics_enabled != b->metrics_enabled ||
 		     strcmp(a->metrics_address, b->metrics_address) != 0 ||
 		     a->metrics_port != b->metrics_port || a->metrics_allow_remote != b->metrics_allow_remote,

@@ -78,6 +78,7 @@ struct mfmad_config {
 	enum backend_enable hip, cuda;
 	struct provider_policy hip_providers, cuda_providers; /* hip.providers, cuda.providers */
 	bool cuda_warmup;              /* plan resident weights' widths at load (live on SIGHUP) */
+	bool cuda_graphs;              /* replay library launches from CUDA graphs (restart) */
 
 	uint64_t shutdown_grace_ms;
 	bool metrics_enabled;

@@ -66,6 +66,7 @@ static void backend_config_of(const struct daemon *d, struct backend_config *bc)
 	*bc = (struct backend_config){ .cpu_threads = d->cfg.cpu_threads,
 				       .cpu_devices = d->cfg.cpu_devices,
 				       .cuda_providers = d->cfg.cuda_providers,
+				       .cuda_graphs = d->cfg.cuda_graphs,
 				       .hip_providers = d->cfg.hip_providers,
 				       .choices = choices_hook(d) };
 }

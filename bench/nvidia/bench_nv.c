@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cublasLt.h>
 
@@ -395,7 +396,13 @@ static double time_served(op_fn fn, void *ctx, const struct problem *p, int grap
 		}
 	}
 	double t[REPS], h[REPS];
+	/* SERVED_IDLE_US: the host sleeps that long before each request, as a
+	 * daemon's worker waits for the next one (its core may slow down). */
+	const char *idle = getenv("SERVED_IDLE_US");
+	const useconds_t idle_us = idle ? (useconds_t)atoi(idle) : 0;
 	for (int i = 0; i < REPS + 5; i++) {
+		if (idle_us)
+			usleep(idle_us);
 		CU(nv_drv.cuMemcpyHtoDAsync(p->b, hb, bbytes, stream));
 		CU(nv_drv.cuEventRecord(e0, stream));
 		uint64_t h0 = mfma_clock_ns();

@@ -199,7 +199,7 @@ served)
 	grep -E "^\| (f16|served)" "$OUT/served_bench.log"
 	[ "${SERVED_E2E:-1}" = 1 ] && for pin in ${SERVED_PINS:-free cusparselt wgmma}; do
 		[ "$pin" = free ] && pin=""
-		E2E_PREFER=$pin CHOICE_WEIGHTS=${SERVED_WEIGHTS:-14336x4096} CHOICE_NS=${SERVED_NS:-16 64} \
+		E2E_PREFER=$pin E2E_GRAPHS=${SERVED_GRAPHS:-true} CHOICE_WEIGHTS=${SERVED_WEIGHTS:-14336x4096} CHOICE_NS=${SERVED_NS:-16 64} \
 			timeout "${E2E_S:-300}" bash bench/nvidia/e2e.sh "$P" "$OUT" choice \
 			> "$OUT/e2e_served_${pin:-free}.log" 2>&1
 		echo "=== e2e served, prefer '${pin}': rc=$?"

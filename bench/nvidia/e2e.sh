@@ -22,16 +22,18 @@ SOCK=/tmp/mfmad-e2e.sock
 D=/tmp/mfma-e2e
 rm -rf "$D" && mkdir -p "$D"
 CTL=("$P/bin/mfmactl" -e "unix:$SOCK" --timeout 600000)
-cat >"$D/mfmad.conf" <<'EOF'
+cat >"$D/mfmad.conf" <<EOF
 limits = {
   max_frame_mb = 1800;
   max_inflight_mb = 65536;
   max_inflight_per_connection = 256;
+  worker_poll_us = ${E2E_WORKER_POLL_US:-0};
 };
 EOF
 # E2E_PREFER pins one CUDA provider (cuda.providers.prefer): the choice
-# mode then shows that provider's served times.
-[ -n "${E2E_PREFER:-}" ] && printf 'cuda = { providers = { prefer = "%s"; }; };\n' "$E2E_PREFER" >>"$D/mfmad.conf"
+# mode then shows that provider's served times; E2E_GRAPHS=false turns
+# cuda.graphs off.
+printf 'cuda = { providers = { prefer = "%s"; }; graphs = %s; };\n' "${E2E_PREFER:-}" "${E2E_GRAPHS:-true}" >>"$D/mfmad.conf"
 rm -f "$SOCK"
 METRICS_PORT=${E2E_METRICS_PORT:-9479}
 "$P/bin/mfmad" --config "$D/mfmad.conf" --socket "$SOCK" --backends "${E2E_BACKENDS:-cuda}" --log-level info \

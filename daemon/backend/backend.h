@@ -54,6 +54,7 @@ struct backend_config {
 	uint64_t pinned_bytes; /* GPU backends: pinned staging pool per device; 0 = the
 	                        * backend's default (not configurable yet) */
 	struct provider_policy cuda_providers; /* cuda.providers */
+	bool cuda_graphs;                      /* cuda.graphs: library launches from CUDA graphs */
 	struct provider_policy hip_providers;  /* hip.providers */
 	/* The cache of measured choices, NULL for none; it outlives every
 	 * device. */

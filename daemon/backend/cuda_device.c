@@ -51,6 +51,7 @@ struct cuda_dev {
 	/* Host clock when the marks before and after the kernels were
 	 * recorded: the launch call's time (backend_timing.launch_ns). */
 	uint64_t mark_in_ns, mark_kernel_ns;
+	bool graphs; /* cuda.graphs: cuda_dev_graph_run replays */
 	/* Pinned staging pool: two halves, each with the event of the last
 	 * copy that used it. */
 	unsigned char *pin;
@@ -389,6 +390,7 @@ int cuda_dev_open(int index, const struct backend_config *cfg, struct cuda_dev *
 			rc = cuda_fail(r, err, errlen, "cuEventCreate");
 			goto out;
 		}
+	d->graphs = cfg && cfg->cuda_graphs;
 	size_t pinned = cfg && cfg->pinned_bytes ? (size_t)cfg->pinned_bytes : CUDA_DEFAULT_PINNED;
 	if (pinned < CUDA_MIN_PINNED)
 		pinned = CUDA_MIN_PINNED;
@@ -565,6 +567,60 @@ int cuda_dev_copy_in_with(struct cuda_dev *d, CUdeviceptr dst, size_t bytes, cud
 		if ((rc = pin_mark(d, h, err, errlen)) < 0)
 			return rc;
 	}
+	return 0;
+}
+
+void cuda_graph_free(struct cuda_graph *g)
+{
+	if (g && g->exec)
+		nv_drv.cuGraphExecDestroy(g->exec);
+	if (g)
+		g->exec = NULL;
+}
+
+/* Captures fn into a graph for g (g->exec), or returns false with the
+ * stream out of capture and nothing enqueued. */
+static bool graph_make(struct cuda_dev *d, struct cuda_graph *g, cuda_enqueue_fn fn, void *arg)
+{
+	char why[256];
+	CUgraph graph = NULL;
+	CUgraphExec exec = NULL;
+	/* Thread-local: the capture concerns this worker's calls only. */
+	if (nv_drv.cuStreamBeginCapture(d->stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) != CUDA_SUCCESS)
+		return false;
+	int rc = fn(arg, d->stream, why, sizeof(why));
+	CUresult r = nv_drv.cuStreamEndCapture(d->stream, &graph);
+	if (rc == 0 && r == CUDA_SUCCESS && graph &&
+	    nv_drv.cuGraphInstantiateWithFlags(&exec, graph, 0) != CUDA_SUCCESS)
+		exec = NULL;
+	if (graph)
+		nv_drv.cuGraphDestroy(graph);
+	if (!exec)
+		return false;
+	cuda_graph_free(g);
+	g->exec = exec;
+	return true;
+}
+
+int cuda_dev_graph_run(struct cuda_dev *d, struct cuda_graph *g, const uint64_t *key, size_t n,
+		       cuda_enqueue_fn fn, void *arg, char *err, size_t errlen)
+{
+	if (!d->graphs)
+		return fn(arg, d->stream, err, errlen);
+	if (n > CUDA_GRAPH_KEY)
+		n = CUDA_GRAPH_KEY;
+	if (!g->off && (!g->exec || memcmp(g->key, key, n * sizeof(*key)) != 0)) {
+		if (graph_make(d, g, fn, arg)) {
+			memset(g->key, 0, sizeof(g->key));
+			memcpy(g->key, key, n * sizeof(*key));
+		} else {
+			cuda_graph_free(g);
+			g->off = true;
+		}
+	}
+	if (g->off)
+		return fn(arg, d->stream, err, errlen);
+	CU_TRY(nv_drv.cuGraphLaunch(g->exec, d->stream), "cuGraphLaunch");
 	return 0;
 }
 

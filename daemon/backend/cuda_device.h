@@ -78,6 +78,30 @@ int cuda_buf_need(struct cuda_buf *b, size_t size, const char *what, int *grown,
 		  size_t errlen);
 void cuda_buf_free(struct cuda_buf *b);
 
+/* A launch made once into a CUDA graph and replayed: for a vendor library
+ * whose launch call does much host work (cuSPARSELt's: 8-12 us on the
+ * H200, some 20-35 us on the daemon's worker between requests, while the
+ * GPU waits after the copy in), a graph's launch costs 2-3 us.  The graph
+ * is made again when the key (the operands' addresses and scalars the
+ * call was made with) changes; a call that cannot be captured (or a graph
+ * that does not instantiate) turns the graph off and is enqueued
+ * directly from then on; with cuda.graphs off (backend_config) every call
+ * is.  Zero-initialised; owned by one device's worker. */
+#define CUDA_GRAPH_KEY 8
+struct cuda_graph {
+	CUgraphExec exec;
+	uint64_t key[CUDA_GRAPH_KEY];
+	bool off;
+};
+/* Enqueues the launch on stream s; 0 or a negative errno with err filled. */
+typedef int (*cuda_enqueue_fn)(void *arg, CUstream s, char *err, size_t errlen);
+/* Runs fn on the device's stream through g: replays g's graph when key
+ * (n <= CUDA_GRAPH_KEY words) is the one it was made with, else captures
+ * fn into a new one first. */
+int cuda_dev_graph_run(struct cuda_dev *d, struct cuda_graph *g, const uint64_t *key, size_t n,
+		       cuda_enqueue_fn fn, void *arg, char *err, size_t errlen);
+void cuda_graph_free(struct cuda_graph *g);
+
 /* The device's operand buffers, shared by the providers: their contents
  * do not outlive one request. */
 enum cuda_scratch {
