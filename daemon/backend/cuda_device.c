@@ -572,15 +572,21 @@ int cuda_dev_copy_in_with(struct cuda_dev *d, CUdeviceptr dst, size_t bytes, cud
 
 void cuda_graph_free(struct cuda_graph *g)
 {
-	if (g && g->exec)
-		nv_drv.cuGraphExecDestroy(g->exec);
-	if (g)
-		g->exec = NULL;
+	for (unsigned i = 0; g && i < CUDA_GRAPH_SLOTS; i++) {
+		if (g->slot[i].exec)
+			nv_drv.cuGraphExecDestroy(g->slot[i].exec);
+		g->slot[i].exec = NULL;
+	}
 }
 
-/* Captures fn into a graph for g (g->exec), or returns false with the
- * stream out of capture and nothing enqueued. */
-static bool graph_make(struct cuda_dev *d, struct cuda_graph *g, cuda_enqueue_fn fn, void *arg)
+/* Past this many graphs made, one for more than a quarter of the calls
+ * turns the graph off: each costs a capture and an instantiation, more
+ * than the launch calls it saves. */
+#define GRAPH_REMAKES_FREE 8
+
+/* Captures fn into a graph (*out), or returns false with the stream out
+ * of capture and nothing enqueued. */
+static bool graph_make(struct cuda_dev *d, CUgraphExec *out, cuda_enqueue_fn fn, void *arg)
 {
 	char why[256];
 	CUgraph graph = NULL;
@@ -595,11 +601,8 @@ static bool graph_make(struct cuda_dev *d, struct cuda_graph *g, cuda_enqueue_fn
 		exec = NULL;
 	if (graph)
 		nv_drv.cuGraphDestroy(graph);
-	if (!exec)
-		return false;
-	cuda_graph_free(g);
-	g->exec = exec;
-	return true;
+	*out = exec;
+	return exec != NULL;
 }
 
 int cuda_dev_graph_run(struct cuda_dev *d, struct cuda_graph *g, const uint64_t *key, size_t n,
@@ -607,20 +610,32 @@ int cuda_dev_graph_run(struct cuda_dev *d, struct cuda_graph *g, const uint64_t 
 {
 	if (!d->graphs)
 		return fn(arg, d->stream, err, errlen);
-	if (n > CUDA_GRAPH_KEY)
-		n = CUDA_GRAPH_KEY;
-	if (!g->off && (!g->exec || memcmp(g->key, key, n * sizeof(*key)) != 0)) {
-		if (graph_make(d, g, fn, arg)) {
-			memset(g->key, 0, sizeof(g->key));
-			memcpy(g->key, key, n * sizeof(*key));
-		} else {
-			cuda_graph_free(g);
-			g->off = true;
-		}
-	}
 	if (g->off)
 		return fn(arg, d->stream, err, errlen);
-	CU_TRY(nv_drv.cuGraphLaunch(g->exec, d->stream), "cuGraphLaunch");
+	uint64_t k[CUDA_GRAPH_KEY] = { 0 };
+	memcpy(k, key, (n < CUDA_GRAPH_KEY ? n : CUDA_GRAPH_KEY) * sizeof(*key));
+	g->runs++;
+	unsigned at = 0;
+	while (at < CUDA_GRAPH_SLOTS &&
+	       (!g->slot[at].exec || memcmp(g->slot[at].key, k, sizeof(k)) != 0))
+		at++;
+	if (at == CUDA_GRAPH_SLOTS) {
+		CUgraphExec exec = NULL;
+		g->made++;
+		if ((g->made > GRAPH_REMAKES_FREE && g->made * 4 > g->runs) ||
+		    !graph_make(d, &exec, fn, arg)) {
+			cuda_graph_free(g);
+			g->off = true;
+			return fn(arg, d->stream, err, errlen);
+		}
+		at = g->next;
+		g->next = (g->next + 1) % CUDA_GRAPH_SLOTS;
+		if (g->slot[at].exec)
+			nv_drv.cuGraphExecDestroy(g->slot[at].exec);
+		g->slot[at].exec = exec;
+		memcpy(g->slot[at].key, k, sizeof(k));
+	}
+	CU_TRY(nv_drv.cuGraphLaunch(g->slot[at].exec, d->stream), "cuGraphLaunch");
 	return 0;
 }
 

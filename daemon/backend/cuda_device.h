@@ -82,15 +82,23 @@ void cuda_buf_free(struct cuda_buf *b);
  * whose launch call does much host work (cuSPARSELt's: 8-12 us on the
  * H200, some 20-35 us on the daemon's worker between requests, while the
  * GPU waits after the copy in), a graph's launch costs 2-3 us.  The graph
- * is made again when the key (the operands' addresses and scalars the
- * call was made with) changes; a call that cannot be captured (or a graph
- * that does not instantiate) turns the graph off and is enqueued
- * directly from then on; with cuda.graphs off (backend_config) every call
- * is.  Zero-initialised; owned by one device's worker. */
+ * is made for each key (the operands' addresses and scalars the call is
+ * made with), CUDA_GRAPH_SLOTS of them kept (a single GEMM's and a
+ * batch's buffers, say), the oldest replaced.  A call that cannot be
+ * captured (or a graph that does not instantiate) turns the graph off and
+ * is enqueued directly from then on, and so does a key that keeps
+ * changing (graphs made for more than a quarter of the calls, past the
+ * first few); with cuda.graphs off (backend_config) every call is.
+ * Zero-initialised; owned by one device's worker. */
 #define CUDA_GRAPH_KEY 8
+#define CUDA_GRAPH_SLOTS 2
 struct cuda_graph {
-	CUgraphExec exec;
-	uint64_t key[CUDA_GRAPH_KEY];
+	struct {
+		CUgraphExec exec;
+		uint64_t key[CUDA_GRAPH_KEY];
+	} slot[CUDA_GRAPH_SLOTS];
+	unsigned next;
+	uint64_t runs, made;
 	bool off;
 };
 /* Enqueues the launch on stream s; 0 or a negative errno with err filled. */

@@ -1065,35 +1065,34 @@ static void test_cusparselt_keeps_warmed_plans(void **state)
 	cuda_dev_close(cd);
 }
 
-/* cuSPARSELt's launch is replayed from a CUDA graph made per plan and
- * operands (cuda_dev_graph_run): the same call again replays it, a call
- * with other scalars or another C makes it again, and going back makes it
- * again once more.  Each answer against the float64 reference. */
-static void test_cusparselt_graph_replay(void **state)
+/* The libraries' launches are replayed from a CUDA graph made per plan
+ * and operands (cuda_dev_graph_run): the same call again replays it, a
+ * call with other scalars or another C makes another, going back finds or
+ * makes it again.  cuSPARSELt on a 2:4 weight, cuBLASLt on a dense one;
+ * each answer against the float64 reference. */
+static void graph_replay(const struct cuda_provider *p, bool sparse)
 {
-	(void)state;
 	char err[512] = "";
 	struct cuda_dev *cd = NULL;
 	struct backend_config cfg = { .pinned_bytes = 8u << 20, .cuda_graphs = true };
 	if (cuda_dev_open(dev_index, &cfg, &cd, err, sizeof(err)) != 0)
 		fail_msg("cuda_dev_open: %s", err);
-	const struct cuda_provider *p = &cuda_provider_cusparselt;
 	void *st = NULL;
 	if (!p->usable(cuda_dev_cc(cd)) || p->attach(cd, &st, err, sizeof(err)) != 0) {
-		printf("  (cuSPARSELt absent: nothing to check)\n");
+		printf("  (%s absent: nothing to check)\n", p->name);
 		cuda_dev_close(cd);
 		return;
 	}
 	const uint32_t m = 384, k = 512, n = 16;
 	struct operands o;
-	ops_make(&o, MFMA_DT_F16, MFMA_DT_F16, true, m, n, k, 1.0f, 0.0f);
-	struct mfma_weight_host wh = { .m = m, .k = k, .dtype = MFMA_DT_F16, .sparse = true,
+	ops_make(&o, MFMA_DT_F16, MFMA_DT_F16, sparse, m, n, k, 1.0f, 0.0f);
+	struct mfma_weight_host wh = { .m = m, .k = k, .dtype = MFMA_DT_F16, .sparse = sparse,
 				       .a = o.a, .meta = o.meta };
 	void *packed = NULL;
 	uint64_t bytes = 0;
 	if (p->weight_pack(cd, st, &wh, &packed, &bytes, err, sizeof(err)) != 0 ||
 	    cuda_dev_sync(cd, "packing", err, sizeof(err)) != 0)
-		fail_msg("cuSPARSELt weight_pack: %s", err);
+		fail_msg("%s weight_pack: %s", p->name, err);
 	static const float ab[][2] = { { 1.0f, 0.0f }, { 1.0f, 0.0f }, { 2.5f, 0.5f },
 				       { 2.5f, 0.5f }, { -1.0f, 0.0f }, { 1.0f, 0.0f } };
 	for (size_t i = 0; i < sizeof(ab) / sizeof(ab[0]); i++) {
@@ -1101,18 +1100,19 @@ static void test_cusparselt_graph_replay(void **state)
 		ops_make(&r, MFMA_DT_F16, MFMA_DT_F16, false, m, n, k, ab[i][0], ab[i][1]);
 		free(r.a);
 		r.a = NULL;
-		r.g.a_sparse = true;
+		r.g.a_sparse = sparse;
 		r.g.a = o.a;
 		r.g.a_meta = o.meta;
 		const char *variant = NULL;
 		if (p->launch(cd, st, &r.g, packed, &variant, err, sizeof(err)) != 0)
-			fail_msg("cuSPARSELt call %zu (alpha %g, beta %g): %s", i, ab[i][0], ab[i][1], err);
+			fail_msg("%s call %zu (alpha %g, beta %g): %s", p->name, i, ab[i][0], ab[i][1],
+				 err);
 		double rel = rel_error(&r, NULL, m);
 		checks++;
-		printf("  cuSPARSELt from its graph, call %zu alpha %4.1f beta %3.1f %-28s rel %.3g\n", i,
-		       ab[i][0], ab[i][1], variant ? variant : "?", rel);
+		printf("  %s from its graph, call %zu alpha %4.1f beta %3.1f %-28s rel %.3g\n", p->name,
+		       i, ab[i][0], ab[i][1], variant ? variant : "?", rel);
 		if (!(rel <= nvt_tolerance(MFMA_DT_F16)))
-			fail_msg("cuSPARSELt call %zu: relative error %g", i, rel);
+			fail_msg("%s call %zu: relative error %g", p->name, i, rel);
 		r.g.a = NULL;
 		r.g.a_meta = NULL;
 		ops_free(&r);
@@ -1122,6 +1122,13 @@ static void test_cusparselt_graph_replay(void **state)
 	cuda_dev_drain(cd);
 	p->detach(cd, st);
 	cuda_dev_close(cd);
+}
+
+static void test_library_graph_replay(void **state)
+{
+	(void)state;
+	graph_replay(&cuda_provider_cusparselt, true);
+	graph_replay(&cuda_provider_cublaslt, false);
 }
 
 /* The provider a variant names: the libraries' and wgmma's start with
@@ -1355,7 +1362,7 @@ int main(void)
 		cmocka_unit_test(test_choice),
 		cmocka_unit_test(test_warmup),
 		cmocka_unit_test(test_cusparselt_keeps_warmed_plans),
-		cmocka_unit_test(test_cusparselt_graph_replay),
+		cmocka_unit_test(test_library_graph_replay),
 		cmocka_unit_test(test_policy_and_cache),
 		cmocka_unit_test(test_other_devices),
 	};
