@@ -163,8 +163,10 @@ static void run_one(struct device *v, struct sched_job *sj)
 		return;
 	char err[400] = "";
 	j->t.plans = j->t.measures = 0;
+	j->t.trial_end = 0;
 	int rc = v->ops->gemm(v->bdev, g, handle, &j->t, err, sizeof(err));
 	stats_observe_planning(&v->d->stats, j->t.plans, j->t.measures);
+	stats_observe_trial(&v->d->stats, j->t.trial_end);
 	if (rc < 0) {
 		job_fail(j, MFMA__V1__CODE__INTERNAL, "device %d (%s %s): %s", v->index, v->ops->name,
 			 v->info.arch, err[0] ? err : strerror(-rc));
@@ -246,6 +248,7 @@ static void gemm_batch_work(struct device *v, struct sched_job **sjs, size_t n)
 		g.a_sparse = head->weight->sparse;
 		rc = v->ops->gemm(v->bdev, &g, head->weight->handle[v->index], &t, err, sizeof(err));
 		stats_observe_planning(&v->d->stats, t.plans, t.measures);
+		stats_observe_trial(&v->d->stats, t.trial_end);
 	}
 	free(parts);
 	if (rc < 0) {

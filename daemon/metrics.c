@@ -301,6 +301,12 @@ int metrics_render_at(const struct mfmad_stats *s, uint64_t now_ns, char **out, 
 			    "in the state directory is not measured.",
 			    "when", "load", STATS_GET(s->measures_load), "serving",
 			    STATS_GET(s->measures_serving));
+	render_counter_pair(&b, "mfmad_gemm_choice_trials_total",
+			    "Served trials of a measured choice that ended (cuda.served_trial: a "
+			    "bucket's two fastest candidates served in turns), by whether the one "
+			    "measured fastest kept the lead or the other took it.",
+			    "outcome", "kept", STATS_GET(s->trials_kept), "changed",
+			    STATS_GET(s->trials_changed));
 
 	render_counter_pair(&b, "mfmad_gemm_matrices_total",
 			    "A GEMM frame's large matrices (4 KiB or more), by whether the decode "

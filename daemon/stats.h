@@ -78,6 +78,9 @@ struct mfmad_stats {
 	 * measured: at weight load (warming) and on the serving path (a
 	 * GEMM's first of its width, which the queue behind it waits for). */
 	_Atomic uint64_t plans_load, plans_serving, measures_load, measures_serving;
+	/* Served trials of measured choices that ended keeping the measured
+	 * order, and changing it. */
+	_Atomic uint64_t trials_kept, trials_changed;
 	/* A GEMM frame's large matrices (WIRE_SPLIT_MIN_BYTES and more): left
 	 * in the frame the daemon read, or copied out by the decode (one not
 	 * at an aligned offset: a client without Request.pad). */
@@ -116,6 +119,15 @@ static inline void stats_observe_planning(struct mfmad_stats *s, uint32_t plans,
 		STATS_ADD(s->plans_serving, plans);
 	if (measures)
 		STATS_ADD(s->measures_serving, measures);
+}
+
+/* how: 0 (no trial ended), 1 kept, 2 changed (enum backend_trial_end). */
+static inline void stats_observe_trial(struct mfmad_stats *s, uint8_t how)
+{
+	if (how == 1)
+		STATS_ADD(s->trials_kept, 1);
+	else if (how == 2)
+		STATS_ADD(s->trials_changed, 1);
 }
 
 static inline void stats_observe_batch(struct mfmad_stats *s, uint64_t requests)

@@ -21,7 +21,10 @@
  * forced split count (to tune the selection).  --served adds, for ours 2:4,
  * cuBLASLt and cuSPARSELt, the time of one call served the daemon's way
  * (copies in and out around it, one at a time), launched directly and
- * from a CUDA graph, with the host time of the launch. */
+ * from a CUDA graph, with the host time of the launch; then the wall time
+ * of the whole request (copy in to stream done) for both, and, for ours
+ * and cuBLASLt, the kernel and wall time with D in mapped pinned host
+ * memory written by the kernel across the bus (no copy out). */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -365,8 +368,8 @@ static void sweep(struct problem *p, FILE *out)
  * *host_us to the median host time of the call itself.  With graph, the
  * call is captured once into a CUDA graph and each run launches that.
  * One copy of A (copy 0), as one resident weight is served. */
-static double time_served(op_fn fn, void *ctx, const struct problem *p, int graph,
-			  double *host_us)
+static double time_served(op_fn fn, void *ctx, struct problem *p, int graph, int direct_d,
+			  double *host_us, double *wall_us)
 {
 	enum { REPS = 200 };
 	const size_t bbytes = (size_t)p->k * p->n * mfma_dtype_size(p->in);
@@ -376,7 +379,15 @@ static double time_served(op_fn fn, void *ctx, const struct problem *p, int grap
 	CUgraph g = NULL;
 	CUgraphExec ge = NULL;
 	CU(nv_drv.cuMemHostAlloc(&hb, bbytes, 0));
-	CU(nv_drv.cuMemHostAlloc(&hd, dbytes, 0));
+	/* direct_d: D is pinned host memory mapped into the device, written
+	 * by the kernel itself across the bus, and no copy out follows. */
+	CU(nv_drv.cuMemHostAlloc(&hd, dbytes, direct_d ? CU_MEMHOSTALLOC_DEVICEMAP : 0));
+	const CUdeviceptr keep_ours = p->d_ours, keep_ref = p->d_ref;
+	if (direct_d) {
+		CUdeviceptr dd;
+		CU(nv_drv.cuMemHostGetDevicePointer(&dd, hd, 0));
+		p->d_ours = p->d_ref = dd;
+	}
 	CU(nv_drv.cuEventCreate(&e0, CU_EVENT_DEFAULT));
 	CU(nv_drv.cuEventCreate(&e1, CU_EVENT_DEFAULT));
 	CU(nv_drv.cuMemcpyDtoHAsync(hb, p->b, bbytes, stream));
@@ -395,7 +406,7 @@ static double time_served(op_fn fn, void *ctx, const struct problem *p, int grap
 			return NAN;
 		}
 	}
-	double t[REPS], h[REPS];
+	double t[REPS], h[REPS], w[REPS];
 	/* SERVED_IDLE_US: the host sleeps that long before each request, as a
 	 * daemon's worker waits for the next one (its core may slow down). */
 	const char *idle = getenv("SERVED_IDLE_US");
@@ -403,21 +414,28 @@ static double time_served(op_fn fn, void *ctx, const struct problem *p, int grap
 	for (int i = 0; i < REPS + 5; i++) {
 		if (idle_us)
 			usleep(idle_us);
+		const uint64_t w0 = mfma_clock_ns();
 		CU(nv_drv.cuMemcpyHtoDAsync(p->b, hb, bbytes, stream));
 		CU(nv_drv.cuEventRecord(e0, stream));
 		uint64_t h0 = mfma_clock_ns();
 		int rc = graph ? (nv_drv.cuGraphLaunch(ge, stream) == CUDA_SUCCESS ? 0 : -1) : fn(ctx, 0);
 		uint64_t h1 = mfma_clock_ns();
-		if (rc != 0)
+		if (rc != 0) {
+			p->d_ours = keep_ours;
+			p->d_ref = keep_ref;
 			return NAN;
+		}
 		CU(nv_drv.cuEventRecord(e1, stream));
-		CU(nv_drv.cuMemcpyDtoHAsync(hd, p->d_ours, dbytes, stream));
+		if (!direct_d)
+			CU(nv_drv.cuMemcpyDtoHAsync(hd, p->d_ours, dbytes, stream));
 		CU(nv_drv.cuStreamSynchronize(stream));
+		const uint64_t w1 = mfma_clock_ns();
 		float ms = 0;
 		CU(nv_drv.cuEventElapsedTime(&ms, e0, e1));
 		if (i >= 5) {
 			t[i - 5] = ms * 1e3;
 			h[i - 5] = (double)(h1 - h0) / 1e3;
+			w[i - 5] = (double)(w1 - w0) / 1e3;
 		}
 	}
 	if (ge)
@@ -427,23 +445,41 @@ static double time_served(op_fn fn, void *ctx, const struct problem *p, int grap
 	nv_drv.cuEventDestroy(e0);
 	nv_drv.cuEventDestroy(e1);
 	nv_drv.cuMemFreeHost(hb);
+	if (direct_d) {
+		/* The same call's D made on the device (kept from before) against
+		 * the one the kernel wrote across the bus. */
+		const CUdeviceptr dd = p->d_ours;
+		p->d_ours = keep_ours;
+		p->d_ref = keep_ref;
+		CU(fn(ctx, 0) == 0 ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN);
+		const double err = compare(dd, fn == run_blas ? keep_ref : keep_ours, p->out, p->out,
+					   (size_t)p->m * p->n);
+		if (!(err < 1e-2))
+			fprintf(stderr, "  served: D written across the bus differs (%.3g)\n", err);
+	}
 	nv_drv.cuMemFreeHost(hd);
+	p->d_ours = keep_ours;
+	p->d_ref = keep_ref;
 	qsort(t, REPS, sizeof(t[0]), cmp_double);
 	qsort(h, REPS, sizeof(h[0]), cmp_double);
+	qsort(w, REPS, sizeof(w[0]), cmp_double);
 	*host_us = h[REPS / 2];
+	*wall_us = w[REPS / 2];
 	return t[REPS / 2];
 }
 
 /* --served: prints, for one provider, its served time (time_served)
  * launched directly and from a CUDA graph. */
 static void served_line(FILE *out, const char *who, const char *shape, op_fn fn, void *ctx,
-			const struct problem *p)
+			struct problem *p, int d_mappable)
 {
-	double hd = NAN, hg = NAN;
-	double td = time_served(fn, ctx, p, 0, &hd);
-	double tg = time_served(fn, ctx, p, 1, &hg);
-	fprintf(out, "| served | %-17s | %-10s | %8.1f | %6.1f | %8.1f | %6.1f |\n", shape, who, td, hd,
-		tg, hg);
+	double hd = NAN, hg = NAN, wd = NAN, wg = NAN, hx = NAN, wx = NAN, tx = NAN;
+	double td = time_served(fn, ctx, p, 0, 0, &hd, &wd);
+	double tg = time_served(fn, ctx, p, 1, 0, &hg, &wg);
+	if (d_mappable)
+		tx = time_served(fn, ctx, p, 0, 1, &hx, &wx);
+	fprintf(out, "| served | %-17s | %-10s | %8.1f | %6.1f | %8.1f | %6.1f | %8.1f | %8.1f | %8.1f | %8.1f |\n",
+		shape, who, td, hd, tg, hg, wd, wg, tx, wx);
 	fflush(out);
 }
 
@@ -549,9 +585,9 @@ static void run_problem(enum mfma_dtype in, int m, int n, int k, FILE *out)
 	char shape[64];
 	snprintf(shape, sizeof(shape), "%dx%dx%d", m, n, k);
 	if (served) {
-		served_line(out, "ours 2:4", shape, run_ours, &osp, &p);
+		served_line(out, "ours 2:4", shape, run_ours, &osp, &p, 1);
 		if (brc == 0)
-			served_line(out, "cuBLASLt", shape, run_blas, &bc, &p);
+			served_line(out, "cuBLASLt", shape, run_blas, &bc, &p, 1);
 	}
 	double t_cs = NAN;
 	const char *cs_note = "not built";
@@ -563,7 +599,7 @@ static void run_problem(enum mfma_dtype in, int m, int n, int k, FILE *out)
 			sizeof(why)) == 0) {
 		t_cs = time_op(run_cslt, &cc, cslt_copies(cc.c), target);
 		if (served)
-			served_line(out, "cuSPARSELt", shape, run_cslt, &cc, &p);
+			served_line(out, "cuSPARSELt", shape, run_cslt, &cc, &p, 0);
 		cs_note = cslt_out_name(cc.c);
 		if (brc == 0 && cslt_out_same(cc.c))
 			e_cs = compare(cslt_d(cc.c), p.d_ref, p.out, p.out, (size_t)m * n);

@@ -6,7 +6,7 @@
 # brings them back); a short summary goes to stdout.
 #
 # usage: bench/nvidia/device_round.sh [test] [sanitize|memcheck|racecheck] [bench] [sweep]
-#        [ncu] [e2e] [abserving] [spin] [latency] [multi] [choice] [served] [batching] [serving] [wgmma] [wgncu]
+#        [ncu] [e2e] [abserving] [spin] [latency] [multi] [choice] [served] [graphsab] [batching] [serving] [wgmma] [wgncu]
 #        [wgdecode] [wgdsan] [wgdncu] [wgdense] [wgdensesan] [wgdensencu]
 #        (no argument: test sanitize bench e2e)
 set -u
@@ -185,6 +185,23 @@ choice)
 	timeout "${E2E_S:-300}" bash bench/nvidia/e2e.sh "$P" "$OUT" choice > "$OUT/e2e_choice.log" 2>&1
 	echo "=== e2e choice: rc=$?"
 	grep -E "^(E2E|FAIL)|variants" "$OUT/e2e_choice.log" | cut -c1-400
+	;;
+graphsab)
+	# The launches from CUDA graphs on and off (cuda.graphs), alternating
+	# in one run: mfmad's served kernel and launch-call times with the
+	# choice free and with each library pinned (GRAPHS_PINS).
+	for r in ${AB_ROUNDS:-1 2}; do
+		for g in true false; do
+			for pin in ${GRAPHS_PINS:-free cublaslt}; do
+				[ "$pin" = free ] && pin=""
+				E2E_PREFER=$pin E2E_GRAPHS=$g CHOICE_WEIGHTS=${SERVED_WEIGHTS:-14336x4096} \
+					CHOICE_NS=${SERVED_NS:-16 64 256} timeout "${E2E_S:-300}" \
+					bash bench/nvidia/e2e.sh "$P" "$OUT" choice >"$OUT/e2e_graphs_${r}_${g}_${pin:-free}.log" 2>&1
+				echo "=== e2e graphs=$g prefer '${pin}' round $r: rc=$?"
+				grep -E "^(E2E (choice|metrics)|FAIL)" "$OUT/e2e_graphs_${r}_${g}_${pin:-free}.log" | cut -c1-700
+			done
+		done
+	done
 	;;
 served)
 	# Each library and our mma.sp kernel served the daemon's way (copies

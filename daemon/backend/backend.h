@@ -55,6 +55,7 @@ struct backend_config {
 	                        * backend's default (not configurable yet) */
 	struct provider_policy cuda_providers; /* cuda.providers */
 	bool cuda_graphs;                      /* cuda.graphs: library launches from CUDA graphs */
+	uint32_t cuda_served_trial;            /* cuda.served_trial: served launches per candidate */
 	struct provider_policy hip_providers;  /* hip.providers */
 	/* The cache of measured choices, NULL for none; it outlives every
 	 * device. */
@@ -115,7 +116,12 @@ struct backend_timing {
 	 * search) and measured choices among providers (the candidates
 	 * timed).  0 for a backend that has neither. */
 	uint32_t plans, measures;
+	/* A served trial of a measured choice ended with this GEMM: 0 none,
+	 * else enum backend_trial_end. */
+	uint8_t trial_end;
 };
+
+enum backend_trial_end { BACKEND_TRIAL_KEPT = 1, BACKEND_TRIAL_CHANGED = 2 };
 
 /* What weight_warm prepares a resident weight for: the N a GEMM on it
  * may have, from what the daemon batches now (batching.max_columns is

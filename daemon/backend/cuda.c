@@ -27,7 +27,16 @@
  * The measured order of each (weight shape, N bucket, output type) is
  * also handed to the daemon's cache of choices (backend_config.choices),
  * which keeps it in the state directory: a restart finds it there and
- * does not time the candidates again. */
+ * does not time the candidates again.
+ *
+ * The measuring times each candidate alone, back to back, while a served
+ * request runs between its copies on a GPU that was idle a moment before;
+ * on the H200 that ranks two providers whose times lie within 10% in the
+ * other order (bench/RESULTS.md).  So the order is then tried as served
+ * (cuda.served_trial): the first served launches of a bucket alternate
+ * between its two fastest candidates, and when each has run that many
+ * times, the one with the shorter median kernel time as served leads
+ * from then on (and in the cache). */
 #include "mfmad_build.h"
 
 #include <dlfcn.h>
@@ -77,6 +86,9 @@ static const struct cuda_provider *const providers[] = {
 /* The configuration's word on the providers (cuda.providers), set at
  * probe, before any device opens, and read-only after. */
 static struct provider_policy policy = { .exclude = 0, .prefer = -1 };
+/* Served launches per candidate in a bucket's trial (cuda.served_trial,
+ * at most TRIAL_MAX); 0: none, the measured order stands.  Set at probe. */
+static uint32_t trial_runs = 0;
 
 /* Whether provider i may serve on compute capability cc. */
 static int usable_here(size_t i, int cc)
@@ -101,9 +113,19 @@ struct cuda_backend_dev {
 
 /* The measured order of the candidates for one (N bucket, output type):
  * provider indices, fastest first; n == 0 until measured. */
+/* The served trial of a bucket's two fastest candidates: their kernel
+ * times as served (order[0]'s in ns[0], order[1]'s in ns[1]). */
+#define TRIAL_MAX 64
+struct cuda_trial {
+	uint8_t taken[2];
+	bool over;
+	uint64_t ns[2][TRIAL_MAX];
+};
+
 struct cuda_rank {
 	uint8_t n;
 	uint8_t order[NPROVIDERS];
+	struct cuda_trial trial;
 };
 
 /* A resident weight: what each provider that took it made of it, and the
@@ -135,8 +157,10 @@ static int cuda_probe(const struct backend_config *cfg, char *err, size_t errlen
 		if (rc < 0)
 			return rc;
 	}
-	if (cfg)
+	if (cfg) {
 		policy = cfg->cuda_providers;
+		trial_runs = cfg->cuda_served_trial < TRIAL_MAX ? cfg->cuda_served_trial : TRIAL_MAX;
+	}
 	return cuda_dev_probe(any_provider_usable, err, errlen);
 }
 
@@ -575,6 +599,41 @@ static int rank_fill(struct cuda_backend_dev *bd, struct cuda_weight *w, const s
 	return 0;
 }
 
+/* Which of r's two fastest candidates this served launch tries: 0 or 1
+ * in turns while r's trial lasts, -1 once it is over or when there is
+ * nothing to try (one candidate, a pin, the trial off). */
+static int trial_slot(const struct cuda_rank *r)
+{
+	const struct cuda_trial *tr = &r->trial;
+	if (r->n < 2 || tr->over || trial_runs == 0)
+		return -1;
+	return tr->taken[0] <= tr->taken[1] ? 0 : 1;
+}
+
+/* Counts a served launch of r's candidate `slot` that took kernel_ns; when
+ * both have run trial_runs times, the one with the shorter median leads
+ * (and the cache learns the order).  0 while the trial lasts, else how it
+ * ended (enum backend_trial_end). */
+static uint8_t trial_note(const struct cuda_backend_dev *bd, const struct cuda_weight *w, size_t b,
+		       size_t out, struct cuda_rank *r, int slot, uint64_t kernel_ns)
+{
+	struct cuda_trial *tr = &r->trial;
+	if (tr->taken[slot] < trial_runs)
+		tr->ns[slot][tr->taken[slot]++] = kernel_ns;
+	if (tr->taken[0] < trial_runs || tr->taken[1] < trial_runs)
+		return 0;
+	tr->over = true;
+	if (median_u64(tr->ns[1], trial_runs) >= median_u64(tr->ns[0], trial_runs))
+		return BACKEND_TRIAL_KEPT;
+	const uint8_t lead = r->order[1];
+	r->order[1] = r->order[0];
+	r->order[0] = lead;
+	struct backend_choice_key key;
+	choice_key(bd, w, b, out, &key);
+	rank_to_cache(bd, &key, r);
+	return BACKEND_TRIAL_CHANGED;
+}
+
 /* A GEMM on a resident weight: the pinned provider when it runs the
  * shape, else the measured choice for its N bucket, from the cache of
  * choices or measured now if this is the bucket's first GEMM (and the
@@ -590,16 +649,22 @@ static int gemm_resident(struct cuda_backend_dev *bd, struct cuda_weight *w,
 	if ((rc = cuda_dev_enter(bd->dev, err, errlen)) < 0)
 		return rc;
 	bool answered = false;
+	const uint64_t measures0 = bd->measures;
 	if ((rc = rank_fill(bd, w, cand, ncand, g, TIMED_RUNS, &answered, t, err, errlen)) < 0)
 		return rc;
 	/* The answer is the winner's, so that the variant is true. */
 	if (answered)
 		return 0;
-	const struct cuda_rank *r = &w->rank[cuda_bucket_of(g->n)][g->out_dtype < NOUT ? g->out_dtype : 0];
-	/* The measured order first, then the table's; a candidate that
-	 * cannot make this very shape (-ENOTSUP at launch) passes to the
-	 * next. */
+	const size_t b = cuda_bucket_of(g->n), out = g->out_dtype < NOUT ? g->out_dtype : 0;
+	struct cuda_rank *r = &w->rank[b][out];
+	/* The measured order first (its runner-up first when the trial
+	 * tries it), then the table's; a candidate that cannot make this
+	 * very shape (-ENOTSUP at launch) passes to the next.  A GEMM that
+	 * measured is no part of the trial. */
+	const int slot = bd->measures == measures0 ? trial_slot(r) : -1;
 	size_t order[2 * NPROVIDERS], norder = 0;
+	if (slot == 1)
+		order[norder++] = r->order[1];
 	for (size_t j = 0; j < r->n; j++)
 		order[norder++] = r->order[j];
 	for (size_t c = 0; c < ncand; c++)
@@ -618,6 +683,11 @@ static int gemm_resident(struct cuda_backend_dev *bd, struct cuda_weight *w,
 		char *e = first_rc ? why : err;
 		size_t elen = first_rc ? sizeof(why) : errlen;
 		rc = run_on(bd, i, g, w->packed[i], t, e, elen);
+		if (rc == 0 && slot >= 0 && i == r->order[slot])
+			t->trial_end = trial_note(bd, w, b, out, r, slot, t->kernel_ns);
+		else if (rc == -ENOTSUP && slot >= 0 && i == r->order[slot])
+			/* It cannot make every shape of the bucket: no trial. */
+			r->trial.over = true;
 		if (rc != -ENOTSUP)
 			return rc;
 		if (!first_rc)
@@ -671,6 +741,7 @@ static int cuda_gemm(void *dev, const struct mfma_gemm *g, void *weight, struct 
 	/* What this GEMM paid for on the serving path: plans the providers
 	 * made and choices measured. */
 	const uint64_t plans0 = cuda_dev_plans(bd->dev), measures0 = bd->measures;
+	t->trial_end = 0;
 	if (w) {
 		rc = gemm_resident(bd, w, &run, &s, t, err, errlen);
 	} else {

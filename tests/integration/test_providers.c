@@ -78,11 +78,13 @@ static void test_unknown_name_refused_at_start(void **state)
 		"hip.providers.prefer = \"hipsparselt\" is not a hip provider (known: ours)");
 	refused("cuda = { providers = { prefer = \"wgmma\"; exclude = [\"wgmma\"]; }; };",
 		"cuda.providers.prefer = \"wgmma\" is also in cuda.providers.exclude");
+	refused("cuda = { served_trial = 65; };", "cuda.served_trial = 65 is out of range 0..64");
+	refused("cuda = { served_trial = -1; };", "cuda.served_trial = -1 is out of range 0..64");
 }
 
 static const char good[] =
 	"cuda = { providers = { exclude = [\"cusparselt\", \"cublaslt\"]; prefer = \"wgmma\"; };\n"
-	"         graphs = false; };\n"
+	"         graphs = false; served_trial = 0; };\n"
 	"hip = { providers = { prefer = \"ours\"; }; };\n";
 
 static int ctl(const struct mfmad_proc *p, char *out, size_t len, const char *a, const char *b)
@@ -107,7 +109,7 @@ static void test_valid_policy_status_and_reload(void **state)
 	unlink(path);
 	assert_non_null(strstr(out, "cuda = { enabled = \"auto\"; providers = { exclude = "
 				    "[\"cublaslt\", \"cusparselt\"]; prefer = \"wgmma\"; }; "
-				    "warmup = true; graphs = false; };"));
+				    "warmup = true; graphs = false; served_trial = 0; };"));
 	assert_non_null(strstr(out, "hip = { enabled = \"auto\"; providers = { exclude = []; "
 				    "prefer = \"ours\"; }; };"));
 
@@ -128,9 +130,10 @@ static void test_valid_policy_status_and_reload(void **state)
 		   "hip = { providers = { prefer = \"ours\"; }; };\n");
 	fclose(f);
 	kill(d.pid, SIGHUP);
-	/* So does cuda.graphs (false above, the default true now): it is
-	 * told to the devices when they open. */
-	assert_true(log_says(&d, "reload: cuda.providers, cuda.graphs changed; that needs a restart"));
+	/* So do cuda.graphs and cuda.served_trial (false and 0 above, the
+	 * defaults now): they are told to the devices when they open. */
+	assert_true(log_says(&d, "reload: cuda.providers, cuda.graphs, cuda.served_trial changed; "
+				 "that needs a restart"));
 	assert_int_equal(harness_stop(&d), 0);
 }
 

@@ -1296,6 +1296,73 @@ static void test_policy_and_cache(void **state)
 	reopen(&cfg);
 }
 
+/* cuda.served_trial: after a resident weight's first GEMM of a bucket
+ * measured the order, the next 2 x RUNS served GEMMs alternate between
+ * its two fastest candidates, the measured leader first; the last of them
+ * ends the trial, and from then on the one with the shorter median kernel
+ * time runs, and is the first of the order the cache holds.  Every answer
+ * checked against the reference.  Which one wins is the GPU's to say: the
+ * test prints it. */
+static void test_served_trial(void **state)
+{
+	(void)state;
+	enum { RUNS = 4 };
+	const uint32_t m = quick ? 1024 : 4096, k = quick ? 1024 : 4096;
+	struct backend_config cfg = { .pinned_bytes = 8u << 20, .cuda_graphs = true,
+				      .cuda_served_trial = RUNS, .choices = &tc_hook };
+	cfg.cuda_providers.prefer = -1;
+	reopen(&cfg);
+	memset(&tc, 0, sizeof(tc));
+	for (int sp = 1; sp >= 0; sp--) {
+		struct operands o;
+		char err[512] = "";
+		ops_make(&o, MFMA_DT_F16, MFMA_DT_F16, sp, m, 16, k, 1.0f, 0.0f);
+		struct mfma_weight_host wh = { .m = m, .k = k, .dtype = MFMA_DT_F16, .sparse = sp,
+					       .a = o.a, .meta = o.meta };
+		void *w = NULL;
+		uint64_t wbytes = 0;
+		if (backend_cuda.weight_load(dev, &wh, &w, &wbytes, err, sizeof(err)) != 0)
+			fail_msg("weight_load: %s", err);
+		const int puts0 = tc.puts;
+		struct backend_timing t = resident_gemm(w, &o, MFMA_DT_F16, MFMA_DT_F16, sp, m, k, 16);
+		assert_int_equal(t.trial_end, 0);
+		char order[128], lead[32] = "", second[32] = "";
+		snprintf(order, sizeof(order), "%s", tc.order);
+		sscanf(order, "%31[^,],%31[^,]", lead, second);
+		if (tc.puts != puts0 + 1 || !second[0]) {
+			printf("  trial %s: order %s, one candidate or not measured: no trial\n",
+			       sp ? "2:4" : "dense", order);
+			backend_cuda.weight_free(dev, w);
+			ops_free(&o);
+			continue;
+		}
+		char ran[2 * RUNS][32];
+		for (int j = 0; j < 2 * RUNS; j++) {
+			t = resident_gemm(w, &o, MFMA_DT_F16, MFMA_DT_F16, sp, m, k, 16);
+			snprintf(ran[j], sizeof(ran[j]), "%s", provider_of(t.variant));
+			assert_string_equal(ran[j], j % 2 ? second : lead);
+			assert_int_equal(t.trial_end != 0, j == 2 * RUNS - 1);
+		}
+		const bool changed = t.trial_end == BACKEND_TRIAL_CHANGED;
+		const char *winner = changed ? second : lead;
+		printf("  trial %s N=16: measured %s; served in turns %s/%s x %d: %s leads%s\n",
+		       sp ? "2:4" : "dense", order, lead, second, RUNS, winner,
+		       changed ? " (order changed)" : "");
+		assert_int_equal(tc.puts, puts0 + 1 + (changed ? 1 : 0));
+		assert_int_equal(strncmp(tc.order, winner, strlen(winner)), 0);
+		for (int j = 0; j < 3; j++) {
+			t = resident_gemm(w, &o, MFMA_DT_F16, MFMA_DT_F16, sp, m, k, 16);
+			assert_string_equal(provider_of(t.variant), winner);
+			assert_int_equal(t.trial_end, 0);
+		}
+		backend_cuda.weight_free(dev, w);
+		ops_free(&o);
+	}
+	cfg.choices = NULL;
+	cfg.cuda_served_trial = 0;
+	reopen(&cfg);
+}
+
 static void test_other_devices(void **state)
 {
 	(void)state;
@@ -1364,6 +1431,7 @@ int main(void)
 		cmocka_unit_test(test_cusparselt_keeps_warmed_plans),
 		cmocka_unit_test(test_library_graph_replay),
 		cmocka_unit_test(test_policy_and_cache),
+		cmocka_unit_test(test_served_trial),
 		cmocka_unit_test(test_other_devices),
 	};
 	int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -16,6 +16,7 @@
 
 #include <cmocka.h>
 
+#include "backend/backend.h"
 #include "metrics.h"
 #include "mfmad_build.h"
 #include "sdtest.h"
@@ -49,6 +50,10 @@ static struct mfmad_stats *known_stats(void)
 	s->measures_load = 10;
 	stats_observe_planning(s, 2, 1);
 	stats_observe_planning(s, 1, 0);
+	stats_observe_trial(s, 0);
+	stats_observe_trial(s, BACKEND_TRIAL_KEPT);
+	stats_observe_trial(s, BACKEND_TRIAL_CHANGED);
+	stats_observe_trial(s, BACKEND_TRIAL_KEPT);
 	/* 4 requests <= 10 µs, 2 in (25, 50] µs, 1 above the last bound. */
 	stats_observe_latency(s, 9000);
 	stats_observe_latency(s, 10000);
@@ -163,6 +168,9 @@ static void test_render_exact_lines(void **state)
 	assert_line(out, "# TYPE mfmad_gemm_choice_measurements_total counter");
 	assert_line(out, "mfmad_gemm_choice_measurements_total{when=\"load\"} 10");
 	assert_line(out, "mfmad_gemm_choice_measurements_total{when=\"serving\"} 1");
+	assert_line(out, "# TYPE mfmad_gemm_choice_trials_total counter");
+	assert_line(out, "mfmad_gemm_choice_trials_total{outcome=\"kept\"} 2");
+	assert_line(out, "mfmad_gemm_choice_trials_total{outcome=\"changed\"} 1");
 
 	/* Cumulative buckets, with bounds in seconds. */
 	assert_line(out, "# TYPE mfmad_request_duration_seconds histogram");
@@ -225,9 +233,9 @@ static void test_render_exact_lines(void **state)
 	assert_null(strstr(out, "result=\"unknown\""));
 	/* 6 status (with the declared weights pending) + requests + 6 gemm + 17
 	 * histogram + 1 executions + 12 batch histogram + 2 plans + 2 measurements
-	 * + 2 matrices + 6 + 2 TLS + 1 + 2 info + 6 x 2 per-device + 2 kernel + 2
-	 * launch. */
-	assert_int_equal(samples, 6 + STATS_NKINDS * STATS_NRESULTS + 6 + 17 + 1 + 12 + 2 + 2 + 2 + 6 +
+	 * + 2 trials + 2 matrices + 6 + 2 TLS + 1 + 2 info + 6 x 2 per-device + 2
+	 * kernel + 2 launch. */
+	assert_int_equal(samples, 6 + STATS_NKINDS * STATS_NRESULTS + 6 + 17 + 1 + 12 + 2 + 2 + 2 + 2 + 6 +
 					  2 + 1 + 2 + 12 + 2 + 2);
 	assert_int_equal(out[len - 1], '\n');
 	free(out);
