@@ -6,7 +6,7 @@
 # brings them back); a short summary goes to stdout.
 #
 # usage: bench/nvidia/device_round.sh [test] [sanitize|memcheck|racecheck] [bench] [sweep]
-#        [ncu] [e2e] [abserving] [spin] [latency] [multi] [choice] [served] [graphsab] [batching] [serving] [wgmma] [wgncu]
+#        [ncu] [e2e] [abserving] [spin] [latency] [multi] [choice] [served] [graphsab] [trialab] [batching] [serving] [wgmma] [wgncu]
 #        [wgdecode] [wgdsan] [wgdncu] [wgdense] [wgdensesan] [wgdensencu]
 #        (no argument: test sanitize bench e2e)
 set -u
@@ -198,8 +198,26 @@ graphsab)
 					CHOICE_NS=${SERVED_NS:-16 64 256} timeout "${E2E_S:-300}" \
 					bash bench/nvidia/e2e.sh "$P" "$OUT" choice >"$OUT/e2e_graphs_${r}_${g}_${pin:-free}.log" 2>&1
 				echo "=== e2e graphs=$g prefer '${pin}' round $r: rc=$?"
-				grep -E "^(E2E (choice|metrics)|FAIL)" "$OUT/e2e_graphs_${r}_${g}_${pin:-free}.log" | cut -c1-700
+				grep -E "^FAIL" "$OUT/e2e_graphs_${r}_${g}_${pin:-free}.log"
+				python3 bench/nvidia/choice_summary.py "$OUT/e2e_graphs_${r}_${g}_${pin:-free}.log" \
+					"graphs=$g,${pin:-free}"
 			done
+		done
+	done
+	;;
+trialab)
+	# The served trial of the measured choice on (cuda.served_trial, 16
+	# launches each) and off, alternating, the choice free; each shape's
+	# 200 counted requests come after TRIAL_SETTLE more that let a trial end.
+	for r in ${AB_ROUNDS:-1 2}; do
+		for tr in 16 0; do
+			E2E_SERVED_TRIAL=$tr E2E_CHOICE_SETTLE=${TRIAL_SETTLE:-60} \
+				CHOICE_WEIGHTS=${SERVED_WEIGHTS:-14336x4096} CHOICE_NS=${SERVED_NS:-16 64 256} \
+				timeout "${E2E_S:-300}" bash bench/nvidia/e2e.sh "$P" "$OUT" choice \
+				>"$OUT/e2e_trial_${r}_${tr}.log" 2>&1
+			echo "=== e2e served_trial=$tr round $r: rc=$?"
+			grep -E "^FAIL" "$OUT/e2e_trial_${r}_${tr}.log"
+			python3 bench/nvidia/choice_summary.py "$OUT/e2e_trial_${r}_${tr}.log" "trial=$tr"
 		done
 	done
 	;;
