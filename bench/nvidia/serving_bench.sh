@@ -24,7 +24,8 @@
 # usage: [SERVING_STEPS="check latency batching off"] [ROUNDS="1 2"] [MFMAD=path LABEL=name]
 #        [LAT_POLLS="0 300"] serving_bench.sh PAYLOAD_DIR OUT_DIR
 # MFMAD and MFMACTL run other binaries (builds of an earlier commit, for a
-# side by side run); LABEL then tags every SERVE line.
+# side by side run); LABEL then tags every SERVE line.  SERVING_EXTRA_CONF
+# is added to the daemon's configuration (settings read at start, say).
 set -u
 P=$1
 OUT=$2
@@ -45,6 +46,7 @@ limits = {
   worker_poll_us = $1;
 };
 batching = { enabled = ${2:-true}; };
+${SERVING_EXTRA_CONF:-}
 CONF
 }
 conf 0

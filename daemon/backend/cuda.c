@@ -662,7 +662,7 @@ static int gemm_resident(struct cuda_backend_dev *bd, struct cuda_weight *w,
 	 * very shape (-ENOTSUP at launch) passes to the next.  A GEMM that
 	 * measured is no part of the trial. */
 	const int slot = bd->measures == measures0 ? trial_slot(r) : -1;
-	size_t order[2 * NPROVIDERS], norder = 0;
+	size_t order[2 * NPROVIDERS + 1], norder = 0;
 	if (slot == 1)
 		order[norder++] = r->order[1];
 	for (size_t j = 0; j < r->n; j++)
