@@ -50,7 +50,6 @@ void config_defaults(struct mfmad_config *c)
 	c->cuda_warmup = true;
 	c->cuda_graphs = true;
 	c->cuda_served_trial = 16;
-	c->cuda_direct_out_bytes = 2048ull << 10;
 	c->shutdown_grace_ms = 10000;
 	snprintf(c->metrics_address, sizeof(c->metrics_address), "127.0.0.1");
 	c->metrics_port = 9464;
@@ -268,7 +267,6 @@ KEY(cuda_warmup, { set_bool(p, s, &c->cuda_warmup); })
 KEY(cuda_graphs, { set_bool(p, s, &c->cuda_graphs); })
 /* The backend keeps at most 64 served times per candidate. */
 KEY(cuda_served_trial, { set_u32(p, s, 0, 64, &c->cuda_served_trial); })
-KEY(cuda_direct_out_kb, { set_u64(p, s, 0, 1 << 20, 1024, &c->cuda_direct_out_bytes); })
 /* family.providers = { exclude = ["name", ...]; prefer = "name"; }: every
  * name one of the family's providers (providers.h), the pinned one not
  * excluded too. */
@@ -501,8 +499,7 @@ static const struct key hip_keys[] = {
 static const struct key cuda_keys[] = {
 	{ "enabled", k_cuda_enabled, NULL }, { "providers", k_cuda_providers, NULL },
 	{ "warmup", k_cuda_warmup, NULL }, { "graphs", k_cuda_graphs, NULL },
-	{ "served_trial", k_cuda_served_trial, NULL }, { "direct_out_kb", k_cuda_direct_out_kb, NULL },
-	{ NULL, NULL, NULL },
+	{ "served_trial", k_cuda_served_trial, NULL }, { NULL, NULL, NULL },
 };
 static const struct key metrics_keys[] = {
 	{ "enabled", k_metrics_enabled, NULL }, { "address", k_metrics_address, NULL },
@@ -649,7 +646,6 @@ int config_restart_only_changes(const struct mfmad_config *a, const struct mfmad
 	/* Told to the devices when they open. */
 	DIFF(a->cuda_graphs != b->cuda_graphs, "cuda.graphs");
 	DIFF(a->cuda_served_trial != b->cuda_served_trial, "cuda.served_trial");
-	DIFF(a->cuda_direct_out_bytes != b->cuda_direct_out_bytes, "cuda.direct_out_kb");
 	DIFF(a->metrics_enabled != b->metrics_enabled ||
 		     strcmp(a->metrics_address, b->metrics_address) != 0 ||
 		     a->metrics_port != b->metrics_port || a->metrics_allow_remote != b->metrics_allow_remote,

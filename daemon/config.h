@@ -80,7 +80,6 @@ struct mfmad_config {
 	bool cuda_warmup;              /* plan resident weights' widths at load (live on SIGHUP) */
 	bool cuda_graphs;              /* replay library launches from CUDA graphs (restart) */
 	uint32_t cuda_served_trial;    /* served launches per candidate in a choice's trial (restart) */
-	uint64_t cuda_direct_out_bytes; /* largest D kernels write straight into a region (restart) */
 
 	uint64_t shutdown_grace_ms;
 	bool metrics_enabled;

@@ -68,7 +68,6 @@ static void backend_config_of(const struct daemon *d, struct backend_config *bc)
 				       .cuda_providers = d->cfg.cuda_providers,
 				       .cuda_graphs = d->cfg.cuda_graphs,
 				       .cuda_served_trial = d->cfg.cuda_served_trial,
-				       .cuda_direct_out_bytes = d->cfg.cuda_direct_out_bytes,
 				       .hip_providers = d->cfg.hip_providers,
 				       .choices = choices_hook(d) };
 }

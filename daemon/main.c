@@ -220,9 +220,8 @@ static void print_config(const struct mfmad_config *c, const char *src)
 	print_providers(&c->hip_providers, PROVIDERS_HIP);
 	printf("; };\ncuda = { enabled = %s; providers = ", en[c->cuda]);
 	print_providers(&c->cuda_providers, PROVIDERS_CUDA);
-	printf("; warmup = %s; graphs = %s; served_trial = %u; direct_out_kb = %llu; };\n",
-	       c->cuda_warmup ? "true" : "false", c->cuda_graphs ? "true" : "false", c->cuda_served_trial,
-	       (unsigned long long)(c->cuda_direct_out_bytes >> 10));
+	printf("; warmup = %s; graphs = %s; served_trial = %u; };\n", c->cuda_warmup ? "true" : "false",
+	       c->cuda_graphs ? "true" : "false", c->cuda_served_trial);
 	printf("metrics = { enabled = %s; address = \"%s\"; port = %d; allow_remote = %s; };\n",
 	       c->metrics_enabled ? "true" : "false", c->metrics_address, c->metrics_port,
 	       c->metrics_allow_remote ? "true" : "false");

@@ -6,7 +6,7 @@
 # brings them back); a short summary goes to stdout.
 #
 # usage: bench/nvidia/device_round.sh [test] [sanitize|memcheck|racecheck] [bench] [sweep]
-#        [ncu] [e2e] [abserving] [spin] [latency] [multi] [choice] [served] [graphsab] [trialab] [directab] [batching] [serving] [wgmma] [wgncu]
+#        [ncu] [e2e] [abserving] [spin] [latency] [multi] [choice] [served] [graphsab] [trialab] [batching] [serving] [wgmma] [wgncu]
 #        [wgdecode] [wgdsan] [wgdncu] [wgdense] [wgdensesan] [wgdensencu]
 #        (no argument: test sanitize bench e2e)
 set -u
@@ -202,22 +202,6 @@ graphsab)
 				python3 bench/nvidia/choice_summary.py "$OUT/e2e_graphs_${r}_${g}_${pin:-free}.log" \
 					"graphs=$g,${pin:-free}"
 			done
-		done
-	done
-	;;
-directab)
-	# cuda.direct_out_kb at its default (D of up to 2 MiB written by the
-	# kernels into the client's region) and 0 (always the copy), in turns,
-	# each a fresh daemon: the --shm checks and one request in flight.
-	for r in ${AB_ROUNDS:-1 2}; do
-		for kb in 2048 0; do
-			SERVING_EXTRA_CONF="cuda = { direct_out_kb = $kb; };" LABEL="direct_out_kb=$kb" \
-				ROUNDS=$r SERVING_STEPS="${DIRECT_STEPS:-check latency}" LAT_POLLS=${LAT_POLLS:-0} \
-				timeout "${E2E_S:-300}" bash bench/nvidia/serving_bench.sh "$P" "$OUT" \
-				>"$OUT/direct_${r}_${kb}.log" 2>&1
-			echo "=== direct_out_kb=$kb round $r: rc=$?"
-			grep -E "^CHECK summary|^FAIL" "$OUT/direct_${r}_${kb}.log"
-			python3 bench/nvidia/serve_summary.py "$OUT/direct_${r}_${kb}.log"
 		done
 	done
 	;;

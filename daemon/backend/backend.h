@@ -56,8 +56,6 @@ struct backend_config {
 	struct provider_policy cuda_providers; /* cuda.providers */
 	bool cuda_graphs;                      /* cuda.graphs: library launches from CUDA graphs */
 	uint32_t cuda_served_trial;            /* cuda.served_trial: served launches per candidate */
-	uint64_t cuda_direct_out_bytes;        /* cuda.direct_out_kb: the largest D kernels write
-	                                        * straight into a mapped region; 0 = none */
 	struct provider_policy hip_providers;  /* hip.providers */
 	/* The cache of measured choices, NULL for none; it outlives every
 	 * device. */

@@ -52,11 +52,6 @@ struct cuda_dev {
 	 * recorded: the launch call's time (backend_timing.launch_ns). */
 	uint64_t mark_in_ns, mark_kernel_ns;
 	bool graphs; /* cuda.graphs: cuda_dev_graph_run replays */
-	/* cuda.direct_out_kb: a D of at most this many bytes in a
-	 * registered, mapped host range (a client's region) is the kernels'
-	 * output buffer itself, written across the bus, instead of a device
-	 * buffer copied out after them. */
-	uint64_t direct_out_max;
 	/* Pinned staging pool: two halves, each with the event of the last
 	 * copy that used it. */
 	unsigned char *pin;
@@ -396,7 +391,6 @@ int cuda_dev_open(int index, const struct backend_config *cfg, struct cuda_dev *
 			goto out;
 		}
 	d->graphs = cfg && cfg->cuda_graphs;
-	d->direct_out_max = cfg ? cfg->cuda_direct_out_bytes : 0;
 	size_t pinned = cfg && cfg->pinned_bytes ? (size_t)cfg->pinned_bytes : CUDA_DEFAULT_PINNED;
 	if (pinned < CUDA_MIN_PINNED)
 		pinned = CUDA_MIN_PINNED;
@@ -675,8 +669,6 @@ int cuda_dev_out_buffer(struct cuda_dev *d, void *dst, size_t bytes, CUdeviceptr
 		*out = (CUdeviceptr)(uintptr_t)dst;
 		return 0;
 	}
-	if (dst && bytes <= d->direct_out_max && cuda_dev_mapped(d, dst, bytes, out))
-		return 0;
 	struct cuda_buf *b = &d->scratch[CUDA_SCRATCH_D];
 	int rc = cuda_buf_need(b, bytes, "D", NULL, err, errlen);
 	if (rc == 0)
@@ -689,11 +681,6 @@ int cuda_dev_copy_out(struct cuda_dev *d, void *dst, CUdeviceptr src, size_t byt
 {
 	if (src == (CUdeviceptr)(uintptr_t)dst && on_device(d, dst, bytes))
 		return 0; /* the kernels wrote the batch's joined D in place */
-	CUdeviceptr mapped;
-	if (bytes <= d->direct_out_max && cuda_dev_mapped(d, dst, bytes, &mapped) && mapped == src)
-		/* The kernels wrote D across the bus (cuda_dev_out_buffer):
-		 * nothing to copy; the end mark waits for their writes. */
-		return cuda_dev_copy_out_end(d, err, errlen);
 	if (on_device(d, dst, bytes)) {
 		/* The batched launch splits and copies D out after this, and
 		 * ends the copy out itself. */

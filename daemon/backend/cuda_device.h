@@ -172,15 +172,15 @@ enum cuda_mark { CUDA_MARK_START, CUDA_MARK_IN, CUDA_MARK_KERNEL };
 int cuda_dev_mark(struct cuda_dev *d, enum cuda_mark mark, char *err, size_t errlen);
 
 /* Where a GEMM's kernels write D (bytes of it, for dst): dst itself when
- * it is an operand on the device (a batch's joined D); the device address
- * of dst when it lies in a registered, mapped host range (a client's
- * region) and is at most cuda.direct_out_kb, so that the kernels' stores
- * cross the bus while they run and no copy follows; else the device's D
- * scratch buffer, grown as needed.  Large D stay on the copy: the
- * epilogues' stores across the bus took longer on the H200 than the
- * kernel into device memory and one DMA copy after it at N=256 (39 ->
- * 188 us against a 138 us copy), while at N=16-64 one request's wall time
- * fell by 6-14 us (bench_nv --served, bench/RESULTS.md). */
+ * it is an operand on the device (a batch's joined D), else the device's D
+ * scratch buffer, grown as needed.  Not into a mapped region: the GEMM
+ * epilogues' scattered stores across the bus measured slower on the H200
+ * than the kernel into device memory and one DMA copy after it (N=16:
+ * kernel 27 -> 38 us against a 15 us copy; N=256: 39 -> 188 us against
+ * 138 us).  Tried again through mfmad with regions (bench/RESULTS.md):
+ * only the mma.sp kernels' stores keep pace; cuSPARSELt's and cuBLASLt's
+ * kernels took 93-97 us at 1024x16x1024 and the wgmma ones 64 us against
+ * 20, and the served N=16 p50 rose from 86 to 105 us. */
 int cuda_dev_out_buffer(struct cuda_dev *d, void *dst, size_t bytes, CUdeviceptr *out, char *err,
 			size_t errlen);
 

@@ -80,13 +80,11 @@ static void test_unknown_name_refused_at_start(void **state)
 		"cuda.providers.prefer = \"wgmma\" is also in cuda.providers.exclude");
 	refused("cuda = { served_trial = 65; };", "cuda.served_trial = 65 is out of range 0..64");
 	refused("cuda = { served_trial = -1; };", "cuda.served_trial = -1 is out of range 0..64");
-	refused("cuda = { direct_out_kb = 1048577; };",
-		"cuda.direct_out_kb = 1048577 is out of range 0..1048576");
 }
 
 static const char good[] =
 	"cuda = { providers = { exclude = [\"cusparselt\", \"cublaslt\"]; prefer = \"wgmma\"; };\n"
-	"         graphs = false; served_trial = 0; direct_out_kb = 64; };\n"
+	"         graphs = false; served_trial = 0; };\n"
 	"hip = { providers = { prefer = \"ours\"; }; };\n";
 
 static int ctl(const struct mfmad_proc *p, char *out, size_t len, const char *a, const char *b)
@@ -111,7 +109,7 @@ static void test_valid_policy_status_and_reload(void **state)
 	unlink(path);
 	assert_non_null(strstr(out, "cuda = { enabled = \"auto\"; providers = { exclude = "
 				    "[\"cublaslt\", \"cusparselt\"]; prefer = \"wgmma\"; }; "
-				    "warmup = true; graphs = false; served_trial = 0; direct_out_kb = 64; };"));
+				    "warmup = true; graphs = false; served_trial = 0; };"));
 	assert_non_null(strstr(out, "hip = { enabled = \"auto\"; providers = { exclude = []; "
 				    "prefer = \"ours\"; }; };"));
 
@@ -132,11 +130,10 @@ static void test_valid_policy_status_and_reload(void **state)
 		   "hip = { providers = { prefer = \"ours\"; }; };\n");
 	fclose(f);
 	kill(d.pid, SIGHUP);
-	/* So do cuda.graphs, cuda.served_trial and cuda.direct_out_kb (false,
-	 * 0 and 64 above, the defaults now): they are told to the devices when
-	 * they open. */
-	assert_true(log_says(&d, "reload: cuda.providers, cuda.graphs, cuda.served_trial, "
-				 "cuda.direct_out_kb changed; that needs a restart"));
+	/* So do cuda.graphs and cuda.served_trial (false and 0 above, the
+	 * defaults now): they are told to the devices when they open. */
+	assert_true(log_says(&d, "reload: cuda.providers, cuda.graphs, cuda.served_trial changed; "
+				 "that needs a restart"));
 	assert_int_equal(harness_stop(&d), 0);
 }
 

@@ -1363,102 +1363,6 @@ static void test_served_trial(void **state)
 	reopen(&cfg);
 }
 
-/* cuda.direct_out_kb: a D in a registered region, written by the kernels
- * across the bus.  Requests with their own A (our kernels) equal the
- * staged result bit for bit; a resident 2:4 weight with each provider
- * pinned in turn (a library writes D itself too) is checked against the
- * reference; a D past the limit takes the copy; with the limit 0, every D
- * is copied.  Then the device is opened as before. */
-static void test_direct_out(void **state)
-{
-	(void)state;
-	const uint32_t m = 1000, k = 1024, n = 16;
-	const char *const pins[] = { "wgmma", "ours", "cublaslt", "cusparselt" };
-	for (int lim = 0; lim < 2; lim++) {
-		struct backend_config cfg = { .pinned_bytes = 8u << 20, .cuda_graphs = true,
-					      .cuda_direct_out_bytes = lim ? 2048u << 10 : 0 };
-		cfg.cuda_providers.prefer = -1;
-		reopen(&cfg);
-		/* Own A: our kernels; one D under the limit, one (n = 1100:
-		 * 2.2 MB of f16) over it. */
-		for (uint32_t nn = n; nn <= 1100; nn += 1084) {
-			struct operands o;
-			char err[512] = "";
-			ops_make(&o, MFMA_DT_F16, MFMA_DT_F16, true, m, nn, k, 1.0f, 0.0f);
-			RC_OK(backend_cuda.gemm(dev, &o.g, NULL, NULL, err, sizeof(err)), err);
-			const size_t bb = (size_t)k * nn * 2, db = (size_t)m * nn * 2, len = bb + db + 8192;
-			unsigned char *rg = mmap(NULL, len, PROT_READ | PROT_WRITE,
-						 MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-			assert_true(rg != MAP_FAILED);
-			void *handle = NULL;
-			RC_OK(backend_cuda.host_register(dev, rg, len, &handle, err, sizeof(err)), err);
-			unsigned char *b = rg + 128, *d = b + bb + 64;
-			memcpy(b, o.b, bb);
-			memset(d, 0xff, db);
-			struct mfma_gemm g = o.g;
-			g.b = b;
-			g.d = d;
-			struct backend_timing t = { 0 };
-			RC_OK(backend_cuda.gemm(dev, &g, NULL, &t, err, sizeof(err)), err);
-			assert_memory_equal(d, o.d, db);
-			printf("  direct_out_kb %u, own A, D %zu KiB (%s): kernel %.1f us, d2h %.1f us, equal "
-			       "to the staged result\n", lim ? 2048u : 0u, db >> 10, t.variant,
-			       t.kernel_ns / 1e3, t.d2h_ns / 1e3);
-			checks++;
-			backend_cuda.host_unregister(dev, handle);
-			munmap(rg, len);
-			ops_free(&o);
-		}
-		if (!lim)
-			continue;
-		for (size_t pi = 0; pi < sizeof(pins) / sizeof(pins[0]); pi++) {
-			cfg.cuda_providers.prefer = providers_index(PROVIDERS_CUDA, pins[pi]);
-			reopen(&cfg);
-			/* 1024 rows: cuSPARSELt writes D itself only where its
-			 * rows are the request's (no padding). */
-			const uint32_t m = 1024;
-			struct operands o;
-			char err[512] = "";
-			ops_make(&o, MFMA_DT_F16, MFMA_DT_F16, true, m, n, k, 1.0f, 0.0f);
-			struct mfma_weight_host wh = { .m = m, .k = k, .dtype = MFMA_DT_F16,
-						       .sparse = true, .a = o.a, .meta = o.meta };
-			void *w = NULL;
-			uint64_t wbytes = 0;
-			RC_OK(backend_cuda.weight_load(dev, &wh, &w, &wbytes, err, sizeof(err)), err);
-			const size_t bb = (size_t)k * n * 2, db = (size_t)m * n * 2, len = bb + db + 8192;
-			unsigned char *rg = mmap(NULL, len, PROT_READ | PROT_WRITE,
-						 MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-			assert_true(rg != MAP_FAILED);
-			void *handle = NULL;
-			RC_OK(backend_cuda.host_register(dev, rg, len, &handle, err, sizeof(err)), err);
-			unsigned char *b = rg + 256, *d = b + bb + 512;
-			memcpy(b, o.b, bb);
-			memset(d, 0xff, db);
-			struct mfma_gemm g = o.g;
-			g.a = NULL;
-			g.a_meta = NULL;
-			g.b = b;
-			g.d = d;
-			struct backend_timing t = { 0 };
-			RC_OK(backend_cuda.gemm(dev, &g, w, &t, err, sizeof(err)), err);
-			memcpy(o.d, d, db);
-			const double rel = rel_error(&o, NULL, m);
-			printf("  direct_out_kb 2048, resident 2:4 pinned %s: %s, kernel %.1f us, d2h %.1f us, "
-			       "rel %.3g\n", pins[pi], t.variant, t.kernel_ns / 1e3, t.d2h_ns / 1e3, rel);
-			if (!(rel <= nvt_tolerance(MFMA_DT_F16)))
-				fail_msg("direct out, pinned %s (%s): relative error %g", pins[pi], t.variant, rel);
-			checks++;
-			backend_cuda.host_unregister(dev, handle);
-			munmap(rg, len);
-			backend_cuda.weight_free(dev, w);
-			ops_free(&o);
-		}
-	}
-	struct backend_config cfg = { .pinned_bytes = 8u << 20, .cuda_graphs = true };
-	cfg.cuda_providers.prefer = -1;
-	reopen(&cfg);
-}
-
 static void test_other_devices(void **state)
 {
 	(void)state;
@@ -1528,7 +1432,6 @@ int main(void)
 		cmocka_unit_test(test_library_graph_replay),
 		cmocka_unit_test(test_policy_and_cache),
 		cmocka_unit_test(test_served_trial),
-		cmocka_unit_test(test_direct_out),
 		cmocka_unit_test(test_other_devices),
 	};
 	int rc = cmocka_run_group_tests(tests, NULL, NULL);
