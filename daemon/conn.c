@@ -340,8 +340,11 @@ void conn_close(struct conn *c)
 	if (c->ev->on_close)
 		c->ev->on_close(c);
 	/* A reader still reads from the socket: the handle, and with it the
-	 * descriptor, closes once the reader is done (reader_done). */
-	if (!c->in_reader)
+	 * descriptor, closes once the reader is done (reader_done), which it
+	 * is told to be soon. */
+	if (c->in_reader)
+		readers_cancel(&c->job);
+	else
 		uv_close(&c->h.handle, on_closed);
 }
 

@@ -98,7 +98,7 @@ static int read_job(struct readers *r, struct reader_job *j)
 			return -errno;
 		if (waited_ns >= budget_ns)
 			return -EAGAIN;
-		if (stopping(r))
+		if (stopping(r) || atomic_load(&j->cancel))
 			return -ECANCELED;
 		/* Whole milliseconds, at least one: the budget is a bound, not
 		 * a deadline to the microsecond. */
@@ -131,7 +131,7 @@ static void *reader_main(void *arg)
 		bool stop = r->stop;
 		pthread_mutex_unlock(&r->mu);
 
-		j->status = stop ? -ECANCELED : read_job(r, j);
+		j->status = stop || atomic_load(&j->cancel) ? -ECANCELED : read_job(r, j);
 		if (j->status == 0)
 			j->run(j);
 
@@ -219,6 +219,7 @@ void readers_submit(struct readers *r, struct reader_job *j)
 {
 	j->got = 0;
 	j->status = 0;
+	atomic_store(&j->cancel, false);
 	r->pending++;
 	pthread_mutex_lock(&r->mu);
 	if (r->stop) {
@@ -231,6 +232,11 @@ void readers_submit(struct readers *r, struct reader_job *j)
 	list_push(&r->head, &r->tail, j);
 	pthread_cond_signal(&r->cv);
 	pthread_mutex_unlock(&r->mu);
+}
+
+void readers_cancel(struct reader_job *j)
+{
+	atomic_store(&j->cancel, true);
 }
 
 unsigned readers_pending(const struct readers *r)

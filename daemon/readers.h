@@ -14,6 +14,7 @@
 #ifndef MFMAD_READERS_H
 #define MFMAD_READERS_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -41,6 +42,7 @@ struct reader_job {
 	/* Loop thread, after run (or instead of it, on failure). */
 	void (*done)(struct reader_job *j);
 	struct reader_job *next; /* the pool's */
+	atomic_bool cancel;      /* readers_cancel */
 };
 
 /* Starts n threads ("mfmad-read0"...) and the loop's wake-up; n 0 starts
@@ -49,6 +51,11 @@ int readers_start(uv_loop_t *loop, unsigned n, struct readers **out);
 
 /* Loop: queues a job; the readers take jobs in the order they came. */
 void readers_submit(struct readers *r, struct reader_job *j);
+
+/* Loop: the job's bytes are no longer wanted (its connection closed): a
+ * reader that has not taken it yet, or waits for its bytes, ends it with
+ * -ECANCELED rather than wait.  Its done callback still runs. */
+void readers_cancel(struct reader_job *j);
 
 /* Loop: jobs submitted whose done callback has not run yet (0 for NULL). */
 unsigned readers_pending(const struct readers *r);
