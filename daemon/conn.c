@@ -351,7 +351,7 @@ void conn_close(struct conn *c)
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
 
 /* Whether a large frame on c may go to a reader thread now: a plaintext
- * connection past its token, its last frame not given back, no
+ * connection past its token, the frame not one a reader gave back, no
  * descriptor waiting (it came with the frame's first bytes, and a frame
  * that carries one is claimed on the loop), and with
  * limits.reader_when_busy, other work going on (another connection's
