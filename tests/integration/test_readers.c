@@ -3,7 +3,8 @@
  * resident weight, pipelined, every answer checked against a float64
  * reference and matched by its id; /metrics showing that readers took
  * frames (and none with reader_threads = 0, or for a lone request with
- * reader_when_busy); clients that stall or vanish mid-frame given back or
+ * reader_when_busy); a region's descriptor between large frames; clients
+ * that stall or vanish mid-frame given back or
  * closed while others are served; SIGTERM with frames in the readers. */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -21,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -288,6 +290,61 @@ static void test_lone_request_stays_on_loop(void **state)
 	assert_int_equal(harness_stop(&p), 0);
 }
 
+/* A shared-memory region registered between large frames on one
+ * connection (its descriptor comes with the register_region frame, which
+ * stays on the loop), then GEMMs whose B and D lie in it, with A in the
+ * frame (which a reader takes): all answered right. */
+static void test_region_between_large_frames(void **state)
+{
+	(void)state;
+	struct mfmad_proc p;
+	int port = free_port();
+	start(&p, "reader_threads = 2; reader_min_kb = 1; reader_when_busy = false;", port);
+	mfma_client *c = connect_to(&p);
+	struct mfma_error err;
+	float *a = malloc(sizeof(float) * M * K), *b = malloc(sizeof(float) * K * N);
+	assert_true(a && b);
+	assert_int_equal(ctl_random_matrix(a, MFMA_DT_F32, M, K, false, 3), 0);
+	assert_int_equal(ctl_random_matrix(b, MFMA_DT_F32, K, N, false, 4), 0);
+	struct mfma_gemm_args g;
+	mfma_gemm_args_init(&g);
+	g.a.kind = MFMA_OPERAND_DENSE;
+	g.a.dense = (struct mfma_matrix){ M, K, MFMA_TYPE_F32, a, sizeof(float) * M * K };
+	g.b = (struct mfma_matrix){ K, N, MFMA_TYPE_F32, b, sizeof(float) * K * N };
+	struct mfma_gemm_result r;
+	char why[128];
+	for (int round = 0; round < 3; round++) {
+		/* Bytes in the frame: the connection's frames are large. */
+		if (mfma_gemm(c, &g, &r, &err) != 0)
+			fail_msg("gemm: %s", err.message);
+		if (check(&r, a, b, M, N, why, sizeof(why)) < 0)
+			fail_msg("in the frame: %s", why);
+		mfma_gemm_result_free(&r);
+		mfma_region *rg;
+		if (mfma_region_create(c, sizeof(float) * (K * N + M * N), &rg, &err) != 0)
+			fail_msg("region: %s", err.message);
+		float *rb = mfma_region_data(rg), *rd = rb + K * N;
+		memcpy(rb, b, sizeof(float) * K * N);
+		struct mfma_gemm_args gr = g;
+		gr.b.data = rb;
+		gr.d = rd;
+		gr.d_bytes = sizeof(float) * M * N;
+		if (mfma_gemm(c, &gr, &r, &err) != 0)
+			fail_msg("gemm in the region: %s", err.message);
+		assert_ptr_equal(r.d.data, rd);
+		if (check(&r, a, b, M, N, why, sizeof(why)) < 0)
+			fail_msg("in the region: %s", why);
+		mfma_gemm_result_free(&r);
+		assert_int_equal(mfma_region_destroy(c, rg, &err), 0);
+	}
+	mfma_close(c);
+	free(a);
+	free(b);
+	assert_true(metric(port, "mfmad_reader_frames_total") >= 3);
+	assert_int_equal(harness_log_count(&p, "file descriptor"), 0);
+	assert_int_equal(harness_stop(&p), 0);
+}
+
 /* A raw connection that sends the header of a frame of `total` bytes and
  * `part` bytes of its body. */
 static int partial_frame(const struct mfmad_proc *p, uint32_t total, size_t part)
@@ -338,6 +395,47 @@ static void test_stall_and_vanish(void **state)
 	assert_int_equal(harness_stop(&p), 0);
 }
 
+/* A descriptor sent in the middle of a large frame's body (the library
+ * sends one only with a register_region frame's first bytes): the
+ * connection is closed, saying why, whether the reader or the loop meets
+ * it; another client is served. */
+static void test_descriptor_mid_frame(void **state)
+{
+	(void)state;
+	struct mfmad_proc p;
+	int port = free_port();
+	start(&p, "reader_threads = 2; reader_min_kb = 1; reader_when_busy = false;", port);
+	int fd = partial_frame(&p, 100000, 30000);
+	usleep(2 * 1000);
+	static uint8_t body[10000];
+	struct iovec iov = { .iov_base = body, .iov_len = sizeof(body) };
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
+	memset(&ctl, 0, sizeof(ctl));
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
+			     .msg_controllen = sizeof(ctl.buf) };
+	struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(sizeof(int));
+	int passed = STDIN_FILENO;
+	memcpy(CMSG_DATA(cm), &passed, sizeof(int));
+	assert_int_equal(sendmsg(fd, &mh, MSG_NOSIGNAL), (ssize_t)sizeof(body));
+	assert_int_equal(harness_wait_closed(fd, 5000), 1);
+	close(fd);
+	int by_reader = harness_log_count(&p, "a file descriptor came with the body of a large "
+					      "frame");
+	int by_loop = harness_log_count(&p, "a file descriptor came with a frame that is not "
+					    "register_region");
+	print_message("closed by the %s\n", by_reader ? "reader" : "loop");
+	assert_int_equal(by_reader + by_loop, 1);
+	load_weight(&p);
+	run_load(&p, 1, 1, 2);
+	assert_int_equal(harness_stop(&p), 0);
+}
+
 /* SIGTERM while readers hold frames (clients mid-frame, and clients
  * sending whole large frames): the daemon exits 0 (under ASan: nothing
  * leaked) and promptly. */
@@ -366,7 +464,9 @@ int main(void)
 		cmocka_unit_test_teardown(test_readers_answer, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_readers_off, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_lone_request_stays_on_loop, harness_stop_leftover),
+		cmocka_unit_test_teardown(test_region_between_large_frames, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_stall_and_vanish, harness_stop_leftover),
+		cmocka_unit_test_teardown(test_descriptor_mid_frame, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_sigterm_with_frames_in_readers, harness_stop_leftover),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
