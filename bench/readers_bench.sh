@@ -7,7 +7,8 @@
 # per request in flight).  Every run prints one line: requests/s, p50 and
 # p99 of the client's round trip, the mean batch, the CPU share of the
 # loop thread (the main thread, "mfmad") and of the reader threads
-# together ("mfmad-read*"), from /proc/PID/task/*/stat over the run, and
+# together ("mfmad-read*"), from /proc/PID/task/*/stat over the run, each
+# also as CPU time per request (warm-up requests counted), and
 # how many frames the readers took (/metrics); at the end, the median
 # requests/s over the rounds of each setting and load.  The daemon and
 # mfmactl come from BUILD (default build/).
@@ -118,11 +119,12 @@ for round in $(seq "$ROUNDS"); do
 			awk -v tag="$TAG" -v round="$round" -v r="$r" -v n="$n" -v j="$j" -v rps="$rps" \
 				-v p50="$p50" -v p99="$p99" -v b="$batch" -v e="${errs:-?}" -v hz="$hz" \
 				-v w="$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')" \
-				-v dl=$((l1 - l0)) -v dr=$((r1 - r0)) -v f=$(( ${f1:-0} - ${f0:-0} )) \
+				-v nreq=$((req + WARMUP * j)) -v dl=$((l1 - l0)) -v dr=$((r1 - r0)) -v f=$(( ${f1:-0} - ${f0:-0} )) \
 				-v shape="${M}x${K} $DTYPE${SPARSE:+ 2:4}" 'BEGIN {
-				printf "%s round=%s readers=%s %s N=%s in_flight=%s: %.0f req/s p50 %.1f us p99 %.1f us batch %s errors %s loop %.0f%% readers %.0f%% reader_frames %d\n",
+				printf "%s round=%s readers=%s %s N=%s in_flight=%s: %.0f req/s p50 %.1f us p99 %.1f us batch %s errors %s loop %.0f%% (%.1f us/req) readers %.0f%% (%.1f us/req) reader_frames %d\n",
 					tag, round, r, shape, n, j, rps, p50 / 1000, p99 / 1000, b, e,
-					100 * dl / hz / w, 100 * dr / hz / w, f }'
+					100 * dl / hz / w, 1e6 * dl / hz / nreq, 100 * dr / hz / w,
+					1e6 * dr / hz / nreq, f }'
 			echo "$r $n $j $rps" >>"$results"
 		done
 		stop

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/socket.h>
@@ -13,11 +14,14 @@
 
 struct readers {
 	uv_async_t async;        /* first: the handle's memory is the pool's */
-	pthread_mutex_t mu;
+	/* Two locks, so that the loop taking finished jobs and the readers
+	 * taking new ones do not wait for each other. */
+	pthread_mutex_t mu;      /* the jobs waiting for a reader, stop */
 	pthread_cond_t cv;
-	struct reader_job *head, *tail;       /* waiting for a reader */
-	struct reader_job *done_head, *done_tail; /* waiting for the loop */
-	bool stop;
+	struct reader_job *head, *tail;
+	pthread_mutex_t done_mu; /* the jobs waiting for the loop */
+	struct reader_job *done_head, *done_tail;
+	atomic_bool stop;
 	unsigned pending;        /* loop: submitted, done not yet run */
 	unsigned nthreads;
 	pthread_t *threads;
@@ -32,14 +36,6 @@ static void list_push(struct reader_job **head, struct reader_job **tail, struct
 	else
 		*head = j;
 	*tail = j;
-}
-
-static bool stopping(struct readers *r)
-{
-	pthread_mutex_lock(&r->mu);
-	bool s = r->stop;
-	pthread_mutex_unlock(&r->mu);
-	return s;
 }
 
 /* Closes the descriptors a control message carried. */
@@ -98,7 +94,7 @@ static int read_job(struct readers *r, struct reader_job *j)
 			return -errno;
 		if (waited_ns >= budget_ns)
 			return -EAGAIN;
-		if (stopping(r) || atomic_load(&j->cancel))
+		if (atomic_load(&r->stop) || atomic_load(&j->cancel))
 			return -ECANCELED;
 		/* Whole milliseconds, at least one: the budget is a bound, not
 		 * a deadline to the microsecond. */
@@ -135,9 +131,9 @@ static void *reader_main(void *arg)
 		if (j->status == 0)
 			j->run(j);
 
-		pthread_mutex_lock(&r->mu);
+		pthread_mutex_lock(&r->done_mu);
 		list_push(&r->done_head, &r->done_tail, j);
-		pthread_mutex_unlock(&r->mu);
+		pthread_mutex_unlock(&r->done_mu);
 		uv_async_send(&r->async);
 	}
 }
@@ -146,10 +142,10 @@ static void *reader_main(void *arg)
  * finished. */
 static void drain(struct readers *r)
 {
-	pthread_mutex_lock(&r->mu);
+	pthread_mutex_lock(&r->done_mu);
 	struct reader_job *j = r->done_head;
 	r->done_head = r->done_tail = NULL;
-	pthread_mutex_unlock(&r->mu);
+	pthread_mutex_unlock(&r->done_mu);
 	while (j) {
 		struct reader_job *next = j->next;
 		r->pending--;
@@ -200,6 +196,7 @@ int readers_start(uv_loop_t *loop, unsigned n, struct readers **out)
 	uv_unref((uv_handle_t *)&r->async);
 	pthread_mutex_init(&r->mu, NULL);
 	pthread_cond_init(&r->cv, NULL);
+	pthread_mutex_init(&r->done_mu, NULL);
 	*out = r;
 	for (unsigned i = 0; i < n; i++) {
 		struct start_arg *sa = malloc(sizeof(*sa));
@@ -221,14 +218,15 @@ void readers_submit(struct readers *r, struct reader_job *j)
 	j->status = 0;
 	atomic_store(&j->cancel, false);
 	r->pending++;
-	pthread_mutex_lock(&r->mu);
-	if (r->stop) {
+	if (atomic_load(&r->stop)) {
 		j->status = -ECANCELED;
+		pthread_mutex_lock(&r->done_mu);
 		list_push(&r->done_head, &r->done_tail, j);
-		pthread_mutex_unlock(&r->mu);
+		pthread_mutex_unlock(&r->done_mu);
 		uv_async_send(&r->async);
 		return;
 	}
+	pthread_mutex_lock(&r->mu);
 	list_push(&r->head, &r->tail, j);
 	pthread_cond_signal(&r->cv);
 	pthread_mutex_unlock(&r->mu);
@@ -249,18 +247,21 @@ void readers_stop(struct readers *r)
 	if (!r)
 		return;
 	pthread_mutex_lock(&r->mu);
-	r->stop = true;
+	atomic_store(&r->stop, true);
 	/* Jobs no reader took end here; those a reader holds end within
 	 * READERS_WAIT_MS, or at once when they are between two reads. */
-	while (r->head) {
-		struct reader_job *j = r->head;
-		r->head = j->next;
+	struct reader_job *left = r->head;
+	r->head = r->tail = NULL;
+	pthread_cond_broadcast(&r->cv);
+	pthread_mutex_unlock(&r->mu);
+	pthread_mutex_lock(&r->done_mu);
+	while (left) {
+		struct reader_job *j = left;
+		left = j->next;
 		j->status = -ECANCELED;
 		list_push(&r->done_head, &r->done_tail, j);
 	}
-	r->tail = NULL;
-	pthread_cond_broadcast(&r->cv);
-	pthread_mutex_unlock(&r->mu);
+	pthread_mutex_unlock(&r->done_mu);
 	for (unsigned i = 0; i < r->nthreads; i++)
 		pthread_join(r->threads[i], NULL);
 	r->nthreads = 0;
@@ -273,6 +274,7 @@ void readers_free(struct readers *r)
 		return;
 	pthread_mutex_destroy(&r->mu);
 	pthread_cond_destroy(&r->cv);
+	pthread_mutex_destroy(&r->done_mu);
 	free(r->threads);
 	free(r);
 }
