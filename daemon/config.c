@@ -38,6 +38,9 @@ void config_defaults(struct mfmad_config *c)
 	c->max_pinned_bytes = 16384ull << 20;
 	c->default_priority = 5;
 	c->priority_aging_ms = 1000;
+	c->reader_threads = -1;
+	c->reader_min_bytes = 64ull << 10;
+	c->reader_when_busy = true;
 	c->batch_enabled = true;
 	c->batch_max_columns = 512;
 	c->weights_persist = true;
@@ -252,6 +255,24 @@ KEY(default_timeout_ms, { set_u64(p, s, 0, 1ll << 40, 1, &c->default_timeout_ms)
 KEY(priority_aging_ms, { set_u64(p, s, 0, 3600000, 1, &c->priority_aging_ms); })
 KEY(worker_poll_us, { set_u64(p, s, 0, 10000, 1, &c->worker_poll_us); })
 KEY(loop_poll_us, { set_u64(p, s, 0, 10000, 1, &c->loop_poll_us); })
+/* The most reader threads; more would only contend for the loop's
+ * hand-offs. */
+#define READER_THREADS_MAX 64
+KEY(reader_threads, {
+	char nb[128];
+	if (config_setting_type(s) == CONFIG_TYPE_STRING) {
+		const char *v = config_setting_get_string(s);
+		if (strcmp(v, "auto") == 0)
+			c->reader_threads = -1;
+		else
+			fail(p, s, "%s must be \"auto\" or a number 0..%d, not \"%s\"",
+			     path_of(s, nb, sizeof(nb)), READER_THREADS_MAX, v);
+	} else {
+		set_int(p, s, 0, READER_THREADS_MAX, &c->reader_threads);
+	}
+})
+KEY(reader_min_kb, { set_u64(p, s, 1, 1 << 20, 1024, &c->reader_min_bytes); })
+KEY(reader_when_busy, { set_bool(p, s, &c->reader_when_busy); })
 KEY(batch_enabled, { set_bool(p, s, &c->batch_enabled); })
 KEY(batch_max_columns, { set_u32(p, s, 1, 1 << 20, &c->batch_max_columns); })
 KEY(batch_max_queue_delay_us, { set_u64(p, s, 0, 1000000, 1, &c->batch_max_queue_delay_us); })
@@ -371,6 +392,9 @@ static const struct key limits_keys[] = {
 	{ "priority_aging_ms", k_priority_aging_ms, NULL },
 	{ "worker_poll_us", k_worker_poll_us, NULL },
 	{ "loop_poll_us", k_loop_poll_us, NULL },
+	{ "reader_threads", k_reader_threads, NULL },
+	{ "reader_min_kb", k_reader_min_kb, NULL },
+	{ "reader_when_busy", k_reader_when_busy, NULL },
 	{ NULL, NULL, NULL },
 };
 static const struct key batching_keys[] = {
@@ -605,6 +629,15 @@ const char *config_state_dir(const struct mfmad_config *cfg, char *buf, size_t l
 	return w > 0 && (size_t)w < len ? buf : NULL;
 }
 
+unsigned config_reader_threads(const struct mfmad_config *cfg, long ncores)
+{
+	if (cfg->reader_threads >= 0)
+		return (unsigned)cfg->reader_threads;
+	if (ncores < 8)
+		return 0;
+	return ncores / 4 < 4 ? (unsigned)(ncores / 4) : 4;
+}
+
 int config_restart_only_changes(const struct mfmad_config *a, const struct mfmad_config *b,
 				char *buf, size_t len)
 {
@@ -643,6 +676,8 @@ int config_restart_only_changes(const struct mfmad_config *a, const struct mfmad
 	     "hip.providers");
 	DIFF(memcmp(&a->cuda_providers, &b->cuda_providers, sizeof(a->cuda_providers)) != 0,
 	     "cuda.providers");
+	/* The pool is started once. */
+	DIFF(a->reader_threads != b->reader_threads, "limits.reader_threads");
 	/* Told to the devices when they open. */
 	DIFF(a->cuda_graphs != b->cuda_graphs, "cuda.graphs");
 	DIFF(a->cuda_served_trial != b->cuda_served_trial, "cuda.served_trial");

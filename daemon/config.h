@@ -61,6 +61,9 @@ struct mfmad_config {
 	uint64_t priority_aging_ms;    /* waiting this long is worth one priority level; 0 = strict */
 	uint64_t worker_poll_us;       /* an idle device worker polls this long before it sleeps */
 	uint64_t loop_poll_us;         /* the loop busy-polls this long after a wake-up before it blocks */
+	int reader_threads;            /* threads that read large frames off the loop; -1: auto */
+	uint64_t reader_min_bytes;     /* frames of this size and more go to them */
+	bool reader_when_busy;         /* only while other connections have work in flight */
 
 	uint64_t weight_budget_bytes;  /* per device; 0 = 75% of the device's memory */
 	bool weights_persist;          /* keep loaded weights across restarts */
@@ -102,6 +105,11 @@ int config_load_string(struct mfmad_config *cfg, const char *text, const char *n
 /* The state directory (weights.state_dir, else the first path of systemd's
  * $STATE_DIRECTORY) into buf, or NULL when there is none. */
 const char *config_state_dir(const struct mfmad_config *cfg, char *buf, size_t len);
+
+/* The reader threads limits.reader_threads asks for on a host of ncores
+ * cores: "auto" is none below 8 cores (the loop is not what bounds a
+ * small host), else a quarter of the cores, at most 4. */
+unsigned config_reader_threads(const struct mfmad_config *cfg, long ncores);
 
 /* Describes the settings that differ between a and b but cannot change
  * without a restart (socket, backends, threads) into buf; returns how many. */

@@ -17,6 +17,7 @@
 #include "frame.h"
 #include "log.h"
 #include "mfma_clock.h"
+#include "readers.h"
 #include "tls.h"
 
 struct conn {
@@ -35,7 +36,9 @@ struct conn {
 	bool paused;      /* not read: over its share of unsent answers */
 	bool starved;     /* not read: its next read buffer is over a memory cap */
 	bool reading;
-	bool suspended;   /* a frame is being decoded off the loop */
+	bool suspended;   /* a frame is being decoded off the loop, or read there */
+	bool in_reader;   /* a reader thread owns the socket's reading and rd */
+	bool gave_back;   /* the frame being read came back from its reader: the loop ends it */
 	bool broken;      /* an oversized frame or a refused peer: never read again */
 	bool need_token;  /* the first frame must carry the listener's token */
 	bool tls_fed;     /* TLS: the first bytes have been looked at */
@@ -68,6 +71,10 @@ struct conn {
 	bool wclosed;
 	uint8_t *rest;
 	size_t rest_off, rest_len;
+	/* The frame a reader thread reads (readers.h), and what its decode
+	 * made of it. */
+	struct reader_job job;
+	void *decoded;
 };
 
 struct write_req {
@@ -332,10 +339,41 @@ void conn_close(struct conn *c)
 	 * regions) is let go now, while the device workers still run. */
 	if (c->ev->on_close)
 		c->ev->on_close(c);
-	uv_close(&c->h.handle, on_closed);
+	/* A reader still reads from the socket: the handle, and with it the
+	 * descriptor, closes once the reader is done (reader_done), which it
+	 * is told to be soon. */
+	if (c->in_reader)
+		readers_cancel(&c->job);
+	else
+		uv_close(&c->h.handle, on_closed);
 }
 
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
+
+/* Whether a large frame on c may go to a reader thread now: a plaintext
+ * connection past its token, the frame not one a reader gave back, no
+ * descriptor waiting (it came with the frame's first bytes, and a frame
+ * that carries one is claimed on the loop), and with
+ * limits.reader_when_busy, other work going on (another connection's
+ * requests in flight, or a frame with a reader).  A lone request keeps
+ * the loop's path, which has no hand-off to wait for. */
+static bool readers_usable(const struct conn *c)
+{
+	const struct daemon *d = c->d;
+	if (!d->readers || !c->ev->decode_frame || c->tls || c->fd < 0 || c->need_token ||
+	    c->gave_back || c->nfds > 0)
+		return false;
+	return !d->cfg.reader_when_busy || d->inflight > c->inflight ||
+	       readers_pending(d->readers) > 0;
+}
+
+/* Whether the next frame, not yet begun, is likely to go to a reader: the
+ * last one was large enough, and the readers may have it. */
+static bool readers_take_next(const struct conn *c)
+{
+	return c->last_frame >= FRAME_HEADER_SIZE + c->d->cfg.reader_min_bytes &&
+	       readers_usable(c);
+}
 
 /* Room in the read buffer for the next bytes, where the memory caps allow
  * it: 0, -ENOBUFS (the connection is then starved: the timer reads on once
@@ -381,6 +419,12 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 		return;
 	buf->base = (char *)p;
 	buf->len = avail > UINT32_MAX ? UINT32_MAX : avail;
+	/* A client that sends large frames, while readers take them: the loop
+	 * reads no more than the next header, and a reader all the rest, so
+	 * the copy of the body out of the socket is off the loop too. */
+	size_t have = frame_reader_pending(&c->rd);
+	if (have < FRAME_HEADER_SIZE && readers_take_next(c))
+		buf->len = FRAME_HEADER_SIZE - have;
 }
 
 /* TLS: received bytes the session holds beyond this stop the reading
@@ -413,6 +457,7 @@ static void update_reading(struct conn *c)
 
 static void process_frames(struct conn *c);
 static void tls_pull(struct conn *c);
+static void reader_hand_off(struct conn *c);
 
 /* Reading resumes when what stopped it has gone: frames already buffered
  * are handed over first. */
@@ -675,6 +720,7 @@ static void process_frames(struct conn *c)
 			break;
 		}
 		took = true;
+		c->gave_back = false;
 		c->last_frame = FRAME_HEADER_SIZE + len;
 		c->active_ns = mfma_clock_ns();
 		if (c->need_token) {
@@ -699,8 +745,138 @@ static void process_frames(struct conn *c)
 	} else if (took || !c->frame_ns) {
 		c->frame_ns = mfma_clock_ns();
 	}
+	reader_hand_off(c);
 	update_reading(c);
 	conn_unref(c);
+}
+
+/* ---- large frames read off the loop (readers.h).  While a reader holds
+ * the connection's frame, the loop reads nothing from it and leaves rd
+ * alone (suspended); the reader reads into rd's buffer, and decodes the
+ * frame there once it is whole (reader_run); the loop takes it back in
+ * reader_done. ---- */
+
+/* Reader thread: the job's bytes are in, and end the frame. */
+static void reader_run(struct reader_job *j)
+{
+	struct conn *c = (struct conn *)((char *)j - offsetof(struct conn, job));
+	const uint8_t *payload;
+	size_t len;
+	frame_reader_commit(&c->rd, j->got);
+	c->decoded = NULL;
+	/* Whole by construction: the job read what the frame lacked. */
+	if (frame_reader_next(&c->rd, &payload, &len) != 1)
+		return;
+	c->last_frame = FRAME_HEADER_SIZE + len;
+	size_t cap = c->rd.cap;
+	uint8_t *base = frame_reader_take(&c->rd);
+	if (base)
+		c->decoded = c->ev->decode_frame(payload, len, base, cap);
+}
+
+/* Why a reader gave a frame back, on the loop: the client stalled (the
+ * loop reads the rest), went away, or sent a descriptor with it. */
+static void reader_failed(struct conn *c, int status)
+{
+	const struct reader_job *j = &c->job;
+	size_t want = FRAME_HEADER_SIZE + frame_header_get(c->rd.buf + c->rd.start);
+	switch (status) {
+	case -EAGAIN:
+		log_debug("connection %" PRIu64 ": its %zu-byte frame lacked bytes for %d ms on a "
+			  "reader thread; the loop reads the rest (%zu bytes in)",
+			  c->cid, want, READERS_WAIT_MS, frame_reader_pending(&c->rd));
+		c->gave_back = true;
+		c->frame_ns = mfma_clock_ns();
+		break;
+	case -EPIPE:
+		log_info("connection %" PRIu64 " closed: the client went away %zu bytes into a "
+			 "%zu-byte frame", c->cid, frame_reader_pending(&c->rd), want);
+		conn_close(c);
+		break;
+	case -EPROTO:
+		fd_violation(c, "a file descriptor came with the body of a large frame");
+		break;
+	case -ECANCELED:
+		conn_close(c); /* the daemon is stopping */
+		break;
+	default:
+		log_debug("connection %" PRIu64 ": reading a %zu-byte frame: %s (%zu of %zu bytes "
+			  "read off the loop)", c->cid, want, strerror(-status), j->got, j->need);
+		conn_close(c);
+		break;
+	}
+}
+
+/* Loop: the reader is done with the connection's frame. */
+static void reader_done(struct reader_job *j)
+{
+	struct conn *c = (struct conn *)((char *)j - offsetof(struct conn, job));
+	struct daemon *d = c->d;
+	bool was_closed = c->closed;
+	c->in_reader = false;
+	c->suspended = false;
+	if (!c->need_token)
+		c->rd.max_frame = d->cfg.max_frame_bytes; /* a reload may have changed it */
+	if (j->status == 0) {
+		STATS_ADD(d->stats.reader_frames, 1);
+		c->active_ns = mfma_clock_ns();
+		c->frame_ns = 0;
+		c->gave_back = false;
+		void *decoded = c->decoded;
+		c->decoded = NULL;
+		if (decoded) {
+			c->ev->on_decoded(c, decoded);
+		} else if (!was_closed) {
+			log_warn("connection %" PRIu64 ": out of memory decoding a frame; closing",
+				 c->cid);
+			conn_close(c);
+		}
+		/* The buffer is the request's now: on_decoded counted it where
+		 * it keeps it. */
+		count_reader(c);
+	} else {
+		frame_reader_commit(&c->rd, j->got);
+		if (!was_closed)
+			reader_failed(c, j->status);
+	}
+	if (was_closed)
+		uv_close(&c->h.handle, on_closed);
+	else
+		resume(c);
+	conn_unref(c);
+}
+
+/* Hands the rest of the frame being read to a reader thread, when it is
+ * large enough and the readers may have it: the read buffer is made
+ * ready for all of it (within the memory caps, as a read on the loop
+ * would), and the connection reads nothing more until reader_done. */
+static void reader_hand_off(struct conn *c)
+{
+	struct daemon *d = c->d;
+	size_t have = frame_reader_pending(&c->rd);
+	if (c->closed || c->suspended || c->paused || c->broken || c->starved ||
+	    have < FRAME_HEADER_SIZE || !readers_usable(c))
+		return;
+	size_t flen = frame_header_get(c->rd.buf + c->rd.start);
+	if (flen < d->cfg.reader_min_bytes || flen > c->rd.max_frame ||
+	    have >= FRAME_HEADER_SIZE + flen)
+		return;
+	size_t need = FRAME_HEADER_SIZE + flen - have;
+	size_t ncap = frame_reader_capacity_for(&c->rd, need);
+	if (ncap > c->rd.cap && !may_buffer(d, ncap - c->rd.cap))
+		return; /* the loop reads it, and waits for the memory as it must */
+	uint8_t *p;
+	size_t avail;
+	if (frame_reader_space(&c->rd, need, &p, &avail) < 0)
+		return;
+	count_reader(c);
+	c->job = (struct reader_job){ .fd = c->fd, .unix_fds = c->ipc, .dst = p, .need = need,
+				      .run = reader_run, .done = reader_done };
+	c->suspended = true;
+	c->in_reader = true;
+	update_reading(c);
+	conn_ref(c);
+	readers_submit(d->readers, &c->job);
 }
 
 /* ---- TLS (listen.tls_cert): the session between the socket and the
@@ -1136,7 +1312,9 @@ void conn_check_drained(struct daemon *d)
 
 void conn_set_frame_limit(struct daemon *d, uint64_t bytes)
 {
+	/* A connection whose frame is with a reader takes it back in
+	 * reader_done. */
 	for (struct conn *c = d->conns; c; c = c->next)
-		if (!c->need_token)
+		if (!c->need_token && !c->in_reader)
 			c->rd.max_frame = bytes;
 }

@@ -6,7 +6,12 @@
  * A connection is reference counted: the socket holds one reference and
  * every request in flight one more (conn_hold), so a client that
  * vanishes with requests queued leaves nothing dangling; what is sent to
- * a closed connection is dropped. */
+ * a closed connection is dropped.
+ *
+ * A large frame on a plaintext connection may be read off the loop
+ * (limits.reader_threads): once its header is in, a reader thread reads
+ * the rest and decodes it (decode_frame) while the connection reads
+ * nothing else, and the loop routes it (on_decoded) before it reads on. */
 #ifndef MFMAD_CONN_H
 #define MFMAD_CONN_H
 
@@ -40,6 +45,15 @@ struct conn_events {
 	/* The connection is closing (once); requests in flight still hold
 	 * it.  May be NULL. */
 	void (*on_close)(struct conn *c);
+	/* A reader thread (readers.h), for a frame whose body it read: decodes
+	 * it as on_frame would, taking the buffer it lies in (base, cap
+	 * bytes), and returns what on_decoded gets; NULL when out of memory
+	 * (base freed).  NULL: frames are never read off the loop. */
+	void *(*decode_frame)(const uint8_t *payload, size_t len, uint8_t *base, size_t cap);
+	/* On the loop, in the frame's place among the connection's frames:
+	 * what decode_frame returned, to route (or to free, on a connection
+	 * that has closed meanwhile). */
+	void (*on_decoded)(struct conn *c, void *decoded);
 };
 
 /* What a listener asks of its peers (listen.c fills it in).  With a

@@ -15,7 +15,9 @@
  * Threads: the device workers touch only their queue (scheduler.c, under its
  * mutex), their device and the job they run; each device's post thread
  * only the jobs its worker handed it (for a GEMM: the answer's write, under
- * the connection's write lock, conn.c); everything else is the loop's. */
+ * the connection's write lock, conn.c); each reader thread only the job
+ * it was handed (a large frame's bytes, read into its connection's buffer
+ * and decoded there, readers.c); everything else is the loop's. */
 #ifndef MFMAD_DAEMON_H
 #define MFMAD_DAEMON_H
 
@@ -31,6 +33,7 @@ struct conn;
 struct declared;
 struct device;
 struct listeners;
+struct readers;
 struct sched;
 struct weight;
 
@@ -50,6 +53,7 @@ struct daemon {
 	struct choices *choices; /* choices.c: measured provider choices, NULL without a state dir */
 	struct listeners *listeners; /* listen.c */
 	struct conn *conns;      /* conn.c: every open connection */
+	struct readers *readers; /* readers.c: NULL when limits.reader_threads is 0 */
 	uint64_t next_conn_id;
 
 	/* Requests held (reply.c): queued or running work, a load, an unload

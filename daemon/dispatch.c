@@ -253,6 +253,39 @@ static bool decode_offload(struct conn *c, const uint8_t *payload, size_t len, u
 	return true;
 }
 
+/* ---- frames read by a reader thread (conn.c, readers.h) ---- */
+
+/* A frame decoded where it was read, as decode_run does on the
+ * threadpool. */
+struct read_frame {
+	struct request_msg m;
+	uint64_t arrival, decoded;
+	char bad[160];
+};
+
+static void *decode_frame(const uint8_t *payload, size_t len, uint8_t *base, size_t cap)
+{
+	struct read_frame *f = malloc(sizeof(*f));
+	if (!f) {
+		free(base);
+		return NULL;
+	}
+	f->arrival = mfma_clock_ns();
+	decode(&f->m, payload, len, base, cap, f->bad, sizeof(f->bad));
+	f->decoded = mfma_clock_ns();
+	return f;
+}
+
+static void on_decoded(struct conn *c, void *decoded)
+{
+	struct read_frame *f = decoded;
+	if (conn_is_closed(c))
+		request_msg_free(&f->m);
+	else
+		route(c, &f->m, f->arrival, f->decoded - f->arrival, f->bad);
+	free(f);
+}
+
 /* ---- the connection's callbacks ---- */
 
 static void on_frame(struct conn *c, const uint8_t *payload, size_t len)
@@ -318,4 +351,6 @@ const struct conn_events dispatch_events = {
 	.on_oversize = on_oversize,
 	.on_denied = on_denied,
 	.on_close = on_close,
+	.decode_frame = decode_frame,
+	.on_decoded = on_decoded,
 };

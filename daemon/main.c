@@ -26,6 +26,7 @@
 #include "mfma_dtype.h"
 #include "mfmad_build.h"
 #include "notify.h"
+#include "readers.h"
 #include "scheduler.h"
 #include "weights.h"
 
@@ -171,6 +172,12 @@ static void print_config(const struct mfmad_config *c, const char *src)
 	else if (endpoint_default_path(sock, sizeof(sock)) < 0)
 		snprintf(sock, sizeof(sock), "(too long)");
 	static const char *const en[] = { "false", "true", "\"auto\"" };
+	long ncores = sysconf(_SC_NPROCESSORS_ONLN);
+	char readers_s[16];
+	if (c->reader_threads < 0)
+		snprintf(readers_s, sizeof(readers_s), "\"auto\"");
+	else
+		snprintf(readers_s, sizeof(readers_s), "%d", c->reader_threads);
 	printf("# effective configuration (%s)\n", src);
 	printf("log_level = \"%s\";\n", log_level_name((enum log_level)c->log_level));
 	printf("shutdown_grace_ms = %" PRIu64 ";\n", c->shutdown_grace_ms);
@@ -190,7 +197,8 @@ static void print_config(const struct mfmad_config *c, const char *src)
 	       "max_unsent_mb = %" PRIu64 "; max_memory_mb = %" PRIu64 "; read_timeout_ms = %" PRIu64
 	       "; idle_timeout_ms = %" PRIu64 "; write_timeout_ms = %" PRIu64 ";\n"
 	       "           max_regions_per_conn = %u; max_region_mb_per_conn = %" PRIu64
-	       "; max_pinned_mb = %" PRIu64 "; send_buffer_kb = %" PRIu64 "; };\n",
+	       "; max_pinned_mb = %" PRIu64 "; send_buffer_kb = %" PRIu64 ";\n"
+	       "           reader_threads = %s; reader_min_kb = %" PRIu64 "; reader_when_busy = %s; };\n",
 	       c->max_frame_bytes >> 20, c->max_inflight_per_conn, c->max_inflight,
 	       c->max_inflight_bytes >> 20, c->max_connections, c->max_dim, c->default_priority,
 	       c->default_timeout_ms, c->priority_aging_ms, c->worker_poll_us, c->loop_poll_us,
@@ -198,7 +206,10 @@ static void print_config(const struct mfmad_config *c, const char *src)
 	       c->max_unsent_bytes >> 20, c->max_memory_bytes >> 20, c->read_timeout_ms,
 	       c->idle_timeout_ms, c->write_timeout_ms, c->max_regions_per_conn,
 	       c->max_region_bytes_per_conn >> 20, c->max_pinned_bytes >> 20,
-	       c->send_buffer_bytes >> 10);
+	       c->send_buffer_bytes >> 10, readers_s, c->reader_min_bytes >> 10,
+	       c->reader_when_busy ? "true" : "false");
+	printf("# limits.reader_threads: %u reader thread(s) on this host (%ld cores)\n",
+	       config_reader_threads(c, ncores), ncores);
 	printf("weights = { budget_mb = %" PRIu64 "; persist = %s; state_dir = \"%s\"; };\n",
 	       c->weight_budget_bytes >> 20, c->weights_persist ? "true" : "false",
 	       c->weights_state_dir);
@@ -327,6 +338,9 @@ static void reload(struct daemon *d)
 	c->priority_aging_ms = nc.priority_aging_ms;
 	c->worker_poll_us = nc.worker_poll_us;
 	c->loop_poll_us = nc.loop_poll_us;
+	/* Read at each large frame's header; the pool's size takes a restart. */
+	c->reader_min_bytes = nc.reader_min_bytes;
+	c->reader_when_busy = nc.reader_when_busy;
 	c->batch_enabled = nc.batch_enabled;
 	c->batch_max_columns = nc.batch_max_columns;
 	c->batch_max_queue_delay_us = nc.batch_max_queue_delay_us;
@@ -530,6 +544,18 @@ int main(int argc, char **argv)
 	if (rc == 0 && (rc = loop_poll_init(&LP, d->loop)) < 0)
 		snprintf(err, sizeof(err), "cannot start the loop's poll handles: %s",
 			 uv_strerror(rc));
+	if (rc == 0) {
+		long ncores = sysconf(_SC_NPROCESSORS_ONLN);
+		unsigned nr = config_reader_threads(&d->cfg, ncores);
+		rc = readers_start(d->loop, nr, &d->readers);
+		if (rc < 0)
+			snprintf(err, sizeof(err), "cannot start %u reader thread(s): %s", nr,
+				 strerror(-rc));
+		else if (nr)
+			log_info("%u reader thread(s) for frames of %" PRIu64
+				 " KiB and more (limits.reader_threads)", nr,
+				 d->cfg.reader_min_bytes >> 10);
+	}
 	if (rc == 0)
 		rc = devices_probe(d, err, sizeof(err));
 	/* The devices find the measured choices when they open. */
@@ -585,6 +611,9 @@ int main(int argc, char **argv)
 	d->metrics = NULL;
 	notify_close(&N);
 	listen_close(d);
+	/* Before the connections close: a frame a reader holds goes back to
+	 * its connection first. */
+	readers_stop(d->readers);
 	conn_close_all(d);
 	weights_destroy(d);
 	sched_stop(d);
@@ -594,6 +623,8 @@ int main(int argc, char **argv)
 	choices_free(d);
 	declare_free(d);
 	sched_free(d);
+	readers_free(d->readers);
+	d->readers = NULL;
 	devices_free(d);
 	listen_free(d);
 	uv_loop_close(d->loop);

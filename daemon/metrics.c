@@ -314,6 +314,10 @@ int metrics_render_at(const struct mfmad_stats *s, uint64_t now_ns, char **out, 
 			    "offset: a client that does not send Request.pad).",
 			    "placement", "in_place", STATS_GET(s->matrices_in_place), "copied",
 			    STATS_GET(s->matrices_copied));
+	render_counter(&b, "mfmad_reader_frames_total",
+		       "Frames whose body a reader thread read from the socket and decoded, off "
+		       "the loop (limits.reader_threads, reader_min_kb, reader_when_busy).",
+		       STATS_GET(s->reader_frames));
 
 	render_gauge(&b, "mfmad_connections_open", "Client connections open now.",
 		     STATS_GET(s->connections_open));

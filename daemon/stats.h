@@ -85,6 +85,8 @@ struct mfmad_stats {
 	 * in the frame the daemon read, or copied out by the decode (one not
 	 * at an aligned offset: a client without Request.pad). */
 	_Atomic uint64_t matrices_in_place, matrices_copied;
+	/* Frames whose body a reader thread read and decoded (readers.h). */
+	_Atomic uint64_t reader_frames;
 	_Atomic uint64_t latency_bucket[STATS_LATENCY_BUCKETS + 1];
 	_Atomic uint64_t latency_sum_ns, latency_count;
 	_Atomic uint64_t connections_open, connections_total;

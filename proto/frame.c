@@ -118,6 +118,14 @@ int frame_reader_next(struct frame_reader *r, const uint8_t **payload, size_t *l
 uint8_t *frame_reader_take(struct frame_reader *r)
 {
 	size_t rest = r->len - r->start;
+	if (rest == 0) {
+		/* Nothing to keep: the reader starts empty, and a caller that
+		 * takes the buffer off the loop need not allocate. */
+		uint8_t *old = r->buf;
+		r->buf = NULL;
+		r->cap = r->len = r->start = 0;
+		return old;
+	}
 	size_t ncap = rest > 4096 ? rest : 4096;
 	uint8_t *nb = malloc(ncap);
 	if (!nb)

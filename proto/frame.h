@@ -62,8 +62,9 @@ int frame_reader_next(struct frame_reader *r, const uint8_t **payload, size_t *l
 
 /* Hands the reader's whole buffer to the caller (who frees it), so a
  * frame just returned by frame_reader_next() stays valid after the reader
- * moves on; bytes not yet returned are copied to a fresh buffer.  NULL
- * (reader unchanged) when that copy cannot be allocated. */
+ * moves on; bytes not yet returned are copied to a fresh buffer (with none,
+ * the reader is left empty, allocating nothing).  NULL (reader unchanged)
+ * when that copy cannot be allocated. */
 uint8_t *frame_reader_take(struct frame_reader *r);
 
 /* frame_reader_take for a caller that keeps the frame frame_reader_next

@@ -6,7 +6,8 @@
 # brings them back); a short summary goes to stdout.
 #
 # usage: bench/nvidia/device_round.sh [test] [sanitize|memcheck|racecheck] [bench] [sweep]
-#        [ncu] [e2e] [abserving] [spin] [latency] [multi] [choice] [served] [graphsab] [trialab] [batching] [serving] [wgmma] [wgncu]
+#        [ncu] [e2e] [abserving] [spin] [readers] [latency] [multi] [choice] [served] [graphsab] [trialab]
+#        [batching] [serving] [wgmma] [wgncu]
 #        [wgdecode] [wgdsan] [wgdncu] [wgdense] [wgdensesan] [wgdensencu]
 #        (no argument: test sanitize bench e2e)
 set -u
@@ -156,6 +157,23 @@ spin)
 		> "$OUT/spin.log" 2>&1
 	echo "=== spin: rc=$?"
 	tail -12 "$OUT/spin.log"
+	;;
+readers)
+	# Reader threads (bench/readers_bench.sh): limits.reader_threads 0 and
+	# 4 alternating, two rounds, each on a daemon of its own with a
+	# resident 8192x8192 2:4 f16 weight on device 0: the batched loads
+	# N=8 x 64 in flight (128 KiB of B a request) and N=1 x 256, over the
+	# socket; the loop thread's and the readers' CPU share per run.
+	B=/tmp/mfma-readersbuild
+	rm -rf "$B" && mkdir -p "$B/daemon" "$B/client/ctl"
+	ln -s "$P/bin/mfmad" "$B/daemon/mfmad"
+	ln -s "$P/bin/mfmactl" "$B/client/ctl/mfmactl"
+	BUILD=$B TAG=SERVE MFMAD_ARGS="--backends cuda" M=8192 K=8192 DTYPE=f16 SPARSE=1 DEVICE=0 \
+		SETTINGS="${READER_SETTINGS:-0 4}" LOADS="${READER_LOADS:-8:64:8000 1:256:40000}" \
+		WARMUP=${WARMUP:-32} timeout "${E2E_S:-480}" bash bench/readers_bench.sh "${READER_ROUNDS:-2}" \
+		> "$OUT/readers.log" 2>&1
+	echo "=== readers: rc=$?"
+	grep -E "^SERVE" "$OUT/readers.log" | cut -c1-300 | tail -20
 	;;
 latency)
 	timeout "${E2E_S:-300}" bash bench/nvidia/e2e.sh "$P" "$OUT" latency > "$OUT/e2e_latency.log" 2>&1

@@ -271,6 +271,72 @@ static void test_loop_poll(void **state)
 	assert_int_equal(c.worker_poll_us, 100);
 }
 
+/* limits.reader_threads: "auto" by default (none below 8 cores, else a
+ * quarter of them, at most 4), a number 0 to 64 taken as it is, other
+ * values refused by name; restart-only.  reader_min_kb and
+ * reader_when_busy: bounds and types, live on SIGHUP. */
+static void test_readers(void **state)
+{
+	(void)state;
+	struct mfmad_config c, d;
+	char err[512], buf[256];
+	config_defaults(&c);
+	assert_int_equal(c.reader_threads, -1);
+	assert_int_equal(c.reader_min_bytes, 64 << 10);
+	assert_true(c.reader_when_busy);
+	assert_int_equal(config_reader_threads(&c, 2), 0);
+	assert_int_equal(config_reader_threads(&c, 7), 0);
+	assert_int_equal(config_reader_threads(&c, 8), 2);
+	assert_int_equal(config_reader_threads(&c, 12), 3);
+	assert_int_equal(config_reader_threads(&c, 16), 4);
+	assert_int_equal(config_reader_threads(&c, 192), 4);
+	assert_int_equal(parse(&c, "limits = { reader_threads = \"auto\"; };\n", err, sizeof(err)), 0);
+	assert_int_equal(c.reader_threads, -1);
+	assert_int_equal(parse(&c, "limits = { reader_threads = 0; };\n", err, sizeof(err)), 0);
+	assert_int_equal(config_reader_threads(&c, 64), 0);
+	assert_int_equal(parse(&c, "limits = { reader_threads = 2; reader_min_kb = 1; "
+				   "reader_when_busy = false; };\n", err, sizeof(err)), 0);
+	assert_int_equal(config_reader_threads(&c, 2), 2);
+	assert_int_equal(c.reader_min_bytes, 1024);
+	assert_false(c.reader_when_busy);
+	assert_int_equal(parse(&c, "limits = { reader_threads = 64; reader_min_kb = 1048576; };\n",
+			       err, sizeof(err)), 0);
+	assert_int_equal(config_reader_threads(&c, 2), 64);
+	assert_int_equal(c.reader_min_bytes, 1ull << 30);
+	static const char *const bad[] = {
+		"limits = { reader_threads = 65; };\n",
+		"limits = { reader_threads = -1; };\n",
+		"limits = { reader_threads = \"many\"; };\n",
+		"limits = { reader_threads = true; };\n",
+		"limits = { reader_min_kb = 0; };\n",
+		"limits = { reader_min_kb = 1048577; };\n",
+		"limits = { reader_min_kb = \"64\"; };\n",
+		"limits = { reader_when_busy = 1; };\n",
+	};
+	static const char *const key[] = { "reader_threads", "reader_threads", "reader_threads",
+					   "reader_threads", "reader_min_kb", "reader_min_kb",
+					   "reader_min_kb", "reader_when_busy" };
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		err[0] = '\0';
+		assert_true(parse(&c, bad[i], err, sizeof(err)) < 0);
+		if (!strstr(err, key[i]))
+			fail_msg("%s: the error does not name %s: %s", bad[i], key[i], err);
+		assert_non_null(strstr(err, "limits."));
+	}
+	assert_non_null(strstr(err, "reader_when_busy"));
+	parse(&c, "limits = { reader_threads = \"many\"; };\n", err, sizeof(err));
+	assert_non_null(strstr(err, "\"many\""));
+	/* The pool's size takes a restart; the other two do not. */
+	config_defaults(&c);
+	d = c;
+	d.reader_min_bytes = 4096;
+	d.reader_when_busy = false;
+	assert_int_equal(config_restart_only_changes(&c, &d, buf, sizeof(buf)), 0);
+	d.reader_threads = 4;
+	assert_int_equal(config_restart_only_changes(&c, &d, buf, sizeof(buf)), 1);
+	assert_non_null(strstr(buf, "limits.reader_threads"));
+}
+
 /* cuda.providers / hip.providers: names checked against the family's
  * list, the refusal listing the known ones; a pin that is also excluded is
  * refused; a change takes a restart. */
@@ -393,6 +459,7 @@ int main(void)
 		cmocka_unit_test(test_send_buffer),
 		cmocka_unit_test(test_cuda_warmup),
 		cmocka_unit_test(test_loop_poll),
+		cmocka_unit_test(test_readers),
 		cmocka_unit_test(test_providers),
 		cmocka_unit_test(test_state_dir),
 	};
