@@ -271,8 +271,8 @@ static void test_loop_poll(void **state)
 	assert_int_equal(c.worker_poll_us, 100);
 }
 
-/* limits.reader_threads: "auto" by default (none below 8 cores, else a
- * quarter of them, at most 4), a number 0 to 64 taken as it is, other
+/* limits.reader_threads: 0 by default; "auto" is none below 8 cores, else
+ * a quarter of them, at most 4; a number 0 to 64 is taken as it is, other
  * values refused by name; restart-only.  reader_min_kb and
  * reader_when_busy: bounds and types, live on SIGHUP. */
 static void test_readers(void **state)
@@ -281,9 +281,11 @@ static void test_readers(void **state)
 	struct mfmad_config c, d;
 	char err[512], buf[256];
 	config_defaults(&c);
-	assert_int_equal(c.reader_threads, -1);
+	assert_int_equal(c.reader_threads, 0);
+	assert_int_equal(config_reader_threads(&c, 16), 0);
 	assert_int_equal(c.reader_min_bytes, 64 << 10);
 	assert_true(c.reader_when_busy);
+	assert_int_equal(parse(&c, "limits = { reader_threads = \"auto\"; };\n", err, sizeof(err)), 0);
 	assert_int_equal(config_reader_threads(&c, 2), 0);
 	assert_int_equal(config_reader_threads(&c, 7), 0);
 	assert_int_equal(config_reader_threads(&c, 8), 2);
