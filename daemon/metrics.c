@@ -308,6 +308,12 @@ int metrics_render_at(const struct mfmad_stats *s, uint64_t now_ns, char **out, 
 			    "offset: a client that does not send Request.pad).",
 			    "placement", "in_place", STATS_GET(s->matrices_in_place), "copied",
 			    STATS_GET(s->matrices_copied));
+	render_counter_pair(&b, "mfmad_gemm_answer_frames_total",
+			    "GEMM answer frames that carry D, by where they were laid out: pinned "
+			    "(a device's arena of answer frames, cuda.pinned_answers_mb: the device "
+			    "copied D into the frame) or heap (D staged and copied by the host).",
+			    "memory", "pinned", STATS_GET(s->answer_frames[STATS_FRAME_PINNED]), "heap",
+			    STATS_GET(s->answer_frames[STATS_FRAME_HEAP]));
 
 	render_gauge(&b, "mfmad_connections_open", "Client connections open now.",
 		     STATS_GET(s->connections_open));
