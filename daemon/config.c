@@ -49,6 +49,7 @@ void config_defaults(struct mfmad_config *c)
 	c->cuda_providers.prefer = -1;
 	c->cuda_warmup = true;
 	c->cuda_graphs = true;
+	c->cuda_pinned_answer_bytes = 64ull << 20;
 	c->shutdown_grace_ms = 10000;
 	snprintf(c->metrics_address, sizeof(c->metrics_address), "127.0.0.1");
 	c->metrics_port = 9464;
@@ -264,6 +265,8 @@ KEY(hip_enabled, { set_enable(p, s, &c->hip); })
 KEY(cuda_enabled, { set_enable(p, s, &c->cuda); })
 KEY(cuda_warmup, { set_bool(p, s, &c->cuda_warmup); })
 KEY(cuda_graphs, { set_bool(p, s, &c->cuda_graphs); })
+/* At most the arena's own bound (frame_arena.h), 4096 MiB. */
+KEY(cuda_pinned_answers_mb, { set_u64(p, s, 0, 4096, 1ull << 20, &c->cuda_pinned_answer_bytes); })
 /* family.providers = { exclude = ["name", ...]; prefer = "name"; }: every
  * name one of the family's providers (providers.h), the pinned one not
  * excluded too. */
@@ -496,7 +499,7 @@ static const struct key hip_keys[] = {
 static const struct key cuda_keys[] = {
 	{ "enabled", k_cuda_enabled, NULL }, { "providers", k_cuda_providers, NULL },
 	{ "warmup", k_cuda_warmup, NULL }, { "graphs", k_cuda_graphs, NULL },
-	{ NULL, NULL, NULL },
+	{ "pinned_answers_mb", k_cuda_pinned_answers_mb, NULL }, { NULL, NULL, NULL },
 };
 static const struct key metrics_keys[] = {
 	{ "enabled", k_metrics_enabled, NULL }, { "address", k_metrics_address, NULL },
@@ -642,6 +645,8 @@ int config_restart_only_changes(const struct mfmad_config *a, const struct mfmad
 	     "cuda.providers");
 	/* Told to the devices when they open. */
 	DIFF(a->cuda_graphs != b->cuda_graphs, "cuda.graphs");
+	/* Each device maps and registers its arena when it opens. */
+	DIFF(a->cuda_pinned_answer_bytes != b->cuda_pinned_answer_bytes, "cuda.pinned_answers_mb");
 	DIFF(a->metrics_enabled != b->metrics_enabled ||
 		     strcmp(a->metrics_address, b->metrics_address) != 0 ||
 		     a->metrics_port != b->metrics_port || a->metrics_allow_remote != b->metrics_allow_remote,

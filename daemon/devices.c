@@ -67,6 +67,7 @@ static void backend_config_of(const struct daemon *d, struct backend_config *bc)
 				       .cpu_devices = d->cfg.cpu_devices,
 				       .cuda_providers = d->cfg.cuda_providers,
 				       .cuda_graphs = d->cfg.cuda_graphs,
+				       .cuda_pinned_answer_bytes = d->cfg.cuda_pinned_answer_bytes,
 				       .hip_providers = d->cfg.hip_providers,
 				       .choices = choices_hook(d) };
 }

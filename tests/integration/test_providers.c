@@ -82,7 +82,7 @@ static void test_unknown_name_refused_at_start(void **state)
 
 static const char good[] =
 	"cuda = { providers = { exclude = [\"cusparselt\", \"cublaslt\"]; prefer = \"wgmma\"; };\n"
-	"         graphs = false; };\n"
+	"         graphs = false; pinned_answers_mb = 16; };\n"
 	"hip = { providers = { prefer = \"ours\"; }; };\n";
 
 static int ctl(const struct mfmad_proc *p, char *out, size_t len, const char *a, const char *b)
@@ -107,7 +107,7 @@ static void test_valid_policy_status_and_reload(void **state)
 	unlink(path);
 	assert_non_null(strstr(out, "cuda = { enabled = \"auto\"; providers = { exclude = "
 				    "[\"cublaslt\", \"cusparselt\"]; prefer = \"wgmma\"; }; "
-				    "warmup = true; graphs = false; };"));
+				    "warmup = true; graphs = false; pinned_answers_mb = 16; };"));
 	assert_non_null(strstr(out, "hip = { enabled = \"auto\"; providers = { exclude = []; "
 				    "prefer = \"ours\"; }; };"));
 
@@ -128,9 +128,11 @@ static void test_valid_policy_status_and_reload(void **state)
 		   "hip = { providers = { prefer = \"ours\"; }; };\n");
 	fclose(f);
 	kill(d.pid, SIGHUP);
-	/* So does cuda.graphs (false above, the default true now): it is
+	/* So do cuda.graphs (false above, the default true now) and
+	 * cuda.pinned_answers_mb (16 above, the default 64 now): they are
 	 * told to the devices when they open. */
-	assert_true(log_says(&d, "reload: cuda.providers, cuda.graphs changed; that needs a restart"));
+	assert_true(log_says(&d, "reload: cuda.providers, cuda.graphs, cuda.pinned_answers_mb changed; "
+				 "that needs a restart"));
 	assert_int_equal(harness_stop(&d), 0);
 }
 
