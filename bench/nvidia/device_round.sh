@@ -6,7 +6,7 @@
 # brings them back); a short summary goes to stdout.
 #
 # usage: bench/nvidia/device_round.sh [test] [sanitize|memcheck|racecheck] [bench] [sweep]
-#        [ncu] [e2e] [abserving] [spin] [latency] [multi] [choice] [served] [batching] [serving] [wgmma] [wgncu]
+#        [ncu] [e2e] [answers] [abserving] [spin] [latency] [multi] [choice] [served] [batching] [serving] [wgmma] [wgncu]
 #        [wgdecode] [wgdsan] [wgdncu] [wgdense] [wgdensesan] [wgdensencu]
 #        (no argument: test sanitize bench e2e)
 set -u
@@ -91,6 +91,18 @@ e2e)
 	timeout "${E2E_S:-300}" bash bench/nvidia/e2e.sh "$P" "$OUT" > "$OUT/e2e.log" 2>&1
 	echo "=== e2e: rc=$?"
 	grep -E "^(E2E|CHECK|FAIL)" "$OUT/e2e.log" | tail -40
+	;;
+answers)
+	# Answer frames in the GPU's pinned arena against the heap, under
+	# the batched N=8 x 64 load (e2e.sh answers), alternating: 0, 64, 0, 64.
+	for r in 1 2; do
+		for mb in 0 64; do
+			E2E_PINNED_ANSWERS_MB=$mb timeout "${E2E_S:-300}" bash bench/nvidia/e2e.sh "$P" "$OUT" \
+				answers >> "$OUT/e2e_answers.log" 2>&1
+			echo "=== e2e answers round $r pinned_answers_mb=$mb: rc=$?"
+		done
+	done
+	grep -E "^(E2E answers|E2E metrics|FAIL)" "$OUT/e2e_answers.log" | sed 's/"histogram[^]]*]//g' | tail -12
 	;;
 sweep)
 	# Split-K sweeps of the decode shapes (our 2:4 kernel only).
