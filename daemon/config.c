@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "frame_arena.h"
 #include "log.h"
 #include "mfma.pb-c.h"
 #include "mfma_dtype.h"
@@ -265,8 +266,11 @@ KEY(hip_enabled, { set_enable(p, s, &c->hip); })
 KEY(cuda_enabled, { set_enable(p, s, &c->cuda); })
 KEY(cuda_warmup, { set_bool(p, s, &c->cuda_warmup); })
 KEY(cuda_graphs, { set_bool(p, s, &c->cuda_graphs); })
-/* At most the arena's own bound (frame_arena.h), 4096 MiB. */
-KEY(cuda_pinned_answers_mb, { set_u64(p, s, 0, 4096, 1ull << 20, &c->cuda_pinned_answer_bytes); })
+/* At most the arena's own bound (frame_arena.h: 4096 MiB). */
+KEY(cuda_pinned_answers_mb, {
+	set_u64(p, s, 0, (long long)(FRAME_ARENA_MAX_BYTES >> 20), 1ull << 20,
+		&c->cuda_pinned_answer_bytes);
+})
 /* family.providers = { exclude = ["name", ...]; prefer = "name"; }: every
  * name one of the family's providers (providers.h), the pinned one not
  * excluded too. */
