@@ -184,15 +184,16 @@ struct backend_ops {
 			     size_t errlen);
 	void (*host_unregister)(void *dev, void *handle);
 
-	/* Optional (NULL: answers are malloc'ed, as on the CPU and HIP).
-	 * Memory for a GEMM's answer frame of len bytes that the device
-	 * copies D into directly (host memory it registered, no staging
-	 * copy), with the byte at offset `at` (D's first) aligned for its
-	 * copies: frame_arena_alloc on the device's arena.  NULL when it has
-	 * none free now: the daemon then uses malloc, never waits.  The
-	 * frame is freed with frame_arena_free on any thread, after close()
-	 * too (answers still queued on sockets outlive the device), which is
-	 * why there is no frame_free here. */
+	/* Optional (NULL: answers are malloc'ed, as on HIP; the CPU's says
+	 * NULL unless a testing aid gives it an arena, cpu.c).  Memory for a
+	 * GEMM's answer frame of len bytes that the device copies D into
+	 * directly (host memory it registered, no staging copy), with the
+	 * byte at offset `at` (D's first) aligned for its copies:
+	 * frame_arena_alloc on the device's arena.  NULL when it has none
+	 * free now: the daemon then uses malloc, never waits.  The frame is
+	 * freed with frame_arena_free on any thread, after close() too
+	 * (answers still queued on sockets outlive the device), which is why
+	 * there is no frame_free here. */
 	void *(*frame_alloc)(void *dev, size_t len, size_t at);
 };
 
