@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "frame.h"
+#include "frame_arena.h"
 #include "wire_varint.h"
 
 /* Protobuf wire types. */
@@ -27,9 +28,10 @@ static size_t put_key(uint8_t *p, unsigned field, unsigned wt)
  * varints), device (index, two short strings), variant, status. */
 #define TAIL_ROOM 1024
 
-/* region 0: D's bytes in the frame; else a RegionRef in their place. */
+/* region 0: D's bytes in the frame; else a RegionRef in their place.  The
+ * frame from alloc when it has room, else the heap. */
 static int start(struct answer *a, uint64_t id, uint32_t m, uint32_t n, enum mfma_dtype dt,
-		 uint64_t region, uint64_t offset)
+		 uint64_t region, uint64_t offset, answer_alloc_fn alloc, void *arg)
 {
 	memset(a, 0, sizeof(*a));
 	size_t d_len = (size_t)m * n * mfma_dtype_size(dt);
@@ -75,22 +77,27 @@ static int start(struct answer *a, uint64_t id, uint32_t m, uint32_t n, enum mfm
 	h += mlen;
 	a->d_at = h;
 	a->cap = h + a->d_bytes + TAIL_ROOM;
-	a->frame = malloc(a->cap);
+	a->frame = alloc ? alloc(arg, a->cap, a->d_at) : NULL;
+	a->carved = a->frame != NULL;
+	if (!a->frame)
+		a->frame = malloc(a->cap);
 	if (!a->frame)
 		return -ENOMEM;
 	memcpy(a->frame, head, h);
 	return 0;
 }
 
-int answer_start(struct answer *a, uint64_t id, uint32_t m, uint32_t n, enum mfma_dtype dt)
+int answer_start(struct answer *a, uint64_t id, uint32_t m, uint32_t n, enum mfma_dtype dt,
+		 answer_alloc_fn alloc, void *arg)
 {
-	return start(a, id, m, n, dt, 0, 0);
+	return start(a, id, m, n, dt, 0, 0, alloc, arg);
 }
 
 int answer_start_region(struct answer *a, uint64_t id, uint32_t m, uint32_t n,
 			enum mfma_dtype dt, uint64_t region, uint64_t offset)
 {
-	return start(a, id, m, n, dt, region, offset);
+	/* No D in the frame: nothing for a device to copy into it. */
+	return start(a, id, m, n, dt, region, offset, NULL, NULL);
 }
 
 /* A submessage field: key, length, packed bytes. */
@@ -114,10 +121,16 @@ int answer_finish(struct answer *a, const Mfma__V1__Timing *t, const Mfma__V1__D
 		      protobuf_c_message_get_packed_size(&st.base);
 	size_t at = a->d_at + a->d_bytes;
 	if (at + need > a->cap) {
-		/* Longer strings than the room allows: grow (moves D, rarely). */
-		uint8_t *f = realloc(a->frame, at + need);
+		/* Longer strings than the room allows: grow (moves D, rarely),
+		 * onto the heap for a carved frame, which cannot grow in place. */
+		uint8_t *f = a->carved ? malloc(at + need) : realloc(a->frame, at + need);
 		if (!f)
 			return -ENOMEM;
+		if (a->carved) {
+			memcpy(f, a->frame, at);
+			frame_arena_free(a->frame);
+			a->carved = false;
+		}
 		a->frame = f;
 		a->cap = at + need;
 	}
@@ -147,6 +160,6 @@ uint8_t *answer_take(struct answer *a)
 
 void answer_free(struct answer *a)
 {
-	free(a->frame);
+	frame_arena_free(a->frame);
 	a->frame = NULL;
 }

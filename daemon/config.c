@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "frame_arena.h"
 #include "log.h"
 #include "mfma.pb-c.h"
 #include "mfma_dtype.h"
@@ -55,6 +56,7 @@ void config_defaults(struct mfmad_config *c)
 	c->cuda_warmup = true;
 	c->cuda_graphs = true;
 	c->cuda_served_trial = 16;
+	c->cuda_pinned_answer_bytes = 64ull << 20;
 	c->shutdown_grace_ms = 10000;
 	snprintf(c->metrics_address, sizeof(c->metrics_address), "127.0.0.1");
 	c->metrics_port = 9464;
@@ -290,6 +292,11 @@ KEY(cuda_warmup, { set_bool(p, s, &c->cuda_warmup); })
 KEY(cuda_graphs, { set_bool(p, s, &c->cuda_graphs); })
 /* The backend keeps at most 64 served times per candidate. */
 KEY(cuda_served_trial, { set_u32(p, s, 0, 64, &c->cuda_served_trial); })
+/* At most the arena's own bound (frame_arena.h: 4096 MiB). */
+KEY(cuda_pinned_answers_mb, {
+	set_u64(p, s, 0, (long long)(FRAME_ARENA_MAX_BYTES >> 20), 1ull << 20,
+		&c->cuda_pinned_answer_bytes);
+})
 /* family.providers = { exclude = ["name", ...]; prefer = "name"; }: every
  * name one of the family's providers (providers.h), the pinned one not
  * excluded too. */
@@ -525,7 +532,8 @@ static const struct key hip_keys[] = {
 static const struct key cuda_keys[] = {
 	{ "enabled", k_cuda_enabled, NULL }, { "providers", k_cuda_providers, NULL },
 	{ "warmup", k_cuda_warmup, NULL }, { "graphs", k_cuda_graphs, NULL },
-	{ "served_trial", k_cuda_served_trial, NULL }, { NULL, NULL, NULL },
+	{ "served_trial", k_cuda_served_trial, NULL },
+	{ "pinned_answers_mb", k_cuda_pinned_answers_mb, NULL }, { NULL, NULL, NULL },
 };
 static const struct key metrics_keys[] = {
 	{ "enabled", k_metrics_enabled, NULL }, { "address", k_metrics_address, NULL },
@@ -683,6 +691,8 @@ int config_restart_only_changes(const struct mfmad_config *a, const struct mfmad
 	/* Told to the devices when they open. */
 	DIFF(a->cuda_graphs != b->cuda_graphs, "cuda.graphs");
 	DIFF(a->cuda_served_trial != b->cuda_served_trial, "cuda.served_trial");
+	/* Each device maps and registers its arena when it opens. */
+	DIFF(a->cuda_pinned_answer_bytes != b->cuda_pinned_answer_bytes, "cuda.pinned_answers_mb");
 	DIFF(a->metrics_enabled != b->metrics_enabled ||
 		     strcmp(a->metrics_address, b->metrics_address) != 0 ||
 		     a->metrics_port != b->metrics_port || a->metrics_allow_remote != b->metrics_allow_remote,

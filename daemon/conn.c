@@ -15,6 +15,7 @@
 
 #include "endpoint.h"
 #include "frame.h"
+#include "frame_arena.h"
 #include "log.h"
 #include "mfma_clock.h"
 #include "readers.h"
@@ -199,7 +200,7 @@ void conn_unref(struct conn *c)
 	c->d->buffered_bytes -= c->rd_counted + c->taken + c->tls_counted;
 	tls_session_free(c->tls);
 	frame_reader_free(&c->rd);
-	free(c->rest);
+	frame_arena_free(c->rest);
 	pthread_mutex_destroy(&c->wmu);
 	free(c);
 }
@@ -485,7 +486,7 @@ static void on_write(uv_write_t *req, int status)
 	c->unsent -= w->cost;
 	d->unsent_bytes -= w->cost;
 	c->write_ns = mfma_clock_ns();
-	free(w->buf);
+	frame_arena_free(w->buf);
 	if (status < 0 && status != UV_ECANCELED)
 		log_debug("connection %" PRIu64 ": write failed: %s", c->cid, uv_strerror(status));
 	if (w->close_after || status < 0)
@@ -517,7 +518,7 @@ static void queue_write(struct conn *c, uint8_t *buf, size_t len, bool close_aft
 	if (buf && ok)
 		ok = queue_locked(c, buf, 0, len, close_after);
 	else
-		free(buf);
+		frame_arena_free(buf);
 	pthread_mutex_unlock(&c->wmu);
 	if (!ok)
 		conn_close(c);
@@ -548,7 +549,7 @@ static bool send_locked(struct conn *c, uint8_t *frame, size_t len)
 		return false;
 	ssize_t n = send(c->fd, frame, len, MSG_DONTWAIT | MSG_NOSIGNAL);
 	if (n == (ssize_t)len) {
-		free(frame);
+		frame_arena_free(frame);
 		return true;
 	}
 	if (n > 0) {
@@ -598,7 +599,7 @@ static bool queue_locked(struct conn *c, uint8_t *buf, size_t off, size_t len, b
 {
 	struct write_req *w = calloc(1, sizeof(*w));
 	if (!w) {
-		free(buf);
+		frame_arena_free(buf);
 		log_err("connection %" PRIu64 ": out of memory sending a response; closing", c->cid);
 		return false;
 	}
@@ -606,12 +607,13 @@ static bool queue_locked(struct conn *c, uint8_t *buf, size_t off, size_t len, b
 	w->buf = buf;
 	w->len = len;
 	/* The real cost of a queued answer: a ping's 10-byte frame holds
-	 * some 300 bytes with its request and the allocator's headers. */
-	w->cost = malloc_usable_size(buf) + malloc_usable_size(w) + 2 * sizeof(size_t);
+	 * some 300 bytes with its request and the allocator's headers (a
+	 * frame in a device's arena, its block there). */
+	w->cost = frame_arena_size(buf) + malloc_usable_size(w) + 2 * sizeof(size_t);
 	w->close_after = close_after;
 	uv_buf_t b = uv_buf_init((char *)buf + off, (unsigned)w->len);
 	if (uv_write(&w->req, &c->h.stream, &b, 1, on_write) < 0) {
-		free(buf);
+		frame_arena_free(buf);
 		free(w);
 		return false;
 	}
@@ -630,7 +632,7 @@ static bool queue_locked(struct conn *c, uint8_t *buf, size_t off, size_t len, b
 void conn_send(struct conn *c, uint8_t *buf, size_t len, bool close_after)
 {
 	if (!c || c->closed) {
-		free(buf);
+		frame_arena_free(buf);
 		return;
 	}
 	if (c->tls && !(buf = tls_seal(c, buf, &len)))
@@ -1011,7 +1013,7 @@ static uint8_t *tls_seal(struct conn *c, uint8_t *plain, size_t *len)
 		 * TLS has no way to carry it, so the client sees a close. */
 		log_debug("connection %" PRIu64 ": answer before the TLS handshake ended; closing",
 			  c->cid);
-		free(plain);
+		frame_arena_free(plain);
 		conn_close(c);
 		return NULL;
 	}
@@ -1035,7 +1037,7 @@ static uint8_t *tls_seal(struct conn *c, uint8_t *plain, size_t *len)
 		got += tls_session_out_take(c->tls, out + got, cap - got);
 		off += chunk;
 	}
-	free(plain);
+	frame_arena_free(plain);
 	if (!out) {
 		conn_close(c);
 		return NULL;

@@ -111,7 +111,9 @@ uint64_t conn_id(const struct conn *c);
 struct daemon *conn_daemon(const struct conn *c);
 
 /* Queues one encoded frame (header included) and takes the buffer.  A
- * NULL or closed connection drops it. */
+ * NULL or closed connection drops it.  Every frame the connection takes,
+ * here or below, it frees with frame_arena_free: a GEMM's answer may lie
+ * in a device's arena of pinned frames, anything else is malloc'ed. */
 void conn_send(struct conn *c, uint8_t *buf, size_t len, bool close_after);
 /* Any thread (a device worker, for the answer it just made): writes a
  * whole frame straight to the socket of a plaintext connection when no

@@ -10,6 +10,7 @@
 #include "answer.h"
 #include "conn.h"
 #include "devices.h"
+#include "frame_arena.h"
 #include "mfma_clock.h"
 #include "operand.h"
 #include "regions.h"
@@ -57,7 +58,7 @@ static void job_free(struct gemm_job *j)
 	request_msg_free(&j->in);
 	operand_a_free(&j->a);
 	answer_free(&j->ans);
-	free(j->frame);
+	frame_arena_free(j->frame);
 	free(j);
 }
 
@@ -71,22 +72,28 @@ static uint64_t queue_ns(const struct gemm_job *j)
 /* ---- the device's worker ---- */
 
 /* Lays out the answer's frame and points D into it, so the backend writes
- * the result where the answer needs it. */
-static bool start_answer(struct gemm_job *j)
+ * the result where the answer needs it: in the device's own memory for
+ * answer frames when it has some free (its copy lands there directly),
+ * else on the heap. */
+static bool start_answer(struct device *v, struct gemm_job *j)
 {
 	const struct mfma_gemm *g = &j->plan.g;
 	/* D in a region: the backend writes it there (plan.g.d points into
 	 * it already) and the answer only names it. */
 	int rc = j->rd ? answer_start_region(&j->ans, j->r.id, g->m, g->n, g->out_dtype,
 					     regions_id(j->rd), j->plan.d_region->offset)
-		       : answer_start(&j->ans, j->r.id, g->m, g->n, g->out_dtype);
+		       : answer_start(&j->ans, j->r.id, g->m, g->n, g->out_dtype,
+				      v->ops->frame_alloc, v->bdev);
 	if (rc < 0) {
 		job_fail(j, MFMA__V1__CODE__RESOURCE_EXHAUSTED,
 			 "out of host memory for a %zu-byte result", j->plan.d_bytes);
 		return false;
 	}
-	if (!j->rd)
+	if (!j->rd) {
 		j->plan.g.d = j->ans.frame + j->ans.d_at;
+		STATS_ADD(v->d->stats.answer_frames[j->ans.carved ? STATS_FRAME_PINNED
+								  : STATS_FRAME_HEAP], 1);
+	}
 	return true;
 }
 
@@ -159,7 +166,7 @@ static void run_one(struct device *v, struct sched_job *sj)
 		g->a_meta = j->a.meta;
 		g->a_sparse = j->a.sparse;
 	}
-	if (!start_answer(j))
+	if (!start_answer(v, j))
 		return;
 	char err[400] = "";
 	j->t.plans = j->t.measures = 0;
@@ -168,6 +175,9 @@ static void run_one(struct device *v, struct sched_job *sj)
 	stats_observe_planning(&v->d->stats, j->t.plans, j->t.measures);
 	stats_observe_trial(&v->d->stats, j->t.trial_end);
 	if (rc < 0) {
+		/* The device is done with the frame (a failed GEMM drains its
+		 * stream): its arena space goes back now, not with the job. */
+		answer_free(&j->ans);
 		job_fail(j, MFMA__V1__CODE__INTERNAL, "device %d (%s %s): %s", v->index, v->ops->name,
 			 v->info.arch, err[0] ? err : strerror(-rc));
 		return;
@@ -230,7 +240,7 @@ static void gemm_batch_work(struct device *v, struct sched_job **sjs, size_t n)
 	bool ok = parts != NULL;
 	for (size_t i = 0; i < n && ok; i++) {
 		struct gemm_job *j = (struct gemm_job *)sjs[i];
-		ok = start_answer(j);
+		ok = start_answer(v, j);
 		if (ok) {
 			parts[i] = (struct mfma_gemm_part){ .b = j->plan.g.b, .c = j->plan.g.c,
 							    .d = j->plan.g.d, .n = j->plan.g.n };

@@ -318,6 +318,12 @@ int metrics_render_at(const struct mfmad_stats *s, uint64_t now_ns, char **out, 
 		       "Frames whose body a reader thread read from the socket and decoded, off "
 		       "the loop (limits.reader_threads, reader_min_kb, reader_when_busy).",
 		       STATS_GET(s->reader_frames));
+	render_counter_pair(&b, "mfmad_gemm_answer_frames_total",
+			    "GEMM answer frames that carry D, by where they were laid out: pinned "
+			    "(a device's arena of answer frames, cuda.pinned_answers_mb: the device "
+			    "copied D into the frame) or heap (D staged and copied by the host).",
+			    "memory", "pinned", STATS_GET(s->answer_frames[STATS_FRAME_PINNED]), "heap",
+			    STATS_GET(s->answer_frames[STATS_FRAME_HEAP]));
 
 	render_gauge(&b, "mfmad_connections_open", "Client connections open now.",
 		     STATS_GET(s->connections_open));

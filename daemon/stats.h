@@ -48,6 +48,10 @@ static const uint64_t stats_latency_le_ns[STATS_LATENCY_BUCKETS] = {
 #define STATS_BATCH_BUCKETS 9
 static const uint64_t stats_batch_le[STATS_BATCH_BUCKETS] = { 1, 2, 4, 8, 16, 32, 64, 128, 256 };
 
+/* Where a GEMM answer's frame was laid out: a device's pinned arena (the
+ * device copied D into it directly) or the heap. */
+enum stats_frame_memory { STATS_FRAME_PINNED, STATS_FRAME_HEAP, STATS_FRAME_N };
+
 struct stats_device {
 	char backend[16];
 	char arch[32];
@@ -87,6 +91,8 @@ struct mfmad_stats {
 	_Atomic uint64_t matrices_in_place, matrices_copied;
 	/* Frames whose body a reader thread read and decoded (readers.h). */
 	_Atomic uint64_t reader_frames;
+	/* GEMM answer frames with D in them, by where they were laid out. */
+	_Atomic uint64_t answer_frames[STATS_FRAME_N];
 	_Atomic uint64_t latency_bucket[STATS_LATENCY_BUCKETS + 1];
 	_Atomic uint64_t latency_sum_ns, latency_count;
 	_Atomic uint64_t connections_open, connections_total;

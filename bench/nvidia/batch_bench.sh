@@ -11,6 +11,9 @@
 # every device, the same loads pinned to device 0 and left to the
 # scheduler, side by side.
 #
+# E2E_PINNED_ANSWERS_MB (default 64) is cuda.pinned_answers_mb (0: answer
+# frames on the heap), as in e2e.sh.
+#
 # usage: batch_bench.sh PAYLOAD_DIR OUT_DIR
 set -u
 P=$1
@@ -37,6 +40,7 @@ limits = {
   max_connections = 1024;
 };
 batching = { enabled = $mode; };
+cuda = { pinned_answers_mb = ${E2E_PINNED_ANSWERS_MB:-64}; };
 CONF
 		rm -f "$SOCK"
 		"$P/bin/mfmad" --config "$D/mfmad.conf" --socket "$SOCK" --backends cuda --log-level warning \

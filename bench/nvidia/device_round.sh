@@ -6,7 +6,7 @@
 # brings them back); a short summary goes to stdout.
 #
 # usage: bench/nvidia/device_round.sh [test] [sanitize|memcheck|racecheck] [bench] [sweep]
-#        [ncu] [e2e] [abserving] [spin] [readers] [latency] [multi] [choice] [served] [graphsab] [trialab]
+#        [ncu] [e2e] [answers] [abserving] [spin] [readers] [latency] [multi] [choice] [served] [graphsab] [trialab]
 #        [batching] [serving] [wgmma] [wgncu]
 #        [wgdecode] [wgdsan] [wgdncu] [wgdense] [wgdensesan] [wgdensencu]
 #        (no argument: test sanitize bench e2e)
@@ -73,6 +73,8 @@ test)
 	step layout 120 "$P/bin/test_nv_layout"
 	TAILN=4 step test ${TEST_S:-240} "$P/bin/test_cuda_backend"
 	grep -E "^\s+(resident|f16|bf16|i8)" "$OUT/test.log" | grep -E "14336|4096x1024|2048x2056" | head -8
+	# Answers in pinned frames (test_pooled_answers): d2h pinned against staged.
+	grep -E "^\s+(pinned|device closed)" "$OUT/test.log" | head -14
 	;;
 sanitize|memcheck)
 	MFMA_TEST_QUICK=1 TAILN=8 step memcheck ${MEMCHECK_S:-300} \
@@ -92,6 +94,18 @@ e2e)
 	timeout "${E2E_S:-300}" bash bench/nvidia/e2e.sh "$P" "$OUT" > "$OUT/e2e.log" 2>&1
 	echo "=== e2e: rc=$?"
 	grep -E "^(E2E|CHECK|FAIL)" "$OUT/e2e.log" | tail -40
+	;;
+answers)
+	# Answer frames in the GPU's pinned arena against the heap, under
+	# the batched N=8 x 64 load (e2e.sh answers), alternating: 0, 64, 0, 64.
+	for r in 1 2; do
+		for mb in 0 64; do
+			E2E_PINNED_ANSWERS_MB=$mb timeout "${E2E_S:-300}" bash bench/nvidia/e2e.sh "$P" "$OUT" \
+				answers >> "$OUT/e2e_answers.log" 2>&1
+			echo "=== e2e answers round $r pinned_answers_mb=$mb: rc=$?"
+		done
+	done
+	grep -E "^(E2E answers|E2E metrics|FAIL)" "$OUT/e2e_answers.log" | sed 's/"histogram[^]]*]//g' | tail -12
 	;;
 sweep)
 	# Split-K sweeps of the decode shapes (our 2:4 kernel only).

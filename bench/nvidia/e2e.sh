@@ -12,8 +12,16 @@
 #     variant each N bucket chose and the server's kernel time, to set
 #     beside bench_nv's times of each library alone (device_round.sh
 #     choice runs both).
+#  5. (answers) the batched load of batch_bench.sh (resident 8192x8192 2:4
+#     f16, N=8 per request, 64 in flight, bytes in the frames), then the
+#     answer frames counted by where they lay: run it with
+#     E2E_PINNED_ANSWERS_MB=0 and =64 for the two sides.
 #
-# usage: e2e.sh PAYLOAD_DIR OUT_DIR [single|latency|multi|choice]
+# E2E_PINNED_ANSWERS_MB (default 64) is cuda.pinned_answers_mb: answers'
+# frames in each GPU's pinned arena (0: on the heap, D staged and copied by
+# the worker), in every mode.
+#
+# usage: e2e.sh PAYLOAD_DIR OUT_DIR [single|latency|multi|choice|answers]
 set -u
 P=$1
 OUT=$2
@@ -32,9 +40,10 @@ limits = {
 EOF
 # E2E_PREFER pins one CUDA provider (cuda.providers.prefer): the choice
 # mode then shows that provider's served times; E2E_GRAPHS=false turns
-# cuda.graphs off; E2E_SERVED_TRIAL sets cuda.served_trial (0 = off).
-printf 'cuda = { providers = { prefer = "%s"; }; graphs = %s; served_trial = %s; };\n' "${E2E_PREFER:-}" \
-	"${E2E_GRAPHS:-true}" "${E2E_SERVED_TRIAL:-16}" >>"$D/mfmad.conf"
+# cuda.graphs off; E2E_SERVED_TRIAL sets cuda.served_trial (0 = off);
+# E2E_PINNED_ANSWERS_MB is cuda.pinned_answers_mb.
+printf 'cuda = { providers = { prefer = "%s"; }; graphs = %s; served_trial = %s; pinned_answers_mb = %s; };\n' \
+	"${E2E_PREFER:-}" "${E2E_GRAPHS:-true}" "${E2E_SERVED_TRIAL:-16}" "${E2E_PINNED_ANSWERS_MB:-64}" >>"$D/mfmad.conf"
 rm -f "$SOCK"
 METRICS_PORT=${E2E_METRICS_PORT:-9479}
 "$P/bin/mfmad" --config "$D/mfmad.conf" --socket "$SOCK" --backends "${E2E_BACKENDS:-cuda}" --log-level info \
@@ -197,6 +206,16 @@ if [ "$MODE" = choice ]; then
 		done
 	done
 	"${CTL[@]}" status | grep -i variants | head -2
+fi
+
+if [ "$MODE" = answers ]; then
+	# The batched load whose answers the worker used to copy out of the
+	# staging pool one by one; then where the answer frames lay.
+	for round in 1 2; do
+		echo "E2E answers pinned_answers_mb=${E2E_PINNED_ANSWERS_MB:-64} round=$round 8192x8192 2:4 f16 N=8 in_flight=64: $("${CTL[@]}" --json bench --resident --sparse \
+			--m 8192 --k 8192 --n 8 --dtype f16 --out-dtype f16 -n 8000 -j 64 --warmup 4 --device 0 2>&1 | tr -s ' \n' ' ')"
+	done
+	echo "E2E metrics answers: $(python3 -c "import urllib.request as u; print(' '.join(l for l in u.urlopen('http://127.0.0.1:$METRICS_PORT/metrics').read().decode().splitlines() if l.startswith(('mfmad_gemm_answer_frames_total', 'mfmad_gemm_executions_total', 'mfmad_gemm_d2h_seconds_total'))))" 2>&1)"
 fi
 
 trap - EXIT

@@ -56,6 +56,9 @@ struct backend_config {
 	struct provider_policy cuda_providers; /* cuda.providers */
 	bool cuda_graphs;                      /* cuda.graphs: library launches from CUDA graphs */
 	uint32_t cuda_served_trial;            /* cuda.served_trial: served launches per candidate */
+	/* cuda.pinned_answers_mb: the arena of answer frames each CUDA
+	 * device registers (frame_alloc); 0 = none */
+	uint64_t cuda_pinned_answer_bytes;
 	struct provider_policy hip_providers;  /* hip.providers */
 	/* The cache of measured choices, NULL for none; it outlives every
 	 * device. */
@@ -186,6 +189,18 @@ struct backend_ops {
 	int (*host_register)(void *dev, void *p, size_t len, void **handle, char *err,
 			     size_t errlen);
 	void (*host_unregister)(void *dev, void *handle);
+
+	/* Optional (NULL: answers are malloc'ed, as on HIP; the CPU's says
+	 * NULL unless a testing aid gives it an arena, cpu.c).  Memory for a
+	 * GEMM's answer frame of len bytes that the device copies D into
+	 * directly (host memory it registered, no staging copy), with the
+	 * byte at offset `at` (D's first) aligned for its copies:
+	 * frame_arena_alloc on the device's arena.  NULL when it has none
+	 * free now: the daemon then uses malloc, never waits.  The frame is
+	 * freed with frame_arena_free on any thread, after close() too
+	 * (answers still queued on sockets outlive the device), which is why
+	 * there is no frame_free here. */
+	void *(*frame_alloc)(void *dev, size_t len, size_t at);
 };
 
 extern const struct backend_ops backend_cpu;

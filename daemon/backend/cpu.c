@@ -13,11 +13,14 @@
 #include "backend.h"
 #include "cpu_gemm.h"
 #include "cpu_pool.h"
+#include "frame_arena.h"
 #include "mfma_clock.h"
 #include "sparse24.h"
 
 struct cpu_dev {
 	struct cpu_pool *pool;
+	/* Answer frames carved as a GPU's are (CPU_ARENA_ENV), else NULL. */
+	struct frame_arena *answers;
 	/* A batched launch's joined B, C and D, grown as needed and kept. */
 	void *join[3];
 	size_t join_cap[3];
@@ -91,6 +94,33 @@ static int cpu_describe(int index, struct backend_device_info *info)
 	return 0;
 }
 
+/* A testing aid, not a setting: the CPU has no use for an arena of answer
+ * frames (it writes D into the frame wherever the frame is), but with one
+ * the daemon's handling of frames carved from an arena (freed on the loop
+ * and post threads, sealed for TLS, dropped with a closing connection,
+ * falling back to the heap when full) runs, under the sanitizers too,
+ * where there is no GPU.  MiB per device; unset or 0: none. */
+#define CPU_ARENA_ENV "MFMAD_TEST_CPU_ANSWER_ARENA_MB"
+
+static int open_answers(struct cpu_dev *c, char *err, size_t errlen)
+{
+	const char *e = getenv(CPU_ARENA_ENV);
+	unsigned long mb = e ? strtoul(e, NULL, 10) : 0;
+	if (mb == 0)
+		return 0;
+	int rc = frame_arena_create((size_t)mb << 20, &c->answers);
+	if (rc < 0)
+		snprintf(err, errlen, "%s=%s: cannot make the arena (%s)", CPU_ARENA_ENV, e,
+			 strerror(-rc));
+	return rc;
+}
+
+static void *cpu_frame_alloc(void *dev, size_t len, size_t at)
+{
+	struct cpu_dev *c = dev;
+	return c->answers ? frame_arena_alloc(c->answers, len, at) : NULL;
+}
+
 static int cpu_open(int index, const struct backend_config *cfg, void **dev, char *err,
 		    size_t errlen)
 {
@@ -107,6 +137,12 @@ static int cpu_open(int index, const struct backend_config *cfg, void **dev, cha
 		snprintf(err, errlen, "out of memory for a pool of %d threads", threads);
 		return -ENOMEM;
 	}
+	int rc = open_answers(c, err, errlen);
+	if (rc < 0) {
+		cpu_pool_destroy(c->pool);
+		free(c);
+		return rc;
+	}
 	*dev = c;
 	return 0;
 }
@@ -119,6 +155,8 @@ static void cpu_close(void *dev)
 	cpu_pool_destroy(c->pool);
 	for (int i = 0; i < 3; i++)
 		free(c->join[i]);
+	/* Answers still queued keep its memory until they are written. */
+	frame_arena_close(c->answers);
 	free(c);
 }
 
@@ -242,4 +280,5 @@ const struct backend_ops backend_cpu = {
 	/* No weight_warm: the CPU runs every N with the same loop, nothing is planned per N. */
 	.weight_warm = NULL,
 	.gemm = cpu_gemm,
+	.frame_alloc = cpu_frame_alloc,
 };

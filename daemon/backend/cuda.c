@@ -882,6 +882,16 @@ static void cuda_host_unregister(void *dev, void *handle)
 		cuda_dev_host_unregister(bd->dev, handle);
 }
 
+/* An answer frame in the device's registered arena: the copy out of a
+ * single GEMM is then one DMA into it, and a batch's split writes each
+ * part there with its kernel (cuda_batch.c, as for regions), where D
+ * otherwise went through the staging pool and a host copy per answer. */
+static void *cuda_frame_alloc(void *dev, size_t len, size_t at)
+{
+	struct cuda_backend_dev *bd = dev;
+	return cuda_dev_frame_alloc(bd->dev, len, at);
+}
+
 int cuda_lib_open(const char *const *names, size_t nnames, const char *env,
 		  const struct cuda_lib_sym *syms, size_t nsyms, char *path, size_t pathlen,
 		  char *err, size_t errlen)
@@ -929,4 +939,5 @@ const struct backend_ops backend_cuda = {
 	.gemm = cuda_gemm,
 	.host_register = cuda_host_register,
 	.host_unregister = cuda_host_unregister,
+	.frame_alloc = cuda_frame_alloc,
 };

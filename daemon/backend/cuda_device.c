@@ -21,6 +21,7 @@
 #include "backend_time.h"
 #include "copy_pool.h"
 #include "cuda_device.h"
+#include "frame_arena.h"
 #include "mfma_clock.h"
 
 #define CUDA_MAX_DEVICES 64
@@ -77,6 +78,9 @@ struct cuda_dev {
 	bool warming;
 	/* A team for the host side of staged copies (NULL: the worker alone). */
 	struct cpu_pool *copies;
+	/* Answer frames in registered memory (cuda_dev_frame_alloc); NULL
+	 * with cuda.pinned_answers_mb = 0. */
+	struct frame_arena *answers;
 };
 
 int cuda_fail(CUresult r, char *err, size_t errlen, const char *what)
@@ -273,6 +277,10 @@ void cuda_dev_close(struct cuda_dev *d)
 				nv_drv.cuMemHostUnregister((void *)d->regs[i].base);
 		nv_drv.cuDevicePrimaryCtxRelease(d->slot->dev);
 	}
+	/* After the stream's last copy and the unregistration: answers
+	 * still queued on sockets keep the memory, plain now, until they
+	 * are written. */
+	frame_arena_close(d->answers);
 	cpu_pool_destroy(d->copies);
 	free(d->regs);
 	free(d);
@@ -352,6 +360,44 @@ bool cuda_dev_mapped(const struct cuda_dev *d, const void *p, size_t len, CUdevi
 	return true;
 }
 
+/* The arena of answer frames: mapped, then registered as a client's
+ * region is (portable and mapped, so that a batch's kernel writes its
+ * parts of D into the frames across the bus), and owned by the device,
+ * which unregisters it at close. */
+static int open_answers(struct cuda_dev *d, uint64_t bytes, char *err, size_t errlen)
+{
+	int rc = frame_arena_create((size_t)bytes, &d->answers);
+	if (rc < 0) {
+		snprintf(err, errlen,
+			 "cuda: cannot map %llu MiB for answer frames (%s); cuda.pinned_answers_mb = 0 "
+			 "turns them off",
+			 (unsigned long long)(bytes >> 20), strerror(-rc));
+		return rc;
+	}
+	char why[200];
+	rc = cuda_dev_host_register(d, frame_arena_base(d->answers), frame_arena_bytes(d->answers),
+				    why, sizeof(why));
+	if (rc < 0) {
+		snprintf(err, errlen,
+			 "%s (registering %llu MiB for answer frames; cuda.pinned_answers_mb = 0 turns "
+			 "them off)",
+			 why, (unsigned long long)(bytes >> 20));
+		frame_arena_close(d->answers);
+		d->answers = NULL;
+	}
+	return rc;
+}
+
+void *cuda_dev_frame_alloc(struct cuda_dev *d, size_t len, size_t at)
+{
+	return d->answers ? frame_arena_alloc(d->answers, len, at) : NULL;
+}
+
+struct frame_arena *cuda_dev_answers(const struct cuda_dev *d)
+{
+	return d->answers;
+}
+
 int cuda_dev_open(int index, const struct backend_config *cfg, struct cuda_dev **dev, char *err,
 		  size_t errlen)
 {
@@ -403,6 +449,9 @@ int cuda_dev_open(int index, const struct backend_config *cfg, struct cuda_dev *
 	d->pin_half = pinned / 2 / 256 * 256;
 	/* Without a team (out of memory) the copies run on the worker alone. */
 	d->copies = cpu_pool_create(copy_pool_threads_for(sysconf(_SC_NPROCESSORS_ONLN)));
+	if (cfg && cfg->cuda_pinned_answer_bytes &&
+	    (rc = open_answers(d, cfg->cuda_pinned_answer_bytes, err, errlen)) < 0)
+		goto out;
 	*dev = d;
 	return 0;
 out:

@@ -137,6 +137,15 @@ bool cuda_dev_mapped(const struct cuda_dev *d, const void *p, size_t len, CUdevi
  * waits for it. */
 int cuda_dev_copy_out_end(struct cuda_dev *d, char *err, size_t errlen);
 
+/* Answer frames in host memory the device registered at open
+ * (cuda.pinned_answers_mb, frame_arena.h): a frame whose D the copies
+ * above write directly, as into a region.  NULL when the arena is full
+ * (or off): the caller makes the frame on the heap. */
+struct frame_arena;
+void *cuda_dev_frame_alloc(struct cuda_dev *d, size_t len, size_t at);
+/* The arena, for tests and counters; NULL when off. */
+struct frame_arena *cuda_dev_answers(const struct cuda_dev *d);
+
 /* Operands already on the device: a batched launch gathers its parts'
  * B and C into joined matrices on the device, and hands the provider one
  * GEMM whose b, c and d are those device addresses (with unified

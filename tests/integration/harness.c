@@ -1,7 +1,9 @@
 #include "harness.h"
 
 #include <errno.h>
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
@@ -310,4 +312,50 @@ int harness_run(const char *const *argv, char *out, size_t outlen)
 	if (waitpid(pid, &st, 0) < 0)
 		return -1;
 	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+int harness_free_port(void)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(sa);
+	int port = -1;
+	if (fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+	    getsockname(fd, (struct sockaddr *)&sa, &len) == 0)
+		port = ntohs(sa.sin_port);
+	if (fd >= 0)
+		close(fd);
+	return port;
+}
+
+int harness_http_get(int port, const char *path, char *out, size_t outlen)
+{
+	out[0] = '\0';
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	char req[256];
+	int n = snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\nHost: localhost\r\n\r\n", path);
+	if (harness_write_all(fd, req, (size_t)n) < 0) {
+		close(fd);
+		return -1;
+	}
+	size_t got = 0;
+	struct pollfd pfd = { .fd = fd, .events = POLLIN };
+	while (got < outlen - 1 && poll(&pfd, 1, 5000) > 0) {
+		ssize_t r = recv(fd, out + got, outlen - 1 - got, 0);
+		if (r <= 0)
+			break;
+		got += (size_t)r;
+	}
+	out[got] = '\0';
+	close(fd);
+	int code = -1;
+	sscanf(out, "HTTP/1.%*d %d", &code);
+	return code;
 }

@@ -48,6 +48,14 @@ long harness_read_frame(int fd, uint8_t **out, int timeout_ms);
 /* 1 if the peer closed the connection within timeout_ms, else 0. */
 int harness_wait_closed(int fd, int timeout_ms);
 
+/* A loopback TCP port free now (for --metrics). */
+int harness_free_port(void);
+
+/* GET path from the HTTP server on 127.0.0.1:port: the whole response,
+ * headers and body, into out (NUL-terminated, cut at outlen-1); its
+ * status code, or -1 when nothing answered. */
+int harness_http_get(int port, const char *path, char *out, size_t outlen);
+
 /* Runs a program with arguments, stdout captured into out (NUL-terminated,
  * cut at outlen-1); returns its exit status or -1. */
 int harness_run(const char *const *argv, char *out, size_t outlen);

@@ -329,6 +329,111 @@ static void test_enabled_live_on_sighup(void **state)
 	stop(&p, fd, &w);
 }
 
+/* Answer frames on the CPU backend: with cuda.pinned_answers_mb set (the
+ * CUDA devices' arena of pinned answer frames, nothing the CPU has) every
+ * answer with D is laid out on the heap, batched or alone, and /metrics
+ * counts it so; a client that sends a burst and goes away without reading
+ * its answers leaves the daemon serving the others, and it exits 0 (under
+ * ASan: every answer frame freed). */
+static void test_answer_frames_on_the_heap(void **state)
+{
+	(void)state;
+	int port = harness_free_port();
+	assert_true(port > 0);
+	char port_s[32];
+	snprintf(port_s, sizeof(port_s), "127.0.0.1:%d", port);
+	const char *args[] = { "--metrics", port_s, NULL };
+	struct mfmad_proc p;
+	/* Heap frames, whatever the environment this runs in says. */
+	unsetenv("MFMAD_TEST_CPU_ANSWER_ARENA_MB");
+	assert_int_equal(harness_start(&p,
+				       "cpu = { threads = 1; devices = 1; };\n"
+				       "cuda = { pinned_answers_mb = 16; };\n",
+				       args),
+			 0);
+	int fd = harness_connect_raw(&p);
+	assert_true(fd >= 0);
+	struct rw_mat w;
+	rw_mat_init(&w, M, K, 3);
+	load_weight(fd, &w);
+	uint32_t widest = burst(fd, &w, false);
+	assert_true(widest > 1);
+	static char out[1 << 17];
+	assert_int_equal(harness_http_get(port, "/metrics", out, sizeof(out)), 200);
+	char want[128];
+	snprintf(want, sizeof(want), "mfmad_gemm_answer_frames_total{memory=\"heap\"} %d\n",
+		 NREQ + 1);
+	assert_non_null(strstr(out, want));
+	assert_non_null(strstr(out, "mfmad_gemm_answer_frames_total{memory=\"pinned\"} 0\n"));
+
+	int gone = harness_connect_raw(&p);
+	assert_true(gone >= 0);
+	static struct want q[NREQ];
+	for (int i = 0; i < NREQ; i++) {
+		q[i] = (struct want){ .n = 64, .alpha = 1.0f };
+		rw_mat_init(&q[i].b, K, q[i].n, 200 + (uint32_t)i);
+		send_gemm(gone, 1000 + (uint64_t)i, &q[i]);
+	}
+	close(gone);
+	for (int i = 0; i < NREQ; i++)
+		rw_mat_free(&q[i].b);
+	/* The other client is served on, every answer checked. */
+	assert_true(burst(fd, &w, false) >= 1);
+	rw_mat_free(&w);
+	close(fd);
+	assert_int_equal(harness_stop(&p), 0);
+}
+
+/* The same with frames carved from an arena, as a CUDA device's are
+ * (MFMAD_TEST_CPU_ANSWER_ARENA_MB gives each CPU device one): the narrow
+ * answers fit its 1 MiB and are counted pinned, the long one (12 MiB of
+ * D) falls back to the heap; every answer is checked, a client gone with
+ * arena frames queued leaves the others served, and the daemon exits 0
+ * (under ASan: every frame freed, the arena's included, after its device
+ * closed). */
+static void test_answer_frames_from_an_arena(void **state)
+{
+	(void)state;
+	int port = harness_free_port();
+	assert_true(port > 0);
+	char port_s[32];
+	snprintf(port_s, sizeof(port_s), "127.0.0.1:%d", port);
+	const char *args[] = { "--metrics", port_s, NULL };
+	struct mfmad_proc p;
+	setenv("MFMAD_TEST_CPU_ANSWER_ARENA_MB", "1", 1);
+	int started = harness_start(&p, "cpu = { threads = 1; devices = 1; };", args);
+	unsetenv("MFMAD_TEST_CPU_ANSWER_ARENA_MB");
+	assert_int_equal(started, 0);
+	int fd = harness_connect_raw(&p);
+	assert_true(fd >= 0);
+	struct rw_mat w;
+	rw_mat_init(&w, M, K, 3);
+	load_weight(fd, &w);
+	assert_true(burst(fd, &w, true) > 1);
+	static char out[1 << 17];
+	assert_int_equal(harness_http_get(port, "/metrics", out, sizeof(out)), 200);
+	char want[128];
+	snprintf(want, sizeof(want), "mfmad_gemm_answer_frames_total{memory=\"pinned\"} %d\n", NREQ);
+	assert_non_null(strstr(out, want));
+	assert_non_null(strstr(out, "mfmad_gemm_answer_frames_total{memory=\"heap\"} 1\n"));
+
+	int gone = harness_connect_raw(&p);
+	assert_true(gone >= 0);
+	static struct want q[NREQ];
+	for (int i = 0; i < NREQ; i++) {
+		q[i] = (struct want){ .n = 64, .alpha = 1.0f };
+		rw_mat_init(&q[i].b, K, q[i].n, 300 + (uint32_t)i);
+		send_gemm(gone, 2000 + (uint64_t)i, &q[i]);
+	}
+	close(gone);
+	for (int i = 0; i < NREQ; i++)
+		rw_mat_free(&q[i].b);
+	assert_true(burst(fd, &w, false) >= 1);
+	rw_mat_free(&w);
+	close(fd);
+	assert_int_equal(harness_stop(&p), 0);
+}
+
 int main(void)
 {
 	signal(SIGPIPE, SIG_IGN);
@@ -339,6 +444,8 @@ int main(void)
 		cmocka_unit_test_teardown(test_polling_worker, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_queue_delay_gathers_a_batch, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_enabled_live_on_sighup, harness_stop_leftover),
+		cmocka_unit_test_teardown(test_answer_frames_on_the_heap, harness_stop_leftover),
+		cmocka_unit_test_teardown(test_answer_frames_from_an_arena, harness_stop_leftover),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

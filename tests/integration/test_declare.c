@@ -5,8 +5,6 @@
  * message that names it, clients kept off declared names, and the
  * declaration winning over a stored copy in the state directory. */
 #include <errno.h>
-#include <netinet/in.h>
-#include <poll.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -15,7 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -95,43 +92,11 @@ static void check_weight(mfma_client *c, const char *name, int seed)
 			fail_msg("%s: D[%d] = %g, want %g (seed %d)", name, i, got[i], want[i], seed);
 }
 
-/* A port free now, for the metrics endpoint. */
-static int free_port(void)
-{
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t len = sizeof(sa);
-	assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
-	close(fd);
-	return ntohs(sa.sin_port);
-}
-
 /* The HTTP status of GET /readyz. */
 static int readyz(int port)
 {
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-		close(fd);
-		return -1;
-	}
-	const char req[] = "GET /readyz HTTP/1.0\r\nHost: localhost\r\n\r\n";
-	assert_int_equal(harness_write_all(fd, req, sizeof(req) - 1), 0);
-	char buf[512] = "";
-	size_t got = 0;
-	struct pollfd pfd = { .fd = fd, .events = POLLIN };
-	while (got < sizeof(buf) - 1 && poll(&pfd, 1, 5000) > 0) {
-		ssize_t r = recv(fd, buf + got, sizeof(buf) - 1 - got, 0);
-		if (r <= 0)
-			break;
-		got += (size_t)r;
-	}
-	close(fd);
-	int code = -1;
-	sscanf(buf, "HTTP/1.%*d %d", &code);
-	return code;
+	char buf[512];
+	return harness_http_get(port, "/readyz", buf, sizeof(buf));
 }
 
 /* The state of the declaration `name` in status (and its message). */
@@ -176,7 +141,7 @@ static void test_declare_reload(void **state)
 {
 	(void)state;
 	char conf[1024], msg[1024], port_s[32];
-	int port = free_port();
+	int port = harness_free_port();
 	snprintf(port_s, sizeof(port_s), "127.0.0.1:%d", port);
 	const char *args[] = { "--metrics", port_s, NULL };
 	write_npy("one.npy", 1);

@@ -10,6 +10,9 @@
  * measured choice among them for a resident weight is checked to pick and
  * name one.
  *
+ * Answers in pinned frames (cuda.pinned_answers_mb) are checked on a
+ * second open of the device with a small arena (test_pooled_answers).
+ *
  * MFMA_TEST_DEVICE=i picks the device (default 0); MFMA_TEST_ALL_DEVICES=1
  * runs the quick check on every device too. */
 #include "mfmad_build.h"
@@ -34,6 +37,7 @@
 #include "cuda_batch.h"
 #include "cuda_provider.h"
 #include "cuda_widths.h"
+#include "frame_arena.h"
 #include "mfma_clock.h"
 #include "providers.h"
 #include "nv_plan.h"
@@ -1363,6 +1367,164 @@ static void test_served_trial(void **state)
 	reopen(&cfg);
 }
 
+/* ---- answers in pinned frames (cuda.pinned_answers_mb) ---- */
+
+/* A frame from the device's arena with D's place `at` bytes in, as the
+ * daemon lays an answer out (answer.c): NULL when the arena has no room. */
+static unsigned char *pinned_frame(void *d, size_t dbytes, size_t at)
+{
+	unsigned char *f = backend_cuda.frame_alloc(d, at + dbytes + 1024, at);
+	if (f) {
+		if (!frame_arena_owns(f))
+			fail_msg("frame_alloc gave memory outside the arena");
+		if ((uintptr_t)(f + at) % FRAME_ARENA_ALIGN)
+			fail_msg("D's place in a pinned frame is not aligned: %p", (void *)(f + at));
+		memset(f + at, 0xff, dbytes); /* poison, as ops_make does */
+	}
+	return f;
+}
+
+/* A device opened with an arena of answer frames (1 MiB, so that it runs
+ * out): a single GEMM's D and a batch's parts land in pinned frames, by DMA
+ * and by the batch's copy kernel, equal to the staged results bit for bit
+ * and right against the float64 reference; a batch with one part on the
+ * heap goes through the staging pool and is right too; a full arena says
+ * NULL at once (the daemon then mallocs); frames outlive the device. */
+static void test_pooled_answers(void **state)
+{
+	(void)state;
+	char err[512] = "";
+	void *pd = NULL;
+	struct backend_config cfg = { .pinned_bytes = 8u << 20, .cuda_graphs = true,
+				      .cuda_pinned_answer_bytes = 1u << 20 };
+	RC_OK(backend_cuda.open(dev_index, &cfg, &pd, err, sizeof(err)), err);
+	if (backend_cuda.frame_alloc(dev, 4096, 40))
+		fail_msg("a device opened without cuda.pinned_answers_mb carved a frame");
+	const size_t at = 37; /* D's offset in a frame: any, as the layout falls */
+
+	/* One GEMM with its own A, D into a pinned frame (one DMA). */
+	const uint32_t m = 1000, n = 33, k = 516;
+	struct operands o;
+	ops_make(&o, MFMA_DT_F16, MFMA_DT_F32, true, m, n, k, 1.0f, 0.5f);
+	const size_t db = (size_t)m * n * 4;
+	struct backend_timing ts = { 0 }, tp = { 0 };
+	RC_OK(backend_cuda.gemm(pd, &o.g, NULL, &ts, err, sizeof(err)), err); /* staged, heap D */
+	unsigned char *f = pinned_frame(pd, db, at);
+	assert_non_null(f);
+	struct mfma_gemm g = o.g;
+	g.d = f + at;
+	RC_OK(backend_cuda.gemm(pd, &g, NULL, &tp, err, sizeof(err)), err);
+	assert_memory_equal(f + at, o.d, db);
+	o.g.d = f + at;
+	double rel = rel_error(&o, NULL, m);
+	o.g.d = o.d;
+	printf("  pinned answer f16 2:4 %ux%ux%u: rel %.3g, equal to the staged D; d2h %.1f us "
+	       "(staged %.1f us)\n",
+	       m, n, k, rel, tp.d2h_ns / 1e3, ts.d2h_ns / 1e3);
+	checks++;
+	if (!(rel <= nvt_tolerance(MFMA_DT_F32)))
+		fail_msg("pinned single answer: relative error %g", rel);
+	frame_arena_free(f);
+	ops_free(&o);
+
+	/* A batch on a resident weight, every part's D in a pinned frame:
+	 * the split kernel writes them across the bus. */
+	const uint32_t bm = 2048, bk = 1024, ns[4] = { 8, 8, 5, 8 };
+	struct operands w0, r[4];
+	ops_make(&w0, MFMA_DT_F16, MFMA_DT_F16, true, bm, 1, bk, 1.0f, 0.0f);
+	struct mfma_weight_host wh = { .m = bm, .k = bk, .dtype = MFMA_DT_F16, .sparse = true,
+				       .a = w0.a, .meta = w0.meta };
+	void *w = NULL;
+	uint64_t wbytes = 0;
+	RC_OK(backend_cuda.weight_load(pd, &wh, &w, &wbytes, err, sizeof(err)), err);
+	struct mfma_gemm_part parts[4];
+	for (int i = 0; i < 4; i++)
+		ops_make(&r[i], MFMA_DT_F16, MFMA_DT_F16, false, bm, ns[i], bk, 1.0f, 0.0f);
+	struct mfma_gemm bg = join_parts(r, parts, 4, true);
+	struct backend_timing bs = { 0 }, bp = { 0 };
+	RC_OK(backend_cuda.gemm(pd, &bg, w, &bs, err, sizeof(err)), err); /* staged: r[i].d */
+	unsigned char *pf[4];
+	for (int round = 0; round < 2; round++) {
+		/* Round 0: all four pinned; round 1: part 2 on the heap, so
+		 * the whole batch goes through the staging pool. */
+		for (int i = 0; i < 4; i++) {
+			size_t pb = (size_t)bm * ns[i] * 2;
+			pf[i] = round == 1 && i == 2 ? malloc(at + pb) : pinned_frame(pd, pb, at);
+			assert_non_null(pf[i]);
+			memset(pf[i] + at, 0xff, pb);
+			parts[i].d = pf[i] + at;
+		}
+		RC_OK(backend_cuda.gemm(pd, &bg, w, &bp, err, sizeof(err)), err);
+		for (int i = 0; i < 4; i++) {
+			size_t pb = (size_t)bm * ns[i] * 2;
+			assert_memory_equal(pf[i] + at, r[i].d, pb);
+			r[i].g.a = w0.a;
+			r[i].g.a_meta = w0.meta;
+			r[i].g.a_sparse = true;
+			r[i].g.d = pf[i] + at;
+			double re = rel_error(&r[i], NULL, bm);
+			r[i].g.d = r[i].d;
+			r[i].g.a = NULL;
+			r[i].g.a_meta = NULL;
+			checks++;
+			if (!(re <= nvt_tolerance(MFMA_DT_F16)))
+				fail_msg("pinned batch part %d (round %d): relative error %g", i, round, re);
+			printf("  pinned batch %s part %d (N=%u of %u) %-24s rel %.3g\n",
+			       round ? "(one part on the heap)" : "(all pinned)", i, ns[i], bg.n,
+			       bp.variant ? bp.variant : "?", re);
+			frame_arena_free(pf[i]);
+		}
+		printf("  pinned batch round %d: d2h %.1f us (staged %.1f us)\n", round, bp.d2h_ns / 1e3,
+		       bs.d2h_ns / 1e3);
+	}
+	for (int i = 0; i < 4; i++)
+		ops_free(&r[i]);
+	backend_cuda.weight_free(pd, w);
+	ops_free(&w0);
+
+	/* Exhaustion: frames of 132 KiB until the 1 MiB arena says no, at
+	 * once; a D larger than the arena never fits; one freed frame makes
+	 * room again. */
+	unsigned char *held[16];
+	int nheld = 0;
+	uint64_t t0 = mfma_clock_ns();
+	while (nheld < 16 && (held[nheld] = pinned_frame(pd, db, at)) != NULL)
+		nheld++;
+	uint64_t waited = mfma_clock_ns() - t0;
+	printf("  pinned arena of 1 MiB: %d frames of %zu bytes, then NULL (%.1f us for all)\n", nheld,
+	       db + at + 1024, waited / 1e3);
+	if (nheld < 6 || nheld == 16)
+		fail_msg("a 1 MiB arena held %d frames of %zu bytes", nheld, db);
+	assert_null(backend_cuda.frame_alloc(pd, 2u << 20, at));
+	frame_arena_free(held[--nheld]);
+	assert_non_null(held[nheld] = pinned_frame(pd, db, at));
+	nheld++;
+
+	/* The device closes with frames out: they stay readable and
+	 * writable, and the arena goes with the last one. */
+	struct operands z;
+	ops_make(&z, MFMA_DT_F16, MFMA_DT_F32, false, 300, 16, 256, 1.0f, 0.0f);
+	g = z.g;
+	g.d = held[0] + at;
+	RC_OK(backend_cuda.gemm(pd, &g, NULL, NULL, err, sizeof(err)), err);
+	backend_cuda.close(pd);
+	z.g.d = held[0] + at;
+	double rz = rel_error(&z, NULL, 300);
+	z.g.d = z.d;
+	checks++;
+	if (!(rz <= nvt_tolerance(MFMA_DT_F32)))
+		fail_msg("a pinned answer read after the device closed: relative error %g", rz);
+	for (int i = 0; i < nheld; i++) {
+		memset(held[i], 0x5a, 4096);
+		frame_arena_free(held[i]);
+	}
+	if (frame_arena_owns(held[0]))
+		fail_msg("the arena outlived its last frame");
+	printf("  device closed with %d pinned frames out: still valid, arena gone with the last\n",
+	       nheld);
+	ops_free(&z);
+}
+
 static void test_other_devices(void **state)
 {
 	(void)state;
@@ -1423,6 +1585,7 @@ int main(void)
 		cmocka_unit_test(test_batched_launch),
 		cmocka_unit_test(test_repeatable),
 		cmocka_unit_test(test_registered_host),
+		cmocka_unit_test(test_pooled_answers),
 		cmocka_unit_test(test_refusals),
 		cmocka_unit_test(test_large),
 		cmocka_unit_test(test_providers),

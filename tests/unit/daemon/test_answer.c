@@ -1,5 +1,8 @@
 /* The GEMM answer frame laid out around D: decoded by protobuf-c, it is
- * the Response the fields say, D byte for byte, whatever the sizes. */
+ * the Response the fields say, D byte for byte, whatever the sizes, and
+ * the same message protobuf-c's own encoder makes of those fields, whether
+ * the frame was malloc'ed or carved from an arena (a device's pinned
+ * answers) with D aligned for the device's copies. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,12 +14,67 @@
 
 #include "answer.h"
 #include "frame.h"
+#include "frame_arena.h"
 
-static void check(uint64_t id, uint32_t m, uint32_t n, enum mfma_dtype dt, const char *variant,
-		  uint64_t big)
+/* answer_alloc_fn over an arena, as the CUDA backend's frame_alloc. */
+static void *carve(void *arg, size_t len, size_t at)
+{
+	return frame_arena_alloc(arg, len, at);
+}
+
+/* protobuf-c's packing of the Response the decoded frame r is, against
+ * its packing of the message built from the same fields: equal bytes,
+ * so the frame means exactly what the normal encoder would have sent. */
+static void same_as_encoder(const Mfma__V1__Response *r, uint64_t id, uint32_t m, uint32_t n,
+			    enum mfma_dtype dt, const uint8_t *d, const Mfma__V1__Timing *t,
+			    const Mfma__V1__DeviceRef *dev, const char *variant)
+{
+	Mfma__V1__Matrix mat = MFMA__V1__MATRIX__INIT;
+	mat.has_rows = mat.has_cols = mat.has_dtype = mat.has_data = 1;
+	mat.rows = m;
+	mat.cols = n;
+	mat.dtype = (Mfma__V1__DType)dt;
+	mat.data.len = (size_t)m * n * mfma_dtype_size(dt);
+	mat.data.data = (uint8_t *)(uintptr_t)d;
+	Mfma__V1__GemmResult g = MFMA__V1__GEMM_RESULT__INIT;
+	g.d = &mat;
+	g.timing = (Mfma__V1__Timing *)(uintptr_t)t;
+	g.device = (Mfma__V1__DeviceRef *)(uintptr_t)dev;
+	g.variant = (char *)(uintptr_t)variant;
+	Mfma__V1__Status st = MFMA__V1__STATUS__INIT;
+	st.has_code = 1;
+	st.code = MFMA__V1__CODE__OK;
+	Mfma__V1__Response want = MFMA__V1__RESPONSE__INIT;
+	want.has_id = 1;
+	want.id = id;
+	want.status = &st;
+	want.body_case = MFMA__V1__RESPONSE__BODY_GEMM;
+	want.gemm = &g;
+	size_t wl = mfma__v1__response__get_packed_size(&want);
+	size_t gl = mfma__v1__response__get_packed_size(r);
+	assert_int_equal(gl, wl);
+	uint8_t *wb = malloc(wl + 1), *gb = malloc(gl + 1);
+	assert_non_null(wb);
+	assert_non_null(gb);
+	mfma__v1__response__pack(&want, wb);
+	mfma__v1__response__pack(r, gb);
+	assert_memory_equal(gb, wb, wl);
+	free(wb);
+	free(gb);
+}
+
+static void check_with(struct frame_arena *arena, uint64_t id, uint32_t m, uint32_t n,
+		       enum mfma_dtype dt, const char *variant, uint64_t big)
 {
 	struct answer a;
-	assert_int_equal(answer_start(&a, id, m, n, dt), 0);
+	assert_int_equal(answer_start(&a, id, m, n, dt, arena ? carve : NULL, arena), 0);
+	if (arena) {
+		assert_true(a.carved);
+		assert_true(frame_arena_owns(a.frame));
+		assert_int_equal((uintptr_t)(a.frame + a.d_at) % FRAME_ARENA_ALIGN, 0);
+	}
+	if (!arena)
+		assert_false(a.carved);
 	size_t dbytes = (size_t)m * n * mfma_dtype_size(dt);
 	assert_int_equal(a.d_bytes, dbytes);
 	for (size_t i = 0; i < dbytes; i++)
@@ -60,8 +118,15 @@ static void check(uint64_t id, uint32_t m, uint32_t n, enum mfma_dtype dt, const
 	assert_string_equal(g->device->backend, "cuda");
 	assert_string_equal(g->device->arch, "sm_90");
 	assert_string_equal(g->variant, variant);
+	same_as_encoder(r, id, m, n, dt, g->d->data.data, &t, &dev, variant);
 	mfma__v1__response__free_unpacked(r, NULL);
-	free(f);
+	frame_arena_free(f);
+}
+
+static void check(uint64_t id, uint32_t m, uint32_t n, enum mfma_dtype dt, const char *variant,
+		  uint64_t big)
+{
+	check_with(NULL, id, m, n, dt, variant, big);
 }
 
 static void test_small_and_large(void **state)
@@ -80,6 +145,42 @@ static void test_long_variant_grows_the_frame(void **state)
 	memset(v, 'x', sizeof(v) - 1);
 	v[sizeof(v) - 1] = '\0';
 	check(5, 64, 64, MFMA_DT_F32, v, 99);
+}
+
+/* Frames carved from an arena, D's first byte aligned: the same
+ * messages; a frame larger than the arena holds comes from the heap; a
+ * carved frame that must grow (a long variant) moves to the heap and
+ * gives its block back. */
+static void test_carved_frames(void **state)
+{
+	(void)state;
+	struct frame_arena *arena;
+	assert_int_equal(frame_arena_create(4u << 20, &arena), 0);
+	check_with(arena, 0, 1, 1, MFMA_DT_F32, "", 0);
+	check_with(arena, 7, 16, 16, MFMA_DT_F16, "cpu.sgemm.f16", 1);
+	check_with(arena, UINT64_MAX, 517, 33, MFMA_DT_I32, "f16.sparse.128x64", UINT64_MAX / 4);
+	check_with(arena, 1ull << 40, 8192, 8, MFMA_DT_F16, "cusparselt.f16.sparse.c29", 1ull << 50);
+	struct answer a;
+	assert_int_equal(answer_start(&a, 1, 8192, 8, MFMA_DT_F16, carve, arena), 0);
+	assert_true(a.carved);
+	/* 4 MiB of D does not fit beside the frame above: the heap. */
+	struct answer b;
+	assert_int_equal(answer_start(&b, 2, 1024, 1024, MFMA_DT_F32, carve, arena), 0);
+	assert_false(b.carved);
+	assert_false(frame_arena_owns(b.frame));
+	answer_free(&b);
+	answer_free(&a);
+	struct frame_arena_usage u;
+	frame_arena_usage(arena, &u);
+	assert_int_equal(u.frames, 0);
+	char v[3000];
+	memset(v, 'x', sizeof(v) - 1);
+	v[sizeof(v) - 1] = '\0';
+	check_with(arena, 5, 64, 64, MFMA_DT_F32, v, 99);
+	frame_arena_usage(arena, &u);
+	assert_int_equal(u.frames, 0);
+	assert_int_equal(u.extents, 1);
+	frame_arena_close(arena);
 }
 
 /* D in a client's region: the answer names it and carries no bytes. */
@@ -116,6 +217,7 @@ int main(void)
 		cmocka_unit_test(test_small_and_large),
 		cmocka_unit_test(test_long_variant_grows_the_frame),
 		cmocka_unit_test(test_region_answer),
+		cmocka_unit_test(test_carved_frames),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
