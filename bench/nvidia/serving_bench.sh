@@ -21,8 +21,9 @@
 #  4. (MULTI=1, a machine of several GPUs) the batching loads pinned to
 #     device 0 and left to the scheduler, bytes and --shm.
 #
-# E2E_PINNED_ANSWERS_MB (default 64) is cuda.pinned_answers_mb (0: answer
-# frames on the heap), as in e2e.sh.
+# E2E_PINNED_ANSWERS_MB, when set, is cuda.pinned_answers_mb (0: answer
+# frames on the heap); unset, the daemon's default (and nothing an older
+# build would refuse).
 #
 # usage: [SERVING_STEPS="check latency batching off"] [ROUNDS="1 2"] [MFMAD=path LABEL=name]
 #        [LAT_POLLS="0 300"] serving_bench.sh PAYLOAD_DIR OUT_DIR
@@ -50,7 +51,7 @@ limits = {
 };
 batching = { enabled = ${2:-true}; };
 ${SERVING_EXTRA_CONF:-}
-cuda = { pinned_answers_mb = ${E2E_PINNED_ANSWERS_MB:-64}; };
+${E2E_PINNED_ANSWERS_MB:+cuda = { pinned_answers_mb = $E2E_PINNED_ANSWERS_MB; \};}
 CONF
 }
 conf 0
