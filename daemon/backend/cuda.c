@@ -111,8 +111,6 @@ struct cuda_backend_dev {
 	bool warming;
 };
 
-/* The measured order of the candidates for one (N bucket, output type):
- * provider indices, fastest first; n == 0 until measured. */
 /* The served trial of a bucket's two fastest candidates: their kernel
  * times as served (order[0]'s in ns[0], order[1]'s in ns[1]). */
 #define TRIAL_MAX 64
@@ -122,6 +120,8 @@ struct cuda_trial {
 	uint64_t ns[2][TRIAL_MAX];
 };
 
+/* The measured order of the candidates for one (N bucket, output type):
+ * provider indices, fastest first; n == 0 until measured; and its trial. */
 struct cuda_rank {
 	uint8_t n;
 	uint8_t order[NPROVIDERS];
