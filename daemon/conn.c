@@ -67,6 +67,7 @@ struct conn {
 	pthread_mutex_t wmu;
 	_Atomic uint32_t later; /* answers a worker left to the loop, not yet queued */
 	_Atomic uint32_t posted; /* answers handed to a post thread, not yet sent or left */
+	_Atomic uint32_t early;  /* answers written off the loop, their requests not yet released */
 	int fd;           /* -1: no direct sends (TLS, or no descriptor) */
 	uint32_t wqueued;
 	bool wclosed;
@@ -220,6 +221,26 @@ void conn_release(struct conn *c)
 uint32_t conn_inflight(const struct conn *c)
 {
 	return c->inflight;
+}
+
+uint32_t conn_inflight_unanswered(const struct conn *c)
+{
+	uint32_t early = atomic_load(&c->early);
+	return c->inflight > early ? c->inflight - early : 0;
+}
+
+/* Counted before the write, so that a client that has the answer finds
+ * its next request admitted; taken back when the write did not happen. */
+static void early_add(struct conn *c, int delta)
+{
+	atomic_fetch_add(&c->early, (uint32_t)delta);
+	atomic_fetch_add(&c->d->answered_early, (uint64_t)(int64_t)delta);
+}
+
+void conn_early_released(struct conn *c)
+{
+	if (c)
+		early_add(c, -1);
 }
 
 uint64_t conn_id(const struct conn *c)
@@ -569,8 +590,11 @@ bool conn_send_direct(struct conn *c, uint8_t *frame, size_t len)
 	if (!c || c->fd < 0)
 		return false;
 	pthread_mutex_lock(&c->wmu);
+	early_add(c, 1);
 	/* An answer still with a post thread goes first. */
 	bool taken = atomic_load(&c->posted) == 0 && send_locked(c, frame, len);
+	if (!taken)
+		early_add(c, -1);
 	pthread_mutex_unlock(&c->wmu);
 	return taken;
 }
@@ -583,11 +607,14 @@ void conn_answer_posted(struct conn *c)
 bool conn_send_posted(struct conn *c, uint8_t *frame, size_t len)
 {
 	pthread_mutex_lock(&c->wmu);
+	early_add(c, 1);
 	bool taken = send_locked(c, frame, len);
 	/* Left to the loop: counted there before it stops counting here, so
 	 * that no direct send finds both counts at zero in between. */
-	if (!taken)
+	if (!taken) {
+		early_add(c, -1);
 		atomic_fetch_add(&c->later, 1);
+	}
 	atomic_fetch_sub(&c->posted, 1);
 	pthread_mutex_unlock(&c->wmu);
 	return taken;

@@ -107,6 +107,11 @@ void conn_unref(struct conn *c);
 void conn_hold(struct conn *c);
 void conn_release(struct conn *c);
 uint32_t conn_inflight(const struct conn *c);
+/* Those whose answer has not been written yet: what admission counts
+ * (conn_send_direct and conn_send_posted count an answer they write as
+ * early until its request is released, conn_early_released). */
+uint32_t conn_inflight_unanswered(const struct conn *c);
+void conn_early_released(struct conn *c);
 uint64_t conn_id(const struct conn *c);
 struct daemon *conn_daemon(const struct conn *c);
 

@@ -59,6 +59,11 @@ struct daemon {
 	/* Requests held (reply.c): queued or running work, a load, an unload
 	 * waiting for its frees, a frame decoding off the loop. */
 	uint64_t inflight;
+	/* Of those, the ones whose answer a device worker or post thread has
+	 * already written (conn_send_direct, conn_send_posted) while the loop
+	 * has not yet released them: the client may send its next request
+	 * before that, and admission does not count them. */
+	_Atomic uint64_t answered_early;
 	uint64_t inflight_bytes; /* GEMM bytes, against limits.max_inflight_mb */
 	/* conn.c: the other bytes clients make the daemon hold (read buffers,
 	 * answers not yet written, at their real cost); with inflight_bytes

@@ -63,17 +63,19 @@ static bool refuse(struct daemon *d, struct conn *c, const struct request *r)
 			     conn_held_bytes(d) >> 20, d->cfg.max_memory_bytes >> 20);
 		return true;
 	}
-	if (conn_inflight(c) >= d->cfg.max_inflight_per_conn) {
+	if (conn_inflight_unanswered(c) >= d->cfg.max_inflight_per_conn) {
 		reply_status(d, r, MFMA__V1__CODE__RESOURCE_EXHAUSTED,
 			     "busy: %u requests in flight on this connection "
 			     "(limits.max_inflight_per_connection = %u)",
-			     conn_inflight(c), d->cfg.max_inflight_per_conn);
+			     conn_inflight_unanswered(c), d->cfg.max_inflight_per_conn);
 		return true;
 	}
-	if (d->inflight >= d->cfg.max_inflight) {
+	const uint64_t early = atomic_load(&d->answered_early);
+	const uint64_t unanswered = d->inflight > early ? d->inflight - early : 0;
+	if (unanswered >= d->cfg.max_inflight) {
 		reply_status(d, r, MFMA__V1__CODE__RESOURCE_EXHAUSTED,
 			     "busy: %" PRIu64 " requests in flight (limits.max_inflight = %u)",
-			     d->inflight, d->cfg.max_inflight);
+			     unanswered, d->cfg.max_inflight);
 		return true;
 	}
 	return false;

@@ -380,6 +380,9 @@ static void gemm_done(struct daemon *d, struct sched_job *sj, int status)
 	/* Queued now: later answers may go out directly again. */
 	if (j->later)
 		conn_answer_sent(j->r.conn);
+	/* Written already: admission stops leaving it out with its release. */
+	if (j->sent)
+		conn_early_released(j->r.conn);
 	d->inflight_bytes -= j->in_bytes;
 	STATS_SUB(d->stats.in_flight, 1);
 	if (j->weight)
