@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "frame_arena.h"
 #include "log.h"
 #include "mfma.pb-c.h"
@@ -290,8 +291,8 @@ KEY(hip_enabled, { set_enable(p, s, &c->hip); })
 KEY(cuda_enabled, { set_enable(p, s, &c->cuda); })
 KEY(cuda_warmup, { set_bool(p, s, &c->cuda_warmup); })
 KEY(cuda_graphs, { set_bool(p, s, &c->cuda_graphs); })
-/* The backend keeps at most 64 served times per candidate. */
-KEY(cuda_served_trial, { set_u32(p, s, 0, 64, &c->cuda_served_trial); })
+/* At most the served times the backend keeps per candidate (backend.h). */
+KEY(cuda_served_trial, { set_u32(p, s, 0, BACKEND_TRIAL_MAX, &c->cuda_served_trial); })
 /* At most the arena's own bound (frame_arena.h: 4096 MiB). */
 KEY(cuda_pinned_answers_mb, {
 	set_u64(p, s, 0, (long long)(FRAME_ARENA_MAX_BYTES >> 20), 1ull << 20,

@@ -141,6 +141,15 @@ static void finish_answer(struct device *v, struct gemm_job *j)
 	}
 }
 
+/* What a launch paid for on the serving path (plans, measured choices)
+ * and the served trial it ended, counted. */
+static void observe_launch(struct daemon *d, const struct backend_timing *t)
+{
+	stats_observe_planning(&d->stats, t->plans, t->measures);
+	if (t->trial_end)
+		stats_observe_trial(&d->stats, t->trial_end == BACKEND_TRIAL_CHANGED);
+}
+
 static void run_one(struct device *v, struct sched_job *sj)
 {
 	struct gemm_job *j = (struct gemm_job *)sj;
@@ -172,8 +181,7 @@ static void run_one(struct device *v, struct sched_job *sj)
 	j->t.plans = j->t.measures = 0;
 	j->t.trial_end = 0;
 	int rc = v->ops->gemm(v->bdev, g, handle, &j->t, err, sizeof(err));
-	stats_observe_planning(&v->d->stats, j->t.plans, j->t.measures);
-	stats_observe_trial(&v->d->stats, j->t.trial_end);
+	observe_launch(v->d, &j->t);
 	if (rc < 0) {
 		/* The device is done with the frame (a failed GEMM drains its
 		 * stream): its arena space goes back now, not with the job. */
@@ -257,8 +265,7 @@ static void gemm_batch_work(struct device *v, struct sched_job **sjs, size_t n)
 		g.b = g.c = g.d = NULL;
 		g.a_sparse = head->weight->sparse;
 		rc = v->ops->gemm(v->bdev, &g, head->weight->handle[v->index], &t, err, sizeof(err));
-		stats_observe_planning(&v->d->stats, t.plans, t.measures);
-		stats_observe_trial(&v->d->stats, t.trial_end);
+		observe_launch(v->d, &t);
 	}
 	free(parts);
 	if (rc < 0) {

@@ -5,6 +5,7 @@
 #define MFMAD_STATS_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #define STATS_MAX_DEVICES 32
@@ -129,13 +130,13 @@ static inline void stats_observe_planning(struct mfmad_stats *s, uint32_t plans,
 		STATS_ADD(s->measures_serving, measures);
 }
 
-/* how: 0 (no trial ended), 1 kept, 2 changed (enum backend_trial_end). */
-static inline void stats_observe_trial(struct mfmad_stats *s, uint8_t how)
+/* A served trial of a choice ended, the measured order kept or changed. */
+static inline void stats_observe_trial(struct mfmad_stats *s, bool changed)
 {
-	if (how == 1)
-		STATS_ADD(s->trials_kept, 1);
-	else if (how == 2)
+	if (changed)
 		STATS_ADD(s->trials_changed, 1);
+	else
+		STATS_ADD(s->trials_kept, 1);
 }
 
 static inline void stats_observe_batch(struct mfmad_stats *s, uint64_t requests)

@@ -28,8 +28,7 @@
 # usage: [SERVING_STEPS="check latency batching off"] [ROUNDS="1 2"] [MFMAD=path LABEL=name]
 #        [LAT_POLLS="0 300"] serving_bench.sh PAYLOAD_DIR OUT_DIR
 # MFMAD and MFMACTL run other binaries (builds of an earlier commit, for a
-# side by side run); LABEL then tags every SERVE line.  SERVING_EXTRA_CONF
-# is added to the daemon's configuration (settings read at start, say).
+# side by side run); LABEL then tags every SERVE line.
 set -u
 P=$1
 OUT=$2
@@ -50,7 +49,6 @@ limits = {
   worker_poll_us = $1;
 };
 batching = { enabled = ${2:-true}; };
-${SERVING_EXTRA_CONF:-}
 ${E2E_PINNED_ANSWERS_MB:+cuda = { pinned_answers_mb = $E2E_PINNED_ANSWERS_MB; \};}
 CONF
 }

@@ -125,6 +125,9 @@ struct backend_timing {
 };
 
 enum backend_trial_end { BACKEND_TRIAL_KEPT = 1, BACKEND_TRIAL_CHANGED = 2 };
+/* The most served launches per candidate a trial keeps the times of
+ * (cuda.served_trial's bound). */
+#define BACKEND_TRIAL_MAX 64
 
 /* What weight_warm prepares a resident weight for: the N a GEMM on it
  * may have, from what the daemon batches now (batching.max_columns is

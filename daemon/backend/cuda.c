@@ -87,7 +87,8 @@ static const struct cuda_provider *const providers[] = {
  * probe, before any device opens, and read-only after. */
 static struct provider_policy policy = { .exclude = 0, .prefer = -1 };
 /* Served launches per candidate in a bucket's trial (cuda.served_trial,
- * at most TRIAL_MAX); 0: none, the measured order stands.  Set at probe. */
+ * at most BACKEND_TRIAL_MAX); 0: none, the measured order stands.  Set at
+ * probe. */
 static uint32_t trial_runs = 0;
 
 /* Whether provider i may serve on compute capability cc. */
@@ -113,11 +114,10 @@ struct cuda_backend_dev {
 
 /* The served trial of a bucket's two fastest candidates: their kernel
  * times as served (order[0]'s in ns[0], order[1]'s in ns[1]). */
-#define TRIAL_MAX 64
 struct cuda_trial {
 	uint8_t taken[2];
 	bool over;
-	uint64_t ns[2][TRIAL_MAX];
+	uint64_t ns[2][BACKEND_TRIAL_MAX];
 };
 
 /* The measured order of the candidates for one (N bucket, output type):
@@ -159,7 +159,8 @@ static int cuda_probe(const struct backend_config *cfg, char *err, size_t errlen
 	}
 	if (cfg) {
 		policy = cfg->cuda_providers;
-		trial_runs = cfg->cuda_served_trial < TRIAL_MAX ? cfg->cuda_served_trial : TRIAL_MAX;
+		trial_runs = cfg->cuda_served_trial < BACKEND_TRIAL_MAX ? cfg->cuda_served_trial
+									 : BACKEND_TRIAL_MAX;
 	}
 	return cuda_dev_probe(any_provider_usable, err, errlen);
 }

@@ -359,3 +359,18 @@ int harness_http_get(int port, const char *path, char *out, size_t outlen)
 	sscanf(out, "HTTP/1.%*d %d", &code);
 	return code;
 }
+
+long long harness_metric(int port, const char *name)
+{
+	size_t cap = 1 << 20;
+	char *buf = malloc(cap), key[128];
+	long long v = -1;
+	snprintf(key, sizeof(key), "\n%s ", name);
+	if (buf && harness_http_get(port, "/metrics", buf, cap) == 200) {
+		const char *at = strstr(buf, key);
+		if (at)
+			v = strtoll(at + strlen(key), NULL, 10);
+	}
+	free(buf);
+	return v;
+}

@@ -55,6 +55,9 @@ int harness_free_port(void);
  * headers and body, into out (NUL-terminated, cut at outlen-1); its
  * status code, or -1 when nothing answered. */
 int harness_http_get(int port, const char *path, char *out, size_t outlen);
+/* The value of an unlabelled counter or gauge on GET /metrics from
+ * 127.0.0.1:port, or -1 when it is not there or nothing answered. */
+long long harness_metric(int port, const char *name);
 
 /* Runs a program with arguments, stdout captured into out (NUL-terminated,
  * cut at outlen-1); returns its exit status or -1. */

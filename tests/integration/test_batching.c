@@ -329,6 +329,44 @@ static void test_enabled_live_on_sighup(void **state)
 	stop(&p, fd, &w);
 }
 
+/* Starts mfmad with conf and /metrics on a free port (its number
+ * returned), its CPU devices carving answer frames from an arena of
+ * arena_mb MiB (MFMAD_TEST_CPU_ANSWER_ARENA_MB), or from the heap when
+ * arena_mb is NULL, whatever the environment this runs in says. */
+static int start_with_metrics(struct mfmad_proc *p, const char *conf, const char *arena_mb)
+{
+	int port = harness_free_port();
+	assert_true(port > 0);
+	char port_s[32];
+	snprintf(port_s, sizeof(port_s), "127.0.0.1:%d", port);
+	const char *args[] = { "--metrics", port_s, NULL };
+	if (arena_mb)
+		setenv("MFMAD_TEST_CPU_ANSWER_ARENA_MB", arena_mb, 1);
+	else
+		unsetenv("MFMAD_TEST_CPU_ANSWER_ARENA_MB");
+	int started = harness_start(p, conf, args);
+	unsetenv("MFMAD_TEST_CPU_ANSWER_ARENA_MB");
+	assert_int_equal(started, 0);
+	return port;
+}
+
+/* A client that sends NREQ GEMMs of 64 columns (B seeded from seed, ids
+ * from id0) and closes its connection without reading an answer. */
+static void leave_with_answers_queued(const struct mfmad_proc *p, uint32_t seed, uint64_t id0)
+{
+	int gone = harness_connect_raw(p);
+	assert_true(gone >= 0);
+	static struct want q[NREQ];
+	for (int i = 0; i < NREQ; i++) {
+		q[i] = (struct want){ .n = 64, .alpha = 1.0f };
+		rw_mat_init(&q[i].b, K, q[i].n, seed + (uint32_t)i);
+		send_gemm(gone, id0 + (uint64_t)i, &q[i]);
+	}
+	close(gone);
+	for (int i = 0; i < NREQ; i++)
+		rw_mat_free(&q[i].b);
+}
+
 /* Answer frames on the CPU backend: with cuda.pinned_answers_mb set (the
  * CUDA devices' arena of pinned answer frames, nothing the CPU has) every
  * answer with D is laid out on the heap, batched or alone, and /metrics
@@ -338,19 +376,12 @@ static void test_enabled_live_on_sighup(void **state)
 static void test_answer_frames_on_the_heap(void **state)
 {
 	(void)state;
-	int port = harness_free_port();
-	assert_true(port > 0);
-	char port_s[32];
-	snprintf(port_s, sizeof(port_s), "127.0.0.1:%d", port);
-	const char *args[] = { "--metrics", port_s, NULL };
 	struct mfmad_proc p;
 	/* Heap frames, whatever the environment this runs in says. */
-	unsetenv("MFMAD_TEST_CPU_ANSWER_ARENA_MB");
-	assert_int_equal(harness_start(&p,
-				       "cpu = { threads = 1; devices = 1; };\n"
-				       "cuda = { pinned_answers_mb = 16; };\n",
-				       args),
-			 0);
+	const int port = start_with_metrics(&p,
+					    "cpu = { threads = 1; devices = 1; };\n"
+					    "cuda = { pinned_answers_mb = 16; };\n",
+					    NULL);
 	int fd = harness_connect_raw(&p);
 	assert_true(fd >= 0);
 	struct rw_mat w;
@@ -366,17 +397,7 @@ static void test_answer_frames_on_the_heap(void **state)
 	assert_non_null(strstr(out, want));
 	assert_non_null(strstr(out, "mfmad_gemm_answer_frames_total{memory=\"pinned\"} 0\n"));
 
-	int gone = harness_connect_raw(&p);
-	assert_true(gone >= 0);
-	static struct want q[NREQ];
-	for (int i = 0; i < NREQ; i++) {
-		q[i] = (struct want){ .n = 64, .alpha = 1.0f };
-		rw_mat_init(&q[i].b, K, q[i].n, 200 + (uint32_t)i);
-		send_gemm(gone, 1000 + (uint64_t)i, &q[i]);
-	}
-	close(gone);
-	for (int i = 0; i < NREQ; i++)
-		rw_mat_free(&q[i].b);
+	leave_with_answers_queued(&p, 200, 1000);
 	/* The other client is served on, every answer checked. */
 	assert_true(burst(fd, &w, false) >= 1);
 	rw_mat_free(&w);
@@ -394,16 +415,8 @@ static void test_answer_frames_on_the_heap(void **state)
 static void test_answer_frames_from_an_arena(void **state)
 {
 	(void)state;
-	int port = harness_free_port();
-	assert_true(port > 0);
-	char port_s[32];
-	snprintf(port_s, sizeof(port_s), "127.0.0.1:%d", port);
-	const char *args[] = { "--metrics", port_s, NULL };
 	struct mfmad_proc p;
-	setenv("MFMAD_TEST_CPU_ANSWER_ARENA_MB", "1", 1);
-	int started = harness_start(&p, "cpu = { threads = 1; devices = 1; };", args);
-	unsetenv("MFMAD_TEST_CPU_ANSWER_ARENA_MB");
-	assert_int_equal(started, 0);
+	const int port = start_with_metrics(&p, "cpu = { threads = 1; devices = 1; };", "1");
 	int fd = harness_connect_raw(&p);
 	assert_true(fd >= 0);
 	struct rw_mat w;
@@ -417,17 +430,7 @@ static void test_answer_frames_from_an_arena(void **state)
 	assert_non_null(strstr(out, want));
 	assert_non_null(strstr(out, "mfmad_gemm_answer_frames_total{memory=\"heap\"} 1\n"));
 
-	int gone = harness_connect_raw(&p);
-	assert_true(gone >= 0);
-	static struct want q[NREQ];
-	for (int i = 0; i < NREQ; i++) {
-		q[i] = (struct want){ .n = 64, .alpha = 1.0f };
-		rw_mat_init(&q[i].b, K, q[i].n, 300 + (uint32_t)i);
-		send_gemm(gone, 2000 + (uint64_t)i, &q[i]);
-	}
-	close(gone);
-	for (int i = 0; i < NREQ; i++)
-		rw_mat_free(&q[i].b);
+	leave_with_answers_queued(&p, 300, 2000);
 	assert_true(burst(fd, &w, false) >= 1);
 	rw_mat_free(&w);
 	close(fd);

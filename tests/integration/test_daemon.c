@@ -50,18 +50,12 @@ static void check_result(const struct mfma_gemm_result *r, const float *A, const
 	free(ref);
 }
 
-static int free_port(void)
-{
-	/* Deterministic per process, in a range nothing else here uses. */
-	return 20000 + (int)(getpid() % 20000);
-}
-
 static void test_tcp_listener(void **state)
 {
 	(void)state;
 	struct mfmad_proc d;
 	char tcp[32], ep[64];
-	int port = free_port();
+	int port = harness_free_port();
 	snprintf(tcp, sizeof(tcp), "127.0.0.1:%d", port);
 	const char *args[] = { "--tcp", tcp, NULL };
 	assert_int_equal(harness_start(&d, NULL, args), 0);

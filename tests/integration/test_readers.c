@@ -34,52 +34,6 @@
 #include "mfma.h"
 #include "mfma_clock.h"
 
-/* A port free now, for the metrics endpoint. */
-static int free_port(void)
-{
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t len = sizeof(sa);
-	assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
-	close(fd);
-	return ntohs(sa.sin_port);
-}
-
-/* The value of a counter on GET /metrics, or -1. */
-static long long metric(int port, const char *name)
-{
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-		close(fd);
-		return -1;
-	}
-	const char req[] = "GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n";
-	assert_int_equal(harness_write_all(fd, req, sizeof(req) - 1), 0);
-	size_t cap = 1 << 20, got = 0;
-	char *buf = malloc(cap);
-	assert_non_null(buf);
-	struct pollfd pfd = { .fd = fd, .events = POLLIN };
-	while (got < cap - 1 && poll(&pfd, 1, 5000) > 0) {
-		ssize_t r = recv(fd, buf + got, cap - 1 - got, 0);
-		if (r <= 0)
-			break;
-		got += (size_t)r;
-	}
-	buf[got] = '\0';
-	close(fd);
-	long long v = -1;
-	char key[128];
-	snprintf(key, sizeof(key), "\n%s ", name);
-	const char *at = strstr(buf, key);
-	if (at)
-		v = strtoll(at + strlen(key), NULL, 10);
-	free(buf);
-	return v;
-}
-
 static mfma_client *connect_to(const struct mfmad_proc *p)
 {
 	mfma_client *c;
@@ -247,12 +201,12 @@ static void test_readers_answer(void **state)
 {
 	(void)state;
 	struct mfmad_proc p;
-	int port = free_port();
+	int port = harness_free_port();
 	start(&p, "reader_threads = 2; reader_min_kb = 1; reader_when_busy = false;", port);
-	assert_int_equal(metric(port, "mfmad_reader_frames_total"), 0);
+	assert_int_equal(harness_metric(port, "mfmad_reader_frames_total"), 0);
 	load_weight(&p);
 	run_load(&p, 8, 4, 4);
-	long long taken = metric(port, "mfmad_reader_frames_total");
+	long long taken = harness_metric(port, "mfmad_reader_frames_total");
 	print_message("frames read by the readers: %lld of %d\n", taken, 8 * 4 * 4 + 1);
 	/* The weight's load and every GEMM are over 1 KiB; the first frame
 	 * of a connection may be read whole on the loop (nothing said yet
@@ -267,11 +221,11 @@ static void test_readers_off(void **state)
 {
 	(void)state;
 	struct mfmad_proc p;
-	int port = free_port();
+	int port = harness_free_port();
 	start(&p, "reader_threads = 0; reader_min_kb = 1; reader_when_busy = false;", port);
 	load_weight(&p);
 	run_load(&p, 4, 2, 4);
-	assert_int_equal(metric(port, "mfmad_reader_frames_total"), 0);
+	assert_int_equal(harness_metric(port, "mfmad_reader_frames_total"), 0);
 	assert_int_equal(harness_log_count(&p, "reader thread(s)"), 0);
 	assert_int_equal(harness_stop(&p), 0);
 }
@@ -282,11 +236,11 @@ static void test_lone_request_stays_on_loop(void **state)
 {
 	(void)state;
 	struct mfmad_proc p;
-	int port = free_port();
+	int port = harness_free_port();
 	start(&p, "reader_threads = 2; reader_min_kb = 1;", port);
 	load_weight(&p);
 	run_load(&p, 1, 12, 1);
-	assert_int_equal(metric(port, "mfmad_reader_frames_total"), 0);
+	assert_int_equal(harness_metric(port, "mfmad_reader_frames_total"), 0);
 	assert_int_equal(harness_stop(&p), 0);
 }
 
@@ -298,7 +252,7 @@ static void test_region_between_large_frames(void **state)
 {
 	(void)state;
 	struct mfmad_proc p;
-	int port = free_port();
+	int port = harness_free_port();
 	start(&p, "reader_threads = 2; reader_min_kb = 1; reader_when_busy = false;", port);
 	mfma_client *c = connect_to(&p);
 	struct mfma_error err;
@@ -340,7 +294,7 @@ static void test_region_between_large_frames(void **state)
 	mfma_close(c);
 	free(a);
 	free(b);
-	assert_true(metric(port, "mfmad_reader_frames_total") >= 3);
+	assert_true(harness_metric(port, "mfmad_reader_frames_total") >= 3);
 	assert_int_equal(harness_log_count(&p, "file descriptor"), 0);
 	assert_int_equal(harness_stop(&p), 0);
 }
@@ -369,7 +323,7 @@ static void test_stall_and_vanish(void **state)
 {
 	(void)state;
 	struct mfmad_proc p;
-	int port = free_port();
+	int port = harness_free_port();
 	start(&p, "reader_threads = 2; reader_min_kb = 1; reader_when_busy = false; "
 		  "read_timeout_ms = 3000;", port);
 	load_weight(&p);
@@ -391,7 +345,7 @@ static void test_stall_and_vanish(void **state)
 	assert_int_equal(harness_log_count(&p, "a started frame did not complete"), 4);
 	assert_int_equal(harness_log_count(&p, "the client went away 20004 bytes into a "
 					       "200004-byte frame"), 1);
-	assert_true(metric(port, "mfmad_reader_frames_total") > 0);
+	assert_true(harness_metric(port, "mfmad_reader_frames_total") > 0);
 	assert_int_equal(harness_stop(&p), 0);
 }
 
@@ -403,7 +357,7 @@ static void test_descriptor_mid_frame(void **state)
 {
 	(void)state;
 	struct mfmad_proc p;
-	int port = free_port();
+	int port = harness_free_port();
 	start(&p, "reader_threads = 2; reader_min_kb = 1; reader_when_busy = false;", port);
 	int fd = partial_frame(&p, 100000, 30000);
 	usleep(2 * 1000);
@@ -443,7 +397,7 @@ static void test_sigterm_with_frames_in_readers(void **state)
 {
 	(void)state;
 	struct mfmad_proc p;
-	int port = free_port();
+	int port = harness_free_port();
 	start(&p, "reader_threads = 2; reader_min_kb = 1; reader_when_busy = false;", port);
 	int fds[6];
 	for (int i = 0; i < 6; i++)

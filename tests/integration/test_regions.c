@@ -282,24 +282,13 @@ static void test_region_batched_weight(void **state)
 	stop(&p);
 }
 
-static int free_port(void)
-{
-	int s = socket(AF_INET, SOCK_STREAM, 0);
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t l = sizeof(sa);
-	assert_int_equal(bind(s, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	assert_int_equal(getsockname(s, (struct sockaddr *)&sa, &l), 0);
-	close(s);
-	return ntohs(sa.sin_port);
-}
-
 /* Over TCP a region cannot be made, and a GEMM naming one is refused. */
 static void test_tcp_refused(void **state)
 {
 	(void)state;
 	struct mfmad_proc p;
 	char tcp[32], ep[64];
-	int port = free_port();
+	int port = harness_free_port();
 	snprintf(tcp, sizeof(tcp), "127.0.0.1:%d", port);
 	const char *args[] = { "--tcp", tcp, NULL };
 	assert_int_equal(harness_start(&p, NULL, args), 0);

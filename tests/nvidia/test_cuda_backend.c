@@ -863,6 +863,20 @@ static struct backend_timing warm_batch(void *w, const struct operands *o, enum 
 
 /* One single GEMM at N on the resident weight w (A in o), checked on 16
  * rows against the float64 reference; its timing. */
+/* o's A (f16, an m x k weight, 2:4 when sp) loaded as a resident weight
+ * on device d; the handle. */
+static void *load_f16_weight(void *d, const struct operands *o, bool sp, uint32_t m, uint32_t k)
+{
+	struct mfma_weight_host wh = { .m = m, .k = k, .dtype = MFMA_DT_F16, .sparse = sp,
+				       .a = o->a, .meta = o->meta };
+	void *w = NULL;
+	uint64_t wbytes = 0;
+	char err[512] = "";
+	if (backend_cuda.weight_load(d, &wh, &w, &wbytes, err, sizeof(err)) != 0)
+		fail_msg("weight_load: %s", err);
+	return w;
+}
+
 static struct backend_timing resident_gemm(void *w, const struct operands *o, enum mfma_dtype in,
 					   enum mfma_dtype out, bool sp, uint32_t m, uint32_t k,
 					   uint32_t n)
@@ -1194,14 +1208,8 @@ static void reopen(const struct backend_config *cfg)
 static const char *resident_once(bool sp, uint32_t m, uint32_t k, uint32_t n)
 {
 	struct operands o;
-	char err[512] = "";
 	ops_make(&o, MFMA_DT_F16, MFMA_DT_F16, sp, m, 16, k, 1.0f, 0.0f);
-	struct mfma_weight_host wh = { .m = m, .k = k, .dtype = MFMA_DT_F16, .sparse = sp,
-				       .a = o.a, .meta = o.meta };
-	void *w = NULL;
-	uint64_t wbytes = 0;
-	if (backend_cuda.weight_load(dev, &wh, &w, &wbytes, err, sizeof(err)) != 0)
-		fail_msg("weight_load: %s", err);
+	void *w = load_f16_weight(dev, &o, sp, m, k);
 	const char *v = resident_gemm(w, &o, MFMA_DT_F16, MFMA_DT_F16, sp, m, k, n).variant;
 	backend_cuda.weight_free(dev, w);
 	ops_free(&o);
@@ -1319,14 +1327,8 @@ static void test_served_trial(void **state)
 	memset(&tc, 0, sizeof(tc));
 	for (int sp = 1; sp >= 0; sp--) {
 		struct operands o;
-		char err[512] = "";
 		ops_make(&o, MFMA_DT_F16, MFMA_DT_F16, sp, m, 16, k, 1.0f, 0.0f);
-		struct mfma_weight_host wh = { .m = m, .k = k, .dtype = MFMA_DT_F16, .sparse = sp,
-					       .a = o.a, .meta = o.meta };
-		void *w = NULL;
-		uint64_t wbytes = 0;
-		if (backend_cuda.weight_load(dev, &wh, &w, &wbytes, err, sizeof(err)) != 0)
-			fail_msg("weight_load: %s", err);
+		void *w = load_f16_weight(dev, &o, sp, m, k);
 		const int puts0 = tc.puts;
 		struct backend_timing t = resident_gemm(w, &o, MFMA_DT_F16, MFMA_DT_F16, sp, m, k, 16);
 		assert_int_equal(t.trial_end, 0);
@@ -1432,11 +1434,7 @@ static void test_pooled_answers(void **state)
 	const uint32_t bm = 2048, bk = 1024, ns[4] = { 8, 8, 5, 8 };
 	struct operands w0, r[4];
 	ops_make(&w0, MFMA_DT_F16, MFMA_DT_F16, true, bm, 1, bk, 1.0f, 0.0f);
-	struct mfma_weight_host wh = { .m = bm, .k = bk, .dtype = MFMA_DT_F16, .sparse = true,
-				       .a = w0.a, .meta = w0.meta };
-	void *w = NULL;
-	uint64_t wbytes = 0;
-	RC_OK(backend_cuda.weight_load(pd, &wh, &w, &wbytes, err, sizeof(err)), err);
+	void *w = load_f16_weight(pd, &w0, true, bm, bk);
 	struct mfma_gemm_part parts[4];
 	for (int i = 0; i < 4; i++)
 		ops_make(&r[i], MFMA_DT_F16, MFMA_DT_F16, false, bm, ns[i], bk, 1.0f, 0.0f);

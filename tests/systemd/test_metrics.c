@@ -16,7 +16,6 @@
 
 #include <cmocka.h>
 
-#include "backend/backend.h"
 #include "metrics.h"
 #include "mfmad_build.h"
 #include "sdtest.h"
@@ -53,10 +52,9 @@ static struct mfmad_stats *known_stats(void)
 	s->measures_load = 10;
 	stats_observe_planning(s, 2, 1);
 	stats_observe_planning(s, 1, 0);
-	stats_observe_trial(s, 0);
-	stats_observe_trial(s, BACKEND_TRIAL_KEPT);
-	stats_observe_trial(s, BACKEND_TRIAL_CHANGED);
-	stats_observe_trial(s, BACKEND_TRIAL_KEPT);
+	stats_observe_trial(s, false);
+	stats_observe_trial(s, true);
+	stats_observe_trial(s, false);
 	/* 4 requests <= 10 µs, 2 in (25, 50] µs, 1 above the last bound. */
 	stats_observe_latency(s, 9000);
 	stats_observe_latency(s, 10000);
