@@ -45,6 +45,7 @@ void config_defaults(struct mfmad_config *c)
 	c->reader_threads = 0;
 	c->reader_min_bytes = 64ull << 10;
 	c->reader_when_busy = true;
+	c->pinned_read_bytes = 64ull << 20;
 	c->batch_enabled = true;
 	c->batch_max_columns = 512;
 	c->weights_persist = true;
@@ -278,6 +279,10 @@ KEY(reader_threads, {
 })
 KEY(reader_min_kb, { set_u64(p, s, 1, 1 << 20, 1024, &c->reader_min_bytes); })
 KEY(reader_when_busy, { set_bool(p, s, &c->reader_when_busy); })
+/* At most the arena's own bound (frame_arena.h: 4096 MiB). */
+KEY(pinned_reads_mb, {
+	set_u64(p, s, 0, (long long)(FRAME_ARENA_MAX_BYTES >> 20), 1ull << 20, &c->pinned_read_bytes);
+})
 KEY(batch_enabled, { set_bool(p, s, &c->batch_enabled); })
 KEY(batch_max_columns, { set_u32(p, s, 1, 1 << 20, &c->batch_max_columns); })
 KEY(batch_max_queue_delay_us, { set_u64(p, s, 0, 1000000, 1, &c->batch_max_queue_delay_us); })
@@ -405,6 +410,7 @@ static const struct key limits_keys[] = {
 	{ "reader_threads", k_reader_threads, NULL },
 	{ "reader_min_kb", k_reader_min_kb, NULL },
 	{ "reader_when_busy", k_reader_when_busy, NULL },
+	{ "pinned_reads_mb", k_pinned_reads_mb, NULL },
 	{ NULL, NULL, NULL },
 };
 static const struct key batching_keys[] = {
@@ -689,6 +695,8 @@ int config_restart_only_changes(const struct mfmad_config *a, const struct mfmad
 	     "cuda.providers");
 	/* The pool is started once. */
 	DIFF(a->reader_threads != b->reader_threads, "limits.reader_threads");
+	/* The arena is mapped, and registered by each device, at start. */
+	DIFF(a->pinned_read_bytes != b->pinned_read_bytes, "limits.pinned_reads_mb");
 	/* Told to the devices when they open. */
 	DIFF(a->cuda_graphs != b->cuda_graphs, "cuda.graphs");
 	DIFF(a->cuda_served_trial != b->cuda_served_trial, "cuda.served_trial");

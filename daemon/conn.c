@@ -18,6 +18,7 @@
 #include "frame_arena.h"
 #include "log.h"
 #include "mfma_clock.h"
+#include "read_arena.h"
 #include "readers.h"
 #include "tls.h"
 
@@ -768,7 +769,11 @@ static void process_frames(struct conn *c)
 	if (frame_reader_pending(&c->rd) == 0) {
 		c->frame_ns = 0;
 		if (!c->suspended) {
-			frame_reader_shrink(&c->rd, FRAME_HEADER_SIZE + READ_CHUNK);
+			/* An idle connection keeps no pinned buffer: the arena
+			 * is for frames being read and requests being served. */
+			frame_reader_shrink(&c->rd, frame_arena_owns(c->rd.buf)
+							    ? 0
+							    : FRAME_HEADER_SIZE + READ_CHUNK);
 			count_reader(c);
 		}
 	} else if (took || !c->frame_ns) {
@@ -1265,6 +1270,7 @@ void conn_accept(struct daemon *d, uv_stream_t *server, const struct conn_events
 	c->active_ns = mfma_clock_ns();
 	c->h.handle.data = c;
 	frame_reader_init(&c->rd, d->cfg.max_frame_bytes);
+	frame_reader_set_mem(&c->rd, read_arena_mem(d));
 	c->next = d->conns;
 	if (d->conns)
 		d->conns->prev = c;

@@ -26,6 +26,7 @@
 #include <uv.h>
 
 #include "config.h"
+#include "frame.h"
 #include "stats.h"
 
 struct choices;
@@ -36,6 +37,8 @@ struct listeners;
 struct readers;
 struct sched;
 struct weight;
+
+struct frame_arena;
 
 struct daemon {
 	uv_loop_t *loop;
@@ -54,6 +57,10 @@ struct daemon {
 	struct listeners *listeners; /* listen.c */
 	struct conn *conns;      /* conn.c: every open connection */
 	struct readers *readers; /* readers.c: NULL when limits.reader_threads is 0 */
+	/* read_arena.c: request frames in memory the GPUs register; NULL
+	 * when limits.pinned_reads_mb is 0. */
+	struct frame_arena *read_arena;
+	struct frame_mem read_mem;
 	uint64_t next_conn_id;
 
 	/* Requests held (reply.c): queued or running work, a load, an unload

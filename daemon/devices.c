@@ -10,6 +10,7 @@
 
 #include "choices.h"
 #include "log.h"
+#include "read_arena.h"
 
 /* In the order devices are numbered: GPUs first, the CPU last (it serves
  * where no GPU does, or beside them when cpu.enabled = true). */
@@ -160,6 +161,9 @@ void devices_open(struct device *v)
 	int rc = v->ops->open(v->bindex, &bc, &v->bdev, err, sizeof(err));
 	snprintf(v->open_err, sizeof(v->open_err), "%s", err);
 	v->open_rc = rc < 0 ? rc : 0;
+	v->reads_err[0] = '\0';
+	if (read_arena_register(v, err, sizeof(err)) < 0)
+		snprintf(v->reads_err, sizeof(v->reads_err), "%s", err);
 }
 
 void devices_report(const struct device *v)
@@ -171,10 +175,14 @@ void devices_report(const struct device *v)
 		 " MiB, variants: %s",
 		 v->index, v->ops->name, v->info.arch, v->info.name, v->info.mem_total >> 20,
 		 v->budget >> 20, v->info.variants[0] ? v->info.variants : "-");
+	if (v->reads_err[0])
+		log_info("device %d copies request frames through staging: %s", v->index,
+			 v->reads_err);
 }
 
 void devices_close(struct device *v)
 {
+	read_arena_unregister(v);
 	if (v->bdev)
 		v->ops->close(v->bdev);
 	v->bdev = NULL;

@@ -23,6 +23,10 @@ struct device {
 	/* Written by the worker before sched_start returns, read-only after. */
 	int open_rc;
 	char open_err[256];
+	/* read_arena.c: host_register's handle for the arena of request
+	 * frames, and why the device could not register it ("" if it did). */
+	void *reads_handle;
+	char reads_err[256];
 };
 
 /* Finds the devices of every enabled backend (GPUs first, then the CPU

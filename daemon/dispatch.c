@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "frame_arena.h"
 #include "gemm.h"
 #include "info.h"
 #include "log.h"
@@ -111,6 +112,10 @@ static void route_msg(struct conn *c, struct request_msg *m, uint64_t arrival, u
 	request_init(&r, c, req->id, arrival, kind_of(req));
 	STATS_ADD(d->stats.matrices_in_place, m->in_place);
 	STATS_ADD(d->stats.matrices_copied, m->large - m->in_place);
+	if (m->in_place)
+		STATS_ADD(d->stats.request_frames[frame_arena_owns(m->frame) ? STATS_FRAME_PINNED
+									       : STATS_FRAME_HEAP],
+			  1);
 	/* Before any refusal: the registration takes the descriptor that
 	 * came with the frame, also to close it when it refuses. */
 	if (req->body_case == MFMA__V1__REQUEST__BODY_REGISTER_REGION) {
@@ -269,7 +274,7 @@ static void *decode_frame(const uint8_t *payload, size_t len, uint8_t *base, siz
 {
 	struct read_frame *f = malloc(sizeof(*f));
 	if (!f) {
-		free(base);
+		frame_arena_free(base);
 		return NULL;
 	}
 	f->arrival = mfma_clock_ns();

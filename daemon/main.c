@@ -26,6 +26,7 @@
 #include "mfma_dtype.h"
 #include "mfmad_build.h"
 #include "notify.h"
+#include "read_arena.h"
 #include "readers.h"
 #include "scheduler.h"
 #include "weights.h"
@@ -198,7 +199,8 @@ static void print_config(const struct mfmad_config *c, const char *src)
 	       "; idle_timeout_ms = %" PRIu64 "; write_timeout_ms = %" PRIu64 ";\n"
 	       "           max_regions_per_conn = %u; max_region_mb_per_conn = %" PRIu64
 	       "; max_pinned_mb = %" PRIu64 "; send_buffer_kb = %" PRIu64 ";\n"
-	       "           reader_threads = %s; reader_min_kb = %" PRIu64 "; reader_when_busy = %s; };\n",
+	       "           reader_threads = %s; reader_min_kb = %" PRIu64 "; reader_when_busy = %s;\n"
+	       "           pinned_reads_mb = %" PRIu64 "; };\n",
 	       c->max_frame_bytes >> 20, c->max_inflight_per_conn, c->max_inflight,
 	       c->max_inflight_bytes >> 20, c->max_connections, c->max_dim, c->default_priority,
 	       c->default_timeout_ms, c->priority_aging_ms, c->worker_poll_us, c->loop_poll_us,
@@ -207,7 +209,7 @@ static void print_config(const struct mfmad_config *c, const char *src)
 	       c->idle_timeout_ms, c->write_timeout_ms, c->max_regions_per_conn,
 	       c->max_region_bytes_per_conn >> 20, c->max_pinned_bytes >> 20,
 	       c->send_buffer_bytes >> 10, readers_s, c->reader_min_bytes >> 10,
-	       c->reader_when_busy ? "true" : "false");
+	       c->reader_when_busy ? "true" : "false", c->pinned_read_bytes >> 20);
 	printf("# limits.reader_threads: %u reader thread(s) on this host (%ld cores)\n",
 	       config_reader_threads(c, ncores), ncores);
 	printf("weights = { budget_mb = %" PRIu64 "; persist = %s; state_dir = \"%s\"; };\n",
@@ -559,6 +561,11 @@ int main(int argc, char **argv)
 	}
 	if (rc == 0)
 		rc = devices_probe(d, err, sizeof(err));
+	/* Before the devices open: they register it as they do. */
+	if (rc == 0 && (rc = read_arena_open(d, err, sizeof(err))) == 0 && d->read_arena)
+		log_info("request frames of 4 KiB and more are read into %" PRIu64
+			 " MiB the GPUs register (limits.pinned_reads_mb)",
+			 d->cfg.pinned_read_bytes >> 20);
 	/* The devices find the measured choices when they open. */
 	if (rc == 0 && (rc = choices_start(d)) < 0)
 		snprintf(err, sizeof(err), "cannot start the cache of choices: %s", strerror(-rc));
@@ -626,6 +633,8 @@ int main(int argc, char **argv)
 	sched_free(d);
 	readers_free(d->readers);
 	d->readers = NULL;
+	/* The devices have let it go; frames still out free it last. */
+	read_arena_close(d);
 	devices_free(d);
 	listen_free(d);
 	uv_loop_close(d->loop);

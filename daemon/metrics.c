@@ -324,6 +324,13 @@ int metrics_render_at(const struct mfmad_stats *s, uint64_t now_ns, char **out, 
 			    "copied D into the frame) or heap (D staged and copied by the host).",
 			    "memory", "pinned", STATS_GET(s->answer_frames[STATS_FRAME_PINNED]), "heap",
 			    STATS_GET(s->answer_frames[STATS_FRAME_HEAP]));
+	render_counter_pair(&b, "mfmad_gemm_request_frames_total",
+			    "GEMM request frames whose large matrices stayed in them, by where the "
+			    "frame was read: pinned (the arena the GPUs registered, "
+			    "limits.pinned_reads_mb: a device copies B and C from the frame) or heap "
+			    "(staged and copied by the host on the device's worker).",
+			    "memory", "pinned", STATS_GET(s->request_frames[STATS_FRAME_PINNED]),
+			    "heap", STATS_GET(s->request_frames[STATS_FRAME_HEAP]));
 
 	render_gauge(&b, "mfmad_connections_open", "Client connections open now.",
 		     STATS_GET(s->connections_open));

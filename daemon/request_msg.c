@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "frame_arena.h"
 #include "wire_split.h"
 
 static size_t large(const ProtobufCBinaryData *b, protobuf_c_boolean has)
@@ -51,6 +52,6 @@ void request_msg_free(struct request_msg *m)
 				wire_split_gemm_npaths, m->payload, m->len);
 	else if (m->req)
 		mfma__v1__request__free_unpacked(m->req, NULL);
-	free(m->frame);
+	frame_arena_free(m->frame);
 	memset(m, 0, sizeof(*m));
 }

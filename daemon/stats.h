@@ -94,6 +94,9 @@ struct mfmad_stats {
 	_Atomic uint64_t reader_frames;
 	/* GEMM answer frames with D in them, by where they were laid out. */
 	_Atomic uint64_t answer_frames[STATS_FRAME_N];
+	/* GEMM request frames whose matrices stayed in them, by where the
+	 * frame was read. */
+	_Atomic uint64_t request_frames[STATS_FRAME_N];
 	_Atomic uint64_t latency_bucket[STATS_LATENCY_BUCKETS + 1];
 	_Atomic uint64_t latency_sum_ns, latency_count;
 	_Atomic uint64_t connections_open, connections_total;

@@ -23,11 +23,30 @@ void frame_reader_init(struct frame_reader *r, size_t max_frame)
 	r->max_frame = max_frame;
 }
 
+void frame_reader_set_mem(struct frame_reader *r, const struct frame_mem *mem)
+{
+	r->mem = mem;
+}
+
+/* Whether buf came from the reader's frame_mem. */
+static bool from_mem(const struct frame_reader *r, const void *buf)
+{
+	return r->mem && buf && r->mem->owns(buf);
+}
+
+static void buf_free(const struct frame_reader *r, void *buf)
+{
+	if (from_mem(r, buf))
+		r->mem->free(buf);
+	else
+		free(buf);
+}
+
 void frame_reader_free(struct frame_reader *r)
 {
 	if (!r)
 		return;
-	free(r->buf);
+	buf_free(r, r->buf);
 	memset(r, 0, sizeof(*r));
 }
 
@@ -52,9 +71,31 @@ void frame_reader_shrink(struct frame_reader *r, size_t keep)
 {
 	if (r->start != r->len || r->cap <= keep)
 		return;
-	free(r->buf);
+	buf_free(r, r->buf);
 	r->buf = NULL;
 	r->cap = r->len = r->start = 0;
+}
+
+/* The buffer grows to ncap bytes, keeping the len bytes it holds: from
+ * the frame_mem where it is large enough and has room, else realloc (a
+ * buffer from the frame_mem is moved, never realloc'ed). */
+static int grow(struct frame_reader *r, size_t ncap)
+{
+	uint8_t *nb = r->mem && ncap >= r->mem->min ? r->mem->alloc(r->mem->arg, ncap) : NULL;
+	if (!nb && from_mem(r, r->buf))
+		nb = malloc(ncap);
+	if (nb) {
+		if (r->len)
+			memcpy(nb, r->buf, r->len);
+		buf_free(r, r->buf);
+	} else {
+		nb = realloc(r->buf, ncap);
+		if (!nb)
+			return -ENOMEM;
+	}
+	r->buf = nb;
+	r->cap = ncap;
+	return 0;
 }
 
 int frame_reader_space(struct frame_reader *r, size_t want, uint8_t **ptr, size_t *avail)
@@ -69,11 +110,9 @@ int frame_reader_space(struct frame_reader *r, size_t want, uint8_t **ptr, size_
 		r->start = 0;
 	}
 	if (ncap > r->cap) {
-		uint8_t *nb = realloc(r->buf, ncap);
-		if (!nb)
-			return -ENOMEM;
-		r->buf = nb;
-		r->cap = ncap;
+		int rc = grow(r, ncap);
+		if (rc < 0)
+			return rc;
 	}
 	*ptr = r->buf + r->len;
 	*avail = r->cap - r->len;
@@ -127,7 +166,9 @@ uint8_t *frame_reader_take(struct frame_reader *r)
 		return old;
 	}
 	size_t ncap = rest > 4096 ? rest : 4096;
-	uint8_t *nb = malloc(ncap);
+	uint8_t *nb = r->mem && ncap >= r->mem->min ? r->mem->alloc(r->mem->arg, ncap) : NULL;
+	if (!nb)
+		nb = malloc(ncap);
 	if (!nb)
 		return NULL;
 	memcpy(nb, r->buf + r->start, rest);
@@ -146,6 +187,11 @@ uint8_t *frame_reader_take_frame(struct frame_reader *r, const uint8_t **payload
 	uint8_t *base = frame_reader_take(r);
 	if (!base)
 		return NULL;
+	if (from_mem(r, base)) {
+		/* Cut in place, or kept whole: it never moves. */
+		*cap = end && r->mem->cut(base, end) ? end : had;
+		return base;
+	}
 	/* Shrinking: the allocator keeps the block in place (or moves it);
 	 * should it fail, the larger block is still good. */
 	uint8_t *nb = realloc(base, end ? end : 1);

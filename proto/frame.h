@@ -5,6 +5,7 @@
 #ifndef MFMA_FRAME_H
 #define MFMA_FRAME_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -19,18 +20,40 @@
 /* The longest token frame a daemon reads before the token. */
 #define FRAME_TOKEN_MAX 4096u
 
+/* Where a reader's larger buffers come from, when not from malloc: the
+ * daemon reads request frames into memory its GPUs registered once, so
+ * that they copy a matrix straight from the frame.  Such a buffer is never
+ * realloc'ed: growing it moves the bytes to a fresh one, and cutting it
+ * (frame_reader_take_frame) asks cut.  free releases a buffer of either
+ * kind, as the owner of a taken buffer must. */
+struct frame_mem {
+	/* A buffer of len bytes, or NULL (the reader then uses malloc). */
+	void *(*alloc)(void *arg, size_t len);
+	void (*free)(void *buf);
+	bool (*owns)(const void *buf);
+	/* Cuts a buffer from alloc to its first len bytes in place; false
+	 * when it is kept whole. */
+	bool (*cut)(void *buf, size_t len);
+	void *arg;
+	size_t min; /* buffers of fewer bytes come from malloc */
+};
+
 struct frame_reader {
 	uint8_t *buf;
 	size_t start; /* first unconsumed byte */
 	size_t len;   /* bytes buffered, from 0 */
 	size_t cap;
 	size_t max_frame;
+	const struct frame_mem *mem; /* NULL: malloc alone */
 };
 
 void frame_header_put(uint8_t out[FRAME_HEADER_SIZE], uint32_t len);
 uint32_t frame_header_get(const uint8_t in[FRAME_HEADER_SIZE]);
 
 void frame_reader_init(struct frame_reader *r, size_t max_frame);
+/* Takes buffers of mem->min bytes or more from mem from now on; mem
+ * outlives the reader.  NULL: malloc alone. */
+void frame_reader_set_mem(struct frame_reader *r, const struct frame_mem *mem);
 void frame_reader_free(struct frame_reader *r);
 
 /* Space for at least `want` more bytes at the end of the buffer, for a
@@ -62,8 +85,9 @@ int frame_reader_next(struct frame_reader *r, const uint8_t **payload, size_t *l
 
 /* Hands the reader's whole buffer to the caller (who frees it), so a
  * frame just returned by frame_reader_next() stays valid after the reader
- * moves on; bytes not yet returned are copied to a fresh buffer (with none,
- * the reader is left empty, allocating nothing).  NULL (reader unchanged)
+ * moves on; bytes not yet returned are copied to a fresh buffer (the
+ * frame_mem's where it is large enough; with none, the reader is left
+ * empty, allocating nothing).  NULL (reader unchanged)
  * when that copy cannot be allocated. */
 uint8_t *frame_reader_take(struct frame_reader *r);
 

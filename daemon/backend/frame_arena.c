@@ -240,6 +240,29 @@ void frame_arena_free(void *frame)
 		destroy(a);
 }
 
+bool frame_arena_cut(void *frame, size_t len)
+{
+	struct frame_arena *a = owner_of(frame);
+	if (!a || len == 0)
+		return false;
+	size_t at = (size_t)((unsigned char *)frame - a->base);
+	uint32_t g = (uint32_t)(at / FRAME_ARENA_GRAIN);
+	uint32_t keep = (uint32_t)grains_of(at % FRAME_ARENA_GRAIN + len);
+	pthread_mutex_lock(&a->mu);
+	uint32_t had = a->blk[g];
+	bool cut = keep < had;
+	if (cut) {
+		/* The tail becomes a block of its own, then goes back as a
+		 * freed one does. */
+		a->blk[g] = keep;
+		a->blk[g + keep] = had - keep;
+		a->frames++;
+		give_back(a, g + keep);
+	}
+	pthread_mutex_unlock(&a->mu);
+	return cut;
+}
+
 void frame_arena_close(struct frame_arena *a)
 {
 	if (!a)

@@ -59,6 +59,11 @@ void frame_arena_usage(struct frame_arena *a, struct frame_arena_usage *u);
  * is 0, or after frame_arena_close.  First fit, lowest address. */
 void *frame_arena_alloc(struct frame_arena *a, size_t len, size_t at);
 
+/* Cuts a frame to its first len bytes (len > 0), giving the grains
+ * after them back: true, or false when the frame is not an arena's or is
+ * no longer than that already.  The frame stays where it is. */
+bool frame_arena_cut(void *frame, size_t len);
+
 /* The owner is done with the arena: no frame is carved from it again,
  * and its memory goes once the frames out are freed (now if none).
  * Accepts NULL. */

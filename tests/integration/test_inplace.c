@@ -7,7 +7,8 @@
  * frames by hand that protobuf merges (the split must step aside); the
  * frame a request keeps counted against limits.max_inflight_mb; and a
  * blocking call's frame, kept in pieces, sent again after a lost
- * connection. */
+ * connection; frames read into the arena of limits.pinned_reads_mb, or the
+ * heap when it is full or off. */
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
@@ -175,11 +176,11 @@ static void test_shapes_unix_and_tcp(void **state)
 /* 48 submits of 256 KiB before the first wait: the daemon reads several
  * frames at once (and then copies instead of taking its read buffer), the
  * client several answers; each answer is its own request's. */
-static void test_deep_pipeline(void **state)
+enum { DEPTH = 48 };
+
+static void deep_pipeline(const struct mfmad_proc *p)
 {
-	(void)state;
-	enum { M = 16, K = 1024, N = 64, DEPTH = 48, VARIANTS = 3 };
-	struct mfmad_proc *p = start("cpu = { threads = 1; devices = 1; };", NULL);
+	enum { M = 16, K = 1024, N = 64, VARIANTS = 3 };
 	struct mfma_error err;
 	mfma_client *c;
 	char ep[160];
@@ -218,7 +219,90 @@ static void test_deep_pipeline(void **state)
 	for (int v = 0; v < VARIANTS; v++)
 		free(b[v]);
 	free(a);
+}
+
+static void test_deep_pipeline(void **state)
+{
+	(void)state;
+	struct mfmad_proc *p = start("cpu = { threads = 1; devices = 1; };", NULL);
+	deep_pipeline(p);
 	stop(p);
+}
+
+static long long frames_in(int port, const char *memory)
+{
+	char name[96];
+	snprintf(name, sizeof(name), "mfmad_gemm_request_frames_total{memory=\"%s\"}", memory);
+	return harness_metric(port, name);
+}
+
+/* The daemon with metrics on; with the arena of request frames although
+ * there is no GPU to register it, or as a CPU-only daemon is. */
+static int start_metrics(const char *conf, bool cpu_arena)
+{
+	int port = harness_free_port();
+	assert_true(port > 0);
+	char port_s[32];
+	snprintf(port_s, sizeof(port_s), "127.0.0.1:%d", port);
+	const char *args[] = { "--metrics", port_s, NULL };
+	if (cpu_arena)
+		setenv("MFMAD_TEST_CPU_PINNED_READS", "1", 1);
+	int started = harness_start(&proc, conf, args);
+	unsetenv("MFMAD_TEST_CPU_PINNED_READS");
+	assert_int_equal(started, 0);
+	return port;
+}
+
+/* Request frames read into the arena of limits.pinned_reads_mb (on a GPU,
+ * memory it registered; here, with the testing aid, plain memory and the
+ * same code): by default every frame that keeps a matrix was read there,
+ * and the answers are right; an arena too small for a deep pipeline sends
+ * the frames that do not fit to the heap, every answer still right; 0
+ * turns it off; a daemon without a GPU makes none. */
+static void test_pinned_reads(void **state)
+{
+	(void)state;
+	/* The four shapes with a matrix of 4 KiB or more, four ways each. */
+	const long long kept = 16;
+	mfma_client *c;
+	struct mfma_error err;
+	char ep[160];
+	int port = start_metrics("cpu = { threads = 1; devices = 1; };", true);
+	assert_true(snprintf(ep, sizeof(ep), "unix:%s", proc.sock) < (int)sizeof(ep));
+	assert_int_equal(mfma_connect(ep, &c, &err), 0);
+	run_shapes(c, "pinned");
+	mfma_close(c);
+	assert_int_equal(frames_in(port, "pinned"), kept);
+	assert_int_equal(frames_in(port, "heap"), 0);
+	stop(&proc);
+
+	/* 1 MiB: three of the 48 frames of 320 KiB at most at once.  (A
+	 * frame read with others behind it is copied out, not kept: those
+	 * count in neither.) */
+	port = start_metrics("cpu = { threads = 1; devices = 1; };\n"
+			     "limits = { pinned_reads_mb = 1; };",
+			     true);
+	deep_pipeline(&proc);
+	long long pinned = frames_in(port, "pinned"), heap = frames_in(port, "heap");
+	assert_true(pinned + heap <= DEPTH);
+	assert_true(pinned >= 1);
+	assert_true(heap >= 1);
+	stop(&proc);
+
+	static const char *const off[] = {
+		"cpu = { threads = 1; devices = 1; };\nlimits = { pinned_reads_mb = 0; };",
+		"cpu = { threads = 1; devices = 1; };",
+	};
+	for (int i = 0; i < 2; i++) {
+		port = start_metrics(off[i], i == 0);
+		assert_true(snprintf(ep, sizeof(ep), "unix:%s", proc.sock) < (int)sizeof(ep));
+		assert_int_equal(mfma_connect(ep, &c, &err), 0);
+		run_shapes(c, "heap");
+		mfma_close(c);
+		assert_int_equal(frames_in(port, "pinned"), 0);
+		assert_int_equal(frames_in(port, "heap"), kept);
+		stop(&proc);
+	}
 }
 
 /* payload1 then payload2 as one frame: protobuf reads them as one message,
@@ -504,6 +588,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_teardown(test_shapes_unix_and_tcp, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_deep_pipeline, harness_stop_leftover),
+		cmocka_unit_test_teardown(test_pinned_reads, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_merged_frames, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_frame_counted, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_blocking_resend, harness_stop_leftover),

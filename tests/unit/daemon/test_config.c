@@ -210,6 +210,31 @@ static void test_cuda_warmup(void **state)
 	assert_non_null(strstr(err, "unknown setting 'cuda.warm'"));
 }
 
+/* limits.pinned_reads_mb: 64 MiB by default, 0 turns it off, at most
+ * 4096; the arena is mapped at start, so a change takes a restart. */
+static void test_pinned_reads(void **state)
+{
+	(void)state;
+	struct mfmad_config c, d;
+	char err[512], buf[256];
+	config_defaults(&c);
+	assert_int_equal(c.pinned_read_bytes, 64ull << 20);
+	assert_int_equal(parse(&c, "limits = { pinned_reads_mb = 0; };\n", err, sizeof(err)), 0);
+	assert_int_equal(c.pinned_read_bytes, 0);
+	assert_int_equal(parse(&c, "limits = { pinned_reads_mb = 4096; };\n", err, sizeof(err)), 0);
+	assert_int_equal(c.pinned_read_bytes, 4096ull << 20);
+	config_defaults(&d);
+	assert_int_equal(config_restart_only_changes(&d, &c, buf, sizeof(buf)), 1);
+	assert_string_equal(buf, "limits.pinned_reads_mb");
+	assert_int_equal(parse(&c, "\nlimits = { pinned_reads_mb = 4097; };\n", err, sizeof(err)),
+			 -EINVAL);
+	assert_non_null(
+		strstr(err, "test.conf:2: limits.pinned_reads_mb = 4097 is out of range 0..4096"));
+	assert_int_equal(parse(&c, "limits = { pinned_reads_mb = \"1\"; };\n", err, sizeof(err)),
+			 -EINVAL);
+	assert_non_null(strstr(err, "limits.pinned_reads_mb must be an integer"));
+}
+
 /* cuda.pinned_answers_mb: 64 MiB per device by default, 0 turns it off, at
  * most 4096; read when the devices open, so a change takes a restart. */
 static void test_cuda_pinned_answers(void **state)
@@ -489,6 +514,7 @@ int main(void)
 		cmocka_unit_test(test_send_buffer),
 		cmocka_unit_test(test_cuda_warmup),
 		cmocka_unit_test(test_cuda_pinned_answers),
+		cmocka_unit_test(test_pinned_reads),
 		cmocka_unit_test(test_loop_poll),
 		cmocka_unit_test(test_readers),
 		cmocka_unit_test(test_providers),

@@ -356,6 +356,47 @@ static void test_threads(void **state)
 	pthread_cond_destroy(&r.cv);
 }
 
+/* A frame cut to its first bytes gives the grains after them back (they
+ * merge with the free space beside them), stays where it is, and frees
+ * as a whole frame of its new size. */
+static void test_cut(void **state)
+{
+	(void)state;
+	struct frame_arena *a;
+	assert_int_equal(frame_arena_create(16 * G, &a), 0);
+	unsigned char *p = frame_arena_alloc(a, 8 * G, 0);
+	unsigned char *q = frame_arena_alloc(a, 2 * G, 0);
+	assert_non_null(p);
+	assert_non_null(q);
+	memset(p, 1, 8 * G);
+	assert_true(frame_arena_cut(p, 3 * G - 5));
+	assert_int_equal(frame_arena_size(p), 3 * G);
+	assert_int_equal(usage(a).used, 5 * G);
+	assert_int_equal(usage(a).extents, 2); /* the cut tail, and after q */
+	/* No longer than it is, or not an arena's: nothing to do. */
+	assert_false(frame_arena_cut(p, 3 * G));
+	assert_false(frame_arena_cut(p, 0));
+	void *h = malloc(100);
+	assert_false(frame_arena_cut(h, 10));
+	free(h);
+	/* The tail is carved again, right after the cut frame. */
+	unsigned char *t = frame_arena_alloc(a, 5 * G, 0);
+	assert_ptr_equal(t, p + 3 * G);
+	frame_arena_free(t);
+	frame_arena_free(q);
+	assert_int_equal(usage(a).extents, 1);
+	/* A frame that starts past its block's first byte (aligned D). */
+	unsigned char *r = frame_arena_alloc(a, 4 * G, 100);
+	assert_true(frame_arena_cut(r, G));
+	assert_int_equal(frame_arena_size(r), 2 * G); /* the pad and G bytes span two grains */
+	frame_arena_free(r);
+	frame_arena_free(p);
+	assert_int_equal(usage(a).used, 0);
+	assert_int_equal(usage(a).extents, 1);
+	assert_int_equal(usage(a).largest, 16 * G);
+	frame_arena_close(a);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -367,6 +408,7 @@ int main(void)
 		cmocka_unit_test(test_close_with_frames_out),
 		cmocka_unit_test(test_random_against_model),
 		cmocka_unit_test(test_threads),
+		cmocka_unit_test(test_cut),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,6 +1,7 @@
 /* The pure frame reader: split and coalesced reads, the exact limit, over it. */
 #include <errno.h>
 #include <setjmp.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -239,6 +240,148 @@ static void test_take_frame(void **state)
 	frame_reader_free(&r);
 }
 
+/* A frame_mem for the tests: a pool of fixed slots it tags, so the reader
+ * can tell its buffers from malloc's; counts what it did. */
+#define POOL_SLOTS 4
+#define POOL_SLOT (64u * 1024)
+static struct pool {
+	uint8_t slot[POOL_SLOTS][POOL_SLOT];
+	size_t len[POOL_SLOTS]; /* 0: free */
+	int allocs, frees, cuts, refusals;
+} pool;
+
+static int slot_of(const void *p)
+{
+	for (int i = 0; i < POOL_SLOTS; i++)
+		if ((const uint8_t *)p == pool.slot[i])
+			return i;
+	return -1;
+}
+
+static void *pool_alloc(void *arg, size_t len)
+{
+	assert_ptr_equal(arg, &pool);
+	for (int i = 0; len <= POOL_SLOT && i < POOL_SLOTS; i++)
+		if (pool.len[i] == 0) {
+			pool.len[i] = len;
+			pool.allocs++;
+			memset(pool.slot[i], 0xee, POOL_SLOT);
+			return pool.slot[i];
+		}
+	pool.refusals++;
+	return NULL;
+}
+
+static bool pool_owns(const void *p)
+{
+	return slot_of(p) >= 0;
+}
+
+static void pool_free(void *p)
+{
+	int i = slot_of(p);
+	if (i < 0) {
+		free(p);
+		return;
+	}
+	assert_true(pool.len[i] > 0); /* never twice */
+	pool.len[i] = 0;
+	pool.frees++;
+}
+
+static bool pool_cut(void *p, size_t len)
+{
+	int i = slot_of(p);
+	assert_true(i >= 0 && pool.len[i] > 0);
+	if (len >= pool.len[i])
+		return false;
+	pool.len[i] = len;
+	pool.cuts++;
+	return true;
+}
+
+static const struct frame_mem pool_mem = { pool_alloc, pool_free, pool_owns, pool_cut, &pool, 4096 };
+
+/* A reader with a frame_mem: a large frame is read into its memory (moved
+ * there, never realloc'ed, once the header announces it), small buffers
+ * stay malloc's, a full frame_mem falls back to malloc, a taken frame is
+ * cut in place, and every buffer goes back to whoever gave it. */
+static void test_frame_mem(void **state)
+{
+	(void)state;
+	memset(&pool, 0, sizeof(pool));
+	struct frame_reader r;
+	frame_reader_init(&r, 1 << 20);
+	frame_reader_set_mem(&r, &pool_mem);
+	uint8_t big[20000], buf[3 * sizeof(big)];
+	for (size_t i = 0; i < sizeof(big); i++)
+		big[i] = (uint8_t)(i * 13 + 1);
+	/* A small frame: malloc'ed as before. */
+	size_t n = make_frame(buf, "hi", 2);
+	assert_int_equal(frame_reader_feed(&r, buf, n), 0);
+	assert_false(pool_owns(r.buf));
+	const uint8_t *payload;
+	size_t len, cap;
+	assert_int_equal(frame_reader_next(&r, &payload, &len), 1);
+	/* A large one, its header and a few bytes first, as a socket may
+	 * deliver it: the buffer for the whole frame comes from the pool,
+	 * the bytes already in moving with it. */
+	n = make_frame(buf, (const char *)big, sizeof(big));
+	assert_int_equal(frame_reader_feed(&r, buf, 10), 0);
+	uint8_t *p;
+	size_t avail;
+	assert_int_equal(frame_reader_space(&r, 1, &p, &avail), 0);
+	assert_true(pool_owns(r.buf));
+	assert_int_equal(avail, n - 10);
+	memcpy(p, buf + 10, n - 10);
+	frame_reader_commit(&r, n - 10);
+	assert_int_equal(frame_reader_next(&r, &payload, &len), 1);
+	assert_int_equal(len, sizeof(big));
+	uint8_t *kept = frame_reader_take_frame(&r, &payload, len, &cap);
+	assert_true(pool_owns(kept));
+	assert_int_equal(cap, n);
+	assert_memory_equal(payload, big, sizeof(big));
+	assert_int_equal(pool.cuts, 0); /* exactly the frame already */
+	/* Room for two frames and a half in one pool buffer: the first taken
+	 * is cut in place, the rest moves to a fresh pool buffer. */
+	size_t two = make_frame(buf, (const char *)big, 9000);
+	two += make_frame(buf + two, (const char *)big + 9000, 9000);
+	assert_int_equal(frame_reader_space(&r, 3 * 9008, &p, &avail), 0);
+	assert_true(pool_owns(r.buf));
+	memcpy(p, buf, 9004 + 5); /* the first frame and 5 bytes of the second */
+	frame_reader_commit(&r, 9004 + 5);
+	assert_int_equal(frame_reader_next(&r, &payload, &len), 1);
+	uint8_t *first = frame_reader_take_frame(&r, &payload, len, &cap);
+	assert_true(pool_owns(first));
+	assert_int_equal(pool.cuts, 1);
+	assert_int_equal(cap, 9004);
+	assert_memory_equal(payload, big, 9000);
+	assert_true(pool_owns(r.buf));
+	assert_int_equal(r.cap, 4096);
+	assert_int_equal(frame_reader_feed(&r, buf + 9004 + 5, two - 9004 - 5), 0);
+	assert_int_equal(frame_reader_next(&r, &payload, &len), 1);
+	assert_memory_equal(payload, big + 9000, 9000);
+	/* The pool full: the reader falls back to malloc, and a pool buffer
+	 * that must grow moves to malloc. */
+	void *hold[POOL_SLOTS];
+	int held = 0;
+	while ((hold[held] = pool_alloc(&pool, 1)))
+		held++;
+	n = make_frame(buf, (const char *)big, sizeof(big));
+	assert_int_equal(frame_reader_feed(&r, buf, n), 0);
+	assert_false(pool_owns(r.buf));
+	assert_int_equal(frame_reader_next(&r, &payload, &len), 1);
+	assert_memory_equal(payload, big, sizeof(big));
+	for (int i = 0; i < held; i++)
+		pool_free(hold[i]);
+	pool_free(kept);
+	pool_free(first);
+	frame_reader_free(&r);
+	for (int i = 0; i < POOL_SLOTS; i++)
+		assert_int_equal(pool.len[i], 0);
+	assert_true(pool.refusals > 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -250,6 +393,7 @@ int main(void)
 		cmocka_unit_test(test_exact_growth_and_shrink),
 		cmocka_unit_test(test_random_splits),
 		cmocka_unit_test(test_take_frame),
+		cmocka_unit_test(test_frame_mem),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
