@@ -7,7 +7,7 @@
 #
 # usage: bench/nvidia/device_round.sh [test] [sanitize|memcheck|racecheck] [bench] [sweep]
 #        [ncu] [e2e] [answers] [abserving] [spin] [readers] [latency] [multi] [choice] [served] [graphsab] [trialab]
-#        [batching] [serving] [wgmma] [wgncu]
+#        [batching] [serving] [readsab] [wgmma] [wgncu]
 #        [wgdecode] [wgdsan] [wgdncu] [wgdense] [wgdensesan] [wgdensencu]
 #        (no argument: test sanitize bench e2e)
 set -u
@@ -135,6 +135,30 @@ serving)
 	timeout "${E2E_S:-420}" bash bench/nvidia/serving_bench.sh "$P" "$OUT" > "$OUT/serving.log" 2>&1
 	echo "=== serving: rc=$?"
 	grep -E "^(SERVE|FAIL|CHECK summary|regions)" "$OUT/serving.log" | cut -c1-600 | tail -40
+	;;
+readsab)
+	# Request frames read into the GPU's registered arena against the
+	# heap (limits.pinned_reads_mb 64 and 0), alternating round by round
+	# in this one run: serving_bench.sh's SERVING_STEPS (default one in
+	# flight at poll 0, the batching loads, and batching off), then each
+	# thread's CPU share under N=8 x 64 over the socket, both ways.
+	for r in ${AB_ROUNDS:-1 2}; do
+		for mb in 0 64; do
+			E2E_PINNED_READS_MB=$mb ROUNDS=$r LABEL="reads$mb" LAT_POLLS=0 \
+				SERVING_STEPS="${SERVING_STEPS:-batchcheck latency batching off}" \
+				timeout "${E2E_S:-420}" bash bench/nvidia/serving_bench.sh "$P" "$OUT" \
+				>> "$OUT/readsab.log" 2>&1
+			echo "=== readsab round $r pinned_reads_mb=$mb: rc=$?"
+		done
+	done
+	grep -E "^(CHECK batched|CHECK summary|FAIL)" "$OUT/readsab.log" | cut -c1-300 | tail -20
+	grep -E "^SERVE" "$OUT/readsab.log" | cut -c1-420 | tail -60
+	for mb in 0 64; do
+		echo "--- threads, pinned_reads_mb=$mb, N=8 x 64 bytes"
+		E2E_PINNED_READS_MB=$mb timeout 120 bash bench/nvidia/thread_cpu.sh "$P" 8 64 250000 \
+			> "$OUT/threads_reads$mb.log" 2>&1
+		head -8 "$OUT/threads_reads$mb.log"; tail -1 "$OUT/threads_reads$mb.log"
+	done
 	;;
 abserving)
 	# The serving loads against an earlier build of mfmad and mfmactl

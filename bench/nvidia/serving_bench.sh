@@ -16,14 +16,17 @@
 #     each after WARMUP (default 32) unmeasured requests per connection:
 #     every bench loads its own weight, and a batch width a provider sees
 #     first costs its plan (cuSPARSELt's search, some 60 ms) once;
+#  3a. (batchcheck) batched loads with every answer checked against
+#     float64 (mfmactl bench --check), f16/bf16, 2:4/dense, bytes/--shm;
 #  3b. (step alone) one request in flight on that weight, N=8, batching
 #     on and off alternating, bytes and --shm;
 #  4. (MULTI=1, a machine of several GPUs) the batching loads pinned to
 #     device 0 and left to the scheduler, bytes and --shm.
 #
 # E2E_PINNED_ANSWERS_MB, when set, is cuda.pinned_answers_mb (0: answer
-# frames on the heap); unset, the daemon's default (and nothing an older
-# build would refuse).
+# frames on the heap); E2E_PINNED_READS_MB, when set, limits.pinned_reads_mb
+# (0: request frames on the heap); unset, the daemon's defaults (and nothing
+# an older build would refuse).
 #
 # usage: [SERVING_STEPS="check latency batching off"] [ROUNDS="1 2"] [MFMAD=path LABEL=name]
 #        [LAT_POLLS="0 300"] serving_bench.sh PAYLOAD_DIR OUT_DIR
@@ -47,6 +50,7 @@ limits = {
   max_pinned_mb = 16384;
   max_region_mb_per_conn = 4096;
   worker_poll_us = $1;
+  ${E2E_PINNED_READS_MB:+pinned_reads_mb = $E2E_PINNED_READS_MB;}
 };
 batching = { enabled = ${2:-true}; };
 ${E2E_PINNED_ANSWERS_MB:+cuda = { pinned_answers_mb = $E2E_PINNED_ANSWERS_MB; \};}
@@ -115,6 +119,23 @@ has latency && for poll in ${LAT_POLLS:-0 300}; do
 		done
 	done
 done
+# Batched launches checked: every answer of a batched load against the
+# float64 reference, a B per connection (mfmactl bench --check), f16 and
+# bf16, 2:4 and dense, bytes and --shm.
+has batchcheck && for dt in f16 bf16; do
+	for sp in --sparse ""; do
+		for how in "" --shm; do
+			out=$("${CTL[@]}" --json bench --check --resident $sp --m 4096 --k 4096 --n 8 \
+				--dtype $dt -n 3000 -j 64 --warmup 4 --device 0 $how 2>&1)
+			rc=$?
+			out=$(echo "$out" | tr -s ' \n' ' ')
+			checks=$((checks + 1))
+			[ $rc = 0 ] || fails=$((fails + 1))
+			echo "CHECK batched rc=$rc $dt ${sp:-dense} ${how:-bytes}: $(echo "$out" | grep -o '"check": {[^}]*}\|"mean_batch": [0-9.]*\|"errors": [0-9]*' | tr '\n' ' ')"
+		done
+	done
+done
+has batchcheck && echo "CHECK summary: $((checks - fails)) of $checks passed"
 conf 0
 kill -HUP "$DPID"
 sleep 1

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cpu_gemm.h"
 #include "ctl_util.h"
 #include "mfma_clock.h"
 
@@ -22,6 +23,7 @@ struct bench_opts {
 	bool sparse, resident, dtype_given;
 	bool samples; /* --samples: every latency in the JSON */
 	bool shm;     /* --shm: B and D through a shared-memory region per connection */
+	bool check;   /* --check: every answer against a float64 reference */
 	uint32_t spin_us; /* the clients' spin window (--spin-us, MFMA_SPIN_US) */
 	enum ctl_sparse mode;
 	const char *weight;
@@ -71,6 +73,16 @@ struct bench_conn {
 	uint64_t batch;         /* requests of each one's launch, summed */
 	struct bench_variants variants;
 	double launch_kernel_ns; /* each request's share of its launch's kernel time */
+	/* --check: this connection's own B (so that a batch joins different
+	 * columns), A as sent or loaded, the float64 reference of A.B, and
+	 * what the answers came to. */
+	bool check;
+	struct ctl_matrix b_own;
+	const struct ctl_matrix *a;
+	double *ref;
+	uint64_t checked, check_failed;
+	double worst, tolerance;
+	char check_why[160];
 	int rc;                                  /* first failure */
 	struct mfma_error err;
 	bool fatal; /* the connection broke: it stopped early */
@@ -87,6 +99,52 @@ static void note_error(struct bench_conn *bc, int rc, const struct mfma_error *e
 		bc->fatal = true;
 }
 
+/* --check: the float64 reference of this connection's A.B, before its
+ * first request. */
+static int check_prepare(struct bench_conn *bc, const struct mfma_gemm_args *args)
+{
+	const struct ctl_matrix *a = bc->a, *b = &bc->b_own;
+	bc->ref = malloc((size_t)a->rows * b->cols * sizeof(double) + 1);
+	if (!bc->ref)
+		return -ENOMEM;
+	struct mfma_gemm g = {
+		.m = a->rows, .n = b->cols, .k = a->cols,
+		.in_dtype = a->dtype,
+		.out_dtype = args->out_dtype != MFMA_TYPE_NONE ? ctl_dtype(args->out_dtype)
+							      : mfma_out_dtype_default(a->dtype),
+		.alpha = 1.0f, .a = a->data, .b = b->data,
+		.d = bc->ref, /* checked for presence only: the reference writes out */
+	};
+	return cpu_gemm_ref_f64(&g, bc->ref);
+}
+
+/* --check: one answer against the reference, by the tolerance its output
+ * type and K allow (mfmactl submit --check's). */
+static void check_answer(struct bench_conn *bc, const struct mfma_gemm_result *r)
+{
+	const struct ctl_matrix *a = bc->a;
+	bool ok;
+	double rel = 0;
+	bc->checked++;
+	if (r->d.rows != a->rows || r->d.cols != bc->b_own.cols) {
+		ok = false;
+		snprintf(bc->check_why, sizeof(bc->check_why), "D is %ux%u, expected %ux%u",
+			 r->d.rows, r->d.cols, a->rows, bc->b_own.cols);
+	} else {
+		rel = cpu_rel_frobenius(r->d.data, ctl_dtype(r->d.dtype), bc->ref,
+					(size_t)a->rows * bc->b_own.cols);
+		bc->tolerance = mfma_check_tolerance(r->d.dtype, a->cols);
+		ok = bc->tolerance == 0.0 ? rel == 0.0 : rel <= bc->tolerance;
+		if (!ok && !bc->check_why[0])
+			snprintf(bc->check_why, sizeof(bc->check_why),
+				 "relative Frobenius error %.3g over the tolerance %.2g", rel,
+				 bc->tolerance);
+	}
+	if (rel > bc->worst)
+		bc->worst = rel;
+	bc->check_failed += !ok;
+}
+
 static void *bench_thread(void *arg)
 {
 	struct bench_conn *bc = arg;
@@ -96,11 +154,20 @@ static void *bench_thread(void *arg)
 	char *base = bc->rg ? mfma_region_data(bc->rg) : NULL;
 	int rc;
 
+	bc->args = &args;
+	if (bc->check) {
+		args.b = ctl_as_mfma(&bc->b_own);
+		if ((rc = check_prepare(bc, &args)) < 0) {
+			struct mfma_error why = { .code = rc };
+			snprintf(why.message, sizeof(why.message), "the float64 reference: %s",
+				 strerror(-rc));
+			note_error(bc, rc, &why);
+		}
+	}
 	if (base) {
 		memcpy(base, args.b.data, args.b.bytes);
 		args.b.data = base;
 		args.d = base + bc->d_at;
-		bc->args = &args;
 	}
 	for (uint64_t i = 0; i < bc->warmup && !bc->fatal; i++) {
 		rc = mfma_gemm(bc->c, bc->args, &r, &e);
@@ -154,6 +221,8 @@ static void *bench_thread(void *arg)
 		bc->batch += br;
 		bc->launch_kernel_ns += (double)r.timing.kernel_ns / br;
 		variants_add(&bc->variants, r.variant && r.variant[0] ? r.variant : "?", 1);
+		if (bc->check)
+			check_answer(bc, &r);
 		mfma_gemm_result_free(&r);
 	}
 	return NULL;
@@ -164,7 +233,7 @@ static int parse(struct ctl *ctl, int argc, char **argv, struct bench_opts *o)
 	enum {
 		OPT_CONNECTIONS = CTL_OPT_FIRST_COMMAND_OPTION, OPT_M, OPT_N, OPT_K, OPT_DTYPE,
 		OPT_OUT_DTYPE, OPT_SPARSE, OPT_WEIGHT, OPT_RESIDENT, OPT_WARMUP, OPT_DEVICE,
-		OPT_SEED, OPT_SAMPLES, OPT_SHM,
+		OPT_SEED, OPT_SAMPLES, OPT_SHM, OPT_CHECK,
 	};
 	static const struct option opts[] = {
 		CTL_COMMON_LONG,
@@ -184,6 +253,7 @@ static int parse(struct ctl *ctl, int argc, char **argv, struct bench_opts *o)
 		{ "seed", required_argument, NULL, OPT_SEED },
 		{ "samples", no_argument, NULL, OPT_SAMPLES },
 		{ "shm", no_argument, NULL, OPT_SHM },
+		{ "check", no_argument, NULL, OPT_CHECK },
 		{ NULL, 0, NULL, 0 },
 	};
 	const uint64_t dim_max = 1u << 20;
@@ -239,6 +309,7 @@ static int parse(struct ctl *ctl, int argc, char **argv, struct bench_opts *o)
 		case OPT_SEED: rc = ctl_parse_u64("--seed", optarg, 0, UINT64_MAX, &o->seed, err, sizeof(err)); break;
 		case OPT_SAMPLES: o->samples = true; break;
 		case OPT_SHM: o->shm = true; break;
+		case OPT_CHECK: o->check = true; break;
 		default:
 			rc = ctl_common_option(ctl, "bench", opt, optarg);
 			if (rc != CTL_CONTINUE)
@@ -257,6 +328,11 @@ static int parse(struct ctl *ctl, int argc, char **argv, struct bench_opts *o)
 				 "sparsity was chosen when it was loaded");
 	if (o->weight && (o->have_m || o->have_k))
 		return ctl_usage("bench", "--m and --k come from the weight with --weight");
+	if (o->check && o->weight)
+		return ctl_usage("bench", "--check needs the A it sends or loads: not with --weight");
+	if (o->check && o->sparse && o->mode == CTL_SPARSE_PRUNE)
+		return ctl_usage("bench", "--check takes --sparse=packed or validate, whose A is "
+				 "already 2:4, not prune");
 	if (!o->connections)
 		o->connections = o->concurrency;
 	if (o->connections > o->concurrency)
@@ -310,7 +386,13 @@ static void report(struct ctl *ctl, const struct bench_opts *o, struct bench_con
 	uint64_t ce = 0, cs = 0, cw = 0, cd = 0, cu = 0;
 	double busy_ns = 0;
 	struct bench_variants var = { .n = 0 };
+	uint64_t checked = 0, check_failed = 0;
+	double worst = 0, tolerance = 0;
 	for (uint64_t i = 0; i < o->connections; i++) {
+		checked += bc[i].checked;
+		check_failed += bc[i].check_failed;
+		worst = bc[i].worst > worst ? bc[i].worst : worst;
+		tolerance = bc[i].tolerance > tolerance ? bc[i].tolerance : tolerance;
 		for (size_t k = 0; k < bc[i].variants.n; k++)
 			variants_add(&var, bc[i].variants.name[k], bc[i].variants.count[k]);
 		var.other += bc[i].variants.other;
@@ -400,6 +482,15 @@ static void report(struct ctl *ctl, const struct bench_opts *o, struct bench_con
 		 * launch counted once). */
 		json_kv_double(j, "mean_batch", (double)batch / (double)div);
 		json_kv_double(j, "device_busy", wall_ns ? busy_ns / (double)wall_ns : 0.0);
+		if (o->check) {
+			json_key(j, "check");
+			json_object_begin(j);
+			json_kv_uint(j, "answers", checked);
+			json_kv_uint(j, "failed", check_failed);
+			json_kv_double(j, "worst_rel_error", worst);
+			json_kv_double(j, "tolerance", tolerance);
+			json_object_end(j);
+		}
 		/* Which kernels or libraries answered: the measured choice
 		 * per N bucket, and for batches per joined width. */
 		json_key(j, "variants");
@@ -464,6 +555,11 @@ static void report(struct ctl *ctl, const struct bench_opts *o, struct bench_con
 		printf("\n");
 		if (errors)
 			printf("  errors       %" PRIu64 "\n", errors);
+		if (o->check)
+			printf("  check        %" PRIu64 " answers against float64, %" PRIu64
+			       " over the tolerance %.2g; worst relative error %.3g: %s\n",
+			       checked, check_failed, tolerance, worst,
+			       check_failed ? "FAILED" : "ok");
 	}
 	free(lat);
 }
@@ -555,6 +651,15 @@ int ctl_cmd_bench(struct ctl *ctl, int argc, char **argv)
 		}
 		if ((rc = ctl_connect(ctl, &x->c)) != 0)
 			goto out;
+		if (o.check) {
+			x->check = true;
+			x->a = &a;
+			if (ctl_matrix_alloc(&x->b_own, o.dtype, o.k, o.n) < 0) {
+				rc = ctl_fail_local(ctl, CTL_EXIT_LOCAL, "out of memory");
+				goto out;
+			}
+			ctl_random_matrix(x->b_own.data, o.dtype, o.k, o.n, false, o.seed + 2 + i);
+		}
 		if (o.shm) {
 			enum mfma_type out = args.out_dtype != MFMA_TYPE_NONE ? args.out_dtype
 					     : ctl_type(mfma_out_dtype_default(o.dtype));
@@ -604,6 +709,14 @@ int ctl_cmd_bench(struct ctl *ctl, int argc, char **argv)
 			break;
 		}
 	}
+	for (uint64_t i = 0; rc == CTL_EXIT_OK && i < o.connections; i++) {
+		if (bc[i].check_failed) {
+			fprintf(stderr, "mfmactl: bench --check: %" PRIu64 " of %" PRIu64
+				" answers on connection %" PRIu64 " wrong; the first: %s\n",
+				bc[i].check_failed, bc[i].checked, i, bc[i].check_why);
+			rc = CTL_EXIT_CHECK;
+		}
+	}
 out:
 	if (loaded && (mfma_unload_weight(ctrl, wname, &e)) < 0)
 		fprintf(stderr, "mfmactl: bench: unloading %s: %s\n", wname, e.message);
@@ -614,6 +727,8 @@ out:
 					e.message);
 			mfma_close(bc[i].c);
 			free(bc[i].lat);
+			free(bc[i].ref);
+			ctl_matrix_free(&bc[i].b_own);
 		}
 		free(bc);
 	}

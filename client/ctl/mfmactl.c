@@ -85,7 +85,7 @@ static const char help_main[] =
 	"    2   usage error: a bad option or argument, an unreadable or invalid\n"
 	"        input file\n"
 	"    3   cannot connect, the connection broke, or --timeout expired\n"
-	"    4   submit --check: the result is over the tolerance\n"
+	"    4   submit --check or bench --check: a result is over the tolerance\n"
 	"    5   a local failure: out of memory, cannot write the output file\n"
 	"\n"
 	"ENVIRONMENT\n"
@@ -293,6 +293,7 @@ static const char help_bench[] =
 	"                  [--m M --n N --k K] [--dtype T] [--out-dtype T]\n"
 	"                  [--sparse[=packed|validate|prune]] [--weight NAME | --resident]\n"
 	"                  [--warmup N] [--device N] [--seed N] [--samples] [--shm]\n"
+	"                  [--check]\n"
 	"\n"
 	"    A closed loop: CONCURRENCY requests are kept in flight at all times\n"
 	"    until REQUESTS have completed, spread over C connections (default:\n"
@@ -328,6 +329,14 @@ static const char help_bench[] =
 	"                          connection (one D per request in flight): no\n"
 	"                          matrix bytes in the frames; Unix socket only;\n"
 	"                          with --resident/--weight and batching too\n"
+	"    --check               check every measured answer against a float64\n"
+	"                          reference (the tolerance of submit --check), each\n"
+	"                          connection with a B of its own, so that the\n"
+	"                          daemon's batches join different columns; exit\n"
+	"                          status 4 when one is wrong.  The reference costs\n"
+	"                          M*N*K per connection first and the comparison\n"
+	"                          M*N per answer: measure speed without it.  Not\n"
+	"                          with --weight (A unknown here) or --sparse=prune\n"
 	"\n"
 	"JSON\n"
 	"    {\"requests\", \"errors\", \"concurrency\", \"connections\", \"m\", \"n\", \"k\",\n"
@@ -337,12 +346,14 @@ static const char help_bench[] =
 	"     \"total\"}, \"client_mean_ns\": {\"encode\", \"send\", \"wait\", \"decode\",\n"
 	"     \"unexplained\"}, \"shm\", \"mean_batch\", \"device_busy\",\n"
 	"     \"variants\": {VARIANT: answers, ...}, \"latency_samples_ns\": [...]\n"
-	"     with --samples}\n"
+	"     with --samples, \"check\": {\"answers\", \"failed\", \"worst_rel_error\",\n"
+	"     \"tolerance\"} with --check}\n"
 	"\n"
 	"EXAMPLES\n"
 	"    mfmactl bench -n 1000 -j 8 --m 1024 --n 1024 --k 1024 --dtype f16\n"
 	"    mfmactl bench -n 500 -j 4 --resident --sparse --m 4096 --k 4096 --n 32\n"
-	"    mfmactl bench -n 500 --resident --m 4096 --k 4096 --n 16 --shm\n";
+	"    mfmactl bench -n 500 --resident --m 4096 --k 4096 --n 16 --shm\n"
+	"    mfmactl bench -n 2000 -j 64 --resident --sparse --m 2048 --k 2048 --n 8 --check\n";
 
 static const struct command {
 	const char *name;

@@ -525,6 +525,19 @@ static void test_status_ping_bench(void **state)
 	assert_int_equal(ctl(e, "--spin-us", "-5", "ping", NULL), 2);
 	assert_int_equal(ctl(e, "bench", "-n", "5", "--weight", "nope", NULL), 1);
 	assert_int_equal(ctl(e, "bench", "-n", "5", "-j", "2", "--connections", "3", NULL), 2);
+	/* --check: every answer of a batched load on a resident weight
+	 * against float64, a B per connection; bytes and a region. */
+	assert_int_equal(ctl(e, "--json", "bench", "--check", "-n", "200", "-j", "16", "--resident",
+			     "--sparse", "--m", "40", "--k", "132", "--n", "3", "--dtype", "bf16", NULL),
+			 0);
+	expect_json(e->out);
+	expect_in(e->out, "\"answers\": 200");
+	expect_in(e->out, "\"failed\": 0");
+	assert_int_equal(ctl(e, "bench", "--check", "--shm", "-n", "64", "-j", "8", "--resident",
+			     "--m", "24", "--k", "40", "--n", "5", "--dtype", "f32", NULL), 0);
+	expect_in(e->out, "check        64 answers against float64, 0 over the tolerance");
+	assert_int_equal(ctl(e, "bench", "--check", "--weight", "w", NULL), 2);
+	assert_int_equal(ctl(e, "bench", "--check", "--sparse=prune", NULL), 2);
 }
 
 /* ---- exit 4: a daemon that answers wrong ---- */
