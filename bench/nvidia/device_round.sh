@@ -141,18 +141,23 @@ readsab)
 	# heap (limits.pinned_reads_mb 64 and 0), alternating round by round
 	# in this one run: serving_bench.sh's SERVING_STEPS (default one in
 	# flight at poll 0, the batching loads, and batching off), then each
-	# thread's CPU share under N=8 x 64 over the socket, both ways.
+	# thread's CPU share under N=8 x 64 over the socket, both ways.  First
+	# the batched answers checked against float64 with the arena on.
+	E2E_PINNED_READS_MB=64 LABEL=check SERVING_STEPS=batchcheck \
+		timeout "${E2E_S:-420}" bash bench/nvidia/serving_bench.sh "$P" "$OUT" \
+		>> "$OUT/readsab_check.log" 2>&1
+	echo "=== readsab batchcheck: rc=$?"
+	grep -E "^(CHECK batched|CHECK summary|FAIL)" "$OUT/readsab_check.log" | cut -c1-300 | tail -10
 	for r in ${AB_ROUNDS:-1 2}; do
 		for mb in 0 64; do
 			E2E_PINNED_READS_MB=$mb ROUNDS=$r LABEL="reads$mb" LAT_POLLS=0 \
-				SERVING_STEPS="${SERVING_STEPS:-batchcheck latency batching off}" \
+				SERVING_STEPS="${SERVING_STEPS:-latency batching off}" \
 				timeout "${E2E_S:-420}" bash bench/nvidia/serving_bench.sh "$P" "$OUT" \
 				>> "$OUT/readsab.log" 2>&1
 			echo "=== readsab round $r pinned_reads_mb=$mb: rc=$?"
 		done
 	done
-	grep -E "^(CHECK batched|CHECK summary|FAIL)" "$OUT/readsab.log" | cut -c1-300 | tail -20
-	grep -E "^SERVE" "$OUT/readsab.log" | cut -c1-420 | tail -60
+	python3 bench/nvidia/serve_summary.py "$OUT/readsab.log" | cut -c1-260
 	for mb in 0 64; do
 		echo "--- threads, pinned_reads_mb=$mb, N=8 x 64 bytes"
 		E2E_PINNED_READS_MB=$mb timeout 120 bash bench/nvidia/thread_cpu.sh "$P" 8 64 250000 \
