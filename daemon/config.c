@@ -46,6 +46,7 @@ void config_defaults(struct mfmad_config *c)
 	c->reader_min_bytes = 64ull << 10;
 	c->reader_when_busy = true;
 	c->pinned_read_bytes = 64ull << 20;
+	c->post_threads = 1;
 	c->batch_enabled = true;
 	c->batch_max_columns = 512;
 	c->weights_persist = true;
@@ -279,6 +280,11 @@ KEY(reader_threads, {
 })
 KEY(reader_min_kb, { set_u64(p, s, 1, 1 << 20, 1024, &c->reader_min_bytes); })
 KEY(reader_when_busy, { set_bool(p, s, &c->reader_when_busy); })
+KEY(post_threads, {
+	int v = 0;
+	set_int(p, s, 1, CONFIG_POST_THREADS_MAX, &v);
+	c->post_threads = (unsigned)v;
+})
 /* At most the arena's own bound (frame_arena.h: 4096 MiB). */
 KEY(pinned_reads_mb, {
 	set_u64(p, s, 0, (long long)(FRAME_ARENA_MAX_BYTES >> 20), 1ull << 20, &c->pinned_read_bytes);
@@ -411,6 +417,7 @@ static const struct key limits_keys[] = {
 	{ "reader_min_kb", k_reader_min_kb, NULL },
 	{ "reader_when_busy", k_reader_when_busy, NULL },
 	{ "pinned_reads_mb", k_pinned_reads_mb, NULL },
+	{ "post_threads", k_post_threads, NULL },
 	{ NULL, NULL, NULL },
 };
 static const struct key batching_keys[] = {
@@ -697,6 +704,8 @@ int config_restart_only_changes(const struct mfmad_config *a, const struct mfmad
 	DIFF(a->reader_threads != b->reader_threads, "limits.reader_threads");
 	/* The arena is mapped, and registered by each device, at start. */
 	DIFF(a->pinned_read_bytes != b->pinned_read_bytes, "limits.pinned_reads_mb");
+	/* The threads start with the devices. */
+	DIFF(a->post_threads != b->post_threads, "limits.post_threads");
 	/* Told to the devices when they open. */
 	DIFF(a->cuda_graphs != b->cuda_graphs, "cuda.graphs");
 	DIFF(a->cuda_served_trial != b->cuda_served_trial, "cuda.served_trial");

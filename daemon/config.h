@@ -64,6 +64,8 @@ struct mfmad_config {
 	int reader_threads;            /* threads that read large frames off the loop; -1: auto */
 	uint64_t reader_min_bytes;     /* frames of this size and more go to them */
 	bool reader_when_busy;         /* only while other connections have work in flight */
+	unsigned post_threads;         /* per device: threads that write its answers (restart) */
+#define CONFIG_POST_THREADS_MAX 16
 	uint64_t pinned_read_bytes;    /* request frames read into memory the GPUs register; 0 = off (restart) */
 
 	uint64_t weight_budget_bytes;  /* per device; 0 = 75% of the device's memory */

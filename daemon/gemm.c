@@ -542,6 +542,8 @@ void gemm_handle(struct daemon *d, const struct request *r, struct request_msg *
 	j->sj.deadline_ns = timeout_us ? r->arrival_ns + timeout_us * 1000 : 0;
 	j->sj.prio = g->priority ? g->priority : d->cfg.default_priority;
 	j->sj.cancelable = true;
+	/* One post thread per connection: its answers keep their order. */
+	j->sj.post_key = j->r.conn ? conn_id(j->r.conn) : 0;
 	if (w) {
 		j->weight = w;
 		weights_ref(w);

@@ -200,7 +200,7 @@ static void print_config(const struct mfmad_config *c, const char *src)
 	       "           max_regions_per_conn = %u; max_region_mb_per_conn = %" PRIu64
 	       "; max_pinned_mb = %" PRIu64 "; send_buffer_kb = %" PRIu64 ";\n"
 	       "           reader_threads = %s; reader_min_kb = %" PRIu64 "; reader_when_busy = %s;\n"
-	       "           pinned_reads_mb = %" PRIu64 "; };\n",
+	       "           pinned_reads_mb = %" PRIu64 "; post_threads = %u; };\n",
 	       c->max_frame_bytes >> 20, c->max_inflight_per_conn, c->max_inflight,
 	       c->max_inflight_bytes >> 20, c->max_connections, c->max_dim, c->default_priority,
 	       c->default_timeout_ms, c->priority_aging_ms, c->worker_poll_us, c->loop_poll_us,
@@ -209,7 +209,7 @@ static void print_config(const struct mfmad_config *c, const char *src)
 	       c->idle_timeout_ms, c->write_timeout_ms, c->max_regions_per_conn,
 	       c->max_region_bytes_per_conn >> 20, c->max_pinned_bytes >> 20,
 	       c->send_buffer_bytes >> 10, readers_s, c->reader_min_bytes >> 10,
-	       c->reader_when_busy ? "true" : "false", c->pinned_read_bytes >> 20);
+	       c->reader_when_busy ? "true" : "false", c->pinned_read_bytes >> 20, c->post_threads);
 	printf("# limits.reader_threads: %u reader thread(s) on this host (%ld cores)\n",
 	       config_reader_threads(c, ncores), ncores);
 	printf("weights = { budget_mb = %" PRIu64 "; persist = %s; state_dir = \"%s\"; };\n",

@@ -3,10 +3,12 @@
  * finished jobs go on one completion list that the loop drains on each
  * uv_async wake (uv_async_send coalesces, so the loop takes the whole
  * list every time).  A finished job with a post callback goes first to
- * its device's post thread (a FIFO under its own mutex), which runs the
- * callbacks in order and then completes the jobs: the work that follows
- * a launch (for a GEMM, writing its answers to the sockets) then neither
- * holds the device's worker nor falls on the one loop thread. */
+ * one of its device's post threads (each a FIFO under its own mutex; the
+ * job's post_key picks which, so the jobs of one connection keep their
+ * order), which runs the callbacks in order and then completes the jobs:
+ * the work that follows a launch (for a GEMM, writing its answers to the
+ * sockets) then neither holds the device's worker nor falls on the one
+ * loop thread. */
 #include "scheduler.h"
 
 #include <errno.h>
@@ -35,13 +37,20 @@ struct queue {
 	/* Counts pushes, so that a polling worker sees new work without the
 	 * mutex. */
 	_Atomic uint64_t pushes;
-	/* The post thread and its FIFO (jobs linked through next). */
-	pthread_t post_thread;
-	bool post_started;
-	pthread_mutex_t post_mu;
-	pthread_cond_t post_cv;
-	struct sched_job *post_head, *post_tail;
-	bool post_stop;
+	struct poster *post; /* npost of them */
+	unsigned npost;
+};
+
+/* A post thread and its FIFO (jobs linked through next). */
+struct poster {
+	struct queue *q;
+	unsigned index;
+	pthread_t thread;
+	bool started;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	struct sched_job *head, *tail;
+	bool stop;
 };
 
 struct sched {
@@ -217,27 +226,36 @@ static size_t next_jobs(struct queue *q, struct sched_job **jobs)
  * sched_stop), so it is there for every run. */
 static void post_or_complete(struct queue *q, struct sched_job **jobs, size_t n)
 {
-	bool posted = false;
+	/* Each poster's share of the jobs, linked in order, then handed over
+	 * under its mutex once. */
+	struct sched_job *head[SCHED_MAX_POST] = { NULL }, *tail[SCHED_MAX_POST] = { NULL };
 	for (size_t i = 0; i < n; i++) {
 		struct sched_job *j = jobs[i];
 		if (j->post) {
+			unsigned k = (unsigned)(j->post_key % q->npost);
 			j->next = NULL;
-			if (!posted)
-				pthread_mutex_lock(&q->post_mu);
-			posted = true;
-			if (q->post_tail)
-				q->post_tail->next = j;
+			if (tail[k])
+				tail[k]->next = j;
 			else
-				q->post_head = j;
-			q->post_tail = j;
+				head[k] = j;
+			tail[k] = j;
 			continue;
 		}
 		STATS_SUB(q->v->st->in_flight, 1);
 		complete(q->s, j);
 	}
-	if (posted) {
-		pthread_cond_signal(&q->post_cv);
-		pthread_mutex_unlock(&q->post_mu);
+	for (unsigned k = 0; k < q->npost; k++) {
+		struct poster *p = &q->post[k];
+		if (!head[k])
+			continue;
+		pthread_mutex_lock(&p->mu);
+		if (p->tail)
+			p->tail->next = head[k];
+		else
+			p->head = head[k];
+		p->tail = tail[k];
+		pthread_cond_signal(&p->cv);
+		pthread_mutex_unlock(&p->mu);
 	}
 }
 
@@ -291,19 +309,26 @@ static void *worker_main(void *arg)
  * after its own. */
 static void *post_main(void *arg)
 {
-	struct queue *q = arg;
-	char name[16];
-	snprintf(name, sizeof(name), "mfmad-post%d", q->v->index);
+	struct poster *p = arg;
+	struct queue *q = p->q;
+	/* "mfmad-post0" (device 0's first), "mfmad-post0.1" (its second),
+	 * cut to the 15 characters a thread's name holds. */
+	char name[32];
+	if (p->index)
+		snprintf(name, sizeof(name), "mfmad-post%d.%u", q->v->index, p->index);
+	else
+		snprintf(name, sizeof(name), "mfmad-post%d", q->v->index);
+	name[15] = '\0';
 	pthread_setname_np(pthread_self(), name);
-	pthread_mutex_lock(&q->post_mu);
+	pthread_mutex_lock(&p->mu);
 	for (;;) {
-		while (!q->post_head && !q->post_stop)
-			pthread_cond_wait(&q->post_cv, &q->post_mu);
-		struct sched_job *list = q->post_head;
+		while (!p->head && !p->stop)
+			pthread_cond_wait(&p->cv, &p->mu);
+		struct sched_job *list = p->head;
 		if (!list)
 			break; /* stopping, and nothing is left */
-		q->post_head = q->post_tail = NULL;
-		pthread_mutex_unlock(&q->post_mu);
+		p->head = p->tail = NULL;
+		pthread_mutex_unlock(&p->mu);
 		while (list) {
 			struct sched_job *j = list;
 			list = j->next;
@@ -311,9 +336,9 @@ static void *post_main(void *arg)
 			STATS_SUB(q->v->st->in_flight, 1);
 			complete(q->s, j);
 		}
-		pthread_mutex_lock(&q->post_mu);
+		pthread_mutex_lock(&p->mu);
 	}
-	pthread_mutex_unlock(&q->post_mu);
+	pthread_mutex_unlock(&p->mu);
 	return NULL;
 }
 
@@ -537,15 +562,30 @@ int sched_start(struct daemon *d, char *err, size_t errlen)
 		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 		pthread_cond_init(&q->cv, &ca);
 		pthread_condattr_destroy(&ca);
-		pthread_mutex_init(&q->post_mu, NULL);
-		pthread_cond_init(&q->post_cv, NULL);
 		s->nq++;
-		/* Before the worker: it hands jobs over from its first run. */
-		if (pthread_create(&q->post_thread, NULL, post_main, q) != 0) {
-			snprintf(err, errlen, "cannot start the post thread of device %d", i);
-			return -EAGAIN;
+		q->npost = d->cfg.post_threads;
+		q->post = calloc(q->npost, sizeof(*q->post));
+		if (!q->post) {
+			q->npost = 0;
+			snprintf(err, errlen, "out of memory for the post threads of device %d", i);
+			return -ENOMEM;
 		}
-		q->post_started = true;
+		for (unsigned k = 0; k < q->npost; k++) {
+			struct poster *p = &q->post[k];
+			p->q = q;
+			p->index = k;
+			pthread_mutex_init(&p->mu, NULL);
+			pthread_cond_init(&p->cv, NULL);
+		}
+		/* Before the worker: it hands jobs over from its first run. */
+		for (unsigned k = 0; k < q->npost; k++) {
+			if (pthread_create(&q->post[k].thread, NULL, post_main, &q->post[k]) != 0) {
+				snprintf(err, errlen, "cannot start post thread %u of device %d", k,
+					 i);
+				return -EAGAIN;
+			}
+			q->post[k].started = true;
+		}
 		if (pthread_create(&q->thread, NULL, worker_main, q) != 0) {
 			snprintf(err, errlen, "cannot start the worker thread of device %d", i);
 			return -EAGAIN;
@@ -588,15 +628,17 @@ void sched_stop(struct daemon *d)
 	}
 	/* The workers are gone: what they posted is all there will be. */
 	for (int i = 0; i < s->nq; i++) {
-		struct queue *q = &s->q[i];
-		if (!q->post_started)
-			continue;
-		pthread_mutex_lock(&q->post_mu);
-		q->post_stop = true;
-		pthread_cond_signal(&q->post_cv);
-		pthread_mutex_unlock(&q->post_mu);
-		pthread_join(q->post_thread, NULL);
-		q->post_started = false;
+		for (unsigned k = 0; k < s->q[i].npost; k++) {
+			struct poster *p = &s->q[i].post[k];
+			if (!p->started)
+				continue;
+			pthread_mutex_lock(&p->mu);
+			p->stop = true;
+			pthread_cond_signal(&p->cv);
+			pthread_mutex_unlock(&p->mu);
+			pthread_join(p->thread, NULL);
+			p->started = false;
+		}
 	}
 }
 
@@ -608,8 +650,11 @@ void sched_free(struct daemon *d)
 	for (int i = 0; i < s->nq; i++) {
 		pthread_mutex_destroy(&s->q[i].mu);
 		pthread_cond_destroy(&s->q[i].cv);
-		pthread_mutex_destroy(&s->q[i].post_mu);
-		pthread_cond_destroy(&s->q[i].post_cv);
+		for (unsigned k = 0; k < s->q[i].npost; k++) {
+			pthread_mutex_destroy(&s->q[i].post[k].mu);
+			pthread_cond_destroy(&s->q[i].post[k].cv);
+		}
+		free(s->q[i].post);
 		heap_free(&s->q[i].heap);
 	}
 	pthread_mutex_destroy(&s->done_mu);

@@ -49,6 +49,8 @@ typedef void (*sched_batch_fn)(struct device *v, struct sched_job **jobs, size_t
 
 /* The most jobs one batch takes. */
 #define SCHED_MAX_BATCH 256
+/* Post threads per device at most (limits.post_threads). */
+#define SCHED_MAX_POST CONFIG_POST_THREADS_MAX
 
 struct sched_job {
 	struct heap_node node;  /* the queue's order (private) */
@@ -69,6 +71,9 @@ struct sched_job {
 	 * on the device's post thread, in the order the jobs finished, while
 	 * the worker goes back to its device. */
 	sched_work_fn post;
+	/* Which of the device's post threads runs it (modulo their number):
+	 * jobs of one key keep their order (a GEMM: its connection's id). */
+	uint64_t post_key;
 	bool taken;             /* picked for a batch (private) */
 };
 

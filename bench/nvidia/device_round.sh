@@ -7,7 +7,7 @@
 #
 # usage: bench/nvidia/device_round.sh [test] [sanitize|memcheck|racecheck] [bench] [sweep]
 #        [ncu] [e2e] [answers] [abserving] [spin] [readers] [latency] [multi] [choice] [served] [graphsab] [trialab]
-#        [batching] [serving] [readsab] [wgmma] [wgncu]
+#        [batching] [serving] [readsab] [postab] [wgmma] [wgncu]
 #        [wgdecode] [wgdsan] [wgdncu] [wgdense] [wgdensesan] [wgdensencu]
 #        (no argument: test sanitize bench e2e)
 set -u
@@ -163,6 +163,29 @@ readsab)
 		E2E_PINNED_READS_MB=$mb timeout 120 bash bench/nvidia/thread_cpu.sh "$P" 8 64 250000 \
 			> "$OUT/threads_reads$mb.log" 2>&1
 		head -8 "$OUT/threads_reads$mb.log"; tail -1 "$OUT/threads_reads$mb.log"
+	done
+	;;
+postab)
+	# Post threads and reader threads under the batched loads over the
+	# socket (serving_bench.sh batching: N=8 x 64 and N=1 x 256, bytes and
+	# --shm), each setting "readers:posters" (POST_SETTINGS) a daemon of
+	# its own, alternating round by round; then each thread's CPU share
+	# under N=8 x 64 bytes for each setting.
+	for r in ${AB_ROUNDS:-1 2}; do
+		for set in ${POST_SETTINGS:-0:1 4:1 0:2 4:2}; do
+			E2E_READER_THREADS=${set%%:*} E2E_POST_THREADS=${set##*:} ROUNDS=$r \
+				LABEL="r${set%%:*}p${set##*:}" SERVING_STEPS="${SERVING_STEPS:-batching}" \
+				timeout "${E2E_S:-420}" bash bench/nvidia/serving_bench.sh "$P" "$OUT" \
+				>> "$OUT/postab.log" 2>&1
+			echo "=== postab round $r readers:posters=$set: rc=$?"
+		done
+	done
+	python3 bench/nvidia/serve_summary.py "$OUT/postab.log" | cut -c1-230
+	for set in ${POST_SETTINGS:-0:1 4:1 0:2 4:2}; do
+		echo "--- threads, readers:posters=$set, N=8 x 64 bytes"
+		READER_THREADS=${set%%:*} POST_THREADS=${set##*:} timeout 120 \
+			bash bench/nvidia/thread_cpu.sh "$P" 8 64 250000 > "$OUT/threads_${set/:/-}.log" 2>&1
+		head -7 "$OUT/threads_${set/:/-}.log"; tail -1 "$OUT/threads_${set/:/-}.log"
 	done
 	;;
 abserving)

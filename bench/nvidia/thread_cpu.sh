@@ -7,7 +7,8 @@
 #
 # E2E_PINNED_ANSWERS_MB (default 64) is cuda.pinned_answers_mb, as in e2e.sh;
 # READER_THREADS (default 0) is limits.reader_threads; E2E_PINNED_READS_MB,
-# when set, limits.pinned_reads_mb.
+# when set, limits.pinned_reads_mb; POST_THREADS (default 1) is
+# limits.post_threads.
 #
 # usage: [MFMAD=path] thread_cpu.sh PAYLOAD_DIR N IN_FLIGHT REQUESTS [mfmactl bench flags, e.g. --shm]
 set -u
@@ -21,7 +22,8 @@ rm -rf "$D" && mkdir -p "$D"
 cat >"$D/mfmad.conf" <<CONF
 limits = { max_frame_mb = 1800; max_inflight_mb = 65536; max_inflight_per_connection = 256;
            max_inflight = 4096; max_connections = 1024; reader_threads = ${READER_THREADS:-0};
-           ${E2E_PINNED_READS_MB:+pinned_reads_mb = $E2E_PINNED_READS_MB;} };
+           ${E2E_PINNED_READS_MB:+pinned_reads_mb = $E2E_PINNED_READS_MB;}
+           post_threads = ${POST_THREADS:-1}; };
 cuda = { pinned_answers_mb = ${E2E_PINNED_ANSWERS_MB:-64}; };
 CONF
 rm -f "$SOCK"

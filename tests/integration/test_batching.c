@@ -3,6 +3,7 @@
  * every answer is still its own and correct against a float64 reference,
  * also when requests with different scalars, output dtypes or C are mixed
  * in the same queue. */
+#include <dirent.h>
 #include <math.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -437,6 +438,63 @@ static void test_answer_frames_from_an_arena(void **state)
 	assert_int_equal(harness_stop(&p), 0);
 }
 
+/* Whether the daemon has a thread of this name. */
+static bool has_thread(pid_t pid, const char *name)
+{
+	char path[300], comm[32];
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	DIR *dir = opendir(path);
+	assert_non_null(dir);
+	bool found = false;
+	for (struct dirent *e; !found && (e = readdir(dir));) {
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/task/%s/comm", (int)pid, e->d_name);
+		FILE *f = fopen(path, "r");
+		if (!f)
+			continue;
+		found = fgets(comm, sizeof(comm), f) && strncmp(comm, name, strlen(name)) == 0 &&
+			(comm[strlen(name)] == '\n' || comm[strlen(name)] == '\0');
+		fclose(f);
+	}
+	closedir(dir);
+	return found;
+}
+
+/* limits.post_threads = 3: the device's answers are written by three
+ * threads, each connection's by one of them; bursts on three connections
+ * (ids apart, so every thread writes some), every answer checked, while a
+ * client leaves with its answers queued. */
+static void test_several_post_threads(void **state)
+{
+	(void)state;
+	struct mfmad_proc p;
+	struct rw_mat w;
+	int fd[3];
+	fd[0] = start(&p, "cpu = { threads = 1; devices = 1; };\nlimits = { post_threads = 3; };", &w);
+	assert_true(has_thread(p.pid, "mfmad-post0"));
+	assert_true(has_thread(p.pid, "mfmad-post0.1"));
+	assert_true(has_thread(p.pid, "mfmad-post0.2"));
+	assert_false(has_thread(p.pid, "mfmad-post0.3"));
+	for (int i = 1; i < 3; i++) {
+		fd[i] = harness_connect_raw(&p);
+		assert_true(fd[i] >= 0);
+	}
+	for (int round = 0; round < 2; round++)
+		for (int i = 0; i < 3; i++)
+			assert_true(burst(fd[i], &w, i == 1) >= 1);
+	leave_with_answers_queued(&p, 400, 3000);
+	for (int i = 0; i < 3; i++)
+		assert_true(burst(fd[i], &w, false) >= 1);
+	uint64_t requests, launches;
+	weight_counts(fd[0], &requests, &launches);
+	assert_true(requests >= 9 * (NREQ + 1));
+	assert_true(launches < requests);
+	for (int i = 1; i < 3; i++)
+		close(fd[i]);
+	stop(&p, fd[0], &w);
+}
+
 int main(void)
 {
 	signal(SIGPIPE, SIG_IGN);
@@ -449,6 +507,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_enabled_live_on_sighup, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_answer_frames_on_the_heap, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_answer_frames_from_an_arena, harness_stop_leftover),
+		cmocka_unit_test_teardown(test_several_post_threads, harness_stop_leftover),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

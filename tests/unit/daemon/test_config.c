@@ -235,6 +235,24 @@ static void test_pinned_reads(void **state)
 	assert_non_null(strstr(err, "limits.pinned_reads_mb must be an integer"));
 }
 
+/* limits.post_threads: 1 by default, 1..16, a restart. */
+static void test_post_threads(void **state)
+{
+	(void)state;
+	struct mfmad_config c, d;
+	char err[512], buf[256];
+	config_defaults(&c);
+	assert_int_equal(c.post_threads, 1);
+	assert_int_equal(parse(&c, "limits = { post_threads = 16; };\n", err, sizeof(err)), 0);
+	assert_int_equal(c.post_threads, 16);
+	config_defaults(&d);
+	assert_int_equal(config_restart_only_changes(&d, &c, buf, sizeof(buf)), 1);
+	assert_string_equal(buf, "limits.post_threads");
+	assert_int_equal(parse(&c, "limits = { post_threads = 0; };\n", err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "limits.post_threads = 0 is out of range 1..16"));
+	assert_int_equal(parse(&c, "limits = { post_threads = 17; };\n", err, sizeof(err)), -EINVAL);
+}
+
 /* cuda.pinned_answers_mb: 64 MiB per device by default, 0 turns it off, at
  * most 4096; read when the devices open, so a change takes a restart. */
 static void test_cuda_pinned_answers(void **state)
@@ -515,6 +533,7 @@ int main(void)
 		cmocka_unit_test(test_cuda_warmup),
 		cmocka_unit_test(test_cuda_pinned_answers),
 		cmocka_unit_test(test_pinned_reads),
+		cmocka_unit_test(test_post_threads),
 		cmocka_unit_test(test_loop_poll),
 		cmocka_unit_test(test_readers),
 		cmocka_unit_test(test_providers),
