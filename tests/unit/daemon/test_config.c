@@ -235,14 +235,14 @@ static void test_pinned_reads(void **state)
 	assert_non_null(strstr(err, "limits.pinned_reads_mb must be an integer"));
 }
 
-/* limits.post_threads: 1 by default, 1..16, a restart. */
+/* limits.post_threads: 2 by default, 1..16, a restart. */
 static void test_post_threads(void **state)
 {
 	(void)state;
 	struct mfmad_config c, d;
 	char err[512], buf[256];
 	config_defaults(&c);
-	assert_int_equal(c.post_threads, 1);
+	assert_int_equal(c.post_threads, 2);
 	assert_int_equal(parse(&c, "limits = { post_threads = 16; };\n", err, sizeof(err)), 0);
 	assert_int_equal(c.post_threads, 16);
 	config_defaults(&d);
@@ -342,7 +342,7 @@ static void test_loop_poll(void **state)
 	assert_int_equal(c.worker_poll_us, 100);
 }
 
-/* limits.reader_threads: 0 by default; "auto" is none below 8 cores, else
+/* limits.reader_threads: "auto" by default, which is none below 8 cores, else
  * a quarter of them, at most 4; a number 0 to 64 is taken as it is, other
  * values refused by name; restart-only.  reader_min_kb and
  * reader_when_busy: bounds and types, live on SIGHUP. */
@@ -352,8 +352,9 @@ static void test_readers(void **state)
 	struct mfmad_config c, d;
 	char err[512], buf[256];
 	config_defaults(&c);
-	assert_int_equal(c.reader_threads, 0);
-	assert_int_equal(config_reader_threads(&c, 16), 0);
+	assert_int_equal(c.reader_threads, -1);
+	assert_int_equal(config_reader_threads(&c, 16), 4);
+	assert_int_equal(config_reader_threads(&c, 2), 0);
 	assert_int_equal(c.reader_min_bytes, 64 << 10);
 	assert_true(c.reader_when_busy);
 	assert_int_equal(parse(&c, "limits = { reader_threads = \"auto\"; };\n", err, sizeof(err)), 0);
