@@ -46,7 +46,7 @@ void config_defaults(struct mfmad_config *c)
 	c->reader_min_bytes = 64ull << 10;
 	c->reader_when_busy = true;
 	c->pinned_read_bytes = 64ull << 20;
-	c->post_threads = 2;
+	c->post_threads = 4;
 	c->batch_enabled = true;
 	c->batch_max_columns = 512;
 	c->weights_persist = true;

@@ -235,14 +235,14 @@ static void test_pinned_reads(void **state)
 	assert_non_null(strstr(err, "limits.pinned_reads_mb must be an integer"));
 }
 
-/* limits.post_threads: 2 by default, 1..16, a restart. */
+/* limits.post_threads: 4 by default, 1..16, a restart. */
 static void test_post_threads(void **state)
 {
 	(void)state;
 	struct mfmad_config c, d;
 	char err[512], buf[256];
 	config_defaults(&c);
-	assert_int_equal(c.post_threads, 2);
+	assert_int_equal(c.post_threads, 4);
 	assert_int_equal(parse(&c, "limits = { post_threads = 16; };\n", err, sizeof(err)), 0);
 	assert_int_equal(c.post_threads, 16);
 	config_defaults(&d);
