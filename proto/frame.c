@@ -82,8 +82,8 @@ void frame_reader_shrink(struct frame_reader *r, size_t keep)
 static int grow(struct frame_reader *r, size_t ncap)
 {
 	uint8_t *nb = r->mem && ncap >= r->mem->min ? r->mem->alloc(r->mem->arg, ncap) : NULL;
-	if (!nb && from_mem(r, r->buf))
-		nb = malloc(ncap);
+	if (!nb && from_mem(r, r->buf) && !(nb = malloc(ncap)))
+		return -ENOMEM; /* never realloc'ed */
 	if (nb) {
 		if (r->len)
 			memcpy(nb, r->buf, r->len);
