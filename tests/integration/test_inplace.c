@@ -305,6 +305,66 @@ static void test_pinned_reads(void **state)
 	}
 }
 
+/* One GEMM of A (m x k) and B (k x n), f32, checked against float64. */
+static void one_gemm(mfma_client *c, uint32_t m, uint32_t k, uint32_t n, unsigned seed)
+{
+	float *a = values((size_t)m * k, seed), *b = values((size_t)k * n, seed + 1);
+	struct mfma_gemm_args g;
+	mfma_gemm_args_init(&g);
+	g.a.kind = MFMA_OPERAND_DENSE;
+	g.a.dense = (struct mfma_matrix){ m, k, MFMA_TYPE_F32, a, (size_t)m * k * 4 };
+	g.b = (struct mfma_matrix){ k, n, MFMA_TYPE_F32, b, (size_t)k * n * 4 };
+	struct mfma_gemm_result r;
+	struct mfma_error err;
+	if (mfma_gemm(c, &g, &r, &err) < 0)
+		fail_msg("gemm %ux%ux%u: %s", m, k, n, err.message);
+	double e = worst_error(r.d.data, a, b, NULL, 1, 0, m, k, n);
+	if (e > 1e-4)
+		fail_msg("gemm %ux%ux%u: worst relative error %.2e", m, k, n, e);
+	mfma_gemm_result_free(&r);
+	free(a);
+	free(b);
+}
+
+/* A client that announces a large frame and stalls holds the arena of
+ * request frames for as long as it holds its buffer: others' frames that
+ * do not fit go to the heap meanwhile, answered right, and the arena
+ * takes frames again once the staller has gone. */
+static void test_pinned_reads_stalled(void **state)
+{
+	(void)state;
+	int port = start_metrics("cpu = { threads = 1; devices = 1; };\n"
+				 "limits = { pinned_reads_mb = 1; read_timeout_ms = 60000; };",
+				 true);
+	/* 700 KiB announced, 100 KiB sent: the daemon sizes its buffer to the
+	 * whole frame, from the arena (1 MiB). */
+	int staller = harness_connect_raw(&proc);
+	assert_true(staller >= 0);
+	size_t sent = 100 << 10;
+	uint8_t *part = calloc(1, FRAME_HEADER_SIZE + sent);
+	frame_header_put(part, 700u << 10);
+	part[FRAME_HEADER_SIZE] = 0x08; /* the frame starts as a request would */
+	assert_int_equal(harness_write_all(staller, part, FRAME_HEADER_SIZE + sent), 0);
+	free(part);
+	usleep(500 * 1000);
+	mfma_client *c;
+	struct mfma_error err;
+	char ep[160];
+	assert_true(snprintf(ep, sizeof(ep), "unix:%s", proc.sock) < (int)sizeof(ep));
+	assert_int_equal(mfma_connect(ep, &c, &err), 0);
+	/* A and B of 256 KiB each: more than the 324 KiB left. */
+	one_gemm(c, 64, 1024, 64, 5);
+	assert_int_equal(frames_in(port, "pinned"), 0);
+	assert_int_equal(frames_in(port, "heap"), 1);
+	close(staller);
+	usleep(500 * 1000);
+	one_gemm(c, 64, 1024, 64, 6);
+	assert_int_equal(frames_in(port, "pinned"), 1);
+	assert_int_equal(frames_in(port, "heap"), 1);
+	mfma_close(c);
+	stop(&proc);
+}
+
 /* payload1 then payload2 as one frame: protobuf reads them as one message,
  * merged (a message field sent twice is merged, a scalar's last value
  * kept, a oneof's last member kept). */
@@ -589,6 +649,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_shapes_unix_and_tcp, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_deep_pipeline, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_pinned_reads, harness_stop_leftover),
+		cmocka_unit_test_teardown(test_pinned_reads_stalled, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_merged_frames, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_frame_counted, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_blocking_resend, harness_stop_leftover),
