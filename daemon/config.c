@@ -43,7 +43,7 @@ void config_defaults(struct mfmad_config *c)
 	/* Off: on the H200's 16-core host they took the loop's CPU per
 	 * request from 51-64 to 33-35 us but not the rate up (bench/RESULTS.md). */
 	c->reader_threads = -1; /* auto */
-	c->reader_min_bytes = 64ull << 10;
+	c->reader_min_bytes = 8ull << 10;
 	c->reader_when_busy = true;
 	c->pinned_read_bytes = 64ull << 20;
 	c->post_threads = 4;

@@ -7,7 +7,7 @@
 #
 # usage: bench/nvidia/device_round.sh [test] [sanitize|memcheck|racecheck] [bench] [sweep]
 #        [ncu] [e2e] [answers] [abserving] [spin] [readers] [latency] [multi] [choice] [served] [graphsab] [trialab]
-#        [batching] [serving] [readsab] [postab] [wgmma] [wgncu]
+#        [batching] [serving] [readsab] [postab] [readerminab] [wgmma] [wgncu]
 #        [wgdecode] [wgdsan] [wgdncu] [wgdense] [wgdensesan] [wgdensencu]
 #        (no argument: test sanitize bench e2e)
 set -u
@@ -187,6 +187,20 @@ postab)
 			bash bench/nvidia/thread_cpu.sh "$P" 8 64 250000 > "$OUT/threads_${set/:/-}.log" 2>&1
 		head -7 "$OUT/threads_${set/:/-}.log"; tail -1 "$OUT/threads_${set/:/-}.log"
 	done
+	;;
+readerminab)
+	# limits.reader_min_kb (READER_MINS, default "64 8") under the batched
+	# loads (serving_bench.sh batching), a daemon each, alternating round
+	# by round: whether the readers should take the 16 KiB frames of N=1.
+	for r in ${AB_ROUNDS:-1 2}; do
+		for kb in ${READER_MINS:-64 8}; do
+			E2E_READER_MIN_KB=$kb ROUNDS=$r LABEL="min$kb" SERVING_STEPS="${SERVING_STEPS:-batching}" \
+				timeout "${E2E_S:-420}" bash bench/nvidia/serving_bench.sh "$P" "$OUT" \
+				>> "$OUT/readerminab.log" 2>&1
+			echo "=== readerminab round $r reader_min_kb=$kb: rc=$?"
+		done
+	done
+	python3 bench/nvidia/serve_summary.py "$OUT/readerminab.log" | cut -c1-230
 	;;
 abserving)
 	# The serving loads against an earlier build of mfmad and mfmactl

@@ -25,8 +25,9 @@
 #
 # E2E_PINNED_ANSWERS_MB, when set, is cuda.pinned_answers_mb (0: answer
 # frames on the heap); E2E_PINNED_READS_MB, when set, limits.pinned_reads_mb
-# (0: request frames on the heap); E2E_POST_THREADS and E2E_READER_THREADS,
-# when set, limits.post_threads and limits.reader_threads; unset, the
+# (0: request frames on the heap); E2E_POST_THREADS, E2E_READER_THREADS and
+# E2E_READER_MIN_KB, when set, limits.post_threads, reader_threads and
+# reader_min_kb; unset, the
 # daemon's defaults (and nothing an older build would refuse).
 #
 # usage: [SERVING_STEPS="check latency batching off"] [ROUNDS="1 2"] [MFMAD=path LABEL=name]
@@ -54,6 +55,7 @@ limits = {
   ${E2E_PINNED_READS_MB:+pinned_reads_mb = $E2E_PINNED_READS_MB;}
   ${E2E_POST_THREADS:+post_threads = $E2E_POST_THREADS;}
   ${E2E_READER_THREADS:+reader_threads = $E2E_READER_THREADS;}
+  ${E2E_READER_MIN_KB:+reader_min_kb = $E2E_READER_MIN_KB;}
 };
 batching = { enabled = ${2:-true}; };
 ${E2E_PINNED_ANSWERS_MB:+cuda = { pinned_answers_mb = $E2E_PINNED_ANSWERS_MB; \};}

@@ -355,7 +355,7 @@ static void test_readers(void **state)
 	assert_int_equal(c.reader_threads, -1);
 	assert_int_equal(config_reader_threads(&c, 16), 4);
 	assert_int_equal(config_reader_threads(&c, 2), 0);
-	assert_int_equal(c.reader_min_bytes, 64 << 10);
+	assert_int_equal(c.reader_min_bytes, 8 << 10);
 	assert_true(c.reader_when_busy);
 	assert_int_equal(parse(&c, "limits = { reader_threads = \"auto\"; };\n", err, sizeof(err)), 0);
 	assert_int_equal(config_reader_threads(&c, 2), 0);
