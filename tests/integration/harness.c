@@ -360,6 +360,23 @@ int harness_http_get(int port, const char *path, char *out, size_t outlen)
 	return code;
 }
 
+int harness_start_metrics(struct mfmad_proc *p, const char *extra_conf, const char *env,
+			  const char *value)
+{
+	int port = harness_free_port();
+	if (port <= 0)
+		return -1;
+	char port_s[32];
+	snprintf(port_s, sizeof(port_s), "127.0.0.1:%d", port);
+	const char *args[] = { "--metrics", port_s, NULL };
+	if (env)
+		setenv(env, value, 1);
+	int rc = harness_start(p, extra_conf, args);
+	if (env)
+		unsetenv(env);
+	return rc == 0 ? port : -1;
+}
+
 long long harness_metric(int port, const char *name)
 {
 	size_t cap = 1 << 20;

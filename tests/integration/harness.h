@@ -50,6 +50,12 @@ int harness_wait_closed(int fd, int timeout_ms);
 
 /* A loopback TCP port free now (for --metrics). */
 int harness_free_port(void);
+/* harness_start with the metrics server on a free loopback port, and the
+ * environment variable env set to value for the daemon alone (env NULL:
+ * none; a testing aid such as MFMAD_TEST_CPU_PINNED_READS): the port, or
+ * -1 when the daemon did not start. */
+int harness_start_metrics(struct mfmad_proc *p, const char *extra_conf, const char *env,
+			  const char *value);
 
 /* GET path from the HTTP server on 127.0.0.1:port: the whole response,
  * headers and body, into out (NUL-terminated, cut at outlen-1); its

@@ -336,18 +336,10 @@ static void test_enabled_live_on_sighup(void **state)
  * arena_mb is NULL, whatever the environment this runs in says. */
 static int start_with_metrics(struct mfmad_proc *p, const char *conf, const char *arena_mb)
 {
-	int port = harness_free_port();
-	assert_true(port > 0);
-	char port_s[32];
-	snprintf(port_s, sizeof(port_s), "127.0.0.1:%d", port);
-	const char *args[] = { "--metrics", port_s, NULL };
-	if (arena_mb)
-		setenv("MFMAD_TEST_CPU_ANSWER_ARENA_MB", arena_mb, 1);
-	else
-		unsetenv("MFMAD_TEST_CPU_ANSWER_ARENA_MB");
-	int started = harness_start(p, conf, args);
 	unsetenv("MFMAD_TEST_CPU_ANSWER_ARENA_MB");
-	assert_int_equal(started, 0);
+	int port = harness_start_metrics(p, conf, arena_mb ? "MFMAD_TEST_CPU_ANSWER_ARENA_MB" : NULL,
+					 arena_mb);
+	assert_true(port > 0);
 	return port;
 }
 

@@ -240,16 +240,9 @@ static long long frames_in(int port, const char *memory)
  * there is no GPU to register it, or as a CPU-only daemon is. */
 static int start_metrics(const char *conf, bool cpu_arena)
 {
-	int port = harness_free_port();
+	int port = harness_start_metrics(&proc, conf,
+					 cpu_arena ? "MFMAD_TEST_CPU_PINNED_READS" : NULL, "1");
 	assert_true(port > 0);
-	char port_s[32];
-	snprintf(port_s, sizeof(port_s), "127.0.0.1:%d", port);
-	const char *args[] = { "--metrics", port_s, NULL };
-	if (cpu_arena)
-		setenv("MFMAD_TEST_CPU_PINNED_READS", "1", 1);
-	int started = harness_start(&proc, conf, args);
-	unsetenv("MFMAD_TEST_CPU_PINNED_READS");
-	assert_int_equal(started, 0);
 	return port;
 }
 
