@@ -290,6 +290,7 @@ KEY(pinned_reads_mb, {
 	set_u64(p, s, 0, (long long)(FRAME_ARENA_MAX_BYTES >> 20), 1ull << 20, &c->pinned_read_bytes);
 })
 KEY(batch_enabled, { set_bool(p, s, &c->batch_enabled); })
+KEY(batch_overlap, { set_bool(p, s, &c->batch_overlap); })
 KEY(batch_max_columns, { set_u32(p, s, 1, 1 << 20, &c->batch_max_columns); })
 KEY(batch_max_queue_delay_us, { set_u64(p, s, 0, 1000000, 1, &c->batch_max_queue_delay_us); })
 KEY(budget_mb, { set_u64(p, s, 0, 1ll << 40, 1ull << 20, &c->weight_budget_bytes); })
@@ -424,6 +425,7 @@ static const struct key batching_keys[] = {
 	{ "enabled", k_batch_enabled, NULL },
 	{ "max_columns", k_batch_max_columns, NULL },
 	{ "max_queue_delay_us", k_batch_max_queue_delay_us, NULL },
+	{ "overlap", k_batch_overlap, NULL },
 	{ NULL, NULL, NULL },
 };
 

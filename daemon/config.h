@@ -77,6 +77,7 @@ struct mfmad_config {
 	bool batch_enabled;            /* GEMMs on one resident weight share launches */
 	uint32_t batch_max_columns;    /* the most columns (N) one launch joins */
 	uint64_t batch_max_queue_delay_us; /* 0: batch only what is already queued */
+	bool batch_overlap;            /* a batch's launch left running while the next starts */
 
 	enum backend_enable cpu;       /* AUTO: only when no GPU device is found */
 	int cpu_threads;               /* 0 = all cores */

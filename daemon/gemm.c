@@ -235,6 +235,41 @@ static void gemm_work(struct device *v, struct sched_job *sj)
 	hand_off((struct gemm_job *)sj);
 }
 
+/* A batched launch failed (at its start or its end): each of its GEMMs
+ * runs alone, its answer made afresh. */
+static void retry_alone(struct device *v, struct sched_job **sjs, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		struct gemm_job *j = (struct gemm_job *)sjs[i];
+		answer_free(&j->ans);
+		j->code = MFMA__V1__CODE__OK;
+		gemm_work(v, sjs[i]);
+	}
+}
+
+/* A batched launch done, with times t: each GEMM's answer finished and
+ * handed off. */
+static void finish_batch(struct device *v, struct sched_job **sjs, size_t n,
+			 const struct backend_timing *t)
+{
+	uint64_t cols = 0;
+	for (size_t i = 0; i < n; i++)
+		cols += ((struct gemm_job *)sjs[i])->plan.g.n;
+	stats_observe_batch(&v->d->stats, n);
+	for (size_t i = 0; i < n; i++) {
+		struct gemm_job *j = (struct gemm_job *)sjs[i];
+		j->t = *t;
+		j->batch_requests = (uint32_t)n;
+		j->batch_columns = (uint32_t)cols;
+		j->launch_head = i == 0;
+		j->code = MFMA__V1__CODE__OK;
+		finish_answer(v, j);
+		hand_off(j);
+	}
+}
+
+static void gemm_batch_finish(struct device *v, struct sched_job **sjs, size_t n);
+
 /* n >= 2 GEMMs on one resident weight with the same dtypes and scalars
  * (their batch keys are equal): one launch over their columns side by
  * side, each with its own D, timing and answer.  When the launch fails,
@@ -257,7 +292,9 @@ static void gemm_batch_work(struct device *v, struct sched_job **sjs, size_t n)
 	}
 	char err[400] = "";
 	int rc = -ENOMEM;
-	struct backend_timing t = { 0 };
+	/* The launch may be left running when the worker can start the next
+	 * batch behind it (batching.overlap, a backend with gemm_end). */
+	struct backend_timing t = { .may_leave = v->ops->gemm_end && sched_overlap(v->d) };
 	if (ok && cols <= UINT32_MAX) {
 		g.n = (uint32_t)cols;
 		g.nparts = (uint32_t)n;
@@ -269,25 +306,30 @@ static void gemm_batch_work(struct device *v, struct sched_job **sjs, size_t n)
 	}
 	free(parts);
 	if (rc < 0) {
-		for (size_t i = 0; i < n; i++) {
-			struct gemm_job *j = (struct gemm_job *)sjs[i];
-			answer_free(&j->ans);
-			j->code = MFMA__V1__CODE__OK;
-			gemm_work(v, sjs[i]);
-		}
+		retry_alone(v, sjs, n);
 		return;
 	}
-	stats_observe_batch(&v->d->stats, n);
-	for (size_t i = 0; i < n; i++) {
-		struct gemm_job *j = (struct gemm_job *)sjs[i];
-		j->t = t;
-		j->batch_requests = (uint32_t)n;
-		j->batch_columns = (uint32_t)cols;
-		j->launch_head = i == 0;
-		j->code = MFMA__V1__CODE__OK;
-		finish_answer(v, j);
-		hand_off(j);
+	if (t.left) {
+		/* The worker finishes it once the next batch has started. */
+		STATS_ADD(v->d->stats.batches_left, 1);
+		head->t = t;
+		sjs[0]->finish = gemm_batch_finish;
+		return;
 	}
+	finish_batch(v, sjs, n, &t);
+}
+
+/* The launch left running by gemm_batch_work: its end, then the answers. */
+static void gemm_batch_finish(struct device *v, struct sched_job **sjs, size_t n)
+{
+	struct gemm_job *head = (struct gemm_job *)sjs[0];
+	struct backend_timing t = head->t;
+	char err[400] = "";
+	if (v->ops->gemm_end(v->bdev, &t, err, sizeof(err)) < 0) {
+		retry_alone(v, sjs, n);
+		return;
+	}
+	finish_batch(v, sjs, n, &t);
 }
 
 /* ---- the loop ---- */

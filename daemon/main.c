@@ -224,9 +224,10 @@ static void print_config(const struct mfmad_config *c, const char *src)
 		       w->dtype ? mfma_dtype_name((enum mfma_dtype)w->dtype) : "(the file's)", w->device);
 	}
 	printf("%s);\n", c->ndeclared ? "\n" : "");
-	printf("batching = { enabled = %s; max_columns = %u; max_queue_delay_us = %" PRIu64 "; };\n",
+	printf("batching = { enabled = %s; max_columns = %u; max_queue_delay_us = %" PRIu64
+	       "; overlap = %s; };\n",
 	       c->batch_enabled ? "true" : "false", c->batch_max_columns,
-	       c->batch_max_queue_delay_us);
+	       c->batch_max_queue_delay_us, c->batch_overlap ? "true" : "false");
 	printf("cpu = { enabled = %s; threads = %d; devices = %d; };\n", en[c->cpu], c->cpu_threads,
 	       c->cpu_devices);
 	printf("hip = { enabled = %s; providers = ", en[c->hip]);
@@ -287,6 +288,7 @@ static void apply_scheduling(struct daemon *d)
 	const struct mfmad_config *c = &d->cfg;
 	sched_set_batching(d, c->batch_enabled, c->batch_max_columns,
 			   c->batch_max_queue_delay_us * 1000);
+	sched_set_overlap(d, c->batch_overlap);
 	sched_set_poll(d, c->worker_poll_us * 1000);
 	loop_poll_set(&LP, c->loop_poll_us * 1000);
 }
@@ -347,6 +349,7 @@ static void reload(struct daemon *d)
 	c->batch_enabled = nc.batch_enabled;
 	c->batch_max_columns = nc.batch_max_columns;
 	c->batch_max_queue_delay_us = nc.batch_max_queue_delay_us;
+	c->batch_overlap = nc.batch_overlap;
 	/* Weights loaded from now on are warmed (or not) by the new value. */
 	c->cuda_warmup = nc.cuda_warmup;
 	apply_scheduling(d);

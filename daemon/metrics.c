@@ -324,6 +324,10 @@ int metrics_render_at(const struct mfmad_stats *s, uint64_t now_ns, char **out, 
 			    "copied D into the frame) or heap (D staged and copied by the host).",
 			    "memory", "pinned", STATS_GET(s->answer_frames[STATS_FRAME_PINNED]), "heap",
 			    STATS_GET(s->answer_frames[STATS_FRAME_HEAP]));
+	render_counter(&b, "mfmad_gemm_batches_left_running_total",
+		       "Batched launches left running on the device while its worker started the "
+		       "next batch behind them (batching.overlap).",
+		       STATS_GET(s->batches_left));
 	render_counter_pair(&b, "mfmad_gemm_request_frames_total",
 			    "GEMM request frames whose large matrices stayed in them, by where the "
 			    "frame was read: pinned (the arena the GPUs registered, "

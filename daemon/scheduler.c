@@ -66,6 +66,7 @@ struct sched {
 	unsigned pick_rr;
 	/* Batching limits: the loop writes them, the workers read them. */
 	_Atomic bool batch_on;
+	_Atomic bool batch_overlap;
 	_Atomic uint32_t batch_max;
 	_Atomic uint64_t batch_delay_ns;
 	/* How long an idle worker polls for the next job before it sleeps. */
@@ -183,15 +184,16 @@ static void poll_for_work(struct queue *q, uint64_t window_ns)
 	pthread_mutex_lock(&q->mu);
 }
 
-/* Takes the next job and, when it batches, its companions: how many. */
-static size_t next_jobs(struct queue *q, struct sched_job **jobs)
+/* Takes the next job and, when it batches, its companions: how many.
+ * Without wait, 0 at once when nothing is queued. */
+static size_t next_jobs(struct queue *q, struct sched_job **jobs, bool wait)
 {
 	struct sched *s = q->s;
 	pthread_mutex_lock(&q->mu);
 	uint64_t poll = atomic_load_explicit(&s->poll_ns, memory_order_relaxed);
-	if (q->heap.len == 0 && !q->stop && poll)
+	if (wait && q->heap.len == 0 && !q->stop && poll)
 		poll_for_work(q, poll);
-	while (q->heap.len == 0 && !q->stop)
+	while (wait && q->heap.len == 0 && !q->stop)
 		pthread_cond_wait(&q->cv, &q->mu);
 	struct heap_node *top = heap_pop(&q->heap);
 	size_t n = 0;
@@ -274,8 +276,18 @@ static void *worker_main(void *arg)
 	pthread_mutex_unlock(&q->mu);
 
 	struct sched_job *jobs[SCHED_MAX_BATCH], *runs[SCHED_MAX_BATCH];
+	/* A batch whose launch was left running: its jobs and runs. */
+	struct sched_job *held[SCHED_MAX_BATCH], *held_runs[SCHED_MAX_BATCH];
+	size_t nheld = 0, nheld_runs = 0;
 	for (;;) {
-		size_t n = next_jobs(q, jobs);
+		size_t n = next_jobs(q, jobs, nheld == 0);
+		if (n == 0 && nheld) {
+			/* Nothing to start behind it: finish it now. */
+			held_runs[0]->finish(v, held_runs, nheld_runs);
+			post_or_complete(q, held, nheld);
+			nheld = 0;
+			continue;
+		}
 		if (n == 0)
 			break; /* stopping, and the queue is empty */
 		uint64_t now = mfma_clock_ns();
@@ -288,6 +300,7 @@ static void *worker_main(void *arg)
 			j->taken = false;
 			j->status = 0;
 			j->post = NULL;
+			j->finish = NULL;
 			if (v->open_rc < 0)
 				j->status = -ENODEV;
 			else if (j->deadline_ns && now > j->deadline_ns)
@@ -295,10 +308,29 @@ static void *worker_main(void *arg)
 			else
 				runs[nrun++] = j;
 		}
+		/* One left running finishes before a job that cannot run
+		 * behind it, and after a batch that can has started. */
+		if (nheld && nrun <= 1) {
+			held_runs[0]->finish(v, held_runs, nheld_runs);
+			post_or_complete(q, held, nheld);
+			nheld = 0;
+		}
 		if (nrun == 1)
 			runs[0]->work(v, runs[0]);
 		else if (nrun > 1)
 			runs[0]->batch_work(v, runs, nrun);
+		if (nheld) {
+			held_runs[0]->finish(v, held_runs, nheld_runs);
+			post_or_complete(q, held, nheld);
+			nheld = 0;
+		}
+		if (nrun > 1 && runs[0]->finish) {
+			memcpy(held, jobs, n * sizeof(*jobs));
+			memcpy(held_runs, runs, nrun * sizeof(*runs));
+			nheld = n;
+			nheld_runs = nrun;
+			continue;
+		}
 		post_or_complete(q, jobs, n);
 	}
 	devices_close(v);
@@ -487,6 +519,17 @@ void sched_submit(struct daemon *d, int dev, struct sched_job *j, sched_work_fn 
 	}
 	if (j->deadline_ns)
 		arm_deadline_timer(s, j->deadline_ns);
+}
+
+void sched_set_overlap(struct daemon *d, bool on)
+{
+	if (d->sched)
+		atomic_store_explicit(&d->sched->batch_overlap, on, memory_order_relaxed);
+}
+
+bool sched_overlap(const struct daemon *d)
+{
+	return d->sched && atomic_load_explicit(&d->sched->batch_overlap, memory_order_relaxed);
 }
 
 void sched_set_batching(struct daemon *d, bool enabled, uint32_t max_cost, uint64_t delay_ns)

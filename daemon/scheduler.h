@@ -74,6 +74,12 @@ struct sched_job {
 	/* Which of the device's post threads runs it (modulo their number):
 	 * jobs of one key keep their order (a GEMM: its connection's id). */
 	uint64_t post_key;
+	/* Set by a batch callback (on the batch's first job, reset before
+	 * each run) when its launch was left running on the device: the
+	 * worker takes and starts the next jobs first, then calls it on the
+	 * same jobs to finish the launch (finishing at once when nothing else
+	 * is queued, and always before a job that is not such a batch). */
+	sched_batch_fn finish;
 	bool taken;             /* picked for a batch (private) */
 };
 
@@ -99,6 +105,10 @@ void sched_submit(struct daemon *d, int dev, struct sched_job *j, sched_work_fn 
  * enabled, the largest total cost of a batch, and how long a batch that
  * is not full may wait for more (0: batch only what is already queued). */
 void sched_set_batching(struct daemon *d, bool enabled, uint32_t max_cost, uint64_t delay_ns);
+/* Whether a batch callback may leave its launch running (batching.overlap;
+ * any thread). */
+void sched_set_overlap(struct daemon *d, bool on);
+bool sched_overlap(const struct daemon *d);
 /* How long an idle worker polls for work before it sleeps; 0 = never
  * polls (loop thread, any time). */
 void sched_set_poll(struct daemon *d, uint64_t poll_ns);

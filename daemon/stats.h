@@ -94,6 +94,9 @@ struct mfmad_stats {
 	_Atomic uint64_t reader_frames;
 	/* GEMM answer frames with D in them, by where they were laid out. */
 	_Atomic uint64_t answer_frames[STATS_FRAME_N];
+	/* Batched launches left running while the worker started the next
+	 * (batching.overlap). */
+	_Atomic uint64_t batches_left;
 	/* GEMM request frames whose matrices stayed in them, by where the
 	 * frame was read. */
 	_Atomic uint64_t request_frames[STATS_FRAME_N];

@@ -7,7 +7,7 @@
 #
 # usage: bench/nvidia/device_round.sh [test] [sanitize|memcheck|racecheck] [bench] [sweep]
 #        [ncu] [e2e] [answers] [abserving] [spin] [readers] [latency] [multi] [choice] [served] [graphsab] [trialab]
-#        [batching] [serving] [readsab] [postab] [readerminab] [wgmma] [wgncu]
+#        [batching] [serving] [readsab] [postab] [readerminab] [overlapab] [wgmma] [wgncu]
 #        [wgdecode] [wgdsan] [wgdncu] [wgdense] [wgdensesan] [wgdensencu]
 #        (no argument: test sanitize bench e2e)
 set -u
@@ -187,6 +187,26 @@ postab)
 			bash bench/nvidia/thread_cpu.sh "$P" 8 64 250000 > "$OUT/threads_${set/:/-}.log" 2>&1
 		head -7 "$OUT/threads_${set/:/-}.log"; tail -1 "$OUT/threads_${set/:/-}.log"
 	done
+	;;
+overlapab)
+	# batching.overlap (a batch's launch left running while the worker
+	# starts the next): the batched answers checked against float64 with
+	# it on (BATCHCHECK_DTYPES, default f16), then the batched loads with
+	# it off and on, a daemon each, alternating round by round.
+	BATCHCHECK_DTYPES=${BATCHCHECK_DTYPES:-f16} E2E_OVERLAP=true LABEL=check \
+		SERVING_STEPS=batchcheck timeout "${E2E_S:-420}" \
+		bash bench/nvidia/serving_bench.sh "$P" "$OUT" >> "$OUT/overlap_check.log" 2>&1
+	echo "=== overlapab batchcheck: rc=$?"
+	grep -E "^(CHECK batched|CHECK summary|FAIL)" "$OUT/overlap_check.log" | cut -c1-230
+	for r in ${AB_ROUNDS:-1 2}; do
+		for on in false true; do
+			E2E_OVERLAP=$on ROUNDS=$r LABEL="overlap_$on" SERVING_STEPS="${SERVING_STEPS:-batching}" \
+				timeout "${E2E_S:-420}" bash bench/nvidia/serving_bench.sh "$P" "$OUT" \
+				>> "$OUT/overlapab.log" 2>&1
+			echo "=== overlapab round $r overlap=$on: rc=$?"
+		done
+	done
+	python3 bench/nvidia/serve_summary.py "$OUT/overlapab.log" | cut -c1-230
 	;;
 readerminab)
 	# limits.reader_min_kb (READER_MINS, default "64 8") under the batched

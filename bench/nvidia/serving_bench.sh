@@ -25,9 +25,9 @@
 #
 # E2E_PINNED_ANSWERS_MB, when set, is cuda.pinned_answers_mb (0: answer
 # frames on the heap); E2E_PINNED_READS_MB, when set, limits.pinned_reads_mb
-# (0: request frames on the heap); E2E_POST_THREADS, E2E_READER_THREADS and
-# E2E_READER_MIN_KB, when set, limits.post_threads, reader_threads and
-# reader_min_kb; unset, the
+# (0: request frames on the heap); E2E_POST_THREADS, E2E_READER_THREADS,
+# E2E_READER_MIN_KB and E2E_OVERLAP, when set, limits.post_threads,
+# reader_threads, reader_min_kb and batching.overlap; unset, the
 # daemon's defaults (and nothing an older build would refuse).
 #
 # usage: [SERVING_STEPS="check latency batching off"] [ROUNDS="1 2"] [MFMAD=path LABEL=name]
@@ -57,7 +57,7 @@ limits = {
   ${E2E_READER_THREADS:+reader_threads = $E2E_READER_THREADS;}
   ${E2E_READER_MIN_KB:+reader_min_kb = $E2E_READER_MIN_KB;}
 };
-batching = { enabled = ${2:-true}; };
+batching = { enabled = ${2:-true}; ${E2E_OVERLAP:+overlap = $E2E_OVERLAP;} };
 ${E2E_PINNED_ANSWERS_MB:+cuda = { pinned_answers_mb = $E2E_PINNED_ANSWERS_MB; \};}
 CONF
 }
@@ -127,7 +127,7 @@ done
 # Batched launches checked: every answer of a batched load against the
 # float64 reference, a B per connection (mfmactl bench --check), f16 and
 # bf16, 2:4 and dense, bytes and --shm.
-has batchcheck && for dt in f16 bf16; do
+has batchcheck && for dt in ${BATCHCHECK_DTYPES:-f16 bf16}; do
 	for sp in --sparse ""; do
 		for how in "" --shm; do
 			out=$("${CTL[@]}" --json bench --check --resident $sp --m 4096 --k 4096 --n 8 \

@@ -122,6 +122,12 @@ struct backend_timing {
 	/* A served trial of a measured choice ended with this GEMM: 0 none,
 	 * else enum backend_trial_end. */
 	uint8_t trial_end;
+	/* In: the caller lets a batched launch (nparts >= 2) be left running
+	 * (backend_ops.gemm_end).  Out: 0, or the launch was left running:
+	 * its answers' D are not written yet and the times above not filled
+	 * until gemm_end with this timing. */
+	bool may_leave;
+	int left;
 };
 
 enum backend_trial_end { BACKEND_TRIAL_KEPT = 1, BACKEND_TRIAL_CHANGED = 2 };
@@ -182,6 +188,14 @@ struct backend_ops {
 	 * weight_load and replaces g->a / g->a_meta / g->a_sparse. */
 	int (*gemm)(void *dev, const struct mfma_gemm *g, void *weight, struct backend_timing *t,
 		    char *err, size_t errlen);
+	/* Optional (NULL: gemm never leaves a launch running).  Waits for the
+	 * launch gemm left running (t->left) and fills t's times; a failure
+	 * there (a kernel fault) fails the launch as gemm would have.  The
+	 * caller may start one more GEMM before it finishes the one left
+	 * running, and finishes them in the order they started, the oldest
+	 * before a third starts: the device's next launch then runs behind
+	 * the one left running, with no wait on the host between them. */
+	int (*gemm_end)(void *dev, struct backend_timing *t, char *err, size_t errlen);
 
 	/* Registers host memory [p, p + len) (a client's shared-memory
 	 * region, mapped by the daemon) with the device's runtime, so that

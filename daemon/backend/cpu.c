@@ -24,6 +24,9 @@ struct cpu_dev {
 	/* A batched launch's joined B, C and D, grown as needed and kept. */
 	void *join[3];
 	size_t join_cap[3];
+	/* CPU_LEAVE_ENV: batched launches reported as left running. */
+	bool leave;
+	int left; /* of those, not yet ended */
 };
 
 struct cpu_weight {
@@ -101,6 +104,12 @@ static int cpu_describe(int index, struct backend_device_info *info)
  * falling back to the heap when full) runs, under the sanitizers too,
  * where there is no GPU.  MiB per device; unset or 0: none. */
 #define CPU_ARENA_ENV "MFMAD_TEST_CPU_ANSWER_ARENA_MB"
+/* A testing aid too: with "1", a batched launch the daemon lets be left
+ * running (batching.overlap) is reported so, though the CPU has done it
+ * (it has no device to run behind it), so that the daemon's worker starts
+ * the next batch before it finishes this one, as with a GPU, under the
+ * sanitizers where there is none. */
+#define CPU_LEAVE_ENV "MFMAD_TEST_CPU_LEAVE"
 
 static int open_answers(struct cpu_dev *c, char *err, size_t errlen)
 {
@@ -137,6 +146,8 @@ static int cpu_open(int index, const struct backend_config *cfg, void **dev, cha
 		snprintf(err, errlen, "out of memory for a pool of %d threads", threads);
 		return -ENOMEM;
 	}
+	const char *leave = getenv(CPU_LEAVE_ENV);
+	c->leave = leave && strcmp(leave, "1") == 0;
 	int rc = open_answers(c, err, errlen);
 	if (rc < 0) {
 		cpu_pool_destroy(c->pool);
@@ -261,12 +272,33 @@ static int cpu_gemm(void *dev, const struct mfma_gemm *g, void *weight, struct b
 	int rc = cpu_gemm_run_pool(&run, c->pool, &t->variant);
 	t->kernel_ns = mfma_clock_ns() - t0;
 	t->launch_ns = 0;
+	t->left = 0;
 	if (rc < 0)
 		snprintf(err, errlen, "cpu GEMM failed: %s", strerror(-rc));
 	else if (g->nparts > 1)
 		for (size_t r = 0, os = mfma_dtype_size(g->out_dtype); r < g->m; r++)
 			mfma_gemm_scatter_row(g, r, os, (const unsigned char *)run.d + r * g->n * os);
+	if (rc == 0 && g->nparts > 1 && t->may_leave && c->leave) {
+		if (c->left >= 2) {
+			/* The daemon's side of the contract, checked. */
+			snprintf(err, errlen, "cpu: two launches left running are not ended");
+			return -EBUSY;
+		}
+		t->left = ++c->left;
+	}
 	return rc;
+}
+
+static int cpu_gemm_end(void *dev, struct backend_timing *t, char *err, size_t errlen)
+{
+	struct cpu_dev *c = dev;
+	if (t->left <= 0 || c->left <= 0) {
+		snprintf(err, errlen, "cpu: gemm_end: no launch left running");
+		return -EINVAL;
+	}
+	c->left--;
+	t->left = 0; /* its times were filled when it ran */
+	return 0;
 }
 
 const struct backend_ops backend_cpu = {
@@ -280,5 +312,6 @@ const struct backend_ops backend_cpu = {
 	/* No weight_warm: the CPU runs every N with the same loop, nothing is planned per N. */
 	.weight_warm = NULL,
 	.gemm = cpu_gemm,
+	.gemm_end = cpu_gemm_end,
 	.frame_alloc = cpu_frame_alloc,
 };

@@ -375,18 +375,22 @@ static int cuda_weight_load(void *dev, const struct mfma_weight_host *wh, void *
 
 /* Runs g on provider i; on failure the stream is drained.  A batched
  * launch is one GEMM over its parts joined on the device. */
+/* Runs g on provider i and fills t; a batch whose copy out the device
+ * makes itself is left running when `leave` says it may be (t->left,
+ * cuda_gemm_end), its times filled there. */
 static int run_on(struct cuda_backend_dev *bd, size_t i, const struct mfma_gemm *g, void *packed,
-		  struct backend_timing *t, char *err, size_t errlen)
+		  bool leave, struct backend_timing *t, char *err, size_t errlen)
 {
 	const char *variant = NULL;
 	struct mfma_gemm one;
 	const bool batch = g->nparts > 1;
+	int left = batch && leave;
 	int rc = batch ? cuda_batch_in(bd->batch, bd->dev, g, &one, err, errlen) : 0;
 	if (rc == 0)
 		rc = providers[i]->launch(bd->dev, bd->state[i], batch ? &one : g, packed, &variant,
 					  err, errlen);
 	if (rc == 0 && batch)
-		rc = cuda_batch_out(bd->batch, bd->dev, g, err, errlen);
+		rc = cuda_batch_out(bd->batch, bd->dev, g, &left, err, errlen);
 	else if (rc == 0 && bd->warming)
 		/* D stayed on the device: record the end and wait, as a
 		 * batch's split does, so that the events are complete. */
@@ -399,8 +403,10 @@ static int run_on(struct cuda_backend_dev *bd, size_t i, const struct mfma_gemm 
 		cuda_dev_drain(bd->dev);
 		return rc;
 	}
-	cuda_dev_timing(bd->dev, t);
 	t->variant = variant;
+	t->left = batch ? left : 0;
+	if (!t->left)
+		cuda_dev_timing(bd->dev, t);
 	return 0;
 }
 
@@ -448,7 +454,7 @@ static int measure(struct cuda_backend_dev *bd, struct cuda_weight *w, const siz
 			char why[256];
 			char *e = first_rc ? why : err;
 			size_t elen = first_rc ? sizeof(why) : errlen;
-			int rc = run_on(bd, i, g, w->packed[i], t, e, elen);
+			int rc = run_on(bd, i, g, w->packed[i], false, t, e, elen);
 			if (rc < 0) {
 				rcs[i] = rc;
 				if (!first_rc)
@@ -683,7 +689,11 @@ static int gemm_resident(struct cuda_backend_dev *bd, struct cuda_weight *w,
 		char why[256];
 		char *e = first_rc ? why : err;
 		size_t elen = first_rc ? sizeof(why) : errlen;
-		rc = run_on(bd, i, g, w->packed[i], t, e, elen);
+		/* Left running only where nothing needs its time now: not
+		 * while a trial counts it, nor a GEMM that measured. */
+		const bool leave = t->may_leave && slot < 0 && bd->measures == measures0 &&
+				   !bd->warming;
+		rc = run_on(bd, i, g, w->packed[i], leave, t, e, elen);
 		if (rc == 0 && slot >= 0 && i == r->order[slot])
 			t->trial_end = trial_note(bd, w, b, out, r, slot, t->kernel_ns);
 		else if (rc == -ENOTSUP && slot >= 0 && i == r->order[slot])
@@ -735,9 +745,15 @@ static int cuda_gemm(void *dev, const struct mfma_gemm *g, void *weight, struct 
 		snprintf(err, errlen, "cuda: k=%u is not a multiple of 4 (2:4 groups)", g->k);
 		return -EINVAL;
 	}
-	struct backend_timing local;
+	struct backend_timing local = { 0 };
 	if (!t)
 		t = &local;
+	t->left = 0;
+	if (cuda_dev_left_running(bd->dev) >= CUDA_EVENT_SETS) {
+		snprintf(err, errlen, "cuda: gemm: %d launches left running; finish one first "
+			 "(gemm_end)", cuda_dev_left_running(bd->dev));
+		return -EBUSY;
+	}
 	int rc;
 	/* What this GEMM paid for on the serving path: plans the providers
 	 * made and choices measured. */
@@ -750,7 +766,7 @@ static int cuda_gemm(void *dev, const struct mfma_gemm *g, void *weight, struct 
 		if (rc == 0)
 			rc = cuda_dev_enter(bd->dev, err, errlen);
 		if (rc == 0)
-			rc = run_on(bd, i, &run, NULL, t, err, errlen);
+			rc = run_on(bd, i, &run, NULL, false, t, err, errlen);
 	}
 	t->plans = (uint32_t)(cuda_dev_plans(bd->dev) - plans0);
 	t->measures = (uint32_t)(bd->measures - measures0);
@@ -797,7 +813,7 @@ static int warm_width(struct cuda_backend_dev *bd, struct cuda_weight *w, uint32
 			    errlen)) < 0)
 		return rc;
 	for (size_t c = 0; c < ncand; c++) {
-		rc = run_on(bd, cand[c], &g, w->packed[cand[c]], &t, err, errlen);
+		rc = run_on(bd, cand[c], &g, w->packed[cand[c]], false, &t, err, errlen);
 		if (rc < 0 && rc != -ENOTSUP)
 			return rc;
 	}
@@ -887,6 +903,20 @@ static void cuda_host_unregister(void *dev, void *handle)
  * single GEMM is then one DMA into it, and a batch's split writes each
  * part there with its kernel (cuda_batch.c, as for regions), where D
  * otherwise went through the staging pool and a host copy per answer. */
+static int cuda_gemm_end(void *dev, struct backend_timing *t, char *err, size_t errlen)
+{
+	struct cuda_backend_dev *bd = dev;
+	if (!bd || !t || t->left <= 0) {
+		snprintf(err, errlen, "cuda: gemm_end: no launch left running");
+		return -EINVAL;
+	}
+	int rc = cuda_dev_enter(bd->dev, err, errlen);
+	if (rc == 0)
+		rc = cuda_dev_finish(bd->dev, t->left - 1, t, err, errlen);
+	t->left = 0;
+	return rc;
+}
+
 static void *cuda_frame_alloc(void *dev, size_t len, size_t at)
 {
 	struct cuda_backend_dev *bd = dev;
@@ -941,4 +971,5 @@ const struct backend_ops backend_cuda = {
 	.host_register = cuda_host_register,
 	.host_unregister = cuda_host_unregister,
 	.frame_alloc = cuda_frame_alloc,
+	.gemm_end = cuda_gemm_end,
 };

@@ -145,6 +145,8 @@ static int upload_tables(struct cuda_dev *dev, struct cuda_batch *o, const struc
 			at += span_bytes;
 		}
 	}
+	if (cuda_dev_left_running(dev) && at > o->tables.cap)
+		cuda_dev_drain(dev); /* as for the operands' buffers, cuda_batch_in */
 	int rc = cuda_buf_need(&o->tables, at, "batch tables", NULL, err, errlen);
 	if (rc == 0)
 		rc = cuda_dev_copy_in(dev, o->tables.p, at, tab, 1, at, err, errlen);
@@ -213,9 +215,15 @@ int cuda_batch_in(struct cuda_batch *o, struct cuda_dev *dev, const struct mfma_
 	const size_t dbytes = io[OP_D].rows * width * io[OP_D].es;
 	const bool with_c = g->beta != 0.0f;
 	int rc;
+	/* A buffer that grows is freed and made again: not under a launch
+	 * left running, which may still read or write it. */
+	const size_t pbytes = bbytes > dbytes ? bbytes : dbytes;
+	if (cuda_dev_left_running(dev) &&
+	    (pbytes > o->parts.cap || bbytes > o->joined[OP_B].cap ||
+	     (with_c && dbytes > o->joined[OP_C].cap) || dbytes > o->joined[OP_D].cap))
+		cuda_dev_drain(dev);
 	/* The parts' own blocks fit in what the joined matrices take. */
-	if ((rc = cuda_buf_need(&o->parts, bbytes > dbytes ? bbytes : dbytes, "a batch's parts", NULL,
-				err, errlen)) < 0 ||
+	if ((rc = cuda_buf_need(&o->parts, pbytes, "a batch's parts", NULL, err, errlen)) < 0 ||
 	    (rc = cuda_buf_need(&o->joined[OP_B], bbytes, "a batch's B", NULL, err, errlen)) < 0 ||
 	    (with_c && (rc = cuda_buf_need(&o->joined[OP_C], dbytes, "a batch's C", NULL, err,
 					  errlen)) < 0) ||
@@ -242,9 +250,11 @@ int cuda_batch_in(struct cuda_batch *o, struct cuda_dev *dev, const struct mfma_
 	return 0;
 }
 
-int cuda_batch_out(struct cuda_batch *o, struct cuda_dev *dev, const struct mfma_gemm *g, char *err,
-		   size_t errlen)
+int cuda_batch_out(struct cuda_batch *o, struct cuda_dev *dev, const struct mfma_gemm *g, int *left,
+		   char *err, size_t errlen)
 {
+	const int may_leave = *left;
+	*left = 0;
 	cuda_dev_on_device(dev, NULL, 0);
 	struct parts_io io[OP_COUNT];
 	operands(g, io);
@@ -255,7 +265,14 @@ int cuda_batch_out(struct cuda_batch *o, struct cuda_dev *dev, const struct mfma
 		return cuda_dev_copy_out_with(dev, o->parts.p, io[OP_D].rows * g->n * io[OP_D].es,
 					      take_parts, (void *)(uintptr_t)&io[OP_D], err, errlen);
 	rc = copy_spans(dev, o, g->nparts, OP_D, err, errlen);
-	return rc < 0 ? rc : cuda_dev_copy_out_end(dev, err, errlen);
+	if (rc < 0)
+		return rc;
+	if (!may_leave)
+		return cuda_dev_copy_out_end(dev, err, errlen);
+	int set;
+	if ((rc = cuda_dev_copy_out_leave(dev, &set, err, errlen)) == 0)
+		*left = set + 1;
+	return rc;
 }
 
 void cuda_batch_abort(struct cuda_dev *dev)

@@ -33,9 +33,12 @@ void cuda_batch_close(struct cuda_batch *b);
 int cuda_batch_in(struct cuda_batch *b, struct cuda_dev *dev, const struct mfma_gemm *g,
 		  struct mfma_gemm *one, char *err, size_t errlen);
 /* After the provider's launch: splits the joined D into the parts, copies
- * them out and waits (the end of the copy out); clears the operands. */
-int cuda_batch_out(struct cuda_batch *b, struct cuda_dev *dev, const struct mfma_gemm *g, char *err,
-		   size_t errlen);
+ * them out and waits (the end of the copy out); clears the operands.
+ * With *left not 0 on entry, a copy out that the device makes itself
+ * (every part in memory it maps) is not waited for: *left is then the
+ * event set + 1 for cuda_dev_finish; else 0, and it was waited for. */
+int cuda_batch_out(struct cuda_batch *b, struct cuda_dev *dev, const struct mfma_gemm *g, int *left,
+		   char *err, size_t errlen);
 /* Clears the operands after a failed launch (the caller drains). */
 void cuda_batch_abort(struct cuda_dev *dev);
 

@@ -45,13 +45,19 @@ struct cuda_dev {
 	struct cuda_slot *slot;
 	CUcontext ctx;
 	CUstream stream;
-	CUevent ev[EV_COUNT];
+	/* Two sets of timing events, so that a launch left running
+	 * (cuda_dev_copy_out_leave) keeps its own while the next one records
+	 * into the other; set is the one the next marks go to. */
+	CUevent ev[CUDA_EVENT_SETS][EV_COUNT];
+	int set;
+	/* Launches left running and not yet finished (at most two). */
+	int left;
 	/* Host time spent copying the last chunk out of the pool, after the
 	 * end event: part of the D2H time. */
-	uint64_t out_tail_ns;
+	uint64_t out_tail_ns[CUDA_EVENT_SETS];
 	/* Host clock when the marks before and after the kernels were
 	 * recorded: the launch call's time (backend_timing.launch_ns). */
-	uint64_t mark_in_ns, mark_kernel_ns;
+	uint64_t mark_in_ns[CUDA_EVENT_SETS], mark_kernel_ns[CUDA_EVENT_SETS];
 	bool graphs; /* cuda.graphs: cuda_dev_graph_run replays */
 	/* Pinned staging pool: two halves, each with the event of the last
 	 * copy that used it. */
@@ -262,9 +268,10 @@ void cuda_dev_close(struct cuda_dev *d)
 			nv_drv.cuStreamSynchronize(d->stream);
 		for (int i = 0; i < CUDA_SCRATCH_COUNT; i++)
 			cuda_buf_free(&d->scratch[i]);
-		for (int i = 0; i < EV_COUNT; i++)
-			if (d->ev[i])
-				nv_drv.cuEventDestroy(d->ev[i]);
+		for (int s = 0; s < CUDA_EVENT_SETS; s++)
+			for (int i = 0; i < EV_COUNT; i++)
+				if (d->ev[s][i])
+					nv_drv.cuEventDestroy(d->ev[s][i]);
 		for (int i = 0; i < 2; i++)
 			if (d->pin_ev[i])
 				nv_drv.cuEventDestroy(d->pin_ev[i]);
@@ -426,11 +433,13 @@ int cuda_dev_open(int index, const struct backend_config *cfg, struct cuda_dev *
 		rc = cuda_fail(r, err, errlen, "cuStreamCreate");
 		goto out;
 	}
-	for (int i = 0; i < EV_COUNT; i++)
-		if ((r = nv_drv.cuEventCreate(&d->ev[i], CU_EVENT_DEFAULT)) != CUDA_SUCCESS) {
-			rc = cuda_fail(r, err, errlen, "cuEventCreate");
-			goto out;
-		}
+	for (int s = 0; s < CUDA_EVENT_SETS; s++)
+		for (int i = 0; i < EV_COUNT; i++)
+			if ((r = nv_drv.cuEventCreate(&d->ev[s][i], CU_EVENT_DEFAULT)) !=
+			    CUDA_SUCCESS) {
+				rc = cuda_fail(r, err, errlen, "cuEventCreate");
+				goto out;
+			}
 	for (int i = 0; i < 2; i++)
 		if ((r = nv_drv.cuEventCreate(&d->pin_ev[i], CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS) {
 			rc = cuda_fail(r, err, errlen, "cuEventCreate");
@@ -695,11 +704,11 @@ int cuda_dev_mark(struct cuda_dev *d, enum cuda_mark mark, char *err, size_t err
 	/* A batched launch recorded its start before gathering its parts. */
 	if (mark == CUDA_MARK_START && d->nondev)
 		return 0;
-	CU_TRY(nv_drv.cuEventRecord(d->ev[ev_of[mark]], d->stream), "cuEventRecord");
+	CU_TRY(nv_drv.cuEventRecord(d->ev[d->set][ev_of[mark]], d->stream), "cuEventRecord");
 	if (mark == CUDA_MARK_IN)
-		d->mark_in_ns = mfma_clock_ns();
+		d->mark_in_ns[d->set] = mfma_clock_ns();
 	else if (mark == CUDA_MARK_KERNEL)
-		d->mark_kernel_ns = mfma_clock_ns();
+		d->mark_kernel_ns[d->set] = mfma_clock_ns();
 	return 0;
 }
 
@@ -745,12 +754,47 @@ int cuda_dev_copy_out(struct cuda_dev *d, void *dst, CUdeviceptr src, size_t byt
 	return cuda_dev_copy_out_with(d, src, bytes, take_into, dst, err, errlen);
 }
 
+static void timing_of(struct cuda_dev *d, int s, struct backend_timing *t);
+
 int cuda_dev_copy_out_end(struct cuda_dev *d, char *err, size_t errlen)
 {
-	CU_TRY(nv_drv.cuEventRecord(d->ev[EV_OUT], d->stream), "cuEventRecord");
-	CU_TRY(nv_drv.cuEventSynchronize(d->ev[EV_OUT]), "cuEventSynchronize");
-	d->out_tail_ns = 0;
+	CU_TRY(nv_drv.cuEventRecord(d->ev[d->set][EV_OUT], d->stream), "cuEventRecord");
+	CU_TRY(nv_drv.cuEventSynchronize(d->ev[d->set][EV_OUT]), "cuEventSynchronize");
+	d->out_tail_ns[d->set] = 0;
 	return 0;
+}
+
+int cuda_dev_copy_out_leave(struct cuda_dev *d, int *set, char *err, size_t errlen)
+{
+	if (d->left >= CUDA_EVENT_SETS) {
+		snprintf(err, errlen, "cuda: %d launches left running are not finished yet",
+			 d->left);
+		return -EBUSY;
+	}
+	CU_TRY(nv_drv.cuEventRecord(d->ev[d->set][EV_OUT], d->stream), "cuEventRecord");
+	d->out_tail_ns[d->set] = 0;
+	*set = d->set;
+	d->set = (d->set + 1) % CUDA_EVENT_SETS;
+	d->left++;
+	return 0;
+}
+
+int cuda_dev_finish(struct cuda_dev *d, int set, struct backend_timing *t, char *err,
+		    size_t errlen)
+{
+	if (set < 0 || set >= CUDA_EVENT_SETS || d->left <= 0) {
+		snprintf(err, errlen, "cuda: no launch left running in event set %d", set);
+		return -EINVAL;
+	}
+	d->left--;
+	CU_TRY(nv_drv.cuEventSynchronize(d->ev[set][EV_OUT]), "cuEventSynchronize");
+	timing_of(d, set, t);
+	return 0;
+}
+
+int cuda_dev_left_running(const struct cuda_dev *d)
+{
+	return d->left;
 }
 
 int cuda_dev_copy_out_with(struct cuda_dev *d, CUdeviceptr src, size_t bytes, cuda_take_fn take,
@@ -770,7 +814,8 @@ int cuda_dev_copy_out_with(struct cuda_dev *d, CUdeviceptr src, size_t bytes, cu
 		if ((rc = pin_mark(d, h, err, errlen)) < 0)
 			return rc;
 		if (i + 1 == nchunks)
-			CU_TRY(nv_drv.cuEventRecord(d->ev[EV_OUT], d->stream), "cuEventRecord");
+			CU_TRY(nv_drv.cuEventRecord(d->ev[d->set][EV_OUT], d->stream),
+			       "cuEventRecord");
 		if (i > 0) {
 			int hp = h ^ 1;
 			size_t poff = (i - 1) * d->pin_half;
@@ -780,7 +825,7 @@ int cuda_dev_copy_out_with(struct cuda_dev *d, CUdeviceptr src, size_t bytes, cu
 				   d->pin_half);
 		}
 	}
-	CU_TRY(nv_drv.cuEventSynchronize(d->ev[EV_OUT]), "cuEventSynchronize");
+	CU_TRY(nv_drv.cuEventSynchronize(d->ev[d->set][EV_OUT]), "cuEventSynchronize");
 	uint64_t t0 = mfma_clock_ns();
 	if (nchunks > 0) {
 		size_t last = nchunks - 1, off = last * d->pin_half;
@@ -789,7 +834,7 @@ int cuda_dev_copy_out_with(struct cuda_dev *d, CUdeviceptr src, size_t bytes, cu
 			return rc;
 		chunk_copy(d, NULL, take, arg, off, d->pin + (size_t)h * d->pin_half, bytes - off);
 	}
-	d->out_tail_ns = mfma_clock_ns() - t0;
+	d->out_tail_ns[d->set] = mfma_clock_ns() - t0;
 	return 0;
 }
 
@@ -801,12 +846,21 @@ static uint64_t elapsed_ns(CUevent from, CUevent to)
 	return backend_event_ns(ms);
 }
 
+/* The times of the launch whose marks went to event set s. */
+static void timing_of(struct cuda_dev *d, int s, struct backend_timing *t)
+{
+	const CUevent *ev = d->ev[s];
+	t->h2d_ns = elapsed_ns(ev[EV_START], ev[EV_IN]);
+	t->kernel_ns = elapsed_ns(ev[EV_IN], ev[EV_KERNEL]);
+	t->d2h_ns = elapsed_ns(ev[EV_KERNEL], ev[EV_OUT]) + d->out_tail_ns[s];
+	t->launch_ns = d->mark_kernel_ns[s] > d->mark_in_ns[s]
+			       ? d->mark_kernel_ns[s] - d->mark_in_ns[s]
+			       : 0;
+}
+
 void cuda_dev_timing(struct cuda_dev *d, struct backend_timing *t)
 {
-	t->h2d_ns = elapsed_ns(d->ev[EV_START], d->ev[EV_IN]);
-	t->kernel_ns = elapsed_ns(d->ev[EV_IN], d->ev[EV_KERNEL]);
-	t->d2h_ns = elapsed_ns(d->ev[EV_KERNEL], d->ev[EV_OUT]) + d->out_tail_ns;
-	t->launch_ns = d->mark_kernel_ns > d->mark_in_ns ? d->mark_kernel_ns - d->mark_in_ns : 0;
+	timing_of(d, d->set, t);
 }
 
 int cuda_dev_sync(struct cuda_dev *d, const char *what, char *err, size_t errlen)

@@ -137,6 +137,23 @@ bool cuda_dev_mapped(const struct cuda_dev *d, const void *p, size_t len, CUdevi
  * waits for it. */
 int cuda_dev_copy_out_end(struct cuda_dev *d, char *err, size_t errlen);
 
+/* The sets of timing events a device keeps: launches it may leave running
+ * at once.  A launch's marks go to the current set; the caller finishes
+ * the oldest launch left running before a new one marks, once both sets
+ * are taken (cuda_gemm refuses to start then). */
+#define CUDA_EVENT_SETS 2
+/* Ends such a copy out without waiting: the end event is recorded in the
+ * launch's event set, *set names it for cuda_dev_finish, and the next
+ * launch's marks go to the other set.  -EBUSY when every set holds a
+ * launch left running. */
+int cuda_dev_copy_out_leave(struct cuda_dev *d, int *set, char *err, size_t errlen);
+/* Waits for the launch left running in set (a kernel fault surfaces
+ * here) and fills its times. */
+int cuda_dev_finish(struct cuda_dev *d, int set, struct backend_timing *t, char *err,
+		    size_t errlen);
+/* How many launches left running are not finished. */
+int cuda_dev_left_running(const struct cuda_dev *d);
+
 /* Answer frames in host memory the device registered at open
  * (cuda.pinned_answers_mb, frame_arena.h): a frame whose D the copies
  * above write directly, as into a region.  NULL when the arena is full

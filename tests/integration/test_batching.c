@@ -430,6 +430,54 @@ static void test_answer_frames_from_an_arena(void **state)
 	assert_int_equal(harness_stop(&p), 0);
 }
 
+/* batching.overlap with a backend that leaves its batched launches
+ * running (the CPU's testing aid MFMAD_TEST_CPU_LEAVE, which reports them
+ * so): the worker starts the next batch before it finishes one, and every
+ * answer is still its own request's, right, and written once, across
+ * bursts on two connections and a client that leaves with answers queued;
+ * with overlap off no launch is left running. */
+static void test_overlap(void **state)
+{
+	(void)state;
+	struct mfmad_proc p;
+	const char *confs[] = {
+		"cpu = { threads = 1; devices = 1; };\nbatching = { overlap = true; };",
+		"cpu = { threads = 1; devices = 1; };\nbatching = { overlap = false; };",
+	};
+	for (int k = 0; k < 2; k++) {
+		int port = harness_start_metrics(&p, confs[k], "MFMAD_TEST_CPU_LEAVE", "1");
+		assert_true(port > 0);
+		int fd[2];
+		for (int i = 0; i < 2; i++) {
+			fd[i] = harness_connect_raw(&p);
+			assert_true(fd[i] >= 0);
+		}
+		struct rw_mat w;
+		rw_mat_init(&w, M, K, 3);
+		load_weight(fd[0], &w);
+		uint32_t widest = 0;
+		for (int round = 0; round < 3; round++)
+			for (int i = 0; i < 2; i++) {
+				uint32_t b = burst(fd[i], &w, round == 1);
+				widest = b > widest ? b : widest;
+			}
+		leave_with_answers_queued(&p, 500, 4000);
+		assert_true(burst(fd[1], &w, false) >= 1);
+		assert_true(widest > 1);
+		long long left = harness_metric(port, "mfmad_gemm_batches_left_running_total");
+		print_message("overlap %s: %lld launches left running, widest batch %u\n",
+			      k == 0 ? "on" : "off", left, widest);
+		if (k == 0)
+			assert_true(left > 0);
+		else
+			assert_int_equal(left, 0);
+		rw_mat_free(&w);
+		close(fd[1]);
+		close(fd[0]);
+		assert_int_equal(harness_stop(&p), 0);
+	}
+}
+
 /* Whether the daemon has a thread of this name. */
 static bool has_thread(pid_t pid, const char *name)
 {
@@ -500,6 +548,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_answer_frames_on_the_heap, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_answer_frames_from_an_arena, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_several_post_threads, harness_stop_leftover),
+		cmocka_unit_test_teardown(test_overlap, harness_stop_leftover),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -649,9 +649,10 @@ static int provider_batched_case(struct cuda_dev *cd, const struct cuda_provider
 	struct mfma_gemm g = join_parts(r, parts, 3, sparse);
 	struct mfma_gemm one;
 	const char *variant = NULL;
+	int left = 0; /* waited for */
 	if ((rc = cuda_batch_in(batch, cd, &g, &one, err, sizeof(err))) == 0 &&
 	    (rc = p->launch(cd, pstate, &one, packed, &variant, err, sizeof(err))) == 0)
-		rc = cuda_batch_out(batch, cd, &g, err, sizeof(err));
+		rc = cuda_batch_out(batch, cd, &g, &left, err, sizeof(err));
 	if (rc != 0) {
 		cuda_batch_abort(cd);
 		cuda_dev_drain(cd);

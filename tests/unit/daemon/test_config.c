@@ -235,6 +235,22 @@ static void test_pinned_reads(void **state)
 	assert_non_null(strstr(err, "limits.pinned_reads_mb must be an integer"));
 }
 
+/* batching.overlap: off by default, a boolean, live on SIGHUP. */
+static void test_batch_overlap(void **state)
+{
+	(void)state;
+	struct mfmad_config c, d;
+	char err[512], buf[256];
+	config_defaults(&c);
+	assert_false(c.batch_overlap);
+	assert_int_equal(parse(&c, "batching = { overlap = true; };\n", err, sizeof(err)), 0);
+	assert_true(c.batch_overlap);
+	config_defaults(&d);
+	assert_int_equal(config_restart_only_changes(&d, &c, buf, sizeof(buf)), 0);
+	assert_int_equal(parse(&c, "batching = { overlap = 1; };\n", err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "batching.overlap must be true or false"));
+}
+
 /* limits.post_threads: 4 by default, 1..16, a restart. */
 static void test_post_threads(void **state)
 {
@@ -535,6 +551,7 @@ int main(void)
 		cmocka_unit_test(test_cuda_pinned_answers),
 		cmocka_unit_test(test_pinned_reads),
 		cmocka_unit_test(test_post_threads),
+		cmocka_unit_test(test_batch_overlap),
 		cmocka_unit_test(test_loop_poll),
 		cmocka_unit_test(test_readers),
 		cmocka_unit_test(test_providers),
