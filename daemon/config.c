@@ -48,6 +48,7 @@ void config_defaults(struct mfmad_config *c)
 	c->pinned_read_bytes = 64ull << 20;
 	c->post_threads = 4;
 	c->batch_enabled = true;
+	c->batch_overlap = true;
 	c->batch_max_columns = 512;
 	c->weights_persist = true;
 	c->cpu = BACKEND_AUTO;

@@ -235,16 +235,16 @@ static void test_pinned_reads(void **state)
 	assert_non_null(strstr(err, "limits.pinned_reads_mb must be an integer"));
 }
 
-/* batching.overlap: off by default, a boolean, live on SIGHUP. */
+/* batching.overlap: on by default, a boolean, live on SIGHUP. */
 static void test_batch_overlap(void **state)
 {
 	(void)state;
 	struct mfmad_config c, d;
 	char err[512], buf[256];
 	config_defaults(&c);
-	assert_false(c.batch_overlap);
-	assert_int_equal(parse(&c, "batching = { overlap = true; };\n", err, sizeof(err)), 0);
 	assert_true(c.batch_overlap);
+	assert_int_equal(parse(&c, "batching = { overlap = false; };\n", err, sizeof(err)), 0);
+	assert_false(c.batch_overlap);
 	config_defaults(&d);
 	assert_int_equal(config_restart_only_changes(&d, &c, buf, sizeof(buf)), 0);
 	assert_int_equal(parse(&c, "batching = { overlap = 1; };\n", err, sizeof(err)), -EINVAL);
