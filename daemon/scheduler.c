@@ -261,6 +261,23 @@ static void post_or_complete(struct queue *q, struct sched_job **jobs, size_t n)
 	}
 }
 
+/* A batch whose launch was left running (sched_job.finish): its jobs, and
+ * those of them that ran. */
+struct held {
+	struct sched_job *jobs[SCHED_MAX_BATCH], *runs[SCHED_MAX_BATCH];
+	size_t n, nrun;
+};
+
+/* Finishes the held batch, if any, and hands its jobs on. */
+static void finish_held(struct queue *q, struct held *h)
+{
+	if (!h->n)
+		return;
+	h->runs[0]->finish(q->v, h->runs, h->nrun);
+	post_or_complete(q, h->jobs, h->n);
+	h->n = h->nrun = 0;
+}
+
 static void *worker_main(void *arg)
 {
 	struct queue *q = arg;
@@ -276,16 +293,12 @@ static void *worker_main(void *arg)
 	pthread_mutex_unlock(&q->mu);
 
 	struct sched_job *jobs[SCHED_MAX_BATCH], *runs[SCHED_MAX_BATCH];
-	/* A batch whose launch was left running: its jobs and runs. */
-	struct sched_job *held[SCHED_MAX_BATCH], *held_runs[SCHED_MAX_BATCH];
-	size_t nheld = 0, nheld_runs = 0;
+	struct held held = { .n = 0 };
 	for (;;) {
-		size_t n = next_jobs(q, jobs, nheld == 0);
-		if (n == 0 && nheld) {
+		size_t n = next_jobs(q, jobs, held.n == 0);
+		if (n == 0 && held.n) {
 			/* Nothing to start behind it: finish it now. */
-			held_runs[0]->finish(v, held_runs, nheld_runs);
-			post_or_complete(q, held, nheld);
-			nheld = 0;
+			finish_held(q, &held);
 			continue;
 		}
 		if (n == 0)
@@ -310,25 +323,18 @@ static void *worker_main(void *arg)
 		}
 		/* One left running finishes before a job that cannot run
 		 * behind it, and after a batch that can has started. */
-		if (nheld && nrun <= 1) {
-			held_runs[0]->finish(v, held_runs, nheld_runs);
-			post_or_complete(q, held, nheld);
-			nheld = 0;
-		}
+		if (nrun <= 1)
+			finish_held(q, &held);
 		if (nrun == 1)
 			runs[0]->work(v, runs[0]);
 		else if (nrun > 1)
 			runs[0]->batch_work(v, runs, nrun);
-		if (nheld) {
-			held_runs[0]->finish(v, held_runs, nheld_runs);
-			post_or_complete(q, held, nheld);
-			nheld = 0;
-		}
+		finish_held(q, &held);
 		if (nrun > 1 && runs[0]->finish) {
-			memcpy(held, jobs, n * sizeof(*jobs));
-			memcpy(held_runs, runs, nrun * sizeof(*runs));
-			nheld = n;
-			nheld_runs = nrun;
+			memcpy(held.jobs, jobs, n * sizeof(*jobs));
+			memcpy(held.runs, runs, nrun * sizeof(*runs));
+			held.n = n;
+			held.nrun = nrun;
 			continue;
 		}
 		post_or_complete(q, jobs, n);
