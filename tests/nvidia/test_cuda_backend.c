@@ -307,14 +307,18 @@ static void test_resident_weight(void **state)
 /* The same batch with every part's B, C and D in a registered region
  * (one kernel copies every part's block across the bus, nv_copy_spans;
  * the parts sit at 16-, 4-, 2- and 1-byte alignments as the shapes fall):
- * D equal, bit for bit, to the staged batch's in r[i].d. */
+ * D equal, bit for bit, to the staged batch's in r[i].d.  Then left
+ * running (backend_timing.may_leave, gemm_end): the batch twice into two
+ * more copies of D, the second started before the first is finished,
+ * each D again bit for bit; until a pair was left running one behind the
+ * other (a launch that measures its bucket's choice runs to its end). */
 static void batched_registered(const struct mfma_gemm *g, void *w, const struct operands *r,
 			       uint32_t m, uint32_t k)
 {
 	size_t es = mfma_dtype_size(g->in_dtype), os = mfma_dtype_size(g->out_dtype);
 	size_t len = 4096;
 	for (uint32_t i = 0; i < g->nparts; i++)
-		len += ((size_t)k * g->parts[i].n * es + 2 * (size_t)m * g->parts[i].n * os) + 64;
+		len += ((size_t)k * g->parts[i].n * es + 4 * (size_t)m * g->parts[i].n * os) + 96;
 	int fd = memfd_create("test-batch-region", MFD_CLOEXEC);
 	assert_true(fd >= 0);
 	assert_int_equal(ftruncate(fd, (off_t)len), 0);
@@ -345,6 +349,39 @@ static void batched_registered(const struct mfma_gemm *g, void *w, const struct 
 	RC_OK(backend_cuda.gemm(dev, &rg_g, w, NULL, err, sizeof(err)), err);
 	for (uint32_t i = 0; i < g->nparts; i++)
 		assert_memory_equal(parts[i].d, r[i].d, (size_t)m * g->parts[i].n * os);
+
+	struct mfma_gemm_part lp[2][3];
+	struct mfma_gemm lg[2];
+	for (int c = 0; c < 2; c++) {
+		for (uint32_t i = 0; i < g->nparts; i++) {
+			lp[c][i] = parts[i];
+			lp[c][i].d = at;
+			at += (size_t)m * g->parts[i].n * os + 16;
+		}
+		lg[c] = rg_g;
+		lg[c].parts = lp[c];
+	}
+	assert_true(at <= rg + len);
+	int pairs = 0;
+	for (int it = 0; it < 8 && pairs == 0; it++) {
+		struct backend_timing t[2] = { { .may_leave = true }, { .may_leave = true } };
+		for (int c = 0; c < 2; c++) {
+			for (uint32_t i = 0; i < g->nparts; i++)
+				memset(lp[c][i].d, 0xff, (size_t)m * g->parts[i].n * os);
+			RC_OK(backend_cuda.gemm(dev, &lg[c], w, &t[c], err, sizeof(err)), err);
+		}
+		pairs += t[0].left && t[1].left;
+		for (int c = 0; c < 2; c++) {
+			if (t[c].left)
+				RC_OK(backend_cuda.gemm_end(dev, &t[c], err, sizeof(err)), err);
+			assert_int_equal(t[c].left, 0);
+			assert_true(t[c].kernel_ns > 0);
+			for (uint32_t i = 0; i < g->nparts; i++)
+				assert_memory_equal(lp[c][i].d, r[i].d, (size_t)m * g->parts[i].n * os);
+		}
+	}
+	if (pairs == 0)
+		fail_msg("no two batched launches were left running one behind the other");
 	backend_cuda.host_unregister(dev, handle);
 	munmap(rg, len);
 	close(fd);
