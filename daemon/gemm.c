@@ -180,6 +180,7 @@ static void run_one(struct device *v, struct sched_job *sj)
 	char err[400] = "";
 	j->t.plans = j->t.measures = 0;
 	j->t.trial_end = 0;
+	j->t.may_leave = false; /* a lone launch is always waited for */
 	int rc = v->ops->gemm(v->bdev, g, handle, &j->t, err, sizeof(err));
 	observe_launch(v->d, &j->t);
 	if (rc < 0) {
