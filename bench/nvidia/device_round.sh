@@ -67,6 +67,34 @@ build_bench() {
 	fi
 }
 
+# abserve LOG STEPS SETTING...: AB_ROUNDS rounds (default "1 2") of
+# serving_bench.sh, its SERVING_STEPS the caller's or STEPS, once per SETTING
+# in each round, a daemon each; a SETTING is environment assignments joined
+# by commas ("E2E_OVERLAP=true,LAT_POLLS=0") and tags that run's SERVE lines.
+# The log goes to $OUT/LOG, a summary to stdout.
+abserve() {
+	local log=$1 steps=$2 r set
+	shift 2
+	for r in ${AB_ROUNDS:-1 2}; do
+		for set in "$@"; do
+			env ${set//,/ } ROUNDS="$r" LABEL="$set" SERVING_STEPS="${SERVING_STEPS:-$steps}" \
+				timeout "${E2E_S:-420}" bash bench/nvidia/serving_bench.sh "$P" "$OUT" \
+				>> "$OUT/$log" 2>&1
+			echo "=== ${log%.log} round $r $set: rc=$?"
+		done
+	done
+	python3 bench/nvidia/serve_summary.py "$OUT/$log" | cut -c1-230
+}
+
+# servecheck LOG SETTING: serving_bench.sh's batchcheck (every answer of
+# batched loads against float64) on a daemon with SETTING, as for abserve.
+servecheck() {
+	env ${2//,/ } LABEL=check SERVING_STEPS=batchcheck timeout "${E2E_S:-420}" \
+		bash bench/nvidia/serving_bench.sh "$P" "$OUT" >> "$OUT/$1" 2>&1
+	echo "=== ${1%.log} batchcheck: rc=$?"
+	grep -E "^(CHECK batched|CHECK summary|FAIL)" "$OUT/$1" | cut -c1-230 | tail -10
+}
+
 for s in $steps; do
 case $s in
 test)
@@ -138,26 +166,14 @@ serving)
 	;;
 readsab)
 	# Request frames read into the GPU's registered arena against the
-	# heap (limits.pinned_reads_mb 64 and 0), alternating round by round
-	# in this one run: serving_bench.sh's SERVING_STEPS (default one in
-	# flight at poll 0, the batching loads, and batching off), then each
-	# thread's CPU share under N=8 x 64 over the socket, both ways.  First
-	# the batched answers checked against float64 with the arena on.
-	E2E_PINNED_READS_MB=64 LABEL=check SERVING_STEPS=batchcheck \
-		timeout "${E2E_S:-420}" bash bench/nvidia/serving_bench.sh "$P" "$OUT" \
-		>> "$OUT/readsab_check.log" 2>&1
-	echo "=== readsab batchcheck: rc=$?"
-	grep -E "^(CHECK batched|CHECK summary|FAIL)" "$OUT/readsab_check.log" | cut -c1-300 | tail -10
-	for r in ${AB_ROUNDS:-1 2}; do
-		for mb in 0 64; do
-			E2E_PINNED_READS_MB=$mb ROUNDS=$r LABEL="reads$mb" LAT_POLLS=0 \
-				SERVING_STEPS="${SERVING_STEPS:-latency batching off}" \
-				timeout "${E2E_S:-420}" bash bench/nvidia/serving_bench.sh "$P" "$OUT" \
-				>> "$OUT/readsab.log" 2>&1
-			echo "=== readsab round $r pinned_reads_mb=$mb: rc=$?"
-		done
-	done
-	python3 bench/nvidia/serve_summary.py "$OUT/readsab.log" | cut -c1-260
+	# heap (limits.pinned_reads_mb 64 and 0): first the batched answers
+	# checked against float64 with the arena on; then serving_bench.sh's
+	# SERVING_STEPS (default one in flight at poll 0, the batching loads,
+	# and batching off) alternating round by round; then each thread's CPU
+	# share under N=8 x 64 over the socket, both ways.
+	servecheck readsab_check.log E2E_PINNED_READS_MB=64
+	abserve readsab.log "latency batching off" E2E_PINNED_READS_MB=0,LAT_POLLS=0 \
+		E2E_PINNED_READS_MB=64,LAT_POLLS=0
 	for mb in 0 64; do
 		echo "--- threads, pinned_reads_mb=$mb, N=8 x 64 bytes"
 		E2E_PINNED_READS_MB=$mb timeout 120 bash bench/nvidia/thread_cpu.sh "$P" 8 64 250000 \
@@ -171,16 +187,11 @@ postab)
 	# --shm), each setting "readers:posters" (POST_SETTINGS) a daemon of
 	# its own, alternating round by round; then each thread's CPU share
 	# under N=8 x 64 bytes for each setting.
-	for r in ${AB_ROUNDS:-1 2}; do
-		for set in ${POST_SETTINGS:-0:1 4:1 0:2 4:2}; do
-			E2E_READER_THREADS=${set%%:*} E2E_POST_THREADS=${set##*:} ROUNDS=$r \
-				LABEL="r${set%%:*}p${set##*:}" SERVING_STEPS="${SERVING_STEPS:-batching}" \
-				timeout "${E2E_S:-420}" bash bench/nvidia/serving_bench.sh "$P" "$OUT" \
-				>> "$OUT/postab.log" 2>&1
-			echo "=== postab round $r readers:posters=$set: rc=$?"
-		done
+	sets=()
+	for set in ${POST_SETTINGS:-0:1 4:1 0:2 4:2}; do
+		sets+=("E2E_READER_THREADS=${set%%:*},E2E_POST_THREADS=${set##*:}")
 	done
-	python3 bench/nvidia/serve_summary.py "$OUT/postab.log" | cut -c1-230
+	abserve postab.log batching "${sets[@]}"
 	for set in ${POST_SETTINGS:-0:1 4:1 0:2 4:2}; do
 		echo "--- threads, readers:posters=$set, N=8 x 64 bytes"
 		READER_THREADS=${set%%:*} POST_THREADS=${set##*:} timeout 120 \
@@ -193,34 +204,18 @@ overlapab)
 	# starts the next): the batched answers checked against float64 with
 	# it on (BATCHCHECK_DTYPES, default f16), then the batched loads with
 	# it off and on, a daemon each, alternating round by round.
-	BATCHCHECK_DTYPES=${BATCHCHECK_DTYPES:-f16} E2E_OVERLAP=true LABEL=check \
-		SERVING_STEPS=batchcheck timeout "${E2E_S:-420}" \
-		bash bench/nvidia/serving_bench.sh "$P" "$OUT" >> "$OUT/overlap_check.log" 2>&1
-	echo "=== overlapab batchcheck: rc=$?"
-	grep -E "^(CHECK batched|CHECK summary|FAIL)" "$OUT/overlap_check.log" | cut -c1-230
-	for r in ${AB_ROUNDS:-1 2}; do
-		for on in false true; do
-			E2E_OVERLAP=$on ROUNDS=$r LABEL="overlap_$on" SERVING_STEPS="${SERVING_STEPS:-batching}" \
-				timeout "${E2E_S:-420}" bash bench/nvidia/serving_bench.sh "$P" "$OUT" \
-				>> "$OUT/overlapab.log" 2>&1
-			echo "=== overlapab round $r overlap=$on: rc=$?"
-		done
-	done
-	python3 bench/nvidia/serve_summary.py "$OUT/overlapab.log" | cut -c1-230
+	BATCHCHECK_DTYPES=${BATCHCHECK_DTYPES:-f16} servecheck overlap_check.log E2E_OVERLAP=true
+	abserve overlapab.log batching E2E_OVERLAP=false E2E_OVERLAP=true
 	;;
 readerminab)
 	# limits.reader_min_kb (READER_MINS, default "64 8") under the batched
 	# loads (serving_bench.sh batching), a daemon each, alternating round
 	# by round: whether the readers should take the 16 KiB frames of N=1.
-	for r in ${AB_ROUNDS:-1 2}; do
-		for kb in ${READER_MINS:-64 8}; do
-			E2E_READER_MIN_KB=$kb ROUNDS=$r LABEL="min$kb" SERVING_STEPS="${SERVING_STEPS:-batching}" \
-				timeout "${E2E_S:-420}" bash bench/nvidia/serving_bench.sh "$P" "$OUT" \
-				>> "$OUT/readerminab.log" 2>&1
-			echo "=== readerminab round $r reader_min_kb=$kb: rc=$?"
-		done
+	sets=()
+	for kb in ${READER_MINS:-64 8}; do
+		sets+=("E2E_READER_MIN_KB=$kb")
 	done
-	python3 bench/nvidia/serve_summary.py "$OUT/readerminab.log" | cut -c1-230
+	abserve readerminab.log batching "${sets[@]}"
 	;;
 abserving)
 	# The serving loads against an earlier build of mfmad and mfmactl
