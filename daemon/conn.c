@@ -769,11 +769,7 @@ static void process_frames(struct conn *c)
 	if (frame_reader_pending(&c->rd) == 0) {
 		c->frame_ns = 0;
 		if (!c->suspended) {
-			/* An idle connection keeps no pinned buffer: the arena
-			 * is for frames being read and requests being served. */
-			frame_reader_shrink(&c->rd, frame_arena_owns(c->rd.buf)
-							    ? 0
-							    : FRAME_HEADER_SIZE + READ_CHUNK);
+			frame_reader_shrink(&c->rd, FRAME_HEADER_SIZE + READ_CHUNK);
 			count_reader(c);
 		}
 	} else if (took || !c->frame_ns) {

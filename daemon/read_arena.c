@@ -17,11 +17,6 @@ static void *carve(void *arg, size_t len)
 	return frame_arena_alloc(arg, len, 0);
 }
 
-static bool cut(void *buf, size_t len)
-{
-	return frame_arena_cut(buf, len);
-}
-
 /* A testing aid: the arena without a GPU to register it, so that the
  * daemon's handling of its frames runs under the sanitizers where there
  * is none.  "1" or unset. */
@@ -56,7 +51,7 @@ int read_arena_open(struct daemon *d, char *err, size_t errlen)
 	}
 	/* Smaller buffers hold no matrix the decode leaves in the frame. */
 	d->read_mem = (struct frame_mem){ .alloc = carve, .free = frame_arena_free,
-					  .owns = frame_arena_owns, .cut = cut,
+					  .owns = frame_arena_owns, .cut = frame_arena_cut,
 					  .arg = d->read_arena, .min = WIRE_SPLIT_MIN_BYTES };
 	return 0;
 }

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "mfma_clock.h"
+#include "thread_name.h"
 
 struct readers {
 	uv_async_t async;        /* first: the handle's memory is the pool's */
@@ -168,10 +169,7 @@ static void *reader_start(void *arg)
 {
 	struct start_arg *sa = arg;
 	struct readers *r = sa->r;
-	/* "mfmad-read1" in top -H, ps -L and profiles. */
-	char name[16];
-	snprintf(name, sizeof(name), "mfmad-read%u", sa->index);
-	pthread_setname_np(pthread_self(), name);
+	thread_name("mfmad-read%u", sa->index);
 	free(sa);
 	return reader_main(r);
 }

@@ -23,6 +23,7 @@
 #include "devices.h"
 #include "log.h"
 #include "mfma_clock.h"
+#include "thread_name.h"
 
 struct queue {
 	struct sched *s;
@@ -282,10 +283,7 @@ static void *worker_main(void *arg)
 {
 	struct queue *q = arg;
 	struct device *v = q->v;
-	/* "mfmad-dev3" in top -H, ps -L and profiles. */
-	char name[16];
-	snprintf(name, sizeof(name), "mfmad-dev%d", v->index);
-	pthread_setname_np(pthread_self(), name);
+	thread_name("mfmad-dev%d", v->index);
 	devices_open(v);
 	pthread_mutex_lock(&q->mu);
 	q->opened = true;
@@ -349,15 +347,11 @@ static void *post_main(void *arg)
 {
 	struct poster *p = arg;
 	struct queue *q = p->q;
-	/* "mfmad-post0" (device 0's first), "mfmad-post0.1" (its second),
-	 * cut to the 15 characters a thread's name holds. */
-	char name[32];
+	/* "mfmad-post0" (device 0's first), "mfmad-post0.1" (its second). */
 	if (p->index)
-		snprintf(name, sizeof(name), "mfmad-post%d.%u", q->v->index, p->index);
+		thread_name("mfmad-post%d.%u", q->v->index, p->index);
 	else
-		snprintf(name, sizeof(name), "mfmad-post%d", q->v->index);
-	name[15] = '\0';
-	pthread_setname_np(pthread_self(), name);
+		thread_name("mfmad-post%d", q->v->index);
 	pthread_mutex_lock(&p->mu);
 	for (;;) {
 		while (!p->head && !p->stop)

@@ -69,7 +69,9 @@ size_t frame_reader_capacity_for(const struct frame_reader *r, size_t want)
 
 void frame_reader_shrink(struct frame_reader *r, size_t keep)
 {
-	if (r->start != r->len || r->cap <= keep)
+	/* A frame_mem's buffer goes back whatever its size: that memory is
+	 * for frames being read and kept, not for idle readers. */
+	if (r->start != r->len || (r->cap <= keep && !from_mem(r, r->buf)))
 		return;
 	buf_free(r, r->buf);
 	r->buf = NULL;

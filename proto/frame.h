@@ -70,8 +70,9 @@ void frame_reader_commit(struct frame_reader *r, size_t n);
 size_t frame_reader_capacity_for(const struct frame_reader *r, size_t want);
 
 /* Frees the buffer when every buffered byte has been returned and it is
- * larger than keep, so an idle connection does not hold the memory of the
- * largest frame it ever sent. */
+ * larger than keep (or came from the frame_mem, whatever its size), so an
+ * idle connection does not hold the memory of the largest frame it ever
+ * sent, nor any of the frame_mem's. */
 void frame_reader_shrink(struct frame_reader *r, size_t keep);
 
 /* Copies bytes in (for callers that do not read in place). */

@@ -360,74 +360,53 @@ static void leave_with_answers_queued(const struct mfmad_proc *p, uint32_t seed,
 		rw_mat_free(&q[i].b);
 }
 
-/* Answer frames on the CPU backend: with cuda.pinned_answers_mb set (the
- * CUDA devices' arena of pinned answer frames, nothing the CPU has) every
- * answer with D is laid out on the heap, batched or alone, and /metrics
- * counts it so; a client that sends a burst and goes away without reading
- * its answers leaves the daemon serving the others, and it exits 0 (under
- * ASan: every answer frame freed). */
-static void test_answer_frames_on_the_heap(void **state)
+/* One burst on a daemon with conf (and MFMAD_TEST_CPU_ANSWER_ARENA_MB =
+ * arena_mb, NULL: none), every answer checked, the answer frames with D
+ * counted by where they were laid out; then a client that sends a burst
+ * (seed, ids from id0) and goes away without reading its answers, the
+ * first served on, and the daemon exiting 0 (under ASan: every answer
+ * frame freed, an arena's too after its device closed). */
+static void answer_frames_case(const char *conf, const char *arena_mb, bool mixed,
+			       long long pinned, long long heap, uint32_t seed, uint64_t id0)
 {
-	(void)state;
 	struct mfmad_proc p;
-	/* Heap frames, whatever the environment this runs in says. */
-	const int port = start_with_metrics(&p,
-					    "cpu = { threads = 1; devices = 1; };\n"
-					    "cuda = { pinned_answers_mb = 16; };\n",
-					    NULL);
+	const int port = start_with_metrics(&p, conf, arena_mb);
 	int fd = harness_connect_raw(&p);
 	assert_true(fd >= 0);
 	struct rw_mat w;
 	rw_mat_init(&w, M, K, 3);
 	load_weight(fd, &w);
-	uint32_t widest = burst(fd, &w, false);
-	assert_true(widest > 1);
-	static char out[1 << 17];
-	assert_int_equal(harness_http_get(port, "/metrics", out, sizeof(out)), 200);
-	char want[128];
-	snprintf(want, sizeof(want), "mfmad_gemm_answer_frames_total{memory=\"heap\"} %d\n",
-		 NREQ + 1);
-	assert_non_null(strstr(out, want));
-	assert_non_null(strstr(out, "mfmad_gemm_answer_frames_total{memory=\"pinned\"} 0\n"));
-
-	leave_with_answers_queued(&p, 200, 1000);
-	/* The other client is served on, every answer checked. */
+	assert_true(burst(fd, &w, mixed) > 1);
+	assert_int_equal(harness_metric(port, "mfmad_gemm_answer_frames_total{memory=\"pinned\"}"),
+			 pinned);
+	assert_int_equal(harness_metric(port, "mfmad_gemm_answer_frames_total{memory=\"heap\"}"),
+			 heap);
+	leave_with_answers_queued(&p, seed, id0);
 	assert_true(burst(fd, &w, false) >= 1);
 	rw_mat_free(&w);
 	close(fd);
 	assert_int_equal(harness_stop(&p), 0);
 }
 
-/* The same with frames carved from an arena, as a CUDA device's are
+/* With cuda.pinned_answers_mb set (the CUDA devices' arena of pinned
+ * answer frames, nothing the CPU has) every answer with D is laid out on
+ * the heap, batched or alone. */
+static void test_answer_frames_on_the_heap(void **state)
+{
+	(void)state;
+	answer_frames_case("cpu = { threads = 1; devices = 1; };\n"
+			   "cuda = { pinned_answers_mb = 16; };\n",
+			   NULL, false, 0, NREQ + 1, 200, 1000);
+}
+
+/* With frames carved from an arena, as a CUDA device's are
  * (MFMAD_TEST_CPU_ANSWER_ARENA_MB gives each CPU device one): the narrow
  * answers fit its 1 MiB and are counted pinned, the long one (12 MiB of
- * D) falls back to the heap; every answer is checked, a client gone with
- * arena frames queued leaves the others served, and the daemon exits 0
- * (under ASan: every frame freed, the arena's included, after its device
- * closed). */
+ * D) falls back to the heap. */
 static void test_answer_frames_from_an_arena(void **state)
 {
 	(void)state;
-	struct mfmad_proc p;
-	const int port = start_with_metrics(&p, "cpu = { threads = 1; devices = 1; };", "1");
-	int fd = harness_connect_raw(&p);
-	assert_true(fd >= 0);
-	struct rw_mat w;
-	rw_mat_init(&w, M, K, 3);
-	load_weight(fd, &w);
-	assert_true(burst(fd, &w, true) > 1);
-	static char out[1 << 17];
-	assert_int_equal(harness_http_get(port, "/metrics", out, sizeof(out)), 200);
-	char want[128];
-	snprintf(want, sizeof(want), "mfmad_gemm_answer_frames_total{memory=\"pinned\"} %d\n", NREQ);
-	assert_non_null(strstr(out, want));
-	assert_non_null(strstr(out, "mfmad_gemm_answer_frames_total{memory=\"heap\"} 1\n"));
-
-	leave_with_answers_queued(&p, 300, 2000);
-	assert_true(burst(fd, &w, false) >= 1);
-	rw_mat_free(&w);
-	close(fd);
-	assert_int_equal(harness_stop(&p), 0);
+	answer_frames_case("cpu = { threads = 1; devices = 1; };", "1", true, NREQ, 1, 300, 2000);
 }
 
 /* batching.overlap with a backend that leaves its batched launches

@@ -28,6 +28,7 @@
 
 #include "frame.h"
 #include "harness.h"
+#include "harness_gemm.h"
 #include "mfma.h"
 #include "rawwire.h"
 #include "wire_varint.h"
@@ -298,27 +299,6 @@ static void test_pinned_reads(void **state)
 	}
 }
 
-/* One GEMM of A (m x k) and B (k x n), f32, checked against float64. */
-static void one_gemm(mfma_client *c, uint32_t m, uint32_t k, uint32_t n, unsigned seed)
-{
-	float *a = values((size_t)m * k, seed), *b = values((size_t)k * n, seed + 1);
-	struct mfma_gemm_args g;
-	mfma_gemm_args_init(&g);
-	g.a.kind = MFMA_OPERAND_DENSE;
-	g.a.dense = (struct mfma_matrix){ m, k, MFMA_TYPE_F32, a, (size_t)m * k * 4 };
-	g.b = (struct mfma_matrix){ k, n, MFMA_TYPE_F32, b, (size_t)k * n * 4 };
-	struct mfma_gemm_result r;
-	struct mfma_error err;
-	if (mfma_gemm(c, &g, &r, &err) < 0)
-		fail_msg("gemm %ux%ux%u: %s", m, k, n, err.message);
-	double e = worst_error(r.d.data, a, b, NULL, 1, 0, m, k, n);
-	if (e > 1e-4)
-		fail_msg("gemm %ux%ux%u: worst relative error %.2e", m, k, n, e);
-	mfma_gemm_result_free(&r);
-	free(a);
-	free(b);
-}
-
 /* A client that announces a large frame and stalls holds the arena of
  * request frames for as long as it holds its buffer: others' frames that
  * do not fit go to the heap meanwhile, answered right, and the arena
@@ -346,12 +326,12 @@ static void test_pinned_reads_stalled(void **state)
 	assert_true(snprintf(ep, sizeof(ep), "unix:%s", proc.sock) < (int)sizeof(ep));
 	assert_int_equal(mfma_connect(ep, &c, &err), 0);
 	/* A and B of 256 KiB each: more than the 324 KiB left. */
-	one_gemm(c, 64, 1024, 64, 5);
+	harness_gemm_checked(c, 64, 64, 1024, 5);
 	assert_int_equal(frames_in(port, "pinned"), 0);
 	assert_int_equal(frames_in(port, "heap"), 1);
 	close(staller);
 	usleep(500 * 1000);
-	one_gemm(c, 64, 1024, 64, 6);
+	harness_gemm_checked(c, 64, 64, 1024, 6);
 	assert_int_equal(frames_in(port, "pinned"), 1);
 	assert_int_equal(frames_in(port, "heap"), 1);
 	mfma_close(c);

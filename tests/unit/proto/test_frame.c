@@ -361,6 +361,12 @@ static void test_frame_mem(void **state)
 	assert_int_equal(frame_reader_feed(&r, buf + 9004 + 5, two - 9004 - 5), 0);
 	assert_int_equal(frame_reader_next(&r, &payload, &len), 1);
 	assert_memory_equal(payload, big + 9000, 9000);
+	/* Emptied, a pool buffer goes back whatever keep says. */
+	assert_true(pool_owns(r.buf));
+	int frees = pool.frees;
+	frame_reader_shrink(&r, SIZE_MAX);
+	assert_null(r.buf);
+	assert_int_equal(pool.frees, frees + 1);
 	/* The pool full: the reader falls back to malloc, and a pool buffer
 	 * that must grow moves to malloc. */
 	void *hold[POOL_SLOTS];

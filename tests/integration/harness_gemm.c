@@ -1,0 +1,45 @@
+/* A checked GEMM for integration tests (harness_gemm.h). */
+#include "harness_gemm.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include <cmocka.h>
+
+#include "cpu_gemm.h"
+#include "ctl_util.h"
+
+void harness_gemm_checked(mfma_client *c, uint32_t m, uint32_t n, uint32_t k, uint64_t seed)
+{
+	float *a = malloc((size_t)m * k * 4), *b = malloc((size_t)k * n * 4);
+	double *ref = malloc((size_t)m * n * sizeof(double));
+	assert_true(a && b && ref);
+	assert_int_equal(ctl_random_matrix(a, MFMA_DT_F32, m, k, false, seed), 0);
+	assert_int_equal(ctl_random_matrix(b, MFMA_DT_F32, k, n, false, seed + 1), 0);
+	struct mfma_gemm_args ga;
+	mfma_gemm_args_init(&ga);
+	ga.a.kind = MFMA_OPERAND_DENSE;
+	ga.a.dense = (struct mfma_matrix){ m, k, MFMA_TYPE_F32, a, (size_t)m * k * 4 };
+	ga.b = (struct mfma_matrix){ k, n, MFMA_TYPE_F32, b, (size_t)k * n * 4 };
+	struct mfma_gemm_result r;
+	struct mfma_error err;
+	if (mfma_gemm(c, &ga, &r, &err) != 0)
+		fail_msg("gemm %ux%ux%u: %s", m, n, k, err.message);
+	assert_int_equal(r.d.rows, m);
+	assert_int_equal(r.d.cols, n);
+	struct mfma_gemm g = {
+		.m = m, .n = n, .k = k, .in_dtype = MFMA_DT_F32, .out_dtype = MFMA_DT_F32,
+		.alpha = 1.0f, .a = a, .b = b, .d = (void *)(uintptr_t)r.d.data,
+	};
+	assert_int_equal(cpu_gemm_ref_f64(&g, ref), 0);
+	double e = cpu_rel_frobenius(r.d.data, MFMA_DT_F32, ref, (size_t)m * n);
+	if (!(e < ctl_tolerance(MFMA_DT_F32, MFMA_DT_F32)))
+		fail_msg("gemm %ux%ux%u: relative error %g", m, n, k, e);
+	mfma_gemm_result_free(&r);
+	free(a);
+	free(b);
+	free(ref);
+}

@@ -1,0 +1,16 @@
+/* A GEMM through the real client library, checked: for integration tests
+ * that need a daemon to have answered one right.  Apart from harness.c,
+ * which needs no client library. */
+#ifndef MFMA_HARNESS_GEMM_H
+#define MFMA_HARNESS_GEMM_H
+
+#include <stdint.h>
+
+#include "mfma.h"
+
+/* One f32 GEMM of random A (m x k) and B (k x n) from seed on c, its D
+ * against the float64 reference within the f32 tolerance; a cmocka
+ * failure naming the shape otherwise. */
+void harness_gemm_checked(mfma_client *c, uint32_t m, uint32_t n, uint32_t k, uint64_t seed);
+
+#endif
