@@ -39,10 +39,15 @@ void reply(struct daemon *d, const struct request *r, Mfma__V1__Response *resp);
 /* A reply without a body: a code and a message. */
 void reply_status(struct daemon *d, const struct request *r, int code, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
-/* An OK answer encoded beforehand (reply_encode), e.g. on a device worker. */
+/* Counts an OK answer made off the loop (a device worker's), before it is
+ * sent: a client that has the answer then finds it in the status and
+ * /metrics it asks for next.  Safe on any thread. */
+void reply_count_ok(struct daemon *d, const struct request *r);
+/* An OK answer encoded beforehand (reply_encode) and counted
+ * (reply_count_ok), e.g. on a device worker. */
 void reply_encoded(struct daemon *d, const struct request *r, uint8_t *frame, size_t len);
-/* An OK answer the device worker sent itself (conn_send_direct):
- * counted, and the tail it left queued. */
+/* An OK answer, counted, that the device worker or a post thread sent
+ * itself (conn_send_direct): the tail it left queued. */
 void reply_sent(struct daemon *d, const struct request *r);
 /* The last answer on a connection (no request id: the frame was not a
  * request, or the connection is refused), then the connection closes.
