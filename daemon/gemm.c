@@ -89,11 +89,8 @@ static bool start_answer(struct device *v, struct gemm_job *j)
 			 "out of host memory for a %zu-byte result", j->plan.d_bytes);
 		return false;
 	}
-	if (!j->rd) {
+	if (!j->rd)
 		j->plan.g.d = j->ans.frame + j->ans.d_at;
-		STATS_ADD(v->d->stats.answer_frames[j->ans.carved ? STATS_FRAME_PINNED
-								  : STATS_FRAME_HEAP], 1);
-	}
 	return true;
 }
 
@@ -115,6 +112,10 @@ static void count_answer(struct device *v, struct gemm_job *j, uint64_t total_ns
 	STATS_ADD(s->gemm_d2h_ns, j->t.d2h_ns);
 	STATS_ADD(s->gemm_total_ns, total_ns);
 	STATS_ADD(s->gemm_flops, (uint64_t)mfma_gemm_flops(&j->plan.g));
+	/* Counted once the answer is made, not when its frame was laid out:
+	 * a batch retried alone lays each frame out twice. */
+	if (!j->rd)
+		STATS_ADD(s->answer_frames[j->ans.carved ? STATS_FRAME_PINNED : STATS_FRAME_HEAP], 1);
 	reply_count_ok(v->d, &j->r);
 }
 
@@ -262,6 +263,7 @@ static void gemm_work(struct device *v, struct sched_job *sj)
  * runs alone, its answer made afresh. */
 static void retry_alone(struct device *v, struct sched_job **sjs, size_t n)
 {
+	STATS_ADD(v->d->stats.batches_retried, 1);
 	for (size_t i = 0; i < n; i++) {
 		struct gemm_job *j = (struct gemm_job *)sjs[i];
 		answer_free(&j->ans);

@@ -328,6 +328,10 @@ int metrics_render_at(const struct mfmad_stats *s, uint64_t now_ns, char **out, 
 		       "Batched launches left running on the device while its worker started the "
 		       "next batch behind them (batching.overlap).",
 		       STATS_GET(s->batches_left));
+	render_counter(&b, "mfmad_gemm_batches_retried_total",
+		       "Batched launches that failed, at their start or their end, each of whose "
+		       "requests then ran alone.",
+		       STATS_GET(s->batches_retried));
 	render_counter_pair(&b, "mfmad_gemm_request_frames_total",
 			    "GEMM request frames whose large matrices stayed in them, by where the "
 			    "frame was read: pinned (the arena the GPUs registered, "

@@ -97,6 +97,9 @@ struct mfmad_stats {
 	/* Batched launches left running while the worker started the next
 	 * (batching.overlap). */
 	_Atomic uint64_t batches_left;
+	/* Batched launches that failed (at their start or their end), each of
+	 * whose requests then ran alone. */
+	_Atomic uint64_t batches_retried;
 	/* GEMM request frames whose matrices stayed in them, by where the
 	 * frame was read. */
 	_Atomic uint64_t request_frames[STATS_FRAME_N];

@@ -27,6 +27,8 @@ struct cpu_dev {
 	/* CPU_LEAVE_ENV: batched launches reported as left running. */
 	bool leave;
 	int left; /* of those, not yet ended */
+	/* CPU_FAIL_BATCHES_ENV: every batched launch fails once it has run. */
+	bool fail_batches;
 };
 
 struct cpu_weight {
@@ -110,6 +112,17 @@ static int cpu_describe(int index, struct backend_device_info *info)
  * the next batch before it finishes this one, as with a GPU, under the
  * sanitizers where there is none. */
 #define CPU_LEAVE_ENV "MFMAD_TEST_CPU_LEAVE"
+/* A testing aid too: with "1", every batched launch fails after it has
+ * run and written its parts' D (at its end when it was left running), as
+ * a GPU's may fail part-way, so that the daemon's retry of each request
+ * alone (its answer made afresh) runs where there is no GPU. */
+#define CPU_FAIL_BATCHES_ENV "MFMAD_TEST_CPU_FAIL_BATCHES"
+
+static bool env_on(const char *name)
+{
+	const char *e = getenv(name);
+	return e && strcmp(e, "1") == 0;
+}
 
 static int open_answers(struct cpu_dev *c, char *err, size_t errlen)
 {
@@ -146,8 +159,8 @@ static int cpu_open(int index, const struct backend_config *cfg, void **dev, cha
 		snprintf(err, errlen, "out of memory for a pool of %d threads", threads);
 		return -ENOMEM;
 	}
-	const char *leave = getenv(CPU_LEAVE_ENV);
-	c->leave = leave && strcmp(leave, "1") == 0;
+	c->leave = env_on(CPU_LEAVE_ENV);
+	c->fail_batches = env_on(CPU_FAIL_BATCHES_ENV);
 	int rc = open_answers(c, err, errlen);
 	if (rc < 0) {
 		cpu_pool_destroy(c->pool);
@@ -285,6 +298,11 @@ static int cpu_gemm(void *dev, const struct mfma_gemm *g, void *weight, struct b
 			return -EBUSY;
 		}
 		t->left = ++c->left;
+		return rc;
+	}
+	if (rc == 0 && g->nparts > 1 && c->fail_batches) {
+		snprintf(err, errlen, "cpu: batched launch failed (%s)", CPU_FAIL_BATCHES_ENV);
+		return -EIO;
 	}
 	return rc;
 }
@@ -298,6 +316,11 @@ static int cpu_gemm_end(void *dev, struct backend_timing *t, char *err, size_t e
 	}
 	c->left--;
 	t->left = 0; /* its times were filled when it ran */
+	if (c->fail_batches) {
+		snprintf(err, errlen, "cpu: batched launch failed at its end (%s)",
+			 CPU_FAIL_BATCHES_ENV);
+		return -EIO;
+	}
 	return 0;
 }
 

@@ -457,6 +457,51 @@ static void test_overlap(void **state)
 	}
 }
 
+/* Batched launches that fail once they have run and written D (the CPU's
+ * testing aid MFMAD_TEST_CPU_FAIL_BATCHES), at their start or, left
+ * running (MFMAD_TEST_CPU_LEAVE), at their end: each request runs alone,
+ * every answer is its own, right, sent once and counted once (answer
+ * frames, requests, the weight's launches), and the retried batches are
+ * counted. */
+static void test_failed_batches_run_alone(void **state)
+{
+	(void)state;
+	for (int leave = 0; leave < 2; leave++) {
+		struct mfmad_proc p;
+		setenv("MFMAD_TEST_CPU_LEAVE", leave ? "1" : "0", 1);
+		int port = harness_start_metrics(&p, conf_on, "MFMAD_TEST_CPU_FAIL_BATCHES", "1");
+		unsetenv("MFMAD_TEST_CPU_LEAVE");
+		assert_true(port > 0);
+		int fd = harness_connect_raw(&p);
+		assert_true(fd >= 0);
+		struct rw_mat w;
+		rw_mat_init(&w, M, K, 3);
+		load_weight(fd, &w);
+		/* Every answer made alone: none says it shared a launch. */
+		assert_int_equal(burst(fd, &w, true), 1);
+		long long retried = harness_metric(port, "mfmad_gemm_batches_retried_total");
+		long long left = harness_metric(port, "mfmad_gemm_batches_left_running_total");
+		print_message("left running %s: %lld batches retried alone, %lld left running\n",
+			      leave ? "on" : "off", retried, left);
+		assert_true(retried > 0);
+		if (leave)
+			assert_true(left > 0);
+		assert_int_equal(
+			harness_metric(port, "mfmad_gemm_answer_frames_total{memory=\"heap\"}"),
+			NREQ + 1);
+		assert_int_equal(
+			harness_metric(port, "mfmad_requests_total{kind=\"gemm\",result=\"ok\"}"),
+			NREQ + 1);
+		uint64_t requests, launches;
+		weight_counts(fd, &requests, &launches);
+		assert_int_equal(requests, NREQ + 1);
+		assert_int_equal(launches, NREQ + 1);
+		rw_mat_free(&w);
+		close(fd);
+		assert_int_equal(harness_stop(&p), 0);
+	}
+}
+
 /* Whether the daemon has a thread of this name. */
 static bool has_thread(pid_t pid, const char *name)
 {
@@ -528,6 +573,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_answer_frames_from_an_arena, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_several_post_threads, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_overlap, harness_stop_leftover),
+		cmocka_unit_test_teardown(test_failed_batches_run_alone, harness_stop_leftover),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -40,6 +40,7 @@ static struct mfmad_stats *known_stats(void)
 	s->request_frames[STATS_FRAME_PINNED] = 21;
 	s->request_frames[STATS_FRAME_HEAP] = 9;
 	s->batches_left = 17;
+	s->batches_retried = 2;
 	s->gemm_queue_ns = 1500000000ull;   /* 1.5 s */
 	s->gemm_h2d_ns = 25000;              /* 25 µs */
 	s->gemm_kernel_ns = 3000000001ull;   /* 3 s + 1 ns */
@@ -156,6 +157,8 @@ static void test_render_exact_lines(void **state)
 	assert_line(out, "mfmad_gemm_answer_frames_total{memory=\"heap\"} 4");
 	assert_line(out, "# TYPE mfmad_gemm_batches_left_running_total counter");
 	assert_line(out, "mfmad_gemm_batches_left_running_total 17");
+	assert_line(out, "# TYPE mfmad_gemm_batches_retried_total counter");
+	assert_line(out, "mfmad_gemm_batches_retried_total 2");
 	assert_line(out, "# TYPE mfmad_gemm_request_frames_total counter");
 	assert_line(out, "mfmad_gemm_request_frames_total{memory=\"pinned\"} 21");
 	assert_line(out, "mfmad_gemm_request_frames_total{memory=\"heap\"} 9");
@@ -248,10 +251,10 @@ static void test_render_exact_lines(void **state)
 	/* 6 status (with the declared weights pending) + requests + 6 gemm + 17
 	 * histogram + 1 executions + 12 batch histogram + 2 plans + 2 measurements
 	 * + 2 trials + 2 matrices + 1 reader frames + 2 answer frames + 1 left
-	 * running + 2 request frames + 6 + 2 TLS + 1 + 2 info + 6 x 2 per-device +
-	 * 2 kernel + 2 launch. */
+	 * running + 1 retried + 2 request frames + 6 + 2 TLS + 1 + 2 info + 6 x 2
+	 * per-device + 2 kernel + 2 launch. */
 	assert_int_equal(samples, 6 + STATS_NKINDS * STATS_NRESULTS + 6 + 17 + 1 + 12 + 2 + 2 + 2 + 2 +
-					  1 + 2 + 1 + 2 + 6 + 2 + 1 + 2 + 12 + 2 + 2);
+					  1 + 2 + 1 + 1 + 2 + 6 + 2 + 1 + 2 + 12 + 2 + 2);
 	assert_int_equal(out[len - 1], '\n');
 	free(out);
 	free(s);
