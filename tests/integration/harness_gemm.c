@@ -12,6 +12,15 @@
 #include "cpu_gemm.h"
 #include "ctl_util.h"
 
+void harness_dense_f32_args(struct mfma_gemm_args *g, const float *a, const float *b, uint32_t m,
+			    uint32_t k, uint32_t n)
+{
+	mfma_gemm_args_init(g);
+	g->a.kind = MFMA_OPERAND_DENSE;
+	g->a.dense = (struct mfma_matrix){ m, k, MFMA_TYPE_F32, a, (size_t)m * k * 4 };
+	g->b = (struct mfma_matrix){ k, n, MFMA_TYPE_F32, b, (size_t)k * n * 4 };
+}
+
 void harness_gemm_checked(mfma_client *c, uint32_t m, uint32_t n, uint32_t k, uint64_t seed)
 {
 	float *a = malloc((size_t)m * k * 4), *b = malloc((size_t)k * n * 4);
@@ -20,10 +29,7 @@ void harness_gemm_checked(mfma_client *c, uint32_t m, uint32_t n, uint32_t k, ui
 	assert_int_equal(ctl_random_matrix(a, MFMA_DT_F32, m, k, false, seed), 0);
 	assert_int_equal(ctl_random_matrix(b, MFMA_DT_F32, k, n, false, seed + 1), 0);
 	struct mfma_gemm_args ga;
-	mfma_gemm_args_init(&ga);
-	ga.a.kind = MFMA_OPERAND_DENSE;
-	ga.a.dense = (struct mfma_matrix){ m, k, MFMA_TYPE_F32, a, (size_t)m * k * 4 };
-	ga.b = (struct mfma_matrix){ k, n, MFMA_TYPE_F32, b, (size_t)k * n * 4 };
+	harness_dense_f32_args(&ga, a, b, m, k, n);
 	struct mfma_gemm_result r;
 	struct mfma_error err;
 	if (mfma_gemm(c, &ga, &r, &err) != 0)

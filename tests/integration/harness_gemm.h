@@ -8,6 +8,11 @@
 
 #include "mfma.h"
 
+/* g for D = A B, A (m x k) dense f32 in the request, B (k x n) f32: the
+ * arguments most tests start from. */
+void harness_dense_f32_args(struct mfma_gemm_args *g, const float *a, const float *b, uint32_t m,
+			    uint32_t k, uint32_t n);
+
 /* One f32 GEMM of random A (m x k) and B (k x n) from seed on c, its D
  * against the float64 reference within the f32 tolerance; a cmocka
  * failure naming the shape otherwise. */

@@ -18,6 +18,7 @@
 
 #include "cpu_gemm.h"
 #include "harness.h"
+#include "harness_gemm.h"
 #include "mfma.h"
 
 static float *rand_f32(size_t n, unsigned seed)
@@ -27,15 +28,6 @@ static float *rand_f32(size_t n, unsigned seed)
 	for (size_t i = 0; i < n; i++)
 		p[i] = (float)(rand() % 2001) / 1000.0f - 1.0f;
 	return p;
-}
-
-static void dense_args(struct mfma_gemm_args *a, const float *A, const float *B, uint32_t m,
-		       uint32_t k, uint32_t n)
-{
-	mfma_gemm_args_init(a);
-	a->a.kind = MFMA_OPERAND_DENSE;
-	a->a.dense = (struct mfma_matrix){ m, k, MFMA_TYPE_F32, A, (size_t)m * k * 4 };
-	a->b = (struct mfma_matrix){ k, n, MFMA_TYPE_F32, B, (size_t)k * n * 4 };
 }
 
 static void check_result(const struct mfma_gemm_result *r, const float *A, const float *B,
@@ -65,7 +57,7 @@ static void test_tcp_listener(void **state)
 	assert_int_equal(mfma_connect(ep, &c, &err), 0);
 	float *A = rand_f32(33 * 20, 1), *B = rand_f32(20 * 7, 2);
 	struct mfma_gemm_args ga;
-	dense_args(&ga, A, B, 33, 20, 7);
+	harness_dense_f32_args(&ga, A, B, 33, 20, 7);
 	struct mfma_gemm_result r;
 	assert_int_equal(mfma_gemm(c, &ga, &r, &err), 0);
 	check_result(&r, A, B, 33, 20, 7);
@@ -182,8 +174,8 @@ static void test_deadline(void **state)
 	uint32_t n = 512;
 	float *A = rand_f32((size_t)n * n, 4), *B = rand_f32((size_t)n * n, 5);
 	struct mfma_gemm_args big, small;
-	dense_args(&big, A, B, n, n, n);
-	dense_args(&small, A, B, 4, 4, 4);
+	harness_dense_f32_args(&big, A, B, n, n, n);
+	harness_dense_f32_args(&small, A, B, 4, 4, 4);
 	small.a.dense.bytes = 16 * 4;
 	small.b = (struct mfma_matrix){ 4, 4, MFMA_TYPE_F32, B, 16 * 4 };
 	small.timeout_us = 1;
@@ -260,7 +252,7 @@ static void test_two_devices(void **state)
 	uint32_t n = 256;
 	float *A = rand_f32((size_t)n * n, 6), *B = rand_f32((size_t)n * n, 7);
 	struct mfma_gemm_args ga;
-	dense_args(&ga, A, B, n, n, n);
+	harness_dense_f32_args(&ga, A, B, n, n, n);
 	uint64_t ids[8];
 	for (int i = 0; i < 8; i++)
 		assert_int_equal(mfma_gemm_submit(c, &ga, &ids[i], &err), 0);
@@ -299,8 +291,8 @@ static void test_large_frames_pipelined(void **state)
 	assert_int_equal(mfma_connect(d.endpoint, &c, &err), 0);
 	float *A = rand_f32(1024 * 512, 8), *B = rand_f32(512 * 9, 9);
 	struct mfma_gemm_args big, small;
-	dense_args(&big, A, B, 1024, 512, 9); /* a 2 MiB A */
-	dense_args(&small, A, B, 3, 4, 9);
+	harness_dense_f32_args(&big, A, B, 1024, 512, 9); /* a 2 MiB A */
+	harness_dense_f32_args(&small, A, B, 3, 4, 9);
 	small.b = (struct mfma_matrix){ 4, 9, MFMA_TYPE_F32, B, 4 * 9 * 4 };
 	uint64_t ids[6];
 	for (int i = 0; i < 6; i++)
@@ -337,7 +329,7 @@ static void test_stop_with_stalled_reader(void **state)
 	/* 1024x4 times 4x1024: 32 KiB in, a 4 MiB answer out. */
 	float *A = rand_f32(1024 * 4, 10), *B = rand_f32(4 * 1024, 11);
 	struct mfma_gemm_args ga;
-	dense_args(&ga, A, B, 1024, 4, 1024);
+	harness_dense_f32_args(&ga, A, B, 1024, 4, 1024);
 	for (int i = 0; i < 16; i++) {
 		uint64_t id;
 		assert_int_equal(mfma_gemm_submit(c, &ga, &id, &err), 0);

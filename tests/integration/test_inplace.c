@@ -102,12 +102,7 @@ static void run_shapes(mfma_client *c, const char *what)
 		struct mfma_matrix cmat = { sh->m, sh->n, MFMA_TYPE_F32, cm, dn * 4 };
 		for (int mode = 0; mode < 4; mode++) {
 			struct mfma_gemm_args g;
-			mfma_gemm_args_init(&g);
-			g.a.kind = MFMA_OPERAND_DENSE;
-			g.a.dense = (struct mfma_matrix){ sh->m, sh->k, MFMA_TYPE_F32, a,
-							  (size_t)sh->m * sh->k * 4 };
-			g.b = (struct mfma_matrix){ sh->k, sh->n, MFMA_TYPE_F32, b,
-						    (size_t)sh->k * sh->n * 4 };
+			harness_dense_f32_args(&g, a, b, sh->m, sh->k, sh->n);
 			if (cm) {
 				g.c = &cmat;
 				g.beta = 0.5f;
@@ -193,10 +188,7 @@ static void deep_pipeline(const struct mfmad_proc *p)
 	uint64_t ids[DEPTH];
 	for (int i = 0; i < DEPTH; i++) {
 		struct mfma_gemm_args g;
-		mfma_gemm_args_init(&g);
-		g.a.kind = MFMA_OPERAND_DENSE;
-		g.a.dense = (struct mfma_matrix){ M, K, MFMA_TYPE_F32, a, sizeof(float) * M * K };
-		g.b = (struct mfma_matrix){ K, N, MFMA_TYPE_F32, b[i % VARIANTS], sizeof(float) * K * N };
+		harness_dense_f32_args(&g, a, b[i % VARIANTS], M, K, N);
 		if (mfma_gemm_submit(c, &g, &ids[i], &err) < 0)
 			fail_msg("submit %d: %s", i, err.message);
 	}
@@ -569,10 +561,7 @@ static void test_blocking_resend(void **state)
 	mfma_set_timeout(c, 20000);
 	float *a = values((size_t)M * K, 31), *b = values((size_t)K * N, 32);
 	struct mfma_gemm_args g;
-	mfma_gemm_args_init(&g);
-	g.a.kind = MFMA_OPERAND_DENSE;
-	g.a.dense = (struct mfma_matrix){ M, K, MFMA_TYPE_F32, a, sizeof(float) * M * K };
-	g.b = (struct mfma_matrix){ K, N, MFMA_TYPE_F32, b, sizeof(float) * K * N };
+	harness_dense_f32_args(&g, a, b, M, K, N);
 	struct mfma_gemm_result r;
 	if (mfma_gemm(c, &g, &r, &err) < 0)
 		fail_msg("gemm after a swallowed frame: %s", err.message);

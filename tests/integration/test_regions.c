@@ -28,6 +28,7 @@
 
 #include "frame.h"
 #include "harness.h"
+#include "harness_gemm.h"
 #include "mfma.h"
 #include "rawwire.h"
 
@@ -109,15 +110,6 @@ static void check_ref(const float *D, const float *A, const float *B, const floa
 			 mfma_check_tolerance(MFMA_TYPE_F32, k));
 }
 
-static void dense_args(struct mfma_gemm_args *g, const float *A, const float *B, uint32_t m,
-		       uint32_t k, uint32_t n)
-{
-	mfma_gemm_args_init(g);
-	g->a.kind = MFMA_OPERAND_DENSE;
-	g->a.dense = (struct mfma_matrix){ m, k, MFMA_TYPE_F32, A, (size_t)m * k * 4 };
-	g->b = (struct mfma_matrix){ k, n, MFMA_TYPE_F32, B, (size_t)k * n * 4 };
-}
-
 /* ---- through the client library ---- */
 
 /* The same GEMM (with C) by bytes and through a region: bit-identical,
@@ -136,7 +128,7 @@ static void test_region_matches_bytes(void **state)
 	size_t bb = (size_t)K * N * 4, cb = (size_t)M * N * 4;
 
 	struct mfma_gemm_args g;
-	dense_args(&g, A, B, M, K, N);
+	harness_dense_f32_args(&g, A, B, M, K, N);
 	struct mfma_matrix cm = { M, N, MFMA_TYPE_F32, C, cb };
 	g.c = &cm;
 	g.alpha = 0.5f;
@@ -248,7 +240,7 @@ static void test_region_batched_weight(void **state)
 	/* One long request first keeps the worker busy while the rest queue. */
 	float *LA = rand_f32(512 * 512, 1), *LB = rand_f32(512 * 512, 2);
 	struct mfma_gemm_args lg;
-	dense_args(&lg, LA, LB, 512, 512, 512);
+	harness_dense_f32_args(&lg, LA, LB, 512, 512, 512);
 	assert_int_equal(mfma_gemm_submit(c, &lg, &long_id, &err), 0);
 	for (int i = 0; i < NREQ; i++) {
 		struct mfma_gemm_args g;
@@ -745,7 +737,7 @@ static void test_close_in_flight(void **state)
 		memcpy(base, B, bb);
 		for (int i = 0; i < 16; i++) {
 			struct mfma_gemm_args g;
-			dense_args(&g, A, (float *)base, M, K, N);
+			harness_dense_f32_args(&g, A, (float *)base, M, K, N);
 			g.d = base + bb + i * db;
 			uint64_t id;
 			assert_int_equal(mfma_gemm_submit(c, &g, &id, &err), 0);

@@ -74,10 +74,7 @@ static void test_answers_with_both_polls(void **state)
 	struct mfma_error err;
 	for (int i = 0; i < DEPTH; i++) {
 		assert_int_equal(ctl_random_matrix(b[i], MFMA_DT_F32, K, N, false, 20 + i), 0);
-		mfma_gemm_args_init(&ga[i]);
-		ga[i].a.kind = MFMA_OPERAND_DENSE;
-		ga[i].a.dense = (struct mfma_matrix){ M, K, MFMA_TYPE_F32, a, sizeof(a) };
-		ga[i].b = (struct mfma_matrix){ K, N, MFMA_TYPE_F32, b[i], sizeof(b[i]) };
+		harness_dense_f32_args(&ga[i], a, b[i], M, K, N);
 		assert_int_equal(mfma_gemm_submit(c, &ga[i], &ids[i], &err), 0);
 	}
 	for (int n = 0; n < DEPTH; n++) {
@@ -265,10 +262,7 @@ static void test_spin_keeps_deadlines(void **state)
 	assert_int_equal(ctl_random_matrix(a, MFMA_DT_F32, 4, 4, false, 3), 0);
 	assert_int_equal(ctl_random_matrix(b, MFMA_DT_F32, 4, 4, false, 4), 0);
 	struct mfma_gemm_args ga;
-	mfma_gemm_args_init(&ga);
-	ga.a.kind = MFMA_OPERAND_DENSE;
-	ga.a.dense = (struct mfma_matrix){ 4, 4, MFMA_TYPE_F32, a, sizeof(a) };
-	ga.b = (struct mfma_matrix){ 4, 4, MFMA_TYPE_F32, b, sizeof(b) };
+	harness_dense_f32_args(&ga, a, b, 4, 4, 4);
 	uint64_t id, done;
 	struct mfma_gemm_result r;
 	assert_int_equal(mfma_gemm_submit(c, &ga, &id, &err), 0);

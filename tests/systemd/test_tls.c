@@ -28,6 +28,7 @@
 
 #include <cmocka.h>
 
+#include "harness_gemm.h"
 #include "mfma.h"
 #include "mfma_clock.h"
 #include "sdtest.h"
@@ -159,10 +160,7 @@ static void gemm_checked(mfma_client *c, uint32_t m, uint32_t k, uint32_t n)
 	for (size_t i = 0; i < (size_t)k * n; i++)
 		b[i] = (float)((i * 53 + 5) % 23) / 8.0f - 1.5f;
 	struct mfma_gemm_args args;
-	mfma_gemm_args_init(&args);
-	args.a.kind = MFMA_OPERAND_DENSE;
-	args.a.dense = (struct mfma_matrix){ m, k, MFMA_TYPE_F32, a, (size_t)m * k * 4 };
-	args.b = (struct mfma_matrix){ k, n, MFMA_TYPE_F32, b, (size_t)k * n * 4 };
+	harness_dense_f32_args(&args, a, b, m, k, n);
 	struct mfma_gemm_result res;
 	struct mfma_error err;
 	if (mfma_gemm(c, &args, &res, &err) < 0)
