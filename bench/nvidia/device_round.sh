@@ -7,7 +7,8 @@
 #
 # usage: bench/nvidia/device_round.sh [test] [sanitize|memcheck|racecheck] [bench] [sweep]
 #        [ncu] [e2e] [answers] [abserving] [spin] [readers] [latency] [multi] [choice] [served] [graphsab] [trialab]
-#        [batching] [serving] [readsab] [postab] [readerminab] [overlapab] [wgmma] [wgncu]
+#        [batching] [serving] [readsab] [postab] [readerminab] [overlapab] [copystreamab]
+#        [wgmma] [wgncu]
 #        [wgdecode] [wgdsan] [wgdncu] [wgdense] [wgdensesan] [wgdensencu]
 #        (no argument: test sanitize bench e2e)
 set -u
@@ -206,6 +207,16 @@ overlapab)
 	# it off and on, a daemon each, alternating round by round.
 	BATCHCHECK_DTYPES=${BATCHCHECK_DTYPES:-f16} servecheck overlap_check.log E2E_OVERLAP=true
 	abserve overlapab.log batching E2E_OVERLAP=false E2E_OVERLAP=true
+	;;
+copystreamab)
+	# cuda.copy_stream (a batch's gather on a second stream beside the
+	# previous batch's GEMM and copy out): the batched answers checked
+	# against float64 with it on (BATCHCHECK_DTYPES, default "f16 bf16"),
+	# then the batched loads with it off and on, a daemon each,
+	# alternating round by round.
+	BATCHCHECK_DTYPES=${BATCHCHECK_DTYPES:-f16 bf16} servecheck copystream_check.log \
+		E2E_COPY_STREAM=true
+	abserve copystreamab.log batching E2E_COPY_STREAM=false E2E_COPY_STREAM=true
 	;;
 readerminab)
 	# limits.reader_min_kb (READER_MINS, default "64 8") under the batched

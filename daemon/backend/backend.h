@@ -55,6 +55,7 @@ struct backend_config {
 	                        * backend's default (not configurable yet) */
 	struct provider_policy cuda_providers; /* cuda.providers */
 	bool cuda_graphs;                      /* cuda.graphs: library launches from CUDA graphs */
+	bool cuda_copy_stream;                 /* cuda.copy_stream: a batch's copy in beside the GEMM */
 	uint32_t cuda_served_trial;            /* cuda.served_trial: served launches per candidate */
 	/* cuda.pinned_answers_mb: the arena of answer frames each CUDA
 	 * device registers (frame_alloc); 0 = none */

@@ -249,7 +249,9 @@ static int cuda_open(int index, const struct backend_config *cfg, void **dev, ch
 	/* Batched launches need the data-movement kernels; describe said
 	 * the device batches only where the build has them (-ENOEXEC: not
 	 * for this arch, and the libraries may still serve it). */
-	if ((rc = cuda_batch_open(bd->dev, &bd->batch, err, errlen)) < 0 && rc != -ENOEXEC) {
+	if ((rc = cuda_batch_open(bd->dev, cfg && cfg->cuda_copy_stream, &bd->batch, err,
+				  errlen)) < 0 &&
+	    rc != -ENOEXEC) {
 		cuda_close(bd);
 		return rc;
 	}
@@ -397,7 +399,7 @@ static int run_on(struct cuda_backend_dev *bd, size_t i, const struct mfma_gemm 
 		rc = cuda_dev_copy_out_end(bd->dev, err, errlen);
 	if (rc < 0) {
 		if (batch)
-			cuda_batch_abort(bd->dev);
+			cuda_batch_abort(bd->batch, bd->dev);
 		/* Whatever the provider enqueued before failing may still read
 		 * the pinned pool or write device buffers: wait for it. */
 		cuda_dev_drain(bd->dev);

@@ -9,7 +9,16 @@
  * (each costs microseconds to start: on the H200 123 single-column parts
  * of 16 KiB took 425 us one by one), and not through the staging pool (a
  * host copy of every byte on the device's worker, which bounded the
- * batched rate at N=8).  Other parts go through the pool. */
+ * batched rate at N=8).  Other parts go through the pool.
+ *
+ * With cuda.copy_stream, a batch whose B (and C) all lie in mapped memory
+ * is gathered on a stream of its own, into the other of two sets of
+ * buffers, while the device's stream still runs the previous batch's GEMM
+ * and copy out: the bus carries the next batch in and the last one out at
+ * once.  The device's stream waits for the gather (an event) before the
+ * GEMM; the copy stream waits, before it refills a set, for the copy out
+ * of the batch that last used it (another).  Off, one set and the device's
+ * stream alone, as before. */
 #include "cuda_batch.h"
 
 #include <errno.h>
@@ -25,14 +34,31 @@
 
 enum { OP_B, OP_C, OP_D, OP_COUNT };
 
-struct cuda_batch {
-	struct nv_util util;
+/* One batch's buffers on the device. */
+struct batch_set {
 	/* The parts' blocks one after the other; the tables (column table of
 	 * nv_batch_cols, then the spans of each mapped operand); the joined
 	 * B, C and D. */
 	struct cuda_buf parts, tables, joined[OP_COUNT];
 	size_t spans_at[OP_COUNT]; /* where an operand's spans start in tables; 0: not mapped */
 	uint64_t most[OP_COUNT];   /* its largest part, bytes */
+	/* The copy stream's: the tables in pinned host memory (copied from
+	 * there by DMA, so kept until the copy is done: gathered); gathered,
+	 * recorded on the copy stream after the gather; freed, on the
+	 * device's stream after the copy out of the batch that used the set
+	 * (used: recorded at least once). */
+	unsigned char *host;
+	size_t host_cap;
+	CUevent gathered, freed;
+	bool used;
+};
+
+struct cuda_batch {
+	struct nv_util util;
+	struct batch_set set[2];
+	CUstream in;  /* the copy stream; NULL: cuda.copy_stream off, set 0 alone */
+	int cur;      /* the set of the batch between cuda_batch_in and its end */
+	int next;     /* the set the next batch takes (with the copy stream) */
 };
 
 /* One operand of the batch: which part pointer, its rows, element size. */
@@ -47,7 +73,26 @@ bool cuda_batch_usable(int cc)
 	return nv_image_find(nv_images, nv_image_count, nv_unit_name(NV_UNIT_UTIL), cc) != NULL;
 }
 
-int cuda_batch_open(struct cuda_dev *dev, struct cuda_batch **b, char *err, size_t errlen)
+/* The copy stream and its events. */
+static int open_copy_stream(struct cuda_batch *o, char *err, size_t errlen)
+{
+	CUresult r = nv_drv.cuStreamCreate(&o->in, CU_STREAM_NON_BLOCKING);
+	if (r != CUDA_SUCCESS) {
+		o->in = NULL;
+		return cuda_fail(r, err, errlen, "cuStreamCreate(copy stream)");
+	}
+	for (int s = 0; s < 2; s++) {
+		if ((r = nv_drv.cuEventCreate(&o->set[s].gathered, CU_EVENT_DISABLE_TIMING)) !=
+			    CUDA_SUCCESS ||
+		    (r = nv_drv.cuEventCreate(&o->set[s].freed, CU_EVENT_DISABLE_TIMING)) !=
+			    CUDA_SUCCESS)
+			return cuda_fail(r, err, errlen, "cuEventCreate(copy stream)");
+	}
+	return 0;
+}
+
+int cuda_batch_open(struct cuda_dev *dev, bool copy_stream, struct cuda_batch **b, char *err,
+		    size_t errlen)
 {
 	*b = NULL;
 	struct cuda_batch *o = calloc(1, sizeof(*o));
@@ -60,6 +105,10 @@ int cuda_batch_open(struct cuda_dev *dev, struct cuda_batch **b, char *err, size
 		free(o);
 		return rc;
 	}
+	if (copy_stream && (rc = open_copy_stream(o, err, errlen)) < 0) {
+		cuda_batch_close(o);
+		return rc;
+	}
 	*b = o;
 	return 0;
 }
@@ -68,10 +117,23 @@ void cuda_batch_close(struct cuda_batch *b)
 {
 	if (!b)
 		return;
-	cuda_buf_free(&b->parts);
-	cuda_buf_free(&b->tables);
-	for (int i = 0; i < OP_COUNT; i++)
-		cuda_buf_free(&b->joined[i]);
+	if (b->in)
+		nv_drv.cuStreamSynchronize(b->in);
+	for (int s = 0; s < 2; s++) {
+		struct batch_set *st = &b->set[s];
+		cuda_buf_free(&st->parts);
+		cuda_buf_free(&st->tables);
+		for (int i = 0; i < OP_COUNT; i++)
+			cuda_buf_free(&st->joined[i]);
+		if (st->host)
+			nv_drv.cuMemFreeHost(st->host);
+		if (st->gathered)
+			nv_drv.cuEventDestroy(st->gathered);
+		if (st->freed)
+			nv_drv.cuEventDestroy(st->freed);
+	}
+	if (b->in)
+		nv_drv.cuStreamDestroy(b->in);
 	nv_util_unload(&b->util);
 	free(b);
 }
@@ -94,11 +156,11 @@ static const void *part_ptr(const struct mfma_gemm_part *pt, int op)
 }
 
 /* Fills the spans of operand op between the parts' regions and the parts'
- * buffer; false when some part is not mapped. */
-static bool map_spans(struct cuda_dev *dev, const struct cuda_batch *o, const struct parts_io *io,
+ * buffer of st; false when some part is not mapped. */
+static bool map_spans(struct cuda_dev *dev, const struct batch_set *st, const struct parts_io *io,
 		      int op, struct nv_copy_span *sp, uint64_t *most)
 {
-	CUdeviceptr at = o->parts.p;
+	CUdeviceptr at = st->parts.p;
 	*most = 0;
 	for (uint32_t i = 0; i < io->g->nparts; i++) {
 		const struct mfma_gemm_part *pt = &io->g->parts[i];
@@ -115,19 +177,24 @@ static bool map_spans(struct cuda_dev *dev, const struct cuda_batch *o, const st
 	return true;
 }
 
-/* The column table and the spans of the mapped operands, in one copy. */
-static int upload_tables(struct cuda_dev *dev, struct cuda_batch *o, const struct parts_io io[OP_COUNT],
-			 char *err, size_t errlen)
+/* The bytes of g's tables: the column table, then room for the spans of
+ * every operand. */
+static size_t tables_bytes(const struct mfma_gemm *g)
+{
+	const size_t cols_bytes = (size_t)g->n * 2 * sizeof(int32_t);
+	return ((cols_bytes + 15) & ~(size_t)15) + OP_COUNT * (size_t)g->nparts *
+							   sizeof(struct nv_copy_span);
+}
+
+/* Lays out the column table and the spans of the mapped operands in tab
+ * (tables_bytes long): the bytes used. */
+static size_t fill_tables(struct cuda_dev *dev, struct batch_set *st,
+			  const struct parts_io io[OP_COUNT], unsigned char *tab)
 {
 	const struct mfma_gemm *g = io[OP_B].g;
 	const size_t cols_bytes = (size_t)g->n * 2 * sizeof(int32_t);
 	const size_t span_bytes = (size_t)g->nparts * sizeof(struct nv_copy_span);
 	size_t at = (cols_bytes + 15) & ~(size_t)15;
-	unsigned char *tab = malloc(at + OP_COUNT * span_bytes);
-	if (!tab) {
-		snprintf(err, errlen, "cuda: out of host memory for a batch's tables");
-		return -ENOMEM;
-	}
 	int32_t *cols = (int32_t *)(void *)tab;
 	uint32_t j = 0;
 	for (uint32_t i = 0; i < g->nparts; i++)
@@ -136,29 +203,43 @@ static int upload_tables(struct cuda_dev *dev, struct cuda_batch *o, const struc
 			cols[g->n + j] = (int32_t)g->parts[i].n;
 		}
 	for (int op = 0; op < OP_COUNT; op++) {
-		o->spans_at[op] = 0;
+		st->spans_at[op] = 0;
 		if (op == OP_C && g->beta == 0.0f)
 			continue;
-		if (map_spans(dev, o, &io[op], op, (struct nv_copy_span *)(void *)(tab + at),
-			      &o->most[op])) {
-			o->spans_at[op] = at;
+		if (map_spans(dev, st, &io[op], op, (struct nv_copy_span *)(void *)(tab + at),
+			      &st->most[op])) {
+			st->spans_at[op] = at;
 			at += span_bytes;
 		}
 	}
-	if (cuda_dev_left_running(dev) && at > o->tables.cap)
+	return at;
+}
+
+/* The tables on the device's stream, in one copy through the pool. */
+static int upload_tables(struct cuda_dev *dev, struct batch_set *st,
+			 const struct parts_io io[OP_COUNT], char *err, size_t errlen)
+{
+	unsigned char *tab = malloc(tables_bytes(io[OP_B].g));
+	if (!tab) {
+		snprintf(err, errlen, "cuda: out of host memory for a batch's tables");
+		return -ENOMEM;
+	}
+	size_t at = fill_tables(dev, st, io, tab);
+	if (cuda_dev_left_running(dev) && at > st->tables.cap)
 		cuda_dev_drain(dev); /* as for the operands' buffers, cuda_batch_in */
-	int rc = cuda_buf_need(&o->tables, at, "batch tables", NULL, err, errlen);
+	int rc = cuda_buf_need(&st->tables, at, "batch tables", NULL, err, errlen);
 	if (rc == 0)
-		rc = cuda_dev_copy_in(dev, o->tables.p, at, tab, 1, at, err, errlen);
+		rc = cuda_dev_copy_in(dev, st->tables.p, at, tab, 1, at, err, errlen);
 	free(tab);
 	return rc;
 }
 
-static int copy_spans(struct cuda_dev *dev, struct cuda_batch *o, uint32_t nparts, int op, char *err,
-		      size_t errlen)
+static int copy_spans(const struct cuda_batch *o, const struct batch_set *st, CUstream s,
+		      uint32_t nparts, int op, char *err, size_t errlen)
 {
-	struct nv_copy_params p = { .spans = o->tables.p + o->spans_at[op], .count = (int32_t)nparts };
-	int rc = nv_launch_copy_spans(&o->util, cuda_dev_stream(dev), &p, o->most[op]);
+	struct nv_copy_params p = { .spans = st->tables.p + st->spans_at[op],
+				    .count = (int32_t)nparts };
+	int rc = nv_launch_copy_spans(&o->util, s, &p, st->most[op]);
 	if (rc < 0)
 		snprintf(err, errlen, "cuda: launching the copy of a batch's parts %s failed (%d)",
 			 op == OP_D ? "out" : "in", rc);
@@ -167,34 +248,35 @@ static int copy_spans(struct cuda_dev *dev, struct cuda_batch *o, uint32_t npart
 
 /* Joins (dir 0) or splits (dir 1) one operand between the parts' buffer
  * and the joined matrix (rows x the joined width, a request's layout). */
-static int batch_cols(struct cuda_dev *dev, struct cuda_batch *o, const struct parts_io *io, int op,
-		      int dir, char *err, size_t errlen)
+static int batch_cols(const struct cuda_batch *o, const struct batch_set *st, CUstream s,
+		      const struct parts_io *io, int op, int dir, char *err, size_t errlen)
 {
 	const struct mfma_gemm *g = io->g;
 	struct nv_batch_params p = {
-		.parts = o->parts.p, .joined = o->joined[op].p,
-		.col_start = o->tables.p, .col_n = o->tables.p + (size_t)g->n * sizeof(int32_t),
+		.parts = st->parts.p, .joined = st->joined[op].p,
+		.col_start = st->tables.p, .col_n = st->tables.p + (size_t)g->n * sizeof(int32_t),
 		.rows = (int32_t)io->rows, .cols = (int32_t)g->n, .ld = (int32_t)cuda_batch_width(g->n),
 		.es = (int32_t)io->es, .dir = dir,
 	};
-	int rc = nv_launch_batch_cols(&o->util, cuda_dev_stream(dev), &p);
+	int rc = nv_launch_batch_cols(&o->util, s, &p);
 	if (rc < 0)
 		snprintf(err, errlen, "cuda: launching the batch %s failed (%d)",
 			 dir ? "split of D" : "join", rc);
 	return rc;
 }
 
-/* One operand in: its parts into the parts' buffer, then joined.  The
- * parts' buffer is reused in stream order: C's copy starts after B's
- * join has read it. */
-static int operand_in(struct cuda_dev *dev, struct cuda_batch *o, const struct parts_io *io, int op,
-		      char *err, size_t errlen)
+/* One operand in on stream s: its parts into the parts' buffer, then
+ * joined.  The parts' buffer is reused in stream order: C's copy starts
+ * after B's join has read it.  Through the pool (the device's stream
+ * only) when its parts are not all mapped. */
+static int operand_in(struct cuda_batch *o, struct cuda_dev *dev, struct batch_set *st, CUstream s,
+		      const struct parts_io *io, int op, char *err, size_t errlen)
 {
-	int rc = o->spans_at[op]
-			 ? copy_spans(dev, o, io->g->nparts, op, err, errlen)
-			 : cuda_dev_copy_in_with(dev, o->parts.p, io->rows * io->g->n * io->es,
+	int rc = st->spans_at[op]
+			 ? copy_spans(o, st, s, io->g->nparts, op, err, errlen)
+			 : cuda_dev_copy_in_with(dev, st->parts.p, io->rows * io->g->n * io->es,
 						 give_parts, (void *)(uintptr_t)io, err, errlen);
-	return rc < 0 ? rc : batch_cols(dev, o, io, op, 0, err, errlen);
+	return rc < 0 ? rc : batch_cols(o, st, s, io, op, 0, err, errlen);
 }
 
 static void operands(const struct mfma_gemm *g, struct parts_io io[OP_COUNT])
@@ -203,6 +285,69 @@ static void operands(const struct mfma_gemm *g, struct parts_io io[OP_COUNT])
 	io[OP_B] = (struct parts_io){ g, 'b', g->k, es };
 	io[OP_C] = (struct parts_io){ g, 'c', g->m, os };
 	io[OP_D] = (struct parts_io){ g, 'd', g->m, os };
+}
+
+/* Waits for everything on the device: both streams. */
+static void drain_all(struct cuda_batch *o, struct cuda_dev *dev)
+{
+	if (o->in)
+		nv_drv.cuStreamSynchronize(o->in);
+	cuda_dev_drain(dev);
+}
+
+/* The gather on the copy stream: the tables from st's pinned host copy,
+ * then B's and C's parts, joined; the device's stream waits for it.  The
+ * set is refilled only after the copy out of the batch that last used it
+ * (st->freed).  The START mark goes on the copy stream: h2d then runs
+ * from the gather's start to the GEMM's, a wait for the previous batch's
+ * GEMM and copy out included. */
+static int gather_on_copy_stream(struct cuda_batch *o, struct cuda_dev *dev, struct batch_set *st,
+				 const struct parts_io io[OP_COUNT], size_t at, bool with_c,
+				 char *err, size_t errlen)
+{
+	CUresult r;
+	int rc;
+	if (st->used && (r = nv_drv.cuStreamWaitEvent(o->in, st->freed, 0)) != CUDA_SUCCESS)
+		return cuda_fail(r, err, errlen, "cuStreamWaitEvent(copy stream)");
+	if ((rc = cuda_dev_mark_on(dev, CUDA_MARK_START, o->in, err, errlen)) < 0)
+		return rc;
+	if ((r = nv_drv.cuMemcpyHtoDAsync(st->tables.p, st->host, at, o->in)) != CUDA_SUCCESS)
+		return cuda_fail(r, err, errlen, "cuMemcpyHtoDAsync(batch tables)");
+	if ((rc = operand_in(o, dev, st, o->in, &io[OP_B], OP_B, err, errlen)) < 0 ||
+	    (with_c && (rc = operand_in(o, dev, st, o->in, &io[OP_C], OP_C, err, errlen)) < 0))
+		return rc;
+	if ((r = nv_drv.cuEventRecord(st->gathered, o->in)) != CUDA_SUCCESS)
+		return cuda_fail(r, err, errlen, "cuEventRecord(gathered)");
+	if ((r = nv_drv.cuStreamWaitEvent(cuda_dev_stream(dev), st->gathered, 0)) != CUDA_SUCCESS)
+		return cuda_fail(r, err, errlen, "cuStreamWaitEvent(gathered)");
+	return 0;
+}
+
+/* With the copy stream: the set's tables laid out in its pinned host copy
+ * (grown as needed, once the last copy from it is done); *copy says
+ * whether B and C are all mapped, so that the copy stream gathers them. */
+static int tables_for_copy_stream(struct cuda_dev *dev, struct batch_set *st,
+				  const struct parts_io io[OP_COUNT], bool with_c, size_t *at,
+				  bool *copy, char *err, size_t errlen)
+{
+	CUresult r;
+	if (st->used && (r = nv_drv.cuEventSynchronize(st->gathered)) != CUDA_SUCCESS)
+		return cuda_fail(r, err, errlen, "cuEventSynchronize(gathered)");
+	size_t need = tables_bytes(io[OP_B].g);
+	if (need > st->host_cap) {
+		if (st->host)
+			nv_drv.cuMemFreeHost(st->host);
+		st->host = NULL;
+		st->host_cap = 0;
+		void *h = NULL;
+		if ((r = nv_drv.cuMemHostAlloc(&h, need, 0)) != CUDA_SUCCESS)
+			return cuda_fail(r, err, errlen, "cuMemHostAlloc(batch tables)");
+		st->host = h;
+		st->host_cap = need;
+	}
+	*at = fill_tables(dev, st, io, st->host);
+	*copy = st->spans_at[OP_B] && (!with_c || st->spans_at[OP_C]);
+	return 0;
 }
 
 int cuda_batch_in(struct cuda_batch *o, struct cuda_dev *dev, const struct mfma_gemm *g,
@@ -215,38 +360,81 @@ int cuda_batch_in(struct cuda_batch *o, struct cuda_dev *dev, const struct mfma_
 	const size_t dbytes = io[OP_D].rows * width * io[OP_D].es;
 	const bool with_c = g->beta != 0.0f;
 	int rc;
+	/* With the copy stream the batches take the two sets in turn. */
+	o->cur = o->in ? o->next : 0;
+	o->next = o->cur ^ 1;
+	struct batch_set *st = &o->set[o->cur];
 	/* A buffer that grows is freed and made again: not under a launch
-	 * left running, which may still read or write it. */
+	 * left running, nor a gather, which may still read or write it. */
 	const size_t pbytes = bbytes > dbytes ? bbytes : dbytes;
-	if (cuda_dev_left_running(dev) &&
-	    (pbytes > o->parts.cap || bbytes > o->joined[OP_B].cap ||
-	     (with_c && dbytes > o->joined[OP_C].cap) || dbytes > o->joined[OP_D].cap))
-		cuda_dev_drain(dev);
+	if ((cuda_dev_left_running(dev) || o->in) &&
+	    (pbytes > st->parts.cap || bbytes > st->joined[OP_B].cap ||
+	     (with_c && dbytes > st->joined[OP_C].cap) || dbytes > st->joined[OP_D].cap ||
+	     (o->in && tables_bytes(g) > st->tables.cap)))
+		drain_all(o, dev);
 	/* The parts' own blocks fit in what the joined matrices take. */
-	if ((rc = cuda_buf_need(&o->parts, pbytes, "a batch's parts", NULL, err, errlen)) < 0 ||
-	    (rc = cuda_buf_need(&o->joined[OP_B], bbytes, "a batch's B", NULL, err, errlen)) < 0 ||
-	    (with_c && (rc = cuda_buf_need(&o->joined[OP_C], dbytes, "a batch's C", NULL, err,
+	if ((rc = cuda_buf_need(&st->parts, pbytes, "a batch's parts", NULL, err, errlen)) < 0 ||
+	    (rc = cuda_buf_need(&st->joined[OP_B], bbytes, "a batch's B", NULL, err, errlen)) < 0 ||
+	    (with_c && (rc = cuda_buf_need(&st->joined[OP_C], dbytes, "a batch's C", NULL, err,
 					  errlen)) < 0) ||
-	    (rc = cuda_buf_need(&o->joined[OP_D], dbytes, "a batch's D", NULL, err, errlen)) < 0)
+	    (rc = cuda_buf_need(&st->joined[OP_D], dbytes, "a batch's D", NULL, err, errlen)) < 0)
 		return rc;
-	/* The batch's start: the provider's own START mark is skipped while
-	 * the operands are on the device, so h2d counts the gathers. */
-	if ((rc = cuda_dev_mark(dev, CUDA_MARK_START, err, errlen)) < 0 ||
-	    (rc = upload_tables(dev, o, io, err, errlen)) < 0 ||
-	    (rc = operand_in(dev, o, &io[OP_B], OP_B, err, errlen)) < 0 ||
-	    (with_c && (rc = operand_in(dev, o, &io[OP_C], OP_C, err, errlen)) < 0))
+	bool copy = false;
+	size_t at = 0;
+	if (o->in &&
+	    ((rc = tables_for_copy_stream(dev, st, io, with_c, &at, &copy, err, errlen)) < 0 ||
+	     (rc = cuda_buf_need(&st->tables, tables_bytes(g), "batch tables", NULL, err,
+				 errlen)) < 0))
 		return rc;
-	const struct cuda_dev_range on[] = { { o->joined[OP_B].p, bbytes },
-					     { o->joined[OP_C].p, with_c ? dbytes : 0 },
-					     { o->joined[OP_D].p, dbytes } };
+	if (copy) {
+		rc = gather_on_copy_stream(o, dev, st, io, at, with_c, err, errlen);
+	} else if (o->in) {
+		/* Some part through the pool: on the device's stream, from
+		 * the tables already laid out. */
+		if ((rc = cuda_dev_mark(dev, CUDA_MARK_START, err, errlen)) == 0 &&
+		    (rc = cuda_dev_copy_in(dev, st->tables.p, at, st->host, 1, at, err, errlen)) == 0 &&
+		    (rc = operand_in(o, dev, st, cuda_dev_stream(dev), &io[OP_B], OP_B, err,
+				     errlen)) == 0 &&
+		    with_c)
+			rc = operand_in(o, dev, st, cuda_dev_stream(dev), &io[OP_C], OP_C, err, errlen);
+	} else {
+		/* The batch's start: the provider's own START mark is skipped
+		 * while the operands are on the device, so h2d counts the
+		 * gathers. */
+		if ((rc = cuda_dev_mark(dev, CUDA_MARK_START, err, errlen)) == 0 &&
+		    (rc = upload_tables(dev, st, io, err, errlen)) == 0 &&
+		    (rc = operand_in(o, dev, st, cuda_dev_stream(dev), &io[OP_B], OP_B, err,
+				     errlen)) == 0 &&
+		    with_c)
+			rc = operand_in(o, dev, st, cuda_dev_stream(dev), &io[OP_C], OP_C, err, errlen);
+	}
+	if (rc < 0)
+		return rc;
+	const struct cuda_dev_range on[] = { { st->joined[OP_B].p, bbytes },
+					     { st->joined[OP_C].p, with_c ? dbytes : 0 },
+					     { st->joined[OP_D].p, dbytes } };
 	cuda_dev_on_device(dev, on, OP_COUNT);
 	*one = *g;
 	one->n = width;
 	one->nparts = 0;
 	one->parts = NULL;
-	one->b = (const void *)(uintptr_t)o->joined[OP_B].p;
-	one->c = with_c ? (const void *)(uintptr_t)o->joined[OP_C].p : NULL;
-	one->d = (void *)(uintptr_t)o->joined[OP_D].p;
+	one->b = (const void *)(uintptr_t)st->joined[OP_B].p;
+	one->c = with_c ? (const void *)(uintptr_t)st->joined[OP_C].p : NULL;
+	one->d = (void *)(uintptr_t)st->joined[OP_D].p;
+	return 0;
+}
+
+/* With the copy stream: the set is free again once the device's stream
+ * has got this far (the batch's copy out queued or done). */
+static int set_freed(struct cuda_batch *o, struct cuda_dev *dev, char *err, size_t errlen)
+{
+	if (!o->in)
+		return 0;
+	struct batch_set *st = &o->set[o->cur];
+	CUresult r = nv_drv.cuEventRecord(st->freed, cuda_dev_stream(dev));
+	if (r != CUDA_SUCCESS)
+		return cuda_fail(r, err, errlen, "cuEventRecord(freed)");
+	st->used = true;
 	return 0;
 }
 
@@ -256,15 +444,20 @@ int cuda_batch_out(struct cuda_batch *o, struct cuda_dev *dev, const struct mfma
 	const int may_leave = *left;
 	*left = 0;
 	cuda_dev_on_device(dev, NULL, 0);
+	struct batch_set *st = &o->set[o->cur];
 	struct parts_io io[OP_COUNT];
 	operands(g, io);
-	int rc = batch_cols(dev, o, &io[OP_D], OP_D, 1, err, errlen);
+	int rc = batch_cols(o, st, cuda_dev_stream(dev), &io[OP_D], OP_D, 1, err, errlen);
 	if (rc < 0)
 		return rc;
-	if (!o->spans_at[OP_D])
-		return cuda_dev_copy_out_with(dev, o->parts.p, io[OP_D].rows * g->n * io[OP_D].es,
-					      take_parts, (void *)(uintptr_t)&io[OP_D], err, errlen);
-	rc = copy_spans(dev, o, g->nparts, OP_D, err, errlen);
+	if (!st->spans_at[OP_D]) {
+		rc = cuda_dev_copy_out_with(dev, st->parts.p, io[OP_D].rows * g->n * io[OP_D].es,
+					    take_parts, (void *)(uintptr_t)&io[OP_D], err, errlen);
+		return rc < 0 ? rc : set_freed(o, dev, err, errlen);
+	}
+	rc = copy_spans(o, st, cuda_dev_stream(dev), g->nparts, OP_D, err, errlen);
+	if (rc == 0)
+		rc = set_freed(o, dev, err, errlen);
 	if (rc < 0)
 		return rc;
 	if (!may_leave)
@@ -275,7 +468,11 @@ int cuda_batch_out(struct cuda_batch *o, struct cuda_dev *dev, const struct mfma
 	return rc;
 }
 
-void cuda_batch_abort(struct cuda_dev *dev)
+void cuda_batch_abort(struct cuda_batch *o, struct cuda_dev *dev)
 {
+	/* A gather may still be running on the copy stream: the caller
+	 * drains the device's stream, this one is waited for here. */
+	if (o && o->in)
+		nv_drv.cuStreamSynchronize(o->in);
 	cuda_dev_on_device(dev, NULL, 0);
 }

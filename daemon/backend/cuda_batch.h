@@ -21,8 +21,12 @@ bool cuda_batch_usable(int cc);
 /* cuda_batch_width, the joined width of n columns, is in cuda_widths.h. */
 
 /* Loads the data-movement kernels; NULL *b with -ENOEXEC when the build
- * has none for this GPU (the device then does not batch). */
-int cuda_batch_open(struct cuda_dev *dev, struct cuda_batch **b, char *err, size_t errlen);
+ * has none for this GPU (the device then does not batch).  copy_stream
+ * (cuda.copy_stream): a batch whose B and C lie in mapped memory is
+ * gathered on a stream of its own, beside the previous batch's GEMM and
+ * copy out, into the other of two sets of buffers. */
+int cuda_batch_open(struct cuda_dev *dev, bool copy_stream, struct cuda_batch **b, char *err,
+		    size_t errlen);
 void cuda_batch_close(struct cuda_batch *b);
 
 /* Records the START mark, gathers g's parts onto the device and fills one
@@ -39,7 +43,8 @@ int cuda_batch_in(struct cuda_batch *b, struct cuda_dev *dev, const struct mfma_
  * event set + 1 for cuda_dev_finish; else 0, and it was waited for. */
 int cuda_batch_out(struct cuda_batch *b, struct cuda_dev *dev, const struct mfma_gemm *g, int *left,
 		   char *err, size_t errlen);
-/* Clears the operands after a failed launch (the caller drains). */
-void cuda_batch_abort(struct cuda_dev *dev);
+/* Clears the operands after a failed launch and waits for the copy
+ * stream (the caller drains the device's). */
+void cuda_batch_abort(struct cuda_batch *b, struct cuda_dev *dev);
 
 #endif

@@ -699,12 +699,18 @@ int cuda_dev_graph_run(struct cuda_dev *d, struct cuda_graph *g, const uint64_t 
 
 int cuda_dev_mark(struct cuda_dev *d, enum cuda_mark mark, char *err, size_t errlen)
 {
+	return cuda_dev_mark_on(d, mark, d->stream, err, errlen);
+}
+
+int cuda_dev_mark_on(struct cuda_dev *d, enum cuda_mark mark, CUstream s, char *err,
+		     size_t errlen)
+{
 	static const int ev_of[] = { [CUDA_MARK_START] = EV_START, [CUDA_MARK_IN] = EV_IN,
 				     [CUDA_MARK_KERNEL] = EV_KERNEL };
 	/* A batched launch recorded its start before gathering its parts. */
 	if (mark == CUDA_MARK_START && d->nondev)
 		return 0;
-	CU_TRY(nv_drv.cuEventRecord(d->ev[d->set][ev_of[mark]], d->stream), "cuEventRecord");
+	CU_TRY(nv_drv.cuEventRecord(d->ev[d->set][ev_of[mark]], s), "cuEventRecord");
 	if (mark == CUDA_MARK_IN)
 		d->mark_in_ns[d->set] = mfma_clock_ns();
 	else if (mark == CUDA_MARK_KERNEL)

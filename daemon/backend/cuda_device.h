@@ -196,6 +196,10 @@ int cuda_dev_copy_in_with(struct cuda_dev *d, CUdeviceptr dst, size_t bytes, cud
  * records the end and waits for it. */
 enum cuda_mark { CUDA_MARK_START, CUDA_MARK_IN, CUDA_MARK_KERNEL };
 int cuda_dev_mark(struct cuda_dev *d, enum cuda_mark mark, char *err, size_t errlen);
+/* The same mark recorded on stream s instead of the device's (a batch
+ * whose copy in runs on a stream of its own records its START there). */
+int cuda_dev_mark_on(struct cuda_dev *d, enum cuda_mark mark, CUstream s, char *err,
+		     size_t errlen);
 
 /* Where a GEMM's kernels write D (bytes of it, for dst): dst itself when
  * it is an operand on the device (a batch's joined D), else the device's D

@@ -57,6 +57,7 @@ extern "C" {
 	X(cuStreamCreate)                           \
 	X(cuStreamDestroy)                          \
 	X(cuStreamSynchronize)                      \
+	X(cuStreamWaitEvent)                        \
 	X(cuEventCreate)                            \
 	X(cuEventDestroy)                           \
 	X(cuEventRecord)                            \

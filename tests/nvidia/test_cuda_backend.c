@@ -691,7 +691,7 @@ static int provider_batched_case(struct cuda_dev *cd, const struct cuda_provider
 	    (rc = p->launch(cd, pstate, &one, packed, &variant, err, sizeof(err))) == 0)
 		rc = cuda_batch_out(batch, cd, &g, &left, err, sizeof(err));
 	if (rc != 0) {
-		cuda_batch_abort(cd);
+		cuda_batch_abort(batch, cd);
 		cuda_dev_drain(cd);
 		fail_msg("%s batched %s %s: %s (%d)", p->name, mfma_dtype_name(in),
 			 sparse ? "2:4" : "dense", err, rc);
@@ -727,7 +727,7 @@ static void test_providers(void **state)
 	if (cuda_dev_open(dev_index, &cfg, &cd, err, sizeof(err)) != 0)
 		fail_msg("cuda_dev_open: %s", err);
 	struct cuda_batch *batch = NULL;
-	if (cuda_batch_open(cd, &batch, err, sizeof(err)) != 0)
+	if (cuda_batch_open(cd, false, &batch, err, sizeof(err)) != 0)
 		fail_msg("cuda_batch_open: %s", err);
 	/* Odd shapes and decode-like ones; the quick run takes the first
 	 * three (one the cuSPARSELt path takes: N a multiple of 8). */
@@ -1583,6 +1583,111 @@ static void test_other_devices(void **state)
 	dev = keep;
 }
 
+/* cuda.copy_stream: a batch whose B and C lie in mapped memory is gathered
+ * on a stream of its own into the other of two sets of buffers, beside the
+ * previous batch's GEMM and copy out.  On a device opened with it: the
+ * batched cases (staged, registered, pairs left running) as without it;
+ * then NB batches in a row, every part's B its own (so that a gather that
+ * overwrote a set still in use, or a GEMM that did not wait for its
+ * gather, shows as a wrong D), each launched while the one before is left
+ * running, as the daemon's worker does, every part's D against the
+ * float64 reference. */
+static void test_copy_stream(void **state)
+{
+	struct backend_config cfg = { .pinned_bytes = 8u << 20, .cuda_graphs = true,
+				      .cuda_copy_stream = true };
+	reopen(&cfg);
+	test_batched_launch(state);
+	enum { NB = 8, NP = 3 };
+	const uint32_t m = quick ? 260 : 1536, k = quick ? 256 : 2048;
+	const uint32_t ns[NP] = { 5, 16, 3 };
+	const enum mfma_dtype in = MFMA_DT_F16, out = MFMA_DT_F32;
+	struct operands o, r[NB][NP];
+	ops_make(&o, in, out, true, m, 1, k, 1.0f, 0.0f);
+	void *w = load_f16_weight(dev, &o, true, m, k);
+	size_t len = 4096;
+	for (int b = 0; b < NB; b++)
+		for (int i = 0; i < NP; i++) {
+			/* Every other batch with C (a batch's scalars are its
+			 * parts'). */
+			ops_make(&r[b][i], in, out, false, m, ns[i] + (uint32_t)b % 3, k, 0.75f,
+				 b % 2 ? 0.0f : 0.5f);
+			len += (size_t)k * r[b][i].g.n * 2 + 2 * (size_t)m * r[b][i].g.n * 4 + 64;
+		}
+	int fd = memfd_create("test-copy-stream", MFD_CLOEXEC);
+	assert_true(fd >= 0);
+	assert_int_equal(ftruncate(fd, (off_t)len), 0);
+	unsigned char *rg = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	assert_true(rg != MAP_FAILED);
+	char err[512] = "";
+	void *handle = NULL;
+	RC_OK(backend_cuda.host_register(dev, rg, len, &handle, err, sizeof(err)), err);
+	/* Every operand moved into the region; the operands point there. */
+	unsigned char *at = rg + 16;
+	struct mfma_gemm_part parts[NB][NP];
+	struct mfma_gemm g[NB];
+	for (int b = 0; b < NB; b++) {
+		for (int i = 0; i < NP; i++) {
+			struct operands *x = &r[b][i];
+			size_t bb = (size_t)k * x->g.n * 2, db = (size_t)m * x->g.n * 4;
+			memcpy(at, x->b, bb);
+			x->g.b = at;
+			at += bb + 16;
+			if (x->c) {
+				memcpy(at, x->c, db);
+				x->g.c = at;
+				at += db + 16;
+			}
+			memset(at, 0xff, db);
+			x->g.d = at;
+			at += db + 16;
+		}
+		struct operands joined[NP];
+		for (int i = 0; i < NP; i++) {
+			joined[i] = r[b][i];
+			joined[i].b = (void *)(uintptr_t)r[b][i].g.b;
+			joined[i].c = (void *)(uintptr_t)r[b][i].g.c;
+			joined[i].d = r[b][i].g.d;
+		}
+		g[b] = join_parts(joined, parts[b], NP, true);
+	}
+	assert_true(at <= rg + len);
+	struct backend_timing t[NB];
+	int left = 0;
+	for (int b = 0; b < NB; b++) {
+		t[b] = (struct backend_timing){ .may_leave = true };
+		RC_OK(backend_cuda.gemm(dev, &g[b], w, &t[b], err, sizeof(err)), err);
+		if (b > 0 && t[b - 1].left)
+			RC_OK(backend_cuda.gemm_end(dev, &t[b - 1], err, sizeof(err)), err);
+		left += t[b].left != 0;
+	}
+	if (t[NB - 1].left)
+		RC_OK(backend_cuda.gemm_end(dev, &t[NB - 1], err, sizeof(err)), err);
+	printf("  copy stream: %d of %d batches left running behind the next\n", left, NB);
+	for (int b = 0; b < NB; b++)
+		for (int i = 0; i < NP; i++) {
+			struct operands *x = &r[b][i];
+			x->g.a_sparse = true;
+			x->g.a = o.a;
+			x->g.a_meta = o.meta;
+			double rel = rel_error(x, NULL, m);
+			checks++;
+			if (!(rel <= nvt_tolerance(out)))
+				fail_msg("copy stream: batch %d part %d: relative error %g", b, i, rel);
+			x->g.a = NULL;
+			x->g.a_meta = NULL;
+			ops_free(x);
+		}
+	backend_cuda.host_unregister(dev, handle);
+	munmap(rg, len);
+	close(fd);
+	backend_cuda.weight_free(dev, w);
+	ops_free(&o);
+	assert_true(left > 0);
+	cfg.cuda_copy_stream = false;
+	reopen(&cfg);
+}
+
 int main(void)
 {
 	char err[512] = "";
@@ -1619,6 +1724,7 @@ int main(void)
 		cmocka_unit_test(test_tiles_and_split_k),
 		cmocka_unit_test(test_resident_weight),
 		cmocka_unit_test(test_batched_launch),
+		cmocka_unit_test(test_copy_stream),
 		cmocka_unit_test(test_repeatable),
 		cmocka_unit_test(test_registered_host),
 		cmocka_unit_test(test_pooled_answers),
