@@ -102,6 +102,7 @@ static bool start_answer(struct device *v, struct gemm_job *j)
 static void count_answer(struct device *v, struct gemm_job *j, uint64_t total_ns)
 {
 	struct mfmad_stats *s = &v->d->stats;
+	sched_landed(v, &j->sj);
 	STATS_ADD(v->st->completed, 1);
 	STATS_ADD(v->st->kernel_ns, j->t.kernel_ns);
 	if (j->launch_head)

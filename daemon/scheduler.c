@@ -244,7 +244,7 @@ static void post_or_complete(struct queue *q, struct sched_job **jobs, size_t n)
 			tail[k] = j;
 			continue;
 		}
-		STATS_SUB(q->v->st->in_flight, 1);
+		sched_landed(q->v, j);
 		complete(q->s, j);
 	}
 	for (unsigned k = 0; k < q->npost; k++) {
@@ -309,6 +309,7 @@ static void *worker_main(void *arg)
 			STATS_ADD(v->st->in_flight, 1);
 			j->start_ns = now;
 			j->taken = false;
+			j->landed = false;
 			j->status = 0;
 			j->post = NULL;
 			j->finish = NULL;
@@ -365,7 +366,7 @@ static void *post_main(void *arg)
 			struct sched_job *j = list;
 			list = j->next;
 			j->post(q->v, j);
-			STATS_SUB(q->v->st->in_flight, 1);
+			sched_landed(q->v, j);
 			complete(q->s, j);
 		}
 		pthread_mutex_lock(&p->mu);
@@ -519,6 +520,14 @@ void sched_submit(struct daemon *d, int dev, struct sched_job *j, sched_work_fn 
 	}
 	if (j->deadline_ns)
 		arm_deadline_timer(s, j->deadline_ns);
+}
+
+void sched_landed(struct device *v, struct sched_job *j)
+{
+	if (j->landed)
+		return;
+	j->landed = true;
+	STATS_SUB(v->st->in_flight, 1);
 }
 
 void sched_set_overlap(struct daemon *d, bool on)

@@ -81,6 +81,7 @@ struct sched_job {
 	 * is queued, and always before a job that is not such a batch). */
 	sched_batch_fn finish;
 	bool taken;             /* picked for a batch (private) */
+	bool landed;            /* out of the device's in-flight count (private) */
 };
 
 /* The queue's order of a job queued at enqueue_ns with priority prio.
@@ -109,6 +110,11 @@ void sched_set_batching(struct daemon *d, bool enabled, uint32_t max_cost, uint6
  * any thread). */
 void sched_set_overlap(struct daemon *d, bool on);
 bool sched_overlap(const struct daemon *d);
+/* Called by a work, batch or finish callback on the worker when the
+ * device is done with j, before its answer can reach the client: j leaves
+ * the device's in-flight count then, not when its post callback has run,
+ * so that a job counted completed is never also counted in flight. */
+void sched_landed(struct device *v, struct sched_job *j);
 /* How long an idle worker polls for work before it sleeps; 0 = never
  * polls (loop thread, any time). */
 void sched_set_poll(struct daemon *d, uint64_t poll_ns);
