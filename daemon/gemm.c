@@ -98,7 +98,8 @@ static bool start_answer(struct device *v, struct gemm_job *j)
  * the worker before the answer can be sent: the worker or a post thread
  * may write it to the client before the loop hears of the job, and a
  * client that has its answer must find it counted in the status it asks
- * for next (a client test's exact count failed on a 16-core host). */
+ * for next.  It leaves the device's in-flight count first, so that no
+ * status counts it twice. */
 static void count_answer(struct device *v, struct gemm_job *j, uint64_t total_ns)
 {
 	struct mfmad_stats *s = &v->d->stats;

@@ -251,6 +251,24 @@ static void test_batch_overlap(void **state)
 	assert_non_null(strstr(err, "batching.overlap must be true or false"));
 }
 
+/* cuda.copy_stream: off by default, a boolean, a restart. */
+static void test_cuda_copy_stream(void **state)
+{
+	(void)state;
+	struct mfmad_config c, d;
+	char err[512], buf[256];
+	config_defaults(&c);
+	assert_false(c.cuda_copy_stream);
+	assert_int_equal(parse(&c, "cuda = { copy_stream = true; };\n", err, sizeof(err)), 0);
+	assert_true(c.cuda_copy_stream);
+	config_defaults(&d);
+	assert_int_equal(config_restart_only_changes(&d, &c, buf, sizeof(buf)), 1);
+	assert_string_equal(buf, "cuda.copy_stream");
+	assert_int_equal(parse(&c, "cuda = { copy_stream = \"yes\"; };\n", err, sizeof(err)),
+			 -EINVAL);
+	assert_non_null(strstr(err, "cuda.copy_stream must be true or false"));
+}
+
 /* limits.post_threads: 4 by default, 1..16, a restart. */
 static void test_post_threads(void **state)
 {
@@ -552,6 +570,7 @@ int main(void)
 		cmocka_unit_test(test_pinned_reads),
 		cmocka_unit_test(test_post_threads),
 		cmocka_unit_test(test_batch_overlap),
+		cmocka_unit_test(test_cuda_copy_stream),
 		cmocka_unit_test(test_loop_poll),
 		cmocka_unit_test(test_readers),
 		cmocka_unit_test(test_providers),
