@@ -152,7 +152,7 @@ static void finish_answer(struct device *v, struct gemm_job *j)
 	count_answer(v, j, tm.total_ns);
 	/* Straight to the client from here when nothing is queued ahead of
 	 * it, it ran alone and no request waits for this device: the loop
-	 * then only counts it, and the client has it a thread wake-up
+	 * then only releases it, and the client has it a thread wake-up
 	 * sooner.  A batch's answers and those made under load go to the
 	 * post thread (hand_off), so the worker goes back to the device at
 	 * once (on the H200, N=8 x 64 in flight, sending each batch's
