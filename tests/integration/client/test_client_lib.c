@@ -589,10 +589,16 @@ static void test_threads(void **state)
 	struct mfma_error err;
 	assert_int_equal(mfma_status(e->c, &s, &err), 0);
 	assert_true(s.counters.connections_total >= NT + 1);
-	uint64_t done = 0;
-	for (size_t i = 0; i < s.n_devices; i++)
+	/* Every answer the threads have is counted completed and no longer
+	 * in flight on its device: both are counted before an answer can be
+	 * sent. */
+	uint64_t done = 0, running = 0;
+	for (size_t i = 0; i < s.n_devices; i++) {
 		done += s.devices[i].completed;
+		running += s.devices[i].in_flight;
+	}
 	assert_true(done >= NT * 8);
+	assert_int_equal(running, 0);
 	mfma_status_free(&s);
 }
 
