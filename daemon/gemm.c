@@ -434,9 +434,9 @@ static void gemm_done(struct daemon *d, struct sched_job *sj, int status)
 		}
 		/* Counted on the worker already (count_answer). */
 		if (j->sent)
-			reply_sent(d, &j->r);
+			reply_sent(&j->r);
 		else
-			reply_encoded(d, &j->r, j->frame, j->frame_len);
+			reply_encoded(&j->r, j->frame, j->frame_len);
 		j->frame = NULL;
 	} else {
 		/* Failures before the device started (deadline, shutdown) were

@@ -129,15 +129,13 @@ void reply_count_ok(struct daemon *d, const struct request *r)
 	count(d, r, MFMA__V1__CODE__OK);
 }
 
-void reply_encoded(struct daemon *d, const struct request *r, uint8_t *frame, size_t len)
+void reply_encoded(const struct request *r, uint8_t *frame, size_t len)
 {
-	(void)d;
 	conn_send(r->conn, frame, len, false);
 }
 
-void reply_sent(struct daemon *d, const struct request *r)
+void reply_sent(const struct request *r)
 {
-	(void)d;
 	conn_flush_direct(r->conn);
 }
 

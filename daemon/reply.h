@@ -45,10 +45,10 @@ void reply_status(struct daemon *d, const struct request *r, int code, const cha
 void reply_count_ok(struct daemon *d, const struct request *r);
 /* An OK answer encoded beforehand (reply_encode) and counted
  * (reply_count_ok), e.g. on a device worker. */
-void reply_encoded(struct daemon *d, const struct request *r, uint8_t *frame, size_t len);
+void reply_encoded(const struct request *r, uint8_t *frame, size_t len);
 /* An OK answer, counted, that the device worker or a post thread sent
  * itself (conn_send_direct): the tail it left queued. */
-void reply_sent(struct daemon *d, const struct request *r);
+void reply_sent(const struct request *r);
 /* The last answer on a connection (no request id: the frame was not a
  * request, or the connection is refused), then the connection closes.
  * Not counted: the caller knows what it was. */
