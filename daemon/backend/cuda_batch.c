@@ -388,25 +388,20 @@ int cuda_batch_in(struct cuda_batch *o, struct cuda_dev *dev, const struct mfma_
 		return rc;
 	if (copy) {
 		rc = gather_on_copy_stream(o, dev, st, io, at, with_c, err, errlen);
-	} else if (o->in) {
-		/* Some part through the pool: on the device's stream, from
-		 * the tables already laid out. */
-		if ((rc = cuda_dev_mark(dev, CUDA_MARK_START, err, errlen)) == 0 &&
-		    (rc = cuda_dev_copy_in(dev, st->tables.p, at, st->host, 1, at, err, errlen)) == 0 &&
-		    (rc = operand_in(o, dev, st, cuda_dev_stream(dev), &io[OP_B], OP_B, err,
-				     errlen)) == 0 &&
-		    with_c)
-			rc = operand_in(o, dev, st, cuda_dev_stream(dev), &io[OP_C], OP_C, err, errlen);
 	} else {
-		/* The batch's start: the provider's own START mark is skipped
-		 * while the operands are on the device, so h2d counts the
-		 * gathers. */
-		if ((rc = cuda_dev_mark(dev, CUDA_MARK_START, err, errlen)) == 0 &&
-		    (rc = upload_tables(dev, st, io, err, errlen)) == 0 &&
-		    (rc = operand_in(o, dev, st, cuda_dev_stream(dev), &io[OP_B], OP_B, err,
-				     errlen)) == 0 &&
-		    with_c)
-			rc = operand_in(o, dev, st, cuda_dev_stream(dev), &io[OP_C], OP_C, err, errlen);
+		/* On the device's stream.  The batch's start: the provider's
+		 * own START mark is skipped while the operands are on the
+		 * device, so h2d counts the gathers.  The tables from the set's
+		 * host copy when the copy stream laid them out already (some
+		 * part is not mapped). */
+		CUstream s = cuda_dev_stream(dev);
+		if ((rc = cuda_dev_mark(dev, CUDA_MARK_START, err, errlen)) == 0)
+			rc = o->in ? cuda_dev_copy_in(dev, st->tables.p, at, st->host, 1, at, err, errlen)
+				   : upload_tables(dev, st, io, err, errlen);
+		if (rc == 0)
+			rc = operand_in(o, dev, st, s, &io[OP_B], OP_B, err, errlen);
+		if (rc == 0 && with_c)
+			rc = operand_in(o, dev, st, s, &io[OP_C], OP_C, err, errlen);
 	}
 	if (rc < 0)
 		return rc;
