@@ -468,6 +468,8 @@ static void test_failed_batches_run_alone(void **state)
 	(void)state;
 	for (int leave = 0; leave < 2; leave++) {
 		struct mfmad_proc p;
+		/* Every answer frame on the heap, whatever the environment. */
+		unsetenv("MFMAD_TEST_CPU_ANSWER_ARENA_MB");
 		setenv("MFMAD_TEST_CPU_LEAVE", leave ? "1" : "0", 1);
 		int port = harness_start_metrics(&p, conf_on, "MFMAD_TEST_CPU_FAIL_BATCHES", "1");
 		unsetenv("MFMAD_TEST_CPU_LEAVE");
