@@ -662,6 +662,16 @@ int sched_start(struct daemon *d, char *err, size_t errlen)
 	return 0;
 }
 
+/* Tells a thread waiting on cv under mu to stop (*stop), and joins it. */
+static void stop_thread(pthread_mutex_t *mu, pthread_cond_t *cv, bool *stop, pthread_t thread)
+{
+	pthread_mutex_lock(mu);
+	*stop = true;
+	pthread_cond_broadcast(cv);
+	pthread_mutex_unlock(mu);
+	pthread_join(thread, NULL);
+}
+
 void sched_stop(struct daemon *d)
 {
 	struct sched *s = d->sched;
@@ -671,11 +681,7 @@ void sched_stop(struct daemon *d)
 		struct queue *q = &s->q[i];
 		if (!q->started)
 			continue;
-		pthread_mutex_lock(&q->mu);
-		q->stop = true;
-		pthread_cond_broadcast(&q->cv);
-		pthread_mutex_unlock(&q->mu);
-		pthread_join(q->thread, NULL);
+		stop_thread(&q->mu, &q->cv, &q->stop, q->thread);
 		q->started = false;
 	}
 	/* The workers are gone: what they posted is all there will be. */
@@ -684,11 +690,7 @@ void sched_stop(struct daemon *d)
 			struct poster *p = &s->q[i].post[k];
 			if (!p->started)
 				continue;
-			pthread_mutex_lock(&p->mu);
-			p->stop = true;
-			pthread_cond_signal(&p->cv);
-			pthread_mutex_unlock(&p->mu);
-			pthread_join(p->thread, NULL);
+			stop_thread(&p->mu, &p->cv, &p->stop, p->thread);
 			p->started = false;
 		}
 	}

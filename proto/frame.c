@@ -34,6 +34,13 @@ static bool from_mem(const struct frame_reader *r, const void *buf)
 	return r->mem && buf && r->mem->owns(buf);
 }
 
+/* A buffer of len bytes from the frame_mem, when the reader has one and
+ * len is large enough for it; NULL otherwise (the caller's malloc). */
+static uint8_t *mem_alloc(const struct frame_reader *r, size_t len)
+{
+	return r->mem && len >= r->mem->min ? r->mem->alloc(r->mem->arg, len) : NULL;
+}
+
 static void buf_free(const struct frame_reader *r, void *buf)
 {
 	if (from_mem(r, buf))
@@ -83,7 +90,7 @@ void frame_reader_shrink(struct frame_reader *r, size_t keep)
  * buffer from the frame_mem is moved, never realloc'ed). */
 static int grow(struct frame_reader *r, size_t ncap)
 {
-	uint8_t *nb = r->mem && ncap >= r->mem->min ? r->mem->alloc(r->mem->arg, ncap) : NULL;
+	uint8_t *nb = mem_alloc(r, ncap);
 	if (!nb && from_mem(r, r->buf) && !(nb = malloc(ncap)))
 		return -ENOMEM; /* never realloc'ed */
 	if (nb) {
@@ -168,7 +175,7 @@ uint8_t *frame_reader_take(struct frame_reader *r)
 		return old;
 	}
 	size_t ncap = rest > 4096 ? rest : 4096;
-	uint8_t *nb = r->mem && ncap >= r->mem->min ? r->mem->alloc(r->mem->arg, ncap) : NULL;
+	uint8_t *nb = mem_alloc(r, ncap);
 	if (!nb)
 		nb = malloc(ncap);
 	if (!nb)

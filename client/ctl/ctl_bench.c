@@ -134,7 +134,7 @@ static void check_answer(struct bench_conn *bc, const struct mfma_gemm_result *r
 		rel = cpu_rel_frobenius(r->d.data, ctl_dtype(r->d.dtype), bc->ref,
 					(size_t)a->rows * bc->b_own.cols);
 		bc->tolerance = mfma_check_tolerance(r->d.dtype, a->cols);
-		ok = bc->tolerance == 0.0 ? rel == 0.0 : rel <= bc->tolerance;
+		ok = ctl_within_tolerance(rel, bc->tolerance);
 		if (!ok && !bc->check_why[0])
 			snprintf(bc->check_why, sizeof(bc->check_why),
 				 "relative Frobenius error %.3g over the tolerance %.2g", rel,

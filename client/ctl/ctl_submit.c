@@ -96,8 +96,7 @@ static int check_gemm(const struct submit_opts *o, bool prune, const struct ctl_
 	if (rc == 0) {
 		out->rel_error = cpu_rel_frobenius(r->d.data, g.out_dtype, ref, count);
 		out->tolerance = mfma_check_tolerance(r->d.dtype, a->cols);
-		out->ok = out->tolerance == 0.0 ? out->rel_error == 0.0
-						: out->rel_error <= out->tolerance;
+		out->ok = ctl_within_tolerance(out->rel_error, out->tolerance);
 	}
 	free(ref);
 	if (aref != a)

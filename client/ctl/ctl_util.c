@@ -272,6 +272,11 @@ double ctl_tolerance(enum mfma_dtype in, enum mfma_dtype out)
 	return a > b ? a : b;
 }
 
+bool ctl_within_tolerance(double rel, double tolerance)
+{
+	return tolerance == 0.0 ? rel == 0.0 : rel <= tolerance;
+}
+
 uint64_t ctl_unexplained_ns(uint64_t client_wait_ns, uint64_t server_total_ns)
 {
 	return client_wait_ns > server_total_ns ? client_wait_ns - server_total_ns : 0;

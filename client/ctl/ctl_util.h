@@ -79,4 +79,8 @@ int ctl_random_matrix(void *data, enum mfma_dtype t, uint32_t rows, uint32_t col
  * 0 (exact) when both are integers. */
 double ctl_tolerance(enum mfma_dtype in, enum mfma_dtype out);
 
+/* Whether a relative error rel passes --check's tolerance (an exact match
+ * where the tolerance is 0: integer output). */
+bool ctl_within_tolerance(double rel, double tolerance);
+
 #endif

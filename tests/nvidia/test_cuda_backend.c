@@ -298,6 +298,56 @@ static void test_resident_weight(void **state)
 		}
 }
 
+/* A region as a client makes one: a memfd of len bytes, mapped, and
+ * registered with the test's device. */
+struct test_region {
+	unsigned char *p;
+	size_t len;
+	int fd;
+	void *handle; /* NULL once unregistered */
+};
+
+static void region_make(struct test_region *rg, const char *name, size_t len)
+{
+	rg->len = len;
+	rg->fd = memfd_create(name, MFD_CLOEXEC);
+	assert_true(rg->fd >= 0);
+	assert_int_equal(ftruncate(rg->fd, (off_t)len), 0);
+	rg->p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, rg->fd, 0);
+	assert_true(rg->p != MAP_FAILED);
+	char err[512] = "";
+	rg->handle = NULL;
+	RC_OK(backend_cuda.host_register(dev, rg->p, len, &rg->handle, err, sizeof(err)), err);
+}
+
+static void region_unregister(struct test_region *rg)
+{
+	if (rg->handle)
+		backend_cuda.host_unregister(dev, rg->handle);
+	rg->handle = NULL;
+}
+
+static void region_free(struct test_region *rg)
+{
+	region_unregister(rg);
+	munmap(rg->p, rg->len);
+	close(rg->fd);
+}
+
+/* len bytes at *at, from src or, with src NULL, poisoned (an element a
+ * kernel does not write fails the check); *at moves past them and a gap
+ * of 16 bytes, so that the operands fall at odd alignments. */
+static unsigned char *region_put(unsigned char **at, const void *src, size_t len)
+{
+	unsigned char *p = *at;
+	if (src)
+		memcpy(p, src, len);
+	else
+		memset(p, 0xff, len);
+	*at += len + 16;
+	return p;
+}
+
 /* The same split-K problem gives the same bits every time, whichever CTA
  * of a tile finishes last; a result that moves would be a race or an
  * order-dependent reduction.  Several shapes and tiles, ten runs each. */
@@ -319,30 +369,18 @@ static void batched_registered(const struct mfma_gemm *g, void *w, const struct 
 	size_t len = 4096;
 	for (uint32_t i = 0; i < g->nparts; i++)
 		len += ((size_t)k * g->parts[i].n * es + 4 * (size_t)m * g->parts[i].n * os) + 96;
-	int fd = memfd_create("test-batch-region", MFD_CLOEXEC);
-	assert_true(fd >= 0);
-	assert_int_equal(ftruncate(fd, (off_t)len), 0);
-	unsigned char *rg = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	assert_true(rg != MAP_FAILED);
+	struct test_region rg;
+	region_make(&rg, "test-batch-region", len);
 	char err[512] = "";
-	void *handle = NULL;
-	RC_OK(backend_cuda.host_register(dev, rg, len, &handle, err, sizeof(err)), err);
 	struct mfma_gemm_part parts[3];
-	unsigned char *at = rg + 16;
+	unsigned char *at = rg.p + 16;
 	for (uint32_t i = 0; i < g->nparts; i++) {
 		size_t bb = (size_t)k * g->parts[i].n * es, db = (size_t)m * g->parts[i].n * os;
 		parts[i] = g->parts[i];
-		memcpy(at, g->parts[i].b, bb);
-		parts[i].b = at;
-		at += bb + 16;
-		if (g->parts[i].c) {
-			memcpy(at, g->parts[i].c, db);
-			parts[i].c = at;
-			at += db + 16;
-		}
-		memset(at, 0xff, db);
-		parts[i].d = at;
-		at += db + 16;
+		parts[i].b = region_put(&at, g->parts[i].b, bb);
+		if (g->parts[i].c)
+			parts[i].c = region_put(&at, g->parts[i].c, db);
+		parts[i].d = region_put(&at, NULL, db);
 	}
 	struct mfma_gemm rg_g = *g;
 	rg_g.parts = parts;
@@ -361,7 +399,7 @@ static void batched_registered(const struct mfma_gemm *g, void *w, const struct 
 		lg[c] = rg_g;
 		lg[c].parts = lp[c];
 	}
-	assert_true(at <= rg + len);
+	assert_true(at <= rg.p + len);
 	int pairs = 0;
 	for (int it = 0; it < 8 && pairs == 0; it++) {
 		struct backend_timing t[2] = { { .may_leave = true }, { .may_leave = true } };
@@ -382,22 +420,21 @@ static void batched_registered(const struct mfma_gemm *g, void *w, const struct 
 	}
 	if (pairs == 0)
 		fail_msg("no two batched launches were left running one behind the other");
-	backend_cuda.host_unregister(dev, handle);
-	munmap(rg, len);
-	close(fd);
+	region_free(&rg);
 }
 
 /* The parts r[0..n) (each made by ops_make with its own N) as one batched
  * GEMM over their columns side by side on a resident weight of sparsity
  * sp: fills parts and returns the joined GEMM, whose operands are the
- * parts' (its own a, b, c and d are NULL). */
+ * parts' (their GEMMs' b, c and d, wherever those point; its own a, b, c
+ * and d are NULL). */
 static struct mfma_gemm join_parts(const struct operands *r, struct mfma_gemm_part *parts, int n,
 				   bool sp)
 {
 	struct mfma_gemm g = r[0].g;
 	g.n = 0;
 	for (int i = 0; i < n; i++) {
-		parts[i] = (struct mfma_gemm_part){ .b = r[i].b, .c = r[i].c, .d = r[i].d,
+		parts[i] = (struct mfma_gemm_part){ .b = r[i].g.b, .c = r[i].g.c, .d = r[i].g.d,
 						    .n = r[i].g.n };
 		g.n += r[i].g.n;
 	}
@@ -512,16 +549,10 @@ static void test_registered_host(void **state)
 		assert_int_equal(backend_cuda.gemm(dev, &o.g, NULL, NULL, err, sizeof(err)), 0);
 		size_t es = mfma_dtype_size(in), os = mfma_dtype_size(out);
 		size_t bb = (size_t)k * n * es, cb = (size_t)m * n * os;
-		size_t len = bb + 2 * cb + 4096;
-		int fd = memfd_create("test-region", MFD_CLOEXEC);
-		assert_true(fd >= 0);
-		assert_int_equal(ftruncate(fd, (off_t)len), 0);
-		unsigned char *rg = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-		assert_true(rg != MAP_FAILED);
-		void *handle = NULL;
-		RC_OK(backend_cuda.host_register(dev, rg, len, &handle, err, sizeof(err)), err);
+		struct test_region rg;
+		region_make(&rg, "test-region", bb + 2 * cb + 4096);
 		/* Odd offsets inside the region, as a client may choose. */
-		unsigned char *b = rg + 64, *c = b + bb + 2 * os, *d = c + cb + os;
+		unsigned char *b = rg.p + 64, *c = b + bb + 2 * os, *d = c + cb + os;
 		memcpy(b, o.b, bb);
 		if (o.c)
 			memcpy(c, o.c, cb);
@@ -535,13 +566,12 @@ static void test_registered_host(void **state)
 		assert_memory_equal(d, o.d, cb);
 		printf("  registered %s->%s %ux%ux%u: equal to the staged result; h2d %.1f us d2h %.1f us\n",
 		       mfma_dtype_name(in), mfma_dtype_name(out), m, n, k, t.h2d_ns / 1e3, t.d2h_ns / 1e3);
-		backend_cuda.host_unregister(dev, handle);
+		region_unregister(&rg);
 		memset(d, 0xff, cb);
 		RC_OK(backend_cuda.gemm(dev, &g, NULL, NULL, err, sizeof(err)), err);
 		assert_memory_equal(d, o.d, cb);
 		checks++;
-		munmap(rg, len);
-		close(fd);
+		region_free(&rg);
 		ops_free(&o);
 	}
 }
@@ -1614,44 +1644,26 @@ static void test_copy_stream(void **state)
 				 b % 2 ? 0.0f : 0.5f);
 			len += (size_t)k * r[b][i].g.n * 2 + 2 * (size_t)m * r[b][i].g.n * 4 + 64;
 		}
-	int fd = memfd_create("test-copy-stream", MFD_CLOEXEC);
-	assert_true(fd >= 0);
-	assert_int_equal(ftruncate(fd, (off_t)len), 0);
-	unsigned char *rg = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	assert_true(rg != MAP_FAILED);
+	struct test_region rg;
+	region_make(&rg, "test-copy-stream", len);
 	char err[512] = "";
-	void *handle = NULL;
-	RC_OK(backend_cuda.host_register(dev, rg, len, &handle, err, sizeof(err)), err);
-	/* Every operand moved into the region; the operands point there. */
-	unsigned char *at = rg + 16;
+	/* Every operand moved into the region; the operands' GEMMs point
+	 * there. */
+	unsigned char *at = rg.p + 16;
 	struct mfma_gemm_part parts[NB][NP];
 	struct mfma_gemm g[NB];
 	for (int b = 0; b < NB; b++) {
 		for (int i = 0; i < NP; i++) {
 			struct operands *x = &r[b][i];
 			size_t bb = (size_t)k * x->g.n * 2, db = (size_t)m * x->g.n * 4;
-			memcpy(at, x->b, bb);
-			x->g.b = at;
-			at += bb + 16;
-			if (x->c) {
-				memcpy(at, x->c, db);
-				x->g.c = at;
-				at += db + 16;
-			}
-			memset(at, 0xff, db);
-			x->g.d = at;
-			at += db + 16;
+			x->g.b = region_put(&at, x->b, bb);
+			if (x->c)
+				x->g.c = region_put(&at, x->c, db);
+			x->g.d = region_put(&at, NULL, db);
 		}
-		struct operands joined[NP];
-		for (int i = 0; i < NP; i++) {
-			joined[i] = r[b][i];
-			joined[i].b = (void *)(uintptr_t)r[b][i].g.b;
-			joined[i].c = (void *)(uintptr_t)r[b][i].g.c;
-			joined[i].d = r[b][i].g.d;
-		}
-		g[b] = join_parts(joined, parts[b], NP, true);
+		g[b] = join_parts(r[b], parts[b], NP, true);
 	}
-	assert_true(at <= rg + len);
+	assert_true(at <= rg.p + len);
 	struct backend_timing t[NB];
 	int left = 0;
 	for (int b = 0; b < NB; b++) {
@@ -1678,9 +1690,7 @@ static void test_copy_stream(void **state)
 			x->g.a_meta = NULL;
 			ops_free(x);
 		}
-	backend_cuda.host_unregister(dev, handle);
-	munmap(rg, len);
-	close(fd);
+	region_free(&rg);
 	backend_cuda.weight_free(dev, w);
 	ops_free(&o);
 	assert_true(left > 0);

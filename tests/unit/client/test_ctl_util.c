@@ -218,6 +218,11 @@ static void test_tolerance(void **state)
 	assert_true(ctl_tolerance(MFMA_DT_F32, MFMA_DT_BF16) == 1e-2);
 	assert_true(ctl_tolerance(MFMA_DT_I8, MFMA_DT_I32) == 0.0);
 	assert_true(ctl_tolerance(MFMA_DT_I8, MFMA_DT_F32) == 1e-5);
+	/* Within a tolerance, or exact where it is 0. */
+	assert_true(ctl_within_tolerance(1e-5, 1e-5));
+	assert_false(ctl_within_tolerance(2e-5, 1e-5));
+	assert_true(ctl_within_tolerance(0.0, 0.0));
+	assert_false(ctl_within_tolerance(1e-300, 0.0));
 }
 
 int main(void)
