@@ -10,6 +10,7 @@
 
 #include "choices.h"
 #include "log.h"
+#include "mfma_clock.h"
 #include "read_arena.h"
 
 /* In the order devices are numbered: GPUs first, the CPU last (it serves
@@ -159,12 +160,24 @@ void devices_open(struct device *v)
 	struct backend_config bc;
 	backend_config_of(v->d, &bc);
 	char err[sizeof(v->open_err)] = "";
+	v->phase = STATS_WORKER_LAUNCH; /* opening the device counts as starting */
+	v->phase_since_ns = mfma_clock_ns();
 	int rc = v->ops->open(v->bindex, &bc, &v->bdev, err, sizeof(err));
 	snprintf(v->open_err, sizeof(v->open_err), "%s", err);
 	v->open_rc = rc < 0 ? rc : 0;
 	v->reads_err[0] = '\0';
 	if (read_arena_register(v, err, sizeof(err)) < 0)
 		snprintf(v->reads_err, sizeof(v->reads_err), "%s", err);
+}
+
+int devices_phase(struct device *v, int phase)
+{
+	uint64_t now = mfma_clock_ns();
+	int was = v->phase;
+	STATS_ADD(v->st->worker_ns[was], now - v->phase_since_ns);
+	v->phase = phase;
+	v->phase_since_ns = now;
+	return was;
 }
 
 void devices_report(const struct device *v)

@@ -27,6 +27,9 @@ struct device {
 	 * frames, and why the device could not register it ("" if it did). */
 	void *reads_handle;
 	char reads_err[256];
+	/* The worker's phase and since when (devices_phase); worker only. */
+	int phase;
+	uint64_t phase_since_ns;
 };
 
 /* Finds the devices of every enabled backend (GPUs first, then the CPU
@@ -37,6 +40,10 @@ void devices_free(struct daemon *d);
 /* Worker thread: opens the device (filling open_rc / open_err), closes it. */
 void devices_open(struct device *v);
 void devices_close(struct device *v);
+/* Worker thread: the worker enters phase (enum stats_worker_phase); the
+ * time since its last change is counted to the phase it leaves, which is
+ * returned so that a nested section can go back to it. */
+int devices_phase(struct device *v, int phase);
 /* Logs what the device is and whether it opened (main thread). */
 void devices_report(const struct device *v);
 

@@ -122,7 +122,7 @@ static void count_answer(struct device *v, struct gemm_job *j, uint64_t total_ns
 }
 
 /* Finishes the answer here on the worker, so the loop only writes it. */
-static void finish_answer(struct device *v, struct gemm_job *j)
+static void finish_answer_now(struct device *v, struct gemm_job *j)
 {
 	Mfma__V1__Timing tm = MFMA__V1__TIMING__INIT;
 	Mfma__V1__DeviceRef dr = MFMA__V1__DEVICE_REF__INIT;
@@ -164,6 +164,14 @@ static void finish_answer(struct device *v, struct gemm_job *j)
 		j->frame = NULL;
 		j->sent = true;
 	}
+}
+
+/* finish_answer_now, counted as the worker's answers phase. */
+static void finish_answer(struct device *v, struct gemm_job *j)
+{
+	int was = devices_phase(v, STATS_WORKER_ANSWERS);
+	finish_answer_now(v, j);
+	devices_phase(v, was);
 }
 
 /* What a launch paid for on the serving path (plans, measured choices)
@@ -352,7 +360,10 @@ static void gemm_batch_finish(struct device *v, struct sched_job **sjs, size_t n
 	struct gemm_job *head = (struct gemm_job *)sjs[0];
 	struct backend_timing t = head->t;
 	char err[400] = "";
-	if (v->ops->gemm_end(v->bdev, &t, err, sizeof(err)) < 0) {
+	int was = devices_phase(v, STATS_WORKER_WAIT);
+	int rc = v->ops->gemm_end(v->bdev, &t, err, sizeof(err));
+	devices_phase(v, was);
+	if (rc < 0) {
 		retry_alone(v, sjs, n);
 		return;
 	}

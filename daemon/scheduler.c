@@ -229,6 +229,7 @@ static size_t next_jobs(struct queue *q, struct sched_job **jobs, bool wait)
  * sched_stop), so it is there for every run. */
 static void post_or_complete(struct queue *q, struct sched_job **jobs, size_t n)
 {
+	int was = devices_phase(q->v, STATS_WORKER_ANSWERS);
 	/* Each poster's share of the jobs, linked in order, then handed over
 	 * under its mutex once. */
 	struct sched_job *head[SCHED_MAX_POST] = { NULL }, *tail[SCHED_MAX_POST] = { NULL };
@@ -260,6 +261,7 @@ static void post_or_complete(struct queue *q, struct sched_job **jobs, size_t n)
 		pthread_cond_signal(&p->cv);
 		pthread_mutex_unlock(&p->mu);
 	}
+	devices_phase(q->v, was);
 }
 
 /* A batch whose launch was left running (sched_job.finish): its jobs, and
@@ -293,7 +295,9 @@ static void *worker_main(void *arg)
 	struct sched_job *jobs[SCHED_MAX_BATCH], *runs[SCHED_MAX_BATCH];
 	struct held held = { .n = 0 };
 	for (;;) {
+		devices_phase(v, STATS_WORKER_IDLE);
 		size_t n = next_jobs(q, jobs, held.n == 0);
+		devices_phase(v, STATS_WORKER_LAUNCH);
 		if (n == 0 && held.n) {
 			/* Nothing to start behind it: finish it now. */
 			finish_held(q, &held);

@@ -53,6 +53,20 @@ static const uint64_t stats_batch_le[STATS_BATCH_BUCKETS] = { 1, 2, 4, 8, 16, 32
  * device copied D into it directly) or the heap. */
 enum stats_frame_memory { STATS_FRAME_PINNED, STATS_FRAME_HEAP, STATS_FRAME_N };
 
+/* Where a device's worker thread spends its time
+ * (mfmad_device_worker_seconds_total{phase=...}): waiting for work (its
+ * poll included), starting launches (laying out answers, the launch
+ * calls; a launch not left running is waited for inside its call), waiting
+ * for a launch left running to end, and finishing answers (timing,
+ * encoding, counting, handing them to the post threads). */
+enum stats_worker_phase {
+	STATS_WORKER_IDLE,
+	STATS_WORKER_LAUNCH,
+	STATS_WORKER_WAIT,
+	STATS_WORKER_ANSWERS,
+	STATS_WORKER_NPHASES
+};
+
 struct stats_device {
 	char backend[16];
 	char arch[32];
@@ -65,6 +79,7 @@ struct stats_device {
 	_Atomic uint64_t weight_bytes; /* resident weights on this device */
 	_Atomic uint64_t kernel_ns;    /* cumulative */
 	_Atomic uint64_t launch_ns;    /* cumulative host time of the launch calls, per launch */
+	_Atomic uint64_t worker_ns[STATS_WORKER_NPHASES]; /* cumulative, by phase */
 };
 
 struct mfmad_stats {

@@ -7,7 +7,7 @@
 #
 # usage: bench/nvidia/device_round.sh [test] [sanitize|memcheck|racecheck] [bench] [sweep]
 #        [ncu] [e2e] [answers] [abserving] [spin] [readers] [latency] [multi] [choice] [served] [graphsab] [trialab]
-#        [batching] [serving] [readsab] [postab] [readerminab] [overlapab] [copystreamab]
+#        [batching] [serving] [readsab] [postab] [readerminab] [overlapab] [copystreamab] [phases]
 #        [wgmma] [wgncu]
 #        [wgdecode] [wgdsan] [wgdncu] [wgdense] [wgdensesan] [wgdensencu]
 #        (no argument: test sanitize bench e2e)
@@ -217,6 +217,20 @@ copystreamab)
 	BATCHCHECK_DTYPES=${BATCHCHECK_DTYPES:-f16 bf16} servecheck copystream_check.log \
 		E2E_COPY_STREAM=true
 	abserve copystreamab.log batching E2E_COPY_STREAM=false E2E_COPY_STREAM=true
+	;;
+phases)
+	# Where the host's time goes under the batched loads over the socket
+	# with the daemon's thread defaults (four readers, four post threads):
+	# each thread's CPU share and the device's worker by phase over the
+	# same window (thread_cpu.sh), for each PHASE_LOADS "N:in_flight:requests".
+	for load in ${PHASE_LOADS:-8:64:400000 1:256:1000000}; do
+		set -- ${load//:/ }
+		echo "--- phases, N=$1 x $2 bytes"
+		READER_THREADS=4 POST_THREADS=4 timeout 150 bash bench/nvidia/thread_cpu.sh "$P" "$1" "$2" "$3" \
+			${PHASE_FLAGS:-} > "$OUT/phases_n$1.log" 2>&1
+		echo "rc=$?"
+		cut -c1-200 "$OUT/phases_n$1.log" | head -16
+	done
 	;;
 readerminab)
 	# limits.reader_min_kb (READER_MINS, default "64 8") under the batched

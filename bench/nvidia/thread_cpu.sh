@@ -3,7 +3,10 @@
 # batching on, `mfmactl bench` run against it, and the CPU share of every
 # thread of both processes sampled over a window in the middle of the run
 # (from /proc/PID/task/*/stat), busiest first.  A thread near 100% is the
-# bound.
+# bound, except that a thread waiting for the GPU may spin at 100% too: the
+# device's worker is also shown by phase over the same window (its
+# mfmad_device_worker_seconds_total on /metrics, 127.0.0.1:METRICS_PORT,
+# default 9478), idle, launch, wait and answers as shares of the window.
 #
 # E2E_PINNED_ANSWERS_MB (default 64) is cuda.pinned_answers_mb, as in e2e.sh;
 # READER_THREADS (default 0) is limits.reader_threads; E2E_PINNED_READS_MB,
@@ -27,7 +30,9 @@ limits = { max_frame_mb = 1800; max_inflight_mb = 65536; max_inflight_per_connec
 cuda = { pinned_answers_mb = ${E2E_PINNED_ANSWERS_MB:-64}; };
 CONF
 rm -f "$SOCK"
-"${MFMAD:-$P/bin/mfmad}" --config "$D/mfmad.conf" --socket "$SOCK" --backends cuda --log-level warning &
+MPORT=${METRICS_PORT:-9478}
+"${MFMAD:-$P/bin/mfmad}" --config "$D/mfmad.conf" --socket "$SOCK" --backends cuda --log-level warning \
+	--metrics "127.0.0.1:$MPORT" &
 DPID=$!
 CTL=("$P/bin/mfmactl" -e "unix:$SOCK" --timeout 600000)
 for _ in $(seq 150); do "${CTL[@]}" ping >/dev/null 2>&1 && break; sleep 0.2; done
@@ -40,16 +45,27 @@ sleep "${WARM_S:-4}"
 ticks() { awk -v p="$2" 'FNR == 1 && FILENAME ~ /comm$/ { name = $1 }
 	FNR == 1 && FILENAME ~ /stat$/ { split(FILENAME, f, "/"); print p name, $14 + $15, f[5] }' \
 	$(for t in /proc/"$1"/task/*; do echo "$t/comm $t/stat"; done) 2>/dev/null; }
+# Device 0's worker seconds by phase, "phase seconds" lines, and the
+# daemon's uptime from the same page, the window's clock.
+phases() { python3 -c "import re, urllib.request as u
+t = u.urlopen('http://127.0.0.1:$MPORT/metrics').read().decode()
+print('up', re.search(r'\nmfmad_uptime_seconds (\S+)', t).group(1))
+for p, v in re.findall(r'mfmad_device_worker_seconds_total\{device=\"0\",phase=\"(\w+)\"\} (\S+)', t):
+    print(p, v)"; }
 t0=$(date +%s.%N)
+pa=$(phases)
 a=$( { ticks "$DPID" mfmad:; ticks "$BPID" mfmactl:; } )
 sleep "${WINDOW_S:-2}"
 b=$( { ticks "$DPID" mfmad:; ticks "$BPID" mfmactl:; } )
+pb=$(phases)
 w=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { print b - a }')
 hz=$(getconf CLK_TCK)
 echo "window ${w} s (per thread: share of one core)"
 join -j 3 <(echo "$a" | sort -k3,3) <(echo "$b" | sort -k3,3) |
 	awk -v hz="$hz" -v w="$w" '{ printf "%-28s %5.1f%%\n", $2, 100 * ($5 - $3) / hz / w }' |
 	sort -k2 -rn | head -12
+echo "worker phases (share of the window): $(paste -d' ' <(echo "$pa") <(echo "$pb") |
+	awk '$1 == "up" { w = $4 - $2; next } { printf "%s %.1f%%  ", $1, 100 * ($4 - $2) / w }')"
 wait "$BPID"
 grep -o '"requests_per_s": [0-9.]*\|"mean_batch": [0-9.]*' "$D/bench.json" | tr '\n' ' '; echo
 kill -TERM "$DPID"; wait "$DPID"

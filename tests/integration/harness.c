@@ -377,17 +377,22 @@ int harness_start_metrics(struct mfmad_proc *p, const char *extra_conf, const ch
 	return rc == 0 ? port : -1;
 }
 
-long long harness_metric(int port, const char *name)
+double harness_metric_value(int port, const char *name)
 {
 	size_t cap = 1 << 20;
-	char *buf = malloc(cap), key[128];
-	long long v = -1;
+	char *buf = malloc(cap), key[160];
+	double v = -1;
 	snprintf(key, sizeof(key), "\n%s ", name);
 	if (buf && harness_http_get(port, "/metrics", buf, cap) == 200) {
 		const char *at = strstr(buf, key);
 		if (at)
-			v = strtoll(at + strlen(key), NULL, 10);
+			v = strtod(at + strlen(key), NULL);
 	}
 	free(buf);
 	return v;
+}
+
+long long harness_metric(int port, const char *name)
+{
+	return (long long)harness_metric_value(port, name);
 }

@@ -61,8 +61,10 @@ int harness_start_metrics(struct mfmad_proc *p, const char *extra_conf, const ch
  * headers and body, into out (NUL-terminated, cut at outlen-1); its
  * status code, or -1 when nothing answered. */
 int harness_http_get(int port, const char *path, char *out, size_t outlen);
-/* The value of an unlabelled counter or gauge on GET /metrics from
- * 127.0.0.1:port, or -1 when it is not there or nothing answered. */
+/* The value of a series (a name with its labels, as the page writes it)
+ * on GET /metrics from 127.0.0.1:port, or -1 when it is not there or
+ * nothing answered; harness_metric for a count. */
+double harness_metric_value(int port, const char *name);
 long long harness_metric(int port, const char *name);
 
 /* Runs a program with arguments, stdout captured into out (NUL-terminated,

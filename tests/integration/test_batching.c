@@ -409,6 +409,33 @@ static void test_answer_frames_from_an_arena(void **state)
 	answer_frames_case("cpu = { threads = 1; devices = 1; };", "1", true, NREQ, 1, 300, 2000);
 }
 
+/* The worker's time by phase (mfmad_device_worker_seconds_total) after
+ * bursts: it started launches and finished answers, waited for launches
+ * left running only when it left some (overlap), and its phases, each
+ * counted once, add up to no more than the daemon has been up. */
+static void worker_phases(int port, bool left_running)
+{
+	static const char *const phases[] = { "idle", "launch", "wait", "answers" };
+	double v[4], sum = 0;
+	for (int i = 0; i < 4; i++) {
+		char name[96];
+		snprintf(name, sizeof(name), "mfmad_device_worker_seconds_total{device=\"0\",phase=\"%s\"}",
+			 phases[i]);
+		v[i] = harness_metric_value(port, name);
+		assert_true(v[i] >= 0);
+		sum += v[i];
+	}
+	double up = harness_metric_value(port, "mfmad_uptime_seconds");
+	print_message("worker: idle %.6f launch %.6f wait %.6f answers %.6f s of %.3f s up\n", v[0],
+		      v[1], v[2], v[3], up);
+	assert_true(v[1] > 0 && v[3] > 0);
+	if (left_running)
+		assert_true(v[2] > 0);
+	else
+		assert_true(v[2] == 0);
+	assert_true(sum <= up);
+}
+
 /* batching.overlap with a backend that leaves its batched launches
  * running (the CPU's testing aid MFMAD_TEST_CPU_LEAVE, which reports them
  * so): the worker starts the next batch before it finishes one, and every
@@ -450,6 +477,7 @@ static void test_overlap(void **state)
 			assert_true(left > 0);
 		else
 			assert_int_equal(left, 0);
+		worker_phases(port, k == 0);
 		rw_mat_free(&w);
 		close(fd[1]);
 		close(fd[0]);
