@@ -160,7 +160,7 @@ void devices_open(struct device *v)
 	struct backend_config bc;
 	backend_config_of(v->d, &bc);
 	char err[sizeof(v->open_err)] = "";
-	v->phase = STATS_WORKER_LAUNCH; /* opening the device counts as starting */
+	v->phase = STATS_WORKER_PREPARE; /* opening the device counts as preparing */
 	v->phase_since_ns = mfma_clock_ns();
 	int rc = v->ops->open(v->bindex, &bc, &v->bdev, err, sizeof(err));
 	snprintf(v->open_err, sizeof(v->open_err), "%s", err);

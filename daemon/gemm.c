@@ -214,7 +214,9 @@ static void run_one(struct device *v, struct sched_job *sj)
 	j->t.plans = j->t.measures = 0;
 	j->t.trial_end = 0;
 	j->t.may_leave = false; /* a lone launch is always waited for */
+	int was = devices_phase(v, STATS_WORKER_LAUNCH);
 	int rc = v->ops->gemm(v->bdev, g, handle, &j->t, err, sizeof(err));
+	devices_phase(v, was);
 	observe_launch(v->d, &j->t);
 	if (rc < 0) {
 		/* The device is done with the frame (a failed GEMM drains its
@@ -336,7 +338,9 @@ static void gemm_batch_work(struct device *v, struct sched_job **sjs, size_t n)
 		g.parts = parts;
 		g.b = g.c = g.d = NULL;
 		g.a_sparse = head->weight->sparse;
+		int was = devices_phase(v, STATS_WORKER_LAUNCH);
 		rc = v->ops->gemm(v->bdev, &g, head->weight->handle[v->index], &t, err, sizeof(err));
+		devices_phase(v, was);
 		observe_launch(v->d, &t);
 	}
 	free(parts);

@@ -395,13 +395,14 @@ int metrics_render_at(const struct mfmad_stats *s, uint64_t now_ns, char **out, 
 	for (int d = 0; d < ndev; d++)
 		buf_printf(&b, "mfmad_device_launch_seconds_total{device=\"%d\"} %s\n", d,
 			   fmt_seconds(STATS_GET(s->dev[d].launch_ns), t));
-	static const char *const phases[STATS_WORKER_NPHASES] = { "idle", "launch", "wait",
-								   "answers" };
+	static const char *const phases[STATS_WORKER_NPHASES] = { "idle", "prepare", "launch",
+								   "wait", "answers" };
 	family(&b, "mfmad_device_worker_seconds_total", "counter",
 	       "Where the device's worker thread spent its time: idle (waiting for work, its poll "
-	       "included), launch (laying out answers and the launch calls; a launch not left "
-	       "running is waited for inside its call), wait (for a launch left running to end), "
-	       "answers (timing, encoding and counting answers, handing them to the post threads).");
+	       "included), prepare (taking jobs, laying out their answers, a one-off A, a weight's "
+	       "load), launch (the backend's GEMM call; one not left running is waited for inside "
+	       "it), wait (for a launch left running to end), answers (timing, encoding and "
+	       "counting answers, handing them to the post threads).");
 	for (int d = 0; d < ndev; d++)
 		for (int ph = 0; ph < STATS_WORKER_NPHASES; ph++)
 			buf_printf(&b, "mfmad_device_worker_seconds_total{device=\"%d\",phase=\"%s\"} %s\n",

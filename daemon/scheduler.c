@@ -297,7 +297,7 @@ static void *worker_main(void *arg)
 	for (;;) {
 		devices_phase(v, STATS_WORKER_IDLE);
 		size_t n = next_jobs(q, jobs, held.n == 0);
-		devices_phase(v, STATS_WORKER_LAUNCH);
+		devices_phase(v, STATS_WORKER_PREPARE);
 		if (n == 0 && held.n) {
 			/* Nothing to start behind it: finish it now. */
 			finish_held(q, &held);

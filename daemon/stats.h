@@ -55,12 +55,14 @@ enum stats_frame_memory { STATS_FRAME_PINNED, STATS_FRAME_HEAP, STATS_FRAME_N };
 
 /* Where a device's worker thread spends its time
  * (mfmad_device_worker_seconds_total{phase=...}): waiting for work (its
- * poll included), starting launches (laying out answers, the launch
- * calls; a launch not left running is waited for inside its call), waiting
- * for a launch left running to end, and finishing answers (timing,
- * encoding, counting, handing them to the post threads). */
+ * poll included); preparing (taking the jobs, laying out their answers,
+ * a one-off A's preparation, a weight's load); in the backend's GEMM call
+ * (a launch not left running is waited for inside it); waiting for a
+ * launch left running to end; finishing answers (timing, encoding,
+ * counting, handing them to the post threads). */
 enum stats_worker_phase {
 	STATS_WORKER_IDLE,
+	STATS_WORKER_PREPARE,
 	STATS_WORKER_LAUNCH,
 	STATS_WORKER_WAIT,
 	STATS_WORKER_ANSWERS,

@@ -226,10 +226,10 @@ phases)
 	for load in ${PHASE_LOADS:-8:64:400000 1:256:1000000}; do
 		set -- ${load//:/ }
 		echo "--- phases, N=$1 x $2 bytes"
-		READER_THREADS=4 POST_THREADS=4 timeout 150 bash bench/nvidia/thread_cpu.sh "$P" "$1" "$2" "$3" \
-			${PHASE_FLAGS:-} > "$OUT/phases_n$1.log" 2>&1
+		READER_THREADS=4 POST_THREADS=4 WARM_S=${WARM_S:-8} timeout 150 bash bench/nvidia/thread_cpu.sh "$P" "$1" "$2" "$3" \
+			${PHASE_FLAGS:-} > "$OUT/phases${PHASE_TAG:-}_n$1.log" 2>&1
 		echo "rc=$?"
-		cut -c1-200 "$OUT/phases_n$1.log" | head -16
+		cut -c1-200 "$OUT/phases${PHASE_TAG:-}_n$1.log" | head -16
 	done
 	;;
 readerminab)

@@ -6,12 +6,16 @@
 # bound, except that a thread waiting for the GPU may spin at 100% too: the
 # device's worker is also shown by phase over the same window (its
 # mfmad_device_worker_seconds_total on /metrics, 127.0.0.1:METRICS_PORT,
-# default 9478), idle, launch, wait and answers as shares of the window.
+# default 9478), idle, prepare, launch, wait and answers as shares of the window,
+# with launch_calls, the part of launch spent in the provider's launch
+# calls (mfmad_device_launch_seconds_total).  Each phase is counted when
+# it ends: a window that starts inside a long one (a weight's load and
+# warming, WARM_S too short) shows more than 100% in all.
 #
 # E2E_PINNED_ANSWERS_MB (default 64) is cuda.pinned_answers_mb, as in e2e.sh;
 # READER_THREADS (default 0) is limits.reader_threads; E2E_PINNED_READS_MB,
 # when set, limits.pinned_reads_mb; POST_THREADS (default 1) is
-# limits.post_threads.
+# limits.post_threads; E2E_COPY_STREAM, when set, cuda.copy_stream.
 #
 # usage: [MFMAD=path] thread_cpu.sh PAYLOAD_DIR N IN_FLIGHT REQUESTS [mfmactl bench flags, e.g. --shm]
 set -u
@@ -27,7 +31,8 @@ limits = { max_frame_mb = 1800; max_inflight_mb = 65536; max_inflight_per_connec
            max_inflight = 4096; max_connections = 1024; reader_threads = ${READER_THREADS:-0};
            ${E2E_PINNED_READS_MB:+pinned_reads_mb = $E2E_PINNED_READS_MB;}
            post_threads = ${POST_THREADS:-1}; };
-cuda = { pinned_answers_mb = ${E2E_PINNED_ANSWERS_MB:-64}; };
+cuda = { pinned_answers_mb = ${E2E_PINNED_ANSWERS_MB:-64};
+         ${E2E_COPY_STREAM:+copy_stream = $E2E_COPY_STREAM;} };
 CONF
 rm -f "$SOCK"
 MPORT=${METRICS_PORT:-9478}
@@ -50,6 +55,7 @@ ticks() { awk -v p="$2" 'FNR == 1 && FILENAME ~ /comm$/ { name = $1 }
 phases() { python3 -c "import re, urllib.request as u
 t = u.urlopen('http://127.0.0.1:$MPORT/metrics').read().decode()
 print('up', re.search(r'\nmfmad_uptime_seconds (\S+)', t).group(1))
+print('launch_calls', re.search(r'\nmfmad_device_launch_seconds_total\{device=\"0\"\} (\S+)', t).group(1))
 for p, v in re.findall(r'mfmad_device_worker_seconds_total\{device=\"0\",phase=\"(\w+)\"\} (\S+)', t):
     print(p, v)"; }
 t0=$(date +%s.%N)

@@ -410,14 +410,14 @@ static void test_answer_frames_from_an_arena(void **state)
 }
 
 /* The worker's time by phase (mfmad_device_worker_seconds_total) after
- * bursts: it started launches and finished answers, waited for launches
- * left running only when it left some (overlap), and its phases, each
- * counted once, add up to no more than the daemon has been up. */
+ * bursts: it prepared and launched GEMMs and finished answers, waited for
+ * launches left running only when it left some (overlap), and its phases,
+ * each counted once, add up to no more than the daemon has been up. */
 static void worker_phases(int port, bool left_running)
 {
-	static const char *const phases[] = { "idle", "launch", "wait", "answers" };
-	double v[4], sum = 0;
-	for (int i = 0; i < 4; i++) {
+	static const char *const phases[] = { "idle", "prepare", "launch", "wait", "answers" };
+	double v[5], sum = 0;
+	for (int i = 0; i < 5; i++) {
 		char name[96];
 		snprintf(name, sizeof(name), "mfmad_device_worker_seconds_total{device=\"0\",phase=\"%s\"}",
 			 phases[i]);
@@ -426,13 +426,14 @@ static void worker_phases(int port, bool left_running)
 		sum += v[i];
 	}
 	double up = harness_metric_value(port, "mfmad_uptime_seconds");
-	print_message("worker: idle %.6f launch %.6f wait %.6f answers %.6f s of %.3f s up\n", v[0],
-		      v[1], v[2], v[3], up);
-	assert_true(v[1] > 0 && v[3] > 0);
+	print_message("worker: idle %.6f prepare %.6f launch %.6f wait %.6f answers %.6f s of %.3f s "
+		      "up\n",
+		      v[0], v[1], v[2], v[3], v[4], up);
+	assert_true(v[1] > 0 && v[2] > 0 && v[4] > 0);
 	if (left_running)
-		assert_true(v[2] > 0);
+		assert_true(v[3] > 0);
 	else
-		assert_true(v[2] == 0);
+		assert_true(v[3] == 0);
 	assert_true(sum <= up);
 }
 

@@ -88,6 +88,7 @@ static struct mfmad_stats *known_stats(void)
 	s->dev[0].kernel_ns = 2500000000ull;
 	s->dev[0].launch_ns = 125000000ull;
 	s->dev[0].worker_ns[STATS_WORKER_IDLE] = 1500000000ull;
+	s->dev[0].worker_ns[STATS_WORKER_PREPARE] = 5000ull;
 	s->dev[0].worker_ns[STATS_WORKER_LAUNCH] = 250000000ull;
 	s->dev[0].worker_ns[STATS_WORKER_WAIT] = 2000000000ull;
 	s->dev[0].worker_ns[STATS_WORKER_ANSWERS] = 750000ull;
@@ -232,6 +233,7 @@ static void test_render_exact_lines(void **state)
 	assert_line(out, "mfmad_device_launch_seconds_total{device=\"0\"} 0.125");
 	assert_line(out, "mfmad_device_launch_seconds_total{device=\"1\"} 0");
 	assert_line(out, "mfmad_device_worker_seconds_total{device=\"0\",phase=\"idle\"} 1.5");
+	assert_line(out, "mfmad_device_worker_seconds_total{device=\"0\",phase=\"prepare\"} 0.000005");
 	assert_line(out, "mfmad_device_worker_seconds_total{device=\"0\",phase=\"launch\"} 0.25");
 	assert_line(out, "mfmad_device_worker_seconds_total{device=\"0\",phase=\"wait\"} 2");
 	assert_line(out, "mfmad_device_worker_seconds_total{device=\"0\",phase=\"answers\"} 0.00075");
@@ -261,9 +263,9 @@ static void test_render_exact_lines(void **state)
 	 * histogram + 1 executions + 12 batch histogram + 2 plans + 2 measurements
 	 * + 2 trials + 2 matrices + 1 reader frames + 2 answer frames + 1 left
 	 * running + 1 retried + 2 request frames + 6 + 2 TLS + 1 + 2 info + 6 x 2
-	 * per-device + 2 kernel + 2 launch + 4 x 2 worker phases. */
+	 * per-device + 2 kernel + 2 launch + 5 x 2 worker phases. */
 	assert_int_equal(samples, 6 + STATS_NKINDS * STATS_NRESULTS + 6 + 17 + 1 + 12 + 2 + 2 + 2 + 2 +
-					  1 + 2 + 1 + 1 + 2 + 6 + 2 + 1 + 2 + 12 + 2 + 2 + 8);
+					  1 + 2 + 1 + 1 + 2 + 6 + 2 + 1 + 2 + 12 + 2 + 2 + 10);
 	assert_int_equal(out[len - 1], '\n');
 	free(out);
 	free(s);
