@@ -22,6 +22,7 @@
 #include "copy_pool.h"
 #include "cuda_device.h"
 #include "frame_arena.h"
+#include "host_ranges.h"
 #include "mfma_clock.h"
 
 #define CUDA_MAX_DEVICES 64
@@ -67,14 +68,7 @@ struct cuda_dev {
 	int pin_busy[2];
 	struct cuda_buf scratch[CUDA_SCRATCH_COUNT];
 	/* Host ranges registered with cuMemHostRegister (worker thread only). */
-	struct cuda_host_range {
-		uintptr_t base;
-		size_t len;
-		bool owned; /* this device registered it (and unregisters it) */
-		bool mapped; /* kernels reach it at base + dev_off */
-		uint64_t dev_off;
-	} *regs;
-	size_t nregs, capregs;
+	struct host_ranges regs;
 	/* Operands already on the device (cuda_dev_on_device). */
 	struct cuda_dev_range ondev[CUDA_MAX_ON_DEVICE];
 	size_t nondev;
@@ -279,9 +273,9 @@ void cuda_dev_close(struct cuda_dev *d)
 			nv_drv.cuMemFreeHost(d->pin);
 		if (d->stream)
 			nv_drv.cuStreamDestroy(d->stream);
-		for (size_t i = 0; i < d->nregs; i++)
-			if (d->regs[i].owned)
-				nv_drv.cuMemHostUnregister((void *)d->regs[i].base);
+		for (size_t i = 0; i < d->regs.n; i++)
+			if (d->regs.v[i].owned)
+				nv_drv.cuMemHostUnregister((void *)d->regs.v[i].base);
 		nv_drv.cuDevicePrimaryCtxRelease(d->slot->dev);
 	}
 	/* After the stream's last copy and the unregistration: answers
@@ -289,7 +283,7 @@ void cuda_dev_close(struct cuda_dev *d)
 	 * are written. */
 	frame_arena_close(d->answers);
 	cpu_pool_destroy(d->copies);
-	free(d->regs);
+	host_ranges_free(&d->regs);
 	free(d);
 }
 
@@ -297,15 +291,10 @@ void cuda_dev_close(struct cuda_dev *d)
 
 int cuda_dev_host_register(struct cuda_dev *d, void *p, size_t len, char *err, size_t errlen)
 {
-	if (d->nregs == d->capregs) {
-		size_t cap = d->capregs ? 2 * d->capregs : 16;
-		struct cuda_host_range *r = realloc(d->regs, cap * sizeof(*r));
-		if (!r) {
-			snprintf(err, errlen, "cuda: out of memory registering host memory");
-			return -ENOMEM;
-		}
-		d->regs = r;
-		d->capregs = cap;
+	if (host_ranges_overlap(&d->regs, (uintptr_t)p, len)) {
+		snprintf(err, errlen, "cuda: %zu bytes at %p overlap host memory registered already",
+			 len, p);
+		return -EEXIST;
 	}
 	/* Portable: every device's context sees the pages as pinned.  The
 	 * device that registers them first owns the registration; the
@@ -323,44 +312,38 @@ int cuda_dev_host_register(struct cuda_dev *d, void *p, size_t len, char *err, s
 	 * registered unmapped) the DMA copies still serve. */
 	CUdeviceptr dp = 0;
 	bool mapped = nv_drv.cuMemHostGetDevicePointer(&dp, p, 0) == CUDA_SUCCESS;
-	d->regs[d->nregs++] = (struct cuda_host_range){ (uintptr_t)p, len, owned, mapped,
-							 (uint64_t)dp - (uint64_t)(uintptr_t)p };
+	const struct host_range h = { (uintptr_t)p, len, owned, mapped,
+				      (uint64_t)dp - (uint64_t)(uintptr_t)p };
+	int rc = host_ranges_add(&d->regs, &h);
+	if (rc < 0) {
+		if (owned)
+			nv_drv.cuMemHostUnregister(p);
+		snprintf(err, errlen, "cuda: %s registering host memory",
+			 rc == -ENOMEM ? "out of memory" : "a bad range");
+		return rc;
+	}
 	return 0;
 }
 
 void cuda_dev_host_unregister(struct cuda_dev *d, void *p)
 {
-	for (size_t i = 0; i < d->nregs; i++) {
-		if (d->regs[i].base != (uintptr_t)p)
-			continue;
-		/* Copies from or into it may still be queued on the stream. */
-		nv_drv.cuStreamSynchronize(d->stream);
-		if (d->regs[i].owned)
-			nv_drv.cuMemHostUnregister(p);
-		d->regs[i] = d->regs[--d->nregs];
+	struct host_range h;
+	if (!host_ranges_remove(&d->regs, (uintptr_t)p, &h))
 		return;
-	}
-}
-
-/* The registered range [p, p + len) lies in, or NULL. */
-static const struct cuda_host_range *range_of(const struct cuda_dev *d, const void *p, size_t len)
-{
-	uintptr_t a = (uintptr_t)p;
-	for (size_t i = 0; i < d->nregs; i++)
-		if (a >= d->regs[i].base && len <= d->regs[i].len &&
-		    a - d->regs[i].base <= d->regs[i].len - len)
-			return &d->regs[i];
-	return NULL;
+	/* Copies from or into it may still be queued on the stream. */
+	nv_drv.cuStreamSynchronize(d->stream);
+	if (h.owned)
+		nv_drv.cuMemHostUnregister(p);
 }
 
 bool cuda_dev_registered(const struct cuda_dev *d, const void *p, size_t len)
 {
-	return range_of(d, p, len) != NULL;
+	return host_ranges_find(&d->regs, p, len) != NULL;
 }
 
 bool cuda_dev_mapped(const struct cuda_dev *d, const void *p, size_t len, CUdeviceptr *dp)
 {
-	const struct cuda_host_range *r = range_of(d, p, len);
+	const struct host_range *r = host_ranges_find(&d->regs, p, len);
 	if (!r || !r->mapped)
 		return false;
 	*dp = (CUdeviceptr)((uint64_t)(uintptr_t)p + r->dev_off);
