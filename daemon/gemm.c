@@ -342,6 +342,8 @@ static void gemm_batch_work(struct device *v, struct sched_job **sjs, size_t n)
 		rc = v->ops->gemm(v->bdev, &g, head->weight->handle[v->index], &t, err, sizeof(err));
 		devices_phase(v, was);
 		observe_launch(v->d, &t);
+		STATS_ADD(v->st->gather_ns, t.gather_ns);
+		STATS_ADD(v->st->split_ns, t.split_ns);
 	}
 	free(parts);
 	if (rc < 0) {

@@ -407,6 +407,16 @@ int metrics_render_at(const struct mfmad_stats *s, uint64_t now_ns, char **out, 
 		for (int ph = 0; ph < STATS_WORKER_NPHASES; ph++)
 			buf_printf(&b, "mfmad_device_worker_seconds_total{device=\"%d\",phase=\"%s\"} %s\n",
 				   d, phases[ph], fmt_seconds(STATS_GET(s->dev[d].worker_ns[ph]), t));
+	family(&b, "mfmad_device_batch_host_seconds_total", "counter",
+	       "Host time of batched launches' gather (the parts' B and C joined on the device) and "
+	       "split (the joined D back to the parts) calls, part of the worker's launch phase (a launch "
+	       "not left running is waited for in its split).");
+	for (int d = 0; d < ndev; d++) {
+		buf_printf(&b, "mfmad_device_batch_host_seconds_total{device=\"%d\",step=\"gather\"} %s\n",
+			   d, fmt_seconds(STATS_GET(s->dev[d].gather_ns), t));
+		buf_printf(&b, "mfmad_device_batch_host_seconds_total{device=\"%d\",step=\"split\"} %s\n",
+			   d, fmt_seconds(STATS_GET(s->dev[d].split_ns), t));
+	}
 
 	if (b.err) {
 		free(b.p);

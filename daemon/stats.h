@@ -82,6 +82,9 @@ struct stats_device {
 	_Atomic uint64_t kernel_ns;    /* cumulative */
 	_Atomic uint64_t launch_ns;    /* cumulative host time of the launch calls, per launch */
 	_Atomic uint64_t worker_ns[STATS_WORKER_NPHASES]; /* cumulative, by phase */
+	/* Host time of batched launches' gather and split calls (in the
+	 * worker's launch phase). */
+	_Atomic uint64_t gather_ns, split_ns;
 };
 
 struct mfmad_stats {

@@ -7,8 +7,9 @@
 # device's worker is also shown by phase over the same window (its
 # mfmad_device_worker_seconds_total on /metrics, 127.0.0.1:METRICS_PORT,
 # default 9478), idle, prepare, launch, wait and answers as shares of the window,
-# with launch_calls, the part of launch spent in the provider's launch
-# calls (mfmad_device_launch_seconds_total).  Each phase is counted when
+# with launch_calls, launch_gather and launch_split, the parts of launch
+# spent in the provider's launch calls (mfmad_device_launch_seconds_total)
+# and in a batch's gather and split (mfmad_device_batch_host_seconds_total).  Each phase is counted when
 # it ends: a window that starts inside a long one (a weight's load and
 # warming, WARM_S too short) shows more than 100% in all.
 #
@@ -57,7 +58,9 @@ t = u.urlopen('http://127.0.0.1:$MPORT/metrics').read().decode()
 print('up', re.search(r'\nmfmad_uptime_seconds (\S+)', t).group(1))
 print('launch_calls', re.search(r'\nmfmad_device_launch_seconds_total\{device=\"0\"\} (\S+)', t).group(1))
 for p, v in re.findall(r'mfmad_device_worker_seconds_total\{device=\"0\",phase=\"(\w+)\"\} (\S+)', t):
-    print(p, v)"; }
+    print(p, v)
+for p, v in re.findall(r'mfmad_device_batch_host_seconds_total\{device=\"0\",step=\"(\w+)\"\} (\S+)', t):
+    print('launch_' + p, v)"; }
 t0=$(date +%s.%N)
 pa=$(phases)
 a=$( { ticks "$DPID" mfmad:; ticks "$BPID" mfmactl:; } )

@@ -114,6 +114,11 @@ struct backend_timing {
 	 * than the copy in, the GPU waited for it, and kernel_ns includes
 	 * the wait.  0 where the backend does not measure it. */
 	uint64_t launch_ns;
+	/* Host time of a batched launch's gather (its parts' B and C into
+	 * the joined matrices) and split (the joined D back to the parts)
+	 * calls, beside the launch call; 0 for a launch that is not batched
+	 * or a backend that does not measure them. */
+	uint64_t gather_ns, split_ns;
 	const char *variant; /* static string naming the kernel that ran */
 	/* What this GEMM paid for on the serving path: per-N states a
 	 * provider made (a library's plan, cuSPARSELt's with its algorithm

@@ -51,6 +51,7 @@
 #include "cuda_device.h"
 #include "cuda_provider.h"
 #include "cuda_widths.h"
+#include "mfma_clock.h"
 #include "mfma_dtype.h"
 #include "providers.h"
 
@@ -387,13 +388,21 @@ static int run_on(struct cuda_backend_dev *bd, size_t i, const struct mfma_gemm 
 	struct mfma_gemm one;
 	const bool batch = g->nparts > 1;
 	int left = batch && leave;
-	int rc = batch ? cuda_batch_in(bd->batch, bd->dev, g, &one, err, errlen) : 0;
+	int rc = 0;
+	t->gather_ns = t->split_ns = 0;
+	if (batch) {
+		uint64_t t0 = mfma_clock_ns();
+		rc = cuda_batch_in(bd->batch, bd->dev, g, &one, err, errlen);
+		t->gather_ns = mfma_clock_ns() - t0;
+	}
 	if (rc == 0)
 		rc = providers[i]->launch(bd->dev, bd->state[i], batch ? &one : g, packed, &variant,
 					  err, errlen);
-	if (rc == 0 && batch)
+	if (rc == 0 && batch) {
+		uint64_t t0 = mfma_clock_ns();
 		rc = cuda_batch_out(bd->batch, bd->dev, g, &left, err, errlen);
-	else if (rc == 0 && bd->warming)
+		t->split_ns = mfma_clock_ns() - t0;
+	} else if (rc == 0 && bd->warming)
 		/* D stayed on the device: record the end and wait, as a
 		 * batch's split does, so that the events are complete. */
 		rc = cuda_dev_copy_out_end(bd->dev, err, errlen);

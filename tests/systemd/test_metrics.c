@@ -92,6 +92,8 @@ static struct mfmad_stats *known_stats(void)
 	s->dev[0].worker_ns[STATS_WORKER_LAUNCH] = 250000000ull;
 	s->dev[0].worker_ns[STATS_WORKER_WAIT] = 2000000000ull;
 	s->dev[0].worker_ns[STATS_WORKER_ANSWERS] = 750000ull;
+	s->dev[0].gather_ns = 30000000ull;
+	s->dev[1].split_ns = 7ull;
 	strcpy(s->dev[1].backend, "cpu");
 	strcpy(s->dev[1].arch, "x86-64");
 	/* A name needing every escape, filling the whole field (no NUL). */
@@ -238,6 +240,9 @@ static void test_render_exact_lines(void **state)
 	assert_line(out, "mfmad_device_worker_seconds_total{device=\"0\",phase=\"wait\"} 2");
 	assert_line(out, "mfmad_device_worker_seconds_total{device=\"0\",phase=\"answers\"} 0.00075");
 	assert_line(out, "mfmad_device_worker_seconds_total{device=\"1\",phase=\"wait\"} 0");
+	assert_line(out, "mfmad_device_batch_host_seconds_total{device=\"0\",step=\"gather\"} 0.03");
+	assert_line(out, "mfmad_device_batch_host_seconds_total{device=\"0\",step=\"split\"} 0");
+	assert_line(out, "mfmad_device_batch_host_seconds_total{device=\"1\",step=\"split\"} 0.000000007");
 	assert_null(strstr(out, "device=\"2\""));
 
 	/* Each series appears once (a kind or result the renderer does not name
@@ -263,9 +268,9 @@ static void test_render_exact_lines(void **state)
 	 * histogram + 1 executions + 12 batch histogram + 2 plans + 2 measurements
 	 * + 2 trials + 2 matrices + 1 reader frames + 2 answer frames + 1 left
 	 * running + 1 retried + 2 request frames + 6 + 2 TLS + 1 + 2 info + 6 x 2
-	 * per-device + 2 kernel + 2 launch + 5 x 2 worker phases. */
+	 * per-device + 2 kernel + 2 launch + 5 x 2 worker phases + 2 x 2 batch host steps. */
 	assert_int_equal(samples, 6 + STATS_NKINDS * STATS_NRESULTS + 6 + 17 + 1 + 12 + 2 + 2 + 2 + 2 +
-					  1 + 2 + 1 + 1 + 2 + 6 + 2 + 1 + 2 + 12 + 2 + 2 + 10);
+					  1 + 2 + 1 + 1 + 2 + 6 + 2 + 1 + 2 + 12 + 2 + 2 + 10 + 4);
 	assert_int_equal(out[len - 1], '\n');
 	free(out);
 	free(s);
