@@ -121,8 +121,9 @@ static void count_answer(struct device *v, struct gemm_job *j, uint64_t total_ns
 	reply_count_ok(v->d, &j->r);
 }
 
-/* Finishes the answer here on the worker, so the loop only writes it. */
-static void finish_answer_now(struct device *v, struct gemm_job *j)
+/* Finishes the answer here on the worker, so the loop only writes it.
+ * The caller counts it to the worker's answers phase. */
+static void finish_answer(struct device *v, struct gemm_job *j)
 {
 	Mfma__V1__Timing tm = MFMA__V1__TIMING__INIT;
 	Mfma__V1__DeviceRef dr = MFMA__V1__DEVICE_REF__INIT;
@@ -164,14 +165,6 @@ static void finish_answer_now(struct device *v, struct gemm_job *j)
 		j->frame = NULL;
 		j->sent = true;
 	}
-}
-
-/* finish_answer_now, counted as the worker's answers phase. */
-static void finish_answer(struct device *v, struct gemm_job *j)
-{
-	int was = devices_phase(v, STATS_WORKER_ANSWERS);
-	finish_answer_now(v, j);
-	devices_phase(v, was);
 }
 
 /* What a launch paid for on the serving path (plans, measured choices)
@@ -228,7 +221,9 @@ static void run_one(struct device *v, struct sched_job *sj)
 	}
 	j->code = MFMA__V1__CODE__OK;
 	stats_observe_batch(&v->d->stats, 1);
+	was = devices_phase(v, STATS_WORKER_ANSWERS);
 	finish_answer(v, j);
+	devices_phase(v, was);
 }
 
 /* Post thread: writes an answer the worker finished to the socket, in
@@ -293,6 +288,7 @@ static void finish_batch(struct device *v, struct sched_job **sjs, size_t n,
 	for (size_t i = 0; i < n; i++)
 		cols += ((struct gemm_job *)sjs[i])->plan.g.n;
 	stats_observe_batch(&v->d->stats, n);
+	int was = devices_phase(v, STATS_WORKER_ANSWERS);
 	for (size_t i = 0; i < n; i++) {
 		struct gemm_job *j = (struct gemm_job *)sjs[i];
 		j->t = *t;
@@ -303,6 +299,7 @@ static void finish_batch(struct device *v, struct sched_job **sjs, size_t n,
 		finish_answer(v, j);
 		hand_off(j);
 	}
+	devices_phase(v, was);
 }
 
 static void gemm_batch_finish(struct device *v, struct sched_job **sjs, size_t n);

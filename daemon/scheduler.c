@@ -307,10 +307,10 @@ static void *worker_main(void *arg)
 			break; /* stopping, and the queue is empty */
 		uint64_t now = mfma_clock_ns();
 		size_t nrun = 0;
+		STATS_SUB(v->st->queued, n);
+		STATS_ADD(v->st->in_flight, n);
 		for (size_t i = 0; i < n; i++) {
 			struct sched_job *j = jobs[i];
-			STATS_SUB(v->st->queued, 1);
-			STATS_ADD(v->st->in_flight, 1);
 			j->start_ns = now;
 			j->taken = false;
 			j->landed = false;
