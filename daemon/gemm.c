@@ -40,6 +40,7 @@ struct gemm_job {
 	size_t frame_len;
 	bool sent;              /* the worker sent it (conn_send_direct) */
 	bool later;             /* counted by conn_answer_later until the loop sends it */
+	bool answered;          /* out of stats.in_flight (count_answer) */
 };
 
 static void job_fail(struct gemm_job *j, int code, const char *fmt, ...)
@@ -99,7 +100,9 @@ static bool start_answer(struct device *v, struct gemm_job *j)
  * may write it to the client before the loop hears of the job, and a
  * client that has its answer must find it counted in the status it asks
  * for next.  It leaves the device's in-flight count first, so that no
- * status counts it twice. */
+ * status counts it twice, and the daemon's count of requests not yet
+ * answered (mfmad_in_flight_requests), which a client holding every
+ * answer must find at zero. */
 static void count_answer(struct device *v, struct gemm_job *j, uint64_t total_ns)
 {
 	struct mfmad_stats *s = &v->d->stats;
@@ -119,6 +122,9 @@ static void count_answer(struct device *v, struct gemm_job *j, uint64_t total_ns
 	if (!j->rd)
 		STATS_ADD(s->answer_frames[j->ans.carved ? STATS_FRAME_PINNED : STATS_FRAME_HEAP], 1);
 	reply_count_ok(v->d, &j->r);
+	if (!j->answered)
+		STATS_SUB(s->in_flight, 1);
+	j->answered = true;
 }
 
 /* Finishes the answer here on the worker, so the loop only writes it.
@@ -465,7 +471,8 @@ static void gemm_done(struct daemon *d, struct sched_job *sj, int status)
 	if (j->sent)
 		conn_early_released(j->r.conn);
 	d->inflight_bytes -= j->in_bytes;
-	STATS_SUB(d->stats.in_flight, 1);
+	if (!j->answered)
+		STATS_SUB(d->stats.in_flight, 1);
 	if (j->weight)
 		weights_unref(d, j->weight);
 	release_regions(d, j);
