@@ -188,6 +188,25 @@ static const char *declared_state(enum mfma_declared_state s)
 
 /* The declared weights that are not resident, with their state: what
  * keeps the daemon from being ready. */
+/* "device N worker: idle 70.4%, ..." of the time its phases account for
+ * since the daemon started; nothing from a daemon that does not report
+ * them. */
+static void print_worker(const struct mfma_device_status *d)
+{
+	const uint64_t ns[] = { d->worker_idle_ns, d->worker_prepare_ns, d->worker_launch_ns,
+				d->worker_wait_ns, d->worker_answers_ns };
+	static const char *const names[] = { "idle", "prepare", "launch", "wait", "answers" };
+	uint64_t sum = 0;
+	for (size_t i = 0; i < 5; i++)
+		sum += ns[i];
+	if (!sum)
+		return;
+	printf("device %u worker:", d->index);
+	for (size_t i = 0; i < 5; i++)
+		printf("%s %s %.1f%%", i ? "," : "", names[i], 100.0 * (double)ns[i] / (double)sum);
+	printf(" of %.1f s\n", (double)sum / 1e9);
+}
+
 static void print_declared(const struct mfma_declared_weight *w, size_t n)
 {
 	size_t waiting = 0;
@@ -383,6 +402,14 @@ static void status_json(struct ctl *ctl, mfma_client *c, const struct mfma_statu
 		json_kv_uint(j, "in_flight", d->in_flight);
 		json_kv_uint(j, "completed", d->completed);
 		json_kv_uint(j, "failed", d->failed);
+		json_key(j, "worker_ns");
+		json_object_begin(j);
+		json_kv_uint(j, "idle", d->worker_idle_ns);
+		json_kv_uint(j, "prepare", d->worker_prepare_ns);
+		json_kv_uint(j, "launch", d->worker_launch_ns);
+		json_kv_uint(j, "wait", d->worker_wait_ns);
+		json_kv_uint(j, "answers", d->worker_answers_ns);
+		json_object_end(j);
 		json_key(j, "variants");
 		json_array_begin(j);
 		for (size_t v = 0; v < d->n_variants; v++)
@@ -460,6 +487,7 @@ static void status_text(mfma_client *c, const struct mfma_status *s)
 		for (size_t v = 0; v < d->n_variants; v++)
 			printf("%s %s", v ? "," : "", d->variants[v]);
 		printf("%s\n", d->n_variants ? "" : " (none)");
+		print_worker(d);
 		if (!d->n_providers)
 			continue;
 		printf("device %u providers:", d->index);

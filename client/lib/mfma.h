@@ -484,6 +484,12 @@ struct mfma_device_status {
 	 * for the CPU backend. */
 	size_t n_providers;
 	const char *const *providers;
+	/* Where the device's worker thread has spent its time since the
+	 * daemon started, ns: waiting for work, preparing jobs, in the
+	 * backend's GEMM call, waiting for a launch left running, finishing
+	 * answers (0 from a daemon that does not report them). */
+	uint64_t worker_idle_ns, worker_prepare_ns, worker_launch_ns, worker_wait_ns,
+		worker_answers_ns;
 };
 
 struct mfma_counters {

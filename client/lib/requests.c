@@ -1075,6 +1075,11 @@ int mfma_status(mfma_client *c, struct mfma_status *st, struct mfma_error *err)
 			o->failed = d->failed;
 			o->n_providers = d->n_providers;
 			o->providers = (const char *const *)d->providers;
+			o->worker_idle_ns = d->worker_idle_ns;
+			o->worker_prepare_ns = d->worker_prepare_ns;
+			o->worker_launch_ns = d->worker_launch_ns;
+			o->worker_wait_ns = d->worker_wait_ns;
+			o->worker_answers_ns = d->worker_answers_ns;
 		}
 	}
 	if ((rc = weights_from(r->weights, r->n_weights, &st->weights, err)) < 0 ||

@@ -104,7 +104,10 @@ class DeviceStatus(Structure):
                 ("queue_depth", c_uint32), ("in_flight", c_uint32),
                 ("n_variants", c_size_t), ("variants", POINTER(c_char_p)),
                 ("completed", c_uint64), ("failed", c_uint64),
-                ("n_providers", c_size_t), ("providers", POINTER(c_char_p))]
+                ("n_providers", c_size_t), ("providers", POINTER(c_char_p)),
+                ("worker_idle_ns", c_uint64), ("worker_prepare_ns", c_uint64),
+                ("worker_launch_ns", c_uint64), ("worker_wait_ns", c_uint64),
+                ("worker_answers_ns", c_uint64)]
 
 
 class Counters(Structure):

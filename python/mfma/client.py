@@ -53,6 +53,9 @@ class DeviceStatus:
     failed: int
     # Kernel providers, each "name", "name:pinned" or "name:excluded".
     providers: tuple = ()
+    # Where the device's worker thread has spent its time since the daemon
+    # started, ns: {"idle", "prepare", "launch", "wait", "answers"}.
+    worker_ns: dict = None
 
 
 @dataclass(frozen=True)
@@ -642,7 +645,9 @@ class Client:
                         d.mem_total, d.mem_used, d.queue_depth, d.in_flight,
                         tuple(_lib.text(d.variants[j]) for j in range(d.n_variants)),
                         d.completed, d.failed,
-                        tuple(_lib.text(d.providers[j]) for j in range(d.n_providers))))
+                        tuple(_lib.text(d.providers[j]) for j in range(d.n_providers)),
+                        {p: getattr(d, "worker_%s_ns" % p)
+                         for p in ("idle", "prepare", "launch", "wait", "answers")}))
                 out = Status(_lib.text(st.version), st.uptime_ns, devs,
                              [_weight(st.weights[i]) for i in range(st.n_weights)],
                              {k: getattr(st.counters, k) for k, _ in _lib.Counters._fields_},

@@ -272,6 +272,15 @@ static void test_two_devices(void **state)
 	assert_int_equal(st.n_devices, 2);
 	assert_int_equal(st.devices[0].completed + st.devices[1].completed, 8);
 	assert_int_equal(st.weight_budget, 2 * (3u << 20)); /* per device, summed */
+	/* Each worker that ran GEMMs spent time launching them and finishing
+	 * their answers; no worker's phases add up to more than the uptime. */
+	for (size_t i = 0; i < 2; i++) {
+		const struct mfma_device_status *ds = &st.devices[i];
+		uint64_t sum = ds->worker_idle_ns + ds->worker_prepare_ns + ds->worker_launch_ns +
+			       ds->worker_wait_ns + ds->worker_answers_ns;
+		assert_true(ds->worker_launch_ns > 0 && ds->worker_answers_ns > 0);
+		assert_true(sum <= st.uptime_ns);
+	}
 	mfma_status_free(&st);
 	mfma_close(c);
 	free(A);

@@ -120,9 +120,12 @@ static void test_valid_policy_status_and_reload(void **state)
 	assert_int_equal(ctl(&d, out, sizeof(out), "status", NULL), 0);
 	assert_non_null(strstr(out, "device 0 variants:"));
 	assert_null(strstr(out, "providers:"));
+	/* Its worker opened the device and has waited since: its phases. */
+	assert_non_null(strstr(out, "device 0 worker: idle "));
 	assert_int_equal(ctl(&d, out, sizeof(out), "status", "--json"), 0);
 	assert_non_null(strstr(out, "\"backend\": \"cpu\""));
 	assert_non_null(strstr(out, "\"providers\": []"));
+	assert_non_null(strstr(out, "\"worker_ns\": {"));
 
 	/* A new policy on SIGHUP takes a restart, and the log says so. */
 	FILE *f = fopen(d.conf, "w");

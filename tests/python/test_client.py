@@ -45,6 +45,13 @@ def test_weight_lifecycle(client, rng):
     assert e.value.code == 3 and "py-w" in e.value.message
     client.load_weight("py-w", a, replace=True)  # dense now
     mfma.check(client.gemm(None, b, weight="py-w"), a, b)
+    # The worker that ran them launched and answered; its phases (read
+    # through the library's struct, field by field) fit in the uptime.
+    st = client.status()
+    work = st.devices[0].worker_ns
+    assert set(work) == {"idle", "prepare", "launch", "wait", "answers"}
+    assert work["launch"] > 0 and work["answers"] > 0
+    assert sum(work.values()) <= st.uptime_ns
     client.unload_weight("py-w")
     assert "py-w" not in [x.name for x in client.weights()]
     with pytest.raises(mfma.NotFound) as e:
