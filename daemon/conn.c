@@ -230,6 +230,12 @@ uint32_t conn_inflight_unanswered(const struct conn *c)
 	return c->inflight > early ? c->inflight - early : 0;
 }
 
+uint64_t conn_daemon_unanswered(const struct daemon *d)
+{
+	uint64_t early = atomic_load(&d->answered_early);
+	return d->inflight > early ? d->inflight - early : 0;
+}
+
 /* Counted before the write, so that a client that has the answer finds
  * its next request admitted; taken back when the write did not happen. */
 static void early_add(struct conn *c, int delta)

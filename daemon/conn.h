@@ -111,6 +111,9 @@ uint32_t conn_inflight(const struct conn *c);
  * (conn_send_direct and conn_send_posted count an answer they write as
  * early until its request is released, conn_early_released). */
 uint32_t conn_inflight_unanswered(const struct conn *c);
+/* The same for the whole daemon: requests held whose answer is not yet
+ * written (limits.max_inflight's count, status's in_flight). */
+uint64_t conn_daemon_unanswered(const struct daemon *d);
 void conn_early_released(struct conn *c);
 uint64_t conn_id(const struct conn *c);
 struct daemon *conn_daemon(const struct conn *c);

@@ -71,8 +71,7 @@ static bool refuse(struct daemon *d, struct conn *c, const struct request *r)
 			     conn_inflight_unanswered(c), d->cfg.max_inflight_per_conn);
 		return true;
 	}
-	const uint64_t early = atomic_load(&d->answered_early);
-	const uint64_t unanswered = d->inflight > early ? d->inflight - early : 0;
+	const uint64_t unanswered = conn_daemon_unanswered(d);
 	if (unanswered >= d->cfg.max_inflight) {
 		reply_status(d, r, MFMA__V1__CODE__RESOURCE_EXHAUSTED,
 			     "busy: %" PRIu64 " requests in flight (limits.max_inflight = %u)",

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "conn.h"
 #include "declare.h"
 #include "devices.h"
 #include "mfma_clock.h"
@@ -107,7 +108,7 @@ void info_status(struct daemon *d, const struct request *r)
 	ct.malformed = malformed;
 	ct.connections_open = STATS_GET(d->stats.connections_open);
 	ct.connections_total = STATS_GET(d->stats.connections_total);
-	ct.in_flight = d->inflight;
+	ct.in_flight = conn_daemon_unanswered(d); /* not those answered already */
 	sr.version = (char *)MFMAD_VERSION;
 	sr.has_uptime_ns = sr.has_weight_budget = sr.has_weight_bytes = 1;
 	sr.uptime_ns = mfma_clock_ns() - d->stats.start_ns;

@@ -599,6 +599,8 @@ static void test_threads(void **state)
 	}
 	assert_true(done >= NT * 8);
 	assert_int_equal(running, 0);
+	/* Nor in the daemon's count of requests not yet answered. */
+	assert_int_equal(s.counters.in_flight, 0);
 	mfma_status_free(&s);
 }
 
