@@ -395,8 +395,6 @@ int metrics_render_at(const struct mfmad_stats *s, uint64_t now_ns, char **out, 
 	for (int d = 0; d < ndev; d++)
 		buf_printf(&b, "mfmad_device_launch_seconds_total{device=\"%d\"} %s\n", d,
 			   fmt_seconds(STATS_GET(s->dev[d].launch_ns), t));
-	static const char *const phases[STATS_WORKER_NPHASES] = { "idle", "prepare", "launch",
-								   "wait", "answers" };
 	family(&b, "mfmad_device_worker_seconds_total", "counter",
 	       "Where the device's worker thread spent its time: idle (waiting for work, its poll "
 	       "included), prepare (taking jobs, laying out their answers, a one-off A, a weight's "
@@ -406,7 +404,7 @@ int metrics_render_at(const struct mfmad_stats *s, uint64_t now_ns, char **out, 
 	for (int d = 0; d < ndev; d++)
 		for (int ph = 0; ph < STATS_WORKER_NPHASES; ph++)
 			buf_printf(&b, "mfmad_device_worker_seconds_total{device=\"%d\",phase=\"%s\"} %s\n",
-				   d, phases[ph], fmt_seconds(STATS_GET(s->dev[d].worker_ns[ph]), t));
+				   d, stats_worker_phase_names[ph], fmt_seconds(STATS_GET(s->dev[d].worker_ns[ph]), t));
 	family(&b, "mfmad_device_batch_host_seconds_total", "counter",
 	       "Host time of batched launches' gather (the parts' B and C joined on the device) and "
 	       "split (the joined D back to the parts) calls, part of the worker's launch phase (a launch "

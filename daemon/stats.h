@@ -68,6 +68,10 @@ enum stats_worker_phase {
 	STATS_WORKER_ANSWERS,
 	STATS_WORKER_NPHASES
 };
+/* Their label values on /metrics. */
+static const char *const stats_worker_phase_names[STATS_WORKER_NPHASES] = {
+	"idle", "prepare", "launch", "wait", "answers",
+};
 
 struct stats_device {
 	char backend[16];

@@ -6,11 +6,12 @@
 # bound, except that a thread waiting for the GPU may spin at 100% too: the
 # device's worker is also shown by phase over the same window (its
 # mfmad_device_worker_seconds_total on /metrics, 127.0.0.1:METRICS_PORT,
-# default 9478), idle, prepare, launch, wait and answers as shares of the window,
-# with launch_calls, launch_gather and launch_split, the parts of launch
-# spent in the provider's launch calls (mfmad_device_launch_seconds_total)
-# and in a batch's gather and split (mfmad_device_batch_host_seconds_total).  Each phase is counted when
-# it ends: a window that starts inside a long one (a weight's load and
+# default 9478), idle, prepare, launch, wait and answers as shares of the
+# window, with launch_calls, launch_gather and launch_split, the parts of
+# launch spent in the provider's launch calls
+# (mfmad_device_launch_seconds_total) and in a batch's gather and split
+# (mfmad_device_batch_host_seconds_total).  Each phase is counted when it
+# ends: a window that starts inside a long one (a weight's load and
 # warming, WARM_S too short) shows more than 100% in all.
 #
 # E2E_PINNED_ANSWERS_MB (default 64) is cuda.pinned_answers_mb, as in e2e.sh;
@@ -61,13 +62,15 @@ for p, v in re.findall(r'mfmad_device_worker_seconds_total\{device=\"0\",phase=\
     print(p, v)
 for p, v in re.findall(r'mfmad_device_batch_host_seconds_total\{device=\"0\",step=\"(\w+)\"\} (\S+)', t):
     print('launch_' + p, v)"; }
-t0=$(date +%s.%N)
+# The scrapes (a Python start each) stay outside the ticks' window, which
+# is timed around the two readings of the ticks alone.
 pa=$(phases)
+t0=$(date +%s.%N)
 a=$( { ticks "$DPID" mfmad:; ticks "$BPID" mfmactl:; } )
 sleep "${WINDOW_S:-2}"
 b=$( { ticks "$DPID" mfmad:; ticks "$BPID" mfmactl:; } )
-pb=$(phases)
 w=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { print b - a }')
+pb=$(phases)
 hz=$(getconf CLK_TCK)
 echo "window ${w} s (per thread: share of one core)"
 join -j 3 <(echo "$a" | sort -k3,3) <(echo "$b" | sort -k3,3) |

@@ -186,27 +186,41 @@ static const char *declared_state(enum mfma_declared_state s)
 	}
 }
 
-/* The declared weights that are not resident, with their state: what
- * keeps the daemon from being ready. */
+/* A device worker's phases, in the order status shows them: their names
+ * (the keys of --json's worker_ns) and their times in d. */
+enum { WORKER_PHASES = 5 };
+static const char *const worker_phase_names[WORKER_PHASES] = { "idle", "prepare", "launch", "wait",
+								"answers" };
+
+static void worker_phase_ns(const struct mfma_device_status *d, uint64_t ns[WORKER_PHASES])
+{
+	ns[0] = d->worker_idle_ns;
+	ns[1] = d->worker_prepare_ns;
+	ns[2] = d->worker_launch_ns;
+	ns[3] = d->worker_wait_ns;
+	ns[4] = d->worker_answers_ns;
+}
+
 /* "device N worker: idle 70.4%, ..." of the time its phases account for
  * since the daemon started; nothing from a daemon that does not report
  * them. */
 static void print_worker(const struct mfma_device_status *d)
 {
-	const uint64_t ns[] = { d->worker_idle_ns, d->worker_prepare_ns, d->worker_launch_ns,
-				d->worker_wait_ns, d->worker_answers_ns };
-	static const char *const names[] = { "idle", "prepare", "launch", "wait", "answers" };
-	uint64_t sum = 0;
-	for (size_t i = 0; i < 5; i++)
+	uint64_t ns[WORKER_PHASES], sum = 0;
+	worker_phase_ns(d, ns);
+	for (size_t i = 0; i < WORKER_PHASES; i++)
 		sum += ns[i];
 	if (!sum)
 		return;
 	printf("device %u worker:", d->index);
-	for (size_t i = 0; i < 5; i++)
-		printf("%s %s %.1f%%", i ? "," : "", names[i], 100.0 * (double)ns[i] / (double)sum);
+	for (size_t i = 0; i < WORKER_PHASES; i++)
+		printf("%s %s %.1f%%", i ? "," : "", worker_phase_names[i],
+		       100.0 * (double)ns[i] / (double)sum);
 	printf(" of %.1f s\n", (double)sum / 1e9);
 }
 
+/* The declared weights that are not resident, with their state: what
+ * keeps the daemon from being ready. */
 static void print_declared(const struct mfma_declared_weight *w, size_t n)
 {
 	size_t waiting = 0;
@@ -402,13 +416,12 @@ static void status_json(struct ctl *ctl, mfma_client *c, const struct mfma_statu
 		json_kv_uint(j, "in_flight", d->in_flight);
 		json_kv_uint(j, "completed", d->completed);
 		json_kv_uint(j, "failed", d->failed);
+		uint64_t ns[WORKER_PHASES];
+		worker_phase_ns(d, ns);
 		json_key(j, "worker_ns");
 		json_object_begin(j);
-		json_kv_uint(j, "idle", d->worker_idle_ns);
-		json_kv_uint(j, "prepare", d->worker_prepare_ns);
-		json_kv_uint(j, "launch", d->worker_launch_ns);
-		json_kv_uint(j, "wait", d->worker_wait_ns);
-		json_kv_uint(j, "answers", d->worker_answers_ns);
+		for (size_t k = 0; k < WORKER_PHASES; k++)
+			json_kv_uint(j, worker_phase_names[k], ns[k]);
 		json_object_end(j);
 		json_key(j, "variants");
 		json_array_begin(j);
