@@ -305,6 +305,7 @@ KEY(cuda_enabled, { set_enable(p, s, &c->cuda); })
 KEY(cuda_warmup, { set_bool(p, s, &c->cuda_warmup); })
 KEY(cuda_graphs, { set_bool(p, s, &c->cuda_graphs); })
 KEY(cuda_copy_stream, { set_bool(p, s, &c->cuda_copy_stream); })
+KEY(cuda_dma_copies, { set_bool(p, s, &c->cuda_dma_copies); })
 /* At most the served times the backend keeps per candidate (backend.h). */
 KEY(cuda_served_trial, { set_u32(p, s, 0, BACKEND_TRIAL_MAX, &c->cuda_served_trial); })
 /* At most the arena's own bound (frame_arena.h: 4096 MiB). */
@@ -552,7 +553,8 @@ static const struct key cuda_keys[] = {
 	{ "warmup", k_cuda_warmup, NULL }, { "graphs", k_cuda_graphs, NULL },
 	{ "served_trial", k_cuda_served_trial, NULL },
 	{ "pinned_answers_mb", k_cuda_pinned_answers_mb, NULL },
-	{ "copy_stream", k_cuda_copy_stream, NULL }, { NULL, NULL, NULL },
+	{ "copy_stream", k_cuda_copy_stream, NULL }, { "dma_copies", k_cuda_dma_copies, NULL },
+	{ NULL, NULL, NULL },
 };
 static const struct key metrics_keys[] = {
 	{ "enabled", k_metrics_enabled, NULL }, { "address", k_metrics_address, NULL },
@@ -714,6 +716,7 @@ int config_restart_only_changes(const struct mfmad_config *a, const struct mfmad
 	/* Told to the devices when they open. */
 	DIFF(a->cuda_graphs != b->cuda_graphs, "cuda.graphs");
 	DIFF(a->cuda_copy_stream != b->cuda_copy_stream, "cuda.copy_stream");
+	DIFF(a->cuda_dma_copies != b->cuda_dma_copies, "cuda.dma_copies");
 	DIFF(a->cuda_served_trial != b->cuda_served_trial, "cuda.served_trial");
 	/* Each device maps and registers its arena when it opens. */
 	DIFF(a->cuda_pinned_answer_bytes != b->cuda_pinned_answer_bytes, "cuda.pinned_answers_mb");

@@ -7,7 +7,8 @@
 #
 # usage: bench/nvidia/device_round.sh [test] [sanitize|memcheck|racecheck] [bench] [sweep]
 #        [ncu] [e2e] [answers] [abserving] [spin] [readers] [latency] [multi] [choice] [served] [graphsab] [trialab]
-#        [batching] [serving] [readsab] [postab] [readerminab] [overlapab] [copystreamab] [phases]
+#        [batching] [serving] [readsab] [postab] [readerminab] [overlapab] [copystreamab] [dmaab]
+#        [phases]
 #        [wgmma] [wgncu]
 #        [wgdecode] [wgdsan] [wgdncu] [wgdense] [wgdensesan] [wgdensencu]
 #        (no argument: test sanitize bench e2e)
@@ -220,6 +221,19 @@ copystreamab)
 	BATCHCHECK_DTYPES=${BATCHCHECK_DTYPES:-f16 bf16} servecheck copystream_check.log \
 		E2E_COPY_STREAM=true
 	abserve copystreamab.log batching E2E_COPY_STREAM=false E2E_COPY_STREAM=true
+	;;
+dmaab)
+	# cuda.dma_copies (a batch's mapped parts by the copy engines, not the
+	# copy kernel): the batched answers checked against float64 with it
+	# on, alone and with cuda.copy_stream (BATCHCHECK_DTYPES, default
+	# "f16 bf16"); then the batched loads with the defaults, with it, and
+	# with it and the copy stream, a daemon each, alternating round by round.
+	BATCHCHECK_DTYPES=${BATCHCHECK_DTYPES:-f16 bf16} servecheck dma_check.log \
+		E2E_DMA_COPIES=true
+	BATCHCHECK_DTYPES=${BATCHCHECK_DTYPES:-f16 bf16} servecheck dma_check.log \
+		E2E_DMA_COPIES=true,E2E_COPY_STREAM=true
+	abserve dmaab.log batching E2E_DMA_COPIES=false E2E_DMA_COPIES=true \
+		E2E_DMA_COPIES=true,E2E_COPY_STREAM=true
 	;;
 phases)
 	# Where the host's time goes under the batched loads over the socket

@@ -27,8 +27,8 @@
 # frames on the heap); E2E_PINNED_READS_MB, when set, limits.pinned_reads_mb
 # (0: request frames on the heap); E2E_POST_THREADS, E2E_READER_THREADS,
 # E2E_READER_MIN_KB and E2E_OVERLAP, when set, limits.post_threads,
-# reader_threads, reader_min_kb and batching.overlap; E2E_COPY_STREAM,
-# cuda.copy_stream; unset, the daemon's defaults (and nothing an older
+# reader_threads, reader_min_kb and batching.overlap; E2E_COPY_STREAM and
+# E2E_DMA_COPIES, cuda.copy_stream and cuda.dma_copies; unset, the daemon's defaults (and nothing an older
 # build would refuse).
 #
 # usage: [SERVING_STEPS="check latency batching off"] [ROUNDS="1 2"] [MFMAD=path LABEL=name]
@@ -59,7 +59,8 @@ limits = {
   ${E2E_READER_MIN_KB:+reader_min_kb = $E2E_READER_MIN_KB;}
 };
 batching = { enabled = ${2:-true}; ${E2E_OVERLAP:+overlap = $E2E_OVERLAP;} };
-cuda = { ${E2E_PINNED_ANSWERS_MB:+pinned_answers_mb = $E2E_PINNED_ANSWERS_MB;} ${E2E_COPY_STREAM:+copy_stream = $E2E_COPY_STREAM;} };
+cuda = { ${E2E_PINNED_ANSWERS_MB:+pinned_answers_mb = $E2E_PINNED_ANSWERS_MB;} ${E2E_COPY_STREAM:+copy_stream = $E2E_COPY_STREAM;}
+         ${E2E_DMA_COPIES:+dma_copies = $E2E_DMA_COPIES;} };
 CONF
 }
 conf 0

@@ -11,6 +11,12 @@
  * host copy of every byte on the device's worker, which bounded the
  * batched rate at N=8).  Other parts go through the pool.
  *
+ * With cuda.dma_copies the mapped parts move by the copy engines instead:
+ * one cuMemcpyBatchAsync call per operand, every part a copy of its own,
+ * so the multiprocessors stay with the GEMM (the copy kernel reads the
+ * host's memory across the bus from the SMs, and on the copy stream it
+ * and the GEMM slowed each other).
+ *
  * With cuda.copy_stream, a batch whose B (and C) all lie in mapped memory
  * is gathered on a stream of its own, into the other of two sets of
  * buffers, while the device's stream still runs the previous batch's GEMM
@@ -51,6 +57,17 @@ struct batch_set {
 	size_t host_cap;
 	CUevent gathered, freed;
 	bool used;
+	/* The host copy of the current batch's tables (host, or the
+	 * batch's scratch without the copy stream): the copy engines' spans
+	 * are read from there. */
+	const unsigned char *tab_host;
+};
+
+/* The arrays of one cuMemcpyBatchAsync call, grown as needed. */
+struct dma_list {
+	CUdeviceptr *dst, *src;
+	size_t *len;
+	size_t cap;
 };
 
 struct cuda_batch {
@@ -59,6 +76,12 @@ struct cuda_batch {
 	CUstream in;  /* the copy stream; NULL: cuda.copy_stream off, set 0 alone */
 	int cur;      /* the set of the batch between cuda_batch_in and its end */
 	int next;     /* the set the next batch takes (with the copy stream) */
+	bool dma;     /* cuda.dma_copies: mapped parts by the copy engines */
+	struct dma_list dl;
+	/* Without the copy stream: the host copy of a batch's tables,
+	 * reused from batch to batch (the pool copies it before it returns). */
+	unsigned char *scratch;
+	size_t scratch_cap;
 };
 
 /* One operand of the batch: which part pointer, its rows, element size. */
@@ -91,10 +114,22 @@ static int open_copy_stream(struct cuda_batch *o, char *err, size_t errlen)
 	return 0;
 }
 
-int cuda_batch_open(struct cuda_dev *dev, bool copy_stream, struct cuda_batch **b, char *err,
-		    size_t errlen)
+int cuda_batch_open(struct cuda_dev *dev, bool copy_stream, bool dma, struct cuda_batch **b,
+		    char *err, size_t errlen)
 {
 	*b = NULL;
+#if NV_HAVE_BATCH_COPY
+	const bool have_dma = nv_drv.cuMemcpyBatchAsync != NULL;
+#else
+	const bool have_dma = false;
+#endif
+	if (dma && !have_dma) {
+		snprintf(err, errlen,
+			 "cuda.dma_copies needs cuMemcpyBatchAsync, which this driver (or the CUDA "
+			 "%d.%d mfmad was built with) lacks: set it to false",
+			 CUDA_VERSION / 1000, CUDA_VERSION % 1000 / 10);
+		return -ENOSYS;
+	}
 	struct cuda_batch *o = calloc(1, sizeof(*o));
 	if (!o) {
 		snprintf(err, errlen, "cuda: out of host memory");
@@ -109,6 +144,7 @@ int cuda_batch_open(struct cuda_dev *dev, bool copy_stream, struct cuda_batch **
 		cuda_batch_close(o);
 		return rc;
 	}
+	o->dma = dma;
 	*b = o;
 	return 0;
 }
@@ -135,6 +171,10 @@ void cuda_batch_close(struct cuda_batch *b)
 	if (b->in)
 		nv_drv.cuStreamDestroy(b->in);
 	nv_util_unload(&b->util);
+	free(b->dl.dst);
+	free(b->dl.src);
+	free(b->dl.len);
+	free(b->scratch);
 	free(b);
 }
 
@@ -215,28 +255,80 @@ static size_t fill_tables(struct cuda_dev *dev, struct batch_set *st,
 	return at;
 }
 
-/* The tables on the device's stream, in one copy through the pool. */
-static int upload_tables(struct cuda_dev *dev, struct batch_set *st,
+/* The tables on the device's stream, in one copy through the pool, from
+ * the batch's scratch (kept: the copy engines' spans are read from it). */
+static int upload_tables(struct cuda_batch *o, struct cuda_dev *dev, struct batch_set *st,
 			 const struct parts_io io[OP_COUNT], char *err, size_t errlen)
 {
-	unsigned char *tab = malloc(tables_bytes(io[OP_B].g));
-	if (!tab) {
-		snprintf(err, errlen, "cuda: out of host memory for a batch's tables");
-		return -ENOMEM;
+	size_t need = tables_bytes(io[OP_B].g);
+	if (need > o->scratch_cap) {
+		unsigned char *tab = realloc(o->scratch, need);
+		if (!tab) {
+			snprintf(err, errlen, "cuda: out of host memory for a batch's tables");
+			return -ENOMEM;
+		}
+		o->scratch = tab;
+		o->scratch_cap = need;
 	}
-	size_t at = fill_tables(dev, st, io, tab);
+	size_t at = fill_tables(dev, st, io, o->scratch);
+	st->tab_host = o->scratch;
 	if (cuda_dev_left_running(dev) && at > st->tables.cap)
 		cuda_dev_drain(dev); /* as for the operands' buffers, cuda_batch_in */
 	int rc = cuda_buf_need(&st->tables, at, "batch tables", NULL, err, errlen);
 	if (rc == 0)
-		rc = cuda_dev_copy_in(dev, st->tables.p, at, tab, 1, at, err, errlen);
-	free(tab);
+		rc = cuda_dev_copy_in(dev, st->tables.p, at, o->scratch, 1, at, err, errlen);
 	return rc;
 }
 
-static int copy_spans(const struct cuda_batch *o, const struct batch_set *st, CUstream s,
+#if NV_HAVE_BATCH_COPY
+/* The spans of operand op by the copy engines: one call, a copy per part,
+ * the sources read in stream order (D's parts after the split). */
+static int dma_spans(struct cuda_batch *o, const struct batch_set *st, CUstream s,
+		     uint32_t nparts, int op, char *err, size_t errlen)
+{
+	struct dma_list *l = &o->dl;
+	if (nparts > l->cap) {
+		CUdeviceptr *dst = realloc(l->dst, nparts * sizeof(*dst));
+		if (dst)
+			l->dst = dst;
+		CUdeviceptr *src = realloc(l->src, nparts * sizeof(*src));
+		if (src)
+			l->src = src;
+		size_t *len = realloc(l->len, nparts * sizeof(*len));
+		if (len)
+			l->len = len;
+		if (!dst || !src || !len) {
+			snprintf(err, errlen, "cuda: out of host memory for a batch's copy list");
+			return -ENOMEM;
+		}
+		l->cap = nparts;
+	}
+	struct nv_copy_span sp;
+	for (uint32_t i = 0; i < nparts; i++) {
+		memcpy(&sp, st->tab_host + st->spans_at[op] + i * sizeof(sp), sizeof(sp));
+		l->dst[i] = (CUdeviceptr)sp.dst;
+		l->src[i] = (CUdeviceptr)sp.src;
+		l->len[i] = (size_t)sp.bytes;
+	}
+	CUmemcpyAttributes attr = { .srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM,
+				    .flags = CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE };
+	size_t first = 0;
+	CUresult r = nv_drv.cuMemcpyBatchAsync(l->dst, l->src, l->len, nparts, &attr, &first, 1, s);
+	if (r != CUDA_SUCCESS)
+		return cuda_fail(r, err, errlen,
+				 op == OP_D ? "cuMemcpyBatchAsync(a batch's parts out)"
+					    : "cuMemcpyBatchAsync(a batch's parts in)");
+	return 0;
+}
+#endif
+
+static int copy_spans(struct cuda_batch *o, const struct batch_set *st, CUstream s,
 		      uint32_t nparts, int op, char *err, size_t errlen)
 {
+#if NV_HAVE_BATCH_COPY
+	if (o->dma)
+		return dma_spans(o, st, s, nparts, op, err, errlen);
+#endif
 	struct nv_copy_params p = { .spans = st->tables.p + st->spans_at[op],
 				    .count = (int32_t)nparts };
 	int rc = nv_launch_copy_spans(&o->util, s, &p, st->most[op]);
@@ -346,6 +438,7 @@ static int tables_for_copy_stream(struct cuda_dev *dev, struct batch_set *st,
 		st->host_cap = need;
 	}
 	*at = fill_tables(dev, st, io, st->host);
+	st->tab_host = st->host;
 	*copy = st->spans_at[OP_B] && (!with_c || st->spans_at[OP_C]);
 	return 0;
 }
@@ -397,7 +490,7 @@ int cuda_batch_in(struct cuda_batch *o, struct cuda_dev *dev, const struct mfma_
 		CUstream s = cuda_dev_stream(dev);
 		if ((rc = cuda_dev_mark(dev, CUDA_MARK_START, err, errlen)) == 0)
 			rc = o->in ? cuda_dev_copy_in(dev, st->tables.p, at, st->host, 1, at, err, errlen)
-				   : upload_tables(dev, st, io, err, errlen);
+				   : upload_tables(o, dev, st, io, err, errlen);
 		if (rc == 0)
 			rc = operand_in(o, dev, st, s, &io[OP_B], OP_B, err, errlen);
 		if (rc == 0 && with_c)

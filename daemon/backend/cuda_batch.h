@@ -24,9 +24,11 @@ bool cuda_batch_usable(int cc);
  * has none for this GPU (the device then does not batch).  copy_stream
  * (cuda.copy_stream): a batch whose B and C lie in mapped memory is
  * gathered on a stream of its own, beside the previous batch's GEMM and
- * copy out, into the other of two sets of buffers. */
-int cuda_batch_open(struct cuda_dev *dev, bool copy_stream, struct cuda_batch **b, char *err,
-		    size_t errlen);
+ * copy out, into the other of two sets of buffers.  dma (cuda.dma_copies):
+ * parts in mapped memory move by the copy engines, not the copy kernel;
+ * -ENOSYS when the driver cannot (no cuMemcpyBatchAsync). */
+int cuda_batch_open(struct cuda_dev *dev, bool copy_stream, bool dma, struct cuda_batch **b,
+		    char *err, size_t errlen);
 void cuda_batch_close(struct cuda_batch *b);
 
 /* Records the START mark, gathers g's parts onto the device and fills one

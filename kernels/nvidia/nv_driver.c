@@ -52,6 +52,16 @@ static void open_driver(void)
 	}
 	NV_DRIVER_FUNCS(NV_DRIVER_RESOLVE)
 #undef NV_DRIVER_RESOLVE
+#define NV_DRIVER_RESOLVE_OPTIONAL(fn)                                                          \
+	{                                                                                       \
+		void *p = NULL;                                                                 \
+		CUdriverProcAddressQueryResult q;                                               \
+		if (get_proc(#fn, &p, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &q) != CUDA_SUCCESS) \
+			p = NULL;                                                               \
+		memcpy(&nv_drv.fn, &p, sizeof(p));                                              \
+	}
+	NV_DRIVER_OPTIONAL_FUNCS(NV_DRIVER_RESOLVE_OPTIONAL)
+#undef NV_DRIVER_RESOLVE_OPTIONAL
 	open_rc = 0;
 }
 

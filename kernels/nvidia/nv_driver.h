@@ -70,9 +70,21 @@ extern "C" {
 	X(cuGraphExecDestroy)                       \
 	X(cuGraphDestroy)
 
+/* Entry points a driver may lack: NULL then, and what needs one says so.
+ * cuMemcpyBatchAsync (many copies, one call, on the copy engines) came
+ * with CUDA 12.8 and took its present arguments in 13.0. */
+#if CUDA_VERSION >= 13000
+#define NV_HAVE_BATCH_COPY 1
+#define NV_DRIVER_OPTIONAL_FUNCS(X) X(cuMemcpyBatchAsync)
+#else
+#define NV_HAVE_BATCH_COPY 0
+#define NV_DRIVER_OPTIONAL_FUNCS(X)
+#endif
+
 struct nv_driver {
 #define NV_DRIVER_FIELD(fn) __typeof__(&fn) fn;
 	NV_DRIVER_FUNCS(NV_DRIVER_FIELD)
+	NV_DRIVER_OPTIONAL_FUNCS(NV_DRIVER_FIELD)
 #undef NV_DRIVER_FIELD
 };
 

@@ -757,7 +757,7 @@ static void test_providers(void **state)
 	if (cuda_dev_open(dev_index, &cfg, &cd, err, sizeof(err)) != 0)
 		fail_msg("cuda_dev_open: %s", err);
 	struct cuda_batch *batch = NULL;
-	if (cuda_batch_open(cd, false, &batch, err, sizeof(err)) != 0)
+	if (cuda_batch_open(cd, false, false, &batch, err, sizeof(err)) != 0)
 		fail_msg("cuda_batch_open: %s", err);
 	/* Odd shapes and decode-like ones; the quick run takes the first
 	 * three (one the cuSPARSELt path takes: N a multiple of 8). */
@@ -1613,19 +1613,15 @@ static void test_other_devices(void **state)
 	dev = keep;
 }
 
-/* cuda.copy_stream: a batch whose B and C lie in mapped memory is gathered
- * on a stream of its own into the other of two sets of buffers, beside the
- * previous batch's GEMM and copy out.  On a device opened with it: the
- * batched cases (staged, registered, pairs left running) as without it;
- * then NB batches in a row, every part's B its own (so that a gather that
- * overwrote a set still in use, or a GEMM that did not wait for its
- * gather, shows as a wrong D), each launched while the one before is left
- * running, as the daemon's worker does, every part's D against the
- * float64 reference. */
-static void test_copy_stream(void **state)
+/* The device reopened with cfg (what: its settings, for the messages):
+ * the batched cases (staged, registered, pairs left running) as with the
+ * defaults; then NB batches in a row, every part's B its own (so that a
+ * gather that overwrote a set still in use, or a GEMM that did not wait
+ * for its gather, shows as a wrong D), each launched while the one before
+ * is left running, as the daemon's worker does, every part's D against
+ * the float64 reference; then the defaults again. */
+static void chained_batches(void **state, struct backend_config cfg, const char *what)
 {
-	struct backend_config cfg = { .pinned_bytes = 8u << 20, .cuda_graphs = true,
-				      .cuda_copy_stream = true };
 	reopen(&cfg);
 	test_batched_launch(state);
 	enum { NB = 8, NP = 3 };
@@ -1675,7 +1671,7 @@ static void test_copy_stream(void **state)
 	}
 	if (t[NB - 1].left)
 		RC_OK(backend_cuda.gemm_end(dev, &t[NB - 1], err, sizeof(err)), err);
-	printf("  copy stream: %d of %d batches left running behind the next\n", left, NB);
+	printf("  %s: %d of %d batches left running behind the next\n", what, left, NB);
 	for (int b = 0; b < NB; b++)
 		for (int i = 0; i < NP; i++) {
 			struct operands *x = &r[b][i];
@@ -1685,7 +1681,7 @@ static void test_copy_stream(void **state)
 			double rel = rel_error(x, NULL, m);
 			checks++;
 			if (!(rel <= nvt_tolerance(out)))
-				fail_msg("copy stream: batch %d part %d: relative error %g", b, i, rel);
+				fail_msg("%s: batch %d part %d: relative error %g", what, b, i, rel);
 			x->g.a = NULL;
 			x->g.a_meta = NULL;
 			ops_free(x);
@@ -1695,7 +1691,31 @@ static void test_copy_stream(void **state)
 	ops_free(&o);
 	assert_true(left > 0);
 	cfg.cuda_copy_stream = false;
+	cfg.cuda_dma_copies = false;
 	reopen(&cfg);
+}
+
+/* cuda.copy_stream: a batch whose B and C lie in mapped memory is gathered
+ * on a stream of its own into the other of two sets of buffers, beside the
+ * previous batch's GEMM and copy out. */
+static void test_copy_stream(void **state)
+{
+	chained_batches(state,
+			(struct backend_config){ .pinned_bytes = 8u << 20, .cuda_graphs = true,
+						 .cuda_copy_stream = true },
+			"copy stream");
+}
+
+/* cuda.dma_copies: the mapped parts move by the copy engines (one batched
+ * copy per operand), on the device's stream and on the copy stream. */
+static void test_dma_copies(void **state)
+{
+	const struct backend_config cfg = { .pinned_bytes = 8u << 20, .cuda_graphs = true,
+					    .cuda_dma_copies = true };
+	chained_batches(state, cfg, "dma copies");
+	struct backend_config both = cfg;
+	both.cuda_copy_stream = true;
+	chained_batches(state, both, "dma copies on the copy stream");
 }
 
 int main(void)
@@ -1735,6 +1755,7 @@ int main(void)
 		cmocka_unit_test(test_resident_weight),
 		cmocka_unit_test(test_batched_launch),
 		cmocka_unit_test(test_copy_stream),
+		cmocka_unit_test(test_dma_copies),
 		cmocka_unit_test(test_repeatable),
 		cmocka_unit_test(test_registered_host),
 		cmocka_unit_test(test_pooled_answers),

@@ -269,6 +269,23 @@ static void test_cuda_copy_stream(void **state)
 	assert_non_null(strstr(err, "cuda.copy_stream must be true or false"));
 }
 
+/* cuda.dma_copies: off by default, a boolean, a restart. */
+static void test_cuda_dma_copies(void **state)
+{
+	(void)state;
+	struct mfmad_config c, d;
+	char err[512], buf[256];
+	config_defaults(&c);
+	assert_false(c.cuda_dma_copies);
+	assert_int_equal(parse(&c, "cuda = { dma_copies = true; };\n", err, sizeof(err)), 0);
+	assert_true(c.cuda_dma_copies);
+	config_defaults(&d);
+	assert_int_equal(config_restart_only_changes(&d, &c, buf, sizeof(buf)), 1);
+	assert_string_equal(buf, "cuda.dma_copies");
+	assert_int_equal(parse(&c, "cuda = { dma_copies = 2; };\n", err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "cuda.dma_copies must be true or false"));
+}
+
 /* limits.post_threads: 4 by default, 1..16, a restart. */
 static void test_post_threads(void **state)
 {
@@ -571,6 +588,7 @@ int main(void)
 		cmocka_unit_test(test_post_threads),
 		cmocka_unit_test(test_batch_overlap),
 		cmocka_unit_test(test_cuda_copy_stream),
+		cmocka_unit_test(test_cuda_dma_copies),
 		cmocka_unit_test(test_loop_poll),
 		cmocka_unit_test(test_readers),
 		cmocka_unit_test(test_providers),
