@@ -8,7 +8,7 @@
 # usage: bench/nvidia/device_round.sh [test] [sanitize|memcheck|racecheck] [bench] [sweep]
 #        [ncu] [e2e] [answers] [abserving] [spin] [readers] [latency] [multi] [choice] [served] [graphsab] [trialab]
 #        [batching] [serving] [readsab] [postab] [readerminab] [overlapab] [copystreamab] [dmaab]
-#        [phases]
+#        [phases] [dmaphases]
 #        [wgmma] [wgncu]
 #        [wgdecode] [wgdsan] [wgdncu] [wgdense] [wgdensesan] [wgdensencu]
 #        (no argument: test sanitize bench e2e)
@@ -247,6 +247,24 @@ phases)
 			${PHASE_FLAGS:-} > "$OUT/phases${PHASE_TAG:-}_n$1.log" 2>&1
 		echo "rc=$?"
 		cut -c1-200 "$OUT/phases${PHASE_TAG:-}_n$1.log" | head -16
+	done
+	;;
+dmaphases)
+	# The worker's phases (phases, above) for each DMA_SETS setting
+	# (default: the copy kernel, cuda.dma_copies, it with the copy
+	# stream), bytes and --shm, the settings alternating load by load.
+	for load in ${PHASE_LOADS:-8:64:400000 1:256:1000000}; do
+		set -- ${load//:/ }
+		for how in "" --shm; do
+			for set in ${DMA_SETS:-E2E_DMA_COPIES=false E2E_DMA_COPIES=true E2E_DMA_COPIES=true,E2E_COPY_STREAM=true}; do
+				log="$OUT/dmaphases_n$1${how:+_shm}_${set//[^A-Za-z=_]/}.log"
+				echo "--- phases, N=$1 x $2 ${how:-bytes}, $set"
+				env ${set//,/ } READER_THREADS=4 POST_THREADS=4 WARM_S=${WARM_S:-8} timeout 150 \
+					bash bench/nvidia/thread_cpu.sh "$P" "$1" "$2" "$3" $how > "$log" 2>&1
+				echo "rc=$?"
+				grep -E "^(window|worker phases)|mfmad:|\"requests_per_s" "$log" | cut -c1-220 | head -8
+			done
+		done
 	done
 	;;
 readerminab)
