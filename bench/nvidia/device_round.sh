@@ -223,17 +223,22 @@ copystreamab)
 	abserve copystreamab.log batching E2E_COPY_STREAM=false E2E_COPY_STREAM=true
 	;;
 dmaab)
-	# cuda.dma_copies (a batch's mapped parts by the copy engines, not the
-	# copy kernel): the batched answers checked against float64 with it
-	# on, alone and with cuda.copy_stream (BATCHCHECK_DTYPES, default
-	# "f16 bf16"); then the batched loads with the defaults, with it, and
-	# with it and the copy stream, a daemon each, alternating round by round.
-	BATCHCHECK_DTYPES=${BATCHCHECK_DTYPES:-f16 bf16} servecheck dma_check.log \
-		E2E_DMA_COPIES=true
-	BATCHCHECK_DTYPES=${BATCHCHECK_DTYPES:-f16 bf16} servecheck dma_check.log \
-		E2E_DMA_COPIES=true,E2E_COPY_STREAM=true
-	abserve dmaab.log batching E2E_DMA_COPIES=false E2E_DMA_COPIES=true \
-		E2E_DMA_COPIES=true,E2E_COPY_STREAM=true
+	# cuda.dma_parts_kb (a batch's mapped parts up to this size by the
+	# copy engines, larger ones by the copy kernel): the batched answers
+	# checked against float64 with every part by DMA, alone and with
+	# cuda.copy_stream (BATCHCHECK_DTYPES, default "f16 bf16"); then the
+	# batched loads (LOAD_SCALE times their requests, default 4) with DMA
+	# for none, DMA_KB (default 64) and every part, a daemon each,
+	# alternating round by round.
+	# DMA_CHECK=0 leaves the checks out.
+	if [ "${DMA_CHECK:-1}" != 0 ]; then
+		BATCHCHECK_DTYPES=${BATCHCHECK_DTYPES:-f16 bf16} servecheck dma_check.log \
+			E2E_DMA_PARTS_KB=1048576
+		BATCHCHECK_DTYPES=${BATCHCHECK_DTYPES:-f16 bf16} servecheck dma_check.log \
+			E2E_DMA_PARTS_KB=1048576,E2E_COPY_STREAM=true
+	fi
+	LOAD_SCALE=${LOAD_SCALE:-4} abserve dmaab.log batching E2E_DMA_PARTS_KB=0 \
+		E2E_DMA_PARTS_KB=${DMA_KB:-64} E2E_DMA_PARTS_KB=1048576
 	;;
 phases)
 	# Where the host's time goes under the batched loads over the socket
@@ -251,19 +256,21 @@ phases)
 	;;
 dmaphases)
 	# The worker's phases (phases, above) for each DMA_SETS setting
-	# (default: the copy kernel, cuda.dma_copies, it with the copy
-	# stream), bytes and --shm, the settings alternating load by load.
-	for load in ${PHASE_LOADS:-8:64:400000 1:256:1000000}; do
+	# (default: the copy kernel alone, DMA for parts up to 64 KiB, DMA for
+	# all), for each DMA_LOADS "N:in_flight:requests:how" (how: bytes or
+	# shm), the settings alternating load by load.  The loads must outlast
+	# WARM_S (default 5) and the 2 s window.
+	for load in ${DMA_LOADS:-8:64:1500000:bytes 1:256:3000000:shm}; do
 		set -- ${load//:/ }
-		for how in "" --shm; do
-			for set in ${DMA_SETS:-E2E_DMA_COPIES=false E2E_DMA_COPIES=true E2E_DMA_COPIES=true,E2E_COPY_STREAM=true}; do
-				log="$OUT/dmaphases_n$1${how:+_shm}_${set//[^A-Za-z=_]/}.log"
-				echo "--- phases, N=$1 x $2 ${how:-bytes}, $set"
-				env ${set//,/ } READER_THREADS=4 POST_THREADS=4 WARM_S=${WARM_S:-8} timeout 150 \
-					bash bench/nvidia/thread_cpu.sh "$P" "$1" "$2" "$3" $how > "$log" 2>&1
-				echo "rc=$?"
-				grep -E "^(window|worker phases)|mfmad:|\"requests_per_s" "$log" | cut -c1-220 | head -8
-			done
+		how=""
+		[ "$4" = shm ] && how=--shm
+		for set in ${DMA_SETS:-E2E_DMA_PARTS_KB=0 E2E_DMA_PARTS_KB=64 E2E_DMA_PARTS_KB=1048576}; do
+			log="$OUT/dmaphases_n$1${how:+_shm}_${set//[^A-Za-z0-9=_]/}.log"
+			echo "--- phases, N=$1 x $2 ${how:-bytes}, $set"
+			env ${set//,/ } READER_THREADS=4 POST_THREADS=4 WARM_S=${WARM_S:-5} timeout 150 \
+				bash bench/nvidia/thread_cpu.sh "$P" "$1" "$2" "$3" $how > "$log" 2>&1
+			echo "rc=$?"
+			grep -E "^(window|worker phases)|mfmad:|\"requests_per_s" "$log" | cut -c1-220 | head -6
 		done
 	done
 	;;

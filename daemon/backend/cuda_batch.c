@@ -11,11 +11,14 @@
  * host copy of every byte on the device's worker, which bounded the
  * batched rate at N=8).  Other parts go through the pool.
  *
- * With cuda.dma_copies the mapped parts move by the copy engines instead:
- * one cuMemcpyBatchAsync call per operand, every part a copy of its own,
- * so the multiprocessors stay with the GEMM (the copy kernel reads the
- * host's memory across the bus from the SMs, and on the copy stream it
- * and the GEMM slowed each other).
+ * An operand whose mapped parts are all small (cuda.dma_parts_kb) moves by
+ * the copy engines instead: one cuMemcpyBatchAsync call, every part a copy
+ * of its own.  The copy kernel reads the host's memory across the bus from
+ * the SMs, a small part from few of them; the copy engines take such
+ * parts faster, but the driver's host time grows with every part, and
+ * large parts the kernel moves as fast (measured on an H200:
+ * bench/RESULTS.md).  Without cuMemcpyBatchAsync in the driver the kernel
+ * moves them all.
  *
  * With cuda.copy_stream, a batch whose B (and C) all lie in mapped memory
  * is gathered on a stream of its own, into the other of two sets of
@@ -76,7 +79,7 @@ struct cuda_batch {
 	CUstream in;  /* the copy stream; NULL: cuda.copy_stream off, set 0 alone */
 	int cur;      /* the set of the batch between cuda_batch_in and its end */
 	int next;     /* the set the next batch takes (with the copy stream) */
-	bool dma;     /* cuda.dma_copies: mapped parts by the copy engines */
+	uint64_t dma_part; /* cuda.dma_parts_kb in bytes; 0: no copy engines */
 	struct dma_list dl;
 	/* Without the copy stream: the host copy of a batch's tables,
 	 * reused from batch to batch (the pool copies it before it returns). */
@@ -114,22 +117,19 @@ static int open_copy_stream(struct cuda_batch *o, char *err, size_t errlen)
 	return 0;
 }
 
-int cuda_batch_open(struct cuda_dev *dev, bool copy_stream, bool dma, struct cuda_batch **b,
-		    char *err, size_t errlen)
+bool cuda_batch_dma_usable(void)
+{
+#if NV_HAVE_BATCH_COPY
+	return nv_drv.cuMemcpyBatchAsync != NULL;
+#else
+	return false;
+#endif
+}
+
+int cuda_batch_open(struct cuda_dev *dev, bool copy_stream, uint64_t dma_part,
+		    struct cuda_batch **b, char *err, size_t errlen)
 {
 	*b = NULL;
-#if NV_HAVE_BATCH_COPY
-	const bool have_dma = nv_drv.cuMemcpyBatchAsync != NULL;
-#else
-	const bool have_dma = false;
-#endif
-	if (dma && !have_dma) {
-		snprintf(err, errlen,
-			 "cuda.dma_copies needs cuMemcpyBatchAsync, which this driver (or the CUDA "
-			 "%d.%d mfmad was built with) lacks: set it to false",
-			 CUDA_VERSION / 1000, CUDA_VERSION % 1000 / 10);
-		return -ENOSYS;
-	}
 	struct cuda_batch *o = calloc(1, sizeof(*o));
 	if (!o) {
 		snprintf(err, errlen, "cuda: out of host memory");
@@ -144,7 +144,7 @@ int cuda_batch_open(struct cuda_dev *dev, bool copy_stream, bool dma, struct cud
 		cuda_batch_close(o);
 		return rc;
 	}
-	o->dma = dma;
+	o->dma_part = cuda_batch_dma_usable() ? dma_part : 0;
 	*b = o;
 	return 0;
 }
@@ -326,7 +326,7 @@ static int copy_spans(struct cuda_batch *o, const struct batch_set *st, CUstream
 		      uint32_t nparts, int op, char *err, size_t errlen)
 {
 #if NV_HAVE_BATCH_COPY
-	if (o->dma)
+	if (st->most[op] <= o->dma_part)
 		return dma_spans(o, st, s, nparts, op, err, errlen);
 #endif
 	struct nv_copy_params p = { .spans = st->tables.p + st->spans_at[op],

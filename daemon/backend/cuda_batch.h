@@ -24,11 +24,15 @@ bool cuda_batch_usable(int cc);
  * has none for this GPU (the device then does not batch).  copy_stream
  * (cuda.copy_stream): a batch whose B and C lie in mapped memory is
  * gathered on a stream of its own, beside the previous batch's GEMM and
- * copy out, into the other of two sets of buffers.  dma (cuda.dma_copies):
- * parts in mapped memory move by the copy engines, not the copy kernel;
- * -ENOSYS when the driver cannot (no cuMemcpyBatchAsync). */
-int cuda_batch_open(struct cuda_dev *dev, bool copy_stream, bool dma, struct cuda_batch **b,
-		    char *err, size_t errlen);
+ * copy out, into the other of two sets of buffers.  dma_part
+ * (cuda.dma_parts_kb, bytes): an operand whose parts lie in mapped memory,
+ * none larger, moves by the copy engines, not the copy kernel (where the
+ * driver can: cuda_batch_dma_usable). */
+int cuda_batch_open(struct cuda_dev *dev, bool copy_stream, uint64_t dma_part,
+		    struct cuda_batch **b, char *err, size_t errlen);
+/* Whether the driver has the batched copy the copy engines need
+ * (cuMemcpyBatchAsync, CUDA 13's); after the driver is open. */
+bool cuda_batch_dma_usable(void);
 void cuda_batch_close(struct cuda_batch *b);
 
 /* Records the START mark, gathers g's parts onto the device and fills one

@@ -757,7 +757,7 @@ static void test_providers(void **state)
 	if (cuda_dev_open(dev_index, &cfg, &cd, err, sizeof(err)) != 0)
 		fail_msg("cuda_dev_open: %s", err);
 	struct cuda_batch *batch = NULL;
-	if (cuda_batch_open(cd, false, false, &batch, err, sizeof(err)) != 0)
+	if (cuda_batch_open(cd, false, 0, &batch, err, sizeof(err)) != 0)
 		fail_msg("cuda_batch_open: %s", err);
 	/* Odd shapes and decode-like ones; the quick run takes the first
 	 * three (one the cuSPARSELt path takes: N a multiple of 8). */
@@ -1691,7 +1691,7 @@ static void chained_batches(void **state, struct backend_config cfg, const char 
 	ops_free(&o);
 	assert_true(left > 0);
 	cfg.cuda_copy_stream = false;
-	cfg.cuda_dma_copies = false;
+	cfg.cuda_dma_part_bytes = 0;
 	reopen(&cfg);
 }
 
@@ -1706,16 +1706,25 @@ static void test_copy_stream(void **state)
 			"copy stream");
 }
 
-/* cuda.dma_copies: the mapped parts move by the copy engines (one batched
- * copy per operand), on the device's stream and on the copy stream. */
+/* cuda.dma_parts_kb: the mapped parts move by the copy engines (one
+ * batched copy per operand), every part (no bound), on the device's stream
+ * and on the copy stream; then a bound that B's parts (k x n f16) pass and
+ * D's (m x n f32, larger) do not, so that one batch takes both paths. */
 static void test_dma_copies(void **state)
 {
+	if (!cuda_batch_dma_usable()) {
+		printf("  dma copies: the driver has no cuMemcpyBatchAsync; the copy kernel alone\n");
+		return;
+	}
 	const struct backend_config cfg = { .pinned_bytes = 8u << 20, .cuda_graphs = true,
-					    .cuda_dma_copies = true };
+					    .cuda_dma_part_bytes = UINT64_MAX };
 	chained_batches(state, cfg, "dma copies");
 	struct backend_config both = cfg;
 	both.cuda_copy_stream = true;
 	chained_batches(state, both, "dma copies on the copy stream");
+	struct backend_config mixed = cfg;
+	mixed.cuda_dma_part_bytes = quick ? 256 * 2 * 18 : 2048 * 2 * 18;
+	chained_batches(state, mixed, "dma copies of B, the kernel's of D");
 }
 
 int main(void)

@@ -269,21 +269,24 @@ static void test_cuda_copy_stream(void **state)
 	assert_non_null(strstr(err, "cuda.copy_stream must be true or false"));
 }
 
-/* cuda.dma_copies: off by default, a boolean, a restart. */
-static void test_cuda_dma_copies(void **state)
+/* cuda.dma_parts_kb: KiB, 0 (none) up to 1 TiB, a restart. */
+static void test_cuda_dma_parts_kb(void **state)
 {
 	(void)state;
 	struct mfmad_config c, d;
 	char err[512], buf[256];
 	config_defaults(&c);
-	assert_false(c.cuda_dma_copies);
-	assert_int_equal(parse(&c, "cuda = { dma_copies = true; };\n", err, sizeof(err)), 0);
-	assert_true(c.cuda_dma_copies);
+	assert_int_equal(c.cuda_dma_part_bytes, CONFIG_DMA_PART_BYTES);
+	assert_int_equal(parse(&c, "cuda = { dma_parts_kb = 0; };\n", err, sizeof(err)), 0);
+	assert_int_equal(c.cuda_dma_part_bytes, 0);
 	config_defaults(&d);
 	assert_int_equal(config_restart_only_changes(&d, &c, buf, sizeof(buf)), 1);
-	assert_string_equal(buf, "cuda.dma_copies");
-	assert_int_equal(parse(&c, "cuda = { dma_copies = 2; };\n", err, sizeof(err)), -EINVAL);
-	assert_non_null(strstr(err, "cuda.dma_copies must be true or false"));
+	assert_string_equal(buf, "cuda.dma_parts_kb");
+	assert_int_equal(parse(&c, "cuda = { dma_parts_kb = 1073741824; };\n", err, sizeof(err)), 0);
+	assert_int_equal(c.cuda_dma_part_bytes, 1ull << 40);
+	assert_int_equal(parse(&c, "cuda = { dma_parts_kb = -1; };\n", err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "cuda.dma_parts_kb"));
+	assert_int_equal(parse(&c, "cuda = { dma_parts_kb = true; };\n", err, sizeof(err)), -EINVAL);
 }
 
 /* limits.post_threads: 4 by default, 1..16, a restart. */
@@ -588,7 +591,7 @@ int main(void)
 		cmocka_unit_test(test_post_threads),
 		cmocka_unit_test(test_batch_overlap),
 		cmocka_unit_test(test_cuda_copy_stream),
-		cmocka_unit_test(test_cuda_dma_copies),
+		cmocka_unit_test(test_cuda_dma_parts_kb),
 		cmocka_unit_test(test_loop_poll),
 		cmocka_unit_test(test_readers),
 		cmocka_unit_test(test_providers),
