@@ -269,16 +269,16 @@ static void test_cuda_copy_stream(void **state)
 	assert_non_null(strstr(err, "cuda.copy_stream must be true or false"));
 }
 
-/* cuda.dma_parts_kb: KiB, 0 (none) up to 1 TiB, a restart. */
+/* cuda.dma_parts_kb: KiB, 0 (none, the default) up to 1 TiB, a restart. */
 static void test_cuda_dma_parts_kb(void **state)
 {
 	(void)state;
 	struct mfmad_config c, d;
 	char err[512], buf[256];
 	config_defaults(&c);
-	assert_int_equal(c.cuda_dma_part_bytes, CONFIG_DMA_PART_BYTES);
-	assert_int_equal(parse(&c, "cuda = { dma_parts_kb = 0; };\n", err, sizeof(err)), 0);
 	assert_int_equal(c.cuda_dma_part_bytes, 0);
+	assert_int_equal(parse(&c, "cuda = { dma_parts_kb = 64; };\n", err, sizeof(err)), 0);
+	assert_int_equal(c.cuda_dma_part_bytes, 64 << 10);
 	config_defaults(&d);
 	assert_int_equal(config_restart_only_changes(&d, &c, buf, sizeof(buf)), 1);
 	assert_string_equal(buf, "cuda.dma_parts_kb");
