@@ -627,6 +627,14 @@ bool conn_send_posted(struct conn *c, uint8_t *frame, size_t len)
 	return taken;
 }
 
+void conn_posted_later(struct conn *c)
+{
+	pthread_mutex_lock(&c->wmu);
+	atomic_fetch_add(&c->later, 1);
+	atomic_fetch_sub(&c->posted, 1);
+	pthread_mutex_unlock(&c->wmu);
+}
+
 /* false: the connection must close (out of memory, or libuv refused the
  * write); the caller closes it once it has let go of wmu. */
 static bool queue_locked(struct conn *c, uint8_t *buf, size_t off, size_t len, bool close_after)

@@ -137,6 +137,10 @@ void conn_answer_posted(struct conn *c);
  * for a posted answer.  false: left to the loop, counted as by
  * conn_answer_later. */
 bool conn_send_posted(struct conn *c, uint8_t *frame, size_t len);
+/* Post thread: a posted answer it has nothing to send for after all (its
+ * encoding failed: the loop answers the failure), counted as by
+ * conn_answer_later. */
+void conn_posted_later(struct conn *c);
 /* Loop: queues the tail a direct send left, if any. */
 void conn_flush_direct(struct conn *c);
 /* Any thread: an answer finished on a worker is left for the loop to send

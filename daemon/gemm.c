@@ -96,7 +96,8 @@ static bool start_answer(struct device *v, struct gemm_job *j)
 }
 
 /* Counts a GEMM answered (its device's and the daemon's counters), on
- * the worker before the answer can be sent: the worker or a post thread
+ * the worker or the post thread that finishes the answer, before it can
+ * be sent: the worker or a post thread
  * may write it to the client before the loop hears of the job, and a
  * client that has its answer must find it counted in the status it asks
  * for next.  It leaves the device's in-flight count first, so that no
@@ -127,8 +128,9 @@ static void count_answer(struct device *v, struct gemm_job *j, uint64_t total_ns
 	j->answered = true;
 }
 
-/* Finishes the answer here on the worker, so the loop only writes it.
- * The caller counts it to the worker's answers phase. */
+/* Finishes the answer off the loop (on the worker, or for a batch on the
+ * post thread), so the loop only writes it.  On the worker the caller
+ * counts it to the worker's answers phase. */
 static void finish_answer(struct device *v, struct gemm_job *j)
 {
 	Mfma__V1__Timing tm = MFMA__V1__TIMING__INIT;
@@ -266,6 +268,23 @@ static void hand_off(struct gemm_job *j)
 	j->later = true;
 }
 
+/* Post thread: a batched GEMM's answer finished here (its encoding and
+ * counting: on the H200 a batch's answers were a fifth of the worker's
+ * time at N=1) and written as by gemm_post.  The worker posted it
+ * (finish_batch), so no direct send overtakes it meanwhile; one whose
+ * encoding failed goes to the loop, which answers the failure. */
+static void gemm_post_finish(struct device *v, struct sched_job *sj)
+{
+	struct gemm_job *j = (struct gemm_job *)sj;
+	finish_answer(v, j);
+	if (j->code == MFMA__V1__CODE__OK && j->frame) {
+		gemm_post(v, sj);
+		return;
+	}
+	conn_posted_later(j->r.conn);
+	j->later = true;
+}
+
 static void gemm_work(struct device *v, struct sched_job *sj)
 {
 	run_one(v, sj);
@@ -285,8 +304,9 @@ static void retry_alone(struct device *v, struct sched_job **sjs, size_t n)
 	}
 }
 
-/* A batched launch done, with times t: each GEMM's answer finished and
- * handed off. */
+/* A batched launch done, with times t: each GEMM's answer handed to the
+ * post thread to finish and write (gemm_post_finish), or finished here
+ * when it has no connection. */
 static void finish_batch(struct device *v, struct sched_job **sjs, size_t n,
 			 const struct backend_timing *t)
 {
@@ -302,6 +322,11 @@ static void finish_batch(struct device *v, struct sched_job **sjs, size_t n,
 		j->batch_columns = (uint32_t)cols;
 		j->launch_head = i == 0;
 		j->code = MFMA__V1__CODE__OK;
+		if (j->r.conn) {
+			conn_answer_posted(j->r.conn);
+			j->sj.post = gemm_post_finish;
+			continue;
+		}
 		finish_answer(v, j);
 		hand_off(j);
 	}
@@ -452,7 +477,7 @@ static void gemm_done(struct daemon *d, struct sched_job *sj, int status)
 			j->weight->requests++;
 			j->weight->launches += j->launch_head;
 		}
-		/* Counted on the worker already (count_answer). */
+		/* Counted on the worker or post thread already (count_answer). */
 		if (j->sent)
 			reply_sent(&j->r);
 		else
