@@ -161,8 +161,7 @@ void devices_open(struct device *v)
 	struct backend_config bc;
 	backend_config_of(v->d, &bc);
 	char err[sizeof(v->open_err)] = "";
-	v->phase = STATS_WORKER_PREPARE; /* opening the device counts as preparing */
-	v->phase_since_ns = mfma_clock_ns();
+	stats_worker_switch(v->st, STATS_WORKER_PREPARE, mfma_clock_ns()); /* opening counts as preparing */
 	int rc = v->ops->open(v->bindex, &bc, &v->bdev, err, sizeof(err));
 	snprintf(v->open_err, sizeof(v->open_err), "%s", err);
 	v->open_rc = rc < 0 ? rc : 0;
@@ -173,12 +172,7 @@ void devices_open(struct device *v)
 
 int devices_phase(struct device *v, int phase)
 {
-	uint64_t now = mfma_clock_ns();
-	int was = v->phase;
-	STATS_ADD(v->st->worker_ns[was], now - v->phase_since_ns);
-	v->phase = phase;
-	v->phase_since_ns = now;
-	return was;
+	return stats_worker_switch(v->st, phase, mfma_clock_ns());
 }
 
 void devices_report(const struct device *v)

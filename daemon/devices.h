@@ -27,9 +27,6 @@ struct device {
 	 * frames, and why the device could not register it ("" if it did). */
 	void *reads_handle;
 	char reads_err[256];
-	/* The worker's phase and since when (devices_phase); worker only. */
-	int phase;
-	uint64_t phase_since_ns;
 };
 
 /* Finds the devices of every enabled backend (GPUs first, then the CPU

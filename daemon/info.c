@@ -62,11 +62,13 @@ void info_status(struct daemon *d, const struct request *r)
 		di[i].failed = STATS_GET(v->st->failed);
 		di[i].has_worker_idle_ns = di[i].has_worker_prepare_ns = di[i].has_worker_launch_ns = 1;
 		di[i].has_worker_wait_ns = di[i].has_worker_answers_ns = 1;
-		di[i].worker_idle_ns = STATS_GET(v->st->worker_ns[STATS_WORKER_IDLE]);
-		di[i].worker_prepare_ns = STATS_GET(v->st->worker_ns[STATS_WORKER_PREPARE]);
-		di[i].worker_launch_ns = STATS_GET(v->st->worker_ns[STATS_WORKER_LAUNCH]);
-		di[i].worker_wait_ns = STATS_GET(v->st->worker_ns[STATS_WORKER_WAIT]);
-		di[i].worker_answers_ns = STATS_GET(v->st->worker_ns[STATS_WORKER_ANSWERS]);
+		uint64_t wns[STATS_WORKER_NPHASES];
+		stats_worker_read(v->st, wns);
+		di[i].worker_idle_ns = wns[STATS_WORKER_IDLE];
+		di[i].worker_prepare_ns = wns[STATS_WORKER_PREPARE];
+		di[i].worker_launch_ns = wns[STATS_WORKER_LAUNCH];
+		di[i].worker_wait_ns = wns[STATS_WORKER_WAIT];
+		di[i].worker_answers_ns = wns[STATS_WORKER_ANSWERS];
 		/* The variant list is one comma-separated string in the backend. */
 		snprintf(varbuf[i], sizeof(varbuf[i]), "%s", v->info.variants);
 		size_t nv = 0;

@@ -401,10 +401,13 @@ int metrics_render_at(const struct mfmad_stats *s, uint64_t now_ns, char **out, 
 	       "load), launch (the backend's GEMM call; one not left running is waited for inside "
 	       "it), wait (for a launch left running to end), answers (timing, encoding and "
 	       "counting answers, handing them to the post threads).");
-	for (int d = 0; d < ndev; d++)
+	for (int d = 0; d < ndev; d++) {
+		uint64_t wns[STATS_WORKER_NPHASES];
+		stats_worker_read(&s->dev[d], wns);
 		for (int ph = 0; ph < STATS_WORKER_NPHASES; ph++)
 			buf_printf(&b, "mfmad_device_worker_seconds_total{device=\"%d\",phase=\"%s\"} %s\n",
-				   d, stats_worker_phase_names[ph], fmt_seconds(STATS_GET(s->dev[d].worker_ns[ph]), t));
+				   d, stats_worker_phase_names[ph], fmt_seconds(wns[ph], t));
+	}
 	family(&b, "mfmad_device_batch_host_seconds_total", "counter",
 	       "Host time of batched launches' gather (the parts' B and C joined on the device) and "
 	       "split (the joined D back to the parts) calls, part of the worker's launch phase (a launch "

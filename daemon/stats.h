@@ -8,6 +8,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "mfma_clock.h"
+
 #define STATS_MAX_DEVICES 32
 
 /* Why a request ended; the label of mfmad_requests_total{result=...}. */
@@ -85,7 +87,11 @@ struct stats_device {
 	_Atomic uint64_t weight_bytes; /* resident weights on this device */
 	_Atomic uint64_t kernel_ns;    /* cumulative */
 	_Atomic uint64_t launch_ns;    /* cumulative host time of the launch calls, per launch */
-	_Atomic uint64_t worker_ns[STATS_WORKER_NPHASES]; /* cumulative, by phase */
+	_Atomic uint64_t worker_ns[STATS_WORKER_NPHASES]; /* cumulative, by phase, when each ends */
+	/* The phase running and since when (0: none yet), and a sequence
+	 * number, odd while the worker changes them: stats_worker_read. */
+	_Atomic uint64_t worker_seq, worker_since_ns;
+	_Atomic int worker_phase;
 	/* Host time of batched launches' gather and split calls (in the
 	 * worker's launch phase). */
 	_Atomic uint64_t gather_ns, split_ns;
@@ -143,6 +149,44 @@ struct mfmad_stats {
 #define STATS_ADD(field, v) atomic_fetch_add_explicit(&(field), (v), memory_order_relaxed)
 #define STATS_SUB(field, v) atomic_fetch_sub_explicit(&(field), (v), memory_order_relaxed)
 #define STATS_GET(field) atomic_load_explicit(&(field), memory_order_relaxed)
+
+/* Worker: its phase becomes phase at now (mfma_clock_ns); the time of the
+ * one that ends added to its count.  Returns the phase that ended. */
+static inline int stats_worker_switch(struct stats_device *st, int phase, uint64_t now)
+{
+	uint64_t seq = atomic_load_explicit(&st->worker_seq, memory_order_relaxed);
+	atomic_store_explicit(&st->worker_seq, seq + 1, memory_order_relaxed);
+	atomic_thread_fence(memory_order_release);
+	int was = atomic_load_explicit(&st->worker_phase, memory_order_relaxed);
+	uint64_t since = STATS_GET(st->worker_since_ns);
+	if (since && now > since)
+		STATS_ADD(st->worker_ns[was], now - since);
+	atomic_store_explicit(&st->worker_phase, phase, memory_order_relaxed);
+	atomic_store_explicit(&st->worker_since_ns, now, memory_order_relaxed);
+	atomic_store_explicit(&st->worker_seq, seq + 2, memory_order_release);
+	return was;
+}
+
+/* Any thread: the worker's time by phase up to now, the running phase's
+ * share so far included (read as one snapshot, so that nothing is counted
+ * twice and each count only grows from one reading to the next). */
+static inline void stats_worker_read(const struct stats_device *st, uint64_t ns[STATS_WORKER_NPHASES])
+{
+	for (;;) {
+		uint64_t s1 = atomic_load_explicit(&st->worker_seq, memory_order_acquire);
+		uint64_t now = mfma_clock_ns();
+		for (int p = 0; p < STATS_WORKER_NPHASES; p++)
+			ns[p] = STATS_GET(st->worker_ns[p]);
+		int phase = atomic_load_explicit(&st->worker_phase, memory_order_relaxed);
+		uint64_t since = STATS_GET(st->worker_since_ns);
+		atomic_thread_fence(memory_order_acquire);
+		if (s1 % 2 || atomic_load_explicit(&st->worker_seq, memory_order_relaxed) != s1)
+			continue;
+		if (since && now > since && phase >= 0 && phase < STATS_WORKER_NPHASES)
+			ns[phase] += now - since;
+		return;
+	}
+}
 
 static inline void stats_observe_latency(struct mfmad_stats *s, uint64_t ns)
 {

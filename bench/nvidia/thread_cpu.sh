@@ -10,9 +10,10 @@
 # window, with launch_calls, launch_gather and launch_split, the parts of
 # launch spent in the provider's launch calls
 # (mfmad_device_launch_seconds_total) and in a batch's gather and split
-# (mfmad_device_batch_host_seconds_total).  Each phase is counted when it
-# ends: a window that starts inside a long one (a weight's load and
-# warming, WARM_S too short) shows more than 100% in all.
+# (mfmad_device_batch_host_seconds_total).  The running phase counts up
+# to each scrape (since 2026-12-02; before, each phase was counted when it
+# ended, and a window starting inside a weight's load read over 100%); the
+# launch parts are still counted when each call returns.
 #
 # E2E_PINNED_ANSWERS_MB (default 64) is cuda.pinned_answers_mb, as in e2e.sh;
 # READER_THREADS (default 0) is limits.reader_threads; E2E_PINNED_READS_MB,

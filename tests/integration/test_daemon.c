@@ -288,6 +288,38 @@ static void test_two_devices(void **state)
 	assert_int_equal(harness_stop(&d), 0);
 }
 
+/* A worker that has done nothing since it opened its device is idle, and
+ * its idle time grows from one status to the next while it still waits
+ * (the running phase counts up to the moment asked, not only once it
+ * ends), never past the uptime. */
+static void test_idle_worker_counts_while_idle(void **state)
+{
+	(void)state;
+	struct mfmad_proc d;
+	assert_int_equal(harness_start(&d, "cpu = { threads = 1; devices = 1; };", NULL), 0);
+	mfma_client *c;
+	struct mfma_error err;
+	assert_int_equal(mfma_connect(d.endpoint, &c, &err), 0);
+	struct mfma_status st[2];
+	for (int i = 0; i < 2; i++) {
+		if (i)
+			usleep(300 * 1000);
+		assert_int_equal(mfma_status(c, &st[i], &err), 0);
+		const struct mfma_device_status *ds = &st[i].devices[0];
+		assert_true(ds->worker_idle_ns + ds->worker_prepare_ns <= st[i].uptime_ns);
+		assert_int_equal(ds->worker_launch_ns + ds->worker_wait_ns + ds->worker_answers_ns, 0);
+	}
+	uint64_t grew = st[1].devices[0].worker_idle_ns - st[0].devices[0].worker_idle_ns;
+	print_message("idle %.3f s, then %.3f s (%.3f s up)\n", st[0].devices[0].worker_idle_ns / 1e9,
+		      st[1].devices[0].worker_idle_ns / 1e9, st[1].uptime_ns / 1e9);
+	assert_true(st[1].devices[0].worker_idle_ns >= st[0].devices[0].worker_idle_ns);
+	assert_true(grew >= 250ull * 1000 * 1000);
+	for (int i = 0; i < 2; i++)
+		mfma_status_free(&st[i]);
+	mfma_close(c);
+	assert_int_equal(harness_stop(&d), 0);
+}
+
 /* Frames over 1 MiB are decoded off the loop; pipelined with small ones on
  * the same connection, every answer is still right and all come back. */
 static void test_large_frames_pipelined(void **state)
@@ -366,6 +398,7 @@ int main(void)
 		cmocka_unit_test(test_deadline),
 		cmocka_unit_test(test_connection_limit),
 		cmocka_unit_test(test_two_devices),
+		cmocka_unit_test(test_idle_worker_counts_while_idle),
 		cmocka_unit_test(test_large_frames_pipelined),
 		cmocka_unit_test(test_stop_with_stalled_reader),
 	};
