@@ -97,13 +97,12 @@ static bool start_answer(struct device *v, struct gemm_job *j)
 
 /* Counts a GEMM answered (its device's and the daemon's counters), on
  * the worker or the post thread that finishes the answer, before it can
- * be sent: the worker or a post thread
- * may write it to the client before the loop hears of the job, and a
- * client that has its answer must find it counted in the status it asks
- * for next.  It leaves the device's in-flight count first, so that no
- * status counts it twice, and the daemon's count of requests not yet
- * answered (mfmad_in_flight_requests), which a client holding every
- * answer must find at zero. */
+ * be sent: the worker or a post thread may write it to the client before
+ * the loop hears of the job, and a client that has its answer must find
+ * it counted in the status it asks for next.  It leaves the device's
+ * in-flight count first, so that no status counts it twice, and the
+ * daemon's count of requests not yet answered (mfmad_in_flight_requests),
+ * which a client holding every answer must find at zero. */
 static void count_answer(struct device *v, struct gemm_job *j, uint64_t total_ns)
 {
 	struct mfmad_stats *s = &v->d->stats;
