@@ -28,7 +28,9 @@
 # (0: request frames on the heap); E2E_POST_THREADS, E2E_READER_THREADS,
 # E2E_READER_MIN_KB and E2E_OVERLAP, when set, limits.post_threads,
 # reader_threads, reader_min_kb and batching.overlap; E2E_COPY_STREAM and
-# LOAD_SCALE (default 1) multiplies the batching loads' request counts;
+# LOAD_SCALE (default 4; 1 gives the 0.1-0.3 s loads of runs before
+# 2026-12-02, too short to tell 10% apart) multiplies the batching loads'
+# request counts;
 # E2E_DMA_PARTS_KB, cuda.copy_stream and cuda.dma_parts_kb; unset, the daemon's defaults (and nothing an older
 # build would refuse).
 #
@@ -151,7 +153,7 @@ has batching && for round in ${ROUNDS:-1 2}; do
 	for load in "8 64 8000" "1 256 40000"; do
 		set -- $load
 		for how in "" --shm; do
-			echo "SERVE${LABEL:+ [$LABEL]} batching round=$round 8192x8192 2:4 f16 N=$1 in_flight=$2 ${how:-bytes}: $(bench --m 8192 --k 8192 --n $1 -n $(($3 * ${LOAD_SCALE:-1})) -j $2 --warmup ${WARMUP:-32} --device 0 $how)"
+			echo "SERVE${LABEL:+ [$LABEL]} batching round=$round 8192x8192 2:4 f16 N=$1 in_flight=$2 ${how:-bytes}: $(bench --m 8192 --k 8192 --n $1 -n $(($3 * ${LOAD_SCALE:-4})) -j $2 --warmup ${WARMUP:-32} --device 0 $how)"
 		done
 	done
 done
