@@ -28,11 +28,10 @@
 # (0: request frames on the heap); E2E_POST_THREADS, E2E_READER_THREADS,
 # E2E_READER_MIN_KB and E2E_OVERLAP, when set, limits.post_threads,
 # reader_threads, reader_min_kb and batching.overlap; E2E_COPY_STREAM and
-# LOAD_SCALE (default 4; 1 gives the 0.1-0.3 s loads of runs before
-# 2026-12-02, too short to tell 10% apart) multiplies the batching loads'
-# request counts;
-# E2E_DMA_PARTS_KB, cuda.copy_stream and cuda.dma_parts_kb; unset, the daemon's defaults (and nothing an older
-# build would refuse).
+# E2E_DMA_PARTS_KB, cuda.copy_stream and cuda.dma_parts_kb; unset, the
+# daemon's defaults (and nothing an older build would refuse).  LOAD_SCALE
+# (default 4; 1 gives the 0.1-0.3 s loads of runs before 2026-12-02, too
+# short to tell 10% apart) multiplies the batching loads' request counts.
 #
 # usage: [SERVING_STEPS="check latency batching off"] [ROUNDS="1 2"] [MFMAD=path LABEL=name]
 #        [LAT_POLLS="0 300"] serving_bench.sh PAYLOAD_DIR OUT_DIR
