@@ -87,7 +87,7 @@ struct mfmad_config {
 	bool cuda_warmup;              /* plan resident weights' widths at load (live on SIGHUP) */
 	bool cuda_graphs;              /* replay library launches from CUDA graphs (restart) */
 	bool cuda_copy_stream;         /* a batch's copy in on a stream of its own (restart) */
-	uint64_t cuda_dma_part_bytes;  /* a batch's mapped parts up to this by the copy engines (restart) */
+	uint64_t cuda_dma_part_bytes;  /* mapped parts up to this by the copy engines (restart) */
 #define CONFIG_DMA_PART_BYTES 0 /* off: measured no faster on an H200 */
 	uint32_t cuda_served_trial;    /* served launches per candidate in a choice's trial (restart) */
 	uint64_t cuda_pinned_answer_bytes; /* per device, answer frames in pinned memory; 0 = off (restart) */

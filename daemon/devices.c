@@ -161,7 +161,7 @@ void devices_open(struct device *v)
 	struct backend_config bc;
 	backend_config_of(v->d, &bc);
 	char err[sizeof(v->open_err)] = "";
-	stats_worker_switch(v->st, STATS_WORKER_PREPARE, mfma_clock_ns()); /* opening counts as preparing */
+	devices_phase(v, STATS_WORKER_PREPARE); /* opening the device counts as preparing */
 	int rc = v->ops->open(v->bindex, &bc, &v->bdev, err, sizeof(err));
 	snprintf(v->open_err, sizeof(v->open_err), "%s", err);
 	v->open_rc = rc < 0 ? rc : 0;

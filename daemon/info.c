@@ -45,6 +45,8 @@ void info_status(struct daemon *d, const struct request *r)
 		reply_status(d, r, MFMA__V1__CODE__RESOURCE_EXHAUSTED, "out of memory");
 		return;
 	}
+	/* One clock for the uptime and the workers' running phases. */
+	const uint64_t now = mfma_clock_ns();
 	for (int i = 0; i < d->ndev; i++) {
 		struct device *v = &d->dev[i];
 		mfma__v1__device_info__init(&di[i]);
@@ -63,7 +65,7 @@ void info_status(struct daemon *d, const struct request *r)
 		di[i].has_worker_idle_ns = di[i].has_worker_prepare_ns = di[i].has_worker_launch_ns = 1;
 		di[i].has_worker_wait_ns = di[i].has_worker_answers_ns = 1;
 		uint64_t wns[STATS_WORKER_NPHASES];
-		stats_worker_read(v->st, wns);
+		stats_worker_read(v->st, now, wns);
 		di[i].worker_idle_ns = wns[STATS_WORKER_IDLE];
 		di[i].worker_prepare_ns = wns[STATS_WORKER_PREPARE];
 		di[i].worker_launch_ns = wns[STATS_WORKER_LAUNCH];
@@ -113,7 +115,7 @@ void info_status(struct daemon *d, const struct request *r)
 	ct.in_flight = conn_daemon_unanswered(d); /* not those answered already */
 	sr.version = (char *)MFMAD_VERSION;
 	sr.has_uptime_ns = sr.has_weight_budget = sr.has_weight_bytes = 1;
-	sr.uptime_ns = mfma_clock_ns() - d->stats.start_ns;
+	sr.uptime_ns = now - d->stats.start_ns;
 	sr.weight_budget = STATS_GET(d->stats.weight_budget);
 	sr.weight_bytes = STATS_GET(d->stats.weight_bytes);
 	sr.n_devices = (size_t)d->ndev;

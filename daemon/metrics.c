@@ -403,7 +403,7 @@ int metrics_render_at(const struct mfmad_stats *s, uint64_t now_ns, char **out, 
 	       "counting answers, handing them to the post threads).");
 	for (int d = 0; d < ndev; d++) {
 		uint64_t wns[STATS_WORKER_NPHASES];
-		stats_worker_read(&s->dev[d], wns);
+		stats_worker_read(&s->dev[d], now_ns, wns);
 		for (int ph = 0; ph < STATS_WORKER_NPHASES; ph++)
 			buf_printf(&b, "mfmad_device_worker_seconds_total{device=\"%d\",phase=\"%s\"} %s\n",
 				   d, stats_worker_phase_names[ph], fmt_seconds(wns[ph], t));

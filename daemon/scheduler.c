@@ -287,7 +287,6 @@ static void *worker_main(void *arg)
 	struct device *v = q->v;
 	thread_name("mfmad-dev%d", v->index);
 	devices_open(v);
-	devices_phase(v, STATS_WORKER_IDLE); /* the open counted before anyone asks */
 	pthread_mutex_lock(&q->mu);
 	q->opened = true;
 	pthread_cond_broadcast(&q->cv);

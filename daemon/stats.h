@@ -8,8 +8,6 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "mfma_clock.h"
-
 #define STATS_MAX_DEVICES 32
 
 /* Why a request ended; the label of mfmad_requests_total{result=...}. */
@@ -167,14 +165,15 @@ static inline int stats_worker_switch(struct stats_device *st, int phase, uint64
 	return was;
 }
 
-/* Any thread: the worker's time by phase up to now, the running phase's
- * share so far included (read as one snapshot, so that nothing is counted
- * twice and each count only grows from one reading to the next). */
-static inline void stats_worker_read(const struct stats_device *st, uint64_t ns[STATS_WORKER_NPHASES])
+/* Any thread: the worker's time by phase up to now (mfma_clock_ns), the
+ * running phase's share so far included (read as one snapshot, so that
+ * nothing is counted twice and each count only grows from one reading to
+ * the next with a later now). */
+static inline void stats_worker_read(const struct stats_device *st, uint64_t now,
+				     uint64_t ns[STATS_WORKER_NPHASES])
 {
 	for (;;) {
 		uint64_t s1 = atomic_load_explicit(&st->worker_seq, memory_order_acquire);
-		uint64_t now = mfma_clock_ns();
 		for (int p = 0; p < STATS_WORKER_NPHASES; p++)
 			ns[p] = STATS_GET(st->worker_ns[p]);
 		int phase = atomic_load_explicit(&st->worker_phase, memory_order_relaxed);
@@ -182,7 +181,7 @@ static inline void stats_worker_read(const struct stats_device *st, uint64_t ns[
 		atomic_thread_fence(memory_order_acquire);
 		if (s1 % 2 || atomic_load_explicit(&st->worker_seq, memory_order_relaxed) != s1)
 			continue;
-		if (since && now > since && phase >= 0 && phase < STATS_WORKER_NPHASES)
+		if (since && now > since)
 			ns[phase] += now - since;
 		return;
 	}

@@ -88,6 +88,17 @@ abserve() {
 	python3 bench/nvidia/serve_summary.py "$OUT/$log" | cut -c1-230
 }
 
+# phase_run LOG SETTING N IN_FLIGHT REQUESTS [mfmactl bench flags]:
+# thread_cpu.sh with the daemon's thread defaults (four readers, four post
+# threads) and SETTING (as for abserve; "" for none), its output in LOG.
+phase_run() {
+	local log=$1 set=$2
+	shift 2
+	env ${set//,/ } READER_THREADS=4 POST_THREADS=4 timeout 150 \
+		bash bench/nvidia/thread_cpu.sh "$P" "$@" > "$log" 2>&1
+	echo "rc=$?"
+}
+
 # servecheck LOG SETTING: serving_bench.sh's batchcheck (every answer of
 # batched loads against float64) on a daemon with SETTING, as for abserve.
 servecheck() {
@@ -227,9 +238,8 @@ dmaab)
 	# copy engines, larger ones by the copy kernel): the batched answers
 	# checked against float64 with every part by DMA, alone and with
 	# cuda.copy_stream (BATCHCHECK_DTYPES, default "f16 bf16"); then the
-	# batched loads (LOAD_SCALE times their requests, default 4) with DMA
-	# for none, DMA_KB (default 64) and every part, a daemon each,
-	# alternating round by round.
+	# batched loads with DMA for none, DMA_KB (default 64) and every part,
+	# a daemon each, alternating round by round.
 	# DMA_CHECK=0 leaves the checks out.
 	if [ "${DMA_CHECK:-1}" != 0 ]; then
 		BATCHCHECK_DTYPES=${BATCHCHECK_DTYPES:-f16 bf16} servecheck dma_check.log \
@@ -237,7 +247,7 @@ dmaab)
 		BATCHCHECK_DTYPES=${BATCHCHECK_DTYPES:-f16 bf16} servecheck dma_check.log \
 			E2E_DMA_PARTS_KB=1048576,E2E_COPY_STREAM=true
 	fi
-	LOAD_SCALE=${LOAD_SCALE:-4} abserve dmaab.log batching E2E_DMA_PARTS_KB=0 \
+	abserve dmaab.log batching E2E_DMA_PARTS_KB=0 \
 		E2E_DMA_PARTS_KB=${DMA_KB:-64} E2E_DMA_PARTS_KB=1048576
 	;;
 phases)
@@ -248,9 +258,8 @@ phases)
 	for load in ${PHASE_LOADS:-8:64:400000 1:256:1000000}; do
 		set -- ${load//:/ }
 		echo "--- phases, N=$1 x $2 bytes"
-		READER_THREADS=4 POST_THREADS=4 WARM_S=${WARM_S:-8} timeout 150 bash bench/nvidia/thread_cpu.sh "$P" "$1" "$2" "$3" \
-			${PHASE_FLAGS:-} > "$OUT/phases${PHASE_TAG:-}_n$1.log" 2>&1
-		echo "rc=$?"
+		WARM_S=${WARM_S:-8} phase_run "$OUT/phases${PHASE_TAG:-}_n$1.log" "" "$1" "$2" "$3" \
+			${PHASE_FLAGS:-}
 		cut -c1-200 "$OUT/phases${PHASE_TAG:-}_n$1.log" | head -16
 	done
 	;;
@@ -267,9 +276,7 @@ dmaphases)
 		for set in ${DMA_SETS:-E2E_DMA_PARTS_KB=0 E2E_DMA_PARTS_KB=64 E2E_DMA_PARTS_KB=1048576}; do
 			log="$OUT/dmaphases_n$1${how:+_shm}_${set//[^A-Za-z0-9=_]/}.log"
 			echo "--- phases, N=$1 x $2 ${how:-bytes}, $set"
-			env ${set//,/ } READER_THREADS=4 POST_THREADS=4 WARM_S=${WARM_S:-5} timeout 150 \
-				bash bench/nvidia/thread_cpu.sh "$P" "$1" "$2" "$3" $how > "$log" 2>&1
-			echo "rc=$?"
+			WARM_S=${WARM_S:-5} phase_run "$log" "$set" "$1" "$2" "$3" $how
 			grep -E "^(window|worker phases)|mfmad:|\"requests_per_s" "$log" | cut -c1-220 | head -6
 		done
 	done

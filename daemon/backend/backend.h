@@ -56,7 +56,7 @@ struct backend_config {
 	struct provider_policy cuda_providers; /* cuda.providers */
 	bool cuda_graphs;                      /* cuda.graphs: library launches from CUDA graphs */
 	bool cuda_copy_stream;                 /* cuda.copy_stream: a batch's copy in beside the GEMM */
-	uint64_t cuda_dma_part_bytes;          /* cuda.dma_parts_kb: mapped parts up to this by DMA */
+	uint64_t cuda_dma_part_bytes;          /* cuda.dma_parts_kb: mapped parts up to it by DMA */
 	uint32_t cuda_served_trial;            /* cuda.served_trial: served launches per candidate */
 	/* cuda.pinned_answers_mb: the arena of answer frames each CUDA
 	 * device registers (frame_alloc); 0 = none */

@@ -250,8 +250,8 @@ static int cuda_open(int index, const struct backend_config *cfg, void **dev, ch
 	/* Batched launches need the data-movement kernels; describe said
 	 * the device batches only where the build has them (-ENOEXEC: not
 	 * for this arch, and the libraries may still serve it). */
-	if ((rc = cuda_batch_open(bd->dev, cfg && cfg->cuda_copy_stream, cfg ? cfg->cuda_dma_part_bytes : 0,
-				  &bd->batch, err, errlen)) < 0 &&
+	if ((rc = cuda_batch_open(bd->dev, cfg && cfg->cuda_copy_stream,
+				  cfg ? cfg->cuda_dma_part_bytes : 0, &bd->batch, err, errlen)) < 0 &&
 	    rc != -ENOEXEC) {
 		cuda_close(bd);
 		return rc;

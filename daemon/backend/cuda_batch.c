@@ -60,10 +60,6 @@ struct batch_set {
 	size_t host_cap;
 	CUevent gathered, freed;
 	bool used;
-	/* The host copy of the current batch's tables (host, or the
-	 * batch's scratch without the copy stream): the copy engines' spans
-	 * are read from there. */
-	const unsigned char *tab_host;
 };
 
 /* The arrays of one cuMemcpyBatchAsync call, grown as needed. */
@@ -271,7 +267,6 @@ static int upload_tables(struct cuda_batch *o, struct cuda_dev *dev, struct batc
 		o->scratch_cap = need;
 	}
 	size_t at = fill_tables(dev, st, io, o->scratch);
-	st->tab_host = o->scratch;
 	if (cuda_dev_left_running(dev) && at > st->tables.cap)
 		cuda_dev_drain(dev); /* as for the operands' buffers, cuda_batch_in */
 	int rc = cuda_buf_need(&st->tables, at, "batch tables", NULL, err, errlen);
@@ -281,6 +276,13 @@ static int upload_tables(struct cuda_batch *o, struct cuda_dev *dev, struct batc
 }
 
 #if NV_HAVE_BATCH_COPY
+/* The host copy of the batch's tables that set st was filled from: the
+ * set's own with the copy stream, else the batch's scratch. */
+static const unsigned char *host_tables(const struct cuda_batch *o, const struct batch_set *st)
+{
+	return o->in ? st->host : o->scratch;
+}
+
 /* The spans of operand op by the copy engines: one call, a copy per part,
  * the sources read in stream order (D's parts after the split). */
 static int dma_spans(struct cuda_batch *o, const struct batch_set *st, CUstream s,
@@ -303,12 +305,12 @@ static int dma_spans(struct cuda_batch *o, const struct batch_set *st, CUstream 
 		}
 		l->cap = nparts;
 	}
-	struct nv_copy_span sp;
+	const struct nv_copy_span *sp =
+		(const struct nv_copy_span *)(const void *)(host_tables(o, st) + st->spans_at[op]);
 	for (uint32_t i = 0; i < nparts; i++) {
-		memcpy(&sp, st->tab_host + st->spans_at[op] + i * sizeof(sp), sizeof(sp));
-		l->dst[i] = (CUdeviceptr)sp.dst;
-		l->src[i] = (CUdeviceptr)sp.src;
-		l->len[i] = (size_t)sp.bytes;
+		l->dst[i] = (CUdeviceptr)sp[i].dst;
+		l->src[i] = (CUdeviceptr)sp[i].src;
+		l->len[i] = (size_t)sp[i].bytes;
 	}
 	CUmemcpyAttributes attr = { .srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM,
 				    .flags = CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE };
@@ -438,7 +440,6 @@ static int tables_for_copy_stream(struct cuda_dev *dev, struct batch_set *st,
 		st->host_cap = need;
 	}
 	*at = fill_tables(dev, st, io, st->host);
-	st->tab_host = st->host;
 	*copy = st->spans_at[OP_B] && (!with_c || st->spans_at[OP_C]);
 	return 0;
 }

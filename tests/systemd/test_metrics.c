@@ -92,6 +92,11 @@ static struct mfmad_stats *known_stats(void)
 	s->dev[0].worker_ns[STATS_WORKER_LAUNCH] = 250000000ull;
 	s->dev[0].worker_ns[STATS_WORKER_WAIT] = 2000000000ull;
 	s->dev[0].worker_ns[STATS_WORKER_ANSWERS] = 750000ull;
+	/* Device 1's worker has waited since 0.25 s before the render: the
+	 * running phase counts up to it. */
+	s->dev[1].worker_ns[STATS_WORKER_WAIT] = 1000000000ull;
+	s->dev[1].worker_phase = STATS_WORKER_WAIT;
+	s->dev[1].worker_since_ns = 12000000000ull;
 	s->dev[0].gather_ns = 30000000ull;
 	s->dev[1].split_ns = 7ull;
 	strcpy(s->dev[1].backend, "cpu");
@@ -239,7 +244,8 @@ static void test_render_exact_lines(void **state)
 	assert_line(out, "mfmad_device_worker_seconds_total{device=\"0\",phase=\"launch\"} 0.25");
 	assert_line(out, "mfmad_device_worker_seconds_total{device=\"0\",phase=\"wait\"} 2");
 	assert_line(out, "mfmad_device_worker_seconds_total{device=\"0\",phase=\"answers\"} 0.00075");
-	assert_line(out, "mfmad_device_worker_seconds_total{device=\"1\",phase=\"wait\"} 0");
+	assert_line(out, "mfmad_device_worker_seconds_total{device=\"1\",phase=\"wait\"} 1.25");
+	assert_line(out, "mfmad_device_worker_seconds_total{device=\"1\",phase=\"idle\"} 0");
 	assert_line(out, "mfmad_device_batch_host_seconds_total{device=\"0\",step=\"gather\"} 0.03");
 	assert_line(out, "mfmad_device_batch_host_seconds_total{device=\"0\",step=\"split\"} 0");
 	assert_line(out, "mfmad_device_batch_host_seconds_total{device=\"1\",step=\"split\"} 0.000000007");
