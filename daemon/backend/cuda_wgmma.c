@@ -165,7 +165,7 @@ static int wg_weight_pack(struct cuda_dev *dev, void *state, const struct mfma_w
 	pk->k = w->k;
 	/* The padded layout is what the device holds: that is the cost. */
 	const uint64_t vbytes = pk->dense ? (uint64_t)nv_wg_dense_bytes(w->m, w->k, 2)
-					  : (uint64_t)nv_wg_values_bytes(w->m, w->k, 2);
+					  : (uint64_t)nv_wg_img_bytes(w->m, w->k, 2);
 	const uint64_t mbytes = pk->dense ? 0 : (uint64_t)nv_wg_meta_bytes(w->m, w->k);
 	int rc;
 	CUresult r = nv_drv.cuMemAlloc(&pk->val, (size_t)vbytes);
@@ -221,7 +221,7 @@ static int wg_launch(struct cuda_dev *dev, void *state, const struct mfma_gemm *
 		pk.k = k;
 		if (dense)
 			rc = cuda_buf_need(&o->val, (size_t)nv_wg_dense_bytes(m, k, 2), "wgmma A", NULL, err, errlen);
-		else if ((rc = cuda_buf_need(&o->val, (size_t)nv_wg_values_bytes(m, k, 2), "wgmma A", NULL, err,
+		else if ((rc = cuda_buf_need(&o->val, (size_t)nv_wg_img_bytes(m, k, 2), "wgmma A", NULL, err,
 					     errlen)) == 0)
 			rc = cuda_buf_need(&o->meta, (size_t)nv_wg_meta_bytes(m, k), "wgmma A meta", NULL, err,
 					   errlen);

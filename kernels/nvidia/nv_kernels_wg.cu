@@ -1,14 +1,14 @@
 /* sm_90a only: the wgmma.sp kernels (nv_wgmma.cuh), 2:4 f16 and bf16,
- * every tile of NV_WG_TILES, the dense wgmma kernels (every tile of
- * NV_WG_DTILES), and the packing of a canonical 2:4 A into
- * their layout (nv_wgmma_layout.h).  Built for compute_90a / sm_90a when
+ * every tile of NV_WG_TILES, reading A as stage images; the dense wgmma
+ * kernels (every tile of NV_WG_DTILES); and the packing of a canonical
+ * 2:4 A into their layouts (nv_wgmma_layout.h).  Built for compute_90a / sm_90a when
  * nvidia_archs names 90; an sm_90a cubin runs on sm_90 only. */
 #include "nv_wgmma.cuh"
 
 /* KEEP = 0 for 2:4: see nv_wgmma.cuh for why a wgmma.sp group is never
  * left in flight; the dense kernels keep one (KEEP = 1). */
-#define NV_WG_F16(name, bn, st, minb) NV_WG_DEFINE_KERNEL(f16_##name, nv_wg_sp24<0>, bn, st, minb, 0)
-#define NV_WG_BF16(name, bn, st, minb) NV_WG_DEFINE_KERNEL(bf16_##name, nv_wg_sp24<1>, bn, st, minb, 0)
+#define NV_WG_F16(name, bn, st, minb) NV_WG_DEFINE_KERNEL(f16_##name, nv_wg_sp24_img<0>, bn, st, minb, 0)
+#define NV_WG_BF16(name, bn, st, minb) NV_WG_DEFINE_KERNEL(bf16_##name, nv_wg_sp24_img<1>, bn, st, minb, 0)
 NV_WG_TILES(NV_WG_F16)
 NV_WG_TILES(NV_WG_BF16)
 #define NV_WG_DENSE_F16(name, bn, st, minb) \
@@ -18,21 +18,31 @@ NV_WG_TILES(NV_WG_BF16)
 NV_WG_DTILES(NV_WG_DENSE_F16)
 NV_WG_DTILES(NV_WG_DENSE_BF16)
 
-/* One thread per 32-bit word of the output: the padded values (two
- * 16-bit values a word; rows of kp/2 values, kp/2 even) first, then the
- * metadata words. */
+/* One thread per 32-bit word of the output: the values (two 16-bit
+ * values a word, from the canonical row; zeros past K and past the last
+ * row) first, then the metadata words. */
 extern "C" __global__ void __launch_bounds__(256) nv_wg_pack(const nv_wg_pack_params p)
 {
+	const struct nv_wg_img g = nv_wg_img_of(p.rows, p.k, p.order);
 	const int64_t kp = nv_wg_k_pad(p.k), mp = nv_wg_m_pad(p.rows);
-	const int64_t vwords = (int64_t)p.rows * (kp / 4), mwords = kp / NV_WG_BK * mp * 2;
+	const int64_t vwords = (p.order ? mp : (int64_t)p.rows) * (kp / 4), mwords = g.k_iters * mp * 2;
 	const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
 	if (i < vwords) {
-		const int64_t r = i / (kp / 4), c = 2 * (i % (kp / 4)); /* value column */
+		int64_t r, c; /* row and value column of the word's first value */
+		if (p.order) {
+			nv_wg_img_position(g, i * 4, &r, &c);
+		} else {
+			r = i / (kp / 4);
+			c = 2 * (i % (kp / 4));
+		}
 		const uint16_t *src = (const uint16_t *)p.src + r * (p.k / 2);
-		uint32_t lo = c < p.k / 2 ? src[c] : 0, hi = c + 1 < p.k / 2 ? src[c + 1] : 0;
+		const bool row = r < p.rows;
+		uint32_t lo = row && c < p.k / 2 ? src[c] : 0, hi = row && c + 1 < p.k / 2 ? src[c + 1] : 0;
 		((uint32_t *)p.dst)[i] = lo | hi << 16;
 	} else if (i < vwords + mwords) {
-		const int64_t j = i - vwords, kb = j / (mp * 2), r = (j / 2) % mp;
+		const int64_t j = i - vwords;
+		int64_t kb, r;
+		nv_wg_img_meta_position(g, j, &r, &kb);
 		((uint32_t *)p.dst_meta)[j] = nv_wg_meta_word((const uint32_t *)p.src_meta, p.meta_words,
 							      p.rows, p.k / 4, kb, r, (int)(j & 1));
 	}

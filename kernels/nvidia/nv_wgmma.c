@@ -87,8 +87,9 @@ int nv_wg_launch_pack(const struct nv_wg_module *m, CUstream s, CUdeviceptr src,
 	struct nv_wg_pack_params p = {
 		.src = src, .src_meta = src_meta, .dst = dst->val, .dst_meta = dst->meta,
 		.rows = (int32_t)dst->m, .k = (int32_t)dst->k, .meta_words = (int32_t)((dst->k / 4 + 7) / 8),
+		.order = NV_WG_ORDER,
 	};
-	int64_t words = (nv_wg_values_bytes(dst->m, dst->k, 2) + nv_wg_meta_bytes(dst->m, dst->k)) / 4;
+	int64_t words = (nv_wg_img_bytes(dst->m, dst->k, 2) + nv_wg_meta_bytes(dst->m, dst->k)) / 4;
 	void *args[] = { &p };
 	return nv_result_errno(nv_drv.cuLaunchKernel(m->pack, (unsigned)((words + 255) / 256), 1, 1, 256, 1, 1, 0,
 						     s, args, NULL));
@@ -124,19 +125,15 @@ int nv_wg_launch_gemm(const struct nv_wg_module *m, const struct nv_wg_plan *pla
 						    : CU_TENSOR_MAP_SWIZZLE_32B;
 	struct nv_wg_params p;
 	memset(&p, 0, sizeof(p));
-	const int64_t kp = nv_wg_k_pad(a->k);
-	/* 2:4: A's rows are kp/2 values; 32 of them (64 bytes, one swizzle
-	 * span) and 128 rows a box.  Dense: rows of K values (lda apart), 64 of
-	 * them (128 bytes) and 128 rows a box, zeros past K.  B's box is one
-	 * stage of K by up to 64 columns. */
+	/* 2:4: A's stage images, read by bulk copies (no map).  Dense: rows of
+	 * K values (lda apart), 64 of them (128 bytes) and 128 rows a box,
+	 * zeros past K.  B's box is one stage of K by up to 64 columns. */
 	if (dense)
 		NV_WG_CHECK(tmap_2d(&p.tm_a, a->val, (uint64_t)a->k, (uint64_t)a->m,
 				    (uint64_t)nv_wg_dense_lda(a->k) * 2, NV_WG_BK, NV_WG_BM, CU_TENSOR_MAP_SWIZZLE_128B),
 			    "cuTensorMapEncodeTiled(A)");
 	else
-		NV_WG_CHECK(tmap_2d(&p.tm_a, a->val, (uint64_t)kp / 2, (uint64_t)a->m, (uint64_t)kp, NV_WG_BK / 2,
-				    NV_WG_BM, CU_TENSOR_MAP_SWIZZLE_64B),
-			    "cuTensorMapEncodeTiled(A)");
+		p.a = a->val;
 	NV_WG_CHECK(tmap_2d(&p.tm_b, g->b, (uint64_t)g->n, (uint64_t)a->k, (uint64_t)g->ldb * 2, (uint32_t)bnb,
 			    NV_WG_BK, bswz),
 		    "cuTensorMapEncodeTiled(B)");

@@ -2,9 +2,11 @@
  * specialised: D (M x N) = alpha * A (M x K, 2:4) x B (K x N) + beta * C.
  *
  * A CTA of 384 threads computes a 128 x BN tile of D.  Warpgroup 0 is the
- * producer: one thread issues, per stage of NV_WG_BK = 64 dense K, a TMA
- * load of the compressed A slab (128 rows x 32 values, 64-byte swizzle),
- * a bulk copy of the stage's metadata (1 KiB, nv_wgmma_layout.h) and TMA
+ * producer: one thread issues, per stage of NV_WG_BK = 64 dense K, a
+ * bulk copy of the compressed A slab (128 rows x 32 values, stored in
+ * global memory as the 64-byte-swizzled image the stage needs; a TMA
+ * load from row-major values in wgmma_bench's variants), a bulk copy of
+ * the stage's metadata (1 KiB, nv_wgmma_layout.h) and TMA
  * loads of B (64 K rows x BN columns, in boxes of up to 64 columns with
  * the swizzle that matches their row width), all completing on the
  * stage's `full` mbarrier.  Warpgroups 1 and 2 are the consumers, each
@@ -77,6 +79,19 @@ static __device__ __forceinline__ void nv_mbar_expect_tx(uint32_t bar, uint32_t 
 static __device__ __forceinline__ void nv_mbar_arrive(uint32_t bar)
 {
 	asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+
+/* One arrival for the whole warp: __syncwarp orders every lane's reads
+ * of the stage (the metadata loads) before lane 0's release, so the
+ * refill that waits on the barrier cannot overtake them.  Without it the
+ * PTX model orders only lane 0's own reads, and compute-sanitizer's
+ * racecheck reports the others against the refilling bulk copy
+ * (wgmma_bench raceprobe, modes 3 and 4). */
+static __device__ __forceinline__ void nv_mbar_arrive_warp(uint32_t bar, unsigned lane)
+{
+	__syncwarp();
+	if (lane == 0)
+		nv_mbar_arrive(bar);
 }
 
 static __device__ __forceinline__ void nv_mbar_wait(uint32_t bar, uint32_t parity)
@@ -232,9 +247,12 @@ struct nv_wg_bsmem {
 	}
 };
 
-/* 2:4 A (wgmma.mma_async.sp m64nNk32): compressed A by TMA (64-byte
- * swizzle) and the stage's metadata by one bulk copy after B. */
-template <int BF16>
+/* 2:4 A (wgmma.mma_async.sp m64nNk32).  ORDER (enum nv_wg_order) an
+ * image order: A's stage images (nv_wgmma_layout.h) by one bulk copy of
+ * 8 KiB; NV_WG_ROWMAJOR: the row-major values by TMA (64-byte swizzle),
+ * 64 bytes of each of 128 rows.  Either way the stage's metadata (1 KiB)
+ * by one bulk copy after B. */
+template <int BF16, int ORDER>
 struct nv_wg_sp24 {
 	enum { DENSE = 0, A_BYTES = NV_WG_A_BYTES, E_BYTES = NV_WG_E_BYTES };
 	static constexpr unsigned stage_bytes(int bn) { return NV_WG_STAGE_BYTES(bn); }
@@ -242,9 +260,13 @@ struct nv_wg_sp24 {
 	static __device__ __forceinline__ void load_a(const nv_wg_params &p, uint32_t st, uint32_t full, int it,
 						      int m0, uint32_t b_bytes)
 	{
-		nv_tma_2d(st, &p.tm_a, it * (NV_WG_BK / 2), m0, full, NV_WG_EVICT_FIRST);
-		nv_bulk_1d(st + A_BYTES + b_bytes, p.meta + ((int64_t)it * p.m_pad + m0) * 8, E_BYTES, full,
-			   NV_WG_EVICT_FIRST);
+		const struct nv_wg_img g = { p.k_iters, p.m_pad / NV_WG_BM, ORDER };
+		const int64_t ts = nv_wg_img_index(g, m0 / NV_WG_BM, it);
+		if (ORDER)
+			nv_bulk_1d(st, p.a + ts * A_BYTES, A_BYTES, full, NV_WG_EVICT_FIRST);
+		else
+			nv_tma_2d(st, &p.tm_a, it * (NV_WG_BK / 2), m0, full, NV_WG_EVICT_FIRST);
+		nv_bulk_1d(st + A_BYTES + b_bytes, p.meta + ts * E_BYTES, E_BYTES, full, NV_WG_EVICT_FIRST);
 	}
 
 	/* One stage of consumer warpgroup c (rows 64c..64c+63 of the tile):
@@ -269,6 +291,11 @@ struct nv_wg_sp24 {
 		nv_wgsp<BF16, BN, 0, 1>(acc, nv_wg_desc(a0 + 32, 16, 512, 2), B::desc(b0, 32), e[1]);
 	}
 };
+
+template <int BF16>
+using nv_wg_sp24_img = nv_wg_sp24<BF16, NV_WG_ORDER>;
+template <int BF16>
+using nv_wg_sp24_tma = nv_wg_sp24<BF16, NV_WG_ROWMAJOR>;
 
 /* Dense A (wgmma.mma_async m64nNk16): A [M][lda] by TMA, a box of 64 K
  * (128 bytes, 128-byte swizzle) by 128 rows; four k16 steps a stage, each
@@ -307,7 +334,14 @@ struct nv_wg_dense {
 
 /* ---- the pipelined kernel ---- */
 
-template <class OP, int BN, int STAGES, int MINB, int KEEP>
+/* ALL = 1 (2:4, whose consumers read the stage's metadata with plain
+ * loads): every consumer thread arrives on a stage's `empty` barrier (256
+ * arrivals), so each thread's reads are ordered before the refill by its
+ * own release.  ALL = 0 (dense: only wgmma reads the stage): one arrival
+ * per warp after __syncwarp (8), which the PTX model orders just as well
+ * but compute-sanitizer's racecheck reports as hazards against the refill
+ * (wgmma_bench raceprobe, bench/RESULTS.md). */
+template <class OP, int BN, int STAGES, int MINB, int KEEP, int ALL = !OP::DENSE>
 struct nv_wg_gemm {
 	typedef nv_wg_bsmem<BN> B;
 	enum {
@@ -344,7 +378,7 @@ struct nv_wg_gemm {
 		if (tid == 0) {
 			for (int s = 0; s < STAGES; s++) {
 				nv_mbar_init(bars + 8 * s, 1);
-				nv_mbar_init(bars + 8 * (STAGES + s), 8); /* one arrival per consumer warp */
+				nv_mbar_init(bars + 8 * (STAGES + s), ALL ? 256 : 8); /* see ALL */
 			}
 			asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 			asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)&p.tm_a) : "memory");
@@ -394,12 +428,11 @@ struct nv_wg_gemm {
 				asm volatile("" ::"r"(prev0), "r"(prev1));
 				prev0 = e[0];
 				prev1 = e[1];
-				if (i > 0 && lane == 0)
-					nv_mbar_arrive(bars + 8 * (STAGES + (i - 1) % STAGES));
+				if (i > 0)
+					release(bars + 8 * (STAGES + (i - 1) % STAGES), lane);
 			} else {
 				nv_wg_wait<0>();
-				if (lane == 0)
-					nv_mbar_arrive(bars + 8 * (STAGES + s));
+				release(bars + 8 * (STAGES + s), lane);
 			}
 		}
 		if (KEEP) {
@@ -410,6 +443,14 @@ struct nv_wg_gemm {
 		if (SPLIT_K && gridDim.z > 1 && !reduce_splits(p, acc, tile, z, ctid))
 			return;
 		epilogue(p, acc, m0 + 64 * c, n0, w, lane);
+	}
+
+	static __device__ __forceinline__ void release(uint32_t empty, unsigned lane)
+	{
+		if (ALL)
+			nv_mbar_arrive(empty);
+		else
+			nv_mbar_arrive_warp(empty, lane);
 	}
 
 	/* Returns true in the last CTA of the tile to arrive, with the sum of

@@ -29,7 +29,7 @@ void nv_wg_module_unload(struct nv_wg_module *m);
 struct nv_wg_packed {
 	int bf16, dense;
 	int64_t m, k;
-	CUdeviceptr val, meta; /* nv_wg_values_bytes / nv_wg_meta_bytes, or nv_wg_dense_bytes */
+	CUdeviceptr val, meta; /* nv_wg_img_bytes / nv_wg_meta_bytes (stage images), or nv_wg_dense_bytes */
 };
 
 /* Packs canonical values [m][k/2] (src) and meta [m][ceil(k/32)]

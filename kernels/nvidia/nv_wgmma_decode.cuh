@@ -17,6 +17,9 @@
  *    as fast as the tiled kernels at 14336 x 16 (2.2-2.4 TB/s), so the
  *    20 idle SMs there were not what limits them;
  *  - the weight's TMA copies evict-first, B's evict-last;
+ *  - (p.a) the weight as stage images in [tile][stage] order, 128-row
+ *    blocks and one 64-K block a stage, so that a CTA's units are one
+ *    contiguous run of the weight, read by bulk copies;
  *  - a row block shared by several CTAs finished without a second
  *    kernel: each writes its f32 partial (in register order) to its slot
  *    of the workspace, and the last to arrive (a counter per block, reset
@@ -90,10 +93,17 @@ struct nv_wgd_gemm {
 				nv_mbar_expect_tx(full, nsub * (rows * (NV_WG_BK / 2 * 2 + 8) + B_BYTES));
 				for (int j = 0; j < nsub; j++) {
 					const int kb = k0 + j;
-					nv_tma_2d(st + j * A_BYTES, &p.tm_a, kb * (NV_WG_BK / 2), b * rows, full,
-						  NV_WG_EVICT_FIRST);
 					nv_tma_2d(st + B_OFF + j * B_BYTES, &p.tm_b, 0, kb * NV_WG_BK, full,
 						  NV_WG_EVICT_LAST);
+					if (p.a) {
+						/* Stage images, [tile][stage]: unit u is image u. */
+						nv_bulk_1d(st, p.a + (int64_t)u * A_BYTES, A_BYTES, full, NV_WG_EVICT_FIRST);
+						nv_bulk_1d(st + E_OFF, p.meta + (int64_t)u * E_BYTES, E_BYTES, full,
+							   NV_WG_EVICT_FIRST);
+						continue;
+					}
+					nv_tma_2d(st + j * A_BYTES, &p.tm_a, kb * (NV_WG_BK / 2), b * rows, full,
+						  NV_WG_EVICT_FIRST);
 					nv_bulk_1d(st + E_OFF + j * E_BYTES,
 						   p.meta + ((int64_t)kb * p.m_pad + (int64_t)b * rows) * 8, rows * 8,
 						   full, NV_WG_EVICT_FIRST);
@@ -152,8 +162,7 @@ struct nv_wgd_gemm {
 				 * refill it (an experiment: see bench/RESULTS.md). */
 				if (FENCE)
 					asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-				if (lane == 0)
-					nv_mbar_arrive(bars + 8 * (STAGES + s));
+				nv_mbar_arrive_warp(bars + 8 * (STAGES + s), lane);
 				if (++s == STAGES) {
 					s = 0;
 					ph ^= 1;

@@ -2,18 +2,32 @@
  * index arithmetic compiled for the host (packing, tests) and the device.
  *
  * The 2:4 weight is kept in two arrays, made once from the canonical form
- * (sparse24.h):
- *  - values: rows x kp/2 elements, row-major, kp = K padded to NV_WG_BK
- *    with zero values: the canonical `values` rows, padded.  The kernel
- *    loads it with TMA (64-byte swizzle) as a K-major tile of width kp/2,
- *    which is how wgmma.sp wants the compressed A in shared memory.
- *  - meta: for each k block kb of NV_WG_BK dense K and each row r of the
- *    row count padded to NV_WG_BM, the two canonical meta words of that
- *    block (words 2kb and 2kb+1 of the row, one per k32 step), 8 bytes;
- *    blocks are [kb][row], so one CTA tile's metadata for one stage is a
- *    contiguous 1 KiB that a single bulk copy brings in.  Nibbles past K
- *    or past the last row are the padding pair 0x4 (positions 0 and 1),
- *    never 0x0, which the PTX lists as invalid metadata.
+ * (sparse24.h) by nv_wg_pack, in one of two layouts (kp = K padded to
+ * NV_WG_BK, the padding zero values):
+ *
+ * Stage images (the daemon's): the bytes one stage of one 128-row tile
+ * holds in shared memory, one after another, so that a CTA's weight is
+ * one contiguous stream read by plain bulk copies.
+ *  - values: [tile of NV_WG_BM rows][stage of NV_WG_BK dense K][8 KiB]:
+ *    row r of the tile at r * 64 bytes (its 32 compressed values of the
+ *    stage), the 16-byte chunk c of the row at chunk c ^ ((r >> 1) & 3):
+ *    the 64-byte swizzle (bits 4-5 of the address XOR bits 7-8) that TMA
+ *    would apply and the wgmma.sp descriptor expects.  Rows past M are
+ *    zeros: nv_wg_img_bytes, rows padded to NV_WG_BM.
+ *  - meta: [tile][stage][row of the tile][2 words], each word the row's
+ *    canonical meta nibbles of one k32 step (words 2kb and 2kb+1 of the
+ *    row): 1 KiB a stage, right behind the previous one.
+ *
+ * Row-major (wgmma_bench's TMA kernels and decode kernels only):
+ *  - values: rows x kp/2 elements, row-major: the canonical `values`
+ *    rows, padded, loaded with TMA (64-byte swizzle) as a K-major tile of
+ *    width kp/2.
+ *  - meta: [stage][row, padded to NV_WG_BM][2 words], so one tile's
+ *    metadata for one stage is a contiguous 1 KiB.
+ *
+ * Nibbles past K or past the last row are the padding pair 0x4
+ * (positions 0 and 1), never 0x0, which the PTX lists as invalid
+ * metadata.
  *
  * The register a thread hands to wgmma.sp (m64nNk32, f16/bf16, selector
  * 0), measured on the H200 by the probe in bench/nvidia/wgmma_bench.cu:
@@ -89,6 +103,68 @@ NV_HD int64_t nv_wg_k_pad(int64_t k) { return nv_round_up(k, NV_WG_BK); }
 NV_HD int64_t nv_wg_m_pad(int64_t m) { return nv_round_up(m, NV_WG_BM); }
 NV_HD int64_t nv_wg_values_bytes(int64_t m, int64_t k, int esize) { return m * (nv_wg_k_pad(k) / 2) * esize; }
 NV_HD int64_t nv_wg_meta_bytes(int64_t m, int64_t k) { return nv_wg_k_pad(k) / NV_WG_BK * nv_wg_m_pad(m) * 8; }
+NV_HD int64_t nv_wg_img_bytes(int64_t m, int64_t k, int esize) { return nv_wg_m_pad(m) * (nv_wg_k_pad(k) / 2) * esize; }
+
+/* The order of the stage images: [tile][stage] (a CTA's whole weight is
+ * one run) or [stage][tile] (the CTAs walking K together read one run).
+ * Row-major is wgmma_bench's layout for its TMA kernels. */
+enum nv_wg_order { NV_WG_ROWMAJOR = 0, NV_WG_IMG_TILES = 1, NV_WG_IMG_STAGES = 2 };
+/* The daemon's order (its packing and its kernels). */
+#define NV_WG_ORDER NV_WG_IMG_STAGES
+
+/* The shape of an image layout: stages (kp / NV_WG_BK) and tiles
+ * (m_pad / NV_WG_BM) of the weight, and the order. */
+struct nv_wg_img {
+	int64_t k_iters, tiles_m;
+	int order;
+};
+NV_HD struct nv_wg_img nv_wg_img_of(int64_t m, int64_t k, int order)
+{
+	struct nv_wg_img g = { nv_wg_k_pad(k) / NV_WG_BK, nv_wg_m_pad(m) / NV_WG_BM, order };
+	return g;
+}
+
+/* Index of the image of stage `it` of tile `tile` (row-major: of the
+ * stage's 1 KiB of meta, which is stage-major). */
+NV_HD int64_t nv_wg_img_index(struct nv_wg_img g, int64_t tile, int64_t it)
+{
+	return g.order == NV_WG_IMG_TILES ? tile * g.k_iters + it : it * g.tiles_m + tile;
+}
+
+/* Byte offset in the stage images of compressed value column v (0 to
+ * kp/2 - 1) of row r, 16-bit values. */
+NV_HD int64_t nv_wg_img_offset(struct nv_wg_img g, int64_t r, int64_t v)
+{
+	const int64_t rr = r % NV_WG_BM, chunk = (v % 32) / 8;
+	return nv_wg_img_index(g, r / NV_WG_BM, v / 32) * NV_WG_A_BYTES + rr * 64 +
+	       ((chunk ^ ((rr >> 1) & 3)) * 16) + (v % 8) * 2;
+}
+
+/* The inverse: the row and value column held at byte `at` (even). */
+NV_HD void nv_wg_img_position(struct nv_wg_img g, int64_t at, int64_t *r, int64_t *v)
+{
+	const int64_t ts = at / NV_WG_A_BYTES, in = at % NV_WG_A_BYTES, rr = in / 64;
+	const int64_t chunk = ((in % 64) / 16) ^ ((rr >> 1) & 3);
+	const int64_t tile = g.order == NV_WG_IMG_TILES ? ts / g.k_iters : ts % g.tiles_m;
+	const int64_t it = g.order == NV_WG_IMG_TILES ? ts % g.k_iters : ts / g.tiles_m;
+	*r = tile * NV_WG_BM + rr;
+	*v = it * 32 + chunk * 8 + (in % 16) / 2;
+}
+
+/* Index of meta word j (0, 1) of stage kb of row r in the meta array of
+ * an image layout (row-major's is that of [stage][tile]), and the
+ * inverse (the packing kernel's). */
+NV_HD int64_t nv_wg_img_meta_index(struct nv_wg_img g, int64_t r, int64_t kb, int j)
+{
+	return (nv_wg_img_index(g, r / NV_WG_BM, kb) * NV_WG_BM + r % NV_WG_BM) * 2 + j;
+}
+NV_HD void nv_wg_img_meta_position(struct nv_wg_img g, int64_t i, int64_t *r, int64_t *kb)
+{
+	const int64_t ts = i / (NV_WG_BM * 2);
+	const int64_t tile = g.order == NV_WG_IMG_TILES ? ts / g.k_iters : ts % g.tiles_m;
+	*kb = g.order == NV_WG_IMG_TILES ? ts % g.k_iters : ts / g.tiles_m;
+	*r = tile * NV_WG_BM + (i / 2) % NV_WG_BM;
+}
 
 /* A dense A is kept row-major with its rows padded to lda elements, a
  * multiple of 8 (TMA's 16-byte row stride); the kernels never read the
@@ -111,10 +187,12 @@ NV_HD uint32_t nv_wg_meta_word(const uint32_t *meta, int meta_words, int rows, i
 /* Kernel arguments, passed by value (the tensor maps must be kernel
  * parameters: TMA reads them from the parameter space). */
 struct nv_wg_params {
-	CUtensorMap tm_a; /* values: dims {kp/2, M}, 64-byte swizzle, box {32, 128};
-			   * dense A: dims {K, M}, 128-byte swizzle, box {64, 128} */
+	CUtensorMap tm_a; /* row-major values: dims {kp/2, M}, 64-byte swizzle, box {32, 128};
+			   * dense A: dims {K, M}, 128-byte swizzle, box {64, 128};
+			   * unused with stage images */
 	CUtensorMap tm_b; /* B: dims {N, K} (row-major K x ldb), box {min(BN, 64), 64} */
-	uint64_t meta;    /* the meta array above (unused by the dense kernels) */
+	uint64_t a;       /* the values as stage images (0 with a tensor map) */
+	uint64_t meta;    /* the meta array of A's layout (unused by the dense kernels) */
 	uint64_t c, d;    /* C, D [m][ldc/ldd] in out_dtype (c = 0 when beta = 0) */
 	uint64_t ws;      /* split-K partials */
 	uint64_t counters;/* split-K arrival counters, one per tile, zero between launches */
@@ -176,7 +254,9 @@ NV_HD void nv_wgd_block_ctas(int64_t b, int64_t ki, int64_t units, int64_t grid,
 struct nv_wgd_params {
 	CUtensorMap tm_a; /* values: dims {kp/2, M}, 64-byte swizzle, box {32, 64 x CONS} */
 	CUtensorMap tm_b; /* B: dims {N, K} (row-major K x ldb), box {BN, 64} */
-	uint64_t meta;    /* the meta array above (rows padded to NV_WG_BM) */
+	uint64_t a;       /* or the values as stage images in [tile][stage] order
+			   * (0: by tm_a); then CONS = 2, KSUB = 1, rows = 128 */
+	uint64_t meta;    /* the meta array of A's layout (rows padded to NV_WG_BM) */
 	uint64_t c, d;    /* C, D [m][ldc/ldd] in out_dtype (c = 0 when beta = 0) */
 	uint64_t ws;      /* partials: grid x NV_WGD_WS_BYTES */
 	uint64_t counters;/* arrivals per row block, zero between launches */
@@ -191,10 +271,11 @@ struct nv_wgd_params {
 };
 
 /* Arguments of the packing kernel (nv_wg_pack): canonical values
- * [rows][k/2] and meta [rows][meta_words] into the two arrays above. */
+ * [rows][k/2] and meta [rows][meta_words] into the two arrays above, in
+ * the order (enum nv_wg_order) given. */
 struct nv_wg_pack_params {
 	uint64_t src, src_meta, dst, dst_meta;
-	int32_t rows, k, meta_words;
+	int32_t rows, k, meta_words, order;
 };
 
 /* The wgmma.sp metadata register from the words of rows g and g + 8. */

@@ -106,6 +106,67 @@ static void test_acc_pos_bijection(void **state)
 	free(seen);
 }
 
+/* The stage images, in both orders: every (row, value column) of a padded
+ * 2:4 weight at its own 2-byte slot of nv_wg_img_bytes, inside its
+ * tile's stage, at the row-major position of the stage (row * 64 +
+ * column * 2) with the 64-byte swizzle TMA applies (address bits 4-5 XOR
+ * bits 7-8), and nv_wg_img_position (the packing kernel's) its inverse.
+ * The meta words: one slot each, in the stage's 1 KiB. */
+static void test_stage_images(void **state)
+{
+	(void)state;
+	const int64_t m = 300, k = 4100, kp = nv_wg_k_pad(k), k_iters = kp / NV_WG_BK;
+	const int64_t bytes = nv_wg_img_bytes(m, k, 2), mp = nv_wg_m_pad(m), tiles = mp / NV_WG_BM;
+	assert_int_equal(bytes, mp * kp);
+	assert_int_equal(bytes, tiles * k_iters * NV_WG_A_BYTES);
+	for (int order = NV_WG_IMG_TILES; order <= NV_WG_IMG_STAGES; order++) {
+		const struct nv_wg_img g = nv_wg_img_of(m, k, order);
+		assert_int_equal(g.k_iters, k_iters);
+		assert_int_equal(g.tiles_m, tiles);
+		/* Tile-major: a tile's stages one after another; stage-major:
+		 * a stage's tiles. */
+		assert_int_equal(nv_wg_img_index(g, 1, 0), order == NV_WG_IMG_TILES ? k_iters : 1);
+		assert_int_equal(nv_wg_img_index(g, 0, 1), order == NV_WG_IMG_TILES ? 1 : tiles);
+		unsigned char *seen = calloc((size_t)bytes / 2, 1);
+		assert_non_null(seen);
+		for (int64_t r = 0; r < mp; r++)
+			for (int64_t v = 0; v < kp / 2; v++) {
+				const int64_t at = nv_wg_img_offset(g, r, v);
+				assert_true(at >= 0 && at < bytes && at % 2 == 0);
+				assert_int_equal(seen[at / 2]++, 0);
+				const int64_t stage = nv_wg_img_index(g, r / NV_WG_BM, v / 32) * NV_WG_A_BYTES;
+				const int64_t plain = r % NV_WG_BM * 64 + v % 32 * 2;
+				assert_int_equal(at - stage, plain ^ (((plain >> 7) & 3) << 4));
+				int64_t r2, v2;
+				nv_wg_img_position(g, at, &r2, &v2);
+				assert_int_equal(r2, r);
+				assert_int_equal(v2, v);
+			}
+		free(seen);
+		const int64_t words = nv_wg_meta_bytes(m, k) / 4;
+		unsigned char *mseen = calloc((size_t)words, 1);
+		assert_non_null(mseen);
+		for (int64_t r = 0; r < mp; r++)
+			for (int64_t kb = 0; kb < k_iters; kb++)
+				for (int j = 0; j < 2; j++) {
+					const int64_t i = nv_wg_img_meta_index(g, r, kb, j);
+					assert_true(i >= 0 && i < words);
+					assert_int_equal(mseen[i]++, 0);
+					assert_int_equal(i * 4 / NV_WG_E_BYTES, nv_wg_img_index(g, r / NV_WG_BM, kb));
+					int64_t r2, kb2;
+					nv_wg_img_meta_position(g, i, &r2, &kb2);
+					assert_int_equal(r2, r);
+					assert_int_equal(kb2, kb);
+					assert_int_equal(i & 1, j);
+				}
+		free(mseen);
+	}
+	/* The row-major layout's meta (wgmma_bench's TMA kernels) is that of
+	 * the stage-major images: [stage][row, padded]. */
+	const struct nv_wg_img rm = nv_wg_img_of(m, k, NV_WG_ROWMAJOR);
+	assert_int_equal(nv_wg_img_meta_index(rm, 130, 3, 1), (3 * mp + 130) * 2 + 1);
+}
+
 static void test_plan(void **state)
 {
 	(void)state;
@@ -241,6 +302,7 @@ int main(void)
 		cmocka_unit_test(test_meta_reg_matches_mma_sp_packing),
 		cmocka_unit_test(test_meta_word_pads),
 		cmocka_unit_test(test_acc_pos_bijection),
+		cmocka_unit_test(test_stage_images),
 		cmocka_unit_test(test_plan),
 		cmocka_unit_test(test_decode_split),
 		cmocka_unit_test(test_names_and_images),
