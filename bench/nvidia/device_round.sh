@@ -9,7 +9,7 @@
 #        [ncu] [e2e] [answers] [abserving] [spin] [readers] [latency] [multi] [choice] [served] [graphsab] [trialab]
 #        [batching] [serving] [readsab] [postab] [readerminab] [overlapab] [copystreamab] [dmaab]
 #        [phases] [dmaphases]
-#        [wgmma] [wgncu]
+#        [wgmma] [wgsan] [raceprobe] [wgncu]
 #        [wgdecode] [wgdsan] [wgdncu] [wgdense] [wgdensesan] [wgdensencu]
 #        (no argument: test sanitize bench e2e)
 set -u
@@ -431,8 +431,9 @@ served)
 wgmma)
 	# The sm_90a wgmma.sp kernels (.devlibs/wgmma_bench from
 	# build_wgmma.sh): the metadata probe, the odd-shape checks, their
-	# timings beside cuBLAS, then bench_nv at the same shapes (our mma.sp
-	# kernel, cuBLASLt, cuSPARSELt) in the same round.
+	# timings beside cuBLAS (A as stage images and row-major by TMA), then
+	# bench_nv at the same shapes (our mma.sp kernel, cuBLASLt, cuSPARSELt)
+	# in the same round.
 	WG=.devlibs/wgmma_bench
 	WG_SHAPES=${WG_SHAPES:-8192x8192x8192 14336x1024x4096 4096x64x14336 14336x16x4096}
 	TAILN=12 step wg_probe 60 "$WG" probe
@@ -446,6 +447,24 @@ wgmma)
 		timeout 150 "$BENCH" --dtypes ${WG_DTYPES:-f16,bf16} --shape "$shape" >>"$OUT/wg_vendor.log" 2>&1
 	done
 	grep -E "^\| (f16|bf16)" "$OUT/wg_vendor.log"
+	;;
+raceprobe)
+	# What racecheck makes of the kernels' mbarrier protocol
+	# (wgmma_bench.cu, race_probe): 0 and 1 ordered (expected clean), 2
+	# a real race (the control), 3 lane 0 arriving for its warp, 4 the
+	# same after __syncwarp (nv_mbar_arrive_warp, the kernels' way).
+	for m in 0 1 2 3 4; do
+		timeout 60 compute-sanitizer --tool racecheck .devlibs/wgmma_bench raceprobe $m >"$OUT/raceprobe_$m.log" 2>&1
+		echo "=== raceprobe $m: rc=$? $(grep -hE 'race probe|RACECHECK SUMMARY' "$OUT/raceprobe_$m.log" | tr '\n' ' ')"
+	done
+	;;
+wgsan)
+	# compute-sanitizer on the 2:4 kernels' quick checks (the stage-image
+	# kernels the daemon runs; 129 x 1028 reuses every ring slot).
+	WG_KIND=sparse WG_QUICK=1 TAILN=3 step wg_memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 9 \
+		.devlibs/wgmma_bench check
+	WG_KIND=sparse WG_QUICK=1 TAILN=3 step wg_racecheck 200 compute-sanitizer --tool racecheck --error-exitcode 9 \
+		.devlibs/wgmma_bench check
 	;;
 wgdense)
 	# The dense wgmma kernels (nv_wgmma.cuh, policy nv_wg_dense) from

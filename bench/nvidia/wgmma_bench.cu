@@ -42,28 +42,86 @@
 /* ---- kernels under test ---- */
 
 /* The kernels the daemon embeds (nv_kernels_wg.cu: every tile of
- * NV_WG_TILES, f16 and bf16, KEEP = 0). */
+ * NV_WG_TILES, f16 and bf16, KEEP = 0, A as stage images in the order
+ * NV_WG_ORDER), and to compare the same 2:4 kernels reading row-major A
+ * by TMA (tma_*: the daemon's before the stage images), the images in
+ * the other order (alt_*), and nomath_*: the daemon's kernel with the
+ * consumers' wgmma left out (results wrong: the time the pipeline takes
+ * to stream the weight alone). */
 #include "nv_kernels_wg.cu"
 #include "nv_wgmma_plan.h"
+#define WG_ALT_ORDER (NV_WG_ORDER == NV_WG_IMG_STAGES ? NV_WG_IMG_TILES : NV_WG_IMG_STAGES)
+template <int BF16>
+using wg_sp24_alt = nv_wg_sp24<BF16, WG_ALT_ORDER>;
+struct wg_nomath : nv_wg_sp24<0, NV_WG_ORDER> {
+	template <int BN>
+	static __device__ __forceinline__ void mma(float *acc, const char *stage, uint32_t st, unsigned c, unsigned w,
+						   unsigned lane, uint32_t e[2])
+	{
+		e[0] = e[1] = 0;
+	}
+};
+#define WG_TMA_F16(name, bn, st, minb) NV_WG_DEFINE_KERNEL(tma_f16_##name, nv_wg_sp24_tma<0>, bn, st, minb, 0)
+#define WG_TMA_BF16(name, bn, st, minb) NV_WG_DEFINE_KERNEL(tma_bf16_##name, nv_wg_sp24_tma<1>, bn, st, minb, 0)
+#define WG_ALT_F16(name, bn, st, minb) NV_WG_DEFINE_KERNEL(alt_f16_##name, wg_sp24_alt<0>, bn, st, minb, 0)
+#define WG_ALT_BF16(name, bn, st, minb) NV_WG_DEFINE_KERNEL(alt_bf16_##name, wg_sp24_alt<1>, bn, st, minb, 0)
+NV_WG_TILES(WG_TMA_F16)
+NV_WG_TILES(WG_TMA_BF16)
+NV_WG_TILES(WG_ALT_F16)
+NV_WG_TILES(WG_ALT_BF16)
+NV_WG_DEFINE_KERNEL(nomath_f16_n16, wg_nomath, 16, 9, 2, 0)
+NV_WG_DEFINE_KERNEL(nomath_f16_n64, wg_nomath, 64, 6, 2, 0)
+/* warp_*: the daemon's kernels with one `empty` arrival per warp (ALL = 0
+ * in nv_wgmma.cuh) instead of one per consumer thread. */
+#define WG_WARP_KERNEL(name, bn, stages, minb)                                                              \
+	extern "C" __global__ void __launch_bounds__(NV_WG_THREADS, minb) nv_wg_warp_##name(                    \
+		const __grid_constant__ nv_wg_params p)                                                         \
+	{                                                                                                       \
+		extern __shared__ __align__(1024) char nv_wg_smem_raw[];                                        \
+		nv_wg_gemm<nv_wg_sp24_img<0>, bn, stages, minb, 0, 0>::run(p, nv_wg_smem_raw);                  \
+	}
+WG_WARP_KERNEL(f16_n16, 16, 9, 2)
+WG_WARP_KERNEL(f16_n64, 64, 6, 2)
+WG_WARP_KERNEL(f16_n256, 256, 5, 1)
 
 struct variant {
 	const char *name;
 	int dense, tile, bf16, bn, stages, minb, keep;
 	void (*fn)(const nv_wg_params);
 	unsigned smem;
+	int order; /* 2:4: A's layout, enum nv_wg_order */
 };
 
 static variant variants[] = {
 #define WG_ENTRY_F16(name, bn, st, minb) \
-	{ "f16_" #name, 0, NV_WG_TILE_##name, 0, bn, st, minb, 0, nv_wg_f16_##name, NV_WG_SMEM_BYTES(bn, st) },
+	{ "f16_" #name, 0, NV_WG_TILE_##name, 0, bn, st, minb, 0, nv_wg_f16_##name, NV_WG_SMEM_BYTES(bn, st), NV_WG_ORDER },
 #define WG_ENTRY_BF16(name, bn, st, minb) \
-	{ "bf16_" #name, 0, NV_WG_TILE_##name, 1, bn, st, minb, 0, nv_wg_bf16_##name, NV_WG_SMEM_BYTES(bn, st) },
+	{ "bf16_" #name, 0, NV_WG_TILE_##name, 1, bn, st, minb, 0, nv_wg_bf16_##name, NV_WG_SMEM_BYTES(bn, st), NV_WG_ORDER },
+#define WG_ENTRY_AF16(name, bn, st, minb) \
+	{ "alt_f16_" #name, 0, NV_WG_TILE_##name, 0, bn, st, minb, 0, nv_wg_alt_f16_##name, NV_WG_SMEM_BYTES(bn, st), WG_ALT_ORDER },
+#define WG_ENTRY_ABF16(name, bn, st, minb) \
+	{ "alt_bf16_" #name, 0, NV_WG_TILE_##name, 1, bn, st, minb, 0, nv_wg_alt_bf16_##name, NV_WG_SMEM_BYTES(bn, st), WG_ALT_ORDER },
+#define WG_ENTRY_TF16(name, bn, st, minb) \
+	{ "tma_f16_" #name, 0, NV_WG_TILE_##name, 0, bn, st, minb, 0, nv_wg_tma_f16_##name, NV_WG_SMEM_BYTES(bn, st), 0 },
+#define WG_ENTRY_TBF16(name, bn, st, minb) \
+	{ "tma_bf16_" #name, 0, NV_WG_TILE_##name, 1, bn, st, minb, 0, nv_wg_tma_bf16_##name, NV_WG_SMEM_BYTES(bn, st), 0 },
 #define WG_ENTRY_DF16(name, bn, st, minb) \
-	{ "dense_f16_" #name, 1, NV_WG_TILE_##name, 0, bn, st, minb, 1, nv_wg_dense_f16_##name, NV_WG_DSMEM_BYTES(bn, st) },
+	{ "dense_f16_" #name, 1, NV_WG_TILE_##name, 0, bn, st, minb, 1, nv_wg_dense_f16_##name, NV_WG_DSMEM_BYTES(bn, st), 0 },
 #define WG_ENTRY_DBF16(name, bn, st, minb) \
-	{ "dense_bf16_" #name, 1, NV_WG_TILE_##name, 1, bn, st, minb, 1, nv_wg_dense_bf16_##name, NV_WG_DSMEM_BYTES(bn, st) },
+	{ "dense_bf16_" #name, 1, NV_WG_TILE_##name, 1, bn, st, minb, 1, nv_wg_dense_bf16_##name, NV_WG_DSMEM_BYTES(bn, st), 0 },
 	NV_WG_TILES(WG_ENTRY_F16) NV_WG_TILES(WG_ENTRY_BF16)
+	NV_WG_TILES(WG_ENTRY_TF16) NV_WG_TILES(WG_ENTRY_TBF16)
+	NV_WG_TILES(WG_ENTRY_AF16) NV_WG_TILES(WG_ENTRY_ABF16)
 	NV_WG_DTILES(WG_ENTRY_DF16) NV_WG_DTILES(WG_ENTRY_DBF16)
+	{ "nomath_f16_n16", 0, NV_WG_TILE_n16, 0, 16, 9, 2, 0, nv_wg_nomath_f16_n16, NV_WG_SMEM_BYTES(16, 9), NV_WG_ORDER },
+	{ "nomath_f16_n64", 0, NV_WG_TILE_n64, 0, 64, 6, 2, 0, nv_wg_nomath_f16_n64, NV_WG_SMEM_BYTES(64, 6), NV_WG_ORDER },
+	{ "warp_f16_n16", 0, NV_WG_TILE_n16, 0, 16, 9, 2, 0, nv_wg_warp_f16_n16, NV_WG_SMEM_BYTES(16, 9), NV_WG_ORDER },
+	{ "warp_f16_n64", 0, NV_WG_TILE_n64, 0, 64, 6, 2, 0, nv_wg_warp_f16_n64, NV_WG_SMEM_BYTES(64, 6), NV_WG_ORDER },
+	{ "warp_f16_n256", 0, NV_WG_TILE_n256, 0, 256, 5, 1, 0, nv_wg_warp_f16_n256, NV_WG_SMEM_BYTES(256, 5), NV_WG_ORDER },
+#undef WG_ENTRY_AF16
+#undef WG_ENTRY_ABF16
+#undef WG_ENTRY_TF16
+#undef WG_ENTRY_TBF16
 #undef WG_ENTRY_F16
 #undef WG_ENTRY_BF16
 #undef WG_ENTRY_DF16
@@ -343,13 +401,85 @@ static int run_probe(void)
 	return fails;
 }
 
+/* ---- what compute-sanitizer's racecheck makes of the mbarrier protocol ----
+ *
+ * The kernels' consumers read a stage's metadata with plain shared loads,
+ * arrive on the stage's `empty` mbarrier, and the producer, after waiting
+ * on it, refills the stage by a bulk copy.  racecheck reports hazards
+ * between those reads and the refill.  This probe runs the protocol alone:
+ * warp 0 reads 64 words and arrives (32 arrivals complete the phase);
+ * thread 32 waits for the phase and then overwrites the words, by plain
+ * stores (mode 0), by a bulk copy completing on a second mbarrier (mode 1),
+ * or by plain stores without waiting (mode 2: a real race, the control).
+ * Modes 3 and 4 are the kernels' way: one arrival per warp (the barrier
+ * counts 1), by lane 0 alone (3) or after __syncwarp (4,
+ * nv_mbar_arrive_warp), then a bulk copy.  Run each mode under racecheck:
+ * hazards in mode 0 would mean the tool does not order accesses by
+ * mbarrier phases at all; in mode 3 and not 4, that the other lanes' reads
+ * were unordered before lane 0's release. */
+__global__ void race_probe(const uint32_t *src, uint32_t *out, int mode)
+{
+	__shared__ __align__(128) uint32_t buf[64];
+	__shared__ __align__(8) uint64_t bars[2]; /* empty, full */
+	const unsigned tid = threadIdx.x;
+	const uint32_t empty = nv_wg_smem(&bars[0]), full = nv_wg_smem(&bars[1]);
+	if (tid == 0) {
+		nv_mbar_init(empty, mode >= 3 ? 1 : 32);
+		nv_mbar_init(full, 1);
+		asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+	}
+	buf[tid] = tid;
+	__syncthreads();
+	if (tid < 32) {
+		const uint32_t v = buf[tid] + buf[tid + 32];
+		if (mode == 3 && tid == 0)
+			nv_mbar_arrive(empty);
+		else if (mode == 4)
+			nv_mbar_arrive_warp(empty, tid);
+		else if (mode < 3)
+			nv_mbar_arrive(empty);
+		out[tid] = v;
+	} else if (tid == 32) {
+		if (mode != 2)
+			nv_mbar_wait(empty, 0);
+		if (mode == 1 || mode >= 3) {
+			nv_mbar_expect_tx(full, sizeof(buf));
+			nv_bulk_1d(nv_wg_smem(buf), (uint64_t)src, sizeof(buf), full, NV_WG_EVICT_FIRST);
+			nv_mbar_wait(full, 0);
+		} else {
+			for (int i = 0; i < 64; i++)
+				((volatile uint32_t *)buf)[i] = src[i];
+		}
+		out[32] = buf[5];
+	}
+}
+
+static int run_race_probe(int mode)
+{
+	uint32_t *src, *out;
+	CK(cudaMalloc(&src, 64 * 4));
+	CK(cudaMalloc(&out, 64 * 4));
+	CK(cudaMemset(src, 0, 64 * 4));
+	race_probe<<<1, 64>>>(src, out, mode);
+	CK(cudaGetLastError());
+	CK(cudaDeviceSynchronize());
+	static const char *what[] = { "plain stores after the mbarrier wait", "bulk copy after the mbarrier wait",
+				      "plain stores without waiting (control)",
+				      "lane 0 arrives for the warp, then a bulk copy",
+				      "__syncwarp, lane 0 arrives, then a bulk copy" };
+	printf("race probe mode %d (%s): ran\n", mode, what[mode < 0 || mode > 4 ? 0 : mode]);
+	cudaFree(src);
+	cudaFree(out);
+	return 0;
+}
+
 /* ---- the pipelined kernel: operands, launch ---- */
 
 static PFN_cuTensorMapEncodeTiled_v12000 encode_tiled;
 
 struct wg_weight {
-	int dense, m, k, mp, kp;
-	uint16_t *val; /* m x kp/2; dense: m x lda */
+	int dense, m, k, mp, kp, order;
+	uint16_t *val; /* stage images (order) or m x kp/2; dense: m x lda */
 	uint32_t *meta; /* NULL for a dense A */
 };
 
@@ -357,6 +487,7 @@ struct wg_weight {
 static void wg_upload_dense(const dmat &a, wg_weight &w)
 {
 	w.dense = 1;
+	w.order = NV_WG_ROWMAJOR;
 	w.m = a.rows;
 	w.k = a.k;
 	w.mp = (int)nv_wg_m_pad(a.rows);
@@ -366,10 +497,17 @@ static void wg_upload_dense(const dmat &a, wg_weight &w)
 	CK(cudaMemcpy(w.val, a.val.data(), a.val.size() * 2, cudaMemcpyHostToDevice));
 }
 
-/* Packs the canonical A on the device with the daemon's kernel. */
-static void wg_pack(const sp24 &a, wg_weight &w)
+static size_t wg_val_bytes(const wg_weight &w)
+{
+	return (size_t)(w.order ? nv_wg_img_bytes(w.m, w.k, 2) : nv_wg_values_bytes(w.m, w.k, 2));
+}
+
+/* Packs the canonical A on the device with the daemon's kernel, in the
+ * order given (enum nv_wg_order). */
+static void wg_pack(const sp24 &a, wg_weight &w, int order)
 {
 	w.dense = 0;
+	w.order = order;
 	w.m = a.rows;
 	w.k = a.k;
 	w.mp = (int)nv_wg_m_pad(a.rows);
@@ -380,10 +518,10 @@ static void wg_pack(const sp24 &a, wg_weight &w)
 	CK(cudaMalloc(&cm, a.meta.size() * 4));
 	CK(cudaMemcpy(cv, a.val.data(), a.val.size() * 2, cudaMemcpyHostToDevice));
 	CK(cudaMemcpy(cm, a.meta.data(), a.meta.size() * 4, cudaMemcpyHostToDevice));
-	CK(cudaMalloc(&w.val, (size_t)nv_wg_values_bytes(w.m, w.k, 2)));
+	CK(cudaMalloc(&w.val, wg_val_bytes(w)));
 	CK(cudaMalloc(&w.meta, (size_t)nv_wg_meta_bytes(w.m, w.k)));
-	nv_wg_pack_params p = { (uint64_t)cv, (uint64_t)cm, (uint64_t)w.val, (uint64_t)w.meta, w.m, w.k, a.mw };
-	int64_t words = (nv_wg_values_bytes(w.m, w.k, 2) + nv_wg_meta_bytes(w.m, w.k)) / 4;
+	nv_wg_pack_params p = { (uint64_t)cv, (uint64_t)cm, (uint64_t)w.val, (uint64_t)w.meta, w.m, w.k, a.mw, order };
+	int64_t words = ((int64_t)wg_val_bytes(w) + nv_wg_meta_bytes(w.m, w.k)) / 4;
 	nv_wg_pack<<<(unsigned)((words + 255) / 256), 256>>>(p);
 	CK(cudaGetLastError());
 	CK(cudaDeviceSynchronize());
@@ -436,11 +574,15 @@ static int wg_prepare(wg_launch &L, const variant *v, const wg_weight &w, const 
 	CUtensorMapSwizzle bs = bnb == 64 ? CU_TENSOR_MAP_SWIZZLE_128B
 			       : bnb == 32 ? CU_TENSOR_MAP_SWIZZLE_64B
 					   : CU_TENSOR_MAP_SWIZZLE_32B;
-	int r = w.dense ? tmap_2d(&p.tm_a, w.val, w.k, w.m, (uint64_t)nv_wg_dense_lda(w.k) * 2, NV_WG_BK, NV_WG_BM,
-				  CU_TENSOR_MAP_SWIZZLE_128B)
-			: tmap_2d(&p.tm_a, w.val, w.kp / 2, w.m, (uint64_t)w.kp, 32, NV_WG_BM, CU_TENSOR_MAP_SWIZZLE_64B);
+	if (!w.dense && v->order != w.order)
+		return -1; /* the weight is not in this variant's layout */
+	int r = w.dense  ? tmap_2d(&p.tm_a, w.val, w.k, w.m, (uint64_t)nv_wg_dense_lda(w.k) * 2, NV_WG_BK, NV_WG_BM,
+				   CU_TENSOR_MAP_SWIZZLE_128B)
+		: w.order ? 0
+			 : tmap_2d(&p.tm_a, w.val, w.kp / 2, w.m, (uint64_t)w.kp, 32, NV_WG_BM, CU_TENSOR_MAP_SWIZZLE_64B);
 	if (r)
 		return r;
+	p.a = w.order ? (uint64_t)w.val : 0;
 	r = tmap_2d(&p.tm_b, (void *)b, n, w.k, (uint64_t)ldb * 2, bnb, NV_WG_BK, bs);
 	if (r)
 		return r;
@@ -518,6 +660,10 @@ static int wgd_prepare(wgd_launch &L, const dvariant *v, const wg_weight &w, con
 	if (rows <= 0 || rows > NV_WGD_BM(v->cons))
 		rows = NV_WGD_BM(v->cons);
 	memset(&L, 0, sizeof(L));
+	/* Stage images: [tile][stage] only, whole 128-row tiles, one 64-K block
+	 * a stage. */
+	if (w.order != NV_WG_ROWMAJOR && (w.order != NV_WG_IMG_TILES || v->cons != 2 || v->ksub != 1 || rows != 128))
+		return -1;
 	L.v = v;
 	nv_wgd_params &p = L.p;
 	if (n > v->bn)
@@ -531,6 +677,7 @@ static int wgd_prepare(wgd_launch &L, const dvariant *v, const wg_weight &w, con
 	r = tmap_2d(&p.tm_b, (void *)b, n, w.k, (uint64_t)ldb * 2, v->bn, NV_WG_BK, bs);
 	if (r)
 		return r;
+	p.a = w.order ? (uint64_t)w.val : 0;
 	p.meta = (uint64_t)w.meta;
 	p.c = (uint64_t)c;
 	p.d = (uint64_t)d;
@@ -589,10 +736,13 @@ static void setup_variants(void)
 	}
 }
 
-static const variant *find_variant(int dense, int bf16, int bn)
+/* order: the 2:4 kernels reading A in that layout (enum nv_wg_order). */
+static const variant *find_variant(int dense, int bf16, int bn, int order)
 {
 	for (int i = 0; i < nvariants; i++)
-		if (variants[i].dense == dense && variants[i].bf16 == bf16 && variants[i].bn == bn)
+		if (variants[i].dense == dense && variants[i].bf16 == bf16 && variants[i].bn == bn &&
+		    (dense || variants[i].order == order) && strncmp(variants[i].name, "nomath", 6) != 0 &&
+		    strncmp(variants[i].name, "warp", 4) != 0)
 			return &variants[i];
 	return NULL;
 }
@@ -607,12 +757,12 @@ static double dt_get(const void *p, size_t i, int dt)
 	return from16(((const uint16_t *)p)[i], dt == MFMA_DT_BF16);
 }
 
-/* dv: a decode variant (grid CTAs, 0 = the default) instead of the tile
- * of width bn. */
-static int check_one(int dense, int bf16, int m, int n, int k, int bn, int splits, int out_dt, float alpha,
+/* dv: a decode variant (grid CTAs, 0 = the default; row-major A) instead
+ * of the tile of width bn (2:4: reading A in the layout `order`). */
+static int check_one(int dense, int bf16, int m, int n, int k, int bn, int order, int splits, int out_dt, float alpha,
 		     float beta, int sms, const dvariant *dv = NULL, int grid = 0, int rows = 0)
 {
-	const variant *v = dv ? NULL : find_variant(dense, bf16, bn);
+	const variant *v = dv ? NULL : find_variant(dense, bf16, bn, order);
 	if (!v && !dv)
 		return 0;
 	sp24 a;
@@ -623,7 +773,7 @@ static int check_one(int dense, int bf16, int m, int n, int k, int bn, int split
 		wg_upload_dense(ad, w);
 	} else {
 		make_sp24(a, m, k, bf16);
-		wg_pack(a, w);
+		wg_pack(a, w, order);
 	}
 	int ldb = (n + 7) / 8 * 8;
 	std::vector<uint16_t> b((size_t)k * ldb);
@@ -684,9 +834,10 @@ static int check_one(int dense, int bf16, int m, int n, int k, int bn, int split
 	double err = rel_err(ref, o);
 	double tol = out_dt == MFMA_DT_F32 ? 1e-5 : out_dt == MFMA_DT_F16 ? 2e-3 : 1e-2;
 	bool ok = err < tol;
-	printf("check %-4s %-16s %5dx%-4dx%-5d %s %3d rows %3d out %-4s alpha %.2f beta %.2f: rel err %.2e %s\n",
-	       bf16 ? "bf16" : "f16", vname, m, n, k, dv ? "grid" : "splits", dv ? DL.grid : (int)L.grid.z,
-	       dv ? DL.rows : 128,
+	printf("check %-4s %-16s %5dx%-4dx%-5d A %-6s %s %3d rows %3d out %-4s alpha %.2f beta %.2f: rel err %.2e %s\n",
+	       bf16 ? "bf16" : "f16", vname, m, n, k,
+	       dense ? "dense" : order == NV_WG_IMG_TILES ? "tiles" : order == NV_WG_IMG_STAGES ? "stages" : "rows",
+	       dv ? "grid" : "splits", dv ? DL.grid : (int)L.grid.z, dv ? DL.rows : 128,
 	       mfma_dtype_name((mfma_dtype)out_dt), alpha, beta, err, ok ? "ok" : "FAIL");
 	if (dv)
 		wgd_release(DL);
@@ -704,11 +855,13 @@ static int run_checks(int sms)
 {
 	struct {
 		int m, n, k;
-	} shapes[] = { { 200, 72, 136 }, { 77, 24, 100 }, { 1000, 264, 520 }, { 129, 257, 1028 }, { 384, 16, 4096 } };
+	} shapes[] = { { 200, 72, 136 }, { 77, 24, 100 }, { 1000, 264, 520 }, { 129, 257, 1028 }, { 384, 16, 4096 },
+		       { 300, 40, 4100 } };
 	/* Dense K need not be a multiple of 4 (nor of 8: lda pads it). */
 	struct {
 		int m, n, k;
-	} dshapes[] = { { 200, 72, 136 }, { 77, 24, 101 }, { 1000, 264, 522 }, { 129, 257, 1027 }, { 384, 16, 4096 } };
+	} dshapes[] = { { 200, 72, 136 }, { 77, 24, 101 }, { 1000, 264, 522 }, { 129, 257, 1027 }, { 384, 16, 4096 },
+			{ 300, 40, 4099 } };
 	static const int bns[] = { 256, 128, 64, 32, 16 };
 	const char *kind = getenv("WG_KIND");
 	const bool quick = getenv("WG_QUICK") != NULL;
@@ -716,21 +869,29 @@ static int run_checks(int sms)
 	for (int dense = 0; dense < 2; dense++) {
 		if (kind && strcmp(kind, dense ? "dense" : "sparse") != 0)
 			continue;
-		for (int bf16 = 0; bf16 < 2; bf16++)
-			for (int si = 0; si < 5; si++) {
-				const int m = dense ? dshapes[si].m : shapes[si].m, n = dense ? dshapes[si].n : shapes[si].n;
-				const int k = dense ? dshapes[si].k : shapes[si].k;
-				if (quick && (m * k > 200000 || si > 2))
-					continue;
-				for (int bn : bns) {
-					/* Every output type and beta at every tile, drawn. */
-					int out_dt = (rnd() & 1) ? MFMA_DT_F32 : (bf16 ? MFMA_DT_BF16 : MFMA_DT_F16);
-					float beta = (rnd() & 1) ? 0.5f : 0.0f;
-					int splits = k >= 1000 ? 1 + (int)(rnd() % 4) : 1;
-					fails += check_one(dense, bf16, m, n, k, bn, splits, out_dt, 1.25f, beta, sms);
-					checks++;
+		/* 2:4: the daemon's kernels, then (not in the quick set) the
+		 * other image order and the TMA ones. */
+		static const int orders[] = { NV_WG_ORDER, WG_ALT_ORDER, NV_WG_ROWMAJOR };
+		for (int oi = 0; oi < (dense || quick ? 1 : 3); oi++)
+			for (int bf16 = 0; bf16 < 2; bf16++)
+				for (int si = 0; si < 6; si++) {
+					const int m = dense ? dshapes[si].m : shapes[si].m;
+					const int n = dense ? dshapes[si].n : shapes[si].n;
+					const int k = dense ? dshapes[si].k : shapes[si].k;
+					/* The quick set (the sanitizer's) keeps 129 x 1028, whose
+					 * 17 stages reuse every tile's ring slots. */
+					if (quick && m * k > 200000)
+						continue;
+					for (int bn : bns) {
+						/* Every output type and beta at every tile, drawn. */
+						int out_dt = (rnd() & 1) ? MFMA_DT_F32 : (bf16 ? MFMA_DT_BF16 : MFMA_DT_F16);
+						float beta = (rnd() & 1) ? 0.5f : 0.0f;
+						int splits = k >= 1000 ? 1 + (int)(rnd() % 4) : 1;
+						fails += check_one(dense, bf16, m, n, k, bn, orders[oi], splits, out_dt, 1.25f, beta,
+								   sms);
+						checks++;
+					}
 				}
-			}
 	}
 	printf("checks: %d of %d failed\n", fails, checks);
 	return fails;
@@ -766,8 +927,12 @@ static int run_dchecks(int sms)
 					int grid = grids[gi % 5];
 					int rows = gi % 3 == 0 ? 0 : gi % 3 == 1 ? 40 : 112;
 					gi++;
-					fails += check_one(0, bf16, s.m, s.n, s.k, 0, 1, out_dt, 1.25f, beta, sms, dv, grid,
-							   rows);
+					fails += check_one(0, bf16, s.m, s.n, s.k, 0, NV_WG_ROWMAJOR, 1, out_dt, 1.25f, beta,
+							   sms, dv, grid, rows);
+					/* The weight as [tile][stage] images (128-row blocks). */
+					if (dv->cons == 2 && dv->ksub == 1)
+						fails += check_one(0, bf16, s.m, s.n, s.k, 0, NV_WG_IMG_TILES, 1, out_dt,
+								   1.25f, beta, sms, dv, grids[(gi + 2) % 5], 0);
 				}
 			}
 	printf("decode checks: %d failed\n", fails);
@@ -917,7 +1082,7 @@ static tile_best time_tiles(int dense, int bf16, int m, int n, int ldb, std::vec
 	tile_best best = { 1e30f, "-", 0 };
 	for (int vi = 0; vi < nvariants; vi++) {
 		const variant *v = &variants[vi];
-		if (v->bf16 != bf16 || v->dense != dense)
+		if (v->bf16 != bf16 || v->dense != dense || (!dense && v->order != w[0].order))
 			continue;
 		if (v->bn > 2 * ldb && v->bn > 16)
 			continue; /* a tile over twice as wide as N is only waste */
@@ -972,16 +1137,22 @@ static void run_bench_shape(int bf16, int m, int n, int k, int sms, cublasHandle
 	 * from HBM, not from the 50 MB L2. */
 	double wbytes = (double)nv_wg_values_bytes(m, k, 2) + (double)nv_wg_meta_bytes(m, k);
 	int copies = std::min(8, std::max(1, (int)ceil(200e6 / wbytes)));
-	std::vector<wg_weight> w(copies);
-	wg_pack(a, w[0]);
-	for (int i = 1; i < copies; i++) {
-		w[i] = w[0];
-		size_t vb = (size_t)nv_wg_values_bytes(m, k, 2), mb = (size_t)nv_wg_meta_bytes(m, k);
-		CK(cudaMalloc(&w[i].val, vb));
-		CK(cudaMalloc(&w[i].meta, mb));
-		CK(cudaMemcpy(w[i].val, w[0].val, vb, cudaMemcpyDeviceToDevice));
-		CK(cudaMemcpy(w[i].meta, w[0].meta, mb, cudaMemcpyDeviceToDevice));
-	}
+	/* The weight as stage images in the daemon's order, in the other
+	 * order, and row-major (the TMA kernels and the decode kernels). */
+	std::vector<wg_weight> w(copies), wa(copies), wr(copies);
+	wg_pack(a, w[0], NV_WG_ORDER);
+	wg_pack(a, wa[0], WG_ALT_ORDER);
+	wg_pack(a, wr[0], NV_WG_ROWMAJOR);
+	for (int i = 1; i < copies; i++)
+		for (std::vector<wg_weight> *ws : { &w, &wa, &wr }) {
+			std::vector<wg_weight> &x = *ws;
+			x[i] = x[0];
+			size_t vb = wg_val_bytes(x[0]), mb = (size_t)nv_wg_meta_bytes(m, k);
+			CK(cudaMalloc(&x[i].val, vb));
+			CK(cudaMalloc(&x[i].meta, mb));
+			CK(cudaMemcpy(x[i].val, x[0].val, vb, cudaMemcpyDeviceToDevice));
+			CK(cudaMemcpy(x[i].meta, x[0].meta, mb, cudaMemcpyDeviceToDevice));
+		}
 	void *db, *dd, *dblas;
 	CK(cudaMalloc(&db, b.size() * 2));
 	CK(cudaMalloc(&dd, (size_t)m * n * 2));
@@ -1020,18 +1191,39 @@ static void run_bench_shape(int bf16, int m, int n, int k, int sms, cublasHandle
 
 	/* Our variants: every tile of this dtype with its default split, and
 	 * for the skinny shapes a sweep of splits. */
-	const tile_best tb = time_tiles(0, bf16, m, n, ldb, w, db, dd, t_blas, sr, { 1, 2, 3, 4, 6, 8 }, sms, s);
-	const float best = tb.t;
-	printf("| %s | %d x %d x %d | %.1f us (%.0f TF-eq) %s s%d | %.1f us (%.0f TF) | %.2fx |\n",
-	       bf16 ? "bf16" : "f16", m, n, k, best, flop / best * 1e-6, tb.name, tb.splits, t_blas,
-	       flop / t_blas * 1e-6, best / t_blas);
+	/* The three layouts in turn, and with WG_ABBA a second time in the
+	 * reverse order, each keeping its faster pass: at the large shapes the
+	 * GPU's clock falls as it heats, and the first to run gains. */
+	const std::vector<int> sp = { 1, 2, 3, 4, 6, 8 };
+	tile_best tb = time_tiles(0, bf16, m, n, ldb, w, db, dd, t_blas, sr, sp, sms, s);
+	tile_best ta = time_tiles(0, bf16, m, n, ldb, wa, db, dd, t_blas, sr, sp, sms, s);
+	tile_best tt = time_tiles(0, bf16, m, n, ldb, wr, db, dd, t_blas, sr, sp, sms, s);
+	if (getenv("WG_ABBA")) {
+		printf("  (again, in the reverse order)\n");
+		const tile_best t2 = time_tiles(0, bf16, m, n, ldb, wr, db, dd, t_blas, sr, sp, sms, s);
+		const tile_best a2 = time_tiles(0, bf16, m, n, ldb, wa, db, dd, t_blas, sr, sp, sms, s);
+		const tile_best b2 = time_tiles(0, bf16, m, n, ldb, w, db, dd, t_blas, sr, sp, sms, s);
+		printf("| %s | %d x %d x %d | first pass: images %.1f, other order %.1f, TMA %.1f us | reverse pass: %.1f, %.1f, %.1f us |\n",
+		       bf16 ? "bf16" : "f16", m, n, k, tb.t, ta.t, tt.t, b2.t, a2.t, t2.t);
+		tb = b2.t < tb.t ? b2 : tb;
+		ta = a2.t < ta.t ? a2 : ta;
+		tt = t2.t < tt.t ? t2 : tt;
+	}
+	const float best = std::min(tb.t, std::min(ta.t, tt.t));
+	const double wbytes_img = (double)nv_wg_img_bytes(m, k, 2) + (double)nv_wg_meta_bytes(m, k);
+	printf("| %s | %d x %d x %d | images %.1f us (%.0f TF-eq, %.2f TB/s) %s s%d | other order %.1f us %s s%d |"
+	       " TMA %.1f us (%.0f TF-eq) %s s%d | cuBLAS %.1f us (%.0f TF) | %.2fx TMA | %.2fx cuBLAS |\n",
+	       bf16 ? "bf16" : "f16", m, n, k, tb.t, flop / tb.t * 1e-6, wbytes_img / tb.t * 1e-6, tb.name, tb.splits,
+	       ta.t, ta.name, ta.splits, tt.t, flop / tt.t * 1e-6, tt.name, tt.splits, t_blas, flop / t_blas * 1e-6,
+	       tb.t / tt.t, tb.t / t_blas);
 
 	/* The decode kernels (N <= 64): each variant of this dtype whose BN
 	 * covers N, on its default grid and on one CTA per SM. */
 	float dbest = 1e30f;
 	const char *dbest_name = "-";
 	int dbest_grid = 0, dbest_rows = 0;
-	for (int di = 0; n <= 64 && di < ndvariants; di++) {
+	const bool decode = n <= 64 && !getenv("WG_NODECODE");
+	for (int di = 0; decode && di < ndvariants; di++) {
 		const dvariant *dv = &dvariants[di];
 		if (dv->bf16 != bf16 || dv->bn < n || dv->occ <= 0)
 			continue;
@@ -1041,16 +1233,27 @@ static void run_bench_shape(int bf16, int m, int n, int k, int sms, cublasHandle
 		 * one block per CTA with blocks of as few rows as fill the SMs
 		 * (all CTAs walk K together, as the tiled kernels' do). */
 		const int fill = std::min(NV_WGD_BM(dv->cons), (((m + sms - 1) / sms) + 7) / 8 * 8);
-		std::vector<std::pair<int, int>> cfgs = { { 0, 0 } };
+		/* And stream-K over the weight as [tile][stage] images (each
+		 * CTA's units one contiguous run), 128-row blocks. */
+		struct cfg_t {
+			int grid, rows, img;
+		};
+		std::vector<cfg_t> cfgs = { { 0, 0, 0 } };
 		if (dv->occ > 1)
-			cfgs.push_back({ sms, 0 });
-		cfgs.push_back({ -1, fill });
+			cfgs.push_back({ sms, 0, 0 });
+		cfgs.push_back({ -1, fill, 0 });
+		if (dv->cons == 2 && dv->ksub == 1) {
+			cfgs.push_back({ 0, 128, 1 });
+			if (dv->occ > 1)
+				cfgs.push_back({ sms, 128, 1 });
+		}
+		const std::vector<wg_weight> &wt = NV_WG_ORDER == NV_WG_IMG_TILES ? w : wa;
 		for (auto cfg : cfgs) {
 			std::vector<wgd_launch> L(copies);
 			bool bad = false;
 			for (int i = 0; i < copies; i++)
-				if (wgd_prepare(L[i], dv, w[i], db, n, ldb, NULL, dd, bf16 ? MFMA_DT_BF16 : MFMA_DT_F16,
-						1.0f, 0.0f, cfg.first, sms, cfg.second))
+				if (wgd_prepare(L[i], dv, cfg.img ? wt[i] : wr[i], db, n, ldb, NULL, dd,
+						bf16 ? MFMA_DT_BF16 : MFMA_DT_F16, 1.0f, 0.0f, cfg.grid, sms, cfg.rows))
 					bad = true;
 			if (bad) {
 				printf("  %-14s tensor map failed\n", dv->name);
@@ -1063,8 +1266,8 @@ static void run_bench_shape(int bf16, int m, int n, int k, int sms, cublasHandle
 			double err = sampled_err(sr, dd);
 			bool ok = err < (bf16 ? 1e-2 : 2e-3);
 			double bytes = (double)nv_wg_values_bytes(m, k, 2) + (double)nv_wg_meta_bytes(m, k);
-			printf("  %-14s grid %5d rows %3d: %8.1f us %6.0f TF-eq %5.2f TB/s  %.2fx wgmma  %.2fx cuBLAS  err %.1e %s\n",
-			       dv->name, L[0].grid, L[0].rows, t, flop / t * 1e-6, bytes / t * 1e-6, t / best, t / t_blas, err,
+			printf("  %-14s grid %5d rows %3d%s: %8.1f us %6.0f TF-eq %5.2f TB/s  %.2fx wgmma  %.2fx cuBLAS  err %.1e %s\n",
+			       dv->name, L[0].grid, L[0].rows, cfg.img ? " images" : "", t, flop / t * 1e-6, bytes / t * 1e-6, t / best, t / t_blas, err,
 			       ok ? "ok" : "WRONG");
 			if (ok && t < dbest) {
 				dbest = t;
@@ -1076,14 +1279,15 @@ static void run_bench_shape(int bf16, int m, int n, int k, int sms, cublasHandle
 				wgd_release(l);
 		}
 	}
-	if (n <= 64)
+	if (decode)
 		printf("|decode %s | %d x %d x %d | %.1f us %s grid %d rows %d | wgmma %.1f us | cuBLAS %.1f us | %.2fx wgmma |\n",
 		       bf16 ? "bf16" : "f16", m, n, k, dbest, dbest_name, dbest_grid, dbest_rows, best, t_blas,
 		       dbest / best);
-	for (auto &x : w) {
-		cudaFree(x.val);
-		cudaFree(x.meta);
-	}
+	for (std::vector<wg_weight> *ws : { &w, &wa, &wr })
+		for (auto &x : *ws) {
+			cudaFree(x.val);
+			cudaFree(x.meta);
+		}
 	for (auto p : da)
 		cudaFree(p);
 	cudaFree(db);
@@ -1165,6 +1369,8 @@ int main(int argc, char **argv)
 		return run_probe() ? 1 : 0;
 	if (strcmp(what, "check") == 0)
 		return run_checks(prop.multiProcessorCount) ? 1 : 0;
+	if (strcmp(what, "raceprobe") == 0)
+		return run_race_probe(argc > 2 ? atoi(argv[2]) : 0);
 	if (strcmp(what, "dcheck") == 0)
 		return run_dchecks(prop.multiProcessorCount) ? 1 : 0;
 	if (strcmp(what, "bench") == 0) {
@@ -1203,6 +1409,6 @@ int main(int argc, char **argv)
 		}
 		return 0;
 	}
-	printf("usage: wgmma_bench probe|check|bench [MxNxK ...]\n");
+	printf("usage: wgmma_bench probe|check|dcheck|raceprobe MODE|bench [MxNxK ...]\n");
 	return 2;
 }
