@@ -23,9 +23,10 @@
 #include "providers.h"
 
 /* What a measured choice among a device's providers is kept under: the
- * device (its name, driver and toolkit versions and the providers it has,
- * so that a new driver or library is measured again), the weight, the N
- * bucket and the output type. */
+ * device (its name, driver version, the build of our kernels, the
+ * providers it has and the libraries' versions, so that a new driver,
+ * build or library is measured again), the weight, the N bucket and the
+ * output type. */
 struct backend_choice_key {
 	char device[192];
 	uint32_t m, k;

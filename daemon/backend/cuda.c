@@ -53,6 +53,7 @@
 #include "cuda_widths.h"
 #include "mfma_clock.h"
 #include "mfma_dtype.h"
+#include "nv_plan.h"
 #include "providers.h"
 
 /* The providers, in order of preference for a request with its own A:
@@ -228,14 +229,14 @@ static int cuda_open(int index, const struct backend_config *cfg, void **dev, ch
 	}
 	int cc = cuda_dev_cc(bd->dev);
 	/* The device's part of a cached choice's key: a choice measured on
-	 * another GPU, driver, daemon version or provider set is not this
-	 * one's. */
+	 * another GPU, driver, daemon version, build of our kernels, provider
+	 * set or library version is not this one's. */
 	int drv = 0;
 	(void)nv_drv.cuDriverGetVersion(&drv);
 	struct backend_device_info info;
-	int off = snprintf(bd->fingerprint, sizeof(bd->fingerprint), "%s sm_%d driver %d mfmad %s:",
+	int off = snprintf(bd->fingerprint, sizeof(bd->fingerprint), "%s sm_%d driver %d mfmad %s kernels %s:",
 			   cuda_slot_describe(index, &info) == 0 ? info.name : "?", cc, drv,
-			   MFMAD_VERSION);
+			   MFMAD_VERSION, nv_images_stamp);
 	for (size_t i = 0; i < NPROVIDERS; i++) {
 		if (!usable_here(i, cc))
 			continue;
@@ -243,9 +244,12 @@ static int cuda_open(int index, const struct backend_config *cfg, void **dev, ch
 			cuda_close(bd);
 			return rc;
 		}
+		const long ver = providers[i]->version ? providers[i]->version(bd->state[i]) : 0;
 		if (off > 0 && (size_t)off < sizeof(bd->fingerprint))
-			off += snprintf(bd->fingerprint + off, sizeof(bd->fingerprint) - (size_t)off,
-					" %s", providers[i]->name);
+			off += ver ? snprintf(bd->fingerprint + off, sizeof(bd->fingerprint) - (size_t)off,
+					      " %s@%ld", providers[i]->name, ver)
+				   : snprintf(bd->fingerprint + off, sizeof(bd->fingerprint) - (size_t)off,
+					      " %s", providers[i]->name);
 	}
 	/* Batched launches need the data-movement kernels; describe said
 	 * the device batches only where the build has them (-ENOEXEC: not

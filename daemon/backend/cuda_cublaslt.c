@@ -464,12 +464,19 @@ static int lt_launch(struct cuda_dev *dev, void *state, const struct mfma_gemm *
 	return 0;
 }
 
+static long lt_version(void *state)
+{
+	(void)state;
+	return lt.get_version ? (long)lt.get_version() : 0;
+}
+
 const struct cuda_provider cuda_provider_cublaslt = {
 	.name = "cublaslt",
 	.usable = lt_usable,
 	.describe = lt_describe,
 	.attach = lt_attach,
 	.detach = lt_detach,
+	.version = lt_version,
 	.supports = lt_supports,
 	.weight_pack = lt_weight_pack,
 	.weight_free = lt_weight_free,

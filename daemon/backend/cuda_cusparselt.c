@@ -601,12 +601,19 @@ static int cs_launch(struct cuda_dev *dev, void *state, const struct mfma_gemm *
 	return 0;
 }
 
+static long cs_version(void *state)
+{
+	const struct cs_state *s = state;
+	return s ? s->version : 0;
+}
+
 const struct cuda_provider cuda_provider_cusparselt = {
 	.name = "cusparselt",
 	.usable = cs_usable,
 	.describe = cs_describe,
 	.attach = cs_attach,
 	.detach = cs_detach,
+	.version = cs_version,
 	.supports = cs_supports,
 	.weight_pack = cs_weight_pack,
 	.weight_free = cs_weight_free,

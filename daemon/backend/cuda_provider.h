@@ -65,6 +65,11 @@ struct cuda_provider {
 	 * device's open.  detach accepts a NULL state. */
 	int (*attach)(struct cuda_dev *dev, void **state, char *err, size_t errlen);
 	void (*detach)(struct cuda_dev *dev, void *state);
+	/* Optional, after attach: the library's version (as it gives it), 0
+	 * when it has none to give; it goes into the key of the choices
+	 * measured on the device, so that a new library measures again.  Our
+	 * own kernels have none: the key carries nv_images_stamp. */
+	long (*version)(void *state);
 
 	/* 0 when the provider runs this shape on this device, else a
 	 * negative code (-ENOTSUP: no kernel for it; -EINVAL: a request no

@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
 """Writes nv_images.c: the cubins and PTX built by nvcc, embedded in the
 binary with the assembler's .incbin (no size blow-up, no C array to
-compile), and the table nv_image_find() searches.
+compile), the table nv_image_find() searches, and nv_images_stamp: a
+digest of every image (unit, arch, kind and bytes), which tells a
+measurement made with these kernels from one made with another build.
 
 usage: embed.py OUT.c UNIT:ARCH:KIND:PATH ...   (KIND is cubin or ptx)
 """
+import hashlib
 import os
 import sys
 
@@ -47,6 +50,12 @@ def main():
         lines.append('\t{ "%s", %d, %d, %s, %s_end },' % (unit, arch, int(is_ptx), sym, sym))
     lines.append('};')
     lines.append('const size_t nv_image_count = %d;' % len(entries))
+    digest = hashlib.sha256()
+    for unit, arch, is_ptx, path in entries:
+        digest.update(('%s:%d:%d:' % (unit, arch, int(is_ptx))).encode())
+        with open(path, 'rb') as f:
+            digest.update(f.read())
+    lines.append('const char nv_images_stamp[] = "%s";' % digest.hexdigest()[:12])
     lines.append('')
     with open(out, 'w') as f:
         f.write('\n'.join(lines))

@@ -29,6 +29,9 @@ struct nv_image {
 /* Generated at build time (nv_images.c). */
 extern const struct nv_image nv_images[];
 extern const size_t nv_image_count;
+/* 12 hex digits of a digest of every image embedded: the kernels' part
+ * of a cached measurement's key (a rebuild of them measures again). */
+extern const char nv_images_stamp[];
 
 enum nv_unit { NV_UNIT_F16, NV_UNIT_BF16, NV_UNIT_S8, NV_UNIT_UTIL, NV_UNIT_COUNT };
 

@@ -38,6 +38,7 @@
 #include "cuda_provider.h"
 #include "cuda_widths.h"
 #include "frame_arena.h"
+#include "nv_plan.h"
 #include "mfma_clock.h"
 #include "providers.h"
 #include "nv_plan.h"
@@ -1341,6 +1342,16 @@ static void test_policy_and_cache(void **state)
 	assert_true(tc.have);
 	assert_int_equal(tc.key.m, m);
 	assert_int_equal(tc.key.n_max, 16);
+	/* The key names the build of our kernels and each library's version,
+	 * so that a rebuild or an upgrade measures again. */
+	printf("  the choice's device key: %s\n", tc.key.device);
+	char stamp[32];
+	snprintf(stamp, sizeof(stamp), " kernels %s:", nv_images_stamp);
+	assert_non_null(strstr(tc.key.device, stamp));
+	if (strstr(tc.key.device, " cublaslt"))
+		assert_non_null(strstr(tc.key.device, " cublaslt@"));
+	if (strstr(tc.key.device, " cusparselt"))
+		assert_non_null(strstr(tc.key.device, " cusparselt@"));
 	char rev[128] = "", copy[128];
 	snprintf(copy, sizeof(copy), "%s", tc.order);
 	assert_int_equal(strncmp(tc.order, provider_of(v), strlen(provider_of(v))), 0);

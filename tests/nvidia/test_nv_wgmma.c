@@ -294,6 +294,9 @@ static void test_names_and_images(void **state)
 	assert_false(nv_wg_usable(imgs, 2, 89));
 	assert_false(nv_wg_usable(imgs, 2, 100));
 	assert_false(nv_wg_usable(imgs + 1, 1, 90));
+	/* The build's stamp (embed.py): 12 lowercase hex digits. */
+	assert_int_equal(strlen(nv_images_stamp), 12);
+	assert_int_equal(strspn(nv_images_stamp, "0123456789abcdef"), 12);
 }
 
 int main(void)
