@@ -57,7 +57,8 @@ static const char usage_text[] =
 	"      --cpu-devices N      CPU backend: number of CPU queues to expose\n"
 	"      --backends LIST      enable only these backends: cpu,hip,cuda\n"
 	"      --metrics [ADDR:]PORT  serve /metrics, /healthz, /readyz over HTTP\n"
-	"  -V, --version            print the version and the backends built in\n"
+	"  -V, --version            print the version and the backends built in (and the\n"
+	"                           digest of the CUDA kernels)\n"
 	"  -h, --help               show this help\n"
 	"\n"
 	"Command-line options override the file, and still do after a reload.\n"
@@ -386,17 +387,25 @@ static void close_walk(uv_handle_t *h, void *arg)
 		uv_close(h, NULL);
 }
 
+/* The version and the backends built in, each GPU one with the digest of
+ * its kernels where it has one (the key of the choices cached in the
+ * state directory names it). */
 static int version(void)
 {
-	printf("mfmad %s\nbackends: cpu"
+	static const struct backend_ops *const built[] = {
+		&backend_cpu,
 #ifdef MFMAD_HAVE_HIP
-	       ", hip"
+		&backend_hip,
 #endif
 #ifdef MFMAD_HAVE_CUDA
-	       ", cuda"
+		&backend_cuda,
 #endif
-	       "\n",
-	       MFMAD_VERSION);
+	};
+	printf("mfmad %s\nbackends:", MFMAD_VERSION);
+	for (size_t i = 0; i < sizeof(built) / sizeof(built[0]); i++)
+		printf(built[i]->kernels ? "%s %s (kernels %s)" : "%s %s", i ? "," : "", built[i]->name,
+		       built[i]->kernels);
+	printf("\n");
 	return 0;
 }
 

@@ -161,6 +161,10 @@ struct backend_warm_report {
 
 struct backend_ops {
 	const char *name; /* "cpu", "hip", "cuda" */
+	/* A digest of the GPU kernels built in (cuda: nv_images_stamp, which
+	 * the key of its cached choices carries), NULL for none: what
+	 * mfmad --version prints beside the backend. */
+	const char *kernels;
 
 	/* Number of devices (0 when the runtime or the hardware is absent,
 	 * which is not an error), or a negative code with err filled. */

@@ -975,6 +975,7 @@ int cuda_lib_open(const char *const *names, size_t nnames, const char *env,
 
 const struct backend_ops backend_cuda = {
 	.name = "cuda",
+	.kernels = nv_images_stamp,
 	.probe = cuda_probe,
 	.describe = cuda_describe,
 	.open = cuda_open,

@@ -111,6 +111,17 @@ static void test_check_config(void **state)
 	const char *help[] = { bin, "--help", NULL };
 	assert_int_equal(harness_run(help, out, sizeof(out)), 0);
 	assert_non_null(strstr(out, "--check-config"));
+	/* --version: the version, the backends, a CUDA build's kernel digest. */
+	const char *ver[] = { bin, "--version", NULL };
+	assert_int_equal(harness_run(ver, out, sizeof(out)), 0);
+	assert_int_equal(strncmp(out, "mfmad ", 6), 0);
+	assert_non_null(strstr(out, "\nbackends: cpu"));
+	const char *cuda = strstr(out, ", cuda"), *with = ", cuda (kernels ";
+	if (cuda) {
+		assert_int_equal(strncmp(cuda, with, strlen(with)), 0);
+		assert_int_equal(strspn(cuda + strlen(with), "0123456789abcdef"), 12);
+		assert_int_equal(cuda[strlen(with) + 12], ')');
+	}
 }
 
 static void test_weights_budget_and_names(void **state)
