@@ -9,9 +9,13 @@
  *                            2:4 and dense (WG_KIND=sparse|dense: one of them;
  *                            WG_QUICK: the small shapes, for compute-sanitizer)
  *   wgmma_bench dcheck       the decode kernels: odd shapes, N = 1 .. 64, grids
- *   wgmma_bench bench [MxNxK ...]   timings (default: the issue's four shapes);
- *                            WG_KIND=dense times the dense kernels instead, on
- *                            a fully random dense A, beside cublasGemmEx
+ *   wgmma_bench raceprobe M  the mbarrier protocol alone, to run under racecheck
+ *   wgmma_bench bench [MxNxK ...]   timings (default: the issue's four shapes) of
+ *                            the 2:4 kernels on each layout of A (WG_ABBA=1: a
+ *                            second pass in the reverse order; WG_NODECODE=1:
+ *                            no decode kernels); WG_KIND=dense times the dense
+ *                            kernels instead, on a fully random dense A, beside
+ *                            cublasGemmEx
  *
  * Every check draws fresh random data and random 2:4 patterns, poisons D
  * first and compares with float64 (the whole of D for the checks; 32
