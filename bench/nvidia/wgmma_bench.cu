@@ -1,8 +1,8 @@
 /* The sm_90a wgmma.sp kernels on the H200: the metadata-layout probe,
  * correctness against a float64 reference, and timings beside cuBLAS
- * dense in one run.  Built by bench/nvidia/wgmma_round.sh with nvcc
- * (-gencode arch=compute_90a,code=sm_90a); it uses the CUDA runtime
- * (the daemon's driver-API host code does not run these kernels yet).
+ * dense in one run.  Built by bench/nvidia/build_wgmma.sh with nvcc
+ * (-gencode arch=compute_90a,code=sm_90a); it uses the CUDA runtime (the
+ * daemon runs the same kernels through the driver API, nv_wgmma.c).
  *
  *   wgmma_bench probe        the one-warpgroup probe (f16, bf16)
  *   wgmma_bench check        odd shapes, every tile, split and output dtype,
