@@ -82,11 +82,12 @@ static __device__ __forceinline__ void nv_mbar_arrive(uint32_t bar)
 }
 
 /* One arrival for the whole warp: __syncwarp orders every lane's reads
- * of the stage (the metadata loads) before lane 0's release, so the
- * refill that waits on the barrier cannot overtake them.  Without it the
- * PTX model orders only lane 0's own reads, and compute-sanitizer's
- * racecheck reports the others against the refilling bulk copy
- * (wgmma_bench raceprobe, modes 3 and 4). */
+ * of the stage before lane 0's release, so the refill that waits on the
+ * barrier cannot overtake them (without it the PTX model orders only
+ * lane 0's own reads).  compute-sanitizer's racecheck reports the other
+ * lanes' reads against the refill even so (wgmma_bench raceprobe, modes 3
+ * and 4): kernels whose threads read a stage with plain loads have every
+ * thread arrive instead (nv_wg_gemm's ALL). */
 static __device__ __forceinline__ void nv_mbar_arrive_warp(uint32_t bar, unsigned lane)
 {
 	__syncwarp();

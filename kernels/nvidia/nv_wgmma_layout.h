@@ -5,18 +5,21 @@
  * (sparse24.h) by nv_wg_pack, in one of two layouts (kp = K padded to
  * NV_WG_BK, the padding zero values):
  *
- * Stage images (the daemon's): the bytes one stage of one 128-row tile
- * holds in shared memory, one after another, so that a CTA's weight is
- * one contiguous stream read by plain bulk copies.
- *  - values: [tile of NV_WG_BM rows][stage of NV_WG_BK dense K][8 KiB]:
- *    row r of the tile at r * 64 bytes (its 32 compressed values of the
- *    stage), the 16-byte chunk c of the row at chunk c ^ ((r >> 1) & 3):
- *    the 64-byte swizzle (bits 4-5 of the address XOR bits 7-8) that TMA
- *    would apply and the wgmma.sp descriptor expects.  Rows past M are
- *    zeros: nv_wg_img_bytes, rows padded to NV_WG_BM.
- *  - meta: [tile][stage][row of the tile][2 words], each word the row's
- *    canonical meta nibbles of one k32 step (words 2kb and 2kb+1 of the
- *    row): 1 KiB a stage, right behind the previous one.
+ * Stage images (the daemon's): the 8 KiB one stage (NV_WG_BK dense K) of
+ * one tile (NV_WG_BM rows) holds in shared memory, read by a plain bulk
+ * copy, one image after another in the order enum nv_wg_order names:
+ * [stage][tile] for the daemon (NV_WG_ORDER: the CTAs walking K together
+ * read one run of memory), [tile][stage] in wgmma_bench (each CTA's
+ * weight one run); measured in bench/RESULTS.md.
+ *  - values: in an image, row r of the tile at r * 64 bytes (its 32
+ *    compressed values of the stage), the 16-byte chunk c of the row at
+ *    chunk c ^ ((r >> 1) & 3): the 64-byte swizzle (bits 4-5 of the
+ *    address XOR bits 7-8) that TMA would apply and the wgmma.sp
+ *    descriptor expects.  Rows past M are zeros: nv_wg_img_bytes, rows
+ *    padded to NV_WG_BM.
+ *  - meta: in the same order, 1 KiB an image: [row of the tile][2
+ *    words], each word the row's canonical meta nibbles of one k32 step
+ *    (words 2kb and 2kb+1 of the row).
  *
  * Row-major (wgmma_bench's TMA kernels and decode kernels only):
  *  - values: rows x kp/2 elements, row-major: the canonical `values`
