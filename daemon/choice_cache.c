@@ -27,11 +27,15 @@ void choice_cache_free(struct choice_cache *c)
 	c->n = 0;
 }
 
+static int same_shape(const struct backend_choice_key *a, const struct backend_choice_key *b)
+{
+	return a->m == b->m && a->k == b->k && a->dtype == b->dtype && a->sparse == b->sparse &&
+	       a->n_max == b->n_max && a->out == b->out;
+}
+
 static int same_key(const struct backend_choice_key *a, const struct backend_choice_key *b)
 {
-	return strcmp(a->device, b->device) == 0 && a->m == b->m && a->k == b->k &&
-	       a->dtype == b->dtype && a->sparse == b->sparse && a->n_max == b->n_max &&
-	       a->out == b->out;
+	return strcmp(a->device, b->device) == 0 && same_shape(a, b);
 }
 
 static struct choice_entry *find(const struct choice_cache *c,
@@ -47,6 +51,15 @@ const char *choice_cache_get(const struct choice_cache *c, const struct backend_
 {
 	const struct choice_entry *e = find(c, key);
 	return e ? e->order : NULL;
+}
+
+const char *choice_cache_other_device(const struct choice_cache *c,
+				      const struct backend_choice_key *key)
+{
+	for (size_t i = c->n; i-- > 0;)
+		if (same_shape(&c->e[i].key, key) && strcmp(c->e[i].key.device, key->device) != 0)
+			return c->e[i].key.device;
+	return NULL;
 }
 
 /* Whether s fits a field of the file: not empty, shorter than len, no tab,

@@ -44,6 +44,12 @@ void choice_cache_free(struct choice_cache *c);
 
 /* The order kept for key, or NULL. */
 const char *choice_cache_get(const struct choice_cache *c, const struct backend_choice_key *key);
+/* Why a lookup missed: the device of the newest choice kept for key's
+ * weight shape, N bucket and output type under another device key
+ * (another GPU, driver, mfmad, build of the kernels or library version),
+ * or NULL. */
+const char *choice_cache_other_device(const struct choice_cache *c,
+				      const struct backend_choice_key *key);
 /* Keeps order for key (replacing the one there).  0; 1 when the oldest
  * choice was dropped to make room; -EINVAL for a key or an order that the
  * file could not hold (a tab or a newline, too long, empty). */

@@ -17,10 +17,15 @@ struct choices {
 	struct backend_choices hook;
 	char path[300];
 
-	pthread_mutex_t mu;         /* guards cache, dirty, dropped */
+	pthread_mutex_t mu;         /* guards cache, dirty, dropped, the note */
 	struct choice_cache cache;
 	bool dirty;                 /* a choice not yet written */
 	uint64_t dropped;           /* choices dropped for room, not yet logged */
+	/* The first lookup that missed because the file's choice for that
+	 * shape was measured under another device key: logged once a run. */
+	bool noted, note_pending;
+	char note_other[sizeof(((struct backend_choice_key *)0)->device)];
+	char note_mine[sizeof(((struct backend_choice_key *)0)->device)];
 
 	uv_async_t async;           /* a worker kept a choice: write the file */
 	uv_work_t work;
@@ -39,7 +44,15 @@ static int hook_get(void *arg, const struct backend_choice_key *key, char *order
 	int rc = o && strlen(o) < len ? 0 : -ENOENT;
 	if (rc == 0)
 		snprintf(order, len, "%s", o);
+	const char *other = rc < 0 && !c->noted ? choice_cache_other_device(&c->cache, key) : NULL;
+	if (other) {
+		snprintf(c->note_other, sizeof(c->note_other), "%s", other);
+		snprintf(c->note_mine, sizeof(c->note_mine), "%s", key->device);
+		c->noted = c->note_pending = true;
+	}
 	pthread_mutex_unlock(&c->mu);
+	if (other)
+		uv_async_send(&c->async);
 	return rc;
 }
 
@@ -104,6 +117,19 @@ static void write_done(uv_work_t *w, int status);
  * its way (its end starts the next). */
 static void flush(struct choices *c)
 {
+	pthread_mutex_lock(&c->mu);
+	char other[sizeof(c->note_other)] = "", mine[sizeof(c->note_mine)] = "";
+	if (c->note_pending) {
+		memcpy(other, c->note_other, sizeof(other));
+		memcpy(mine, c->note_mine, sizeof(mine));
+		c->note_pending = false;
+	}
+	pthread_mutex_unlock(&c->mu);
+	if (other[0])
+		log_notice("choices: the cached choices were measured on \"%s\", this device is \"%s\" "
+			   "(another GPU, driver, mfmad, build of its kernels or library version): measuring "
+			   "again (said once)",
+			   other, mine);
 	if (c->writing)
 		return;
 	pthread_mutex_lock(&c->mu);

@@ -71,6 +71,35 @@ static void test_put_get(void **state)
 	choice_cache_free(NULL);
 }
 
+/* Why a lookup missed: the newest choice for the same shape, N bucket
+ * and output type kept under another device key (here: the same GPU with
+ * another build of the kernels), never one of another shape, nor the key's
+ * own device. */
+static void test_other_device(void **state)
+{
+	(void)state;
+	struct choice_cache c;
+	assert_int_equal(choice_cache_init(&c, 0), 0);
+	const char *old1 = "NVIDIA H200 sm_90 driver 13000 mfmad 0.1.0 kernels 000000000001: wgmma ours";
+	const char *old2 = "NVIDIA H200 sm_90 driver 13000 mfmad 0.1.0 kernels 000000000002: wgmma ours";
+	const char *now = "NVIDIA H200 sm_90 driver 13000 mfmad 0.1.0 kernels 1af4d02318a5: wgmma ours";
+	struct backend_choice_key k = key(now, 14336, 16, MFMA_DT_F16);
+	assert_null(choice_cache_other_device(&c, &k));
+	struct backend_choice_key o1 = key(old1, 14336, 16, MFMA_DT_F16), o2 = key(old2, 14336, 16, MFMA_DT_F16);
+	struct backend_choice_key shape = key(old2, 14336, 32, MFMA_DT_F16);
+	assert_int_equal(choice_cache_put(&c, &shape, "ours"), 0);
+	assert_null(choice_cache_other_device(&c, &k)); /* another N bucket */
+	assert_int_equal(choice_cache_put(&c, &o1, "cusparselt,wgmma"), 0);
+	assert_string_equal(choice_cache_other_device(&c, &k), old1);
+	assert_int_equal(choice_cache_put(&c, &o2, "cusparselt,wgmma"), 0);
+	assert_string_equal(choice_cache_other_device(&c, &k), old2); /* the newest */
+	assert_int_equal(choice_cache_put(&c, &k, "wgmma,cusparselt"), 0);
+	assert_string_equal(choice_cache_other_device(&c, &k), old2); /* never its own */
+	k.out = MFMA_DT_F32;
+	assert_null(choice_cache_other_device(&c, &k)); /* another output type */
+	choice_cache_free(&c);
+}
+
 /* Past the bound the oldest choice makes room. */
 static void test_bound(void **state)
 {
@@ -218,6 +247,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_put_get),
+		cmocka_unit_test(test_other_device),
 		cmocka_unit_test(test_bound),
 		cmocka_unit_test(test_round_trip),
 		cmocka_unit_test(test_damage),

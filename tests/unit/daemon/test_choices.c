@@ -135,6 +135,64 @@ static void test_written_and_read_back(void **state)
 	rmdir(dir);
 }
 
+/* A lookup that misses because the choice for that shape was measured
+ * under another device key (here another build of the kernels) says so
+ * in the log, once a run. */
+static void test_other_device_said_once(void **state)
+{
+	(void)state;
+	char dir[] = "/tmp/mfmad-choices-unit-XXXXXX";
+	assert_non_null(mkdtemp(dir));
+	unsetenv("STATE_DIRECTORY");
+	struct backend_choice_key now = key, later = key;
+	snprintf(now.device, sizeof(now.device), "%s", "NVIDIA H200 sm_90 driver 13000 mfmad 0.1.0 kernels 1af4d02318a5: wgmma ours");
+	snprintf(later.device, sizeof(later.device), "%s", "NVIDIA H200 sm_90 driver 13010 mfmad 0.1.0 kernels 1af4d02318a5: wgmma ours");
+
+	/* The log (stderr) into a file while the loop runs. */
+	char logpath[] = "/tmp/mfmad-choices-log-XXXXXX";
+	int lfd = mkstemp(logpath);
+	assert_true(lfd >= 0);
+	fflush(stderr);
+	int saved = dup(2);
+	assert_true(saved >= 0);
+	assert_int_equal(dup2(lfd, 2), 2);
+
+	struct daemon d;
+	uv_loop_t loop;
+	start(&d, &loop, dir);
+	const struct backend_choices *h = choices_hook(&d);
+	char order[128];
+	h->put(h->arg, &key, "cusparselt,wgmma,ours");
+	assert_int_equal(h->get(h->arg, &now, order, sizeof(order)), -ENOENT);
+	assert_int_equal(h->get(h->arg, &later, order, sizeof(order)), -ENOENT);
+	for (int i = 0; i < 20; i++) {
+		uv_run(&loop, UV_RUN_NOWAIT);
+		usleep(5 * 1000);
+	}
+	stop(&d, &loop);
+
+	fflush(stderr);
+	assert_int_equal(dup2(saved, 2), 2);
+	close(saved);
+	static char text[1 << 14];
+	ssize_t n = pread(lfd, text, sizeof(text) - 1, 0);
+	close(lfd);
+	unlink(logpath);
+	assert_true(n > 0);
+	text[n] = '\0';
+	char want[512];
+	snprintf(want, sizeof(want), "measured on \"%s\", this device is \"%s\"", key.device, now.device);
+	const char *at = strstr(text, want);
+	if (!at)
+		fail_msg("no note in the log:\n%s", text);
+	assert_null(strstr(at + 1, "measured on \"")); /* once */
+
+	char file[128];
+	snprintf(file, sizeof(file), "%s/choices", dir);
+	unlink(file);
+	rmdir(dir);
+}
+
 static void test_no_state_dir(void **state)
 {
 	(void)state;
@@ -150,6 +208,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_written_and_read_back),
+		cmocka_unit_test(test_other_device_said_once),
 		cmocka_unit_test(test_no_state_dir),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
