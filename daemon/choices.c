@@ -113,16 +113,31 @@ static void write_work(uv_work_t *w)
 
 static void write_done(uv_work_t *w, int status);
 
-/* Loop: takes the table's text and queues its write, unless one is on
- * its way (its end starts the next). */
+/* Loop: logs what the workers noted, then takes the table's text and
+ * queues its write, unless one is on its way (its end starts the next). */
 static void flush(struct choices *c)
 {
-	pthread_mutex_lock(&c->mu);
 	char other[sizeof(c->note_other)] = "", mine[sizeof(c->note_mine)] = "";
+	uint64_t dropped = 0;
+	bool dirty = false;
+	size_t need = 0;
+	char *text = NULL;
+	pthread_mutex_lock(&c->mu);
 	if (c->note_pending) {
 		memcpy(other, c->note_other, sizeof(other));
 		memcpy(mine, c->note_mine, sizeof(mine));
 		c->note_pending = false;
+	}
+	if (!c->writing) {
+		dropped = c->dropped;
+		c->dropped = 0;
+		dirty = c->dirty;
+		need = dirty ? choice_cache_format(&c->cache, NULL, 0) : 0;
+		text = dirty ? malloc(need + 1) : NULL;
+		if (text) {
+			choice_cache_format(&c->cache, text, need + 1);
+			c->dirty = false;
+		}
 	}
 	pthread_mutex_unlock(&c->mu);
 	if (other[0])
@@ -130,19 +145,6 @@ static void flush(struct choices *c)
 			   "(another GPU, driver, mfmad, build of its kernels or library version): measuring "
 			   "again (said once)",
 			   other, mine);
-	if (c->writing)
-		return;
-	pthread_mutex_lock(&c->mu);
-	uint64_t dropped = c->dropped;
-	c->dropped = 0;
-	bool dirty = c->dirty;
-	size_t need = dirty ? choice_cache_format(&c->cache, NULL, 0) : 0;
-	char *text = dirty ? malloc(need + 1) : NULL;
-	if (text) {
-		choice_cache_format(&c->cache, text, need + 1);
-		c->dirty = false;
-	}
-	pthread_mutex_unlock(&c->mu);
 	if (dropped)
 		log_notice("choices: %llu measured choice(s) dropped for room (the cache keeps at "
 			   "most %d)", (unsigned long long)dropped, CHOICE_CACHE_MAX);

@@ -402,9 +402,11 @@ static int version(void)
 #endif
 	};
 	printf("mfmad %s\nbackends:", MFMAD_VERSION);
-	for (size_t i = 0; i < sizeof(built) / sizeof(built[0]); i++)
-		printf(built[i]->kernels ? "%s %s (kernels %s)" : "%s %s", i ? "," : "", built[i]->name,
-		       built[i]->kernels);
+	for (size_t i = 0; i < sizeof(built) / sizeof(built[0]); i++) {
+		printf("%s %s", i ? "," : "", built[i]->name);
+		if (built[i]->kernels)
+			printf(" (kernels %s)", built[i]->kernels);
+	}
 	printf("\n");
 	return 0;
 }

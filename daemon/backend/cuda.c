@@ -244,12 +244,13 @@ static int cuda_open(int index, const struct backend_config *cfg, void **dev, ch
 			cuda_close(bd);
 			return rc;
 		}
-		const long ver = providers[i]->version ? providers[i]->version(bd->state[i]) : 0;
+		const long v = providers[i]->version ? providers[i]->version(bd->state[i]) : 0;
+		char ver[24] = "";
+		if (v)
+			snprintf(ver, sizeof(ver), "@%ld", v);
 		if (off > 0 && (size_t)off < sizeof(bd->fingerprint))
-			off += ver ? snprintf(bd->fingerprint + off, sizeof(bd->fingerprint) - (size_t)off,
-					      " %s@%ld", providers[i]->name, ver)
-				   : snprintf(bd->fingerprint + off, sizeof(bd->fingerprint) - (size_t)off,
-					      " %s", providers[i]->name);
+			off += snprintf(bd->fingerprint + off, sizeof(bd->fingerprint) - (size_t)off, " %s%s",
+					providers[i]->name, ver);
 	}
 	/* Batched launches need the data-movement kernels; describe said
 	 * the device batches only where the build has them (-ENOEXEC: not

@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -15,6 +16,19 @@ static char open_err[256];
 
 typedef CUresult (*get_proc_fn)(const char *, void **, int, cuuint64_t,
 				CUdriverProcAddressQueryResult *);
+
+/* Entry point name in the version our headers declare, stored in *slot
+ * (a function pointer of nv_drv): whether the driver has it (NULL stored
+ * if not). */
+static bool resolve(get_proc_fn get_proc, const char *name, void *slot)
+{
+	void *p = NULL;
+	CUdriverProcAddressQueryResult q;
+	if (get_proc(name, &p, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &q) != CUDA_SUCCESS)
+		p = NULL;
+	memcpy(slot, &p, sizeof(p));
+	return p != NULL;
+}
 
 static void open_driver(void)
 {
@@ -36,30 +50,19 @@ static void open_driver(void)
 			 CUDA_VERSION);
 		return;
 	}
-#define NV_DRIVER_RESOLVE(fn)                                                                   \
-	{                                                                                       \
-		void *p = NULL;                                                                 \
-		CUdriverProcAddressQueryResult q;                                               \
-		if (get_proc(#fn, &p, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &q) != CUDA_SUCCESS || \
-		    !p) {                                                                       \
-			open_rc = -ENOSYS;                                                      \
-			snprintf(open_err, sizeof(open_err),                                    \
-				 "the NVIDIA driver has no %s for CUDA %d (driver too old?)", #fn, \
-				 CUDA_VERSION);                                                 \
-			return;                                                                 \
-		}                                                                               \
-		memcpy(&nv_drv.fn, &p, sizeof(p));                                              \
+	/* The required entry points fail the open when missing; the optional
+	 * ones stay NULL. */
+#define NV_DRIVER_RESOLVE(fn)                                                             \
+	if (!resolve(get_proc, #fn, &nv_drv.fn)) {                                        \
+		open_rc = -ENOSYS;                                                        \
+		snprintf(open_err, sizeof(open_err),                                      \
+			 "the NVIDIA driver has no %s for CUDA %d (driver too old?)", #fn, \
+			 CUDA_VERSION);                                                   \
+		return;                                                                   \
 	}
 	NV_DRIVER_FUNCS(NV_DRIVER_RESOLVE)
 #undef NV_DRIVER_RESOLVE
-#define NV_DRIVER_RESOLVE_OPTIONAL(fn)                                                          \
-	{                                                                                       \
-		void *p = NULL;                                                                 \
-		CUdriverProcAddressQueryResult q;                                               \
-		if (get_proc(#fn, &p, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &q) != CUDA_SUCCESS) \
-			p = NULL;                                                               \
-		memcpy(&nv_drv.fn, &p, sizeof(p));                                              \
-	}
+#define NV_DRIVER_RESOLVE_OPTIONAL(fn) resolve(get_proc, #fn, &nv_drv.fn);
 	NV_DRIVER_OPTIONAL_FUNCS(NV_DRIVER_RESOLVE_OPTIONAL)
 #undef NV_DRIVER_RESOLVE_OPTIONAL
 	open_rc = 0;
