@@ -53,6 +53,7 @@ void config_defaults(struct mfmad_config *c)
 	c->weights_persist = true;
 	c->cpu = BACKEND_AUTO;
 	c->cpu_devices = 1;
+	c->cpu_inline_max_flops = CONFIG_CPU_INLINE_MAX_FLOPS;
 	c->hip = BACKEND_AUTO;
 	c->cuda = BACKEND_AUTO;
 	c->hip_providers.prefer = -1;
@@ -301,6 +302,7 @@ KEY(weights_state_dir, { set_str(p, s, c->weights_state_dir, sizeof(c->weights_s
 KEY(cpu_enabled, { set_enable(p, s, &c->cpu); })
 KEY(cpu_threads, { set_int(p, s, 0, 4096, &c->cpu_threads); })
 KEY(cpu_devices, { set_int(p, s, 1, 16, &c->cpu_devices); })
+KEY(cpu_inline_max_flops, { set_u64(p, s, 0, 1ll << 30, 1, &c->cpu_inline_max_flops); })
 KEY(hip_enabled, { set_enable(p, s, &c->hip); })
 KEY(cuda_enabled, { set_enable(p, s, &c->cuda); })
 KEY(cuda_warmup, { set_bool(p, s, &c->cuda_warmup); })
@@ -543,7 +545,8 @@ static const struct key weights_keys[] = {
 };
 static const struct key cpu_keys[] = {
 	{ "enabled", k_cpu_enabled, NULL }, { "threads", k_cpu_threads, NULL },
-	{ "devices", k_cpu_devices, NULL }, { NULL, NULL, NULL },
+	{ "devices", k_cpu_devices, NULL }, { "inline_max_flops", k_cpu_inline_max_flops, NULL },
+	{ NULL, NULL, NULL },
 };
 static const struct key hip_keys[] = {
 	{ "enabled", k_hip_enabled, NULL }, { "providers", k_hip_providers, NULL },

@@ -82,6 +82,7 @@ struct mfmad_config {
 	enum backend_enable cpu;       /* AUTO: only when no GPU device is found */
 	int cpu_threads;               /* 0 = all cores */
 	int cpu_devices;
+	uint64_t cpu_inline_max_flops; /* the loop runs GEMMs up to this on an idle CPU device (live) */
 	enum backend_enable hip, cuda;
 	struct provider_policy hip_providers, cuda_providers; /* hip.providers, cuda.providers */
 	bool cuda_warmup;              /* plan resident weights' widths at load (live on SIGHUP) */
@@ -89,6 +90,10 @@ struct mfmad_config {
 	bool cuda_copy_stream;         /* a batch's copy in on a stream of its own (restart) */
 	uint64_t cuda_dma_part_bytes;  /* mapped parts up to this by the copy engines (restart) */
 #define CONFIG_DMA_PART_BYTES 0 /* off: measured no faster on an H200 */
+/* 2 m n k of the largest GEMM the loop runs itself on an idle CPU device
+ * (cpu.inline_max_flops): 2 x 32 x 32 x 32, a few microseconds of the
+ * loop against the 10-40 us of waking the device's worker. */
+#define CONFIG_CPU_INLINE_MAX_FLOPS 65536
 	uint32_t cuda_served_trial;    /* served launches per candidate in a choice's trial (restart) */
 	uint64_t cuda_pinned_answer_bytes; /* per device, answer frames in pinned memory; 0 = off (restart) */
 

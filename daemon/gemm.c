@@ -565,6 +565,22 @@ static int choose_device(struct daemon *d, const Mfma__V1__Gemm *g, const struct
 	return dev;
 }
 
+/* A GEMM small enough to cost less than waking the device's worker runs
+ * on the loop (sched_run_inline), on a backend that allows it, when the
+ * device is idle: cpu.inline_max_flops (0: never).  Not one that may
+ * share a launch while batching is on: under load it batches, and alone
+ * it waits for company only when a queue delay asks for that. */
+static bool run_inline(struct daemon *d, int dev, struct gemm_job *j)
+{
+	const struct device *v = &d->dev[dev];
+	uint64_t max = d->cfg.cpu_inline_max_flops;
+	if (!v->ops->gemm_inline || !max || mfma_gemm_flops(&j->plan.g) > (double)max)
+		return false;
+	if (j->sj.batch.p && d->cfg.batch_enabled)
+		return false;
+	return sched_run_inline(d, dev, &j->sj, run_one, gemm_done);
+}
+
 void gemm_handle(struct daemon *d, const struct request *r, struct request_msg *m,
 		 uint64_t decode_ns)
 {
@@ -655,7 +671,8 @@ void gemm_handle(struct daemon *d, const struct request *r, struct request_msg *
 		if (d->dev[dev].info.batches)
 			set_batch_key(j);
 	}
-	sched_submit(d, dev, &j->sj, gemm_work, gemm_done);
+	if (!run_inline(d, dev, j))
+		sched_submit(d, dev, &j->sj, gemm_work, gemm_done);
 	return;
 fail:
 	if (j)

@@ -229,8 +229,8 @@ static void print_config(const struct mfmad_config *c, const char *src)
 	       "; overlap = %s; };\n",
 	       c->batch_enabled ? "true" : "false", c->batch_max_columns,
 	       c->batch_max_queue_delay_us, c->batch_overlap ? "true" : "false");
-	printf("cpu = { enabled = %s; threads = %d; devices = %d; };\n", en[c->cpu], c->cpu_threads,
-	       c->cpu_devices);
+	printf("cpu = { enabled = %s; threads = %d; devices = %d; inline_max_flops = %" PRIu64 "; };\n",
+	       en[c->cpu], c->cpu_threads, c->cpu_devices, c->cpu_inline_max_flops);
 	printf("hip = { enabled = %s; providers = ", en[c->hip]);
 	print_providers(&c->hip_providers, PROVIDERS_HIP);
 	printf("; };\ncuda = { enabled = %s; providers = ", en[c->cuda]);
@@ -345,6 +345,7 @@ static void reload(struct daemon *d)
 	c->default_timeout_ms = nc.default_timeout_ms;
 	c->priority_aging_ms = nc.priority_aging_ms;
 	c->worker_poll_us = nc.worker_poll_us;
+	c->cpu_inline_max_flops = nc.cpu_inline_max_flops;
 	c->loop_poll_us = nc.loop_poll_us;
 	/* Read at each large frame's header; the pool's size takes a restart. */
 	c->reader_min_bytes = nc.reader_min_bytes;

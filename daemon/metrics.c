@@ -174,7 +174,15 @@ static void render_counter_pair(struct buf *b, const char *name, const char *hel
 	buf_printf(b, "%s{%s=\"%s\"} %" PRIu64 "\n", name, label, bn, bv);
 }
 
-enum dev_field { DEV_QUEUED, DEV_IN_FLIGHT, DEV_COMPLETED, DEV_FAILED, DEV_WEIGHT_BYTES, DEV_MEM };
+enum dev_field {
+	DEV_QUEUED,
+	DEV_IN_FLIGHT,
+	DEV_COMPLETED,
+	DEV_INLINE,
+	DEV_FAILED,
+	DEV_WEIGHT_BYTES,
+	DEV_MEM
+};
 
 static uint64_t dev_get(const struct stats_device *d, enum dev_field f)
 {
@@ -182,6 +190,7 @@ static uint64_t dev_get(const struct stats_device *d, enum dev_field f)
 	case DEV_QUEUED: return STATS_GET(d->queued);
 	case DEV_IN_FLIGHT: return STATS_GET(d->in_flight);
 	case DEV_COMPLETED: return STATS_GET(d->completed);
+	case DEV_INLINE: return STATS_GET(d->inline_runs);
 	case DEV_FAILED: return STATS_GET(d->failed);
 	case DEV_WEIGHT_BYTES: return STATS_GET(d->weight_bytes);
 	case DEV_MEM: return d->mem_total;
@@ -382,6 +391,10 @@ int metrics_render_at(const struct mfmad_stats *s, uint64_t now_ns, char **out, 
 			  "Requests the device's worker is running now.", DEV_IN_FLIGHT);
 	render_per_device(&b, s, ndev, "mfmad_device_completed_total", "counter",
 			  "Requests the device finished successfully.", DEV_COMPLETED);
+	render_per_device(&b, s, ndev, "mfmad_device_inline_total", "counter",
+			  "Requests run on the loop thread instead of the device's queue (GEMMs of at "
+			  "most cpu.inline_max_flops on an idle CPU device), finished or failed.",
+			  DEV_INLINE);
 	render_per_device(&b, s, ndev, "mfmad_device_failed_total", "counter",
 			  "Requests that failed on the device (copy or kernel errors).", DEV_FAILED);
 	family(&b, "mfmad_device_kernel_seconds_total", "counter",

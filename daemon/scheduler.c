@@ -35,6 +35,9 @@ struct queue {
 	struct heap heap;
 	bool stop;
 	bool opened; /* devices_open returned */
+	/* The worker waits for a job with nothing of its own running or left
+	 * running (under mu): sched_run_inline may use its device meanwhile. */
+	bool parked;
 	/* Counts pushes, so that a polling worker sees new work without the
 	 * mutex. */
 	_Atomic uint64_t pushes;
@@ -192,11 +195,13 @@ static size_t next_jobs(struct queue *q, struct sched_job **jobs, bool wait)
 	struct sched *s = q->s;
 	pthread_mutex_lock(&q->mu);
 	uint64_t poll = atomic_load_explicit(&s->poll_ns, memory_order_relaxed);
+	q->parked = wait;
 	if (wait && q->heap.len == 0 && !q->stop && poll)
 		poll_for_work(q, poll);
 	while (wait && q->heap.len == 0 && !q->stop)
 		pthread_cond_wait(&q->cv, &q->mu);
 	struct heap_node *top = heap_pop(&q->heap);
+	q->parked = false;
 	size_t n = 0;
 	if (top) {
 		jobs[n++] = job_of(top);
@@ -524,6 +529,42 @@ void sched_submit(struct daemon *d, int dev, struct sched_job *j, sched_work_fn 
 	}
 	if (j->deadline_ns)
 		arm_deadline_timer(s, j->deadline_ns);
+}
+
+bool sched_run_inline(struct daemon *d, int dev, struct sched_job *j, sched_work_fn work,
+		      sched_done_fn done)
+{
+	struct sched *s = d->sched;
+	struct queue *q = &s->q[dev];
+	struct device *v = q->v;
+	pthread_mutex_lock(&q->mu);
+	/* Only the loop queues, and it is here: an empty queue stays empty
+	 * until the run ends, and a parked worker cannot leave next_jobs
+	 * without the mutex this run holds. */
+	if (!q->parked || q->heap.len || q->stop || !q->opened || v->open_rc < 0) {
+		pthread_mutex_unlock(&q->mu);
+		return false;
+	}
+	j->work = work;
+	j->done = done;
+	j->dev = dev;
+	j->status = 0;
+	j->enqueue_ns = j->start_ns = mfma_clock_ns();
+	j->taken = false;
+	j->landed = false;
+	j->post = NULL;
+	j->finish = NULL;
+	STATS_ADD(v->st->in_flight, 1);
+	STATS_ADD(v->st->inline_runs, 1);
+	/* As on the worker: a request whose deadline passed is never run. */
+	if (j->deadline_ns && j->start_ns > j->deadline_ns)
+		j->status = -ETIMEDOUT;
+	else
+		work(v, j);
+	pthread_mutex_unlock(&q->mu);
+	sched_landed(v, j);
+	done(d, j, j->status);
+	return true;
 }
 
 void sched_landed(struct device *v, struct sched_job *j)

@@ -102,6 +102,17 @@ int sched_start(struct daemon *d, char *err, size_t errlen);
  * Set prio, deadline_ns and cancelable first. */
 void sched_submit(struct daemon *d, int dev, struct sched_job *j, sched_work_fn work,
 		  sched_done_fn done);
+/* Loop thread: runs j on the calling thread at once, instead of queueing
+ * it, when device dev's worker waits for work with nothing queued, running
+ * or left running: work, then done with status 0, counted as a worker's
+ * run is (in flight, start time, landed) and in the device's inline_runs.
+ * The worker cannot start a job meanwhile (the run holds its queue's
+ * mutex), so a backend whose devices are plain host memory (the CPU's)
+ * is used by one thread at a time as always; the loop serves no one else
+ * until the run ends, so the caller keeps it to work far cheaper than a
+ * thread wake-up.  false: nothing was done (the caller queues j). */
+bool sched_run_inline(struct daemon *d, int dev, struct sched_job *j, sched_work_fn work,
+		      sched_done_fn done);
 /* Batching limits, from the configuration (at start and on reload):
  * enabled, the largest total cost of a batch, and how long a batch that
  * is not full may wait for more (0: batch only what is already queued). */

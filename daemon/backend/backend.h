@@ -165,6 +165,11 @@ struct backend_ops {
 	 * the key of its cached choices carries), NULL for none: what
 	 * mfmad --version prints beside the backend. */
 	const char *kernels;
+	/* Whether the loop thread may run a small GEMM of this backend's
+	 * itself (sched_run_inline: only while the device's worker waits with
+	 * nothing running, so still one thread at a time): a device of plain
+	 * host memory, with no context bound to its worker thread (the CPU). */
+	bool gemm_inline;
 
 	/* Number of devices (0 when the runtime or the hardware is absent,
 	 * which is not an error), or a negative code with err filled. */

@@ -326,6 +326,7 @@ static int cpu_gemm_end(void *dev, struct backend_timing *t, char *err, size_t e
 
 const struct backend_ops backend_cpu = {
 	.name = "cpu",
+	.gemm_inline = true,
 	.probe = cpu_probe,
 	.describe = cpu_describe,
 	.open = cpu_open,
