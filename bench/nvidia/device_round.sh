@@ -9,7 +9,7 @@
 #        [ncu] [e2e] [answers] [abserving] [spin] [readers] [latency] [multi] [choice] [served] [graphsab] [trialab]
 #        [batching] [serving] [readsab] [postab] [readerminab] [overlapab] [copystreamab] [dmaab]
 #        [phases] [dmaphases]
-#        [wgmma] [wgsan] [raceprobe] [wgncu]
+#        [wgmma] [wgsan] [raceprobe] [streamprobe] [wgncu] [oneinflight]
 #        [wgdecode] [wgdsan] [wgdncu] [wgdense] [wgdensesan] [wgdensencu]
 #        (no argument: test sanitize bench e2e)
 set -u
@@ -347,6 +347,16 @@ readers)
 	echo "=== readers: rc=$?"
 	grep -E "^SERVE" "$OUT/readers.log" | cut -c1-300 | tail -20
 	;;
+oneinflight)
+	# One request in flight through mfmad: 14336x4096 N=16/64/256, bytes
+	# and --shm, the worker's poll off (issue 10), then N=8 on the batching
+	# weight with batching on and off alternating, ALONE_ROUNDS rounds (the
+	# order swaps every round; issue 9).
+	SERVING_STEPS="latency alone" LAT_POLLS=0 ROUNDS="${ALONE_ROUNDS:-1 2 3 4}" LABEL=oneinflight \
+		timeout "${E2E_S:-420}" bash bench/nvidia/serving_bench.sh "$P" "$OUT" > "$OUT/oneinflight.log" 2>&1
+	echo "=== oneinflight: rc=$?"
+	python3 bench/nvidia/serve_summary.py "$OUT/oneinflight.log" | cut -c1-260
+	;;
 latency)
 	timeout "${E2E_S:-300}" bash bench/nvidia/e2e.sh "$P" "$OUT" latency > "$OUT/e2e_latency.log" 2>&1
 	echo "=== e2e latency: rc=$?"
@@ -450,6 +460,13 @@ wgmma)
 		timeout 150 "$BENCH" --dtypes ${WG_DTYPES:-f16,bf16} --shape "$shape" >>"$OUT/wg_vendor.log" 2>&1
 	done
 	grep -E "^\| (f16|bf16)" "$OUT/wg_vendor.log"
+	;;
+streamprobe)
+	# How fast bulk copies stream a decode weight (14336 x 4096 2:4 f16)
+	# with nothing else in the kernel: chunk size, ring depth, grid, chunk
+	# order, with and without the metadata copies, beside plain loads.
+	TAILN=0 step streamprobe 240 .devlibs/wgmma_bench streamprobe
+	grep -E "^\|" "$OUT/streamprobe.log"
 	;;
 raceprobe)
 	# What racecheck makes of the kernels' mbarrier protocol

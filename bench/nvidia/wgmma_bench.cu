@@ -10,6 +10,8 @@
  *                            WG_QUICK: the small shapes, for compute-sanitizer)
  *   wgmma_bench dcheck       the decode kernels: odd shapes, N = 1 .. 64, grids
  *   wgmma_bench raceprobe M  the mbarrier protocol alone, to run under racecheck
+ *   wgmma_bench streamprobe  how fast bulk copies stream a decode weight
+ *                            (chunk, ring depth, grid, order) beside plain loads
  *   wgmma_bench bench [MxNxK ...]   timings (default: the issue's four shapes) of
  *                            the 2:4 kernels on each layout of A (WG_ABBA=1: a
  *                            second pass in the reverse order; WG_NODECODE=1:
@@ -1351,6 +1353,183 @@ static void run_dense_bench_shape(int bf16, int m, int n, int k, int sms, cublas
 	cudaFree(dblas);
 }
 
+/* ---- the stream probe: how fast can bulk copies stream a weight? ----
+ *
+ * The decode shapes are bound by streaming the weight (the tiled kernel
+ * with its math left out, nomath_*, is as slow as with it), at 2.6-2.8
+ * TB/s against cuBLASLt's 3.4 for its dense weight.  This probe streams the
+ * same bytes (a 14336 x 4096 2:4 f16 weight: 56 MiB of values and 7 MiB of
+ * metadata) through a ring of shared memory with nothing else in the
+ * kernel: one thread issues a bulk copy per chunk of values (and one per
+ * chunk of metadata, 1 KiB per 8 KiB as the kernels read it, or none), one
+ * warp waits for each and releases it.  It varies what the kernels could:
+ * the chunk a copy moves, the ring's depth, the grid, and the order of the
+ * chunks (each CTA one contiguous run, or the daemon's [stage][tile] order
+ * where CTA t reads chunks t, t + grid, t + 2 grid, ...).  A plain
+ * vectorised load of the same bytes by every thread gives the ceiling
+ * without shared memory. */
+template <int CHUNK, int STAGES>
+__global__ void __launch_bounds__(64) stream_probe(const char *src, const char *meta, int chunks, int interleave,
+						   unsigned *sink)
+{
+	extern __shared__ char sp_raw[];
+	char *ring = (char *)(((uintptr_t)sp_raw + 1023) & ~(uintptr_t)1023);
+	const int MB = meta ? CHUNK / 8 : 0; /* metadata bytes per chunk */
+	const int STAGE = CHUNK + MB;
+	const uint32_t sbase = nv_wg_smem(ring), bars = sbase + STAGES * STAGE;
+	const unsigned tid = threadIdx.x, lane = tid & 31;
+	const int c = blockIdx.x, grid = gridDim.x;
+	const int n = interleave ? chunks / grid : (int)((int64_t)(c + 1) * chunks / grid - (int64_t)c * chunks / grid);
+	const int first = interleave ? c : (int)((int64_t)c * chunks / grid);
+	if (tid == 0) {
+		for (int st = 0; st < STAGES; st++) {
+			nv_mbar_init(bars + 8 * st, 1);
+			nv_mbar_init(bars + 8 * (STAGES + st), 32);
+		}
+		asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+	}
+	__syncthreads();
+	if (tid == 32) {
+		for (int i = 0; i < n; i++) {
+			const int st = i % STAGES;
+			const int64_t idx = interleave ? (int64_t)i * grid + first : first + i;
+			nv_mbar_wait(bars + 8 * (STAGES + st), ((i / STAGES) & 1) ^ 1);
+			const uint32_t full = bars + 8 * st, dst = sbase + st * STAGE;
+			nv_mbar_expect_tx(full, STAGE);
+			nv_bulk_1d(dst, (uint64_t)(src + idx * CHUNK), CHUNK, full, NV_WG_EVICT_FIRST);
+			if (MB)
+				nv_bulk_1d(dst + CHUNK, (uint64_t)(meta + idx * MB), MB, full, NV_WG_EVICT_FIRST);
+		}
+	} else if (tid < 32) {
+		unsigned acc = 0;
+		for (int i = 0; i < n; i++) {
+			const int st = i % STAGES;
+			nv_mbar_wait(bars + 8 * st, (i / STAGES) & 1);
+			acc += ((const volatile unsigned *)(ring + st * STAGE))[lane * (CHUNK / 128)];
+			nv_mbar_arrive(bars + 8 * (STAGES + st));
+		}
+		sink[c * 32 + lane] = acc;
+	}
+}
+
+__global__ void __launch_bounds__(512) stream_ldg(const uint4 *src, long n16, unsigned *sink)
+{
+	unsigned acc = 0;
+	const long step = (long)gridDim.x * blockDim.x;
+	long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+	for (; i + 3 * step < n16; i += 4 * step) {
+		uint4 v[4];
+#pragma unroll
+		for (int u = 0; u < 4; u++)
+			v[u] = __ldcs(src + i + u * step);
+#pragma unroll
+		for (int u = 0; u < 4; u++)
+			acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+	}
+	for (; i < n16; i += step) {
+		const uint4 v = __ldcs(src + i);
+		acc ^= v.x ^ v.y ^ v.z ^ v.w;
+	}
+	if (acc == 0x9e3779b9u)
+		sink[0] = acc; /* never, in practice: keeps the loads */
+}
+
+struct sp_ctx {
+	void (*k)(const char *, const char *, int, int, unsigned *);
+	const std::vector<char *> *bufs, *metas;
+	int chunks, interleave, grid, chunk, stages;
+	bool meta;
+	unsigned *sink;
+	size_t smem;
+};
+
+static void sp_call(void *ctx, int i, cudaStream_t s)
+{
+	const sp_ctx *c = (const sp_ctx *)ctx;
+	c->k<<<c->grid, 64, c->smem, s>>>((*c->bufs)[i], c->meta ? (*c->metas)[i] : NULL, c->chunks, c->interleave,
+					  c->sink);
+}
+
+struct ldg_ctx {
+	const std::vector<char *> *bufs;
+	long n16;
+	int grid;
+	unsigned *sink;
+};
+
+static void ldg_call(void *ctx, int i, cudaStream_t s)
+{
+	const ldg_ctx *c = (const ldg_ctx *)ctx;
+	stream_ldg<<<c->grid, 512, 0, s>>>((const uint4 *)(*c->bufs)[i], c->n16, c->sink);
+}
+
+static int run_stream_probe(int sms)
+{
+	const size_t vbytes = (size_t)14336 * 2048 * 2, mbytes = vbytes / 8;
+	const int copies = 3; /* 3 x 63 MiB: no copy is left in the 50 MB L2 */
+	std::vector<char *> bufs(copies), metas(copies);
+	for (int i = 0; i < copies; i++) {
+		CK(cudaMalloc(&bufs[i], vbytes));
+		CK(cudaMalloc(&metas[i], mbytes));
+		CK(cudaMemset(bufs[i], i + 1, vbytes));
+		CK(cudaMemset(metas[i], i + 7, mbytes));
+	}
+	unsigned *sink;
+	CK(cudaMalloc(&sink, (size_t)4 * 32 * 4096));
+	cudaStream_t s;
+	CK(cudaStreamCreate(&s));
+	printf("stream probe: %zu MiB of values + %zu MiB of metadata, %d SMs\n", vbytes >> 20, mbytes >> 20, sms);
+	printf("| copies | chunk KiB | stages | ring KiB | grid | order | us | TB/s |\n|---|---|---|---|---|---|---|---|\n");
+	for (int grid : { sms * 4, sms * 8 }) {
+		ldg_ctx lc = { &bufs, (long)((vbytes + mbytes) / 16), grid, sink };
+		/* The values and the metadata are two buffers: read one length
+		 * that spans both sizes from the values' buffer (it is larger). */
+		lc.n16 = (long)(vbytes / 16);
+		const float t = time_median(ldg_call, &lc, copies, s);
+		printf("| ldg (values only) | - | - | - | %d x 512 | grid-stride | %.1f | %.2f |\n", grid, t, vbytes / t * 1e-6);
+	}
+	struct kcfg {
+		void (*k)(const char *, const char *, int, int, unsigned *);
+		int chunk, stages;
+	};
+	const kcfg ks[] = {
+		{ stream_probe<8192, 9>, 8192, 9 },    { stream_probe<8192, 12>, 8192, 12 },
+		{ stream_probe<8192, 20>, 8192, 20 },  { stream_probe<16384, 6>, 16384, 6 },
+		{ stream_probe<16384, 11>, 16384, 11 }, { stream_probe<32768, 3>, 32768, 3 },
+		{ stream_probe<32768, 5>, 32768, 5 },
+	};
+	for (const kcfg &k : ks)
+		for (int meta = 1; meta >= 0; meta--) {
+			const size_t smem = (size_t)k.stages * (k.chunk + (meta ? k.chunk / 8 : 0)) + 1024 + 16 * k.stages;
+			CK(cudaFuncSetAttribute(k.k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+			int occ = 0;
+			CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k.k, 64, smem));
+			const int chunks = (int)(vbytes / k.chunk);
+			/* 112: one CTA per 128-row tile, as the tiled kernel at
+			 * 14336 rows; the SMs; every slot the ring leaves. */
+			for (int grid : { 112, sms, sms * occ }) {
+				for (int inter = 0; inter < 2; inter++) {
+					if (inter && (chunks % grid || k.chunk != 8192))
+						continue;
+					if (grid == sms * occ && occ == 1)
+						continue;
+					sp_ctx c = { k.k, &bufs, &metas, chunks, inter, grid, k.chunk, k.stages, meta != 0, sink, smem };
+					const float t = time_median(sp_call, &c, copies, s);
+					const double bytes = (double)vbytes + (meta ? (double)mbytes : 0.0);
+					printf("| bulk%s | %d | %d | %zu | %d | %s | %.1f | %.2f |\n", meta ? " + meta" : "",
+					       k.chunk >> 10, k.stages, smem >> 10, grid,
+					       inter ? "[stage][tile]" : "contiguous", t, bytes / t * 1e-6);
+				}
+			}
+		}
+	for (int i = 0; i < copies; i++) {
+		cudaFree(bufs[i]);
+		cudaFree(metas[i]);
+	}
+	cudaFree(sink);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *what = argc > 1 ? argv[1] : "probe";
@@ -1375,6 +1554,8 @@ int main(int argc, char **argv)
 		return run_checks(prop.multiProcessorCount) ? 1 : 0;
 	if (strcmp(what, "raceprobe") == 0)
 		return run_race_probe(argc > 2 ? atoi(argv[2]) : 0);
+	if (strcmp(what, "streamprobe") == 0)
+		return run_stream_probe(prop.multiProcessorCount);
 	if (strcmp(what, "dcheck") == 0)
 		return run_dchecks(prop.multiProcessorCount) ? 1 : 0;
 	if (strcmp(what, "bench") == 0) {
@@ -1413,6 +1594,6 @@ int main(int argc, char **argv)
 		}
 		return 0;
 	}
-	printf("usage: wgmma_bench probe|check|dcheck|raceprobe MODE|bench [MxNxK ...]\n");
+	printf("usage: wgmma_bench probe|check|dcheck|raceprobe MODE|streamprobe|bench [MxNxK ...]\n");
 	return 2;
 }
