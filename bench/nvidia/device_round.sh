@@ -9,7 +9,7 @@
 #        [ncu] [e2e] [answers] [abserving] [spin] [readers] [latency] [multi] [choice] [served] [graphsab] [trialab]
 #        [batching] [serving] [readsab] [postab] [readerminab] [overlapab] [copystreamab] [dmaab]
 #        [phases] [dmaphases]
-#        [wgmma] [wgsan] [raceprobe] [streamprobe] [wgncu] [oneinflight]
+#        [wgmma] [wgsan] [raceprobe] [streamprobe] [hot] [wgncu] [oneinflight]
 #        [wgdecode] [wgdsan] [wgdncu] [wgdense] [wgdensesan] [wgdensencu]
 #        (no argument: test sanitize bench e2e)
 set -u
@@ -460,6 +460,22 @@ wgmma)
 		timeout 150 "$BENCH" --dtypes ${WG_DTYPES:-f16,bf16} --shape "$shape" >>"$OUT/wg_vendor.log" 2>&1
 	done
 	grep -E "^\| (f16|bf16)" "$OUT/wg_vendor.log"
+	;;
+hot)
+	# One hot resident weight (issue 11): the daemon's tile on one weight
+	# back to back with WG_KEEP MB of it loaded evict-last (kept in L2
+	# from one launch to the next), and on rotating copies; cuBLASLt and
+	# cuSPARSELt on one copy too (bench_nv, BENCH_NV_COPIES=1).
+	HOT_SHAPES=${HOT_SHAPES:-14336x16x4096 4096x16x14336 14336x64x4096 4096x64x14336 8192x8x8192}
+	WG_KEEP=${WG_KEEP:-0 20 30 40 50 60 80} WG_NODECODE=1 WG_DTYPES=${WG_DTYPES:-f16} TAILN=0 \
+		step hot ${WG_BENCH_S:-300} .devlibs/wgmma_bench bench $HOT_SHAPES
+	grep -E "^\| hot" "$OUT/hot.log"
+	build_bench
+	: >"$OUT/hot_vendor.log"
+	for shape in $HOT_SHAPES; do
+		BENCH_NV_COPIES=1 timeout 100 "$BENCH" --dtypes ${WG_DTYPES:-f16} --shape "$shape" >>"$OUT/hot_vendor.log" 2>&1
+	done
+	grep -E "^\| (f16|bf16)" "$OUT/hot_vendor.log"
 	;;
 streamprobe)
 	# How fast bulk copies stream a decode weight (14336 x 4096 2:4 f16)

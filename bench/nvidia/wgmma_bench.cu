@@ -17,7 +17,8 @@
  *                            second pass in the reverse order; WG_NODECODE=1:
  *                            no decode kernels); WG_KIND=dense times the dense
  *                            kernels instead, on a fully random dense A, beside
- *                            cublasGemmEx
+ *                            cublasGemmEx; WG_KEEP="0 20 40": the daemon's tile
+ *                            on one hot weight with that many MB kept in L2
  *
  * Every check draws fresh random data and random 2:4 patterns, poisons D
  * first and compares with float64 (the whole of D for the checks; 32
@@ -1222,6 +1223,63 @@ static void run_bench_shape(int bf16, int m, int n, int k, int sms, cublasHandle
 	       bf16 ? "bf16" : "f16", m, n, k, tb.t, flop / tb.t * 1e-6, wbytes_img / tb.t * 1e-6, tb.name, tb.splits,
 	       ta.t, ta.name, ta.splits, tt.t, flop / tt.t * 1e-6, tt.name, tt.splits, t_blas, flop / t_blas * 1e-6,
 	       tb.t / tt.t, tb.t / t_blas);
+
+	/* A hot weight (WG_KEEP="0 20 40 ...": MB of it kept, issue 11): the
+	 * daemon's tile for N on the daemon's images, its first keep_iters
+	 * stages of every tile loaded evict-last, timed on ONE weight back to
+	 * back (as a daemon serving one resident weight runs it), then on the
+	 * rotating copies (a weight among many, for what the hint costs when
+	 * nothing stays), beside cuBLAS on one dense copy. */
+	if (getenv("WG_KEEP")) {
+		const variant *hv = NULL;
+		for (int vi = 0; vi < nvariants; vi++) {
+			const variant *v = &variants[vi];
+			if (v->bf16 == bf16 && !v->dense && v->order == w[0].order && v->bn >= n &&
+			    (!hv || v->bn < hv->bn))
+				hv = v;
+		}
+		const float blas1 = time_median(blas_call, &bc, 1, s);
+		char list[128];
+		snprintf(list, sizeof(list), "%s", getenv("WG_KEEP"));
+		for (char *tok = strtok(list, " ,"); hv && tok; tok = strtok(NULL, " ,")) {
+			/* MB of the weight to keep, as whole stages of every tile. */
+			const double per_stage = (double)((m + NV_WG_BM - 1) / NV_WG_BM) * (NV_WG_A_BYTES + NV_WG_E_BYTES);
+			int keep = (int)(atof(tok) * 1e6 / per_stage);
+			std::vector<wg_launch> L(copies);
+			bool bad = false;
+			for (int i = 0; i < copies; i++)
+				if (wg_prepare(L[i], hv, w[i], db, n, ldb, NULL, dd, bf16 ? MFMA_DT_BF16 : MFMA_DT_F16, 1.0f,
+					       0.0f, 0, sms))
+					bad = true;
+			if (bad) {
+				printf("  hot: tensor map failed\n");
+				for (auto &l : L)
+					wg_release(l);
+				break;
+			}
+			/* More than the weight: all of it, once. */
+			const bool all = keep >= L[0].p.k_iters;
+			if (all)
+				keep = L[0].p.k_iters;
+			for (auto &l : L)
+				l.p.keep_iters = keep;
+			wg_ctx ctx = { L.data() };
+			CK(cudaMemset(dd, 0xff, (size_t)m * n * 2));
+			const float t1 = time_median(wg_call, &ctx, 1, s);
+			CK(cudaStreamSynchronize(s));
+			const double err = sampled_err(sr, dd);
+			const float tr = time_median(wg_call, &ctx, copies, s);
+			const double kept = (double)keep * L[0].p.tiles_m * (NV_WG_A_BYTES + NV_WG_E_BYTES);
+			printf("| hot %s | %d x %d x %d | %s splits %d | keep %d of %d stages (%.1f MB evict-last) | one weight %.1f us"
+			       " | rotating %d copies %.1f us | cuBLAS one copy %.1f us | %.2fx cuBLAS | err %.1e %s |\n",
+			       bf16 ? "bf16" : "f16", m, n, k, hv->name, (int)L[0].grid.z, keep, L[0].p.k_iters, kept * 1e-6,
+			       t1, copies, tr, blas1, t1 / blas1, err, err < (bf16 ? 1e-2 : 2e-3) ? "ok" : "WRONG");
+			for (auto &l : L)
+				wg_release(l);
+			if (all)
+				break;
+		}
+	}
 
 	/* The decode kernels (N <= 64): each variant of this dtype whose BN
 	 * covers N, on its default grid and on one CTA per SM. */

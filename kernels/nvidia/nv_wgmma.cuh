@@ -113,6 +113,13 @@ static __device__ __forceinline__ void nv_mbar_wait(uint32_t bar, uint32_t parit
 #define NV_WG_EVICT_FIRST 0x12F0000000000000ull
 #define NV_WG_EVICT_LAST 0x14F0000000000000ull
 
+/* The weight's hint at stage it: evict-last for the stages a hot weight
+ * keeps in L2 (nv_wg_params.keep_iters), else evict-first. */
+static __device__ __forceinline__ uint64_t nv_wg_a_policy(const nv_wg_params &p, int it)
+{
+	return it < p.keep_iters ? NV_WG_EVICT_LAST : NV_WG_EVICT_FIRST;
+}
+
 static __device__ __forceinline__ void nv_tma_2d(uint32_t dst, const CUtensorMap *tm, int c0, int c1,
 						 uint32_t bar, uint64_t policy)
 {
@@ -263,11 +270,12 @@ struct nv_wg_sp24 {
 	{
 		const struct nv_wg_img g = { p.k_iters, p.m_pad / NV_WG_BM, ORDER };
 		const int64_t ts = nv_wg_img_index(g, m0 / NV_WG_BM, it);
+		const uint64_t pol = nv_wg_a_policy(p, it);
 		if (ORDER)
-			nv_bulk_1d(st, p.a + ts * A_BYTES, A_BYTES, full, NV_WG_EVICT_FIRST);
+			nv_bulk_1d(st, p.a + ts * A_BYTES, A_BYTES, full, pol);
 		else
-			nv_tma_2d(st, &p.tm_a, it * (NV_WG_BK / 2), m0, full, NV_WG_EVICT_FIRST);
-		nv_bulk_1d(st + A_BYTES + b_bytes, p.meta + ts * E_BYTES, E_BYTES, full, NV_WG_EVICT_FIRST);
+			nv_tma_2d(st, &p.tm_a, it * (NV_WG_BK / 2), m0, full, pol);
+		nv_bulk_1d(st + A_BYTES + b_bytes, p.meta + ts * E_BYTES, E_BYTES, full, pol);
 	}
 
 	/* One stage of consumer warpgroup c (rows 64c..64c+63 of the tile):
@@ -312,7 +320,7 @@ struct nv_wg_dense {
 						      int m0, uint32_t b_bytes)
 	{
 		(void)b_bytes;
-		nv_tma_2d(st, &p.tm_a, it * NV_WG_BK, m0, full, NV_WG_EVICT_FIRST);
+		nv_tma_2d(st, &p.tm_a, it * NV_WG_BK, m0, full, nv_wg_a_policy(p, it));
 	}
 
 	template <int BN>

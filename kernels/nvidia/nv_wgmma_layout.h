@@ -204,6 +204,13 @@ struct nv_wg_params {
 	int32_t ldc, ldd;
 	int32_t tiles_m, tiles_n;
 	int32_t out_dtype; /* enum mfma_dtype */
+	/* Stages of A (it < keep_iters; with the metadata) loaded evict-last
+	 * instead of evict-first, so that a hot weight's first stages stay in
+	 * L2 from one launch to the next: wgmma_bench's WG_KEEP experiment
+	 * (8-11% off the N=16 shapes on one weight, up to 40% slower at
+	 * 4096x64x14336: bench/RESULTS.md).  The daemon leaves it 0: the
+	 * whole weight evict-first, read once a launch. */
+	int32_t keep_iters;
 	float alpha, beta;
 };
 
