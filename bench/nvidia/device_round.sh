@@ -9,7 +9,7 @@
 #        [ncu] [e2e] [answers] [abserving] [spin] [readers] [latency] [multi] [choice] [served] [graphsab] [trialab]
 #        [batching] [serving] [readsab] [postab] [readerminab] [overlapab] [copystreamab] [dmaab]
 #        [phases] [dmaphases]
-#        [wgmma] [wgsan] [raceprobe] [streamprobe] [hot] [wgncu] [oneinflight]
+#        [wgmma] [wgsan] [raceprobe] [streamprobe] [hot] [splitncu] [wgncu] [oneinflight]
 #        [wgdecode] [wgdsan] [wgdncu] [wgdense] [wgdensesan] [wgdensencu]
 #        (no argument: test sanitize bench e2e)
 set -u
@@ -571,6 +571,23 @@ wgdncu)
 	echo "=== ncu wgd rc=$?"
 	grep -E "Duration|Throughput|Warp Cycles Per Issued|Issue Slots Busy|Registers Per|Achieved Occupancy|Hit Rate|Stall|Grid Size" \
 		"$OUT/ncu_wgd.txt" | head -24
+	;;
+splitncu)
+	# Hardware counters of the n64 2:4 kernel at the two shapes of one
+	# weight size: 14336x64x4096 (112 CTAs, no split, ~27 us) and
+	# 4096x64x14336 with split-K 4 (128 CTAs, ~46 us; with its math left
+	# out as slow): what makes the second stream at half the rate.
+	for spec in "nv_wg_f16_n64 14336x64x4096 1" "nv_wg_f16_n64 4096x64x14336 4" "nv_wg_nomath_f16_n64 4096x64x14336 4"; do
+		set -- $spec
+		WG_DTYPES=f16 WG_NODECODE=1 WG_SPLITS=$3 timeout 200 ncu --clock-control none -k "regex:^$1\$" \
+			--launch-skip 5 --launch-count 1 \
+			--section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
+			--section Occupancy --section LaunchStats --section SchedulerStats \
+			.devlibs/wgmma_bench bench "$2" >"$OUT/ncu_$1_$2.txt" 2>&1
+		echo "=== ncu $1 $2 split $3 rc=$?"
+		grep -E "Duration|DRAM Throughput|Memory Throughput|L2 Hit Rate|L1/TEX Hit|Grid Size|Waves Per SM|Achieved Occupancy|Warp Cycles Per Issued|Stall|Active SM|SM Busy|Block Limit" \
+			"$OUT/ncu_$1_$2.txt" | head -22
+	done
 	;;
 wgncu)
 	# Hardware counters of one launch of the wide and the decode wgmma.sp

@@ -1201,7 +1201,14 @@ static void run_bench_shape(int bf16, int m, int n, int k, int sms, cublasHandle
 	/* The three layouts in turn, and with WG_ABBA a second time in the
 	 * reverse order, each keeping its faster pass: at the large shapes the
 	 * GPU's clock falls as it heats, and the first to run gains. */
-	const std::vector<int> sp = { 1, 2, 3, 4, 6, 8 };
+	std::vector<int> sp = { 1, 2, 3, 4, 6, 8 };
+	if (getenv("WG_SPLITS")) { /* "4" or "2,4": only these (a profile's launches) */
+		sp.clear();
+		char list[64];
+		snprintf(list, sizeof(list), "%s", getenv("WG_SPLITS"));
+		for (char *tok = strtok(list, " ,"); tok; tok = strtok(NULL, " ,"))
+			sp.push_back(atoi(tok));
+	}
 	tile_best tb = time_tiles(0, bf16, m, n, ldb, w, db, dd, t_blas, sr, sp, sms, s);
 	tile_best ta = time_tiles(0, bf16, m, n, ldb, wa, db, dd, t_blas, sr, sp, sms, s);
 	tile_best tt = time_tiles(0, bf16, m, n, ldb, wr, db, dd, t_blas, sr, sp, sms, s);
