@@ -9,7 +9,7 @@
 #        [ncu] [e2e] [answers] [abserving] [spin] [readers] [latency] [multi] [choice] [served] [graphsab] [trialab]
 #        [batching] [serving] [readsab] [postab] [readerminab] [overlapab] [copystreamab] [dmaab]
 #        [phases] [dmaphases]
-#        [wgmma] [wgsan] [raceprobe] [streamprobe] [hot] [splitncu] [wgncu] [oneinflight]
+#        [wgmma] [wgsan] [raceprobe] [streamprobe] [hot] [spread] [splitncu] [wgncu] [oneinflight]
 #        [wgdecode] [wgdsan] [wgdncu] [wgdense] [wgdensesan] [wgdensencu]
 #        (no argument: test sanitize bench e2e)
 set -u
@@ -571,6 +571,21 @@ wgdncu)
 	echo "=== ncu wgd rc=$?"
 	grep -E "Duration|Throughput|Warp Cycles Per Issued|Issue Slots Busy|Registers Per|Achieved Occupancy|Hit Rate|Stall|Grid Size" \
 		"$OUT/ncu_wgd.txt" | head -24
+	;;
+spread)
+	# Whether the block scheduler puts two CTAs of a grid smaller than the
+	# GPU on one SM (the skinny tiles fit two): every 2:4 tile and split at
+	# the split-K shapes, launched as built and with WG_SPREAD=1 (enough
+	# shared memory asked that no two CTAs share an SM), off-on-on-off.
+	SP_SHAPES=${SP_SHAPES:-4096x64x14336 4096x16x14336 8192x8x8192 14336x16x4096}
+	for r in 0 1 1 0; do
+		WG_SPREAD=$r WG_DTYPES=f16 WG_NODECODE=1 timeout 200 .devlibs/wgmma_bench bench $SP_SHAPES >>"$OUT/spread_$r.log" 2>&1
+		echo "=== spread $r rc=$?"
+	done
+	for r in 0 1; do
+		echo "--- WG_SPREAD=$r"
+		grep -E "^bench|^  f16_n(16|32|64) " "$OUT/spread_$r.log" | sed -E 's/ +TF-eq.*err/ err/' | head -80
+	done
 	;;
 splitncu)
 	# Hardware counters of the n64 2:4 kernel at the two shapes of one

@@ -18,7 +18,9 @@
  *                            no decode kernels); WG_KIND=dense times the dense
  *                            kernels instead, on a fully random dense A, beside
  *                            cublasGemmEx; WG_KEEP="0 20 40": the daemon's tile
- *                            on one hot weight with that many MB kept in L2
+ *                            on one hot weight with that many MB kept in L2;
+ *                            WG_SPREAD=1: grids of at most one CTA per SM launched
+ *                            with enough shared memory that no two share an SM
  *
  * Every check draws fresh random data and random 2:4 patterns, poisons D
  * first and compares with float64 (the whole of D for the checks; 32
@@ -645,9 +647,20 @@ static void wg_release(wg_launch &L)
 	L.counters = NULL;
 }
 
+/* WG_SPREAD=1 (the experiment): a grid of at most one CTA per SM asks
+ * for more shared memory than two CTAs of an SM may hold together, so
+ * that the block scheduler gives every CTA an SM of its own (the skinny
+ * tiles are built for two a SM). */
+#define WG_SPREAD_SMEM (116u << 10)
+static bool g_spread;
+static int g_sms;
+
 static void wg_run(const wg_launch &L, cudaStream_t s)
 {
-	L.v->fn<<<L.grid, 384, L.v->smem, s>>>(L.p);
+	unsigned smem = L.v->smem;
+	if (g_spread && (int)(L.grid.x * L.grid.y * L.grid.z) <= g_sms && smem < WG_SPREAD_SMEM)
+		smem = WG_SPREAD_SMEM;
+	L.v->fn<<<L.grid, 384, smem, s>>>(L.p);
 }
 
 struct wgd_launch {
@@ -729,9 +742,10 @@ static void wgd_run(const wgd_launch &L, cudaStream_t s)
 
 static void setup_variants(void)
 {
+	g_spread = getenv("WG_SPREAD") && atoi(getenv("WG_SPREAD")) > 0;
 	for (int i = 0; i < nvariants; i++)
 		CK(cudaFuncSetAttribute(variants[i].fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
-					variants[i].smem));
+					g_spread ? std::max(variants[i].smem, WG_SPREAD_SMEM) : variants[i].smem));
 	for (int i = 0; i < ndvariants; i++) {
 		CK(cudaFuncSetAttribute(dvariants[i].fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
 					dvariants[i].smem));
@@ -1612,6 +1626,7 @@ int main(int argc, char **argv)
 		printf("cuTensorMapEncodeTiled not found\n");
 		return 1;
 	}
+	g_sms = prop.multiProcessorCount;
 	setup_variants();
 	if (strcmp(what, "probe") == 0)
 		return run_probe() ? 1 : 0;
