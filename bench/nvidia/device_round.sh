@@ -9,7 +9,7 @@
 #        [ncu] [e2e] [answers] [abserving] [spin] [readers] [latency] [multi] [choice] [served] [graphsab] [trialab]
 #        [batching] [serving] [readsab] [postab] [readerminab] [overlapab] [copystreamab] [dmaab]
 #        [phases] [dmaphases]
-#        [wgmma] [wgsan] [raceprobe] [streamprobe] [hot] [spread] [splitncu] [wgncu] [oneinflight]
+#        [wgmma] [wgsan] [raceprobe] [streamprobe] [hot] [spread] [trace] [splitncu] [wgncu] [oneinflight]
 #        [wgdecode] [wgdsan] [wgdncu] [wgdense] [wgdensesan] [wgdensencu]
 #        (no argument: test sanitize bench e2e)
 set -u
@@ -586,6 +586,18 @@ spread)
 		echo "--- WG_SPREAD=$r"
 		grep -E "^bench|^  f16_n(16|32|64) " "$OUT/spread_$r.log" | sed -E 's/ +TF-eq.*err/ err/' | head -80
 	done
+	;;
+trace)
+	# When each CTA of one launch starts, ends its main loop and ends, per
+	# split, and how many SMs held one or two (TRACE_SPECS: "MxNxK splits").
+	TRACE_SPECS=${TRACE_SPECS:-"4096x64x14336 4,14336x64x4096 1,4096x64x14336 2,4096x16x14336 4,14336x16x4096 1"}
+	IFS=, read -ra specs <<<"$TRACE_SPECS"
+	for spec in "${specs[@]}"; do
+		set -- $spec
+		timeout 60 .devlibs/wgmma_bench trace "$1" "$2" >>"$OUT/trace.log" 2>&1
+		echo "=== trace $1 split $2: rc=$?"
+	done
+	grep -vE "^decode " "$OUT/trace.log"
 	;;
 splitncu)
 	# Hardware counters of the n64 2:4 kernel at the two shapes of one

@@ -10,6 +10,7 @@
  *                            WG_QUICK: the small shapes, for compute-sanitizer)
  *   wgmma_bench dcheck       the decode kernels: odd shapes, N = 1 .. 64, grids
  *   wgmma_bench raceprobe M  the mbarrier protocol alone, to run under racecheck
+ *   wgmma_bench trace MxNxK S  when each CTA of one launch (split-K S) starts and ends
  *   wgmma_bench streamprobe  how fast bulk copies stream a decode weight
  *                            (chunk, ring depth, grid, order) beside plain loads
  *   wgmma_bench bench [MxNxK ...]   timings (default: the issue's four shapes) of
@@ -90,6 +91,17 @@ NV_WG_DEFINE_KERNEL(nomath_f16_n64, wg_nomath, 64, 6, 2, 0)
 		nv_wg_gemm<nv_wg_sp24_img<0>, bn, stages, minb, 0, 0>::run(p, nv_wg_smem_raw);                  \
 	}
 WG_WARP_KERNEL(f16_n16, 16, 9, 2)
+/* trace_*: the daemon's kernels writing each CTA's start, main-loop end,
+ * end and SM (nv_wg_gemm's TRACE; `wgmma_bench trace`). */
+#define WG_TRACE_KERNEL(name, bn, stages, minb)                                                             \
+	extern "C" __global__ void __launch_bounds__(NV_WG_THREADS, minb) nv_wg_trace_##name(                   \
+		const __grid_constant__ nv_wg_params p, unsigned long long *trace)                              \
+	{                                                                                                       \
+		extern __shared__ __align__(1024) char nv_wg_smem_raw[];                                        \
+		nv_wg_gemm<nv_wg_sp24_img<0>, bn, stages, minb, 0, 1, 1>::run(p, nv_wg_smem_raw, trace);        \
+	}
+WG_TRACE_KERNEL(f16_n16, 16, 9, 2)
+WG_TRACE_KERNEL(f16_n64, 64, 6, 2)
 WG_WARP_KERNEL(f16_n64, 64, 6, 2)
 WG_WARP_KERNEL(f16_n256, 256, 5, 1)
 
@@ -1609,6 +1621,88 @@ static int run_stream_probe(int sms)
 	return 0;
 }
 
+/* ---- trace: when each CTA of one launch starts and ends ----
+ *
+ * wgmma_bench trace MxNxK SPLITS: the daemon's f16 2:4 kernel (n16 for N
+ * <= 16, else n64) on one weight with that split-K, warmed by five
+ * launches, then one more whose CTAs write the global timer at their
+ * start, at the end of their main loop and at their end, and their SM.
+ * Prints, per split z, when its CTAs start, finish their loop and end
+ * (from the first CTA's start), and how many SMs ran one CTA or two. */
+static int run_trace(int m, int n, int k, int splits, int sms)
+{
+	const int bn = n <= 16 ? 16 : 64;
+	void (*fn)(const nv_wg_params, unsigned long long *) = bn == 16 ? nv_wg_trace_f16_n16 : nv_wg_trace_f16_n64;
+	const variant *v = find_variant(0, 0, bn, NV_WG_ORDER);
+	if (!v)
+		return 1;
+	CK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, v->smem));
+	sp24 a;
+	make_sp24(a, m, k, 0);
+	wg_weight w;
+	wg_pack(a, w, NV_WG_ORDER);
+	const int ldb = (n + 7) / 8 * 8;
+	std::vector<uint16_t> b((size_t)k * ldb);
+	for (auto &x : b)
+		x = to16(rndf(), 0);
+	void *db, *dd;
+	CK(cudaMalloc(&db, b.size() * 2));
+	CK(cudaMalloc(&dd, (size_t)m * n * 2));
+	CK(cudaMemcpy(db, b.data(), b.size() * 2, cudaMemcpyHostToDevice));
+	wg_launch L;
+	if (wg_prepare(L, v, w, db, n, ldb, NULL, dd, MFMA_DT_F16, 1.0f, 0.0f, splits, sms)) {
+		printf("trace: tensor map failed\n");
+		return 1;
+	}
+	const int ctas = (int)(L.grid.x * L.grid.z);
+	unsigned long long *dtr;
+	CK(cudaMalloc(&dtr, (size_t)ctas * 4 * 8));
+	for (int i = 0; i < 6; i++)
+		fn<<<L.grid, 384, v->smem>>>(L.p, dtr);
+	CK(cudaGetLastError());
+	CK(cudaDeviceSynchronize());
+	std::vector<unsigned long long> tr((size_t)ctas * 4);
+	CK(cudaMemcpy(tr.data(), dtr, tr.size() * 8, cudaMemcpyDeviceToHost));
+	unsigned long long t0 = ~0ull, t1 = 0;
+	for (int c = 0; c < ctas; c++) {
+		t0 = std::min(t0, tr[4 * c]);
+		t1 = std::max(t1, tr[4 * c + 2]);
+	}
+	printf("trace %s %dx%dx%d: grid %d x %d (tiles x splits), k_iters %d, %d each; launch span %.1f us "
+	       "(first start to last end)\n",
+	       v->name, m, n, k, (int)L.grid.x, (int)L.grid.z, L.p.k_iters, L.p.iters_per_split, (t1 - t0) * 1e-3);
+	printf("| split | CTAs | start min / median / max us | loop end min / median / max | end min / median / max |\n"
+	       "|---|---|---|---|---|\n");
+	for (int z = 0; z < (int)L.grid.z; z++) {
+		std::vector<double> st, le, en;
+		for (int x = 0; x < (int)L.grid.x; x++) {
+			const unsigned long long *r = &tr[4 * ((size_t)z * L.grid.x + x)];
+			st.push_back((r[0] - t0) * 1e-3);
+			le.push_back((r[1] - t0) * 1e-3);
+			en.push_back((r[2] - t0) * 1e-3);
+		}
+		for (auto *vv : { &st, &le, &en })
+			std::sort(vv->begin(), vv->end());
+		const size_t h = st.size() / 2, e = st.size() - 1;
+		printf("| %d | %zu | %.1f / %.1f / %.1f | %.1f / %.1f / %.1f | %.1f / %.1f / %.1f |\n", z, st.size(), st[0],
+		       st[h], st[e], le[0], le[h], le[e], en[0], en[h], en[e]);
+	}
+	std::vector<int> per_sm(1024, 0);
+	for (int c = 0; c < ctas; c++)
+		per_sm[tr[4 * c + 3] & 1023]++;
+	int one = 0, two = 0, more = 0;
+	for (int x : per_sm)
+		one += x == 1, two += x == 2, more += x > 2;
+	printf("SMs with one CTA %d, two %d, more %d (of %d)\n", one, two, more, sms);
+	wg_release(L);
+	cudaFree(dtr);
+	cudaFree(db);
+	cudaFree(dd);
+	cudaFree(w.val);
+	cudaFree(w.meta);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *what = argc > 1 ? argv[1] : "probe";
@@ -1636,6 +1730,12 @@ int main(int argc, char **argv)
 		return run_race_probe(argc > 2 ? atoi(argv[2]) : 0);
 	if (strcmp(what, "streamprobe") == 0)
 		return run_stream_probe(prop.multiProcessorCount);
+	if (strcmp(what, "trace") == 0 && argc > 3) {
+		int m, n, k;
+		if (sscanf(argv[2], "%dx%dx%d", &m, &n, &k) != 3 || k % 4)
+			return 2;
+		return run_trace(m, n, k, atoi(argv[3]), prop.multiProcessorCount);
+	}
 	if (strcmp(what, "dcheck") == 0)
 		return run_dchecks(prop.multiProcessorCount) ? 1 : 0;
 	if (strcmp(what, "bench") == 0) {
@@ -1674,6 +1774,6 @@ int main(int argc, char **argv)
 		}
 		return 0;
 	}
-	printf("usage: wgmma_bench probe|check|dcheck|raceprobe MODE|streamprobe|bench [MxNxK ...]\n");
+	printf("usage: wgmma_bench probe|check|dcheck|raceprobe MODE|streamprobe|trace MxNxK S|bench [MxNxK ...]\n");
 	return 2;
 }

@@ -349,8 +349,12 @@ struct nv_wg_dense {
  * own release.  ALL = 0 (dense: only wgmma reads the stage): one arrival
  * per warp after __syncwarp (8), which the PTX model orders just as well
  * but compute-sanitizer's racecheck reports as hazards against the refill
- * (wgmma_bench raceprobe, bench/RESULTS.md). */
-template <class OP, int BN, int STAGES, int MINB, int KEEP, int ALL = !OP::DENSE>
+ * (wgmma_bench raceprobe, bench/RESULTS.md).
+ *
+ * TRACE = 1 (wgmma_bench's trace mode only): each CTA writes the global
+ * timer at its start, at the end of its main loop and at its end, and its
+ * SM, to trace[4 x CTA ..]. */
+template <class OP, int BN, int STAGES, int MINB, int KEEP, int ALL = !OP::DENSE, int TRACE = 0>
 struct nv_wg_gemm {
 	typedef nv_wg_bsmem<BN> B;
 	enum {
@@ -370,12 +374,21 @@ struct nv_wg_gemm {
 	static_assert(BN % 16 == 0 && BN <= 256, "BN");
 	static_assert(A_BYTES % 1024 == 0 && B_BYTES % 1024 == 0 && STAGE % 1024 == 0, "stage alignment");
 
-	static __device__ __forceinline__ void run(const nv_wg_params &p, char *smem_raw)
+	static __device__ __forceinline__ uint64_t now(void)
+	{
+		uint64_t t;
+		asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+		return t;
+	}
+
+	static __device__ __forceinline__ void run(const nv_wg_params &p, char *smem_raw,
+						   unsigned long long *trace = nullptr)
 	{
 		char *smem = (char *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
 		const uint32_t sbase = nv_wg_smem(smem);
 		const uint32_t bars = sbase + STAGES * STAGE; /* full[s] then empty[s] */
 		const unsigned tid = threadIdx.x, wg = tid / 128;
+		unsigned long long *tr = TRACE ? trace + 4 * ((int64_t)blockIdx.z * gridDim.x + blockIdx.x) : nullptr;
 		const int tile = blockIdx.x, z = blockIdx.z;
 		int pm, pn;
 		nv_raster(tile, p.tiles_m, p.tiles_n, &pm, &pn);
@@ -394,6 +407,12 @@ struct nv_wg_gemm {
 			asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)&p.tm_b) : "memory");
 		}
 		__syncthreads();
+		if (TRACE && tid == 0) {
+			unsigned sm;
+			asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+			tr[0] = now();
+			tr[3] = sm;
+		}
 
 		if (wg == 0) {
 			if (MINB == 1)
@@ -448,10 +467,17 @@ struct nv_wg_gemm {
 			nv_wg_wait<0>();
 			asm volatile("" ::"r"(prev0), "r"(prev1));
 		}
+		if (TRACE && tid == 128)
+			tr[1] = now();
 
-		if (SPLIT_K && gridDim.z > 1 && !reduce_splits(p, acc, tile, z, ctid))
+		if (SPLIT_K && gridDim.z > 1 && !reduce_splits(p, acc, tile, z, ctid)) {
+			if (TRACE && tid == 128)
+				tr[2] = now();
 			return;
+		}
 		epilogue(p, acc, m0 + 64 * c, n0, w, lane);
+		if (TRACE && tid == 128)
+			tr[2] = now();
 	}
 
 	static __device__ __forceinline__ void release(uint32_t empty, unsigned lane)
@@ -486,12 +512,18 @@ struct nv_wg_gemm {
 		if (!s_last)
 			return false;
 		__threadfence();
+		/* Split by split, each split's NACC loads issued together (this
+		 * CTA's own partial read back like the others): the same sum in
+		 * the same order as adding each accumulator's splits in turn,
+		 * which waited out one L2 round trip per load (NACC x splits of
+		 * them, some 20 us at n64 with 4 splits: bench/RESULTS.md). */
 #pragma unroll
-		for (int i = 0; i < NACC; i++) {
-			float v = 0.0f;
-			for (int zz = 0; zz < splits; zz++)
-				v += zz == z ? acc[i] : __ldcg(&ws[((int64_t)zz * NACC + i) * 256 + ctid]);
-			acc[i] = v;
+		for (int i = 0; i < NACC; i++)
+			acc[i] = __ldcg(&ws[(int64_t)i * 256 + ctid]);
+		for (int zz = 1; zz < splits; zz++) {
+#pragma unroll
+			for (int i = 0; i < NACC; i++)
+				acc[i] += __ldcg(&ws[((int64_t)zz * NACC + i) * 256 + ctid]);
 		}
 		return true;
 	}
