@@ -119,12 +119,14 @@ int nv_wg_plan_make(int64_t m, int64_t n, int64_t k, int sms, const int occ[NV_W
 	if (tile < 0 || occ[tile] <= 0)
 		return -ENOTSUP;
 	/* Wide N on few rows: the widest tile would leave most SMs idle and
-	 * cannot split K, so narrower tiles (down to 64 columns) trade a
-	 * re-read of A from L2 for CTAs (4096 x 256 x 14336 on the H200:
-	 * 32 CTAs 109.7 us, 128 CTAs of 64 columns 66.4 us). */
+	 * cannot split K, so the 128-column tile, which can, trades a re-read
+	 * of A from L2 for CTAs, and split-K below gives it more (4096 x 256
+	 * x 14336 on the H200: 32 CTAs of 256 columns 110 us; 128 of 64
+	 * columns 68.9 us; 64 of 128 columns in two splits 48.4 us, once the
+	 * split-K sum issued each split's loads together: bench/RESULTS.md). */
 	const int64_t tiles_m = nv_wg_m_pad(m) / NV_WG_BM;
 	if (force_tile < 0 && n > tiles[0][NV_WG_TILE_n128].bn)
-		while (tile < NV_WG_TILE_n64 && occ[tile + 1] > 0 &&
+		while (tile < NV_WG_TILE_n128 && occ[tile + 1] > 0 &&
 		       tiles_m * ((n + tiles[0][tile].bn - 1) / tiles[0][tile].bn) * 2 < sms)
 			tile++;
 	memset(plan, 0, sizeof(*plan));

@@ -46,7 +46,7 @@ struct nv_wg_plan {
 };
 
 /* The narrowest tile that covers N (n16 .. n128, then n256 for wider N,
- * or narrower tiles down to n64 while the tiles would not occupy half the
+ * or narrower tiles down to n128 while the tiles would not occupy half the
  * SMs; occ[t] = 0 marks a tile this device cannot run, replaced by the
  * next wider one, else the next narrower), then split-K: the largest power of
  * two that keeps tiles x splits within one CTA per SM and at least 4

@@ -183,10 +183,18 @@ static void test_plan(void **state)
 		assert_int_equal(nv_wg_plan_make(16384, pick[i].n, 4096, 132, occ, -1, &p), 0);
 		assert_int_equal(p.tile, pick[i].tile);
 	}
-	/* Wide N on few rows: narrower tiles for CTAs (measured faster). */
+	/* Wide N on few rows: the 128-column tile and split-K for CTAs
+	 * (measured faster than 256 columns, and than 64 without a split). */
 	assert_int_equal(nv_wg_plan_make(4096, 256, 14336, 132, occ, -1, &p), 0);
-	assert_int_equal(p.tile, NV_WG_TILE_n64);
-	assert_int_equal(p.tiles_m * p.tiles_n, 128);
+	assert_int_equal(p.tile, NV_WG_TILE_n128);
+	assert_int_equal(p.tiles_m * p.tiles_n, 64);
+	assert_int_equal(p.splits, 2);
+	assert_int_equal(p.iters_per_split, 112);
+	/* Fewer rows still: 128 columns, and more splits (never below). */
+	assert_int_equal(nv_wg_plan_make(1024, 512, 8192, 132, occ, -1, &p), 0);
+	assert_int_equal(p.tile, NV_WG_TILE_n128);
+	assert_int_equal(p.tiles_m * p.tiles_n, 32);
+	assert_int_equal(p.splits, 4);
 	assert_int_equal(nv_wg_plan_make(14336, 256, 4096, 132, occ, -1, &p), 0);
 	assert_int_equal(p.tile, NV_WG_TILE_n256);
 	assert_int_equal(nv_wg_plan_make(4096, 256, 14336, 132, occ, NV_WG_TILE_n256, &p), 0);
