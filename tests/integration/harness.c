@@ -396,3 +396,17 @@ long long harness_metric(int port, const char *name)
 {
 	return (long long)harness_metric_value(port, name);
 }
+
+int harness_reconfigure(const struct mfmad_proc *p, const char *conf)
+{
+	int before = harness_log_count(p, "configuration reloaded");
+	FILE *f = fopen(p->conf, "w");
+	if (!f)
+		return -1;
+	fprintf(f, "%s\n", conf);
+	if (fclose(f) != 0 || kill(p->pid, SIGHUP) != 0)
+		return -1;
+	for (int i = 0; i < 200 && harness_log_count(p, "configuration reloaded") == before; i++)
+		usleep(25 * 1000);
+	return harness_log_count(p, "configuration reloaded") > before ? 0 : -1;
+}

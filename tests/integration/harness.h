@@ -67,6 +67,11 @@ int harness_http_get(int port, const char *path, char *out, size_t outlen);
 double harness_metric_value(int port, const char *name);
 long long harness_metric(int port, const char *name);
 
+/* Replaces the daemon's configuration file with conf, sends SIGHUP and
+ * waits (up to 5 s) for the log's next "configuration reloaded": 0, or
+ * -1 when the file could not be written or no reload was logged. */
+int harness_reconfigure(const struct mfmad_proc *p, const char *conf);
+
 /* Runs a program with arguments, stdout captured into out (NUL-terminated,
  * cut at outlen-1); returns its exit status or -1. */
 int harness_run(const char *const *argv, char *out, size_t outlen);

@@ -12,6 +12,16 @@
 #include "cpu_gemm.h"
 #include "ctl_util.h"
 
+mfma_client *harness_client(const struct mfmad_proc *p)
+{
+	mfma_client *c;
+	struct mfma_error err;
+	if (mfma_connect(p->endpoint, &c, &err) != 0)
+		fail_msg("connect to %s: %s", p->endpoint, err.message);
+	mfma_set_timeout(c, 60000);
+	return c;
+}
+
 void harness_dense_f32_args(struct mfma_gemm_args *g, const float *a, const float *b, uint32_t m,
 			    uint32_t k, uint32_t n)
 {

@@ -6,7 +6,13 @@
 
 #include <stdint.h>
 
+#include "harness.h"
 #include "mfma.h"
+
+/* A client connected to the daemon p started, with a 60 s timeout on its
+ * calls (so that a hung daemon fails the test instead of hanging it); a
+ * cmocka failure when it cannot connect. */
+mfma_client *harness_client(const struct mfmad_proc *p);
 
 /* g for D = A B, A (m x k) dense f32 in the request, B (k x n) f32: the
  * arguments most tests start from. */

@@ -5,43 +5,24 @@
  * with batching on go to the device's queue as before; 0 turns it off and
  * SIGHUP on again.  /metrics' mfmad_device_inline_total says which way
  * each went. */
-#include <errno.h>
 #include <setjmp.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <cmocka.h>
 
 #include "cpu_gemm.h"
 #include "ctl_util.h"
 #include "harness.h"
+#include "harness_gemm.h"
 #include "mfma.h"
 
 #define INLINE_TOTAL "mfmad_device_inline_total{device=\"0\"}"
 #define COMPLETED "mfmad_device_completed_total{device=\"0\"}"
-
-static void sleep_ms(unsigned ms)
-{
-	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-		;
-}
-
-static mfma_client *connect_to(const struct mfmad_proc *p)
-{
-	mfma_client *c;
-	struct mfma_error err;
-	if (mfma_connect(p->endpoint, &c, &err) != 0)
-		fail_msg("connect: %s", err.message);
-	mfma_set_timeout(c, 60000);
-	return c;
-}
 
 /* A GEMM's operands, random from seed, and its float64 reference. */
 struct case_data {
@@ -128,7 +109,7 @@ static void test_small_gemms_run_inline(void **state)
 	struct mfmad_proc p;
 	int port = harness_start_metrics(&p, NULL, NULL, NULL);
 	assert_true(port > 0);
-	mfma_client *c = connect_to(&p);
+	mfma_client *c = harness_client(&p);
 	static const uint32_t shapes[][3] = { { 1, 1, 4 }, { 7, 5, 12 }, { 16, 16, 16 },
 					      { 31, 3, 36 }, { 32, 32, 32 } };
 	static const enum mfma_dtype types[] = { MFMA_DT_F32, MFMA_DT_F16, MFMA_DT_BF16,
@@ -159,7 +140,7 @@ static void test_busy_device_queues(void **state)
 	 * the small ones to arrive while it does. */
 	int port = harness_start_metrics(&p, "cpu = { threads = 1; };", NULL, NULL);
 	assert_true(port > 0);
-	mfma_client *c = connect_to(&p);
+	mfma_client *c = harness_client(&p);
 	enum { SMALL = 8 };
 	struct case_data big, small[SMALL];
 	case_make(&big, 640, 640, 640, MFMA_DT_F32, false, 1);
@@ -205,7 +186,7 @@ static void test_resident_weight_with_batching(void **state)
 		struct mfmad_proc p;
 		int port = harness_start_metrics(&p, confs[off], NULL, NULL);
 		assert_true(port > 0);
-		mfma_client *c = connect_to(&p);
+		mfma_client *c = harness_client(&p);
 		struct case_data cd;
 		case_make(&cd, 24, 4, 32, MFMA_DT_F32, true, 5);
 		struct mfma_load_args la;
@@ -236,19 +217,6 @@ static void test_resident_weight_with_batching(void **state)
 	}
 }
 
-static void reconfigure(const struct mfmad_proc *p, const char *conf)
-{
-	int before = harness_log_count(p, "configuration reloaded");
-	FILE *f = fopen(p->conf, "w");
-	assert_non_null(f);
-	fprintf(f, "%s\n", conf);
-	fclose(f);
-	assert_int_equal(kill(p->pid, SIGHUP), 0);
-	for (int i = 0; i < 200 && harness_log_count(p, "configuration reloaded") == before; i++)
-		sleep_ms(25);
-	assert_true(harness_log_count(p, "configuration reloaded") > before);
-}
-
 /* 0 keeps every GEMM on the queue; SIGHUP changes the limit live. */
 static void test_off_and_reload(void **state)
 {
@@ -256,18 +224,18 @@ static void test_off_and_reload(void **state)
 	struct mfmad_proc p;
 	int port = harness_start_metrics(&p, "cpu = { inline_max_flops = 0; };", NULL, NULL);
 	assert_true(port > 0);
-	mfma_client *c = connect_to(&p);
+	mfma_client *c = harness_client(&p);
 	for (int i = 0; i < 4; i++)
 		gemm_checked(c, 8, 8, 8, MFMA_DT_F32, false, 40 + (uint64_t)i);
 	assert_int_equal(harness_metric(port, INLINE_TOTAL), 0);
 	/* 2 x 64 x 64 x 64 = 524288: queued with the limit at 0, on the loop
 	 * with the limit raised to it. */
 	gemm_checked(c, 64, 64, 64, MFMA_DT_BF16, true, 50);
-	reconfigure(&p, "cpu = { inline_max_flops = 524288; };");
+	assert_int_equal(harness_reconfigure(&p, "cpu = { inline_max_flops = 524288; };"), 0);
 	gemm_checked(c, 64, 64, 64, MFMA_DT_BF16, true, 51);
 	gemm_checked(c, 8, 8, 8, MFMA_DT_F32, false, 52);
 	assert_int_equal(harness_metric(port, INLINE_TOTAL), 2);
-	reconfigure(&p, "cpu = { inline_max_flops = 0; };");
+	assert_int_equal(harness_reconfigure(&p, "cpu = { inline_max_flops = 0; };"), 0);
 	gemm_checked(c, 8, 8, 8, MFMA_DT_F32, false, 53);
 	assert_int_equal(harness_metric(port, INLINE_TOTAL), 2);
 	assert_int_equal(harness_metric(port, COMPLETED), 8);

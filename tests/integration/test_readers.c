@@ -31,18 +31,9 @@
 #include "ctl_util.h"
 #include "frame.h"
 #include "harness.h"
+#include "harness_gemm.h"
 #include "mfma.h"
 #include "mfma_clock.h"
-
-static mfma_client *connect_to(const struct mfmad_proc *p)
-{
-	mfma_client *c;
-	struct mfma_error err;
-	if (mfma_connect(p->endpoint, &c, &err) != 0)
-		fail_msg("connect: %s", err.message);
-	mfma_set_timeout(c, 60000);
-	return c;
-}
 
 /* The shapes: a dense GEMM of 64 KiB A and 64 KiB B (a 128 KiB frame), and
  * one on the resident weight W (WM x K) with 16 KiB of B. */
@@ -151,7 +142,7 @@ static void *client_main(void *arg)
 
 static void load_weight(const struct mfmad_proc *p)
 {
-	mfma_client *c = connect_to(p);
+	mfma_client *c = harness_client(p);
 	struct mfma_error err;
 	assert_int_equal(ctl_random_matrix(weight, MFMA_DT_F32, WM, K, false, 99), 0);
 	struct mfma_load_args la;
@@ -254,7 +245,7 @@ static void test_region_between_large_frames(void **state)
 	struct mfmad_proc p;
 	int port = harness_free_port();
 	start(&p, "reader_threads = 2; reader_min_kb = 1; reader_when_busy = false;", port);
-	mfma_client *c = connect_to(&p);
+	mfma_client *c = harness_client(&p);
 	struct mfma_error err;
 	float *a = malloc(sizeof(float) * M * K), *b = malloc(sizeof(float) * K * N);
 	assert_true(a && b);

@@ -41,12 +41,7 @@ static void sleep_ms(unsigned ms)
 
 static mfma_client *connect_spin(const struct mfmad_proc *p, uint32_t spin_us)
 {
-	mfma_client *c;
-	struct mfma_error err;
-	if (mfma_connect(p->endpoint, &c, &err) != 0)
-		fail_msg("connect: %s", err.message);
-	/* A hung daemon fails the test instead of hanging it. */
-	mfma_set_timeout(c, 60000);
+	mfma_client *c = harness_client(p);
 	assert_int_equal(mfma_set_spin_us(c, spin_us), 0);
 	assert_int_equal(mfma_spin_us(c), spin_us);
 	return c;
@@ -138,19 +133,6 @@ static uint64_t cpu_over_pings(const struct mfmad_proc *p, mfma_client *c)
 	return loop_cpu_ms(p->pid) - before;
 }
 
-static void reconfigure(const struct mfmad_proc *p, const char *conf)
-{
-	int before = harness_log_count(p, "configuration reloaded");
-	FILE *f = fopen(p->conf, "w");
-	assert_non_null(f);
-	fprintf(f, "%s\n", conf);
-	fclose(f);
-	assert_int_equal(kill(p->pid, SIGHUP), 0);
-	for (int i = 0; i < 200 && harness_log_count(p, "configuration reloaded") == before; i++)
-		sleep_ms(25);
-	assert_true(harness_log_count(p, "configuration reloaded") > before);
-}
-
 /* limits.loop_poll_us changes on SIGHUP, both ways.  The thresholds leave
  * room for a loaded machine: on, the window alone could burn ~300 ms over
  * the 30 pings (and 10 ms per 100 ms timer tick); off, a ping costs the
@@ -166,9 +148,9 @@ static void test_sighup_turns_loop_poll_off_and_on(void **state)
 	assert_int_equal(harness_start(&p, on, NULL), 0);
 	mfma_client *c = connect_spin(&p, 0);
 	uint64_t first = cpu_over_pings(&p, c);
-	reconfigure(&p, off);
+	assert_int_equal(harness_reconfigure(&p, off), 0);
 	uint64_t none = cpu_over_pings(&p, c);
-	reconfigure(&p, on);
+	assert_int_equal(harness_reconfigure(&p, on), 0);
 	uint64_t again = cpu_over_pings(&p, c);
 	print_message("loop thread CPU over 30 pings: %llu ms polling, %llu ms after SIGHUP "
 		      "to 0, %llu ms after SIGHUP back to 10000 us\n",
