@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "ctl_util.h"
+#include "mfmad_build.h"
 
 static const char help_main[] =
 	"NAME\n"
@@ -72,6 +73,9 @@ static const char help_main[] =
 	"        $MFMA_TLS_KEY).\n"
 	"    -h, --help\n"
 	"        This text; after a command, that command's help.\n"
+	"    -V, --version\n"
+	"        Print the version of mfmactl and of the client library it runs\n"
+	"        with, and exit (before the command only).\n"
 	"\n"
 	"ELEMENT TYPES AND .npy FILES\n"
 	"    f32 (<f4), f16 (<f2), i8 (|i1), i32 (<i4).  NumPy has no bfloat16, so\n"
@@ -561,12 +565,18 @@ int ctl_connect(struct ctl *ctl, mfma_client **client)
 
 int main(int argc, char **argv)
 {
-	static const struct option opts[] = { CTL_COMMON_LONG, { NULL, 0, NULL, 0 } };
+	static const struct option opts[] = { CTL_COMMON_LONG,
+					      { "version", no_argument, NULL, 'V' },
+					      { NULL, 0, NULL, 0 } };
 	struct ctl ctl = { .timeout_ms = -1, .spin_us = -1 };
 	int opt;
 
 	/* '+': stop at the command word; its options are its own. */
-	while ((opt = getopt_long(argc, argv, "+" CTL_COMMON_SHORT, opts, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, "+" CTL_COMMON_SHORT "V", opts, NULL)) != -1) {
+		if (opt == 'V') {
+			printf("mfmactl %s\nlibmfmaclient %s\n", MFMAD_VERSION, mfma_version());
+			return CTL_EXIT_OK;
+		}
 		int r = ctl_common_option(&ctl, NULL, opt, optarg);
 		if (r != CTL_CONTINUE)
 			return r;

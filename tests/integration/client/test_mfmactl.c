@@ -24,6 +24,7 @@
 #include "cpu_gemm.h"
 #include "frame.h"
 #include "harness.h"
+#include "mfmad_build.h"
 #include "json.h"
 #include "mfma.pb-c.h"
 #include "npy.h"
@@ -178,6 +179,10 @@ static void test_help_and_usage(void **state)
 	assert_int_equal(ctl(e, "submit", "--help", NULL), 0);
 	expect_in(e->out, "--check");
 	expect_in(e->out, "--out-dtype");
+	assert_int_equal(ctl(e, "--version", NULL), 0);
+	expect_in(e->out, "mfmactl " MFMAD_VERSION "\nlibmfmaclient " MFMAD_VERSION "\n");
+	assert_int_equal(ctl(e, "-V", NULL), 0);
+	expect_in(e->out, "mfmactl ");
 
 	assert_int_equal(ctl(e, NULL), 2);
 	assert_int_equal(ctl(e, "frobnicate", NULL), 2);
