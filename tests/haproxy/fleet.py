@@ -23,10 +23,23 @@ def skip(reason):
     sys.exit(77)
 
 
+_given_ports = set()
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback TCP port free now and not handed out before by this
+    process: the kernel may give a port it has just released to the next
+    bind to port 0, so two picks in a row (a daemon's TCP and metrics
+    ports) could otherwise be the same one (CI saw "Address already in
+    use" for a daemon's metrics port that way)."""
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _given_ports:
+            _given_ports.add(port)
+            return port
+    raise RuntimeError("no free loopback port")
 
 
 def readyz(metrics_port):
