@@ -568,8 +568,8 @@ static int choose_device(struct daemon *d, const Mfma__V1__Gemm *g, const struct
 /* A GEMM small enough to cost less than waking the device's worker runs
  * on the loop (sched_run_inline), on a backend that allows it, when the
  * device is idle: cpu.inline_max_flops (0: never).  Not one that may
- * share a launch while batching is on: under load it batches, and alone
- * it waits for company only when a queue delay asks for that. */
+ * share a launch while batching is on: a burst of them would each find
+ * the device idle and run alone, where queued they share launches. */
 static bool run_inline(struct daemon *d, int dev, struct gemm_job *j)
 {
 	const struct device *v = &d->dev[dev];

@@ -108,6 +108,22 @@ servecheck() {
 	grep -E "^(CHECK batched|CHECK summary|FAIL)" "$OUT/$1" | cut -c1-230 | tail -10
 }
 
+# wg_ncu NAME REGEX SHAPE [VAR=VALUE...]: Nsight Compute (clocks left
+# alone) on the sixth launch of the wgmma_bench kernels whose name matches
+# REGEX, in `wgmma_bench bench SHAPE` run with WG_DTYPES=f16 and the VARs;
+# the report in $OUT/ncu_NAME.txt, its main lines on stdout.
+wg_ncu() {
+	local name=$1 re=$2 shape=$3
+	shift 3
+	env WG_DTYPES=f16 "$@" timeout 200 ncu --clock-control none -k "regex:$re" --launch-skip 5 --launch-count 1 \
+		--section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
+		--section Occupancy --section LaunchStats --section ComputeWorkloadAnalysis --section SchedulerStats \
+		.devlibs/wgmma_bench bench "$shape" >"$OUT/ncu_$name.txt" 2>&1
+	echo "=== ncu $name rc=$?"
+	grep -E "Duration|Throughput|Pipe|Warp Cycles Per Issued|Issue Slots Busy|Registers Per|Achieved Occupancy|Hit Rate|Bank Conflicts|Stall|SM Active Cycles|Grid Size|Waves Per SM|Block Limit" \
+		"$OUT/ncu_$name.txt" | head -28
+}
+
 for s in $steps; do
 case $s in
 test)
@@ -530,13 +546,7 @@ wgdensesan)
 	;;
 wgdensencu)
 	# Hardware counters of one launch of the widest dense kernel at 8192^3.
-	WG_KIND=dense WG_DTYPES=f16 timeout 200 ncu --clock-control none -k "regex:nv_wg_dense_f16_n256" \
-		--launch-skip 5 --launch-count 1 --section SpeedOfLight --section MemoryWorkloadAnalysis \
-		--section WarpStateStats --section Occupancy --section LaunchStats --section ComputeWorkloadAnalysis \
-		.devlibs/wgmma_bench bench 8192x8192x8192 >"$OUT/ncu_wgx.txt" 2>&1
-	echo "=== ncu wgx rc=$?"
-	grep -E "Duration|Throughput|Pipe|Warp Cycles Per Issued|Issue Slots Busy|Registers Per|Achieved Occupancy|Hit Rate|Bank Conflicts|Stall" \
-		"$OUT/ncu_wgx.txt" | head -24
+	wg_ncu wgx nv_wg_dense_f16_n256 8192x8192x8192 WG_KIND=dense
 	;;
 wgdecode)
 	# The decode kernels (nv_wgmma_decode.cuh, .devlibs/wgmma_bench): odd
@@ -564,13 +574,7 @@ wgdsan)
 	;;
 wgdncu)
 	# Hardware counters of one launch of the decode kernel at 14336x16x4096.
-	WG_DTYPES=f16 timeout 120 ncu --clock-control none -k "regex:nv_wgd_f16_d16" --launch-skip 5 --launch-count 1 \
-		--section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
-		--section Occupancy --section LaunchStats \
-		.devlibs/wgmma_bench bench 14336x16x4096 >"$OUT/ncu_wgd.txt" 2>&1
-	echo "=== ncu wgd rc=$?"
-	grep -E "Duration|Throughput|Warp Cycles Per Issued|Issue Slots Busy|Registers Per|Achieved Occupancy|Hit Rate|Stall|Grid Size" \
-		"$OUT/ncu_wgd.txt" | head -24
+	wg_ncu wgd nv_wgd_f16_d16 14336x16x4096
 	;;
 spread)
 	# Whether the block scheduler puts two CTAs of a grid smaller than the
@@ -606,14 +610,7 @@ splitncu)
 	# out as slow): what makes the second stream at half the rate.
 	for spec in "nv_wg_f16_n64 14336x64x4096 1" "nv_wg_f16_n64 4096x64x14336 4" "nv_wg_nomath_f16_n64 4096x64x14336 4"; do
 		set -- $spec
-		WG_DTYPES=f16 WG_NODECODE=1 WG_SPLITS=$3 timeout 200 ncu --clock-control none -k "regex:^$1\$" \
-			--launch-skip 5 --launch-count 1 \
-			--section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
-			--section Occupancy --section LaunchStats --section SchedulerStats \
-			.devlibs/wgmma_bench bench "$2" >"$OUT/ncu_$1_$2.txt" 2>&1
-		echo "=== ncu $1 $2 split $3 rc=$?"
-		grep -E "Duration|DRAM Throughput|Memory Throughput|L2 Hit Rate|L1/TEX Hit|Grid Size|Waves Per SM|Achieved Occupancy|Warp Cycles Per Issued|Stall|Active SM|SM Busy|Block Limit" \
-			"$OUT/ncu_$1_$2.txt" | head -22
+		wg_ncu "$1_$2_s$3" "^$1\$" "$2" WG_NODECODE=1 WG_SPLITS="$3"
 	done
 	;;
 wgncu)
@@ -621,13 +618,7 @@ wgncu)
 	# kernel (clocks left alone).
 	for spec in "nv_wg_f16_n256 8192x8192x8192" "nv_wg_f16_n16 14336x16x4096"; do
 		set -- $spec
-		WG_DTYPES=f16 timeout 200 ncu --clock-control none -k "regex:$1" --launch-skip 5 --launch-count 1 \
-			--section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
-			--section Occupancy --section LaunchStats --section ComputeWorkloadAnalysis \
-			.devlibs/wgmma_bench bench "$2" >"$OUT/ncu_$1.txt" 2>&1
-		echo "=== ncu $1 rc=$?"
-		grep -E "Duration|Throughput|Pipe|Warp Cycles Per Issued|Issue Slots Busy|Registers Per|Achieved Occupancy|Hit Rate|Bank Conflicts|Stall" \
-			"$OUT/ncu_$1.txt" | head -24
+		wg_ncu "$1" "$1" "$2"
 	done
 	;;
 esac

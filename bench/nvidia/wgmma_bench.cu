@@ -974,6 +974,19 @@ static int run_dchecks(int sms)
 
 /* ---- benchmark ---- */
 
+/* The numbers of environment variable name ("4", "2,4" or "0 20 40"), in
+ * order; empty when it is not set. */
+static std::vector<double> env_numbers(const char *name)
+{
+	std::vector<double> out;
+	const char *e = getenv(name);
+	char list[256];
+	snprintf(list, sizeof(list), "%s", e ? e : "");
+	for (char *tok = strtok(list, " ,"); tok; tok = strtok(NULL, " ,"))
+		out.push_back(atof(tok));
+	return out;
+}
+
 static float time_median(void (*fn)(void *, int, cudaStream_t), void *ctx, int copies, cudaStream_t s)
 {
 	cudaEvent_t e0, e1;
@@ -1228,12 +1241,10 @@ static void run_bench_shape(int bf16, int m, int n, int k, int sms, cublasHandle
 	 * reverse order, each keeping its faster pass: at the large shapes the
 	 * GPU's clock falls as it heats, and the first to run gains. */
 	std::vector<int> sp = { 1, 2, 3, 4, 6, 8 };
-	if (getenv("WG_SPLITS")) { /* "4" or "2,4": only these (a profile's launches) */
+	if (getenv("WG_SPLITS")) { /* only these (a profile's launches) */
 		sp.clear();
-		char list[64];
-		snprintf(list, sizeof(list), "%s", getenv("WG_SPLITS"));
-		for (char *tok = strtok(list, " ,"); tok; tok = strtok(NULL, " ,"))
-			sp.push_back(atoi(tok));
+		for (double x : env_numbers("WG_SPLITS"))
+			sp.push_back((int)x);
 	}
 	tile_best tb = time_tiles(0, bf16, m, n, ldb, w, db, dd, t_blas, sr, sp, sms, s);
 	tile_best ta = time_tiles(0, bf16, m, n, ldb, wa, db, dd, t_blas, sr, sp, sms, s);
@@ -1264,20 +1275,21 @@ static void run_bench_shape(int bf16, int m, int n, int k, int sms, cublasHandle
 	 * rotating copies (a weight among many, for what the hint costs when
 	 * nothing stays), beside cuBLAS on one dense copy. */
 	if (getenv("WG_KEEP")) {
+		int occ[NV_WG_TILE_COUNT];
+		for (int t = 0; t < NV_WG_TILE_COUNT; t++)
+			occ[t] = 1;
+		struct nv_wg_plan pl;
+		struct nv_wg_tile_shape sh;
 		const variant *hv = NULL;
-		for (int vi = 0; vi < nvariants; vi++) {
-			const variant *v = &variants[vi];
-			if (v->bf16 == bf16 && !v->dense && v->order == w[0].order && v->bn >= n &&
-			    (!hv || v->bn < hv->bn))
-				hv = v;
+		if (nv_wg_plan_make(m, n, k, sms, occ, -1, &pl) == 0) {
+			nv_wg_tile_shape(0, pl.tile, &sh);
+			hv = find_variant(0, bf16, sh.bn, w[0].order);
 		}
 		const float blas1 = time_median(blas_call, &bc, 1, s);
-		char list[128];
-		snprintf(list, sizeof(list), "%s", getenv("WG_KEEP"));
-		for (char *tok = strtok(list, " ,"); hv && tok; tok = strtok(NULL, " ,")) {
-			/* MB of the weight to keep, as whole stages of every tile. */
-			const double per_stage = (double)((m + NV_WG_BM - 1) / NV_WG_BM) * (NV_WG_A_BYTES + NV_WG_E_BYTES);
-			int keep = (int)(atof(tok) * 1e6 / per_stage);
+		/* A stage of every tile, in bytes (values and metadata). */
+		const double per_stage = (double)((m + NV_WG_BM - 1) / NV_WG_BM) * (NV_WG_A_BYTES + NV_WG_E_BYTES);
+		for (double mb : hv ? env_numbers("WG_KEEP") : std::vector<double>()) {
+			int keep = (int)(mb * 1e6 / per_stage);
 			std::vector<wg_launch> L(copies);
 			bool bad = false;
 			for (int i = 0; i < copies; i++)
@@ -1557,7 +1569,7 @@ static void ldg_call(void *ctx, int i, cudaStream_t s)
 static int run_stream_probe(int sms)
 {
 	const size_t vbytes = (size_t)14336 * 2048 * 2, mbytes = vbytes / 8;
-	const int copies = 3; /* 3 x 63 MiB: no copy is left in the 50 MB L2 */
+	const int copies = 3; /* 3 x 63 MiB: no copy is left in the 60 MB L2 */
 	std::vector<char *> bufs(copies), metas(copies);
 	for (int i = 0; i < copies; i++) {
 		CK(cudaMalloc(&bufs[i], vbytes));
@@ -1570,12 +1582,9 @@ static int run_stream_probe(int sms)
 	cudaStream_t s;
 	CK(cudaStreamCreate(&s));
 	printf("stream probe: %zu MiB of values + %zu MiB of metadata, %d SMs\n", vbytes >> 20, mbytes >> 20, sms);
-	printf("| copies | chunk KiB | stages | ring KiB | grid | order | us | TB/s |\n|---|---|---|---|---|---|---|---|\n");
+	printf("| what reads | chunk KiB | stages | ring KiB | grid | order | us | TB/s |\n|---|---|---|---|---|---|---|---|\n");
 	for (int grid : { sms * 4, sms * 8 }) {
-		ldg_ctx lc = { &bufs, (long)((vbytes + mbytes) / 16), grid, sink };
-		/* The values and the metadata are two buffers: read one length
-		 * that spans both sizes from the values' buffer (it is larger). */
-		lc.n16 = (long)(vbytes / 16);
+		ldg_ctx lc = { &bufs, (long)(vbytes / 16), grid, sink };
 		const float t = time_median(ldg_call, &lc, copies, s);
 		printf("| ldg (values only) | - | - | - | %d x 512 | grid-stride | %.1f | %.2f |\n", grid, t, vbytes / t * 1e-6);
 	}

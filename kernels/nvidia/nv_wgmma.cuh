@@ -108,6 +108,22 @@ static __device__ __forceinline__ void nv_mbar_wait(uint32_t bar, uint32_t parit
 	} while (!ok);
 }
 
+/* The GPU's global timer (ns) and the SM this thread runs on: the trace
+ * of nv_wg_gemm's TRACE kernels. */
+static __device__ __forceinline__ uint64_t nv_globaltimer(void)
+{
+	uint64_t t;
+	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+	return t;
+}
+
+static __device__ __forceinline__ unsigned nv_smid(void)
+{
+	unsigned sm;
+	asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+	return sm;
+}
+
 /* Cache hints (CUTLASS CacheHintSm90): the weight is read once per
  * column of tiles, B by every row of tiles. */
 #define NV_WG_EVICT_FIRST 0x12F0000000000000ull
@@ -374,13 +390,6 @@ struct nv_wg_gemm {
 	static_assert(BN % 16 == 0 && BN <= 256, "BN");
 	static_assert(A_BYTES % 1024 == 0 && B_BYTES % 1024 == 0 && STAGE % 1024 == 0, "stage alignment");
 
-	static __device__ __forceinline__ uint64_t now(void)
-	{
-		uint64_t t;
-		asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-		return t;
-	}
-
 	static __device__ __forceinline__ void run(const nv_wg_params &p, char *smem_raw,
 						   unsigned long long *trace = nullptr)
 	{
@@ -408,10 +417,8 @@ struct nv_wg_gemm {
 		}
 		__syncthreads();
 		if (TRACE && tid == 0) {
-			unsigned sm;
-			asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
-			tr[0] = now();
-			tr[3] = sm;
+			tr[0] = nv_globaltimer();
+			tr[3] = nv_smid();
 		}
 
 		if (wg == 0) {
@@ -468,16 +475,16 @@ struct nv_wg_gemm {
 			asm volatile("" ::"r"(prev0), "r"(prev1));
 		}
 		if (TRACE && tid == 128)
-			tr[1] = now();
+			tr[1] = nv_globaltimer();
 
 		if (SPLIT_K && gridDim.z > 1 && !reduce_splits(p, acc, tile, z, ctid)) {
 			if (TRACE && tid == 128)
-				tr[2] = now();
+				tr[2] = nv_globaltimer();
 			return;
 		}
 		epilogue(p, acc, m0 + 64 * c, n0, w, lane);
 		if (TRACE && tid == 128)
-			tr[2] = now();
+			tr[2] = nv_globaltimer();
 	}
 
 	static __device__ __forceinline__ void release(uint32_t empty, unsigned lane)
