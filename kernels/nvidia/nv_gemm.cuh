@@ -60,9 +60,14 @@ struct nv_gemm_tile {
 		CPR = P::ESIZE == 2 ? BN / 8 : 8,
 		B_ROWS = P::ESIZE == 2 ? 64 : BN,
 		EPI_LD = NV_EPI_LD(BN),
+		/* Split-K's sum: a thread's uint4 elements of the tile, and how
+		 * many of them it loads at once (bounded for the registers). */
+		PER_THREAD = BM * BN / 4 / THREADS,
+		GROUP = PER_THREAD < 8 ? PER_THREAD : 8,
 	};
 	static_assert(WM % 16 == 0 && WN % (8 * P::NBL) == 0, "warp tile");
 	static_assert(NV_BK_BYTES / P::ESIZE / P::KSTEP == KSTEPS, "k-steps per stage");
+	static_assert(PER_THREAD * THREADS == BM * BN / 4 && PER_THREAD % GROUP == 0, "split-K sum");
 
 	/* Issues the cp.async copies of K iteration `it` into stage `slot`. */
 	static __device__ __forceinline__ void load_stage(const nv_gemm_params &p, const char *ga,
@@ -206,15 +211,32 @@ struct nv_gemm_tile {
 		if (!s_last)
 			return false;
 		__threadfence();
-		/* The partials are added in split order whichever CTA came
-		 * last, so that the result does not depend on timing. */
-		for (int i = tid; i < BM * BN / 4; i += THREADS) {
-			int r = i / (BN / 4), c = 4 * (i % (BN / 4));
-			const uint4 own = *(const uint4 *)&out[r * EPI_LD + c];
-			uint4 v = z == 0 ? own : __ldcg(&ws[i]);
-			for (int zz = 1; zz < p.splits; zz++)
-				v = add4(v, zz == z ? own : __ldcg(&ws[(int64_t)zz * (BM * BN / 4) + i]));
-			*(uint4 *)&out[r * EPI_LD + c] = v;
+		/* The partials are added in split order whichever CTA came last,
+		 * so that the result does not depend on timing, and each split's
+		 * loads of a group of a thread's elements are issued together
+		 * (this CTA's own partial read back like the others): adding one
+		 * element's splits in turn waited out an L2 round trip per load,
+		 * as the wgmma kernels' sum did (bench/RESULTS.md). */
+#pragma unroll 1
+		for (int g = 0; g < PER_THREAD; g += GROUP) {
+			uint4 v[GROUP];
+#pragma unroll
+			for (int e = 0; e < GROUP; e++)
+				v[e] = __ldcg(&ws[tid + (g + e) * THREADS]);
+			for (int zz = 1; zz < p.splits; zz++) {
+				uint4 part[GROUP];
+#pragma unroll
+				for (int e = 0; e < GROUP; e++)
+					part[e] = __ldcg(&ws[(int64_t)zz * (BM * BN / 4) + tid + (g + e) * THREADS]);
+#pragma unroll
+				for (int e = 0; e < GROUP; e++)
+					v[e] = add4(v[e], part[e]);
+			}
+#pragma unroll
+			for (int e = 0; e < GROUP; e++) {
+				const int i = tid + (g + e) * THREADS, r = i / (BN / 4), c = 4 * (i % (BN / 4));
+				*(uint4 *)&out[r * EPI_LD + c] = v[e];
+			}
 		}
 		__syncthreads();
 		return true;

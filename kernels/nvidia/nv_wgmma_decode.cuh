@@ -224,17 +224,28 @@ struct nv_wgd_gemm {
 		if (!s_last)
 			return false;
 		__threadfence();
+		/* CTA by CTA, each one's NACC loads issued together: the same
+		 * sums in the same order as adding each accumulator's CTAs in
+		 * turn, which waited out an L2 round trip per load. */
+		float v[NACC];
 #pragma unroll
-		for (int j = 0; j < NACC; j++) {
-			float v = 0.0f;
-			for (int cc = (int)c0; cc <= (int)c1; cc++) {
-				/* A block's first CTA holds it as its last block (slot 1)
-				 * unless the block is also where that CTA begins. */
-				const int sl = nv_wgd_unit_begin(cc, units, grid) / ki == b ? 0 : 1;
-				v += cc == c ? acc[j] : __ldcg(&ws[(((int64_t)cc * 2 + sl) * NACC + j) * NCONS + tid]);
-			}
-			acc[j] = v;
+		for (int j = 0; j < NACC; j++)
+			v[j] = 0.0f;
+		for (int cc = (int)c0; cc <= (int)c1; cc++) {
+			/* A block's first CTA holds it as its last block (slot 1)
+			 * unless the block is also where that CTA begins. */
+			const int sl = nv_wgd_unit_begin(cc, units, grid) / ki == b ? 0 : 1;
+			float part[NACC];
+#pragma unroll
+			for (int j = 0; j < NACC; j++)
+				part[j] = cc == c ? acc[j] : __ldcg(&ws[(((int64_t)cc * 2 + sl) * NACC + j) * NCONS + tid]);
+#pragma unroll
+			for (int j = 0; j < NACC; j++)
+				v[j] += part[j];
 		}
+#pragma unroll
+		for (int j = 0; j < NACC; j++)
+			acc[j] = v[j];
 		return true;
 	}
 };
