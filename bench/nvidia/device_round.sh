@@ -10,7 +10,7 @@
 #        [batching] [serving] [readsab] [postab] [readerminab] [overlapab] [copystreamab] [dmaab]
 #        [phases] [dmaphases]
 #        [wgmma] [wgsan] [raceprobe] [streamprobe] [hot] [spread] [trace] [splitncu] [wgncu] [oneinflight]
-#        [wgdecode] [wgdsan] [wgdncu] [wgdense] [wgdensesan] [wgdensencu]
+#        [kernelab] [wgdecode] [wgdsan] [wgdncu] [wgdense] [wgdensesan] [wgdensencu]
 #        (no argument: test sanitize bench e2e)
 set -u
 OUT=${OUT:-/tmp/mfma-out}
@@ -575,6 +575,36 @@ wgdsan)
 wgdncu)
 	# Hardware counters of one launch of the decode kernel at 14336x16x4096.
 	wg_ncu wgd nv_wgd_f16_d16 14336x16x4096
+	;;
+kernelab)
+	# Two builds' kernels alternately, old new new old: bench_nv (our
+	# mma.sp kernels at the plan's split and each split of AB_SPLITS,
+	# beside cuBLASLt) from .devlibs/bench_nv_old against the payload's,
+	# and wgmma_bench (the tiled and decode wgmma.sp kernels, f16) from
+	# .devlibs/wgmma_bench_old against .devlibs/wgmma_bench, where both
+	# are there.  The old binaries are a session's own: copied into
+	# .devlibs before rebuilding (bench/README.md).
+	AB_SHAPES=${AB_SHAPES:-14336x64x4096 4096x64x14336 4096x16x14336 14336x16x4096 8192x8x8192}
+	AB_WG_SHAPES=${AB_WG_SHAPES:-14336x16x4096 4096x16x14336}
+	for r in old new new old; do
+		nv=$P/bin/bench_nv wg=.devlibs/wgmma_bench
+		[ "$r" = old ] && nv=.devlibs/bench_nv_old wg=.devlibs/wgmma_bench_old
+		if [ -x "$nv" ]; then
+			for shape in $AB_SHAPES; do
+				echo "AB $r bench_nv $shape" >>"$OUT/kernelab_nv.log"
+				timeout 100 "$nv" --dtypes ${AB_DTYPES:-f16,i8} --shape "$shape" >>"$OUT/kernelab_nv.log" 2>&1
+				timeout 100 "$nv" --dtypes ${AB_DTYPES:-f16,i8} --shape "$shape" \
+					--splits ${AB_SPLITS:-1,2,4,8} >>"$OUT/kernelab_nv.log" 2>&1
+			done
+		fi
+		if [ -x "$wg" ]; then
+			echo "AB $r wgmma_bench" >>"$OUT/kernelab_wg.log"
+			WG_DTYPES=f16 timeout 200 "$wg" bench $AB_WG_SHAPES >>"$OUT/kernelab_wg.log" 2>&1
+		fi
+		echo "=== kernelab $r: rc=$?"
+	done
+	grep -E "^AB|^\| (f16|i8)|^# sweep" "$OUT/kernelab_nv.log" | cut -c1-200
+	grep -E "^AB|^bench|^\|decode| rows |^  f16_n16 " "$OUT/kernelab_wg.log" | cut -c1-160 | head -120
 	;;
 spread)
 	# Whether the block scheduler puts two CTAs of a grid smaller than the
