@@ -14,6 +14,7 @@
 #include "cpu_gemm.h"
 #include "cpu_pool.h"
 #include "frame_arena.h"
+#include "host_join.h"
 #include "mfma_clock.h"
 #include "sparse24.h"
 
@@ -21,9 +22,7 @@ struct cpu_dev {
 	struct cpu_pool *pool;
 	/* Answer frames carved as a GPU's are (CPU_ARENA_ENV), else NULL. */
 	struct frame_arena *answers;
-	/* A batched launch's joined B, C and D, grown as needed and kept. */
-	void *join[3];
-	size_t join_cap[3];
+	struct host_join join; /* a batched launch's joined B, C and D */
 	/* CPU_LEAVE_ENV: batched launches reported as left running. */
 	bool leave;
 	int left; /* of those, not yet ended */
@@ -177,8 +176,7 @@ static void cpu_close(void *dev)
 	if (!c)
 		return;
 	cpu_pool_destroy(c->pool);
-	for (int i = 0; i < 3; i++)
-		free(c->join[i]);
+	host_join_free(&c->join);
 	/* Answers still queued keep its memory until they are written. */
 	frame_arena_close(c->answers);
 	free(c);
@@ -230,47 +228,19 @@ static void cpu_weight_free(void *dev, void *handle)
 	free(cw);
 }
 
-static void *join_buf(struct cpu_dev *c, int i, size_t bytes)
-{
-	if (bytes > c->join_cap[i]) {
-		free(c->join[i]);
-		c->join[i] = malloc(bytes);
-		c->join_cap[i] = c->join[i] ? bytes : 0;
-	}
-	return c->join[i];
-}
-
-/* A batched launch on the CPU is one GEMM over the parts' columns joined:
- * B and C are gathered into the device's join buffers, D scattered back. */
-static int join_parts(struct cpu_dev *c, struct mfma_gemm *run, char *err, size_t errlen)
-{
-	size_t es = mfma_dtype_size(run->in_dtype), os = mfma_dtype_size(run->out_dtype);
-	void *b = join_buf(c, 0, (size_t)run->k * run->n * es);
-	void *cc = run->beta != 0.0f ? join_buf(c, 1, (size_t)run->m * run->n * os) : NULL;
-	void *d = join_buf(c, 2, (size_t)run->m * run->n * os);
-	if (!b || !d || (run->beta != 0.0f && !cc)) {
-		snprintf(err, errlen, "out of host memory joining a batch of %u requests", run->nparts);
-		return -ENOMEM;
-	}
-	for (size_t r = 0; r < run->k; r++)
-		mfma_gemm_gather_row(run, 'b', r, es, (unsigned char *)b + r * run->n * es);
-	for (size_t r = 0; cc && r < run->m; r++)
-		mfma_gemm_gather_row(run, 'c', r, os, (unsigned char *)cc + r * run->n * os);
-	run->b = b;
-	run->c = cc;
-	run->d = d;
-	return 0;
-}
-
 static int cpu_gemm(void *dev, const struct mfma_gemm *g, void *weight, struct backend_timing *t,
 		    char *err, size_t errlen)
 {
 	struct cpu_dev *c = dev;
+	/* A batched launch is one GEMM over the parts' columns joined. */
 	struct mfma_gemm run = *g;
+	t->gather_ns = t->split_ns = 0;
 	if (g->nparts > 1) {
-		int rc = join_parts(c, &run, err, errlen);
+		uint64_t g0 = mfma_clock_ns();
+		int rc = host_join_gather(&c->join, g, &run, err, errlen);
 		if (rc < 0)
 			return rc;
+		t->gather_ns = mfma_clock_ns() - g0;
 	}
 	if (weight) {
 		const struct cpu_weight *cw = weight;
@@ -288,9 +258,11 @@ static int cpu_gemm(void *dev, const struct mfma_gemm *g, void *weight, struct b
 	t->left = 0;
 	if (rc < 0)
 		snprintf(err, errlen, "cpu GEMM failed: %s", strerror(-rc));
-	else if (g->nparts > 1)
-		for (size_t r = 0, os = mfma_dtype_size(g->out_dtype); r < g->m; r++)
-			mfma_gemm_scatter_row(g, r, os, (const unsigned char *)run.d + r * g->n * os);
+	else if (g->nparts > 1) {
+		uint64_t s0 = mfma_clock_ns();
+		host_join_scatter(g, &run);
+		t->split_ns = mfma_clock_ns() - s0;
+	}
 	if (rc == 0 && g->nparts > 1 && t->may_leave && c->leave) {
 		if (c->left >= 2) {
 			/* The daemon's side of the contract, checked. */

@@ -24,7 +24,9 @@
 #include <string.h>
 
 #include "backend.h"
+#include "mfma_clock.h"
 #include "hip_device.h"
+#include "host_join.h"
 #include "hip_provider.h"
 #include "providers.h"
 
@@ -49,6 +51,7 @@ static int usable_here(size_t i, const char *arch)
 struct hip_backend_dev {
 	struct hip_dev *dev;
 	void *state[NPROVIDERS];
+	struct host_join join; /* a batched launch's joined B, C and D */
 };
 
 /* A resident weight: the provider that packed it and what it made. */
@@ -99,6 +102,9 @@ static int hip_describe(int index, struct backend_device_info *info)
 		if (usable_here(i, arch))
 			providers[i]->describe(arch, info);
 	}
+	/* A batched launch is joined in host memory (host_join.h) and runs
+	 * as one request of the joined width on any provider. */
+	info->batches = true;
 	return 0;
 }
 
@@ -118,6 +124,7 @@ static void hip_close(void *dev)
 		}
 		hip_dev_close(bd->dev);
 	}
+	host_join_free(&bd->join);
 	free(bd);
 }
 
@@ -249,6 +256,9 @@ static int hip_gemm(void *dev, const struct mfma_gemm *g, void *weight, struct b
 	struct mfma_gemm run = *g;
 	if (w)
 		run.a_sparse = w->sparse;
+	/* A batched launch (a resident weight's requests side by side) is
+	 * validated like one request of the joined width; its columns are
+	 * joined in host memory only once a provider takes it. */
 	const struct hip_shape s = { .m = g->m, .n = g->n, .k = g->k, .in = g->in_dtype,
 				      .out = g->out_dtype, .sparse = run.a_sparse };
 	const struct hip_provider *p;
@@ -273,6 +283,14 @@ static int hip_gemm(void *dev, const struct mfma_gemm *g, void *weight, struct b
 	}
 	if ((rc = hip_dev_enter(bd->dev, err, errlen)) < 0)
 		return rc;
+	uint64_t gather_ns = 0;
+	if (g->nparts > 1) {
+		const uint64_t g0 = mfma_clock_ns();
+		if ((rc = host_join_gather(&bd->join, g, &run, err, errlen)) < 0)
+			return rc;
+		run.a_sparse = w ? w->sparse : g->a_sparse;
+		gather_ns = mfma_clock_ns() - g0;
+	}
 	const char *variant = NULL;
 	rc = p->launch(bd->dev, state, &run, w ? w->packed : NULL, &variant, err, errlen);
 	if (rc < 0) {
@@ -284,9 +302,20 @@ static int hip_gemm(void *dev, const struct mfma_gemm *g, void *weight, struct b
 		hip_dev_drain(bd->dev);
 		return rc;
 	}
+	/* The launch ends with D copied out and the stream waited for
+	 * (hip_dev_copy_out): the joined D is the host's to split. */
+	uint64_t split_ns = 0;
+	if (g->nparts > 1) {
+		const uint64_t s0 = mfma_clock_ns();
+		host_join_scatter(g, &run);
+		split_ns = mfma_clock_ns() - s0;
+	}
 	if (t) {
 		hip_dev_timing(bd->dev, t);
 		t->variant = variant;
+		t->gather_ns = gather_ns;
+		t->split_ns = split_ns;
+		t->left = 0;
 	}
 	return 0;
 }

@@ -6,7 +6,8 @@
  *
  * On a machine with AMD GPUs of a supported arch, the last test also runs
  * every variant on every device against the float64 CPU reference (odd
- * shapes, random 2:4 patterns, every dtype, resident weights); without
+ * shapes, random 2:4 patterns, every dtype, resident weights, batched
+ * launches on a resident weight); without
  * one it is skipped, and says so.  It has NOT run on hardware yet. */
 #include <errno.h>
 #include <setjmp.h>
@@ -180,6 +181,88 @@ static void device_gemm(void *dev, enum mfma_dtype t, bool sparse, bool resident
 	free(ref);
 }
 
+/* A batched launch (three requests on one resident weight, 5, 1 and 3
+ * columns, each with its own C): one backend call, joined in host memory
+ * (host_join.h), each part's D against its own float64 reference. */
+static void device_batched(void *dev, enum mfma_dtype t, bool sparse, uint32_t m, uint32_t k,
+			   unsigned *s)
+{
+	enum { NP = 3 };
+	static const uint32_t ns[NP] = { 5, 1, 3 };
+	const size_t es = mfma_dtype_size(t);
+	const enum mfma_dtype out = t == MFMA_DT_I8 ? MFMA_DT_I32 : MFMA_DT_F32;
+	const size_t os = mfma_dtype_size(out);
+	void *dense = malloc((size_t)m * k * es + 1), *vals = malloc((size_t)m * k * es + 1);
+	uint32_t *meta = malloc(sparse24_meta_bytes(m, k) + 4);
+	assert_true(dense && vals && meta);
+	if (sparse) {
+		td_random_24(dense, t, m, k, s);
+		assert_int_equal(sparse24_compress(dense, t, m, k, vals, meta, NULL, NULL), 0);
+	} else {
+		for (size_t i = 0; i < (size_t)m * k; i++)
+			td_put_random(dense, t, i, s);
+	}
+	struct mfma_weight_host wh = { .m = m, .k = k, .dtype = t, .sparse = sparse,
+				       .a = sparse ? vals : dense, .meta = sparse ? meta : NULL };
+	char err[512] = "";
+	void *w = NULL;
+	uint64_t wbytes = 0;
+	if (backend_hip.weight_load(dev, &wh, &w, &wbytes, err, sizeof(err)) < 0)
+		fail_msg("batched: weight_load: %s", err);
+	struct mfma_gemm one[NP];
+	struct mfma_gemm_part parts[NP];
+	double *ref[NP];
+	uint32_t total = 0;
+	for (int i = 0; i < NP; i++) {
+		void *b = malloc((size_t)k * ns[i] * es), *c = malloc((size_t)m * ns[i] * os);
+		void *d = malloc((size_t)m * ns[i] * os);
+		ref[i] = malloc((size_t)m * ns[i] * sizeof(double));
+		assert_true(b && c && d && ref[i]);
+		for (size_t x = 0; x < (size_t)k * ns[i]; x++)
+			td_put_random(b, t, x, s);
+		for (size_t x = 0; x < (size_t)m * ns[i]; x++)
+			td_put_random(c, out, x, s);
+		memset(d, 0xee, (size_t)m * ns[i] * os);
+		one[i] = (struct mfma_gemm){ .m = m, .n = ns[i], .k = k, .in_dtype = t, .out_dtype = out,
+					     .alpha = 1.0f, .beta = 1.0f, .a_sparse = sparse,
+					     .a = wh.a, .a_meta = wh.meta, .b = b, .c = c, .d = d };
+		assert_int_equal(cpu_gemm_ref_f64(&one[i], ref[i]), 0);
+		parts[i] = (struct mfma_gemm_part){ .b = b, .c = c, .d = d, .n = ns[i] };
+		total += ns[i];
+	}
+	struct mfma_gemm g = one[0];
+	g.n = total;
+	g.b = g.c = g.d = NULL;
+	g.nparts = NP;
+	g.parts = parts;
+	struct backend_timing tm = { 0 };
+	if (backend_hip.gemm(dev, &g, w, &tm, err, sizeof(err)) < 0)
+		fail_msg("batched %s %s %ux%ux%u: %s", mfma_dtype_name(t), sparse ? "sp24" : "dense", m,
+			 total, k, err);
+	for (int i = 0; i < NP; i++) {
+		const size_t count = (size_t)m * ns[i];
+		if (out == MFMA_DT_I32) {
+			for (size_t x = 0; x < count; x++)
+				if (((int32_t *)one[i].d)[x] != (int32_t)ref[i][x])
+					fail_msg("batched %s part %d: D[%zu] = %d, want %.0f", tm.variant, i, x,
+						 ((int32_t *)one[i].d)[x], ref[i][x]);
+		} else {
+			double e = cpu_rel_frobenius(one[i].d, out, ref[i], count);
+			if (!(e < 1e-5))
+				fail_msg("batched %s part %d: relative error %g", tm.variant, i, e);
+		}
+		free((void *)one[i].b);
+		free((void *)one[i].c);
+		free(one[i].d);
+		free(ref[i]);
+	}
+	print_message("    %-44s %5ux%5ux%5u  batched, 3 parts\n", tm.variant, m, total, k);
+	backend_hip.weight_free(dev, w);
+	free(dense);
+	free(vals);
+	free(meta);
+}
+
 static void test_gemm_on_devices(void **state)
 {
 	(void)state;
@@ -200,6 +283,10 @@ static void test_gemm_on_devices(void **state)
 		struct backend_device_info info;
 		assert_int_equal(backend_hip.describe(i, &info), 0);
 		assert_int_equal(amd_arch_parse(info.arch, &cur_arch), 0);
+		assert_true(info.batches);
+		for (size_t t = 0; t < 3; t++)
+			for (int sp = 0; sp < 2; sp++)
+				device_batched(dev, types[t], sp, 37, 64, &s);
 		for (size_t t = 0; t < 3; t++)
 			for (int sp = 0; sp < 2; sp++)
 				for (size_t j = 0; j < sizeof(shapes) / sizeof(shapes[0]); j++)
