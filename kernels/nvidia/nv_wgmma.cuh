@@ -207,18 +207,51 @@ static __device__ __forceinline__ void nv_wgmma(float *d, uint64_t da, uint64_t 
 #undef NV_WGMMA_CASE
 }
 
+/* Two adjacent output elements as one store (and C's as one load): the
+ * pair type of each output type, converted as the scalar casts do (round
+ * to nearest even). */
+template <class T>
+struct nv_wg_pair;
+template <>
+struct nv_wg_pair<__half> {
+	typedef __half2 V;
+	static __device__ __forceinline__ V make(float a, float b) { return __floats2half2_rn(a, b); }
+	static __device__ __forceinline__ float2 load(const __half *p) { return __half22float2(*(const V *)p); }
+};
+template <>
+struct nv_wg_pair<__nv_bfloat16> {
+	typedef __nv_bfloat162 V;
+	static __device__ __forceinline__ V make(float a, float b) { return __floats2bfloat162_rn(a, b); }
+	static __device__ __forceinline__ float2 load(const __nv_bfloat16 *p)
+	{
+		return __bfloat1622float2(*(const V *)p);
+	}
+};
+template <>
+struct nv_wg_pair<float> {
+	typedef float2 V;
+	static __device__ __forceinline__ V make(float a, float b) { return make_float2(a, b); }
+	static __device__ __forceinline__ float2 load(const float *p) { return *(const V *)p; }
+};
+
 /* D = alpha * acc + beta * C from the accumulator registers of one
- * m64nN wgmma (each thread holds pairs of adjacent columns), rows from
- * row0 up to (not including) row_end, columns from n0; T is the output
- * element type.  P is any of the kernels' parameter structs (they share
- * the output fields). */
+ * m64nN wgmma (each thread holds pairs of adjacent columns, the first at
+ * an even column), rows from row0 up to (not including) row_end, columns
+ * from n0; T is the output element type.  Where D (and C) and their row
+ * strides keep every pair aligned, a pair is one store (one load of C):
+ * half the store instructions of element by element, which a warp's 8
+ * rows x 8 columns per accumulator pair made many and narrow.  P is any of
+ * the kernels' parameter structs (they share the output fields). */
 template <class T, int NACC, class P>
 static __device__ __forceinline__ void nv_wg_store_t(const P &p, const float *acc, int row0, int row_end, int n0,
 						      unsigned w, unsigned lane)
 {
+	typedef nv_wg_pair<T> pair;
 	T *d = (T *)p.d;
 	const T *cc = (const T *)p.c;
 	const bool beta = p.beta != 0.0f;
+	const bool vec = (uintptr_t)d % sizeof(typename pair::V) == 0 && p.ldd % 2 == 0 &&
+			 (!beta || ((uintptr_t)cc % sizeof(typename pair::V) == 0 && p.ldc % 2 == 0));
 #pragma unroll
 	for (int i = 0; i < NACC; i += 2) {
 		unsigned r, col;
@@ -228,6 +261,15 @@ static __device__ __forceinline__ void nv_wg_store_t(const P &p, const float *ac
 			continue;
 		const int64_t di = (int64_t)row * p.ldd + cn, ci = (int64_t)row * p.ldc + cn;
 		float x0 = p.alpha * acc[i], x1 = p.alpha * acc[i + 1];
+		if (vec && cn + 1 < p.n) {
+			if (beta) {
+				const float2 c2 = pair::load(cc + ci);
+				x0 += p.beta * c2.x;
+				x1 += p.beta * c2.y;
+			}
+			*(typename pair::V *)(d + di) = pair::make(x0, x1);
+			continue;
+		}
 		if (beta)
 			x0 += p.beta * (float)cc[ci];
 		d[di] = (T)x0;
