@@ -254,9 +254,101 @@ struct nv_gemm_tile {
 		return make_uint4(add1(a.x, b.x), add1(a.y, b.y), add1(a.z, b.z), add1(a.w, b.w));
 	}
 
-	/* D = alpha * acc + beta * C from the staging tile, one element per
-	 * thread per step along rows, so that a warp's stores are contiguous. */
+	/* D = alpha * acc + beta * C from the staging tile.  Where D (and C)
+	 * and their row strides allow, 16 bytes a thread a step (8 columns of
+	 * a 16-bit D, 4 of a 32-bit one): a sixth to an eighth of the store
+	 * instructions of one element a thread; otherwise one element a
+	 * thread a step along rows, so that a warp's stores are contiguous. */
 	static __device__ __forceinline__ void epilogue(const nv_gemm_params &p, const uint32_t *out, int m0,
+							int n0, unsigned tid)
+	{
+		const size_t os = p.out_dtype == MFMA_DT_F16 || p.out_dtype == MFMA_DT_BF16 ? 2 : 4;
+		const bool vec = (uintptr_t)p.d % 16 == 0 && (size_t)p.ldd * os % 16 == 0 &&
+				 (p.beta == 0.0f || ((uintptr_t)p.c % 16 == 0 && (size_t)p.ldc * os % 16 == 0));
+		if (!vec) {
+			epilogue_elems(p, out, m0, n0, tid);
+			return;
+		}
+		if (os == 2)
+			epilogue_vec<8>(p, out, m0, n0, tid);
+		else
+			epilogue_vec<4>(p, out, m0, n0, tid);
+	}
+
+	/* V columns a thread a step (V x the element size = 16 bytes); a row's
+	 * last columns past N element by element. */
+	template <int V>
+	static __device__ __forceinline__ void epilogue_vec(const nv_gemm_params &p, const uint32_t *out, int m0,
+							    int n0, unsigned tid)
+	{
+		static_assert(BN % V == 0 && EPI_LD % 4 == 0, "16-byte steps of the tile");
+		for (int i = tid; i < BM * BN / V; i += THREADS) {
+			const int r = i / (BN / V), c = V * (i % (BN / V)), row = m0 + r, col = n0 + c;
+			if (row >= p.m || col >= p.n)
+				continue;
+			const uint32_t *src = &out[r * EPI_LD + c];
+			const int64_t di = (int64_t)row * p.ldd + col, ci = (int64_t)row * p.ldc + col;
+			const int take = p.n - col < V ? p.n - col : V;
+			if (V == 4) {
+				/* 32-bit D: f32, or i32 for the integer kinds. */
+				const uint4 a = *(const uint4 *)src;
+				const uint32_t w[4] = { a.x, a.y, a.z, a.w };
+				uint32_t o[4];
+#pragma unroll
+				for (int e = 0; e < 4; e++) {
+					if (P::INT) {
+						int x = (int)w[e];
+						if (p.beta != 0.0f && e < take)
+							x += ((const int *)p.c)[ci + e];
+						o[e] = (uint32_t)x;
+					} else {
+						float x = p.alpha * __uint_as_float(w[e]);
+						if (p.beta != 0.0f && e < take)
+							x += p.beta * ((const float *)p.c)[ci + e];
+						o[e] = __float_as_uint(x);
+					}
+				}
+				if (take == 4) {
+					*(uint4 *)((uint32_t *)p.d + di) = make_uint4(o[0], o[1], o[2], o[3]);
+					continue;
+				}
+#pragma unroll
+				for (int e = 0; e < 4; e++)
+					if (e < take)
+						((uint32_t *)p.d)[di + e] = o[e];
+				continue;
+			}
+			/* 16-bit D: f16 or bf16 (never for the integer kinds). */
+			const uint4 a0 = *(const uint4 *)src, a1 = *(const uint4 *)(src + 4);
+			const uint32_t w[8] = { a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w };
+			uint16_t o[8];
+#pragma unroll
+			for (int e = 0; e < 8; e++) {
+				float x = p.alpha * __uint_as_float(w[e]);
+				if (p.out_dtype == MFMA_DT_F16) {
+					if (p.beta != 0.0f && e < take)
+						x += p.beta * __half2float(((const __half *)p.c)[ci + e]);
+					o[e] = __half_as_ushort(__float2half_rn(x));
+				} else {
+					if (p.beta != 0.0f && e < take)
+						x += p.beta * __bfloat162float(((const __nv_bfloat16 *)p.c)[ci + e]);
+					o[e] = __bfloat16_as_ushort(__float2bfloat16_rn(x));
+				}
+			}
+			if (take == 8) {
+				*(uint4 *)((uint16_t *)p.d + di) =
+					make_uint4(o[0] | (uint32_t)o[1] << 16, o[2] | (uint32_t)o[3] << 16,
+						   o[4] | (uint32_t)o[5] << 16, o[6] | (uint32_t)o[7] << 16);
+				continue;
+			}
+#pragma unroll
+			for (int e = 0; e < 8; e++)
+				if (e < take)
+					((uint16_t *)p.d)[di + e] = o[e];
+		}
+	}
+
+	static __device__ __forceinline__ void epilogue_elems(const nv_gemm_params &p, const uint32_t *out, int m0,
 							int n0, unsigned tid)
 	{
 		for (int i = tid; i < BM * BN; i += THREADS) {
