@@ -24,10 +24,10 @@
 #include <string.h>
 
 #include "backend.h"
-#include "mfma_clock.h"
 #include "hip_device.h"
-#include "host_join.h"
 #include "hip_provider.h"
+#include "host_join.h"
+#include "mfma_clock.h"
 #include "providers.h"
 
 /* The providers, in order of preference: the first that supports a

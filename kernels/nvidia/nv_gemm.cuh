@@ -256,7 +256,7 @@ struct nv_gemm_tile {
 
 	/* D = alpha * acc + beta * C from the staging tile.  Where D (and C)
 	 * and their row strides allow, 16 bytes a thread a step (8 columns of
-	 * a 16-bit D, 4 of a 32-bit one): a sixth to an eighth of the store
+	 * a 16-bit D, 4 of a 32-bit one): a quarter to an eighth of the store
 	 * instructions of one element a thread; otherwise one element a
 	 * thread a step along rows, so that a warp's stores are contiguous. */
 	static __device__ __forceinline__ void epilogue(const nv_gemm_params &p, const uint32_t *out, int m0,
