@@ -9,8 +9,8 @@
  * registers: A with one 16-byte load per fragment (the packed layout is
  * already in lane order), B with ldmatrix.  At the end the accumulators
  * go through shared memory (the stages are free by then), so that D is
- * written with coalesced stores and the epilogue code is the same small
- * loop for every tile.  With split-K, each CTA writes its partial tile to
+ * written with coalesced stores (16 bytes a thread where D is aligned for
+ * it) and the epilogue code is the same small loop for every tile.  With split-K, each CTA writes its partial tile to
  * a workspace, and the last CTA of a tile to arrive (an atomic counter)
  * adds the others and runs the epilogue, so a split GEMM is still one
  * launch. */

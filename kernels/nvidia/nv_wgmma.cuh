@@ -45,7 +45,8 @@
  * partials in split order, so the result does not depend on timing, and
  * runs the epilogue.  The epilogue writes D straight from the
  * accumulator registers (alpha, beta * C, conversion to the output
- * dtype); it is not overlapped with the next tile (no persistence yet). */
+ * dtype), a pair of adjacent columns a store where D is aligned for it;
+ * it is not overlapped with the next tile (no persistence yet). */
 #ifndef MFMA_NV_WGMMA_CUH
 #define MFMA_NV_WGMMA_CUH
 
