@@ -422,9 +422,10 @@ int metrics_render_at(const struct mfmad_stats *s, uint64_t now_ns, char **out, 
 				   d, stats_worker_phase_names[ph], fmt_seconds(wns[ph], t));
 	}
 	family(&b, "mfmad_device_batch_host_seconds_total", "counter",
-	       "Host time of batched launches' gather (the parts' B and C joined on the device) and "
-	       "split (the joined D back to the parts) calls, part of the worker's launch phase (a launch "
-	       "not left running is waited for in its split).");
+	       "Host time of batched launches' gather (the parts' B and C joined: on the device for "
+	       "CUDA, in host memory for the CPU and HIP) and split (the joined D back to the parts) "
+	       "calls, part of the worker's launch phase (a launch not left running is waited for in "
+	       "its split).");
 	for (int d = 0; d < ndev; d++) {
 		buf_printf(&b, "mfmad_device_batch_host_seconds_total{device=\"%d\",step=\"gather\"} %s\n",
 			   d, fmt_seconds(STATS_GET(s->dev[d].gather_ns), t));

@@ -430,6 +430,15 @@ static void worker_phases(int port, bool left_running)
 		      "up\n",
 		      v[0], v[1], v[2], v[3], v[4], up);
 	assert_true(v[1] > 0 && v[2] > 0 && v[4] > 0);
+	/* The CPU joins a batch's columns in host memory (host_join.c): its
+	 * gather and split are timed, inside the launch phase. */
+	const double gather = harness_metric_value(
+		port, "mfmad_device_batch_host_seconds_total{device=\"0\",step=\"gather\"}");
+	const double split = harness_metric_value(
+		port, "mfmad_device_batch_host_seconds_total{device=\"0\",step=\"split\"}");
+	print_message("batched launches' host join: gather %.6f s, split %.6f s\n", gather, split);
+	assert_true(gather > 0 && split > 0);
+	assert_true(gather + split <= v[2] + 1e-6);
 	if (left_running)
 		assert_true(v[3] > 0);
 	else
