@@ -581,15 +581,19 @@ kernelab)
 	# mma.sp kernels at the plan's split and each split of AB_SPLITS,
 	# beside cuBLASLt) from .devlibs/bench_nv_old against the payload's,
 	# and wgmma_bench (the tiled and decode wgmma.sp kernels, f16) from
-	# .devlibs/wgmma_bench_old against .devlibs/wgmma_bench, where both
-	# are there.  The old binaries are a session's own: copied into
+	# .devlibs/wgmma_bench_old against .devlibs/wgmma_bench, each pair
+	# where both are there.  The old binaries are a session's own: copied into
 	# .devlibs before rebuilding (bench/README.md).
 	AB_SHAPES=${AB_SHAPES:-14336x64x4096 4096x64x14336 4096x16x14336 14336x16x4096 8192x8x8192}
 	AB_WG_SHAPES=${AB_WG_SHAPES:-14336x16x4096 4096x16x14336}
+	# Each pair only where both of its builds are there.
+	nv_ab=false wg_ab=false
+	[ -x .devlibs/bench_nv_old ] && [ -x "$P/bin/bench_nv" ] && nv_ab=true
+	[ -x .devlibs/wgmma_bench_old ] && [ -x .devlibs/wgmma_bench ] && wg_ab=true
 	for r in old new new old; do
 		nv=$P/bin/bench_nv wg=.devlibs/wgmma_bench
 		[ "$r" = old ] && nv=.devlibs/bench_nv_old wg=.devlibs/wgmma_bench_old
-		if [ -x "$nv" ]; then
+		if $nv_ab; then
 			for shape in $AB_SHAPES; do
 				echo "AB $r bench_nv $shape" >>"$OUT/kernelab_nv.log"
 				timeout 100 "$nv" --dtypes ${AB_DTYPES:-f16,i8} --shape "$shape" >>"$OUT/kernelab_nv.log" 2>&1
@@ -597,14 +601,15 @@ kernelab)
 					--splits ${AB_SPLITS:-1,2,4,8} >>"$OUT/kernelab_nv.log" 2>&1
 			done
 		fi
-		if [ -x "$wg" ]; then
+		if $wg_ab; then
 			echo "AB $r wgmma_bench" >>"$OUT/kernelab_wg.log"
 			WG_DTYPES=f16 timeout 200 "$wg" bench $AB_WG_SHAPES >>"$OUT/kernelab_wg.log" 2>&1
 		fi
 		echo "=== kernelab $r: rc=$?"
 	done
-	grep -E "^AB|^\| (f16|i8)|^# sweep" "$OUT/kernelab_nv.log" | cut -c1-200
-	grep -E "^AB|^bench|^\|decode| rows |^  f16_n16 " "$OUT/kernelab_wg.log" | cut -c1-160 | head -120
+	$nv_ab && grep -E "^AB|^\| (f16|i8)|^# sweep" "$OUT/kernelab_nv.log" | cut -c1-200
+	$wg_ab && grep -E "^AB|^bench|^\|decode| rows |^  f16_n16 " "$OUT/kernelab_wg.log" | cut -c1-160 | head -120
+	$nv_ab || $wg_ab || echo "kernelab: no old build in .devlibs (bench_nv_old, wgmma_bench_old)"
 	;;
 spread)
 	# Whether the block scheduler puts two CTAs of a grid smaller than the

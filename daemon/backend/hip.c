@@ -288,7 +288,6 @@ static int hip_gemm(void *dev, const struct mfma_gemm *g, void *weight, struct b
 		const uint64_t g0 = mfma_clock_ns();
 		if ((rc = host_join_gather(&bd->join, g, &run, err, errlen)) < 0)
 			return rc;
-		run.a_sparse = w ? w->sparse : g->a_sparse;
 		gather_ns = mfma_clock_ns() - g0;
 	}
 	const char *variant = NULL;

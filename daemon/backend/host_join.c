@@ -30,7 +30,6 @@ int host_join_gather(struct host_join *j, const struct mfma_gemm *g, struct mfma
 		mfma_gemm_gather_row(g, 'b', r, es, (unsigned char *)b + r * g->n * es);
 	for (size_t r = 0; c && r < g->m; r++)
 		mfma_gemm_gather_row(g, 'c', r, os, (unsigned char *)c + r * g->n * os);
-	*run = *g;
 	run->b = b;
 	run->c = c;
 	run->d = d;

@@ -19,9 +19,10 @@ struct host_join {
 	size_t cap[3];
 };
 
-/* run = g (a batched launch, g->nparts >= 2) as one GEMM over the joined
- * columns: B and C (when beta != 0) gathered into j's buffers, D pointed
- * at j's.  0, or -ENOMEM with err naming the batch. */
+/* Makes run (the caller's copy of the batched launch g, g->nparts >= 2,
+ * its other fields the caller's) one GEMM over the joined columns: B and
+ * C (when beta != 0) gathered into j's buffers, run's b, c and d pointed
+ * at j's, its parts cleared.  0, or -ENOMEM with err naming the batch. */
 int host_join_gather(struct host_join *j, const struct mfma_gemm *g, struct mfma_gemm *run,
 		     char *err, size_t errlen);
 

@@ -97,6 +97,21 @@ static void test_probe(void **state)
 
 static enum amd_arch cur_arch; /* of the device under test */
 
+/* A random m x k A of dtype t into dense, and for a 2:4 A its canonical
+ * form into vals and meta: the A a GEMM names (vals or dense). */
+static const void *random_a(enum mfma_dtype t, bool sparse, uint32_t m, uint32_t k, unsigned *s,
+			    void *dense, void *vals, uint32_t *meta)
+{
+	if (sparse) {
+		td_random_24(dense, t, m, k, s);
+		assert_int_equal(sparse24_compress(dense, t, m, k, vals, meta, NULL, NULL), 0);
+		return vals;
+	}
+	for (size_t i = 0; i < (size_t)m * k; i++)
+		td_put_random(dense, t, i, s);
+	return dense;
+}
+
 static void device_gemm(void *dev, enum mfma_dtype t, bool sparse, bool resident, uint32_t m,
 			uint32_t n, uint32_t k, unsigned *s)
 {
@@ -112,16 +127,8 @@ static void device_gemm(void *dev, enum mfma_dtype t, bool sparse, bool resident
 	struct mfma_gemm g = { .m = m, .n = n, .k = k, .in_dtype = t, .out_dtype = out,
 			       .alpha = t == MFMA_DT_I8 ? 1.0f : 1.5f,
 			       .beta = td_rand(s) % 2 ? 1.0f : 0.0f, .a_sparse = sparse };
-	if (sparse) {
-		td_random_24(dense, t, m, k, s);
-		assert_int_equal(sparse24_compress(dense, t, m, k, vals, meta, NULL, NULL), 0);
-		g.a = vals;
-		g.a_meta = meta;
-	} else {
-		for (size_t i = 0; i < (size_t)m * k; i++)
-			td_put_random(dense, t, i, s);
-		g.a = dense;
-	}
+	g.a = random_a(t, sparse, m, k, s, dense, vals, meta);
+	g.a_meta = sparse ? meta : NULL;
 	for (size_t i = 0; i < (size_t)k * n; i++)
 		td_put_random(b, t, i, s);
 	for (size_t i = 0; i < (size_t)m * n; i++)
@@ -195,15 +202,9 @@ static void device_batched(void *dev, enum mfma_dtype t, bool sparse, uint32_t m
 	void *dense = malloc((size_t)m * k * es + 1), *vals = malloc((size_t)m * k * es + 1);
 	uint32_t *meta = malloc(sparse24_meta_bytes(m, k) + 4);
 	assert_true(dense && vals && meta);
-	if (sparse) {
-		td_random_24(dense, t, m, k, s);
-		assert_int_equal(sparse24_compress(dense, t, m, k, vals, meta, NULL, NULL), 0);
-	} else {
-		for (size_t i = 0; i < (size_t)m * k; i++)
-			td_put_random(dense, t, i, s);
-	}
 	struct mfma_weight_host wh = { .m = m, .k = k, .dtype = t, .sparse = sparse,
-				       .a = sparse ? vals : dense, .meta = sparse ? meta : NULL };
+				       .a = random_a(t, sparse, m, k, s, dense, vals, meta),
+				       .meta = sparse ? meta : NULL };
 	char err[512] = "";
 	void *w = NULL;
 	uint64_t wbytes = 0;

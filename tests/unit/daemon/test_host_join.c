@@ -53,9 +53,12 @@ static void one_batch(struct host_join *j, enum mfma_dtype in, enum mfma_dtype o
 	}
 	const struct mfma_gemm g = { .m = m, .n = total, .k = k, .in_dtype = in, .out_dtype = out,
 				     .alpha = 1.0f, .beta = beta, .nparts = nparts, .parts = parts };
-	struct mfma_gemm run;
+	/* The caller's copy: host_join_gather replaces its operands only. */
+	struct mfma_gemm run = g;
+	run.a_sparse = true;
 	char err[128] = "";
 	assert_int_equal(host_join_gather(j, &g, &run, err, sizeof(err)), 0);
+	assert_true(run.a_sparse);
 	assert_int_equal(run.nparts, 0);
 	assert_null(run.parts);
 	assert_int_equal(run.n, total);
