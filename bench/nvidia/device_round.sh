@@ -10,7 +10,7 @@
 #        [batching] [serving] [readsab] [postab] [readerminab] [overlapab] [copystreamab] [dmaab]
 #        [phases] [dmaphases]
 #        [wgmma] [wgsan] [raceprobe] [streamprobe] [hot] [spread] [trace] [splitncu] [wgncu] [oneinflight]
-#        [kernelab] [wgdecode] [wgdsan] [wgdncu] [wgdense] [wgdensesan] [wgdensencu]
+#        [copies] [kernelab] [wgdecode] [wgdsan] [wgdncu] [wgdense] [wgdensesan] [wgdensencu]
 #        (no argument: test sanitize bench e2e)
 set -u
 OUT=${OUT:-/tmp/mfma-out}
@@ -126,6 +126,12 @@ wg_ncu() {
 
 for s in $steps; do
 case $s in
+copies)
+	# Copies across the bus for a lone request's B and D (copy_bench):
+	# pinned and registered memfd memory, whole or in pieces on 1-4 streams.
+	TAILN=0 step copies 120 "$P/bin/copy_bench" ${COPY_KIB:-}
+	grep -E "^[|#]" "$OUT/copies.log"
+	;;
 test)
 	step layout 120 "$P/bin/test_nv_layout"
 	TAILN=4 step test ${TEST_S:-240} "$P/bin/test_cuda_backend"

@@ -13,11 +13,11 @@ if [ ! -d "$B" ]; then
 	meson setup "$B" -Dhip=disabled -Dcuda=enabled
 fi
 ninja -C "$B" -j2 daemon/mfmad client/ctl/mfmactl tests/nvidia/test_cuda_backend \
-	tests/nvidia/test_nv_layout bench/nvidia/bench_nv
+	tests/nvidia/test_nv_layout bench/nvidia/bench_nv bench/nvidia/copy_bench
 P=$(mktemp -d)
 mkdir -p "$P/bin" "$P/lib"
 cp "$B/daemon/mfmad" "$B/client/ctl/mfmactl" "$B/tests/nvidia/test_cuda_backend" \
-	"$B/tests/nvidia/test_nv_layout" "$B/bench/nvidia/bench_nv" "$P/bin/"
+	"$B/tests/nvidia/test_nv_layout" "$B/bench/nvidia/bench_nv" "$B/bench/nvidia/copy_bench" "$P/bin/"
 # Meson makes thin archives (member paths only): copy the members into
 # real archives for the link on the GPU machine.
 for a in kernels/nvidia/libmfma_nvidia.a kernels/common/libmfma_common.a; do
