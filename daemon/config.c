@@ -42,6 +42,7 @@ void config_defaults(struct mfmad_config *c)
 	c->priority_aging_ms = 1000;
 	/* Off: on the H200's 16-core host they took the loop's CPU per
 	 * request from 51-64 to 33-35 us but not the rate up (bench/RESULTS.md). */
+	c->loop_start = true;
 	c->reader_threads = -1; /* auto */
 	c->reader_min_bytes = 8ull << 10;
 	c->reader_when_busy = true;
@@ -265,6 +266,7 @@ KEY(default_timeout_ms, { set_u64(p, s, 0, 1ll << 40, 1, &c->default_timeout_ms)
 KEY(priority_aging_ms, { set_u64(p, s, 0, 3600000, 1, &c->priority_aging_ms); })
 KEY(worker_poll_us, { set_u64(p, s, 0, 10000, 1, &c->worker_poll_us); })
 KEY(loop_poll_us, { set_u64(p, s, 0, 10000, 1, &c->loop_poll_us); })
+KEY(loop_start, { set_bool(p, s, &c->loop_start); })
 /* The most reader threads; more would only contend for the loop's
  * hand-offs. */
 #define READER_THREADS_MAX 64
@@ -420,6 +422,7 @@ static const struct key limits_keys[] = {
 	{ "priority_aging_ms", k_priority_aging_ms, NULL },
 	{ "worker_poll_us", k_worker_poll_us, NULL },
 	{ "loop_poll_us", k_loop_poll_us, NULL },
+	{ "loop_start", k_loop_start, NULL },
 	{ "reader_threads", k_reader_threads, NULL },
 	{ "reader_min_kb", k_reader_min_kb, NULL },
 	{ "reader_when_busy", k_reader_when_busy, NULL },

@@ -61,6 +61,7 @@ struct mfmad_config {
 	uint64_t priority_aging_ms;    /* waiting this long is worth one priority level; 0 = strict */
 	uint64_t worker_poll_us;       /* an idle device worker polls this long before it sleeps */
 	uint64_t loop_poll_us;         /* the loop busy-polls this long after a wake-up before it blocks */
+	bool loop_start;               /* the loop starts an idle device's lone resident GEMM (live) */
 	int reader_threads;            /* threads that read large frames off the loop; -1: auto */
 	uint64_t reader_min_bytes;     /* frames of this size and more go to them */
 	bool reader_when_busy;         /* only while other connections have work in flight */

@@ -195,7 +195,7 @@ static void print_config(const struct mfmad_config *c, const char *src)
 	       "max_inflight = %u; max_inflight_mb = %" PRIu64 "; max_connections = %u; "
 	       "max_dim = %u; default_priority = %u; default_timeout_ms = %" PRIu64 "; "
 	       "priority_aging_ms = %" PRIu64 "; worker_poll_us = %" PRIu64 "; loop_poll_us = %" PRIu64
-	       ";\n           max_buffered_mb = %" PRIu64 "; "
+	       "; loop_start = %s;\n           max_buffered_mb = %" PRIu64 "; "
 	       "max_unsent_mb = %" PRIu64 "; max_memory_mb = %" PRIu64 "; read_timeout_ms = %" PRIu64
 	       "; idle_timeout_ms = %" PRIu64 "; write_timeout_ms = %" PRIu64 ";\n"
 	       "           max_regions_per_conn = %u; max_region_mb_per_conn = %" PRIu64
@@ -205,7 +205,7 @@ static void print_config(const struct mfmad_config *c, const char *src)
 	       c->max_frame_bytes >> 20, c->max_inflight_per_conn, c->max_inflight,
 	       c->max_inflight_bytes >> 20, c->max_connections, c->max_dim, c->default_priority,
 	       c->default_timeout_ms, c->priority_aging_ms, c->worker_poll_us, c->loop_poll_us,
-	       c->max_buffered_bytes >> 20,
+	       c->loop_start ? "true" : "false", c->max_buffered_bytes >> 20,
 	       c->max_unsent_bytes >> 20, c->max_memory_bytes >> 20, c->read_timeout_ms,
 	       c->idle_timeout_ms, c->write_timeout_ms, c->max_regions_per_conn,
 	       c->max_region_bytes_per_conn >> 20, c->max_pinned_bytes >> 20,
@@ -347,6 +347,7 @@ static void reload(struct daemon *d)
 	c->worker_poll_us = nc.worker_poll_us;
 	c->cpu_inline_max_flops = nc.cpu_inline_max_flops;
 	c->loop_poll_us = nc.loop_poll_us;
+	c->loop_start = nc.loop_start;
 	/* Read at each large frame's header; the pool's size takes a restart. */
 	c->reader_min_bytes = nc.reader_min_bytes;
 	c->reader_when_busy = nc.reader_when_busy;

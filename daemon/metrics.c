@@ -179,6 +179,7 @@ enum dev_field {
 	DEV_IN_FLIGHT,
 	DEV_COMPLETED,
 	DEV_INLINE,
+	DEV_LOOP_START,
 	DEV_FAILED,
 	DEV_WEIGHT_BYTES,
 	DEV_MEM
@@ -191,6 +192,7 @@ static uint64_t dev_get(const struct stats_device *d, enum dev_field f)
 	case DEV_IN_FLIGHT: return STATS_GET(d->in_flight);
 	case DEV_COMPLETED: return STATS_GET(d->completed);
 	case DEV_INLINE: return STATS_GET(d->inline_runs);
+	case DEV_LOOP_START: return STATS_GET(d->loop_starts);
 	case DEV_FAILED: return STATS_GET(d->failed);
 	case DEV_WEIGHT_BYTES: return STATS_GET(d->weight_bytes);
 	case DEV_MEM: return d->mem_total;
@@ -395,6 +397,10 @@ int metrics_render_at(const struct mfmad_stats *s, uint64_t now_ns, char **out, 
 			  "Requests run on the loop thread instead of the device's queue (GEMMs of at "
 			  "most cpu.inline_max_flops on an idle CPU device), finished or failed.",
 			  DEV_INLINE);
+	render_per_device(&b, s, ndev, "mfmad_device_loop_starts_total", "counter",
+			  "Requests whose launch the loop thread started on an idle device "
+			  "(limits.loop_start), finished by the device's worker or failed.",
+			  DEV_LOOP_START);
 	render_per_device(&b, s, ndev, "mfmad_device_failed_total", "counter",
 			  "Requests that failed on the device (copy or kernel errors).", DEV_FAILED);
 	family(&b, "mfmad_device_kernel_seconds_total", "counter",

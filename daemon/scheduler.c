@@ -38,6 +38,9 @@ struct queue {
 	/* The worker waits for a job with nothing of its own running or left
 	 * running (under mu): sched_run_inline may use its device meanwhile. */
 	bool parked;
+	/* A job the loop started on the parked worker's device and left
+	 * running (sched_start_inline), for the worker to finish (under mu). */
+	struct sched_job *loop_started;
 	/* Counts pushes, so that a polling worker sees new work without the
 	 * mutex. */
 	_Atomic uint64_t pushes;
@@ -188,18 +191,32 @@ static void poll_for_work(struct queue *q, uint64_t window_ns)
 	pthread_mutex_lock(&q->mu);
 }
 
+/* A batch whose launch was left running (sched_job.finish): its jobs, and
+ * those of them that ran. */
+struct held {
+	struct sched_job *jobs[SCHED_MAX_BATCH], *runs[SCHED_MAX_BATCH];
+	size_t n, nrun;
+};
+
 /* Takes the next job and, when it batches, its companions: how many.
- * Without wait, 0 at once when nothing is queued. */
-static size_t next_jobs(struct queue *q, struct sched_job **jobs, bool wait)
+ * Without wait, 0 at once when nothing is queued.  A job the loop started
+ * while the worker waited becomes the held launch h (wait is only set
+ * when h is empty). */
+static size_t next_jobs(struct queue *q, struct sched_job **jobs, bool wait, struct held *h)
 {
 	struct sched *s = q->s;
 	pthread_mutex_lock(&q->mu);
 	uint64_t poll = atomic_load_explicit(&s->poll_ns, memory_order_relaxed);
 	q->parked = wait;
-	if (wait && q->heap.len == 0 && !q->stop && poll)
+	if (wait && q->heap.len == 0 && !q->loop_started && !q->stop && poll)
 		poll_for_work(q, poll);
-	while (wait && q->heap.len == 0 && !q->stop)
+	while (wait && q->heap.len == 0 && !q->loop_started && !q->stop)
 		pthread_cond_wait(&q->cv, &q->mu);
+	if (q->loop_started) {
+		h->jobs[0] = h->runs[0] = q->loop_started;
+		h->n = h->nrun = 1;
+		q->loop_started = NULL;
+	}
 	struct heap_node *top = heap_pop(&q->heap);
 	q->parked = false;
 	size_t n = 0;
@@ -269,13 +286,6 @@ static void post_or_complete(struct queue *q, struct sched_job **jobs, size_t n)
 	devices_phase(q->v, was);
 }
 
-/* A batch whose launch was left running (sched_job.finish): its jobs, and
- * those of them that ran. */
-struct held {
-	struct sched_job *jobs[SCHED_MAX_BATCH], *runs[SCHED_MAX_BATCH];
-	size_t n, nrun;
-};
-
 /* Finishes the held batch, if any, and hands its jobs on. */
 static void finish_held(struct queue *q, struct held *h)
 {
@@ -301,7 +311,7 @@ static void *worker_main(void *arg)
 	struct held held = { .n = 0 };
 	for (;;) {
 		devices_phase(v, STATS_WORKER_IDLE);
-		size_t n = next_jobs(q, jobs, held.n == 0);
+		size_t n = next_jobs(q, jobs, held.n == 0, &held);
 		devices_phase(v, STATS_WORKER_PREPARE);
 		if (n == 0 && held.n) {
 			/* Nothing to start behind it: finish it now. */
@@ -531,6 +541,67 @@ void sched_submit(struct daemon *d, int dev, struct sched_job *j, sched_work_fn 
 		arm_deadline_timer(s, j->deadline_ns);
 }
 
+/* Whether the loop may use q's device now (under mu): its worker waits
+ * for work with nothing queued, running or left running, not even a job
+ * the loop started that the worker has not taken yet. */
+static bool idle_for_loop(const struct queue *q)
+{
+	return q->parked && !q->heap.len && !q->loop_started && !q->stop && q->opened &&
+	       q->v->open_rc >= 0;
+}
+
+/* The scheduling fields of a job the loop runs or starts itself. */
+static void take_on_loop(struct sched_job *j, int dev, sched_done_fn done)
+{
+	j->done = done;
+	j->dev = dev;
+	j->status = 0;
+	j->enqueue_ns = j->start_ns = mfma_clock_ns();
+	j->taken = false;
+	j->landed = false;
+	j->post = NULL;
+	j->finish = NULL;
+}
+
+bool sched_start_inline(struct daemon *d, int dev, struct sched_job *j, sched_work_fn start,
+			sched_done_fn done)
+{
+	struct sched *s = d->sched;
+	struct queue *q = &s->q[dev];
+	struct device *v = q->v;
+	pthread_mutex_lock(&q->mu);
+	/* As for sched_run_inline: the parked worker cannot leave next_jobs
+	 * while this holds the mutex.  A request whose deadline passed goes
+	 * to the queue, which answers it. */
+	if (!idle_for_loop(q) || (j->deadline_ns && mfma_clock_ns() > j->deadline_ns)) {
+		pthread_mutex_unlock(&q->mu);
+		return false;
+	}
+	take_on_loop(j, dev, done);
+	STATS_ADD(v->st->in_flight, 1);
+	start(v, j);
+	if (j->status == -EAGAIN) {
+		/* Not started: nothing was done on the device. */
+		j->status = 0;
+		STATS_SUB(v->st->in_flight, 1);
+		pthread_mutex_unlock(&q->mu);
+		return false;
+	}
+	STATS_ADD(v->st->loop_starts, 1);
+	if (j->finish) {
+		/* Left running: the worker takes it as its held launch. */
+		q->loop_started = j;
+		atomic_fetch_add_explicit(&q->pushes, 1, memory_order_release);
+		pthread_cond_signal(&q->cv);
+		pthread_mutex_unlock(&q->mu);
+		return true;
+	}
+	pthread_mutex_unlock(&q->mu);
+	sched_landed(v, j);
+	done(d, j, j->status);
+	return true;
+}
+
 bool sched_run_inline(struct daemon *d, int dev, struct sched_job *j, sched_work_fn work,
 		      sched_done_fn done)
 {
@@ -541,19 +612,12 @@ bool sched_run_inline(struct daemon *d, int dev, struct sched_job *j, sched_work
 	/* Only the loop queues, and it is here: an empty queue stays empty
 	 * until the run ends, and a parked worker cannot leave next_jobs
 	 * without the mutex this run holds. */
-	if (!q->parked || q->heap.len || q->stop || !q->opened || v->open_rc < 0) {
+	if (!idle_for_loop(q)) {
 		pthread_mutex_unlock(&q->mu);
 		return false;
 	}
+	take_on_loop(j, dev, done);
 	j->work = work;
-	j->done = done;
-	j->dev = dev;
-	j->status = 0;
-	j->enqueue_ns = j->start_ns = mfma_clock_ns();
-	j->taken = false;
-	j->landed = false;
-	j->post = NULL;
-	j->finish = NULL;
 	STATS_ADD(v->st->in_flight, 1);
 	STATS_ADD(v->st->inline_runs, 1);
 	/* As on the worker: a request whose deadline passed is never run. */

@@ -113,6 +113,20 @@ void sched_submit(struct daemon *d, int dev, struct sched_job *j, sched_work_fn 
  * thread wake-up.  false: nothing was done (the caller queues j). */
 bool sched_run_inline(struct daemon *d, int dev, struct sched_job *j, sched_work_fn work,
 		      sched_done_fn done);
+/* Loop thread: starts j on the calling thread when device dev is idle as
+ * sched_run_inline needs it, for a device that can leave a launch
+ * running: start(v, j) runs under the queue's mutex and either leaves the
+ * launch running and sets j->finish (the worker, woken, takes j as a
+ * launch left running: it finishes j with j->finish, or starts a job
+ * queued meanwhile first, then j's post callback and done run as for a
+ * queued job), or runs it to its end or failure (done runs now, on this
+ * thread, with status 0), or does nothing and sets j->status to -EAGAIN
+ * (false: the caller queues j).  The worker's wake-up then overlaps the
+ * device's work instead of coming before it.  Counted in the device's
+ * loop_starts and, like a worker's run, in flight until it lands.  false
+ * also when the device is not idle or j's deadline passed. */
+bool sched_start_inline(struct daemon *d, int dev, struct sched_job *j, sched_work_fn start,
+			sched_done_fn done);
 /* Batching limits, from the configuration (at start and on reload):
  * enabled, the largest total cost of a batch, and how long a batch that
  * is not full may wait for more (0: batch only what is already queued). */

@@ -10,7 +10,7 @@
 #        [batching] [serving] [readsab] [postab] [readerminab] [overlapab] [copystreamab] [dmaab]
 #        [phases] [dmaphases]
 #        [wgmma] [wgsan] [raceprobe] [streamprobe] [hot] [spread] [trace] [splitncu] [wgncu] [oneinflight]
-#        [copies] [kernelab] [wgdecode] [wgdsan] [wgdncu] [wgdense] [wgdensesan] [wgdensencu]
+#        [copies] [lonecheck] [loopstartab] [kernelab] [wgdecode] [wgdsan] [wgdncu] [wgdense] [wgdensesan] [wgdensencu]
 #        (no argument: test sanitize bench e2e)
 set -u
 OUT=${OUT:-/tmp/mfma-out}
@@ -126,6 +126,20 @@ wg_ncu() {
 
 for s in $steps; do
 case $s in
+lonecheck)
+	# Lone GEMMs on resident weights through mfmad, every answer checked
+	# (serving_bench.sh lonecheck: the loop's starts, limits.loop_start).
+	E2E_METRICS=${E2E_METRICS:-9464} SERVING_STEPS=lonecheck LABEL=lonecheck timeout "${E2E_S:-420}" \
+		bash bench/nvidia/serving_bench.sh "$P" "$OUT" > "$OUT/lonecheck.log" 2>&1
+	echo "=== lonecheck: rc=$?"
+	grep -E "^(CHECK|FAIL)" "$OUT/lonecheck.log" | cut -c1-300
+	;;
+loopstartab)
+	# One request in flight (serving_bench.sh latency, the worker's poll
+	# off) with limits.loop_start on and off, a daemon each, alternating,
+	# AB_ROUNDS rounds.
+	LAT_POLLS=0 abserve loopstartab.log latency E2E_LOOP_START=true E2E_LOOP_START=false
+	;;
 copies)
 	# Copies across the bus for a lone request's B and D (copy_bench):
 	# pinned and registered memfd memory, whole or in pieces on 1-4 streams.

@@ -44,6 +44,8 @@ SOCK=/tmp/mfmad-serving.sock
 D=/tmp/mfma-serving
 rm -rf "$D" && mkdir -p "$D"
 CTL=("${MFMACTL:-$P/bin/mfmactl}" -e "unix:$SOCK" --timeout 600000)
+# E2E_METRICS=PORT: /metrics on 127.0.0.1:PORT.
+metrics_conf=${E2E_METRICS:+"metrics = { enabled = true; port = $E2E_METRICS; };"}
 conf() {
 	cat >"$D/mfmad.conf" <<CONF
 limits = {
@@ -59,8 +61,10 @@ limits = {
   ${E2E_POST_THREADS:+post_threads = $E2E_POST_THREADS;}
   ${E2E_READER_THREADS:+reader_threads = $E2E_READER_THREADS;}
   ${E2E_READER_MIN_KB:+reader_min_kb = $E2E_READER_MIN_KB;}
+  ${E2E_LOOP_START:+loop_start = $E2E_LOOP_START;}
 };
 batching = { enabled = ${2:-true}; ${E2E_OVERLAP:+overlap = $E2E_OVERLAP;} };
+$metrics_conf
 cuda = { ${E2E_PINNED_ANSWERS_MB:+pinned_answers_mb = $E2E_PINNED_ANSWERS_MB;} ${E2E_COPY_STREAM:+copy_stream = $E2E_COPY_STREAM;}
          ${E2E_DMA_PARTS_KB:+dma_parts_kb = $E2E_DMA_PARTS_KB;} };
 CONF
@@ -145,6 +149,25 @@ has batchcheck && for dt in ${BATCHCHECK_DTYPES:-f16 bf16}; do
 	done
 done
 has batchcheck && echo "CHECK summary: $((checks - fails)) of $checks passed"
+# Lone GEMMs checked: one request at a time on a resident weight (the
+# loop starts each on the idle device, limits.loop_start, once the served
+# trial of the first 32 is over), every answer against the float64
+# reference, f16 and bf16, 2:4 and dense, bytes and --shm; then how many
+# the loop started, from /metrics.
+has lonecheck && for dt in f16 bf16; do
+	for sp in --sparse ""; do
+		for how in "" --shm; do
+			out=$("${CTL[@]}" --json bench --check --resident $sp --m 4096 --k 4096 --n 16 \
+				--dtype $dt -n 300 -j 1 --warmup 40 --device 0 $how 2>&1)
+			rc=$?
+			out=$(echo "$out" | tr -s ' \n' ' ')
+			checks=$((checks + 1))
+			[ $rc = 0 ] || fails=$((fails + 1))
+			echo "CHECK lone rc=$rc $dt ${sp:-dense} ${how:-bytes}: $(echo "$out" | grep -o '"check": {[^}]*}\|"p50": [0-9]*' | tr '\n' ' ')"
+		done
+	done
+done
+has lonecheck && echo "CHECK summary: $((checks - fails)) of $checks passed; $(python3 -c "import urllib.request as u; print(' '.join(l for l in u.urlopen('http://127.0.0.1:${E2E_METRICS:-9464}/metrics').read().decode().splitlines() if l.startswith(('mfmad_device_loop_starts_total', 'mfmad_device_completed_total'))))" 2>&1)"
 conf 0
 kill -HUP "$DPID"
 sleep 1

@@ -130,11 +130,18 @@ struct backend_timing {
 	/* A served trial of a measured choice ended with this GEMM: 0 none,
 	 * else enum backend_trial_end. */
 	uint8_t trial_end;
-	/* In: the caller lets a batched launch (nparts >= 2) be left running
-	 * (backend_ops.gemm_end).  Out: 0, or the launch was left running:
-	 * its answers' D are not written yet and the times above not filled
-	 * until gemm_end with this timing. */
+	/* In: the caller lets the launch be left running
+	 * (backend_ops.gemm_end): a batched one (nparts >= 2), or a lone one
+	 * whose D the device writes straight into registered host memory.
+	 * Out: 0, or the launch was left running: its answers' D are not
+	 * written yet and the times above not filled until gemm_end with
+	 * this timing. */
 	bool may_leave;
+	/* In, with may_leave: start the launch only if it will be left
+	 * running, else return -EAGAIN having done nothing on the device (the
+	 * loop thread starts an idle device's lone GEMM this way and must not
+	 * wait for one, nor for a measured choice or a served trial). */
+	bool leave_only;
 	int left;
 };
 

@@ -381,18 +381,20 @@ static int cuda_weight_load(void *dev, const struct mfma_weight_host *wh, void *
 	return 0;
 }
 
-/* Runs g on provider i; on failure the stream is drained.  A batched
- * launch is one GEMM over its parts joined on the device. */
-/* Runs g on provider i and fills t; a batch whose copy out the device
- * makes itself is left running when `leave` says it may be (t->left,
- * cuda_gemm_end), its times filled there. */
+/* Runs g on provider i and fills t; on failure the stream is drained.  A
+ * batched launch is one GEMM over its parts joined on the device.  When
+ * `leave` says it may be, a batch whose copy out the device makes itself,
+ * and a lone GEMM whose D goes by DMA into registered host memory, are
+ * left running (t->left, cuda_gemm_end), their times filled there. */
 static int run_on(struct cuda_backend_dev *bd, size_t i, const struct mfma_gemm *g, void *packed,
 		  bool leave, struct backend_timing *t, char *err, size_t errlen)
 {
 	const char *variant = NULL;
 	struct mfma_gemm one;
 	const bool batch = g->nparts > 1;
+	const bool lone = !batch && leave;
 	int left = batch && leave;
+	int lone_set = -1;
 	int rc = 0;
 	t->gather_ns = t->split_ns = 0;
 	if (batch) {
@@ -400,9 +402,14 @@ static int run_on(struct cuda_backend_dev *bd, size_t i, const struct mfma_gemm 
 		rc = cuda_batch_in(bd->batch, bd->dev, g, &one, err, errlen);
 		t->gather_ns = mfma_clock_ns() - t0;
 	}
-	if (rc == 0)
+	if (rc == 0) {
+		if (lone)
+			cuda_dev_lone_begin(bd->dev);
 		rc = providers[i]->launch(bd->dev, bd->state[i], batch ? &one : g, packed, &variant,
 					  err, errlen);
+		if (lone)
+			lone_set = cuda_dev_lone_end(bd->dev);
+	}
 	if (rc == 0 && batch) {
 		uint64_t t0 = mfma_clock_ns();
 		rc = cuda_batch_out(bd->batch, bd->dev, g, &left, err, errlen);
@@ -417,10 +424,14 @@ static int run_on(struct cuda_backend_dev *bd, size_t i, const struct mfma_gemm 
 		/* Whatever the provider enqueued before failing may still read
 		 * the pinned pool or write device buffers: wait for it. */
 		cuda_dev_drain(bd->dev);
+		if (lone_set >= 0) {
+			char why[64];
+			cuda_dev_finish(bd->dev, lone_set, t, why, sizeof(why));
+		}
 		return rc;
 	}
 	t->variant = variant;
-	t->left = batch ? left : 0;
+	t->left = batch ? left : lone_set + 1;
 	if (!t->left)
 		cuda_dev_timing(bd->dev, t);
 	return 0;
@@ -657,6 +668,21 @@ static uint8_t trial_note(const struct cuda_backend_dev *bd, const struct cuda_w
 	return BACKEND_TRIAL_CHANGED;
 }
 
+/* Whether a lone GEMM on w started now would be left running: its D goes
+ * by DMA into registered host memory, and its N bucket's choice is made
+ * and out of its served trial (nothing to measure or to time), while the
+ * device is not warming and has an event set free. */
+static bool leaves_lone(struct cuda_backend_dev *bd, const struct cuda_weight *w,
+			const struct mfma_gemm *g, size_t ncand)
+{
+	const size_t b = cuda_bucket_of(g->n), out = g->out_dtype < NOUT ? g->out_dtype : 0;
+	const struct cuda_rank *r = &w->rank[b][out];
+	const size_t dbytes = (size_t)g->m * g->n * mfma_dtype_size(g->out_dtype);
+	return g->nparts < 2 && !bd->warming && (r->n > 0 || ncand == 1) && trial_slot(r) < 0 &&
+	       cuda_dev_left_running(bd->dev) < CUDA_EVENT_SETS &&
+	       cuda_dev_registered(bd->dev, g->d, dbytes);
+}
+
 /* A GEMM on a resident weight: the pinned provider when it runs the
  * shape, else the measured choice for its N bucket, from the cache of
  * choices or measured now if this is the bucket's first GEMM (and the
@@ -669,6 +695,8 @@ static int gemm_resident(struct cuda_backend_dev *bd, struct cuda_weight *w,
 	int rc = candidates(bd, w, s, cand, &ncand, err, errlen);
 	if (rc < 0)
 		return rc;
+	if (t->leave_only && !leaves_lone(bd, w, g, ncand))
+		return -EAGAIN;
 	if ((rc = cuda_dev_enter(bd->dev, err, errlen)) < 0)
 		return rc;
 	bool answered = false;
@@ -766,6 +794,8 @@ static int cuda_gemm(void *dev, const struct mfma_gemm *g, void *weight, struct 
 		t = &local;
 	t->left = 0;
 	if (cuda_dev_left_running(bd->dev) >= CUDA_EVENT_SETS) {
+		if (t->leave_only)
+			return -EAGAIN; /* it would wait for one to end */
 		snprintf(err, errlen, "cuda: gemm: %d launches left running; finish one first "
 			 "(gemm_end)", cuda_dev_left_running(bd->dev));
 		return -EBUSY;
@@ -775,6 +805,8 @@ static int cuda_gemm(void *dev, const struct mfma_gemm *g, void *weight, struct 
 	 * made and choices measured. */
 	const uint64_t plans0 = cuda_dev_plans(bd->dev), measures0 = bd->measures;
 	t->trial_end = 0;
+	if (t->leave_only && (!t->may_leave || !w))
+		return -EAGAIN; /* only a resident weight's GEMM starts so */
 	if (w) {
 		rc = gemm_resident(bd, w, &run, &s, t, err, errlen);
 	} else {

@@ -53,6 +53,10 @@ struct cuda_dev {
 	int set;
 	/* Launches left running and not yet finished (at most two). */
 	int left;
+	/* A lone launch may be left running (cuda_dev_lone_begin), and the
+	 * set its copy out left running in, or -1. */
+	bool lone;
+	int lone_set;
 	/* Host time spent copying the last chunk out of the pool, after the
 	 * end event: part of the D2H time. */
 	uint64_t out_tail_ns[CUDA_EVENT_SETS];
@@ -738,6 +742,8 @@ int cuda_dev_copy_out(struct cuda_dev *d, void *dst, CUdeviceptr src, size_t byt
 	if (cuda_dev_registered(d, dst, bytes)) {
 		CU_TRY(nv_drv.cuMemcpyDtoHAsync(dst, src, bytes, d->stream),
 		       "cuMemcpyDtoHAsync(registered)");
+		if (d->lone && d->lone_set < 0)
+			return cuda_dev_copy_out_leave(d, &d->lone_set, err, errlen);
 		return cuda_dev_copy_out_end(d, err, errlen);
 	}
 	return cuda_dev_copy_out_with(d, src, bytes, take_into, dst, err, errlen);
@@ -784,6 +790,18 @@ int cuda_dev_finish(struct cuda_dev *d, int set, struct backend_timing *t, char 
 int cuda_dev_left_running(const struct cuda_dev *d)
 {
 	return d->left;
+}
+
+void cuda_dev_lone_begin(struct cuda_dev *d)
+{
+	d->lone = true;
+	d->lone_set = -1;
+}
+
+int cuda_dev_lone_end(struct cuda_dev *d)
+{
+	d->lone = false;
+	return d->lone_set;
 }
 
 int cuda_dev_copy_out_with(struct cuda_dev *d, CUdeviceptr src, size_t bytes, cuda_take_fn take,

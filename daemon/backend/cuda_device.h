@@ -153,6 +153,13 @@ int cuda_dev_finish(struct cuda_dev *d, int set, struct backend_timing *t, char 
 		    size_t errlen);
 /* How many launches left running are not finished. */
 int cuda_dev_left_running(const struct cuda_dev *d);
+/* A lone GEMM's launch that may be left running: between
+ * cuda_dev_lone_begin and cuda_dev_lone_end, a cuda_dev_copy_out of D into
+ * registered host memory ends as cuda_dev_copy_out_leave does instead of
+ * waiting.  cuda_dev_lone_end says which set holds it, or -1 when no copy
+ * out was left (the launch was waited for as usual). */
+void cuda_dev_lone_begin(struct cuda_dev *d);
+int cuda_dev_lone_end(struct cuda_dev *d);
 
 /* Answer frames in host memory the device registered at open
  * (cuda.pinned_answers_mb, frame_arena.h): a frame whose D the copies
@@ -215,7 +222,9 @@ int cuda_dev_out_buffer(struct cuda_dev *d, void *dst, size_t bytes, CUdeviceptr
 			size_t errlen);
 
 /* Device to host through the pinned pool, then waits for the stream: the
- * last step of a GEMM.  A kernel fault surfaces here.  Into an operand on
+ * last step of a GEMM (into registered host memory a DMA instead, left
+ * running between cuda_dev_lone_begin and _end).  A kernel fault surfaces
+ * here.  Into an operand on
  * the device it is a device-to-device copy that does not wait (nothing at
  * all when src is dst: cuda_dev_out_buffer gave the kernels dst). */
 int cuda_dev_copy_out(struct cuda_dev *d, void *dst, CUdeviceptr src, size_t bytes, char *err,

@@ -4,7 +4,10 @@
  * the limit, one behind a running GEMM and one that may share a launch
  * with batching on go to the device's queue as before; 0 turns it off and
  * SIGHUP on again.  /metrics' mfmad_device_inline_total says which way
- * each went. */
+ * each went.  And launches the loop starts on an idle device for its
+ * worker to finish (limits.loop_start), on the CPU with its testing aid
+ * that reports a lone launch left running as a GPU's is:
+ * mfmad_device_loop_starts_total. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -23,6 +27,8 @@
 
 #define INLINE_TOTAL "mfmad_device_inline_total{device=\"0\"}"
 #define COMPLETED "mfmad_device_completed_total{device=\"0\"}"
+#define LOOP_STARTS "mfmad_device_loop_starts_total{device=\"0\"}"
+#define LAUNCHES "mfmad_gemm_executions_total"
 
 /* A GEMM's operands, random from seed, and its float64 reference. */
 struct case_data {
@@ -243,6 +249,169 @@ static void test_off_and_reload(void **state)
 	assert_int_equal(harness_stop(&p), 0);
 }
 
+/* Loads cd's A as the weight "w" (2:4 when cd is). */
+static void load_weight(mfma_client *c, const struct case_data *cd)
+{
+	struct mfma_load_args la;
+	mfma_load_args_init(&la);
+	la.name = "w";
+	la.a.kind = MFMA_OPERAND_DENSE;
+	la.a.dense = (struct mfma_matrix){ cd->m, cd->k, (enum mfma_type)cd->t, cd->a,
+					   (size_t)cd->m * cd->k * mfma_dtype_size(cd->t) };
+	la.a.sparsity = cd->sparse ? MFMA_SPARSITY_VALIDATE_24 : MFMA_SPARSITY_DENSE;
+	struct mfma_error err;
+	if (mfma_load_weight(c, &la, NULL, &err) != 0)
+		fail_msg("load: %s", err.message);
+}
+
+/* cd's GEMM on the weight "w", blocking, checked; sent a millisecond
+ * after the last answer came, so that the device's worker, which wrote
+ * that answer, has gone back to waiting (the device is idle). */
+static void weight_gemm_checked(mfma_client *c, const struct case_data *cd)
+{
+	usleep(1000);
+	struct mfma_gemm_args ga;
+	case_args(cd, &ga);
+	ga.a.kind = MFMA_OPERAND_WEIGHT;
+	ga.a.weight = "w";
+	struct mfma_gemm_result r;
+	struct mfma_error err;
+	if (mfma_gemm(c, &ga, &r, &err) != 0)
+		fail_msg("gemm on the weight: %s", err.message);
+	case_check(cd, &r);
+	assert_int_equal(r.timing.batch_requests, 1);
+	mfma_gemm_result_free(&r);
+}
+
+/* One at a time on an idle device, each GEMM on a resident weight is
+ * started by the loop (the device's worker ends it and answers), right for
+ * every input type; limits.loop_start = false on SIGHUP queues them again,
+ * true starts them on the loop again.  96 x 8 x 64 is over the inline
+ * limit, so none runs inline. */
+static void test_loop_starts_lone_gemms(void **state)
+{
+	(void)state;
+	struct mfmad_proc p;
+	int port = harness_start_metrics(&p, NULL, "MFMAD_TEST_CPU_LEAVE", "1");
+	assert_true(port > 0);
+	mfma_client *c = harness_client(&p);
+	static const enum mfma_dtype types[] = { MFMA_DT_F32, MFMA_DT_F16, MFMA_DT_BF16,
+						 MFMA_DT_I8 };
+	long long runs = 0;
+	for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++) {
+		struct case_data cd;
+		case_make(&cd, 96, 8, 64, types[t], t % 2 == 0, 300 + t * 5);
+		load_weight(c, &cd);
+		for (int i = 0; i < 3; i++, runs++)
+			weight_gemm_checked(c, &cd);
+		struct mfma_error err;
+		assert_int_equal(mfma_unload_weight(c, "w", &err), 0);
+		case_free(&cd);
+	}
+	assert_int_equal(harness_metric(port, LOOP_STARTS), runs);
+	assert_int_equal(harness_metric(port, COMPLETED), runs);
+	assert_int_equal(harness_metric(port, INLINE_TOTAL), 0);
+
+	struct case_data cd;
+	case_make(&cd, 100, 12, 68, MFMA_DT_F16, true, 41);
+	load_weight(c, &cd);
+	assert_int_equal(harness_reconfigure(&p, "limits = { loop_start = false; };"), 0);
+	for (int i = 0; i < 3; i++)
+		weight_gemm_checked(c, &cd);
+	assert_int_equal(harness_metric(port, LOOP_STARTS), runs);
+	assert_int_equal(harness_reconfigure(&p, "limits = { loop_start = true; };"), 0);
+	weight_gemm_checked(c, &cd);
+	assert_int_equal(harness_metric(port, LOOP_STARTS), runs + 1);
+	assert_int_equal(harness_metric(port, COMPLETED), runs + 4);
+	case_free(&cd);
+	mfma_close(c);
+	assert_int_equal(harness_stop(&p), 0);
+}
+
+/* A burst on one weight behind a long GEMM: the device is busy, so none
+ * of it is started by the loop; it queues and shares launches as before,
+ * every answer right.  Once the device is idle again the next GEMM on the
+ * weight is started by the loop. */
+static void test_burst_queues_then_loop_starts(void **state)
+{
+	(void)state;
+	struct mfmad_proc p;
+	/* One thread: the long GEMM runs some 20-200 ms. */
+	int port = harness_start_metrics(&p, "cpu = { threads = 1; };", "MFMAD_TEST_CPU_LEAVE",
+					 "1");
+	assert_true(port > 0);
+	mfma_client *c = harness_client(&p);
+	enum { BURST = 24 };
+	struct case_data big, w, cds[BURST];
+	case_make(&w, 128, 4, 128, MFMA_DT_F32, true, 60);
+	load_weight(c, &w);
+	case_make(&big, 640, 640, 640, MFMA_DT_F32, false, 61);
+	struct mfma_gemm_args ga;
+	struct mfma_error err;
+	uint64_t big_id, ids[BURST];
+	case_args(&big, &ga);
+	assert_int_equal(mfma_gemm_submit(c, &ga, &big_id, &err), 0);
+	for (int i = 0; i < BURST; i++) {
+		/* The weight's A (the same seed) with a B of its own. */
+		case_make(&cds[i], 128, 1 + (uint32_t)(i % 3), 128, MFMA_DT_F32, true, 60);
+		assert_int_equal(ctl_random_matrix(cds[i].b, MFMA_DT_F32, 128, cds[i].n, false,
+						   700 + (uint64_t)i),
+				 0);
+		struct mfma_gemm g = { .m = 128, .n = cds[i].n, .k = 128, .in_dtype = MFMA_DT_F32,
+				       .out_dtype = MFMA_DT_F32, .alpha = 1.0f, .a = cds[i].a,
+				       .b = cds[i].b, .d = cds[i].ref };
+		assert_int_equal(cpu_gemm_ref_f64(&g, cds[i].ref), 0);
+		case_args(&cds[i], &ga);
+		ga.a.kind = MFMA_OPERAND_WEIGHT;
+		ga.a.weight = "w";
+		assert_int_equal(mfma_gemm_submit(c, &ga, &ids[i], &err), 0);
+	}
+	struct mfma_gemm_result r;
+	uint64_t done;
+	assert_int_equal(mfma_wait(c, big_id, -1, &done, &r, &err), 0);
+	case_check(&big, &r);
+	mfma_gemm_result_free(&r);
+	for (int i = 0; i < BURST; i++) {
+		if (mfma_wait(c, ids[i], -1, &done, &r, &err) != 0)
+			fail_msg("request %d: %s", i, err.message);
+		case_check(&cds[i], &r);
+		mfma_gemm_result_free(&r);
+		case_free(&cds[i]);
+	}
+	long long starts = harness_metric(port, LOOP_STARTS);
+	assert_true(starts < BURST);
+	assert_int_equal(harness_metric(port, COMPLETED), BURST + 1);
+	assert_true(harness_metric(port, LAUNCHES) < BURST + 1);
+	weight_gemm_checked(c, &w);
+	assert_int_equal(harness_metric(port, LOOP_STARTS), starts + 1);
+	case_free(&big);
+	case_free(&w);
+	mfma_close(c);
+	assert_int_equal(harness_stop(&p), 0);
+}
+
+/* A backend that cannot leave a launch running (the CPU without its
+ * testing aid) refuses the loop's start, and the GEMM goes through the
+ * queue as before, answered right. */
+static void test_loop_start_refused(void **state)
+{
+	(void)state;
+	struct mfmad_proc p;
+	int port = harness_start_metrics(&p, NULL, NULL, NULL);
+	assert_true(port > 0);
+	mfma_client *c = harness_client(&p);
+	struct case_data cd;
+	case_make(&cd, 96, 8, 64, MFMA_DT_BF16, true, 70);
+	load_weight(c, &cd);
+	for (int i = 0; i < 3; i++)
+		weight_gemm_checked(c, &cd);
+	assert_int_equal(harness_metric(port, LOOP_STARTS), 0);
+	assert_int_equal(harness_metric(port, COMPLETED), 3);
+	case_free(&cd);
+	mfma_close(c);
+	assert_int_equal(harness_stop(&p), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -250,6 +419,9 @@ int main(void)
 		cmocka_unit_test_teardown(test_busy_device_queues, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_resident_weight_with_batching, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_off_and_reload, harness_stop_leftover),
+		cmocka_unit_test_teardown(test_loop_starts_lone_gemms, harness_stop_leftover),
+		cmocka_unit_test_teardown(test_burst_queues_then_loop_starts, harness_stop_leftover),
+		cmocka_unit_test_teardown(test_loop_start_refused, harness_stop_leftover),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1448,6 +1448,97 @@ static void test_served_trial(void **state)
 	reopen(&cfg);
 }
 
+/* A lone GEMM on a resident weight started to be left running
+ * (backend_timing.leave_only, as the daemon's loop starts one on an idle
+ * device): with D in registered host memory and its N bucket's choice
+ * made, it is left running (t.left), gemm_end fills its times, and D is
+ * the same GEMM's waited for, bit for bit, with B staged or registered;
+ * two are left at once and end in order, a third is refused.  Refused with
+ * -EAGAIN and D untouched wherever it would have to be waited for: D on
+ * the heap, a bucket whose choice is not made yet, no resident weight. */
+static void test_lone_left_running(void **state)
+{
+	(void)state;
+	const uint32_t m = quick ? 1024 : 4096, k = quick ? 1024 : 4096, n = 16;
+	struct backend_config cfg = { .pinned_bytes = 8u << 20, .cuda_graphs = true };
+	cfg.cuda_providers.prefer = -1;
+	reopen(&cfg);
+	for (int sp = 1; sp >= 0; sp--) {
+		struct operands o;
+		ops_make(&o, MFMA_DT_F16, MFMA_DT_F16, sp, m, n, k, 1.0f, 0.0f);
+		void *w = load_f16_weight(dev, &o, sp, m, k);
+		const size_t db = (size_t)m * n * 2, bb = (size_t)k * n * 2;
+		struct test_region rg;
+		region_make(&rg, "test-lone", 3 * db + bb + 4096);
+		unsigned char *d[3] = { rg.p, rg.p + db, rg.p + 2 * db }, *b = rg.p + 3 * db;
+		memcpy(b, o.b, bb);
+		memset(rg.p, 0xff, 3 * db);
+		char err[512] = "";
+		struct mfma_gemm g = o.g;
+		g.d = d[0];
+		struct backend_timing t = { .may_leave = true, .leave_only = true };
+		/* The bucket's choice is not made yet: measuring is waited for. */
+		assert_int_equal(backend_cuda.gemm(dev, &g, w, &t, err, sizeof(err)), -EAGAIN);
+		assert_int_equal(t.left, 0);
+		/* Waited for, into the heap: the choice is made, D checked. */
+		struct backend_timing tw = { 0 };
+		RC_OK(backend_cuda.gemm(dev, &o.g, w, &tw, err, sizeof(err)), err);
+		uint32_t idx[16];
+		for (uint32_t j = 0; j < 16; j++)
+			idx[j] = j == 0 ? 0 : j == 1 ? m - 1 : nvt_rand(&seed) % m;
+		double rel = rel_error(&o, idx, 16);
+		if (!(rel <= nvt_tolerance(MFMA_DT_F16)))
+			fail_msg("lone GEMM waited for (%s): relative error %g", tw.variant, rel);
+		/* D on the heap cannot be left: refused, nothing written. */
+		struct mfma_gemm gh = o.g;
+		unsigned char *heap_d = malloc(db);
+		assert_non_null(heap_d);
+		memset(heap_d, 0xff, db);
+		gh.d = heap_d;
+		t = (struct backend_timing){ .may_leave = true, .leave_only = true };
+		assert_int_equal(backend_cuda.gemm(dev, &gh, w, &t, err, sizeof(err)), -EAGAIN);
+		for (size_t i = 0; i < db; i++)
+			if (heap_d[i] != 0xff)
+				fail_msg("a refused start wrote D at byte %zu", i);
+		free(heap_d);
+		/* No resident weight: refused. */
+		t = (struct backend_timing){ .may_leave = true, .leave_only = true };
+		assert_int_equal(backend_cuda.gemm(dev, &g, NULL, &t, err, sizeof(err)), -EAGAIN);
+		assert_true(d[0][0] == 0xff && d[0][db - 1] == 0xff);
+		/* Left running: B staged into d[0], B registered into d[1];
+		 * a third start is refused while both run. */
+		struct backend_timing tl[2];
+		for (int i = 0; i < 2; i++) {
+			struct mfma_gemm gl = o.g;
+			gl.d = d[i];
+			gl.b = i ? b : o.b;
+			tl[i] = (struct backend_timing){ .may_leave = true, .leave_only = true };
+			RC_OK(backend_cuda.gemm(dev, &gl, w, &tl[i], err, sizeof(err)), err);
+			assert_true(tl[i].left > 0);
+		}
+		struct mfma_gemm g3 = o.g;
+		g3.d = d[2];
+		t = (struct backend_timing){ .may_leave = true, .leave_only = true };
+		assert_int_equal(backend_cuda.gemm(dev, &g3, w, &t, err, sizeof(err)), -EAGAIN);
+		for (int i = 0; i < 2; i++) {
+			RC_OK(backend_cuda.gemm_end(dev, &tl[i], err, sizeof(err)), err);
+			assert_int_equal(tl[i].left, 0);
+			assert_true(tl[i].kernel_ns > 0);
+			assert_memory_equal(d[i], o.d, db);
+		}
+		assert_true(d[2][0] == 0xff && d[2][db - 1] == 0xff);
+		printf("  lone %s %ux%ux%u left running (%s): h2d %.1f kernel %.1f d2h %.1f us, "
+		       "equal to the waited result\n",
+		       sp ? "2:4" : "dense", m, n, k, tl[1].variant, tl[1].h2d_ns / 1e3,
+		       tl[1].kernel_ns / 1e3, tl[1].d2h_ns / 1e3);
+		checks += 3;
+		region_free(&rg);
+		backend_cuda.weight_free(dev, w);
+		ops_free(&o);
+	}
+	reopen(&cfg);
+}
+
 /* ---- answers in pinned frames (cuda.pinned_answers_mb) ---- */
 
 /* A frame from the device's arena with D's place `at` bytes in, as the
@@ -1788,6 +1879,7 @@ int main(void)
 		cmocka_unit_test(test_library_graph_replay),
 		cmocka_unit_test(test_policy_and_cache),
 		cmocka_unit_test(test_served_trial),
+		cmocka_unit_test(test_lone_left_running),
 		cmocka_unit_test(test_other_devices),
 	};
 	int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -107,6 +107,7 @@ static struct mfmad_stats *known_stats(void)
 	s->dev[1].mem_total = 1ull << 36;
 	s->dev[1].completed = 234;
 	s->dev[1].inline_runs = 200;
+	s->dev[0].loop_starts = 40;
 	s->dev[1].weight_bytes = 1u << 20;
 	s->dev[1].kernel_ns = 500000000ull;
 	return s;
@@ -237,6 +238,8 @@ static void test_render_exact_lines(void **state)
 	assert_line(out, "mfmad_device_completed_total{device=\"1\"} 234");
 	assert_line(out, "mfmad_device_inline_total{device=\"0\"} 0");
 	assert_line(out, "mfmad_device_inline_total{device=\"1\"} 200");
+	assert_line(out, "mfmad_device_loop_starts_total{device=\"0\"} 40");
+	assert_line(out, "mfmad_device_loop_starts_total{device=\"1\"} 0");
 	assert_line(out, "mfmad_device_failed_total{device=\"0\"} 1");
 	assert_line(out, "mfmad_device_kernel_seconds_total{device=\"0\"} 2.5");
 	assert_line(out, "mfmad_device_kernel_seconds_total{device=\"1\"} 0.5");
@@ -276,10 +279,10 @@ static void test_render_exact_lines(void **state)
 	/* 6 status (with the declared weights pending) + requests + 6 gemm + 17
 	 * histogram + 1 executions + 12 batch histogram + 2 plans + 2 measurements
 	 * + 2 trials + 2 matrices + 1 reader frames + 2 answer frames + 1 left
-	 * running + 1 retried + 2 request frames + 6 + 2 TLS + 1 + 2 info + 7 x 2
+	 * running + 1 retried + 2 request frames + 6 + 2 TLS + 1 + 2 info + 8 x 2
 	 * per-device + 2 kernel + 2 launch + 5 x 2 worker phases + 2 x 2 batch host steps. */
 	assert_int_equal(samples, 6 + STATS_NKINDS * STATS_NRESULTS + 6 + 17 + 1 + 12 + 2 + 2 + 2 + 2 +
-					  1 + 2 + 1 + 1 + 2 + 6 + 2 + 1 + 2 + 14 + 2 + 2 + 10 + 4);
+					  1 + 2 + 1 + 1 + 2 + 6 + 2 + 1 + 2 + 16 + 2 + 2 + 10 + 4);
 	assert_int_equal(out[len - 1], '\n');
 	free(out);
 	free(s);
