@@ -254,6 +254,12 @@ struct nv_gemm_tile {
 		return make_uint4(add1(a.x, b.x), add1(a.y, b.y), add1(a.z, b.z), add1(a.w, b.w));
 	}
 
+	/* Bytes of one element of D: 2 (f16, bf16) or 4 (f32, i32). */
+	static __device__ __forceinline__ size_t out_size(const nv_gemm_params &p)
+	{
+		return p.out_dtype == MFMA_DT_F16 || p.out_dtype == MFMA_DT_BF16 ? 2 : 4;
+	}
+
 	/* D = alpha * acc + beta * C from the staging tile.  Where D (and C)
 	 * and their row strides allow, 16 bytes a thread a step (8 columns of
 	 * a 16-bit D, 4 of a 32-bit one): a quarter to an eighth of the store
@@ -262,7 +268,7 @@ struct nv_gemm_tile {
 	static __device__ __forceinline__ void epilogue(const nv_gemm_params &p, const uint32_t *out, int m0,
 							int n0, unsigned tid)
 	{
-		const size_t os = p.out_dtype == MFMA_DT_F16 || p.out_dtype == MFMA_DT_BF16 ? 2 : 4;
+		const size_t os = out_size(p);
 		const bool vec = (uintptr_t)p.d % 16 == 0 && (size_t)p.ldd * os % 16 == 0 &&
 				 (p.beta == 0.0f || ((uintptr_t)p.c % 16 == 0 && (size_t)p.ldc * os % 16 == 0));
 		if (!vec) {
@@ -273,6 +279,33 @@ struct nv_gemm_tile {
 			epilogue_vec<8>(p, out, m0, n0, tid);
 		else
 			epilogue_vec<4>(p, out, m0, n0, tid);
+	}
+
+	/* One element of D from its accumulator word (f32 bits, or an i32
+	 * for the integer kinds, which take no alpha): alpha * acc, plus
+	 * beta * C[ci] where beta is not 0 and with_c (C read only where D's
+	 * element is written), in D's dtype; a 16-bit D in the low half. */
+	static __device__ __forceinline__ uint32_t out_elem(const nv_gemm_params &p, uint32_t acc,
+							     int64_t ci, bool with_c)
+	{
+		const bool c = with_c && p.beta != 0.0f;
+		if (P::INT)
+			return (uint32_t)((int)acc + (c ? ((const int *)p.c)[ci] : 0));
+		float x = p.alpha * __uint_as_float(acc);
+		switch (p.out_dtype) {
+		case MFMA_DT_F16:
+			if (c)
+				x += p.beta * __half2float(((const __half *)p.c)[ci]);
+			return __half_as_ushort(__float2half_rn(x));
+		case MFMA_DT_BF16:
+			if (c)
+				x += p.beta * __bfloat162float(((const __nv_bfloat16 *)p.c)[ci]);
+			return __bfloat16_as_ushort(__float2bfloat16_rn(x));
+		default:
+			if (c)
+				x += p.beta * ((const float *)p.c)[ci];
+			return __float_as_uint(x);
+		}
 	}
 
 	/* V columns a thread a step (V x the element size = 16 bytes); a row's
@@ -289,99 +322,50 @@ struct nv_gemm_tile {
 			const uint32_t *src = &out[r * EPI_LD + c];
 			const int64_t di = (int64_t)row * p.ldd + col, ci = (int64_t)row * p.ldc + col;
 			const int take = p.n - col < V ? p.n - col : V;
+			uint32_t o[V];
+#pragma unroll
+			for (int e = 0; e < V; e++)
+				o[e] = out_elem(p, src[e], ci + e, e < take);
 			if (V == 4) {
 				/* 32-bit D: f32, or i32 for the integer kinds. */
-				const uint4 a = *(const uint4 *)src;
-				const uint32_t w[4] = { a.x, a.y, a.z, a.w };
-				uint32_t o[4];
-#pragma unroll
-				for (int e = 0; e < 4; e++) {
-					if (P::INT) {
-						int x = (int)w[e];
-						if (p.beta != 0.0f && e < take)
-							x += ((const int *)p.c)[ci + e];
-						o[e] = (uint32_t)x;
-					} else {
-						float x = p.alpha * __uint_as_float(w[e]);
-						if (p.beta != 0.0f && e < take)
-							x += p.beta * ((const float *)p.c)[ci + e];
-						o[e] = __float_as_uint(x);
-					}
-				}
 				if (take == 4) {
 					*(uint4 *)((uint32_t *)p.d + di) = make_uint4(o[0], o[1], o[2], o[3]);
 					continue;
 				}
 #pragma unroll
-				for (int e = 0; e < 4; e++)
+				for (int e = 0; e < V; e++)
 					if (e < take)
 						((uint32_t *)p.d)[di + e] = o[e];
 				continue;
 			}
 			/* 16-bit D: f16 or bf16 (never for the integer kinds). */
-			const uint4 a0 = *(const uint4 *)src, a1 = *(const uint4 *)(src + 4);
-			const uint32_t w[8] = { a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w };
-			uint16_t o[8];
-#pragma unroll
-			for (int e = 0; e < 8; e++) {
-				float x = p.alpha * __uint_as_float(w[e]);
-				if (p.out_dtype == MFMA_DT_F16) {
-					if (p.beta != 0.0f && e < take)
-						x += p.beta * __half2float(((const __half *)p.c)[ci + e]);
-					o[e] = __half_as_ushort(__float2half_rn(x));
-				} else {
-					if (p.beta != 0.0f && e < take)
-						x += p.beta * __bfloat162float(((const __nv_bfloat16 *)p.c)[ci + e]);
-					o[e] = __bfloat16_as_ushort(__float2bfloat16_rn(x));
-				}
-			}
-			if (take == 8) {
+			if (take == V) {
 				*(uint4 *)((uint16_t *)p.d + di) =
-					make_uint4(o[0] | (uint32_t)o[1] << 16, o[2] | (uint32_t)o[3] << 16,
-						   o[4] | (uint32_t)o[5] << 16, o[6] | (uint32_t)o[7] << 16);
+					make_uint4(o[0] | o[1] << 16, o[2] | o[3] << 16, o[4] | o[5] << 16,
+						   o[6] | o[7] << 16);
 				continue;
 			}
 #pragma unroll
-			for (int e = 0; e < 8; e++)
+			for (int e = 0; e < V; e++)
 				if (e < take)
-					((uint16_t *)p.d)[di + e] = o[e];
+					((uint16_t *)p.d)[di + e] = (uint16_t)o[e];
 		}
 	}
 
 	static __device__ __forceinline__ void epilogue_elems(const nv_gemm_params &p, const uint32_t *out, int m0,
 							int n0, unsigned tid)
 	{
+		const bool wide = out_size(p) == 4;
 		for (int i = tid; i < BM * BN; i += THREADS) {
 			const int r = i / BN, c = i % BN, row = m0 + r, col = n0 + c;
 			if (row >= p.m || col >= p.n)
 				continue;
-			const uint32_t v = out[r * EPI_LD + c];
 			const int64_t di = (int64_t)row * p.ldd + col, ci = (int64_t)row * p.ldc + col;
-			if (P::INT) {
-				int x = (int)v;
-				if (p.beta != 0.0f)
-					x += ((const int *)p.c)[ci];
-				((int *)p.d)[di] = x;
-				continue;
-			}
-			float x = p.alpha * __uint_as_float(v);
-			switch (p.out_dtype) {
-			case MFMA_DT_F16:
-				if (p.beta != 0.0f)
-					x += p.beta * __half2float(((const __half *)p.c)[ci]);
-				((__half *)p.d)[di] = __float2half_rn(x);
-				break;
-			case MFMA_DT_BF16:
-				if (p.beta != 0.0f)
-					x += p.beta * __bfloat162float(((const __nv_bfloat16 *)p.c)[ci]);
-				((__nv_bfloat16 *)p.d)[di] = __float2bfloat16_rn(x);
-				break;
-			default:
-				if (p.beta != 0.0f)
-					x += p.beta * ((const float *)p.c)[ci];
-				((float *)p.d)[di] = x;
-				break;
-			}
+			const uint32_t x = out_elem(p, out[r * EPI_LD + c], ci, true);
+			if (wide)
+				((uint32_t *)p.d)[di] = x;
+			else
+				((uint16_t *)p.d)[di] = (uint16_t)x;
 		}
 	}
 };
