@@ -11,6 +11,7 @@
 #   bench/spin_bench.sh [ROUNDS]      (default 4)
 #   LOOP_US=300 SPIN_US=300 WORKER_POLL_US=0 M=256 K=256 N=16 RTT_ITERS=3000 BENCH_N=2000
 #   DTYPE=f32 SPARSE= (SPARSE=1: a 2:4 weight, loaded with --sparse validate)
+#   OUT_DTYPE= (D's dtype for mfmactl bench; empty: its default for DTYPE)
 #   RTT_ITERS=0 leaves rtt_bench out (on a GPU host the 16x16x16 f32 goes to the GPU).
 #   MFMAD_ARGS: more arguments for mfmad (e.g. "--backends cuda").
 # On a GPU host, e.g.: M=14336 K=4096 N=16 DTYPE=f16 SPARSE=1 RTT_ITERS=0 bench/spin_bench.sh
@@ -68,7 +69,7 @@ set_loop() {
 
 echo "# spin_bench: $(date -u +%FT%TZ), $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'), worker_poll_us $WORKER_POLL_US,"\
-     "rtt_bench $RTT_ITERS iterations, mfmactl bench $BENCH_N requests of ${M}x${N}x${K} $DTYPE${SPARSE:+ 2:4} --shm"
+     "rtt_bench $RTT_ITERS iterations, mfmactl bench $BENCH_N requests of ${M}x${N}x${K} $DTYPE${SPARSE:+ 2:4} --shm${OUT_DTYPE:+ out $OUT_DTYPE}"
 echo
 echo "| round | loop_poll_us | client spin us | echo p50 | rtt_bench mfmad p50 | mfmad - echo | bench --shm p50 | bench server total | bench kernel |"
 echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
@@ -84,8 +85,9 @@ for round in $(seq "$ROUNDS"); do
         echo_p50=$(awk -F'|' '/raw Unix-socket echo/ { gsub(/ /, "", $4); print $4 }' <<<"$rtt")
         gemm_p50=$(awk -F'|' '/mfmad GEMM/ { gsub(/ /, "", $4); print $4 }' <<<"$rtt")
       fi
+      # shellcheck disable=SC2086 # OUT_DTYPE is empty or one word
       js=$("${ctl[@]}" --spin-us "$spin" --json bench -n "$BENCH_N" -j 1 --weight w --n "$N" \
-           --warmup 50 --shm)
+           --warmup 50 --shm ${OUT_DTYPE:+--out-dtype $OUT_DTYPE})
       read -r b50 btot bker bspin < <(python3 -c '
 import json, sys
 j = json.loads(sys.argv[1])

@@ -355,14 +355,16 @@ abserving)
 spin)
 	# The busy-poll knobs (bench/spin_bench.sh: the loop's poll and the
 	# client's spin, alternating round by round) on one GPU: a resident
-	# 14336x4096 2:4 f16 weight, N=16 over a region, worker_poll_us 300.
+	# 14336x4096 2:4 f16 weight, N=SPIN_N (16) over a region,
+	# worker_poll_us SPIN_WORKER_US (300).
 	B=/tmp/mfma-spinbuild
 	rm -rf "$B" && mkdir -p "$B/daemon" "$B/client/ctl"
 	ln -s "$P/bin/mfmad" "$B/daemon/mfmad"
 	ln -s "$P/bin/mfmactl" "$B/client/ctl/mfmactl"
 	BUILD=$B MFMAD_ARGS="--backends cuda" M=14336 K=4096 N=${SPIN_N:-16} DTYPE=f16 SPARSE=1 \
-		RTT_ITERS=0 WORKER_POLL_US=300 timeout 300 bash bench/spin_bench.sh "${SPIN_ROUNDS:-4}" \
-		> "$OUT/spin.log" 2>&1
+		OUT_DTYPE=${SPIN_OUT:-} \
+		RTT_ITERS=0 WORKER_POLL_US=${SPIN_WORKER_US:-300} timeout 300 bash bench/spin_bench.sh \
+		"${SPIN_ROUNDS:-4}" > "$OUT/spin.log" 2>&1
 	echo "=== spin: rc=$?"
 	tail -12 "$OUT/spin.log"
 	;;
