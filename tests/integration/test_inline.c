@@ -181,74 +181,6 @@ static void test_busy_device_queues(void **state)
 	assert_int_equal(harness_stop(&p), 0);
 }
 
-/* GEMMs on a resident weight go to the queue while batching is on (they
- * may share a launch), and run on the loop with it off. */
-static void test_resident_weight_with_batching(void **state)
-{
-	(void)state;
-	static const char *const confs[] = { "batching = { enabled = true; };",
-					     "batching = { enabled = false; };" };
-	for (int off = 0; off < 2; off++) {
-		struct mfmad_proc p;
-		int port = harness_start_metrics(&p, confs[off], NULL, NULL);
-		assert_true(port > 0);
-		mfma_client *c = harness_client(&p);
-		struct case_data cd;
-		case_make(&cd, 24, 4, 32, MFMA_DT_F32, true, 5);
-		struct mfma_load_args la;
-		mfma_load_args_init(&la);
-		la.name = "w";
-		la.a.kind = MFMA_OPERAND_DENSE;
-		la.a.dense = (struct mfma_matrix){ cd.m, cd.k, MFMA_TYPE_F32, cd.a,
-						   (size_t)cd.m * cd.k * 4 };
-		la.a.sparsity = MFMA_SPARSITY_VALIDATE_24;
-		struct mfma_error err;
-		if (mfma_load_weight(c, &la, NULL, &err) != 0)
-			fail_msg("load: %s", err.message);
-		for (int i = 0; i < 5; i++) {
-			struct mfma_gemm_args ga;
-			case_args(&cd, &ga);
-			ga.a.kind = MFMA_OPERAND_WEIGHT;
-			ga.a.weight = "w";
-			struct mfma_gemm_result r;
-			if (mfma_gemm(c, &ga, &r, &err) != 0)
-				fail_msg("gemm on the weight: %s", err.message);
-			case_check(&cd, &r);
-			mfma_gemm_result_free(&r);
-		}
-		assert_int_equal(harness_metric(port, INLINE_TOTAL), off ? 5 : 0);
-		case_free(&cd);
-		mfma_close(c);
-		assert_int_equal(harness_stop(&p), 0);
-	}
-}
-
-/* 0 keeps every GEMM on the queue; SIGHUP changes the limit live. */
-static void test_off_and_reload(void **state)
-{
-	(void)state;
-	struct mfmad_proc p;
-	int port = harness_start_metrics(&p, "cpu = { inline_max_flops = 0; };", NULL, NULL);
-	assert_true(port > 0);
-	mfma_client *c = harness_client(&p);
-	for (int i = 0; i < 4; i++)
-		gemm_checked(c, 8, 8, 8, MFMA_DT_F32, false, 40 + (uint64_t)i);
-	assert_int_equal(harness_metric(port, INLINE_TOTAL), 0);
-	/* 2 x 64 x 64 x 64 = 524288: queued with the limit at 0, on the loop
-	 * with the limit raised to it. */
-	gemm_checked(c, 64, 64, 64, MFMA_DT_BF16, true, 50);
-	assert_int_equal(harness_reconfigure(&p, "cpu = { inline_max_flops = 524288; };"), 0);
-	gemm_checked(c, 64, 64, 64, MFMA_DT_BF16, true, 51);
-	gemm_checked(c, 8, 8, 8, MFMA_DT_F32, false, 52);
-	assert_int_equal(harness_metric(port, INLINE_TOTAL), 2);
-	assert_int_equal(harness_reconfigure(&p, "cpu = { inline_max_flops = 0; };"), 0);
-	gemm_checked(c, 8, 8, 8, MFMA_DT_F32, false, 53);
-	assert_int_equal(harness_metric(port, INLINE_TOTAL), 2);
-	assert_int_equal(harness_metric(port, COMPLETED), 8);
-	mfma_close(c);
-	assert_int_equal(harness_stop(&p), 0);
-}
-
 /* Loads cd's A as the weight "w" (2:4 when cd is). */
 static void load_weight(mfma_client *c, const struct case_data *cd)
 {
@@ -281,6 +213,56 @@ static void weight_gemm_checked(mfma_client *c, const struct case_data *cd)
 	case_check(cd, &r);
 	assert_int_equal(r.timing.batch_requests, 1);
 	mfma_gemm_result_free(&r);
+}
+
+/* GEMMs on a resident weight go to the queue while batching is on (they
+ * may share a launch), and run on the loop with it off. */
+static void test_resident_weight_with_batching(void **state)
+{
+	(void)state;
+	static const char *const confs[] = { "batching = { enabled = true; };",
+					     "batching = { enabled = false; };" };
+	for (int off = 0; off < 2; off++) {
+		struct mfmad_proc p;
+		int port = harness_start_metrics(&p, confs[off], NULL, NULL);
+		assert_true(port > 0);
+		mfma_client *c = harness_client(&p);
+		struct case_data cd;
+		case_make(&cd, 24, 4, 32, MFMA_DT_F32, true, 5);
+		load_weight(c, &cd);
+		for (int i = 0; i < 5; i++)
+			weight_gemm_checked(c, &cd);
+		assert_int_equal(harness_metric(port, INLINE_TOTAL), off ? 5 : 0);
+		case_free(&cd);
+		mfma_close(c);
+		assert_int_equal(harness_stop(&p), 0);
+	}
+}
+
+/* 0 keeps every GEMM on the queue; SIGHUP changes the limit live. */
+static void test_off_and_reload(void **state)
+{
+	(void)state;
+	struct mfmad_proc p;
+	int port = harness_start_metrics(&p, "cpu = { inline_max_flops = 0; };", NULL, NULL);
+	assert_true(port > 0);
+	mfma_client *c = harness_client(&p);
+	for (int i = 0; i < 4; i++)
+		gemm_checked(c, 8, 8, 8, MFMA_DT_F32, false, 40 + (uint64_t)i);
+	assert_int_equal(harness_metric(port, INLINE_TOTAL), 0);
+	/* 2 x 64 x 64 x 64 = 524288: queued with the limit at 0, on the loop
+	 * with the limit raised to it. */
+	gemm_checked(c, 64, 64, 64, MFMA_DT_BF16, true, 50);
+	assert_int_equal(harness_reconfigure(&p, "cpu = { inline_max_flops = 524288; };"), 0);
+	gemm_checked(c, 64, 64, 64, MFMA_DT_BF16, true, 51);
+	gemm_checked(c, 8, 8, 8, MFMA_DT_F32, false, 52);
+	assert_int_equal(harness_metric(port, INLINE_TOTAL), 2);
+	assert_int_equal(harness_reconfigure(&p, "cpu = { inline_max_flops = 0; };"), 0);
+	gemm_checked(c, 8, 8, 8, MFMA_DT_F32, false, 53);
+	assert_int_equal(harness_metric(port, INLINE_TOTAL), 2);
+	assert_int_equal(harness_metric(port, COMPLETED), 8);
+	mfma_close(c);
+	assert_int_equal(harness_stop(&p), 0);
 }
 
 /* One at a time on an idle device, each GEMM on a resident weight is
