@@ -40,9 +40,9 @@ void config_defaults(struct mfmad_config *c)
 	c->max_pinned_bytes = 16384ull << 20;
 	c->default_priority = 5;
 	c->priority_aging_ms = 1000;
+	c->loop_start = true;
 	/* Off: on the H200's 16-core host they took the loop's CPU per
 	 * request from 51-64 to 33-35 us but not the rate up (bench/RESULTS.md). */
-	c->loop_start = true;
 	c->reader_threads = -1; /* auto */
 	c->reader_min_bytes = 8ull << 10;
 	c->reader_when_busy = true;

@@ -186,8 +186,11 @@ static void observe_launch(struct daemon *d, const struct backend_timing *t)
 static void hand_off(struct gemm_job *j);
 
 /* The end of a lone GEMM's launch that returned rc (err its message):
- * its answer made, or its failure. */
-static void lone_done(struct device *v, struct gemm_job *j, int rc, const char *err)
+ * its answer made, or its failure; counted to the worker's answers phase
+ * where `phases` (not for the loop's start: its time is not the
+ * worker's). */
+static void lone_done(struct device *v, struct gemm_job *j, int rc, const char *err,
+		      bool phases)
 {
 	if (rc < 0) {
 		/* The device is done with the frame (a failed GEMM drains its
@@ -199,9 +202,10 @@ static void lone_done(struct device *v, struct gemm_job *j, int rc, const char *
 	}
 	j->code = MFMA__V1__CODE__OK;
 	stats_observe_batch(&v->d->stats, 1);
-	int was = devices_phase(v, STATS_WORKER_ANSWERS);
+	int was = phases ? devices_phase(v, STATS_WORKER_ANSWERS) : STATS_WORKER_IDLE;
 	finish_answer(v, j);
-	devices_phase(v, was);
+	if (phases)
+		devices_phase(v, was);
 }
 
 /* Worker: the end of a lone GEMM the loop left running (launch_one). */
@@ -213,15 +217,15 @@ static void gemm_lone_finish(struct device *v, struct sched_job **sjs, size_t n)
 	int was = devices_phase(v, STATS_WORKER_WAIT);
 	int rc = v->ops->gemm_end(v->bdev, &j->t, err, sizeof(err));
 	devices_phase(v, was);
-	lone_done(v, j, rc, err);
+	lone_done(v, j, rc, err, true);
 	hand_off(j);
 }
 
-/* Runs j alone, on the worker; or, from_loop, starts it on the loop
- * thread (sched_start_inline) only if the backend leaves its launch
- * running (then gemm_lone_finish ends it on the worker), else does
- * nothing and says -EAGAIN in j's status. */
-static void launch_one(struct device *v, struct gemm_job *j, bool from_loop)
+/* Runs j alone (on the worker, or for sched_run_inline on the loop); or,
+ * `start`, starts it on the loop thread (sched_start_inline) only if the
+ * backend leaves its launch running (then gemm_lone_finish ends it on the
+ * worker), else does nothing and says -EAGAIN in j's status. */
+static void launch_one(struct device *v, struct gemm_job *j, bool start)
 {
 	struct mfma_gemm *g = &j->plan.g;
 	j->batch_requests = 1;
@@ -250,14 +254,14 @@ static void launch_one(struct device *v, struct gemm_job *j, bool from_loop)
 	char err[400] = "";
 	j->t.plans = j->t.measures = 0;
 	j->t.trial_end = 0;
-	/* On the worker a lone launch is always waited for. */
-	j->t.may_leave = j->t.leave_only = from_loop;
+	/* Otherwise a lone launch is always waited for. */
+	j->t.may_leave = j->t.leave_only = start;
 	/* The worker's phases are the worker's: the loop's start is not one. */
-	int was = from_loop ? STATS_WORKER_IDLE : devices_phase(v, STATS_WORKER_LAUNCH);
+	int was = start ? STATS_WORKER_IDLE : devices_phase(v, STATS_WORKER_LAUNCH);
 	int rc = v->ops->gemm(v->bdev, g, handle, &j->t, err, sizeof(err));
-	if (!from_loop)
+	if (!start)
 		devices_phase(v, was);
-	if (rc == -EAGAIN && from_loop) {
+	if (rc == -EAGAIN && start) {
 		answer_free(&j->ans);
 		j->sj.status = -EAGAIN;
 		return;
@@ -267,7 +271,7 @@ static void launch_one(struct device *v, struct gemm_job *j, bool from_loop)
 		j->sj.finish = gemm_lone_finish;
 		return;
 	}
-	lone_done(v, j, rc, err);
+	lone_done(v, j, rc, err, !start);
 }
 
 static void run_one(struct device *v, struct sched_job *sj)
