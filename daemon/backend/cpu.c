@@ -31,6 +31,8 @@ struct cpu_dev {
 	int left; /* of those, not yet ended */
 	/* CPU_FAIL_BATCHES_ENV: every batched launch fails once it has run. */
 	bool fail_batches;
+	/* CPU_FAIL_LONE_ENV: every lone launch left running fails at its end. */
+	bool fail_lone;
 };
 
 struct cpu_weight {
@@ -123,6 +125,11 @@ static int cpu_describe(int index, struct backend_device_info *info)
  * a GPU's may fail part-way, so that the daemon's retry of each request
  * alone (its answer made afresh) runs where there is no GPU. */
 #define CPU_FAIL_BATCHES_ENV "MFMAD_TEST_CPU_FAIL_BATCHES"
+/* A testing aid too: with "1" (and CPU_LEAVE_ENV), a lone GEMM the loop
+ * started and left running fails at its end, as a GPU's kernel fault
+ * surfaces there, so that the daemon's answer to it (and its serving of
+ * everyone else) runs where there is no GPU. */
+#define CPU_FAIL_LONE_ENV "MFMAD_TEST_CPU_FAIL_LONE"
 
 static bool env_on(const char *name)
 {
@@ -167,6 +174,7 @@ static int cpu_open(int index, const struct backend_config *cfg, void **dev, cha
 	}
 	c->leave = env_on(CPU_LEAVE_ENV);
 	c->fail_batches = env_on(CPU_FAIL_BATCHES_ENV);
+	c->fail_lone = env_on(CPU_FAIL_LONE_ENV);
 	int rc = open_answers(c, err, errlen);
 	if (rc < 0) {
 		cpu_pool_destroy(c->pool);
@@ -302,6 +310,10 @@ static int cpu_gemm_end(void *dev, struct backend_timing *t, char *err, size_t e
 	t->left = 0; /* its times were filled when it ran */
 	const bool lone = c->left_lone & 1u;
 	c->left_lone >>= 1;
+	if (lone && c->fail_lone) {
+		snprintf(err, errlen, "cpu: lone launch failed at its end (%s)", CPU_FAIL_LONE_ENV);
+		return -EIO;
+	}
 	if (c->fail_batches && !lone) {
 		snprintf(err, errlen, "cpu: batched launch failed at its end (%s)",
 			 CPU_FAIL_BATCHES_ENV);

@@ -372,6 +372,51 @@ static void test_burst_queues_then_loop_starts(void **state)
 	assert_int_equal(harness_stop(&p), 0);
 }
 
+/* A launch the loop started that fails at its end (the CPU's testing aid
+ * MFMAD_TEST_CPU_FAIL_LONE, as a GPU's kernel fault surfaces there): that
+ * request is answered INTERNAL with a message naming the device and what
+ * failed, counted failed, and everyone after it is served: a GEMM through
+ * the queue, and with limits.loop_start off the same GEMM on the weight,
+ * both right. */
+static void test_loop_start_fails_at_its_end(void **state)
+{
+	(void)state;
+	struct mfmad_proc p;
+	setenv("MFMAD_TEST_CPU_FAIL_LONE", "1", 1);
+	int port = harness_start_metrics(&p, NULL, "MFMAD_TEST_CPU_LEAVE", "1");
+	unsetenv("MFMAD_TEST_CPU_FAIL_LONE");
+	assert_true(port > 0);
+	mfma_client *c = harness_client(&p);
+	struct case_data cd;
+	case_make(&cd, 96, 8, 64, MFMA_DT_F16, true, 80);
+	load_weight(c, &cd);
+	for (int i = 0; i < 2; i++) {
+		usleep(1000);
+		struct mfma_gemm_args ga;
+		case_args(&cd, &ga);
+		ga.a.kind = MFMA_OPERAND_WEIGHT;
+		ga.a.weight = "w";
+		struct mfma_gemm_result r;
+		struct mfma_error err;
+		if (mfma_gemm(c, &ga, &r, &err) == 0)
+			fail_msg("a lone launch that failed at its end was answered OK");
+		assert_int_equal(err.code, MFMA_CODE_INTERNAL);
+		if (!strstr(err.message, "device 0") ||
+		    !strstr(err.message, "lone launch failed at its end"))
+			fail_msg("the failure does not say what failed: %s", err.message);
+	}
+	assert_int_equal(harness_metric(port, LOOP_STARTS), 2);
+	assert_int_equal(harness_metric(port, "mfmad_device_failed_total{device=\"0\"}"), 2);
+	gemm_checked(c, 40, 24, 64, MFMA_DT_F32, false, 81);
+	assert_int_equal(harness_reconfigure(&p, "limits = { loop_start = false; };"), 0);
+	weight_gemm_checked(c, &cd);
+	assert_int_equal(harness_metric(port, LOOP_STARTS), 2);
+	assert_int_equal(harness_metric(port, COMPLETED), 2);
+	case_free(&cd);
+	mfma_close(c);
+	assert_int_equal(harness_stop(&p), 0);
+}
+
 /* A backend that cannot leave a launch running (the CPU without its
  * testing aid) refuses the loop's start, and the GEMM goes through the
  * queue as before, answered right. */
@@ -403,6 +448,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_off_and_reload, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_loop_starts_lone_gemms, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_burst_queues_then_loop_starts, harness_stop_leftover),
+		cmocka_unit_test_teardown(test_loop_start_fails_at_its_end, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_loop_start_refused, harness_stop_leftover),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
