@@ -58,6 +58,7 @@ extern "C" {
 	X(cuStreamDestroy)                          \
 	X(cuStreamSynchronize)                      \
 	X(cuStreamWaitEvent)                        \
+	X(cuStreamWriteValue32)                     \
 	X(cuEventCreate)                            \
 	X(cuEventDestroy)                           \
 	X(cuEventRecord)                            \
