@@ -164,6 +164,10 @@ int main(int argc, char **argv)
 	/* How the host learns that a copy ended: the end event's synchronize,
 	 * or a flag the stream writes into mapped pinned memory after the copy
 	 * (cuStreamWriteValue32), read in a spin. */
+	if (!nv_drv.cuStreamWriteValue32) {
+		fprintf(stderr, "copy_bench: the driver has no cuStreamWriteValue32\n");
+		return 1;
+	}
 	volatile uint32_t *flag;
 	void *flag_host;
 	CUdeviceptr flag_dev;

@@ -58,7 +58,6 @@ extern "C" {
 	X(cuStreamDestroy)                          \
 	X(cuStreamSynchronize)                      \
 	X(cuStreamWaitEvent)                        \
-	X(cuStreamWriteValue32)                     \
 	X(cuEventCreate)                            \
 	X(cuEventDestroy)                           \
 	X(cuEventRecord)                            \
@@ -73,13 +72,15 @@ extern "C" {
 
 /* Entry points a driver may lack: NULL then, and what needs one says so.
  * cuMemcpyBatchAsync (many copies, one call, on the copy engines) came
- * with CUDA 12.8 and took its present arguments in 13.0. */
+ * with CUDA 12.8 and took its present arguments in 13.0.
+ * cuStreamWriteValue32 (a stream's write into mapped memory) is only
+ * copy_bench's, not the daemon's. */
 #if CUDA_VERSION >= 13000
 #define NV_HAVE_BATCH_COPY 1
-#define NV_DRIVER_OPTIONAL_FUNCS(X) X(cuMemcpyBatchAsync)
+#define NV_DRIVER_OPTIONAL_FUNCS(X) X(cuMemcpyBatchAsync) X(cuStreamWriteValue32)
 #else
 #define NV_HAVE_BATCH_COPY 0
-#define NV_DRIVER_OPTIONAL_FUNCS(X)
+#define NV_DRIVER_OPTIONAL_FUNCS(X) X(cuStreamWriteValue32)
 #endif
 
 struct nv_driver {
