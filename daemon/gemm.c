@@ -649,7 +649,7 @@ static bool run_inline(struct daemon *d, int dev, struct gemm_job *j)
 static bool start_on_loop(struct daemon *d, int dev, struct gemm_job *j)
 {
 	const struct device *v = &d->dev[dev];
-	if (!d->cfg.loop_start || !v->ops->gemm_end || !j->weight ||
+	if (!d->cfg.loop_start || !v->info.leaves_lone || !j->weight ||
 	    conn_daemon_unanswered(d) > 1)
 		return false;
 	return sched_start_inline(d, dev, &j->sj, gemm_start, gemm_done);

@@ -132,41 +132,36 @@ has latency && for poll in ${LAT_POLLS:-0 300}; do
 		done
 	done
 done
-# Batched launches checked: every answer of a batched load against the
-# float64 reference, a B per connection (mfmactl bench --check), f16 and
-# bf16, 2:4 and dense, bytes and --shm.
-has batchcheck && for dt in ${BATCHCHECK_DTYPES:-f16 bf16}; do
-	for sp in --sparse ""; do
-		for how in "" --shm; do
-			out=$("${CTL[@]}" --json bench --check --resident $sp --m 4096 --k 4096 --n 8 \
-				--dtype $dt -n 3000 -j 64 --warmup 4 --device 0 $how 2>&1)
-			rc=$?
-			out=$(echo "$out" | tr -s ' \n' ' ')
-			checks=$((checks + 1))
-			[ $rc = 0 ] || fails=$((fails + 1))
-			echo "CHECK batched rc=$rc $dt ${sp:-dense} ${how:-bytes}: $(echo "$out" | grep -o '"check": {[^}]*}\|"mean_batch": [0-9.]*\|"errors": [0-9]*' | tr '\n' ' ')"
+# checked_benches LABEL "DTYPES" FIELDS BENCH_ARGS...: `mfmactl bench --check`
+# on a resident 4096x4096 weight for each of DTYPES, 2:4 and dense, bytes and
+# --shm, every answer against the float64 reference; each counted in
+# checks/fails and printed as "CHECK LABEL rc=..." with its check and the
+# JSON fields the grep pattern FIELDS picks.
+checked_benches() {
+	local label=$1 dts=$2 fields=$3 dt sp how out rc
+	shift 3
+	for dt in $dts; do
+		for sp in --sparse ""; do
+			for how in "" --shm; do
+				out=$("${CTL[@]}" --json bench --check --resident $sp --m 4096 --k 4096 \
+					--dtype $dt --device 0 "$@" $how 2>&1)
+				rc=$?
+				out=$(echo "$out" | tr -s ' \n' ' ')
+				checks=$((checks + 1))
+				[ $rc = 0 ] || fails=$((fails + 1))
+				echo "CHECK $label rc=$rc $dt ${sp:-dense} ${how:-bytes}: $(echo "$out" | grep -o "\"check\": {[^}]*}\\|$fields" | tr '\n' ' ')"
+			done
 		done
 	done
-done
+}
+# Batched launches checked: N=8, 64 in flight, a B per connection.
+has batchcheck && checked_benches batched "${BATCHCHECK_DTYPES:-f16 bf16}" \
+	'"mean_batch": [0-9.]*\|"errors": [0-9]*' --n 8 -n 3000 -j 64 --warmup 4
 has batchcheck && echo "CHECK summary: $((checks - fails)) of $checks passed"
-# Lone GEMMs checked: one request at a time on a resident weight (the
-# loop starts each on the idle device, limits.loop_start, once the served
-# trial of the first 32 is over), every answer against the float64
-# reference, f16 and bf16, 2:4 and dense, bytes and --shm; then how many
-# the loop started, from /metrics.
-has lonecheck && for dt in f16 bf16; do
-	for sp in --sparse ""; do
-		for how in "" --shm; do
-			out=$("${CTL[@]}" --json bench --check --resident $sp --m 4096 --k 4096 --n 16 \
-				--dtype $dt -n 300 -j 1 --warmup 40 --device 0 $how 2>&1)
-			rc=$?
-			out=$(echo "$out" | tr -s ' \n' ' ')
-			checks=$((checks + 1))
-			[ $rc = 0 ] || fails=$((fails + 1))
-			echo "CHECK lone rc=$rc $dt ${sp:-dense} ${how:-bytes}: $(echo "$out" | grep -o '"check": {[^}]*}\|"p50": [0-9]*' | tr '\n' ' ')"
-		done
-	done
-done
+# Lone GEMMs checked: N=16, one request at a time (the loop starts each on
+# the idle device, limits.loop_start, once the served trial of the first
+# 32 is over); then how many the loop started, from /metrics.
+has lonecheck && checked_benches lone "f16 bf16" '"p50": [0-9]*' --n 16 -n 300 -j 1 --warmup 40
 has lonecheck && echo "CHECK summary: $((checks - fails)) of $checks passed; $(python3 -c "import urllib.request as u; print(' '.join(l for l in u.urlopen('http://127.0.0.1:${E2E_METRICS:-9464}/metrics').read().decode().splitlines() if l.startswith(('mfmad_device_loop_starts_total', 'mfmad_device_completed_total'))))" 2>&1)"
 conf 0
 kill -HUP "$DPID"

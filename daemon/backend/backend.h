@@ -85,6 +85,10 @@ struct backend_device_info {
 	/* The device runs batched launches (mfma_gemm.nparts >= 2) on a
 	 * resident weight: the daemon batches only for such devices. */
 	bool batches;
+	/* The device may leave a lone GEMM's launch running
+	 * (backend_timing.leave_only): the loop starts GEMMs only on such
+	 * devices (limits.loop_start), so that no other pays for a refusal. */
+	bool leaves_lone;
 };
 
 /* Appends item to the comma-separated list in buf (cap bytes, a C

@@ -85,24 +85,6 @@ static void cpu_model(char *buf, size_t len)
 	fclose(f);
 }
 
-static int cpu_describe(int index, struct backend_device_info *info)
-{
-	(void)index;
-	char model[96];
-	struct utsname u;
-	memset(info, 0, sizeof(*info));
-	cpu_model(model, sizeof(model));
-	snprintf(info->name, sizeof(info->name), "%s, %d cores", model, cores());
-	snprintf(info->arch, sizeof(info->arch), "%.31s", uname(&u) == 0 ? u.machine : "cpu");
-	long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
-	info->mem_total = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz : 0;
-	info->batches = true;
-	snprintf(info->variants, sizeof(info->variants),
-		 "cpu.sgemm.f32,cpu.sgemm.f16,cpu.sgemm.bf16,cpu.i8,"
-		 "cpu.sp24.f32,cpu.sp24.f16,cpu.sp24.bf16,cpu.sp24.i8");
-	return 0;
-}
-
 /* A testing aid, not a setting: the CPU has no use for an arena of answer
  * frames (it writes D into the frame wherever the frame is), but with one
  * the daemon's handling of frames carved from an arena (freed on the loop
@@ -135,6 +117,25 @@ static bool env_on(const char *name)
 {
 	const char *e = getenv(name);
 	return e && strcmp(e, "1") == 0;
+}
+
+static int cpu_describe(int index, struct backend_device_info *info)
+{
+	(void)index;
+	char model[96];
+	struct utsname u;
+	memset(info, 0, sizeof(*info));
+	cpu_model(model, sizeof(model));
+	snprintf(info->name, sizeof(info->name), "%s, %d cores", model, cores());
+	snprintf(info->arch, sizeof(info->arch), "%.31s", uname(&u) == 0 ? u.machine : "cpu");
+	long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+	info->mem_total = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz : 0;
+	info->batches = true;
+	info->leaves_lone = env_on(CPU_LEAVE_ENV);
+	snprintf(info->variants, sizeof(info->variants),
+		 "cpu.sgemm.f32,cpu.sgemm.f16,cpu.sgemm.bf16,cpu.i8,"
+		 "cpu.sp24.f32,cpu.sp24.f16,cpu.sp24.bf16,cpu.sp24.i8");
+	return 0;
 }
 
 static int open_answers(struct cpu_dev *c, char *err, size_t errlen)

@@ -176,6 +176,7 @@ static int cuda_describe(int index, struct backend_device_info *info)
 	/* A batch joins its parts on the device and runs on whichever
 	 * provider the choice names (cuda_batch.h). */
 	info->batches = cuda_batch_usable(cc);
+	info->leaves_lone = true;
 	for (size_t i = 0; i < NPROVIDERS; i++) {
 		/* An excluded provider is listed as excluded without asking
 		 * usable(), which for a library opens it: excluded is never
@@ -668,10 +669,11 @@ static uint8_t trial_note(const struct cuda_backend_dev *bd, const struct cuda_w
 	return BACKEND_TRIAL_CHANGED;
 }
 
-/* Whether a lone GEMM on w started now would be left running: its D goes
- * by DMA into registered host memory, and its N bucket's choice is made
- * and out of its served trial (nothing to measure or to time), while the
- * device is not warming and has an event set free. */
+/* Whether a lone GEMM on w started now would be left running (cuda_gemm
+ * has checked that an event set is free): its D goes by DMA into
+ * registered host memory, and its N bucket's choice is made and out of its
+ * served trial (nothing to measure or to time), while the device is not
+ * warming. */
 static bool leaves_lone(struct cuda_backend_dev *bd, const struct cuda_weight *w,
 			const struct mfma_gemm *g, size_t ncand)
 {
@@ -679,7 +681,6 @@ static bool leaves_lone(struct cuda_backend_dev *bd, const struct cuda_weight *w
 	const struct cuda_rank *r = &w->rank[b][out];
 	const size_t dbytes = (size_t)g->m * g->n * mfma_dtype_size(g->out_dtype);
 	return g->nparts < 2 && !bd->warming && (r->n > 0 || ncand == 1) && trial_slot(r) < 0 &&
-	       cuda_dev_left_running(bd->dev) < CUDA_EVENT_SETS &&
 	       cuda_dev_registered(bd->dev, g->d, dbytes);
 }
 
@@ -793,9 +794,12 @@ static int cuda_gemm(void *dev, const struct mfma_gemm *g, void *weight, struct 
 	if (!t)
 		t = &local;
 	t->left = 0;
+	/* Only a resident weight's GEMM starts to be left running, and not
+	 * while it would have to wait for one left running before. */
+	if (t->leave_only &&
+	    (!t->may_leave || !w || cuda_dev_left_running(bd->dev) >= CUDA_EVENT_SETS))
+		return -EAGAIN;
 	if (cuda_dev_left_running(bd->dev) >= CUDA_EVENT_SETS) {
-		if (t->leave_only)
-			return -EAGAIN; /* it would wait for one to end */
 		snprintf(err, errlen, "cuda: gemm: %d launches left running; finish one first "
 			 "(gemm_end)", cuda_dev_left_running(bd->dev));
 		return -EBUSY;
@@ -805,8 +809,6 @@ static int cuda_gemm(void *dev, const struct mfma_gemm *g, void *weight, struct 
 	 * made and choices measured. */
 	const uint64_t plans0 = cuda_dev_plans(bd->dev), measures0 = bd->measures;
 	t->trial_end = 0;
-	if (t->leave_only && (!t->may_leave || !w))
-		return -EAGAIN; /* only a resident weight's GEMM starts so */
 	if (w) {
 		rc = gemm_resident(bd, w, &run, &s, t, err, errlen);
 	} else {

@@ -39,8 +39,9 @@ struct case_data {
 	double *ref;
 };
 
-static void case_make(struct case_data *cd, uint32_t m, uint32_t n, uint32_t k, enum mfma_dtype t,
-		      bool sparse, uint64_t seed)
+/* A from a_seed, B from b_seed. */
+static void case_make_seeds(struct case_data *cd, uint32_t m, uint32_t n, uint32_t k,
+			    enum mfma_dtype t, bool sparse, uint64_t a_seed, uint64_t b_seed)
 {
 	*cd = (struct case_data){ .m = m, .n = n, .k = k, .t = t, .sparse = sparse };
 	size_t es = mfma_dtype_size(t);
@@ -48,13 +49,19 @@ static void case_make(struct case_data *cd, uint32_t m, uint32_t n, uint32_t k, 
 	cd->b = malloc((size_t)k * n * es);
 	cd->ref = malloc((size_t)m * n * sizeof(double));
 	assert_true(cd->a && cd->b && cd->ref);
-	assert_int_equal(ctl_random_matrix(cd->a, t, m, k, sparse, seed), 0);
-	assert_int_equal(ctl_random_matrix(cd->b, t, k, n, false, seed + 1), 0);
+	assert_int_equal(ctl_random_matrix(cd->a, t, m, k, sparse, a_seed), 0);
+	assert_int_equal(ctl_random_matrix(cd->b, t, k, n, false, b_seed), 0);
 	struct mfma_gemm g = { .m = m, .n = n, .k = k, .in_dtype = t,
 			       .out_dtype = t == MFMA_DT_I8 ? MFMA_DT_I32 : MFMA_DT_F32,
 			       .alpha = 1.0f, .a = cd->a, .b = cd->b,
 			       .d = cd->ref /* checked for, not written */ };
 	assert_int_equal(cpu_gemm_ref_f64(&g, cd->ref), 0);
+}
+
+static void case_make(struct case_data *cd, uint32_t m, uint32_t n, uint32_t k, enum mfma_dtype t,
+		      bool sparse, uint64_t seed)
+{
+	case_make_seeds(cd, m, n, k, t, sparse, seed, seed + 1);
 }
 
 static void case_args(const struct case_data *cd, struct mfma_gemm_args *ga)
@@ -196,6 +203,14 @@ static void load_weight(mfma_client *c, const struct case_data *cd)
 		fail_msg("load: %s", err.message);
 }
 
+/* cd's GEMM with A the weight "w". */
+static void weight_args(const struct case_data *cd, struct mfma_gemm_args *ga)
+{
+	case_args(cd, ga);
+	ga->a.kind = MFMA_OPERAND_WEIGHT;
+	ga->a.weight = "w";
+}
+
 /* cd's GEMM on the weight "w", blocking, checked; sent a millisecond
  * after the last answer came, so that the device's worker, which wrote
  * that answer, has gone back to waiting (the device is idle). */
@@ -203,9 +218,7 @@ static void weight_gemm_checked(mfma_client *c, const struct case_data *cd)
 {
 	usleep(1000);
 	struct mfma_gemm_args ga;
-	case_args(cd, &ga);
-	ga.a.kind = MFMA_OPERAND_WEIGHT;
-	ga.a.weight = "w";
+	weight_args(cd, &ga);
 	struct mfma_gemm_result r;
 	struct mfma_error err;
 	if (mfma_gemm(c, &ga, &r, &err) != 0)
@@ -335,17 +348,9 @@ static void test_burst_queues_then_loop_starts(void **state)
 	assert_int_equal(mfma_gemm_submit(c, &ga, &big_id, &err), 0);
 	for (int i = 0; i < BURST; i++) {
 		/* The weight's A (the same seed) with a B of its own. */
-		case_make(&cds[i], 128, 1 + (uint32_t)(i % 3), 128, MFMA_DT_F32, true, 60);
-		assert_int_equal(ctl_random_matrix(cds[i].b, MFMA_DT_F32, 128, cds[i].n, false,
-						   700 + (uint64_t)i),
-				 0);
-		struct mfma_gemm g = { .m = 128, .n = cds[i].n, .k = 128, .in_dtype = MFMA_DT_F32,
-				       .out_dtype = MFMA_DT_F32, .alpha = 1.0f, .a = cds[i].a,
-				       .b = cds[i].b, .d = cds[i].ref };
-		assert_int_equal(cpu_gemm_ref_f64(&g, cds[i].ref), 0);
-		case_args(&cds[i], &ga);
-		ga.a.kind = MFMA_OPERAND_WEIGHT;
-		ga.a.weight = "w";
+		case_make_seeds(&cds[i], 128, 1 + (uint32_t)(i % 3), 128, MFMA_DT_F32, true, 60,
+				700 + (uint64_t)i);
+		weight_args(&cds[i], &ga);
 		assert_int_equal(mfma_gemm_submit(c, &ga, &ids[i], &err), 0);
 	}
 	struct mfma_gemm_result r;
@@ -393,9 +398,7 @@ static void test_loop_start_fails_at_its_end(void **state)
 	for (int i = 0; i < 2; i++) {
 		usleep(1000);
 		struct mfma_gemm_args ga;
-		case_args(&cd, &ga);
-		ga.a.kind = MFMA_OPERAND_WEIGHT;
-		ga.a.weight = "w";
+		weight_args(&cd, &ga);
 		struct mfma_gemm_result r;
 		struct mfma_error err;
 		if (mfma_gemm(c, &ga, &r, &err) == 0)
@@ -417,9 +420,10 @@ static void test_loop_start_fails_at_its_end(void **state)
 	assert_int_equal(harness_stop(&p), 0);
 }
 
-/* A backend that cannot leave a launch running (the CPU without its
- * testing aid) refuses the loop's start, and the GEMM goes through the
- * queue as before, answered right. */
+/* A device that cannot leave a lone launch running (the CPU without its
+ * testing aid: backend_device_info.leaves_lone false) gets no start from
+ * the loop, and the GEMM goes through the queue as before, answered
+ * right. */
 static void test_loop_start_refused(void **state)
 {
 	(void)state;
