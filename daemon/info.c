@@ -71,6 +71,8 @@ void info_status(struct daemon *d, const struct request *r)
 		di[i].worker_launch_ns = wns[STATS_WORKER_LAUNCH];
 		di[i].worker_wait_ns = wns[STATS_WORKER_WAIT];
 		di[i].worker_answers_ns = wns[STATS_WORKER_ANSWERS];
+		di[i].has_loop_starts = 1;
+		di[i].loop_starts = STATS_GET(v->st->loop_starts);
 		/* The variant list is one comma-separated string in the backend. */
 		snprintf(varbuf[i], sizeof(varbuf[i]), "%s", v->info.variants);
 		size_t nv = 0;

@@ -216,7 +216,11 @@ static void print_worker(const struct mfma_device_status *d)
 	for (size_t i = 0; i < WORKER_PHASES; i++)
 		printf("%s %s %.1f%%", i ? "," : "", worker_phase_names[i],
 		       100.0 * (double)ns[i] / (double)sum);
-	printf(" of %.1f s\n", (double)sum / 1e9);
+	printf(" of %.1f s", (double)sum / 1e9);
+	if (d->loop_starts)
+		printf("; %" PRIu64 " of %" PRIu64 " GEMMs started by the loop", d->loop_starts,
+		       d->completed + d->failed);
+	printf("\n");
 }
 
 /* The declared weights that are not resident, with their state: what
@@ -416,6 +420,7 @@ static void status_json(struct ctl *ctl, mfma_client *c, const struct mfma_statu
 		json_kv_uint(j, "in_flight", d->in_flight);
 		json_kv_uint(j, "completed", d->completed);
 		json_kv_uint(j, "failed", d->failed);
+		json_kv_uint(j, "loop_starts", d->loop_starts);
 		uint64_t ns[WORKER_PHASES];
 		worker_phase_ns(d, ns);
 		json_key(j, "worker_ns");

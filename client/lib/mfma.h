@@ -490,6 +490,10 @@ struct mfma_device_status {
 	 * answers (0 from a daemon that does not report them). */
 	uint64_t worker_idle_ns, worker_prepare_ns, worker_launch_ns, worker_wait_ns,
 		worker_answers_ns;
+	/* GEMMs the daemon's loop thread started itself on the idle device
+	 * (limits.loop_start), among completed and failed (0 from a daemon
+	 * that does not report them). */
+	uint64_t loop_starts;
 };
 
 struct mfma_counters {

@@ -56,6 +56,9 @@ class DeviceStatus:
     # Where the device's worker thread has spent its time since the daemon
     # started, ns: {"idle", "prepare", "launch", "wait", "answers"}.
     worker_ns: dict = None
+    # GEMMs the daemon's loop thread started on the idle device
+    # (limits.loop_start), among completed and failed.
+    loop_starts: int = 0
 
 
 @dataclass(frozen=True)
@@ -647,7 +650,8 @@ class Client:
                         d.completed, d.failed,
                         tuple(_lib.text(d.providers[j]) for j in range(d.n_providers)),
                         {p: getattr(d, "worker_%s_ns" % p)
-                         for p in ("idle", "prepare", "launch", "wait", "answers")}))
+                         for p in ("idle", "prepare", "launch", "wait", "answers")},
+                        d.loop_starts))
                 out = Status(_lib.text(st.version), st.uptime_ns, devs,
                              [_weight(st.weights[i]) for i in range(st.n_weights)],
                              {k: getattr(st.counters, k) for k, _ in _lib.Counters._fields_},

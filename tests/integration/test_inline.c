@@ -306,6 +306,14 @@ static void test_loop_starts_lone_gemms(void **state)
 	assert_int_equal(harness_metric(port, LOOP_STARTS), runs);
 	assert_int_equal(harness_metric(port, COMPLETED), runs);
 	assert_int_equal(harness_metric(port, INLINE_TOTAL), 0);
+	/* The status RPC counts them too (mfmactl status). */
+	struct mfma_status st;
+	struct mfma_error serr;
+	assert_int_equal(mfma_status(c, &st, &serr), 0);
+	assert_int_equal(st.n_devices, 1);
+	assert_int_equal(st.devices[0].loop_starts, runs);
+	assert_int_equal(st.devices[0].completed, runs);
+	mfma_status_free(&st);
 
 	struct case_data cd;
 	case_make(&cd, 100, 12, 68, MFMA_DT_F16, true, 41);
