@@ -71,6 +71,7 @@ static void backend_config_of(const struct daemon *d, struct backend_config *bc)
 				       .cuda_graphs = d->cfg.cuda_graphs,
 				       .cuda_copy_stream = d->cfg.cuda_copy_stream,
 				       .cuda_dma_part_bytes = d->cfg.cuda_dma_part_bytes,
+				       .cuda_region_copies = d->cfg.cuda_region_copies,
 				       .cuda_served_trial = d->cfg.cuda_served_trial,
 				       .cuda_pinned_answer_bytes = d->cfg.cuda_pinned_answer_bytes,
 				       .hip_providers = d->cfg.hip_providers,

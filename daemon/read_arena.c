@@ -74,7 +74,7 @@ int read_arena_register(struct device *v, char *err, size_t errlen)
 	if (!a || !v->ops->host_register || v->open_rc < 0)
 		return 0;
 	return v->ops->host_register(v->bdev, frame_arena_base(a), frame_arena_bytes(a),
-				     &v->reads_handle, err, errlen);
+				     BACKEND_HOST_FRAMES, &v->reads_handle, err, errlen);
 }
 
 void read_arena_unregister(struct device *v)

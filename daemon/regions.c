@@ -93,7 +93,8 @@ static void destroy(struct daemon *d, struct region *rg)
 static void register_work(struct device *v, struct sched_job *sj)
 {
 	struct region_job *j = (struct region_job *)sj;
-	j->rc = v->ops->host_register(v->bdev, j->rg->base, j->rg->len, &j->rg->handle[v->index],
+	j->rc = v->ops->host_register(v->bdev, j->rg->base, j->rg->len, BACKEND_HOST_REGION,
+				      &j->rg->handle[v->index],
 				      j->err, sizeof(j->err));
 }
 

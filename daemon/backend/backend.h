@@ -49,6 +49,14 @@ struct backend_choices {
 	void *arg;
 };
 
+/* What host memory given to backend_ops.host_register holds: a client's
+ * shared-memory region, or the daemon's own frames (request frames read
+ * into pinned memory).  A device may move the two differently. */
+enum backend_host_use {
+	BACKEND_HOST_REGION,
+	BACKEND_HOST_FRAMES,
+};
+
 struct backend_config {
 	int cpu_threads;       /* CPU backend: worker threads for one GEMM, <= 0 = all cores */
 	int cpu_devices;       /* CPU backend: how many CPU "devices" (queues) to expose */
@@ -57,6 +65,9 @@ struct backend_config {
 	struct provider_policy cuda_providers; /* cuda.providers */
 	bool cuda_graphs;                      /* cuda.graphs: library launches from CUDA graphs */
 	bool cuda_copy_stream;                 /* cuda.copy_stream: a batch's copy in beside the GEMM */
+	/* cuda.region_copies: a batch whose parts lie in clients' regions
+	 * moves them by the copy engines, its copy in on the copy stream */
+	bool cuda_region_copies;
 	uint64_t cuda_dma_part_bytes;          /* cuda.dma_parts_kb: mapped parts up to it by DMA */
 	uint32_t cuda_served_trial;            /* cuda.served_trial: served launches per candidate */
 	/* cuda.pinned_answers_mb: the arena of answer frames each CUDA
@@ -226,13 +237,14 @@ struct backend_ops {
 	int (*gemm_end)(void *dev, struct backend_timing *t, char *err, size_t errlen);
 
 	/* Registers host memory [p, p + len) (a client's shared-memory
-	 * region, mapped by the daemon) with the device's runtime, so that
+	 * region mapped by the daemon, or its frames: use) with the device's
+	 * runtime, so that
 	 * copies from and into it are DMA with no staging copy; *handle goes
 	 * back to host_unregister, which is called before the memory is
 	 * unmapped and only once no GEMM uses it.  NULL for a device that
 	 * reads any host memory alike (the CPU). */
-	int (*host_register)(void *dev, void *p, size_t len, void **handle, char *err,
-			     size_t errlen);
+	int (*host_register)(void *dev, void *p, size_t len, enum backend_host_use use,
+			     void **handle, char *err, size_t errlen);
 	void (*host_unregister)(void *dev, void *handle);
 
 	/* Optional (NULL: answers are malloc'ed, as on HIP; the CPU's says

@@ -256,8 +256,10 @@ static int cuda_open(int index, const struct backend_config *cfg, void **dev, ch
 	/* Batched launches need the data-movement kernels; describe said
 	 * the device batches only where the build has them (-ENOEXEC: not
 	 * for this arch, and the libraries may still serve it). */
-	if ((rc = cuda_batch_open(bd->dev, cfg && cfg->cuda_copy_stream,
-				  cfg ? cfg->cuda_dma_part_bytes : 0, &bd->batch, err, errlen)) < 0 &&
+	const struct cuda_batch_cfg bc = { .copy_stream = cfg && cfg->cuda_copy_stream,
+					   .dma_part = cfg ? cfg->cuda_dma_part_bytes : 0,
+					   .region_copies = cfg && cfg->cuda_region_copies };
+	if ((rc = cuda_batch_open(bd->dev, &bc, &bd->batch, err, errlen)) < 0 &&
 	    rc != -ENOEXEC) {
 		cuda_close(bd);
 		return rc;
@@ -929,14 +931,15 @@ out:
 	return rc;
 }
 
-/* A client's region: the device copies from and into it directly.  The
- * handle is the address itself. */
-static int cuda_host_register(void *dev, void *p, size_t len, void **handle, char *err,
-			      size_t errlen)
+/* A client's region, or the daemon's frames: the device copies from and
+ * into it directly.  The handle is the address itself. */
+static int cuda_host_register(void *dev, void *p, size_t len, enum backend_host_use use,
+			      void **handle, char *err, size_t errlen)
 {
 	struct cuda_backend_dev *bd = dev;
 	int rc = cuda_dev_enter(bd->dev, err, errlen);
-	if (rc == 0 && (rc = cuda_dev_host_register(bd->dev, p, len, err, errlen)) == 0)
+	if (rc == 0 && (rc = cuda_dev_host_register(bd->dev, p, len, use == BACKEND_HOST_REGION,
+						    err, errlen)) == 0)
 		*handle = p;
 	return rc;
 }

@@ -20,6 +20,14 @@
  * bench/RESULTS.md).  Without cuMemcpyBatchAsync in the driver the kernel
  * moves them all.
  *
+ * Parts in clients' regions (cuda.region_copies, on by default) move by the
+ * copy engines whatever their size, and a batch whose B (and C) all lie in
+ * regions is gathered on the copy stream below: with the copy stream the
+ * engines carry one batch in while the SMs run the previous GEMM, which
+ * the copy kernel could not (it shares the SMs with the GEMM); measured
+ * faster on an H200 for regions, slower for request frames, which keep the
+ * kernel (bench/RESULTS.md).
+ *
  * With cuda.copy_stream, a batch whose B (and C) all lie in mapped memory
  * is gathered on a stream of its own, into the other of two sets of
  * buffers, while the device's stream still runs the previous batch's GEMM
@@ -51,6 +59,7 @@ struct batch_set {
 	struct cuda_buf parts, tables, joined[OP_COUNT];
 	size_t spans_at[OP_COUNT]; /* where an operand's spans start in tables; 0: not mapped */
 	uint64_t most[OP_COUNT];   /* its largest part, bytes */
+	bool region[OP_COUNT];     /* all its parts lie in clients' regions */
 	/* The copy stream's: the tables in pinned host memory (copied from
 	 * there by DMA, so kept until the copy is done: gathered); gathered,
 	 * recorded on the copy stream after the gather; freed, on the
@@ -72,10 +81,14 @@ struct dma_list {
 struct cuda_batch {
 	struct nv_util util;
 	struct batch_set set[2];
-	CUstream in;  /* the copy stream; NULL: cuda.copy_stream off, set 0 alone */
+	/* The copy stream; NULL: cuda.copy_stream and region copies both
+	 * off, set 0 alone. */
+	CUstream in;
 	int cur;      /* the set of the batch between cuda_batch_in and its end */
 	int next;     /* the set the next batch takes (with the copy stream) */
+	bool copy_all; /* cuda.copy_stream: every mapped batch gathers on it */
 	uint64_t dma_part; /* cuda.dma_parts_kb in bytes; 0: no copy engines */
+	bool region;  /* cuda.region_copies, and the driver has the copy engines' call */
 	struct dma_list dl;
 	/* Without the copy stream: the host copy of a batch's tables,
 	 * reused from batch to batch (the pool copies it before it returns). */
@@ -122,8 +135,8 @@ bool cuda_batch_dma_usable(void)
 #endif
 }
 
-int cuda_batch_open(struct cuda_dev *dev, bool copy_stream, uint64_t dma_part,
-		    struct cuda_batch **b, char *err, size_t errlen)
+int cuda_batch_open(struct cuda_dev *dev, const struct cuda_batch_cfg *cfg, struct cuda_batch **b,
+		    char *err, size_t errlen)
 {
 	*b = NULL;
 	struct cuda_batch *o = calloc(1, sizeof(*o));
@@ -136,11 +149,13 @@ int cuda_batch_open(struct cuda_dev *dev, bool copy_stream, uint64_t dma_part,
 		free(o);
 		return rc;
 	}
-	if (copy_stream && (rc = open_copy_stream(o, err, errlen)) < 0) {
+	o->copy_all = cfg->copy_stream;
+	o->dma_part = cuda_batch_dma_usable() ? cfg->dma_part : 0;
+	o->region = cfg->region_copies && cuda_batch_dma_usable();
+	if ((o->copy_all || o->region) && (rc = open_copy_stream(o, err, errlen)) < 0) {
 		cuda_batch_close(o);
 		return rc;
 	}
-	o->dma_part = cuda_batch_dma_usable() ? dma_part : 0;
 	*b = o;
 	return 0;
 }
@@ -191,19 +206,24 @@ static const void *part_ptr(const struct mfma_gemm_part *pt, int op)
 	return op == OP_B ? pt->b : op == OP_C ? pt->c : pt->d;
 }
 
-/* Fills the spans of operand op between the parts' regions and the parts'
- * buffer of st; false when some part is not mapped. */
+/* Fills the spans of operand op between the parts' host memory and the
+ * parts' buffer of st, its largest part in *most and in *region whether
+ * every part lies in a client's region; false when some part is not
+ * mapped. */
 static bool map_spans(struct cuda_dev *dev, const struct batch_set *st, const struct parts_io *io,
-		      int op, struct nv_copy_span *sp, uint64_t *most)
+		      int op, struct nv_copy_span *sp, uint64_t *most, bool *region)
 {
 	CUdeviceptr at = st->parts.p;
 	*most = 0;
+	*region = true;
 	for (uint32_t i = 0; i < io->g->nparts; i++) {
 		const struct mfma_gemm_part *pt = &io->g->parts[i];
 		size_t len = io->rows * pt->n * io->es;
 		CUdeviceptr host;
-		if (!cuda_dev_mapped(dev, part_ptr(pt, op), len, &host))
+		bool in_region;
+		if (!cuda_dev_mapped(dev, part_ptr(pt, op), len, &host, &in_region))
 			return false;
+		*region = *region && in_region;
 		sp[i] = op == OP_D ? (struct nv_copy_span){ at, host, len }
 				   : (struct nv_copy_span){ host, at, len };
 		at += len;
@@ -240,10 +260,11 @@ static size_t fill_tables(struct cuda_dev *dev, struct batch_set *st,
 		}
 	for (int op = 0; op < OP_COUNT; op++) {
 		st->spans_at[op] = 0;
+		st->region[op] = false;
 		if (op == OP_C && g->beta == 0.0f)
 			continue;
 		if (map_spans(dev, st, &io[op], op, (struct nv_copy_span *)(void *)(tab + at),
-			      &st->most[op])) {
+			      &st->most[op], &st->region[op])) {
 			st->spans_at[op] = at;
 			at += span_bytes;
 		}
@@ -328,7 +349,7 @@ static int copy_spans(struct cuda_batch *o, const struct batch_set *st, CUstream
 		      uint32_t nparts, int op, char *err, size_t errlen)
 {
 #if NV_HAVE_BATCH_COPY
-	if (st->most[op] <= o->dma_part)
+	if (st->most[op] <= o->dma_part || (o->region && st->region[op]))
 		return dma_spans(o, st, s, nparts, op, err, errlen);
 #endif
 	struct nv_copy_params p = { .spans = st->tables.p + st->spans_at[op],
@@ -419,10 +440,11 @@ static int gather_on_copy_stream(struct cuda_batch *o, struct cuda_dev *dev, str
 
 /* With the copy stream: the set's tables laid out in its pinned host copy
  * (grown as needed, once the last copy from it is done); *copy says
- * whether B and C are all mapped, so that the copy stream gathers them. */
-static int tables_for_copy_stream(struct cuda_dev *dev, struct batch_set *st,
-				  const struct parts_io io[OP_COUNT], bool with_c, size_t *at,
-				  bool *copy, char *err, size_t errlen)
+ * whether the copy stream gathers B and C: all mapped, with
+ * cuda.copy_stream, or all in clients' regions. */
+static int tables_for_copy_stream(const struct cuda_batch *o, struct cuda_dev *dev,
+				  struct batch_set *st, const struct parts_io io[OP_COUNT],
+				  bool with_c, size_t *at, bool *copy, char *err, size_t errlen)
 {
 	CUresult r;
 	if (st->used && (r = nv_drv.cuEventSynchronize(st->gathered)) != CUDA_SUCCESS)
@@ -440,7 +462,9 @@ static int tables_for_copy_stream(struct cuda_dev *dev, struct batch_set *st,
 		st->host_cap = need;
 	}
 	*at = fill_tables(dev, st, io, st->host);
-	*copy = st->spans_at[OP_B] && (!with_c || st->spans_at[OP_C]);
+	const bool mapped = st->spans_at[OP_B] && (!with_c || st->spans_at[OP_C]);
+	const bool regions = st->region[OP_B] && (!with_c || st->region[OP_C]);
+	*copy = mapped && (o->copy_all || (o->region && regions));
 	return 0;
 }
 
@@ -476,7 +500,7 @@ int cuda_batch_in(struct cuda_batch *o, struct cuda_dev *dev, const struct mfma_
 	bool copy = false;
 	size_t at = 0;
 	if (o->in &&
-	    ((rc = tables_for_copy_stream(dev, st, io, with_c, &at, &copy, err, errlen)) < 0 ||
+	    ((rc = tables_for_copy_stream(o, dev, st, io, with_c, &at, &copy, err, errlen)) < 0 ||
 	     (rc = cuda_buf_need(&st->tables, tables_bytes(g), "batch tables", NULL, err,
 				 errlen)) < 0))
 		return rc;

@@ -20,16 +20,26 @@ bool cuda_batch_usable(int cc);
 
 /* cuda_batch_width, the joined width of n columns, is in cuda_widths.h. */
 
-/* Loads the data-movement kernels; NULL *b with -ENOEXEC when the build
- * has none for this GPU (the device then does not batch).  copy_stream
- * (cuda.copy_stream): a batch whose B and C lie in mapped memory is
- * gathered on a stream of its own, beside the previous batch's GEMM and
- * copy out, into the other of two sets of buffers.  dma_part
+/* How a device's batches move their parts (the daemon's cuda.* options).
+ * copy_stream (cuda.copy_stream): a batch whose B and C lie in mapped
+ * memory is gathered on a stream of its own, beside the previous batch's
+ * GEMM and copy out, into the other of two sets of buffers.  dma_part
  * (cuda.dma_parts_kb, bytes): an operand whose parts lie in mapped memory,
- * none larger, moves by the copy engines, not the copy kernel (where the
- * driver can: cuda_batch_dma_usable). */
-int cuda_batch_open(struct cuda_dev *dev, bool copy_stream, uint64_t dma_part,
-		    struct cuda_batch **b, char *err, size_t errlen);
+ * none larger, moves by the copy engines, not the copy kernel.
+ * region_copies (cuda.region_copies): an operand whose parts all lie in
+ * clients' regions moves by the copy engines, whatever their size, and a
+ * batch whose B and C do is gathered on the copy stream.  The copy engines
+ * only where the driver has them (cuda_batch_dma_usable). */
+struct cuda_batch_cfg {
+	bool copy_stream;
+	uint64_t dma_part;
+	bool region_copies;
+};
+
+/* Loads the data-movement kernels; NULL *b with -ENOEXEC when the build
+ * has none for this GPU (the device then does not batch). */
+int cuda_batch_open(struct cuda_dev *dev, const struct cuda_batch_cfg *cfg, struct cuda_batch **b,
+		    char *err, size_t errlen);
 /* Whether the driver has the batched copy the copy engines need
  * (cuMemcpyBatchAsync, CUDA 13's); after the driver is open. */
 bool cuda_batch_dma_usable(void);

@@ -293,7 +293,8 @@ void cuda_dev_close(struct cuda_dev *d)
 
 /* ---- registered host memory ---- */
 
-int cuda_dev_host_register(struct cuda_dev *d, void *p, size_t len, char *err, size_t errlen)
+int cuda_dev_host_register(struct cuda_dev *d, void *p, size_t len, bool region, char *err,
+			   size_t errlen)
 {
 	if (host_ranges_overlap(&d->regs, (uintptr_t)p, len)) {
 		snprintf(err, errlen, "cuda: %zu bytes at %p overlap host memory registered already",
@@ -316,7 +317,7 @@ int cuda_dev_host_register(struct cuda_dev *d, void *p, size_t len, char *err, s
 	 * registered unmapped) the DMA copies still serve. */
 	CUdeviceptr dp = 0;
 	bool mapped = nv_drv.cuMemHostGetDevicePointer(&dp, p, 0) == CUDA_SUCCESS;
-	const struct host_range h = { (uintptr_t)p, len, owned, mapped,
+	const struct host_range h = { (uintptr_t)p, len, owned, mapped, region,
 				      (uint64_t)dp - (uint64_t)(uintptr_t)p };
 	int rc = host_ranges_add(&d->regs, &h);
 	if (rc < 0) {
@@ -345,12 +346,15 @@ bool cuda_dev_registered(const struct cuda_dev *d, const void *p, size_t len)
 	return host_ranges_find(&d->regs, p, len) != NULL;
 }
 
-bool cuda_dev_mapped(const struct cuda_dev *d, const void *p, size_t len, CUdeviceptr *dp)
+bool cuda_dev_mapped(const struct cuda_dev *d, const void *p, size_t len, CUdeviceptr *dp,
+		     bool *region)
 {
 	const struct host_range *r = host_ranges_find(&d->regs, p, len);
 	if (!r || !r->mapped)
 		return false;
 	*dp = (CUdeviceptr)((uint64_t)(uintptr_t)p + r->dev_off);
+	if (region)
+		*region = r->region;
 	return true;
 }
 
@@ -370,7 +374,7 @@ static int open_answers(struct cuda_dev *d, uint64_t bytes, char *err, size_t er
 	}
 	char why[200];
 	rc = cuda_dev_host_register(d, frame_arena_base(d->answers), frame_arena_bytes(d->answers),
-				    why, sizeof(why));
+				    false, why, sizeof(why));
 	if (rc < 0) {
 		snprintf(err, errlen,
 			 "%s (registering %llu MiB for answer frames; cuda.pinned_answers_mb = 0 turns "

@@ -125,13 +125,17 @@ struct cuda_buf *cuda_dev_scratch(struct cuda_dev *d, enum cuda_scratch which);
 /* Registers host memory [p, p + len) with the device (cuMemHostRegister):
  * the copies below then go straight from and into it, with no staging.
  * Unregistering waits for the copies queued on the device's stream. */
-int cuda_dev_host_register(struct cuda_dev *d, void *p, size_t len, char *err, size_t errlen);
+int cuda_dev_host_register(struct cuda_dev *d, void *p, size_t len, bool region, char *err,
+			   size_t errlen);
 void cuda_dev_host_unregister(struct cuda_dev *d, void *p);
 /* Whether [p, p + len) lies inside one registered range. */
 bool cuda_dev_registered(const struct cuda_dev *d, const void *p, size_t len);
 /* Whether kernels can reach [p, p + len) (inside one registered range,
- * mapped into the device's address space), and at which address. */
-bool cuda_dev_mapped(const struct cuda_dev *d, const void *p, size_t len, CUdeviceptr *dp);
+ * mapped into the device's address space), and at which address;
+ * *region (when not NULL): whether that range is a client's region
+ * (cuda_dev_host_register's `region`). */
+bool cuda_dev_mapped(const struct cuda_dev *d, const void *p, size_t len, CUdeviceptr *dp,
+		     bool *region);
 /* Ends a copy out that the provider queued itself (a kernel writing
  * into mapped host memory) as cuda_dev_copy_out does: the end event, and
  * waits for it. */

@@ -16,6 +16,7 @@ struct host_range {
 	size_t len;
 	bool owned;  /* this device registered it (and unregisters it) */
 	bool mapped; /* kernels reach it at base + dev_off */
+	bool region; /* a client's shared-memory region (not the daemon's frames) */
 	uint64_t dev_off;
 };
 

@@ -300,7 +300,8 @@ static void test_resident_weight(void **state)
 }
 
 /* A region as a client makes one: a memfd of len bytes, mapped, and
- * registered with the test's device. */
+ * registered with the test's device (as a client's region, or with
+ * region_make_as as the daemon's frames). */
 struct test_region {
 	unsigned char *p;
 	size_t len;
@@ -308,7 +309,8 @@ struct test_region {
 	void *handle; /* NULL once unregistered */
 };
 
-static void region_make(struct test_region *rg, const char *name, size_t len)
+static void region_make_as(struct test_region *rg, const char *name, size_t len,
+			   enum backend_host_use use)
 {
 	rg->len = len;
 	rg->fd = memfd_create(name, MFD_CLOEXEC);
@@ -318,7 +320,12 @@ static void region_make(struct test_region *rg, const char *name, size_t len)
 	assert_true(rg->p != MAP_FAILED);
 	char err[512] = "";
 	rg->handle = NULL;
-	RC_OK(backend_cuda.host_register(dev, rg->p, len, &rg->handle, err, sizeof(err)), err);
+	RC_OK(backend_cuda.host_register(dev, rg->p, len, use, &rg->handle, err, sizeof(err)), err);
+}
+
+static void region_make(struct test_region *rg, const char *name, size_t len)
+{
+	region_make_as(rg, name, len, BACKEND_HOST_REGION);
 }
 
 static void region_unregister(struct test_region *rg)
@@ -758,7 +765,7 @@ static void test_providers(void **state)
 	if (cuda_dev_open(dev_index, &cfg, &cd, err, sizeof(err)) != 0)
 		fail_msg("cuda_dev_open: %s", err);
 	struct cuda_batch *batch = NULL;
-	if (cuda_batch_open(cd, false, 0, &batch, err, sizeof(err)) != 0)
+	if (cuda_batch_open(cd, &(struct cuda_batch_cfg){ 0 }, &batch, err, sizeof(err)) != 0)
 		fail_msg("cuda_batch_open: %s", err);
 	/* Odd shapes and decode-like ones; the quick run takes the first
 	 * three (one the cuSPARSELt path takes: N a multiple of 8). */
@@ -1722,7 +1729,8 @@ static void test_other_devices(void **state)
  * for its gather, shows as a wrong D), each launched while the one before
  * is left running, as the daemon's worker does, every part's D against
  * the float64 reference; then the defaults again. */
-static void chained_batches(void **state, struct backend_config cfg, const char *what)
+static void chained_batches(void **state, struct backend_config cfg, enum backend_host_use use,
+			    const char *what)
 {
 	reopen(&cfg);
 	test_batched_launch(state);
@@ -1743,7 +1751,7 @@ static void chained_batches(void **state, struct backend_config cfg, const char 
 			len += (size_t)k * r[b][i].g.n * 2 + 2 * (size_t)m * r[b][i].g.n * 4 + 64;
 		}
 	struct test_region rg;
-	region_make(&rg, "test-copy-stream", len);
+	region_make_as(&rg, "test-copy-stream", len, use);
 	char err[512] = "";
 	/* Every operand moved into the region; the operands' GEMMs point
 	 * there. */
@@ -1794,6 +1802,7 @@ static void chained_batches(void **state, struct backend_config cfg, const char 
 	assert_true(left > 0);
 	cfg.cuda_copy_stream = false;
 	cfg.cuda_dma_part_bytes = 0;
+	cfg.cuda_region_copies = false;
 	reopen(&cfg);
 }
 
@@ -1805,7 +1814,7 @@ static void test_copy_stream(void **state)
 	chained_batches(state,
 			(struct backend_config){ .pinned_bytes = 8u << 20, .cuda_graphs = true,
 						 .cuda_copy_stream = true },
-			"copy stream");
+			BACKEND_HOST_REGION, "copy stream");
 }
 
 /* cuda.dma_parts_kb: the mapped parts move by the copy engines (one
@@ -1820,13 +1829,30 @@ static void test_dma_copies(void **state)
 	}
 	const struct backend_config cfg = { .pinned_bytes = 8u << 20, .cuda_graphs = true,
 					    .cuda_dma_part_bytes = UINT64_MAX };
-	chained_batches(state, cfg, "dma copies");
+	chained_batches(state, cfg, BACKEND_HOST_REGION, "dma copies");
 	struct backend_config both = cfg;
 	both.cuda_copy_stream = true;
-	chained_batches(state, both, "dma copies on the copy stream");
+	chained_batches(state, both, BACKEND_HOST_REGION, "dma copies on the copy stream");
 	struct backend_config mixed = cfg;
 	mixed.cuda_dma_part_bytes = quick ? 256 * 2 * 18 : 2048 * 2 * 18;
-	chained_batches(state, mixed, "dma copies of B, the kernel's of D");
+	chained_batches(state, mixed, BACKEND_HOST_REGION, "dma copies of B, the kernel's of D");
+}
+
+/* cuda.region_copies (the daemon's default): parts in clients' regions
+ * move by the copy engines, the copy in on the copy stream; the same
+ * memory registered as the daemon's frames keeps the copy kernel on the
+ * device's stream, the two sets of buffers still taken in turn. */
+static void test_region_copies(void **state)
+{
+	if (!cuda_batch_dma_usable()) {
+		printf("  region copies: the driver has no cuMemcpyBatchAsync; the copy kernel "
+		       "alone\n");
+		skip();
+	}
+	const struct backend_config cfg = { .pinned_bytes = 8u << 20, .cuda_graphs = true,
+					    .cuda_region_copies = true };
+	chained_batches(state, cfg, BACKEND_HOST_REGION, "region copies");
+	chained_batches(state, cfg, BACKEND_HOST_FRAMES, "region copies on, parts in frames");
 }
 
 int main(void)
@@ -1867,6 +1893,7 @@ int main(void)
 		cmocka_unit_test(test_batched_launch),
 		cmocka_unit_test(test_copy_stream),
 		cmocka_unit_test(test_dma_copies),
+		cmocka_unit_test(test_region_copies),
 		cmocka_unit_test(test_repeatable),
 		cmocka_unit_test(test_registered_host),
 		cmocka_unit_test(test_pooled_answers),

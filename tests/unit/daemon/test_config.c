@@ -289,6 +289,23 @@ static void test_cuda_dma_parts_kb(void **state)
 	assert_int_equal(parse(&c, "cuda = { dma_parts_kb = true; };\n", err, sizeof(err)), -EINVAL);
 }
 
+/* cuda.region_copies: on by default, a boolean, a restart. */
+static void test_cuda_region_copies(void **state)
+{
+	(void)state;
+	struct mfmad_config c, d;
+	char err[512], buf[256];
+	config_defaults(&c);
+	assert_true(c.cuda_region_copies);
+	assert_int_equal(parse(&c, "cuda = { region_copies = false; };\n", err, sizeof(err)), 0);
+	assert_false(c.cuda_region_copies);
+	config_defaults(&d);
+	assert_int_equal(config_restart_only_changes(&d, &c, buf, sizeof(buf)), 1);
+	assert_string_equal(buf, "cuda.region_copies");
+	assert_int_equal(parse(&c, "cuda = { region_copies = 1; };\n", err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "cuda.region_copies must be true or false"));
+}
+
 /* limits.post_threads: 4 by default, 1..16, a restart. */
 static void test_post_threads(void **state)
 {
@@ -591,6 +608,7 @@ int main(void)
 		cmocka_unit_test(test_post_threads),
 		cmocka_unit_test(test_batch_overlap),
 		cmocka_unit_test(test_cuda_copy_stream),
+		cmocka_unit_test(test_cuda_region_copies),
 		cmocka_unit_test(test_cuda_dma_parts_kb),
 		cmocka_unit_test(test_loop_poll),
 		cmocka_unit_test(test_readers),
