@@ -7,7 +7,7 @@
 #
 # usage: bench/nvidia/device_round.sh [test] [sanitize|memcheck|racecheck] [bench] [sweep]
 #        [ncu] [e2e] [answers] [abserving] [spin] [readers] [latency] [multi] [choice] [served] [graphsab] [trialab]
-#        [batching] [serving] [readsab] [postab] [readerminab] [overlapab] [copystreamab] [dmaab]
+#        [batching] [serving] [readsab] [postab] [readerminab] [overlapab] [copystreamab] [dmaab] [dmacsab] [regionab]
 #        [phases] [dmaphases]
 #        [wgmma] [wgsan] [raceprobe] [streamprobe] [hot] [spread] [trace] [splitncu] [wgncu] [oneinflight]
 #        [copies] [lonecheck] [loopstartab] [kernelab] [wgdecode] [wgdsan] [wgdncu] [wgdense] [wgdensesan] [wgdensencu]
@@ -285,6 +285,32 @@ dmaab)
 	fi
 	abserve dmaab.log batching E2E_DMA_PARTS_KB=0 \
 		E2E_DMA_PARTS_KB=${DMA_KB:-64} E2E_DMA_PARTS_KB=1048576
+	;;
+regionab)
+	# cuda.region_copies (on by default: a batch's parts in clients'
+	# regions by the copy engines, its copy in on the copy stream): the
+	# batched answers checked with the defaults (DMA_CHECK=0 leaves that
+	# out), then the batched loads and batching off with it off and on, a
+	# daemon each, alternating round by round.
+	if [ "${DMA_CHECK:-1}" != 0 ]; then
+		BATCHCHECK_DTYPES=${BATCHCHECK_DTYPES:-f16 bf16} servecheck region_check.log ""
+	fi
+	SERVING_STEPS=${SERVING_STEPS:-batching off} abserve regionab.log batching \
+		E2E_REGION_COPIES=false E2E_REGION_COPIES=true
+	;;
+dmacsab)
+	# Every part of a batch by the copy engines on the copy stream
+	# (cuda.dma_parts_kb with cuda.copy_stream: the next batch's gather on
+	# the host-to-device engine beside the GEMM and the previous batch's
+	# copy out) against the defaults: the batched answers checked with it
+	# (DMA_CHECK=0 leaves that out), then the batched loads and batching
+	# off for the ratios, a daemon each, alternating round by round.
+	if [ "${DMA_CHECK:-1}" != 0 ]; then
+		BATCHCHECK_DTYPES=${BATCHCHECK_DTYPES:-f16 bf16} servecheck dmacs_check.log \
+			E2E_DMA_PARTS_KB=1048576,E2E_COPY_STREAM=true
+	fi
+	SERVING_STEPS=${SERVING_STEPS:-batching off} abserve dmacsab.log batching E2E_DMA_PARTS_KB=0 \
+		E2E_DMA_PARTS_KB=1048576,E2E_COPY_STREAM=true
 	;;
 phases)
 	# Where the host's time goes under the batched loads over the socket
