@@ -18,8 +18,9 @@
 # E2E_PINNED_ANSWERS_MB (default 64) is cuda.pinned_answers_mb, as in e2e.sh;
 # READER_THREADS (default 0) is limits.reader_threads; E2E_PINNED_READS_MB,
 # when set, limits.pinned_reads_mb; POST_THREADS (default 1) is
-# limits.post_threads; E2E_COPY_STREAM and E2E_DMA_PARTS_KB, when set,
-# cuda.copy_stream and cuda.dma_parts_kb.
+# limits.post_threads; E2E_COPY_STREAM, E2E_DMA_PARTS_KB and
+# E2E_REGION_COPIES, when set, cuda.copy_stream, dma_parts_kb and
+# region_copies.
 #
 # usage: [MFMAD=path] thread_cpu.sh PAYLOAD_DIR N IN_FLIGHT REQUESTS [mfmactl bench flags, e.g. --shm]
 set -u
@@ -37,7 +38,8 @@ limits = { max_frame_mb = 1800; max_inflight_mb = 65536; max_inflight_per_connec
            post_threads = ${POST_THREADS:-1}; };
 cuda = { pinned_answers_mb = ${E2E_PINNED_ANSWERS_MB:-64};
          ${E2E_COPY_STREAM:+copy_stream = $E2E_COPY_STREAM;}
-         ${E2E_DMA_PARTS_KB:+dma_parts_kb = $E2E_DMA_PARTS_KB;} };
+         ${E2E_DMA_PARTS_KB:+dma_parts_kb = $E2E_DMA_PARTS_KB;}
+         ${E2E_REGION_COPIES:+region_copies = $E2E_REGION_COPIES;} };
 CONF
 rm -f "$SOCK"
 MPORT=${METRICS_PORT:-9478}
