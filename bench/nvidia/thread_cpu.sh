@@ -20,7 +20,8 @@
 # when set, limits.pinned_reads_mb; POST_THREADS (default 1) is
 # limits.post_threads; E2E_COPY_STREAM, E2E_DMA_PARTS_KB and
 # E2E_REGION_COPIES, when set, cuda.copy_stream, dma_parts_kb and
-# region_copies.
+# region_copies; E2E_LOOP_START and E2E_OVERLAP, when set,
+# limits.loop_start and batching.overlap (as serving_bench.sh takes them).
 #
 # usage: [MFMAD=path] thread_cpu.sh PAYLOAD_DIR N IN_FLIGHT REQUESTS [mfmactl bench flags, e.g. --shm]
 set -u
@@ -31,11 +32,14 @@ REQ=$4
 SOCK=/tmp/mfmad-cpu.sock
 D=/tmp/mfma-cpu
 rm -rf "$D" && mkdir -p "$D"
+overlap_conf=${E2E_OVERLAP:+"batching = { overlap = $E2E_OVERLAP; };"}
 cat >"$D/mfmad.conf" <<CONF
 limits = { max_frame_mb = 1800; max_inflight_mb = 65536; max_inflight_per_connection = 256;
            max_inflight = 4096; max_connections = 1024; reader_threads = ${READER_THREADS:-0};
            ${E2E_PINNED_READS_MB:+pinned_reads_mb = $E2E_PINNED_READS_MB;}
+           ${E2E_LOOP_START:+loop_start = $E2E_LOOP_START;}
            post_threads = ${POST_THREADS:-1}; };
+$overlap_conf
 cuda = { pinned_answers_mb = ${E2E_PINNED_ANSWERS_MB:-64};
          ${E2E_COPY_STREAM:+copy_stream = $E2E_COPY_STREAM;}
          ${E2E_DMA_PARTS_KB:+dma_parts_kb = $E2E_DMA_PARTS_KB;}
