@@ -237,12 +237,11 @@ struct backend_ops {
 	int (*gemm_end)(void *dev, struct backend_timing *t, char *err, size_t errlen);
 
 	/* Registers host memory [p, p + len) (a client's shared-memory
-	 * region mapped by the daemon, or its frames: use) with the device's
-	 * runtime, so that
-	 * copies from and into it are DMA with no staging copy; *handle goes
-	 * back to host_unregister, which is called before the memory is
-	 * unmapped and only once no GEMM uses it.  NULL for a device that
-	 * reads any host memory alike (the CPU). */
+	 * region mapped by the daemon, or the daemon's frames: use) with the
+	 * device's runtime, so that copies from and into it are DMA with no
+	 * staging copy; *handle goes back to host_unregister, which is called
+	 * before the memory is unmapped and only once no GEMM uses it.  NULL
+	 * for a device that reads any host memory alike (the CPU). */
 	int (*host_register)(void *dev, void *p, size_t len, enum backend_host_use use,
 			     void **handle, char *err, size_t errlen);
 	void (*host_unregister)(void *dev, void *handle);

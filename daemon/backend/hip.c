@@ -319,12 +319,13 @@ static int hip_gemm(void *dev, const struct mfma_gemm *g, void *weight, struct b
 	return 0;
 }
 
-/* A client's region: copies from and into it go without staging.  The
- * handle is the address itself. */
+/* A client's region, or the daemon's frames (use: moved alike here):
+ * copies from and into it go without staging.  The handle is the address
+ * itself. */
 static int hip_host_register(void *dev, void *p, size_t len, enum backend_host_use use,
 			     void **handle, char *err, size_t errlen)
 {
-	(void)use; /* moved alike */
+	(void)use;
 	struct hip_backend_dev *bd = dev;
 	int rc = hip_dev_enter(bd->dev, err, errlen);
 	if (rc == 0 && (rc = hip_dev_host_register(bd->dev, p, len, err, errlen)) == 0)
