@@ -345,11 +345,18 @@ static int dma_spans(struct cuda_batch *o, const struct batch_set *st, CUstream 
 }
 #endif
 
+/* Whether operand op of the batch in st moves as clients' regions do
+ * (cuda.region_copies): every part in a region. */
+static bool region_op(const struct cuda_batch *o, const struct batch_set *st, int op)
+{
+	return o->region && st->region[op];
+}
+
 static int copy_spans(struct cuda_batch *o, const struct batch_set *st, CUstream s,
 		      uint32_t nparts, int op, char *err, size_t errlen)
 {
 #if NV_HAVE_BATCH_COPY
-	if (st->most[op] <= o->dma_part || (o->region && st->region[op]))
+	if (st->most[op] <= o->dma_part || region_op(o, st, op))
 		return dma_spans(o, st, s, nparts, op, err, errlen);
 #endif
 	struct nv_copy_params p = { .spans = st->tables.p + st->spans_at[op],
@@ -462,9 +469,9 @@ static int tables_for_copy_stream(const struct cuda_batch *o, struct cuda_dev *d
 		st->host_cap = need;
 	}
 	*at = fill_tables(dev, st, io, st->host);
-	const bool mapped = st->spans_at[OP_B] && (!with_c || st->spans_at[OP_C]);
-	const bool regions = st->region[OP_B] && (!with_c || st->region[OP_C]);
-	*copy = mapped && (o->copy_all || (o->region && regions));
+	/* An operand in regions is mapped (map_spans). */
+	*copy = o->copy_all ? st->spans_at[OP_B] && (!with_c || st->spans_at[OP_C])
+			    : region_op(o, st, OP_B) && (!with_c || region_op(o, st, OP_C));
 	return 0;
 }
 

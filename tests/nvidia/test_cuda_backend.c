@@ -1838,10 +1838,12 @@ static void test_dma_copies(void **state)
 	chained_batches(state, mixed, BACKEND_HOST_REGION, "dma copies of B, the kernel's of D");
 }
 
-/* cuda.region_copies (the daemon's default): parts in clients' regions
- * move by the copy engines, the copy in on the copy stream; the same
- * memory registered as the daemon's frames keeps the copy kernel on the
- * device's stream, the two sets of buffers still taken in turn. */
+/* cuda.region_copies (the daemon's default): chained batches with their
+ * parts in a client's region (moved by the copy engines, the copy in on
+ * the copy stream), then in the same memory registered as the daemon's
+ * frames (the copy kernel on the device's stream, the two sets of buffers
+ * still taken in turn), every D against float64.  Which path a batch took
+ * is not observable here: this checks that both give right answers. */
 static void test_region_copies(void **state)
 {
 	if (!cuda_batch_dma_usable()) {
