@@ -208,8 +208,8 @@ static const void *part_ptr(const struct mfma_gemm_part *pt, int op)
 
 /* Fills the spans of operand op between the parts' host memory and the
  * parts' buffer of st, its largest part in *most and in *region whether
- * every part lies in a client's region; false when some part is not
- * mapped. */
+ * every part lies in a client's region; false, and *region false, when
+ * some part is not mapped. */
 static bool map_spans(struct cuda_dev *dev, const struct batch_set *st, const struct parts_io *io,
 		      int op, struct nv_copy_span *sp, uint64_t *most, bool *region)
 {
@@ -221,8 +221,10 @@ static bool map_spans(struct cuda_dev *dev, const struct batch_set *st, const st
 		size_t len = io->rows * pt->n * io->es;
 		CUdeviceptr host;
 		bool in_region;
-		if (!cuda_dev_mapped(dev, part_ptr(pt, op), len, &host, &in_region))
+		if (!cuda_dev_mapped(dev, part_ptr(pt, op), len, &host, &in_region)) {
+			*region = false;
 			return false;
+		}
 		*region = *region && in_region;
 		sp[i] = op == OP_D ? (struct nv_copy_span){ at, host, len }
 				   : (struct nv_copy_span){ host, at, len };
@@ -469,9 +471,11 @@ static int tables_for_copy_stream(const struct cuda_batch *o, struct cuda_dev *d
 		st->host_cap = need;
 	}
 	*at = fill_tables(dev, st, io, st->host);
-	/* An operand in regions is mapped (map_spans). */
-	*copy = o->copy_all ? st->spans_at[OP_B] && (!with_c || st->spans_at[OP_C])
-			    : region_op(o, st, OP_B) && (!with_c || region_op(o, st, OP_C));
+	/* Only mapped operands: the pool's copies run on the device's
+	 * stream, not before the copy stream's joins. */
+	const bool mapped = st->spans_at[OP_B] && (!with_c || st->spans_at[OP_C]);
+	*copy = mapped && (o->copy_all ||
+			   (region_op(o, st, OP_B) && (!with_c || region_op(o, st, OP_C))));
 	return 0;
 }
 
