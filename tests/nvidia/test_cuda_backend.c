@@ -363,7 +363,7 @@ static unsigned char *region_put(unsigned char **at, const void *src, size_t len
  * requests' B side by side, odd widths, with and without C, each D
  * against its own float64 reference. */
 /* The same batch with every part's B, C and D in a registered region
- * (one kernel copies every part's block across the bus, nv_copy_spans;
+ * (one kernel moves every part's block across the bus, nv_span_cols;
  * the parts sit at 16-, 4-, 2- and 1-byte alignments as the shapes fall):
  * D equal, bit for bit, to the staged batch's in r[i].d.  Then left
  * running (backend_timing.may_leave, gemm_end): the batch twice into two
@@ -478,7 +478,8 @@ static void batched_case(enum mfma_dtype in, enum mfma_dtype out, int sp, uint32
 	struct backend_timing t = { 0 };
 	if (backend_cuda.gemm(dev, &g, w, &t, err, sizeof(err)) != 0)
 		fail_msg("batched gemm: %s", err);
-	batched_registered(&g, w, r, m, k);
+	/* The staged batch against float64 first: it is the reference the
+	 * registered runs are held to, bit for bit. */
 	for (int i = 0; i < 3; i++) {
 		r[i].g.a_sparse = sp;
 		r[i].g.a = o.a;
@@ -487,13 +488,16 @@ static void batched_case(enum mfma_dtype in, enum mfma_dtype out, int sp, uint32
 		printf("  batched %s %s %ux%u part %d of 3 (N=%u of %u) %-20s rel %.3g\n",
 		       mfma_dtype_name(in), sp ? "2:4" : "dense", m, k, i, ns[i], total,
 		       t.variant ? t.variant : "?", rel);
+		fflush(stdout);
 		checks++;
 		if (!(rel <= nvt_tolerance(out)))
 			fail_msg("batched part %d: relative error %g", i, rel);
 		r[i].g.a = NULL;
 		r[i].g.a_meta = NULL;
-		ops_free(&r[i]);
 	}
+	batched_registered(&g, w, r, m, k);
+	for (int i = 0; i < 3; i++)
+		ops_free(&r[i]);
 	backend_cuda.weight_free(dev, w);
 	ops_free(&o);
 }
@@ -1911,6 +1915,11 @@ int main(void)
 		cmocka_unit_test(test_lone_left_running),
 		cmocka_unit_test(test_other_devices),
 	};
+	/* MFMA_TEST_FILTER: only the tests whose names match (cmocka's
+	 * pattern: * and ? wildcards). */
+	const char *filter = getenv("MFMA_TEST_FILTER");
+	if (filter && filter[0])
+		cmocka_set_test_filter(filter);
 	int rc = cmocka_run_group_tests(tests, NULL, NULL);
 	printf("%d GEMMs checked against the float64 reference\n", checks);
 	backend_cuda.close(dev);
