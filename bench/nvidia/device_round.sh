@@ -7,7 +7,7 @@
 #
 # usage: bench/nvidia/device_round.sh [test] [sanitize|memcheck|racecheck] [bench] [sweep]
 #        [ncu] [e2e] [answers] [abserving] [spin] [readers] [latency] [multi] [choice] [served] [graphsab] [trialab]
-#        [batching] [serving] [readsab] [postab] [readerminab] [overlapab] [copystreamab] [dmaab] [dmacsab] [regionab]
+#        [batching] [serving] [readsab] [postab] [readerminab] [overlapab] [copystreamab] [dmaab] [dmacsab] [regionab] [batchcheck] [setab]
 #        [phases] [dmaphases]
 #        [wgmma] [wgsan] [raceprobe] [streamprobe] [hot] [spread] [trace] [splitncu] [wgncu] [oneinflight]
 #        [copies] [lonecheck] [loopstartab] [kernelab] [wgdecode] [wgdsan] [wgdncu] [wgdense] [wgdensesan] [wgdensencu]
@@ -285,6 +285,19 @@ dmaab)
 	fi
 	abserve dmaab.log batching E2E_DMA_PARTS_KB=0 \
 		E2E_DMA_PARTS_KB=${DMA_KB:-64} E2E_DMA_PARTS_KB=1048576
+	;;
+setab)
+	# The batched loads (SERVING_STEPS, default batching) for each of
+	# AB_SETS (settings as for abserve, space-separated), a daemon each,
+	# alternating round by round.
+	abserve setab.log batching ${AB_SETS:?AB_SETS names the settings}
+	;;
+batchcheck)
+	# The batched loads with every answer checked against float64 on a
+	# daemon with its defaults, or BATCHCHECK_SET (a setting as for
+	# abserve), BATCHCHECK_DTYPES (default "f16 bf16").
+	BATCHCHECK_DTYPES=${BATCHCHECK_DTYPES:-f16 bf16} servecheck batch_check.log \
+		"${BATCHCHECK_SET:-}"
 	;;
 regionab)
 	# cuda.region_copies (on by default: a batch's parts in clients'
