@@ -140,8 +140,7 @@ static void check_answer(struct bench_conn *bc, const struct mfma_gemm_result *r
 				 "relative Frobenius error %.3g over the tolerance %.2g", rel,
 				 bc->tolerance);
 	}
-	if (rel > bc->worst)
-		bc->worst = rel;
+	bc->worst = ctl_worse_error(bc->worst, rel);
 	bc->check_failed += !ok;
 }
 
@@ -391,7 +390,7 @@ static void report(struct ctl *ctl, const struct bench_opts *o, struct bench_con
 	for (uint64_t i = 0; i < o->connections; i++) {
 		checked += bc[i].checked;
 		check_failed += bc[i].check_failed;
-		worst = bc[i].worst > worst ? bc[i].worst : worst;
+		worst = ctl_worse_error(worst, bc[i].worst);
 		tolerance = bc[i].tolerance > tolerance ? bc[i].tolerance : tolerance;
 		for (size_t k = 0; k < bc[i].variants.n; k++)
 			variants_add(&var, bc[i].variants.name[k], bc[i].variants.count[k]);

@@ -277,6 +277,13 @@ bool ctl_within_tolerance(double rel, double tolerance)
 	return tolerance == 0.0 ? rel == 0.0 : rel <= tolerance;
 }
 
+double ctl_worse_error(double worst, double rel)
+{
+	if (!isfinite(rel))
+		rel = INFINITY;
+	return rel > worst ? rel : worst;
+}
+
 uint64_t ctl_unexplained_ns(uint64_t client_wait_ns, uint64_t server_total_ns)
 {
 	return client_wait_ns > server_total_ns ? client_wait_ns - server_total_ns : 0;

@@ -83,4 +83,9 @@ double ctl_tolerance(enum mfma_dtype in, enum mfma_dtype out);
  * where the tolerance is 0: integer output). */
 bool ctl_within_tolerance(double rel, double tolerance);
 
+/* The worse of two relative errors, a non-finite one (an answer holding NaN
+ * or infinity) counting as infinite: --check's worst error never hides an
+ * answer whose error could not be measured. */
+double ctl_worse_error(double worst, double rel);
+
 #endif

@@ -2,6 +2,7 @@
  * one), number formatting, percentiles, the random matrices and the
  * tolerances. */
 #include <errno.h>
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -223,6 +224,12 @@ static void test_tolerance(void **state)
 	assert_false(ctl_within_tolerance(2e-5, 1e-5));
 	assert_true(ctl_within_tolerance(0.0, 0.0));
 	assert_false(ctl_within_tolerance(1e-300, 0.0));
+	/* The worst error: a non-finite one counts as infinite and stays. */
+	assert_true(ctl_worse_error(0.0, 1e-6) == 1e-6);
+	assert_true(ctl_worse_error(1e-3, 1e-6) == 1e-3);
+	assert_true(isinf(ctl_worse_error(1e-3, NAN)));
+	assert_true(isinf(ctl_worse_error(ctl_worse_error(0.0, NAN), 0.5)));
+	assert_true(isinf(ctl_worse_error(0.0, -INFINITY)));
 }
 
 int main(void)
