@@ -353,8 +353,7 @@ bool cuda_dev_mapped(const struct cuda_dev *d, const void *p, size_t len, CUdevi
 	if (!r || !r->mapped)
 		return false;
 	*dp = (CUdeviceptr)((uint64_t)(uintptr_t)p + r->dev_off);
-	if (region)
-		*region = r->region;
+	*region = r->region;
 	return true;
 }
 

@@ -132,7 +132,7 @@ void cuda_dev_host_unregister(struct cuda_dev *d, void *p);
 bool cuda_dev_registered(const struct cuda_dev *d, const void *p, size_t len);
 /* Whether kernels can reach [p, p + len) (inside one registered range,
  * mapped into the device's address space), and at which address;
- * *region (when not NULL): whether that range is a client's region
+ * *region: whether that range is a client's region
  * (cuda_dev_host_register's `region`). */
 bool cuda_dev_mapped(const struct cuda_dev *d, const void *p, size_t len, CUdeviceptr *dp,
 		     bool *region);

@@ -363,7 +363,7 @@ static unsigned char *region_put(unsigned char **at, const void *src, size_t len
  * requests' B side by side, odd widths, with and without C, each D
  * against its own float64 reference. */
 /* The same batch with every part's B, C and D in a registered region
- * (one kernel moves every part's block across the bus, nv_span_cols;
+ * (one kernel copies every part's block across the bus, nv_copy_spans;
  * the parts sit at 16-, 4-, 2- and 1-byte alignments as the shapes fall):
  * D equal, bit for bit, to the staged batch's in r[i].d.  Then left
  * running (backend_timing.may_leave, gemm_end): the batch twice into two

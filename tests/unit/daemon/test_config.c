@@ -251,22 +251,36 @@ static void test_batch_overlap(void **state)
 	assert_non_null(strstr(err, "batching.overlap must be true or false"));
 }
 
+/* A boolean read at start (section.key, the field at offset field of
+ * struct mfmad_config): its default def, the other value parsed, the
+ * change named as one that takes a restart, a non-boolean refused with the
+ * key named. */
+static void check_restart_bool(const char *section, const char *key, bool def, size_t field)
+{
+	struct mfmad_config c, d;
+	char text[128], err[512], buf[256], name[64], why[96];
+	snprintf(name, sizeof(name), "%s.%s", section, key);
+	const bool *v = (const bool *)((const char *)&c + field);
+	config_defaults(&c);
+	assert_true(*v == def);
+	snprintf(text, sizeof(text), "%s = { %s = %s; };\n", section, key, def ? "false" : "true");
+	assert_int_equal(parse(&c, text, err, sizeof(err)), 0);
+	assert_true(*v == !def);
+	config_defaults(&d);
+	assert_int_equal(config_restart_only_changes(&d, &c, buf, sizeof(buf)), 1);
+	assert_string_equal(buf, name);
+	snprintf(text, sizeof(text), "%s = { %s = \"yes\"; };\n", section, key);
+	assert_int_equal(parse(&c, text, err, sizeof(err)), -EINVAL);
+	snprintf(why, sizeof(why), "%s must be true or false", name);
+	assert_non_null(strstr(err, why));
+}
+
 /* cuda.copy_stream: off by default, a boolean, a restart. */
 static void test_cuda_copy_stream(void **state)
 {
 	(void)state;
-	struct mfmad_config c, d;
-	char err[512], buf[256];
-	config_defaults(&c);
-	assert_false(c.cuda_copy_stream);
-	assert_int_equal(parse(&c, "cuda = { copy_stream = true; };\n", err, sizeof(err)), 0);
-	assert_true(c.cuda_copy_stream);
-	config_defaults(&d);
-	assert_int_equal(config_restart_only_changes(&d, &c, buf, sizeof(buf)), 1);
-	assert_string_equal(buf, "cuda.copy_stream");
-	assert_int_equal(parse(&c, "cuda = { copy_stream = \"yes\"; };\n", err, sizeof(err)),
-			 -EINVAL);
-	assert_non_null(strstr(err, "cuda.copy_stream must be true or false"));
+	check_restart_bool("cuda", "copy_stream", false,
+			   offsetof(struct mfmad_config, cuda_copy_stream));
 }
 
 /* cuda.dma_parts_kb: KiB, 0 (none, the default) up to 1 TiB, a restart. */
@@ -293,17 +307,8 @@ static void test_cuda_dma_parts_kb(void **state)
 static void test_cuda_region_copies(void **state)
 {
 	(void)state;
-	struct mfmad_config c, d;
-	char err[512], buf[256];
-	config_defaults(&c);
-	assert_true(c.cuda_region_copies);
-	assert_int_equal(parse(&c, "cuda = { region_copies = false; };\n", err, sizeof(err)), 0);
-	assert_false(c.cuda_region_copies);
-	config_defaults(&d);
-	assert_int_equal(config_restart_only_changes(&d, &c, buf, sizeof(buf)), 1);
-	assert_string_equal(buf, "cuda.region_copies");
-	assert_int_equal(parse(&c, "cuda = { region_copies = 1; };\n", err, sizeof(err)), -EINVAL);
-	assert_non_null(strstr(err, "cuda.region_copies must be true or false"));
+	check_restart_bool("cuda", "region_copies", true,
+			   offsetof(struct mfmad_config, cuda_region_copies));
 }
 
 /* limits.post_threads: 4 by default, 1..16, a restart. */
