@@ -10,7 +10,7 @@
 #        [batching] [serving] [readsab] [postab] [readerminab] [overlapab] [copystreamab] [dmaab] [dmacsab] [regionab] [batchcheck] [setab]
 #        [phases] [dmaphases]
 #        [wgmma] [wgsan] [raceprobe] [streamprobe] [hot] [spread] [trace] [splitncu] [wgncu] [oneinflight]
-#        [copies] [lonecheck] [loopstartab] [kernelab] [wgdecode] [wgdsan] [wgdncu] [wgdense] [wgdensesan] [wgdensencu]
+#        [copies] [lonecheck] [gate] [gateab] [loopstartab] [kernelab] [wgdecode] [wgdsan] [wgdncu] [wgdense] [wgdensesan] [wgdensencu]
 #        (no argument: test sanitize bench e2e)
 set -u
 OUT=${OUT:-/tmp/mfma-out}
@@ -133,6 +133,18 @@ lonecheck)
 		bash bench/nvidia/serving_bench.sh "$P" "$OUT" > "$OUT/lonecheck.log" 2>&1
 	echo "=== lonecheck: rc=$?"
 	grep -E "^(CHECK|FAIL)" "$OUT/lonecheck.log" | cut -c1-300
+	;;
+gateab)
+	# One request in flight (serving_bench.sh latency, the worker's poll
+	# off) with cuda.gate on and off, a daemon each, alternating,
+	# AB_ROUNDS rounds.
+	LAT_POLLS=0 abserve gateab.log latency E2E_GATE=true E2E_GATE=false
+	;;
+gate)
+	# The gate in wgmma_bench (.devlibs/wgmma_bench): a lone request's B
+	# copied in then the kernel, against the kernel launched first.
+	TAILN=0 step gate ${GATE_S:-240} .devlibs/wgmma_bench gate ${GATE_SHAPES:-}
+	grep -E "^(\||gate)" "$OUT/gate.log"
 	;;
 loopstartab)
 	# One request in flight (serving_bench.sh latency, the worker's poll

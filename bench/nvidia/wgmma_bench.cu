@@ -11,6 +11,11 @@
  *   wgmma_bench dcheck       the decode kernels: odd shapes, N = 1 .. 64, grids
  *   wgmma_bench raceprobe M  the mbarrier protocol alone, to run under racecheck
  *   wgmma_bench trace MxNxK S  when each CTA of one launch (split-K S) starts and ends
+ *   wgmma_bench gate [MxNxK ...]  one request alone, B copied in then the kernel,
+ *                            against the kernel launched first and waiting for
+ *                            B at its gate (WG_GATE_L2="0 8 16 32": stages of A
+ *                            prefetched into L2 meanwhile; WG_GATE_GAP idle us
+ *                            between requests, WG_GATE_REPS)
  *   wgmma_bench streamprobe  how fast bulk copies stream a decode weight
  *                            (chunk, ring depth, grid, order) beside plain loads
  *   wgmma_bench bench [MxNxK ...]   timings (default: the issue's four shapes) of
@@ -36,6 +41,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <vector>
 
 #include "nv_wgmma.cuh"
@@ -1712,6 +1718,192 @@ static int run_trace(int m, int n, int k, int splits, int sms)
 	return 0;
 }
 
+/* ---- the gate: the kernel launched before B is on the device ---- */
+
+typedef CUresult (*write32_fn)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+static write32_fn stream_write32;
+
+static double now_us(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+}
+
+/* One request as the daemon serves it alone, from B in pinned host memory
+ * to D in pinned host memory.  l2 < 0: B copied in, then the kernel, on
+ * one stream (the daemon today).  l2 >= 0: the kernel launched with the
+ * gate on s while B's copy runs on g, which then sets the gate word;
+ * l2 stages of A prefetched into L2 during the wait.  Returns the wall
+ * time from the first enqueue to the end event's synchronize; *gpu the
+ * events' time. */
+struct gate_req {
+	wg_launch L;
+	void *hb, *hd, *db, *dd;
+	size_t bbytes, dbytes;
+	CUdeviceptr gate;
+	uint32_t seq;
+	cudaEvent_t e0, e1;
+	cudaStream_t s, g;
+};
+static double gate_once(gate_req &r, int l2, float *gpu)
+{
+	const double t0 = now_us();
+	CK(cudaEventRecord(r.e0, r.s));
+	nv_wg_params &p = r.L.p;
+	if (l2 < 0) {
+		p.gate = 0;
+		CK(cudaMemcpyAsync(r.db, r.hb, r.bbytes, cudaMemcpyHostToDevice, r.s));
+	} else {
+		CK(cudaStreamWaitEvent(r.g, r.e0, 0));
+		CK(cudaMemcpyAsync(r.db, r.hb, r.bbytes, cudaMemcpyHostToDevice, r.g));
+		if (stream_write32((CUstream)r.g, r.gate, ++r.seq, 0) != CUDA_SUCCESS) {
+			fprintf(stderr, "cuStreamWriteValue32 failed\n");
+			exit(1);
+		}
+		p.gate = r.gate;
+		p.gate_seq = r.seq;
+		p.gate_l2 = l2;
+	}
+	wg_run(r.L, r.s);
+	CK(cudaMemcpyAsync(r.hd, r.dd, r.dbytes, cudaMemcpyDeviceToHost, r.s));
+	CK(cudaEventRecord(r.e1, r.s));
+	CK(cudaEventSynchronize(r.e1));
+	const double wall = now_us() - t0;
+	float ms;
+	CK(cudaEventElapsedTime(&ms, r.e0, r.e1));
+	*gpu = ms * 1000.0f;
+	return wall;
+}
+
+/* `wgmma_bench gate [MxNxK ...]`: the daemon's tile and split for each
+ * shape (f16 2:4, D f16, one weight), each request alone with an idle gap
+ * as served one at a time, the settings in turn; first a check that the
+ * gated D equals the plain one bit for bit with B changed before every
+ * gated launch (a kernel that read B before it landed would read the
+ * previous B), and the plain D against float64 on sampled rows. */
+static int run_gate(const std::vector<int> &shp, int sms)
+{
+	cudaDriverEntryPointQueryResult q;
+	CK(cudaGetDriverEntryPointByVersion("cuStreamWriteValue32", (void **)&stream_write32, 12000, cudaEnableDefault,
+					     &q));
+	if (q != cudaDriverEntryPointSuccess || !stream_write32) {
+		printf("cuStreamWriteValue32 not found\n");
+		return 1;
+	}
+	std::vector<int> l2s = { 0, 8, 16, 32 };
+	if (getenv("WG_GATE_L2")) {
+		l2s.clear();
+		for (double x : env_numbers("WG_GATE_L2"))
+			l2s.push_back((int)x);
+	}
+	const int gap_us = getenv("WG_GATE_GAP") ? atoi(getenv("WG_GATE_GAP")) : 50;
+	const int reps = getenv("WG_GATE_REPS") ? atoi(getenv("WG_GATE_REPS")) : 300;
+	int fails = 0;
+	for (size_t si = 0; si < shp.size(); si += 3) {
+		const int m = shp[si], n = shp[si + 1], k = shp[si + 2], bf16 = 0;
+		int occ[NV_WG_TILE_COUNT];
+		for (int t = 0; t < NV_WG_TILE_COUNT; t++)
+			occ[t] = 1;
+		struct nv_wg_plan pl;
+		if (nv_wg_plan_make(m, n, k, sms, occ, -1, &pl) < 0) {
+			printf("gate %dx%dx%d: no plan\n", m, n, k);
+			fails++;
+			continue;
+		}
+		struct nv_wg_tile_shape ts;
+		nv_wg_tile_shape(0, pl.tile, &ts);
+		const variant *v = find_variant(0, bf16, ts.bn, NV_WG_ORDER);
+		sp24 a;
+		make_sp24(a, m, k, bf16);
+		wg_weight w;
+		wg_pack(a, w, NV_WG_ORDER);
+		gate_req r;
+		memset(&r, 0, sizeof(r));
+		const int ldb = (n + 7) / 8 * 8;
+		r.bbytes = (size_t)k * ldb * 2;
+		r.dbytes = (size_t)m * n * 2;
+		CK(cudaHostAlloc(&r.hb, r.bbytes, cudaHostAllocMapped));
+		CK(cudaHostAlloc(&r.hd, r.dbytes, cudaHostAllocMapped));
+		CK(cudaMalloc(&r.db, r.bbytes));
+		CK(cudaMalloc(&r.dd, r.dbytes));
+		CK(cudaMalloc((void **)&r.gate, 4));
+		CK(cudaMemset((void *)r.gate, 0, 4));
+		CK(cudaEventCreate(&r.e0));
+		CK(cudaEventCreate(&r.e1));
+		CK(cudaStreamCreateWithFlags(&r.s, cudaStreamNonBlocking));
+		CK(cudaStreamCreateWithFlags(&r.g, cudaStreamNonBlocking));
+		if (wg_prepare(r.L, v, w, r.db, n, ldb, NULL, r.dd, MFMA_DT_F16, 1.0f, 0.0f, 0, sms) < 0) {
+			printf("gate %dx%dx%d: prepare failed\n", m, n, k);
+			fails++;
+			continue;
+		}
+		/* The check: fresh B, the gated launch (l2 of the list's
+		 * largest), then the plain one, equal bit for bit. */
+		std::vector<uint16_t> b((size_t)k * ldb), dg(r.dbytes / 2);
+		float gpu;
+		double err = 0;
+		int diff = 0;
+		for (int it = 0; it < 6; it++) {
+			for (auto &x : b)
+				x = to16(rndf(), bf16);
+			memcpy(r.hb, b.data(), r.bbytes);
+			memset(r.hd, 0xff, r.dbytes);
+			gate_once(r, l2s.back(), &gpu);
+			memcpy(dg.data(), r.hd, r.dbytes);
+			memset(r.hd, 0xff, r.dbytes);
+			gate_once(r, -1, &gpu);
+			if (memcmp(dg.data(), r.hd, r.dbytes) != 0)
+				diff++;
+			if (it == 0) {
+				sampled_ref sr;
+				make_sampled_ref(sr, m, n, k, ldb, b, bf16, [&](int rr, int kk) { return sp24_at(a, rr, kk, bf16); });
+				err = sampled_err(sr, r.dd);
+			}
+		}
+		const bool ok = diff == 0 && err < 1e-2;
+		fails += !ok;
+		printf("gate %dx%dx%d %s split %d: gated D equal to plain in %d of 6, plain err %.1e  %s\n", m, n, k,
+		       v->name, r.L.grid.z, 6 - diff, err, ok ? "ok" : "FAILED");
+		/* Timing: the settings in turn, each request alone. */
+		const int nset = 1 + (int)l2s.size();
+		std::vector<std::vector<double>> wall(nset), gt(nset);
+		for (int it = 0; it < reps + 10; it++)
+			for (int c = 0; c < nset; c++) {
+				const double t = gate_once(r, c == 0 ? -1 : l2s[c - 1], &gpu);
+				if (it >= 10) {
+					wall[c].push_back(t);
+					gt[c].push_back(gpu);
+				}
+				const double until = now_us() + gap_us;
+				while (now_us() < until)
+					;
+			}
+		for (int c = 0; c < nset; c++) {
+			std::sort(wall[c].begin(), wall[c].end());
+			std::sort(gt[c].begin(), gt[c].end());
+		}
+		printf("| %d x %d x %d | %s split %d | plain %.1f / %.1f |", m, n, k, v->name, r.L.grid.z,
+		       wall[0][wall[0].size() / 2], gt[0][gt[0].size() / 2]);
+		for (int c = 1; c < nset; c++)
+			printf(" gate l2=%d %.1f / %.1f |", l2s[c - 1], wall[c][wall[c].size() / 2],
+			       gt[c][gt[c].size() / 2]);
+		printf("  (median wall / GPU us of %d; p90 plain %.1f, gate l2=%d %.1f)\n", reps,
+		       wall[0][wall[0].size() * 9 / 10], l2s.back(), wall[nset - 1][wall[nset - 1].size() * 9 / 10]);
+		wg_release(r.L);
+		cudaFreeHost(r.hb);
+		cudaFreeHost(r.hd);
+		cudaFree(r.db);
+		cudaFree(r.dd);
+		cudaFree((void *)r.gate);
+		cudaFree(w.val);
+		cudaFree(w.meta);
+		cudaStreamDestroy(r.s);
+		cudaStreamDestroy(r.g);
+	}
+	return fails ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *what = argc > 1 ? argv[1] : "probe";
@@ -1747,6 +1939,20 @@ int main(int argc, char **argv)
 	}
 	if (strcmp(what, "dcheck") == 0)
 		return run_dchecks(prop.multiProcessorCount) ? 1 : 0;
+	if (strcmp(what, "gate") == 0) {
+		std::vector<int> shp;
+		for (int i = 2; i < argc; i++) {
+			int m, n, k;
+			if (sscanf(argv[i], "%dx%dx%d", &m, &n, &k) == 3 && k % 4 == 0) {
+				shp.push_back(m);
+				shp.push_back(n);
+				shp.push_back(k);
+			}
+		}
+		if (shp.empty())
+			shp = { 14336, 16, 4096, 4096, 16, 14336, 14336, 64, 4096, 4096, 64, 14336, 8192, 8, 8192 };
+		return run_gate(shp, prop.multiProcessorCount);
+	}
 	if (strcmp(what, "bench") == 0) {
 		cublasHandle_t h;
 		if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) {

@@ -68,6 +68,9 @@ struct backend_config {
 	/* cuda.region_copies: a batch whose parts lie in clients' regions
 	 * moves them by the copy engines, its copy in on the copy stream */
 	bool cuda_region_copies;
+	/* cuda.gate: a resident weight's wgmma GEMM launches before its B is
+	 * in, B copied on a stream of its own (cuda_dev_copy_in_gated) */
+	bool cuda_gate;
 	uint64_t cuda_dma_part_bytes;          /* cuda.dma_parts_kb: mapped parts up to it by DMA */
 	uint32_t cuda_served_trial;            /* cuda.served_trial: served launches per candidate */
 	/* cuda.pinned_answers_mb: the arena of answer frames each CUDA

@@ -85,6 +85,17 @@ struct cuda_dev {
 	/* Answer frames in registered memory (cuda_dev_frame_alloc); NULL
 	 * with cuda.pinned_answers_mb = 0. */
 	struct frame_arena *answers;
+	/* B's copy ahead of a gated kernel (cuda_dev_copy_in_gated): its
+	 * stream, the event it waits on (the device's stream up to the
+	 * copy), the word it sets and the last count set; made at the first
+	 * gated copy.  gate_on: cuda.gate, and the driver has the stream
+	 * write. */
+	bool gate_on;
+	CUstream gate_stream;
+	CUevent gate_ev;
+	struct cuda_buf gate_word;
+	uint32_t gate_seq;
+	uint64_t gated;
 };
 
 int cuda_fail(CUresult r, char *err, size_t errlen, const char *what)
@@ -273,6 +284,13 @@ void cuda_dev_close(struct cuda_dev *d)
 		for (int i = 0; i < 2; i++)
 			if (d->pin_ev[i])
 				nv_drv.cuEventDestroy(d->pin_ev[i]);
+		if (d->gate_stream) {
+			nv_drv.cuStreamSynchronize(d->gate_stream);
+			nv_drv.cuStreamDestroy(d->gate_stream);
+		}
+		if (d->gate_ev)
+			nv_drv.cuEventDestroy(d->gate_ev);
+		cuda_buf_free(&d->gate_word);
 		if (d->pin)
 			nv_drv.cuMemFreeHost(d->pin);
 		if (d->stream)
@@ -336,6 +354,8 @@ void cuda_dev_host_unregister(struct cuda_dev *d, void *p)
 	if (!host_ranges_remove(&d->regs, (uintptr_t)p, &h))
 		return;
 	/* Copies from or into it may still be queued on the stream. */
+	if (d->gate_stream)
+		nv_drv.cuStreamSynchronize(d->gate_stream);
 	nv_drv.cuStreamSynchronize(d->stream);
 	if (h.owned)
 		nv_drv.cuMemHostUnregister(p);
@@ -436,6 +456,7 @@ int cuda_dev_open(int index, const struct backend_config *cfg, struct cuda_dev *
 			goto out;
 		}
 	d->graphs = cfg && cfg->cuda_graphs;
+	d->gate_on = cfg && cfg->cuda_gate && nv_drv.cuStreamWriteValue32;
 	size_t pinned = cfg && cfg->pinned_bytes ? (size_t)cfg->pinned_bytes : CUDA_DEFAULT_PINNED;
 	if (pinned < CUDA_MIN_PINNED)
 		pinned = CUDA_MIN_PINNED;
@@ -503,39 +524,83 @@ static void give_from(void *arg, size_t off, unsigned char *dst, size_t len)
 	memcpy(dst, (const unsigned char *)arg + off, len);
 }
 
+/* A copy in that needs no staging (src registered, or on the device),
+ * on stream st. */
+static int direct_copy_in(CUstream st, CUdeviceptr dst, size_t dpitch, const void *src, bool dev_src,
+			  size_t rows, size_t row_bytes, char *err, size_t errlen)
+{
+	if (dev_src && dpitch == row_bytes) {
+		CU_TRY(nv_drv.cuMemcpyDtoDAsync(dst, (CUdeviceptr)(uintptr_t)src, rows * row_bytes, st),
+		       "cuMemcpyDtoDAsync(operand on the device)");
+		return 0;
+	}
+	if (dpitch == row_bytes) {
+		CU_TRY(nv_drv.cuMemcpyHtoDAsync(dst, src, rows * row_bytes, st), "cuMemcpyHtoDAsync(registered)");
+		return 0;
+	}
+	/* The gap after each row is zero, as the staged copy leaves it. */
+	CU_TRY(nv_drv.cuMemsetD8Async(dst, 0, rows * dpitch, st), "cuMemsetD8Async");
+	CUDA_MEMCPY2D c2 = { 0 };
+	c2.srcMemoryType = dev_src ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
+	c2.srcHost = dev_src ? NULL : src;
+	c2.srcDevice = dev_src ? (CUdeviceptr)(uintptr_t)src : 0;
+	c2.srcPitch = row_bytes;
+	c2.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+	c2.dstDevice = dst;
+	c2.dstPitch = dpitch;
+	c2.WidthInBytes = row_bytes;
+	c2.Height = rows;
+	CU_TRY(nv_drv.cuMemcpy2DAsync(&c2, st), "cuMemcpy2DAsync(registered)");
+	return 0;
+}
+
+int cuda_dev_copy_in_gated(struct cuda_dev *d, CUdeviceptr dst, size_t dpitch, const void *src, size_t rows,
+			   size_t row_bytes, CUdeviceptr *gate, uint32_t *seq, char *err, size_t errlen)
+{
+	if (!d->gate_on || on_device(d, src, rows * row_bytes) || !cuda_dev_registered(d, src, rows * row_bytes))
+		return -EAGAIN;
+	if (!d->gate_stream) {
+		int rc = cuda_buf_need(&d->gate_word, 4, "the gate word", NULL, err, errlen);
+		if (rc < 0)
+			return rc;
+		CU_TRY(nv_drv.cuMemsetD32Async(d->gate_word.p, d->gate_seq, 1, d->stream), "cuMemsetD32Async(gate)");
+		CU_TRY(nv_drv.cuEventCreate(&d->gate_ev, CU_EVENT_DISABLE_TIMING), "cuEventCreate(gate)");
+		CUresult r = nv_drv.cuStreamCreate(&d->gate_stream, CU_STREAM_NON_BLOCKING);
+		if (r != CUDA_SUCCESS) {
+			d->gate_stream = NULL;
+			return cuda_fail(r, err, errlen, "cuStreamCreate(gate)");
+		}
+	}
+	/* After the device's stream so far: the kernels before this one
+	 * may still read dst (and the word's first value is set there). */
+	CU_TRY(nv_drv.cuEventRecord(d->gate_ev, d->stream), "cuEventRecord(gate)");
+	CU_TRY(nv_drv.cuStreamWaitEvent(d->gate_stream, d->gate_ev, 0), "cuStreamWaitEvent(gate)");
+	int rc = direct_copy_in(d->gate_stream, dst, dpitch, src, false, rows, row_bytes, err, errlen);
+	if (rc < 0 || (rc = cuda_dev_mark_on(d, CUDA_MARK_IN, d->gate_stream, err, errlen)) < 0)
+		return rc;
+	/* The default flags put a memory barrier before the write: B is in
+	 * device memory by the time a kernel sees the new count. */
+	CU_TRY(nv_drv.cuStreamWriteValue32(d->gate_stream, d->gate_word.p, d->gate_seq + 1, 0),
+	       "cuStreamWriteValue32(gate)");
+	*gate = d->gate_word.p;
+	*seq = ++d->gate_seq;
+	d->gated++;
+	return 0;
+}
+
+uint64_t cuda_dev_gated(const struct cuda_dev *d)
+{
+	return d->gated;
+}
+
 int cuda_dev_copy_in(struct cuda_dev *d, CUdeviceptr dst, size_t dpitch, const void *src,
 		     size_t rows, size_t row_bytes, char *err, size_t errlen)
 {
 	const unsigned char *s = src;
 	int rc, h = 0;
 	bool dev_src = on_device(d, src, rows * row_bytes);
-	if (dev_src || cuda_dev_registered(d, src, rows * row_bytes)) {
-		if (dev_src && dpitch == row_bytes) {
-			CU_TRY(nv_drv.cuMemcpyDtoDAsync(dst, (CUdeviceptr)(uintptr_t)src, rows * row_bytes,
-							d->stream),
-			       "cuMemcpyDtoDAsync(operand on the device)");
-			return 0;
-		}
-		if (dpitch == row_bytes) {
-			CU_TRY(nv_drv.cuMemcpyHtoDAsync(dst, src, rows * row_bytes, d->stream),
-			       "cuMemcpyHtoDAsync(registered)");
-			return 0;
-		}
-		/* The gap after each row is zero, as the staged copy leaves it. */
-		CU_TRY(nv_drv.cuMemsetD8Async(dst, 0, rows * dpitch, d->stream), "cuMemsetD8Async");
-		CUDA_MEMCPY2D c2 = { 0 };
-		c2.srcMemoryType = dev_src ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
-		c2.srcHost = dev_src ? NULL : src;
-		c2.srcDevice = dev_src ? (CUdeviceptr)(uintptr_t)src : 0;
-		c2.srcPitch = row_bytes;
-		c2.dstMemoryType = CU_MEMORYTYPE_DEVICE;
-		c2.dstDevice = dst;
-		c2.dstPitch = dpitch;
-		c2.WidthInBytes = row_bytes;
-		c2.Height = rows;
-		CU_TRY(nv_drv.cuMemcpy2DAsync(&c2, d->stream), "cuMemcpy2DAsync(registered)");
-		return 0;
-	}
+	if (dev_src || cuda_dev_registered(d, src, rows * row_bytes))
+		return direct_copy_in(d->stream, dst, dpitch, src, dev_src, rows, row_bytes, err, errlen);
 	if (dpitch == row_bytes) {
 		size_t total = rows * row_bytes;
 		for (size_t off = 0; off < total; off += d->pin_half, h ^= 1) {
@@ -882,6 +947,8 @@ int cuda_dev_sync(struct cuda_dev *d, const char *what, char *err, size_t errlen
 
 void cuda_dev_drain(struct cuda_dev *d)
 {
+	if (d->gate_stream)
+		nv_drv.cuStreamSynchronize(d->gate_stream);
 	nv_drv.cuStreamSynchronize(d->stream);
 	d->pin_busy[0] = d->pin_busy[1] = 0;
 }

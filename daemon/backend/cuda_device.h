@@ -195,6 +195,22 @@ void cuda_dev_on_device(struct cuda_dev *d, const struct cuda_dev_range *r, size
 int cuda_dev_copy_in(struct cuda_dev *d, CUdeviceptr dst, size_t dpitch, const void *src,
 		     size_t rows, size_t row_bytes, char *err, size_t errlen);
 
+/* B's copy in for a kernel launched right after it that waits for B at
+ * its gate (nv_wgmma.cuh): from registered host memory only, on the
+ * device's gate stream, after everything enqueued on the device's stream
+ * so far (an earlier kernel may still read dst); then the IN mark on the
+ * gate stream and the gate word set to a new count, which *gate and *seq
+ * give the kernel.  The kernel's time (IN to KERNEL) is then the part of
+ * it after B landed: its start overlaps the copy.  -EAGAIN with nothing
+ * done when the gate is off (cuda.gate, or a driver without stream
+ * writes) or src is not registered host memory: the caller copies in as
+ * usual.  The gate stream holds only such copies and the word's writes,
+ * so nothing on it waits for a kernel that waits for it. */
+int cuda_dev_copy_in_gated(struct cuda_dev *d, CUdeviceptr dst, size_t dpitch, const void *src, size_t rows,
+			   size_t row_bytes, CUdeviceptr *gate, uint32_t *seq, char *err, size_t errlen);
+/* How many copies went through the gate since the device opened. */
+uint64_t cuda_dev_gated(const struct cuda_dev *d);
+
 /* Host to device through the pinned pool: bytes to dst, the pool's chunks
  * filled by give(arg, off, chunk, len) in order (a batched launch's parts,
  * one after the other). */

@@ -29,6 +29,10 @@ struct wg {
 	struct cuda_buf val, meta, ws, counters;
 };
 
+/* Stages of A past the first ring that a kernel launched before its B
+ * prefetches into L2 while it waits (nv_wg_params.gate_l2). */
+#define WG_GATE_L2 16
+
 static int wg_usable(int cc)
 {
 	return nv_wg_usable(nv_images, nv_image_count, cc);
@@ -257,12 +261,25 @@ static int wg_launch(struct cuda_dev *dev, void *state, const struct mfma_gemm *
 		return rc;
 	if (!packed && !dense && (rc = upload_a(dev, m, k, g->a, g->a_meta, err, errlen)) < 0)
 		return rc;
-	if ((rc = cuda_dev_copy_in(dev, b->p, ldb * 2, g->b, k, (size_t)n * 2, err, errlen)) < 0)
+	/* A resident weight's GEMM without C launches before B is in: B's
+	 * copy on the gate stream, the kernel loading its first stages of A
+	 * meanwhile (cuda_dev_copy_in_gated; the IN mark is the copy's). */
+	CUdeviceptr gate = 0;
+	uint32_t gate_seq = 0;
+	rc = packed && g->beta == 0.0f
+		     ? cuda_dev_copy_in_gated(dev, b->p, ldb * 2, g->b, k, (size_t)n * 2, &gate, &gate_seq, err, errlen)
+		     : -EAGAIN;
+	if (rc < 0 && rc != -EAGAIN)
 		return rc;
-	if (g->beta != 0.0f && (rc = cuda_dev_copy_in(dev, c->p, dbytes, g->c, 1, dbytes, err, errlen)) < 0)
-		return rc;
-	if ((rc = cuda_dev_mark(dev, CUDA_MARK_IN, err, errlen)) < 0)
-		return rc;
+	if (rc == -EAGAIN) {
+		if ((rc = cuda_dev_copy_in(dev, b->p, ldb * 2, g->b, k, (size_t)n * 2, err, errlen)) < 0)
+			return rc;
+		if (g->beta != 0.0f &&
+		    (rc = cuda_dev_copy_in(dev, c->p, dbytes, g->c, 1, dbytes, err, errlen)) < 0)
+			return rc;
+		if ((rc = cuda_dev_mark(dev, CUDA_MARK_IN, err, errlen)) < 0)
+			return rc;
+	}
 
 	/* Kernels. */
 	if (!packed && !dense && (rc = launch_pack(dev, o, &pk, err, errlen)) < 0)
@@ -271,6 +288,7 @@ static int wg_launch(struct cuda_dev *dev, void *state, const struct mfma_gemm *
 		.b = b->p, .c = g->beta != 0.0f ? c->p : 0, .d = dp,
 		.n = (int32_t)n, .ldb = (int32_t)ldb, .ldc = (int32_t)n, .ldd = (int32_t)n,
 		.out_dtype = g->out_dtype, .alpha = g->alpha, .beta = g->beta,
+		.gate = gate, .gate_seq = gate_seq, .gate_l2 = gate ? WG_GATE_L2 : 0,
 	};
 	char why[160] = "";
 	if ((rc = nv_wg_launch_gemm(&o->mod, &plan, &pk, &args, o->ws.p, o->counters.p, stream, why,

@@ -154,6 +154,9 @@ int nv_wg_launch_gemm(const struct nv_wg_module *m, const struct nv_wg_plan *pla
 	p.out_dtype = g->out_dtype;
 	p.alpha = g->alpha;
 	p.beta = g->beta;
+	p.gate = g->gate;
+	p.gate_seq = g->gate_seq;
+	p.gate_l2 = g->gate_l2;
 	void *args[] = { &p };
 	NV_WG_CHECK(nv_drv.cuLaunchKernel(m->gemm[dense][bf16][plan->tile], (unsigned)(plan->tiles_m * plan->tiles_n), 1,
 					  (unsigned)plan->splits, NV_WG_THREADS, 1, 1, sh.smem, s, args, NULL),

@@ -155,6 +155,41 @@ static __device__ __forceinline__ void nv_bulk_1d(uint32_t dst, uint64_t src, ui
 		     : "memory");
 }
 
+/* Into L2 only, no shared memory, no barrier: a 1-D range (a multiple
+ * of 16 bytes) and a 2-D box of a tensor map. */
+static __device__ __forceinline__ void nv_l2_prefetch(uint64_t src, uint32_t bytes)
+{
+	asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
+}
+
+static __device__ __forceinline__ void nv_l2_prefetch_2d(const CUtensorMap *tm, int c0, int c1)
+{
+	asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global [%0, {%1, %2}];\n" ::"l"((uint64_t)tm), "r"(c0),
+		     "r"(c1)
+		     : "memory");
+}
+
+/* The gate of nv_wg_params: waits until the word at gate reaches seq
+ * (a wrapping count), then orders the TMA loads that follow (async
+ * proxy) after what the acquire saw.  The word is set by a stream
+ * memory operation after B's copy; if it never comes (the copy faulted,
+ * the context is lost anyway) the kernel traps after two seconds
+ * rather than hang the device. */
+static __device__ __forceinline__ void nv_gate_wait(uint64_t gate, uint32_t seq)
+{
+	const uint64_t t0 = nv_globaltimer();
+	for (;;) {
+		uint32_t v;
+		asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(gate) : "memory");
+		if ((int32_t)(v - seq) >= 0)
+			break;
+		if (nv_globaltimer() - t0 > 2000000000ull)
+			__trap();
+		__nanosleep(32);
+	}
+	asm volatile("fence.proxy.async.global;\n" ::: "memory");
+}
+
 static __device__ __forceinline__ void nv_wg_fence(void) { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 static __device__ __forceinline__ void nv_wg_commit(void) { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N>
@@ -337,6 +372,18 @@ struct nv_wg_sp24 {
 		nv_bulk_1d(st + A_BYTES + b_bytes, p.meta + ts * E_BYTES, E_BYTES, full, pol);
 	}
 
+	/* Stage it's A and metadata into L2 (the gate's wait). */
+	static __device__ __forceinline__ void prefetch_a(const nv_wg_params &p, int it, int m0)
+	{
+		const struct nv_wg_img g = { p.k_iters, p.m_pad / NV_WG_BM, ORDER };
+		const int64_t ts = nv_wg_img_index(g, m0 / NV_WG_BM, it);
+		if (ORDER)
+			nv_l2_prefetch(p.a + ts * A_BYTES, A_BYTES);
+		else
+			nv_l2_prefetch_2d(&p.tm_a, it * (NV_WG_BK / 2), m0);
+		nv_l2_prefetch(p.meta + ts * E_BYTES, E_BYTES);
+	}
+
 	/* One stage of consumer warpgroup c (rows 64c..64c+63 of the tile):
 	 * its metadata registers from the stage's words (two 8-byte shared
 	 * loads and one byte permute per k32 step), the fence, two wgmma.sp
@@ -380,6 +427,11 @@ struct nv_wg_dense {
 	{
 		(void)b_bytes;
 		nv_tma_2d(st, &p.tm_a, it * NV_WG_BK, m0, full, nv_wg_a_policy(p, it));
+	}
+
+	static __device__ __forceinline__ void prefetch_a(const nv_wg_params &p, int it, int m0)
+	{
+		nv_l2_prefetch_2d(&p.tm_a, it * NV_WG_BK, m0);
 	}
 
 	template <int BN>
@@ -469,16 +521,29 @@ struct nv_wg_gemm {
 				asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
 			if (tid != 0)
 				return;
-			for (int i = 0; i < n_it; i++) {
+			/* The gate: the first ring's A while B is still on its
+			 * way, then B into those stages (each stage's barrier
+			 * expects A and B from the start: it completes when both
+			 * are in). */
+			const int pre = p.gate ? min(n_it, STAGES) : 0;
+			for (int i = 0; i < pre; i++) {
+				nv_mbar_expect_tx(bars + 8 * i, A_BYTES + B_BYTES + E_BYTES);
+				OP::load_a(p, sbase + i * STAGE, bars + 8 * i, it0 + i, m0, B_BYTES);
+			}
+			if (pre) {
+				for (int i = pre; i < min(n_it, pre + p.gate_l2); i++)
+					OP::prefetch_a(p, it0 + i, m0);
+				nv_gate_wait(p.gate, p.gate_seq);
+				for (int i = 0; i < pre; i++)
+					load_b(p, sbase + i * STAGE, bars + 8 * i, it0 + i, n0);
+			}
+			for (int i = pre; i < n_it; i++) {
 				const int s = i % STAGES, it = it0 + i;
 				nv_mbar_wait(bars + 8 * (STAGES + s), ((i / STAGES) & 1) ^ 1);
 				const uint32_t full = bars + 8 * s, st = sbase + s * STAGE;
 				nv_mbar_expect_tx(full, A_BYTES + B_BYTES + E_BYTES);
 				OP::load_a(p, st, full, it, m0, B_BYTES);
-#pragma unroll
-				for (int nb = 0; nb < BN / B::BNB; nb++)
-					nv_tma_2d(st + A_BYTES + nb * B::BOX_BYTES, &p.tm_b, n0 + nb * B::BNB,
-						  it * NV_WG_BK, full, NV_WG_EVICT_LAST);
+				load_b(p, st, full, it, n0);
 			}
 			return;
 		}
@@ -528,6 +593,16 @@ struct nv_wg_gemm {
 		epilogue(p, acc, m0 + 64 * c, n0, w, lane);
 		if (TRACE && tid == 128)
 			tr[2] = nv_globaltimer();
+	}
+
+	/* B's boxes of stage it into the stage at st. */
+	static __device__ __forceinline__ void load_b(const nv_wg_params &p, uint32_t st, uint32_t full, int it,
+						      int n0)
+	{
+#pragma unroll
+		for (int nb = 0; nb < BN / B::BNB; nb++)
+			nv_tma_2d(st + A_BYTES + nb * B::BOX_BYTES, &p.tm_b, n0 + nb * B::BNB, it * NV_WG_BK, full,
+				  NV_WG_EVICT_LAST);
 	}
 
 	static __device__ __forceinline__ void release(uint32_t empty, unsigned lane)

@@ -45,6 +45,10 @@ struct nv_wg_args {
 	int32_t n, ldb, ldc, ldd;
 	int32_t out_dtype; /* enum mfma_dtype: f32 or the input type */
 	float alpha, beta;
+	/* 0, or launched before B is on the device: nv_wg_params.gate. */
+	CUdeviceptr gate;
+	uint32_t gate_seq;
+	int32_t gate_l2;
 };
 
 /* Launches the planned GEMM; ws and counters must hold plan->ws_bytes and

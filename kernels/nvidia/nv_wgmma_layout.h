@@ -212,6 +212,15 @@ struct nv_wg_params {
 	 * whole weight evict-first, read once a launch. */
 	int32_t keep_iters;
 	float alpha, beta;
+	/* A launch made before B is on the device (nv_wgmma.cuh, "the
+	 * gate"): gate != 0 is a word in device memory that the stream
+	 * copying B in sets to gate_seq (or later: compared as a wrapping
+	 * 32-bit count) once B is there.  The producer loads A's first ring
+	 * of stages, prefetches gate_l2 more stages of A into L2, waits for
+	 * the word, then loads B.  gate = 0: B is there at launch. */
+	uint64_t gate;
+	uint32_t gate_seq;
+	int32_t gate_l2;
 };
 
 /* The decode kernels (nv_wgmma_decode.cuh): skinny N (one tile of BN >= N

@@ -1550,6 +1550,148 @@ static void test_lone_left_running(void **state)
 	reopen(&cfg);
 }
 
+/* ---- a kernel launched before its B (cuda.gate) ---- */
+
+/* One GEMM of the wgmma provider on packed weight pk (A of o), with B
+ * and D at b and d in registered memory; the launch only (D left
+ * running when the device is between cuda_dev_lone_begin and _end). */
+static void gate_launch(struct cuda_dev *cd, void *st, void *pk, const struct operands *o, void *b, void *d,
+			const char *what)
+{
+	struct mfma_gemm g = o->g;
+	g.b = b;
+	g.d = d;
+	const char *variant = NULL;
+	char err[512] = "";
+	int rc = cuda_provider_wgmma.launch(cd, st, &g, pk, &variant, err, sizeof(err));
+	if (rc != 0)
+		fail_msg("%s: launch failed (%d): %s", what, rc, err);
+}
+
+/* D of o (the answer copied into o->d from d) against float64. */
+static void gate_check(struct operands *o, const void *d, const char *what)
+{
+	memcpy(o->d, d, (size_t)o->g.m * o->g.n * mfma_dtype_size(o->g.out_dtype));
+	const double rel = rel_error(o, NULL, o->g.m);
+	checks++;
+	printf("  %-52s rel %.3g\n", what, rel);
+	if (!(rel <= nvt_tolerance(o->g.out_dtype)))
+		fail_msg("%s: relative error %g above %g", what, rel, nvt_tolerance(o->g.out_dtype));
+}
+
+/* cuda.gate: a resident weight's wgmma GEMM whose B lies in registered
+ * memory is launched before B is on the device (cuda_dev_copy_in_gated,
+ * the kernel waiting at its gate).  Odd shapes, 2:4 and dense, f16 and
+ * bf16, D f32 and 16-bit, alpha != 1: every D against float64, each GEMM
+ * with a B that the device's B buffer did not hold before (a kernel that
+ * read B before it landed would compute with the previous one).  Then
+ * two launches left running one behind the other: the second one's copy
+ * of B must wait for the first kernel, which reads the same buffer; both
+ * D right.  The device's count of gated copies says the gate was taken;
+ * with B on the heap it is not. */
+static void test_gate(void **state)
+{
+	(void)state;
+	if (quick == 2)
+		return;
+	char err[512] = "";
+	struct cuda_dev *cd = NULL;
+	struct backend_config cfg = { .pinned_bytes = 8u << 20, .cuda_gate = true };
+	RC_OK(cuda_dev_open(dev_index, &cfg, &cd, err, sizeof(err)), err);
+	const struct cuda_provider *p = &cuda_provider_wgmma;
+	if (!p->usable(cuda_dev_cc(cd))) {
+		printf("  gate: no wgmma kernels on this device\n");
+		cuda_dev_close(cd);
+		return;
+	}
+	void *st = NULL;
+	RC_OK(p->attach(cd, &st, err, sizeof(err)), err);
+	const uint32_t shapes[][3] = { { 300, 17, 516 }, { 1000, 64, 2048 }, { 129, 8, 260 }, { 4096, 16, 4096 } };
+	const size_t nshapes = quick ? 2 : 4;
+	for (size_t si = 0; si < nshapes; si++)
+		for (int kind = 0; kind < 3; kind++) {
+			const bool sp = kind < 2;
+			const enum mfma_dtype in = kind == 1 ? MFMA_DT_BF16 : MFMA_DT_F16;
+			const enum mfma_dtype out = (si + (size_t)kind) % 2 ? MFMA_DT_F32 : in;
+			const uint32_t m = shapes[si][0], n = shapes[si][1], k = shapes[si][2];
+			const size_t bb = (size_t)k * n * 2, db = (size_t)m * n * mfma_dtype_size(out);
+			struct operands w;
+			ops_make(&w, in, out, sp, m, n, k, 1.0f, 0.0f);
+			struct mfma_weight_host wh = { .m = m, .k = k, .dtype = in, .sparse = sp, .a = w.a,
+						       .meta = w.meta };
+			void *pk = NULL;
+			uint64_t bytes = 0;
+			RC_OK(p->weight_pack(cd, st, &wh, &pk, &bytes, err, sizeof(err)), err);
+			RC_OK(cuda_dev_sync(cd, "packing", err, sizeof(err)), err);
+			/* Three requests on the weight: B and D of each in a
+			 * region (B at an odd 16-byte offset). */
+			const size_t len = 3 * (bb + db) + 4096;
+			unsigned char *rg = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+			assert_true(rg != MAP_FAILED);
+			RC_OK(cuda_dev_host_register(cd, rg, len, true, err, sizeof(err)), err);
+			struct operands o[3];
+			unsigned char *b[3], *d[3];
+			for (int i = 0; i < 3; i++) {
+				ops_make(&o[i], in, out, false, m, n, k, 0.75f, 0.0f);
+				/* The weight's A, for the launch and the reference. */
+				free(o[i].a);
+				o[i].a = NULL;
+				o[i].g.a_sparse = sp;
+				o[i].g.a = w.a;
+				o[i].g.a_meta = w.meta;
+				b[i] = rg + 16 + (size_t)i * (bb + db);
+				d[i] = b[i] + bb;
+				memcpy(b[i], o[i].b, bb);
+				memset(d[i], 0xff, db);
+			}
+			char what[160];
+			snprintf(what, sizeof(what), "gate %s %s->%s %ux%ux%u", sp ? "2:4" : "dense", mfma_dtype_name(in),
+				 mfma_dtype_name(out), m, n, k);
+			/* Waited for, each in turn. */
+			const uint64_t g0 = cuda_dev_gated(cd);
+			for (int i = 0; i < 3; i++) {
+				gate_launch(cd, st, pk, &o[i], b[i], d[i], what);
+				gate_check(&o[i], d[i], what);
+			}
+			if (cuda_dev_gated(cd) != g0 + 3)
+				fail_msg("%s: %" PRIu64 " of 3 copies of B gated", what, cuda_dev_gated(cd) - g0);
+			/* Left running, the second behind the first. */
+			int set[2];
+			for (int i = 0; i < 2; i++) {
+				memset(d[i], 0xff, db);
+				cuda_dev_lone_begin(cd);
+				gate_launch(cd, st, pk, &o[i], b[i], d[i], what);
+				set[i] = cuda_dev_lone_end(cd);
+				if (set[i] < 0)
+					fail_msg("%s: launch %d not left running", what, i);
+			}
+			for (int i = 0; i < 2; i++) {
+				struct backend_timing t = { 0 };
+				RC_OK(cuda_dev_finish(cd, set[i], &t, err, sizeof(err)), err);
+				snprintf(what + strlen(what), sizeof(what) - strlen(what), "%s", i ? "" : " (left running)");
+				gate_check(&o[i], d[i], what);
+			}
+			/* B on the heap: no gate. */
+			const uint64_t g1 = cuda_dev_gated(cd);
+			memset(d[2], 0xff, db);
+			gate_launch(cd, st, pk, &o[2], o[2].b, d[2], what);
+			if (cuda_dev_gated(cd) != g1)
+				fail_msg("%s: B on the heap went through the gate", what);
+			gate_check(&o[2], d[2], "  the same with B on the heap");
+			cuda_dev_host_unregister(cd, rg);
+			munmap(rg, len);
+			for (int i = 0; i < 3; i++) {
+				o[i].g.a = NULL;
+				o[i].g.a_meta = NULL;
+				ops_free(&o[i]);
+			}
+			p->weight_free(cd, st, pk);
+			ops_free(&w);
+		}
+	p->detach(cd, st);
+	cuda_dev_close(cd);
+}
+
 /* ---- answers in pinned frames (cuda.pinned_answers_mb) ---- */
 
 /* A frame from the device's arena with D's place `at` bytes in, as the
@@ -1900,6 +2042,7 @@ int main(void)
 		cmocka_unit_test(test_copy_stream),
 		cmocka_unit_test(test_dma_copies),
 		cmocka_unit_test(test_region_copies),
+		cmocka_unit_test(test_gate),
 		cmocka_unit_test(test_repeatable),
 		cmocka_unit_test(test_registered_host),
 		cmocka_unit_test(test_pooled_answers),
