@@ -30,8 +30,10 @@ struct wg {
 };
 
 /* Stages of A past the first ring that a kernel launched before its B
- * prefetches into L2 while it waits (nv_wg_params.gate_l2). */
-#define WG_GATE_L2 16
+ * prefetches into L2 while it waits (nv_wg_params.gate_l2): on the H200
+ * (wgmma_bench gate) 8 was as fast as 16 or 32 at every decode shape and
+ * 0-3 us faster than none. */
+#define WG_GATE_L2 8
 
 static int wg_usable(int cc)
 {

@@ -73,8 +73,9 @@ extern "C" {
 /* Entry points a driver may lack: NULL then, and what needs one says so.
  * cuMemcpyBatchAsync (many copies, one call, on the copy engines) came
  * with CUDA 12.8 and took its present arguments in 13.0.
- * cuStreamWriteValue32 (a stream's write into mapped memory) is only
- * copy_bench's, not the daemon's. */
+ * cuStreamWriteValue32 (a stream's write of a word in memory) sets the
+ * gate of a wgmma kernel launched before its B (cuda.gate) and is
+ * copy_bench's flag. */
 #if CUDA_VERSION >= 13000
 #define NV_HAVE_BATCH_COPY 1
 #define NV_DRIVER_OPTIONAL_FUNCS(X) X(cuMemcpyBatchAsync) X(cuStreamWriteValue32)

@@ -46,7 +46,13 @@
  * runs the epilogue.  The epilogue writes D straight from the
  * accumulator registers (alpha, beta * C, conversion to the output
  * dtype), a pair of adjacent columns a store where D is aligned for it;
- * it is not overlapped with the next tile (no persistence yet). */
+ * it is not overlapped with the next tile (no persistence yet).
+ *
+ * The gate (nv_wg_params.gate): a launch made before B is on the device.
+ * The producer issues the first ring of stages' A (each stage's barrier
+ * expecting A and B from the start), prefetches gate_l2 more stages of A
+ * into L2, waits for the gate word to reach its count, then issues those
+ * stages' B and goes on as usual; the consumers see nothing different. */
 #ifndef MFMA_NV_WGMMA_CUH
 #define MFMA_NV_WGMMA_CUH
 

@@ -12,6 +12,9 @@
  *
  * Answers in pinned frames (cuda.pinned_answers_mb) are checked on a
  * second open of the device with a small arena (test_pooled_answers).
+ * The device is opened with cuda.gate on, as the daemon's default:
+ * resident wgmma GEMMs whose B is registered launch before B is in
+ * (test_gate drives that path directly).
  *
  * MFMA_TEST_DEVICE=i picks the device (default 0); MFMA_TEST_ALL_DEVICES=1
  * runs the quick check on every device too. */
@@ -765,7 +768,7 @@ static void test_providers(void **state)
 		return;
 	char err[512] = "";
 	struct cuda_dev *cd = NULL;
-	struct backend_config cfg = { .pinned_bytes = 8u << 20, .cuda_graphs = true };
+	struct backend_config cfg = { .pinned_bytes = 8u << 20, .cuda_graphs = true, .cuda_gate = true };
 	if (cuda_dev_open(dev_index, &cfg, &cd, err, sizeof(err)) != 0)
 		fail_msg("cuda_dev_open: %s", err);
 	struct cuda_batch *batch = NULL;
@@ -1110,7 +1113,7 @@ static void test_cusparselt_keeps_warmed_plans(void **state)
 		return;
 	char err[512] = "";
 	struct cuda_dev *cd = NULL;
-	struct backend_config cfg = { .pinned_bytes = 8u << 20, .cuda_graphs = true };
+	struct backend_config cfg = { .pinned_bytes = 8u << 20, .cuda_graphs = true, .cuda_gate = true };
 	if (cuda_dev_open(dev_index, &cfg, &cd, err, sizeof(err)) != 0)
 		fail_msg("cuda_dev_open: %s", err);
 	const struct cuda_provider *p = &cuda_provider_cusparselt;
@@ -1172,7 +1175,7 @@ static void graph_replay(const struct cuda_provider *p, bool sparse)
 {
 	char err[512] = "";
 	struct cuda_dev *cd = NULL;
-	struct backend_config cfg = { .pinned_bytes = 8u << 20, .cuda_graphs = true };
+	struct backend_config cfg = { .pinned_bytes = 8u << 20, .cuda_graphs = true, .cuda_gate = true };
 	if (cuda_dev_open(dev_index, &cfg, &cd, err, sizeof(err)) != 0)
 		fail_msg("cuda_dev_open: %s", err);
 	void *st = NULL;
@@ -1283,6 +1286,17 @@ static void reopen(const struct backend_config *cfg)
 		fail_msg("open again: %s", err);
 }
 
+/* A test's teardown where it reopens the device with settings of its
+ * own: back to main's configuration even when the test failed half way,
+ * so that the tests after it run as they would alone. */
+static int reopen_base(void **state)
+{
+	(void)state;
+	const struct backend_config cfg = { .pinned_bytes = 8u << 20, .cuda_graphs = true, .cuda_gate = true };
+	reopen(&cfg);
+	return 0;
+}
+
 /* One resident f16 weight (2:4 or dense) loaded, one GEMM at N on it,
  * checked against the reference, freed; the variant that ran. */
 static const char *resident_once(bool sp, uint32_t m, uint32_t k, uint32_t n)
@@ -1307,7 +1321,7 @@ static void test_policy_and_cache(void **state)
 		return;
 	const uint32_t m = quick ? 1024 : 4096, k = quick ? 1024 : 4096;
 	struct backend_device_info info;
-	struct backend_config cfg = { .pinned_bytes = 8u << 20, .cuda_graphs = true };
+	struct backend_config cfg = { .pinned_bytes = 8u << 20, .cuda_graphs = true, .cuda_gate = true };
 
 	/* Exclusion: both libraries.  test_choice shows a library serving
 	 * dense N=256 when present; excluded, ours must. */
@@ -1410,7 +1424,7 @@ static void test_served_trial(void **state)
 	(void)state;
 	enum { RUNS = 4 };
 	const uint32_t m = quick ? 1024 : 4096, k = quick ? 1024 : 4096;
-	struct backend_config cfg = { .pinned_bytes = 8u << 20, .cuda_graphs = true,
+	struct backend_config cfg = { .pinned_bytes = 8u << 20, .cuda_graphs = true, .cuda_gate = true,
 				      .cuda_served_trial = RUNS, .choices = &tc_hook };
 	cfg.cuda_providers.prefer = -1;
 	reopen(&cfg);
@@ -1471,7 +1485,7 @@ static void test_lone_left_running(void **state)
 {
 	(void)state;
 	const uint32_t m = quick ? 1024 : 4096, k = quick ? 1024 : 4096, n = 16;
-	struct backend_config cfg = { .pinned_bytes = 8u << 20, .cuda_graphs = true };
+	struct backend_config cfg = { .pinned_bytes = 8u << 20, .cuda_graphs = true, .cuda_gate = true };
 	cfg.cuda_providers.prefer = -1;
 	reopen(&cfg);
 	for (int sp = 1; sp >= 0; sp--) {
@@ -1592,8 +1606,6 @@ static void gate_check(struct operands *o, const void *d, const char *what)
 static void test_gate(void **state)
 {
 	(void)state;
-	if (quick == 2)
-		return;
 	char err[512] = "";
 	struct cuda_dev *cd = NULL;
 	struct backend_config cfg = { .pinned_bytes = 8u << 20, .cuda_gate = true };
@@ -1607,9 +1619,10 @@ static void test_gate(void **state)
 	void *st = NULL;
 	RC_OK(p->attach(cd, &st, err, sizeof(err)), err);
 	const uint32_t shapes[][3] = { { 300, 17, 516 }, { 1000, 64, 2048 }, { 129, 8, 260 }, { 4096, 16, 4096 } };
-	const size_t nshapes = quick ? 2 : 4;
+	/* Racecheck (quick 2): one shape, 2:4 and dense. */
+	const size_t nshapes = quick == 2 ? 1 : quick ? 2 : 4;
 	for (size_t si = 0; si < nshapes; si++)
-		for (int kind = 0; kind < 3; kind++) {
+		for (int kind = 0; kind < 3; kind += quick == 2 ? 2 : 1) {
 			const bool sp = kind < 2;
 			const enum mfma_dtype in = kind == 1 ? MFMA_DT_BF16 : MFMA_DT_F16;
 			const enum mfma_dtype out = (si + (size_t)kind) % 2 ? MFMA_DT_F32 : in;
@@ -1720,7 +1733,7 @@ static void test_pooled_answers(void **state)
 	(void)state;
 	char err[512] = "";
 	void *pd = NULL;
-	struct backend_config cfg = { .pinned_bytes = 8u << 20, .cuda_graphs = true,
+	struct backend_config cfg = { .pinned_bytes = 8u << 20, .cuda_graphs = true, .cuda_gate = true,
 				      .cuda_pinned_answer_bytes = 1u << 20 };
 	RC_OK(backend_cuda.open(dev_index, &cfg, &pd, err, sizeof(err)), err);
 	if (backend_cuda.frame_alloc(dev, 4096, 40))
@@ -1946,10 +1959,6 @@ static void chained_batches(void **state, struct backend_config cfg, enum backen
 	backend_cuda.weight_free(dev, w);
 	ops_free(&o);
 	assert_true(left > 0);
-	cfg.cuda_copy_stream = false;
-	cfg.cuda_dma_part_bytes = 0;
-	cfg.cuda_region_copies = false;
-	reopen(&cfg);
 }
 
 /* cuda.copy_stream: a batch whose B and C lie in mapped memory is gathered
@@ -1958,7 +1967,7 @@ static void chained_batches(void **state, struct backend_config cfg, enum backen
 static void test_copy_stream(void **state)
 {
 	chained_batches(state,
-			(struct backend_config){ .pinned_bytes = 8u << 20, .cuda_graphs = true,
+			(struct backend_config){ .pinned_bytes = 8u << 20, .cuda_graphs = true, .cuda_gate = true,
 						 .cuda_copy_stream = true },
 			BACKEND_HOST_REGION, "copy stream");
 }
@@ -1973,7 +1982,7 @@ static void test_dma_copies(void **state)
 		printf("  dma copies: the driver has no cuMemcpyBatchAsync; the copy kernel alone\n");
 		skip();
 	}
-	const struct backend_config cfg = { .pinned_bytes = 8u << 20, .cuda_graphs = true,
+	const struct backend_config cfg = { .pinned_bytes = 8u << 20, .cuda_graphs = true, .cuda_gate = true,
 					    .cuda_dma_part_bytes = UINT64_MAX };
 	chained_batches(state, cfg, BACKEND_HOST_REGION, "dma copies");
 	struct backend_config both = cfg;
@@ -1997,7 +2006,7 @@ static void test_region_copies(void **state)
 		       "alone\n");
 		skip();
 	}
-	const struct backend_config cfg = { .pinned_bytes = 8u << 20, .cuda_graphs = true,
+	const struct backend_config cfg = { .pinned_bytes = 8u << 20, .cuda_graphs = true, .cuda_gate = true,
 					    .cuda_region_copies = true };
 	chained_batches(state, cfg, BACKEND_HOST_REGION, "region copies");
 	chained_batches(state, cfg, BACKEND_HOST_FRAMES, "region copies on, parts in frames");
@@ -2006,7 +2015,7 @@ static void test_region_copies(void **state)
 int main(void)
 {
 	char err[512] = "";
-	struct backend_config cfg = { .pinned_bytes = 8u << 20, .cuda_graphs = true };
+	struct backend_config cfg = { .pinned_bytes = 8u << 20, .cuda_graphs = true, .cuda_gate = true };
 	ndev = backend_cuda.probe(&cfg, err, sizeof(err));
 	if (ndev < 0) {
 		fprintf(stderr, "cuda probe failed: %s\n", err);
@@ -2039,9 +2048,9 @@ int main(void)
 		cmocka_unit_test(test_tiles_and_split_k),
 		cmocka_unit_test(test_resident_weight),
 		cmocka_unit_test(test_batched_launch),
-		cmocka_unit_test(test_copy_stream),
-		cmocka_unit_test(test_dma_copies),
-		cmocka_unit_test(test_region_copies),
+		cmocka_unit_test_teardown(test_copy_stream, reopen_base),
+		cmocka_unit_test_teardown(test_dma_copies, reopen_base),
+		cmocka_unit_test_teardown(test_region_copies, reopen_base),
 		cmocka_unit_test(test_gate),
 		cmocka_unit_test(test_repeatable),
 		cmocka_unit_test(test_registered_host),
