@@ -1904,6 +1904,22 @@ static int run_gate(const std::vector<int> &shp, int sms)
 	return fails ? 1 : 0;
 }
 
+/* The MxNxK shapes of argv[2..] (K a multiple of 4) as m, n, k triples,
+ * or dflt when there are none. */
+static std::vector<int> shapes_of(int argc, char **argv, std::vector<int> dflt)
+{
+	std::vector<int> shp;
+	for (int i = 2; i < argc; i++) {
+		int m, n, k;
+		if (sscanf(argv[i], "%dx%dx%d", &m, &n, &k) == 3 && k % 4 == 0) {
+			shp.push_back(m);
+			shp.push_back(n);
+			shp.push_back(k);
+		}
+	}
+	return shp.empty() ? dflt : shp;
+}
+
 int main(int argc, char **argv)
 {
 	const char *what = argc > 1 ? argv[1] : "probe";
@@ -1940,17 +1956,8 @@ int main(int argc, char **argv)
 	if (strcmp(what, "dcheck") == 0)
 		return run_dchecks(prop.multiProcessorCount) ? 1 : 0;
 	if (strcmp(what, "gate") == 0) {
-		std::vector<int> shp;
-		for (int i = 2; i < argc; i++) {
-			int m, n, k;
-			if (sscanf(argv[i], "%dx%dx%d", &m, &n, &k) == 3 && k % 4 == 0) {
-				shp.push_back(m);
-				shp.push_back(n);
-				shp.push_back(k);
-			}
-		}
-		if (shp.empty())
-			shp = { 14336, 16, 4096, 4096, 16, 14336, 14336, 64, 4096, 4096, 64, 14336, 8192, 8, 8192 };
+		const std::vector<int> shp =
+			shapes_of(argc, argv, { 14336, 16, 4096, 4096, 16, 14336, 14336, 64, 4096, 4096, 64, 14336, 8192, 8, 8192 });
 		return run_gate(shp, prop.multiProcessorCount);
 	}
 	if (strcmp(what, "bench") == 0) {
@@ -1962,17 +1969,8 @@ int main(int argc, char **argv)
 		cudaStream_t s;
 		CK(cudaStreamCreate(&s));
 		const char *dts = getenv("WG_DTYPES") ? getenv("WG_DTYPES") : "f16,bf16";
-		std::vector<int> shp;
-		for (int i = 2; i < argc; i++) {
-			int m, n, k;
-			if (sscanf(argv[i], "%dx%dx%d", &m, &n, &k) == 3 && k % 4 == 0) {
-				shp.push_back(m);
-				shp.push_back(n);
-				shp.push_back(k);
-			}
-		}
-		if (shp.empty())
-			shp = { 8192, 8192, 8192, 14336, 1024, 4096, 4096, 64, 14336, 14336, 16, 4096 };
+		const std::vector<int> shp =
+			shapes_of(argc, argv, { 8192, 8192, 8192, 14336, 1024, 4096, 4096, 64, 14336, 14336, 16, 4096 });
 		for (int bf16 = 0; bf16 < 2; bf16++) {
 			char list[64];
 			snprintf(list, sizeof(list), ",%s,", dts);
