@@ -148,6 +148,9 @@ struct backend_timing {
 	/* A served trial of a measured choice ended with this GEMM: 0 none,
 	 * else enum backend_trial_end. */
 	uint8_t trial_end;
+	/* B's copy ran beside the kernel's start (cuda.gate): h2d_ns is the
+	 * copy and kernel_ns only what followed it. */
+	bool gated;
 	/* In: the caller lets the launch be left running
 	 * (backend_ops.gemm_end): a batched one (nparts >= 2), or a lone one
 	 * whose D the device writes straight into registered host memory.

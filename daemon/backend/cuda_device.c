@@ -96,6 +96,8 @@ struct cuda_dev {
 	struct cuda_buf gate_word;
 	uint32_t gate_seq;
 	uint64_t gated;
+	/* Whether the launch whose marks went to each event set was gated. */
+	bool set_gated[CUDA_EVENT_SETS];
 };
 
 int cuda_fail(CUresult r, char *err, size_t errlen, const char *what)
@@ -585,6 +587,7 @@ int cuda_dev_copy_in_gated(struct cuda_dev *d, CUdeviceptr dst, size_t dpitch, c
 	*gate = d->gate_word.p;
 	*seq = ++d->gate_seq;
 	d->gated++;
+	d->set_gated[d->set] = true;
 	return 0;
 }
 
@@ -762,6 +765,8 @@ int cuda_dev_mark_on(struct cuda_dev *d, enum cuda_mark mark, CUstream s, char *
 {
 	static const int ev_of[] = { [CUDA_MARK_START] = EV_START, [CUDA_MARK_IN] = EV_IN,
 				     [CUDA_MARK_KERNEL] = EV_KERNEL };
+	if (mark == CUDA_MARK_START)
+		d->set_gated[d->set] = false;
 	/* A batched launch recorded its start before gathering its parts. */
 	if (mark == CUDA_MARK_START && d->nondev)
 		return 0;
@@ -928,6 +933,7 @@ static void timing_of(struct cuda_dev *d, int s, struct backend_timing *t)
 	t->h2d_ns = elapsed_ns(ev[EV_START], ev[EV_IN]);
 	t->kernel_ns = elapsed_ns(ev[EV_IN], ev[EV_KERNEL]);
 	t->d2h_ns = elapsed_ns(ev[EV_KERNEL], ev[EV_OUT]) + d->out_tail_ns[s];
+	t->gated = d->set_gated[s];
 	t->launch_ns = d->mark_kernel_ns[s] > d->mark_in_ns[s]
 			       ? d->mark_kernel_ns[s] - d->mark_in_ns[s]
 			       : 0;

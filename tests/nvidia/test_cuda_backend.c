@@ -1681,6 +1681,8 @@ static void test_gate(void **state)
 			for (int i = 0; i < 2; i++) {
 				struct backend_timing t = { 0 };
 				RC_OK(cuda_dev_finish(cd, set[i], &t, err, sizeof(err)), err);
+				if (!t.gated)
+					fail_msg("%s: a gated launch's timing does not say so", what);
 				snprintf(what + strlen(what), sizeof(what) - strlen(what), "%s", i ? "" : " (left running)");
 				gate_check(&o[i], d[i], what);
 			}
@@ -1688,7 +1690,9 @@ static void test_gate(void **state)
 			const uint64_t g1 = cuda_dev_gated(cd);
 			memset(d[2], 0xff, db);
 			gate_launch(cd, st, pk, &o[2], o[2].b, d[2], what);
-			if (cuda_dev_gated(cd) != g1)
+			struct backend_timing th = { .gated = true };
+			cuda_dev_timing(cd, &th);
+			if (cuda_dev_gated(cd) != g1 || th.gated)
 				fail_msg("%s: B on the heap went through the gate", what);
 			gate_check(&o[2], d[2], "  the same with B on the heap");
 			cuda_dev_host_unregister(cd, rg);

@@ -108,6 +108,7 @@ static struct mfmad_stats *known_stats(void)
 	s->dev[1].completed = 234;
 	s->dev[1].inline_runs = 200;
 	s->dev[0].loop_starts = 40;
+	s->dev[0].gated = 12;
 	s->dev[1].weight_bytes = 1u << 20;
 	s->dev[1].kernel_ns = 500000000ull;
 	return s;
@@ -240,6 +241,8 @@ static void test_render_exact_lines(void **state)
 	assert_line(out, "mfmad_device_inline_total{device=\"1\"} 200");
 	assert_line(out, "mfmad_device_loop_starts_total{device=\"0\"} 40");
 	assert_line(out, "mfmad_device_loop_starts_total{device=\"1\"} 0");
+	assert_line(out, "mfmad_device_gated_total{device=\"0\"} 12");
+	assert_line(out, "mfmad_device_gated_total{device=\"1\"} 0");
 	assert_line(out, "mfmad_device_failed_total{device=\"0\"} 1");
 	assert_line(out, "mfmad_device_kernel_seconds_total{device=\"0\"} 2.5");
 	assert_line(out, "mfmad_device_kernel_seconds_total{device=\"1\"} 0.5");
