@@ -282,10 +282,10 @@ static void test_render_exact_lines(void **state)
 	/* 6 status (with the declared weights pending) + requests + 6 gemm + 17
 	 * histogram + 1 executions + 12 batch histogram + 2 plans + 2 measurements
 	 * + 2 trials + 2 matrices + 1 reader frames + 2 answer frames + 1 left
-	 * running + 1 retried + 2 request frames + 6 + 2 TLS + 1 + 2 info + 8 x 2
+	 * running + 1 retried + 2 request frames + 6 + 2 TLS + 1 + 2 info + 9 x 2
 	 * per-device + 2 kernel + 2 launch + 5 x 2 worker phases + 2 x 2 batch host steps. */
 	assert_int_equal(samples, 6 + STATS_NKINDS * STATS_NRESULTS + 6 + 17 + 1 + 12 + 2 + 2 + 2 + 2 +
-					  1 + 2 + 1 + 1 + 2 + 6 + 2 + 1 + 2 + 16 + 2 + 2 + 10 + 4);
+					  1 + 2 + 1 + 1 + 2 + 6 + 2 + 1 + 2 + 18 + 2 + 2 + 10 + 4);
 	assert_int_equal(out[len - 1], '\n');
 	free(out);
 	free(s);
