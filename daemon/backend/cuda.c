@@ -453,15 +453,6 @@ static uint64_t median_u64(uint64_t *v, size_t n)
 	return v[n / 2];
 }
 
-/* What a candidate's run costs the request: its copy in and its kernels
- * (the START to KERNEL marks).  The kernel alone would not do: a wgmma
- * kernel launched before B is in (cuda_dev_copy_in_gated) overlaps part
- * of the copy, and its kernel time counts only what follows the copy. */
-static uint64_t run_ns(const struct backend_timing *t)
-{
-	return t->h2d_ns + t->kernel_ns;
-}
-
 /* Times each candidate (cand[0..ncand)) on g and fills r with those that
  * ran, fastest first.  Each candidate runs in a block of its own: one
  * untimed warm-up, then `runs` timed runs back to back, the median
@@ -502,7 +493,7 @@ static int measure(struct cuda_backend_dev *bd, struct cuda_weight *w, const siz
 			}
 			*last = i;
 			if (run > 0)
-				times[ntimes++] = run_ns(t);
+				times[ntimes++] = t->kernel_ns;
 		}
 		best[i] = ntimes ? median_u64(times, (size_t)ntimes) : UINT64_MAX;
 	}
@@ -656,16 +647,22 @@ static int trial_slot(const struct cuda_rank *r)
 	return tr->taken[0] <= tr->taken[1] ? 0 : 1;
 }
 
-/* Counts a served launch of r's candidate `slot` that took ns (run_ns); when
+/* Counts a served launch of r's candidate `slot` that took kernel_ns
+ * (backend_timing.kernel_ns; for a launch made before its B was in,
+ * cuda.gate, the part after B's copy: the copy is the same whichever
+ * candidate runs, so each is compared on what it adds to it.  Not h2d +
+ * kernel: a batch's h2d counts its wait for the batch before it; that
+ * sum likely turned batches' choices to slower kernels on the H200,
+ * bench/RESULTS.md).  When
  * both have run trial_runs times, the one with the shorter median leads
  * (and the cache learns the order).  0 while the trial lasts, else how it
  * ended (enum backend_trial_end). */
 static uint8_t trial_note(const struct cuda_backend_dev *bd, const struct cuda_weight *w, size_t b,
-		       size_t out, struct cuda_rank *r, int slot, uint64_t ns)
+		       size_t out, struct cuda_rank *r, int slot, uint64_t kernel_ns)
 {
 	struct cuda_trial *tr = &r->trial;
 	if (tr->taken[slot] < trial_runs)
-		tr->ns[slot][tr->taken[slot]++] = ns;
+		tr->ns[slot][tr->taken[slot]++] = kernel_ns;
 	if (tr->taken[0] < trial_runs || tr->taken[1] < trial_runs)
 		return 0;
 	tr->over = true;
@@ -751,7 +748,7 @@ static int gemm_resident(struct cuda_backend_dev *bd, struct cuda_weight *w,
 				   !bd->warming;
 		rc = run_on(bd, i, g, w->packed[i], leave, t, e, elen);
 		if (rc == 0 && slot >= 0 && i == r->order[slot])
-			t->trial_end = trial_note(bd, w, b, out, r, slot, run_ns(t));
+			t->trial_end = trial_note(bd, w, b, out, r, slot, t->kernel_ns);
 		else if (rc == -ENOTSUP && slot >= 0 && i == r->order[slot])
 			/* It cannot make every shape of the bucket: no trial. */
 			r->trial.over = true;
