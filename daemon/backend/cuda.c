@@ -648,15 +648,13 @@ static int trial_slot(const struct cuda_rank *r)
 }
 
 /* Counts a served launch of r's candidate `slot` that took kernel_ns
- * (backend_timing.kernel_ns; for a launch made before its B was in,
- * cuda.gate, the part after B's copy: the copy is the same whichever
- * candidate runs, so each is compared on what it adds to it.  Not h2d +
- * kernel: a batch's h2d counts its wait for the batch before it; that
- * sum likely turned batches' choices to slower kernels on the H200,
- * bench/RESULTS.md).  When
- * both have run trial_runs times, the one with the shorter median leads
- * (and the cache learns the order).  0 while the trial lasts, else how it
- * ended (enum backend_trial_end). */
+ * (for a launch made before its B was in, cuda.gate, the part after B's
+ * copy, which is the same copy whichever candidate runs; not h2d +
+ * kernel, since a batch's h2d counts its wait for the batch before it:
+ * bench/RESULTS.md, "The gate").  When both have run trial_runs times,
+ * the one with the shorter median leads (and the cache learns the
+ * order).  0 while the trial lasts, else how it ended (enum
+ * backend_trial_end). */
 static uint8_t trial_note(const struct cuda_backend_dev *bd, const struct cuda_weight *w, size_t b,
 		       size_t out, struct cuda_rank *r, int slot, uint64_t kernel_ns)
 {

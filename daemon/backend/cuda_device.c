@@ -95,7 +95,6 @@ struct cuda_dev {
 	CUevent gate_ev;
 	struct cuda_buf gate_word;
 	uint32_t gate_seq;
-	uint64_t gated;
 	/* Whether the launch whose marks went to each event set was gated. */
 	bool set_gated[CUDA_EVENT_SETS];
 };
@@ -586,14 +585,8 @@ int cuda_dev_copy_in_gated(struct cuda_dev *d, CUdeviceptr dst, size_t dpitch, c
 	       "cuStreamWriteValue32(gate)");
 	*gate = d->gate_word.p;
 	*seq = ++d->gate_seq;
-	d->gated++;
 	d->set_gated[d->set] = true;
 	return 0;
-}
-
-uint64_t cuda_dev_gated(const struct cuda_dev *d)
-{
-	return d->gated;
 }
 
 int cuda_dev_copy_in(struct cuda_dev *d, CUdeviceptr dst, size_t dpitch, const void *src,

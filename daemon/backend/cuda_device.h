@@ -208,8 +208,6 @@ int cuda_dev_copy_in(struct cuda_dev *d, CUdeviceptr dst, size_t dpitch, const v
  * so nothing on it waits for a kernel that waits for it. */
 int cuda_dev_copy_in_gated(struct cuda_dev *d, CUdeviceptr dst, size_t dpitch, const void *src, size_t rows,
 			   size_t row_bytes, CUdeviceptr *gate, uint32_t *seq, char *err, size_t errlen);
-/* How many copies went through the gate since the device opened. */
-uint64_t cuda_dev_gated(const struct cuda_dev *d);
 
 /* Host to device through the pinned pool: bytes to dst, the pool's chunks
  * filled by give(arg, off, chunk, len) in order (a batched launch's parts,
