@@ -73,6 +73,7 @@ static void backend_config_of(const struct daemon *d, struct backend_config *bc)
 				       .cuda_dma_part_bytes = d->cfg.cuda_dma_part_bytes,
 				       .cuda_region_copies = d->cfg.cuda_region_copies,
 				       .cuda_gate = d->cfg.cuda_gate,
+				       .cuda_tile_out = d->cfg.cuda_tile_out,
 				       .cuda_served_trial = d->cfg.cuda_served_trial,
 				       .cuda_pinned_answer_bytes = d->cfg.cuda_pinned_answer_bytes,
 				       .hip_providers = d->cfg.hip_providers,

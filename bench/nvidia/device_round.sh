@@ -10,7 +10,7 @@
 #        [batching] [serving] [readsab] [postab] [readerminab] [overlapab] [copystreamab] [dmaab] [dmacsab] [regionab] [batchcheck] [setab]
 #        [phases] [dmaphases]
 #        [wgmma] [wgsan] [raceprobe] [streamprobe] [hot] [spread] [trace] [splitncu] [wgncu] [oneinflight]
-#        [copies] [lonecheck] [gate] [gateab] [loopstartab] [kernelab] [wgdecode] [wgdsan] [wgdncu] [wgdense] [wgdensesan] [wgdensencu]
+#        [copies] [lonecheck] [gate] [gateab] [tileab] [loopstartab] [kernelab] [wgdecode] [wgdsan] [wgdncu] [wgdense] [wgdensesan] [wgdensencu]
 #        (no argument: test sanitize bench e2e)
 set -u
 OUT=${OUT:-/tmp/mfma-out}
@@ -139,6 +139,12 @@ gateab)
 	# off) with cuda.gate on and off, a daemon each, alternating,
 	# AB_ROUNDS rounds.
 	LAT_POLLS=0 abserve gateab.log latency E2E_GATE=true E2E_GATE=false
+	;;
+tileab)
+	# One request in flight (serving_bench.sh latency, the worker's poll
+	# off) with cuda.tile_out on and off, a daemon each, alternating,
+	# AB_ROUNDS rounds.
+	LAT_POLLS=0 abserve tileab.log latency E2E_TILE_OUT=true E2E_TILE_OUT=false
 	;;
 gate)
 	# The gate in wgmma_bench (.devlibs/wgmma_bench): a lone request's B

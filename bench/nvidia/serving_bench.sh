@@ -28,8 +28,8 @@
 # (0: request frames on the heap); E2E_POST_THREADS, E2E_READER_THREADS,
 # E2E_READER_MIN_KB and E2E_OVERLAP, when set, limits.post_threads,
 # reader_threads, reader_min_kb and batching.overlap; E2E_COPY_STREAM,
-# E2E_DMA_PARTS_KB, E2E_REGION_COPIES and E2E_GATE, cuda.copy_stream,
-# dma_parts_kb, region_copies and gate; unset, the
+# E2E_DMA_PARTS_KB, E2E_REGION_COPIES, E2E_GATE and E2E_TILE_OUT,
+# cuda.copy_stream, dma_parts_kb, region_copies, gate and tile_out; unset, the
 # daemon's defaults (and nothing an older build would refuse).  LOAD_SCALE
 # (default 4; 1 gives the 0.1-0.3 s loads of runs before 2026-12-02, too
 # short to tell 10% apart) multiplies the batching loads' request counts.
@@ -68,7 +68,8 @@ batching = { enabled = ${2:-true}; ${E2E_OVERLAP:+overlap = $E2E_OVERLAP;} };
 $metrics_conf
 cuda = { ${E2E_PINNED_ANSWERS_MB:+pinned_answers_mb = $E2E_PINNED_ANSWERS_MB;} ${E2E_COPY_STREAM:+copy_stream = $E2E_COPY_STREAM;}
          ${E2E_DMA_PARTS_KB:+dma_parts_kb = $E2E_DMA_PARTS_KB;}
-         ${E2E_REGION_COPIES:+region_copies = $E2E_REGION_COPIES;} ${E2E_GATE:+gate = $E2E_GATE;} };
+         ${E2E_REGION_COPIES:+region_copies = $E2E_REGION_COPIES;} ${E2E_GATE:+gate = $E2E_GATE;}
+         ${E2E_TILE_OUT:+tile_out = $E2E_TILE_OUT;} };
 CONF
 }
 conf 0

@@ -15,7 +15,9 @@
  *                            against the kernel launched first and waiting for
  *                            B at its gate (WG_GATE_L2="0 8 16 32": stages of A
  *                            prefetched into L2 meanwhile; WG_GATE_GAP idle us
- *                            between requests, WG_GATE_REPS)
+ *                            between requests, WG_GATE_REPS); then D written
+ *                            across the bus by the kernel's epilogue, without
+ *                            and with the gate, against the copy out
  *   wgmma_bench streamprobe  how fast bulk copies stream a decode weight
  *                            (chunk, ring depth, grid, order) beside plain loads
  *   wgmma_bench bench [MxNxK ...]   timings (default: the issue's four shapes) of
@@ -1734,7 +1736,10 @@ static double now_us(void)
  * to D in pinned host memory.  l2 < 0: B copied in, then the kernel, on
  * one stream (the daemon today).  l2 >= 0: the kernel launched with the
  * gate on s while B's copy runs on g, which then sets the gate word;
- * l2 stages of A prefetched into L2 during the wait.  Returns the wall
+ * l2 stages of A prefetched into L2 during the wait.  out: 0 D copied
+ * out after the kernel; 1 the kernel's epilogue writes D straight into the
+ * mapped pinned memory; 2 each CTA copies its tile of D there after its
+ * epilogue (nv_wg_params.dh).  Returns the wall
  * time from the first enqueue to the end event's synchronize; *gpu the
  * events' time. */
 struct gate_req {
@@ -1746,7 +1751,7 @@ struct gate_req {
 	cudaEvent_t e0, e1;
 	cudaStream_t s, g;
 };
-static double gate_once(gate_req &r, int l2, float *gpu)
+static double gate_once(gate_req &r, int l2, float *gpu, int out = 0)
 {
 	const double t0 = now_us();
 	CK(cudaEventRecord(r.e0, r.s));
@@ -1765,8 +1770,11 @@ static double gate_once(gate_req &r, int l2, float *gpu)
 		p.gate_seq = r.seq;
 		p.gate_l2 = l2;
 	}
+	p.d = (CUdeviceptr)(uintptr_t)(out == 1 ? r.hd : r.dd);
+	p.dh = out == 2 ? (CUdeviceptr)(uintptr_t)r.hd : 0;
 	wg_run(r.L, r.s);
-	CK(cudaMemcpyAsync(r.hd, r.dd, r.dbytes, cudaMemcpyDeviceToHost, r.s));
+	if (out == 0)
+		CK(cudaMemcpyAsync(r.hd, r.dd, r.dbytes, cudaMemcpyDeviceToHost, r.s));
 	CK(cudaEventRecord(r.e1, r.s));
 	CK(cudaEventSynchronize(r.e1));
 	const double wall = now_us() - t0;
@@ -1843,7 +1851,7 @@ static int run_gate(const std::vector<int> &shp, int sms)
 		std::vector<uint16_t> b((size_t)k * ldb), dg(r.dbytes / 2);
 		float gpu;
 		double err = 0;
-		int diff = 0;
+		int diff = 0, ddiff = 0;
 		for (int it = 0; it < 6; it++) {
 			for (auto &x : b)
 				x = to16(rndf(), bf16);
@@ -1855,22 +1863,36 @@ static int run_gate(const std::vector<int> &shp, int sms)
 			gate_once(r, -1, &gpu);
 			if (memcmp(dg.data(), r.hd, r.dbytes) != 0)
 				diff++;
+			/* D written across the bus by the kernel (both ways),
+			 * with and without the gate, equal to the copy out. */
+			memcpy(dg.data(), r.hd, r.dbytes);
+			for (int x = 0; x < 4; x++) {
+				memset(r.hd, 0xff, r.dbytes);
+				gate_once(r, x & 1 ? l2s.back() : -1, &gpu, 1 + x / 2);
+				if (memcmp(dg.data(), r.hd, r.dbytes) != 0)
+					ddiff++;
+			}
 			if (it == 0) {
 				sampled_ref sr;
 				make_sampled_ref(sr, m, n, k, ldb, b, bf16, [&](int rr, int kk) { return sp24_at(a, rr, kk, bf16); });
 				err = sampled_err(sr, r.dd);
 			}
 		}
-		const bool ok = diff == 0 && err < 1e-2;
+		const bool ok = diff == 0 && ddiff == 0 && err < 1e-2;
 		fails += !ok;
-		printf("gate %dx%dx%d %s split %d: gated D equal to plain in %d of 6, plain err %.1e  %s\n", m, n, k,
-		       v->name, r.L.grid.z, 6 - diff, err, ok ? "ok" : "FAILED");
+		printf("gate %dx%dx%d %s split %d: gated D equal to plain in %d of 6, D out by the kernel in %d of 24, "
+		       "plain err %.1e  %s\n",
+		       m, n, k, v->name, r.L.grid.z, 6 - diff, 24 - ddiff, err, ok ? "ok" : "FAILED");
 		/* Timing: the settings in turn, each request alone. */
-		const int nset = 1 + (int)l2s.size();
+		/* Sets: plain, the gate at each l2, then D out by the kernel
+		 * (epilogue, tile copy) without and with the gate (l2 the
+		 * list's largest). */
+		const int nl = 1 + (int)l2s.size(), nset = nl + 4;
 		std::vector<std::vector<double>> wall(nset), gt(nset);
 		for (int it = 0; it < reps + 10; it++)
 			for (int c = 0; c < nset; c++) {
-				const double t = gate_once(r, c == 0 ? -1 : l2s[c - 1], &gpu);
+				const int l2 = c == 0 ? -1 : c < nl ? l2s[c - 1] : (c - nl) & 1 ? l2s.back() : -1;
+				const double t = gate_once(r, l2, &gpu, c < nl ? 0 : 1 + (c - nl) / 2);
 				if (it >= 10) {
 					wall[c].push_back(t);
 					gt[c].push_back(gpu);
@@ -1885,11 +1907,14 @@ static int run_gate(const std::vector<int> &shp, int sms)
 		}
 		printf("| %d x %d x %d | %s split %d | plain %.1f / %.1f |", m, n, k, v->name, r.L.grid.z,
 		       wall[0][wall[0].size() / 2], gt[0][gt[0].size() / 2]);
-		for (int c = 1; c < nset; c++)
+		for (int c = 1; c < nl; c++)
 			printf(" gate l2=%d %.1f / %.1f |", l2s[c - 1], wall[c][wall[c].size() / 2],
 			       gt[c][gt[c].size() / 2]);
+		for (int c = nl; c < nset; c++)
+			printf(" %s%s %.1f / %.1f |", (c - nl) & 1 ? "gate + " : "", c - nl < 2 ? "epilogue out" : "tile out",
+			       wall[c][wall[c].size() / 2], gt[c][gt[c].size() / 2]);
 		printf("  (median wall / GPU us of %d; p90 plain %.1f, gate l2=%d %.1f)\n", reps,
-		       wall[0][wall[0].size() * 9 / 10], l2s.back(), wall[nset - 1][wall[nset - 1].size() * 9 / 10]);
+		       wall[0][wall[0].size() * 9 / 10], l2s.back(), wall[nl - 1][wall[nl - 1].size() * 9 / 10]);
 		wg_release(r.L);
 		cudaFreeHost(r.hb);
 		cudaFreeHost(r.hd);

@@ -71,6 +71,9 @@ struct backend_config {
 	/* cuda.gate: a resident weight's wgmma GEMM launches before its B is
 	 * in, B copied on a stream of its own (cuda_dev_copy_in_gated) */
 	bool cuda_gate;
+	/* cuda.tile_out: a lone GEMM's wgmma kernel copies D into a mapped
+	 * region or frame itself (cuda_dev_tile_out) */
+	bool cuda_tile_out;
 	uint64_t cuda_dma_part_bytes;          /* cuda.dma_parts_kb: mapped parts up to it by DMA */
 	uint32_t cuda_served_trial;            /* cuda.served_trial: served launches per candidate */
 	/* cuda.pinned_answers_mb: the arena of answer frames each CUDA
@@ -151,6 +154,10 @@ struct backend_timing {
 	/* B's copy ran beside the kernel's start (cuda.gate): h2d_ns is the
 	 * copy and kernel_ns only what followed it. */
 	bool gated;
+	/* The kernel copied D into registered host memory itself
+	 * (cuda.tile_out): kernel_ns holds D's crossing, d2h_ns next to
+	 * nothing. */
+	bool tile_out;
 	/* In: the caller lets the launch be left running
 	 * (backend_ops.gemm_end): a batched one (nparts >= 2), or a lone one
 	 * whose D the device writes straight into registered host memory.

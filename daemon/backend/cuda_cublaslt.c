@@ -437,10 +437,7 @@ static int lt_launch(struct cuda_dev *dev, void *state, const struct mfma_gemm *
 	if ((rc = cuda_dev_copy_in(dev, b->p, ldb * es, g->b, g->k, (size_t)g->n * es, err,
 				   errlen)) < 0)
 		return rc;
-	if (g->beta != 0.0f &&
-	    (rc = cuda_dev_copy_in(dev, c->p, dbytes, g->c, 1, dbytes, err, errlen)) < 0)
-		return rc;
-	if ((rc = cuda_dev_mark(dev, CUDA_MARK_IN, err, errlen)) < 0)
+	if ((rc = cuda_dev_copy_in_end(dev, c->p, g->beta != 0.0f ? g->c : NULL, dbytes, err, errlen)) < 0)
 		return rc;
 
 	/* With beta = 0 the library does not read C: D stands in for it.

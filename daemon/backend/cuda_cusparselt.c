@@ -575,10 +575,7 @@ static int cs_launch(struct cuda_dev *dev, void *state, const struct mfma_gemm *
 	if ((rc = cuda_dev_copy_in(dev, b->p, g->k * bbytes, g->b, 1, g->k * bbytes, err,
 				   errlen)) < 0)
 		return rc;
-	if (g->beta != 0.0f &&
-	    (rc = cuda_dev_copy_in(dev, c->p, dbytes, g->c, 1, dbytes, err, errlen)) < 0)
-		return rc;
-	if ((rc = cuda_dev_mark(dev, CUDA_MARK_IN, err, errlen)) < 0)
+	if ((rc = cuda_dev_copy_in_end(dev, c->p, g->beta != 0.0f ? g->c : NULL, dbytes, err, errlen)) < 0)
 		return rc;
 	/* From the plan's graph: the library's launch call costs the host
 	 * 8-35 us, the graph's 2-3 (cuda_graph). */

@@ -97,6 +97,13 @@ struct cuda_dev {
 	uint32_t gate_seq;
 	/* Whether the launch whose marks went to each event set was gated. */
 	bool set_gated[CUDA_EVENT_SETS];
+	/* cuda.tile_out: a lone launch's wgmma kernel copies D into mapped
+	 * host memory itself (cuda_dev_tile_out); tile_out_dst is that D
+	 * while the launch is made (NULL otherwise), and set_tile_out says
+	 * which event sets' launches did so. */
+	bool tile_out_on;
+	void *tile_out_dst;
+	bool set_tile_out[CUDA_EVENT_SETS];
 };
 
 int cuda_fail(CUresult r, char *err, size_t errlen, const char *what)
@@ -458,6 +465,7 @@ int cuda_dev_open(int index, const struct backend_config *cfg, struct cuda_dev *
 		}
 	d->graphs = cfg && cfg->cuda_graphs;
 	d->gate_on = cfg && cfg->cuda_gate && nv_drv.cuStreamWriteValue32;
+	d->tile_out_on = cfg && cfg->cuda_tile_out;
 	size_t pinned = cfg && cfg->pinned_bytes ? (size_t)cfg->pinned_bytes : CUDA_DEFAULT_PINNED;
 	if (pinned < CUDA_MIN_PINNED)
 		pinned = CUDA_MIN_PINNED;
@@ -748,6 +756,15 @@ int cuda_dev_graph_run(struct cuda_dev *d, struct cuda_graph *g, const uint64_t 
 	return 0;
 }
 
+int cuda_dev_copy_in_end(struct cuda_dev *d, CUdeviceptr c, const void *hc, size_t bytes, char *err,
+			 size_t errlen)
+{
+	int rc;
+	if (hc && (rc = cuda_dev_copy_in(d, c, bytes, hc, 1, bytes, err, errlen)) < 0)
+		return rc;
+	return cuda_dev_mark(d, CUDA_MARK_IN, err, errlen);
+}
+
 int cuda_dev_mark(struct cuda_dev *d, enum cuda_mark mark, char *err, size_t errlen)
 {
 	return cuda_dev_mark_on(d, mark, d->stream, err, errlen);
@@ -758,8 +775,11 @@ int cuda_dev_mark_on(struct cuda_dev *d, enum cuda_mark mark, CUstream s, char *
 {
 	static const int ev_of[] = { [CUDA_MARK_START] = EV_START, [CUDA_MARK_IN] = EV_IN,
 				     [CUDA_MARK_KERNEL] = EV_KERNEL };
-	if (mark == CUDA_MARK_START)
+	if (mark == CUDA_MARK_START) {
 		d->set_gated[d->set] = false;
+		d->set_tile_out[d->set] = false;
+		d->tile_out_dst = NULL;
+	}
 	/* A batched launch recorded its start before gathering its parts. */
 	if (mark == CUDA_MARK_START && d->nondev)
 		return 0;
@@ -793,6 +813,17 @@ int cuda_dev_out_buffer(struct cuda_dev *d, void *dst, size_t bytes, CUdeviceptr
 	return rc;
 }
 
+CUdeviceptr cuda_dev_tile_out(struct cuda_dev *d, void *dst, size_t bytes)
+{
+	CUdeviceptr dp;
+	bool region;
+	if (!d->tile_out_on || !d->lone || !dst || !cuda_dev_mapped(d, dst, bytes, &dp, &region))
+		return 0;
+	d->tile_out_dst = dst;
+	d->set_tile_out[d->set] = true;
+	return dp;
+}
+
 int cuda_dev_copy_out(struct cuda_dev *d, void *dst, CUdeviceptr src, size_t bytes, char *err,
 		      size_t errlen)
 {
@@ -806,8 +837,11 @@ int cuda_dev_copy_out(struct cuda_dev *d, void *dst, CUdeviceptr src, size_t byt
 		return 0;
 	}
 	if (cuda_dev_registered(d, dst, bytes)) {
-		CU_TRY(nv_drv.cuMemcpyDtoHAsync(dst, src, bytes, d->stream),
-		       "cuMemcpyDtoHAsync(registered)");
+		/* With tile out the kernels copied D there themselves. */
+		if (d->tile_out_dst != dst)
+			CU_TRY(nv_drv.cuMemcpyDtoHAsync(dst, src, bytes, d->stream),
+			       "cuMemcpyDtoHAsync(registered)");
+		d->tile_out_dst = NULL;
 		if (d->lone && d->lone_set < 0)
 			return cuda_dev_copy_out_leave(d, &d->lone_set, err, errlen);
 		return cuda_dev_copy_out_end(d, err, errlen);
@@ -927,6 +961,7 @@ static void timing_of(struct cuda_dev *d, int s, struct backend_timing *t)
 	t->kernel_ns = elapsed_ns(ev[EV_IN], ev[EV_KERNEL]);
 	t->d2h_ns = elapsed_ns(ev[EV_KERNEL], ev[EV_OUT]) + d->out_tail_ns[s];
 	t->gated = d->set_gated[s];
+	t->tile_out = d->set_tile_out[s];
 	t->launch_ns = d->mark_kernel_ns[s] > d->mark_in_ns[s]
 			       ? d->mark_kernel_ns[s] - d->mark_in_ns[s]
 			       : 0;

@@ -195,6 +195,11 @@ void cuda_dev_on_device(struct cuda_dev *d, const struct cuda_dev_range *r, size
 int cuda_dev_copy_in(struct cuda_dev *d, CUdeviceptr dst, size_t dpitch, const void *src,
 		     size_t rows, size_t row_bytes, char *err, size_t errlen);
 
+/* The end of a GEMM's copies in: C (bytes from hc to c) when hc is not
+ * NULL (beta != 0), then the IN mark. */
+int cuda_dev_copy_in_end(struct cuda_dev *d, CUdeviceptr c, const void *hc, size_t bytes, char *err,
+			 size_t errlen);
+
 /* B's copy in for a kernel launched right after it that waits for B at
  * its gate (nv_wgmma.cuh): from registered host memory only, on the
  * device's gate stream, after everything enqueued on the device's stream
@@ -238,6 +243,17 @@ int cuda_dev_mark_on(struct cuda_dev *d, enum cuda_mark mark, CUstream s, char *
  * 20, and the served N=16 p50 rose from 86 to 105 us. */
 int cuda_dev_out_buffer(struct cuda_dev *d, void *dst, size_t bytes, CUdeviceptr *out, char *err,
 			size_t errlen);
+
+/* Where a lone launch's wgmma kernel copies its tiles of D itself
+ * (cuda.tile_out, nv_wg_params.dh): the device address of dst when the
+ * launch is lone (cuda_dev_lone_begin), after its START mark, and dst lies
+ * in mapped registered host memory (a client's region, a pinned frame);
+ * cuda_dev_copy_out then makes no copy.  0 otherwise: D goes as before.
+ * Each CTA copies its tile in 16-byte pieces once its epilogue is done,
+ * so that D crosses the bus as the tiles end (bench/RESULTS.md, "Tile
+ * out"); unlike the epilogue's own scattered stores into mapped memory
+ * (cuda_dev_out_buffer), which were slower than one DMA copy. */
+CUdeviceptr cuda_dev_tile_out(struct cuda_dev *d, void *dst, size_t bytes);
 
 /* Device to host through the pinned pool, then waits for the stream: the
  * last step of a GEMM (into registered host memory a DMA instead, left

@@ -276,21 +276,21 @@ static int wg_launch(struct cuda_dev *dev, void *state, const struct mfma_gemm *
 	if (rc == -EAGAIN) {
 		if ((rc = cuda_dev_copy_in(dev, b->p, ldb * 2, g->b, k, (size_t)n * 2, err, errlen)) < 0)
 			return rc;
-		if (g->beta != 0.0f &&
-		    (rc = cuda_dev_copy_in(dev, c->p, dbytes, g->c, 1, dbytes, err, errlen)) < 0)
-			return rc;
-		if ((rc = cuda_dev_mark(dev, CUDA_MARK_IN, err, errlen)) < 0)
+		if ((rc = cuda_dev_copy_in_end(dev, c->p, g->beta != 0.0f ? g->c : NULL, dbytes, err, errlen)) < 0)
 			return rc;
 	}
 
 	/* Kernels. */
 	if (!packed && !dense && (rc = launch_pack(dev, o, &pk, err, errlen)) < 0)
 		return rc;
+	/* A lone launch copies its tiles of D into a mapped region or
+	 * frame itself (cuda.tile_out): no copy after the kernel. */
+	const CUdeviceptr dh = cuda_dev_tile_out(dev, g->d, dbytes);
 	const struct nv_wg_args args = {
 		.b = b->p, .c = g->beta != 0.0f ? c->p : 0, .d = dp,
 		.n = (int32_t)n, .ldb = (int32_t)ldb, .ldc = (int32_t)n, .ldd = (int32_t)n,
 		.out_dtype = g->out_dtype, .alpha = g->alpha, .beta = g->beta,
-		.gate = gate, .gate_seq = gate_seq, .gate_l2 = gate ? WG_GATE_L2 : 0,
+		.gate = gate, .gate_seq = gate_seq, .gate_l2 = gate ? WG_GATE_L2 : 0, .dh = dh,
 	};
 	char why[160] = "";
 	if ((rc = nv_wg_launch_gemm(&o->mod, &plan, &pk, &args, o->ws.p, o->counters.p, stream, why,

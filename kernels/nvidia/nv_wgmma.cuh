@@ -335,6 +335,48 @@ static __device__ __forceinline__ void nv_wg_store(const P &p, const float *acc,
 		nv_wg_store_t<float, NACC>(p, acc, row0, row_end, n0, w, lane);
 }
 
+/* The tile of D at (row0, n0), bm x bn clipped to m x n, copied from d
+ * (on the device, just written by this CTA) to dh (mapped host memory) by
+ * nthr threads, thread t of them: in 16-byte pieces where D's rows and
+ * the tile's columns allow, else 4- or 2-byte ones, consecutive threads on
+ * consecutive pieces so that a warp writes one run of bytes. */
+template <class P>
+static __device__ __forceinline__ void nv_wg_tile_out(const P &p, int row0, int bm, int n0, int bn, unsigned t,
+						      unsigned nthr)
+{
+	const int os = p.out_dtype == MFMA_DT_F32 ? 4 : 2;
+	const int rows = min(bm, p.m - row0), cols = min(bn, p.n - n0);
+	if (rows <= 0 || cols <= 0)
+		return;
+	const uint64_t rb = (uint64_t)cols * os, ld = (uint64_t)p.ldd * os;
+	const uint64_t src = p.d + (uint64_t)row0 * ld + (uint64_t)n0 * os;
+	const uint64_t dst = p.dh + (uint64_t)row0 * ld + (uint64_t)n0 * os;
+	const uint64_t any = src | dst | rb | ld;
+	/* Whole rows that follow each other (the tile spans D's width): one
+	 * run of rows x rb bytes. */
+	const bool one = rb == ld;
+	const uint64_t run = one ? rb * rows : rb, runs = one ? 1 : rows;
+	if (any % 16 == 0) {
+		const uint64_t u = run / 16;
+		for (uint64_t i = t; i < u * runs; i += nthr) {
+			const uint64_t r = i / u, o = r * ld + (i % u) * 16;
+			*(uint4 *)(dst + o) = __ldcg((const uint4 *)(src + o));
+		}
+	} else if (any % 4 == 0) {
+		const uint64_t u = run / 4;
+		for (uint64_t i = t; i < u * runs; i += nthr) {
+			const uint64_t r = i / u, o = r * ld + (i % u) * 4;
+			*(uint32_t *)(dst + o) = __ldcg((const uint32_t *)(src + o));
+		}
+	} else {
+		const uint64_t u = run / 2;
+		for (uint64_t i = t; i < u * runs; i += nthr) {
+			const uint64_t r = i / u, o = r * ld + (i % u) * 2;
+			*(unsigned short *)(dst + o) = __ldcg((const unsigned short *)(src + o));
+		}
+	}
+}
+
 /* ---- compute policies: one per instruction ---- */
 
 /* B's shared-memory tile of a BN-column kernel: 64 K rows in boxes of up
@@ -597,6 +639,12 @@ struct nv_wg_gemm {
 			return;
 		}
 		epilogue(p, acc, m0 + 64 * c, n0, w, lane);
+		if (p.dh) {
+			/* Both consumer warpgroups' stores of the tile are
+			 * visible to each other past the barrier. */
+			asm volatile("bar.sync 1, 256;\n" ::: "memory");
+			nv_wg_tile_out(p, m0, NV_WG_BM, n0, BN, ctid, 256);
+		}
 		if (TRACE && tid == 128)
 			tr[2] = nv_globaltimer();
 	}

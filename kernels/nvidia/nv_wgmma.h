@@ -49,6 +49,9 @@ struct nv_wg_args {
 	CUdeviceptr gate;
 	uint32_t gate_seq;
 	int32_t gate_l2;
+	/* 0, or D's home in mapped host memory, where the kernel copies its
+	 * tiles of D (d) itself: nv_wg_params.dh. */
+	CUdeviceptr dh;
 };
 
 /* Launches the planned GEMM; ws and counters must hold plan->ws_bytes and

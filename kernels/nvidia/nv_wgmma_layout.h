@@ -221,6 +221,12 @@ struct nv_wg_params {
 	uint64_t gate;
 	uint32_t gate_seq;
 	int32_t gate_l2;
+	/* D's home in mapped host memory (0: none): each CTA, once its
+	 * epilogue has written its tile of D (d, on the device), copies the
+	 * tile there itself, whole rows in 16-byte pieces where alignment
+	 * allows, so that D crosses the bus as the tiles end instead of in a
+	 * copy after the kernel. */
+	uint64_t dh;
 };
 
 /* The decode kernels (nv_wgmma_decode.cuh): skinny N (one tile of BN >= N

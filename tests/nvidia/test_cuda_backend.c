@@ -12,9 +12,10 @@
  *
  * Answers in pinned frames (cuda.pinned_answers_mb) are checked on a
  * second open of the device with a small arena (test_pooled_answers).
- * The device is opened with cuda.gate on, as the daemon's default:
- * resident wgmma GEMMs whose B is registered launch before B is in
- * (test_gate drives that path directly).
+ * The device is opened with cuda.gate and cuda.tile_out on, as the
+ * daemon's defaults: resident wgmma GEMMs whose B is registered launch
+ * before B is in, and lone ones whose D is mapped copy D out from the
+ * kernel (test_gate and test_tile_out drive those paths directly).
  *
  * MFMA_TEST_DEVICE=i picks the device (default 0); MFMA_TEST_ALL_DEVICES=1
  * runs the quick check on every device too. */
@@ -50,9 +51,9 @@
 
 /* The configuration main opens the device with, and every test that
  * opens or reopens one starts from: a small pinned pool (so that the
- * staging chunks and double-buffers), the daemon's cuda.graphs and
- * cuda.gate. */
-#define TEST_BASE_CFG .pinned_bytes = 8u << 20, .cuda_graphs = true, .cuda_gate = true
+ * staging chunks and double-buffers), the daemon's cuda.graphs,
+ * cuda.gate and cuda.tile_out. */
+#define TEST_BASE_CFG .pinned_bytes = 8u << 20, .cuda_graphs = true, .cuda_gate = true, .cuda_tile_out = true
 
 static void *dev;
 static int ndev;
@@ -1716,6 +1717,121 @@ static void test_gate(void **state)
 	cuda_dev_close(cd);
 }
 
+/* ---- D copied out by the kernel (cuda.tile_out) ---- */
+
+/* cuda.tile_out: a lone wgmma launch (cuda_dev_lone_begin) whose D lies
+ * in mapped registered memory has each CTA copy its tile of D there
+ * (nv_wg_params.dh), with no copy after the kernel.  Odd shapes, 2:4 and
+ * dense, f16 and bf16, D f32 and 16-bit, with and without C; D at a
+ * 16-byte-aligned place and at one 2 bytes past it (the kernel's 16-, 4-
+ * and 2-byte pieces).  Every D left running with tile out equal bit for
+ * bit to the same GEMM waited for (D by DMA) and right against float64,
+ * and its timing saying so (backend_timing.tile_out); a launch that is
+ * not lone, or whose D is on the heap, does not. */
+static void test_tile_out(void **state)
+{
+	(void)state;
+	char err[512] = "";
+	struct cuda_dev *cd = NULL;
+	struct backend_config cfg = { TEST_BASE_CFG };
+	RC_OK(cuda_dev_open(dev_index, &cfg, &cd, err, sizeof(err)), err);
+	const struct cuda_provider *p = &cuda_provider_wgmma;
+	if (!p->usable(cuda_dev_cc(cd))) {
+		printf("  tile out: no wgmma kernels on this device\n");
+		cuda_dev_close(cd);
+		return;
+	}
+	void *st = NULL;
+	RC_OK(p->attach(cd, &st, err, sizeof(err)), err);
+	const uint32_t shapes[][3] = { { 300, 17, 516 }, { 1000, 64, 2048 }, { 129, 8, 260 }, { 4096, 16, 4096 } };
+	const size_t nshapes = quick == 2 ? 1 : quick ? 2 : 4;
+	for (size_t si = 0; si < nshapes; si++)
+		for (int kind = 0; kind < 3; kind += quick == 2 ? 2 : 1) {
+			const bool sp = kind < 2;
+			const enum mfma_dtype in = kind == 1 ? MFMA_DT_BF16 : MFMA_DT_F16;
+			const enum mfma_dtype out = (si + (size_t)kind) % 2 ? MFMA_DT_F32 : in;
+			const float beta = kind == 1 ? 0.5f : 0.0f;
+			const uint32_t m = shapes[si][0], n = shapes[si][1], k = shapes[si][2];
+			const size_t bb = (size_t)k * n * 2, db = (size_t)m * n * mfma_dtype_size(out);
+			struct operands w, o;
+			ops_make(&w, in, out, sp, m, n, k, 1.0f, 0.0f);
+			struct mfma_weight_host wh = { .m = m, .k = k, .dtype = in, .sparse = sp, .a = w.a,
+						       .meta = w.meta };
+			void *pk = NULL;
+			uint64_t bytes = 0;
+			RC_OK(p->weight_pack(cd, st, &wh, &pk, &bytes, err, sizeof(err)), err);
+			RC_OK(cuda_dev_sync(cd, "packing", err, sizeof(err)), err);
+			ops_make(&o, in, out, false, m, n, k, 0.75f, beta);
+			free(o.a);
+			o.a = NULL;
+			o.g.a_sparse = sp;
+			o.g.a = w.a;
+			o.g.a_meta = w.meta;
+			/* B, then D twice: 16-byte aligned and 2 bytes past. */
+			const size_t len = bb + 2 * db + 4096;
+			unsigned char *rg = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+			assert_true(rg != MAP_FAILED);
+			RC_OK(cuda_dev_host_register(cd, rg, len, true, err, sizeof(err)), err);
+			unsigned char *b = rg + 16, *d16 = rg + (16 + bb + 15) / 16 * 16 + 16;
+			unsigned char *d2 = d16 + db + 16 + 2;
+			memcpy(b, o.b, bb);
+			char what[160];
+			snprintf(what, sizeof(what), "tile out %s %s->%s %ux%ux%u%s", sp ? "2:4" : "dense",
+				 mfma_dtype_name(in), mfma_dtype_name(out), m, n, k, beta != 0.0f ? " with C" : "");
+			/* Waited for: D by DMA, the reference. */
+			memset(d16, 0xff, db);
+			gate_launch(cd, st, pk, &o, b, d16, what);
+			struct backend_timing t = { .tile_out = true };
+			cuda_dev_timing(cd, &t);
+			if (t.tile_out)
+				fail_msg("%s: a launch that is not lone copied D out itself", what);
+			unsigned char *ref = malloc(db);
+			memcpy(ref, d16, db);
+			gate_check(&o, d16, what);
+			/* Lone, left running: the kernel copies D out. */
+			for (int at = 0; at < 2; at++) {
+				unsigned char *d = at ? d2 : d16;
+				memset(d, 0xff, db);
+				cuda_dev_lone_begin(cd);
+				gate_launch(cd, st, pk, &o, b, d, what);
+				const int set = cuda_dev_lone_end(cd);
+				if (set < 0)
+					fail_msg("%s: not left running", what);
+				struct backend_timing tl = { 0 };
+				RC_OK(cuda_dev_finish(cd, set, &tl, err, sizeof(err)), err);
+				if (!tl.tile_out)
+					fail_msg("%s: D at +%d not copied out by the kernel", what, at ? 2 : 0);
+				if (memcmp(d, ref, db) != 0)
+					fail_msg("%s: D at +%d not equal to the waited result", what, at ? 2 : 0);
+				char lone[200];
+				snprintf(lone, sizeof(lone), "  lone, D %s", at ? "2 bytes past 16" : "16-byte aligned");
+				gate_check(&o, d, lone);
+			}
+			/* Lone with D on the heap: not mapped, no tile out. */
+			memset(o.d, 0xff, db);
+			cuda_dev_lone_begin(cd);
+			gate_launch(cd, st, pk, &o, b, o.d, what);
+			if (cuda_dev_lone_end(cd) >= 0)
+				fail_msg("%s: D on the heap left running", what);
+			struct backend_timing th = { .tile_out = true };
+			cuda_dev_timing(cd, &th);
+			if (th.tile_out)
+				fail_msg("%s: D on the heap copied out by the kernel", what);
+			if (memcmp(o.d, ref, db) != 0)
+				fail_msg("%s: D on the heap not equal to the waited result", what);
+			free(ref);
+			cuda_dev_host_unregister(cd, rg);
+			munmap(rg, len);
+			o.g.a = NULL;
+			o.g.a_meta = NULL;
+			ops_free(&o);
+			p->weight_free(cd, st, pk);
+			ops_free(&w);
+		}
+	p->detach(cd, st);
+	cuda_dev_close(cd);
+}
+
 /* ---- answers in pinned frames (cuda.pinned_answers_mb) ---- */
 
 /* A frame from the device's arena with D's place `at` bytes in, as the
@@ -2062,6 +2178,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_dma_copies, reopen_base),
 		cmocka_unit_test_teardown(test_region_copies, reopen_base),
 		cmocka_unit_test(test_gate),
+		cmocka_unit_test(test_tile_out),
 		cmocka_unit_test(test_repeatable),
 		cmocka_unit_test(test_registered_host),
 		cmocka_unit_test(test_pooled_answers),

@@ -318,6 +318,13 @@ static void test_cuda_gate(void **state)
 	check_restart_bool("cuda", "gate", true, offsetof(struct mfmad_config, cuda_gate));
 }
 
+/* cuda.tile_out: on by default, a boolean, a restart. */
+static void test_cuda_tile_out(void **state)
+{
+	(void)state;
+	check_restart_bool("cuda", "tile_out", true, offsetof(struct mfmad_config, cuda_tile_out));
+}
+
 /* limits.post_threads: 4 by default, 1..16, a restart. */
 static void test_post_threads(void **state)
 {
@@ -622,6 +629,7 @@ int main(void)
 		cmocka_unit_test(test_cuda_copy_stream),
 		cmocka_unit_test(test_cuda_region_copies),
 		cmocka_unit_test(test_cuda_gate),
+		cmocka_unit_test(test_cuda_tile_out),
 		cmocka_unit_test(test_cuda_dma_parts_kb),
 		cmocka_unit_test(test_loop_poll),
 		cmocka_unit_test(test_readers),
