@@ -110,6 +110,7 @@ static void count_answer(struct device *v, struct gemm_job *j, uint64_t total_ns
 	STATS_ADD(v->st->completed, 1);
 	STATS_ADD(v->st->kernel_ns, j->t.kernel_ns);
 	STATS_ADD(v->st->gated, j->t.gated);
+	STATS_ADD(v->st->tile_out, j->t.tile_out);
 	if (j->launch_head)
 		STATS_ADD(v->st->launch_ns, j->t.launch_ns);
 	STATS_ADD(s->gemm_queue_ns, queue_ns(j));
@@ -256,6 +257,7 @@ static void launch_one(struct device *v, struct gemm_job *j, bool start)
 	j->t.plans = j->t.measures = 0;
 	j->t.trial_end = 0;
 	j->t.gated = false;
+	j->t.tile_out = false;
 	/* Otherwise a lone launch is always waited for. */
 	j->t.may_leave = j->t.leave_only = start;
 	/* The worker's phases are the worker's: the loop's start is not one. */

@@ -181,6 +181,7 @@ enum dev_field {
 	DEV_INLINE,
 	DEV_LOOP_START,
 	DEV_GATED,
+	DEV_TILE_OUT,
 	DEV_FAILED,
 	DEV_WEIGHT_BYTES,
 	DEV_MEM
@@ -195,6 +196,7 @@ static uint64_t dev_get(const struct stats_device *d, enum dev_field f)
 	case DEV_INLINE: return STATS_GET(d->inline_runs);
 	case DEV_LOOP_START: return STATS_GET(d->loop_starts);
 	case DEV_GATED: return STATS_GET(d->gated);
+	case DEV_TILE_OUT: return STATS_GET(d->tile_out);
 	case DEV_FAILED: return STATS_GET(d->failed);
 	case DEV_WEIGHT_BYTES: return STATS_GET(d->weight_bytes);
 	case DEV_MEM: return d->mem_total;
@@ -407,6 +409,10 @@ int metrics_render_at(const struct mfmad_stats *s, uint64_t now_ns, char **out, 
 			  "Requests whose kernel was launched before their B was on the device "
 			  "(cuda.gate), answered.",
 			  DEV_GATED);
+	render_per_device(&b, s, ndev, "mfmad_device_tile_out_total", "counter",
+			  "Requests whose kernel copied D into registered host memory itself "
+			  "(cuda.tile_out), answered.",
+			  DEV_TILE_OUT);
 	render_per_device(&b, s, ndev, "mfmad_device_failed_total", "counter",
 			  "Requests that failed on the device (copy or kernel errors).", DEV_FAILED);
 	family(&b, "mfmad_device_kernel_seconds_total", "counter",

@@ -84,6 +84,7 @@ struct stats_device {
 	_Atomic uint64_t inline_runs;  /* of those, run on the loop thread (sched_run_inline) */
 	_Atomic uint64_t loop_starts;  /* started by the loop thread (sched_start_inline) */
 	_Atomic uint64_t gated;        /* launched before their B was in (backend_timing.gated) */
+	_Atomic uint64_t tile_out;     /* D copied out by the kernel (backend_timing.tile_out) */
 	_Atomic uint64_t failed;
 	_Atomic uint64_t weight_bytes; /* resident weights on this device */
 	_Atomic uint64_t kernel_ns;    /* cumulative */

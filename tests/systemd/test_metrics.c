@@ -109,6 +109,7 @@ static struct mfmad_stats *known_stats(void)
 	s->dev[1].inline_runs = 200;
 	s->dev[0].loop_starts = 40;
 	s->dev[0].gated = 12;
+	s->dev[0].tile_out = 7;
 	s->dev[1].weight_bytes = 1u << 20;
 	s->dev[1].kernel_ns = 500000000ull;
 	return s;
@@ -243,6 +244,8 @@ static void test_render_exact_lines(void **state)
 	assert_line(out, "mfmad_device_loop_starts_total{device=\"1\"} 0");
 	assert_line(out, "mfmad_device_gated_total{device=\"0\"} 12");
 	assert_line(out, "mfmad_device_gated_total{device=\"1\"} 0");
+	assert_line(out, "mfmad_device_tile_out_total{device=\"0\"} 7");
+	assert_line(out, "mfmad_device_tile_out_total{device=\"1\"} 0");
 	assert_line(out, "mfmad_device_failed_total{device=\"0\"} 1");
 	assert_line(out, "mfmad_device_kernel_seconds_total{device=\"0\"} 2.5");
 	assert_line(out, "mfmad_device_kernel_seconds_total{device=\"1\"} 0.5");
@@ -282,10 +285,10 @@ static void test_render_exact_lines(void **state)
 	/* 6 status (with the declared weights pending) + requests + 6 gemm + 17
 	 * histogram + 1 executions + 12 batch histogram + 2 plans + 2 measurements
 	 * + 2 trials + 2 matrices + 1 reader frames + 2 answer frames + 1 left
-	 * running + 1 retried + 2 request frames + 6 + 2 TLS + 1 + 2 info + 9 x 2
+	 * running + 1 retried + 2 request frames + 6 + 2 TLS + 1 + 2 info + 10 x 2
 	 * per-device + 2 kernel + 2 launch + 5 x 2 worker phases + 2 x 2 batch host steps. */
 	assert_int_equal(samples, 6 + STATS_NKINDS * STATS_NRESULTS + 6 + 17 + 1 + 12 + 2 + 2 + 2 + 2 +
-					  1 + 2 + 1 + 1 + 2 + 6 + 2 + 1 + 2 + 18 + 2 + 2 + 10 + 4);
+					  1 + 2 + 1 + 1 + 2 + 6 + 2 + 1 + 2 + 20 + 2 + 2 + 10 + 4);
 	assert_int_equal(out[len - 1], '\n');
 	free(out);
 	free(s);
