@@ -1573,6 +1573,65 @@ static void test_lone_left_running(void **state)
 
 /* ---- a kernel launched before its B (cuda.gate) ---- */
 
+/* The device opened with the base configuration and the wgmma provider
+ * attached (*st): false, the device closed again, where it has none. */
+static bool wg_open(struct cuda_dev **cd, void **st, const char *what)
+{
+	char err[512] = "";
+	struct backend_config cfg = { TEST_BASE_CFG };
+	RC_OK(cuda_dev_open(dev_index, &cfg, cd, err, sizeof(err)), err);
+	if (!cuda_provider_wgmma.usable(cuda_dev_cc(*cd))) {
+		printf("  %s: no wgmma kernels on this device\n", what);
+		cuda_dev_close(*cd);
+		return false;
+	}
+	RC_OK(cuda_provider_wgmma.attach(*cd, st, err, sizeof(err)), err);
+	return true;
+}
+
+/* The cases of test_gate and test_tile_out: odd shapes, each with 2:4
+ * f16, 2:4 bf16 and dense f16 (kind 0, 1, 2), D f32 or the input type
+ * in turn.  Quick: two shapes; racecheck (quick 2): one, 2:4 and dense. */
+struct wg_case {
+	int kind;
+	bool sp;
+	enum mfma_dtype in, out;
+	uint32_t m, n, k;
+};
+static const uint32_t wg_shapes[][3] = { { 300, 17, 516 }, { 1000, 64, 2048 }, { 129, 8, 260 }, { 4096, 16, 4096 } };
+
+static size_t wg_ncases(void)
+{
+	return quick == 2 ? 2 : 3 * (quick ? 2 : 4);
+}
+
+static struct wg_case wg_case_of(size_t i)
+{
+	const size_t si = quick == 2 ? 0 : i / 3;
+	const int kind = quick == 2 ? 2 * (int)i : (int)(i % 3);
+	struct wg_case c = { .kind = kind, .sp = kind < 2, .in = kind == 1 ? MFMA_DT_BF16 : MFMA_DT_F16 };
+	c.out = (si + (size_t)kind) % 2 ? MFMA_DT_F32 : c.in;
+	c.m = wg_shapes[si][0];
+	c.n = wg_shapes[si][1];
+	c.k = wg_shapes[si][2];
+	return c;
+}
+
+/* Case c's weight made (*w: A, and the operands' shape) and packed on the
+ * device: the provider's packed weight. */
+static void *wg_weight(struct cuda_dev *cd, void *st, const struct wg_case *c, struct operands *w)
+{
+	char err[512] = "";
+	ops_make(w, c->in, c->out, c->sp, c->m, c->n, c->k, 1.0f, 0.0f);
+	struct mfma_weight_host wh = { .m = c->m, .k = c->k, .dtype = c->in, .sparse = c->sp, .a = w->a,
+				       .meta = w->meta };
+	void *pk = NULL;
+	uint64_t bytes = 0;
+	RC_OK(cuda_provider_wgmma.weight_pack(cd, st, &wh, &pk, &bytes, err, sizeof(err)), err);
+	RC_OK(cuda_dev_sync(cd, "packing", err, sizeof(err)), err);
+	return pk;
+}
+
 /* One GEMM of the wgmma provider on packed weight pk (A of o), with B
  * and D at b and d in registered memory; the launch only (D left
  * running when the device is between cuda_dev_lone_begin and _end). */
@@ -1615,104 +1674,88 @@ static void test_gate(void **state)
 	(void)state;
 	char err[512] = "";
 	struct cuda_dev *cd = NULL;
-	struct backend_config cfg = { TEST_BASE_CFG };
-	RC_OK(cuda_dev_open(dev_index, &cfg, &cd, err, sizeof(err)), err);
-	const struct cuda_provider *p = &cuda_provider_wgmma;
-	if (!p->usable(cuda_dev_cc(cd))) {
-		printf("  gate: no wgmma kernels on this device\n");
-		cuda_dev_close(cd);
-		return;
-	}
 	void *st = NULL;
-	RC_OK(p->attach(cd, &st, err, sizeof(err)), err);
-	const uint32_t shapes[][3] = { { 300, 17, 516 }, { 1000, 64, 2048 }, { 129, 8, 260 }, { 4096, 16, 4096 } };
-	/* Racecheck (quick 2): one shape, 2:4 and dense. */
-	const size_t nshapes = quick == 2 ? 1 : quick ? 2 : 4;
-	for (size_t si = 0; si < nshapes; si++)
-		for (int kind = 0; kind < 3; kind += quick == 2 ? 2 : 1) {
-			const bool sp = kind < 2;
-			const enum mfma_dtype in = kind == 1 ? MFMA_DT_BF16 : MFMA_DT_F16;
-			const enum mfma_dtype out = (si + (size_t)kind) % 2 ? MFMA_DT_F32 : in;
-			const uint32_t m = shapes[si][0], n = shapes[si][1], k = shapes[si][2];
-			const size_t bb = (size_t)k * n * 2, db = (size_t)m * n * mfma_dtype_size(out);
-			struct operands w;
-			ops_make(&w, in, out, sp, m, n, k, 1.0f, 0.0f);
-			struct mfma_weight_host wh = { .m = m, .k = k, .dtype = in, .sparse = sp, .a = w.a,
-						       .meta = w.meta };
-			void *pk = NULL;
-			uint64_t bytes = 0;
-			RC_OK(p->weight_pack(cd, st, &wh, &pk, &bytes, err, sizeof(err)), err);
-			RC_OK(cuda_dev_sync(cd, "packing", err, sizeof(err)), err);
-			/* Three requests on the weight: B and D of each in a
-			 * region (B at an odd 16-byte offset). */
-			const size_t len = 3 * (bb + db) + 4096;
-			unsigned char *rg = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-			assert_true(rg != MAP_FAILED);
-			RC_OK(cuda_dev_host_register(cd, rg, len, true, err, sizeof(err)), err);
-			struct operands o[3];
-			unsigned char *b[3], *d[3];
-			for (int i = 0; i < 3; i++) {
-				ops_make(&o[i], in, out, false, m, n, k, 0.75f, 0.0f);
-				/* The weight's A, for the launch and the reference. */
-				free(o[i].a);
-				o[i].a = NULL;
-				o[i].g.a_sparse = sp;
-				o[i].g.a = w.a;
-				o[i].g.a_meta = w.meta;
-				b[i] = rg + 16 + (size_t)i * (bb + db);
-				d[i] = b[i] + bb;
-				memcpy(b[i], o[i].b, bb);
-				memset(d[i], 0xff, db);
-			}
-			char what[160];
-			snprintf(what, sizeof(what), "gate %s %s->%s %ux%ux%u", sp ? "2:4" : "dense", mfma_dtype_name(in),
-				 mfma_dtype_name(out), m, n, k);
-			/* Waited for, each in turn. */
-			for (int i = 0; i < 3; i++) {
-				gate_launch(cd, st, pk, &o[i], b[i], d[i], what);
-				struct backend_timing t = { 0 };
-				cuda_dev_timing(cd, &t);
-				if (!t.gated)
-					fail_msg("%s: launch %d not gated", what, i);
-				gate_check(&o[i], d[i], what);
-			}
-			/* Left running, the second behind the first. */
-			int set[2];
-			for (int i = 0; i < 2; i++) {
-				memset(d[i], 0xff, db);
-				cuda_dev_lone_begin(cd);
-				gate_launch(cd, st, pk, &o[i], b[i], d[i], what);
-				set[i] = cuda_dev_lone_end(cd);
-				if (set[i] < 0)
-					fail_msg("%s: launch %d not left running", what, i);
-			}
-			char left[200];
-			snprintf(left, sizeof(left), "%s (left running)", what);
-			for (int i = 0; i < 2; i++) {
-				struct backend_timing t = { 0 };
-				RC_OK(cuda_dev_finish(cd, set[i], &t, err, sizeof(err)), err);
-				if (!t.gated)
-					fail_msg("%s: launch %d not gated", left, i);
-				gate_check(&o[i], d[i], left);
-			}
-			/* B on the heap: no gate. */
-			memset(d[2], 0xff, db);
-			gate_launch(cd, st, pk, &o[2], o[2].b, d[2], what);
-			struct backend_timing th = { .gated = true };
-			cuda_dev_timing(cd, &th);
-			if (th.gated)
-				fail_msg("%s: B on the heap went through the gate", what);
-			gate_check(&o[2], d[2], "  the same with B on the heap");
-			cuda_dev_host_unregister(cd, rg);
-			munmap(rg, len);
-			for (int i = 0; i < 3; i++) {
-				o[i].g.a = NULL;
-				o[i].g.a_meta = NULL;
-				ops_free(&o[i]);
-			}
-			p->weight_free(cd, st, pk);
-			ops_free(&w);
+	const struct cuda_provider *p = &cuda_provider_wgmma;
+	if (!wg_open(&cd, &st, "gate"))
+		return;
+	for (size_t ci = 0; ci < wg_ncases(); ci++) {
+		struct wg_case c = wg_case_of(ci);
+		const bool sp = c.sp;
+		const enum mfma_dtype in = c.in, out = c.out;
+		const uint32_t m = c.m, n = c.n, k = c.k;
+		const size_t bb = (size_t)k * n * 2, db = (size_t)m * n * mfma_dtype_size(out);
+		struct operands w;
+		void *pk = wg_weight(cd, st, &c, &w);
+		/* Three requests on the weight: B and D of each in a
+		 * region (B at an odd 16-byte offset). */
+		const size_t len = 3 * (bb + db) + 4096;
+		unsigned char *rg = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		assert_true(rg != MAP_FAILED);
+		RC_OK(cuda_dev_host_register(cd, rg, len, true, err, sizeof(err)), err);
+		struct operands o[3];
+		unsigned char *b[3], *d[3];
+		for (int i = 0; i < 3; i++) {
+			ops_make(&o[i], in, out, false, m, n, k, 0.75f, 0.0f);
+			/* The weight's A, for the launch and the reference. */
+			free(o[i].a);
+			o[i].a = NULL;
+			o[i].g.a_sparse = sp;
+			o[i].g.a = w.a;
+			o[i].g.a_meta = w.meta;
+			b[i] = rg + 16 + (size_t)i * (bb + db);
+			d[i] = b[i] + bb;
+			memcpy(b[i], o[i].b, bb);
+			memset(d[i], 0xff, db);
 		}
+		char what[160];
+		snprintf(what, sizeof(what), "gate %s %s->%s %ux%ux%u", sp ? "2:4" : "dense", mfma_dtype_name(in),
+			 mfma_dtype_name(out), m, n, k);
+		/* Waited for, each in turn. */
+		for (int i = 0; i < 3; i++) {
+			gate_launch(cd, st, pk, &o[i], b[i], d[i], what);
+			struct backend_timing t = { 0 };
+			cuda_dev_timing(cd, &t);
+			if (!t.gated)
+				fail_msg("%s: launch %d not gated", what, i);
+			gate_check(&o[i], d[i], what);
+		}
+		/* Left running, the second behind the first. */
+		int set[2];
+		for (int i = 0; i < 2; i++) {
+			memset(d[i], 0xff, db);
+			cuda_dev_lone_begin(cd);
+			gate_launch(cd, st, pk, &o[i], b[i], d[i], what);
+			set[i] = cuda_dev_lone_end(cd);
+			if (set[i] < 0)
+				fail_msg("%s: launch %d not left running", what, i);
+		}
+		char left[200];
+		snprintf(left, sizeof(left), "%s (left running)", what);
+		for (int i = 0; i < 2; i++) {
+			struct backend_timing t = { 0 };
+			RC_OK(cuda_dev_finish(cd, set[i], &t, err, sizeof(err)), err);
+			if (!t.gated)
+				fail_msg("%s: launch %d not gated", left, i);
+			gate_check(&o[i], d[i], left);
+		}
+		/* B on the heap: no gate. */
+		memset(d[2], 0xff, db);
+		gate_launch(cd, st, pk, &o[2], o[2].b, d[2], what);
+		struct backend_timing th = { .gated = true };
+		cuda_dev_timing(cd, &th);
+		if (th.gated)
+			fail_msg("%s: B on the heap went through the gate", what);
+		gate_check(&o[2], d[2], "  the same with B on the heap");
+		cuda_dev_host_unregister(cd, rg);
+		munmap(rg, len);
+		for (int i = 0; i < 3; i++) {
+			o[i].g.a = NULL;
+			o[i].g.a_meta = NULL;
+			ops_free(&o[i]);
+		}
+		p->weight_free(cd, st, pk);
+		ops_free(&w);
+	}
 	p->detach(cd, st);
 	cuda_dev_close(cd);
 }
@@ -1733,101 +1776,86 @@ static void test_tile_out(void **state)
 	(void)state;
 	char err[512] = "";
 	struct cuda_dev *cd = NULL;
-	struct backend_config cfg = { TEST_BASE_CFG };
-	RC_OK(cuda_dev_open(dev_index, &cfg, &cd, err, sizeof(err)), err);
-	const struct cuda_provider *p = &cuda_provider_wgmma;
-	if (!p->usable(cuda_dev_cc(cd))) {
-		printf("  tile out: no wgmma kernels on this device\n");
-		cuda_dev_close(cd);
-		return;
-	}
 	void *st = NULL;
-	RC_OK(p->attach(cd, &st, err, sizeof(err)), err);
-	const uint32_t shapes[][3] = { { 300, 17, 516 }, { 1000, 64, 2048 }, { 129, 8, 260 }, { 4096, 16, 4096 } };
-	const size_t nshapes = quick == 2 ? 1 : quick ? 2 : 4;
-	for (size_t si = 0; si < nshapes; si++)
-		for (int kind = 0; kind < 3; kind += quick == 2 ? 2 : 1) {
-			const bool sp = kind < 2;
-			const enum mfma_dtype in = kind == 1 ? MFMA_DT_BF16 : MFMA_DT_F16;
-			const enum mfma_dtype out = (si + (size_t)kind) % 2 ? MFMA_DT_F32 : in;
-			const float beta = kind == 1 ? 0.5f : 0.0f;
-			const uint32_t m = shapes[si][0], n = shapes[si][1], k = shapes[si][2];
-			const size_t bb = (size_t)k * n * 2, db = (size_t)m * n * mfma_dtype_size(out);
-			struct operands w, o;
-			ops_make(&w, in, out, sp, m, n, k, 1.0f, 0.0f);
-			struct mfma_weight_host wh = { .m = m, .k = k, .dtype = in, .sparse = sp, .a = w.a,
-						       .meta = w.meta };
-			void *pk = NULL;
-			uint64_t bytes = 0;
-			RC_OK(p->weight_pack(cd, st, &wh, &pk, &bytes, err, sizeof(err)), err);
-			RC_OK(cuda_dev_sync(cd, "packing", err, sizeof(err)), err);
-			ops_make(&o, in, out, false, m, n, k, 0.75f, beta);
-			free(o.a);
-			o.a = NULL;
-			o.g.a_sparse = sp;
-			o.g.a = w.a;
-			o.g.a_meta = w.meta;
-			/* B, then D twice: 16-byte aligned and 2 bytes past. */
-			const size_t len = bb + 2 * db + 4096;
-			unsigned char *rg = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-			assert_true(rg != MAP_FAILED);
-			RC_OK(cuda_dev_host_register(cd, rg, len, true, err, sizeof(err)), err);
-			unsigned char *b = rg + 16, *d16 = rg + (16 + bb + 15) / 16 * 16 + 16;
-			unsigned char *d2 = d16 + db + 16 + 2;
-			memcpy(b, o.b, bb);
-			char what[160];
-			snprintf(what, sizeof(what), "tile out %s %s->%s %ux%ux%u%s", sp ? "2:4" : "dense",
-				 mfma_dtype_name(in), mfma_dtype_name(out), m, n, k, beta != 0.0f ? " with C" : "");
-			/* Waited for: D by DMA, the reference. */
-			memset(d16, 0xff, db);
-			gate_launch(cd, st, pk, &o, b, d16, what);
-			struct backend_timing t = { .tile_out = true };
-			cuda_dev_timing(cd, &t);
-			if (t.tile_out)
-				fail_msg("%s: a launch that is not lone copied D out itself", what);
-			unsigned char *ref = malloc(db);
-			memcpy(ref, d16, db);
-			gate_check(&o, d16, what);
-			/* Lone, left running: the kernel copies D out. */
-			for (int at = 0; at < 2; at++) {
-				unsigned char *d = at ? d2 : d16;
-				memset(d, 0xff, db);
-				cuda_dev_lone_begin(cd);
-				gate_launch(cd, st, pk, &o, b, d, what);
-				const int set = cuda_dev_lone_end(cd);
-				if (set < 0)
-					fail_msg("%s: not left running", what);
-				struct backend_timing tl = { 0 };
-				RC_OK(cuda_dev_finish(cd, set, &tl, err, sizeof(err)), err);
-				if (!tl.tile_out)
-					fail_msg("%s: D at +%d not copied out by the kernel", what, at ? 2 : 0);
-				if (memcmp(d, ref, db) != 0)
-					fail_msg("%s: D at +%d not equal to the waited result", what, at ? 2 : 0);
-				char lone[200];
-				snprintf(lone, sizeof(lone), "  lone, D %s", at ? "2 bytes past 16" : "16-byte aligned");
-				gate_check(&o, d, lone);
-			}
-			/* Lone with D on the heap: not mapped, no tile out. */
-			memset(o.d, 0xff, db);
+	const struct cuda_provider *p = &cuda_provider_wgmma;
+	if (!wg_open(&cd, &st, "tile out"))
+		return;
+	for (size_t ci = 0; ci < wg_ncases(); ci++) {
+		struct wg_case c = wg_case_of(ci);
+		const bool sp = c.sp;
+		const enum mfma_dtype in = c.in, out = c.out;
+		const uint32_t m = c.m, n = c.n, k = c.k;
+		const float beta = c.kind == 1 ? 0.5f : 0.0f;
+		const size_t bb = (size_t)k * n * 2, db = (size_t)m * n * mfma_dtype_size(out);
+		struct operands w, o;
+		void *pk = wg_weight(cd, st, &c, &w);
+		ops_make(&o, in, out, false, m, n, k, 0.75f, beta);
+		free(o.a);
+		o.a = NULL;
+		o.g.a_sparse = sp;
+		o.g.a = w.a;
+		o.g.a_meta = w.meta;
+		/* B, then D twice: 16-byte aligned and 2 bytes past. */
+		const size_t len = bb + 2 * db + 4096;
+		unsigned char *rg = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		assert_true(rg != MAP_FAILED);
+		RC_OK(cuda_dev_host_register(cd, rg, len, true, err, sizeof(err)), err);
+		unsigned char *b = rg + 16, *d16 = rg + (16 + bb + 15) / 16 * 16 + 16;
+		unsigned char *d2 = d16 + db + 16 + 2;
+		memcpy(b, o.b, bb);
+		char what[160];
+		snprintf(what, sizeof(what), "tile out %s %s->%s %ux%ux%u%s", sp ? "2:4" : "dense",
+			 mfma_dtype_name(in), mfma_dtype_name(out), m, n, k, beta != 0.0f ? " with C" : "");
+		/* Waited for: D by DMA, the reference. */
+		memset(d16, 0xff, db);
+		gate_launch(cd, st, pk, &o, b, d16, what);
+		struct backend_timing t = { .tile_out = true };
+		cuda_dev_timing(cd, &t);
+		if (t.tile_out)
+			fail_msg("%s: a launch that is not lone copied D out itself", what);
+		unsigned char *ref = malloc(db);
+		memcpy(ref, d16, db);
+		gate_check(&o, d16, what);
+		/* Lone, left running: the kernel copies D out. */
+		for (int at = 0; at < 2; at++) {
+			unsigned char *d = at ? d2 : d16;
+			memset(d, 0xff, db);
 			cuda_dev_lone_begin(cd);
-			gate_launch(cd, st, pk, &o, b, o.d, what);
-			if (cuda_dev_lone_end(cd) >= 0)
-				fail_msg("%s: D on the heap left running", what);
-			struct backend_timing th = { .tile_out = true };
-			cuda_dev_timing(cd, &th);
-			if (th.tile_out)
-				fail_msg("%s: D on the heap copied out by the kernel", what);
-			if (memcmp(o.d, ref, db) != 0)
-				fail_msg("%s: D on the heap not equal to the waited result", what);
-			free(ref);
-			cuda_dev_host_unregister(cd, rg);
-			munmap(rg, len);
-			o.g.a = NULL;
-			o.g.a_meta = NULL;
-			ops_free(&o);
-			p->weight_free(cd, st, pk);
-			ops_free(&w);
+			gate_launch(cd, st, pk, &o, b, d, what);
+			const int set = cuda_dev_lone_end(cd);
+			if (set < 0)
+				fail_msg("%s: not left running", what);
+			struct backend_timing tl = { 0 };
+			RC_OK(cuda_dev_finish(cd, set, &tl, err, sizeof(err)), err);
+			if (!tl.tile_out)
+				fail_msg("%s: D at +%d not copied out by the kernel", what, at ? 2 : 0);
+			if (memcmp(d, ref, db) != 0)
+				fail_msg("%s: D at +%d not equal to the waited result", what, at ? 2 : 0);
+			char lone[200];
+			snprintf(lone, sizeof(lone), "  lone, D %s", at ? "2 bytes past 16" : "16-byte aligned");
+			gate_check(&o, d, lone);
 		}
+		/* Lone with D on the heap: not mapped, no tile out. */
+		memset(o.d, 0xff, db);
+		cuda_dev_lone_begin(cd);
+		gate_launch(cd, st, pk, &o, b, o.d, what);
+		if (cuda_dev_lone_end(cd) >= 0)
+			fail_msg("%s: D on the heap left running", what);
+		struct backend_timing th = { .tile_out = true };
+		cuda_dev_timing(cd, &th);
+		if (th.tile_out)
+			fail_msg("%s: D on the heap copied out by the kernel", what);
+		if (memcmp(o.d, ref, db) != 0)
+			fail_msg("%s: D on the heap not equal to the waited result", what);
+		free(ref);
+		cuda_dev_host_unregister(cd, rg);
+		munmap(rg, len);
+		o.g.a = NULL;
+		o.g.a_meta = NULL;
+		ops_free(&o);
+		p->weight_free(cd, st, pk);
+		ops_free(&w);
+	}
 	p->detach(cd, st);
 	cuda_dev_close(cd);
 }
