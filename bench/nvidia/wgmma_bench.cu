@@ -1883,16 +1883,27 @@ static int run_gate(const std::vector<int> &shp, int sms)
 		printf("gate %dx%dx%d %s split %d: gated D equal to plain in %d of 6, D out by the kernel in %d of 24, "
 		       "plain err %.1e  %s\n",
 		       m, n, k, v->name, r.L.grid.z, 6 - diff, 24 - ddiff, err, ok ? "ok" : "FAILED");
-		/* Timing: the settings in turn, each request alone. */
-		/* Sets: plain, the gate at each l2, then D out by the kernel
-		 * (epilogue, tile copy) without and with the gate (l2 the
-		 * list's largest). */
-		const int nl = 1 + (int)l2s.size(), nset = nl + 4;
-		std::vector<std::vector<double>> wall(nset), gt(nset);
+		/* Timing: the settings in turn, each request alone: plain, the
+		 * gate at each l2, then D out by the kernel (epilogue, tile
+		 * copy) without and with the gate (l2 the list's largest). */
+		struct setting {
+			int l2, out;
+			char name[48];
+		};
+		std::vector<setting> set = { { -1, 0, "plain" } };
+		for (int l2 : l2s) {
+			set.push_back({ l2, 0, "" });
+			snprintf(set.back().name, sizeof(set.back().name), "gate l2=%d", l2);
+		}
+		const size_t nl = set.size();
+		set.push_back({ -1, 1, "epilogue out" });
+		set.push_back({ l2s.back(), 1, "gate + epilogue out" });
+		set.push_back({ -1, 2, "tile out" });
+		set.push_back({ l2s.back(), 2, "gate + tile out" });
+		std::vector<std::vector<double>> wall(set.size()), gt(set.size());
 		for (int it = 0; it < reps + 10; it++)
-			for (int c = 0; c < nset; c++) {
-				const int l2 = c == 0 ? -1 : c < nl ? l2s[c - 1] : (c - nl) & 1 ? l2s.back() : -1;
-				const double t = gate_once(r, l2, &gpu, c < nl ? 0 : 1 + (c - nl) / 2);
+			for (size_t c = 0; c < set.size(); c++) {
+				const double t = gate_once(r, set[c].l2, &gpu, set[c].out);
 				if (it >= 10) {
 					wall[c].push_back(t);
 					gt[c].push_back(gpu);
@@ -1901,18 +1912,12 @@ static int run_gate(const std::vector<int> &shp, int sms)
 				while (now_us() < until)
 					;
 			}
-		for (int c = 0; c < nset; c++) {
+		printf("| %d x %d x %d | %s split %d |", m, n, k, v->name, r.L.grid.z);
+		for (size_t c = 0; c < set.size(); c++) {
 			std::sort(wall[c].begin(), wall[c].end());
 			std::sort(gt[c].begin(), gt[c].end());
+			printf(" %s %.1f / %.1f |", set[c].name, wall[c][wall[c].size() / 2], gt[c][gt[c].size() / 2]);
 		}
-		printf("| %d x %d x %d | %s split %d | plain %.1f / %.1f |", m, n, k, v->name, r.L.grid.z,
-		       wall[0][wall[0].size() / 2], gt[0][gt[0].size() / 2]);
-		for (int c = 1; c < nl; c++)
-			printf(" gate l2=%d %.1f / %.1f |", l2s[c - 1], wall[c][wall[c].size() / 2],
-			       gt[c][gt[c].size() / 2]);
-		for (int c = nl; c < nset; c++)
-			printf(" %s%s %.1f / %.1f |", (c - nl) & 1 ? "gate + " : "", c - nl < 2 ? "epilogue out" : "tile out",
-			       wall[c][wall[c].size() / 2], gt[c][gt[c].size() / 2]);
 		printf("  (median wall / GPU us of %d; p90 plain %.1f, gate l2=%d %.1f)\n", reps,
 		       wall[0][wall[0].size() * 9 / 10], l2s.back(), wall[nl - 1][wall[nl - 1].size() * 9 / 10]);
 		wg_release(r.L);

@@ -335,11 +335,25 @@ static __device__ __forceinline__ void nv_wg_store(const P &p, const float *acc,
 		nv_wg_store_t<float, NACC>(p, acc, row0, row_end, n0, w, lane);
 }
 
+/* runs runs of run bytes each, ld bytes apart, from src to dst in pieces
+ * of U (run and every address a multiple of its size) by nthr threads,
+ * thread t of them, consecutive threads on consecutive pieces so that a
+ * warp writes one stretch of bytes; src read from L2. */
+template <class U>
+static __device__ __forceinline__ void nv_copy_runs(uint64_t dst, uint64_t src, uint64_t run, uint64_t runs,
+						    uint64_t ld, unsigned t, unsigned nthr)
+{
+	const uint64_t u = run / sizeof(U);
+	for (uint64_t i = t; i < u * runs; i += nthr) {
+		const uint64_t o = i / u * ld + i % u * sizeof(U);
+		*(U *)(dst + o) = __ldcg((const U *)(src + o));
+	}
+}
+
 /* The tile of D at (row0, n0), bm x bn clipped to m x n, copied from d
  * (on the device, just written by this CTA) to dh (mapped host memory) by
  * nthr threads, thread t of them: in 16-byte pieces where D's rows and
- * the tile's columns allow, else 4- or 2-byte ones, consecutive threads on
- * consecutive pieces so that a warp writes one run of bytes. */
+ * the tile's columns allow, else 4- or 2-byte ones. */
 template <class P>
 static __device__ __forceinline__ void nv_wg_tile_out(const P &p, int row0, int bm, int n0, int bn, unsigned t,
 						      unsigned nthr)
@@ -356,25 +370,12 @@ static __device__ __forceinline__ void nv_wg_tile_out(const P &p, int row0, int 
 	 * run of rows x rb bytes. */
 	const bool one = rb == ld;
 	const uint64_t run = one ? rb * rows : rb, runs = one ? 1 : rows;
-	if (any % 16 == 0) {
-		const uint64_t u = run / 16;
-		for (uint64_t i = t; i < u * runs; i += nthr) {
-			const uint64_t r = i / u, o = r * ld + (i % u) * 16;
-			*(uint4 *)(dst + o) = __ldcg((const uint4 *)(src + o));
-		}
-	} else if (any % 4 == 0) {
-		const uint64_t u = run / 4;
-		for (uint64_t i = t; i < u * runs; i += nthr) {
-			const uint64_t r = i / u, o = r * ld + (i % u) * 4;
-			*(uint32_t *)(dst + o) = __ldcg((const uint32_t *)(src + o));
-		}
-	} else {
-		const uint64_t u = run / 2;
-		for (uint64_t i = t; i < u * runs; i += nthr) {
-			const uint64_t r = i / u, o = r * ld + (i % u) * 2;
-			*(unsigned short *)(dst + o) = __ldcg((const unsigned short *)(src + o));
-		}
-	}
+	if (any % 16 == 0)
+		nv_copy_runs<uint4>(dst, src, run, runs, ld, t, nthr);
+	else if (any % 4 == 0)
+		nv_copy_runs<unsigned int>(dst, src, run, runs, ld, t, nthr);
+	else
+		nv_copy_runs<unsigned short>(dst, src, run, runs, ld, t, nthr);
 }
 
 /* ---- compute policies: one per instruction ---- */

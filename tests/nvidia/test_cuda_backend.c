@@ -1597,6 +1597,8 @@ struct wg_case {
 	bool sp;
 	enum mfma_dtype in, out;
 	uint32_t m, n, k;
+	size_t bb, db;   /* bytes of B and of D */
+	char label[64];  /* "2:4 f16->f32 300x17x516" */
 };
 static const uint32_t wg_shapes[][3] = { { 300, 17, 516 }, { 1000, 64, 2048 }, { 129, 8, 260 }, { 4096, 16, 4096 } };
 
@@ -1614,6 +1616,10 @@ static struct wg_case wg_case_of(size_t i)
 	c.m = wg_shapes[si][0];
 	c.n = wg_shapes[si][1];
 	c.k = wg_shapes[si][2];
+	c.bb = (size_t)c.k * c.n * 2;
+	c.db = (size_t)c.m * c.n * mfma_dtype_size(c.out);
+	snprintf(c.label, sizeof(c.label), "%s %s->%s %ux%ux%u", c.sp ? "2:4" : "dense", mfma_dtype_name(c.in),
+		 mfma_dtype_name(c.out), c.m, c.n, c.k);
 	return c;
 }
 
@@ -1630,6 +1636,43 @@ static void *wg_weight(struct cuda_dev *cd, void *st, const struct wg_case *c, s
 	RC_OK(cuda_provider_wgmma.weight_pack(cd, st, &wh, &pk, &bytes, err, sizeof(err)), err);
 	RC_OK(cuda_dev_sync(cd, "packing", err, sizeof(err)), err);
 	return pk;
+}
+
+/* A request of case c on weight w (its A, for the launch and the
+ * reference): B, C when beta != 0, D poisoned; alpha 0.75. */
+static void wg_request(struct operands *o, const struct wg_case *c, const struct operands *w, float beta)
+{
+	ops_make(o, c->in, c->out, false, c->m, c->n, c->k, 0.75f, beta);
+	free(o->a);
+	o->a = NULL;
+	o->g.a_sparse = c->sp;
+	o->g.a = w->a;
+	o->g.a_meta = w->meta;
+}
+
+/* Frees a wg_request's operands (the weight's A stays). */
+static void wg_request_free(struct operands *o)
+{
+	o->g.a = NULL;
+	o->g.a_meta = NULL;
+	ops_free(o);
+}
+
+/* len bytes of anonymous memory registered with the device as a
+ * client's region is (mapped). */
+static unsigned char *wg_region(struct cuda_dev *cd, size_t len)
+{
+	char err[512] = "";
+	unsigned char *rg = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	assert_true(rg != MAP_FAILED);
+	RC_OK(cuda_dev_host_register(cd, rg, len, true, err, sizeof(err)), err);
+	return rg;
+}
+
+static void wg_region_free(struct cuda_dev *cd, unsigned char *rg, size_t len)
+{
+	cuda_dev_host_unregister(cd, rg);
+	munmap(rg, len);
 }
 
 /* One GEMM of the wgmma provider on packed weight pk (A of o), with B
@@ -1679,37 +1722,25 @@ static void test_gate(void **state)
 	if (!wg_open(&cd, &st, "gate"))
 		return;
 	for (size_t ci = 0; ci < wg_ncases(); ci++) {
-		struct wg_case c = wg_case_of(ci);
-		const bool sp = c.sp;
-		const enum mfma_dtype in = c.in, out = c.out;
-		const uint32_t m = c.m, n = c.n, k = c.k;
-		const size_t bb = (size_t)k * n * 2, db = (size_t)m * n * mfma_dtype_size(out);
+		const struct wg_case c = wg_case_of(ci);
+		const size_t bb = c.bb, db = c.db;
 		struct operands w;
 		void *pk = wg_weight(cd, st, &c, &w);
 		/* Three requests on the weight: B and D of each in a
 		 * region (B at an odd 16-byte offset). */
 		const size_t len = 3 * (bb + db) + 4096;
-		unsigned char *rg = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-		assert_true(rg != MAP_FAILED);
-		RC_OK(cuda_dev_host_register(cd, rg, len, true, err, sizeof(err)), err);
+		unsigned char *rg = wg_region(cd, len);
 		struct operands o[3];
 		unsigned char *b[3], *d[3];
 		for (int i = 0; i < 3; i++) {
-			ops_make(&o[i], in, out, false, m, n, k, 0.75f, 0.0f);
-			/* The weight's A, for the launch and the reference. */
-			free(o[i].a);
-			o[i].a = NULL;
-			o[i].g.a_sparse = sp;
-			o[i].g.a = w.a;
-			o[i].g.a_meta = w.meta;
+			wg_request(&o[i], &c, &w, 0.0f);
 			b[i] = rg + 16 + (size_t)i * (bb + db);
 			d[i] = b[i] + bb;
 			memcpy(b[i], o[i].b, bb);
 			memset(d[i], 0xff, db);
 		}
 		char what[160];
-		snprintf(what, sizeof(what), "gate %s %s->%s %ux%ux%u", sp ? "2:4" : "dense", mfma_dtype_name(in),
-			 mfma_dtype_name(out), m, n, k);
+		snprintf(what, sizeof(what), "gate %s", c.label);
 		/* Waited for, each in turn. */
 		for (int i = 0; i < 3; i++) {
 			gate_launch(cd, st, pk, &o[i], b[i], d[i], what);
@@ -1746,13 +1777,9 @@ static void test_gate(void **state)
 		if (th.gated)
 			fail_msg("%s: B on the heap went through the gate", what);
 		gate_check(&o[2], d[2], "  the same with B on the heap");
-		cuda_dev_host_unregister(cd, rg);
-		munmap(rg, len);
-		for (int i = 0; i < 3; i++) {
-			o[i].g.a = NULL;
-			o[i].g.a_meta = NULL;
-			ops_free(&o[i]);
-		}
+		wg_region_free(cd, rg, len);
+		for (int i = 0; i < 3; i++)
+			wg_request_free(&o[i]);
 		p->weight_free(cd, st, pk);
 		ops_free(&w);
 	}
@@ -1781,31 +1808,20 @@ static void test_tile_out(void **state)
 	if (!wg_open(&cd, &st, "tile out"))
 		return;
 	for (size_t ci = 0; ci < wg_ncases(); ci++) {
-		struct wg_case c = wg_case_of(ci);
-		const bool sp = c.sp;
-		const enum mfma_dtype in = c.in, out = c.out;
-		const uint32_t m = c.m, n = c.n, k = c.k;
+		const struct wg_case c = wg_case_of(ci);
 		const float beta = c.kind == 1 ? 0.5f : 0.0f;
-		const size_t bb = (size_t)k * n * 2, db = (size_t)m * n * mfma_dtype_size(out);
+		const size_t bb = c.bb, db = c.db;
 		struct operands w, o;
 		void *pk = wg_weight(cd, st, &c, &w);
-		ops_make(&o, in, out, false, m, n, k, 0.75f, beta);
-		free(o.a);
-		o.a = NULL;
-		o.g.a_sparse = sp;
-		o.g.a = w.a;
-		o.g.a_meta = w.meta;
+		wg_request(&o, &c, &w, beta);
 		/* B, then D twice: 16-byte aligned and 2 bytes past. */
 		const size_t len = bb + 2 * db + 4096;
-		unsigned char *rg = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-		assert_true(rg != MAP_FAILED);
-		RC_OK(cuda_dev_host_register(cd, rg, len, true, err, sizeof(err)), err);
+		unsigned char *rg = wg_region(cd, len);
 		unsigned char *b = rg + 16, *d16 = rg + (16 + bb + 15) / 16 * 16 + 16;
 		unsigned char *d2 = d16 + db + 16 + 2;
 		memcpy(b, o.b, bb);
 		char what[160];
-		snprintf(what, sizeof(what), "tile out %s %s->%s %ux%ux%u%s", sp ? "2:4" : "dense",
-			 mfma_dtype_name(in), mfma_dtype_name(out), m, n, k, beta != 0.0f ? " with C" : "");
+		snprintf(what, sizeof(what), "tile out %s%s", c.label, beta != 0.0f ? " with C" : "");
 		/* Waited for: D by DMA, the reference. */
 		memset(d16, 0xff, db);
 		gate_launch(cd, st, pk, &o, b, d16, what);
@@ -1848,11 +1864,8 @@ static void test_tile_out(void **state)
 		if (memcmp(o.d, ref, db) != 0)
 			fail_msg("%s: D on the heap not equal to the waited result", what);
 		free(ref);
-		cuda_dev_host_unregister(cd, rg);
-		munmap(rg, len);
-		o.g.a = NULL;
-		o.g.a_meta = NULL;
-		ops_free(&o);
+		wg_region_free(cd, rg, len);
+		wg_request_free(&o);
 		p->weight_free(cd, st, pk);
 		ops_free(&w);
 	}
