@@ -23,22 +23,29 @@ def skip(reason):
     sys.exit(77)
 
 
-_given_ports = set()
+# Ports are picked below Linux's default ephemeral range (32768-60999): a
+# port bind(0) has just released lies in the range the kernel also gives
+# outgoing connections, so another test's client could take it before the
+# daemon binds it.  Walked in order from a start derived from the pid, so
+# this process never gets the same port twice (a daemon's TCP and metrics
+# ports picked in a row once were the same one with bind(0)).
+_PORT_LOW, _PORT_SPAN = 20000, 12000
+_next_port = (os.getpid() * 7919 + int(time.time())) % _PORT_SPAN
 
 
 def free_port():
     """A loopback TCP port free now and not handed out before by this
-    process: the kernel may give a port it has just released to the next
-    bind to port 0, so two picks in a row (a daemon's TCP and metrics
-    ports) could otherwise be the same one (CI saw "Address already in
-    use" for a daemon's metrics port that way)."""
-    for _ in range(100):
+    process."""
+    global _next_port
+    for _ in range(_PORT_SPAN):
+        port = _PORT_LOW + _next_port % _PORT_SPAN
+        _next_port += 1
         with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port not in _given_ports:
-            _given_ports.add(port)
-            return port
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
     raise RuntimeError("no free loopback port")
 
 

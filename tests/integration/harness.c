@@ -148,13 +148,15 @@ int harness_start(struct mfmad_proc *p, const char *extra_conf, const char *cons
 		return -1;
 	}
 	track(p, 1);
-	/* Ready when the socket accepts; give a sanitizer build time. */
+	/* Ready when the socket accepts and the daemon has logged "ready" (its
+	 * Unix socket accepts before its TCP and metrics listeners are bound);
+	 * give a sanitizer build time. */
 	for (int i = 0; i < 300; i++) {
 		int fd = harness_connect_raw(p);
-		if (fd >= 0) {
+		if (fd >= 0)
 			close(fd);
+		if (fd >= 0 && harness_log_count(p, "ready: ") > 0)
 			return 0;
-		}
 		int st;
 		if (waitpid(p->pid, &st, WNOHANG) == p->pid) {
 			fprintf(stderr, "mfmad exited during start-up\n");
@@ -314,18 +316,33 @@ int harness_run(const char *const *argv, char *out, size_t outlen)
 	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
+/* Ports are picked below Linux's default ephemeral range (32768-60999):
+ * a port that bind(0) has just handed out and released lies in the range
+ * the kernel also gives every outgoing connection, so another test's
+ * client could take it before the daemon binds it.  Each process walks
+ * the ports in order from a start derived from its pid, so it never gets
+ * the same port twice and two processes seldom meet. */
+enum { PORT_LOW = 20000, PORT_SPAN = 12000 };
+
 int harness_free_port(void)
 {
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t len = sizeof(sa);
-	int port = -1;
-	if (fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
-	    getsockname(fd, (struct sockaddr *)&sa, &len) == 0)
-		port = ntohs(sa.sin_port);
-	if (fd >= 0)
+	static unsigned next;
+	if (next == 0)
+		next = (unsigned)getpid() * 7919u + (unsigned)time(NULL);
+	for (int tries = 0; tries < PORT_SPAN; tries++) {
+		int port = PORT_LOW + (int)(next++ % PORT_SPAN);
+		int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (fd < 0)
+			return -1;
+		struct sockaddr_in sa = { .sin_family = AF_INET,
+					  .sin_port = htons((uint16_t)port),
+					  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+		int ok = bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
 		close(fd);
-	return port;
+		if (ok)
+			return port;
+	}
+	return -1;
 }
 
 int harness_http_get(int port, const char *path, char *out, size_t outlen)

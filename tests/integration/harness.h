@@ -48,7 +48,8 @@ long harness_read_frame(int fd, uint8_t **out, int timeout_ms);
 /* 1 if the peer closed the connection within timeout_ms, else 0. */
 int harness_wait_closed(int fd, int timeout_ms);
 
-/* A loopback TCP port free now (for --metrics). */
+/* A loopback TCP port free now (for --tcp, --metrics), never one this
+ * process was given before. */
 int harness_free_port(void);
 /* harness_start with the metrics server on a free loopback port, and the
  * environment variable env set to value for the daemon alone (env NULL:

@@ -6,10 +6,15 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 
 import pytest
+
+# The fleet tests' port picker: one for every Python test.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "haproxy"))
+from fleet import free_port  # noqa: E402
 
 
 def _start(conf="", extra=()):
@@ -32,12 +37,16 @@ def _start(conf="", extra=()):
     p = subprocess.Popen([binary, "--config", os.path.join(d, "mfmad.conf"), "--socket", sock,
                           "--log-level", "info", "--backends", "cpu", *extra],
                          stdout=subprocess.DEVNULL, stderr=log, env=env)
+    # Ready when the socket accepts and the daemon has logged "ready" (its
+    # Unix socket accepts before its TCP listener is bound).
     for _ in range(300):
         s = socket.socket(socket.AF_UNIX)
         try:
             s.connect(sock)
             s.close()
-            return p, d, sock, log
+            with open(os.path.join(d, "mfmad.log")) as f:
+                if "ready: " in f.read():
+                    return p, d, sock, log
         except OSError:
             s.close()
         if p.poll() is not None:
@@ -83,10 +92,7 @@ def client(daemon):
 def token_daemon(tmp_path):
     """A daemon with a loopback TCP listener that asks for a token:
     (tcp endpoint, token)."""
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
+    port = free_port()
     token = "py-secret-token-of-issue-13"
     tf = tmp_path / "token"
     tf.write_text(token + "\n")
@@ -105,10 +111,7 @@ def tls_daemon(tmp_path):
     certs = tmp_path / "certs"
     script = os.path.join(os.environ.get("MFMA_SOURCE_ROOT", ""), "tests", "tls", "make_certs.sh")
     subprocess.run(["bash", script, str(certs)], check=True)
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
+    port = free_port()
     p, d, sock, log = _start(f'listen = {{ tcp = true; tcp_port = {port}; '
                              f'tls_cert = "{certs}/server.pem"; tls_key = "{certs}/server.key"; '
                              f'tls_client_ca = "{certs}/ca.pem"; }};')

@@ -219,21 +219,6 @@ int sdtest_http(int family, int port, const char *method, const char *path, char
 	return code;
 }
 
-int sdtest_free_port(void)
-{
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -1;
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t sl = sizeof(a);
-	int port = -1;
-	if (bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-	    getsockname(fd, (struct sockaddr *)&a, &sl) == 0)
-		port = ntohs(a.sin_port);
-	close(fd);
-	return port;
-}
-
 int sdtest_exits_saying(pid_t pid, int status, const char *log_path, const char *want)
 {
 	int st = sdtest_wait_exit(pid, 20000);

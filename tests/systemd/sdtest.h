@@ -50,9 +50,6 @@ int sdtest_manager_count(struct sdtest_manager *m, const char *line, int from);
 int sdtest_http(int family, int port, const char *method, const char *path, char *head,
 		size_t headlen, char *body, size_t bodylen);
 
-/* A TCP port on 127.0.0.1 that was free a moment ago. */
-int sdtest_free_port(void);
-
 /* A socket connected to 127.0.0.1:port, trying every 25 ms for up to
  * timeout_ms (a listener still starting), or -1. */
 int sdtest_connect_tcp(int port, int timeout_ms);

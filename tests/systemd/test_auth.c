@@ -24,6 +24,7 @@
 #include <cmocka.h>
 
 #include "mfma.h"
+#include "harness.h"
 #include "sdtest.h"
 
 #define TOKEN "s3cret-token-of-32-bytes-0123456"
@@ -59,7 +60,7 @@ static void run_init(struct run *r)
 	snprintf(r->sock, sizeof(r->sock), "%s/mfmad.sock", r->dir);
 	snprintf(r->token, sizeof(r->token), "%s/token", r->dir);
 	write_file(r->token, TOKEN "\n", 0600);
-	r->port = sdtest_free_port();
+	r->port = harness_free_port();
 }
 
 static pid_t spawn(struct run *r, const char *conf)

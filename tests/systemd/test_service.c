@@ -26,6 +26,7 @@
 #include <cmocka.h>
 
 #include "mfma.h"
+#include "harness.h"
 #include "sdtest.h"
 
 /* ---- the daemon under test ---- */
@@ -532,7 +533,7 @@ static void scrape(int port, char *page, size_t len)
 static void test_metrics_after_workload(void **state)
 {
 	(void)state;
-	int port = sdtest_free_port();
+	int port = harness_free_port();
 	assert_true(port > 0);
 	char conf[256];
 	snprintf(conf, sizeof(conf), "metrics = { enabled = true; port = %d; };\n", port);

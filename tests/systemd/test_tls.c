@@ -31,6 +31,7 @@
 #include "harness_gemm.h"
 #include "mfma.h"
 #include "mfma_clock.h"
+#include "harness.h"
 #include "sdtest.h"
 
 struct run {
@@ -75,8 +76,8 @@ static void run_init(struct run *r)
 	char cmd[256];
 	snprintf(cmd, sizeof(cmd), "bash '%s' '%s'", env_or_empty("MAKE_CERTS"), r->certs);
 	assert_int_equal(system(cmd), 0);
-	r->port = sdtest_free_port();
-	r->mport = sdtest_free_port();
+	r->port = harness_free_port();
+	r->mport = harness_free_port();
 }
 
 /* The config of a TLS listener on r->port: cert is "server" or
@@ -455,7 +456,7 @@ static void test_failover(void **state)
 	/* Both daemons use a's certificates: one CA for the fleet. */
 	snprintf(b.certs, sizeof(b.certs), "%s", a.certs);
 	write_conf(&b, "server", cf(&b, "ca.pem"), NULL);
-	int dead = sdtest_free_port();
+	int dead = harness_free_port();
 	a.pid = spawn(&a);
 	b.pid = spawn(&b);
 	wait_ready(&a);
