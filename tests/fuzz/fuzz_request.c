@@ -1,7 +1,8 @@
 /* The daemon's decode path on arbitrary bytes: frame reader, protobuf
- * decode (as the daemon does it: a GEMM's matrices left in the frame,
- * daemon/request_msg.c, which must mean exactly what protobuf-c's own
- * decode makes of the bytes), request validation.  Built two ways: as a libFuzzer target
+ * decode (as the daemon does it, daemon/request_msg.c: a GEMM's matrices
+ * left in the frame, a plain GEMM by its own decoder, with a frame and
+ * without; each must mean exactly what protobuf-c's own decode makes of
+ * the bytes), request validation.  Built two ways: as a libFuzzer target
  * (clang -fsanitize=fuzzer, see meson.build) and linked into
  * fuzz_smoke, a deterministic mutation run that CI executes. */
 #include <stddef.h>
@@ -46,6 +47,12 @@ static void check_request(const uint8_t *p, size_t n)
 		return;
 	memcpy(frame, p, n);
 	struct request_msg m;
+	/* Without a frame to keep matrices in, as the daemon decodes the
+	 * frames it does not own (a GEMM then has no bound on what its own
+	 * decoder copies). */
+	request_msg_decode(&m, p, n, NULL, 0);
+	check_same(m.req, p, n);
+	request_msg_free(&m);
 	request_msg_decode(&m, frame, n, frame, n);
 	check_same(m.req, p, n);
 	Mfma__V1__Request *req = m.req;

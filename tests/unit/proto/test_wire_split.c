@@ -2,7 +2,9 @@
  * decode, split, to exactly what protobuf-c's own decode makes of them
  * (both packed again and compared byte for byte), with the large fields
  * pointing into the payload; merged, mutated and truncated payloads
- * decode to the same thing or fail the same way, and never crash. */
+ * decode to the same thing or fail the same way, and never crash.  The
+ * GEMM request's own decoder (wire_gemm.h) is held to the same on every
+ * one of them: it declines, or it makes what protobuf-c makes. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,6 +18,8 @@
 #include <cmocka.h>
 
 #include "mfma.pb-c.h"
+#include "msg_arena.h"
+#include "wire_gemm.h"
 #include "wire_split.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
@@ -213,7 +217,7 @@ static bool same_as_plain(const ProtobufCMessageDescriptor *desc,
 {
 	ProtobufCMessage *plain = protobuf_c_message_unpack(desc, NULL, len, buf);
 	ProtobufCMessage *split =
-		wire_split_unpack(desc, paths, npaths, WIRE_SPLIT_MIN_BYTES, buf, len, NULL);
+		wire_split_unpack(desc, NULL, paths, npaths, WIRE_SPLIT_MIN_BYTES, buf, len, NULL);
 	assert_true((plain == NULL) == (split == NULL));
 	if (plain) {
 		size_t n1, n2;
@@ -228,10 +232,77 @@ static bool same_as_plain(const ProtobufCMessageDescriptor *desc,
 	return plain != NULL;
 }
 
+/* wire_gemm_decode of buf, as the daemon calls it (matrices up to the
+ * split's threshold, into an arena) and with no bound (with malloc, freed
+ * field by field by protobuf-c): NULL, or what protobuf-c makes of buf.
+ * Returns whether the bounded call took it. */
+static bool gemm_decoder_agrees(const uint8_t *buf, size_t len)
+{
+	ProtobufCMessage *plain = protobuf_c_message_unpack(&mfma__v1__request__descriptor, NULL,
+							     len, buf);
+	size_t nplain = 0;
+	uint8_t *bplain = plain ? pack(plain, &nplain) : NULL;
+	struct msg_arena *a = msg_arena_new(960);
+	assert_non_null(a);
+	ProtobufCAllocator al = msg_arena_allocator(a);
+	Mfma__V1__Request *bounded = wire_gemm_decode(buf, len, WIRE_SPLIT_MIN_BYTES - 1, &al);
+	Mfma__V1__Request *whole = wire_gemm_decode(buf, len, SIZE_MAX, NULL);
+	const Mfma__V1__Request *got[2] = { bounded, whole };
+	for (int i = 0; i < 2; i++) {
+		if (!got[i])
+			continue;
+		assert_non_null(plain);
+		assert_int_equal(got[i]->body_case, MFMA__V1__REQUEST__BODY_GEMM);
+		size_t n;
+		uint8_t *b = pack(&got[i]->base, &n);
+		assert_int_equal(n, nplain);
+		assert_memory_equal(b, bplain, n);
+		free(b);
+	}
+	/* What the bounded call takes, the unbounded one takes too. */
+	assert_true(!bounded || whole);
+	protobuf_c_message_free_unpacked(&whole->base, NULL);
+	msg_arena_free(a);
+	protobuf_c_message_free_unpacked(plain, NULL);
+	free(bplain);
+	return bounded != NULL;
+}
+
 static bool same_request(const uint8_t *buf, size_t len)
 {
+	gemm_decoder_agrees(buf, len);
 	return same_as_plain(&mfma__v1__request__descriptor, wire_split_gemm_paths,
 			     wire_split_gemm_npaths, buf, len);
+}
+
+/* The GEMM requests a client sends (one field each, matrices under the
+ * threshold or in regions): the GEMM decoder takes them, not only
+ * declines, and declines every other body. */
+static void test_gemm_decoder_takes_plain_gemms(void **state)
+{
+	(void)state;
+	unsigned gemms = 0, taken = 0, small_gemms = 0;
+	for (int it = 0; it < 3000; it++) {
+		struct gen x;
+		rnd_request(&x);
+		size_t len;
+		uint8_t *buf = pack(&x.req.base, &len);
+		bool took = gemm_decoder_agrees(buf, len);
+		bool gemm = x.req.body_case == MFMA__V1__REQUEST__BODY_GEMM;
+		bool small = gemm && len < WIRE_SPLIT_MIN_BYTES;
+		assert_true(gemm || !took);
+		/* A GEMM whose every field is under the threshold is one the
+		 * generator made in the plain form: taken. */
+		if (small)
+			assert_true(took);
+		gemms += gemm;
+		small_gemms += small;
+		taken += took;
+		free(buf);
+	}
+	print_message("%u GEMMs of 3000 requests, %u of them small, %u taken\n", gemms, small_gemms,
+		      taken);
+	assert_true(small_gemms > 100);
 }
 
 static void test_random_requests(void **state)
@@ -247,7 +318,7 @@ static void test_random_requests(void **state)
 		uint8_t *buf = pack(&x.req.base, &len);
 		assert_true(same_request(buf, len));
 		size_t kept;
-		ProtobufCMessage *m = wire_split_unpack(&mfma__v1__request__descriptor,
+		ProtobufCMessage *m = wire_split_unpack(&mfma__v1__request__descriptor, NULL,
 							wire_split_gemm_paths,
 							wire_split_gemm_npaths,
 							WIRE_SPLIT_MIN_BYTES, buf, len, &kept);
@@ -281,6 +352,113 @@ static void test_random_requests(void **state)
 	 * them, by chance of the layout). */
 	print_message("%u of 3000 requests split\n", split_some);
 	assert_true(split_some > 150);
+}
+
+/* Protobuf wire pieces written by hand, for what protobuf-c's encoder
+ * never writes: 32-bit fields sent as wider varints, fields in any order. */
+struct wbuf {
+	uint8_t b[512];
+	size_t n;
+};
+
+static void put_varint(struct wbuf *w, uint64_t v)
+{
+	do {
+		w->b[w->n++] = (uint8_t)((v & 0x7f) | (v >= 0x80 ? 0x80 : 0));
+		v >>= 7;
+	} while (v);
+}
+
+static void put_key(struct wbuf *w, uint32_t num, uint32_t type)
+{
+	put_varint(w, (uint64_t)num << 3 | type);
+}
+
+static void put_sub(struct wbuf *w, uint32_t num, const struct wbuf *sub)
+{
+	put_key(w, num, 2);
+	put_varint(w, sub->n);
+	memcpy(w->b + w->n, sub->b, sub->n);
+	w->n += sub->n;
+}
+
+/* A value for a varint field: small, at the 32-bit edges, or any 64 bits
+ * (a negative int32 is sent sign-extended to ten bytes). */
+static uint64_t rnd_value(void)
+{
+	switch (rnd(5)) {
+	case 0: return rnd(300);
+	case 1: return 0xffffffffull - rnd(3);
+	case 2: return 0x100000000ull + rnd(300);
+	case 3: return (uint64_t)-(int64_t)(1 + rnd(5));
+	default: return (uint64_t)rnd(UINT32_MAX) << 32 | rnd(UINT32_MAX);
+	}
+}
+
+/* A message of the given varint fields (numbers 1..n) in random order,
+ * each present or not, then the submessage fields after them. */
+static void rnd_varints(struct wbuf *w, uint32_t n)
+{
+	uint32_t order[8];
+	for (uint32_t i = 0; i < n; i++)
+		order[i] = i + 1;
+	for (uint32_t i = n; i > 1; i--) {
+		uint32_t j = rnd(i), t = order[i - 1];
+		order[i - 1] = order[j];
+		order[j] = t;
+	}
+	for (uint32_t i = 0; i < n; i++)
+		if (rnd(4)) {
+			put_key(w, order[i], 0);
+			put_varint(w, rnd_value());
+		}
+}
+
+/* GEMMs with every scalar field the decoder reads at values protobuf-c's
+ * encoder would not write: the same as protobuf-c's decode, and taken. */
+static void test_gemm_decoder_wide_varints(void **state)
+{
+	(void)state;
+	for (int it = 0; it < 3000; it++) {
+		struct wbuf rb = { 0 }, dr = { 0 }, mb = { 0 }, op = { 0 }, g = { 0 }, req = { 0 };
+		rnd_varints(&rb, 3); /* RegionRef: region, offset, length */
+		rnd_varints(&dr, 3);
+		rnd_varints(&mb, 3); /* Matrix: rows, cols, dtype */
+		if (rnd(2))
+			put_sub(&mb, 5, &rb);
+		/* A weight name, now and then with a NUL byte: declined. */
+		bool nul = rnd(8) == 0;
+		if (nul || rnd(2)) {
+			put_key(&op, 3, 2);
+			put_varint(&op, 2);
+			memcpy(op.b + op.n, nul ? "w\0" : "w1", 2);
+			op.n += 2;
+		}
+		if (rnd(2)) {
+			put_key(&op, 4, 0); /* sparsity */
+			put_varint(&op, rnd_value());
+		}
+		put_sub(&g, 1, &op);
+		put_sub(&g, 2, &mb);
+		for (uint32_t f = 6; f <= 9; f++) /* out_dtype, device, priority, timeout_us */
+			if (rnd(2)) {
+				put_key(&g, f, 0);
+				put_varint(&g, rnd_value());
+			}
+		if (rnd(2)) {
+			put_key(&g, 4 + rnd(2), 5); /* alpha or beta */
+			for (int k = 0; k < 4; k++)
+				g.b[g.n++] = (uint8_t)rnd(256);
+		}
+		if (rnd(2))
+			put_sub(&g, 10, &dr);
+		if (rnd(2)) {
+			put_key(&req, 1, 0);
+			put_varint(&req, rnd_value());
+		}
+		put_sub(&req, 2, &g);
+		assert_int_equal(gemm_decoder_agrees(req.b, req.n), !nul);
+	}
 }
 
 /* Two messages back to back are one message to protobuf (fields merged,
@@ -376,7 +554,7 @@ static void test_response_d(void **state)
 		assert_true(same_as_plain(&mfma__v1__response__descriptor, wire_split_response_paths,
 					  wire_split_response_npaths, buf, len));
 		Mfma__V1__Response *r = (Mfma__V1__Response *)wire_split_unpack(
-			&mfma__v1__response__descriptor, wire_split_response_paths,
+			&mfma__v1__response__descriptor, NULL, wire_split_response_paths,
 			wire_split_response_npaths, WIRE_SPLIT_MIN_BYTES, buf, len, &kept);
 		assert_non_null(r);
 		bool big = d.data.len >= WIRE_SPLIT_MIN_BYTES;
@@ -478,7 +656,7 @@ static void test_pad_aligns_b(void **state)
 		memcpy(frame + 4 + npad, plain, n);
 		size_t in_place = 0;
 		Mfma__V1__Request *got = (Mfma__V1__Request *)wire_split_unpack(
-			&mfma__v1__request__descriptor, wire_split_gemm_paths, wire_split_gemm_npaths,
+			&mfma__v1__request__descriptor, NULL, wire_split_gemm_paths, wire_split_gemm_npaths,
 			WIRE_SPLIT_MIN_BYTES, frame + 4, npad + n, &in_place);
 		assert_non_null(got);
 		assert_int_equal(got->id, req.id);
@@ -562,6 +740,8 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_random_requests),
+		cmocka_unit_test(test_gemm_decoder_takes_plain_gemms),
+		cmocka_unit_test(test_gemm_decoder_wide_varints),
 		cmocka_unit_test(test_merged_requests),
 		cmocka_unit_test(test_truncated_and_mutated),
 		cmocka_unit_test(test_response_d),

@@ -1,0 +1,96 @@
+/* The decoder's bump arena (msg_arena.h). */
+#include "msg_arena.h"
+
+#include <stdalign.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+/* Every piece is aligned as malloc's are. */
+#define ALIGN alignof(max_align_t)
+
+/* A block past the first: its own malloc, linked for the final free. */
+struct more {
+	struct more *next;
+	alignas(max_align_t) unsigned char data[];
+};
+
+struct msg_arena {
+	size_t used, cap; /* in the first block, data */
+	size_t held;      /* bytes of every block, the first's included */
+	struct more *more;
+	alignas(max_align_t) unsigned char data[];
+};
+
+static size_t round_up(size_t n)
+{
+	return (n + ALIGN - 1) / ALIGN * ALIGN;
+}
+
+struct msg_arena *msg_arena_new(size_t bytes)
+{
+	bytes = round_up(bytes);
+	struct msg_arena *a = malloc(sizeof(*a) + bytes);
+	if (!a)
+		return NULL;
+	*a = (struct msg_arena){ .cap = bytes, .held = sizeof(*a) + bytes };
+	return a;
+}
+
+static void *arena_alloc(void *data, size_t size)
+{
+	struct msg_arena *a = data;
+	size_t n = round_up(size ? size : 1);
+	if (n < size)
+		return NULL;
+	if (a->cap - a->used >= n) {
+		void *p = a->data + a->used;
+		a->used += n;
+		return p;
+	}
+	/* What does not fit gets a block of its own: the first block's room
+	 * stays for the small pieces that follow a large copy. */
+	if (n > SIZE_MAX - sizeof(struct more))
+		return NULL;
+	struct more *m = malloc(sizeof(*m) + n);
+	if (!m)
+		return NULL;
+	m->next = a->more;
+	a->more = m;
+	a->held += sizeof(*m) + n;
+	return m->data;
+}
+
+static void arena_free(void *data, void *p)
+{
+	(void)data;
+	(void)p;
+}
+
+ProtobufCAllocator msg_arena_allocator(struct msg_arena *a)
+{
+	return (ProtobufCAllocator){ .alloc = arena_alloc, .free = arena_free, .allocator_data = a };
+}
+
+size_t msg_arena_bytes(const struct msg_arena *a)
+{
+	return a ? a->held : 0;
+}
+
+void msg_arena_reset(struct msg_arena *a)
+{
+	for (struct more *m = a->more, *next; m; m = next) {
+		next = m->next;
+		free(m);
+	}
+	a->more = NULL;
+	a->used = 0;
+	a->held = sizeof(*a) + a->cap;
+}
+
+void msg_arena_free(struct msg_arena *a)
+{
+	if (!a)
+		return;
+	msg_arena_reset(a);
+	free(a);
+}

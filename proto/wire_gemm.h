@@ -1,0 +1,30 @@
+/* A GEMM request decoded by a walker made for its schema instead of
+ * protobuf-c's generic, descriptor-driven decoder, which costs some 5,000
+ * instructions for an 80-byte request (most of what the daemon's loop
+ * thread spends on one: bench/RESULTS.md).
+ *
+ * It takes only the plain form: a Request of id, pad and gemm, each
+ * field at most once in its message, every field one that the schema
+ * names with its own wire type, every bytes field at most max_bytes long,
+ * no NUL byte in a string (what wire_check_strings would then find).
+ * Anything else (another body, an unknown or repeated field, a malformed
+ * one) it leaves to protobuf-c by returning NULL, so that what protobuf
+ * makes of such a frame (merging, the last member of a oneof winning,
+ * unknown fields kept, the error) stays protobuf-c's.  What it returns is
+ * what protobuf_c_message_unpack would have made of the same bytes (the
+ * unit test and the fuzz corpus hold it to that), allocated with alloc
+ * (NULL: malloc), and freed as protobuf-c's are: with
+ * protobuf_c_message_free_unpacked and the same allocator, or with the
+ * arena (msg_arena.h).  Pure: no I/O. */
+#ifndef MFMA_WIRE_GEMM_H
+#define MFMA_WIRE_GEMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mfma.pb-c.h"
+
+Mfma__V1__Request *wire_gemm_decode(const uint8_t *buf, size_t len, size_t max_bytes,
+				    ProtobufCAllocator *alloc);
+
+#endif
