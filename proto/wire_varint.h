@@ -14,6 +14,11 @@
  * moves *pos past it; -1 when it runs past len or over ten bytes. */
 static inline int wire_varint_get(const uint8_t *buf, size_t len, size_t *pos, uint64_t *out)
 {
+	/* One byte: every key of the schema, and most sizes and lengths. */
+	if (*pos < len && buf[*pos] < 0x80) {
+		*out = buf[(*pos)++];
+		return 0;
+	}
 	uint64_t v = 0;
 	for (int shift = 0; shift < 64; shift += 7) {
 		if (*pos >= len)
