@@ -261,7 +261,8 @@ static bool gemm_decoder_agrees(const uint8_t *buf, size_t len)
 	}
 	/* What the bounded call takes, the unbounded one takes too. */
 	assert_true(!bounded || whole);
-	protobuf_c_message_free_unpacked(&whole->base, NULL);
+	if (whole)
+		protobuf_c_message_free_unpacked(&whole->base, NULL);
 	msg_arena_free(a);
 	protobuf_c_message_free_unpacked(plain, NULL);
 	free(bplain);
