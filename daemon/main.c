@@ -438,8 +438,8 @@ static int parse_backends(const char *s, struct mfmad_config *c)
 /* glibc's heap for a daemon that allocates and frees a request's pieces
  * (its arena, its job, its answer) in bursts of hundreds: by default the
  * top of the heap is given back to the kernel whenever 128 KiB of it is
- * free and taken again by the next burst, page faults included, which
- * was a third of the loop thread's CPU time at one column a request and
+ * free and taken again by the next burst, page faults included: a fifth
+ * to a third of the loop thread's CPU time at one column a request and
  * 256 in flight (bench/RESULTS.md).  M_TOP_PAD keeps 8 MiB at the top of
  * each arena.  Setting it also freezes glibc's mmap threshold at 128 KiB
  * (the default raises it to the size of the large blocks freed, up to 32
