@@ -1,7 +1,6 @@
 /* A GEMM request's own decoder (wire_gemm.h). */
 #include "wire_gemm.h"
 
-#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -68,14 +67,6 @@ static void *get(const struct dec *d, size_t n)
 	return d->alloc ? d->alloc->alloc(d->alloc->allocator_data, n) : malloc(n);
 }
 
-/* A submessage's struct, initialised as protobuf-c's decoder does. */
-#define NEW(d, type, init, out)                                        \
-	do {                                                           \
-		(out) = get((d), sizeof(type));                        \
-		if (out)                                               \
-			*(out) = (type)init;                           \
-	} while (0)
-
 /* A bytes field as protobuf-c copies it: NULL data when empty. */
 static int bytes(const struct dec *d, const struct field *f, protobuf_c_boolean *has,
 		 ProtobufCBinaryData *out)
@@ -140,187 +131,149 @@ static int f32(const struct field *f, protobuf_c_boolean *has, float *out)
 #define ENUM(f, has, out)                                                  \
 	((f)->type != WT_VARINT ? -1 : (*(has) = 1, *(out) = (__typeof__(*(out)))(uint32_t)(f)->v, 0))
 
-static int region_ref(const struct dec *d, const struct field *at, Mfma__V1__RegionRef **out)
+/* A field of the message m: 0, or -1 to decline the request. */
+typedef int (*field_fn)(const struct dec *d, void *m, const struct field *f);
+
+/* The fields of the message at buf[0, len) into m, each through `each`. */
+static int walk(const struct dec *d, const uint8_t *buf, size_t len, void *m, field_fn each)
 {
-	if (at->type != WT_LEN)
-		return -1;
-	NEW(d, Mfma__V1__RegionRef, MFMA__V1__REGION_REF__INIT, *out);
-	Mfma__V1__RegionRef *r = *out;
-	if (!r)
-		return -1;
 	uint32_t seen = 0;
 	struct field f;
-	for (size_t pos = 0; pos < at->n;) {
-		if (next(at->at, at->n, &pos, &seen, &f) < 0)
+	for (size_t pos = 0; pos < len;)
+		if (next(buf, len, &pos, &seen, &f) < 0 || each(d, m, &f) < 0)
 			return -1;
-		int rc = f.num == 1   ? u64(&f, &r->has_region, &r->region)
-			 : f.num == 2 ? u64(&f, &r->has_offset, &r->offset)
-			 : f.num == 3 ? u64(&f, &r->has_length, &r->length)
-				      : -1;
-		if (rc < 0)
-			return -1;
-	}
 	return 0;
 }
 
-static int matrix(const struct dec *d, const struct field *at, Mfma__V1__Matrix **out)
+/* A submessage field: its struct (size bytes, initialised from init as
+ * protobuf-c's decoder does), hung on *out before its fields are read so
+ * that a decline frees what was made. */
+static int sub(const struct dec *d, const struct field *f, const void *init, size_t size,
+	       field_fn each, void **out)
 {
-	if (at->type != WT_LEN)
+	if (f->type != WT_LEN || !(*out = get(d, size)))
 		return -1;
-	NEW(d, Mfma__V1__Matrix, MFMA__V1__MATRIX__INIT, *out);
-	Mfma__V1__Matrix *m = *out;
-	if (!m)
-		return -1;
-	uint32_t seen = 0;
-	struct field f;
-	for (size_t pos = 0; pos < at->n;) {
-		if (next(at->at, at->n, &pos, &seen, &f) < 0)
-			return -1;
-		int rc = f.num == 1   ? u32(&f, &m->has_rows, &m->rows)
-			 : f.num == 2 ? u32(&f, &m->has_cols, &m->cols)
-			 : f.num == 3 ? ENUM(&f, &m->has_dtype, &m->dtype)
-			 : f.num == 4 ? bytes(d, &f, &m->has_data, &m->data)
-			 : f.num == 5 ? region_ref(d, &f, &m->region)
-				      : -1;
-		if (rc < 0)
-			return -1;
-	}
-	return 0;
+	memcpy(*out, init, size);
+	return walk(d, f->at, f->n, *out, each);
 }
 
-static int sparse24(const struct dec *d, const struct field *at, Mfma__V1__Sparse24 **out)
+static const Mfma__V1__RegionRef region_ref_init = MFMA__V1__REGION_REF__INIT;
+static const Mfma__V1__Matrix matrix_init = MFMA__V1__MATRIX__INIT;
+static const Mfma__V1__Sparse24 sparse24_init = MFMA__V1__SPARSE24__INIT;
+static const Mfma__V1__Operand operand_init = MFMA__V1__OPERAND__INIT;
+static const Mfma__V1__Gemm gemm_init = MFMA__V1__GEMM__INIT;
+static const Mfma__V1__Request request_init = MFMA__V1__REQUEST__INIT;
+
+#define SUB(d, f, name, out) sub((d), (f), &name##_init, sizeof(name##_init), name##_field, (void **)(out))
+
+static int region_ref_field(const struct dec *d, void *m, const struct field *f)
 {
-	if (at->type != WT_LEN)
-		return -1;
-	NEW(d, Mfma__V1__Sparse24, MFMA__V1__SPARSE24__INIT, *out);
-	Mfma__V1__Sparse24 *s = *out;
-	if (!s)
-		return -1;
-	uint32_t seen = 0;
-	struct field f;
-	for (size_t pos = 0; pos < at->n;) {
-		if (next(at->at, at->n, &pos, &seen, &f) < 0)
-			return -1;
-		int rc = f.num == 1   ? u32(&f, &s->has_rows, &s->rows)
-			 : f.num == 2 ? u32(&f, &s->has_cols, &s->cols)
-			 : f.num == 3 ? ENUM(&f, &s->has_dtype, &s->dtype)
-			 : f.num == 4 ? bytes(d, &f, &s->has_values, &s->values)
-			 : f.num == 5 ? bytes(d, &f, &s->has_meta, &s->meta)
-				      : -1;
-		if (rc < 0)
-			return -1;
+	(void)d;
+	Mfma__V1__RegionRef *r = m;
+	switch (f->num) {
+	case 1: return u64(f, &r->has_region, &r->region);
+	case 2: return u64(f, &r->has_offset, &r->offset);
+	case 3: return u64(f, &r->has_length, &r->length);
+	default: return -1;
 	}
-	return 0;
 }
 
-static int operand(const struct dec *d, const struct field *at, Mfma__V1__Operand **out)
+static int matrix_field(const struct dec *d, void *mm, const struct field *f)
 {
-	if (at->type != WT_LEN)
-		return -1;
-	NEW(d, Mfma__V1__Operand, MFMA__V1__OPERAND__INIT, *out);
-	Mfma__V1__Operand *o = *out;
-	if (!o)
-		return -1;
-	uint32_t seen = 0;
-	struct field f;
-	for (size_t pos = 0; pos < at->n;) {
-		if (next(at->at, at->n, &pos, &seen, &f) < 0)
-			return -1;
-		/* One member of the oneof: with two, the last wins in
-		 * protobuf-c, after freeing the first; that is its to do. */
-		if (f.num <= 3 && o->kind_case != MFMA__V1__OPERAND__KIND__NOT_SET)
-			return -1;
-		int rc;
-		switch (f.num) {
-		case 1:
-			o->kind_case = MFMA__V1__OPERAND__KIND_DENSE;
-			rc = matrix(d, &f, &o->dense);
-			break;
-		case 2:
-			o->kind_case = MFMA__V1__OPERAND__KIND_SPARSE;
-			rc = sparse24(d, &f, &o->sparse);
-			break;
-		case 3:
-			o->kind_case = MFMA__V1__OPERAND__KIND_WEIGHT;
-			rc = string(d, &f, &o->weight);
-			break;
-		case 4: rc = ENUM(&f, &o->has_sparsity, &o->sparsity); break;
-		default: rc = -1; break;
-		}
-		if (rc < 0)
-			return -1;
+	Mfma__V1__Matrix *m = mm;
+	switch (f->num) {
+	case 1: return u32(f, &m->has_rows, &m->rows);
+	case 2: return u32(f, &m->has_cols, &m->cols);
+	case 3: return ENUM(f, &m->has_dtype, &m->dtype);
+	case 4: return bytes(d, f, &m->has_data, &m->data);
+	case 5: return SUB(d, f, region_ref, &m->region);
+	default: return -1;
 	}
-	return 0;
 }
 
-static int gemm(const struct dec *d, const struct field *at, Mfma__V1__Gemm **out)
+static int sparse24_field(const struct dec *d, void *m, const struct field *f)
 {
-	if (at->type != WT_LEN)
-		return -1;
-	NEW(d, Mfma__V1__Gemm, MFMA__V1__GEMM__INIT, *out);
-	Mfma__V1__Gemm *g = *out;
-	if (!g)
-		return -1;
-	uint32_t seen = 0;
-	struct field f;
-	for (size_t pos = 0; pos < at->n;) {
-		if (next(at->at, at->n, &pos, &seen, &f) < 0)
-			return -1;
-		uint32_t device = (uint32_t)g->device;
-		int rc;
-		switch (f.num) {
-		case 1: rc = operand(d, &f, &g->a); break;
-		case 2: rc = matrix(d, &f, &g->b); break;
-		case 3: rc = matrix(d, &f, &g->c); break;
-		case 4: rc = f32(&f, &g->has_alpha, &g->alpha); break;
-		case 5: rc = f32(&f, &g->has_beta, &g->beta); break;
-		case 6: rc = ENUM(&f, &g->has_out_dtype, &g->out_dtype); break;
-		case 7:
-			rc = u32(&f, &g->has_device, &device);
-			g->device = (int32_t)device;
-			break;
-		case 8: rc = u32(&f, &g->has_priority, &g->priority); break;
-		case 9: rc = u64(&f, &g->has_timeout_us, &g->timeout_us); break;
-		case 10: rc = region_ref(d, &f, &g->d); break;
-		default: rc = -1; break;
-		}
-		if (rc < 0)
-			return -1;
+	Mfma__V1__Sparse24 *s = m;
+	switch (f->num) {
+	case 1: return u32(f, &s->has_rows, &s->rows);
+	case 2: return u32(f, &s->has_cols, &s->cols);
+	case 3: return ENUM(f, &s->has_dtype, &s->dtype);
+	case 4: return bytes(d, f, &s->has_values, &s->values);
+	case 5: return bytes(d, f, &s->has_meta, &s->meta);
+	default: return -1;
 	}
-	return 0;
+}
+
+static int operand_field(const struct dec *d, void *m, const struct field *f)
+{
+	Mfma__V1__Operand *o = m;
+	/* One member of the oneof: with two, the last wins in protobuf-c,
+	 * after freeing the first; that is its to do. */
+	if (f->num <= 3 && o->kind_case != MFMA__V1__OPERAND__KIND__NOT_SET)
+		return -1;
+	switch (f->num) {
+	case 1:
+		o->kind_case = MFMA__V1__OPERAND__KIND_DENSE;
+		return SUB(d, f, matrix, &o->dense);
+	case 2:
+		o->kind_case = MFMA__V1__OPERAND__KIND_SPARSE;
+		return SUB(d, f, sparse24, &o->sparse);
+	case 3:
+		o->kind_case = MFMA__V1__OPERAND__KIND_WEIGHT;
+		return string(d, f, &o->weight);
+	case 4: return ENUM(f, &o->has_sparsity, &o->sparsity);
+	default: return -1;
+	}
+}
+
+static int gemm_field(const struct dec *d, void *m, const struct field *f)
+{
+	Mfma__V1__Gemm *g = m;
+	uint32_t device;
+	switch (f->num) {
+	case 1: return SUB(d, f, operand, &g->a);
+	case 2: return SUB(d, f, matrix, &g->b);
+	case 3: return SUB(d, f, matrix, &g->c);
+	case 4: return f32(f, &g->has_alpha, &g->alpha);
+	case 5: return f32(f, &g->has_beta, &g->beta);
+	case 6: return ENUM(f, &g->has_out_dtype, &g->out_dtype);
+	case 7:
+		if (u32(f, &g->has_device, &device) < 0)
+			return -1;
+		g->device = (int32_t)device;
+		return 0;
+	case 8: return u32(f, &g->has_priority, &g->priority);
+	case 9: return u64(f, &g->has_timeout_us, &g->timeout_us);
+	case 10: return SUB(d, f, region_ref, &g->d);
+	default: return -1;
+	}
+}
+
+static int request_field(const struct dec *d, void *m, const struct field *f)
+{
+	Mfma__V1__Request *r = m;
+	switch (f->num) {
+	case 1: return u64(f, &r->has_id, &r->id);
+	case 2:
+		r->body_case = MFMA__V1__REQUEST__BODY_GEMM;
+		return SUB(d, f, gemm, &r->gemm);
+	case 15: return bytes(d, f, &r->has_pad, &r->pad);
+	default: return -1;
+	}
 }
 
 Mfma__V1__Request *wire_gemm_decode(const uint8_t *buf, size_t len, size_t max_bytes,
 				    ProtobufCAllocator *alloc)
 {
 	const struct dec d = { .alloc = alloc, .max_bytes = max_bytes };
-	Mfma__V1__Request *r;
-	NEW(&d, Mfma__V1__Request, MFMA__V1__REQUEST__INIT, r);
-	if (!r || !buf)
-		goto fail;
-	uint32_t seen = 0;
-	struct field f;
-	for (size_t pos = 0; pos < len;) {
-		if (next(buf, len, &pos, &seen, &f) < 0)
-			goto fail;
-		int rc;
-		switch (f.num) {
-		case 1: rc = u64(&f, &r->has_id, &r->id); break;
-		case 15: rc = bytes(&d, &f, &r->has_pad, &r->pad); break;
-		case 2:
-			r->body_case = MFMA__V1__REQUEST__BODY_GEMM;
-			rc = gemm(&d, &f, &r->gemm);
-			break;
-		default: rc = -1; break;
-		}
-		if (rc < 0)
-			goto fail;
-	}
-	if (r->body_case == MFMA__V1__REQUEST__BODY_GEMM)
+	Mfma__V1__Request *r = get(&d, sizeof(*r));
+	if (!r)
+		return NULL;
+	*r = request_init;
+	if (buf && walk(&d, buf, len, r, request_field) == 0 &&
+	    r->body_case == MFMA__V1__REQUEST__BODY_GEMM)
 		return r;
-fail:
 	/* What was made so far is a valid message: protobuf-c frees it. */
-	if (r)
-		protobuf_c_message_free_unpacked(&r->base, alloc);
+	protobuf_c_message_free_unpacked(&r->base, alloc);
 	return NULL;
 }
