@@ -277,3 +277,88 @@ Mfma__V1__Request *wire_gemm_decode(const uint8_t *buf, size_t len, size_t max_b
 	protobuf_c_message_free_unpacked(&r->base, alloc);
 	return NULL;
 }
+
+/* ---- the answer ---- */
+
+static const Mfma__V1__Status status_init = MFMA__V1__STATUS__INIT;
+static const Mfma__V1__Timing timing_init = MFMA__V1__TIMING__INIT;
+static const Mfma__V1__DeviceRef device_ref_init = MFMA__V1__DEVICE_REF__INIT;
+static const Mfma__V1__GemmResult gemm_result_init = MFMA__V1__GEMM_RESULT__INIT;
+static const Mfma__V1__Response response_init = MFMA__V1__RESPONSE__INIT;
+
+static int status_field(const struct dec *d, void *m, const struct field *f)
+{
+	Mfma__V1__Status *s = m;
+	switch (f->num) {
+	case 1: return ENUM(f, &s->has_code, &s->code);
+	case 2: return string(d, f, &s->message);
+	default: return -1;
+	}
+}
+
+static int timing_field(const struct dec *d, void *m, const struct field *f)
+{
+	(void)d;
+	Mfma__V1__Timing *t = m;
+	switch (f->num) {
+	case 1: return u64(f, &t->has_queue_ns, &t->queue_ns);
+	case 2: return u64(f, &t->has_h2d_ns, &t->h2d_ns);
+	case 3: return u64(f, &t->has_kernel_ns, &t->kernel_ns);
+	case 4: return u64(f, &t->has_d2h_ns, &t->d2h_ns);
+	case 5: return u64(f, &t->has_total_ns, &t->total_ns);
+	case 6: return u64(f, &t->has_prep_ns, &t->prep_ns);
+	case 7: return u32(f, &t->has_batch_requests, &t->batch_requests);
+	case 8: return u32(f, &t->has_batch_columns, &t->batch_columns);
+	default: return -1;
+	}
+}
+
+static int device_ref_field(const struct dec *d, void *m, const struct field *f)
+{
+	Mfma__V1__DeviceRef *r = m;
+	switch (f->num) {
+	case 1: return u32(f, &r->has_index, &r->index);
+	case 2: return string(d, f, &r->backend);
+	case 3: return string(d, f, &r->arch);
+	default: return -1;
+	}
+}
+
+static int gemm_result_field(const struct dec *d, void *m, const struct field *f)
+{
+	Mfma__V1__GemmResult *g = m;
+	switch (f->num) {
+	case 1: return SUB(d, f, matrix, &g->d);
+	case 2: return SUB(d, f, timing, &g->timing);
+	case 3: return SUB(d, f, device_ref, &g->device);
+	case 4: return string(d, f, &g->variant);
+	default: return -1;
+	}
+}
+
+static int response_field(const struct dec *d, void *m, const struct field *f)
+{
+	Mfma__V1__Response *r = m;
+	switch (f->num) {
+	case 1: return u64(f, &r->has_id, &r->id);
+	case 2: return SUB(d, f, status, &r->status);
+	case 3:
+		r->body_case = MFMA__V1__RESPONSE__BODY_GEMM;
+		return SUB(d, f, gemm_result, &r->gemm);
+	default: return -1;
+	}
+}
+
+Mfma__V1__Response *wire_gemm_answer_decode(const uint8_t *buf, size_t len, size_t max_bytes,
+					    ProtobufCAllocator *alloc)
+{
+	const struct dec d = { .alloc = alloc, .max_bytes = max_bytes };
+	Mfma__V1__Response *r = get(&d, sizeof(*r));
+	if (!r)
+		return NULL;
+	*r = response_init;
+	if (buf && walk(&d, buf, len, r, response_field) == 0)
+		return r;
+	protobuf_c_message_free_unpacked(&r->base, alloc);
+	return NULL;
+}

@@ -1,7 +1,7 @@
-/* A GEMM request decoded by a walker made for its schema instead of
- * protobuf-c's generic, descriptor-driven decoder, which costs some 5,000
- * instructions for an 80-byte request (most of what the daemon's loop
- * thread spends on one: bench/RESULTS.md).
+/* A GEMM request, and its answer, decoded by walkers made for their schema
+ * instead of protobuf-c's generic, descriptor-driven decoder, which costs
+ * some 5,000 instructions for an 80-byte request (most of what the daemon's
+ * loop thread spent on one: bench/RESULTS.md) and 7,000 for its answer.
  *
  * It takes only the plain form: a Request of id, pad and gemm, each
  * field at most once in its message, every field one that the schema
@@ -26,5 +26,12 @@
 
 Mfma__V1__Request *wire_gemm_decode(const uint8_t *buf, size_t len, size_t max_bytes,
 				    ProtobufCAllocator *alloc);
+
+/* The same for an answer, as the client library decodes it: a Response of
+ * id, status and gemm (or of id and status alone: an error's answer),
+ * each field at most once, under the same rules: a GEMM's answer, or one
+ * with no body (an error's); an answer with another body is declined. */
+Mfma__V1__Response *wire_gemm_answer_decode(const uint8_t *buf, size_t len, size_t max_bytes,
+					    ProtobufCAllocator *alloc);
 
 #endif

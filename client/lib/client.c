@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "endpoint.h"
+#include "wire_gemm.h"
 #include "wire_split.h"
 
 /* Frames are limited by their 32-bit length only: the daemon decides
@@ -862,8 +863,12 @@ static Mfma__V1__Response *decode_response(mfma_client *c, const uint8_t *payloa
 	 * buffer holds beyond the answer goes when the result is made
 	 * (requests.c, gemm_result_from). */
 	if (len < CLIENT_KEEP_MIN_BYTES || frame_reader_pending(&c->rd) > CLIENT_READ_CHUNK ||
-	    !(rx->frame = frame_reader_take(&c->rd)))
-		return mfma__v1__response__unpack(NULL, len, payload);
+	    !(rx->frame = frame_reader_take(&c->rd))) {
+		/* A GEMM's answer or an error by the walker made for them, the
+		 * rest by protobuf-c; freed alike (proto/wire_gemm.h). */
+		Mfma__V1__Response *resp = wire_gemm_answer_decode(payload, len, SIZE_MAX, NULL);
+		return resp ? resp : mfma__v1__response__unpack(NULL, len, payload);
+	}
 	size_t kept = 0;
 	Mfma__V1__Response *resp = (Mfma__V1__Response *)wire_split_unpack(
 		&mfma__v1__response__descriptor, NULL, wire_split_response_paths,

@@ -4,7 +4,8 @@
  * pointing into the payload; merged, mutated and truncated payloads
  * decode to the same thing or fail the same way, and never crash.  The
  * GEMM request's own decoder (wire_gemm.h) is held to the same on every
- * one of them: it declines, or it makes what protobuf-c makes. */
+ * one of them: it declines, or it makes what protobuf-c makes; so is the
+ * answer's, on answers of every kind and their corruptions. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -575,6 +576,144 @@ static void test_response_d(void **state)
 	}
 }
 
+/* The answer's walker (wire_gemm_answer_decode) against protobuf-c's
+ * decode of buf: NULL, or a message that packs to the same bytes, freed
+ * by protobuf-c with malloc's allocator as the client library frees it.
+ * Returns whether it took buf. */
+static bool answer_decoder_agrees(const uint8_t *buf, size_t len)
+{
+	ProtobufCMessage *plain = protobuf_c_message_unpack(&mfma__v1__response__descriptor, NULL,
+							     len, buf);
+	Mfma__V1__Response *got = wire_gemm_answer_decode(buf, len, SIZE_MAX, NULL);
+	if (got) {
+		assert_non_null(plain);
+		size_t n1, n2;
+		uint8_t *b1 = pack(plain, &n1), *b2 = pack(&got->base, &n2);
+		assert_int_equal(n1, n2);
+		assert_memory_equal(b1, b2, n1);
+		free(b1);
+		free(b2);
+		assert_true(got->body_case == MFMA__V1__RESPONSE__BODY_GEMM ||
+			    got->body_case == MFMA__V1__RESPONSE__BODY__NOT_SET);
+		protobuf_c_message_free_unpacked(&got->base, NULL);
+	}
+	protobuf_c_message_free_unpacked(plain, NULL);
+	return got != NULL;
+}
+
+/* An answer as the daemon writes them: a GEMM's (D's bytes or its region,
+ * timing, device, variant), an error's (status alone), or a pong. */
+struct answer {
+	Mfma__V1__Response resp;
+	Mfma__V1__Status st;
+	Mfma__V1__GemmResult g;
+	Mfma__V1__Matrix d;
+	Mfma__V1__RegionRef dr;
+	Mfma__V1__Timing t;
+	Mfma__V1__DeviceRef dev;
+	Mfma__V1__Pong pong;
+};
+
+static void rnd_answer(struct answer *a)
+{
+	memset(a, 0, sizeof(*a));
+	mfma__v1__response__init(&a->resp);
+	mfma__v1__status__init(&a->st);
+	a->resp.has_id = rnd(8) != 0;
+	a->resp.id = (uint64_t)rnd(UINT32_MAX) << rnd(33);
+	a->st.has_code = 1;
+	a->st.code = (Mfma__V1__Code)rnd(10);
+	a->st.message = rnd(2) ? "weight 'w' is not loaded" : rnd(2) ? "" : NULL;
+	if (rnd(8))
+		a->resp.status = &a->st;
+	switch (rnd(4)) {
+	case 0:
+		break; /* an error's answer */
+	case 1:
+		mfma__v1__pong__init(&a->pong);
+		a->resp.body_case = MFMA__V1__RESPONSE__BODY_PONG;
+		a->resp.pong = &a->pong;
+		break;
+	default:
+		mfma__v1__gemm_result__init(&a->g);
+		mfma__v1__timing__init(&a->t);
+		mfma__v1__device_ref__init(&a->dev);
+		rnd_matrix(&a->d);
+		if (rnd(3) == 0) {
+			mfma__v1__region_ref__init(&a->dr);
+			a->dr.has_region = a->dr.has_offset = a->dr.has_length = 1;
+			a->dr.region = rnd(9);
+			a->dr.offset = (uint64_t)rnd(UINT32_MAX) << 8;
+			a->dr.length = rnd(1 << 20);
+			a->d.region = &a->dr;
+			a->d.has_data = 0;
+		}
+		a->g.d = rnd(8) ? &a->d : NULL;
+		a->t.has_queue_ns = rnd(2);
+		a->t.queue_ns = rnd(UINT32_MAX);
+		a->t.has_kernel_ns = a->t.has_total_ns = 1;
+		a->t.kernel_ns = rnd(100000);
+		a->t.total_ns = (uint64_t)rnd(UINT32_MAX) * 3;
+		a->t.has_batch_requests = a->t.has_batch_columns = rnd(2);
+		a->t.batch_requests = rnd(256);
+		a->t.batch_columns = rnd(4096);
+		a->g.timing = rnd(8) ? &a->t : NULL;
+		a->dev.has_index = 1;
+		a->dev.index = rnd(8);
+		a->dev.backend = "cuda";
+		a->dev.arch = rnd(2) ? "sm_90" : NULL;
+		a->g.device = rnd(8) ? &a->dev : NULL;
+		a->g.variant = rnd(4) ? "wg.sp.f16.n64" : NULL;
+		a->resp.body_case = MFMA__V1__RESPONSE__BODY_GEMM;
+		a->resp.gemm = &a->g;
+		break;
+	}
+}
+
+/* GEMMs' and errors' answers are taken, others declined; merged pairs,
+ * truncations and corruptions of them decode as protobuf-c decodes them
+ * or are declined. */
+static void test_answer_decoder(void **state)
+{
+	(void)state;
+	unsigned taken = 0, gemms = 0;
+	for (int it = 0; it < 2000; it++) {
+		struct answer a, b;
+		rnd_answer(&a);
+		rnd_answer(&b);
+		size_t la, lb;
+		uint8_t *ba = pack(&a.resp.base, &la), *bb = pack(&b.resp.base, &lb);
+		bool took = answer_decoder_agrees(ba, la);
+		/* A pong is declined; the rest is taken whole. */
+		assert_int_equal(took, a.resp.body_case != MFMA__V1__RESPONSE__BODY_PONG);
+		taken += took;
+		gemms += a.resp.body_case == MFMA__V1__RESPONSE__BODY_GEMM;
+		uint8_t *ab = malloc(la + lb);
+		memcpy(ab, ba, la);
+		memcpy(ab + la, bb, lb);
+		answer_decoder_agrees(ab, la + lb);
+		for (size_t cut = 0; cut < la && it < 200; cut++) {
+			uint8_t *t = malloc(cut ? cut : 1); /* exact size: ASan sees overreads */
+			memcpy(t, ba, cut);
+			answer_decoder_agrees(t, cut);
+			free(t);
+		}
+		for (int m = 0; m < 20; m++) {
+			uint8_t *t = malloc(la ? la : 1);
+			memcpy(t, ba, la);
+			for (int k = 0; k < 1 + (int)rnd(3) && la; k++)
+				t[rnd((uint32_t)la)] = (uint8_t)rnd(256);
+			answer_decoder_agrees(t, la);
+			free(t);
+		}
+		free(ab);
+		free(ba);
+		free(bb);
+	}
+	print_message("%u of 2000 answers taken, %u of them GEMMs'\n", taken, gemms);
+	assert_true(gemms > 500);
+}
+
 /* Each path names the field it says, by the descriptors. */
 static void test_paths_name_their_fields(void **state)
 {
@@ -746,6 +885,7 @@ int main(void)
 		cmocka_unit_test(test_merged_requests),
 		cmocka_unit_test(test_truncated_and_mutated),
 		cmocka_unit_test(test_response_d),
+		cmocka_unit_test(test_answer_decoder),
 		cmocka_unit_test(test_paths_name_their_fields),
 		cmocka_unit_test(test_small_copy_bytes),
 		cmocka_unit_test(test_pad_aligns_b),
