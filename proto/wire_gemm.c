@@ -131,7 +131,7 @@ static int f32(const struct field *f, protobuf_c_boolean *has, float *out)
 #define ENUM(f, has, out)                                                  \
 	((f)->type != WT_VARINT ? -1 : (*(has) = 1, *(out) = (__typeof__(*(out)))(uint32_t)(f)->v, 0))
 
-/* A field of the message m: 0, or -1 to decline the request. */
+/* A field of the message m: 0, or -1 to decline the whole message. */
 typedef int (*field_fn)(const struct dec *d, void *m, const struct field *f);
 
 /* The fields of the message at buf[0, len) into m, each through `each`. */

@@ -11,8 +11,9 @@
  * one) it leaves to protobuf-c by returning NULL, so that what protobuf
  * makes of such a frame (merging, the last member of a oneof winning,
  * unknown fields kept, the error) stays protobuf-c's.  What it returns is
- * what protobuf_c_message_unpack would have made of the same bytes (the
- * unit test and the fuzz corpus hold it to that), allocated with alloc
+ * what protobuf_c_message_unpack would have made of the same bytes
+ * (test_wire_split holds both decoders to that, and the request fuzz
+ * target the request's), allocated with alloc
  * (NULL: malloc), and freed as protobuf-c's are: with
  * protobuf_c_message_free_unpacked and the same allocator, or with the
  * arena (msg_arena.h).  Pure: no I/O. */
