@@ -29,7 +29,9 @@
 # E2E_READER_MIN_KB and E2E_OVERLAP, when set, limits.post_threads,
 # reader_threads, reader_min_kb and batching.overlap; E2E_COPY_STREAM,
 # E2E_DMA_PARTS_KB, E2E_REGION_COPIES, E2E_GATE and E2E_TILE_OUT,
-# cuda.copy_stream, dma_parts_kb, region_copies, gate and tile_out; unset, the
+# cuda.copy_stream, dma_parts_kb, region_copies, gate and tile_out;
+# E2E_LOOP_POLL_US, limits.loop_poll_us (the client's spin comes from
+# MFMA_SPIN_US in the environment, which mfmactl reads); unset, the
 # daemon's defaults (and nothing an older build would refuse).  LOAD_SCALE
 # (default 4; 1 gives the 0.1-0.3 s loads of runs before 2026-12-02, too
 # short to tell 10% apart) multiplies the batching loads' request counts.
@@ -63,6 +65,7 @@ limits = {
   ${E2E_READER_THREADS:+reader_threads = $E2E_READER_THREADS;}
   ${E2E_READER_MIN_KB:+reader_min_kb = $E2E_READER_MIN_KB;}
   ${E2E_LOOP_START:+loop_start = $E2E_LOOP_START;}
+  ${E2E_LOOP_POLL_US:+loop_poll_us = $E2E_LOOP_POLL_US;}
 };
 batching = { enabled = ${2:-true}; ${E2E_OVERLAP:+overlap = $E2E_OVERLAP;} };
 $metrics_conf
