@@ -90,8 +90,8 @@ static void decode(struct request_msg *m, const uint8_t *payload, size_t len, ui
 {
 	bad[0] = '\0';
 	request_msg_decode(m, payload, len, frame, cap);
-	/* The GEMM decoder has seen to its strings. */
-	if (m->req && !m->plain)
+	/* The GEMM decoder (m->arena set) has seen to its strings. */
+	if (m->req && !m->arena)
 		wire_check_strings(&mfma__v1__request__descriptor, payload, len, bad, badlen);
 }
 

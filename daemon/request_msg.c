@@ -1,6 +1,5 @@
 #include "request_msg.h"
 
-#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,52 +32,38 @@ static size_t count_large(const Mfma__V1__Request *r)
 	return n;
 }
 
-/* A request's arena's first block: room for what protobuf-c allocates
- * for a GEMM's messages and strings (seven pieces, 528 bytes, for one on
- * a resident weight with B and D in a region) and a small frame's bytes
- * fields, which it copies; with the arena's header under 1 KiB, the
- * largest size glibc's per-thread cache keeps.  Larger copies get
- * blocks of their own. */
+/* A request's arena's first block: room for what the GEMM decoder
+ * allocates (seven pieces, 528 bytes, for a GEMM on a resident weight
+ * with B and D in a region) and a small frame's bytes fields, which it
+ * copies; with the arena's header under 1 KiB, the largest size glibc's
+ * per-thread cache keeps.  Larger copies get blocks of their own. */
 #define ARENA_FIRST 960
-
-static Mfma__V1__Request *unpack(struct request_msg *m, ProtobufCAllocator *alloc)
-{
-	m->in_place = 0;
-	if (m->frame)
-		return (Mfma__V1__Request *)wire_split_unpack(
-			&mfma__v1__request__descriptor, alloc, wire_split_gemm_paths,
-			wire_split_gemm_npaths, WIRE_SPLIT_MIN_BYTES, m->payload, m->len, &m->in_place);
-	return mfma__v1__request__unpack(alloc, m->len, m->payload);
-}
 
 void request_msg_decode(struct request_msg *m, const uint8_t *payload, size_t len, uint8_t *frame,
 			size_t cap)
 {
 	*m = (struct request_msg){ .frame = frame, .frame_cap = cap, .payload = payload, .len = len };
+	/* A GEMM in the plain form a client sends, with no matrix for the
+	 * frame to keep: its own decoder, into an arena (proto/wire_gemm.h). */
 	m->arena = msg_arena_new(ARENA_FIRST);
-	ProtobufCAllocator arena;
 	if (m->arena) {
-		arena = msg_arena_allocator(m->arena);
-		/* A GEMM in the plain form a client sends, with no matrix for
-		 * the frame to keep: its own decoder (proto/wire_gemm.h). */
+		ProtobufCAllocator arena = msg_arena_allocator(m->arena);
 		m->req = wire_gemm_decode(payload, len, frame ? WIRE_SPLIT_MIN_BYTES - 1 : SIZE_MAX,
 					  &arena);
-		m->plain = m->req != NULL;
-		if (!m->req)
-			msg_arena_reset(m->arena);
+		if (!m->req) {
+			msg_arena_free(m->arena);
+			m->arena = NULL;
+		}
 	}
-	if (!m->req)
-		m->req = unpack(m, m->arena ? &arena : NULL);
-	/* Only a GEMM stays in the arena.  Every other request is decoded
-	 * again with malloc's allocator: the registry keeps a LoadWeight's
-	 * message past the frame and frees it field by field, and those are
-	 * few next to the GEMMs. */
-	if (m->arena && (!m->req || m->req->body_case != MFMA__V1__REQUEST__BODY_GEMM)) {
-		const bool decoded = m->req != NULL;
-		msg_arena_free(m->arena);
-		m->arena = NULL;
-		m->req = decoded ? unpack(m, NULL) : NULL;
-	}
+	/* Everything else as protobuf-c decodes it, with malloc (the registry
+	 * keeps a LoadWeight's message past the frame and frees it field by
+	 * field); with a frame, a GEMM's large matrices left in it. */
+	if (!m->req && frame)
+		m->req = (Mfma__V1__Request *)wire_split_unpack(
+			&mfma__v1__request__descriptor, wire_split_gemm_paths, wire_split_gemm_npaths,
+			WIRE_SPLIT_MIN_BYTES, payload, len, &m->in_place);
+	else if (!m->req)
+		m->req = mfma__v1__request__unpack(NULL, len, payload);
 	m->large = count_large(m->req);
 }
 
@@ -87,7 +72,7 @@ void request_msg_free(struct request_msg *m)
 	if (!m)
 		return;
 	if (m->arena)
-		/* The message and every field protobuf-c copied: no walk. */
+		/* The message and every field the decoder copied: no walk. */
 		msg_arena_free(m->arena);
 	else if (m->frame)
 		wire_split_free(m->req ? &m->req->base : NULL, wire_split_gemm_paths,

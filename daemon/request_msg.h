@@ -3,12 +3,12 @@
  * A GEMM's matrices are not copied out of the frame by the decode
  * (proto/wire_split.h): the message's bytes fields point into the frame's
  * buffer, which the message then owns, so the buffer lives exactly as
- * long as the request does and is freed with it.  A GEMM's message is
- * decoded into an arena, freed in one piece.  Pure: no I/O. */
+ * long as the request does and is freed with it.  A GEMM in the plain
+ * form a client sends is decoded by its own decoder into an arena, freed
+ * in one piece.  Pure: no I/O. */
 #ifndef MFMAD_REQUEST_MSG_H
 #define MFMAD_REQUEST_MSG_H
 
-#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -18,12 +18,11 @@ struct msg_arena;
 
 struct request_msg {
 	Mfma__V1__Request *req; /* NULL: the frame did not decode */
-	/* A GEMM's message lives in an arena of its own (proto/msg_arena.h),
-	 * freed whole; NULL: decoded with malloc (every other request). */
+	/* Set when the GEMM decoder took the frame (proto/wire_gemm.h: a
+	 * GEMM in its plain form, no NUL byte in its strings): the message
+	 * lives in this arena, freed whole.  NULL: protobuf-c decoded it,
+	 * with malloc. */
 	struct msg_arena *arena;
-	/* Decoded by the GEMM decoder (proto/wire_gemm.h): a GEMM in its
-	 * plain form, no NUL byte in its strings. */
-	bool plain;
 	uint8_t *frame;         /* the buffer holding payload, owned; NULL: not ours */
 	size_t frame_cap;       /* its size, which the holder of the message counts */
 	const uint8_t *payload;

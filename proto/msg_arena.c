@@ -16,7 +16,6 @@ struct more {
 
 struct msg_arena {
 	size_t used, cap; /* in the first block, data */
-	size_t held;      /* bytes of every block, the first's included */
 	struct more *more;
 	alignas(max_align_t) unsigned char data[];
 };
@@ -32,7 +31,7 @@ struct msg_arena *msg_arena_new(size_t bytes)
 	struct msg_arena *a = malloc(sizeof(*a) + bytes);
 	if (!a)
 		return NULL;
-	*a = (struct msg_arena){ .cap = bytes, .held = sizeof(*a) + bytes };
+	*a = (struct msg_arena){ .cap = bytes };
 	return a;
 }
 
@@ -56,7 +55,6 @@ static void *arena_alloc(void *data, size_t size)
 		return NULL;
 	m->next = a->more;
 	a->more = m;
-	a->held += sizeof(*m) + n;
 	return m->data;
 }
 
@@ -71,26 +69,13 @@ ProtobufCAllocator msg_arena_allocator(struct msg_arena *a)
 	return (ProtobufCAllocator){ .alloc = arena_alloc, .free = arena_free, .allocator_data = a };
 }
 
-size_t msg_arena_bytes(const struct msg_arena *a)
-{
-	return a ? a->held : 0;
-}
-
-void msg_arena_reset(struct msg_arena *a)
-{
-	for (struct more *m = a->more, *next; m; m = next) {
-		next = m->next;
-		free(m);
-	}
-	a->more = NULL;
-	a->used = 0;
-	a->held = sizeof(*a) + a->cap;
-}
-
 void msg_arena_free(struct msg_arena *a)
 {
 	if (!a)
 		return;
-	msg_arena_reset(a);
+	for (struct more *m = a->more, *next; m; m = next) {
+		next = m->next;
+		free(m);
+	}
 	free(a);
 }

@@ -201,9 +201,8 @@ static ProtobufCBinaryData *locate(ProtobufCMessage *m, const struct wire_split_
 #define SMALL_ON_STACK 2048
 
 ProtobufCMessage *wire_split_unpack(const ProtobufCMessageDescriptor *desc,
-				    ProtobufCAllocator *alloc, const struct wire_split_path *paths,
-				    size_t npaths, size_t min_len, const uint8_t *buf, size_t len,
-				    size_t *in_place)
+				    const struct wire_split_path *paths, size_t npaths,
+				    size_t min_len, const uint8_t *buf, size_t len, size_t *in_place)
 {
 	struct wire_split_field f[WIRE_SPLIT_MAX_PATHS];
 	uint8_t stack[SMALL_ON_STACK];
@@ -213,12 +212,12 @@ ProtobufCMessage *wire_split_unpack(const ProtobufCMessageDescriptor *desc,
 	*in_place = 0;
 	if (!desc || len < (min_len ? min_len : 1) ||
 	    wire_split(buf, len, paths, npaths, min_len, NULL, &need, NULL) < 0 || need == len)
-		return protobuf_c_message_unpack(desc, alloc, len, buf);
+		return protobuf_c_message_unpack(desc, NULL, len, buf);
 	uint8_t *small = need <= sizeof(stack) ? stack : malloc(need);
 	ProtobufCMessage *m = NULL;
 	int n = small ? wire_split(buf, len, paths, npaths, min_len, small, &need, f) : -ENOMEM;
 	if (n > 0)
-		m = protobuf_c_message_unpack(desc, alloc, need, small);
+		m = protobuf_c_message_unpack(desc, NULL, need, small);
 	if (small != stack)
 		free(small);
 	ProtobufCBinaryData *bd[WIRE_SPLIT_MAX_PATHS];
@@ -229,12 +228,12 @@ ProtobufCMessage *wire_split_unpack(const ProtobufCMessageDescriptor *desc,
 		 * empty; when it is not (the losing member of a oneof sent
 		 * twice), only the whole decode says what protobuf makes of it. */
 		if (!bd[i] || bd[i]->data || bd[i]->len) {
-			protobuf_c_message_free_unpacked(m, alloc);
+			protobuf_c_message_free_unpacked(m, NULL);
 			m = NULL;
 		}
 	}
 	if (!m)
-		return protobuf_c_message_unpack(desc, alloc, len, buf);
+		return protobuf_c_message_unpack(desc, NULL, len, buf);
 	for (int i = 0; i < n; i++) {
 		bd[i]->data = (uint8_t *)(uintptr_t)(buf + f[i].offset);
 		bd[i]->len = f[i].len;

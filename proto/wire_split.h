@@ -65,16 +65,13 @@ int wire_split(const uint8_t *buf, size_t len, const struct wire_split_path *pat
  * not in the decoded message: the losing member of a oneof sent twice)
  * it decodes buf whole, as plain protobuf-c does.  *in_place (may be
  * NULL) is how many fields point into buf: with 0, buf may go at once.
- * alloc is protobuf-c's (NULL: malloc); a message decoded into an arena
- * (msg_arena.h) is freed with its arena, not with wire_split_free.
  * NULL when buf does not decode, or out of memory. */
 ProtobufCMessage *wire_split_unpack(const ProtobufCMessageDescriptor *desc,
-				    ProtobufCAllocator *alloc, const struct wire_split_path *paths,
-				    size_t npaths, size_t min_len, const uint8_t *buf, size_t len,
-				    size_t *in_place);
+				    const struct wire_split_path *paths, size_t npaths,
+				    size_t min_len, const uint8_t *buf, size_t len, size_t *in_place);
 
-/* Frees a message from wire_split_unpack with the default allocator (NULL
- * is fine): the fields that point into buf are let go first. */
+/* Frees a message from wire_split_unpack (NULL is fine): the fields that
+ * point into buf are let go first. */
 void wire_split_free(ProtobufCMessage *m, const struct wire_split_path *paths, size_t npaths,
 		     const uint8_t *buf, size_t len);
 

@@ -871,7 +871,7 @@ static Mfma__V1__Response *decode_response(mfma_client *c, const uint8_t *payloa
 	}
 	size_t kept = 0;
 	Mfma__V1__Response *resp = (Mfma__V1__Response *)wire_split_unpack(
-		&mfma__v1__response__descriptor, NULL, wire_split_response_paths,
+		&mfma__v1__response__descriptor, wire_split_response_paths,
 		wire_split_response_npaths, WIRE_SPLIT_MIN_BYTES, payload, len, &kept);
 	if (kept == 0) {
 		free(rx->frame);

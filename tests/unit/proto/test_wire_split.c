@@ -218,7 +218,7 @@ static bool same_as_plain(const ProtobufCMessageDescriptor *desc,
 {
 	ProtobufCMessage *plain = protobuf_c_message_unpack(desc, NULL, len, buf);
 	ProtobufCMessage *split =
-		wire_split_unpack(desc, NULL, paths, npaths, WIRE_SPLIT_MIN_BYTES, buf, len, NULL);
+		wire_split_unpack(desc, paths, npaths, WIRE_SPLIT_MIN_BYTES, buf, len, NULL);
 	assert_true((plain == NULL) == (split == NULL));
 	if (plain) {
 		size_t n1, n2;
@@ -320,7 +320,7 @@ static void test_random_requests(void **state)
 		uint8_t *buf = pack(&x.req.base, &len);
 		assert_true(same_request(buf, len));
 		size_t kept;
-		ProtobufCMessage *m = wire_split_unpack(&mfma__v1__request__descriptor, NULL,
+		ProtobufCMessage *m = wire_split_unpack(&mfma__v1__request__descriptor,
 							wire_split_gemm_paths,
 							wire_split_gemm_npaths,
 							WIRE_SPLIT_MIN_BYTES, buf, len, &kept);
@@ -463,6 +463,49 @@ static void test_gemm_decoder_wide_varints(void **state)
 	}
 }
 
+/* A decoder's check on a buffer (same_request, answer_decoder_agrees). */
+typedef bool (*decode_check)(const uint8_t *buf, size_t len);
+
+/* n bytes in a buffer of exactly that size (ASan sees overreads), through
+ * check. */
+static bool exact(const uint8_t *buf, size_t n, decode_check check)
+{
+	uint8_t *t = malloc(n ? n : 1);
+	memcpy(t, buf, n);
+	bool r = check(t, n);
+	free(t);
+	return r;
+}
+
+/* a and b back to back, which protobuf reads as one message. */
+static bool joined(const uint8_t *a, size_t la, const uint8_t *b, size_t lb, decode_check check)
+{
+	uint8_t *t = malloc(la + lb);
+	memcpy(t, a, la);
+	memcpy(t + la, b, lb);
+	bool r = check(t, la + lb);
+	free(t);
+	return r;
+}
+
+/* buf cut at every step-th length, then n copies with one to three bytes
+ * of its first span bytes (where the keys and lengths are) changed. */
+static void damaged(const uint8_t *buf, size_t len, size_t step, int n, size_t span,
+		    decode_check check)
+{
+	for (size_t cut = 0; cut < len; cut += step)
+		exact(buf, cut, check);
+	span = len < span ? len : span;
+	uint8_t *t = malloc(len ? len : 1);
+	for (int m = 0; m < n; m++) {
+		memcpy(t, buf, len);
+		for (int k = 0; k < 1 + (int)rnd(3) && span; k++)
+			t[rnd((uint32_t)span)] = (uint8_t)rnd(256);
+		check(t, len);
+	}
+	free(t);
+}
+
 /* Two messages back to back are one message to protobuf (fields merged,
  * the last scalar kept, a oneof's last member kept): the split declines
  * where it would differ, and the result is the plain one. */
@@ -475,11 +518,7 @@ static void test_merged_requests(void **state)
 		rnd_request(&y);
 		size_t l1, l2;
 		uint8_t *b1 = pack(&x.req.base, &l1), *b2 = pack(&y.req.base, &l2);
-		uint8_t *b = malloc(l1 + l2);
-		memcpy(b, b1, l1);
-		memcpy(b + l1, b2, l2);
-		assert_true(same_request(b, l1 + l2));
-		free(b);
+		assert_true(joined(b1, l1, b2, l2, same_request));
 		free(b1);
 		free(b2);
 	}
@@ -495,23 +534,7 @@ static void test_truncated_and_mutated(void **state)
 		rnd_request(&x);
 		size_t len;
 		uint8_t *buf = pack(&x.req.base, &len);
-		size_t step = len > 2000 ? len / 997 : 1;
-		for (size_t cut = 0; cut < len; cut += step) {
-			uint8_t *t = malloc(cut ? cut : 1); /* exact size: ASan sees overreads */
-			memcpy(t, buf, cut);
-			same_request(t, cut);
-			free(t);
-		}
-		for (int m = 0; m < 300; m++) {
-			uint8_t *t = malloc(len ? len : 1);
-			memcpy(t, buf, len);
-			/* Corrupt the head, where the keys and lengths are. */
-			size_t span = len < 64 ? len : 64;
-			for (int k = 0; k < 1 + (int)rnd(3) && span; k++)
-				t[rnd((uint32_t)span)] = (uint8_t)rnd(256);
-			same_request(t, len);
-			free(t);
-		}
+		damaged(buf, len, len > 2000 ? len / 997 : 1, 300, 64, same_request);
 		free(buf);
 	}
 	for (int it = 0; it < 20000; it++) {
@@ -519,10 +542,7 @@ static void test_truncated_and_mutated(void **state)
 		size_t n = rnd(sizeof(g) + 1);
 		for (size_t i = 0; i < n; i++)
 			g[i] = (uint8_t)rnd(256);
-		uint8_t *t = malloc(n ? n : 1);
-		memcpy(t, g, n);
-		same_request(t, n);
-		free(t);
+		exact(g, n, same_request);
 	}
 }
 
@@ -556,7 +576,7 @@ static void test_response_d(void **state)
 		assert_true(same_as_plain(&mfma__v1__response__descriptor, wire_split_response_paths,
 					  wire_split_response_npaths, buf, len));
 		Mfma__V1__Response *r = (Mfma__V1__Response *)wire_split_unpack(
-			&mfma__v1__response__descriptor, NULL, wire_split_response_paths,
+			&mfma__v1__response__descriptor, wire_split_response_paths,
 			wire_split_response_npaths, WIRE_SPLIT_MIN_BYTES, buf, len, &kept);
 		assert_non_null(r);
 		bool big = d.data.len >= WIRE_SPLIT_MIN_BYTES;
@@ -688,25 +708,9 @@ static void test_answer_decoder(void **state)
 		assert_int_equal(took, a.resp.body_case != MFMA__V1__RESPONSE__BODY_PONG);
 		taken += took;
 		gemms += a.resp.body_case == MFMA__V1__RESPONSE__BODY_GEMM;
-		uint8_t *ab = malloc(la + lb);
-		memcpy(ab, ba, la);
-		memcpy(ab + la, bb, lb);
-		answer_decoder_agrees(ab, la + lb);
-		for (size_t cut = 0; cut < la && it < 200; cut++) {
-			uint8_t *t = malloc(cut ? cut : 1); /* exact size: ASan sees overreads */
-			memcpy(t, ba, cut);
-			answer_decoder_agrees(t, cut);
-			free(t);
-		}
-		for (int m = 0; m < 20; m++) {
-			uint8_t *t = malloc(la ? la : 1);
-			memcpy(t, ba, la);
-			for (int k = 0; k < 1 + (int)rnd(3) && la; k++)
-				t[rnd((uint32_t)la)] = (uint8_t)rnd(256);
-			answer_decoder_agrees(t, la);
-			free(t);
-		}
-		free(ab);
+		joined(ba, la, bb, lb, answer_decoder_agrees);
+		/* Every cut of the first 200, anywhere corrupted. */
+		damaged(ba, la, it < 200 ? 1 : la + 1, 20, la, answer_decoder_agrees);
 		free(ba);
 		free(bb);
 	}
@@ -796,7 +800,7 @@ static void test_pad_aligns_b(void **state)
 		memcpy(frame + 4 + npad, plain, n);
 		size_t in_place = 0;
 		Mfma__V1__Request *got = (Mfma__V1__Request *)wire_split_unpack(
-			&mfma__v1__request__descriptor, NULL, wire_split_gemm_paths, wire_split_gemm_npaths,
+			&mfma__v1__request__descriptor, wire_split_gemm_paths, wire_split_gemm_npaths,
 			WIRE_SPLIT_MIN_BYTES, frame + 4, npad + n, &in_place);
 		assert_non_null(got);
 		assert_int_equal(got->id, req.id);
