@@ -43,13 +43,14 @@ void request_msg_decode(struct request_msg *m, const uint8_t *payload, size_t le
 			size_t cap)
 {
 	*m = (struct request_msg){ .frame = frame, .frame_cap = cap, .payload = payload, .len = len };
-	/* A GEMM in the plain form a client sends, with no matrix for the
-	 * frame to keep: its own decoder, into an arena (proto/wire_gemm.h). */
+	/* A GEMM in the plain form a client sends: its own decoder, into an
+	 * arena (proto/wire_gemm.h), its large matrices left in the frame
+	 * where there is one, as the split below would leave them. */
 	m->arena = msg_arena_new(ARENA_FIRST);
 	if (m->arena) {
 		ProtobufCAllocator arena = msg_arena_allocator(m->arena);
-		m->req = wire_gemm_decode(payload, len, frame ? WIRE_SPLIT_MIN_BYTES - 1 : SIZE_MAX,
-					  &arena);
+		m->req = wire_gemm_decode(payload, len, SIZE_MAX, frame ? WIRE_SPLIT_MIN_BYTES : 0,
+					  &m->in_place, &arena);
 		if (!m->req) {
 			msg_arena_free(m->arena);
 			m->arena = NULL;

@@ -1,18 +1,27 @@
 /* A GEMM request's own decoder (wire_gemm.h). */
 #include "wire_gemm.h"
 
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "wire_split.h"
 #include "wire_varint.h"
 
 enum { WT_VARINT = 0, WT_LEN = 2, WT_I32 = 5 };
 
-/* The decode under way: where the pieces come from and the longest bytes
- * field it copies. */
+/* A Request's matrices: its A (dense data, or a sparse A's values and
+ * meta), B and C, at most four of them in a message it takes. */
+#define MAX_KEPT 4
+
+/* The decode under way: where the pieces come from, the longest bytes
+ * field it copies, from what length a matrix stays in buf (0: never), and
+ * the matrices left there so far. */
 struct dec {
 	ProtobufCAllocator *alloc;
-	size_t max_bytes;
+	size_t max_bytes, keep_from;
+	ProtobufCBinaryData *kept[MAX_KEPT];
+	size_t nkept;
 };
 
 /* One field of a message: its number, wire type and value (a varint, the
@@ -67,8 +76,11 @@ static void *get(const struct dec *d, size_t n)
 	return d->alloc ? d->alloc->alloc(d->alloc->allocator_data, n) : malloc(n);
 }
 
-/* A bytes field as protobuf-c copies it: NULL data when empty. */
-static int bytes(const struct dec *d, const struct field *f, protobuf_c_boolean *has,
+/* A bytes field as protobuf-c copies it: NULL data when empty.  A
+ * matrix (a Request's, `matrix` set) of at least keep_from bytes that
+ * starts on an element boundary in buf is left there instead, as
+ * wire_split_unpack leaves it (wire_split.h). */
+static int bytes(struct dec *d, const struct field *f, bool matrix, protobuf_c_boolean *has,
 		 ProtobufCBinaryData *out)
 {
 	if (f->type != WT_LEN || f->n > d->max_bytes)
@@ -78,6 +90,12 @@ static int bytes(const struct dec *d, const struct field *f, protobuf_c_boolean 
 	*has = 1;
 	if (f->n == 0)
 		return 0;
+	if (matrix && d->keep_from && f->n >= d->keep_from &&
+	    ((uintptr_t)f->at & (WIRE_SPLIT_ALIGN - 1)) == 0 && d->nkept < MAX_KEPT) {
+		out->data = (uint8_t *)(uintptr_t)f->at;
+		d->kept[d->nkept++] = out;
+		return 0;
+	}
 	out->data = get(d, f->n);
 	if (!out->data)
 		return -1;
@@ -88,7 +106,7 @@ static int bytes(const struct dec *d, const struct field *f, protobuf_c_boolean 
 /* A string field: its bytes and a NUL.  One that holds a NUL byte itself
  * is declined: the daemon refuses those, naming the field, after
  * protobuf-c's decode (wire_check_strings). */
-static int string(const struct dec *d, const struct field *f, char **out)
+static int string(struct dec *d, const struct field *f, char **out)
 {
 	if (f->type != WT_LEN || f->n > d->max_bytes || memchr(f->at, 0, f->n) ||
 	    !(*out = get(d, f->n + 1)))
@@ -132,10 +150,10 @@ static int f32(const struct field *f, protobuf_c_boolean *has, float *out)
 	((f)->type != WT_VARINT ? -1 : (*(has) = 1, *(out) = (__typeof__(*(out)))(uint32_t)(f)->v, 0))
 
 /* A field of the message m: 0, or -1 to decline the whole message. */
-typedef int (*field_fn)(const struct dec *d, void *m, const struct field *f);
+typedef int (*field_fn)(struct dec *d, void *m, const struct field *f);
 
 /* The fields of the message at buf[0, len) into m, each through `each`. */
-static int walk(const struct dec *d, const uint8_t *buf, size_t len, void *m, field_fn each)
+static int walk(struct dec *d, const uint8_t *buf, size_t len, void *m, field_fn each)
 {
 	uint32_t seen = 0;
 	struct field f;
@@ -148,7 +166,7 @@ static int walk(const struct dec *d, const uint8_t *buf, size_t len, void *m, fi
 /* A submessage field: its struct (size bytes, initialised from init as
  * protobuf-c's decoder does), hung on *out before its fields are read so
  * that a decline frees what was made. */
-static int sub(const struct dec *d, const struct field *f, const void *init, size_t size,
+static int sub(struct dec *d, const struct field *f, const void *init, size_t size,
 	       field_fn each, void **out)
 {
 	if (f->type != WT_LEN || !(*out = get(d, size)))
@@ -166,7 +184,7 @@ static const Mfma__V1__Request request_init = MFMA__V1__REQUEST__INIT;
 
 #define SUB(d, f, name, out) sub((d), (f), &name##_init, sizeof(name##_init), name##_field, (void **)(out))
 
-static int region_ref_field(const struct dec *d, void *m, const struct field *f)
+static int region_ref_field(struct dec *d, void *m, const struct field *f)
 {
 	(void)d;
 	Mfma__V1__RegionRef *r = m;
@@ -178,33 +196,33 @@ static int region_ref_field(const struct dec *d, void *m, const struct field *f)
 	}
 }
 
-static int matrix_field(const struct dec *d, void *mm, const struct field *f)
+static int matrix_field(struct dec *d, void *mm, const struct field *f)
 {
 	Mfma__V1__Matrix *m = mm;
 	switch (f->num) {
 	case 1: return u32(f, &m->has_rows, &m->rows);
 	case 2: return u32(f, &m->has_cols, &m->cols);
 	case 3: return ENUM(f, &m->has_dtype, &m->dtype);
-	case 4: return bytes(d, f, &m->has_data, &m->data);
+	case 4: return bytes(d, f, true, &m->has_data, &m->data);
 	case 5: return SUB(d, f, region_ref, &m->region);
 	default: return -1;
 	}
 }
 
-static int sparse24_field(const struct dec *d, void *m, const struct field *f)
+static int sparse24_field(struct dec *d, void *m, const struct field *f)
 {
 	Mfma__V1__Sparse24 *s = m;
 	switch (f->num) {
 	case 1: return u32(f, &s->has_rows, &s->rows);
 	case 2: return u32(f, &s->has_cols, &s->cols);
 	case 3: return ENUM(f, &s->has_dtype, &s->dtype);
-	case 4: return bytes(d, f, &s->has_values, &s->values);
-	case 5: return bytes(d, f, &s->has_meta, &s->meta);
+	case 4: return bytes(d, f, true, &s->has_values, &s->values);
+	case 5: return bytes(d, f, true, &s->has_meta, &s->meta);
 	default: return -1;
 	}
 }
 
-static int operand_field(const struct dec *d, void *m, const struct field *f)
+static int operand_field(struct dec *d, void *m, const struct field *f)
 {
 	Mfma__V1__Operand *o = m;
 	/* One member of the oneof: with two, the last wins in protobuf-c,
@@ -226,7 +244,7 @@ static int operand_field(const struct dec *d, void *m, const struct field *f)
 	}
 }
 
-static int gemm_field(const struct dec *d, void *m, const struct field *f)
+static int gemm_field(struct dec *d, void *m, const struct field *f)
 {
 	Mfma__V1__Gemm *g = m;
 	uint32_t device;
@@ -249,7 +267,7 @@ static int gemm_field(const struct dec *d, void *m, const struct field *f)
 	}
 }
 
-static int request_field(const struct dec *d, void *m, const struct field *f)
+static int request_field(struct dec *d, void *m, const struct field *f)
 {
 	Mfma__V1__Request *r = m;
 	switch (f->num) {
@@ -257,23 +275,31 @@ static int request_field(const struct dec *d, void *m, const struct field *f)
 	case 2:
 		r->body_case = MFMA__V1__REQUEST__BODY_GEMM;
 		return SUB(d, f, gemm, &r->gemm);
-	case 15: return bytes(d, f, &r->has_pad, &r->pad);
+	case 15: return bytes(d, f, false, &r->has_pad, &r->pad);
 	default: return -1;
 	}
 }
 
 Mfma__V1__Request *wire_gemm_decode(const uint8_t *buf, size_t len, size_t max_bytes,
-				    ProtobufCAllocator *alloc)
+				    size_t keep_from, size_t *in_place, ProtobufCAllocator *alloc)
 {
-	const struct dec d = { .alloc = alloc, .max_bytes = max_bytes };
+	struct dec d = { .alloc = alloc, .max_bytes = max_bytes, .keep_from = keep_from };
+	if (in_place)
+		*in_place = 0;
 	Mfma__V1__Request *r = get(&d, sizeof(*r));
 	if (!r)
 		return NULL;
 	*r = request_init;
 	if (buf && walk(&d, buf, len, r, request_field) == 0 &&
-	    r->body_case == MFMA__V1__REQUEST__BODY_GEMM)
+	    r->body_case == MFMA__V1__REQUEST__BODY_GEMM) {
+		if (in_place)
+			*in_place = d.nkept;
 		return r;
-	/* What was made so far is a valid message: protobuf-c frees it. */
+	}
+	/* What was made so far is a valid message once the matrices left in
+	 * buf are let go: protobuf-c frees it. */
+	for (size_t i = 0; i < d.nkept; i++)
+		*d.kept[i] = (ProtobufCBinaryData){ 0 };
 	protobuf_c_message_free_unpacked(&r->base, alloc);
 	return NULL;
 }
@@ -286,7 +312,7 @@ static const Mfma__V1__DeviceRef device_ref_init = MFMA__V1__DEVICE_REF__INIT;
 static const Mfma__V1__GemmResult gemm_result_init = MFMA__V1__GEMM_RESULT__INIT;
 static const Mfma__V1__Response response_init = MFMA__V1__RESPONSE__INIT;
 
-static int status_field(const struct dec *d, void *m, const struct field *f)
+static int status_field(struct dec *d, void *m, const struct field *f)
 {
 	Mfma__V1__Status *s = m;
 	switch (f->num) {
@@ -296,7 +322,7 @@ static int status_field(const struct dec *d, void *m, const struct field *f)
 	}
 }
 
-static int timing_field(const struct dec *d, void *m, const struct field *f)
+static int timing_field(struct dec *d, void *m, const struct field *f)
 {
 	(void)d;
 	Mfma__V1__Timing *t = m;
@@ -313,7 +339,7 @@ static int timing_field(const struct dec *d, void *m, const struct field *f)
 	}
 }
 
-static int device_ref_field(const struct dec *d, void *m, const struct field *f)
+static int device_ref_field(struct dec *d, void *m, const struct field *f)
 {
 	Mfma__V1__DeviceRef *r = m;
 	switch (f->num) {
@@ -324,7 +350,7 @@ static int device_ref_field(const struct dec *d, void *m, const struct field *f)
 	}
 }
 
-static int gemm_result_field(const struct dec *d, void *m, const struct field *f)
+static int gemm_result_field(struct dec *d, void *m, const struct field *f)
 {
 	Mfma__V1__GemmResult *g = m;
 	switch (f->num) {
@@ -336,7 +362,7 @@ static int gemm_result_field(const struct dec *d, void *m, const struct field *f
 	}
 }
 
-static int response_field(const struct dec *d, void *m, const struct field *f)
+static int response_field(struct dec *d, void *m, const struct field *f)
 {
 	Mfma__V1__Response *r = m;
 	switch (f->num) {
@@ -352,7 +378,7 @@ static int response_field(const struct dec *d, void *m, const struct field *f)
 Mfma__V1__Response *wire_gemm_answer_decode(const uint8_t *buf, size_t len, size_t max_bytes,
 					    ProtobufCAllocator *alloc)
 {
-	const struct dec d = { .alloc = alloc, .max_bytes = max_bytes };
+	struct dec d = { .alloc = alloc, .max_bytes = max_bytes };
 	Mfma__V1__Response *r = get(&d, sizeof(*r));
 	if (!r)
 		return NULL;

@@ -16,7 +16,15 @@
  * target the request's), allocated with alloc
  * (NULL: malloc), and freed as protobuf-c's are: with
  * protobuf_c_message_free_unpacked and the same allocator, or with the
- * arena (msg_arena.h).  Pure: no I/O. */
+ * arena (msg_arena.h).
+ *
+ * With keep_from (0: off), a matrix (the bytes at wire_split_gemm_paths:
+ * A's data, values or meta, B's and C's data) of at least keep_from bytes
+ * whose bytes start at a multiple of WIRE_SPLIT_ALIGN in memory points
+ * into buf instead of being copied, as wire_split_unpack would leave it;
+ * *in_place (may be NULL) says how many do.  buf must then outlive the
+ * message, which is freed only with its arena: protobuf-c's free would
+ * free buf's bytes.  Pure: no I/O. */
 #ifndef MFMA_WIRE_GEMM_H
 #define MFMA_WIRE_GEMM_H
 
@@ -26,7 +34,7 @@
 #include "mfma.pb-c.h"
 
 Mfma__V1__Request *wire_gemm_decode(const uint8_t *buf, size_t len, size_t max_bytes,
-				    ProtobufCAllocator *alloc);
+				    size_t keep_from, size_t *in_place, ProtobufCAllocator *alloc);
 
 /* The same for an answer, as the client library decodes it: a Response of
  * id, status and gemm (or of id and status alone: an error's answer),

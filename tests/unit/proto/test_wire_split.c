@@ -182,23 +182,50 @@ static bool aligned(const uint8_t *p)
 	return ((uintptr_t)p & (WIRE_SPLIT_ALIGN - 1)) == 0;
 }
 
-/* Whether every field the split could take out that holds at least the
- * threshold points into buf exactly when its bytes start there at an
- * element boundary (WIRE_SPLIT_ALIGN), and is an aligned copy otherwise. */
-static void check_in_place(const ProtobufCMessage *m, const uint8_t *buf, size_t len)
+/* The bytes fields of a Request that may stay in buf (wire_split_gemm_paths). */
+static size_t request_matrices(const Mfma__V1__Request *r, ProtobufCBinaryData *f[4])
 {
-	const Mfma__V1__Request *r = (const Mfma__V1__Request *)m;
-	const ProtobufCBinaryData *f[4] = { 0 };
-	if (r->body_case == MFMA__V1__REQUEST__BODY_GEMM) {
-		f[0] = r->gemm->b && r->gemm->b->has_data ? &r->gemm->b->data : NULL;
-		f[1] = r->gemm->c && r->gemm->c->has_data ? &r->gemm->c->data : NULL;
+	size_t n = 0;
+	if (r->body_case != MFMA__V1__REQUEST__BODY_GEMM)
+		return 0;
+	const Mfma__V1__Gemm *g = r->gemm;
+	if (g->b && g->b->has_data)
+		f[n++] = &g->b->data;
+	if (g->c && g->c->has_data)
+		f[n++] = &g->c->data;
+	if (g->a && g->a->kind_case == MFMA__V1__OPERAND__KIND_DENSE && g->a->dense->has_data)
+		f[n++] = &g->a->dense->data;
+	if (g->a && g->a->kind_case == MFMA__V1__OPERAND__KIND_SPARSE) {
+		if (g->a->sparse->has_values)
+			f[n++] = &g->a->sparse->values;
+		if (g->a->sparse->has_meta)
+			f[n++] = &g->a->sparse->meta;
 	}
-	for (size_t i = 0; i < 4; i++) {
-		if (!f[i] || f[i]->len < WIRE_SPLIT_MIN_BYTES)
+	return n;
+}
+
+static bool points_into(const ProtobufCBinaryData *f, const uint8_t *buf, size_t len)
+{
+	return f->len && f->data >= buf && f->data + f->len <= buf + len;
+}
+
+/* Whether every matrix that holds at least the threshold points into buf
+ * exactly when its bytes start there at an element boundary
+ * (WIRE_SPLIT_ALIGN) and the decoder keeps them there (`keeps`), and is
+ * an aligned copy otherwise; returns how many point into buf. */
+static size_t check_in_place(const ProtobufCMessage *m, const uint8_t *buf, size_t len, bool keeps)
+{
+	ProtobufCBinaryData *f[4];
+	size_t n = request_matrices((const Mfma__V1__Request *)m, f), kept = 0;
+	for (size_t i = 0; i < n; i++) {
+		bool in_place = points_into(f[i], buf, len);
+		kept += in_place;
+		if (!keeps || f[i]->len < WIRE_SPLIT_MIN_BYTES) {
+			assert_false(in_place);
 			continue;
+		}
 		const uint8_t *at = field_in(buf, len, f[i]);
 		assert_non_null(at);
-		bool in_place = f[i]->data >= buf && f[i]->data + f[i]->len <= buf + len;
 		/* A copied field whose bytes occur twice (b and c drawn from
 		 * the same random slice) cannot be placed: only its copy's
 		 * alignment is checked then. */
@@ -207,6 +234,7 @@ static void check_in_place(const ProtobufCMessage *m, const uint8_t *buf, size_t
 			assert_int_equal(in_place, aligned(at));
 		assert_true(aligned(f[i]->data));
 	}
+	return kept;
 }
 
 /* The split decode of buf against protobuf-c's: both fail, or both
@@ -233,10 +261,15 @@ static bool same_as_plain(const ProtobufCMessageDescriptor *desc,
 	return plain != NULL;
 }
 
-/* wire_gemm_decode of buf, as the daemon calls it (matrices up to the
- * split's threshold, into an arena) and with no bound (with malloc, freed
- * field by field by protobuf-c): NULL, or what protobuf-c makes of buf.
- * Returns whether the bounded call took it. */
+/* wire_gemm_decode of buf, as the daemon calls it for a frame it keeps
+ * (large matrices left in buf, into an arena), the same with malloc (the
+ * matrices in buf let go before protobuf-c frees the rest; a decline after
+ * one was left there must let it go itself, or ASan sees buf freed), and
+ * copying everything (with malloc, freed field by field by protobuf-c):
+ * NULL, or what protobuf-c makes of buf, with the matrices where the
+ * split leaves them.  Returns whether the daemon's call took it. */
+static size_t kept_total; /* matrices the daemon's call left in buf */
+
 static bool gemm_decoder_agrees(const uint8_t *buf, size_t len)
 {
 	ProtobufCMessage *plain = protobuf_c_message_unpack(&mfma__v1__request__descriptor, NULL,
@@ -246,10 +279,15 @@ static bool gemm_decoder_agrees(const uint8_t *buf, size_t len)
 	struct msg_arena *a = msg_arena_new(960);
 	assert_non_null(a);
 	ProtobufCAllocator al = msg_arena_allocator(a);
-	Mfma__V1__Request *bounded = wire_gemm_decode(buf, len, WIRE_SPLIT_MIN_BYTES - 1, &al);
-	Mfma__V1__Request *whole = wire_gemm_decode(buf, len, SIZE_MAX, NULL);
-	const Mfma__V1__Request *got[2] = { bounded, whole };
-	for (int i = 0; i < 2; i++) {
+	size_t kept = 99, kept_malloc = 99, split_kept = 0;
+	Mfma__V1__Request *got[3] = {
+		wire_gemm_decode(buf, len, SIZE_MAX, WIRE_SPLIT_MIN_BYTES, &kept, &al),
+		wire_gemm_decode(buf, len, SIZE_MAX, WIRE_SPLIT_MIN_BYTES, &kept_malloc, NULL),
+		wire_gemm_decode(buf, len, SIZE_MAX, 0, NULL, NULL),
+	};
+	for (int i = 0; i < 3; i++) {
+		/* The three take the same requests. */
+		assert_true((got[i] == NULL) == (got[0] == NULL));
 		if (!got[i])
 			continue;
 		assert_non_null(plain);
@@ -259,15 +297,33 @@ static bool gemm_decoder_agrees(const uint8_t *buf, size_t len)
 		assert_int_equal(n, nplain);
 		assert_memory_equal(b, bplain, n);
 		free(b);
+		assert_int_equal(check_in_place(&got[i]->base, buf, len, i < 2),
+				 i == 0 ? kept : i == 1 ? kept_malloc : 0);
 	}
-	/* What the bounded call takes, the unbounded one takes too. */
-	assert_true(!bounded || whole);
-	if (whole)
-		protobuf_c_message_free_unpacked(&whole->base, NULL);
+	if (got[0]) {
+		/* Where the split leaves them. */
+		ProtobufCMessage *split = wire_split_unpack(&mfma__v1__request__descriptor,
+							    wire_split_gemm_paths, wire_split_gemm_npaths,
+							    WIRE_SPLIT_MIN_BYTES, buf, len, &split_kept);
+		assert_non_null(split);
+		assert_int_equal(kept, split_kept);
+		kept_total += kept;
+		wire_split_free(split, wire_split_gemm_paths, wire_split_gemm_npaths, buf, len);
+		ProtobufCBinaryData *f[4];
+		size_t n = request_matrices(got[1], f);
+		for (size_t i = 0; i < n; i++)
+			if (points_into(f[i], buf, len))
+				*f[i] = (ProtobufCBinaryData){ 0 };
+		protobuf_c_message_free_unpacked(&got[1]->base, NULL);
+		protobuf_c_message_free_unpacked(&got[2]->base, NULL);
+	} else {
+		assert_int_equal(kept, 0);
+		assert_int_equal(kept_malloc, 0);
+	}
 	msg_arena_free(a);
 	protobuf_c_message_free_unpacked(plain, NULL);
 	free(bplain);
-	return bounded != NULL;
+	return got[0] != NULL;
 }
 
 static bool same_request(const uint8_t *buf, size_t len)
@@ -277,13 +333,14 @@ static bool same_request(const uint8_t *buf, size_t len)
 			     wire_split_gemm_npaths, buf, len);
 }
 
-/* The GEMM requests a client sends (one field each, matrices under the
- * threshold or in regions): the GEMM decoder takes them, not only
- * declines, and declines every other body. */
+/* The GEMM requests a client sends (one field each, matrices of any
+ * size or in regions): the GEMM decoder takes them, not only declines,
+ * and declines every other body. */
 static void test_gemm_decoder_takes_plain_gemms(void **state)
 {
 	(void)state;
 	unsigned gemms = 0, taken = 0, small_gemms = 0;
+	kept_total = 0;
 	for (int it = 0; it < 3000; it++) {
 		struct gen x;
 		rnd_request(&x);
@@ -292,19 +349,19 @@ static void test_gemm_decoder_takes_plain_gemms(void **state)
 		bool took = gemm_decoder_agrees(buf, len);
 		bool gemm = x.req.body_case == MFMA__V1__REQUEST__BODY_GEMM;
 		bool small = gemm && len < WIRE_SPLIT_MIN_BYTES;
-		assert_true(gemm || !took);
-		/* A GEMM whose every field is under the threshold is one the
-		 * generator made in the plain form: taken. */
-		if (small)
-			assert_true(took);
+		/* Every GEMM the generator makes is in the plain form, large
+		 * matrices or not: taken; every other body declined. */
+		assert_int_equal(took, gemm);
 		gemms += gemm;
 		small_gemms += small;
 		taken += took;
 		free(buf);
 	}
-	print_message("%u GEMMs of 3000 requests, %u of them small, %u taken\n", gemms, small_gemms,
-		      taken);
+	print_message("%u GEMMs of 3000 requests, %u of them small, %u taken, %zu matrices left "
+		      "in the payload\n",
+		      gemms, small_gemms, taken, kept_total);
 	assert_true(small_gemms > 100);
+	assert_true(kept_total > 50);
 }
 
 static void test_random_requests(void **state)
@@ -325,7 +382,7 @@ static void test_random_requests(void **state)
 							wire_split_gemm_npaths,
 							WIRE_SPLIT_MIN_BYTES, buf, len, &kept);
 		assert_non_null(m);
-		check_in_place(m, buf, len);
+		check_in_place(m, buf, len, true);
 		wire_split_free(m, wire_split_gemm_paths, wire_split_gemm_npaths, buf, len);
 		size_t small = 0;
 		struct wire_split_field f[WIRE_SPLIT_MAX_PATHS];
