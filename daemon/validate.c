@@ -199,6 +199,14 @@ int validate_operand(const Mfma__V1__Operand *op, const struct validate_limits *
 	}
 }
 
+/* Whether a weight's name may hold the byte ch: letters, digits and
+ * . _ - : (the loop checks the name of every GEMM it is sent). */
+static bool name_byte_ok(unsigned char ch)
+{
+	return (unsigned)((ch | 0x20) - 'a') < 26u || (unsigned)(ch - '0') < 10u || ch == '.' ||
+	       ch == '_' || ch == '-' || ch == ':';
+}
+
 int validate_weight_name(const char *name, char *err, size_t errlen)
 {
 	if (!name || !*name)
@@ -206,14 +214,11 @@ int validate_weight_name(const char *name, char *err, size_t errlen)
 	size_t n = strlen(name);
 	if (n > 127)
 		return bad(err, errlen, "weight name is %zu bytes long; the limit is 127", n);
-	for (size_t i = 0; i < n; i++) {
-		char ch = name[i];
-		if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-		      ch == '.' || ch == '_' || ch == '-' || ch == ':'))
+	for (size_t i = 0; i < n; i++)
+		if (!name_byte_ok((unsigned char)name[i]))
 			return bad(err, errlen,
 				   "weight name '%s' has character 0x%02x at %zu; use letters, digits and . _ - :",
-				   name, (unsigned char)ch, i);
-	}
+				   name, (unsigned char)name[i], i);
 	return 0;
 }
 

@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -249,6 +250,37 @@ static void test_weight_operand(void **state)
 	expect_error(&f, &w, "weight name 'bad name' has character 0x20");
 }
 
+/* A weight's name: every byte value in every position, against the rule
+ * written out (letters, digits and . _ - :), and its length limit. */
+static void test_weight_names(void **state)
+{
+	(void)state;
+	static const char allowed[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-:";
+	char err[256], name[4] = "a?b";
+	for (int ch = 1; ch < 256; ch++) {
+		for (int at = 0; at < 3; at++) {
+			memcpy(name, "abc", 3);
+			name[at] = (char)ch;
+			bool ok = strchr(allowed, ch) != NULL;
+			assert_int_equal(validate_weight_name(name, err, sizeof(err)) == 0, ok);
+			if (!ok) {
+				char want[64];
+				snprintf(want, sizeof(want), "has character 0x%02x at %d;", ch, at);
+				assert_non_null(strstr(err, want));
+			}
+		}
+	}
+	char longest[129];
+	memset(longest, 'w', 128);
+	longest[127] = '\0';
+	assert_int_equal(validate_weight_name(longest, err, sizeof(err)), 0);
+	longest[127] = 'w';
+	longest[128] = '\0';
+	assert_true(validate_weight_name(longest, err, sizeof(err)) < 0);
+	assert_non_null(strstr(err, "128 bytes long; the limit is 127"));
+	assert_true(validate_weight_name("", err, sizeof(err)) < 0);
+}
+
 static void test_output_limit(void **state)
 {
 	(void)state;
@@ -346,6 +378,7 @@ int main(void)
 		cmocka_unit_test(test_dtypes),
 		cmocka_unit_test(test_alpha_beta_c),
 		cmocka_unit_test(test_weight_operand),
+		cmocka_unit_test(test_weight_names),
 		cmocka_unit_test(test_output_limit),
 		cmocka_unit_test(test_region_span),
 		cmocka_unit_test(test_region_fd),
