@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "answer.h"
+#include "block_list.h"
 #include "conn.h"
 #include "devices.h"
 #include "frame_arena.h"
@@ -54,13 +55,34 @@ static void job_fail(struct gemm_job *j, int code, const char *fmt, ...)
 	j->code = code;
 }
 
+/* The loop thread's freed jobs, reused by the next requests: it makes
+ * and frees them in bursts of hundreds (block_list.h). */
+#define JOBS_KEPT 1024
+static _Thread_local struct block_list jobs_kept;
+
+static struct gemm_job *job_new(void)
+{
+	struct gemm_job *j = block_list_take(&jobs_kept);
+	if (j)
+		memset(j, 0, sizeof(*j));
+	else
+		j = calloc(1, sizeof(*j));
+	return j;
+}
+
+static void job_release(struct gemm_job *j)
+{
+	if (!block_list_keep(&jobs_kept, j, JOBS_KEPT))
+		free(j);
+}
+
 static void job_free(struct gemm_job *j)
 {
 	request_msg_free(&j->in);
 	operand_a_free(&j->a);
 	answer_free(&j->ans);
 	frame_arena_free(j->frame);
-	free(j);
+	job_release(j);
 }
 
 /* Time in the device's queue: from arrival to the worker's start, less an
@@ -685,7 +707,7 @@ void gemm_handle(struct daemon *d, const struct request *r, struct request_msg *
 		}
 		ws = (struct weight_shape){ .m = w->m, .k = w->k, .dtype = w->dtype, .sparse = w->sparse };
 	}
-	j = calloc(1, sizeof(*j));
+	j = job_new();
 	if (!j) {
 		code = MFMA__V1__CODE__RESOURCE_EXHAUSTED;
 		snprintf(err, sizeof(err), "out of memory");
@@ -755,7 +777,7 @@ void gemm_handle(struct daemon *d, const struct request *r, struct request_msg *
 fail:
 	if (j)
 		release_regions(d, j);
-	free(j);
+	job_release(j);
 	reply_status(d, r, code, "%s", err);
 	request_msg_free(m);
 }

@@ -32,13 +32,6 @@ static size_t count_large(const Mfma__V1__Request *r)
 	return n;
 }
 
-/* A request's arena's first block: room for what the GEMM decoder
- * allocates (seven pieces, 528 bytes, for a GEMM on a resident weight
- * with B and D in a region) and a small frame's bytes fields, which it
- * copies; with the arena's header under 1 KiB, the largest size glibc's
- * per-thread cache keeps.  Larger copies get blocks of their own. */
-#define ARENA_FIRST 960
-
 void request_msg_decode(struct request_msg *m, const uint8_t *payload, size_t len, uint8_t *frame,
 			size_t cap)
 {
@@ -46,7 +39,7 @@ void request_msg_decode(struct request_msg *m, const uint8_t *payload, size_t le
 	/* A GEMM in the plain form a client sends: its own decoder, into an
 	 * arena (proto/wire_gemm.h), its large matrices left in the frame
 	 * where there is one, as the split below would leave them. */
-	m->arena = msg_arena_new(ARENA_FIRST);
+	m->arena = msg_arena_new(MSG_ARENA_REQUEST_BYTES);
 	if (m->arena) {
 		ProtobufCAllocator arena = msg_arena_allocator(m->arena);
 		m->req = wire_gemm_decode(payload, len, SIZE_MAX, frame ? WIRE_SPLIT_MIN_BYTES : 0,

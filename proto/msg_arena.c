@@ -2,8 +2,11 @@
 #include "msg_arena.h"
 
 #include <stdalign.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
+
+#include "block_list.h"
 
 /* Every piece is aligned as malloc's are. */
 #define ALIGN alignof(max_align_t)
@@ -25,10 +28,20 @@ static size_t round_up(size_t n)
 	return (n + ALIGN - 1) / ALIGN * ALIGN;
 }
 
+/* This thread's freed arenas of MSG_ARENA_REQUEST_BYTES. */
+static _Thread_local struct block_list kept;
+
+static bool request_sized(size_t cap)
+{
+	return cap == round_up(MSG_ARENA_REQUEST_BYTES);
+}
+
 struct msg_arena *msg_arena_new(size_t bytes)
 {
 	bytes = round_up(bytes);
-	struct msg_arena *a = malloc(sizeof(*a) + bytes);
+	struct msg_arena *a = request_sized(bytes) ? block_list_take(&kept) : NULL;
+	if (!a)
+		a = malloc(sizeof(*a) + bytes);
 	if (!a)
 		return NULL;
 	*a = (struct msg_arena){ .cap = bytes };
@@ -77,5 +90,6 @@ void msg_arena_free(struct msg_arena *a)
 		next = m->next;
 		free(m);
 	}
-	free(a);
+	if (!request_sized(a->cap) || !block_list_keep(&kept, a, MSG_ARENA_KEPT))
+		free(a);
 }

@@ -276,7 +276,7 @@ static bool gemm_decoder_agrees(const uint8_t *buf, size_t len)
 							     len, buf);
 	size_t nplain = 0;
 	uint8_t *bplain = plain ? pack(plain, &nplain) : NULL;
-	struct msg_arena *a = msg_arena_new(960);
+	struct msg_arena *a = msg_arena_new(MSG_ARENA_REQUEST_BYTES);
 	assert_non_null(a);
 	ProtobufCAllocator al = msg_arena_allocator(a);
 	size_t kept = 99, kept_malloc = 99, split_kept = 0;
