@@ -242,9 +242,9 @@ static int start_metrics(const char *conf, bool cpu_arena)
 /* Request frames read into the arena of limits.pinned_reads_mb (on a GPU,
  * memory it registered; here, with the testing aid, plain memory and the
  * same code): by default every frame that keeps a matrix was read there,
- * and the answers are right; an arena too small for a deep pipeline sends
- * the frames that do not fit to the heap, every answer still right; 0
- * turns it off; a daemon without a GPU makes none. */
+ * and the answers are right; an arena too small for a deep pipeline
+ * still answers every request right; 0 turns it off; a daemon without a
+ * GPU makes none. */
 static void test_pinned_reads(void **state)
 {
 	(void)state;
@@ -262,9 +262,13 @@ static void test_pinned_reads(void **state)
 	assert_int_equal(frames_in(port, "heap"), 0);
 	stop(&proc);
 
-	/* 1 MiB: three of the 48 frames of 320 KiB at most at once.  (A
-	 * frame read with others behind it is copied out, not kept: those
-	 * count in neither.) */
+	/* 1 MiB: three of the 48 frames of 320 KiB at most at once, every
+	 * answer right.  (A frame read with others behind it is copied out,
+	 * not kept: those count in neither.)  How many go to the heap depends
+	 * on how far the reads run ahead of the GEMMs: from none (the daemon
+	 * keeping up, seen in about one run in eight under ASan) to most;
+	 * test_pinned_reads_stalled holds frames in the arena on purpose and
+	 * proves that the next one goes to the heap. */
 	port = start_metrics("cpu = { threads = 1; devices = 1; };\n"
 			     "limits = { pinned_reads_mb = 1; };",
 			     true);
@@ -272,7 +276,6 @@ static void test_pinned_reads(void **state)
 	long long pinned = frames_in(port, "pinned"), heap = frames_in(port, "heap");
 	assert_true(pinned + heap <= DEPTH);
 	assert_true(pinned >= 1);
-	assert_true(heap >= 1);
 	stop(&proc);
 
 	static const char *const off[] = {
