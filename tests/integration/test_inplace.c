@@ -152,7 +152,8 @@ static void test_shapes_unix_and_tcp(void **state)
 {
 	(void)state;
 	char tcp[32], ep[160];
-	int port = 20000 + (int)(getpid() % 20000);
+	int port = harness_free_port();
+	assert_true(port > 0);
 	snprintf(tcp, sizeof(tcp), "127.0.0.1:%d", port);
 	const char *args[] = { "--tcp", tcp, NULL };
 	struct mfmad_proc *p = start("cpu = { threads = 1; devices = 1; };", args);
