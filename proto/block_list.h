@@ -3,7 +3,7 @@
  * The daemon's loop allocates a request's pieces (its decoder arena, its
  * job) in bursts of hundreds and frees them in bursts, and glibc's
  * per-thread cache keeps only seven blocks of a size: the rest of each
- * burst went through malloc's bins, some 800 of the loop's instructions
+ * burst went through malloc's bins, about 1,100 of the loop's instructions
  * a request (bench/RESULTS.md).  A list is a singly linked stack through
  * the blocks themselves, declared _Thread_local by its owner, so no lock
  * is needed; a block taken from one thread's list may be kept on
