@@ -42,8 +42,8 @@ void request_msg_decode(struct request_msg *m, const uint8_t *payload, size_t le
 	m->arena = msg_arena_new(MSG_ARENA_REQUEST_BYTES);
 	if (m->arena) {
 		ProtobufCAllocator arena = msg_arena_allocator(m->arena);
-		m->req = wire_gemm_decode(payload, len, SIZE_MAX, frame ? WIRE_SPLIT_MIN_BYTES : 0,
-					  &m->in_place, &arena);
+		m->req = wire_gemm_decode(payload, len, frame ? WIRE_SPLIT_MIN_BYTES : 0, &m->in_place,
+					  &arena);
 		if (!m->req) {
 			msg_arena_free(m->arena);
 			m->arena = NULL;

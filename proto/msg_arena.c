@@ -28,7 +28,9 @@ static size_t round_up(size_t n)
 	return (n + ALIGN - 1) / ALIGN * ALIGN;
 }
 
-/* This thread's freed arenas of MSG_ARENA_REQUEST_BYTES. */
+/* This thread's freed arenas of MSG_ARENA_REQUEST_BYTES, at most
+ * MSG_ARENA_KEPT of them. */
+#define MSG_ARENA_KEPT 1024
 static _Thread_local struct block_list kept;
 
 static bool request_sized(size_t cap)

@@ -14,12 +14,11 @@ enum { WT_VARINT = 0, WT_LEN = 2, WT_I32 = 5 };
  * meta), B and C, at most four of them in a message it takes. */
 #define MAX_KEPT 4
 
-/* The decode under way: where the pieces come from, the longest bytes
- * field it copies, from what length a matrix stays in buf (0: never), and
- * the matrices left there so far. */
+/* The decode under way: where the pieces come from, from what length a
+ * matrix stays in buf (0: never), and the matrices left there so far. */
 struct dec {
 	ProtobufCAllocator *alloc;
-	size_t max_bytes, keep_from;
+	size_t keep_from;
 	ProtobufCBinaryData *kept[MAX_KEPT];
 	size_t nkept;
 };
@@ -83,7 +82,7 @@ static void *get(const struct dec *d, size_t n)
 static int bytes(struct dec *d, const struct field *f, bool matrix, protobuf_c_boolean *has,
 		 ProtobufCBinaryData *out)
 {
-	if (f->type != WT_LEN || f->n > d->max_bytes)
+	if (f->type != WT_LEN)
 		return -1;
 	out->data = NULL;
 	out->len = f->n;
@@ -108,7 +107,7 @@ static int bytes(struct dec *d, const struct field *f, bool matrix, protobuf_c_b
  * protobuf-c's decode (wire_check_strings). */
 static int string(struct dec *d, const struct field *f, char **out)
 {
-	if (f->type != WT_LEN || f->n > d->max_bytes || memchr(f->at, 0, f->n) ||
+	if (f->type != WT_LEN || memchr(f->at, 0, f->n) ||
 	    !(*out = get(d, f->n + 1)))
 		return -1;
 	memcpy(*out, f->at, f->n);
@@ -280,10 +279,10 @@ static int request_field(struct dec *d, void *m, const struct field *f)
 	}
 }
 
-Mfma__V1__Request *wire_gemm_decode(const uint8_t *buf, size_t len, size_t max_bytes,
-				    size_t keep_from, size_t *in_place, ProtobufCAllocator *alloc)
+Mfma__V1__Request *wire_gemm_decode(const uint8_t *buf, size_t len, size_t keep_from,
+				    size_t *in_place, ProtobufCAllocator *alloc)
 {
-	struct dec d = { .alloc = alloc, .max_bytes = max_bytes, .keep_from = keep_from };
+	struct dec d = { .alloc = alloc, .keep_from = keep_from };
 	if (in_place)
 		*in_place = 0;
 	Mfma__V1__Request *r = get(&d, sizeof(*r));
@@ -375,10 +374,10 @@ static int response_field(struct dec *d, void *m, const struct field *f)
 	}
 }
 
-Mfma__V1__Response *wire_gemm_answer_decode(const uint8_t *buf, size_t len, size_t max_bytes,
+Mfma__V1__Response *wire_gemm_answer_decode(const uint8_t *buf, size_t len,
 					    ProtobufCAllocator *alloc)
 {
-	struct dec d = { .alloc = alloc, .max_bytes = max_bytes };
+	struct dec d = { .alloc = alloc };
 	Mfma__V1__Response *r = get(&d, sizeof(*r));
 	if (!r)
 		return NULL;

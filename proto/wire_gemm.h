@@ -5,8 +5,7 @@
  *
  * It takes only the plain form: a Request of id, pad and gemm, each
  * field at most once in its message, every field one that the schema
- * names with its own wire type, every bytes field at most max_bytes long,
- * no NUL byte in a string (what wire_check_strings would then find).
+ * names with its own wire type, no NUL byte in a string (what wire_check_strings would then find).
  * Anything else (another body, an unknown or repeated field, a malformed
  * one) it leaves to protobuf-c by returning NULL, so that what protobuf
  * makes of such a frame (merging, the last member of a oneof winning,
@@ -33,14 +32,14 @@
 
 #include "mfma.pb-c.h"
 
-Mfma__V1__Request *wire_gemm_decode(const uint8_t *buf, size_t len, size_t max_bytes,
-				    size_t keep_from, size_t *in_place, ProtobufCAllocator *alloc);
+Mfma__V1__Request *wire_gemm_decode(const uint8_t *buf, size_t len, size_t keep_from,
+				    size_t *in_place, ProtobufCAllocator *alloc);
 
 /* The same for an answer, as the client library decodes it: a Response of
  * id, status and gemm (or of id and status alone: an error's answer),
  * each field at most once, under the same rules: a GEMM's answer, or one
  * with no body (an error's); an answer with another body is declined. */
-Mfma__V1__Response *wire_gemm_answer_decode(const uint8_t *buf, size_t len, size_t max_bytes,
+Mfma__V1__Response *wire_gemm_answer_decode(const uint8_t *buf, size_t len,
 					    ProtobufCAllocator *alloc);
 
 #endif

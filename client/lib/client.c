@@ -866,7 +866,7 @@ static Mfma__V1__Response *decode_response(mfma_client *c, const uint8_t *payloa
 	    !(rx->frame = frame_reader_take(&c->rd))) {
 		/* A GEMM's answer or an error by the walker made for them, the
 		 * rest by protobuf-c; freed alike (proto/wire_gemm.h). */
-		Mfma__V1__Response *resp = wire_gemm_answer_decode(payload, len, SIZE_MAX, NULL);
+		Mfma__V1__Response *resp = wire_gemm_answer_decode(payload, len, NULL);
 		return resp ? resp : mfma__v1__response__unpack(NULL, len, payload);
 	}
 	size_t kept = 0;

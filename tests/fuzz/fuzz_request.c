@@ -48,8 +48,8 @@ static void check_request(const uint8_t *p, size_t n)
 	memcpy(frame, p, n);
 	struct request_msg m;
 	/* Without a frame to keep matrices in, as the daemon decodes the
-	 * frames it does not own (a GEMM then has no bound on what its own
-	 * decoder copies). */
+	 * frames it does not own (a GEMM's decoder then copies every
+	 * matrix). */
 	request_msg_decode(&m, p, n, NULL, 0);
 	check_same(m.req, p, n);
 	request_msg_free(&m);

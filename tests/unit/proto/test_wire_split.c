@@ -281,9 +281,9 @@ static bool gemm_decoder_agrees(const uint8_t *buf, size_t len)
 	ProtobufCAllocator al = msg_arena_allocator(a);
 	size_t kept = 99, kept_malloc = 99, split_kept = 0;
 	Mfma__V1__Request *got[3] = {
-		wire_gemm_decode(buf, len, SIZE_MAX, WIRE_SPLIT_MIN_BYTES, &kept, &al),
-		wire_gemm_decode(buf, len, SIZE_MAX, WIRE_SPLIT_MIN_BYTES, &kept_malloc, NULL),
-		wire_gemm_decode(buf, len, SIZE_MAX, 0, NULL, NULL),
+		wire_gemm_decode(buf, len, WIRE_SPLIT_MIN_BYTES, &kept, &al),
+		wire_gemm_decode(buf, len, WIRE_SPLIT_MIN_BYTES, &kept_malloc, NULL),
+		wire_gemm_decode(buf, len, 0, NULL, NULL),
 	};
 	for (int i = 0; i < 3; i++) {
 		/* The three take the same requests. */
@@ -661,7 +661,7 @@ static bool answer_decoder_agrees(const uint8_t *buf, size_t len)
 {
 	ProtobufCMessage *plain = protobuf_c_message_unpack(&mfma__v1__response__descriptor, NULL,
 							     len, buf);
-	Mfma__V1__Response *got = wire_gemm_answer_decode(buf, len, SIZE_MAX, NULL);
+	Mfma__V1__Response *got = wire_gemm_answer_decode(buf, len, NULL);
 	if (got) {
 		assert_non_null(plain);
 		size_t n1, n2;
