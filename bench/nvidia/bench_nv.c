@@ -7,6 +7,10 @@
  *   ours dense - our mma kernel on the same A, densified
  *   cuBLASLt   - dense, best of the first heuristic algorithms
  *   cuSPARSELt - 2:4, after cusparseLtMatmulSearch
+ * and, on sm_90 (f16, bf16), a second line per problem ("| wgmma |") with
+ * the daemon's sm_90a providers at the tile and split their plan picks:
+ *   wgmma 2:4  - our wgmma.sp kernel on A packed as its stage images
+ *   wgmma dn   - our dense wgmma kernel on the dense A
  * Kernel time is the median over repetitions of the time between two
  * events around one call; A rotates over enough copies to exceed L2 (the
  * weight of a decode step is not in cache in a real model), B and D stay.
@@ -15,8 +19,13 @@
  * (cuBLASLt is given the layout it prefers).  Each result is checked
  * against cuBLASLt's (relative Frobenius error; integers must match).
  *
- * usage: bench_nv [--quick] [--served] [--dtypes f16,bf16,i8] [--device N]
+ * usage: bench_nv [--quick] [--served] [--grid] [--dtypes f16,bf16,i8] [--device N]
  *                 [--shape MxNxK [--splits S1,S2,.. [--tile T]]]
+ * --grid runs issue 11's grid instead of the default shapes: M and K each
+ * of 4096, 8192 and 16384, N each of 16, 32, 64, 256 and 1024, then prints
+ * a summary table: our fastest 2:4 kernel against cuBLASLt dense (the
+ * target: faster everywhere, at most 0.65x its time at N <= 32) and
+ * cuSPARSELt.
  * --shape runs one problem; with --splits, only our 2:4 kernel, once per
  * forced split count (to tune the selection).  --served adds, for ours 2:4,
  * cuBLASLt and cuSPARSELt, the time of one call served the daemon's way
@@ -38,6 +47,7 @@
 #include "mfma_clock.h"
 #include "nv_gemm.h"
 #include "nv_testdata.h"
+#include "nv_wgmma.h"
 
 #define DIE(...)                                              \
 	do {                                                  \
@@ -185,6 +195,94 @@ static int run_ours(void *vctx, int copy)
 	q.beta = 0.0f;
 	return nv_launch_gemm(&mod, plan, &q, p->ws, p->counters, stream);
 }
+
+/* ---- the sm_90a wgmma kernels ------------------------------------------ */
+
+static struct nv_wg_module wgmod;
+static int have_wg; /* wgmod loaded: an sm_90 device */
+
+/* One family (2:4 or dense) of the wgmma kernels on one problem: A's
+ * copies in that family's layout, the plan the daemon's provider makes
+ * (cuda_wgmma.c), its split-K workspace. */
+struct wg_ctx {
+	struct problem *p;
+	struct nv_wg_packed a[8];
+	int na;
+	struct nv_wg_plan plan;
+	CUdeviceptr ws, counters;
+};
+
+static int run_wg(void *vctx, int copy)
+{
+	struct wg_ctx *c = vctx;
+	const struct problem *p = c->p;
+	const struct nv_wg_args g = {
+		.b = p->b, .d = p->d_ours, .n = p->n, .ldb = p->n, .ldc = p->n, .ldd = p->n,
+		.out_dtype = p->out, .alpha = 1.0f, .beta = 0.0f,
+	};
+	return nv_wg_launch_gemm(&wgmod, &c->plan, &c->a[copy % c->na], &g, c->ws, c->counters, stream, NULL, 0);
+}
+
+/* Sets c up for the 2:4 (dense = 0: packs the canonical dvals/dmeta into
+ * stage images) or dense family (its copies are the problem's dense A,
+ * whose rows are already TMA's lda when K is a multiple of 8).  Returns
+ * 0, or -ENOTSUP where the wgmma kernels cannot take the problem. */
+static int wg_setup(struct wg_ctx *c, struct problem *p, int dense, CUdeviceptr dvals, CUdeviceptr dmeta)
+{
+	memset(c, 0, sizeof(*c));
+	c->p = p;
+	const int bf16 = p->in == MFMA_DT_BF16;
+	if (!have_wg || (p->in != MFMA_DT_F16 && !bf16) || p->n % 8 != 0 ||
+	    (dense && nv_wg_dense_lda(p->k) != p->k))
+		return -ENOTSUP;
+	if (nv_wg_plan_make(p->m, p->n, p->k, wgmod.sms, wgmod.occ[dense][bf16], -1, &c->plan) < 0)
+		return -ENOTSUP;
+	if (dense) {
+		c->na = p->ndense;
+		for (int i = 0; i < c->na; i++)
+			c->a[i] = (struct nv_wg_packed){ .bf16 = bf16, .dense = 1, .m = p->m, .k = p->k,
+							 .val = p->dense[i] };
+	} else {
+		const size_t vb = (size_t)nv_wg_img_bytes(p->m, p->k, 2), mb = (size_t)nv_wg_meta_bytes(p->m, p->k);
+		c->na = copies_for(vb + mb);
+		for (int i = 0; i < c->na; i++) {
+			c->a[i] = (struct nv_wg_packed){ .bf16 = bf16, .dense = 0, .m = p->m, .k = p->k,
+							 .val = dalloc(vb), .meta = dalloc(mb) };
+			if (nv_wg_launch_pack(&wgmod, stream, dvals, dmeta, &c->a[i]) < 0)
+				DIE("wgmma pack failed");
+		}
+	}
+	c->ws = dalloc(c->plan.ws_bytes);
+	c->counters = dalloc(c->plan.counters * 4);
+	CU(nv_drv.cuMemsetD32Async(c->counters, 0, c->plan.counters ? c->plan.counters : 1, stream));
+	CU(nv_drv.cuStreamSynchronize(stream));
+	return 0;
+}
+
+static void wg_free(struct wg_ctx *c)
+{
+	for (int i = 0; i < c->na && !c->a[i].dense; i++) {
+		nv_drv.cuMemFree(c->a[i].val);
+		nv_drv.cuMemFree(c->a[i].meta);
+	}
+	if (c->ws)
+		nv_drv.cuMemFree(c->ws);
+	if (c->counters)
+		nv_drv.cuMemFree(c->counters);
+	memset(c, 0, sizeof(*c));
+}
+
+/* One problem's times for --grid's summary (NAN: not run). */
+struct grid_row {
+	enum mfma_dtype in;
+	int m, n, k;
+	double mma_sp, wg_sp, wg_dn, blas, cslt;
+	double e_mma_sp, e_wg_sp; /* against cuBLASLt's D */
+	char wg_label[48];
+	int wg_splits;
+};
+static struct grid_row grid_rows[256];
+static int grid_nrows;
 
 /* cuBLASLt, row-major D = A B computed as the column-major D^T = B^T A^T. */
 struct blas_ctx {
@@ -536,6 +634,9 @@ static void run_problem(enum mfma_dtype in, int m, int n, int k, FILE *out)
 			DIE("pack dense failed");
 	}
 	CU(nv_drv.cuStreamSynchronize(stream));
+	/* The wgmma kernels' 2:4 copies are packed from the canonical A too. */
+	struct wg_ctx wsp, wdn;
+	const int have_wsp = !sweep_splits && wg_setup(&wsp, &p, 0, dvals, dmeta) == 0;
 	nv_drv.cuMemFree(dvals);
 	nv_drv.cuMemFree(dmeta);
 	p.b = dalloc((size_t)k * n * es);
@@ -587,6 +688,19 @@ static void run_problem(enum mfma_dtype in, int m, int n, int k, FILE *out)
 	double t_dn = time_op(run_ours, &odn, p.ndn, target);
 	if (brc == 0)
 		e_dn = compare(p.d_ours, p.d_ref, p.out, p.out, (size_t)m * n);
+	/* The wgmma kernels, each checked against cuBLASLt's D like ours. */
+	double t_wsp = NAN, t_wdn = NAN, e_wsp = NAN, e_wdn = NAN;
+	const int have_wdn = wg_setup(&wdn, &p, 1, 0, 0) == 0;
+	if (have_wsp) {
+		t_wsp = time_op(run_wg, &wsp, wsp.na, target);
+		if (brc == 0)
+			e_wsp = compare(p.d_ours, p.d_ref, p.out, p.out, (size_t)m * n);
+	}
+	if (have_wdn) {
+		t_wdn = time_op(run_wg, &wdn, wdn.na, target);
+		if (brc == 0)
+			e_wdn = compare(p.d_ours, p.d_ref, p.out, p.out, (size_t)m * n);
+	}
 	char shape[64];
 	snprintf(shape, sizeof(shape), "%dx%dx%d", m, n, k);
 	if (served) {
@@ -623,6 +737,29 @@ static void run_problem(enum mfma_dtype in, int m, int n, int k, FILE *out)
 	fflush(out);
 	fprintf(stderr, "  %s %s: 2:4 split %d, dense split %d, copies %d/%d/%d\n", mfma_dtype_name(in),
 		shape, p.plan_sp.splits, p.plan_dn.splits, p.nsp, p.ndn, p.ndense);
+	if (have_wsp || have_wdn) {
+		const int bf16 = in == MFMA_DT_BF16;
+		fprintf(out,
+			"| wgmma | %-4s | %-17s | 2:4 %9.1f us %6.1f TF-eq %-28s s%d | dense %9.1f us %6.1f TF %-27s s%d |"
+			" /cuBLASLt %5.2f %5.2f | /cuSPARSELt %5.2f | err sp/dn %.1e/%.1e |\n",
+			mfma_dtype_name(in), shape, t_wsp, tflops(&p, t_wsp),
+			have_wsp ? nv_wg_variant_label(0, bf16, wsp.plan.tile) : "-", have_wsp ? wsp.plan.splits : 0, t_wdn,
+			tflops(&p, t_wdn), have_wdn ? nv_wg_variant_label(1, bf16, wdn.plan.tile) : "-",
+			have_wdn ? wdn.plan.splits : 0, t_wsp / t_blas, t_wdn / t_blas, t_wsp / t_cs, e_wsp, e_wdn);
+		fflush(out);
+	}
+	if (grid_nrows < (int)(sizeof(grid_rows) / sizeof(grid_rows[0]))) {
+		struct grid_row *r = &grid_rows[grid_nrows++];
+		*r = (struct grid_row){ .in = in, .m = m, .n = n, .k = k, .mma_sp = t_sp, .wg_sp = t_wsp,
+					.wg_dn = t_wdn, .blas = t_blas, .cslt = t_cs, .e_mma_sp = e_sp, .e_wg_sp = e_wsp,
+					.wg_splits = have_wsp ? wsp.plan.splits : 0 };
+		snprintf(r->wg_label, sizeof(r->wg_label), "%s",
+			 have_wsp ? nv_wg_variant_label(0, in == MFMA_DT_BF16, wsp.plan.tile) : "-");
+	}
+	if (have_wsp)
+		wg_free(&wsp);
+	if (have_wdn)
+		wg_free(&wdn);
 
 done:
 	for (int i = 0; i < p.ndense; i++)
@@ -646,6 +783,39 @@ done:
 	free(hb);
 }
 
+/* --grid's summary: per problem our fastest 2:4 kernel that agreed with
+ * cuBLASLt (the daemon's measured choice picks among ours the same way),
+ * its time over cuBLASLt's and cuSPARSELt's, and issue 11's target for
+ * it: below cuBLASLt's time, and at most 0.65x of it at N <= 32. */
+static void grid_summary(FILE *out)
+{
+	int met = 0, rows = 0;
+	fprintf(out, "\n# grid: our 2:4 against issue 11's targets (times in us; ours = the faster of wgmma 2:4 and mma.sp 2:4"
+		     " whose D agreed with cuBLASLt's)\n");
+	fprintf(out, "| dt | M x N x K | wgmma 2:4 (plan) | mma.sp 2:4 | wgmma dense | cuBLASLt | cuSPARSELt | ours / cuBLASLt |"
+		     " target | met | ours / cuSPARSELt |\n");
+	fprintf(out, "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|\n");
+	for (int i = 0; i < grid_nrows; i++) {
+		const struct grid_row *r = &grid_rows[i];
+		const double tol = r->in == MFMA_DT_BF16 ? 2e-2 : 5e-3;
+		double ours = INFINITY;
+		if (r->e_wg_sp < tol && r->wg_sp < ours)
+			ours = r->wg_sp;
+		if (r->e_mma_sp < tol && r->mma_sp < ours)
+			ours = r->mma_sp;
+		const double target = r->n <= 32 ? 0.65 : 1.0, ratio = ours / r->blas;
+		const int ok = isfinite(ratio) && (r->n <= 32 ? ratio <= target : ratio < target);
+		rows++;
+		met += ok;
+		fprintf(out, "| %s | %dx%dx%d | %.1f (%s s%d) | %.1f | %.1f | %.1f | %.1f | %.2fx | %s %.2fx | %s | %.2fx |\n",
+			mfma_dtype_name(r->in), r->m, r->n, r->k, r->wg_sp, r->wg_label, r->wg_splits, r->mma_sp, r->wg_dn,
+			r->blas, r->cslt, ratio, r->n <= 32 ? "<=" : "<", target, ok ? "met" : "**missed**",
+			ours / r->cslt);
+	}
+	fprintf(out, "# grid: target met at %d of %d problems\n", met, rows);
+	fflush(out);
+}
+
 /* Whether name is one of the comma-separated words of list. */
 static int listed(const char *list, const char *name)
 {
@@ -664,13 +834,15 @@ static int listed(const char *list, const char *name)
 
 int main(int argc, char **argv)
 {
-	int quick = 0, device = 0, sm = 0, sn = 0, sk = 0;
+	int quick = 0, grid = 0, device = 0, sm = 0, sn = 0, sk = 0;
 	const char *dtypes = "f16,bf16,i8";
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "--quick") == 0)
 			quick = 1;
 		else if (strcmp(argv[i], "--served") == 0)
 			served = 1;
+		else if (strcmp(argv[i], "--grid") == 0)
+			grid = 1;
 		else if (strcmp(argv[i], "--dtypes") == 0 && i + 1 < argc)
 			dtypes = argv[++i];
 		else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc)
@@ -688,7 +860,7 @@ int main(int argc, char **argv)
 			if (sweep_tile < 0)
 				DIE("--tile: unknown tile '%s'", t);
 		} else
-			DIE("unknown argument '%s' (usage: bench_nv [--quick] [--served] [--dtypes f16,bf16,i8] "
+			DIE("unknown argument '%s' (usage: bench_nv [--quick] [--served] [--grid] [--dtypes f16,bf16,i8] "
 			    "[--device N] [--shape MxNxK [--splits S1,S2,..] [--tile T]])", argv[i]);
 	}
 	char err[256];
@@ -709,6 +881,10 @@ int main(int argc, char **argv)
 	nv_drv.cuDriverGetVersion(&drv);
 	printf("# %s, sm_%d, %d SMs, driver API %d; kernels from %s %d\n", name, mod.cc, mod.sms, drv,
 	       mod.image[NV_UNIT_F16]->is_ptx ? "PTX" : "cubin", mod.image[NV_UNIT_F16]->arch);
+	if (nv_wg_module_load(&wgmod, dev, err, sizeof(err)) == 0)
+		have_wg = 1;
+	else
+		printf("# no wgmma line: %s\n", err);
 	printf("# times: median us of one call (events); TF = dense-equivalent TFLOP/s (2MNK/t)\n");
 	printf("# ratio = ours 2:4 time / reference time (below 1 = ours faster); err = ours2:4/oursdense/cuSPARSELt vs cuBLASLt\n");
 	printf("| dt   | MxNxK             | ours2:4us | TF     | oursdn us | TF     | cuBLAS us | TF     | cuSPLt us | TF     | /cuBL | /cuSP | variant (2:4)        | err sp/dn/cs | cuSPARSELt out |\n");
@@ -723,6 +899,14 @@ int main(int argc, char **argv)
 			run_problem(all[t], sm, sn, sk, stdout);
 			continue;
 		}
+		if (grid) {
+			const int gn[] = { 16, 32, 64, 256, 1024 };
+			for (size_t mi = 0; mi < 3; mi++)
+				for (size_t ki = 0; ki < 3; ki++)
+					for (size_t ni = 0; ni < 5; ni++)
+						run_problem(all[t], squares[mi], gn[ni], squares[ki], stdout);
+			continue;
+		}
 		for (size_t i = 0; i < (quick ? 1u : 3u); i++)
 			run_problem(all[t], squares[i], squares[i], squares[i], stdout);
 		for (size_t i = 0; i < 4; i++) {
@@ -732,6 +916,10 @@ int main(int argc, char **argv)
 				break;
 		}
 	}
+	if (grid)
+		grid_summary(stdout);
+	if (have_wg)
+		nv_wg_module_unload(&wgmod);
 	nv_module_unload(&mod);
 	nv_drv.cuStreamDestroy(stream);
 	nv_drv.cuDevicePrimaryCtxRelease(dev);

@@ -6,7 +6,7 @@
 # brings them back); a short summary goes to stdout.
 #
 # usage: bench/nvidia/device_round.sh [test] [sanitize|memcheck|racecheck] [bench] [sweep]
-#        [ncu] [e2e] [answers] [abserving] [spin] [readers] [latency] [multi] [choice] [served] [graphsab] [trialab]
+#        [grid] [ncu] [e2e] [answers] [abserving] [spin] [readers] [latency] [multi] [choice] [served] [graphsab] [trialab]
 #        [batching] [serving] [readsab] [postab] [readerminab] [overlapab] [copystreamab] [dmaab] [dmacsab] [regionab] [batchcheck] [setab]
 #        [phases] [dmaphases]
 #        [wgmma] [wgsan] [raceprobe] [streamprobe] [hot] [spread] [trace] [splitncu] [wgncu] [oneinflight]
@@ -204,6 +204,16 @@ answers)
 		done
 	done
 	grep -E "^(E2E answers|E2E metrics|FAIL)" "$OUT/e2e_answers.log" | sed 's/"histogram[^]]*]//g' | tail -12
+	;;
+grid)
+	# Issue 11's grid (bench_nv --grid): M, K in {4096, 8192, 16384}, N in
+	# {16, 32, 64, 256, 1024}, our 2:4 kernels (wgmma at the daemon's plan,
+	# mma.sp) beside cuBLASLt and cuSPARSELt, one dtype a run.
+	build_bench
+	for dt in ${GRID_DTYPES:-f16 bf16}; do
+		TAILN=3 step grid_$dt ${GRID_S:-280} "$BENCH" --grid --dtypes $dt
+		grep -E "^\| (f16|bf16) \| [0-9]+x|^# grid" "$OUT/grid_$dt.log"
+	done
 	;;
 sweep)
 	# Split-K sweeps of the decode shapes (our 2:4 kernel only).
