@@ -7,7 +7,9 @@
  *   wgmma_bench probe        the one-warpgroup probe (f16, bf16)
  *   wgmma_bench check        odd shapes, every tile, split and output dtype,
  *                            2:4 and dense (WG_KIND=sparse|dense: one of them;
- *                            WG_QUICK: the small shapes, for compute-sanitizer)
+ *                            WG_QUICK: the small shapes, for compute-sanitizer;
+ *                            WG_CLUSTER=1: the cl2_ kernels, clusters of two
+ *                            CTAs multicasting B, at the shapes of even row tiles)
  *   wgmma_bench dcheck       the decode kernels: odd shapes, N = 1 .. 64, grids
  *   wgmma_bench raceprobe M  the mbarrier protocol alone, to run under racecheck
  *   wgmma_bench trace MxNxK S  when each CTA of one launch (split-K S) starts and ends
@@ -112,6 +114,25 @@ WG_TRACE_KERNEL(f16_n16, 16, 9, 2)
 WG_TRACE_KERNEL(f16_n64, 64, 6, 2)
 WG_WARP_KERNEL(f16_n64, 64, 6, 2)
 WG_WARP_KERNEL(f16_n256, 256, 5, 1)
+/* cl2_*: the daemon's kernels in clusters of two CTAs along M, B's boxes
+ * split between the pair and multicast to both (nv_wg_gemm's CL = 2):
+ * half the L2 reads of B.  Only where the tile has an even count of B
+ * boxes (n128, n256) and the grid an even count of row tiles. */
+#define WG_CL2_KERNEL(name, op, bn, stages, minb, keep)                                                     \
+	extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(NV_WG_THREADS, minb)             \
+		nv_wg_cl2_##name(const __grid_constant__ nv_wg_params p)                                        \
+	{                                                                                                       \
+		extern __shared__ __align__(1024) char nv_wg_smem_raw[];                                        \
+		nv_wg_gemm<op, bn, stages, minb, keep, !op::DENSE, 0, 2>::run(p, nv_wg_smem_raw);               \
+	}
+WG_CL2_KERNEL(f16_n128, nv_wg_sp24_img<0>, 128, 8, 1, 0)
+WG_CL2_KERNEL(f16_n256, nv_wg_sp24_img<0>, 256, 5, 1, 0)
+WG_CL2_KERNEL(bf16_n128, nv_wg_sp24_img<1>, 128, 8, 1, 0)
+WG_CL2_KERNEL(bf16_n256, nv_wg_sp24_img<1>, 256, 5, 1, 0)
+WG_CL2_KERNEL(dense_f16_n128, nv_wg_dense<0>, 128, 6, 1, 1)
+WG_CL2_KERNEL(dense_f16_n256, nv_wg_dense<0>, 256, 4, 1, 1)
+WG_CL2_KERNEL(dense_bf16_n128, nv_wg_dense<1>, 128, 6, 1, 1)
+WG_CL2_KERNEL(dense_bf16_n256, nv_wg_dense<1>, 256, 4, 1, 1)
 
 struct variant {
 	const char *name;
@@ -119,6 +140,7 @@ struct variant {
 	void (*fn)(const nv_wg_params);
 	unsigned smem;
 	int order; /* 2:4: A's layout, enum nv_wg_order */
+	int cl;    /* 2: a cl2_ kernel (clusters of two along M); 0 otherwise */
 };
 
 static variant variants[] = {
@@ -147,6 +169,14 @@ static variant variants[] = {
 	{ "warp_f16_n16", 0, NV_WG_TILE_n16, 0, 16, 9, 2, 0, nv_wg_warp_f16_n16, NV_WG_SMEM_BYTES(16, 9), NV_WG_ORDER },
 	{ "warp_f16_n64", 0, NV_WG_TILE_n64, 0, 64, 6, 2, 0, nv_wg_warp_f16_n64, NV_WG_SMEM_BYTES(64, 6), NV_WG_ORDER },
 	{ "warp_f16_n256", 0, NV_WG_TILE_n256, 0, 256, 5, 1, 0, nv_wg_warp_f16_n256, NV_WG_SMEM_BYTES(256, 5), NV_WG_ORDER },
+#define WG_CL2_ENTRY(name, dense, tile, bf16, bn, st, keep)                                                 \
+	{ "cl2_" #name, dense, NV_WG_TILE_##tile, bf16, bn, st, 1, keep, nv_wg_cl2_##name,                      \
+	  dense ? NV_WG_DSMEM_BYTES(bn, st) : NV_WG_SMEM_BYTES(bn, st), dense ? 0 : NV_WG_ORDER, 2 },
+	WG_CL2_ENTRY(f16_n128, 0, n128, 0, 128, 8, 0) WG_CL2_ENTRY(f16_n256, 0, n256, 0, 256, 5, 0)
+	WG_CL2_ENTRY(bf16_n128, 0, n128, 1, 128, 8, 0) WG_CL2_ENTRY(bf16_n256, 0, n256, 1, 256, 5, 0)
+	WG_CL2_ENTRY(dense_f16_n128, 1, n128, 0, 128, 6, 1) WG_CL2_ENTRY(dense_f16_n256, 1, n256, 0, 256, 4, 1)
+	WG_CL2_ENTRY(dense_bf16_n128, 1, n128, 1, 128, 6, 1) WG_CL2_ENTRY(dense_bf16_n256, 1, n256, 1, 256, 4, 1)
+#undef WG_CL2_ENTRY
 #undef WG_ENTRY_AF16
 #undef WG_ENTRY_ABF16
 #undef WG_ENTRY_TF16
@@ -646,6 +676,8 @@ static int wg_prepare(wg_launch &L, const variant *v, const wg_weight &w, const 
 	p.iters_per_split = pl.iters_per_split;
 	splits = pl.splits;
 	int tiles = p.tiles_m * p.tiles_n;
+	if (v->cl == 2 && p.tiles_m % 2)
+		return -1; /* a cluster pairs row tiles */
 	L.grid = dim3(tiles, 1, splits);
 	if (splits > 1) {
 		CK(cudaMalloc(&L.ws, (size_t)tiles * splits * (v->bn / 2) * 256 * 4));
@@ -778,12 +810,15 @@ static void setup_variants(void)
 }
 
 /* order: the 2:4 kernels reading A in that layout (enum nv_wg_order). */
+/* WG_CLUSTER=1: the checks take the cl2_ kernels instead of the daemon's. */
+static bool g_cluster;
+
 static const variant *find_variant(int dense, int bf16, int bn, int order)
 {
 	for (int i = 0; i < nvariants; i++)
 		if (variants[i].dense == dense && variants[i].bf16 == bf16 && variants[i].bn == bn &&
 		    (dense || variants[i].order == order) && strncmp(variants[i].name, "nomath", 6) != 0 &&
-		    strncmp(variants[i].name, "warp", 4) != 0)
+		    strncmp(variants[i].name, "warp", 4) != 0 && (variants[i].cl == 2) == g_cluster)
 			return &variants[i];
 	return NULL;
 }
@@ -924,6 +959,10 @@ static int run_checks(int sms)
 					if (quick && m * k > 200000)
 						continue;
 					for (int bn : bns) {
+						/* The cluster kernels: pairs of row tiles only. */
+						if (g_cluster && (!find_variant(dense, bf16, bn, orders[oi]) ||
+								  (m + NV_WG_BM - 1) / NV_WG_BM % 2))
+							continue;
 						/* Every output type and beta at every tile, drawn. */
 						int out_dt = (rnd() & 1) ? MFMA_DT_F32 : (bf16 ? MFMA_DT_BF16 : MFMA_DT_F16);
 						float beta = (rnd() & 1) ? 0.5f : 0.0f;
@@ -1969,6 +2008,7 @@ int main(int argc, char **argv)
 	}
 	g_sms = prop.multiProcessorCount;
 	setup_variants();
+	g_cluster = getenv("WG_CLUSTER") && atoi(getenv("WG_CLUSTER")) > 0;
 	if (strcmp(what, "probe") == 0)
 		return run_probe() ? 1 : 0;
 	if (strcmp(what, "check") == 0)

@@ -152,6 +152,40 @@ static __device__ __forceinline__ void nv_tma_2d(uint32_t dst, const CUtensorMap
 		     : "memory");
 }
 
+/* The same load multicast: the box lands at offset dst of every CTA of
+ * the cluster in mask, each CTA's barrier at offset bar counting its
+ * bytes. */
+static __device__ __forceinline__ void nv_tma_2d_mc(uint32_t dst, const CUtensorMap *tm, int c0, int c1,
+						    uint32_t bar, uint16_t mask, uint64_t policy)
+{
+	asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+		     ".L2::cache_hint [%0], [%1, {%2, %3}], [%4], %5, %6;\n" ::"r"(dst),
+		     "l"((uint64_t)tm), "r"(c0), "r"(c1), "r"(bar), "h"(mask), "l"(policy)
+		     : "memory");
+}
+
+/* This CTA's rank in its cluster, an arrival on the barrier at offset bar
+ * of CTA rank's shared memory, and the cluster-wide barrier (every thread
+ * of the cluster that has not exited). */
+static __device__ __forceinline__ unsigned nv_cluster_rank(void)
+{
+	unsigned r;
+	asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+	return r;
+}
+
+static __device__ __forceinline__ void nv_mbar_arrive_remote(uint32_t bar, unsigned rank)
+{
+	uint32_t remote;
+	asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(bar), "r"(rank));
+	asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(remote) : "memory");
+}
+
+static __device__ __forceinline__ void nv_cluster_sync(void)
+{
+	asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+
 static __device__ __forceinline__ void nv_bulk_1d(uint32_t dst, uint64_t src, uint32_t bytes, uint32_t bar,
 						  uint64_t policy)
 {
@@ -514,7 +548,7 @@ struct nv_wg_dense {
  * TRACE = 1 (wgmma_bench's trace mode only): each CTA writes the global
  * timer at its start, at the end of its main loop and at its end, and its
  * SM, to trace[4 x CTA ..]. */
-template <class OP, int BN, int STAGES, int MINB, int KEEP, int ALL = !OP::DENSE, int TRACE = 0>
+template <class OP, int BN, int STAGES, int MINB, int KEEP, int ALL = !OP::DENSE, int TRACE = 0, int CL = 1>
 struct nv_wg_gemm {
 	typedef nv_wg_bsmem<BN> B;
 	enum {
@@ -532,6 +566,8 @@ struct nv_wg_gemm {
 		SPLIT_K = BN < 256,
 	};
 	static_assert(BN % 16 == 0 && BN <= 256, "BN");
+	/* CL = 2: B's boxes split between the pair, each multicast to both. */
+	static_assert(CL == 1 || (CL == 2 && BN / B::BNB % 2 == 0), "a cluster of two needs an even count of B boxes");
 	static_assert(A_BYTES % 1024 == 0 && B_BYTES % 1024 == 0 && STAGE % 1024 == 0, "stage alignment");
 
 	static __device__ __forceinline__ void run(const nv_wg_params &p, char *smem_raw,
@@ -553,13 +589,21 @@ struct nv_wg_gemm {
 		if (tid == 0) {
 			for (int s = 0; s < STAGES; s++) {
 				nv_mbar_init(bars + 8 * s, 1);
-				nv_mbar_init(bars + 8 * (STAGES + s), ALL ? 256 : 8); /* see ALL */
+				/* see ALL; with CL = 2 also one arrival per consumer
+				 * warp of the other CTA, whose B this CTA's producer
+				 * writes too */
+				nv_mbar_init(bars + 8 * (STAGES + s), (ALL ? 256 : 8) + (CL == 2 ? 8 : 0));
 			}
 			asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 			asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)&p.tm_a) : "memory");
 			asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)&p.tm_b) : "memory");
 		}
-		__syncthreads();
+		/* With a cluster, no multicast or remote arrival may reach a
+		 * barrier before it is initialised: the pair starts together. */
+		if (CL == 2)
+			nv_cluster_sync();
+		else
+			__syncthreads();
 		if (TRACE && tid == 0) {
 			tr[0] = nv_globaltimer();
 			tr[3] = nv_smid();
@@ -594,6 +638,8 @@ struct nv_wg_gemm {
 				OP::load_a(p, st, full, it, m0, B_BYTES);
 				load_b(p, st, full, it, n0);
 			}
+			if (CL == 2)
+				nv_cluster_sync(); /* see the consumers' */
 			return;
 		}
 
@@ -633,6 +679,12 @@ struct nv_wg_gemm {
 		}
 		if (TRACE && tid == 128)
 			tr[1] = nv_globaltimer();
+		/* Neither CTA of a pair leaves while the other's producer may
+		 * still write into it or its consumers still arrive on its
+		 * barriers: past this, every stage has landed in both and
+		 * every release has been made (the producer's thread joins). */
+		if (CL == 2)
+			nv_cluster_sync();
 
 		if (SPLIT_K && gridDim.z > 1 && !reduce_splits(p, acc, tile, z, ctid)) {
 			if (TRACE && tid == 128)
@@ -654,6 +706,15 @@ struct nv_wg_gemm {
 	static __device__ __forceinline__ void load_b(const nv_wg_params &p, uint32_t st, uint32_t full, int it,
 						      int n0)
 	{
+		if (CL == 2) {
+			/* Every other box, multicast to the pair (which shares n0). */
+			const unsigned r = nv_cluster_rank();
+#pragma unroll
+			for (int nb = 0; nb < BN / B::BNB; nb += 2)
+				nv_tma_2d_mc(st + A_BYTES + (nb + r) * B::BOX_BYTES, &p.tm_b, n0 + (nb + (int)r) * B::BNB,
+					     it * NV_WG_BK, full, 3, NV_WG_EVICT_LAST);
+			return;
+		}
 #pragma unroll
 		for (int nb = 0; nb < BN / B::BNB; nb++)
 			nv_tma_2d(st + A_BYTES + nb * B::BOX_BYTES, &p.tm_b, n0 + nb * B::BNB, it * NV_WG_BK, full,
@@ -666,6 +727,13 @@ struct nv_wg_gemm {
 			nv_mbar_arrive(empty);
 		else
 			nv_mbar_arrive_warp(empty, lane);
+		if (CL == 2) {
+			/* The other CTA's producer writes half of this stage's B
+			 * here: it waits for this warp's reads too. */
+			__syncwarp();
+			if (lane == 0)
+				nv_mbar_arrive_remote(empty, nv_cluster_rank() ^ 1u);
+		}
 	}
 
 	/* Returns true in the last CTA of the tile to arrive, with the sum of
