@@ -48,6 +48,18 @@
  * dtype), a pair of adjacent columns a store where D is aligned for it;
  * it is not overlapped with the next tile (no persistence yet).
  *
+ * CL = 2 (wgmma_bench's cl2_ kernels only, launched in clusters of two
+ * CTAs along M, which share n0): each CTA loads every other box of B's
+ * stage and multicasts it to both, so that B is read from L2 once a pair;
+ * a stage's `empty` barrier then also counts one arrival per consumer
+ * warp of the other CTA (made remotely), since both producers write it,
+ * and the pair meets at a cluster barrier after the barriers' init and
+ * again after the main loop, past which neither writes into the other.
+ * Correct, and measured on the H200 no faster than CL = 1 (-4% to +18%,
+ * bench/RESULTS.md): the kernels are bound by the consumers' wait for
+ * each stage's wgmma, not by L2.  The daemon's kernels are built with
+ * CL = 1.
+ *
  * The gate (nv_wg_params.gate): a launch made before B is on the device.
  * The producer issues the first ring of stages' A (each stage's barrier
  * expecting A and B from the start), prefetches gate_l2 more stages of A
