@@ -26,7 +26,12 @@
  * intermittently with the others): the PTX says nothing about when
  * wgmma.sp reads sp-meta, and ptxas is free to give the next stage's
  * words the registers of the group in flight (an empty asm does not pin a
- * physical register).  So every kernel built uses KEEP = 0, waiting for
+ * physical register: it reaches ptxas as no instruction at all, so the
+ * metadata's last use ptxas sees is the wgmma's issue; and a real use
+ * placed after the wait cannot be ordered there by anything but an
+ * accumulator, whose read would serialise the groups).  Built with
+ * KEEP = 1, the 64 x 256 tile also gets ptxas's C7515 (wgmma serialised),
+ * the 64 x 128 and 64 x 64 ones do not.  So every kernel built uses KEEP = 0, waiting for
  * all groups each stage as CUTLASS's sparse mainloop does; the parameter
  * stays for the experiment (double-buffered metadata in registers ptxas
  * cannot merge would be the next try).
