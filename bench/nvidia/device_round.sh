@@ -6,7 +6,7 @@
 # brings them back); a short summary goes to stdout.
 #
 # usage: bench/nvidia/device_round.sh [test] [sanitize|memcheck|racecheck] [bench] [sweep]
-#        [grid] [ncu] [e2e] [answers] [abserving] [spin] [readers] [latency] [multi] [choice] [served] [graphsab] [trialab]
+#        [grid] [shapes] [ncu] [e2e] [answers] [abserving] [spin] [readers] [latency] [multi] [choice] [served] [graphsab] [trialab]
 #        [batching] [serving] [readsab] [postab] [readerminab] [overlapab] [copystreamab] [dmaab] [dmacsab] [regionab] [batchcheck] [setab]
 #        [phases] [dmaphases]
 #        [wgmma] [wgsan] [raceprobe] [streamprobe] [hot] [spread] [trace] [splitncu] [wgncu] [oneinflight]
@@ -214,6 +214,16 @@ grid)
 		TAILN=3 step grid_$dt ${GRID_S:-280} "$BENCH" --grid --dtypes $dt
 		grep -E "^\| (f16|bf16) \| [0-9]+x|^# grid" "$OUT/grid_$dt.log"
 	done
+	;;
+shapes)
+	# bench_nv at each of SHAPES (MxNxK, space-separated) in one step: the
+	# table's row and, on sm_90, the wgmma line (BENCH_DTYPES, default f16).
+	build_bench
+	: >"$OUT/shapes.log"
+	for shape in ${SHAPES:?SHAPES names the problems}; do
+		timeout 120 "$BENCH" --dtypes ${BENCH_DTYPES:-f16} --shape "$shape" >>"$OUT/shapes.log" 2>&1
+	done
+	grep -E "^\| (f16|bf16|i8) |^\| wgmma" "$OUT/shapes.log" | cut -c1-260
 	;;
 sweep)
 	# Split-K sweeps of the decode shapes (our 2:4 kernel only).
