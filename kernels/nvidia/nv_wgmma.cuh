@@ -181,9 +181,7 @@ static __device__ __forceinline__ void nv_tma_2d_mc(uint32_t dst, const CUtensor
 		     : "memory");
 }
 
-/* This CTA's rank in its cluster, an arrival on the barrier at offset bar
- * of CTA rank's shared memory, and the cluster-wide barrier (every thread
- * of the cluster that has not exited). */
+/* This CTA's rank in its cluster. */
 static __device__ __forceinline__ unsigned nv_cluster_rank(void)
 {
 	unsigned r;
@@ -191,7 +189,8 @@ static __device__ __forceinline__ unsigned nv_cluster_rank(void)
 	return r;
 }
 
-/* The default semantics (release at CTA scope), as CUTLASS's
+/* An arrival on the barrier at offset bar of CTA rank's shared memory,
+ * with the default semantics (release at CTA scope), as CUTLASS's
  * ClusterBarrier::arrive: what the arrival announces, that this warp's
  * wgmma reads of the stage are over, wgmma.wait_group has already made
  * true.  A release at cluster scope made every consumer wait out a
@@ -203,6 +202,8 @@ static __device__ __forceinline__ void nv_mbar_arrive_remote(uint32_t bar, unsig
 	asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(remote) : "memory");
 }
 
+/* The cluster-wide barrier: every thread of the cluster that has not
+ * exited arrives and waits. */
 static __device__ __forceinline__ void nv_cluster_sync(void)
 {
 	asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
