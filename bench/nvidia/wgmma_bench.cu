@@ -809,10 +809,10 @@ static void setup_variants(void)
 	}
 }
 
-/* order: the 2:4 kernels reading A in that layout (enum nv_wg_order). */
 /* WG_CLUSTER=1: the checks take the cl2_ kernels instead of the daemon's. */
 static bool g_cluster;
 
+/* order: the 2:4 kernels reading A in that layout (enum nv_wg_order). */
 static const variant *find_variant(int dense, int bf16, int bn, int order)
 {
 	for (int i = 0; i < nvariants; i++)
