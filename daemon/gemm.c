@@ -57,7 +57,6 @@ static void job_fail(struct gemm_job *j, int code, const char *fmt, ...)
 
 /* The loop thread's freed jobs, reused by the next requests: it makes
  * and frees them in bursts of hundreds (block_list.h). */
-#define JOBS_KEPT 1024
 static _Thread_local struct block_list jobs_kept;
 
 static struct gemm_job *job_new(void)
@@ -72,7 +71,7 @@ static struct gemm_job *job_new(void)
 
 static void job_release(struct gemm_job *j)
 {
-	if (!block_list_keep(&jobs_kept, j, JOBS_KEPT))
+	if (!block_list_keep(&jobs_kept, j, BLOCK_LIST_KEPT))
 		free(j);
 }
 

@@ -17,6 +17,10 @@
 
 #include <stdbool.h>
 
+/* The bound the daemon's lists use: more than one of the loop's bursts
+ * (hundreds of requests), so that what a thread holds stays bounded. */
+#define BLOCK_LIST_KEPT 1024
+
 struct block_list {
 	void *head;
 	unsigned n;

@@ -28,9 +28,7 @@ static size_t round_up(size_t n)
 	return (n + ALIGN - 1) / ALIGN * ALIGN;
 }
 
-/* This thread's freed arenas of MSG_ARENA_REQUEST_BYTES, at most
- * MSG_ARENA_KEPT of them. */
-#define MSG_ARENA_KEPT 1024
+/* This thread's freed arenas of MSG_ARENA_REQUEST_BYTES. */
 static _Thread_local struct block_list kept;
 
 static bool request_sized(size_t cap)
@@ -92,6 +90,6 @@ void msg_arena_free(struct msg_arena *a)
 		next = m->next;
 		free(m);
 	}
-	if (!request_sized(a->cap) || !block_list_keep(&kept, a, MSG_ARENA_KEPT))
+	if (!request_sized(a->cap) || !block_list_keep(&kept, a, BLOCK_LIST_KEPT))
 		free(a);
 }

@@ -23,9 +23,9 @@ struct msg_arena;
  * the GEMM decoder allocates (seven pieces, 528 bytes, for a GEMM on a
  * resident weight with B and D in a region) and a small frame's bytes
  * fields, which it copies; with the arena's header under 1 KiB.  Arenas
- * of this size are kept on their thread's list when freed (up to 1,024,
- * block_list.h) and reused: the loop makes and frees them in bursts of
- * hundreds. */
+ * of this size are kept on their thread's list when freed (up to
+ * BLOCK_LIST_KEPT, block_list.h) and reused: the loop makes and frees
+ * them in bursts of hundreds. */
 #define MSG_ARENA_REQUEST_BYTES 960
 
 /* An arena whose first block holds `bytes` (more blocks come as needed,

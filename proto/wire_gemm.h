@@ -5,7 +5,8 @@
  *
  * It takes only the plain form: a Request of id, pad and gemm, each
  * field at most once in its message, every field one that the schema
- * names with its own wire type, no NUL byte in a string (what wire_check_strings would then find).
+ * names with its own wire type, no NUL byte in a string (what
+ * wire_check_strings would then find).
  * Anything else (another body, an unknown or repeated field, a malformed
  * one) it leaves to protobuf-c by returning NULL, so that what protobuf
  * makes of such a frame (merging, the last member of a oneof winning,
