@@ -9,7 +9,7 @@
 #        [grid] [shapes] [ncu] [e2e] [answers] [abserving] [spin] [readers] [latency] [multi] [choice] [served] [graphsab] [trialab]
 #        [batching] [serving] [readsab] [postab] [readerminab] [overlapab] [copystreamab] [dmaab] [dmacsab] [regionab] [batchcheck] [setab]
 #        [phases] [dmaphases]
-#        [wgmma] [wgsan] [raceprobe] [streamprobe] [hot] [spread] [trace] [splitncu] [wgncu] [oneinflight]
+#        [wgmma] [group] [wgsan] [raceprobe] [streamprobe] [hot] [spread] [trace] [splitncu] [wgncu] [oneinflight]
 #        [copies] [lonecheck] [gate] [gateab] [tileab] [loopstartab] [kernelab] [wgdecode] [wgdsan] [wgdncu] [wgdense] [wgdensesan] [wgdensencu]
 #        (no argument: test sanitize bench e2e)
 set -u
@@ -575,6 +575,28 @@ wgmma)
 		timeout 150 "$BENCH" --dtypes ${WG_DTYPES:-f16,bf16} --shape "$shape" >>"$OUT/wg_vendor.log" 2>&1
 	done
 	grep -E "^\| (f16|bf16)" "$OUT/wg_vendor.log"
+	;;
+group)
+	# Two or four stages a wgmma.sp group (wgmma_bench's g2_/g4_ kernels,
+	# nv_wg_gemm's GRP) against the daemon's one: checks against float64
+	# and memcheck on the quick set, then every tile of each family timed
+	# at GROUP_SHAPES on the daemon's layout beside cuBLAS in one process,
+	# and the consumer loops' SASS.
+	WG=.devlibs/wgmma_bench
+	for g in 2 4; do
+		WG_GROUP=$g WG_KIND=sparse TAILN=1 step grp${g}_check ${WG_CHECK_S:-150} "$WG" check
+		grep -E "FAIL" "$OUT/grp${g}_check.log" | head -10
+	done
+	WG_GROUP=2 WG_KIND=sparse WG_QUICK=1 TAILN=3 step grp2_memcheck 150 compute-sanitizer --tool memcheck \
+		--error-exitcode 9 "$WG" check
+	GROUP_SHAPES=${GROUP_SHAPES:-8192x8192x8192 4096x256x4096 4096x256x8192 8192x16x8192 4096x16x16384}
+	WG_IMAGES=1 WG_NODECODE=1 WG_DTYPES=${WG_DTYPES:-f16,bf16} TAILN=0 step grp_bench ${WG_BENCH_S:-400} \
+		"$WG" bench $GROUP_SHAPES
+	grep -E "^bench|^\|" "$OUT/grp_bench.log"
+	for f in nv_wg_f16_n256 nv_wg_g2_f16_n256 nv_wg_f16_n64 nv_wg_g2_f16_n64 nv_wg_f16_n128 nv_wg_keep_f16_n128; do
+		cuobjdump -sass -fun "$f" "$WG" >"$OUT/sass_$f.txt" 2>&1
+		echo "sass $f: $(grep -c HGMMA "$OUT/sass_$f.txt") HGMMA, $(grep -c 'WARPGROUP.DEPBAR' "$OUT/sass_$f.txt") DEPBAR"
+	done
 	;;
 hot)
 	# One hot resident weight (issue 11): the daemon's tile on one weight

@@ -9,7 +9,9 @@
  *                            2:4 and dense (WG_KIND=sparse|dense: one of them;
  *                            WG_QUICK: the small shapes, for compute-sanitizer;
  *                            WG_CLUSTER=1: the cl2_ kernels, clusters of two
- *                            CTAs multicasting B, at the shapes of even row tiles)
+ *                            CTAs multicasting B, at the shapes of even row tiles;
+ *                            WG_GROUP=2 or 4: the g2_ or g4_ kernels, two or
+ *                            four stages a wgmma group)
  *   wgmma_bench dcheck       the decode kernels: odd shapes, N = 1 .. 64, grids
  *   wgmma_bench raceprobe M  the mbarrier protocol alone, to run under racecheck
  *   wgmma_bench trace MxNxK S  when each CTA of one launch (split-K S) starts and ends
@@ -25,7 +27,8 @@
  *   wgmma_bench bench [MxNxK ...]   timings (default: the issue's four shapes) of
  *                            the 2:4 kernels on each layout of A (WG_ABBA=1: a
  *                            second pass in the reverse order; WG_NODECODE=1:
- *                            no decode kernels); WG_KIND=dense times the dense
+ *                            no decode kernels; WG_IMAGES=1: the daemon's
+ *                            layout only); WG_KIND=dense times the dense
  *                            kernels instead, on a fully random dense A, beside
  *                            cublasGemmEx; WG_KEEP="0 20 40": the daemon's tile
  *                            on one hot weight with that many MB kept in L2;
@@ -75,10 +78,13 @@ template <int BF16>
 using wg_sp24_alt = nv_wg_sp24<BF16, WG_ALT_ORDER>;
 struct wg_nomath : nv_wg_sp24<0, NV_WG_ORDER> {
 	template <int BN>
-	static __device__ __forceinline__ void mma(float *acc, const char *stage, uint32_t st, unsigned c, unsigned w,
-						   unsigned lane, uint32_t e[2])
+	static __device__ __forceinline__ void meta(const char *, unsigned, unsigned, unsigned, uint32_t e[2])
 	{
 		e[0] = e[1] = 0;
+	}
+	template <int BN>
+	static __device__ __forceinline__ void issue(float *, uint32_t, unsigned, const uint32_t *)
+	{
 	}
 };
 #define WG_TMA_F16(name, bn, st, minb) NV_WG_DEFINE_KERNEL(tma_f16_##name, nv_wg_sp24_tma<0>, bn, st, minb, 0)
@@ -134,6 +140,29 @@ WG_CL2_KERNEL(dense_f16_n256, nv_wg_dense<0>, 256, 4, 1, 1)
 WG_CL2_KERNEL(dense_bf16_n128, nv_wg_dense<1>, 128, 6, 1, 1)
 WG_CL2_KERNEL(dense_bf16_n256, nv_wg_dense<1>, 256, 4, 1, 1)
 
+/* g2_*, g4_*: the daemon's 2:4 kernels issuing two (four) stages a
+ * wgmma group (nv_wg_gemm's GRP): one wait for the wgmma pipeline to
+ * drain per two (four) stages. */
+#define WG_GRP_KERNEL(name, op, bn, stages, minb, grp)                                                      \
+	extern "C" __global__ void __launch_bounds__(NV_WG_THREADS, minb) nv_wg_g##grp##_##name(                \
+		const __grid_constant__ nv_wg_params p)                                                         \
+	{                                                                                                       \
+		extern __shared__ __align__(1024) char nv_wg_smem_raw[];                                        \
+		nv_wg_gemm<op, bn, stages, minb, 0, 1, 0, 1, grp>::run(p, nv_wg_smem_raw);                      \
+	}
+#define WG_G2_F16(name, bn, st, minb) WG_GRP_KERNEL(f16_##name, nv_wg_sp24_img<0>, bn, st, minb, 2)
+#define WG_G2_BF16(name, bn, st, minb) WG_GRP_KERNEL(bf16_##name, nv_wg_sp24_img<1>, bn, st, minb, 2)
+NV_WG_TILES(WG_G2_F16)
+NV_WG_TILES(WG_G2_BF16)
+WG_GRP_KERNEL(f16_n128, nv_wg_sp24_img<0>, 128, 8, 1, 4)
+WG_GRP_KERNEL(f16_n64, nv_wg_sp24_img<0>, 64, 6, 2, 4)
+WG_GRP_KERNEL(f16_n32, nv_wg_sp24_img<0>, 32, 8, 2, 4)
+WG_GRP_KERNEL(f16_n16, nv_wg_sp24_img<0>, 16, 9, 2, 4)
+/* keep_f16_n128: KEEP = 1 on a 2:4 kernel (wrong, nv_wgmma.cuh), built
+ * only for its SASS (device_round.sh group): where the metadata register
+ * of the group in flight is written next.  Never launched. */
+NV_WG_DEFINE_KERNEL(keep_f16_n128, nv_wg_sp24_img<0>, 128, 8, 1, 1)
+
 struct variant {
 	const char *name;
 	int dense, tile, bf16, bn, stages, minb, keep;
@@ -169,6 +198,17 @@ static variant variants[] = {
 	{ "warp_f16_n16", 0, NV_WG_TILE_n16, 0, 16, 9, 2, 0, nv_wg_warp_f16_n16, NV_WG_SMEM_BYTES(16, 9), NV_WG_ORDER },
 	{ "warp_f16_n64", 0, NV_WG_TILE_n64, 0, 64, 6, 2, 0, nv_wg_warp_f16_n64, NV_WG_SMEM_BYTES(64, 6), NV_WG_ORDER },
 	{ "warp_f16_n256", 0, NV_WG_TILE_n256, 0, 256, 5, 1, 0, nv_wg_warp_f16_n256, NV_WG_SMEM_BYTES(256, 5), NV_WG_ORDER },
+#define WG_G2_EF16(name, bn, st, minb) \
+	{ "g2_f16_" #name, 0, NV_WG_TILE_##name, 0, bn, st, minb, 0, nv_wg_g2_f16_##name, NV_WG_SMEM_BYTES(bn, st), NV_WG_ORDER },
+#define WG_G2_EBF16(name, bn, st, minb) \
+	{ "g2_bf16_" #name, 0, NV_WG_TILE_##name, 1, bn, st, minb, 0, nv_wg_g2_bf16_##name, NV_WG_SMEM_BYTES(bn, st), NV_WG_ORDER },
+	NV_WG_TILES(WG_G2_EF16) NV_WG_TILES(WG_G2_EBF16)
+#undef WG_G2_EF16
+#undef WG_G2_EBF16
+	{ "g4_f16_n128", 0, NV_WG_TILE_n128, 0, 128, 8, 1, 0, nv_wg_g4_f16_n128, NV_WG_SMEM_BYTES(128, 8), NV_WG_ORDER },
+	{ "g4_f16_n64", 0, NV_WG_TILE_n64, 0, 64, 6, 2, 0, nv_wg_g4_f16_n64, NV_WG_SMEM_BYTES(64, 6), NV_WG_ORDER },
+	{ "g4_f16_n32", 0, NV_WG_TILE_n32, 0, 32, 8, 2, 0, nv_wg_g4_f16_n32, NV_WG_SMEM_BYTES(32, 8), NV_WG_ORDER },
+	{ "g4_f16_n16", 0, NV_WG_TILE_n16, 0, 16, 9, 2, 0, nv_wg_g4_f16_n16, NV_WG_SMEM_BYTES(16, 9), NV_WG_ORDER },
 #define WG_CL2_ENTRY(name, dense, tile, bf16, bn, st, keep)                                                 \
 	{ "cl2_" #name, dense, NV_WG_TILE_##tile, bf16, bn, st, 1, keep, nv_wg_cl2_##name,                      \
 	  dense ? NV_WG_DSMEM_BYTES(bn, st) : NV_WG_SMEM_BYTES(bn, st), dense ? 0 : NV_WG_ORDER, 2 },
@@ -809,16 +849,27 @@ static void setup_variants(void)
 	}
 }
 
-/* WG_CLUSTER=1: the checks take the cl2_ kernels instead of the daemon's. */
-static bool g_cluster;
+/* The kernels the checks take: the daemon's (""), or with WG_CLUSTER=1
+ * the cl2_ kernels, with WG_GROUP=2 (4) the g2_ (g4_) ones. */
+static const char *g_family = "";
+
+static bool in_family(const variant *v)
+{
+	static const char *const others[] = { "cl2_", "g2_", "g4_", "nomath", "warp" };
+	if (*g_family)
+		return strncmp(v->name, g_family, strlen(g_family)) == 0;
+	for (const char *o : others)
+		if (strncmp(v->name, o, strlen(o)) == 0)
+			return false;
+	return true;
+}
 
 /* order: the 2:4 kernels reading A in that layout (enum nv_wg_order). */
 static const variant *find_variant(int dense, int bf16, int bn, int order)
 {
 	for (int i = 0; i < nvariants; i++)
 		if (variants[i].dense == dense && variants[i].bf16 == bf16 && variants[i].bn == bn &&
-		    (dense || variants[i].order == order) && strncmp(variants[i].name, "nomath", 6) != 0 &&
-		    strncmp(variants[i].name, "warp", 4) != 0 && (variants[i].cl == 2) == g_cluster)
+		    (dense || variants[i].order == order) && in_family(&variants[i]))
 			return &variants[i];
 	return NULL;
 }
@@ -959,9 +1010,11 @@ static int run_checks(int sms)
 					if (quick && m * k > 200000)
 						continue;
 					for (int bn : bns) {
-						/* The cluster kernels: pairs of row tiles only. */
-						if (g_cluster && (!find_variant(dense, bf16, bn, orders[oi]) ||
-								  (m + NV_WG_BM - 1) / NV_WG_BM % 2))
+						/* Another family: its tiles only; the cluster
+						 * kernels: pairs of row tiles only. */
+						if (*g_family && !find_variant(dense, bf16, bn, orders[oi]))
+							continue;
+						if (strcmp(g_family, "cl2_") == 0 && (m + NV_WG_BM - 1) / NV_WG_BM % 2)
 							continue;
 						/* Every output type and beta at every tile, drawn. */
 						int out_dt = (rnd() & 1) ? MFMA_DT_F32 : (bf16 ? MFMA_DT_BF16 : MFMA_DT_F16);
@@ -1294,9 +1347,14 @@ static void run_bench_shape(int bf16, int m, int n, int k, int sms, cublasHandle
 			sp.push_back((int)x);
 	}
 	tile_best tb = time_tiles(0, bf16, m, n, ldb, w, db, dd, t_blas, sr, sp, sms, s);
-	tile_best ta = time_tiles(0, bf16, m, n, ldb, wa, db, dd, t_blas, sr, sp, sms, s);
-	tile_best tt = time_tiles(0, bf16, m, n, ldb, wr, db, dd, t_blas, sr, sp, sms, s);
-	if (getenv("WG_ABBA")) {
+	/* WG_IMAGES=1: the daemon's layout only. */
+	const bool others = !getenv("WG_IMAGES");
+	tile_best ta = { 1e30f, "-", 0 }, tt = ta;
+	if (others) {
+		ta = time_tiles(0, bf16, m, n, ldb, wa, db, dd, t_blas, sr, sp, sms, s);
+		tt = time_tiles(0, bf16, m, n, ldb, wr, db, dd, t_blas, sr, sp, sms, s);
+	}
+	if (others && getenv("WG_ABBA")) {
 		printf("  (again, in the reverse order)\n");
 		const tile_best t2 = time_tiles(0, bf16, m, n, ldb, wr, db, dd, t_blas, sr, sp, sms, s);
 		const tile_best a2 = time_tiles(0, bf16, m, n, ldb, wa, db, dd, t_blas, sr, sp, sms, s);
@@ -2008,7 +2066,12 @@ int main(int argc, char **argv)
 	}
 	g_sms = prop.multiProcessorCount;
 	setup_variants();
-	g_cluster = getenv("WG_CLUSTER") && atoi(getenv("WG_CLUSTER")) > 0;
+	if (getenv("WG_CLUSTER") && atoi(getenv("WG_CLUSTER")) > 0)
+		g_family = "cl2_";
+	else if (getenv("WG_GROUP") && atoi(getenv("WG_GROUP")) == 2)
+		g_family = "g2_";
+	else if (getenv("WG_GROUP") && atoi(getenv("WG_GROUP")) == 4)
+		g_family = "g4_";
 	if (strcmp(what, "probe") == 0)
 		return run_probe() ? 1 : 0;
 	if (strcmp(what, "check") == 0)

@@ -31,10 +31,15 @@
  * placed after the wait cannot be ordered there by anything but an
  * accumulator, whose read would serialise the groups).  Built with
  * KEEP = 1, the 64 x 256 tile also gets ptxas's C7515 (wgmma serialised),
- * the 64 x 128 and 64 x 64 ones do not.  So every kernel built uses KEEP = 0, waiting for
- * all groups each stage as CUTLASS's sparse mainloop does; the parameter
- * stays for the experiment (double-buffered metadata in registers ptxas
- * cannot merge would be the next try).
+ * the 64 x 128 and 64 x 64 ones do not.  The SASS of KEEP = 1 at 64 x 128
+ * (wgmma_bench's keep_f16_n128, cuobjdump on the H200) shows it: the two
+ * PRMTs at the top of each iteration write the same two registers the
+ * HGMMA.SP group still in flight (WARPGROUP.DEPBAR.LE gsb0, 0x1) was
+ * given.  So every kernel built uses KEEP = 0, waiting for all groups
+ * each stage as CUTLASS's sparse mainloop does; the parameter stays for
+ * the experiment.  Fewer waits by GRP (below) measured no faster at the
+ * plan's tiles, so double-buffered metadata registers, the next try for
+ * KEEP, is not expected to pay either (bench/RESULTS.md).
  *
  * The dense kernels (nv_wg_dense below) are the same kernel with another
  * compute policy: A (128 rows x 64 K a stage, 128-byte swizzle) comes by
@@ -64,6 +69,18 @@
  * bench/RESULTS.md): the kernels are bound by the consumers' wait for
  * each stage's wgmma, not by L2.  The daemon's kernels are built with
  * CL = 1.
+ *
+ * GRP > 1 (wgmma_bench's g2_/g4_ kernels only, 2:4): the consumers wait
+ * for GRP stages, build all their metadata registers, then issue the GRP
+ * stages' wgmma.sp as one group, wait for it and release the GRP stages:
+ * one drain of the wgmma pipeline per GRP stages instead of one a stage,
+ * while no metadata register is written with a group in flight (the
+ * hazard of KEEP = 1).  A K range of a count not a multiple of GRP ends
+ * with single stages.  Correct, and measured on the H200 within 1% of
+ * GRP = 1 at the tile and split the plan picks (16% slower at 8192^3 on
+ * 64 x 256, where the group waits for its second stage before issuing
+ * the first): the per-stage wait is not what bounds these kernels.  The
+ * daemon's kernels are built with GRP = 1.
  *
  * The gate (nv_wg_params.gate): a launch made before B is on the device.
  * The producer issues the first ring of stages' A (each stage's barrier
@@ -490,14 +507,12 @@ struct nv_wg_sp24 {
 		nv_l2_prefetch(p.meta + ts * E_BYTES, E_BYTES);
 	}
 
-	/* One stage of consumer warpgroup c (rows 64c..64c+63 of the tile):
-	 * its metadata registers from the stage's words (two 8-byte shared
-	 * loads and one byte permute per k32 step), the fence, two wgmma.sp
-	 * (the caller commits the group).  e gets the
-	 * metadata registers (the KEEP experiment keeps them alive). */
+	/* Consumer warpgroup c's (rows 64c..64c+63 of the tile) metadata
+	 * registers of one stage, e[j] for its k32 step j: two 8-byte
+	 * shared loads and one byte permute each. */
 	template <int BN>
-	static __device__ __forceinline__ void mma(float *acc, const char *stage, uint32_t st, unsigned c,
-						   unsigned w, unsigned lane, uint32_t e[2])
+	static __device__ __forceinline__ void meta(const char *stage, unsigned c, unsigned w, unsigned lane,
+						    uint32_t e[2])
 	{
 		typedef nv_wg_bsmem<BN> B;
 		const unsigned q = lane & 1u, mrow = 64 * c + 16 * w + (lane >> 2);
@@ -505,9 +520,16 @@ struct nv_wg_sp24 {
 		const uint2 lo = *(const uint2 *)(ew + mrow * 8), hi = *(const uint2 *)(ew + (mrow + 8) * 8);
 		e[0] = __byte_perm(lo.x, hi.x, q ? 0x7632 : 0x5410);
 		e[1] = __byte_perm(lo.y, hi.y, q ? 0x7632 : 0x5410);
+	}
+
+	/* Warpgroup c's two wgmma.sp of the stage at st (the caller fences
+	 * before and commits after). */
+	template <int BN>
+	static __device__ __forceinline__ void issue(float *acc, uint32_t st, unsigned c, const uint32_t e[2])
+	{
+		typedef nv_wg_bsmem<BN> B;
 		const uint32_t a0 = st + c * 64 * 64; /* 64 rows of 64 bytes per warpgroup */
 		const uint32_t b0 = st + A_BYTES;
-		nv_wg_fence();
 		nv_wgsp<BF16, BN, 0, 1>(acc, nv_wg_desc(a0, 16, 512, 2), B::desc(b0, 0), e[0]);
 		nv_wgsp<BF16, BN, 0, 1>(acc, nv_wg_desc(a0 + 32, 16, 512, 2), B::desc(b0, 32), e[1]);
 	}
@@ -540,18 +562,19 @@ struct nv_wg_dense {
 		nv_l2_prefetch_2d(&p.tm_a, it * NV_WG_BK, m0);
 	}
 
+	/* No metadata: e is only zeroed. */
 	template <int BN>
-	static __device__ __forceinline__ void mma(float *acc, const char *stage, uint32_t st, unsigned c,
-						   unsigned w, unsigned lane, uint32_t e[2])
+	static __device__ __forceinline__ void meta(const char *, unsigned, unsigned, unsigned, uint32_t e[2])
+	{
+		e[0] = e[1] = 0;
+	}
+
+	template <int BN>
+	static __device__ __forceinline__ void issue(float *acc, uint32_t st, unsigned c, const uint32_t *)
 	{
 		typedef nv_wg_bsmem<BN> B;
-		(void)stage;
-		(void)w;
-		(void)lane;
-		e[0] = e[1] = 0;
 		const uint32_t a0 = st + c * 64 * 128; /* 64 rows of 128 bytes per warpgroup */
 		const uint32_t b0 = st + A_BYTES;
-		nv_wg_fence();
 #pragma unroll
 		for (int j = 0; j < NV_WG_BK / 16; j++)
 			nv_wgmma<BF16, BN, 1>(acc, nv_wg_desc(a0 + 32 * j, 16, 1024, 1), B::desc(b0, 16 * j));
@@ -571,7 +594,8 @@ struct nv_wg_dense {
  * TRACE = 1 (wgmma_bench's trace mode only): each CTA writes the global
  * timer at its start, at the end of its main loop and at its end, and its
  * SM, to trace[4 x CTA ..]. */
-template <class OP, int BN, int STAGES, int MINB, int KEEP, int ALL = !OP::DENSE, int TRACE = 0, int CL = 1>
+template <class OP, int BN, int STAGES, int MINB, int KEEP, int ALL = !OP::DENSE, int TRACE = 0, int CL = 1,
+	  int GRP = 1>
 struct nv_wg_gemm {
 	typedef nv_wg_bsmem<BN> B;
 	enum {
@@ -592,6 +616,7 @@ struct nv_wg_gemm {
 	/* CL = 2: B's boxes split between the pair, each multicast to both. */
 	static_assert(CL == 1 || (CL == 2 && BN / B::BNB % 2 == 0), "a cluster of two needs an even count of B boxes");
 	static_assert(A_BYTES % 1024 == 0 && B_BYTES % 1024 == 0 && STAGE % 1024 == 0, "stage alignment");
+	static_assert(GRP >= 1 && GRP <= STAGES && (GRP == 1 || !KEEP), "GRP");
 
 	static __device__ __forceinline__ void run(const nv_wg_params &p, char *smem_raw,
 						   unsigned long long *trace = nullptr)
@@ -675,11 +700,37 @@ struct nv_wg_gemm {
 			acc[i] = 0.0f;
 		uint32_t prev0 = 0, prev1 = 0;
 
-		for (int i = 0; i < n_it; i++) {
+		/* GRP stages a wgmma group (see GRP above): each stage's
+		 * metadata registers are all written before the group's first
+		 * wgmma and none after it until its wait. */
+		int i = 0;
+		if (GRP > 1) {
+			for (; i + GRP <= n_it; i += GRP) {
+				uint32_t e[GRP][2];
+#pragma unroll
+				for (int j = 0; j < GRP; j++) {
+					const int s = (i + j) % STAGES;
+					nv_mbar_wait(bars + 8 * s, ((i + j) / STAGES) & 1);
+					OP::template meta<BN>(smem + s * STAGE, c, w, lane, e[j]);
+				}
+				nv_wg_fence();
+#pragma unroll
+				for (int j = 0; j < GRP; j++)
+					OP::template issue<BN>(acc, sbase + (i + j) % STAGES * STAGE, c, e[j]);
+				nv_wg_commit();
+				nv_wg_wait<0>();
+#pragma unroll
+				for (int j = 0; j < GRP; j++)
+					release(bars + 8 * (STAGES + (i + j) % STAGES), lane);
+			}
+		}
+		for (; i < n_it; i++) {
 			const int s = i % STAGES;
 			nv_mbar_wait(bars + 8 * s, (i / STAGES) & 1);
 			uint32_t e[2];
-			OP::template mma<BN>(acc, smem + s * STAGE, sbase + s * STAGE, c, w, lane, e);
+			OP::template meta<BN>(smem + s * STAGE, c, w, lane, e);
+			nv_wg_fence();
+			OP::template issue<BN>(acc, sbase + s * STAGE, c, e);
 			nv_wg_commit();
 			if (KEEP) {
 				nv_wg_wait<1>();
