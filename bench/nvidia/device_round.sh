@@ -6,7 +6,7 @@
 # brings them back); a short summary goes to stdout.
 #
 # usage: bench/nvidia/device_round.sh [test] [sanitize|memcheck|racecheck] [bench] [sweep]
-#        [grid] [shapes] [ncu] [e2e] [answers] [abserving] [spin] [readers] [latency] [multi] [choice] [served] [graphsab] [trialab]
+#        [grid] [shapes] [ncu] [vsncu] [e2e] [answers] [abserving] [spin] [readers] [latency] [multi] [choice] [served] [graphsab] [trialab]
 #        [batching] [serving] [readsab] [postab] [readerminab] [overlapab] [copystreamab] [dmaab] [dmacsab] [regionab] [batchcheck] [setab]
 #        [phases] [dmaphases]
 #        [wgmma] [group] [wgsan] [raceprobe] [streamprobe] [hot] [spread] [trace] [splitncu] [wgncu] [oneinflight]
@@ -224,6 +224,32 @@ shapes)
 		timeout 120 "$BENCH" --dtypes ${BENCH_DTYPES:-f16} --shape "$shape" >>"$OUT/shapes.log" 2>&1
 	done
 	grep -E "^\| (f16|bf16|i8) |^\| wgmma" "$OUT/shapes.log" | cut -c1-260
+	;;
+vsncu)
+	# Our wgmma 2:4 kernel at the plan's tile against cuSPARSELt's at one
+	# shape (VS_SHAPE, f16; one weight copy), side by side in Nsight
+	# Compute (clocks left alone): first every launch's name and time (one
+	# metric), then the full sections of the sixth launch of ours and of
+	# the most launched kernel whose name says sparse and is not ours.
+	build_bench
+	VS_SHAPE=${VS_SHAPE:-4096x256x4096}
+	BENCH_NV_COPIES=1 timeout 200 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
+		"$BENCH" --dtypes f16 --shape "$VS_SHAPE" >"$OUT/vs_names.csv" 2>&1
+	echo "=== vs names rc=$?"
+	awk -F'","' 'NR > 1 && $0 ~ /gpu__time_duration/ { n[$5]++ } END { for (k in n) print n[k], k }' \
+		"$OUT/vs_names.csv" | sort -rn | cut -c1-200 | head -12 | tee "$OUT/vs_top.txt"
+	theirs=$(awk '{ $1 = ""; print substr($0, 2) }' "$OUT/vs_top.txt" | grep -iE "sparse|sptensor|_sp_|splt" |
+		grep -v "^nv_" | head -1 | cut -c1-60)
+	for k in nv_wg_f16_n "$theirs"; do
+		[ -n "$k" ] || continue
+		BENCH_NV_COPIES=1 timeout 200 ncu --clock-control none -k "regex:${k//[^A-Za-z0-9_]/.}" --launch-skip 5 \
+			--launch-count 1 --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
+			--section Occupancy --section LaunchStats --section ComputeWorkloadAnalysis --section SchedulerStats \
+			"$BENCH" --dtypes f16 --shape "$VS_SHAPE" >"$OUT/vs_ncu_${k:0:12}.txt" 2>&1
+		echo "=== ncu $k rc=$?"
+		grep -E "^  [a-zA-Z_0-9]+.*\(|Duration|Throughput|Registers Per|Block Size|Grid Size|Cluster Size|Shared Memory Config|Dynamic Shared|Achieved Occupancy|Hit Rate|No Eligible|Issued Warp|Warp Cycles Per Issued" \
+			"$OUT/vs_ncu_${k:0:12}.txt" | head -30
+	done
 	;;
 sweep)
 	# Split-K sweeps of the decode shapes (our 2:4 kernel only).

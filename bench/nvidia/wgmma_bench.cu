@@ -11,7 +11,8 @@
  *                            WG_CLUSTER=1: the cl2_ kernels, clusters of two
  *                            CTAs multicasting B, at the shapes of even row tiles;
  *                            WG_GROUP=2 or 4: the g2_ or g4_ kernels, two or
- *                            four stages a wgmma group)
+ *                            four stages a wgmma group; WG_DEEP=1: the deep_
+ *                            ones, one CTA an SM with the deepest ring)
  *   wgmma_bench dcheck       the decode kernels: odd shapes, N = 1 .. 64, grids
  *   wgmma_bench raceprobe M  the mbarrier protocol alone, to run under racecheck
  *   wgmma_bench trace MxNxK S  when each CTA of one launch (split-K S) starts and ends
@@ -158,6 +159,14 @@ WG_GRP_KERNEL(f16_n128, nv_wg_sp24_img<0>, 128, 8, 1, 4)
 WG_GRP_KERNEL(f16_n64, nv_wg_sp24_img<0>, 64, 6, 2, 4)
 WG_GRP_KERNEL(f16_n32, nv_wg_sp24_img<0>, 32, 8, 2, 4)
 WG_GRP_KERNEL(f16_n16, nv_wg_sp24_img<0>, 16, 9, 2, 4)
+/* deep_*: the skinny tiles with one CTA an SM and the ring as deep as
+ * its shared memory allows (cuSPARSELt's 128 x 64 kernel at 4096 x 256 x
+ * 4096 runs one CTA an SM with 232 KB), against the daemon's two CTAs an
+ * SM with rings of 6-9 stages. */
+NV_WG_DEFINE_KERNEL(deep_f16_n64, nv_wg_sp24_img<0>, 64, 13, 1, 0)
+NV_WG_DEFINE_KERNEL(deep_f16_n32, nv_wg_sp24_img<0>, 32, 17, 1, 0)
+NV_WG_DEFINE_KERNEL(deep_f16_n16, nv_wg_sp24_img<0>, 16, 20, 1, 0)
+
 /* keep_f16_n128: KEEP = 1 on a 2:4 kernel (wrong, nv_wgmma.cuh), built
  * only for its SASS (device_round.sh group): where the metadata register
  * of the group in flight is written next.  Never launched. */
@@ -205,6 +214,9 @@ static variant variants[] = {
 	NV_WG_TILES(WG_G2_EF16) NV_WG_TILES(WG_G2_EBF16)
 #undef WG_G2_EF16
 #undef WG_G2_EBF16
+	{ "deep_f16_n64", 0, NV_WG_TILE_n64, 0, 64, 13, 1, 0, nv_wg_deep_f16_n64, NV_WG_SMEM_BYTES(64, 13), NV_WG_ORDER },
+	{ "deep_f16_n32", 0, NV_WG_TILE_n32, 0, 32, 17, 1, 0, nv_wg_deep_f16_n32, NV_WG_SMEM_BYTES(32, 17), NV_WG_ORDER },
+	{ "deep_f16_n16", 0, NV_WG_TILE_n16, 0, 16, 20, 1, 0, nv_wg_deep_f16_n16, NV_WG_SMEM_BYTES(16, 20), NV_WG_ORDER },
 	{ "g4_f16_n128", 0, NV_WG_TILE_n128, 0, 128, 8, 1, 0, nv_wg_g4_f16_n128, NV_WG_SMEM_BYTES(128, 8), NV_WG_ORDER },
 	{ "g4_f16_n64", 0, NV_WG_TILE_n64, 0, 64, 6, 2, 0, nv_wg_g4_f16_n64, NV_WG_SMEM_BYTES(64, 6), NV_WG_ORDER },
 	{ "g4_f16_n32", 0, NV_WG_TILE_n32, 0, 32, 8, 2, 0, nv_wg_g4_f16_n32, NV_WG_SMEM_BYTES(32, 8), NV_WG_ORDER },
@@ -855,7 +867,7 @@ static const char *g_family = "";
 
 static bool in_family(const variant *v)
 {
-	static const char *const others[] = { "cl2_", "g2_", "g4_", "nomath", "warp" };
+	static const char *const others[] = { "cl2_", "g2_", "g4_", "deep_", "nomath", "warp" };
 	if (*g_family)
 		return strncmp(v->name, g_family, strlen(g_family)) == 0;
 	for (const char *o : others)
@@ -2072,6 +2084,8 @@ int main(int argc, char **argv)
 		g_family = "g2_";
 	else if (getenv("WG_GROUP") && atoi(getenv("WG_GROUP")) == 4)
 		g_family = "g4_";
+	else if (getenv("WG_DEEP") && atoi(getenv("WG_DEEP")) > 0)
+		g_family = "deep_";
 	if (strcmp(what, "probe") == 0)
 		return run_probe() ? 1 : 0;
 	if (strcmp(what, "check") == 0)
