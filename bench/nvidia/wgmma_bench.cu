@@ -98,15 +98,19 @@ NV_WG_TILES(WG_ALT_F16)
 NV_WG_TILES(WG_ALT_BF16)
 NV_WG_DEFINE_KERNEL(nomath_f16_n16, wg_nomath, 16, 9, 2, 0)
 NV_WG_DEFINE_KERNEL(nomath_f16_n64, wg_nomath, 64, 6, 2, 0)
-/* warp_*: the daemon's kernels with one `empty` arrival per warp (ALL = 0
- * in nv_wgmma.cuh) instead of one per consumer thread. */
-#define WG_WARP_KERNEL(name, bn, stages, minb)                                                              \
-	extern "C" __global__ void __launch_bounds__(NV_WG_THREADS, minb) nv_wg_warp_##name(                    \
+/* A kernel nv_wg_<name> of nv_wg_gemm<...> (the template's arguments
+ * after the name; attr: more attributes, such as its cluster's dims). */
+#define WG_GEMM_KERNEL(name, attr, minb, ...)                                                               \
+	extern "C" __global__ void attr __launch_bounds__(NV_WG_THREADS, minb) nv_wg_##name(                    \
 		const __grid_constant__ nv_wg_params p)                                                         \
 	{                                                                                                       \
 		extern __shared__ __align__(1024) char nv_wg_smem_raw[];                                        \
-		nv_wg_gemm<nv_wg_sp24_img<0>, bn, stages, minb, 0, 0>::run(p, nv_wg_smem_raw);                  \
+		nv_wg_gemm<__VA_ARGS__>::run(p, nv_wg_smem_raw);                                                \
 	}
+/* warp_*: the daemon's kernels with one `empty` arrival per warp (ALL = 0
+ * in nv_wgmma.cuh) instead of one per consumer thread. */
+#define WG_WARP_KERNEL(name, bn, stages, minb) \
+	WG_GEMM_KERNEL(warp_##name, , minb, nv_wg_sp24_img<0>, bn, stages, minb, 0, 0)
 WG_WARP_KERNEL(f16_n16, 16, 9, 2)
 /* trace_*: the daemon's kernels writing each CTA's start, main-loop end,
  * end and SM (nv_wg_gemm's TRACE; `wgmma_bench trace`). */
@@ -125,13 +129,9 @@ WG_WARP_KERNEL(f16_n256, 256, 5, 1)
  * split between the pair and multicast to both (nv_wg_gemm's CL = 2):
  * half the L2 reads of B.  Only where the tile has an even count of B
  * boxes (n128, n256) and the grid an even count of row tiles. */
-#define WG_CL2_KERNEL(name, op, bn, stages, minb, keep)                                                     \
-	extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(NV_WG_THREADS, minb)             \
-		nv_wg_cl2_##name(const __grid_constant__ nv_wg_params p)                                        \
-	{                                                                                                       \
-		extern __shared__ __align__(1024) char nv_wg_smem_raw[];                                        \
-		nv_wg_gemm<op, bn, stages, minb, keep, !op::DENSE, 0, 2>::run(p, nv_wg_smem_raw);               \
-	}
+#define WG_CL2_KERNEL(name, op, bn, stages, minb, keep)                            \
+	WG_GEMM_KERNEL(cl2_##name, __cluster_dims__(2, 1, 1), minb, op, bn, stages, minb, keep, \
+		       !op::DENSE, 0, 2)
 WG_CL2_KERNEL(f16_n128, nv_wg_sp24_img<0>, 128, 8, 1, 0)
 WG_CL2_KERNEL(f16_n256, nv_wg_sp24_img<0>, 256, 5, 1, 0)
 WG_CL2_KERNEL(bf16_n128, nv_wg_sp24_img<1>, 128, 8, 1, 0)
@@ -144,13 +144,8 @@ WG_CL2_KERNEL(dense_bf16_n256, nv_wg_dense<1>, 256, 4, 1, 1)
 /* g2_*, g4_*: the daemon's 2:4 kernels issuing two (four) stages a
  * wgmma group (nv_wg_gemm's GRP): one wait for the wgmma pipeline to
  * drain per two (four) stages. */
-#define WG_GRP_KERNEL(name, op, bn, stages, minb, grp)                                                      \
-	extern "C" __global__ void __launch_bounds__(NV_WG_THREADS, minb) nv_wg_g##grp##_##name(                \
-		const __grid_constant__ nv_wg_params p)                                                         \
-	{                                                                                                       \
-		extern __shared__ __align__(1024) char nv_wg_smem_raw[];                                        \
-		nv_wg_gemm<op, bn, stages, minb, 0, 1, 0, 1, grp>::run(p, nv_wg_smem_raw);                      \
-	}
+#define WG_GRP_KERNEL(name, op, bn, stages, minb, grp) \
+	WG_GEMM_KERNEL(g##grp##_##name, , minb, op, bn, stages, minb, 0, 1, 0, 1, grp)
 #define WG_G2_F16(name, bn, st, minb) WG_GRP_KERNEL(f16_##name, nv_wg_sp24_img<0>, bn, st, minb, 2)
 #define WG_G2_BF16(name, bn, st, minb) WG_GRP_KERNEL(bf16_##name, nv_wg_sp24_img<1>, bn, st, minb, 2)
 NV_WG_TILES(WG_G2_F16)
