@@ -76,7 +76,7 @@
  * one drain of the wgmma pipeline per GRP stages instead of one a stage,
  * while no metadata register is written with a group in flight (the
  * hazard of KEEP = 1).  A K range of a count not a multiple of GRP ends
- * with single stages.  Correct, and measured on the H200 within 1% of
+ * with single stages.  Correct, and measured on the H200 within 2% of
  * GRP = 1 at the tile and split the plan picks (16% slower at 8192^3 on
  * 64 x 256, where the group waits for its second stage before issuing
  * the first): the per-stage wait is not what bounds these kernels.  The
