@@ -1374,11 +1374,15 @@ static void run_bench_shape(int bf16, int m, int n, int k, int sms, cublasHandle
 	}
 	const float best = std::min(tb.t, std::min(ta.t, tt.t));
 	const double wbytes_img = (double)nv_wg_img_bytes(m, k, 2) + (double)nv_wg_meta_bytes(m, k);
-	printf("| %s | %d x %d x %d | images %.1f us (%.0f TF-eq, %.2f TB/s) %s s%d | other order %.1f us %s s%d |"
-	       " TMA %.1f us (%.0f TF-eq) %s s%d | cuBLAS %.1f us (%.0f TF) | %.2fx TMA | %.2fx cuBLAS |\n",
-	       bf16 ? "bf16" : "f16", m, n, k, tb.t, flop / tb.t * 1e-6, wbytes_img / tb.t * 1e-6, tb.name, tb.splits,
-	       ta.t, ta.name, ta.splits, tt.t, flop / tt.t * 1e-6, tt.name, tt.splits, t_blas, flop / t_blas * 1e-6,
-	       tb.t / tt.t, tb.t / t_blas);
+	printf("| %s | %d x %d x %d | images %.1f us (%.0f TF-eq, %.2f TB/s) %s s%d |", bf16 ? "bf16" : "f16", m, n, k,
+	       tb.t, flop / tb.t * 1e-6, wbytes_img / tb.t * 1e-6, tb.name, tb.splits);
+	if (others)
+		printf(" other order %.1f us %s s%d | TMA %.1f us (%.0f TF-eq) %s s%d |", ta.t, ta.name, ta.splits, tt.t,
+		       flop / tt.t * 1e-6, tt.name, tt.splits);
+	printf(" cuBLAS %.1f us (%.0f TF) |", t_blas, flop / t_blas * 1e-6);
+	if (others)
+		printf(" %.2fx TMA |", tb.t / tt.t);
+	printf(" %.2fx cuBLAS |\n", tb.t / t_blas);
 
 	/* A hot weight (WG_KEEP="0 20 40 ...": MB of it kept, issue 11): the
 	 * daemon's tile for N on the daemon's images, its first keep_iters

@@ -66,9 +66,9 @@
  * and the pair meets at a cluster barrier after the barriers' init and
  * again after the main loop, past which neither writes into the other.
  * Correct, and measured on the H200 no faster than CL = 1 (-4% to +18%,
- * bench/RESULTS.md): the kernels are bound by the consumers' wait for
- * each stage's wgmma, not by L2.  The daemon's kernels are built with
- * CL = 1.
+ * bench/RESULTS.md): halving B's L2 reads does not speed the kernels
+ * up (nor, GRP below found, does waiting for the wgmma pipeline less
+ * often).  The daemon's kernels are built with CL = 1.
  *
  * GRP > 1 (wgmma_bench's g2_/g4_ kernels only, 2:4): the consumers wait
  * for GRP stages, build all their metadata registers, then issue the GRP
