@@ -251,6 +251,46 @@ vsncu)
 			"$OUT/vs_ncu_${k:0:12}.txt" | head -30
 	done
 	;;
+stallsrc)
+	# Where the warps of one launch stall, instruction by instruction:
+	# Nsight Compute's warp-state sampling (SourceCounters) of our 2:4
+	# kernel at one tile and split (SRC_OURS, a regex of wgmma_bench's
+	# kernel names; wgmma_bench bench at VS_SHAPE, the daemon's layout)
+	# and of one cuSPARSELt kernel (SRC_THEIRS, a regex of its name; in
+	# bench_nv at VS_SHAPE), each exported as the SASS with its samples
+	# (src_*.csv) and the stall-reason ratios (stall_*.txt).
+	build_bench
+	VS_SHAPE=${VS_SHAPE:-4096x256x4096}
+	SRC_OURS=${SRC_OURS:-^nv_wg_f16_n64\$}
+	SRC_THEIRS=${SRC_THEIRS:-tilesize128x64x64_warpgroupsize1x1x1_execute_segment_k_off}
+	for who in ours theirs; do
+		if [ $who = ours ]; then
+			re=$SRC_OURS cmd=(env WG_DTYPES=f16 WG_IMAGES=1 WG_NODECODE=1 .devlibs/wgmma_bench bench "$VS_SHAPE")
+		else
+			re=$SRC_THEIRS cmd=(env BENCH_NV_COPIES=1 "$BENCH" --dtypes f16 --shape "$VS_SHAPE")
+		fi
+		timeout 240 ncu --clock-control none -k "regex:$re" --launch-skip 5 --launch-count 1 \
+			--section SourceCounters --section WarpStateStats --section SpeedOfLight \
+			--metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\\.ratio" \
+			-f -o "$OUT/rep_$who" "${cmd[@]}" >"$OUT/ncu_$who.log" 2>&1
+		echo "=== ncu $who rc=$?"
+		ncu -i "$OUT/rep_$who.ncu-rep" --page source --csv --print-source sass >"$OUT/src_$who.csv" 2>&1
+		echo "=== source $who rc=$? $(wc -l <"$OUT/src_$who.csv") lines"
+		ncu -i "$OUT/rep_$who.ncu-rep" --page raw --csv >"$OUT/raw_$who.csv" 2>&1
+		ncu -i "$OUT/rep_$who.ncu-rep" --page details --print-details all >"$OUT/stall_$who.txt" 2>&1
+		python3 - "$OUT/raw_$who.csv" <<'PY' | tee -a "$OUT/stall_$who.txt"
+import csv, sys
+rows = list(csv.reader(open(sys.argv[1])))
+if len(rows) >= 3:
+    h, v = rows[0], rows[2]
+    print(v[h.index("Kernel Name")][:100] if "Kernel Name" in h else "?")
+    st = sorted(((float(v[i].replace(",", "")), h[i]) for i in range(len(h))
+                 if "issue_stalled" in h[i] and v[i].replace(",", "").replace(".", "").isdigit()), reverse=True)
+    for val, name in st[:14]:
+        print("%8.3f %s" % (val, name))
+PY
+	done
+	;;
 sweep)
 	# Split-K sweeps of the decode shapes (our 2:4 kernel only).
 	build_bench
@@ -729,7 +769,8 @@ kernelab)
 	# beside cuBLASLt) from .devlibs/bench_nv_old against the payload's,
 	# and wgmma_bench (the tiled and decode wgmma.sp kernels, f16) from
 	# .devlibs/wgmma_bench_old against .devlibs/wgmma_bench, each pair
-	# where both are there.  The old binaries are a session's own: copied into
+	# where both are there (AB_SPLITS="": the plan's split only; on sm_90
+	# bench_nv's wgmma line is the daemon's wgmma.sp kernel).  The old binaries are a session's own: copied into
 	# .devlibs before rebuilding (bench/README.md).
 	AB_SHAPES=${AB_SHAPES:-14336x64x4096 4096x64x14336 4096x16x14336 14336x16x4096 8192x8x8192}
 	AB_WG_SHAPES=${AB_WG_SHAPES:-14336x16x4096 4096x16x14336}
@@ -744,8 +785,9 @@ kernelab)
 			for shape in $AB_SHAPES; do
 				echo "AB $r bench_nv $shape" >>"$OUT/kernelab_nv.log"
 				timeout 100 "$nv" --dtypes ${AB_DTYPES:-f16,i8} --shape "$shape" >>"$OUT/kernelab_nv.log" 2>&1
-				timeout 100 "$nv" --dtypes ${AB_DTYPES:-f16,i8} --shape "$shape" \
-					--splits ${AB_SPLITS:-1,2,4,8} >>"$OUT/kernelab_nv.log" 2>&1
+				[ -n "${AB_SPLITS-1,2,4,8}" ] &&
+					timeout 100 "$nv" --dtypes ${AB_DTYPES:-f16,i8} --shape "$shape" \
+						--splits ${AB_SPLITS:-1,2,4,8} >>"$OUT/kernelab_nv.log" 2>&1
 			done
 		fi
 		if $wg_ab; then
@@ -754,7 +796,7 @@ kernelab)
 		fi
 		echo "=== kernelab $r: rc=$?"
 	done
-	$nv_ab && grep -E "^AB|^\| (f16|i8)|^# sweep" "$OUT/kernelab_nv.log" | cut -c1-200
+	$nv_ab && grep -E "^AB|^\| (f16|bf16|i8|wgmma)|^# sweep" "$OUT/kernelab_nv.log" | cut -c1-200
 	$wg_ab && grep -E "^AB|^bench|^\|decode| rows |^  f16_n16 " "$OUT/kernelab_wg.log" | cut -c1-160 | head -120
 	$nv_ab || $wg_ab || echo "kernelab: no old build in .devlibs (bench_nv_old, wgmma_bench_old)"
 	;;

@@ -12,7 +12,9 @@
  *                            CTAs multicasting B, at the shapes of even row tiles;
  *                            WG_GROUP=2 or 4: the g2_ or g4_ kernels, two or
  *                            four stages a wgmma group; WG_DEEP=1: the deep_
- *                            ones, one CTA an SM with the deepest ring)
+ *                            ones, one CTA an SM with the deepest ring;
+ *                            WG_INFLIGHT=1: the k2_ ones, one wgmma.sp group
+ *                            kept in flight across stages)
  *   wgmma_bench dcheck       the decode kernels: odd shapes, N = 1 .. 64, grids
  *   wgmma_bench raceprobe M  the mbarrier protocol alone, to run under racecheck
  *   wgmma_bench trace MxNxK S  when each CTA of one launch (split-K S) starts and ends
@@ -162,6 +164,14 @@ NV_WG_DEFINE_KERNEL(deep_f16_n64, nv_wg_sp24_img<0>, 64, 13, 1, 0)
 NV_WG_DEFINE_KERNEL(deep_f16_n32, nv_wg_sp24_img<0>, 32, 17, 1, 0)
 NV_WG_DEFINE_KERNEL(deep_f16_n16, nv_wg_sp24_img<0>, 16, 20, 1, 0)
 
+/* k2_*: the daemon's 2:4 kernels with KEEP = 2 (nv_wgmma.cuh): one
+ * wgmma.sp group kept in flight across stages, the metadata registers in
+ * two sets, each pinned until its group is complete. */
+#define WG_K2_F16(name, bn, st, minb) WG_GEMM_KERNEL(k2_f16_##name, , minb, nv_wg_sp24_img<0>, bn, st, minb, 2)
+#define WG_K2_BF16(name, bn, st, minb) WG_GEMM_KERNEL(k2_bf16_##name, , minb, nv_wg_sp24_img<1>, bn, st, minb, 2)
+NV_WG_TILES(WG_K2_F16)
+NV_WG_TILES(WG_K2_BF16)
+
 /* keep_f16_n128: KEEP = 1 on a 2:4 kernel (wrong, nv_wgmma.cuh), built
  * only for its SASS (device_round.sh group): where the metadata register
  * of the group in flight is written next.  Never launched. */
@@ -209,6 +219,13 @@ static variant variants[] = {
 	NV_WG_TILES(WG_G2_EF16) NV_WG_TILES(WG_G2_EBF16)
 #undef WG_G2_EF16
 #undef WG_G2_EBF16
+#define WG_K2_EF16(name, bn, st, minb) \
+	{ "k2_f16_" #name, 0, NV_WG_TILE_##name, 0, bn, st, minb, 0, nv_wg_k2_f16_##name, NV_WG_SMEM_BYTES(bn, st), NV_WG_ORDER },
+#define WG_K2_EBF16(name, bn, st, minb) \
+	{ "k2_bf16_" #name, 0, NV_WG_TILE_##name, 1, bn, st, minb, 0, nv_wg_k2_bf16_##name, NV_WG_SMEM_BYTES(bn, st), NV_WG_ORDER },
+	NV_WG_TILES(WG_K2_EF16) NV_WG_TILES(WG_K2_EBF16)
+#undef WG_K2_EF16
+#undef WG_K2_EBF16
 	{ "deep_f16_n64", 0, NV_WG_TILE_n64, 0, 64, 13, 1, 0, nv_wg_deep_f16_n64, NV_WG_SMEM_BYTES(64, 13), NV_WG_ORDER },
 	{ "deep_f16_n32", 0, NV_WG_TILE_n32, 0, 32, 17, 1, 0, nv_wg_deep_f16_n32, NV_WG_SMEM_BYTES(32, 17), NV_WG_ORDER },
 	{ "deep_f16_n16", 0, NV_WG_TILE_n16, 0, 16, 20, 1, 0, nv_wg_deep_f16_n16, NV_WG_SMEM_BYTES(16, 20), NV_WG_ORDER },
@@ -857,12 +874,13 @@ static void setup_variants(void)
 }
 
 /* The kernels the checks take: the daemon's (""), or with WG_CLUSTER=1
- * the cl2_ kernels, with WG_GROUP=2 (4) the g2_ (g4_) ones. */
+ * the cl2_ kernels, with WG_GROUP=2 (4) the g2_ (g4_) ones, with
+ * WG_DEEP=1 the deep_ ones, with WG_INFLIGHT=1 the k2_ ones. */
 static const char *g_family = "";
 
 static bool in_family(const variant *v)
 {
-	static const char *const others[] = { "cl2_", "g2_", "g4_", "deep_", "nomath", "warp" };
+	static const char *const others[] = { "cl2_", "g2_", "g4_", "k2_", "deep_", "nomath", "warp" };
 	if (*g_family)
 		return strncmp(v->name, g_family, strlen(g_family)) == 0;
 	for (const char *o : others)
@@ -1750,8 +1768,9 @@ static int run_stream_probe(int sms)
  *
  * wgmma_bench trace MxNxK SPLITS: the daemon's f16 2:4 kernel (n16 for N
  * <= 16, else n64) on one weight with that split-K, warmed by five
- * launches, then one more whose CTAs write the global timer at their
- * start, at the end of their main loop and at their end, and their SM.
+ * launches, then one more, after L2 is flushed and between two events,
+ * whose CTAs write the global timer at their start, at the end of their
+ * main loop and at their end, and their SM.
  * Prints, per split z, when its CTAs start, finish their loop and end
  * (from the first CTA's start), and how many SMs ran one CTA or two. */
 static int run_trace(int m, int n, int k, int splits, int sms)
@@ -1782,10 +1801,26 @@ static int run_trace(int m, int n, int k, int splits, int sms)
 	const int ctas = (int)(L.grid.x * L.grid.z);
 	unsigned long long *dtr;
 	CK(cudaMalloc(&dtr, (size_t)ctas * 4 * 8));
-	for (int i = 0; i < 6; i++)
+	for (int i = 0; i < 5; i++)
 		fn<<<L.grid, 384, v->smem>>>(L.p, dtr);
+	/* The traced launch reads its weight from HBM, as the benchmarks'
+	 * rotating copies do: L2 is flushed by writing 256 MiB first.  The
+	 * events around it give the time a benchmark would report, to set
+	 * beside the span its CTAs ran. */
+	void *flush;
+	const size_t flush_bytes = (size_t)256 << 20;
+	CK(cudaMalloc(&flush, flush_bytes));
+	CK(cudaMemset(flush, 1, flush_bytes));
+	cudaEvent_t e0, e1;
+	CK(cudaEventCreate(&e0));
+	CK(cudaEventCreate(&e1));
+	CK(cudaEventRecord(e0));
+	fn<<<L.grid, 384, v->smem>>>(L.p, dtr);
+	CK(cudaEventRecord(e1));
 	CK(cudaGetLastError());
 	CK(cudaDeviceSynchronize());
+	float ev_ms = 0;
+	CK(cudaEventElapsedTime(&ev_ms, e0, e1));
 	std::vector<unsigned long long> tr((size_t)ctas * 4);
 	CK(cudaMemcpy(tr.data(), dtr, tr.size() * 8, cudaMemcpyDeviceToHost));
 	unsigned long long t0 = ~0ull, t1 = 0;
@@ -1794,8 +1829,9 @@ static int run_trace(int m, int n, int k, int splits, int sms)
 		t1 = std::max(t1, tr[4 * c + 2]);
 	}
 	printf("trace %s %dx%dx%d: grid %d x %d (tiles x splits), k_iters %d, %d each; launch span %.1f us "
-	       "(first start to last end)\n",
-	       v->name, m, n, k, (int)L.grid.x, (int)L.grid.z, L.p.k_iters, L.p.iters_per_split, (t1 - t0) * 1e-3);
+	       "(first start to last end), %.1f us between events, L2 flushed\n",
+	       v->name, m, n, k, (int)L.grid.x, (int)L.grid.z, L.p.k_iters, L.p.iters_per_split, (t1 - t0) * 1e-3,
+	       ev_ms * 1e3);
 	printf("| split | CTAs | start min / median / max us | loop end min / median / max | end min / median / max |\n"
 	       "|---|---|---|---|---|\n");
 	for (int z = 0; z < (int)L.grid.z; z++) {
@@ -1820,6 +1856,9 @@ static int run_trace(int m, int n, int k, int splits, int sms)
 		one += x == 1, two += x == 2, more += x > 2;
 	printf("SMs with one CTA %d, two %d, more %d (of %d)\n", one, two, more, sms);
 	wg_release(L);
+	cudaEventDestroy(e0);
+	cudaEventDestroy(e1);
+	cudaFree(flush);
 	cudaFree(dtr);
 	cudaFree(db);
 	cudaFree(dd);
@@ -2085,6 +2124,8 @@ int main(int argc, char **argv)
 		g_family = "g4_";
 	else if (getenv("WG_DEEP") && atoi(getenv("WG_DEEP")) > 0)
 		g_family = "deep_";
+	else if (getenv("WG_INFLIGHT") && atoi(getenv("WG_INFLIGHT")) > 0)
+		g_family = "k2_";
 	if (strcmp(what, "probe") == 0)
 		return run_probe() ? 1 : 0;
 	if (strcmp(what, "check") == 0)

@@ -5,8 +5,8 @@
  * nvidia_archs names 90; an sm_90a cubin runs on sm_90 only. */
 #include "nv_wgmma.cuh"
 
-/* KEEP = 0 for 2:4: see nv_wgmma.cuh for why a wgmma.sp group is never
- * left in flight; the dense kernels keep one (KEEP = 1). */
+/* KEEP = 0 for 2:4: see nv_wgmma.cuh for why each wgmma.sp group is
+ * waited for in its stage; the dense kernels keep one in flight (KEEP = 1). */
 #define NV_WG_F16(name, bn, st, minb) NV_WG_DEFINE_KERNEL(f16_##name, nv_wg_sp24_img<0>, bn, st, minb, 0)
 #define NV_WG_BF16(name, bn, st, minb) NV_WG_DEFINE_KERNEL(bf16_##name, nv_wg_sp24_img<1>, bn, st, minb, 0)
 NV_WG_TILES(NV_WG_F16)

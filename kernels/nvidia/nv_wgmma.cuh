@@ -35,11 +35,17 @@
  * (wgmma_bench's keep_f16_n128, cuobjdump on the H200) shows it: the two
  * PRMTs at the top of each iteration write the same two registers the
  * HGMMA.SP group still in flight (WARPGROUP.DEPBAR.LE gsb0, 0x1) was
- * given.  So every kernel built uses KEEP = 0, waiting for all groups
- * each stage as CUTLASS's sparse mainloop does; the parameter stays for
- * the experiment.  Fewer waits by GRP (below) measured no faster at the
- * plan's tiles, so double-buffered metadata registers, the next try for
- * KEEP, is not expected to pay either (bench/RESULTS.md).
+ * given.  KEEP = 2 (wgmma_bench's k2_ kernels) does it right: the
+ * stages use two sets of metadata registers in turn, and each set is
+ * pinned by a shared store under a predicate false at run time, placed
+ * after the wait that completes its group (nv_wg_pin_meta), so ptxas
+ * cannot give the next stage's words those registers (the SASS on the
+ * H200: HGMMA.SP on R58/R59 and R56/R57 in turn, WARPGROUP.DEPBAR.LE
+ * gsb0, 0x1 after each, as cuSPARSELt's kernel has it).  Correct, and
+ * measured within the noise of KEEP = 0 at every tile and split
+ * (bench/RESULTS.md), as GRP (below) foretold: the daemon's kernels wait
+ * for every group each stage (KEEP = 0), as CUTLASS's sparse mainloop
+ * does.
  *
  * The dense kernels (nv_wg_dense below) are the same kernel with another
  * compute policy: A (128 rows x 64 K a stage, 128-byte swizzle) comes by
@@ -276,6 +282,26 @@ template <int N>
 static __device__ __forceinline__ void nv_wg_wait(void)
 {
 	asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+
+static __device__ __forceinline__ uint2 nv_lds_v2(uint32_t addr)
+{
+	uint2 v;
+	asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "r"(addr));
+	return v;
+}
+
+/* A use of a wgmma.sp group's metadata registers that ptxas can neither
+ * drop nor move above the wgmma.wait_group before it (KEEP = 2): a shared
+ * store under a predicate false at run time (never = p.m < 0, which no
+ * launch has, but ptxas cannot know), so the registers hold those values,
+ * and no later stage's, until the group is complete.  An empty asm that
+ * names them reaches ptxas as no instruction at all (KEEP = 1). */
+static __device__ __forceinline__ void nv_wg_pin_meta(const uint32_t e[2], int never, uint32_t dst)
+{
+	asm volatile("{\n\t.reg .pred q;\n\tsetp.lt.s32 q, %2, 0;\n\t@q st.shared.v2.b32 [%3], {%0, %1};\n}\n" ::"r"(e[0]),
+		     "r"(e[1]), "r"(never), "r"(dst)
+		     : "memory");
 }
 
 /* Shared-memory matrix descriptor (PTX 9.7.15.5.1.2.2): start, LBO and
@@ -516,8 +542,10 @@ struct nv_wg_sp24 {
 	{
 		typedef nv_wg_bsmem<BN> B;
 		const unsigned q = lane & 1u, mrow = 64 * c + 16 * w + (lane >> 2);
-		const char *ew = stage + A_BYTES + B::BYTES;
-		const uint2 lo = *(const uint2 *)(ew + mrow * 8), hi = *(const uint2 *)(ew + (mrow + 8) * 8);
+		/* Shared loads by the shared address: through the generic
+		 * pointer ptxas made them generic loads (LD.E.64). */
+		const uint32_t ew = nv_wg_smem(stage) + A_BYTES + B::BYTES;
+		const uint2 lo = nv_lds_v2(ew + mrow * 8), hi = nv_lds_v2(ew + (mrow + 8) * 8);
 		e[0] = __byte_perm(lo.x, hi.x, q ? 0x7632 : 0x5410);
 		e[1] = __byte_perm(lo.y, hi.y, q ? 0x7632 : 0x5410);
 	}
@@ -617,6 +645,7 @@ struct nv_wg_gemm {
 	static_assert(CL == 1 || (CL == 2 && BN / B::BNB % 2 == 0), "a cluster of two needs an even count of B boxes");
 	static_assert(A_BYTES % 1024 == 0 && B_BYTES % 1024 == 0 && STAGE % 1024 == 0, "stage alignment");
 	static_assert(GRP >= 1 && GRP <= STAGES && (GRP == 1 || !KEEP), "GRP");
+	static_assert(KEEP != 2 || (!OP::DENSE && CL == 1 && GRP == 1), "KEEP = 2: 2:4, no cluster, no group");
 
 	static __device__ __forceinline__ void run(const nv_wg_params &p, char *smem_raw,
 						   unsigned long long *trace = nullptr)
@@ -724,7 +753,23 @@ struct nv_wg_gemm {
 					release(bars + 8 * (STAGES + (i + j) % STAGES), lane);
 			}
 		}
-		for (; i < n_it; i++) {
+		if (KEEP == 2) {
+			/* Two sets of metadata registers, stage by stage in turn:
+			 * each set pinned (nv_wg_pin_meta) until the wait that
+			 * completes its group, so the next stage's set, written
+			 * while that group is in flight, is another one. */
+			uint32_t e0[2] = { 0, 0 }, e1[2] = { 0, 0 };
+			for (; i + 1 < n_it; i += 2) {
+				keep2_stage(p, i, smem, sbase, bars, c, w, lane, acc, e0, e1);
+				keep2_stage(p, i + 1, smem, sbase, bars, c, w, lane, acc, e1, e0);
+			}
+			if (i < n_it)
+				keep2_stage(p, i++, smem, sbase, bars, c, w, lane, acc, e0, e1);
+			nv_wg_wait<0>();
+			nv_wg_pin_meta(e0, p.m, sbase);
+			nv_wg_pin_meta(e1, p.m, sbase);
+		}
+		for (; KEEP < 2 && i < n_it; i++) {
 			const int s = i % STAGES;
 			nv_mbar_wait(bars + 8 * s, (i / STAGES) & 1);
 			uint32_t e[2];
@@ -747,7 +792,7 @@ struct nv_wg_gemm {
 				release(bars + 8 * (STAGES + s), lane);
 			}
 		}
-		if (KEEP) {
+		if (KEEP == 1) {
 			nv_wg_wait<0>();
 			asm volatile("" ::"r"(prev0), "r"(prev1));
 		}
@@ -774,6 +819,26 @@ struct nv_wg_gemm {
 		}
 		if (TRACE && tid == 128)
 			tr[2] = nv_globaltimer();
+	}
+
+	/* Stage i of KEEP = 2: its metadata into e, its group issued with
+	 * the previous stage's (whose registers are other) still in flight,
+	 * then that one waited for, its registers pinned up to here, and its
+	 * stage released. */
+	static __device__ __forceinline__ void keep2_stage(const nv_wg_params &p, int i, const char *smem,
+							   uint32_t sbase, uint32_t bars, unsigned c, unsigned w,
+							   unsigned lane, float *acc, uint32_t e[2], const uint32_t other[2])
+	{
+		const int s = i % STAGES;
+		nv_mbar_wait(bars + 8 * s, (i / STAGES) & 1);
+		OP::template meta<BN>(smem + s * STAGE, c, w, lane, e);
+		nv_wg_fence();
+		OP::template issue<BN>(acc, sbase + s * STAGE, c, e);
+		nv_wg_commit();
+		nv_wg_wait<1>();
+		nv_wg_pin_meta(other, p.m, sbase);
+		if (i > 0)
+			release(bars + 8 * (STAGES + (i - 1) % STAGES), lane);
 	}
 
 	/* B's boxes of stage it into the stage at st. */
@@ -838,7 +903,9 @@ struct nv_wg_gemm {
 		 * CTA's own partial read back like the others): the same sum in
 		 * the same order as adding each accumulator's splits in turn,
 		 * which waited out one L2 round trip per load (NACC x splits of
-		 * them, some 20 us at n64 with 4 splits: bench/RESULTS.md). */
+		 * them, some 20 us at n64 with 4 splits: bench/RESULTS.md).
+		 * Loading every split's partials at once at the skinny tiles
+		 * measured no faster (bench/RESULTS.md). */
 #pragma unroll
 		for (int i = 0; i < NACC; i++)
 			acc[i] = __ldcg(&ws[(int64_t)i * 256 + ctid]);
