@@ -14,7 +14,8 @@
  *                            four stages a wgmma group; WG_DEEP=1: the deep_
  *                            ones, one CTA an SM with the deepest ring;
  *                            WG_INFLIGHT=1: the k2_ ones, one wgmma.sp group
- *                            kept in flight across stages)
+ *                            kept in flight across stages; WG_QUEUE=1: the q_
+ *                            ones, a persistent grid taking units in turn)
  *   wgmma_bench dcheck       the decode kernels: odd shapes, N = 1 .. 64, grids
  *   wgmma_bench raceprobe M  the mbarrier protocol alone, to run under racecheck
  *   wgmma_bench trace MxNxK S  when each CTA of one launch (split-K S) starts and ends
@@ -172,6 +173,20 @@ NV_WG_DEFINE_KERNEL(deep_f16_n16, nv_wg_sp24_img<0>, 16, 20, 1, 0)
 NV_WG_TILES(WG_K2_F16)
 NV_WG_TILES(WG_K2_BF16)
 
+/* q_*: the daemon's skinny 2:4 kernels run as the queue (nv_wg_gemm's
+ * run_queue): one CTA an SM taking the launch's (tile, split) units in
+ * turn (q2_: the same kernels, two CTAs an SM). */
+#define WG_Q_F16(name, bn, st, minb)                                                                       \
+	extern "C" __global__ void __launch_bounds__(NV_WG_THREADS, minb) nv_wg_q_f16_##name(                   \
+		const __grid_constant__ nv_wg_params p)                                                         \
+	{                                                                                                       \
+		extern __shared__ __align__(1024) char nv_wg_smem_raw[];                                        \
+		nv_wg_gemm<nv_wg_sp24_img<0>, bn, st, minb, 0>::run_queue(p, nv_wg_smem_raw);                   \
+	}
+WG_Q_F16(n64, 64, 6, 2)
+WG_Q_F16(n32, 32, 8, 2)
+WG_Q_F16(n16, 16, 9, 2)
+
 /* keep_f16_n128: KEEP = 1 on a 2:4 kernel (wrong, nv_wgmma.cuh), built
  * only for its SASS (device_round.sh group): where the metadata register
  * of the group in flight is written next.  Never launched. */
@@ -184,6 +199,7 @@ struct variant {
 	unsigned smem;
 	int order; /* 2:4: A's layout, enum nv_wg_order */
 	int cl;    /* 2: a cl2_ kernel (clusters of two along M); 0 otherwise */
+	int queue; /* a q_ kernel: a persistent grid of this many CTAs an SM */
 };
 
 static variant variants[] = {
@@ -212,20 +228,27 @@ static variant variants[] = {
 	{ "warp_f16_n16", 0, NV_WG_TILE_n16, 0, 16, 9, 2, 0, nv_wg_warp_f16_n16, NV_WG_SMEM_BYTES(16, 9), NV_WG_ORDER },
 	{ "warp_f16_n64", 0, NV_WG_TILE_n64, 0, 64, 6, 2, 0, nv_wg_warp_f16_n64, NV_WG_SMEM_BYTES(64, 6), NV_WG_ORDER },
 	{ "warp_f16_n256", 0, NV_WG_TILE_n256, 0, 256, 5, 1, 0, nv_wg_warp_f16_n256, NV_WG_SMEM_BYTES(256, 5), NV_WG_ORDER },
-#define WG_G2_EF16(name, bn, st, minb) \
-	{ "g2_f16_" #name, 0, NV_WG_TILE_##name, 0, bn, st, minb, 0, nv_wg_g2_f16_##name, NV_WG_SMEM_BYTES(bn, st), NV_WG_ORDER },
-#define WG_G2_EBF16(name, bn, st, minb) \
-	{ "g2_bf16_" #name, 0, NV_WG_TILE_##name, 1, bn, st, minb, 0, nv_wg_g2_bf16_##name, NV_WG_SMEM_BYTES(bn, st), NV_WG_ORDER },
+/* The 2:4 kernels of a family fam_ (g2_, k2_) at every tile, f16 and bf16. */
+#define WG_FAM_ENTRY(fam, dt, bf16, name, bn, st, minb)                                                       \
+	{ #fam "_" #dt "_" #name, 0, NV_WG_TILE_##name, bf16, bn, st, minb, 0, nv_wg_##fam##_##dt##_##name,      \
+	  NV_WG_SMEM_BYTES(bn, st), NV_WG_ORDER },
+#define WG_G2_EF16(name, bn, st, minb) WG_FAM_ENTRY(g2, f16, 0, name, bn, st, minb)
+#define WG_G2_EBF16(name, bn, st, minb) WG_FAM_ENTRY(g2, bf16, 1, name, bn, st, minb)
+#define WG_K2_EF16(name, bn, st, minb) WG_FAM_ENTRY(k2, f16, 0, name, bn, st, minb)
+#define WG_K2_EBF16(name, bn, st, minb) WG_FAM_ENTRY(k2, bf16, 1, name, bn, st, minb)
 	NV_WG_TILES(WG_G2_EF16) NV_WG_TILES(WG_G2_EBF16)
+	NV_WG_TILES(WG_K2_EF16) NV_WG_TILES(WG_K2_EBF16)
 #undef WG_G2_EF16
 #undef WG_G2_EBF16
-#define WG_K2_EF16(name, bn, st, minb) \
-	{ "k2_f16_" #name, 0, NV_WG_TILE_##name, 0, bn, st, minb, 0, nv_wg_k2_f16_##name, NV_WG_SMEM_BYTES(bn, st), NV_WG_ORDER },
-#define WG_K2_EBF16(name, bn, st, minb) \
-	{ "k2_bf16_" #name, 0, NV_WG_TILE_##name, 1, bn, st, minb, 0, nv_wg_k2_bf16_##name, NV_WG_SMEM_BYTES(bn, st), NV_WG_ORDER },
-	NV_WG_TILES(WG_K2_EF16) NV_WG_TILES(WG_K2_EBF16)
 #undef WG_K2_EF16
 #undef WG_K2_EBF16
+#undef WG_FAM_ENTRY
+	{ "q_f16_n64", 0, NV_WG_TILE_n64, 0, 64, 6, 2, 0, nv_wg_q_f16_n64, NV_WG_SMEM_BYTES(64, 6), NV_WG_ORDER, 0, 1 },
+	{ "q_f16_n32", 0, NV_WG_TILE_n32, 0, 32, 8, 2, 0, nv_wg_q_f16_n32, NV_WG_SMEM_BYTES(32, 8), NV_WG_ORDER, 0, 1 },
+	{ "q_f16_n16", 0, NV_WG_TILE_n16, 0, 16, 9, 2, 0, nv_wg_q_f16_n16, NV_WG_SMEM_BYTES(16, 9), NV_WG_ORDER, 0, 1 },
+	{ "q2_f16_n64", 0, NV_WG_TILE_n64, 0, 64, 6, 2, 0, nv_wg_q_f16_n64, NV_WG_SMEM_BYTES(64, 6), NV_WG_ORDER, 0, 2 },
+	{ "q2_f16_n32", 0, NV_WG_TILE_n32, 0, 32, 8, 2, 0, nv_wg_q_f16_n32, NV_WG_SMEM_BYTES(32, 8), NV_WG_ORDER, 0, 2 },
+	{ "q2_f16_n16", 0, NV_WG_TILE_n16, 0, 16, 9, 2, 0, nv_wg_q_f16_n16, NV_WG_SMEM_BYTES(16, 9), NV_WG_ORDER, 0, 2 },
 	{ "deep_f16_n64", 0, NV_WG_TILE_n64, 0, 64, 13, 1, 0, nv_wg_deep_f16_n64, NV_WG_SMEM_BYTES(64, 13), NV_WG_ORDER },
 	{ "deep_f16_n32", 0, NV_WG_TILE_n32, 0, 32, 17, 1, 0, nv_wg_deep_f16_n32, NV_WG_SMEM_BYTES(32, 17), NV_WG_ORDER },
 	{ "deep_f16_n16", 0, NV_WG_TILE_n16, 0, 16, 20, 1, 0, nv_wg_deep_f16_n16, NV_WG_SMEM_BYTES(16, 20), NV_WG_ORDER },
@@ -743,10 +766,15 @@ static int wg_prepare(wg_launch &L, const variant *v, const wg_weight &w, const 
 	if (v->cl == 2 && p.tiles_m % 2)
 		return -1; /* a cluster pairs row tiles */
 	L.grid = dim3(tiles, 1, splits);
-	if (splits > 1) {
+	/* The queue: at most queue CTAs an SM, and two more counters (the
+	 * next unit, the CTAs done). */
+	if (v->queue)
+		L.grid = dim3(std::min(tiles * splits, sms * v->queue), 1, 1);
+	if (splits > 1 || v->queue) {
+		const size_t words = (size_t)tiles + (v->queue ? 2 : 0);
 		CK(cudaMalloc(&L.ws, (size_t)tiles * splits * (v->bn / 2) * 256 * 4));
-		CK(cudaMalloc(&L.counters, (size_t)tiles * 4));
-		CK(cudaMemset(L.counters, 0, (size_t)tiles * 4));
+		CK(cudaMalloc(&L.counters, words * 4));
+		CK(cudaMemset(L.counters, 0, words * 4));
 		p.ws = (uint64_t)L.ws;
 		p.counters = (uint64_t)L.counters;
 	}
@@ -875,12 +903,13 @@ static void setup_variants(void)
 
 /* The kernels the checks take: the daemon's (""), or with WG_CLUSTER=1
  * the cl2_ kernels, with WG_GROUP=2 (4) the g2_ (g4_) ones, with
- * WG_DEEP=1 the deep_ ones, with WG_INFLIGHT=1 the k2_ ones. */
+ * WG_DEEP=1 the deep_ ones, with WG_INFLIGHT=1 the k2_ ones, with
+ * WG_QUEUE=1 the q_ ones. */
 static const char *g_family = "";
 
 static bool in_family(const variant *v)
 {
-	static const char *const others[] = { "cl2_", "g2_", "g4_", "k2_", "deep_", "nomath", "warp" };
+	static const char *const others[] = { "cl2_", "g2_", "g4_", "k2_", "q_", "q2_", "deep_", "nomath", "warp" };
 	if (*g_family)
 		return strncmp(v->name, g_family, strlen(g_family)) == 0;
 	for (const char *o : others)
@@ -2126,6 +2155,8 @@ int main(int argc, char **argv)
 		g_family = "deep_";
 	else if (getenv("WG_INFLIGHT") && atoi(getenv("WG_INFLIGHT")) > 0)
 		g_family = "k2_";
+	else if (getenv("WG_QUEUE") && atoi(getenv("WG_QUEUE")) > 0)
+		g_family = "q_";
 	if (strcmp(what, "probe") == 0)
 		return run_probe() ? 1 : 0;
 	if (strcmp(what, "check") == 0)

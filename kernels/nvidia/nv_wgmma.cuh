@@ -773,10 +773,7 @@ struct nv_wg_gemm {
 			const int s = i % STAGES;
 			nv_mbar_wait(bars + 8 * s, (i / STAGES) & 1);
 			uint32_t e[2];
-			OP::template meta<BN>(smem + s * STAGE, c, w, lane, e);
-			nv_wg_fence();
-			OP::template issue<BN>(acc, sbase + s * STAGE, c, e);
-			nv_wg_commit();
+			issue_stage(smem, sbase, s, c, w, lane, acc, e);
 			if (KEEP) {
 				nv_wg_wait<1>();
 				/* The previous group's metadata registers stay live until
@@ -805,7 +802,7 @@ struct nv_wg_gemm {
 		if (CL == 2)
 			nv_cluster_sync();
 
-		if (SPLIT_K && gridDim.z > 1 && !reduce_splits(p, acc, tile, z, ctid)) {
+		if (SPLIT_K && gridDim.z > 1 && !reduce_splits(p, acc, tile, z, (int)gridDim.z, ctid)) {
 			if (TRACE && tid == 128)
 				tr[2] = nv_globaltimer();
 			return;
@@ -821,6 +818,130 @@ struct nv_wg_gemm {
 			tr[2] = nv_globaltimer();
 	}
 
+	/* The queue (wgmma_bench's q_ kernels, an experiment): a persistent
+	 * grid of at most one CTA an SM takes the (tile, split) units of the
+	 * launch in turn from a counter (counters[tiles], counters[tiles + 1]
+	 * the CTAs done, the last of which resets both), so that an SM whose
+	 * weight bytes arrive faster takes more units than one whose arrive
+	 * slower (the trace: equal units end up to 4 us apart).  Every unit
+	 * covers the K range of its split whichever CTA runs it, and the
+	 * partials are added in split order as in run, so the result does
+	 * not depend on which CTA took what.  The producer keeps loading the
+	 * next unit's stages while the consumers sum and store the last one;
+	 * a stage's unit travels in s_unit, -1 ends the consumers' loop.
+	 * Correct, and measured on the H200 no faster where there is one
+	 * unit a CTA and slower with every unit more (16384 x 16 x 4096:
+	 * 29.2 us against 28.3 at one split, 32.9 against 29.4 at two, 64.5
+	 * against 50.1 at sixteen), and still so with each unit's successor
+	 * taken as it starts (below) and with two CTAs an SM (wgmma_bench's
+	 * q2_: 41.1 us against 27.7 at two splits, one unit a CTA, which is
+	 * not explained yet; bench/RESULTS.md).  The daemon does not use it. */
+	static __device__ __forceinline__ void run_queue(const nv_wg_params &p, char *smem_raw)
+	{
+		static_assert(KEEP == 0 && CL == 1 && GRP == 1 && !TRACE && SPLIT_K, "the queue: the skinny plain kernel");
+		__shared__ int s_unit[STAGES];
+		char *smem = (char *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+		const uint32_t sbase = nv_wg_smem(smem);
+		const uint32_t bars = sbase + STAGES * STAGE;
+		const unsigned tid = threadIdx.x, wg = tid / 128;
+		const int ntiles = p.tiles_m * p.tiles_n;
+		const int splits = (p.k_iters + p.iters_per_split - 1) / p.iters_per_split;
+		const int units = ntiles * splits;
+		unsigned *q = (unsigned *)p.counters + ntiles;
+
+		if (tid == 0) {
+			for (int s = 0; s < STAGES; s++) {
+				nv_mbar_init(bars + 8 * s, 1);
+				nv_mbar_init(bars + 8 * (STAGES + s), ALL ? 256 : 8);
+			}
+			asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+			asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)&p.tm_b) : "memory");
+		}
+		__syncthreads();
+
+		if (wg == 0) {
+			if (MINB == 1)
+				asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+			if (tid != 0)
+				return;
+			/* Each unit's successor is taken as it starts, so that the
+			 * counter's round trip is behind its loads. */
+			int u = (int)atomicAdd(&q[0], 1u);
+			for (int g = 0;;) {
+				if (u >= units) {
+					const int s = g % STAGES;
+					nv_mbar_wait(bars + 8 * (STAGES + s), ((g / STAGES) & 1) ^ 1);
+					s_unit[s] = -1;
+					nv_mbar_arrive(bars + 8 * s);
+					if (atomicAdd(&q[1], 1u) == gridDim.x - 1) {
+						q[0] = 0;
+						q[1] = 0;
+					}
+					return;
+				}
+				const int next = (int)atomicAdd(&q[0], 1u);
+				int pm, pn;
+				nv_raster(u % ntiles, p.tiles_m, p.tiles_n, &pm, &pn);
+				const int m0 = pm * NV_WG_BM, n0 = pn * BN, z = u / ntiles;
+				const int it0 = z * p.iters_per_split, it1 = min(p.k_iters, it0 + p.iters_per_split);
+				for (int it = it0; it < it1; it++, g++) {
+					const int s = g % STAGES;
+					nv_mbar_wait(bars + 8 * (STAGES + s), ((g / STAGES) & 1) ^ 1);
+					if (it == it0)
+						s_unit[s] = u;
+					const uint32_t full = bars + 8 * s, st = sbase + s * STAGE;
+					nv_mbar_expect_tx(full, A_BYTES + B_BYTES + E_BYTES);
+					OP::load_a(p, st, full, it, m0, B_BYTES);
+					load_b(p, st, full, it, n0);
+				}
+				u = next;
+			}
+		}
+
+		if (MINB == 1)
+			asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+		const unsigned ctid = tid - 128, c = wg - 1, w = (tid / 32) % 4, lane = tid & 31;
+		for (int g = 0;;) {
+			nv_mbar_wait(bars + 8 * (g % STAGES), (g / STAGES) & 1);
+			const int u = *(volatile int *)&s_unit[g % STAGES];
+			if (u < 0)
+				break;
+			const int tile = u % ntiles, z = u / ntiles;
+			int pm, pn;
+			nv_raster(tile, p.tiles_m, p.tiles_n, &pm, &pn);
+			const int m0 = pm * NV_WG_BM, n0 = pn * BN;
+			const int it0 = z * p.iters_per_split, n_it = min(p.k_iters, it0 + p.iters_per_split) - it0;
+			float acc[NACC];
+#pragma unroll
+			for (int i = 0; i < NACC; i++)
+				acc[i] = 0.0f;
+			for (int j = 0; j < n_it; j++, g++) {
+				const int s = g % STAGES;
+				if (j > 0)
+					nv_mbar_wait(bars + 8 * s, (g / STAGES) & 1);
+				uint32_t e[2];
+				issue_stage(smem, sbase, s, c, w, lane, acc, e);
+				nv_wg_wait<0>();
+				release(bars + 8 * (STAGES + s), lane);
+			}
+			if (splits > 1 && !reduce_splits(p, acc, tile, z, splits, ctid))
+				continue;
+			epilogue(p, acc, m0 + 64 * c, n0, w, lane);
+		}
+	}
+
+	/* Ring slot s's metadata into e, its wgmma.sp group issued and
+	 * committed (the caller waits for the slot's barrier before and for
+	 * the group after). */
+	static __device__ __forceinline__ void issue_stage(const char *smem, uint32_t sbase, int s, unsigned c,
+							   unsigned w, unsigned lane, float *acc, uint32_t e[2])
+	{
+		OP::template meta<BN>(smem + s * STAGE, c, w, lane, e);
+		nv_wg_fence();
+		OP::template issue<BN>(acc, sbase + s * STAGE, c, e);
+		nv_wg_commit();
+	}
+
 	/* Stage i of KEEP = 2: its metadata into e, its group issued with
 	 * the previous stage's (whose registers are other) still in flight,
 	 * then that one waited for, its registers pinned up to here, and its
@@ -831,10 +952,7 @@ struct nv_wg_gemm {
 	{
 		const int s = i % STAGES;
 		nv_mbar_wait(bars + 8 * s, (i / STAGES) & 1);
-		OP::template meta<BN>(smem + s * STAGE, c, w, lane, e);
-		nv_wg_fence();
-		OP::template issue<BN>(acc, sbase + s * STAGE, c, e);
-		nv_wg_commit();
+		issue_stage(smem, sbase, s, c, w, lane, acc, e);
 		nv_wg_wait<1>();
 		nv_wg_pin_meta(other, p.m, sbase);
 		if (i > 0)
@@ -878,10 +996,9 @@ struct nv_wg_gemm {
 	/* Returns true in the last CTA of the tile to arrive, with the sum of
 	 * every split's partial in acc. */
 	static __device__ __forceinline__ bool reduce_splits(const nv_wg_params &p, float *acc, int tile, int z,
-							     unsigned ctid)
+							     int splits, unsigned ctid)
 	{
 		__shared__ unsigned s_last;
-		const int splits = gridDim.z;
 		float *ws = (float *)p.ws + (int64_t)tile * splits * NACC * 256;
 #pragma unroll
 		for (int i = 0; i < NACC; i++)
