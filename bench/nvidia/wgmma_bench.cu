@@ -15,7 +15,8 @@
  *                            ones, one CTA an SM with the deepest ring;
  *                            WG_INFLIGHT=1: the k2_ ones, one wgmma.sp group
  *                            kept in flight across stages; WG_QUEUE=1: the q_
- *                            ones, a persistent grid taking units in turn)
+ *                            ones, a persistent grid taking units in turn;
+ *                            WG_QUEUE=2: the q2_ ones, two CTAs an SM)
  *   wgmma_bench dcheck       the decode kernels: odd shapes, N = 1 .. 64, grids
  *   wgmma_bench raceprobe M  the mbarrier protocol alone, to run under racecheck
  *   wgmma_bench trace MxNxK S  when each CTA of one launch (split-K S) starts and ends
@@ -904,7 +905,7 @@ static void setup_variants(void)
 /* The kernels the checks take: the daemon's (""), or with WG_CLUSTER=1
  * the cl2_ kernels, with WG_GROUP=2 (4) the g2_ (g4_) ones, with
  * WG_DEEP=1 the deep_ ones, with WG_INFLIGHT=1 the k2_ ones, with
- * WG_QUEUE=1 the q_ ones. */
+ * WG_QUEUE=1 (2) the q_ (q2_) ones. */
 static const char *g_family = "";
 
 static bool in_family(const variant *v)
@@ -2155,6 +2156,8 @@ int main(int argc, char **argv)
 		g_family = "deep_";
 	else if (getenv("WG_INFLIGHT") && atoi(getenv("WG_INFLIGHT")) > 0)
 		g_family = "k2_";
+	else if (getenv("WG_QUEUE") && atoi(getenv("WG_QUEUE")) == 2)
+		g_family = "q2_";
 	else if (getenv("WG_QUEUE") && atoi(getenv("WG_QUEUE")) > 0)
 		g_family = "q_";
 	if (strcmp(what, "probe") == 0)
