@@ -102,15 +102,17 @@ NV_WG_TILES(WG_ALT_F16)
 NV_WG_TILES(WG_ALT_BF16)
 NV_WG_DEFINE_KERNEL(nomath_f16_n16, wg_nomath, 16, 9, 2, 0)
 NV_WG_DEFINE_KERNEL(nomath_f16_n64, wg_nomath, 64, 6, 2, 0)
-/* A kernel nv_wg_<name> of nv_wg_gemm<...> (the template's arguments
- * after the name; attr: more attributes, such as its cluster's dims). */
-#define WG_GEMM_KERNEL(name, attr, minb, ...)                                                               \
+/* A kernel nv_wg_<name> running nv_wg_gemm<...>::entry (run, or
+ * run_queue; the template's arguments after it; attr: more attributes,
+ * such as its cluster's dims). */
+#define WG_GEMM_ENTRY(name, attr, minb, entry, ...)                                                         \
 	extern "C" __global__ void attr __launch_bounds__(NV_WG_THREADS, minb) nv_wg_##name(                    \
 		const __grid_constant__ nv_wg_params p)                                                         \
 	{                                                                                                       \
 		extern __shared__ __align__(1024) char nv_wg_smem_raw[];                                        \
-		nv_wg_gemm<__VA_ARGS__>::run(p, nv_wg_smem_raw);                                                \
+		nv_wg_gemm<__VA_ARGS__>::entry(p, nv_wg_smem_raw);                                              \
 	}
+#define WG_GEMM_KERNEL(name, attr, minb, ...) WG_GEMM_ENTRY(name, attr, minb, run, __VA_ARGS__)
 /* warp_*: the daemon's kernels with one `empty` arrival per warp (ALL = 0
  * in nv_wgmma.cuh) instead of one per consumer thread. */
 #define WG_WARP_KERNEL(name, bn, stages, minb) \
@@ -177,13 +179,8 @@ NV_WG_TILES(WG_K2_BF16)
 /* q_*: the daemon's skinny 2:4 kernels run as the queue (nv_wg_gemm's
  * run_queue): one CTA an SM taking the launch's (tile, split) units in
  * turn (q2_: the same kernels, two CTAs an SM). */
-#define WG_Q_F16(name, bn, st, minb)                                                                       \
-	extern "C" __global__ void __launch_bounds__(NV_WG_THREADS, minb) nv_wg_q_f16_##name(                   \
-		const __grid_constant__ nv_wg_params p)                                                         \
-	{                                                                                                       \
-		extern __shared__ __align__(1024) char nv_wg_smem_raw[];                                        \
-		nv_wg_gemm<nv_wg_sp24_img<0>, bn, st, minb, 0>::run_queue(p, nv_wg_smem_raw);                   \
-	}
+#define WG_Q_F16(name, bn, st, minb) \
+	WG_GEMM_ENTRY(q_f16_##name, , minb, run_queue, nv_wg_sp24_img<0>, bn, st, minb, 0)
 WG_Q_F16(n64, 64, 6, 2)
 WG_Q_F16(n32, 32, 8, 2)
 WG_Q_F16(n16, 16, 9, 2)
@@ -902,21 +899,38 @@ static void setup_variants(void)
 	}
 }
 
-/* The kernels the checks take: the daemon's (""), or with WG_CLUSTER=1
- * the cl2_ kernels, with WG_GROUP=2 (4) the g2_ (g4_) ones, with
- * WG_DEEP=1 the deep_ ones, with WG_INFLIGHT=1 the k2_ ones, with
- * WG_QUEUE=1 (2) the q_ (q2_) ones. */
+/* The families of kernels the checks can take instead of the daemon's,
+ * each by the name prefix of its variants, and the switch that picks it:
+ * var set to value (0: to any positive number); the first that matches. */
+static const struct {
+	const char *var;
+	int value;
+	const char *family;
+} families[] = {
+	{ "WG_CLUSTER", 0, "cl2_" },
+	{ "WG_GROUP", 2, "g2_" },
+	{ "WG_GROUP", 4, "g4_" },
+	{ "WG_DEEP", 0, "deep_" },
+	{ "WG_INFLIGHT", 0, "k2_" },
+	{ "WG_QUEUE", 2, "q2_" },
+	{ "WG_QUEUE", 0, "q_" },
+};
+
+/* The family the checks take: the daemon's ("") or one of families. */
 static const char *g_family = "";
+
+static bool has_prefix(const char *s, const char *prefix) { return strncmp(s, prefix, strlen(prefix)) == 0; }
 
 static bool in_family(const variant *v)
 {
-	static const char *const others[] = { "cl2_", "g2_", "g4_", "k2_", "q_", "q2_", "deep_", "nomath", "warp" };
 	if (*g_family)
-		return strncmp(v->name, g_family, strlen(g_family)) == 0;
-	for (const char *o : others)
-		if (strncmp(v->name, o, strlen(o)) == 0)
+		return has_prefix(v->name, g_family);
+	/* The daemon's: none of the families, nor the bench-only nomath_
+	 * and warp_ kernels. */
+	for (const auto &f : families)
+		if (has_prefix(v->name, f.family))
 			return false;
-	return true;
+	return !has_prefix(v->name, "nomath") && !has_prefix(v->name, "warp");
 }
 
 /* order: the 2:4 kernels reading A in that layout (enum nv_wg_order). */
@@ -2146,20 +2160,13 @@ int main(int argc, char **argv)
 	}
 	g_sms = prop.multiProcessorCount;
 	setup_variants();
-	if (getenv("WG_CLUSTER") && atoi(getenv("WG_CLUSTER")) > 0)
-		g_family = "cl2_";
-	else if (getenv("WG_GROUP") && atoi(getenv("WG_GROUP")) == 2)
-		g_family = "g2_";
-	else if (getenv("WG_GROUP") && atoi(getenv("WG_GROUP")) == 4)
-		g_family = "g4_";
-	else if (getenv("WG_DEEP") && atoi(getenv("WG_DEEP")) > 0)
-		g_family = "deep_";
-	else if (getenv("WG_INFLIGHT") && atoi(getenv("WG_INFLIGHT")) > 0)
-		g_family = "k2_";
-	else if (getenv("WG_QUEUE") && atoi(getenv("WG_QUEUE")) == 2)
-		g_family = "q2_";
-	else if (getenv("WG_QUEUE") && atoi(getenv("WG_QUEUE")) > 0)
-		g_family = "q_";
+	for (const auto &f : families) {
+		const char *e = getenv(f.var);
+		if (e && (f.value ? atoi(e) == f.value : atoi(e) > 0)) {
+			g_family = f.family;
+			break;
+		}
+	}
 	if (strcmp(what, "probe") == 0)
 		return run_probe() ? 1 : 0;
 	if (strcmp(what, "check") == 0)

@@ -663,18 +663,8 @@ struct nv_wg_gemm {
 		const int it1 = min(p.k_iters, it0 + p.iters_per_split);
 		const int n_it = it1 - it0;
 
-		if (tid == 0) {
-			for (int s = 0; s < STAGES; s++) {
-				nv_mbar_init(bars + 8 * s, 1);
-				/* see ALL; with CL = 2 also one arrival per consumer
-				 * warp of the other CTA, whose B this CTA's producer
-				 * writes too */
-				nv_mbar_init(bars + 8 * (STAGES + s), (ALL ? 256 : 8) + (CL == 2 ? 8 : 0));
-			}
-			asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-			asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)&p.tm_a) : "memory");
-			asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)&p.tm_b) : "memory");
-		}
+		if (tid == 0)
+			init_ring(p, bars);
 		/* With a cluster, no multicast or remote arrival may reach a
 		 * barrier before it is initialised: the pair starts together. */
 		if (CL == 2)
@@ -710,10 +700,7 @@ struct nv_wg_gemm {
 			for (int i = pre; i < n_it; i++) {
 				const int s = i % STAGES, it = it0 + i;
 				nv_mbar_wait(bars + 8 * (STAGES + s), ((i / STAGES) & 1) ^ 1);
-				const uint32_t full = bars + 8 * s, st = sbase + s * STAGE;
-				nv_mbar_expect_tx(full, A_BYTES + B_BYTES + E_BYTES);
-				OP::load_a(p, st, full, it, m0, B_BYTES);
-				load_b(p, st, full, it, n0);
+				load_stage(p, sbase, bars, s, it, m0, n0);
 			}
 			if (CL == 2)
 				nv_cluster_sync(); /* see the consumers' */
@@ -849,14 +836,8 @@ struct nv_wg_gemm {
 		const int units = ntiles * splits;
 		unsigned *q = (unsigned *)p.counters + ntiles;
 
-		if (tid == 0) {
-			for (int s = 0; s < STAGES; s++) {
-				nv_mbar_init(bars + 8 * s, 1);
-				nv_mbar_init(bars + 8 * (STAGES + s), ALL ? 256 : 8);
-			}
-			asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-			asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)&p.tm_b) : "memory");
-		}
+		if (tid == 0)
+			init_ring(p, bars);
 		__syncthreads();
 
 		if (wg == 0) {
@@ -889,10 +870,7 @@ struct nv_wg_gemm {
 					nv_mbar_wait(bars + 8 * (STAGES + s), ((g / STAGES) & 1) ^ 1);
 					if (it == it0)
 						s_unit[s] = u;
-					const uint32_t full = bars + 8 * s, st = sbase + s * STAGE;
-					nv_mbar_expect_tx(full, A_BYTES + B_BYTES + E_BYTES);
-					OP::load_a(p, st, full, it, m0, B_BYTES);
-					load_b(p, st, full, it, n0);
+					load_stage(p, sbase, bars, s, it, m0, n0);
 				}
 				u = next;
 			}
@@ -928,6 +906,33 @@ struct nv_wg_gemm {
 				continue;
 			epilogue(p, acc, m0 + 64 * c, n0, w, lane);
 		}
+	}
+
+	/* Thread 0's set-up of the ring: each slot's `full` barrier (one
+	 * arrival, with the bytes its copies bring) and `empty` one (see ALL;
+	 * with CL = 2 also one arrival per consumer warp of the other CTA,
+	 * whose B this CTA's producer writes too), and the tensor maps. */
+	static __device__ __forceinline__ void init_ring(const nv_wg_params &p, uint32_t bars)
+	{
+		for (int s = 0; s < STAGES; s++) {
+			nv_mbar_init(bars + 8 * s, 1);
+			nv_mbar_init(bars + 8 * (STAGES + s), (ALL ? 256 : 8) + (CL == 2 ? 8 : 0));
+		}
+		asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+		asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)&p.tm_a) : "memory");
+		asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)&p.tm_b) : "memory");
+	}
+
+	/* Stage it of the tile at (m0, n0) into ring slot s, once the slot is
+	 * empty: A, its metadata and B, all completing on the slot's `full`
+	 * barrier. */
+	static __device__ __forceinline__ void load_stage(const nv_wg_params &p, uint32_t sbase, uint32_t bars, int s,
+							  int it, int m0, int n0)
+	{
+		const uint32_t full = bars + 8 * s, st = sbase + s * STAGE;
+		nv_mbar_expect_tx(full, A_BYTES + B_BYTES + E_BYTES);
+		OP::load_a(p, st, full, it, m0, B_BYTES);
+		load_b(p, st, full, it, n0);
 	}
 
 	/* Ring slot s's metadata into e, its wgmma.sp group issued and
