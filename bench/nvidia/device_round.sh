@@ -9,7 +9,7 @@
 #        [grid] [shapes] [ncu] [vsncu] [stallsrc] [e2e] [answers] [abserving] [spin] [readers] [latency] [multi] [choice] [served] [graphsab] [trialab]
 #        [batching] [serving] [readsab] [postab] [readerminab] [overlapab] [copystreamab] [dmaab] [dmacsab] [regionab] [batchcheck] [setab]
 #        [phases] [dmaphases]
-#        [wgmma] [group] [wgsan] [raceprobe] [streamprobe] [hot] [spread] [trace] [splitncu] [wgncu] [oneinflight]
+#        [wgmma] [group] [csum] [wgsan] [raceprobe] [streamprobe] [hot] [spread] [trace] [splitncu] [wgncu] [oneinflight]
 #        [copies] [lonecheck] [gate] [gateab] [tileab] [loopstartab] [kernelab] [wgdecode] [wgdsan] [wgdncu] [wgdense] [wgdensesan] [wgdensencu]
 #        (no argument: test sanitize bench e2e)
 set -u
@@ -662,6 +662,28 @@ group)
 	for f in nv_wg_f16_n256 nv_wg_g2_f16_n256 nv_wg_f16_n64 nv_wg_g2_f16_n64 nv_wg_f16_n128 nv_wg_keep_f16_n128; do
 		cuobjdump -sass -fun "$f" "$WG" >"$OUT/sass_$f.txt" 2>&1
 		echo "sass $f: $(grep -c HGMMA "$OUT/sass_$f.txt") HGMMA, $(grep -c 'WARPGROUP.DEPBAR' "$OUT/sass_$f.txt") DEPBAR"
+	done
+	;;
+csum)
+	# The split-K sum through a cluster's shared memory (wgmma_bench's cs_
+	# kernels, nv_wg_gemm's CSUM) against the daemon's sum through the
+	# workspace: checks against float64 (splits 2 to 8) twice, memcheck and
+	# racecheck on the quick set, then both families' split tiles timed at
+	# CS_SHAPES on every split, in one process, CS_ROUNDS times.
+	WG=.devlibs/wgmma_bench
+	for r in 1 2; do
+		WG_CSUM=1 WG_KIND=sparse TAILN=1 step cs_check$r ${WG_CHECK_S:-150} "$WG" check
+		grep -E "FAIL" "$OUT/cs_check$r.log" | head -10
+	done
+	WG_CSUM=1 WG_KIND=sparse WG_QUICK=1 TAILN=3 step cs_memcheck 150 compute-sanitizer --tool memcheck \
+		--error-exitcode 9 "$WG" check
+	WG_CSUM=1 WG_KIND=sparse WG_QUICK=1 TAILN=3 step cs_racecheck 200 compute-sanitizer --tool racecheck \
+		--error-exitcode 9 "$WG" check
+	CS_SHAPES=${CS_SHAPES:-4096x16x4096 8192x16x8192 4096x16x16384 4096x32x4096 8192x32x4096 4096x64x4096 4096x256x4096}
+	for r in $(seq "${CS_ROUNDS:-2}"); do
+		WG_VARIANTS="f16_ bf16_ cs_" WG_IMAGES=1 WG_NODECODE=1 WG_SPLITS=${CS_SPLITS:-2 3 4 6 8} \
+			WG_DTYPES=${WG_DTYPES:-f16,bf16} TAILN=0 step cs_bench$r ${WG_BENCH_S:-300} "$WG" bench $CS_SHAPES
+		grep -E "^bench|^\|" "$OUT/cs_bench$r.log"
 	done
 	;;
 hot)

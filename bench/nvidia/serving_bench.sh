@@ -27,7 +27,8 @@
 # frames on the heap); E2E_PINNED_READS_MB, when set, limits.pinned_reads_mb
 # (0: request frames on the heap); E2E_POST_THREADS, E2E_READER_THREADS,
 # E2E_READER_MIN_KB and E2E_OVERLAP, when set, limits.post_threads,
-# reader_threads, reader_min_kb and batching.overlap; E2E_COPY_STREAM,
+# reader_threads, reader_min_kb and batching.overlap; E2E_MAX_COLUMNS and
+# E2E_MAX_DELAY_US, batching.max_columns and max_queue_delay_us; E2E_COPY_STREAM,
 # E2E_DMA_PARTS_KB, E2E_REGION_COPIES, E2E_GATE and E2E_TILE_OUT,
 # cuda.copy_stream, dma_parts_kb, region_copies, gate and tile_out;
 # E2E_LOOP_POLL_US, limits.loop_poll_us (the client's spin comes from
@@ -67,7 +68,8 @@ limits = {
   ${E2E_LOOP_START:+loop_start = $E2E_LOOP_START;}
   ${E2E_LOOP_POLL_US:+loop_poll_us = $E2E_LOOP_POLL_US;}
 };
-batching = { enabled = ${2:-true}; ${E2E_OVERLAP:+overlap = $E2E_OVERLAP;} };
+batching = { enabled = ${2:-true}; ${E2E_OVERLAP:+overlap = $E2E_OVERLAP;}
+             ${E2E_MAX_COLUMNS:+max_columns = $E2E_MAX_COLUMNS;} ${E2E_MAX_DELAY_US:+max_queue_delay_us = $E2E_MAX_DELAY_US;} };
 $metrics_conf
 cuda = { ${E2E_PINNED_ANSWERS_MB:+pinned_answers_mb = $E2E_PINNED_ANSWERS_MB;} ${E2E_COPY_STREAM:+copy_stream = $E2E_COPY_STREAM;}
          ${E2E_DMA_PARTS_KB:+dma_parts_kb = $E2E_DMA_PARTS_KB;}

@@ -16,7 +16,9 @@
  *                            WG_INFLIGHT=1: the k2_ ones, one wgmma.sp group
  *                            kept in flight across stages; WG_QUEUE=1: the q_
  *                            ones, a persistent grid taking units in turn;
- *                            WG_QUEUE=2: the q2_ ones, two CTAs an SM)
+ *                            WG_QUEUE=2: the q2_ ones, two CTAs an SM;
+ *                            WG_CSUM=1: the cs_ ones, the split-K sum
+ *                            through a cluster's shared memory)
  *   wgmma_bench dcheck       the decode kernels: odd shapes, N = 1 .. 64, grids
  *   wgmma_bench raceprobe M  the mbarrier protocol alone, to run under racecheck
  *   wgmma_bench trace MxNxK S  when each CTA of one launch (split-K S) starts and ends
@@ -38,7 +40,9 @@
  *                            cublasGemmEx; WG_KEEP="0 20 40": the daemon's tile
  *                            on one hot weight with that many MB kept in L2;
  *                            WG_SPREAD=1: grids of at most one CTA per SM launched
- *                            with enough shared memory that no two share an SM
+ *                            with enough shared memory that no two share an SM;
+ *                            WG_VARIANTS="f16_ cs_": only the kernels whose
+ *                            names start so
  *
  * Every check draws fresh random data and random 2:4 patterns, poisons D
  * first and compares with float64 (the whole of D for the checks; 32
@@ -185,6 +189,22 @@ WG_Q_F16(n64, 64, 6, 2)
 WG_Q_F16(n32, 32, 8, 2)
 WG_Q_F16(n16, 16, 9, 2)
 
+/* cs_*: the daemon's split tiles with the split-K sum through the
+ * cluster's shared memory (nv_wg_gemm's CSUM = 1), launched in clusters
+ * of the tile's splits (at most 8). */
+#define WG_CS_KERNEL(name, op, bn, stages, minb) \
+	WG_GEMM_KERNEL(cs_##name, , minb, op, bn, stages, minb, 0, 1, 0, 1, 1, 1)
+#define WG_CS_F16(name, bn, st, minb) WG_CS_KERNEL(f16_##name, nv_wg_sp24_img<0>, bn, st, minb)
+#define WG_CS_BF16(name, bn, st, minb) WG_CS_KERNEL(bf16_##name, nv_wg_sp24_img<1>, bn, st, minb)
+WG_CS_F16(n128, 128, 8, 1)
+WG_CS_F16(n64, 64, 6, 2)
+WG_CS_F16(n32, 32, 8, 2)
+WG_CS_F16(n16, 16, 9, 2)
+WG_CS_BF16(n128, 128, 8, 1)
+WG_CS_BF16(n64, 64, 6, 2)
+WG_CS_BF16(n32, 32, 8, 2)
+WG_CS_BF16(n16, 16, 9, 2)
+
 /* keep_f16_n128: KEEP = 1 on a 2:4 kernel (wrong, nv_wgmma.cuh), built
  * only for its SASS (device_round.sh group): where the metadata register
  * of the group in flight is written next.  Never launched. */
@@ -198,6 +218,7 @@ struct variant {
 	int order; /* 2:4: A's layout, enum nv_wg_order */
 	int cl;    /* 2: a cl2_ kernel (clusters of two along M); 0 otherwise */
 	int queue; /* a q_ kernel: a persistent grid of this many CTAs an SM */
+	int csum;  /* a cs_ kernel: launched in clusters of the tile's splits */
 };
 
 static variant variants[] = {
@@ -254,6 +275,14 @@ static variant variants[] = {
 	{ "g4_f16_n64", 0, NV_WG_TILE_n64, 0, 64, 6, 2, 0, nv_wg_g4_f16_n64, NV_WG_SMEM_BYTES(64, 6), NV_WG_ORDER },
 	{ "g4_f16_n32", 0, NV_WG_TILE_n32, 0, 32, 8, 2, 0, nv_wg_g4_f16_n32, NV_WG_SMEM_BYTES(32, 8), NV_WG_ORDER },
 	{ "g4_f16_n16", 0, NV_WG_TILE_n16, 0, 16, 9, 2, 0, nv_wg_g4_f16_n16, NV_WG_SMEM_BYTES(16, 9), NV_WG_ORDER },
+#define WG_CS_ENTRY(dt, bf16, name, bn, st, minb)                                                             \
+	{ "cs_" #dt "_" #name, 0, NV_WG_TILE_##name, bf16, bn, st, minb, 0, nv_wg_cs_##dt##_##name,               \
+	  NV_WG_SMEM_BYTES(bn, st), NV_WG_ORDER, 0, 0, 1 },
+	WG_CS_ENTRY(f16, 0, n128, 128, 8, 1) WG_CS_ENTRY(f16, 0, n64, 64, 6, 2)
+	WG_CS_ENTRY(f16, 0, n32, 32, 8, 2) WG_CS_ENTRY(f16, 0, n16, 16, 9, 2)
+	WG_CS_ENTRY(bf16, 1, n128, 128, 8, 1) WG_CS_ENTRY(bf16, 1, n64, 64, 6, 2)
+	WG_CS_ENTRY(bf16, 1, n32, 32, 8, 2) WG_CS_ENTRY(bf16, 1, n16, 16, 9, 2)
+#undef WG_CS_ENTRY
 #define WG_CL2_ENTRY(name, dense, tile, bf16, bn, st, keep)                                                 \
 	{ "cl2_" #name, dense, NV_WG_TILE_##tile, bf16, bn, st, 1, keep, nv_wg_cl2_##name,                      \
 	  dense ? NV_WG_DSMEM_BYTES(bn, st) : NV_WG_SMEM_BYTES(bn, st), dense ? 0 : NV_WG_ORDER, 2 },
@@ -763,6 +792,8 @@ static int wg_prepare(wg_launch &L, const variant *v, const wg_weight &w, const 
 	int tiles = p.tiles_m * p.tiles_n;
 	if (v->cl == 2 && p.tiles_m % 2)
 		return -1; /* a cluster pairs row tiles */
+	if (v->csum && splits > 8)
+		return -1; /* a portable cluster holds at most 8 CTAs */
 	L.grid = dim3(tiles, 1, splits);
 	/* The queue: at most queue CTAs an SM, and two more counters (the
 	 * next unit, the CTAs done). */
@@ -797,12 +828,52 @@ static void wg_release(wg_launch &L)
 static bool g_spread;
 static int g_sms;
 
+/* A cs_ launch: a cluster of every split of a tile (rank = split). */
+static void cs_config(const wg_launch &L, unsigned smem, cudaStream_t s, cudaLaunchConfig_t *cfg,
+		      cudaLaunchAttribute *at)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->gridDim = L.grid;
+	cfg->blockDim = dim3(384);
+	cfg->dynamicSmemBytes = smem;
+	cfg->stream = s;
+	at->id = cudaLaunchAttributeClusterDimension;
+	at->val.clusterDim.x = 1;
+	at->val.clusterDim.y = 1;
+	at->val.clusterDim.z = L.grid.z;
+	cfg->attrs = at;
+	cfg->numAttrs = 1;
+}
+
 static void wg_run(const wg_launch &L, cudaStream_t s)
 {
 	unsigned smem = L.v->smem;
 	if (g_spread && (int)(L.grid.x * L.grid.y * L.grid.z) <= g_sms && smem < WG_SPREAD_SMEM)
 		smem = WG_SPREAD_SMEM;
+	if (L.v->csum && L.grid.z > 1) {
+		cudaLaunchConfig_t cfg;
+		cudaLaunchAttribute at;
+		cs_config(L, smem, s, &cfg, &at);
+		CK(cudaLaunchKernelEx(&cfg, L.v->fn, L.p));
+		return;
+	}
 	L.v->fn<<<L.grid, 384, smem, s>>>(L.p);
+}
+
+/* How many of a cs_ launch's clusters the GPU holds at once
+ * (cudaOccupancyMaxActiveClusters); 0 where it is not a cluster launch. */
+static int cs_max_clusters(const wg_launch &L)
+{
+	if (!L.v->csum || L.grid.z < 2)
+		return 0;
+	unsigned smem = L.v->smem;
+	if (g_spread && (int)(L.grid.x * L.grid.y * L.grid.z) <= g_sms && smem < WG_SPREAD_SMEM)
+		smem = WG_SPREAD_SMEM;
+	cudaLaunchConfig_t cfg;
+	cudaLaunchAttribute at;
+	cs_config(L, smem, 0, &cfg, &at);
+	int n = 0;
+	return cudaOccupancyMaxActiveClusters(&n, L.v->fn, &cfg) == cudaSuccess ? n : -1;
 }
 
 struct wgd_launch {
@@ -914,6 +985,7 @@ static const struct {
 	{ "WG_INFLIGHT", 0, "k2_" },
 	{ "WG_QUEUE", 2, "q2_" },
 	{ "WG_QUEUE", 0, "q_" },
+	{ "WG_CSUM", 0, "cs_" },
 };
 
 /* The family the checks take: the daemon's ("") or one of families. */
@@ -1089,6 +1161,9 @@ static int run_checks(int sms)
 						int out_dt = (rnd() & 1) ? MFMA_DT_F32 : (bf16 ? MFMA_DT_BF16 : MFMA_DT_F16);
 						float beta = (rnd() & 1) ? 0.5f : 0.0f;
 						int splits = k >= 1000 ? 1 + (int)(rnd() % 4) : 1;
+						/* The cluster sum: clusters of 2 to 8, odd ones too. */
+						if (strcmp(g_family, "cs_") == 0 && k >= 1000)
+							splits = 2 + (int)(rnd() % 7);
 						fails += check_one(dense, bf16, m, n, k, bn, orders[oi], splits, out_dt, 1.25f, beta,
 								   sms);
 						checks++;
@@ -1277,6 +1352,20 @@ static double sampled_err(const sampled_ref &sr, const void *dptr)
 	return rel_err(sr.ref, o);
 }
 
+/* Whether name starts with one of the space-separated prefixes of list. */
+static bool name_listed(const char *name, const char *list)
+{
+	for (const char *p = list; *p;) {
+		while (*p == ' ')
+			p++;
+		const size_t n = strcspn(p, " ");
+		if (n && strncmp(name, p, n) == 0)
+			return true;
+		p += n;
+	}
+	return false;
+}
+
 struct tile_best {
 	float t;
 	const char *name;
@@ -1295,9 +1384,13 @@ static tile_best time_tiles(int dense, int bf16, int m, int n, int ldb, std::vec
 	const int copies = (int)w.size();
 	const double flop = 2.0 * m * n * w[0].k;
 	tile_best best = { 1e30f, "-", 0 };
+	/* WG_VARIANTS="f16_ cs_": only the variants whose names start so. */
+	const char *only = getenv("WG_VARIANTS");
 	for (int vi = 0; vi < nvariants; vi++) {
 		const variant *v = &variants[vi];
 		if (v->bf16 != bf16 || v->dense != dense || (!dense && v->order != w[0].order))
+			continue;
+		if (only && !name_listed(v->name, only))
 			continue;
 		if (v->bn > 2 * ldb && v->bn > 16)
 			continue; /* a tile over twice as wide as N is only waste */
@@ -1328,9 +1421,12 @@ static tile_best time_tiles(int dense, int bf16, int m, int n, int ldb, std::vec
 			CK(cudaStreamSynchronize(s));
 			double err = sampled_err(sr, dd);
 			bool ok = err < (bf16 ? 1e-2 : 2e-3);
-			printf("  %-16s splits %d grid %5d: %8.1f us %6.0f %s  %.2fx cuBLAS time  err %.1e %s\n", v->name,
+			printf("  %-16s splits %d grid %5d: %8.1f us %6.0f %s  %.2fx cuBLAS time  err %.1e %s", v->name,
 			       (int)L[0].grid.z, (int)(L[0].grid.x * L[0].grid.z), t, flop / t * 1e-6, dense ? "TF" : "TF-eq",
 			       t / t_blas, err, ok ? "ok" : "WRONG");
+			if (v->csum && L[0].grid.z > 1)
+				printf("  clusters %d of %d at once", cs_max_clusters(L[0]), (int)L[0].grid.x);
+			printf("\n");
 			if (ok && t < best.t)
 				best = { t, v->name, (int)L[0].grid.z };
 			for (auto &l : L)

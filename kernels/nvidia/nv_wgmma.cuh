@@ -88,6 +88,16 @@
  * the first): the per-stage wait is not what bounds these kernels.  The
  * daemon's kernels are built with GRP = 1.
  *
+ * CSUM = 1 (wgmma_bench's cs_ kernels only, launched in clusters of all
+ * of a tile's splits): the split-K sum through the cluster's shared
+ * memory instead of the workspace and the counter (cluster_sum below).
+ * Correct (checks at splits 2-8, memcheck and racecheck clean), and
+ * measured on the H200 no faster at the splits the plan picks (within
+ * 1 us at 2, 3 and 6 splits; 3-13 us slower at 4 and 8, and much slower
+ * on the one-CTA-an-SM n128 tile; bench/RESULTS.md): the workspace's sum
+ * is not what the skinny tiles' tail waits on.  The daemon's kernels are
+ * built with CSUM = 0.
+ *
  * The gate (nv_wg_params.gate): a launch made before B is on the device.
  * The producer issues the first ring of stages' A (each stage's barrier
  * expecting A and B from the start), prefetches gate_l2 more stages of A
@@ -230,6 +240,52 @@ static __device__ __forceinline__ void nv_mbar_arrive_remote(uint32_t bar, unsig
 static __device__ __forceinline__ void nv_cluster_sync(void)
 {
 	asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+
+/* The same in two halves: the arrival (release: this thread's shared
+ * stores before it are seen by the cluster's loads after the wait), and
+ * the wait (acquire), with work between them. */
+static __device__ __forceinline__ void nv_cluster_arrive(void)
+{
+	asm volatile("barrier.cluster.arrive.release;\n" ::: "memory");
+}
+
+static __device__ __forceinline__ void nv_cluster_wait(void)
+{
+	asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory");
+}
+
+/* The count of CTAs in this CTA's cluster (1 when not launched as one). */
+static __device__ __forceinline__ unsigned nv_cluster_size(void)
+{
+	unsigned n;
+	asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(n));
+	return n;
+}
+
+/* The shared address addr of this CTA as the address of the same offset
+ * in CTA rank's shared memory (volatile: never above the barrier that
+ * made that memory ready). */
+static __device__ __forceinline__ uint32_t nv_mapa(uint32_t addr, unsigned rank)
+{
+	uint32_t r;
+	asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(addr), "r"(rank));
+	return r;
+}
+
+/* Two floats from a cluster shared address (nv_mapa); not volatile, so
+ * that the loads of several ranks may be in flight together: each
+ * depends on its nv_mapa, which the barrier orders. */
+static __device__ __forceinline__ float2 nv_ld_cluster_f2(uint32_t addr)
+{
+	float2 v;
+	asm("ld.shared::cluster.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(addr));
+	return v;
+}
+
+static __device__ __forceinline__ void nv_st_shared_f2(uint32_t addr, float x, float y)
+{
+	asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(x), "f"(y) : "memory");
 }
 
 static __device__ __forceinline__ void nv_bulk_1d(uint32_t dst, uint64_t src, uint32_t bytes, uint32_t bar,
@@ -386,7 +442,7 @@ struct nv_wg_pair<float> {
  * the kernels' parameter structs (they share the output fields). */
 template <class T, int NACC, class P>
 static __device__ __forceinline__ void nv_wg_store_t(const P &p, const float *acc, int row0, int row_end, int n0,
-						      unsigned w, unsigned lane)
+						      unsigned w, unsigned lane, unsigned pair0, unsigned pairs)
 {
 	typedef nv_wg_pair<T> pair;
 	T *d = (T *)p.d;
@@ -396,6 +452,8 @@ static __device__ __forceinline__ void nv_wg_store_t(const P &p, const float *ac
 			 (!beta || ((uintptr_t)cc % sizeof(typename pair::V) == 0 && p.ldc % 2 == 0));
 #pragma unroll
 	for (int i = 0; i < NACC; i += 2) {
+		if ((unsigned)i / 2 % pairs != pair0)
+			continue;
 		unsigned r, col;
 		nv_wg_acc_pos(w, lane, i, &r, &col);
 		const int row = row0 + (int)r, cn = n0 + (int)col;
@@ -423,16 +481,18 @@ static __device__ __forceinline__ void nv_wg_store_t(const P &p, const float *ac
 	}
 }
 
+/* pair0, pairs: only the accumulator pairs j (acc[2j], acc[2j + 1]) with
+ * j % pairs == pair0 (a cluster's share of the tile; 0, 1: all). */
 template <int NACC, class P>
 static __device__ __forceinline__ void nv_wg_store(const P &p, const float *acc, int row0, int row_end, int n0,
-						    unsigned w, unsigned lane)
+						    unsigned w, unsigned lane, unsigned pair0 = 0, unsigned pairs = 1)
 {
 	if (p.out_dtype == MFMA_DT_F16)
-		nv_wg_store_t<__half, NACC>(p, acc, row0, row_end, n0, w, lane);
+		nv_wg_store_t<__half, NACC>(p, acc, row0, row_end, n0, w, lane, pair0, pairs);
 	else if (p.out_dtype == MFMA_DT_BF16)
-		nv_wg_store_t<__nv_bfloat16, NACC>(p, acc, row0, row_end, n0, w, lane);
+		nv_wg_store_t<__nv_bfloat16, NACC>(p, acc, row0, row_end, n0, w, lane, pair0, pairs);
 	else
-		nv_wg_store_t<float, NACC>(p, acc, row0, row_end, n0, w, lane);
+		nv_wg_store_t<float, NACC>(p, acc, row0, row_end, n0, w, lane, pair0, pairs);
 }
 
 /* runs runs of run bytes each, ld bytes apart, from src to dst in pieces
@@ -623,7 +683,7 @@ struct nv_wg_dense {
  * timer at its start, at the end of its main loop and at its end, and its
  * SM, to trace[4 x CTA ..]. */
 template <class OP, int BN, int STAGES, int MINB, int KEEP, int ALL = !OP::DENSE, int TRACE = 0, int CL = 1,
-	  int GRP = 1>
+	  int GRP = 1, int CSUM = 0>
 struct nv_wg_gemm {
 	typedef nv_wg_bsmem<BN> B;
 	enum {
@@ -789,6 +849,12 @@ struct nv_wg_gemm {
 		if (CL == 2)
 			nv_cluster_sync();
 
+		if (CSUM && SPLIT_K && gridDim.z > 1 && !p.dh && nv_cluster_size() == gridDim.z) {
+			cluster_sum(p, acc, sbase, m0 + 64 * c, n0, w, lane, ctid);
+			if (TRACE && tid == 128)
+				tr[2] = nv_globaltimer();
+			return;
+		}
 		if (SPLIT_K && gridDim.z > 1 && !reduce_splits(p, acc, tile, z, (int)gridDim.z, ctid)) {
 			if (TRACE && tid == 128)
 				tr[2] = nv_globaltimer();
@@ -1037,6 +1103,44 @@ struct nv_wg_gemm {
 				acc[i] += __ldcg(&ws[((int64_t)zz * NACC + i) * 256 + ctid]);
 		}
 		return true;
+	}
+
+	/* CSUM = 1, launched in clusters of the tile's splits (cluster dims 1,
+	 * 1, splits; rank = split): the split-K sum through the cluster's
+	 * shared memory instead of the workspace.  Every CTA puts its partial
+	 * in its own ring (free past the main loop), the cluster meets, and
+	 * each CTA adds, for its share of the accumulator pairs (pair j goes
+	 * to rank j % splits), every rank's partial in split order (the same
+	 * sum, bit for bit, as reduce_splits) and stores that share of D.  No
+	 * CTA leaves while another may still read its ring. */
+	static __device__ __forceinline__ void cluster_sum(const nv_wg_params &p, float *acc, uint32_t sbase, int row0,
+							   int n0, unsigned w, unsigned lane, unsigned ctid)
+	{
+		const unsigned splits = gridDim.z, me = nv_cluster_rank();
+		/* Both consumer warpgroups are past their last wgmma. */
+		asm volatile("bar.sync 1, 256;\n" ::: "memory");
+#pragma unroll
+		for (int i = 0; i < NACC; i += 2)
+			nv_st_shared_f2(sbase + ((i / 2) * 256 + ctid) * 8, acc[i], acc[i + 1]);
+		nv_cluster_arrive();
+		nv_cluster_wait();
+#pragma unroll
+		for (int i = 0; i < NACC; i += 2) {
+			if ((unsigned)i / 2 % splits != me)
+				continue;
+			const uint32_t at = sbase + ((i / 2) * 256 + ctid) * 8;
+			float x = 0.0f, y = 0.0f;
+			for (unsigned q = 0; q < splits; q++) {
+				const float2 v = q == me ? make_float2(acc[i], acc[i + 1]) : nv_ld_cluster_f2(nv_mapa(at, q));
+				x = q ? x + v.x : v.x;
+				y = q ? y + v.y : v.y;
+			}
+			acc[i] = x;
+			acc[i + 1] = y;
+		}
+		nv_cluster_arrive();
+		nv_wg_store<NACC>(p, acc, row0, p.m, n0, w, lane, me, splits);
+		nv_cluster_wait();
 	}
 
 	static __device__ __forceinline__ void epilogue(const nv_wg_params &p, const float *acc, int row0, int n0,
