@@ -92,10 +92,11 @@
  * of a tile's splits): the split-K sum through the cluster's shared
  * memory instead of the workspace and the counter (cluster_sum below).
  * Correct (checks at splits 2-8, memcheck and racecheck clean), and
- * measured on the H200 no faster at the splits the plan picks (within
- * 1 us at 2, 3 and 6 splits; 3-13 us slower at 4 and 8, and much slower
- * on the one-CTA-an-SM n128 tile; bench/RESULTS.md): the workspace's sum
- * is not what the skinny tiles' tail waits on.  The daemon's kernels are
+ * measured on the H200 no faster at any split (within about 1 us at 2
+ * and 3 splits; 3-13 us slower at 4 and 8, mostly where the GPU cannot
+ * hold every cluster at once, and much slower on the one-CTA-an-SM n128
+ * tile; bench/RESULTS.md): the workspace's sum is not what the skinny
+ * tiles' tail waits on.  The daemon's kernels are
  * built with CSUM = 0.
  *
  * The gate (nv_wg_params.gate): a launch made before B is on the device.
