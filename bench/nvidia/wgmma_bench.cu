@@ -845,11 +845,17 @@ static void cs_config(const wg_launch &L, unsigned smem, cudaStream_t s, cudaLau
 	cfg->numAttrs = 1;
 }
 
+/* The dynamic shared memory a launch asks for (WG_SPREAD: above). */
+static unsigned launch_smem(const wg_launch &L)
+{
+	if (g_spread && (int)(L.grid.x * L.grid.y * L.grid.z) <= g_sms && L.v->smem < WG_SPREAD_SMEM)
+		return WG_SPREAD_SMEM;
+	return L.v->smem;
+}
+
 static void wg_run(const wg_launch &L, cudaStream_t s)
 {
-	unsigned smem = L.v->smem;
-	if (g_spread && (int)(L.grid.x * L.grid.y * L.grid.z) <= g_sms && smem < WG_SPREAD_SMEM)
-		smem = WG_SPREAD_SMEM;
+	const unsigned smem = launch_smem(L);
 	if (L.v->csum && L.grid.z > 1) {
 		cudaLaunchConfig_t cfg;
 		cudaLaunchAttribute at;
@@ -866,12 +872,9 @@ static int cs_max_clusters(const wg_launch &L)
 {
 	if (!L.v->csum || L.grid.z < 2)
 		return 0;
-	unsigned smem = L.v->smem;
-	if (g_spread && (int)(L.grid.x * L.grid.y * L.grid.z) <= g_sms && smem < WG_SPREAD_SMEM)
-		smem = WG_SPREAD_SMEM;
 	cudaLaunchConfig_t cfg;
 	cudaLaunchAttribute at;
-	cs_config(L, smem, 0, &cfg, &at);
+	cs_config(L, launch_smem(L), 0, &cfg, &at);
 	int n = 0;
 	return cudaOccupancyMaxActiveClusters(&n, L.v->fn, &cfg) == cudaSuccess ? n : -1;
 }
@@ -1407,7 +1410,11 @@ static tile_best time_tiles(int dense, int bf16, int m, int n, int ldb, std::vec
 					       0.0f, sp, sms))
 					bad = true;
 			if (bad) {
-				printf("  %-16s tensor map failed\n", v->name);
+				/* A tensor map refused, or a launch this variant cannot
+				 * make (a cluster over 8 CTAs, an odd count of pairs). */
+				printf("  %-16s splits %d: not launchable\n", v->name, sp);
+				for (auto &l : L)
+					wg_release(l);
 				continue;
 			}
 			if (sp > 1 && L[0].p.iters_per_split < 2) {

@@ -96,8 +96,7 @@
  * and 3 splits; 3-13 us slower at 4 and 8, mostly where the GPU cannot
  * hold every cluster at once, and much slower on the one-CTA-an-SM n128
  * tile; bench/RESULTS.md): the workspace's sum is not what the skinny
- * tiles' tail waits on.  The daemon's kernels are
- * built with CSUM = 0.
+ * tiles' tail waits on.  The daemon's kernels are built with CSUM = 0.
  *
  * The gate (nv_wg_params.gate): a launch made before B is on the device.
  * The producer issues the first ring of stages' A (each stage's barrier
@@ -265,8 +264,7 @@ static __device__ __forceinline__ unsigned nv_cluster_size(void)
 }
 
 /* The shared address addr of this CTA as the address of the same offset
- * in CTA rank's shared memory (volatile: never above the barrier that
- * made that memory ready). */
+ * in CTA rank's shared memory. */
 static __device__ __forceinline__ uint32_t nv_mapa(uint32_t addr, unsigned rank)
 {
 	uint32_t r;
@@ -274,13 +272,14 @@ static __device__ __forceinline__ uint32_t nv_mapa(uint32_t addr, unsigned rank)
 	return r;
 }
 
-/* Two floats from a cluster shared address (nv_mapa); not volatile, so
- * that the loads of several ranks may be in flight together: each
- * depends on its nv_mapa, which the barrier orders. */
+/* Two floats from a cluster shared address (nv_mapa).  Volatile, with
+ * the memory clobber: the compiler may move neither it above the barrier
+ * that made the memory ready nor below the arrival that lets its owner
+ * go (ptxas still overlaps loads that do not depend on each other). */
 static __device__ __forceinline__ float2 nv_ld_cluster_f2(uint32_t addr)
 {
 	float2 v;
-	asm("ld.shared::cluster.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(addr));
+	asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(addr) : "memory");
 	return v;
 }
 
