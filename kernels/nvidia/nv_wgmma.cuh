@@ -222,39 +222,6 @@ static __device__ __forceinline__ unsigned nv_cluster_rank(void)
 	return r;
 }
 
-/* An arrival on the barrier at offset bar of CTA rank's shared memory,
- * with the default semantics (release at CTA scope), as CUTLASS's
- * ClusterBarrier::arrive: what the arrival announces, that this warp's
- * wgmma reads of the stage are over, wgmma.wait_group has already made
- * true.  A release at cluster scope made every consumer wait out a
- * cluster-wide fence each stage (the first build: 1.7-2.3x slower). */
-static __device__ __forceinline__ void nv_mbar_arrive_remote(uint32_t bar, unsigned rank)
-{
-	uint32_t remote;
-	asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(bar), "r"(rank));
-	asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(remote) : "memory");
-}
-
-/* The cluster-wide barrier: every thread of the cluster that has not
- * exited arrives and waits. */
-static __device__ __forceinline__ void nv_cluster_sync(void)
-{
-	asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
-}
-
-/* The same in two halves: the arrival (release: this thread's shared
- * stores before it are seen by the cluster's loads after the wait), and
- * the wait (acquire), with work between them. */
-static __device__ __forceinline__ void nv_cluster_arrive(void)
-{
-	asm volatile("barrier.cluster.arrive.release;\n" ::: "memory");
-}
-
-static __device__ __forceinline__ void nv_cluster_wait(void)
-{
-	asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory");
-}
-
 /* The count of CTAs in this CTA's cluster (1 when not launched as one). */
 static __device__ __forceinline__ unsigned nv_cluster_size(void)
 {
@@ -270,6 +237,38 @@ static __device__ __forceinline__ uint32_t nv_mapa(uint32_t addr, unsigned rank)
 	uint32_t r;
 	asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(addr), "r"(rank));
 	return r;
+}
+
+/* An arrival on the barrier at offset bar of CTA rank's shared memory,
+ * with the default semantics (release at CTA scope), as CUTLASS's
+ * ClusterBarrier::arrive: what the arrival announces, that this warp's
+ * wgmma reads of the stage are over, wgmma.wait_group has already made
+ * true.  A release at cluster scope made every consumer wait out a
+ * cluster-wide fence each stage (the first build: 1.7-2.3x slower). */
+static __device__ __forceinline__ void nv_mbar_arrive_remote(uint32_t bar, unsigned rank)
+{
+	asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(nv_mapa(bar, rank)) : "memory");
+}
+
+/* The cluster-wide barrier in two halves: the arrival (release: this
+ * thread's shared stores before it are seen by the cluster's loads after
+ * the wait), and the wait (acquire), with work between them; every
+ * thread of the cluster that has not exited takes part. */
+static __device__ __forceinline__ void nv_cluster_arrive(void)
+{
+	asm volatile("barrier.cluster.arrive.release;\n" ::: "memory");
+}
+
+static __device__ __forceinline__ void nv_cluster_wait(void)
+{
+	asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory");
+}
+
+/* The whole barrier: arrive and wait. */
+static __device__ __forceinline__ void nv_cluster_sync(void)
+{
+	nv_cluster_arrive();
+	nv_cluster_wait();
 }
 
 /* Two floats from a cluster shared address (nv_mapa).  Volatile, with
