@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Summarises serving_bench.sh's SERVE lines (from stdin or files): one
 short line each with the requests per second, client p50 and p99, the
-server's mean kernel and copy times, the mean batch and the variants that
-answered.
+server's mean kernel and copy times, the mean batch, the slowest answer
+(its round trip and the server's queue, copies, kernel and total of it,
+where the bench reports one) and the variants that answered.
 
 usage: serve_summary.py [LOG...]"""
 import fileinput
@@ -26,11 +27,17 @@ def main():
         lat = j.get("latency_ns", {})
         srv = j.get("server_mean_ns", {})
         var = ",".join(f"{k}:{v}" for k, v in j.get("variants", {}).items())
+        sl = j.get("slowest")
+        slow = ""
+        if sl:
+            slow = (f" slowest {sl.get('round_trip_ns', 0) / 1e3:.0f} us (q {sl.get('queue', 0) / 1e3:.0f} "
+                    f"h2d {sl.get('h2d', 0) / 1e3:.0f} k {sl.get('kernel', 0) / 1e3:.0f} "
+                    f"d2h {sl.get('d2h', 0) / 1e3:.0f} total {sl.get('total', 0) / 1e3:.0f});")
         print(f"{head}: {j.get('requests_per_s', 0):9.0f} req/s p50 {lat.get('p50', 0) / 1e3:8.1f} "
               f"p99 {lat.get('p99', 0) / 1e3:8.1f} us; server h2d {srv.get('h2d', 0) / 1e3:.1f} "
               f"kernel {srv.get('kernel', 0) / 1e3:.1f} d2h {srv.get('d2h', 0) / 1e3:.1f} total "
               f"{srv.get('total', 0) / 1e3:.1f}; batch {j.get('mean_batch', 0):.1f} busy "
-              f"{j.get('device_busy', 0):.2f}; {var[:120]}")
+              f"{j.get('device_busy', 0):.2f};{slow} {var[:120]}")
 
 
 if __name__ == "__main__":

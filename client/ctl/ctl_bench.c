@@ -55,6 +55,14 @@ static void variants_add(struct bench_variants *v, const char *name, uint64_t k)
 	v->count[v->n++] = k;
 }
 
+/* The slowest answer of a load, as the server timed it: where a tail
+ * request's time went (a stall the percentiles do not show). */
+struct bench_slowest {
+	uint64_t round_trip, queue, h2d, kernel, d2h, total, wait;
+	uint32_t batch;
+	char variant[64];
+};
+
 struct bench_conn {
 	pthread_t tid;
 	mfma_client *c;
@@ -73,6 +81,7 @@ struct bench_conn {
 	uint64_t batch;         /* requests of each one's launch, summed */
 	struct bench_variants variants;
 	double launch_kernel_ns; /* each request's share of its launch's kernel time */
+	struct bench_slowest slowest;
 	/* --check: this connection's own B (so that a batch joins different
 	 * columns), A as sent or loaded, the float64 reference of A.B, and
 	 * what the answers came to. */
@@ -220,6 +229,16 @@ static void *bench_thread(void *arg)
 		bc->batch += br;
 		bc->launch_kernel_ns += (double)r.timing.kernel_ns / br;
 		variants_add(&bc->variants, r.variant && r.variant[0] ? r.variant : "?", 1);
+		if (r.round_trip_ns > bc->slowest.round_trip) {
+			bc->slowest = (struct bench_slowest){
+				.round_trip = r.round_trip_ns, .queue = r.timing.queue_ns,
+				.h2d = r.timing.h2d_ns, .kernel = r.timing.kernel_ns,
+				.d2h = r.timing.d2h_ns, .total = r.timing.total_ns,
+				.wait = r.client.wait_ns, .batch = br,
+			};
+			snprintf(bc->slowest.variant, sizeof(bc->slowest.variant), "%s",
+				 r.variant && r.variant[0] ? r.variant : "?");
+		}
 		if (bc->check)
 			check_answer(bc, &r);
 		mfma_gemm_result_free(&r);
@@ -385,6 +404,7 @@ static void report(struct ctl *ctl, const struct bench_opts *o, struct bench_con
 	uint64_t ce = 0, cs = 0, cw = 0, cd = 0, cu = 0;
 	double busy_ns = 0;
 	struct bench_variants var = { .n = 0 };
+	struct bench_slowest slow = { .round_trip = 0 };
 	uint64_t checked = 0, check_failed = 0;
 	double worst = 0, tolerance = 0;
 	for (uint64_t i = 0; i < o->connections; i++) {
@@ -395,6 +415,8 @@ static void report(struct ctl *ctl, const struct bench_opts *o, struct bench_con
 		for (size_t k = 0; k < bc[i].variants.n; k++)
 			variants_add(&var, bc[i].variants.name[k], bc[i].variants.count[k]);
 		var.other += bc[i].variants.other;
+		if (bc[i].slowest.round_trip > slow.round_trip)
+			slow = bc[i].slowest;
 		batch += bc[i].batch;
 		busy_ns += bc[i].launch_kernel_ns;
 		n += bc[i].nlat;
@@ -476,6 +498,20 @@ static void report(struct ctl *ctl, const struct bench_opts *o, struct bench_con
 		json_kv_uint(j, "decode", cd / div);
 		json_kv_uint(j, "unexplained", cu / div);
 		json_object_end(j);
+		/* The slowest answer (its round trip is latency_ns.max): the
+		 * server's phases of it, its launch's requests and variant. */
+		json_key(j, "slowest");
+		json_object_begin(j);
+		json_kv_uint(j, "round_trip_ns", slow.round_trip);
+		json_kv_uint(j, "queue", slow.queue);
+		json_kv_uint(j, "h2d", slow.h2d);
+		json_kv_uint(j, "kernel", slow.kernel);
+		json_kv_uint(j, "d2h", slow.d2h);
+		json_kv_uint(j, "total", slow.total);
+		json_kv_uint(j, "client_wait", slow.wait);
+		json_kv_uint(j, "batch_requests", slow.batch);
+		json_kv_string(j, "variant", slow.round_trip ? slow.variant : "");
+		json_object_end(j);
 		/* Batching: the mean number of requests a launch answered, and
 		 * the share of the wall time the device spent in kernels (each
 		 * launch counted once). */
@@ -541,6 +577,17 @@ static void report(struct ctl *ctl, const struct bench_opts *o, struct bench_con
 		ctl_format_ns(cu / div, s[4], sizeof(s[4]));
 		printf("  client mean  encode %s, send %s, wait %s, decode %s; unexplained %s (the "
 		       "wait less the server total)\n", s[0], s[1], s[2], s[3], s[4]);
+		if (slow.round_trip) {
+			ctl_format_ns(slow.round_trip, s[0], sizeof(s[0]));
+			ctl_format_ns(slow.queue, s[1], sizeof(s[1]));
+			ctl_format_ns(slow.h2d, s[2], sizeof(s[2]));
+			ctl_format_ns(slow.kernel, s[3], sizeof(s[3]));
+			ctl_format_ns(slow.d2h, s[4], sizeof(s[4]));
+			ctl_format_ns(slow.total, s[5], sizeof(s[5]));
+			printf("  slowest      %s: server queue %s, copy in %s, kernel %s, copy out %s, "
+			       "total %s; %" PRIu32 " request%s in its launch, %s\n", s[0], s[1], s[2],
+			       s[3], s[4], s[5], slow.batch, slow.batch == 1 ? "" : "s", slow.variant);
+		}
 		printf("  kernel       %.2f GFLOP/s over the mean kernel time\n", gf_kernel);
 		printf("  batching     %.2f requests per launch on average; kernels busy %.1f%% of "
 		       "the wall time\n",

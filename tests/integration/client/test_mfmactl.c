@@ -131,6 +131,18 @@ static void expect_in(const char *text, const char *needle)
 		fail_msg("'%s' not in:\n%s", needle, text);
 }
 
+/* The unsigned number after "key": in text, after the first "within":
+ * (the object the key belongs to); fails the test where there is none. */
+static unsigned long long json_number(const char *text, const char *within, const char *key)
+{
+	const char *at = strstr(text, within);
+	if (at)
+		at = strstr(at, key);
+	if (!at)
+		fail_msg("%s ... %s not in:\n%s", within, key, text);
+	return strtoull(at + strlen(key), NULL, 10);
+}
+
 /* A .npy file read back with our parser; data is malloc'd. */
 struct npy_mat {
 	struct npy_info info;
@@ -501,10 +513,25 @@ static void test_status_ping_bench(void **state)
 			     "64", "--dtype", "f32", NULL), 0);
 	expect_in(e->out, "requests/s");
 	expect_in(e->out, "p99");
+	/* The slowest answer, with the server's phases of it. */
+	expect_in(e->out, "  slowest      ");
+	expect_in(e->out, "request");
 	assert_int_equal(ctl(e, "--json", "bench", "-n", "30", "-j", "6", "--connections", "2",
 			     "--m", "16", "--n", "8", "--k", "32", "--sparse", NULL), 0);
 	expect_json(e->out);
 	expect_in(e->out, "\"requests\": 30");
+	/* Its round trip is the latency's maximum, the server timed it, and
+	 * a launch answered at least that request. */
+	{
+		const unsigned long long max = json_number(e->out, "\"latency_ns\"", "\"max\": ");
+		const unsigned long long rt = json_number(e->out, "\"slowest\"", "\"round_trip_ns\": ");
+		const unsigned long long total = json_number(e->out, "\"slowest\"", "\"total\": ");
+		assert_true(max > 0);
+		assert_true(rt == max);
+		assert_true(total > 0);
+		assert_true(json_number(e->out, "\"slowest\"", "\"batch_requests\": ") >= 1);
+		expect_in(strstr(e->out, "\"slowest\""), ".sp24.f16\"");
+	}
 	expect_in(e->out, "\"errors\": 0");
 	expect_in(e->out, "\"connections\": 2");
 	/* Every answer's variant tallied: here one CPU 2:4 kernel answered
