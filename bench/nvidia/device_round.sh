@@ -9,7 +9,7 @@
 #        [grid] [shapes] [ncu] [vsncu] [stallsrc] [e2e] [answers] [abserving] [spin] [readers] [latency] [multi] [choice] [served] [graphsab] [trialab]
 #        [batching] [serving] [readsab] [postab] [readerminab] [overlapab] [copystreamab] [dmaab] [dmacsab] [regionab] [batchcheck] [setab]
 #        [phases] [dmaphases]
-#        [wgmma] [group] [csum] [wgsan] [raceprobe] [streamprobe] [hot] [spread] [trace] [splitncu] [wgncu] [oneinflight]
+#        [wgmma] [group] [csum] [w1] [wgsan] [raceprobe] [streamprobe] [hot] [spread] [trace] [splitncu] [wgncu] [oneinflight]
 #        [copies] [lonecheck] [gate] [gateab] [tileab] [loopstartab] [kernelab] [wgdecode] [wgdsan] [wgdncu] [wgdense] [wgdensesan] [wgdensencu]
 #        (no argument: test sanitize bench e2e)
 set -u
@@ -684,6 +684,28 @@ csum)
 		WG_VARIANTS="f16_ bf16_ cs_" WG_IMAGES=1 WG_NODECODE=1 WG_SPLITS=${CS_SPLITS:-2 3 4 6 8} \
 			WG_DTYPES=${WG_DTYPES:-f16,bf16} TAILN=0 step cs_bench$r ${WG_BENCH_S:-300} "$WG" bench $CS_SHAPES
 		grep -E "^bench|^\|" "$OUT/cs_bench$r.log"
+	done
+	;;
+w1)
+	# One consumer warpgroup over a tile's 128 rows (wgmma_bench's w1_
+	# kernels, nv_wg_gemm's run_w1; cuSPARSELt's 128 x 64 kernel's shape)
+	# against the daemon's two: checks against float64 (unsplit) twice,
+	# memcheck and racecheck on the quick set, then every tile of both at
+	# W1_SHAPES on every split, in one process, W1_ROUNDS times.
+	WG=.devlibs/wgmma_bench
+	for r in 1 2; do
+		WG_W1=1 WG_KIND=sparse TAILN=1 step w1_check$r ${WG_CHECK_S:-150} "$WG" check
+		grep -E "FAIL" "$OUT/w1_check$r.log" | head -10
+	done
+	WG_W1=1 WG_KIND=sparse WG_QUICK=1 TAILN=3 step w1_memcheck 150 compute-sanitizer --tool memcheck \
+		--error-exitcode 9 "$WG" check
+	WG_W1=1 WG_KIND=sparse WG_QUICK=1 TAILN=3 step w1_racecheck 200 compute-sanitizer --tool racecheck \
+		--error-exitcode 9 "$WG" check
+	W1_SHAPES=${W1_SHAPES:-4096x256x4096 4096x256x8192 8192x256x8192 4096x64x4096 4096x128x4096}
+	for r in $(seq "${W1_ROUNDS:-2}"); do
+		WG_VARIANTS="f16_ bf16_ w1_" WG_IMAGES=1 WG_NODECODE=1 WG_SPLITS=${W1_SPLITS:-1 2} \
+			WG_DTYPES=${WG_DTYPES:-f16,bf16} TAILN=0 step w1_bench$r ${WG_BENCH_S:-300} "$WG" bench $W1_SHAPES
+		grep -E "^bench|^\|" "$OUT/w1_bench$r.log"
 	done
 	;;
 hot)

@@ -18,7 +18,9 @@
  *                            ones, a persistent grid taking units in turn;
  *                            WG_QUEUE=2: the q2_ ones, two CTAs an SM;
  *                            WG_CSUM=1: the cs_ ones, the split-K sum
- *                            through a cluster's shared memory)
+ *                            through a cluster's shared memory; WG_W1=1:
+ *                            the w1_ ones, one consumer warpgroup over
+ *                            128 rows, unsplit)
  *   wgmma_bench dcheck       the decode kernels: odd shapes, N = 1 .. 64, grids
  *   wgmma_bench raceprobe M  the mbarrier protocol alone, to run under racecheck
  *   wgmma_bench trace MxNxK S  when each CTA of one launch (split-K S) starts and ends
@@ -205,6 +207,22 @@ WG_CS_BF16(n64, 64, 6, 2)
 WG_CS_BF16(n32, 32, 8, 2)
 WG_CS_BF16(n16, 16, 9, 2)
 
+/* w1_*: one consumer warpgroup over the tile's 128 rows (nv_wg_gemm's
+ * run_w1; 256 threads), unsplit launches only; w1_f16_n64d with one CTA
+ * an SM and the deepest ring, as cuSPARSELt's 128 x 64 kernel runs. */
+#define WG_W1_KERNEL(name, op, bn, stages, minb)                                                            \
+	extern "C" __global__ void __launch_bounds__(256, minb) nv_wg_w1_##name(const __grid_constant__ nv_wg_params p) \
+	{                                                                                                       \
+		extern __shared__ __align__(1024) char nv_wg_smem_raw[];                                        \
+		nv_wg_gemm<op, bn, stages, minb, 0>::run_w1(p, nv_wg_smem_raw);                                 \
+	}
+WG_W1_KERNEL(f16_n128, nv_wg_sp24_img<0>, 128, 8, 1)
+WG_W1_KERNEL(f16_n64, nv_wg_sp24_img<0>, 64, 6, 2)
+WG_W1_KERNEL(f16_n64d, nv_wg_sp24_img<0>, 64, 13, 1)
+WG_W1_KERNEL(f16_n32, nv_wg_sp24_img<0>, 32, 8, 2)
+WG_W1_KERNEL(bf16_n128, nv_wg_sp24_img<1>, 128, 8, 1)
+WG_W1_KERNEL(bf16_n64, nv_wg_sp24_img<1>, 64, 6, 2)
+
 /* keep_f16_n128: KEEP = 1 on a 2:4 kernel (wrong, nv_wgmma.cuh), built
  * only for its SASS (device_round.sh group): where the metadata register
  * of the group in flight is written next.  Never launched. */
@@ -219,6 +237,7 @@ struct variant {
 	int cl;    /* 2: a cl2_ kernel (clusters of two along M); 0 otherwise */
 	int queue; /* a q_ kernel: a persistent grid of this many CTAs an SM */
 	int csum;  /* a cs_ kernel: launched in clusters of the tile's splits */
+	int w1;    /* a w1_ kernel: 256 threads, unsplit launches only */
 };
 
 static variant variants[] = {
@@ -283,6 +302,13 @@ static variant variants[] = {
 	WG_CS_ENTRY(bf16, 1, n128, 128, 8, 1) WG_CS_ENTRY(bf16, 1, n64, 64, 6, 2)
 	WG_CS_ENTRY(bf16, 1, n32, 32, 8, 2) WG_CS_ENTRY(bf16, 1, n16, 16, 9, 2)
 #undef WG_CS_ENTRY
+#define WG_W1_ENTRY(dt, bf16, name, tile, bn, st, minb)                                                      \
+	{ "w1_" #dt "_" #name, 0, NV_WG_TILE_##tile, bf16, bn, st, minb, 0, nv_wg_w1_##dt##_##name,               \
+	  NV_WG_SMEM_BYTES(bn, st), NV_WG_ORDER, 0, 0, 0, 1 },
+	WG_W1_ENTRY(f16, 0, n128, n128, 128, 8, 1) WG_W1_ENTRY(f16, 0, n64, n64, 64, 6, 2)
+	WG_W1_ENTRY(f16, 0, n64d, n64, 64, 13, 1) WG_W1_ENTRY(f16, 0, n32, n32, 32, 8, 2)
+	WG_W1_ENTRY(bf16, 1, n128, n128, 128, 8, 1) WG_W1_ENTRY(bf16, 1, n64, n64, 64, 6, 2)
+#undef WG_W1_ENTRY
 #define WG_CL2_ENTRY(name, dense, tile, bf16, bn, st, keep)                                                 \
 	{ "cl2_" #name, dense, NV_WG_TILE_##tile, bf16, bn, st, 1, keep, nv_wg_cl2_##name,                      \
 	  dense ? NV_WG_DSMEM_BYTES(bn, st) : NV_WG_SMEM_BYTES(bn, st), dense ? 0 : NV_WG_ORDER, 2 },
@@ -794,6 +820,8 @@ static int wg_prepare(wg_launch &L, const variant *v, const wg_weight &w, const 
 		return -1; /* a cluster pairs row tiles */
 	if (v->csum && splits > 8)
 		return -1; /* a portable cluster holds at most 8 CTAs */
+	if (v->w1 && splits > 1)
+		return -1; /* one consumer warpgroup: unsplit only */
 	L.grid = dim3(tiles, 1, splits);
 	/* The queue: at most queue CTAs an SM, and two more counters (the
 	 * next unit, the CTAs done). */
@@ -863,7 +891,7 @@ static void wg_run(const wg_launch &L, cudaStream_t s)
 		CK(cudaLaunchKernelEx(&cfg, L.v->fn, L.p));
 		return;
 	}
-	L.v->fn<<<L.grid, 384, smem, s>>>(L.p);
+	L.v->fn<<<L.grid, L.v->w1 ? 256 : 384, smem, s>>>(L.p);
 }
 
 /* How many of a cs_ launch's clusters the GPU holds at once
@@ -989,6 +1017,7 @@ static const struct {
 	{ "WG_QUEUE", 2, "q2_" },
 	{ "WG_QUEUE", 0, "q_" },
 	{ "WG_CSUM", 0, "cs_" },
+	{ "WG_W1", 0, "w1_" },
 };
 
 /* The family the checks take: the daemon's ("") or one of families. */
@@ -1167,6 +1196,8 @@ static int run_checks(int sms)
 						/* The cluster sum: clusters of 2 to 8, odd ones too. */
 						if (strcmp(g_family, "cs_") == 0 && k >= 1000)
 							splits = 2 + (int)(rnd() % 7);
+						if (strcmp(g_family, "w1_") == 0)
+							splits = 1; /* unsplit only */
 						fails += check_one(dense, bf16, m, n, k, bn, orders[oi], splits, out_dt, 1.25f, beta,
 								   sms);
 						checks++;

@@ -973,15 +973,78 @@ struct nv_wg_gemm {
 		}
 	}
 
+	/* One consumer warpgroup over the tile's 128 rows (wgmma_bench's w1_
+	 * kernels, launched with 256 threads; an experiment): what
+	 * cuSPARSELt's 128 x 64 kernel does (bench/RESULTS.md, its SASS).  The
+	 * producer warpgroup as in run; the one consumer warpgroup builds both
+	 * row halves' metadata registers each stage, issues their four
+	 * wgmma.sp as one group into two accumulator sets, waits for it and
+	 * releases the stage (128 arrivals).  Unsplit launches only, no gate,
+	 * no tile out: the shape it is for (4096 x 256 x 4096 on 128 CTAs of
+	 * 128 x 64) needs none of them.  Correct, and measured on the H200
+	 * slower than two consumer warpgroups at the same tile and split
+	 * (4096 x 256 x 4096, 128 x 64 unsplit: 26.8 us against 25.4; 128 x
+	 * 128: 32.7 against 28.4) but at 8192 x 256 x 8192 on 128 x 64 (53.4
+	 * against 55.2, both behind the 128 x 128 tile's 48.1;
+	 * bench/RESULTS.md): the consumers' structure is not what separates
+	 * us from cuSPARSELt there either. */
+	static __device__ __forceinline__ void run_w1(const nv_wg_params &p, char *smem_raw)
+	{
+		static_assert(KEEP == 0 && CL == 1 && GRP == 1 && !TRACE && !CSUM, "w1: the plain kernel");
+		char *smem = (char *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+		const uint32_t sbase = nv_wg_smem(smem);
+		const uint32_t bars = sbase + STAGES * STAGE;
+		const unsigned tid = threadIdx.x, wg = tid / 128;
+		if (gridDim.z != 1 || p.gate || p.dh)
+			__trap(); /* the bench launches none of these */
+		int pm, pn;
+		nv_raster(blockIdx.x, p.tiles_m, p.tiles_n, &pm, &pn);
+		const int m0 = pm * NV_WG_BM, n0 = pn * BN, n_it = p.k_iters;
+		if (tid == 0)
+			init_ring(p, bars, 1);
+		__syncthreads();
+		if (wg == 0) {
+			if (tid != 0)
+				return;
+			for (int i = 0; i < n_it; i++) {
+				const int s = i % STAGES;
+				nv_mbar_wait(bars + 8 * (STAGES + s), ((i / STAGES) & 1) ^ 1);
+				load_stage(p, sbase, bars, s, i, m0, n0);
+			}
+			return;
+		}
+		const unsigned w = (tid / 32) % 4, lane = tid & 31;
+		float acc0[NACC], acc1[NACC];
+#pragma unroll
+		for (int i = 0; i < NACC; i++)
+			acc0[i] = acc1[i] = 0.0f;
+		for (int i = 0; i < n_it; i++) {
+			const int s = i % STAGES;
+			nv_mbar_wait(bars + 8 * s, (i / STAGES) & 1);
+			uint32_t e0[2], e1[2];
+			OP::template meta<BN>(smem + s * STAGE, 0, w, lane, e0);
+			OP::template meta<BN>(smem + s * STAGE, 1, w, lane, e1);
+			nv_wg_fence();
+			OP::template issue<BN>(acc0, sbase + s * STAGE, 0, e0);
+			OP::template issue<BN>(acc1, sbase + s * STAGE, 1, e1);
+			nv_wg_commit();
+			nv_wg_wait<0>();
+			release(bars + 8 * (STAGES + s), lane);
+		}
+		epilogue(p, acc0, m0, n0, w, lane);
+		epilogue(p, acc1, m0 + 64, n0, w, lane);
+	}
+
 	/* Thread 0's set-up of the ring: each slot's `full` barrier (one
-	 * arrival, with the bytes its copies bring) and `empty` one (see ALL;
-	 * with CL = 2 also one arrival per consumer warp of the other CTA,
-	 * whose B this CTA's producer writes too), and the tensor maps. */
-	static __device__ __forceinline__ void init_ring(const nv_wg_params &p, uint32_t bars)
+	 * arrival, with the bytes its copies bring) and `empty` one (see ALL:
+	 * per consumer warpgroup of cwg; with CL = 2 also one arrival per
+	 * consumer warp of the other CTA, whose B this CTA's producer writes
+	 * too), and the tensor maps. */
+	static __device__ __forceinline__ void init_ring(const nv_wg_params &p, uint32_t bars, unsigned cwg = 2)
 	{
 		for (int s = 0; s < STAGES; s++) {
 			nv_mbar_init(bars + 8 * s, 1);
-			nv_mbar_init(bars + 8 * (STAGES + s), (ALL ? 256 : 8) + (CL == 2 ? 8 : 0));
+			nv_mbar_init(bars + 8 * (STAGES + s), (ALL ? 128 : 4) * cwg + (CL == 2 ? 8 : 0));
 		}
 		asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 		asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)&p.tm_a) : "memory");
