@@ -108,6 +108,33 @@ servecheck() {
 	grep -E "^(CHECK batched|CHECK summary|FAIL)" "$OUT/$1" | cut -c1-230 | tail -10
 }
 
+# family_ab FAMILY SWITCH SHAPES SPLITS ROUNDS: one of wgmma_bench's
+# experimental 2:4 families (FAMILY_ kernels, picked for the checks by
+# SWITCH=1) against the daemon's kernels: the family's checks against
+# float64 twice, memcheck and racecheck on the quick set, then both timed
+# at SHAPES on each of SPLITS (and the plan's), in one process, ROUNDS
+# times; logs FAMILY_check1.log ... FAMILY_bench<r>.log.
+family_ab() {
+	local fam=$1 sw=$2 shapes=$3 splits=$4 rounds=$5 r WG=.devlibs/wgmma_bench
+	(
+		export "$sw=1" WG_KIND=sparse
+		for r in 1 2; do
+			TAILN=1 step "${fam}_check$r" "${WG_CHECK_S:-150}" "$WG" check
+			grep -E "FAIL" "$OUT/${fam}_check$r.log" | head -10
+		done
+		WG_QUICK=1 TAILN=3 step "${fam}_memcheck" 150 compute-sanitizer --tool memcheck \
+			--error-exitcode 9 "$WG" check
+		WG_QUICK=1 TAILN=3 step "${fam}_racecheck" 200 compute-sanitizer --tool racecheck \
+			--error-exitcode 9 "$WG" check
+	)
+	for r in $(seq "$rounds"); do
+		WG_VARIANTS="f16_ bf16_ ${fam}_" WG_IMAGES=1 WG_NODECODE=1 WG_SPLITS="$splits" \
+			WG_DTYPES=${WG_DTYPES:-f16,bf16} TAILN=0 step "${fam}_bench$r" "${WG_BENCH_S:-300}" "$WG" \
+			bench $shapes
+		grep -E "^bench|^\|" "$OUT/${fam}_bench$r.log"
+	done
+}
+
 # wg_ncu NAME REGEX SHAPE [VAR=VALUE...]: Nsight Compute (clocks left
 # alone) on the sixth launch of the wgmma_bench kernels whose name matches
 # REGEX, in `wgmma_bench bench SHAPE` run with WG_DTYPES=f16 and the VARs;
@@ -667,46 +694,16 @@ group)
 csum)
 	# The split-K sum through a cluster's shared memory (wgmma_bench's cs_
 	# kernels, nv_wg_gemm's CSUM) against the daemon's sum through the
-	# workspace: checks against float64 (splits 2 to 8) twice, memcheck and
-	# racecheck on the quick set, then both families' split tiles timed at
-	# CS_SHAPES on every split, in one process, CS_ROUNDS times.
-	WG=.devlibs/wgmma_bench
-	for r in 1 2; do
-		WG_CSUM=1 WG_KIND=sparse TAILN=1 step cs_check$r ${WG_CHECK_S:-150} "$WG" check
-		grep -E "FAIL" "$OUT/cs_check$r.log" | head -10
-	done
-	WG_CSUM=1 WG_KIND=sparse WG_QUICK=1 TAILN=3 step cs_memcheck 150 compute-sanitizer --tool memcheck \
-		--error-exitcode 9 "$WG" check
-	WG_CSUM=1 WG_KIND=sparse WG_QUICK=1 TAILN=3 step cs_racecheck 200 compute-sanitizer --tool racecheck \
-		--error-exitcode 9 "$WG" check
-	CS_SHAPES=${CS_SHAPES:-4096x16x4096 8192x16x8192 4096x16x16384 4096x32x4096 8192x32x4096 4096x64x4096 4096x256x4096}
-	for r in $(seq "${CS_ROUNDS:-2}"); do
-		WG_VARIANTS="f16_ bf16_ cs_" WG_IMAGES=1 WG_NODECODE=1 WG_SPLITS=${CS_SPLITS:-2 3 4 6 8} \
-			WG_DTYPES=${WG_DTYPES:-f16,bf16} TAILN=0 step cs_bench$r ${WG_BENCH_S:-300} "$WG" bench $CS_SHAPES
-		grep -E "^bench|^\|" "$OUT/cs_bench$r.log"
-	done
+	# workspace, at splits 2 to 8 (CS_SHAPES, CS_SPLITS, CS_ROUNDS).
+	family_ab cs WG_CSUM "${CS_SHAPES:-4096x16x4096 8192x16x8192 4096x16x16384 4096x32x4096 8192x32x4096 4096x64x4096 4096x256x4096}" \
+		"${CS_SPLITS:-2 3 4 6 8}" "${CS_ROUNDS:-2}"
 	;;
 w1)
 	# One consumer warpgroup over a tile's 128 rows (wgmma_bench's w1_
 	# kernels, nv_wg_gemm's run_w1; cuSPARSELt's 128 x 64 kernel's shape)
-	# against the daemon's two: checks against float64 (unsplit) twice,
-	# memcheck and racecheck on the quick set, then every tile of both at
-	# W1_SHAPES on every split, in one process, W1_ROUNDS times.
-	WG=.devlibs/wgmma_bench
-	for r in 1 2; do
-		WG_W1=1 WG_KIND=sparse TAILN=1 step w1_check$r ${WG_CHECK_S:-150} "$WG" check
-		grep -E "FAIL" "$OUT/w1_check$r.log" | head -10
-	done
-	WG_W1=1 WG_KIND=sparse WG_QUICK=1 TAILN=3 step w1_memcheck 150 compute-sanitizer --tool memcheck \
-		--error-exitcode 9 "$WG" check
-	WG_W1=1 WG_KIND=sparse WG_QUICK=1 TAILN=3 step w1_racecheck 200 compute-sanitizer --tool racecheck \
-		--error-exitcode 9 "$WG" check
-	W1_SHAPES=${W1_SHAPES:-4096x256x4096 4096x256x8192 8192x256x8192 4096x64x4096 4096x128x4096}
-	for r in $(seq "${W1_ROUNDS:-2}"); do
-		WG_VARIANTS="f16_ bf16_ w1_" WG_IMAGES=1 WG_NODECODE=1 WG_SPLITS=${W1_SPLITS:-1 2} \
-			WG_DTYPES=${WG_DTYPES:-f16,bf16} TAILN=0 step w1_bench$r ${WG_BENCH_S:-300} "$WG" bench $W1_SHAPES
-		grep -E "^bench|^\|" "$OUT/w1_bench$r.log"
-	done
+	# against the daemon's two, unsplit (W1_SHAPES, W1_SPLITS, W1_ROUNDS).
+	family_ab w1 WG_W1 "${W1_SHAPES:-4096x256x4096 4096x256x8192 8192x256x8192 4096x64x4096 4096x128x4096}" \
+		"${W1_SPLITS:-1 2}" "${W1_ROUNDS:-2}"
 	;;
 hot)
 	# One hot resident weight (issue 11): the daemon's tile on one weight
