@@ -28,7 +28,9 @@
 # (0: request frames on the heap); E2E_POST_THREADS, E2E_READER_THREADS,
 # E2E_READER_MIN_KB and E2E_OVERLAP, when set, limits.post_threads,
 # reader_threads, reader_min_kb and batching.overlap; E2E_MAX_COLUMNS and
-# E2E_MAX_DELAY_US, batching.max_columns and max_queue_delay_us; E2E_COPY_STREAM,
+# E2E_MAX_DELAY_US, batching.max_columns and max_queue_delay_us; E2E_CONNECTIONS,
+# the batching loads' client connections (default: one per request in
+# flight, mfmactl bench's); E2E_COPY_STREAM,
 # E2E_DMA_PARTS_KB, E2E_REGION_COPIES, E2E_GATE and E2E_TILE_OUT,
 # cuda.copy_stream, dma_parts_kb, region_copies, gate and tile_out;
 # E2E_LOOP_POLL_US, limits.loop_poll_us (the client's spin comes from
@@ -178,7 +180,7 @@ has batching && for round in ${ROUNDS:-1 2}; do
 	for load in "8 64 8000" "1 256 40000"; do
 		set -- $load
 		for how in "" --shm; do
-			echo "SERVE${LABEL:+ [$LABEL]} batching round=$round 8192x8192 2:4 f16 N=$1 in_flight=$2 ${how:-bytes}: $(bench --m 8192 --k 8192 --n $1 -n $(($3 * ${LOAD_SCALE:-4})) -j $2 --warmup ${WARMUP:-32} --device 0 $how)"
+			echo "SERVE${LABEL:+ [$LABEL]} batching round=$round 8192x8192 2:4 f16 N=$1 in_flight=$2 ${how:-bytes}: $(bench --m 8192 --k 8192 --n $1 -n $(($3 * ${LOAD_SCALE:-4})) -j $2 --warmup ${WARMUP:-32} --device 0 $how ${E2E_CONNECTIONS:+--connections $E2E_CONNECTIONS})"
 		done
 	done
 done
