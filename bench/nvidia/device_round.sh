@@ -9,7 +9,7 @@
 #        [grid] [shapes] [ncu] [vsncu] [stallsrc] [e2e] [answers] [abserving] [spin] [readers] [latency] [multi] [choice] [served] [graphsab] [trialab]
 #        [batching] [serving] [readsab] [postab] [readerminab] [overlapab] [copystreamab] [dmaab] [dmacsab] [regionab] [batchcheck] [setab]
 #        [phases] [dmaphases]
-#        [wgmma] [group] [csum] [w1] [wgsan] [raceprobe] [streamprobe] [hot] [spread] [trace] [splitncu] [wgncu] [oneinflight]
+#        [wgmma] [group] [csum] [w1] [p3] [wgsan] [raceprobe] [streamprobe] [hot] [spread] [trace] [splitncu] [wgncu] [oneinflight]
 #        [copies] [lonecheck] [gate] [gateab] [tileab] [loopstartab] [kernelab] [wgdecode] [wgdsan] [wgdncu] [wgdense] [wgdensesan] [wgdensencu]
 #        (no argument: test sanitize bench e2e)
 set -u
@@ -704,6 +704,14 @@ w1)
 	# against the daemon's two, unsplit (W1_SHAPES, W1_SPLITS, W1_ROUNDS).
 	family_ab w1 WG_W1 "${W1_SHAPES:-4096x256x4096 4096x256x8192 8192x256x8192 4096x64x4096 4096x128x4096}" \
 		"${W1_SPLITS:-1 2}" "${W1_ROUNDS:-2}"
+	;;
+p3)
+	# Three producer threads, one each for A's values, B and the metadata
+	# (wgmma_bench's p3_ kernels, nv_wg_gemm's PW3; cuSPARSELt's 128 x 64
+	# kernel has a producer warp for each) against the daemon's one
+	# (P3_SHAPES, P3_SPLITS, P3_ROUNDS).
+	family_ab p3 WG_PRODUCERS "${P3_SHAPES:-4096x256x4096 4096x256x8192 8192x256x8192 4096x16x4096 8192x16x8192 16384x16x4096}" \
+		"${P3_SPLITS:-1 2 4}" "${P3_ROUNDS:-2}"
 	;;
 hot)
 	# One hot resident weight (issue 11): the daemon's tile on one weight

@@ -20,7 +20,8 @@
  *                            WG_CSUM=1: the cs_ ones, the split-K sum
  *                            through a cluster's shared memory; WG_W1=1:
  *                            the w1_ ones, one consumer warpgroup over
- *                            128 rows, unsplit)
+ *                            128 rows, unsplit; WG_PRODUCERS=1: the p3_
+ *                            ones, three producer threads)
  *   wgmma_bench dcheck       the decode kernels: odd shapes, N = 1 .. 64, grids
  *   wgmma_bench raceprobe M  the mbarrier protocol alone, to run under racecheck
  *   wgmma_bench trace MxNxK S  when each CTA of one launch (split-K S) starts and ends
@@ -223,6 +224,17 @@ WG_W1_KERNEL(f16_n32, nv_wg_sp24_img<0>, 32, 8, 2)
 WG_W1_KERNEL(bf16_n128, nv_wg_sp24_img<1>, 128, 8, 1)
 WG_W1_KERNEL(bf16_n64, nv_wg_sp24_img<1>, 64, 6, 2)
 
+/* p3_*: the daemon's 2:4 kernels with three producer threads, one each
+ * for A's values, B and the metadata (nv_wg_gemm's PW3). */
+#define WG_P3_KERNEL(name, op, bn, stages, minb) \
+	WG_GEMM_KERNEL(p3_##name, , minb, op, bn, stages, minb, 0, 1, 0, 1, 1, 0, 1)
+WG_P3_KERNEL(f16_n128, nv_wg_sp24_img<0>, 128, 8, 1)
+WG_P3_KERNEL(f16_n64, nv_wg_sp24_img<0>, 64, 6, 2)
+WG_P3_KERNEL(f16_n16, nv_wg_sp24_img<0>, 16, 9, 2)
+WG_P3_KERNEL(bf16_n128, nv_wg_sp24_img<1>, 128, 8, 1)
+WG_P3_KERNEL(bf16_n64, nv_wg_sp24_img<1>, 64, 6, 2)
+WG_P3_KERNEL(bf16_n16, nv_wg_sp24_img<1>, 16, 9, 2)
+
 /* keep_f16_n128: KEEP = 1 on a 2:4 kernel (wrong, nv_wgmma.cuh), built
  * only for its SASS (device_round.sh group): where the metadata register
  * of the group in flight is written next.  Never launched. */
@@ -302,6 +314,12 @@ static variant variants[] = {
 	WG_CS_ENTRY(bf16, 1, n128, 128, 8, 1) WG_CS_ENTRY(bf16, 1, n64, 64, 6, 2)
 	WG_CS_ENTRY(bf16, 1, n32, 32, 8, 2) WG_CS_ENTRY(bf16, 1, n16, 16, 9, 2)
 #undef WG_CS_ENTRY
+#define WG_P3_ENTRY(dt, bf16, name, bn, st, minb)                                                             \
+	{ "p3_" #dt "_" #name, 0, NV_WG_TILE_##name, bf16, bn, st, minb, 0, nv_wg_p3_##dt##_##name,               \
+	  NV_WG_SMEM_BYTES(bn, st), NV_WG_ORDER },
+	WG_P3_ENTRY(f16, 0, n128, 128, 8, 1) WG_P3_ENTRY(f16, 0, n64, 64, 6, 2) WG_P3_ENTRY(f16, 0, n16, 16, 9, 2)
+	WG_P3_ENTRY(bf16, 1, n128, 128, 8, 1) WG_P3_ENTRY(bf16, 1, n64, 64, 6, 2) WG_P3_ENTRY(bf16, 1, n16, 16, 9, 2)
+#undef WG_P3_ENTRY
 #define WG_W1_ENTRY(dt, bf16, name, tile, bn, st, minb)                                                      \
 	{ "w1_" #dt "_" #name, 0, NV_WG_TILE_##tile, bf16, bn, st, minb, 0, nv_wg_w1_##dt##_##name,               \
 	  NV_WG_SMEM_BYTES(bn, st), NV_WG_ORDER, 0, 0, 0, 1 },
@@ -1018,6 +1036,7 @@ static const struct {
 	{ "WG_QUEUE", 0, "q_" },
 	{ "WG_CSUM", 0, "cs_" },
 	{ "WG_W1", 0, "w1_" },
+	{ "WG_PRODUCERS", 0, "p3_" },
 };
 
 /* The family the checks take: the daemon's ("") or one of families. */

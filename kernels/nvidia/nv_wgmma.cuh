@@ -539,6 +539,10 @@ static __device__ __forceinline__ void nv_wg_tile_out(const P &p, int row0, int 
 
 /* ---- compute policies: one per instruction ---- */
 
+/* What of a stage's A a policy's load_a issues: its values, its
+ * metadata (2:4), or both. */
+enum { NV_WG_LOAD_VALUES = 1, NV_WG_LOAD_META = 2, NV_WG_LOAD_A = 3 };
+
 /* B's shared-memory tile of a BN-column kernel: 64 K rows in boxes of up
  * to 64 columns, each with the swizzle that matches its row width. */
 template <int BN>
@@ -567,17 +571,21 @@ struct nv_wg_sp24 {
 	enum { DENSE = 0, A_BYTES = NV_WG_A_BYTES, E_BYTES = NV_WG_E_BYTES };
 	static constexpr unsigned stage_bytes(int bn) { return NV_WG_STAGE_BYTES(bn); }
 
+	/* parts: NV_WG_LOAD_VALUES, NV_WG_LOAD_META or both (the default). */
 	static __device__ __forceinline__ void load_a(const nv_wg_params &p, uint32_t st, uint32_t full, int it,
-						      int m0, uint32_t b_bytes)
+						      int m0, uint32_t b_bytes, unsigned parts = NV_WG_LOAD_A)
 	{
 		const struct nv_wg_img g = { p.k_iters, p.m_pad / NV_WG_BM, ORDER };
 		const int64_t ts = nv_wg_img_index(g, m0 / NV_WG_BM, it);
 		const uint64_t pol = nv_wg_a_policy(p, it);
-		if (ORDER)
-			nv_bulk_1d(st, p.a + ts * A_BYTES, A_BYTES, full, pol);
-		else
-			nv_tma_2d(st, &p.tm_a, it * (NV_WG_BK / 2), m0, full, pol);
-		nv_bulk_1d(st + A_BYTES + b_bytes, p.meta + ts * E_BYTES, E_BYTES, full, pol);
+		if (parts & NV_WG_LOAD_VALUES) {
+			if (ORDER)
+				nv_bulk_1d(st, p.a + ts * A_BYTES, A_BYTES, full, pol);
+			else
+				nv_tma_2d(st, &p.tm_a, it * (NV_WG_BK / 2), m0, full, pol);
+		}
+		if (parts & NV_WG_LOAD_META)
+			nv_bulk_1d(st + A_BYTES + b_bytes, p.meta + ts * E_BYTES, E_BYTES, full, pol);
 	}
 
 	/* Stage it's A and metadata into L2 (the gate's wait). */
@@ -638,10 +646,11 @@ struct nv_wg_dense {
 	static constexpr unsigned stage_bytes(int bn) { return NV_WG_DSTAGE_BYTES(bn); }
 
 	static __device__ __forceinline__ void load_a(const nv_wg_params &p, uint32_t st, uint32_t full, int it,
-						      int m0, uint32_t b_bytes)
+						      int m0, uint32_t b_bytes, unsigned parts = NV_WG_LOAD_A)
 	{
 		(void)b_bytes;
-		nv_tma_2d(st, &p.tm_a, it * NV_WG_BK, m0, full, nv_wg_a_policy(p, it));
+		if (parts & NV_WG_LOAD_VALUES)
+			nv_tma_2d(st, &p.tm_a, it * NV_WG_BK, m0, full, nv_wg_a_policy(p, it));
 	}
 
 	static __device__ __forceinline__ void prefetch_a(const nv_wg_params &p, int it, int m0)
@@ -682,7 +691,7 @@ struct nv_wg_dense {
  * timer at its start, at the end of its main loop and at its end, and its
  * SM, to trace[4 x CTA ..]. */
 template <class OP, int BN, int STAGES, int MINB, int KEEP, int ALL = !OP::DENSE, int TRACE = 0, int CL = 1,
-	  int GRP = 1, int CSUM = 0>
+	  int GRP = 1, int CSUM = 0, int PW3 = 0>
 struct nv_wg_gemm {
 	typedef nv_wg_bsmem<BN> B;
 	enum {
@@ -723,7 +732,7 @@ struct nv_wg_gemm {
 		const int n_it = it1 - it0;
 
 		if (tid == 0)
-			init_ring(p, bars);
+			init_ring(p, bars, 2, PW3 ? (OP::DENSE ? 2 : 3) : 1);
 		/* With a cluster, no multicast or remote arrival may reach a
 		 * barrier before it is initialised: the pair starts together. */
 		if (CL == 2)
@@ -738,6 +747,10 @@ struct nv_wg_gemm {
 		if (wg == 0) {
 			if (MINB == 1)
 				asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+			if (PW3) {
+				produce3(p, sbase, bars, it0, n_it, m0, n0);
+				return;
+			}
 			if (tid != 0)
 				return;
 			/* The gate: the first ring's A while B is still on its
@@ -1035,15 +1048,50 @@ struct nv_wg_gemm {
 		epilogue(p, acc1, m0 + 64, n0, w, lane);
 	}
 
+	/* PW3 = 1 (wgmma_bench's p3_ kernels only; an experiment): three
+	 * producer threads, lane 0 of warps 0, 1 and 2, one for A's values,
+	 * one for B and one for the metadata (cuSPARSELt's 128 x 64 kernel has
+	 * a producer warp for each), each waiting for a slot to be empty and
+	 * arriving on its `full` barrier with the bytes of its own copies (the
+	 * barrier counts three arrivals).  No gate.  Correct, and measured on
+	 * the H200 1-4% faster on the one-CTA-an-SM 128 x 128 tile (4096 x
+	 * 256 x 8192 in two splits: 32.2 against 33.5 us; 8192 x 256 x 8192:
+	 * 47.0 against 48.8 us in bf16, 48.0 against 48.6 in f16), not at
+	 * 4096 x 256 x 4096 on the plan's tile and split (+0.1 / -0.7 us)
+	 * nor on the skinny tiles (within 0.8 us either way;
+	 * bench/RESULTS.md).  Not in the daemon's kernels yet: they would
+	 * need the gate (B's producer waiting for it, A's running ahead). */
+	static __device__ __forceinline__ void produce3(const nv_wg_params &p, uint32_t sbase, uint32_t bars, int it0,
+							int n_it, int m0, int n0)
+	{
+		const unsigned tid = threadIdx.x, role = tid / 32;
+		if (tid % 32 != 0 || role > 2 || (OP::DENSE && role == 2))
+			return;
+		if (p.gate)
+			__trap(); /* the bench launches none */
+		const unsigned bytes = role == 0 ? A_BYTES : role == 1 ? B_BYTES : E_BYTES;
+		for (int i = 0; i < n_it; i++) {
+			const int s = i % STAGES, it = it0 + i;
+			const uint32_t full = bars + 8 * s, st = sbase + s * STAGE;
+			nv_mbar_wait(bars + 8 * (STAGES + s), ((i / STAGES) & 1) ^ 1);
+			nv_mbar_expect_tx(full, bytes);
+			if (role == 1)
+				load_b(p, st, full, it, n0);
+			else
+				OP::load_a(p, st, full, it, m0, B_BYTES, role == 0 ? NV_WG_LOAD_VALUES : NV_WG_LOAD_META);
+		}
+	}
+
 	/* Thread 0's set-up of the ring: each slot's `full` barrier (one
 	 * arrival, with the bytes its copies bring) and `empty` one (see ALL:
 	 * per consumer warpgroup of cwg; with CL = 2 also one arrival per
 	 * consumer warp of the other CTA, whose B this CTA's producer writes
 	 * too), and the tensor maps. */
-	static __device__ __forceinline__ void init_ring(const nv_wg_params &p, uint32_t bars, unsigned cwg = 2)
+	static __device__ __forceinline__ void init_ring(const nv_wg_params &p, uint32_t bars, unsigned cwg = 2,
+							 unsigned producers = 1)
 	{
 		for (int s = 0; s < STAGES; s++) {
-			nv_mbar_init(bars + 8 * s, 1);
+			nv_mbar_init(bars + 8 * s, producers);
 			nv_mbar_init(bars + 8 * (STAGES + s), (ALL ? 128 : 4) * cwg + (CL == 2 ? 8 : 0));
 		}
 		asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
