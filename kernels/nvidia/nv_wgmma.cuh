@@ -1055,7 +1055,7 @@ struct nv_wg_gemm {
 	 * arriving on its `full` barrier with the bytes of its own copies (the
 	 * barrier counts three arrivals).  No gate.  Correct, and measured on
 	 * the H200 1-4% faster on the one-CTA-an-SM 128 x 128 tile (4096 x
-	 * 256 x 8192 in two splits: 32.2 against 33.5 us; 8192 x 256 x 8192:
+	 * 256 x 8192 in two splits: 32.3 against 33.5 us; 8192 x 256 x 8192:
 	 * 47.0 against 48.8 us in bf16, 48.0 against 48.6 in f16), not at
 	 * 4096 x 256 x 4096 on the plan's tile and split (+0.1 / -0.7 us)
 	 * nor on the skinny tiles (within 0.8 us either way;
