@@ -225,15 +225,13 @@ WG_W1_KERNEL(bf16_n128, nv_wg_sp24_img<1>, 128, 8, 1)
 WG_W1_KERNEL(bf16_n64, nv_wg_sp24_img<1>, 64, 6, 2)
 
 /* p3_*: the daemon's 2:4 kernels with three producer threads, one each
- * for A's values, B and the metadata (nv_wg_gemm's PW3). */
-#define WG_P3_KERNEL(name, op, bn, stages, minb) \
-	WG_GEMM_KERNEL(p3_##name, , minb, op, bn, stages, minb, 0, 1, 0, 1, 1, 0, 1)
-WG_P3_KERNEL(f16_n128, nv_wg_sp24_img<0>, 128, 8, 1)
-WG_P3_KERNEL(f16_n64, nv_wg_sp24_img<0>, 64, 6, 2)
-WG_P3_KERNEL(f16_n16, nv_wg_sp24_img<0>, 16, 9, 2)
-WG_P3_KERNEL(bf16_n128, nv_wg_sp24_img<1>, 128, 8, 1)
-WG_P3_KERNEL(bf16_n64, nv_wg_sp24_img<1>, 64, 6, 2)
-WG_P3_KERNEL(bf16_n16, nv_wg_sp24_img<1>, 16, 9, 2)
+ * for A's values, B and the metadata (nv_wg_gemm's PW3), every tile. */
+#define WG_P3_F16(name, bn, st, minb) \
+	WG_GEMM_KERNEL(p3_f16_##name, , minb, nv_wg_sp24_img<0>, bn, st, minb, 0, 1, 0, 1, 1, 0, 1)
+#define WG_P3_BF16(name, bn, st, minb) \
+	WG_GEMM_KERNEL(p3_bf16_##name, , minb, nv_wg_sp24_img<1>, bn, st, minb, 0, 1, 0, 1, 1, 0, 1)
+NV_WG_TILES(WG_P3_F16)
+NV_WG_TILES(WG_P3_BF16)
 
 /* keep_f16_n128: KEEP = 1 on a 2:4 kernel (wrong, nv_wgmma.cuh), built
  * only for its SASS (device_round.sh group): where the metadata register
@@ -278,7 +276,7 @@ static variant variants[] = {
 	{ "warp_f16_n16", 0, NV_WG_TILE_n16, 0, 16, 9, 2, 0, nv_wg_warp_f16_n16, NV_WG_SMEM_BYTES(16, 9), NV_WG_ORDER },
 	{ "warp_f16_n64", 0, NV_WG_TILE_n64, 0, 64, 6, 2, 0, nv_wg_warp_f16_n64, NV_WG_SMEM_BYTES(64, 6), NV_WG_ORDER },
 	{ "warp_f16_n256", 0, NV_WG_TILE_n256, 0, 256, 5, 1, 0, nv_wg_warp_f16_n256, NV_WG_SMEM_BYTES(256, 5), NV_WG_ORDER },
-/* The 2:4 kernels of a family fam_ (g2_, k2_) at every tile, f16 and bf16. */
+/* The 2:4 kernels of a family fam_ (g2_, k2_, p3_) at every tile, f16 and bf16. */
 #define WG_FAM_ENTRY(fam, dt, bf16, name, bn, st, minb)                                                       \
 	{ #fam "_" #dt "_" #name, 0, NV_WG_TILE_##name, bf16, bn, st, minb, 0, nv_wg_##fam##_##dt##_##name,      \
 	  NV_WG_SMEM_BYTES(bn, st), NV_WG_ORDER },
@@ -286,12 +284,17 @@ static variant variants[] = {
 #define WG_G2_EBF16(name, bn, st, minb) WG_FAM_ENTRY(g2, bf16, 1, name, bn, st, minb)
 #define WG_K2_EF16(name, bn, st, minb) WG_FAM_ENTRY(k2, f16, 0, name, bn, st, minb)
 #define WG_K2_EBF16(name, bn, st, minb) WG_FAM_ENTRY(k2, bf16, 1, name, bn, st, minb)
+#define WG_P3_EF16(name, bn, st, minb) WG_FAM_ENTRY(p3, f16, 0, name, bn, st, minb)
+#define WG_P3_EBF16(name, bn, st, minb) WG_FAM_ENTRY(p3, bf16, 1, name, bn, st, minb)
 	NV_WG_TILES(WG_G2_EF16) NV_WG_TILES(WG_G2_EBF16)
 	NV_WG_TILES(WG_K2_EF16) NV_WG_TILES(WG_K2_EBF16)
+	NV_WG_TILES(WG_P3_EF16) NV_WG_TILES(WG_P3_EBF16)
 #undef WG_G2_EF16
 #undef WG_G2_EBF16
 #undef WG_K2_EF16
 #undef WG_K2_EBF16
+#undef WG_P3_EF16
+#undef WG_P3_EBF16
 #undef WG_FAM_ENTRY
 	{ "q_f16_n64", 0, NV_WG_TILE_n64, 0, 64, 6, 2, 0, nv_wg_q_f16_n64, NV_WG_SMEM_BYTES(64, 6), NV_WG_ORDER, 0, 1 },
 	{ "q_f16_n32", 0, NV_WG_TILE_n32, 0, 32, 8, 2, 0, nv_wg_q_f16_n32, NV_WG_SMEM_BYTES(32, 8), NV_WG_ORDER, 0, 1 },
@@ -314,12 +317,6 @@ static variant variants[] = {
 	WG_CS_ENTRY(bf16, 1, n128, 128, 8, 1) WG_CS_ENTRY(bf16, 1, n64, 64, 6, 2)
 	WG_CS_ENTRY(bf16, 1, n32, 32, 8, 2) WG_CS_ENTRY(bf16, 1, n16, 16, 9, 2)
 #undef WG_CS_ENTRY
-#define WG_P3_ENTRY(dt, bf16, name, bn, st, minb)                                                             \
-	{ "p3_" #dt "_" #name, 0, NV_WG_TILE_##name, bf16, bn, st, minb, 0, nv_wg_p3_##dt##_##name,               \
-	  NV_WG_SMEM_BYTES(bn, st), NV_WG_ORDER },
-	WG_P3_ENTRY(f16, 0, n128, 128, 8, 1) WG_P3_ENTRY(f16, 0, n64, 64, 6, 2) WG_P3_ENTRY(f16, 0, n16, 16, 9, 2)
-	WG_P3_ENTRY(bf16, 1, n128, 128, 8, 1) WG_P3_ENTRY(bf16, 1, n64, 64, 6, 2) WG_P3_ENTRY(bf16, 1, n16, 16, 9, 2)
-#undef WG_P3_ENTRY
 #define WG_W1_ENTRY(dt, bf16, name, tile, bn, st, minb)                                                      \
 	{ "w1_" #dt "_" #name, 0, NV_WG_TILE_##tile, bf16, bn, st, minb, 0, nv_wg_w1_##dt##_##name,               \
 	  NV_WG_SMEM_BYTES(bn, st), NV_WG_ORDER, 0, 0, 0, 1 },
