@@ -30,9 +30,11 @@ def main():
         sl = j.get("slowest")
         slow = ""
         if sl:
-            slow = (f" slowest {sl.get('round_trip_ns', 0) / 1e3:.0f} us (q {sl.get('queue', 0) / 1e3:.0f} "
-                    f"h2d {sl.get('h2d', 0) / 1e3:.0f} k {sl.get('kernel', 0) / 1e3:.0f} "
-                    f"d2h {sl.get('d2h', 0) / 1e3:.0f} total {sl.get('total', 0) / 1e3:.0f});")
+            # The phases are named with _ns; logs of the first build of this report have them bare.
+            def us(k):
+                return sl.get(k + "_ns", sl.get(k, 0)) / 1e3
+            slow = (f" slowest {us('round_trip'):.0f} us (q {us('queue'):.0f} h2d {us('h2d'):.0f} "
+                    f"k {us('kernel'):.0f} d2h {us('d2h'):.0f} total {us('total'):.0f});")
         print(f"{head}: {j.get('requests_per_s', 0):9.0f} req/s p50 {lat.get('p50', 0) / 1e3:8.1f} "
               f"p99 {lat.get('p99', 0) / 1e3:8.1f} us; server h2d {srv.get('h2d', 0) / 1e3:.1f} "
               f"kernel {srv.get('kernel', 0) / 1e3:.1f} d2h {srv.get('d2h', 0) / 1e3:.1f} total "

@@ -503,12 +503,12 @@ static void report(struct ctl *ctl, const struct bench_opts *o, struct bench_con
 		json_key(j, "slowest");
 		json_object_begin(j);
 		json_kv_uint(j, "round_trip_ns", slow.round_trip);
-		json_kv_uint(j, "queue", slow.queue);
-		json_kv_uint(j, "h2d", slow.h2d);
-		json_kv_uint(j, "kernel", slow.kernel);
-		json_kv_uint(j, "d2h", slow.d2h);
-		json_kv_uint(j, "total", slow.total);
-		json_kv_uint(j, "client_wait", slow.wait);
+		json_kv_uint(j, "queue_ns", slow.queue);
+		json_kv_uint(j, "h2d_ns", slow.h2d);
+		json_kv_uint(j, "kernel_ns", slow.kernel);
+		json_kv_uint(j, "d2h_ns", slow.d2h);
+		json_kv_uint(j, "total_ns", slow.total);
+		json_kv_uint(j, "client_wait_ns", slow.wait);
 		json_kv_uint(j, "batch_requests", slow.batch);
 		json_kv_string(j, "variant", slow.round_trip ? slow.variant : "");
 		json_object_end(j);

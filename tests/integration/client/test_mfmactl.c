@@ -525,7 +525,7 @@ static void test_status_ping_bench(void **state)
 	{
 		const unsigned long long max = json_number(e->out, "\"latency_ns\"", "\"max\": ");
 		const unsigned long long rt = json_number(e->out, "\"slowest\"", "\"round_trip_ns\": ");
-		const unsigned long long total = json_number(e->out, "\"slowest\"", "\"total\": ");
+		const unsigned long long total = json_number(e->out, "\"slowest\"", "\"total_ns\": ");
 		assert_true(max > 0);
 		assert_true(rt == max);
 		assert_true(total > 0);
