@@ -30,9 +30,8 @@ def main():
         sl = j.get("slowest")
         slow = ""
         if sl:
-            # The phases are named with _ns; logs of the first build of this report have them bare.
             def us(k):
-                return sl.get(k + "_ns", sl.get(k, 0)) / 1e3
+                return sl.get(k + "_ns", 0) / 1e3
             slow = (f" slowest {us('round_trip'):.0f} us (q {us('queue'):.0f} h2d {us('h2d'):.0f} "
                     f"k {us('kernel'):.0f} d2h {us('d2h'):.0f} total {us('total'):.0f});")
         print(f"{head}: {j.get('requests_per_s', 0):9.0f} req/s p50 {lat.get('p50', 0) / 1e3:8.1f} "

@@ -192,21 +192,16 @@ WG_Q_F16(n64, 64, 6, 2)
 WG_Q_F16(n32, 32, 8, 2)
 WG_Q_F16(n16, 16, 9, 2)
 
-/* cs_*: the daemon's split tiles with the split-K sum through the
+/* cs_*: the daemon's 2:4 kernels with the split-K sum through the
  * cluster's shared memory (nv_wg_gemm's CSUM = 1), launched in clusters
- * of the tile's splits (at most 8). */
-#define WG_CS_KERNEL(name, op, bn, stages, minb) \
-	WG_GEMM_KERNEL(cs_##name, , minb, op, bn, stages, minb, 0, 1, 0, 1, 1, 1)
-#define WG_CS_F16(name, bn, st, minb) WG_CS_KERNEL(f16_##name, nv_wg_sp24_img<0>, bn, st, minb)
-#define WG_CS_BF16(name, bn, st, minb) WG_CS_KERNEL(bf16_##name, nv_wg_sp24_img<1>, bn, st, minb)
-WG_CS_F16(n128, 128, 8, 1)
-WG_CS_F16(n64, 64, 6, 2)
-WG_CS_F16(n32, 32, 8, 2)
-WG_CS_F16(n16, 16, 9, 2)
-WG_CS_BF16(n128, 128, 8, 1)
-WG_CS_BF16(n64, 64, 6, 2)
-WG_CS_BF16(n32, 32, 8, 2)
-WG_CS_BF16(n16, 16, 9, 2)
+ * of the tile's splits (at most 8); every tile (the widest never splits,
+ * so its cs_ kernel runs as the daemon's). */
+#define WG_CS_F16(name, bn, st, minb) \
+	WG_GEMM_KERNEL(cs_f16_##name, , minb, nv_wg_sp24_img<0>, bn, st, minb, 0, 1, 0, 1, 1, 1)
+#define WG_CS_BF16(name, bn, st, minb) \
+	WG_GEMM_KERNEL(cs_bf16_##name, , minb, nv_wg_sp24_img<1>, bn, st, minb, 0, 1, 0, 1, 1, 1)
+NV_WG_TILES(WG_CS_F16)
+NV_WG_TILES(WG_CS_BF16)
 
 /* w1_*: one consumer warpgroup over the tile's 128 rows (nv_wg_gemm's
  * run_w1; 256 threads), unsplit launches only; w1_f16_n64d with one CTA
@@ -276,25 +271,32 @@ static variant variants[] = {
 	{ "warp_f16_n16", 0, NV_WG_TILE_n16, 0, 16, 9, 2, 0, nv_wg_warp_f16_n16, NV_WG_SMEM_BYTES(16, 9), NV_WG_ORDER },
 	{ "warp_f16_n64", 0, NV_WG_TILE_n64, 0, 64, 6, 2, 0, nv_wg_warp_f16_n64, NV_WG_SMEM_BYTES(64, 6), NV_WG_ORDER },
 	{ "warp_f16_n256", 0, NV_WG_TILE_n256, 0, 256, 5, 1, 0, nv_wg_warp_f16_n256, NV_WG_SMEM_BYTES(256, 5), NV_WG_ORDER },
-/* The 2:4 kernels of a family fam_ (g2_, k2_, p3_) at every tile, f16 and bf16. */
-#define WG_FAM_ENTRY(fam, dt, bf16, name, bn, st, minb)                                                       \
+/* The 2:4 kernels of a family fam_ (g2_, k2_, p3_, cs_) at every tile,
+ * f16 and bf16; the fields after order, where a family sets them. */
+#define WG_FAM_ENTRY(fam, dt, bf16, name, bn, st, minb, ...)                                                  \
 	{ #fam "_" #dt "_" #name, 0, NV_WG_TILE_##name, bf16, bn, st, minb, 0, nv_wg_##fam##_##dt##_##name,      \
-	  NV_WG_SMEM_BYTES(bn, st), NV_WG_ORDER },
+	  NV_WG_SMEM_BYTES(bn, st), NV_WG_ORDER, __VA_ARGS__ },
 #define WG_G2_EF16(name, bn, st, minb) WG_FAM_ENTRY(g2, f16, 0, name, bn, st, minb)
 #define WG_G2_EBF16(name, bn, st, minb) WG_FAM_ENTRY(g2, bf16, 1, name, bn, st, minb)
 #define WG_K2_EF16(name, bn, st, minb) WG_FAM_ENTRY(k2, f16, 0, name, bn, st, minb)
 #define WG_K2_EBF16(name, bn, st, minb) WG_FAM_ENTRY(k2, bf16, 1, name, bn, st, minb)
 #define WG_P3_EF16(name, bn, st, minb) WG_FAM_ENTRY(p3, f16, 0, name, bn, st, minb)
 #define WG_P3_EBF16(name, bn, st, minb) WG_FAM_ENTRY(p3, bf16, 1, name, bn, st, minb)
+/* cl 0, queue 0, csum 1 */
+#define WG_CS_EF16(name, bn, st, minb) WG_FAM_ENTRY(cs, f16, 0, name, bn, st, minb, 0, 0, 1)
+#define WG_CS_EBF16(name, bn, st, minb) WG_FAM_ENTRY(cs, bf16, 1, name, bn, st, minb, 0, 0, 1)
 	NV_WG_TILES(WG_G2_EF16) NV_WG_TILES(WG_G2_EBF16)
 	NV_WG_TILES(WG_K2_EF16) NV_WG_TILES(WG_K2_EBF16)
 	NV_WG_TILES(WG_P3_EF16) NV_WG_TILES(WG_P3_EBF16)
+	NV_WG_TILES(WG_CS_EF16) NV_WG_TILES(WG_CS_EBF16)
 #undef WG_G2_EF16
 #undef WG_G2_EBF16
 #undef WG_K2_EF16
 #undef WG_K2_EBF16
 #undef WG_P3_EF16
 #undef WG_P3_EBF16
+#undef WG_CS_EF16
+#undef WG_CS_EBF16
 #undef WG_FAM_ENTRY
 	{ "q_f16_n64", 0, NV_WG_TILE_n64, 0, 64, 6, 2, 0, nv_wg_q_f16_n64, NV_WG_SMEM_BYTES(64, 6), NV_WG_ORDER, 0, 1 },
 	{ "q_f16_n32", 0, NV_WG_TILE_n32, 0, 32, 8, 2, 0, nv_wg_q_f16_n32, NV_WG_SMEM_BYTES(32, 8), NV_WG_ORDER, 0, 1 },
@@ -309,14 +311,10 @@ static variant variants[] = {
 	{ "g4_f16_n64", 0, NV_WG_TILE_n64, 0, 64, 6, 2, 0, nv_wg_g4_f16_n64, NV_WG_SMEM_BYTES(64, 6), NV_WG_ORDER },
 	{ "g4_f16_n32", 0, NV_WG_TILE_n32, 0, 32, 8, 2, 0, nv_wg_g4_f16_n32, NV_WG_SMEM_BYTES(32, 8), NV_WG_ORDER },
 	{ "g4_f16_n16", 0, NV_WG_TILE_n16, 0, 16, 9, 2, 0, nv_wg_g4_f16_n16, NV_WG_SMEM_BYTES(16, 9), NV_WG_ORDER },
-#define WG_CS_ENTRY(dt, bf16, name, bn, st, minb)                                                             \
-	{ "cs_" #dt "_" #name, 0, NV_WG_TILE_##name, bf16, bn, st, minb, 0, nv_wg_cs_##dt##_##name,               \
-	  NV_WG_SMEM_BYTES(bn, st), NV_WG_ORDER, 0, 0, 1 },
-	WG_CS_ENTRY(f16, 0, n128, 128, 8, 1) WG_CS_ENTRY(f16, 0, n64, 64, 6, 2)
-	WG_CS_ENTRY(f16, 0, n32, 32, 8, 2) WG_CS_ENTRY(f16, 0, n16, 16, 9, 2)
-	WG_CS_ENTRY(bf16, 1, n128, 128, 8, 1) WG_CS_ENTRY(bf16, 1, n64, 64, 6, 2)
-	WG_CS_ENTRY(bf16, 1, n32, 32, 8, 2) WG_CS_ENTRY(bf16, 1, n16, 16, 9, 2)
-#undef WG_CS_ENTRY
+#undef WG_P3_EF16
+#undef WG_P3_EBF16
+#undef WG_CS_EF16
+#undef WG_CS_EBF16
 #define WG_W1_ENTRY(dt, bf16, name, tile, bn, st, minb)                                                      \
 	{ "w1_" #dt "_" #name, 0, NV_WG_TILE_##tile, bf16, bn, st, minb, 0, nv_wg_w1_##dt##_##name,               \
 	  NV_WG_SMEM_BYTES(bn, st), NV_WG_ORDER, 0, 0, 0, 1 },

@@ -539,9 +539,9 @@ static __device__ __forceinline__ void nv_wg_tile_out(const P &p, int row0, int 
 
 /* ---- compute policies: one per instruction ---- */
 
-/* What of a stage's A a policy's load_a issues: its values, its
- * metadata (2:4), or both. */
-enum { NV_WG_LOAD_VALUES = 1, NV_WG_LOAD_META = 2, NV_WG_LOAD_A = 3 };
+/* What of a stage a load issues: A's values, A's metadata (2:4), B; a
+ * policy's load_a takes the first two. */
+enum { NV_WG_LOAD_VALUES = 1, NV_WG_LOAD_META = 2, NV_WG_LOAD_A = 3, NV_WG_LOAD_B = 4, NV_WG_LOAD_ALL = 7 };
 
 /* B's shared-memory tile of a BN-column kernel: 64 K rows in boxes of up
  * to 64 columns, each with the swizzle that matches its row width. */
@@ -769,11 +769,7 @@ struct nv_wg_gemm {
 				for (int i = 0; i < pre; i++)
 					load_b(p, sbase + i * STAGE, bars + 8 * i, it0 + i, n0);
 			}
-			for (int i = pre; i < n_it; i++) {
-				const int s = i % STAGES, it = it0 + i;
-				nv_mbar_wait(bars + 8 * (STAGES + s), ((i / STAGES) & 1) ^ 1);
-				load_stage(p, sbase, bars, s, it, m0, n0);
-			}
+			produce(p, sbase, bars, it0, pre, n_it, m0, n0);
 			if (CL == 2)
 				nv_cluster_sync(); /* see the consumers' */
 			return;
@@ -1017,13 +1013,8 @@ struct nv_wg_gemm {
 			init_ring(p, bars, 1);
 		__syncthreads();
 		if (wg == 0) {
-			if (tid != 0)
-				return;
-			for (int i = 0; i < n_it; i++) {
-				const int s = i % STAGES;
-				nv_mbar_wait(bars + 8 * (STAGES + s), ((i / STAGES) & 1) ^ 1);
-				load_stage(p, sbase, bars, s, i, m0, n0);
-			}
+			if (tid == 0)
+				produce(p, sbase, bars, 0, 0, n_it, m0, n0);
 			return;
 		}
 		const unsigned w = (tid / 32) % 4, lane = tid & 31;
@@ -1069,16 +1060,25 @@ struct nv_wg_gemm {
 			return;
 		if (p.gate)
 			__trap(); /* the bench launches none */
-		const unsigned bytes = role == 0 ? A_BYTES : role == 1 ? B_BYTES : E_BYTES;
-		for (int i = 0; i < n_it; i++) {
+		if (role == 0)
+			produce<NV_WG_LOAD_VALUES>(p, sbase, bars, it0, 0, n_it, m0, n0);
+		else if (role == 1)
+			produce<NV_WG_LOAD_B>(p, sbase, bars, it0, 0, n_it, m0, n0);
+		else
+			produce<NV_WG_LOAD_META>(p, sbase, bars, it0, 0, n_it, m0, n0);
+	}
+
+	/* The producer's loop: stages it0 + first .. it0 + n_it - 1 of the
+	 * tile at (m0, n0), each into its ring slot once the slot is empty,
+	 * the PARTS of each that this thread issues. */
+	template <unsigned PARTS = NV_WG_LOAD_ALL>
+	static __device__ __forceinline__ void produce(const nv_wg_params &p, uint32_t sbase, uint32_t bars, int it0,
+						       int first, int n_it, int m0, int n0)
+	{
+		for (int i = first; i < n_it; i++) {
 			const int s = i % STAGES, it = it0 + i;
-			const uint32_t full = bars + 8 * s, st = sbase + s * STAGE;
 			nv_mbar_wait(bars + 8 * (STAGES + s), ((i / STAGES) & 1) ^ 1);
-			nv_mbar_expect_tx(full, bytes);
-			if (role == 1)
-				load_b(p, st, full, it, n0);
-			else
-				OP::load_a(p, st, full, it, m0, B_BYTES, role == 0 ? NV_WG_LOAD_VALUES : NV_WG_LOAD_META);
+			load_stage<PARTS>(p, sbase, bars, s, it, m0, n0);
 		}
 	}
 
@@ -1100,15 +1100,19 @@ struct nv_wg_gemm {
 	}
 
 	/* Stage it of the tile at (m0, n0) into ring slot s, once the slot is
-	 * empty: A, its metadata and B, all completing on the slot's `full`
-	 * barrier. */
+	 * empty: A, its metadata and B (or the parts of them named), all
+	 * completing on the slot's `full` barrier with the bytes announced. */
+	template <unsigned PARTS = NV_WG_LOAD_ALL>
 	static __device__ __forceinline__ void load_stage(const nv_wg_params &p, uint32_t sbase, uint32_t bars, int s,
 							  int it, int m0, int n0)
 	{
 		const uint32_t full = bars + 8 * s, st = sbase + s * STAGE;
-		nv_mbar_expect_tx(full, A_BYTES + B_BYTES + E_BYTES);
-		OP::load_a(p, st, full, it, m0, B_BYTES);
-		load_b(p, st, full, it, n0);
+		nv_mbar_expect_tx(full, (PARTS & NV_WG_LOAD_VALUES ? A_BYTES : 0) + (PARTS & NV_WG_LOAD_B ? B_BYTES : 0) +
+						(PARTS & NV_WG_LOAD_META ? E_BYTES : 0));
+		if (PARTS & NV_WG_LOAD_A)
+			OP::load_a(p, st, full, it, m0, B_BYTES, PARTS & NV_WG_LOAD_A);
+		if (PARTS & NV_WG_LOAD_B)
+			load_b(p, st, full, it, n0);
 	}
 
 	/* Ring slot s's metadata into e, its wgmma.sp group issued and

@@ -513,9 +513,10 @@ static void test_status_ping_bench(void **state)
 			     "64", "--dtype", "f32", NULL), 0);
 	expect_in(e->out, "requests/s");
 	expect_in(e->out, "p99");
-	/* The slowest answer, with the server's phases of it. */
+	/* The slowest answer, with the server's phases of it and the size
+	 * of its launch. */
 	expect_in(e->out, "  slowest      ");
-	expect_in(e->out, "request");
+	expect_in(e->out, " in its launch, ");
 	assert_int_equal(ctl(e, "--json", "bench", "-n", "30", "-j", "6", "--connections", "2",
 			     "--m", "16", "--n", "8", "--k", "32", "--sparse", NULL), 0);
 	expect_json(e->out);
