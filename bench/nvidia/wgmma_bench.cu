@@ -220,7 +220,8 @@ WG_W1_KERNEL(bf16_n128, nv_wg_sp24_img<1>, 128, 8, 1)
 WG_W1_KERNEL(bf16_n64, nv_wg_sp24_img<1>, 64, 6, 2)
 
 /* p3_*: the daemon's 2:4 kernels with three producer threads, one each
- * for A's values, B and the metadata (nv_wg_gemm's PW3), every tile. */
+ * for A's values, B and the metadata (nv_wg_gemm's PW3), at every tile
+ * (the daemon's have them on n128 only). */
 #define WG_P3_F16(name, bn, st, minb) \
 	WG_GEMM_KERNEL(p3_f16_##name, , minb, nv_wg_sp24_img<0>, bn, st, minb, 0, 1, 0, 1, 1, 0, 1)
 #define WG_P3_BF16(name, bn, st, minb) \
@@ -741,6 +742,8 @@ static void wg_pack(const sp24 &a, wg_weight &w, int order)
 	cudaFree(cm);
 }
 
+static bool has_prefix(const char *s, const char *prefix) { return strncmp(s, prefix, strlen(prefix)) == 0; }
+
 struct wg_launch {
 	nv_wg_params p;
 	const variant *v;
@@ -828,6 +831,9 @@ static int wg_prepare(wg_launch &L, const variant *v, const wg_weight &w, const 
 	p.tiles_n = pl.tiles_n;
 	p.iters_per_split = pl.iters_per_split;
 	splits = pl.splits;
+	/* The p3_ family: three producers at every launch; the daemon's
+	 * kernels: where the daemon's launch would use them. */
+	p.producers = has_prefix(v->name, "p3_") ? 3 : nv_wg_producers(v->dense, &pl, sms, v->minb);
 	int tiles = p.tiles_m * p.tiles_n;
 	if (v->cl == 2 && p.tiles_m % 2)
 		return -1; /* a cluster pairs row tiles */
@@ -1037,7 +1043,6 @@ static const struct {
 /* The family the checks take: the daemon's ("") or one of families. */
 static const char *g_family = "";
 
-static bool has_prefix(const char *s, const char *prefix) { return strncmp(s, prefix, strlen(prefix)) == 0; }
 
 static bool in_family(const variant *v)
 {

@@ -6,9 +6,12 @@
 #include "nv_wgmma.cuh"
 
 /* KEEP = 0 for 2:4: see nv_wgmma.cuh for why each wgmma.sp group is
- * waited for in its stage; the dense kernels keep one in flight (KEEP = 1). */
-#define NV_WG_F16(name, bn, st, minb) NV_WG_DEFINE_KERNEL(f16_##name, nv_wg_sp24_img<0>, bn, st, minb, 0)
-#define NV_WG_BF16(name, bn, st, minb) NV_WG_DEFINE_KERNEL(bf16_##name, nv_wg_sp24_img<1>, bn, st, minb, 0)
+ * waited for in its stage; the dense kernels keep one in flight (KEEP = 1).
+ * Three producer threads (PW3) on the 2:4 tiles NV_WG_SP_PW3 names. */
+#define NV_WG_F16(name, bn, st, minb) \
+	NV_WG_DEFINE_KERNEL_PW(f16_##name, nv_wg_sp24_img<0>, bn, st, minb, 0, NV_WG_SP_PW3(bn))
+#define NV_WG_BF16(name, bn, st, minb) \
+	NV_WG_DEFINE_KERNEL_PW(bf16_##name, nv_wg_sp24_img<1>, bn, st, minb, 0, NV_WG_SP_PW3(bn))
 NV_WG_TILES(NV_WG_F16)
 NV_WG_TILES(NV_WG_BF16)
 #define NV_WG_DENSE_F16(name, bn, st, minb) \

@@ -158,6 +158,7 @@ int nv_wg_launch_gemm(const struct nv_wg_module *m, const struct nv_wg_plan *pla
 	p.gate_seq = g->gate_seq;
 	p.gate_l2 = g->gate_l2;
 	p.dh = g->dh;
+	p.producers = nv_wg_producers(dense, plan, m->sms, m->occ[dense][bf16][plan->tile]);
 	void *args[] = { &p };
 	NV_WG_CHECK(nv_drv.cuLaunchKernel(m->gemm[dense][bf16][plan->tile], (unsigned)(plan->tiles_m * plan->tiles_n), 1,
 					  (unsigned)plan->splits, NV_WG_THREADS, 1, 1, sh.smem, s, args, NULL),

@@ -714,6 +714,7 @@ struct nv_wg_gemm {
 	static_assert(A_BYTES % 1024 == 0 && B_BYTES % 1024 == 0 && STAGE % 1024 == 0, "stage alignment");
 	static_assert(GRP >= 1 && GRP <= STAGES && (GRP == 1 || !KEEP), "GRP");
 	static_assert(KEEP != 2 || (!OP::DENSE && CL == 1 && GRP == 1), "KEEP = 2: 2:4, no cluster, no group");
+	static_assert(!PW3 || CL == 1, "PW3: no cluster");
 
 	static __device__ __forceinline__ void run(const nv_wg_params &p, char *smem_raw,
 						   unsigned long long *trace = nullptr)
@@ -731,8 +732,9 @@ struct nv_wg_gemm {
 		const int it1 = min(p.k_iters, it0 + p.iters_per_split);
 		const int n_it = it1 - it0;
 
+		const bool pw3 = PW3 && p.producers == 3;
 		if (tid == 0)
-			init_ring(p, bars, 2, PW3 ? (OP::DENSE ? 2 : 3) : 1);
+			init_ring(p, bars, 2, pw3 ? (OP::DENSE ? 2 : 3) : 1);
 		/* With a cluster, no multicast or remote arrival may reach a
 		 * barrier before it is initialised: the pair starts together. */
 		if (CL == 2)
@@ -747,7 +749,7 @@ struct nv_wg_gemm {
 		if (wg == 0) {
 			if (MINB == 1)
 				asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
-			if (PW3) {
+			if (pw3) {
 				produce3(p, sbase, bars, it0, n_it, m0, n0);
 				return;
 			}
@@ -1039,33 +1041,42 @@ struct nv_wg_gemm {
 		epilogue(p, acc1, m0 + 64, n0, w, lane);
 	}
 
-	/* PW3 = 1 (wgmma_bench's p3_ kernels only; an experiment): three
-	 * producer threads, lane 0 of warps 0, 1 and 2, one for A's values,
-	 * one for B and one for the metadata (cuSPARSELt's 128 x 64 kernel has
-	 * a producer warp for each), each waiting for a slot to be empty and
-	 * arriving on its `full` barrier with the bytes of its own copies (the
-	 * barrier counts three arrivals).  No gate.  Correct, and measured on
-	 * the H200 1-4% faster on the one-CTA-an-SM 128 x 128 tile (4096 x
-	 * 256 x 8192 in two splits: 32.3 against 33.5 us; 8192 x 256 x 8192:
-	 * 47.0 against 48.8 us in bf16, 48.0 against 48.6 in f16), not at
-	 * 4096 x 256 x 4096 on the plan's tile and split (+0.1 / -0.7 us)
-	 * nor on the skinny tiles (within 0.8 us either way;
-	 * bench/RESULTS.md).  Not in the daemon's kernels yet: they would
-	 * need the gate (B's producer waiting for it, A's running ahead). */
+	/* PW3 = 1 with nv_wg_params.producers 3: three producer threads, lane
+	 * 0 of warps 0, 1 and 2, one for A's values, one for B and one for the
+	 * metadata (cuSPARSELt's 128 x 64 kernel has a producer warp for
+	 * each), each waiting for a slot to be empty and arriving on its
+	 * `full` barrier with the bytes of its own copies (the barrier counts
+	 * three arrivals; two for dense A, which has no metadata).  With the
+	 * gate, B's thread waits for it while A's and the metadata's fill the
+	 * first ring and A's prefetches gate_l2 more stages into L2, as the one
+	 * producer does.  Measured on the H200 1-6% faster on the
+	 * one-CTA-an-SM 128 x 128 tile where the launch's CTAs are all
+	 * resident at once (4096 x 256 x 8192 in two splits: 32.3 against
+	 * 33.5 us; 8192 x 128 x 8192 unsplit: 42.4 against 45.1), 3-9% slower
+	 * in f16 (bf16: -2% to +8%) over two waves of it (32768 x 128 x 8192),
+	 * 10-18% slower on the 128 x 256 tile over two to four waves, and not
+	 * faster on the skinny two-CTA-an-SM tiles (within 0.8 us either way;
+	 * bench/RESULTS.md): NV_WG_SP_PW3 names the tiles built with it and
+	 * nv_wg_producers the launches that use it. */
 	static __device__ __forceinline__ void produce3(const nv_wg_params &p, uint32_t sbase, uint32_t bars, int it0,
-							int n_it, int m0, int n0)
+						int n_it, int m0, int n0)
 	{
 		const unsigned tid = threadIdx.x, role = tid / 32;
 		if (tid % 32 != 0 || role > 2 || (OP::DENSE && role == 2))
 			return;
-		if (p.gate)
-			__trap(); /* the bench launches none */
-		if (role == 0)
-			produce<NV_WG_LOAD_VALUES>(p, sbase, bars, it0, 0, n_it, m0, n0);
-		else if (role == 1)
+		if (role == 1) {
+			if (p.gate)
+				nv_gate_wait(p.gate, p.gate_seq);
 			produce<NV_WG_LOAD_B>(p, sbase, bars, it0, 0, n_it, m0, n0);
-		else
+		} else if (role == 2) {
 			produce<NV_WG_LOAD_META>(p, sbase, bars, it0, 0, n_it, m0, n0);
+		} else {
+			const int pre = p.gate ? min(n_it, STAGES) : 0;
+			produce<NV_WG_LOAD_VALUES>(p, sbase, bars, it0, 0, pre, m0, n0);
+			for (int i = pre; pre && i < min(n_it, pre + p.gate_l2); i++)
+				OP::prefetch_a(p, it0 + i, m0);
+			produce<NV_WG_LOAD_VALUES>(p, sbase, bars, it0, pre, n_it, m0, n0);
+		}
 	}
 
 	/* The producer's loop: stages it0 + first .. it0 + n_it - 1 of the
@@ -1264,13 +1275,16 @@ struct nv_wg_gemm {
 	}
 };
 
-/* op: the compute policy, nv_wg_sp24<BF16> or nv_wg_dense<BF16>. */
-#define NV_WG_DEFINE_KERNEL(name, op, bn, stages, minb, keep)                                     \
+/* op: the compute policy, nv_wg_sp24<BF16> or nv_wg_dense<BF16>; pw3:
+ * PW3 above (three producer threads), 0 or 1. */
+#define NV_WG_DEFINE_KERNEL_PW(name, op, bn, stages, minb, keep, pw3)                             \
 	extern "C" __global__ void __launch_bounds__(NV_WG_THREADS, minb)                           \
 		nv_wg_##name(const __grid_constant__ nv_wg_params p)                                \
 	{                                                                                           \
 		extern __shared__ __align__(1024) char nv_wg_smem_raw[];                            \
-		nv_wg_gemm<op, bn, stages, minb, keep>::run(p, nv_wg_smem_raw);                     \
+		nv_wg_gemm<op, bn, stages, minb, keep, !op::DENSE, 0, 1, 1, 0, pw3>::run(p, nv_wg_smem_raw); \
 	}
+#define NV_WG_DEFINE_KERNEL(name, op, bn, stages, minb, keep) \
+	NV_WG_DEFINE_KERNEL_PW(name, op, bn, stages, minb, keep, 0)
 
 #endif

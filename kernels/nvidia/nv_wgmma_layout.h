@@ -70,6 +70,12 @@ extern "C" {
 	X(n32, 32, 8, 2)        \
 	X(n16, 16, 9, 2)
 
+/* The 2:4 tiles whose kernels have three producer threads (nv_wgmma.cuh's
+ * PW3), used by a launch whose CTAs are all resident at once
+ * (nv_wg_producers, nv_wgmma_plan.h): the 128 x 128 one, the one tile
+ * measured faster with them on the H200 (bench/RESULTS.md). */
+#define NV_WG_SP_PW3(bn) ((bn) == 128)
+
 enum nv_wg_tile {
 #define NV_WG_TILE_ENUM(name, bn, st, minb) NV_WG_TILE_##name,
 	NV_WG_TILES(NV_WG_TILE_ENUM)
@@ -227,6 +233,10 @@ struct nv_wg_params {
 	 * allows, so that D crosses the bus as the tiles end instead of in a
 	 * copy after the kernel. */
 	uint64_t dh;
+	/* 3: the kernel's three producer threads (built with PW3, see
+	 * NV_WG_SP_PW3) issue the stages' copies; 1 (or a kernel built
+	 * without them): one thread issues all of them. */
+	int32_t producers;
 };
 
 /* The decode kernels (nv_wgmma_decode.cuh): skinny N (one tile of BN >= N

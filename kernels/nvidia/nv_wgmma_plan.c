@@ -150,3 +150,11 @@ int nv_wg_plan_make(int64_t m, int64_t n, int64_t k, int sms, const int occ[NV_W
 	plan->ws_bytes = plan->splits > 1 ? (size_t)ntiles * plan->splits * (tiles[0][tile].bn / 2) * 256 * 4 : 0;
 	return 0;
 }
+
+int nv_wg_producers(int dense, const struct nv_wg_plan *plan, int sms, int occ)
+{
+	if (dense || !plan || plan->tile < 0 || plan->tile >= NV_WG_TILE_COUNT || !NV_WG_SP_PW3(tiles[0][plan->tile].bn))
+		return 1;
+	const int64_t ctas = (int64_t)plan->tiles_m * plan->tiles_n * plan->splits;
+	return ctas <= (int64_t)sms * occ ? 3 : 1;
+}

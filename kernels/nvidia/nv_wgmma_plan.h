@@ -56,6 +56,13 @@ struct nv_wg_plan {
 int nv_wg_plan_make(int64_t m, int64_t n, int64_t k, int sms, const int occ[NV_WG_TILE_COUNT],
 		    int force_tile, struct nv_wg_plan *plan);
 
+/* The producer threads of plan's launch (nv_wg_params.producers): 3 on a
+ * 2:4 tile built with three (NV_WG_SP_PW3) when every CTA of the launch
+ * is resident at once (at most sms x occ, occ the tile's CTAs per SM),
+ * else 1.  Measured on the H200: three gain 1-6% in one wave and lose
+ * up to 9% over two (nv_wgmma.cuh, PW3). */
+int nv_wg_producers(int dense, const struct nv_wg_plan *plan, int sms, int occ);
+
 #ifdef __cplusplus
 }
 #endif

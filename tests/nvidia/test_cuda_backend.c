@@ -1591,7 +1591,9 @@ static bool wg_open(struct cuda_dev **cd, void **st, const char *what)
 
 /* The cases of test_gate and test_tile_out: odd shapes, each with 2:4
  * f16, 2:4 bf16 and dense f16 (kind 0, 1, 2), D f32 or the input type
- * in turn.  Quick: two shapes; racecheck (quick 2): one, 2:4 and dense. */
+ * in turn (N = 100 takes the 128 x 128 tile, whose 2:4 kernels have three
+ * producer threads).  Quick: two shapes; racecheck (quick 2): one, 2:4
+ * and dense. */
 struct wg_case {
 	int kind;
 	bool sp;
@@ -1600,11 +1602,12 @@ struct wg_case {
 	size_t bb, db;   /* bytes of B and of D */
 	char label[64];  /* "2:4 f16->f32 300x17x516" */
 };
-static const uint32_t wg_shapes[][3] = { { 300, 17, 516 }, { 1000, 64, 2048 }, { 129, 8, 260 }, { 4096, 16, 4096 } };
+static const uint32_t wg_shapes[][3] = { { 300, 17, 516 }, { 1000, 64, 2048 }, { 129, 8, 260 }, { 4096, 16, 4096 },
+					  { 333, 100, 1028 } };
 
 static size_t wg_ncases(void)
 {
-	return quick == 2 ? 2 : 3 * (quick ? 2 : 4);
+	return quick == 2 ? 2 : 3 * (quick ? 2 : sizeof(wg_shapes) / sizeof(wg_shapes[0]));
 }
 
 static struct wg_case wg_case_of(size_t i)

@@ -232,6 +232,40 @@ static void test_plan(void **state)
 	assert_int_equal(nv_wg_plan_make(4096, 16, 4096, 132, occ, NV_WG_TILE_COUNT, &p), -EINVAL);
 }
 
+/* Three producer threads on the 2:4 128 x 128 tile when the launch is one
+ * wave, one otherwise (and on every other tile, and dense). */
+static void test_producers(void **state)
+{
+	(void)state;
+	const int occ[NV_WG_TILE_COUNT] = { 1, 1, 2, 2, 2 };
+	struct nv_wg_plan p;
+	/* 4096 x 256 x 8192: 64 tiles of 128 columns in two splits. */
+	assert_int_equal(nv_wg_plan_make(4096, 256, 8192, 132, occ, -1, &p), 0);
+	assert_int_equal(p.tile, NV_WG_TILE_n128);
+	assert_int_equal(p.tiles_m * p.tiles_n * p.splits, 128);
+	assert_int_equal(nv_wg_producers(0, &p, 132, 1), 3);
+	assert_int_equal(nv_wg_producers(1, &p, 132, 1), 1); /* dense */
+	assert_int_equal(nv_wg_producers(0, &p, 127, 1), 1); /* a second wave */
+	/* 132 CTAs on 132 SMs: still one wave; 133: not. */
+	assert_int_equal(nv_wg_plan_make(132 * 128, 100, 1024, 132, occ, -1, &p), 0);
+	assert_int_equal(p.tile, NV_WG_TILE_n128);
+	assert_int_equal(p.tiles_m * p.tiles_n * p.splits, 132);
+	assert_int_equal(nv_wg_producers(0, &p, 132, 1), 3);
+	assert_int_equal(nv_wg_plan_make(133 * 128, 100, 1024, 132, occ, -1, &p), 0);
+	assert_int_equal(p.tiles_m * p.tiles_n * p.splits, 133);
+	assert_int_equal(nv_wg_producers(0, &p, 132, 1), 1);
+	/* 32768 x 128 x 8192: two waves of 128 x 128. */
+	assert_int_equal(nv_wg_plan_make(32768, 128, 8192, 132, occ, -1, &p), 0);
+	assert_int_equal(nv_wg_producers(0, &p, 132, 1), 1);
+	/* The other tiles: one producer in any wave. */
+	assert_int_equal(nv_wg_plan_make(4096, 1024, 4096, 132, occ, -1, &p), 0);
+	assert_int_equal(p.tile, NV_WG_TILE_n256);
+	assert_int_equal(nv_wg_producers(0, &p, 132, 1), 1);
+	assert_int_equal(nv_wg_plan_make(4096, 16, 4096, 132, occ, -1, &p), 0);
+	assert_int_equal(nv_wg_producers(0, &p, 132, 2), 1);
+	assert_int_equal(nv_wg_producers(0, NULL, 132, 1), 1);
+}
+
 /* The decode kernels' stream-K split: every unit in exactly one CTA, no
  * CTA empty, and nv_wgd_block_ctas names exactly the CTAs holding units
  * of a block (brute force over many sizes and grids). */
@@ -315,6 +349,7 @@ int main(void)
 		cmocka_unit_test(test_acc_pos_bijection),
 		cmocka_unit_test(test_stage_images),
 		cmocka_unit_test(test_plan),
+		cmocka_unit_test(test_producers),
 		cmocka_unit_test(test_decode_split),
 		cmocka_unit_test(test_names_and_images),
 	};
