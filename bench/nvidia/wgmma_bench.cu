@@ -312,10 +312,6 @@ static variant variants[] = {
 	{ "g4_f16_n64", 0, NV_WG_TILE_n64, 0, 64, 6, 2, 0, nv_wg_g4_f16_n64, NV_WG_SMEM_BYTES(64, 6), NV_WG_ORDER },
 	{ "g4_f16_n32", 0, NV_WG_TILE_n32, 0, 32, 8, 2, 0, nv_wg_g4_f16_n32, NV_WG_SMEM_BYTES(32, 8), NV_WG_ORDER },
 	{ "g4_f16_n16", 0, NV_WG_TILE_n16, 0, 16, 9, 2, 0, nv_wg_g4_f16_n16, NV_WG_SMEM_BYTES(16, 9), NV_WG_ORDER },
-#undef WG_P3_EF16
-#undef WG_P3_EBF16
-#undef WG_CS_EF16
-#undef WG_CS_EBF16
 #define WG_W1_ENTRY(dt, bf16, name, tile, bn, st, minb)                                                      \
 	{ "w1_" #dt "_" #name, 0, NV_WG_TILE_##tile, bf16, bn, st, minb, 0, nv_wg_w1_##dt##_##name,               \
 	  NV_WG_SMEM_BYTES(bn, st), NV_WG_ORDER, 0, 0, 0, 1 },
@@ -1042,7 +1038,6 @@ static const struct {
 
 /* The family the checks take: the daemon's ("") or one of families. */
 static const char *g_family = "";
-
 
 static bool in_family(const variant *v)
 {

@@ -1059,7 +1059,7 @@ struct nv_wg_gemm {
 	 * bench/RESULTS.md): NV_WG_SP_PW3 names the tiles built with it and
 	 * nv_wg_producers the launches that use it. */
 	static __device__ __forceinline__ void produce3(const nv_wg_params &p, uint32_t sbase, uint32_t bars, int it0,
-						int n_it, int m0, int n0)
+							int n_it, int m0, int n0)
 	{
 		const unsigned tid = threadIdx.x, role = tid / 32;
 		if (tid % 32 != 0 || role > 2 || (OP::DENSE && role == 2))
