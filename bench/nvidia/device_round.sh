@@ -111,13 +111,12 @@ servecheck() {
 # family_ab FAMILY SWITCH SHAPES SPLITS ROUNDS: one of wgmma_bench's
 # experimental 2:4 families (FAMILY_ kernels, picked for the checks by
 # SWITCH=1) against the daemon's kernels: the family's checks against
-# float64 twice, memcheck and racecheck on the quick set (AB_CHECKS=0:
-# none, the timings only), then both timed at SHAPES on each of SPLITS
-# (and the plan's), in one process, ROUNDS times; logs FAMILY_check1.log
-# ... FAMILY_bench<r>.log.
+# float64 twice, memcheck and racecheck on the quick set, then both timed
+# at SHAPES on each of SPLITS (and the plan's), in one process, ROUNDS
+# times; logs FAMILY_check1.log ... FAMILY_bench<r>.log.
 family_ab() {
 	local fam=$1 sw=$2 shapes=$3 splits=$4 rounds=$5 r WG=.devlibs/wgmma_bench
-	[ "${AB_CHECKS:-1}" = 0 ] || (
+	(
 		export "$sw=1" WG_KIND=sparse
 		for r in 1 2; do
 			TAILN=1 step "${fam}_check$r" "${WG_CHECK_S:-150}" "$WG" check

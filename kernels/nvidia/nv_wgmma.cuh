@@ -759,14 +759,13 @@ struct nv_wg_gemm {
 			 * way, then B into those stages (each stage's barrier
 			 * expects A and B from the start: it completes when both
 			 * are in). */
-			const int pre = p.gate ? min(n_it, STAGES) : 0;
+			const int pre = gate_ring(p, n_it);
 			for (int i = 0; i < pre; i++) {
 				nv_mbar_expect_tx(bars + 8 * i, A_BYTES + B_BYTES + E_BYTES);
 				OP::load_a(p, sbase + i * STAGE, bars + 8 * i, it0 + i, m0, B_BYTES);
 			}
 			if (pre) {
-				for (int i = pre; i < min(n_it, pre + p.gate_l2); i++)
-					OP::prefetch_a(p, it0 + i, m0);
+				gate_prefetch(p, it0, pre, n_it, m0);
 				nv_gate_wait(p.gate, p.gate_seq);
 				for (int i = 0; i < pre; i++)
 					load_b(p, sbase + i * STAGE, bars + 8 * i, it0 + i, n0);
@@ -1071,12 +1070,27 @@ struct nv_wg_gemm {
 		} else if (role == 2) {
 			produce<NV_WG_LOAD_META>(p, sbase, bars, it0, 0, n_it, m0, n0);
 		} else {
-			const int pre = p.gate ? min(n_it, STAGES) : 0;
+			const int pre = gate_ring(p, n_it);
 			produce<NV_WG_LOAD_VALUES>(p, sbase, bars, it0, 0, pre, m0, n0);
-			for (int i = pre; pre && i < min(n_it, pre + p.gate_l2); i++)
-				OP::prefetch_a(p, it0 + i, m0);
+			if (pre)
+				gate_prefetch(p, it0, pre, n_it, m0);
 			produce<NV_WG_LOAD_VALUES>(p, sbase, bars, it0, pre, n_it, m0, n0);
 		}
+	}
+
+	/* The gate's first ring: how many of the n_it stages have their A
+	 * loaded before B is on the device; 0 without a gate. */
+	static __device__ __forceinline__ int gate_ring(const nv_wg_params &p, int n_it)
+	{
+		return p.gate ? min(n_it, STAGES) : 0;
+	}
+
+	/* While the gate is closed: gate_l2 more stages of A and its
+	 * metadata, past the first ring's pre, into L2. */
+	static __device__ __forceinline__ void gate_prefetch(const nv_wg_params &p, int it0, int pre, int n_it, int m0)
+	{
+		for (int i = pre; i < min(n_it, pre + p.gate_l2); i++)
+			OP::prefetch_a(p, it0 + i, m0);
 	}
 
 	/* The producer's loop: stages it0 + first .. it0 + n_it - 1 of the
