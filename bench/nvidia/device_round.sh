@@ -10,7 +10,7 @@
 #        [batching] [serving] [readsab] [postab] [readerminab] [overlapab] [copystreamab] [dmaab] [dmacsab] [regionab] [batchcheck] [setab]
 #        [phases] [dmaphases]
 #        [wgmma] [group] [csum] [w1] [p3] [wgsan] [raceprobe] [streamprobe] [hot] [spread] [trace] [splitncu] [wgncu] [oneinflight]
-#        [copies] [lonecheck] [gate] [gateab] [tileab] [loopstartab] [kernelab] [wgdecode] [wgdsan] [wgdncu] [wgdense] [wgdensesan] [wgdensencu]
+#        [pdl] [copies] [lonecheck] [gate] [gateab] [tileab] [loopstartab] [kernelab] [wgdecode] [wgdsan] [wgdncu] [wgdense] [wgdensesan] [wgdensencu]
 #        (no argument: test sanitize bench e2e)
 set -u
 OUT=${OUT:-/tmp/mfma-out}
@@ -251,6 +251,23 @@ shapes)
 		timeout 120 "$BENCH" --dtypes ${BENCH_DTYPES:-f16} --shape "$shape" >>"$OUT/shapes.log" 2>&1
 	done
 	grep -E "^\| (f16|bf16|i8) |^\| wgmma" "$OUT/shapes.log" | cut -c1-260
+	;;
+pdl)
+	# The wgmma kernels as programmatic dependent launches (bench_nv's
+	# "wgmma pdl" line) at each of SHAPES, timed one call between events
+	# and then in chains of 20 calls back to back (BENCH_NV_CHAIN, every
+	# column), f16 and bf16 (BENCH_DTYPES); PDL_CHAINS="20" for chains
+	# only.
+	build_bench
+	: >"$OUT/pdl.log"
+	for chain in ${PDL_CHAINS:-0 20}; do
+		echo "# BENCH_NV_CHAIN=$chain" >>"$OUT/pdl.log"
+		for shape in ${SHAPES:?SHAPES names the problems}; do
+			BENCH_NV_CHAIN=$chain timeout 120 "$BENCH" --dtypes ${BENCH_DTYPES:-f16,bf16} --shape "$shape" \
+				>>"$OUT/pdl.log" 2>&1
+		done
+	done
+	grep -E "^# BENCH|^\| (f16|bf16) |^\| wgmma" "$OUT/pdl.log" | cut -c1-200
 	;;
 vsncu)
 	# Our wgmma 2:4 kernel at the plan's tile against cuSPARSELt's at one

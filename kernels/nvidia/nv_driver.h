@@ -75,13 +75,14 @@ extern "C" {
  * with CUDA 12.8 and took its present arguments in 13.0.
  * cuStreamWriteValue32 (a stream's write of a word in memory) sets the
  * gate of a wgmma kernel launched before its B (cuda.gate) and is
- * copy_bench's flag. */
+ * copy_bench's flag.  cuLaunchKernelEx (a launch with attributes) makes
+ * the wgmma kernels' programmatic dependent launches. */
 #if CUDA_VERSION >= 13000
 #define NV_HAVE_BATCH_COPY 1
-#define NV_DRIVER_OPTIONAL_FUNCS(X) X(cuMemcpyBatchAsync) X(cuStreamWriteValue32)
+#define NV_DRIVER_OPTIONAL_FUNCS(X) X(cuMemcpyBatchAsync) X(cuStreamWriteValue32) X(cuLaunchKernelEx)
 #else
 #define NV_HAVE_BATCH_COPY 0
-#define NV_DRIVER_OPTIONAL_FUNCS(X) X(cuStreamWriteValue32)
+#define NV_DRIVER_OPTIONAL_FUNCS(X) X(cuStreamWriteValue32) X(cuLaunchKernelEx)
 #endif
 
 struct nv_driver {

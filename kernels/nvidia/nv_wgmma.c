@@ -159,9 +159,23 @@ int nv_wg_launch_gemm(const struct nv_wg_module *m, const struct nv_wg_plan *pla
 	p.gate_l2 = g->gate_l2;
 	p.dh = g->dh;
 	p.producers = nv_wg_producers(dense, plan, m->sms, m->occ[dense][bf16][plan->tile]);
+	p.pdl = g->pdl && nv_drv.cuLaunchKernelEx;
 	void *args[] = { &p };
-	NV_WG_CHECK(nv_drv.cuLaunchKernel(m->gemm[dense][bf16][plan->tile], (unsigned)(plan->tiles_m * plan->tiles_n), 1,
-					  (unsigned)plan->splits, NV_WG_THREADS, 1, 1, sh.smem, s, args, NULL),
+	const CUfunction fn = m->gemm[dense][bf16][plan->tile];
+	const unsigned grid = (unsigned)(plan->tiles_m * plan->tiles_n);
+	if (p.pdl) {
+		CUlaunchAttribute at;
+		memset(&at, 0, sizeof(at));
+		at.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+		at.value.programmaticStreamSerializationAllowed = 1;
+		const CUlaunchConfig cfg = { .gridDimX = grid, .gridDimY = 1, .gridDimZ = (unsigned)plan->splits,
+					     .blockDimX = NV_WG_THREADS, .blockDimY = 1, .blockDimZ = 1,
+					     .sharedMemBytes = sh.smem, .hStream = s, .attrs = &at, .numAttrs = 1 };
+		NV_WG_CHECK(nv_drv.cuLaunchKernelEx(&cfg, fn, args, NULL), nv_wg_kernel_name(dense, bf16, plan->tile));
+		return 0;
+	}
+	NV_WG_CHECK(nv_drv.cuLaunchKernel(fn, grid, 1, (unsigned)plan->splits, NV_WG_THREADS, 1, 1, sh.smem, s, args,
+					  NULL),
 		    nv_wg_kernel_name(dense, bf16, plan->tile));
 	return 0;
 }

@@ -102,7 +102,13 @@
  * The producer issues the first ring of stages' A (each stage's barrier
  * expecting A and B from the start), prefetches gate_l2 more stages of A
  * into L2, waits for the gate word to reach its count, then issues those
- * stages' B and goes on as usual; the consumers see nothing different. */
+ * stages' B and goes on as usual; the consumers see nothing different.
+ *
+ * Programmatic dependent launch (nv_wg_params.pdl): the same first ring
+ * and prefetch while the previous kernel on the stream may still run
+ * (A and its metadata are a resident weight that no kernel writes); the
+ * producer of B and the consumers wait for that kernel's end
+ * (griddepcontrol.wait) before B, C, D or the split-K workspace. */
 #ifndef MFMA_NV_WGMMA_CUH
 #define MFMA_NV_WGMMA_CUH
 
@@ -329,6 +335,27 @@ static __device__ __forceinline__ void nv_gate_wait(uint64_t gate, uint32_t seq)
 		__nanosleep(32);
 	}
 	asm volatile("fence.proxy.async.global;\n" ::: "memory");
+}
+
+/* Programmatic dependent launch (nv_wg_params.pdl): the kernel may start
+ * while the previous kernel on its stream still runs.  The wait returns
+ * once that kernel has ended and its writes are visible (at once without
+ * one); what follows it may read B and C and write D, the workspace and
+ * the counters.  The trigger lets the next launch on the stream start
+ * once every CTA of this one has issued it (one thread's is the CTA's):
+ * the kernels issue it when a CTA's producer has issued its last load of
+ * A, so that the next launch streams its weight during this one's tail
+ * (the ring's last stages, the split-K sum, the epilogue) rather than
+ * beside its main loop (measured slower on the H200 at one-wave N = 16
+ * launches: bench/RESULTS.md). */
+static __device__ __forceinline__ void nv_pdl_wait(void)
+{
+	asm volatile("griddepcontrol.wait;\n" ::: "memory");
+	asm volatile("fence.proxy.async.global;\n" ::: "memory");
+}
+static __device__ __forceinline__ void nv_pdl_trigger(void)
+{
+	asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 }
 
 static __device__ __forceinline__ void nv_wg_fence(void) { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
@@ -766,11 +793,13 @@ struct nv_wg_gemm {
 			}
 			if (pre) {
 				gate_prefetch(p, it0, pre, n_it, m0);
-				nv_gate_wait(p.gate, p.gate_seq);
+				b_wait(p);
 				for (int i = 0; i < pre; i++)
 					load_b(p, sbase + i * STAGE, bars + 8 * i, it0 + i, n0);
 			}
 			produce(p, sbase, bars, it0, pre, n_it, m0, n0);
+			if (p.pdl)
+				nv_pdl_trigger(); /* its last load issued: see nv_pdl_trigger */
 			if (CL == 2)
 				nv_cluster_sync(); /* see the consumers' */
 			return;
@@ -778,6 +807,8 @@ struct nv_wg_gemm {
 
 		if (MINB == 1)
 			asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+		if (p.pdl)
+			nv_pdl_wait(); /* before the epilogue's C, D and workspace */
 		const unsigned ctid = tid - 128, c = wg - 1, w = (tid / 32) % 4, lane = tid & 31;
 		float acc[NACC];
 #pragma unroll
@@ -1064,8 +1095,7 @@ struct nv_wg_gemm {
 		if (tid % 32 != 0 || role > 2 || (OP::DENSE && role == 2))
 			return;
 		if (role == 1) {
-			if (p.gate)
-				nv_gate_wait(p.gate, p.gate_seq);
+			b_wait(p);
 			produce<NV_WG_LOAD_B>(p, sbase, bars, it0, 0, n_it, m0, n0);
 		} else if (role == 2) {
 			produce<NV_WG_LOAD_META>(p, sbase, bars, it0, 0, n_it, m0, n0);
@@ -1075,14 +1105,27 @@ struct nv_wg_gemm {
 			if (pre)
 				gate_prefetch(p, it0, pre, n_it, m0);
 			produce<NV_WG_LOAD_VALUES>(p, sbase, bars, it0, pre, n_it, m0, n0);
+			if (p.pdl)
+				nv_pdl_trigger();
 		}
 	}
 
 	/* The gate's first ring: how many of the n_it stages have their A
-	 * loaded before B is on the device; 0 without a gate. */
+	 * loaded before B may be read (B on the device, the previous kernel
+	 * ended); 0 without a gate or a dependent launch. */
 	static __device__ __forceinline__ int gate_ring(const nv_wg_params &p, int n_it)
 	{
-		return p.gate ? min(n_it, STAGES) : 0;
+		return p.gate || p.pdl ? min(n_it, STAGES) : 0;
+	}
+
+	/* What B's producer waits for: the previous kernel's end with a
+	 * dependent launch, then the gate word. */
+	static __device__ __forceinline__ void b_wait(const nv_wg_params &p)
+	{
+		if (p.pdl)
+			nv_pdl_wait();
+		if (p.gate)
+			nv_gate_wait(p.gate, p.gate_seq);
 	}
 
 	/* While the gate is closed: gate_l2 more stages of A and its

@@ -52,6 +52,18 @@ struct nv_wg_args {
 	/* 0, or D's home in mapped host memory, where the kernel copies its
 	 * tiles of D (d) itself: nv_wg_params.dh. */
 	CUdeviceptr dh;
+	/* 1: a programmatic dependent launch (nv_wg_params.pdl) where the
+	 * driver has cuLaunchKernelEx, an ordinary one otherwise: the kernel
+	 * may start loading A (and gate_l2 stages into L2) while the previous
+	 * kernel on the stream still runs, and reads B and C, writes D only
+	 * after that kernel has ended.  B, C and D may then be that kernel's
+	 * output or input.  For launches that follow a kernel: measured on
+	 * the H200 in chains of launches (bench_nv, BENCH_NV_CHAIN), faster on
+	 * the tiles of one CTA an SM (128 x 128, 128 x 256) and slower on the
+	 * skinny unsplit and dense ones; after a copy or an event it gains
+	 * nothing and costs up to 1 us (bench/RESULTS.md).  The daemon's
+	 * launches follow copies and events: it does not ask for it. */
+	int32_t pdl;
 };
 
 /* Launches the planned GEMM; ws and counters must hold plan->ws_bytes and

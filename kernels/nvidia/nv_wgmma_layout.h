@@ -237,6 +237,11 @@ struct nv_wg_params {
 	 * NV_WG_SP_PW3) issue the stages' copies; 1 (or a kernel built
 	 * without them): one thread issues all of them. */
 	int32_t producers;
+	/* 1: launched as a programmatic dependent launch (nv_wgmma.cuh): A's
+	 * first ring and gate_l2 more stages load while the previous kernel
+	 * on the stream may still run; B, C, D and the workspace wait for its
+	 * end.  0: an ordinary launch. */
+	int32_t pdl;
 };
 
 /* The decode kernels (nv_wgmma_decode.cuh): skinny N (one tile of BN >= N

@@ -47,6 +47,7 @@
 #include "providers.h"
 #include "nv_plan.h"
 #include "nv_testdata.h"
+#include "nv_wgmma.h"
 #include "sparse24.h"
 
 /* The configuration main opens the device with, and every test that
@@ -1790,6 +1791,210 @@ static void test_gate(void **state)
 	cuda_dev_close(cd);
 }
 
+/* ---- programmatic dependent launches of the wgmma kernels ---- */
+
+#define CU_OK(call)                                                                  \
+	do {                                                                         \
+		CUresult r_ = (call);                                                \
+		if (r_ != CUDA_SUCCESS)                                              \
+			fail_msg("%s failed: %s", #call, nv_result_str(r_));         \
+	} while (0)
+
+/* A 2:4 f16 weight for the kernels directly: canonical on the host (for
+ * the reference), stage images on the device. */
+struct pdl_weight {
+	void *vals;
+	uint32_t *meta;
+	struct nv_wg_packed pk;
+};
+
+static void pdl_weight_make(const struct nv_wg_module *mod, CUstream s, uint32_t m, uint32_t k, struct pdl_weight *w)
+{
+	const size_t vb = sparse24_values_bytes(m, k, 2), mb = sparse24_meta_bytes(m, k);
+	w->vals = malloc(vb + 1);
+	w->meta = malloc(mb + 4);
+	assert_int_equal(nvt_sparse(MFMA_DT_F16, m, k, w->vals, w->meta, NULL, &seed), 0);
+	CUdeviceptr sv = 0, sm = 0;
+	CU_OK(nv_drv.cuMemAlloc(&sv, vb));
+	CU_OK(nv_drv.cuMemAlloc(&sm, mb));
+	CU_OK(nv_drv.cuMemcpyHtoDAsync(sv, w->vals, vb, s));
+	CU_OK(nv_drv.cuMemcpyHtoDAsync(sm, w->meta, mb, s));
+	w->pk = (struct nv_wg_packed){ .m = m, .k = k };
+	CU_OK(nv_drv.cuMemAlloc(&w->pk.val, (size_t)nv_wg_img_bytes(m, k, 2)));
+	CU_OK(nv_drv.cuMemAlloc(&w->pk.meta, (size_t)nv_wg_meta_bytes(m, k)));
+	assert_int_equal(nv_wg_launch_pack(mod, s, sv, sm, &w->pk), 0);
+	CU_OK(nv_drv.cuStreamSynchronize(s));
+	nv_drv.cuMemFree(sv);
+	nv_drv.cuMemFree(sm);
+}
+
+static void pdl_weight_free(struct pdl_weight *w)
+{
+	nv_drv.cuMemFree(w->pk.val);
+	nv_drv.cuMemFree(w->pk.meta);
+	free(w->vals);
+	free(w->meta);
+	memset(w, 0, sizeof(*w));
+}
+
+/* One launch of D = alpha A B (f16 in and out, N columns) on the shared
+ * workspace, as a dependent launch. */
+static void pdl_launch(const struct nv_wg_module *mod, CUstream s, const struct pdl_weight *w, uint32_t n,
+		       CUdeviceptr b, CUdeviceptr d, float alpha, CUdeviceptr ws, size_t ws_bytes,
+		       CUdeviceptr counters, size_t counter_words)
+{
+	struct nv_wg_plan plan;
+	assert_int_equal(nv_wg_plan_make(w->pk.m, n, w->pk.k, mod->sms, mod->occ[0][0], -1, &plan), 0);
+	if (plan.ws_bytes > ws_bytes || plan.counters > counter_words)
+		fail_msg("dependent launch: %" PRId64 "x%ux%" PRId64 " needs more workspace than the test holds",
+			 w->pk.m, n, w->pk.k);
+	const struct nv_wg_args g = { .b = b, .d = d, .n = (int32_t)n, .ldb = (int32_t)n, .ldc = (int32_t)n,
+				      .ldd = (int32_t)n, .out_dtype = MFMA_DT_F16, .alpha = alpha,
+				      .gate_l2 = 8, .pdl = 1 };
+	char err[256] = "";
+	if (nv_wg_launch_gemm(mod, &plan, &w->pk, &g, ws, counters, s, err, sizeof(err)) != 0)
+		fail_msg("dependent launch failed: %s", err);
+}
+
+/* D (m x n f16, read back from d) against float64 of alpha A B, B being
+ * the host copy of what the launch was given. */
+static void pdl_check(const struct pdl_weight *w, uint32_t n, const void *b, CUdeviceptr d, CUstream s, float alpha,
+		      const char *what)
+{
+	const uint32_t m = (uint32_t)w->pk.m, k = (uint32_t)w->pk.k;
+	struct operands o;
+	memset(&o, 0, sizeof(o));
+	o.d = malloc((size_t)m * n * 2 + 1);
+	CU_OK(nv_drv.cuMemcpyDtoHAsync(o.d, d, (size_t)m * n * 2, s));
+	CU_OK(nv_drv.cuStreamSynchronize(s));
+	o.g = (struct mfma_gemm){ .m = m, .n = n, .k = k, .in_dtype = MFMA_DT_F16, .out_dtype = MFMA_DT_F16,
+				  .alpha = alpha, .a_sparse = true, .a = w->vals, .a_meta = w->meta, .b = b,
+				  .d = o.d };
+	const double rel = rel_error(&o, NULL, m);
+	checks++;
+	printf("  %-60s rel %.3g\n", what, rel);
+	if (!(rel <= nvt_tolerance(MFMA_DT_F16)))
+		fail_msg("%s: relative error %g above %g", what, rel, nvt_tolerance(MFMA_DT_F16));
+	free(o.d);
+}
+
+/* The layers of test_dependent_launch: `layers` GEMMs of mm x mm 2:4
+ * weights on n columns, each one's B the D of the one before, launched
+ * back to back on one split-K workspace, twice; each D against float64
+ * of the B it was given (read back once the chain is done). */
+static void pdl_layers(const struct nv_wg_module *mod, CUstream s, uint32_t n, uint32_t mm, uint32_t layers,
+		       CUdeviceptr ws, size_t ws_bytes, CUdeviceptr counters, size_t counter_words)
+{
+	const float alpha = 1.0f / 32; /* keeps each layer's D of the order of its B */
+	struct pdl_weight w[5];
+	CUdeviceptr x[6];
+	void *hx[6];
+	assert_true(layers <= 5);
+	for (uint32_t i = 0; i < layers; i++)
+		pdl_weight_make(mod, s, mm, mm, &w[i]);
+	for (uint32_t i = 0; i <= layers; i++) {
+		CU_OK(nv_drv.cuMemAlloc(&x[i], (size_t)mm * n * 2));
+		hx[i] = malloc((size_t)mm * n * 2 + 1);
+	}
+	nvt_fill(hx[0], MFMA_DT_F16, (size_t)mm * n, &seed);
+	for (int round = 0; round < 2; round++) {
+		CU_OK(nv_drv.cuMemcpyHtoDAsync(x[0], hx[0], (size_t)mm * n * 2, s));
+		for (uint32_t i = 1; i <= layers; i++)
+			CU_OK(nv_drv.cuMemsetD8Async(x[i], 0xff, (size_t)mm * n * 2, s));
+		for (uint32_t i = 0; i < layers; i++)
+			pdl_launch(mod, s, &w[i], n, x[i], x[i + 1], alpha, ws, ws_bytes, counters, counter_words);
+		for (uint32_t i = 1; i <= layers; i++)
+			CU_OK(nv_drv.cuMemcpyDtoHAsync(hx[i], x[i], (size_t)mm * n * 2, s));
+		CU_OK(nv_drv.cuStreamSynchronize(s));
+		for (uint32_t i = 0; i < layers; i++) {
+			char what[128];
+			snprintf(what, sizeof(what), "dependent launch: layer %u of %u, %ux%ux%u", i + 1, layers, mm, n,
+				 mm);
+			pdl_check(&w[i], n, hx[i], x[i + 1], s, alpha, what);
+		}
+	}
+	for (uint32_t i = 0; i < layers; i++)
+		pdl_weight_free(&w[i]);
+	for (uint32_t i = 0; i <= layers; i++) {
+		nv_drv.cuMemFree(x[i]);
+		free(hx[i]);
+	}
+}
+
+/* nv_wg_args.pdl: a wgmma launch that may start while the launch before
+ * it on the stream still runs, loading its weight meanwhile, and must
+ * read B and write D and the split-K workspace only after that one has
+ * ended.  Launched back to back with nothing between them:
+ *  - layers (pdl_layers): a launch that read B before the one before it
+ *    had written it, or used the workspace while that one still did,
+ *    fails; N = 16 (the 128 x 16 tile, two CTAs an SM, so a launch's
+ *    CTAs can run beside the previous launch's) and N = 128 (one CTA an
+ *    SM, three producer threads);
+ *  - a long GEMM (K = 8192) then a short one (K = 64) into the same D:
+ *    the short one's D must be what is left, which a launch writing D
+ *    before the one before it ended would not leave. */
+static void test_dependent_launch(void **state)
+{
+	(void)state;
+	struct cuda_dev *cd = NULL;
+	void *st = NULL;
+	if (!wg_open(&cd, &st, "dependent launch"))
+		return;
+	cuda_provider_wgmma.detach(cd, st);
+	if (!nv_drv.cuLaunchKernelEx) {
+		printf("  dependent launch: the driver has no cuLaunchKernelEx\n");
+		cuda_dev_close(cd);
+		return;
+	}
+	char err[512] = "";
+	struct nv_wg_module mod;
+	RC_OK(nv_wg_module_load(&mod, cuda_dev_device(cd), err, sizeof(err)), err);
+	const CUstream s = cuda_dev_stream(cd);
+	const size_t ws_bytes = 64u << 20, counter_words = 1u << 16;
+	CUdeviceptr ws = 0, counters = 0;
+	CU_OK(nv_drv.cuMemAlloc(&ws, ws_bytes));
+	CU_OK(nv_drv.cuMemAlloc(&counters, counter_words * 4));
+	CU_OK(nv_drv.cuMemsetD32Async(counters, 0, counter_words, s));
+	const uint32_t mm = quick ? 1024 : 1536, layers = quick == 2 ? 2 : 5;
+	pdl_layers(&mod, s, 16, mm, layers, ws, ws_bytes, counters, counter_words);
+	pdl_layers(&mod, s, 128, mm, layers, ws, ws_bytes, counters, counter_words);
+
+	/* A long launch, then a short one into the same D. */
+	const uint32_t n = 16, lm = quick ? 2048 : 4096;
+	struct pdl_weight lw, sw;
+	pdl_weight_make(&mod, s, lm, quick ? 2048 : 8192, &lw);
+	pdl_weight_make(&mod, s, lm, 64, &sw);
+	CUdeviceptr lb = 0, sb = 0, d = 0;
+	void *hlb = malloc((size_t)lw.pk.k * n * 2 + 1), *hsb = malloc((size_t)64 * n * 2 + 1);
+	nvt_fill(hlb, MFMA_DT_F16, (size_t)lw.pk.k * n, &seed);
+	nvt_fill(hsb, MFMA_DT_F16, (size_t)64 * n, &seed);
+	CU_OK(nv_drv.cuMemAlloc(&lb, (size_t)lw.pk.k * n * 2));
+	CU_OK(nv_drv.cuMemAlloc(&sb, (size_t)64 * n * 2));
+	CU_OK(nv_drv.cuMemAlloc(&d, (size_t)lm * n * 2));
+	CU_OK(nv_drv.cuMemcpyHtoDAsync(lb, hlb, (size_t)lw.pk.k * n * 2, s));
+	CU_OK(nv_drv.cuMemcpyHtoDAsync(sb, hsb, (size_t)64 * n * 2, s));
+	for (int round = 0; round < 2; round++) {
+		CU_OK(nv_drv.cuMemsetD8Async(d, 0xff, (size_t)lm * n * 2, s));
+		pdl_launch(&mod, s, &lw, n, lb, d, 1.0f / 32, ws, ws_bytes, counters, counter_words);
+		pdl_launch(&mod, s, &sw, n, sb, d, 1.0f, ws, ws_bytes, counters, counter_words);
+		char what[128];
+		snprintf(what, sizeof(what), "dependent launch: %ux%ux%u after %ux%ux%" PRId64 " into one D", lm, n, 64,
+			 lm, n, lw.pk.k);
+		pdl_check(&sw, n, hsb, d, s, 1.0f, what);
+	}
+	free(hlb);
+	free(hsb);
+	nv_drv.cuMemFree(lb);
+	nv_drv.cuMemFree(sb);
+	nv_drv.cuMemFree(d);
+	pdl_weight_free(&lw);
+	pdl_weight_free(&sw);
+	nv_drv.cuMemFree(ws);
+	nv_drv.cuMemFree(counters);
+	nv_wg_module_unload(&mod);
+	cuda_dev_close(cd);
+}
+
 /* ---- D copied out by the kernel (cuda.tile_out) ---- */
 
 /* cuda.tile_out: a lone wgmma launch (cuda_dev_lone_begin) whose D lies
@@ -2223,6 +2428,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_region_copies, reopen_base),
 		cmocka_unit_test(test_gate),
 		cmocka_unit_test(test_tile_out),
+		cmocka_unit_test(test_dependent_launch),
 		cmocka_unit_test(test_repeatable),
 		cmocka_unit_test(test_registered_host),
 		cmocka_unit_test(test_pooled_answers),
