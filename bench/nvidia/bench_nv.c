@@ -19,7 +19,8 @@
  * over R (a model's layers launched one after another; an event between
  * two kernels keeps the second from starting early).  The wgmma line's
  * "pdl" figures are the same kernels launched as programmatic dependent
- * launches (nv_wg_args.pdl: A streams while the previous call ends).
+ * launches (nv_wg_args.pdl: A streams while the previous call ends;
+ * BENCH_NV_PDL_L2 stages past the first ring prefetched into L2, 8).
  * TFLOP/s are dense-equivalent (2 M N K over time) for every column.  For
  * i8, our time includes the device transpose of B that our kernels need
  * (cuBLASLt is given the layout it prefers).  Each result is checked
@@ -238,8 +239,9 @@ struct wg_ctx {
 };
 
 /* Stages of A past the first ring that a dependent launch prefetches into
- * L2 before the previous call ends (the daemon's gate_l2). */
-#define PDL_L2 8
+ * L2 before the previous call ends: BENCH_NV_PDL_L2, default 8 (the
+ * daemon's gate_l2). */
+static int pdl_l2 = 8;
 
 static int run_wg(void *vctx, int copy)
 {
@@ -247,7 +249,7 @@ static int run_wg(void *vctx, int copy)
 	const struct problem *p = c->p;
 	const struct nv_wg_args g = {
 		.b = p->b, .d = p->d_ours, .n = p->n, .ldb = p->n, .ldc = p->n, .ldd = p->n,
-		.out_dtype = p->out, .alpha = 1.0f, .beta = 0.0f, .pdl = c->pdl, .gate_l2 = c->pdl ? PDL_L2 : 0,
+		.out_dtype = p->out, .alpha = 1.0f, .beta = 0.0f, .pdl = c->pdl, .gate_l2 = c->pdl ? pdl_l2 : 0,
 	};
 	return nv_wg_launch_gemm(&wgmod, &c->plan, &c->a[copy % c->na], &g, c->ws, c->counters, stream, NULL, 0);
 }
@@ -918,6 +920,8 @@ int main(int argc, char **argv)
 	const char *ce = getenv("BENCH_NV_CHAIN");
 	chain = ce ? atoi(ce) : 0;
 	chain = chain < 0 ? 0 : chain > 200 ? 200 : chain;
+	const char *pe = getenv("BENCH_NV_PDL_L2");
+	pdl_l2 = pe && atoi(pe) >= 0 ? atoi(pe) : 8;
 	char err[256];
 	if (nv_driver_open(err, sizeof(err)) < 0)
 		DIE("%s", err);
