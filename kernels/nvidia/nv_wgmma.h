@@ -61,8 +61,8 @@ struct nv_wg_args {
 	 * the H200 in chains of launches (bench_nv, BENCH_NV_CHAIN), faster on
 	 * the tiles of one CTA an SM (128 x 128, 128 x 256) and slower on the
 	 * skinny unsplit and dense ones; after a copy or an event it gains
-	 * nothing and costs up to 1 us (bench/RESULTS.md).  The daemon's
-	 * launches follow copies and events: it does not ask for it. */
+	 * nothing and costs up to 1 us (bench/RESULTS.md).  The daemon does
+	 * not ask for it (docs/architecture.md says where it might). */
 	int32_t pdl;
 };
 
