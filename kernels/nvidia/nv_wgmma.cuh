@@ -346,8 +346,8 @@ static __device__ __forceinline__ void nv_gate_wait(uint64_t gate, uint32_t seq)
  * the kernels issue it when a CTA's producer has issued its last load of
  * A, so that the next launch streams its weight during this one's tail
  * (the ring's last stages, the split-K sum, the epilogue) rather than
- * beside its main loop (measured slower on the H200 at one-wave N = 16
- * launches: bench/RESULTS.md). */
+ * beside its main loop (a trigger at the kernel's start measured within
+ * about 1 us of this, either way, on the H200: bench/RESULTS.md). */
 static __device__ __forceinline__ void nv_pdl_wait(void)
 {
 	asm volatile("griddepcontrol.wait;\n" ::: "memory");
