@@ -20,7 +20,8 @@
  * two kernels keeps the second from starting early).  The wgmma line's
  * "pdl" figures are the same kernels launched as programmatic dependent
  * launches (nv_wg_args.pdl: A streams while the previous call ends;
- * BENCH_NV_PDL_L2 stages past the first ring prefetched into L2, 8).
+ * BENCH_NV_PDL_L2 stages past the first ring prefetched into L2,
+ * NV_WG_GATE_L2 by default).
  * TFLOP/s are dense-equivalent (2 M N K over time) for every column.  For
  * i8, our time includes the device transpose of B that our kernels need
  * (cuBLASLt is given the layout it prefers).  Each result is checked
@@ -239,9 +240,9 @@ struct wg_ctx {
 };
 
 /* Stages of A past the first ring that a dependent launch prefetches into
- * L2 before the previous call ends: BENCH_NV_PDL_L2, default 8 (the
- * daemon's gate_l2). */
-static int pdl_l2 = 8;
+ * L2 before the previous call ends: BENCH_NV_PDL_L2, default the
+ * daemon's gate_l2. */
+static int pdl_l2 = NV_WG_GATE_L2;
 
 static int run_wg(void *vctx, int copy)
 {
@@ -921,7 +922,7 @@ int main(int argc, char **argv)
 	chain = ce ? atoi(ce) : 0;
 	chain = chain < 0 ? 0 : chain > 200 ? 200 : chain;
 	const char *pe = getenv("BENCH_NV_PDL_L2");
-	pdl_l2 = pe && atoi(pe) >= 0 ? atoi(pe) : 8;
+	pdl_l2 = pe && atoi(pe) >= 0 ? atoi(pe) : NV_WG_GATE_L2;
 	char err[256];
 	if (nv_driver_open(err, sizeof(err)) < 0)
 		DIE("%s", err);

@@ -29,12 +29,6 @@ struct wg {
 	struct cuda_buf val, meta, ws, counters;
 };
 
-/* Stages of A past the first ring that a kernel launched before its B
- * prefetches into L2 while it waits (nv_wg_params.gate_l2): on the H200
- * (wgmma_bench gate) 8 was as fast as 16 or 32 at every decode shape and
- * 0-3 us faster than none. */
-#define WG_GATE_L2 8
-
 static int wg_usable(int cc)
 {
 	return nv_wg_usable(nv_images, nv_image_count, cc);
@@ -290,7 +284,7 @@ static int wg_launch(struct cuda_dev *dev, void *state, const struct mfma_gemm *
 		.b = b->p, .c = g->beta != 0.0f ? c->p : 0, .d = dp,
 		.n = (int32_t)n, .ldb = (int32_t)ldb, .ldc = (int32_t)n, .ldd = (int32_t)n,
 		.out_dtype = g->out_dtype, .alpha = g->alpha, .beta = g->beta,
-		.gate = gate, .gate_seq = gate_seq, .gate_l2 = gate ? WG_GATE_L2 : 0, .dh = dh,
+		.gate = gate, .gate_seq = gate_seq, .gate_l2 = gate ? NV_WG_GATE_L2 : 0, .dh = dh,
 	};
 	char why[160] = "";
 	if ((rc = nv_wg_launch_gemm(&o->mod, &plan, &pk, &args, o->ws.p, o->counters.p, stream, why,

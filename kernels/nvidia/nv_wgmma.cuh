@@ -1128,8 +1128,9 @@ struct nv_wg_gemm {
 			nv_gate_wait(p.gate, p.gate_seq);
 	}
 
-	/* While the gate is closed: gate_l2 more stages of A and its
-	 * metadata, past the first ring's pre, into L2. */
+	/* While B may not be read yet (the gate closed, the previous kernel
+	 * running): gate_l2 more stages of A and its metadata, past the first
+	 * ring's pre, into L2. */
 	static __device__ __forceinline__ void gate_prefetch(const nv_wg_params &p, int it0, int pre, int n_it, int m0)
 	{
 		for (int i = pre; i < min(n_it, pre + p.gate_l2); i++)

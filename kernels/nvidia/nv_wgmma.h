@@ -38,6 +38,12 @@ struct nv_wg_packed {
 int nv_wg_launch_pack(const struct nv_wg_module *m, CUstream s, CUdeviceptr src, CUdeviceptr src_meta,
 		      const struct nv_wg_packed *dst);
 
+/* Stages of A past the first ring that a kernel launched before its B may
+ * be read (the gate, a dependent launch) prefetches into L2 while it
+ * waits (nv_wg_args.gate_l2): on the H200 (wgmma_bench gate) 8 was as
+ * fast as 16 or 32 at every decode shape and 0-3 us faster than none. */
+#define NV_WG_GATE_L2 8
+
 /* The rest of one GEMM: B [k][ldb] 16-bit (ldb a multiple of 8, the
  * address 16-byte aligned: TMA's rules), C and D [m][ldc/ldd]. */
 struct nv_wg_args {

@@ -1850,7 +1850,7 @@ static void pdl_launch(const struct nv_wg_module *mod, CUstream s, const struct 
 			 w->pk.m, n, w->pk.k);
 	const struct nv_wg_args g = { .b = b, .d = d, .n = (int32_t)n, .ldb = (int32_t)n, .ldc = (int32_t)n,
 				      .ldd = (int32_t)n, .out_dtype = MFMA_DT_F16, .alpha = alpha,
-				      .gate_l2 = 8, .pdl = 1 };
+				      .gate_l2 = NV_WG_GATE_L2, .pdl = 1 };
 	char err[256] = "";
 	if (nv_wg_launch_gemm(mod, &plan, &w->pk, &g, ws, counters, s, err, sizeof(err)) != 0)
 		fail_msg("dependent launch failed: %s", err);
@@ -1932,7 +1932,9 @@ static void pdl_layers(const struct nv_wg_module *mod, CUstream s, uint32_t n, u
  *    SM, three producer threads);
  *  - a long GEMM (K = 8192) then a short one (K = 64) into the same D:
  *    the short one's D must be what is left, which a launch writing D
- *    before the one before it ended would not leave. */
+ *    before the one before it ended would not leave.
+ * What this proves is the waits; that the launches do overlap is what
+ * bench_nv's chained timings show (the wgmma pdl line). */
 static void test_dependent_launch(void **state)
 {
 	(void)state;
