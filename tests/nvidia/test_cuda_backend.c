@@ -42,7 +42,6 @@
 #include "cuda_provider.h"
 #include "cuda_widths.h"
 #include "frame_arena.h"
-#include "nv_plan.h"
 #include "mfma_clock.h"
 #include "providers.h"
 #include "nv_plan.h"
@@ -1800,16 +1799,35 @@ static void test_gate(void **state)
 			fail_msg("%s failed: %s", #call, nv_result_str(r_));         \
 	} while (0)
 
-/* A 2:4 f16 weight for the kernels directly: canonical on the host (for
- * the reference), stage images on the device. */
+/* An f16 weight for the kernels directly, 2:4 or dense: canonical on the
+ * host (for the reference), in the kernels' layout on the device. */
 struct pdl_weight {
 	void *vals;
 	uint32_t *meta;
 	struct nv_wg_packed pk;
 };
 
-static void pdl_weight_make(const struct nv_wg_module *mod, CUstream s, uint32_t m, uint32_t k, struct pdl_weight *w)
+static void pdl_weight_make(const struct nv_wg_module *mod, CUstream s, uint32_t m, uint32_t k, int dense,
+			    struct pdl_weight *w)
 {
+	w->pk = (struct nv_wg_packed){ .m = m, .k = k, .dense = dense };
+	if (dense) {
+		/* Rows nv_wg_dense_lda(k) apart on the device, k on the host. */
+		const size_t row = (size_t)k * 2, pitch = (size_t)nv_wg_dense_lda(k) * 2;
+		w->vals = malloc((size_t)m * row + 1);
+		w->meta = NULL;
+		nvt_fill(w->vals, MFMA_DT_F16, (size_t)m * k, &seed);
+		CU_OK(nv_drv.cuMemAlloc(&w->pk.val, (size_t)nv_wg_dense_bytes(m, k, 2)));
+		CU_OK(nv_drv.cuMemsetD8Async(w->pk.val, 0, (size_t)nv_wg_dense_bytes(m, k, 2), s));
+		for (uint32_t r = 0; r < m; r++) {
+			const uint32_t rows = pitch == row ? m : 1; /* one copy when the rows are not padded */
+			CU_OK(nv_drv.cuMemcpyHtoDAsync(w->pk.val + r * pitch, (const char *)w->vals + r * row,
+						       rows * row, s));
+			r += rows - 1;
+		}
+		CU_OK(nv_drv.cuStreamSynchronize(s));
+		return;
+	}
 	const size_t vb = sparse24_values_bytes(m, k, 2), mb = sparse24_meta_bytes(m, k);
 	w->vals = malloc(vb + 1);
 	w->meta = malloc(mb + 4);
@@ -1819,7 +1837,6 @@ static void pdl_weight_make(const struct nv_wg_module *mod, CUstream s, uint32_t
 	CU_OK(nv_drv.cuMemAlloc(&sm, mb));
 	CU_OK(nv_drv.cuMemcpyHtoDAsync(sv, w->vals, vb, s));
 	CU_OK(nv_drv.cuMemcpyHtoDAsync(sm, w->meta, mb, s));
-	w->pk = (struct nv_wg_packed){ .m = m, .k = k };
 	CU_OK(nv_drv.cuMemAlloc(&w->pk.val, (size_t)nv_wg_img_bytes(m, k, 2)));
 	CU_OK(nv_drv.cuMemAlloc(&w->pk.meta, (size_t)nv_wg_meta_bytes(m, k)));
 	assert_int_equal(nv_wg_launch_pack(mod, s, sv, sm, &w->pk), 0);
@@ -1831,7 +1848,8 @@ static void pdl_weight_make(const struct nv_wg_module *mod, CUstream s, uint32_t
 static void pdl_weight_free(struct pdl_weight *w)
 {
 	nv_drv.cuMemFree(w->pk.val);
-	nv_drv.cuMemFree(w->pk.meta);
+	if (w->pk.meta)
+		nv_drv.cuMemFree(w->pk.meta);
 	free(w->vals);
 	free(w->meta);
 	memset(w, 0, sizeof(*w));
@@ -1844,7 +1862,9 @@ static void pdl_launch(const struct nv_wg_module *mod, CUstream s, const struct 
 		       CUdeviceptr counters, size_t counter_words)
 {
 	struct nv_wg_plan plan;
-	assert_int_equal(nv_wg_plan_make(w->pk.m, n, w->pk.k, mod->sms, mod->occ[0][0], -1, &plan), 0);
+	/* A dense K goes to the plan rounded up to 4, as the daemon hands it. */
+	const int64_t pk_k = w->pk.dense ? nv_round_up(w->pk.k, 4) : w->pk.k;
+	assert_int_equal(nv_wg_plan_make(w->pk.m, n, pk_k, mod->sms, mod->occ[w->pk.dense][0], -1, &plan), 0);
 	if (plan.ws_bytes > ws_bytes || plan.counters > counter_words)
 		fail_msg("dependent launch: %" PRId64 "x%ux%" PRId64 " needs more workspace than the test holds",
 			 w->pk.m, n, w->pk.k);
@@ -1868,7 +1888,7 @@ static void pdl_check(const struct pdl_weight *w, uint32_t n, const void *b, CUd
 	CU_OK(nv_drv.cuMemcpyDtoHAsync(o.d, d, (size_t)m * n * 2, s));
 	CU_OK(nv_drv.cuStreamSynchronize(s));
 	o.g = (struct mfma_gemm){ .m = m, .n = n, .k = k, .in_dtype = MFMA_DT_F16, .out_dtype = MFMA_DT_F16,
-				  .alpha = alpha, .a_sparse = true, .a = w->vals, .a_meta = w->meta, .b = b,
+				  .alpha = alpha, .a_sparse = !w->pk.dense, .a = w->vals, .a_meta = w->meta, .b = b,
 				  .d = o.d };
 	const double rel = rel_error(&o, NULL, m);
 	checks++;
@@ -1878,12 +1898,12 @@ static void pdl_check(const struct pdl_weight *w, uint32_t n, const void *b, CUd
 	free(o.d);
 }
 
-/* The layers of test_dependent_launch: `layers` GEMMs of mm x mm 2:4
- * weights on n columns, each one's B the D of the one before, launched
+/* The layers of test_dependent_launch: `layers` GEMMs of mm x mm weights
+ * (2:4, or dense) on n columns, each one's B the D of the one before, launched
  * back to back on one split-K workspace, twice; each D against float64
  * of the B it was given (read back once the chain is done). */
 static void pdl_layers(const struct nv_wg_module *mod, CUstream s, uint32_t n, uint32_t mm, uint32_t layers,
-		       CUdeviceptr ws, size_t ws_bytes, CUdeviceptr counters, size_t counter_words)
+		       int dense, CUdeviceptr ws, size_t ws_bytes, CUdeviceptr counters, size_t counter_words)
 {
 	const float alpha = 1.0f / 32; /* keeps each layer's D of the order of its B */
 	struct pdl_weight w[5];
@@ -1891,7 +1911,7 @@ static void pdl_layers(const struct nv_wg_module *mod, CUstream s, uint32_t n, u
 	void *hx[6];
 	assert_true(layers <= 5);
 	for (uint32_t i = 0; i < layers; i++)
-		pdl_weight_make(mod, s, mm, mm, &w[i]);
+		pdl_weight_make(mod, s, mm, mm, dense, &w[i]);
 	for (uint32_t i = 0; i <= layers; i++) {
 		CU_OK(nv_drv.cuMemAlloc(&x[i], (size_t)mm * n * 2));
 		hx[i] = malloc((size_t)mm * n * 2 + 1);
@@ -1908,8 +1928,8 @@ static void pdl_layers(const struct nv_wg_module *mod, CUstream s, uint32_t n, u
 		CU_OK(nv_drv.cuStreamSynchronize(s));
 		for (uint32_t i = 0; i < layers; i++) {
 			char what[128];
-			snprintf(what, sizeof(what), "dependent launch: layer %u of %u, %ux%ux%u", i + 1, layers, mm, n,
-				 mm);
+			snprintf(what, sizeof(what), "dependent launch: %s layer %u of %u, %ux%ux%u",
+				 dense ? "dense" : "2:4", i + 1, layers, mm, n, mm);
 			pdl_check(&w[i], n, hx[i], x[i + 1], s, alpha, what);
 		}
 	}
@@ -1929,7 +1949,7 @@ static void pdl_layers(const struct nv_wg_module *mod, CUstream s, uint32_t n, u
  *    had written it, or used the workspace while that one still did,
  *    fails; N = 16 (the 128 x 16 tile, two CTAs an SM, so a launch's
  *    CTAs can run beside the previous launch's) and N = 128 (one CTA an
- *    SM, three producer threads);
+ *    SM, three producer threads), 2:4 weights and dense ones;
  *  - a long GEMM (K = 8192) then a short one (K = 64) into the same D:
  *    the short one's D must be what is left, which a launch writing D
  *    before the one before it ended would not leave.
@@ -1958,14 +1978,16 @@ static void test_dependent_launch(void **state)
 	CU_OK(nv_drv.cuMemAlloc(&counters, counter_words * 4));
 	CU_OK(nv_drv.cuMemsetD32Async(counters, 0, counter_words, s));
 	const uint32_t mm = quick ? 1024 : 1536, layers = quick == 2 ? 2 : 5;
-	pdl_layers(&mod, s, 16, mm, layers, ws, ws_bytes, counters, counter_words);
-	pdl_layers(&mod, s, 128, mm, layers, ws, ws_bytes, counters, counter_words);
+	for (int dense = 0; dense < 2; dense++) {
+		pdl_layers(&mod, s, 16, mm, layers, dense, ws, ws_bytes, counters, counter_words);
+		pdl_layers(&mod, s, 128, mm, layers, dense, ws, ws_bytes, counters, counter_words);
+	}
 
 	/* A long launch, then a short one into the same D. */
 	const uint32_t n = 16, lm = quick ? 2048 : 4096;
 	struct pdl_weight lw, sw;
-	pdl_weight_make(&mod, s, lm, quick ? 2048 : 8192, &lw);
-	pdl_weight_make(&mod, s, lm, 64, &sw);
+	pdl_weight_make(&mod, s, lm, quick ? 2048 : 8192, 0, &lw);
+	pdl_weight_make(&mod, s, lm, 64, 0, &sw);
 	CUdeviceptr lb = 0, sb = 0, d = 0;
 	void *hlb = malloc((size_t)lw.pk.k * n * 2 + 1), *hsb = malloc((size_t)64 * n * 2 + 1);
 	nvt_fill(hlb, MFMA_DT_F16, (size_t)lw.pk.k * n, &seed);
