@@ -1,7 +1,10 @@
 /* The N widths the CUDA backend plans for (cuda_widths.h). */
 #include "cuda_widths.h"
 
-const uint32_t cuda_bucket_max[CUDA_NBUCKETS] = { 16, 32, 64, 256, UINT32_MAX };
+/* Up to 512 the bounds are cuda_batch_width's widths, so that every batch
+ * of the default batching.max_columns runs on the choice measured at its
+ * own width. */
+const uint32_t cuda_bucket_max[CUDA_NBUCKETS] = { 16, 32, 64, 128, 192, 256, 384, 512, UINT32_MAX };
 
 uint32_t cuda_batch_width(uint32_t n)
 {
@@ -33,8 +36,8 @@ uint32_t cuda_bucket_rep(size_t b)
 	return cuda_bucket_max[b] != UINT32_MAX ? cuda_bucket_max[b] : 2 * cuda_bucket_max[b - 1];
 }
 
-/* Every width there can be: the buckets' five and, from 16 to 2^32, two
- * per doubling (cuda_batch_width). */
+/* Every width there can be: the buckets' and, from 16 to 2^32, two per
+ * doubling (cuda_batch_width). */
 #define ALL_WIDTHS 80
 
 /* Adds w to the ascending set all[0..*n). */

@@ -20,14 +20,18 @@
  * out. */
 uint32_t cuda_batch_width(uint32_t n);
 
-/* N buckets of the measured choice: decode-sized N apart, then wider
- * ones.  Upper bounds, inclusive; the last is UINT32_MAX. */
-#define CUDA_NBUCKETS 5
+/* N buckets of the measured choice: decode-sized N apart, then one per
+ * batch width (cuda_batch_width) up to 512, then the rest.  Upper bounds,
+ * inclusive; the last is UINT32_MAX.  A bucket spanning several batch
+ * widths was measured at its widest while most batches ran narrower
+ * (65-256 timed at 256 served batches of 128 and 192), and which provider
+ * won there could differ from the one fastest at the width that ran. */
+#define CUDA_NBUCKETS 9
 extern const uint32_t cuda_bucket_max[CUDA_NBUCKETS];
 /* The bucket of n. */
 size_t cuda_bucket_of(uint32_t n);
 /* The N a bucket is measured at when a weight is warmed: its upper bound,
- * and for the open last bucket twice the bound below it (512), a batch
+ * and for the open last bucket twice the bound below it (1024), a batch
  * width. */
 uint32_t cuda_bucket_rep(size_t b);
 

@@ -1083,8 +1083,8 @@ static void test_warmup(void **state)
 						 cuda_bucket_rep(b), t.plans, t.measures);
 			}
 		}
-		printf("  %s warmed: %zu widths x 2 outputs batched and 5 bucket N single, no plan "
-		       "and no measuring on the serving path\n", sp ? "2:4" : "dense", nw);
+		printf("  %s warmed: %zu widths x 2 outputs batched and %d bucket N single, no plan "
+		       "and no measuring on the serving path\n", sp ? "2:4" : "dense", nw, CUDA_NBUCKETS);
 		backend_cuda.weight_free(dev, w);
 		ops_free(&o);
 	}

@@ -65,16 +65,16 @@ static void test_every_width_and_no_other(void **state)
 static void test_defaults(void **state)
 {
 	(void)state;
-	/* batching.max_columns = 512, the default: the buckets' 16, 32, 64,
-	 * 256, 512 and the batches' 128, 192, 384. */
-	const uint32_t want[] = { 16, 32, 64, 128, 192, 256, 384, 512 };
+	/* batching.max_columns = 512, the default: the buckets' 16 .. 512,
+	 * which are the batches' widths, and the open bucket's 1024. */
+	const uint32_t want[] = { 16, 32, 64, 128, 192, 256, 384, 512, 1024 };
 	uint32_t w[CUDA_WARM_MAX_WIDTHS];
-	assert_int_equal(cuda_warm_widths(true, 512, w, CUDA_WARM_MAX_WIDTHS), 8);
-	for (size_t i = 0; i < 8; i++)
+	assert_int_equal(cuda_warm_widths(true, 512, w, CUDA_WARM_MAX_WIDTHS), 9);
+	for (size_t i = 0; i < 9; i++)
 		assert_int_equal(w[i], want[i]);
-	/* Without batching only the buckets. */
-	assert_int_equal(cuda_warm_widths(false, 512, w, CUDA_WARM_MAX_WIDTHS), 5);
-	assert_int_equal(w[4], 512);
+	/* Without batching the same: only the buckets. */
+	assert_int_equal(cuda_warm_widths(false, 512, w, CUDA_WARM_MAX_WIDTHS), 9);
+	assert_int_equal(w[8], 1024);
 	/* 8192 columns fill the cap exactly; more widths are counted, and the
 	 * smallest kept. */
 	assert_int_equal(cuda_warm_widths(true, 8192, w, CUDA_WARM_MAX_WIDTHS),
@@ -88,11 +88,30 @@ static void test_defaults(void **state)
 	assert_true(cuda_warm_widths(true, UINT32_MAX, w, 4) <= 80);
 }
 
+/* Up to 512 columns a batch's width is its bucket's representative, and
+ * a request of n columns falls in the bucket of the width it is batched
+ * at: the choice that serves a batch was measured at the batch's width. */
+static void test_buckets_are_batch_widths(void **state)
+{
+	(void)state;
+	for (uint32_t n = 1; n <= 512; n++) {
+		const uint32_t w = cuda_batch_width(n);
+		const size_t b = cuda_bucket_of(n);
+		if (cuda_bucket_of(w) != b || cuda_bucket_rep(b) != w)
+			fail_msg("n=%u: batch width %u, bucket %zu (measured at %u), the width's bucket %zu", n, w,
+				 b, cuda_bucket_rep(b), cuda_bucket_of(w));
+	}
+	assert_int_equal(cuda_bucket_of(513), CUDA_NBUCKETS - 1);
+	assert_int_equal(cuda_bucket_of(UINT32_MAX), CUDA_NBUCKETS - 1);
+	assert_int_equal(cuda_bucket_rep(CUDA_NBUCKETS - 1), 1024);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_every_width_and_no_other),
 		cmocka_unit_test(test_defaults),
+		cmocka_unit_test(test_buckets_are_batch_widths),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
