@@ -21,7 +21,8 @@
  * "pdl" figures are the same kernels launched as programmatic dependent
  * launches (nv_wg_args.pdl: A streams while the previous call ends;
  * BENCH_NV_PDL_L2 stages past the first ring prefetched into L2,
- * NV_WG_GATE_L2 by default).
+ * NV_WG_GATE_L2 by default).  BENCH_NV_WG_LDB=R gives the wgmma kernels
+ * B with rows round_up(N, R) apart instead of N.
  * TFLOP/s are dense-equivalent (2 M N K over time) for every column.  For
  * i8, our time includes the device transpose of B that our kernels need
  * (cuBLASLt is given the layout it prefers).  Each result is checked
@@ -237,7 +238,16 @@ struct wg_ctx {
 	struct nv_wg_plan plan;
 	CUdeviceptr ws, counters;
 	int pdl; /* launched as programmatic dependent launches */
+	CUdeviceptr bpad; /* B with rows ldb apart (BENCH_NV_WG_LDB), or 0 */
+	int ldb;
 };
+
+/* BENCH_NV_WG_LDB=R: the wgmma kernels read B from a copy whose rows are
+ * round_up(n, R) apart (0: B as the other columns have it, rows n apart).
+ * On the H200 rows of B that are not 128 bytes apart cost the wgmma
+ * kernels up to half their time again (8192 x 200 x 8192: 65.6 us, 44.7
+ * with R = 64; bench/RESULTS.md). */
+static int wg_ldb_round;
 
 /* Stages of A past the first ring that a dependent launch prefetches into
  * L2 before the previous call ends: BENCH_NV_PDL_L2, default the
@@ -249,10 +259,32 @@ static int run_wg(void *vctx, int copy)
 	struct wg_ctx *c = vctx;
 	const struct problem *p = c->p;
 	const struct nv_wg_args g = {
-		.b = p->b, .d = p->d_ours, .n = p->n, .ldb = p->n, .ldc = p->n, .ldd = p->n,
+		.b = c->bpad ? c->bpad : p->b, .d = p->d_ours, .n = p->n, .ldb = c->ldb, .ldc = p->n, .ldd = p->n,
 		.out_dtype = p->out, .alpha = 1.0f, .beta = 0.0f, .pdl = c->pdl, .gate_l2 = c->pdl ? pdl_l2 : 0,
 	};
 	return nv_wg_launch_gemm(&wgmod, &c->plan, &c->a[copy % c->na], &g, c->ws, c->counters, stream, NULL, 0);
+}
+
+/* BENCH_NV_WG_LDB: B's rows copied into rows of ldb columns (the columns
+ * past n left as they come: the kernels never read them), once the
+ * problem's B is on the device. */
+static void wg_pad_b(struct wg_ctx *c)
+{
+	const struct problem *p = c->p;
+	if (wg_ldb_round <= 0)
+		return;
+	c->ldb = (p->n + wg_ldb_round - 1) / wg_ldb_round * wg_ldb_round;
+	c->bpad = dalloc((size_t)p->k * c->ldb * 2);
+	CUDA_MEMCPY2D cp;
+	memset(&cp, 0, sizeof(cp));
+	cp.srcMemoryType = cp.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+	cp.srcDevice = p->b;
+	cp.srcPitch = (size_t)p->n * 2;
+	cp.dstDevice = c->bpad;
+	cp.dstPitch = (size_t)c->ldb * 2;
+	cp.WidthInBytes = (size_t)p->n * 2;
+	cp.Height = (size_t)p->k;
+	CU(nv_drv.cuMemcpy2DAsync(&cp, stream));
 }
 
 /* Sets c up for the 2:4 (dense = 0: packs the canonical dvals/dmeta into
@@ -284,6 +316,9 @@ static int wg_setup(struct wg_ctx *c, struct problem *p, int dense, CUdeviceptr 
 				DIE("wgmma pack failed");
 		}
 	}
+	c->ldb = p->n;
+	if (p->b)
+		wg_pad_b(c);
 	c->ws = dalloc(c->plan.ws_bytes);
 	c->counters = dalloc(c->plan.counters * 4);
 	CU(nv_drv.cuMemsetD32Async(c->counters, 0, c->plan.counters ? c->plan.counters : 1, stream));
@@ -297,6 +332,8 @@ static void wg_free(struct wg_ctx *c)
 		nv_drv.cuMemFree(c->a[i].val);
 		nv_drv.cuMemFree(c->a[i].meta);
 	}
+	if (c->bpad)
+		nv_drv.cuMemFree(c->bpad);
 	if (c->ws)
 		nv_drv.cuMemFree(c->ws);
 	if (c->counters)
@@ -673,6 +710,8 @@ static void run_problem(enum mfma_dtype in, int m, int n, int k, FILE *out)
 	nv_drv.cuMemFree(dmeta);
 	p.b = dalloc((size_t)k * n * es);
 	upload(p.b, hb, (size_t)k * n * es);
+	if (have_wsp)
+		wg_pad_b(&wsp);
 	if (in == MFMA_DT_I8) {
 		p.bt = dalloc((size_t)n * p.kpad);
 		if (nv_launch_transpose_b8(&mod, stream, p.b, k, n, n, p.bt, p.kpad) < 0)
@@ -923,6 +962,10 @@ int main(int argc, char **argv)
 	chain = chain < 0 ? 0 : chain > 200 ? 200 : chain;
 	const char *pe = getenv("BENCH_NV_PDL_L2");
 	pdl_l2 = pe && atoi(pe) >= 0 ? atoi(pe) : NV_WG_GATE_L2;
+	const char *le = getenv("BENCH_NV_WG_LDB");
+	wg_ldb_round = le && atoi(le) > 0 ? atoi(le) : 0;
+	if (wg_ldb_round % 8)
+		DIE("BENCH_NV_WG_LDB wants a multiple of 8 (TMA's 16-byte rows), not %d", wg_ldb_round);
 	char err[256];
 	if (nv_driver_open(err, sizeof(err)) < 0)
 		DIE("%s", err);

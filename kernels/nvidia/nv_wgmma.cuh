@@ -788,7 +788,7 @@ struct nv_wg_gemm {
 			 * are in). */
 			const int pre = gate_ring(p, n_it);
 			for (int i = 0; i < pre; i++) {
-				nv_mbar_expect_tx(bars + 8 * i, A_BYTES + B_BYTES + E_BYTES);
+				nv_mbar_expect_tx(bars + 8 * i, A_BYTES + b_bytes(p, n0) + E_BYTES);
 				OP::load_a(p, sbase + i * STAGE, bars + 8 * i, it0 + i, m0, B_BYTES);
 			}
 			if (pre) {
@@ -1176,7 +1176,8 @@ struct nv_wg_gemm {
 							  int it, int m0, int n0)
 	{
 		const uint32_t full = bars + 8 * s, st = sbase + s * STAGE;
-		nv_mbar_expect_tx(full, (PARTS & NV_WG_LOAD_VALUES ? A_BYTES : 0) + (PARTS & NV_WG_LOAD_B ? B_BYTES : 0) +
+		nv_mbar_expect_tx(full, (PARTS & NV_WG_LOAD_VALUES ? A_BYTES : 0) +
+						(PARTS & NV_WG_LOAD_B ? b_bytes(p, n0) : 0) +
 						(PARTS & NV_WG_LOAD_META ? E_BYTES : 0));
 		if (PARTS & NV_WG_LOAD_A)
 			OP::load_a(p, st, full, it, m0, B_BYTES, PARTS & NV_WG_LOAD_A);
@@ -1213,23 +1214,42 @@ struct nv_wg_gemm {
 			release(bars + 8 * (STAGES + (i - 1) % STAGES), lane);
 	}
 
-	/* B's boxes of stage it into the stage at st. */
+	/* The boxes of B a tile at n0 loads: those that hold a column below
+	 * N.  A box wholly past B's edge would only bring zeros for D's
+	 * columns past N, which are never written, and TMA is slow at it: on
+	 * the H200 8192 x 192 x 8192 on the 128 x 128 tile took 56.4 us with
+	 * the last box of every second tile past the edge, 42.3 with it read
+	 * from memory (bench/RESULTS.md).  The slots of the boxes left out
+	 * keep what they held, which again reaches only those columns of D. */
+	static __device__ __forceinline__ int b_boxes(const nv_wg_params &p, int n0)
+	{
+		return min(BN / B::BNB, (p.n - n0 + B::BNB - 1) / B::BNB);
+	}
+	static __device__ __forceinline__ uint32_t b_bytes(const nv_wg_params &p, int n0)
+	{
+		return (uint32_t)b_boxes(p, n0) * B::BOX_BYTES;
+	}
+
+	/* B's boxes of stage it (b_boxes of them) into the stage at st. */
 	static __device__ __forceinline__ void load_b(const nv_wg_params &p, uint32_t st, uint32_t full, int it,
 						      int n0)
 	{
+		const int boxes = b_boxes(p, n0);
 		if (CL == 2) {
 			/* Every other box, multicast to the pair (which shares n0). */
 			const unsigned r = nv_cluster_rank();
 #pragma unroll
 			for (int nb = 0; nb < BN / B::BNB; nb += 2)
-				nv_tma_2d_mc(st + A_BYTES + (nb + r) * B::BOX_BYTES, &p.tm_b, n0 + (nb + (int)r) * B::BNB,
-					     it * NV_WG_BK, full, 3, NV_WG_EVICT_LAST);
+				if (nb + (int)r < boxes)
+					nv_tma_2d_mc(st + A_BYTES + (nb + r) * B::BOX_BYTES, &p.tm_b,
+						     n0 + (nb + (int)r) * B::BNB, it * NV_WG_BK, full, 3, NV_WG_EVICT_LAST);
 			return;
 		}
 #pragma unroll
 		for (int nb = 0; nb < BN / B::BNB; nb++)
-			nv_tma_2d(st + A_BYTES + nb * B::BOX_BYTES, &p.tm_b, n0 + nb * B::BNB, it * NV_WG_BK, full,
-				  NV_WG_EVICT_LAST);
+			if (nb < boxes)
+				nv_tma_2d(st + A_BYTES + nb * B::BOX_BYTES, &p.tm_b, n0 + nb * B::BNB, it * NV_WG_BK,
+					  full, NV_WG_EVICT_LAST);
 	}
 
 	static __device__ __forceinline__ void release(uint32_t empty, unsigned lane)

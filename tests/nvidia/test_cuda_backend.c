@@ -229,7 +229,8 @@ static void test_random_shapes(void **state)
 static void test_tiles_and_split_k(void **state)
 {
 	(void)state;
-	const uint32_t ns[] = { 16, 9, 32, 27, 64, 50, 130, 259 };
+	/* 130, 259, 192: tiles with B boxes wholly past N (not loaded). */
+	const uint32_t ns[] = { 16, 9, 32, 27, 64, 50, 130, 259, 192 };
 	for (size_t ti = 0; ti < 3; ti++)
 		for (int sp = 0; sp < 2; sp++)
 			for (size_t i = 0; i < sizeof(ns) / sizeof(ns[0]); i++) {
