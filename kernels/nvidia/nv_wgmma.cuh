@@ -1219,8 +1219,11 @@ struct nv_wg_gemm {
 	 * columns past N, which are never written, and TMA is slow at it: on
 	 * the H200 8192 x 192 x 8192 on the 128 x 128 tile took 56.4 us with
 	 * the last box of every second tile past the edge, 42.3 with it read
-	 * from memory (bench/RESULTS.md).  The slots of the boxes left out
-	 * keep what they held, which again reaches only those columns of D. */
+	 * from memory, 43.1 with it left out (bench/RESULTS.md).  The slots of
+	 * the boxes left out keep what they held (at the start whatever shared
+	 * memory held), which again reaches only those columns of D: of the
+	 * accumulators, the split-K partials and the epilogue, only columns
+	 * below N are stored. */
 	static __device__ __forceinline__ int b_boxes(const nv_wg_params &p, int n0)
 	{
 		return min(BN / B::BNB, (p.n - n0 + B::BNB - 1) / B::BNB);
