@@ -894,7 +894,7 @@ static void test_choice(void **state)
 			if (!t.variant)
 				fail_msg("choice: no variant named");
 			if (ns[i] > 64) {
-				/* One bucket (65-256): one provider serves it. */
+				/* One bucket (193-256): one provider serves it. */
 				if (!first)
 					first = t.variant;
 				else if (strcmp(first, t.variant) != 0)
