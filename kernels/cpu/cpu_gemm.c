@@ -43,6 +43,52 @@ static int check_gemm(const struct mfma_gemm *g, bool serving)
 	return 0;
 }
 
+static size_t min_sz(size_t a, size_t b)
+{
+	return a < b ? a : b;
+}
+
+/* Columns of B the reference widens to float64 at a time: a block of
+ * REF_NB x k doubles, each column's k values in a row, so that the inner
+ * products run over consecutive doubles. */
+#define REF_NB 64
+
+/* out[j] = alpha * sum_p a[p] * bt[j * k + p] (+ beta * C), for nb
+ * columns; four columns at a time, each summed over p in order, as a
+ * plain triple loop sums it. */
+static void ref_row(const struct mfma_gemm *g, const double *a, const double *bt, size_t k, size_t nb,
+		    size_t c0, size_t i, double *out)
+{
+	size_t j = 0;
+	for (; j + 4 <= nb; j += 4) {
+		const double *b0 = bt + j * k, *b1 = b0 + k, *b2 = b1 + k, *b3 = b2 + k;
+		double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+		for (size_t p = 0; p < k; p++) {
+			s0 += a[p] * b0[p];
+			s1 += a[p] * b1[p];
+			s2 += a[p] * b2[p];
+			s3 += a[p] * b3[p];
+		}
+		out[j] = s0;
+		out[j + 1] = s1;
+		out[j + 2] = s2;
+		out[j + 3] = s3;
+	}
+	for (; j < nb; j++) {
+		const double *b0 = bt + j * k;
+		double s0 = 0.0;
+		for (size_t p = 0; p < k; p++)
+			s0 += a[p] * b0[p];
+		out[j] = s0;
+	}
+	for (j = 0; j < nb; j++) {
+		double r = (double)g->alpha * out[j];
+		if (g->beta != 0.0f)
+			r += (double)g->beta * mfma_load_f64(g->c, g->out_dtype, i * g->n + c0 + j);
+		out[j] = r;
+	}
+}
+
 int cpu_gemm_ref_f64(const struct mfma_gemm *g, double *out)
 {
 	int rc = check_gemm(g, false);
@@ -64,18 +110,26 @@ int cpu_gemm_ref_f64(const struct mfma_gemm *g, double *out)
 		}
 		a = dense;
 	}
-	for (size_t i = 0; i < m; i++) {
-		for (size_t j = 0; j < n; j++) {
-			double acc = 0.0;
+	double *arow = malloc(k * sizeof(double) + 8), *bt = malloc(min_sz(n, REF_NB) * k * sizeof(double) + 8);
+	if (!arow || !bt) {
+		free(arow);
+		free(bt);
+		free(dense);
+		return -ENOMEM;
+	}
+	for (size_t c0 = 0; c0 < n; c0 += REF_NB) {
+		const size_t nb = min_sz(REF_NB, n - c0);
+		for (size_t p = 0; p < k; p++)
+			for (size_t j = 0; j < nb; j++)
+				bt[j * k + p] = mfma_load_f64(g->b, g->in_dtype, p * n + c0 + j);
+		for (size_t i = 0; i < m; i++) {
 			for (size_t p = 0; p < k; p++)
-				acc += mfma_load_f64(a, g->in_dtype, i * k + p) *
-				       mfma_load_f64(g->b, g->in_dtype, p * n + j);
-			double r = (double)g->alpha * acc;
-			if (g->beta != 0.0f)
-				r += (double)g->beta * mfma_load_f64(g->c, g->out_dtype, i * n + j);
-			out[i * n + j] = r;
+				arow[p] = mfma_load_f64(a, g->in_dtype, i * k + p);
+			ref_row(g, arow, bt, k, nb, c0, i, out + i * n + c0);
 		}
 	}
+	free(arow);
+	free(bt);
 	free(dense);
 	return 0;
 }
@@ -91,11 +145,6 @@ double cpu_rel_frobenius(const void *d, enum mfma_dtype t, const double *ref, si
 	if (den == 0.0)
 		return num == 0.0 ? 0.0 : INFINITY;
 	return sqrt(num / den);
-}
-
-static size_t min_sz(size_t a, size_t b)
-{
-	return a < b ? a : b;
 }
 
 /* Dense f32/f16/bf16 through cblas_sgemm.  f32 in and out is one sgemm

@@ -225,6 +225,74 @@ static void test_ref_by_hand(void **state)
 	assert_true(di[0] == 13 && di[1] == 3 && di[2] == 31 && di[3] == 9);
 }
 
+/* Floats of a full 24-bit mantissa, exponents 2^-8 .. 2^7, either sign. */
+static void wide_fill(float *p, size_t count, uint32_t *s)
+{
+	for (size_t i = 0; i < count; i++) {
+		const uint32_t r = rnd(s), e = rnd(s);
+		const float f = ldexpf((float)((r & 0xffffff) | 0x800000), (int)(e % 16) - 8 - 24);
+		p[i] = e & 0x100 ? -f : f;
+	}
+}
+
+/* The reference widens B in blocks of 64 columns and sums four columns
+ * at a time; each sum must still be the plain triple loop's, bit for bit
+ * (the same products added in the same order): shapes on both sides of
+ * the block edge, every input type, 2:4 and dense, with and without C. */
+static void test_ref_is_the_plain_loop(void **state)
+{
+	(void)state;
+	const enum mfma_dtype ins[] = { MFMA_DT_F32, MFMA_DT_F16, MFMA_DT_BF16, MFMA_DT_I8 };
+	const unsigned ns[] = { 1, 3, 63, 64, 65, 130, 257 };
+	for (size_t t = 0; t < sizeof(ins) / sizeof(ins[0]); t++)
+		for (size_t ni = 0; ni < sizeof(ns) / sizeof(ns[0]); ni++)
+			for (int sp = 0; sp < 2; sp++) {
+				const enum mfma_dtype in = ins[t], out = mfma_out_dtype_default(in);
+				const unsigned m = 7 + (unsigned)ni, n = ns[ni], k = 36 + 4 * (unsigned)t;
+				const float beta = in == MFMA_DT_I8 ? (float)sp : sp ? 0.0f : -0.75f;
+				struct problem pr;
+				uint32_t seed = 60 + (uint32_t)(t * 31 + ni * 2 + (unsigned)sp);
+				problem_init(&pr, m, n, k, in, out, sp, in == MFMA_DT_I8 ? 1.0f : 1.25f, beta, seed);
+				if (in == MFMA_DT_F32) {
+					/* fill's values have so few bits that any order of
+					 * adding them is exact: for f32, values of 24 bits
+					 * and exponents 2^-8 .. 2^7, whose sums round, so
+					 * that another order shows. */
+					wide_fill(pr.a, (size_t)m * k, &seed);
+					wide_fill(pr.b, (size_t)k * n, &seed);
+					wide_fill(pr.c, (size_t)m * n, &seed);
+					assert_int_equal(sparse24_prune(pr.a, in, m, k, pr.vals, pr.meta), 0);
+					assert_int_equal(cpu_gemm_ref_f64(&pr.g, pr.ref), 0);
+				}
+				/* The plain loop over A as the reference sees it. */
+				const void *a = pr.a;
+				void *dense = NULL;
+				if (sp) {
+					dense = malloc((size_t)m * k * mfma_dtype_size(in) + 1);
+					assert_int_equal(sparse24_decompress(pr.vals, pr.meta, in, m, k, dense, NULL,
+									     NULL),
+							 0);
+					a = dense;
+				}
+				for (size_t i = 0; i < m; i++)
+					for (size_t j = 0; j < n; j++) {
+						double acc = 0.0;
+						for (size_t p = 0; p < k; p++)
+							acc += mfma_load_f64(a, in, i * k + p) *
+							       mfma_load_f64(pr.b, in, p * n + j);
+						double r = (double)pr.g.alpha * acc;
+						if (beta != 0.0f)
+							r += (double)beta * mfma_load_f64(pr.c, out, i * n + j);
+						if (memcmp(&r, &pr.ref[i * n + j], sizeof(r)) != 0)
+							fail_msg("%s %ux%ux%u%s (%zu, %zu): %.17g, the plain loop %.17g",
+								 mfma_dtype_name(in), m, n, k, sp ? " 2:4" : "", i, j,
+								 pr.ref[i * n + j], r);
+					}
+				free(dense);
+				problem_free(&pr);
+			}
+}
+
 static void test_rel_frobenius(void **state)
 {
 	(void)state;
@@ -448,6 +516,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_ref_by_hand),
+		cmocka_unit_test(test_ref_is_the_plain_loop),
 		cmocka_unit_test(test_rel_frobenius),
 		cmocka_unit_test(test_tiny_shapes),
 		cmocka_unit_test(test_blocking_shapes),
