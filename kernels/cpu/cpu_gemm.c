@@ -119,9 +119,13 @@ int cpu_gemm_ref_f64(const struct mfma_gemm *g, double *out)
 	}
 	for (size_t c0 = 0; c0 < n; c0 += REF_NB) {
 		const size_t nb = min_sz(REF_NB, n - c0);
-		for (size_t p = 0; p < k; p++)
+		/* In squares of REF_NB x REF_NB, so that neither the reads of
+		 * B's rows nor the writes along K stride over more memory at a
+		 * time than a square. */
+		for (size_t p0 = 0; p0 < k; p0 += REF_NB)
 			for (size_t j = 0; j < nb; j++)
-				bt[j * k + p] = mfma_load_f64(g->b, g->in_dtype, p * n + c0 + j);
+				for (size_t p = p0; p < min_sz(k, p0 + REF_NB); p++)
+					bt[j * k + p] = mfma_load_f64(g->b, g->in_dtype, p * n + c0 + j);
 		for (size_t i = 0; i < m; i++) {
 			for (size_t p = 0; p < k; p++)
 				arow[p] = mfma_load_f64(a, g->in_dtype, i * k + p);

@@ -235,10 +235,11 @@ static void wide_fill(float *p, size_t count, uint32_t *s)
 	}
 }
 
-/* The reference widens B in blocks of 64 columns and sums four columns
- * at a time; each sum must still be the plain triple loop's, bit for bit
- * (the same products added in the same order): shapes on both sides of
- * the block edge, every input type, 2:4 and dense, with and without C. */
+/* The reference widens B in blocks of 64 columns (in squares of 64 x 64)
+ * and sums four columns at a time; each sum must still be the plain
+ * triple loop's, bit for bit (the same products added in the same order):
+ * N on both sides of the block edge, K within one square and past it,
+ * every input type, 2:4 and dense, with and without C. */
 static void test_ref_is_the_plain_loop(void **state)
 {
 	(void)state;
@@ -248,7 +249,8 @@ static void test_ref_is_the_plain_loop(void **state)
 		for (size_t ni = 0; ni < sizeof(ns) / sizeof(ns[0]); ni++)
 			for (int sp = 0; sp < 2; sp++) {
 				const enum mfma_dtype in = ins[t], out = mfma_out_dtype_default(in);
-				const unsigned m = 7 + (unsigned)ni, n = ns[ni], k = 36 + 4 * (unsigned)t;
+				const unsigned m = 7 + (unsigned)ni, n = ns[ni];
+				const unsigned k = 36 + 4 * (unsigned)t + (ni % 2 ? 64 : 0);
 				const float beta = in == MFMA_DT_I8 ? (float)sp : sp ? 0.0f : -0.75f;
 				struct problem pr;
 				uint32_t seed = 60 + (uint32_t)(t * 31 + ni * 2 + (unsigned)sp);
