@@ -14,8 +14,10 @@ extern "C" {
 #endif
 
 /* Float64 reference: writes m x n doubles to out (alpha, beta and C
- * applied, no rounding to out_dtype).  Simple triple loop, obviously
- * right; handles sparse A by decompressing.  Returns 0 or -ENOMEM/-EINVAL. */
+ * applied, no rounding to out_dtype).  Each element is the sum a plain
+ * triple loop makes, in its order (the operands widened to float64 first,
+ * B in blocks of 64 columns, so that it runs some 3.5 GMAC/s on one core);
+ * handles sparse A by decompressing.  Returns 0 or -ENOMEM/-EINVAL. */
 int cpu_gemm_ref_f64(const struct mfma_gemm *g, double *out);
 
 /* Relative Frobenius error ||D - R|| / ||R|| of D (m x n in out_dtype)
