@@ -1820,12 +1820,12 @@ static void pdl_weight_make(const struct nv_wg_module *mod, CUstream s, uint32_t
 		nvt_fill(w->vals, MFMA_DT_F16, (size_t)m * k, &seed);
 		CU_OK(nv_drv.cuMemAlloc(&w->pk.val, (size_t)nv_wg_dense_bytes(m, k, 2)));
 		CU_OK(nv_drv.cuMemsetD8Async(w->pk.val, 0, (size_t)nv_wg_dense_bytes(m, k, 2), s));
-		for (uint32_t r = 0; r < m; r++) {
-			const uint32_t rows = pitch == row ? m : 1; /* one copy when the rows are not padded */
-			CU_OK(nv_drv.cuMemcpyHtoDAsync(w->pk.val + r * pitch, (const char *)w->vals + r * row,
-						       rows * row, s));
-			r += rows - 1;
-		}
+		if (pitch == row)
+			CU_OK(nv_drv.cuMemcpyHtoDAsync(w->pk.val, w->vals, (size_t)m * row, s));
+		else
+			for (uint32_t r = 0; r < m; r++)
+				CU_OK(nv_drv.cuMemcpyHtoDAsync(w->pk.val + r * pitch, (const char *)w->vals + r * row,
+							       row, s));
 		CU_OK(nv_drv.cuStreamSynchronize(s));
 		return;
 	}
