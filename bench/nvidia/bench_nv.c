@@ -266,8 +266,8 @@ static int run_wg(void *vctx, int copy)
 }
 
 /* BENCH_NV_WG_LDB: B's rows copied into rows of ldb columns (the columns
- * past n left as they come: the kernels never read them), once the
- * problem's B is on the device. */
+ * past n left as they come: the kernels never read them); called once
+ * the problem's B is on the device. */
 static void wg_pad_b(struct wg_ctx *c)
 {
 	const struct problem *p = c->p;
@@ -316,9 +316,7 @@ static int wg_setup(struct wg_ctx *c, struct problem *p, int dense, CUdeviceptr 
 				DIE("wgmma pack failed");
 		}
 	}
-	c->ldb = p->n;
-	if (p->b)
-		wg_pad_b(c);
+	c->ldb = p->n; /* wg_pad_b may widen it once B is on the device */
 	c->ws = dalloc(c->plan.ws_bytes);
 	c->counters = dalloc(c->plan.counters * 4);
 	CU(nv_drv.cuMemsetD32Async(c->counters, 0, c->plan.counters ? c->plan.counters : 1, stream));
@@ -532,6 +530,20 @@ static void sweep(struct problem *p, FILE *out)
 	p->plan_sp = base;
 }
 
+/* c's kernel timed as an ordinary launch (*t) and as a dependent one
+ * (*tp), each D compared with cuBLASLt's (*e, *ep) when it has one. */
+static void time_wg(struct wg_ctx *c, int have_ref, double target, double *t, double *e, double *tp, double *ep)
+{
+	const struct problem *p = c->p;
+	for (c->pdl = 0; c->pdl < 2; c->pdl++) {
+		double *tt = c->pdl ? tp : t, *ee = c->pdl ? ep : e;
+		*tt = time_op(run_wg, c, c->na, target);
+		if (have_ref)
+			*ee = compare(p->d_ours, p->d_ref, p->out, p->out, (size_t)p->m * p->n);
+	}
+	c->pdl = 0;
+}
+
 /* The same call timed the way the daemon serves it, one at a time: B
  * copied in from pinned host memory, an event, the call, an event, D
  * copied out, the stream waited for.  Returns the median microseconds
@@ -710,8 +722,6 @@ static void run_problem(enum mfma_dtype in, int m, int n, int k, FILE *out)
 	nv_drv.cuMemFree(dmeta);
 	p.b = dalloc((size_t)k * n * es);
 	upload(p.b, hb, (size_t)k * n * es);
-	if (have_wsp)
-		wg_pad_b(&wsp);
 	if (in == MFMA_DT_I8) {
 		p.bt = dalloc((size_t)n * p.kpad);
 		if (nv_launch_transpose_b8(&mod, stream, p.b, k, n, n, p.bt, p.kpad) < 0)
@@ -764,24 +774,12 @@ static void run_problem(enum mfma_dtype in, int m, int n, int k, FILE *out)
 	double t_psp = NAN, t_pdn = NAN, e_psp = NAN, e_pdn = NAN; /* the same as dependent launches */
 	const int have_wdn = wg_setup(&wdn, &p, 1, 0, 0) == 0;
 	if (have_wsp) {
-		t_wsp = time_op(run_wg, &wsp, wsp.na, target);
-		if (brc == 0)
-			e_wsp = compare(p.d_ours, p.d_ref, p.out, p.out, (size_t)m * n);
-		wsp.pdl = 1;
-		t_psp = time_op(run_wg, &wsp, wsp.na, target);
-		if (brc == 0)
-			e_psp = compare(p.d_ours, p.d_ref, p.out, p.out, (size_t)m * n);
-		wsp.pdl = 0;
+		wg_pad_b(&wsp);
+		time_wg(&wsp, brc == 0, target, &t_wsp, &e_wsp, &t_psp, &e_psp);
 	}
 	if (have_wdn) {
-		t_wdn = time_op(run_wg, &wdn, wdn.na, target);
-		if (brc == 0)
-			e_wdn = compare(p.d_ours, p.d_ref, p.out, p.out, (size_t)m * n);
-		wdn.pdl = 1;
-		t_pdn = time_op(run_wg, &wdn, wdn.na, target);
-		if (brc == 0)
-			e_pdn = compare(p.d_ours, p.d_ref, p.out, p.out, (size_t)m * n);
-		wdn.pdl = 0;
+		wg_pad_b(&wdn);
+		time_wg(&wdn, brc == 0, target, &t_wdn, &e_wdn, &t_pdn, &e_pdn);
 	}
 	char shape[64];
 	snprintf(shape, sizeof(shape), "%dx%dx%d", m, n, k);

@@ -99,7 +99,7 @@ rnd() { "${CTL[@]}" random -o "$1" --shape "$2" --dtype "$3" ${4:-} --seed "${5:
 if [ "$MODE" = single ]; then
 	for dt in f16 bf16 i8; do
 		# Shapes as MxNxK words.
-		# The client's float64 reference runs on one core (some 3.5 GMAC/s): keep
+		# The client's float64 reference runs on one core: keep
 		# the shapes small enough for it.
 		for shape in ${E2E_SHAPES:-37x29x100 300x17x516 1000x64x2048 129x200x260 520x300x1028}; do
 			IFS=x read -r m n k <<<"$shape"

@@ -15,9 +15,10 @@ extern "C" {
 
 /* Float64 reference: writes m x n doubles to out (alpha, beta and C
  * applied, no rounding to out_dtype).  Each element is the sum a plain
- * triple loop makes, in its order (the operands widened to float64 first,
- * B in blocks of 64 columns, so that it runs some 3.5 GMAC/s on one core);
- * handles sparse A by decompressing.  Returns 0 or -ENOMEM/-EINVAL. */
+ * triple loop makes, in its order; the operands are widened to float64
+ * first, B in blocks of 64 columns (3.4-8.4x the plain loop's speed:
+ * bench/RESULTS.md).  Handles sparse A by decompressing.  Returns 0 or
+ * -ENOMEM/-EINVAL. */
 int cpu_gemm_ref_f64(const struct mfma_gemm *g, double *out);
 
 /* Relative Frobenius error ||D - R|| / ||R|| of D (m x n in out_dtype)

@@ -1819,7 +1819,8 @@ static void pdl_weight_make(const struct nv_wg_module *mod, CUstream s, uint32_t
 		w->meta = NULL;
 		nvt_fill(w->vals, MFMA_DT_F16, (size_t)m * k, &seed);
 		CU_OK(nv_drv.cuMemAlloc(&w->pk.val, (size_t)nv_wg_dense_bytes(m, k, 2)));
-		CU_OK(nv_drv.cuMemsetD8Async(w->pk.val, 0, (size_t)nv_wg_dense_bytes(m, k, 2), s));
+		/* The padding past K in each row is never read (the tensor map's
+		 * width is K), so it is left as it comes. */
 		if (pitch == row)
 			CU_OK(nv_drv.cuMemcpyHtoDAsync(w->pk.val, w->vals, (size_t)m * row, s));
 		else
