@@ -10,7 +10,7 @@
 #        [batching] [serving] [readsab] [postab] [readerminab] [overlapab] [copystreamab] [dmaab] [dmacsab] [regionab] [batchcheck] [setab]
 #        [phases] [dmaphases]
 #        [wgmma] [group] [csum] [w1] [p3] [wgsan] [raceprobe] [streamprobe] [hot] [spread] [trace] [splitncu] [wgncu] [oneinflight]
-#        [pdl] [copies] [lonecheck] [gate] [gateab] [tileab] [loopstartab] [kernelab] [wgdecode] [wgdsan] [wgdncu] [wgdense] [wgdensesan] [wgdensencu]
+#        [pdl] [pitch] [copies] [lonecheck] [gate] [gateab] [tileab] [loopstartab] [kernelab] [wgdecode] [wgdsan] [wgdncu] [wgdense] [wgdensesan] [wgdensencu]
 #        (no argument: test sanitize bench e2e)
 set -u
 OUT=${OUT:-/tmp/mfma-out}
@@ -262,6 +262,23 @@ shapes)
 		timeout 120 "$BENCH" --dtypes ${BENCH_DTYPES:-f16} --shape "$shape" >>"$OUT/shapes.log" 2>&1
 	done
 	grep -E "^\| (f16|bf16|i8) |^\| wgmma" "$OUT/shapes.log" | cut -c1-260
+	;;
+pitch)
+	# What rows of B not 128 bytes apart cost the wgmma kernels, and what
+	# padding them would cost: bench_nv at each of PITCH_SHAPES with B as
+	# given and with its rows round_up(N, R) apart for each R of
+	# PITCH_ROUNDS (BENCH_NV_WG_LDB), the padding copy timed on the device
+	# and across the bus ("# B ..." lines).
+	build_bench
+	: >"$OUT/pitch.log"
+	for shape in ${PITCH_SHAPES:-8192x200x8192 14336x200x4096 4096x200x4096 8192x40x8192 8192x24x8192 8192x104x8192 4096x1000x4096}; do
+		for r in 0 ${PITCH_ROUNDS:-64}; do
+			echo "# $shape BENCH_NV_WG_LDB=$r" >>"$OUT/pitch.log"
+			BENCH_NV_WG_LDB=$r timeout 120 "$BENCH" --dtypes ${BENCH_DTYPES:-f16} --shape "$shape" \
+				>>"$OUT/pitch.log" 2>&1
+		done
+	done
+	grep -E "^# [0-9]+x|^# B [0-9]|^\| (f16|bf16) |^\| wgmma" "$OUT/pitch.log" | cut -c1-220
 	;;
 pdl)
 	# The wgmma kernels as programmatic dependent launches (bench_nv's
