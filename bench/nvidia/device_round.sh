@@ -10,7 +10,7 @@
 #        [batching] [serving] [readsab] [postab] [readerminab] [overlapab] [copystreamab] [dmaab] [dmacsab] [regionab] [batchcheck] [setab]
 #        [phases] [dmaphases]
 #        [wgmma] [group] [csum] [w1] [p3] [wgsan] [raceprobe] [streamprobe] [hot] [spread] [trace] [splitncu] [wgncu] [oneinflight]
-#        [pdl] [pitch] [copies] [lonecheck] [gate] [gateab] [tileab] [loopstartab] [kernelab] [wgdecode] [wgdsan] [wgdncu] [wgdense] [wgdensesan] [wgdensencu]
+#        [pdl] [pitch] [pitchab] [copies] [lonecheck] [gate] [gateab] [tileab] [loopstartab] [kernelab] [wgdecode] [wgdsan] [wgdncu] [wgdense] [wgdensesan] [wgdensencu]
 #        (no argument: test sanitize bench e2e)
 set -u
 OUT=${OUT:-/tmp/mfma-out}
@@ -279,6 +279,23 @@ pitch)
 		done
 	done
 	grep -E "^# [0-9]+x|^# B [0-9]|^\| (f16|bf16) |^\| wgmma" "$OUT/pitch.log" | cut -c1-220
+	;;
+pitchab)
+	# e2e.sh pitch (one request at a time where B's rows land with gaps,
+	# resident and lone, bytes and --shm) with the daemon of
+	# .devlibs/payload_base.tar.xz (an earlier build) and the payload's,
+	# alternately: base new new base.
+	B=/tmp/mfma-base
+	rm -rf "$B" && mkdir -p "$B" && tar -C "$B" -xJf .devlibs/payload_base.tar.xz || { echo "no base payload"; exit 1; }
+	for who in base new new base; do
+		dir=$P lib=$P/lib
+		[ "$who" = base ] && dir=$B lib=$B/lib
+		echo "AB $who" >>"$OUT/e2e_pitchab.log"
+		LD_LIBRARY_PATH="$lib:$LD_LIBRARY_PATH" timeout "${E2E_S:-300}" bash bench/nvidia/e2e.sh "$dir" "$OUT" pitch \
+			>>"$OUT/e2e_pitchab.log" 2>&1
+		echo "=== e2e pitch $who: rc=$?"
+	done
+	grep -E "^(AB|FAIL|CHECK)" "$OUT/e2e_pitchab.log" | cut -c1-200
 	;;
 pdl)
 	# The wgmma kernels as programmatic dependent launches (bench_nv's

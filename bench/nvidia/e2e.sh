@@ -12,7 +12,12 @@
 #     variant each N bucket chose and the server's kernel time, to set
 #     beside bench_nv's times of each library alone (device_round.sh
 #     choice runs both).
-#  5. (answers) the batched load of batch_bench.sh (resident 8192x8192 2:4
+#  5. (pitch) one request at a time at shapes whose N puts B's rows on the
+#     device with gaps between them (E2E_PITCH_SHAPES): a resident 2:4
+#     weight (the measured choice) and A sent with every request (our
+#     wgmma kernel), B in the frame and through a region (--shm); then the
+#     same checked against float64 (--check);
+#  6. (answers) the batched load of batch_bench.sh (resident 8192x8192 2:4
 #     f16, N=8 per request, 64 in flight, bytes in the frames), then the
 #     answer frames counted by where they lay: run it with
 #     E2E_PINNED_ANSWERS_MB=0 and =64 for the two sides.
@@ -21,7 +26,7 @@
 # frames in each GPU's pinned arena (0: on the heap, D staged and copied by
 # the worker), in every mode.
 #
-# usage: e2e.sh PAYLOAD_DIR OUT_DIR [single|latency|multi|choice|answers]
+# usage: e2e.sh PAYLOAD_DIR OUT_DIR [single|latency|multi|choice|pitch|answers]
 set -u
 P=$1
 OUT=$2
@@ -206,6 +211,23 @@ if [ "$MODE" = choice ]; then
 		done
 	done
 	"${CTL[@]}" status | grep -i variants | head -2
+fi
+
+if [ "$MODE" = pitch ]; then
+	for shape in ${E2E_PITCH_SHAPES:-8192x200x8192 14336x200x4096 8192x104x8192}; do
+		IFS=x read -r m n k <<<"$shape"
+		for a in "--resident" ""; do
+			for shm in "" "--shm"; do
+				echo "E2E pitch ${a:-lone} ${shm:-bytes} ${m}x${n}x${k} 2:4 f16: $("${CTL[@]}" --json bench \
+					$a --sparse --m "$m" --n "$n" --k "$k" --dtype f16 --out-dtype f16 \
+					-n "${E2E_PITCH_REQUESTS:-100}" --warmup 5 --device 0 $shm 2>&1 | tr -s ' \n' ' ')"
+			done
+			"${CTL[@]}" --json bench $a --sparse --m "$m" --n "$n" --k "$k" --dtype f16 --out-dtype f16 \
+				-n 4 --warmup 0 --device 0 --check >"$D/pitch_check.json" 2>&1 &&
+				echo "CHECK ok   pitch ${a:-lone} ${m}x${n}x${k}" ||
+				{ fails=$((fails + 1)); echo "FAIL pitch ${a:-lone} ${m}x${n}x${k}: $(tr -s ' \n' ' ' <"$D/pitch_check.json")"; }
+		done
+	done
 fi
 
 if [ "$MODE" = answers ]; then

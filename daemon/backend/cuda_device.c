@@ -534,9 +534,9 @@ static void give_from(void *arg, size_t off, unsigned char *dst, size_t len)
 }
 
 /* A copy in that needs no staging (src registered, or on the device),
- * on stream st. */
+ * on stream st; with zero_gap, the gap after each row zero-filled. */
 static int direct_copy_in(CUstream st, CUdeviceptr dst, size_t dpitch, const void *src, bool dev_src,
-			  size_t rows, size_t row_bytes, char *err, size_t errlen)
+			  bool zero_gap, size_t rows, size_t row_bytes, char *err, size_t errlen)
 {
 	if (dev_src && dpitch == row_bytes) {
 		CU_TRY(nv_drv.cuMemcpyDtoDAsync(dst, (CUdeviceptr)(uintptr_t)src, rows * row_bytes, st),
@@ -547,8 +547,8 @@ static int direct_copy_in(CUstream st, CUdeviceptr dst, size_t dpitch, const voi
 		CU_TRY(nv_drv.cuMemcpyHtoDAsync(dst, src, rows * row_bytes, st), "cuMemcpyHtoDAsync(registered)");
 		return 0;
 	}
-	/* The gap after each row is zero, as the staged copy leaves it. */
-	CU_TRY(nv_drv.cuMemsetD8Async(dst, 0, rows * dpitch, st), "cuMemsetD8Async");
+	if (zero_gap)
+		CU_TRY(nv_drv.cuMemsetD8Async(dst, 0, rows * dpitch, st), "cuMemsetD8Async");
 	CUDA_MEMCPY2D c2 = { 0 };
 	c2.srcMemoryType = dev_src ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
 	c2.srcHost = dev_src ? NULL : src;
@@ -584,7 +584,7 @@ int cuda_dev_copy_in_gated(struct cuda_dev *d, CUdeviceptr dst, size_t dpitch, c
 	 * may still read dst (and the word's first value is set there). */
 	CU_TRY(nv_drv.cuEventRecord(d->gate_ev, d->stream), "cuEventRecord(gate)");
 	CU_TRY(nv_drv.cuStreamWaitEvent(d->gate_stream, d->gate_ev, 0), "cuStreamWaitEvent(gate)");
-	int rc = direct_copy_in(d->gate_stream, dst, dpitch, src, false, rows, row_bytes, err, errlen);
+	int rc = direct_copy_in(d->gate_stream, dst, dpitch, src, false, false, rows, row_bytes, err, errlen);
 	if (rc < 0 || (rc = cuda_dev_mark_on(d, CUDA_MARK_IN, d->gate_stream, err, errlen)) < 0)
 		return rc;
 	/* The default flags put a memory barrier before the write: B is in
@@ -597,14 +597,15 @@ int cuda_dev_copy_in_gated(struct cuda_dev *d, CUdeviceptr dst, size_t dpitch, c
 	return 0;
 }
 
-int cuda_dev_copy_in(struct cuda_dev *d, CUdeviceptr dst, size_t dpitch, const void *src,
-		     size_t rows, size_t row_bytes, char *err, size_t errlen)
+static int copy_in(struct cuda_dev *d, CUdeviceptr dst, size_t dpitch, const void *src, size_t rows,
+		   size_t row_bytes, bool zero_gap, char *err, size_t errlen)
 {
 	const unsigned char *s = src;
 	int rc, h = 0;
 	bool dev_src = on_device(d, src, rows * row_bytes);
 	if (dev_src || cuda_dev_registered(d, src, rows * row_bytes))
-		return direct_copy_in(d->stream, dst, dpitch, src, dev_src, rows, row_bytes, err, errlen);
+		return direct_copy_in(d->stream, dst, dpitch, src, dev_src, zero_gap, rows, row_bytes, err,
+				      errlen);
 	if (dpitch == row_bytes) {
 		size_t total = rows * row_bytes;
 		for (size_t off = 0; off < total; off += d->pin_half, h ^= 1) {
@@ -619,10 +620,13 @@ int cuda_dev_copy_in(struct cuda_dev *d, CUdeviceptr dst, size_t dpitch, const v
 		}
 		return 0;
 	}
-	size_t per = d->pin_half / dpitch;
+	/* Zero-filled gaps are staged with the rows (the gaps cross the bus);
+	 * otherwise only the rows are staged, and cross row by row. */
+	const size_t spitch = zero_gap ? dpitch : row_bytes;
+	size_t per = d->pin_half / spitch;
 	if (per == 0) {
 		snprintf(err, errlen, "cuda: a row of %zu bytes does not fit the pinned pool (%zu bytes)",
-			 dpitch, d->pin_half);
+			 spitch, d->pin_half);
 		return -E2BIG;
 	}
 	for (size_t r0 = 0; r0 < rows; r0 += per, h ^= 1) {
@@ -630,16 +634,42 @@ int cuda_dev_copy_in(struct cuda_dev *d, CUdeviceptr dst, size_t dpitch, const v
 		if ((rc = pin_wait(d, h, err, errlen)) < 0)
 			return rc;
 		unsigned char *p = d->pin + (size_t)h * d->pin_half;
-		for (size_t i = 0; i < n; i++) {
-			memcpy(p + i * dpitch, s + (r0 + i) * row_bytes, row_bytes);
-			memset(p + i * dpitch + row_bytes, 0, dpitch - row_bytes);
+		if (zero_gap) {
+			for (size_t i = 0; i < n; i++) {
+				memcpy(p + i * dpitch, s + (r0 + i) * row_bytes, row_bytes);
+				memset(p + i * dpitch + row_bytes, 0, dpitch - row_bytes);
+			}
+			CU_TRY(nv_drv.cuMemcpyHtoDAsync(dst + r0 * dpitch, p, n * dpitch, d->stream),
+			       "cuMemcpyHtoDAsync");
+		} else {
+			chunk_copy(d, give_from, NULL, (void *)(uintptr_t)s, r0 * row_bytes, p, n * row_bytes);
+			CUDA_MEMCPY2D c2 = { 0 };
+			c2.srcMemoryType = CU_MEMORYTYPE_HOST;
+			c2.srcHost = p;
+			c2.srcPitch = row_bytes;
+			c2.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+			c2.dstDevice = dst + r0 * dpitch;
+			c2.dstPitch = dpitch;
+			c2.WidthInBytes = row_bytes;
+			c2.Height = n;
+			CU_TRY(nv_drv.cuMemcpy2DAsync(&c2, d->stream), "cuMemcpy2DAsync");
 		}
-		CU_TRY(nv_drv.cuMemcpyHtoDAsync(dst + r0 * dpitch, p, n * dpitch, d->stream),
-		       "cuMemcpyHtoDAsync");
 		if ((rc = pin_mark(d, h, err, errlen)) < 0)
 			return rc;
 	}
 	return 0;
+}
+
+int cuda_dev_copy_in(struct cuda_dev *d, CUdeviceptr dst, size_t dpitch, const void *src,
+		     size_t rows, size_t row_bytes, char *err, size_t errlen)
+{
+	return copy_in(d, dst, dpitch, src, rows, row_bytes, true, err, errlen);
+}
+
+int cuda_dev_copy_rows_in(struct cuda_dev *d, CUdeviceptr dst, size_t dpitch, const void *src, size_t rows,
+			  size_t row_bytes, char *err, size_t errlen)
+{
+	return copy_in(d, dst, dpitch, src, rows, row_bytes, false, err, errlen);
 }
 
 /* One chunk of a staged copy, cut into slices for the copy pool: the

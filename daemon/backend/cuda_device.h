@@ -195,6 +195,12 @@ void cuda_dev_on_device(struct cuda_dev *d, const struct cuda_dev_range *r, size
 int cuda_dev_copy_in(struct cuda_dev *d, CUdeviceptr dst, size_t dpitch, const void *src,
 		     size_t rows, size_t row_bytes, char *err, size_t errlen);
 
+/* The same, for a reader that never reads the gap after each row (a
+ * tensor map no wider than a row): the gap is left as it was, and only
+ * the rows' own bytes cross the bus. */
+int cuda_dev_copy_rows_in(struct cuda_dev *d, CUdeviceptr dst, size_t dpitch, const void *src, size_t rows,
+			  size_t row_bytes, char *err, size_t errlen);
+
 /* The end of a GEMM's copies in: C (bytes from hc to c) when hc is not
  * NULL (beta != 0), then the IN mark. */
 int cuda_dev_copy_in_end(struct cuda_dev *d, CUdeviceptr c, const void *hc, size_t bytes, char *err,
@@ -209,7 +215,8 @@ int cuda_dev_copy_in_end(struct cuda_dev *d, CUdeviceptr c, const void *hc, size
  * it after B landed: its start overlaps the copy.  -EAGAIN with nothing
  * done when the gate is off (cuda.gate, or a driver without stream
  * writes) or src is not registered host memory: the caller copies in as
- * usual.  The gate stream holds only such copies and the word's writes,
+ * usual.  The gap after each row is left as it was, as by
+ * cuda_dev_copy_rows_in.  The gate stream holds only such copies and the word's writes,
  * so nothing on it waits for a kernel that waits for it. */
 int cuda_dev_copy_in_gated(struct cuda_dev *d, CUdeviceptr dst, size_t dpitch, const void *src, size_t rows,
 			   size_t row_bytes, CUdeviceptr *gate, uint32_t *seq, char *err, size_t errlen);

@@ -233,8 +233,7 @@ static int wg_launch(struct cuda_dev *dev, void *state, const struct mfma_gemm *
 	struct cuda_buf *b = cuda_dev_scratch(dev, CUDA_SCRATCH_B);
 	struct cuda_buf *c = cuda_dev_scratch(dev, CUDA_SCRATCH_C);
 	CUdeviceptr dp = 0;
-	/* TMA wants B's rows 16-byte aligned: ldb a multiple of 8. */
-	const size_t ldb = (size_t)nv_round_up(n, 8);
+	const size_t ldb = (size_t)nv_wg_ldb(n);
 	const size_t dbytes = (size_t)m * n * os;
 	int grown = 0;
 	if ((rc = cuda_buf_need(b, (size_t)k * ldb * 2, "B", NULL, err, errlen)) < 0 ||
@@ -268,7 +267,7 @@ static int wg_launch(struct cuda_dev *dev, void *state, const struct mfma_gemm *
 	if (rc < 0 && rc != -EAGAIN)
 		return rc;
 	if (rc == -EAGAIN) {
-		if ((rc = cuda_dev_copy_in(dev, b->p, ldb * 2, g->b, k, (size_t)n * 2, err, errlen)) < 0)
+		if ((rc = cuda_dev_copy_rows_in(dev, b->p, ldb * 2, g->b, k, (size_t)n * 2, err, errlen)) < 0)
 			return rc;
 		if ((rc = cuda_dev_copy_in_end(dev, c->p, g->beta != 0.0f ? g->c : NULL, dbytes, err, errlen)) < 0)
 			return rc;

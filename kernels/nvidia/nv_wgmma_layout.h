@@ -181,6 +181,17 @@ NV_HD void nv_wg_img_meta_position(struct nv_wg_img g, int64_t i, int64_t *r, in
 NV_HD int64_t nv_wg_dense_lda(int64_t k) { return nv_round_up(k, 8); }
 NV_HD int64_t nv_wg_dense_bytes(int64_t m, int64_t k, int esize) { return m * nv_wg_dense_lda(k) * esize; }
 
+/* B is row-major on the device with its rows ldb values apart: a
+ * multiple of 8 (TMA's 16-byte row stride), and past 64 columns a
+ * multiple of 64 (128 bytes).  The tiles wider than 64 load B in boxes of
+ * 64 columns, and on the H200 rows not 128 bytes apart cost them up to
+ * half their time again (8192 x 200 x 8192 2:4: 65.2 us, 43.6 with rows
+ * 256 apart), while a copy in that leaves gaps between the rows costs
+ * 0-5 us more than a whole one; at 64 columns or fewer the kernels gained
+ * less than that.  The kernels never read the gaps (the tensor map's
+ * width is N). */
+NV_HD int64_t nv_wg_ldb(int64_t n) { return n > 64 ? nv_round_up(n, 64) : nv_round_up(n, 8); }
+
 /* Word j (0, 1) of k block kb of row r in the kernel's meta array, from
  * the canonical meta (rows x meta_words, kgroups = K / 4 groups). */
 NV_HD uint32_t nv_wg_meta_word(const uint32_t *meta, int meta_words, int rows, int kgroups, int64_t kb,

@@ -329,6 +329,12 @@ static void test_names_and_images(void **state)
 	assert_int_equal(nv_wg_dense_lda(100), 104);
 	assert_int_equal(nv_wg_dense_lda(4096), 4096);
 	assert_int_equal(nv_wg_dense_bytes(3, 1, 2), 3 * 8 * 2);
+	/* B's rows: 8 values apart up to 64 columns, 64 past them. */
+	assert_int_equal(nv_wg_ldb(9), 16);
+	assert_int_equal(nv_wg_ldb(64), 64);
+	assert_int_equal(nv_wg_ldb(65), 128);
+	assert_int_equal(nv_wg_ldb(200), 256);
+	assert_int_equal(nv_wg_ldb(256), 256);
 	/* An sm_90a cubin is for sm_90 alone. */
 	static const unsigned char x[1];
 	const struct nv_image imgs[] = { { "wg", 90, 0, x, x }, { "f16", 90, 1, x, x } };
