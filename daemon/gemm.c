@@ -12,6 +12,7 @@
 #include "conn.h"
 #include "devices.h"
 #include "frame_arena.h"
+#include "log.h"
 #include "mfma_clock.h"
 #include "operand.h"
 #include "regions.h"
@@ -197,13 +198,20 @@ static void finish_answer(struct device *v, struct gemm_job *j)
 	}
 }
 
-/* What a launch paid for on the serving path (plans, measured choices)
- * and the served trial it ended, counted. */
-static void observe_launch(struct daemon *d, const struct backend_timing *t)
+/* What a launch of n columns on weight w paid for on the serving path
+ * (plans, measured choices) and the served trial it ended, counted; a
+ * trial's end is logged with both candidates' times. */
+static void observe_launch(struct daemon *d, const struct weight *w, uint64_t n, const struct backend_timing *t)
 {
 	stats_observe_planning(&d->stats, t->plans, t->measures);
-	if (t->trial_end)
-		stats_observe_trial(&d->stats, t->trial_end == BACKEND_TRIAL_CHANGED);
+	if (!t->trial_end)
+		return;
+	stats_observe_trial(&d->stats, t->trial_end == BACKEND_TRIAL_CHANGED);
+	log_info("weight '%s': served trial at N=%llu %s %s (median kernel %.1f us) over %s (%.1f us)",
+		 w ? w->name : "?", (unsigned long long)n,
+		 t->trial_end == BACKEND_TRIAL_CHANGED ? "changed the lead to" : "kept",
+		 t->trial_variant[0] ? t->trial_variant[0] : "?", t->trial_median_ns[0] / 1e3,
+		 t->trial_variant[1] ? t->trial_variant[1] : "?", t->trial_median_ns[1] / 1e3);
 }
 
 static void hand_off(struct gemm_job *j);
@@ -291,7 +299,7 @@ static void launch_one(struct device *v, struct gemm_job *j, bool start)
 		j->sj.status = -EAGAIN;
 		return;
 	}
-	observe_launch(v->d, &j->t);
+	observe_launch(v->d, j->weight, g->n, &j->t);
 	if (rc == 0 && j->t.left) {
 		j->sj.finish = gemm_lone_finish;
 		return;
@@ -444,7 +452,7 @@ static void gemm_batch_work(struct device *v, struct sched_job **sjs, size_t n)
 		int was = devices_phase(v, STATS_WORKER_LAUNCH);
 		rc = v->ops->gemm(v->bdev, &g, head->weight->handle[v->index], &t, err, sizeof(err));
 		devices_phase(v, was);
-		observe_launch(v->d, &t);
+		observe_launch(v->d, head->weight, cols, &t);
 		STATS_ADD(v->st->gather_ns, t.gather_ns);
 		STATS_ADD(v->st->split_ns, t.split_ns);
 	}

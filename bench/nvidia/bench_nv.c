@@ -36,7 +36,8 @@
  * target: faster everywhere, at most 0.65x its time at N <= 32) and
  * cuSPARSELt.
  * --shape runs one problem; with --splits, only our 2:4 kernel, once per
- * forced split count (to tune the selection).  --served adds, for ours 2:4,
+ * forced split count (to tune the selection).  --served adds, for ours 2:4
+ * (mma.sp, and the wgmma kernel on sm_90),
  * cuBLASLt and cuSPARSELt, the time of one call served the daemon's way
  * (copies in and out around it, one at a time), launched directly and
  * from a CUDA graph, with the host time of the launch; then the wall time
@@ -840,6 +841,8 @@ static void run_problem(enum mfma_dtype in, int m, int n, int k, FILE *out)
 	snprintf(shape, sizeof(shape), "%dx%dx%d", m, n, k);
 	if (served) {
 		served_line(out, "ours 2:4", shape, run_ours, &osp, &p, 1);
+		if (have_wsp)
+			served_line(out, "wgmma 2:4", shape, run_wg, &wsp, &p, 0);
 		if (brc == 0)
 			served_line(out, "cuBLASLt", shape, run_blas, &bc, &p, 1);
 	}

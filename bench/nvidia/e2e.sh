@@ -46,9 +46,11 @@ EOF
 # E2E_PREFER pins one CUDA provider (cuda.providers.prefer): the choice
 # mode then shows that provider's served times; E2E_GRAPHS=false turns
 # cuda.graphs off; E2E_SERVED_TRIAL sets cuda.served_trial (0 = off);
-# E2E_PINNED_ANSWERS_MB is cuda.pinned_answers_mb.
-printf 'cuda = { providers = { prefer = "%s"; }; graphs = %s; served_trial = %s; pinned_answers_mb = %s; };\n' \
-	"${E2E_PREFER:-}" "${E2E_GRAPHS:-true}" "${E2E_SERVED_TRIAL:-16}" "${E2E_PINNED_ANSWERS_MB:-64}" >>"$D/mfmad.conf"
+# E2E_PINNED_ANSWERS_MB is cuda.pinned_answers_mb; E2E_GATE=false turns
+# cuda.gate off.
+printf 'cuda = { providers = { prefer = "%s"; }; graphs = %s; served_trial = %s; pinned_answers_mb = %s; gate = %s; };\n' \
+	"${E2E_PREFER:-}" "${E2E_GRAPHS:-true}" "${E2E_SERVED_TRIAL:-16}" "${E2E_PINNED_ANSWERS_MB:-64}" \
+	"${E2E_GATE:-true}" >>"$D/mfmad.conf"
 rm -f "$SOCK"
 METRICS_PORT=${E2E_METRICS_PORT:-9479}
 "$P/bin/mfmad" --config "$D/mfmad.conf" --socket "$SOCK" --backends "${E2E_BACKENDS:-cuda}" --log-level info \

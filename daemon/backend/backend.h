@@ -149,8 +149,12 @@ struct backend_timing {
 	 * timed).  0 for a backend that has neither. */
 	uint32_t plans, measures;
 	/* A served trial of a measured choice ended with this GEMM: 0 none,
-	 * else enum backend_trial_end. */
+	 * else enum backend_trial_end; then the two candidates' variants and
+	 * the medians of their kernel times as served, the one that leads
+	 * from now on first. */
 	uint8_t trial_end;
+	const char *trial_variant[2];
+	uint64_t trial_median_ns[2];
 	/* B's copy ran beside the kernel's start (cuda.gate): h2d_ns is the
 	 * copy and kernel_ns only what followed it. */
 	bool gated;

@@ -33,10 +33,11 @@
  * request runs between its copies on a GPU that was idle a moment before;
  * on the H200 that ranks two providers whose times lie within 10% in the
  * other order (bench/RESULTS.md).  So the order is then tried as served
- * (cuda.served_trial): the first served launches of a bucket alternate
- * between its two fastest candidates, and when each has run that many
- * times, the one with the shorter median kernel time as served leads
- * from then on (and in the cache). */
+ * (cuda.served_trial): the first served launches of a bucket go to its
+ * two fastest candidates, a block of launches each as measure() runs
+ * them, and when each has run that many times after an untimed first,
+ * the one with the shorter median kernel time as served leads from then
+ * on (and in the cache). */
 #include "mfmad_build.h"
 
 #include <dlfcn.h>
@@ -119,7 +120,9 @@ struct cuda_backend_dev {
 struct cuda_trial {
 	uint8_t taken[2];
 	bool over;
+	bool warmed[2]; /* its untimed first launch ran */
 	uint64_t ns[2][BACKEND_TRIAL_MAX];
+	const char *variant[2]; /* the variant each last ran */
 };
 
 /* The measured order of the candidates for one (N bucket, output type):
@@ -636,43 +639,63 @@ static int rank_fill(struct cuda_backend_dev *bd, struct cuda_weight *w, const s
 	return 0;
 }
 
-/* Which of r's two fastest candidates this served launch tries: 0 or 1
- * in turns while r's trial lasts, -1 once it is over or when there is
- * nothing to try (one candidate, a pin, the trial off). */
+/* Which of r's two fastest candidates this served launch tries: 0 (the
+ * leader) until it has run its block, then 1; -1 once the trial is over
+ * or when there is nothing to try (one candidate, a pin, the trial off).
+ * Blocks, not turns: in turns each launch follows the other provider's,
+ * and on the H200 our wgmma kernel at 14336 x 192 x 4096 served in
+ * turns took a median 51 us, request after request a mean 34 us;
+ * cuSPARSELt 44-46 against 41 (bench/RESULTS.md): the trial chose by
+ * which kernel minds following another, not by which serves faster. */
 static int trial_slot(const struct cuda_rank *r)
 {
 	const struct cuda_trial *tr = &r->trial;
 	if (r->n < 2 || tr->over || trial_runs == 0)
 		return -1;
-	return tr->taken[0] <= tr->taken[1] ? 0 : 1;
+	return tr->taken[0] < trial_runs ? 0 : 1;
 }
 
-/* Counts a served launch of r's candidate `slot` that took kernel_ns
- * (for a launch made before its B was in, cuda.gate, the part after B's
- * copy, which is the same copy whichever candidate runs; not h2d +
- * kernel, since a batch's h2d counts its wait for the batch before it:
- * bench/RESULTS.md, "The gate").  When both have run trial_runs times,
- * the one with the shorter median leads (and the cache learns the
- * order).  0 while the trial lasts, else how it ended (enum
- * backend_trial_end). */
-static uint8_t trial_note(const struct cuda_backend_dev *bd, const struct cuda_weight *w, size_t b,
-		       size_t out, struct cuda_rank *r, int slot, uint64_t kernel_ns)
+/* Counts a served launch of r's candidate `slot` (its kernel time and
+ * variant in t), the first of each block untimed (it follows the other
+ * candidate, or the measuring): for a launch made before its B was in,
+ * cuda.gate, the part after B's copy, which is the same copy whichever
+ * candidate runs; not h2d + kernel, since a batch's h2d counts its wait
+ * for the batch before it: bench/RESULTS.md, "The gate".  When both have
+ * run trial_runs times, the one with the shorter median leads (and the
+ * cache learns the order), and t says how the trial ended
+ * (t->trial_end, enum backend_trial_end, the two candidates and their
+ * medians). */
+static void trial_note(const struct cuda_backend_dev *bd, const struct cuda_weight *w, size_t b, size_t out,
+		       struct cuda_rank *r, int slot, struct backend_timing *t)
 {
 	struct cuda_trial *tr = &r->trial;
+	tr->variant[slot] = t->variant;
+	if (!tr->warmed[slot]) {
+		tr->warmed[slot] = true;
+		return;
+	}
 	if (tr->taken[slot] < trial_runs)
-		tr->ns[slot][tr->taken[slot]++] = kernel_ns;
+		tr->ns[slot][tr->taken[slot]++] = t->kernel_ns;
 	if (tr->taken[0] < trial_runs || tr->taken[1] < trial_runs)
-		return 0;
+		return;
 	tr->over = true;
-	if (median_u64(tr->ns[1], trial_runs) >= median_u64(tr->ns[0], trial_runs))
-		return BACKEND_TRIAL_KEPT;
-	const uint8_t lead = r->order[1];
+	const uint64_t med[2] = { median_u64(tr->ns[0], trial_runs), median_u64(tr->ns[1], trial_runs) };
+	const int lead = med[1] < med[0];
+	t->trial_variant[0] = tr->variant[lead];
+	t->trial_variant[1] = tr->variant[!lead];
+	t->trial_median_ns[0] = med[lead];
+	t->trial_median_ns[1] = med[!lead];
+	if (!lead) {
+		t->trial_end = BACKEND_TRIAL_KEPT;
+		return;
+	}
+	const uint8_t first = r->order[1];
 	r->order[1] = r->order[0];
-	r->order[0] = lead;
+	r->order[0] = first;
 	struct backend_choice_key key;
 	choice_key(bd, w, b, out, &key);
 	rank_to_cache(bd, &key, r);
-	return BACKEND_TRIAL_CHANGED;
+	t->trial_end = BACKEND_TRIAL_CHANGED;
 }
 
 /* Whether a lone GEMM on w started now would be left running (cuda_gemm
@@ -746,7 +769,7 @@ static int gemm_resident(struct cuda_backend_dev *bd, struct cuda_weight *w,
 				   !bd->warming;
 		rc = run_on(bd, i, g, w->packed[i], leave, t, e, elen);
 		if (rc == 0 && slot >= 0 && i == r->order[slot])
-			t->trial_end = trial_note(bd, w, b, out, r, slot, t->kernel_ns);
+			trial_note(bd, w, b, out, r, slot, t);
 		else if (rc == -ENOTSUP && slot >= 0 && i == r->order[slot])
 			/* It cannot make every shape of the bucket: no trial. */
 			r->trial.over = true;

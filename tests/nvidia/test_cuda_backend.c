@@ -1425,12 +1425,12 @@ static void test_policy_and_cache(void **state)
 }
 
 /* cuda.served_trial: after a resident weight's first GEMM of a bucket
- * measured the order, the next 2 x RUNS served GEMMs alternate between
- * its two fastest candidates, the measured leader first; the last of them
- * ends the trial, and from then on the one with the shorter median kernel
- * time runs, and is the first of the order the cache holds.  Every answer
- * checked against the reference.  Which one wins is the GPU's to say: the
- * test prints it. */
+ * measured the order, the next 2 x (RUNS + 1) served GEMMs run its two
+ * fastest candidates in a block each, the measured leader first; the
+ * last of them ends the trial (naming both and their medians), and from
+ * then on the one with the shorter median kernel time runs, and is the
+ * first of the order the cache holds.  Every answer checked against the
+ * reference.  Which one wins is the GPU's to say: the test prints it. */
 static void test_served_trial(void **state)
 {
 	(void)state;
@@ -1458,18 +1458,29 @@ static void test_served_trial(void **state)
 			ops_free(&o);
 			continue;
 		}
-		char ran[2 * RUNS][32];
-		for (int j = 0; j < 2 * RUNS; j++) {
+		/* A block of each: the leader RUNS + 1 times (the first not
+		 * timed), then the runner-up as many; the last ends the trial. */
+		char ran[2 * (RUNS + 1)][32];
+		for (int j = 0; j < 2 * (RUNS + 1); j++) {
 			t = resident_gemm(w, &o, MFMA_DT_F16, MFMA_DT_F16, sp, m, k, 16);
 			snprintf(ran[j], sizeof(ran[j]), "%s", provider_of(t.variant));
-			assert_string_equal(ran[j], j % 2 ? second : lead);
-			assert_int_equal(t.trial_end != 0, j == 2 * RUNS - 1);
+			assert_string_equal(ran[j], j <= RUNS ? lead : second);
+			assert_int_equal(t.trial_end != 0, j == 2 * RUNS + 1);
 		}
 		const bool changed = t.trial_end == BACKEND_TRIAL_CHANGED;
 		const char *winner = changed ? second : lead;
-		printf("  trial %s N=16: measured %s; served in turns %s/%s x %d: %s leads%s\n",
+		printf("  trial %s N=16: measured %s; served in blocks %s/%s x %d: %s leads%s (medians %.1f / %.1f us)\n",
 		       sp ? "2:4" : "dense", order, lead, second, RUNS, winner,
-		       changed ? " (order changed)" : "");
+		       changed ? " (order changed)" : "", t.trial_median_ns[0] / 1e3, t.trial_median_ns[1] / 1e3);
+		/* The end names both candidates, the leader first with the
+		 * shorter (or equal) median. */
+		assert_non_null(t.trial_variant[0]);
+		assert_non_null(t.trial_variant[1]);
+		assert_string_equal(provider_of(t.trial_variant[0]), winner);
+		assert_string_equal(provider_of(t.trial_variant[1]), changed ? lead : second);
+		assert_true(t.trial_median_ns[0] > 0 && t.trial_median_ns[0] <= t.trial_median_ns[1]);
+		if (changed)
+			assert_true(t.trial_median_ns[0] < t.trial_median_ns[1]);
 		assert_int_equal(tc.puts, puts0 + 1 + (changed ? 1 : 0));
 		assert_int_equal(strncmp(tc.order, winner, strlen(winner)), 0);
 		for (int j = 0; j < 3; j++) {
