@@ -64,11 +64,14 @@ static bool refuse(struct daemon *d, struct conn *c, const struct request *r)
 			     conn_held_bytes(d) >> 20, d->cfg.max_memory_bytes >> 20);
 		return true;
 	}
-	if (conn_inflight_unanswered(c) >= d->cfg.max_inflight_per_conn) {
+	/* Read once: an answer sent by a worker or post thread changes it
+	 * meanwhile, and the message says the count that refused. */
+	const uint32_t on_conn = conn_inflight_unanswered(c);
+	if (on_conn >= d->cfg.max_inflight_per_conn) {
 		reply_status(d, r, MFMA__V1__CODE__RESOURCE_EXHAUSTED,
 			     "busy: %u requests in flight on this connection "
 			     "(limits.max_inflight_per_connection = %u)",
-			     conn_inflight_unanswered(c), d->cfg.max_inflight_per_conn);
+			     on_conn, d->cfg.max_inflight_per_conn);
 		return true;
 	}
 	const uint64_t unanswered = conn_daemon_unanswered(d);

@@ -438,7 +438,15 @@ static void test_busy_per_connection(void **state)
 			assert_int_equal(r->gemm->d->rows, 64);
 		} else {
 			assert_int_equal(r->status->code, MFMA__V1__CODE__RESOURCE_EXHAUSTED);
-			assert_non_null(strstr(r->status->message, "busy: 4 requests in flight on this connection"));
+			/* The count that refused: the cap, or one or two more
+			 * where an answer a thread was writing counted as sent
+			 * while a request was admitted, then did not go out. */
+			const char *m = r->status->message;
+			unsigned n = 0;
+			if (sscanf(m, "busy: %u requests", &n) != 1 || n < 4 || n > 6)
+				fail_msg("unexpected refusal: %s", m);
+			assert_non_null(strstr(m, " in flight on this connection "
+						  "(limits.max_inflight_per_connection = 4)"));
 			busy++;
 		}
 		mfma__v1__response__free_unpacked(r, NULL);
