@@ -219,15 +219,17 @@ if [ "$MODE" = pitch ]; then
 	for shape in ${E2E_PITCH_SHAPES:-8192x200x8192 14336x200x4096 8192x104x8192}; do
 		IFS=x read -r m n k <<<"$shape"
 		for a in "--resident" ""; do
+			who=${a:+resident}
+			who=${who:-lone}
 			for shm in "" "--shm"; do
-				echo "E2E pitch ${a:-lone} ${shm:-bytes} ${m}x${n}x${k} 2:4 f16: $("${CTL[@]}" --json bench \
+				echo "E2E pitch $who ${shm:-bytes} ${m}x${n}x${k} 2:4 f16: $("${CTL[@]}" --json bench \
 					$a --sparse --m "$m" --n "$n" --k "$k" --dtype f16 --out-dtype f16 \
 					-n "${E2E_PITCH_REQUESTS:-100}" --warmup 5 --device 0 $shm 2>&1 | tr -s ' \n' ' ')"
 			done
 			"${CTL[@]}" --json bench $a --sparse --m "$m" --n "$n" --k "$k" --dtype f16 --out-dtype f16 \
 				-n 4 --warmup 0 --device 0 --check >"$D/pitch_check.json" 2>&1 &&
-				echo "CHECK ok   pitch ${a:-lone} ${m}x${n}x${k}" ||
-				{ fails=$((fails + 1)); echo "FAIL pitch ${a:-lone} ${m}x${n}x${k}: $(tr -s ' \n' ' ' <"$D/pitch_check.json")"; }
+				echo "CHECK ok   pitch $who ${m}x${n}x${k}" ||
+				{ fails=$((fails + 1)); echo "FAIL pitch $who ${m}x${n}x${k}: $(tr -s ' \n' ' ' <"$D/pitch_check.json")"; }
 		done
 	done
 fi
