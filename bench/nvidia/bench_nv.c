@@ -37,10 +37,10 @@
  * cuSPARSELt.
  * --shape runs one problem; with --splits, only our 2:4 kernel, once per
  * forced split count (to tune the selection).  --served adds, for ours 2:4
- * (mma.sp, and the wgmma kernel on sm_90),
- * cuBLASLt and cuSPARSELt, the time of one call served the daemon's way
- * (copies in and out around it, one at a time), launched directly and
- * from a CUDA graph, with the host time of the launch; then the wall time
+ * (mma.sp, and the wgmma kernel on sm_90), cuBLASLt and cuSPARSELt, the
+ * time of one call served the daemon's way (copies in and out around it,
+ * one at a time), launched directly and from a CUDA graph, with the host
+ * time of the launch; then the wall time
  * of the whole request (copy in to stream done) for both, and, for ours
  * and cuBLASLt, the kernel and wall time with D in mapped pinned host
  * memory written by the kernel across the bus (no copy out). */
@@ -288,8 +288,8 @@ static int pad_copy(void *vctx, int copy)
 }
 
 /* The same B across the bus from pinned host memory (hb), into the
- * padded buffer: whole (the daemon's copy today, rows n apart) or a
- * row at a time into rows ldb apart (a padding copy across the bus). */
+ * padded buffer: whole (rows n apart) or into rows ldb apart, one 2-D
+ * copy (what the daemon does past 64 columns, nv_wg_ldb). */
 struct bus_copy {
 	const struct wg_ctx *c;
 	void *hb;
