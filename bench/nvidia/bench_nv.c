@@ -269,48 +269,32 @@ static int run_wg(void *vctx, int copy)
 /* BENCH_NV_WG_LDB: B's rows copied into rows of ldb columns (the columns
  * past n left as they come: the kernels never read them); called once
  * the problem's B is on the device.  The copy is what a daemon that pads
- * B on the device would add to a call: it is timed too and printed. */
+ * B on the device would add to a call: it is timed too and printed,
+ * beside B across the bus from pinned host memory whole (rows n apart)
+ * and into rows ldb apart (what the daemon does past 64 columns,
+ * nv_wg_ldb). */
+struct pad_copy {
+	const struct wg_ctx *c;
+	const void *hb; /* pinned host B, or NULL: the problem's B on the device */
+	int whole;      /* hb as one copy into rows n apart */
+};
+
 static int pad_copy(void *vctx, int copy)
 {
 	(void)copy;
-	const struct wg_ctx *c = vctx;
-	const struct problem *p = c->p;
-	CUDA_MEMCPY2D cp;
-	memset(&cp, 0, sizeof(cp));
-	cp.srcMemoryType = cp.dstMemoryType = CU_MEMORYTYPE_DEVICE;
-	cp.srcDevice = p->b;
-	cp.srcPitch = (size_t)p->n * 2;
-	cp.dstDevice = c->bpad;
-	cp.dstPitch = (size_t)c->ldb * 2;
-	cp.WidthInBytes = (size_t)p->n * 2;
-	cp.Height = (size_t)p->k;
-	return nv_drv.cuMemcpy2DAsync(&cp, stream) == CUDA_SUCCESS ? 0 : -EIO;
-}
-
-/* The same B across the bus from pinned host memory (hb), into the
- * padded buffer: whole (rows n apart) or into rows ldb apart, one 2-D
- * copy (what the daemon does past 64 columns, nv_wg_ldb). */
-struct bus_copy {
-	const struct wg_ctx *c;
-	void *hb;
-	int pitched;
-};
-
-static int bus_copy(void *vctx, int copy)
-{
-	(void)copy;
-	const struct bus_copy *x = vctx;
+	const struct pad_copy *x = vctx;
 	const struct problem *p = x->c->p;
-	if (!x->pitched)
+	if (x->whole)
 		return nv_drv.cuMemcpyHtoDAsync(x->c->bpad, x->hb, (size_t)p->k * p->n * 2, stream) == CUDA_SUCCESS
 			       ? 0
 			       : -EIO;
 	CUDA_MEMCPY2D cp;
 	memset(&cp, 0, sizeof(cp));
-	cp.srcMemoryType = CU_MEMORYTYPE_HOST;
-	cp.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+	cp.srcMemoryType = x->hb ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
 	cp.srcHost = x->hb;
+	cp.srcDevice = x->hb ? 0 : p->b;
 	cp.srcPitch = (size_t)p->n * 2;
+	cp.dstMemoryType = CU_MEMORYTYPE_DEVICE;
 	cp.dstDevice = x->c->bpad;
 	cp.dstPitch = (size_t)x->c->ldb * 2;
 	cp.WidthInBytes = (size_t)p->n * 2;
@@ -325,22 +309,25 @@ static void wg_pad_b(struct wg_ctx *c)
 		return;
 	c->ldb = (p->n + wg_ldb_round - 1) / wg_ldb_round * wg_ldb_round;
 	c->bpad = dalloc((size_t)p->k * c->ldb * 2);
-	if (pad_copy(c, 0) != 0)
+	struct pad_copy on_dev = { .c = c };
+	if (pad_copy(&on_dev, 0) != 0)
 		DIE("cuMemcpy2DAsync(B padded to rows of %d)", c->ldb);
-	const double on_dev = time_op(pad_copy, c, 1, 2.0);
-	struct bus_copy x = {.c = c};
-	CU(nv_drv.cuMemHostAlloc(&x.hb, (size_t)p->k * p->n * 2, 0));
-	memset(x.hb, 0, (size_t)p->k * p->n * 2);
-	const double whole = time_op(bus_copy, &x, 1, 2.0);
-	x.pitched = 1;
-	const double rows = time_op(bus_copy, &x, 1, 2.0);
+	const double t_dev = time_op(pad_copy, &on_dev, 1, 2.0);
+	void *hb = NULL;
+	CU(nv_drv.cuMemHostAlloc(&hb, (size_t)p->k * p->n * 2, 0));
+	memset(hb, 0, (size_t)p->k * p->n * 2);
+	struct pad_copy bus = { .c = c, .hb = hb, .whole = 1 };
+	const double t_whole = time_op(pad_copy, &bus, 1, 2.0);
+	bus.whole = 0;
+	const double t_rows = time_op(pad_copy, &bus, 1, 2.0);
 	CU(nv_drv.cuStreamSynchronize(stream));
-	CU(nv_drv.cuMemFreeHost(x.hb));
-	if (pad_copy(c, 0) != 0)
+	CU(nv_drv.cuMemFreeHost(hb));
+	/* The bus copies wrote zeros over it: B again. */
+	if (pad_copy(&on_dev, 0) != 0)
 		DIE("cuMemcpy2DAsync(B padded to rows of %d)", c->ldb);
 	printf("# B %u rows of %u, padded to %d: on the device %.1f us; across the bus whole %.1f us, "
 	       "into padded rows %.1f us\n",
-	       p->k, p->n, c->ldb, on_dev, whole, rows);
+	       p->k, p->n, c->ldb, t_dev, t_whole, t_rows);
 }
 
 /* Sets c up for the 2:4 (dense = 0: packs the canonical dvals/dmeta into

@@ -642,17 +642,12 @@ static int copy_in(struct cuda_dev *d, CUdeviceptr dst, size_t dpitch, const voi
 			CU_TRY(nv_drv.cuMemcpyHtoDAsync(dst + r0 * dpitch, p, n * dpitch, d->stream),
 			       "cuMemcpyHtoDAsync");
 		} else {
+			/* The pool is pinned: its chunk goes as a registered
+			 * source's would. */
 			chunk_copy(d, give_from, NULL, (void *)(uintptr_t)s, r0 * row_bytes, p, n * row_bytes);
-			CUDA_MEMCPY2D c2 = { 0 };
-			c2.srcMemoryType = CU_MEMORYTYPE_HOST;
-			c2.srcHost = p;
-			c2.srcPitch = row_bytes;
-			c2.dstMemoryType = CU_MEMORYTYPE_DEVICE;
-			c2.dstDevice = dst + r0 * dpitch;
-			c2.dstPitch = dpitch;
-			c2.WidthInBytes = row_bytes;
-			c2.Height = n;
-			CU_TRY(nv_drv.cuMemcpy2DAsync(&c2, d->stream), "cuMemcpy2DAsync");
+			if ((rc = direct_copy_in(d->stream, dst + r0 * dpitch, dpitch, p, false, false, n, row_bytes,
+						 err, errlen)) < 0)
+				return rc;
 		}
 		if ((rc = pin_mark(d, h, err, errlen)) < 0)
 			return rc;
