@@ -279,6 +279,23 @@ pitch)
 	done
 	grep -E "^# [0-9]+x|^# B [0-9]|^\| (f16|bf16) |^\| wgmma" "$OUT/pitch.log" | cut -c1-220
 	;;
+ldarows)
+	# What rows of a dense A not 128 bytes apart cost the dense wgmma
+	# kernel: bench_nv at each of LDA_SHAPES (K not a multiple of 64) with
+	# A's rows 8 values apart (BENCH_NV_WG_LDA=8, the rule before) and as
+	# the daemon lays them out now (nv_wg_dense_lda), alternately: old new
+	# new old.
+	build_bench
+	: >"$OUT/ldarows.log"
+	for shape in ${LDA_SHAPES:-8192x256x8200 4096x1024x4104 14336x16x4104 4096x64x14344 8192x32x8200}; do
+		for r in 8 0 0 8; do
+			echo "# $shape BENCH_NV_WG_LDA=$r" >>"$OUT/ldarows.log"
+			BENCH_NV_WG_LDA=$r timeout 120 "$BENCH" --dtypes ${BENCH_DTYPES:-f16} --shape "$shape" \
+				>>"$OUT/ldarows.log" 2>&1
+		done
+	done
+	grep -E "^# [0-9]+x|^\| (f16|bf16) |^\| wgmma " "$OUT/ldarows.log" | cut -c1-220
+	;;
 pitchab)
 	# e2e.sh pitch (one request at a time where B's rows land with gaps,
 	# resident and lone, bytes and --shm) with the daemon of

@@ -1754,7 +1754,7 @@ static void run_dense_bench_shape(int bf16, int m, int n, int k, int sms, cublas
 	CK(cudaMalloc(&dblas, (size_t)m * n * 2));
 	CK(cudaMemcpy(db, b.data(), b.size() * 2, cudaMemcpyHostToDevice));
 	/* cuBLAS reads A with lda = k; ours with lda = nv_wg_dense_lda(k):
-	 * the same buffers when k is a multiple of 8 (every timed shape). */
+	 * the same buffers when k is a multiple of 64 (every timed shape). */
 	std::vector<void *> da(copies);
 	for (int i = 0; i < copies; i++)
 		da[i] = w[i].val;

@@ -118,11 +118,12 @@ static int upload_a(struct cuda_dev *dev, size_t m, size_t k, const void *a, con
 	return 0;
 }
 
-/* Copies a dense A [m][k] into dst, rows nv_wg_dense_lda(k) apart. */
+/* Copies a dense A [m][k] into dst, rows nv_wg_dense_lda(k) apart (the
+ * gaps are left as they are: the kernels never read them). */
 static int upload_dense(struct cuda_dev *dev, CUdeviceptr dst, size_t m, size_t k, const void *a, char *err,
 			size_t errlen)
 {
-	return cuda_dev_copy_in(dev, dst, (size_t)nv_wg_dense_lda((int64_t)k) * 2, a, m, k * 2, err, errlen);
+	return cuda_dev_copy_rows_in(dev, dst, (size_t)nv_wg_dense_lda((int64_t)k) * 2, a, m, k * 2, err, errlen);
 }
 
 /* Packs the A that upload_a copied into dst. */
@@ -163,6 +164,7 @@ static int wg_weight_pack(struct cuda_dev *dev, void *state, const struct mfma_w
 	pk->dense = !w->sparse;
 	pk->m = w->m;
 	pk->k = w->k;
+	pk->lda = pk->dense ? nv_wg_dense_lda(w->k) : 0;
 	/* The padded layout is what the device holds: that is the cost. */
 	const uint64_t vbytes = pk->dense ? (uint64_t)nv_wg_dense_bytes(w->m, w->k, 2)
 					  : (uint64_t)nv_wg_img_bytes(w->m, w->k, 2);
@@ -219,6 +221,7 @@ static int wg_launch(struct cuda_dev *dev, void *state, const struct mfma_gemm *
 		pk.dense = dense;
 		pk.m = m;
 		pk.k = k;
+		pk.lda = dense ? nv_wg_dense_lda(k) : 0;
 		if (dense)
 			rc = cuda_buf_need(&o->val, (size_t)nv_wg_dense_bytes(m, k, 2), "wgmma A", NULL, err, errlen);
 		else if ((rc = cuda_buf_need(&o->val, (size_t)nv_wg_img_bytes(m, k, 2), "wgmma A", NULL, err,

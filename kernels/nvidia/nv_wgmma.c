@@ -115,7 +115,8 @@ int nv_wg_launch_gemm(const struct nv_wg_module *m, const struct nv_wg_plan *pla
 	const int bf16 = !!a->bf16, dense = !!a->dense;
 	if (m->occ[dense][bf16][plan->tile] <= 0)
 		return -ENOTSUP;
-	if ((plan->splits > 1 && (!ws || !counters)) || g->ldb % 8 != 0 || g->b % 16 != 0 || g->n <= 0)
+	if ((plan->splits > 1 && (!ws || !counters)) || g->ldb % 8 != 0 || g->b % 16 != 0 || g->n <= 0 ||
+	    (dense && (a->lda < a->k || a->lda % 8 != 0)))
 		return -EINVAL;
 	struct nv_wg_tile_shape sh;
 	nv_wg_tile_shape(dense, plan->tile, &sh);
@@ -130,7 +131,7 @@ int nv_wg_launch_gemm(const struct nv_wg_module *m, const struct nv_wg_plan *pla
 	 * zeros past K.  B's box is one stage of K by up to 64 columns. */
 	if (dense)
 		NV_WG_CHECK(tmap_2d(&p.tm_a, a->val, (uint64_t)a->k, (uint64_t)a->m,
-				    (uint64_t)nv_wg_dense_lda(a->k) * 2, NV_WG_BK, NV_WG_BM, CU_TENSOR_MAP_SWIZZLE_128B),
+				    (uint64_t)a->lda * 2, NV_WG_BK, NV_WG_BM, CU_TENSOR_MAP_SWIZZLE_128B),
 			    "cuTensorMapEncodeTiled(A)");
 	else
 		p.a = a->val;

@@ -25,10 +25,12 @@ int nv_wg_module_load(struct nv_wg_module *m, CUdevice dev, char *err, size_t er
 void nv_wg_module_unload(struct nv_wg_module *m);
 
 /* A in the kernels' layout (nv_wgmma_layout.h): 2:4 (values and meta),
- * or dense (val: [m][nv_wg_dense_lda(k)], meta 0). */
+ * or dense (val: [m][lda], meta 0; the daemon's lda is nv_wg_dense_lda(k),
+ * a benchmark may give another multiple of 8 of at least k). */
 struct nv_wg_packed {
 	int bf16, dense;
 	int64_t m, k;
+	int64_t lda; /* dense only */
 	CUdeviceptr val, meta; /* nv_wg_img_bytes / nv_wg_meta_bytes (stage images), or nv_wg_dense_bytes */
 };
 

@@ -175,10 +175,12 @@ NV_HD void nv_wg_img_meta_position(struct nv_wg_img g, int64_t i, int64_t *r, in
 	*r = tile * NV_WG_BM + (i / 2) % NV_WG_BM;
 }
 
-/* A dense A is kept row-major with its rows padded to lda elements, a
- * multiple of 8 (TMA's 16-byte row stride); the kernels never read the
- * padding (the tensor map's width is K, TMA fills past it with zeros). */
-NV_HD int64_t nv_wg_dense_lda(int64_t k) { return nv_round_up(k, 8); }
+/* A dense A is kept row-major with its rows lda elements apart: a
+ * multiple of 8 (TMA's 16-byte row stride), and past 64 values a multiple
+ * of 64 (128 bytes), the width of A's box, for the reason nv_wg_ldb gives
+ * for B's rows.  The kernels never read the padding (the tensor map's
+ * width is K, TMA fills past it with zeros). */
+NV_HD int64_t nv_wg_dense_lda(int64_t k) { return k > 64 ? nv_round_up(k, 64) : nv_round_up(k, 8); }
 NV_HD int64_t nv_wg_dense_bytes(int64_t m, int64_t k, int esize) { return m * nv_wg_dense_lda(k) * esize; }
 
 /* B is row-major on the device with its rows ldb values apart: a

@@ -1826,7 +1826,7 @@ struct pdl_weight {
 static void pdl_weight_make(const struct nv_wg_module *mod, CUstream s, uint32_t m, uint32_t k, int dense,
 			    struct pdl_weight *w)
 {
-	w->pk = (struct nv_wg_packed){ .m = m, .k = k, .dense = dense };
+	w->pk = (struct nv_wg_packed){ .m = m, .k = k, .dense = dense, .lda = dense ? nv_wg_dense_lda(k) : 0 };
 	if (dense) {
 		/* Rows nv_wg_dense_lda(k) apart on the device, k on the host. */
 		const size_t row = (size_t)k * 2, pitch = (size_t)nv_wg_dense_lda(k) * 2;

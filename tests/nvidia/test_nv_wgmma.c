@@ -325,8 +325,12 @@ static void test_names_and_images(void **state)
 			assert_int_equal(sh.bn, sp.bn);
 			assert_true(sh.stages >= 3);
 		}
-	/* Dense rows padded to 8 values, never more. */
-	assert_int_equal(nv_wg_dense_lda(100), 104);
+	/* Dense rows: 8 values apart up to 64 values, 64 past them. */
+	assert_int_equal(nv_wg_dense_lda(60), 64);
+	assert_int_equal(nv_wg_dense_lda(36), 40);
+	assert_int_equal(nv_wg_dense_lda(64), 64);
+	assert_int_equal(nv_wg_dense_lda(100), 128);
+	assert_int_equal(nv_wg_dense_lda(4104), 4160);
 	assert_int_equal(nv_wg_dense_lda(4096), 4096);
 	assert_int_equal(nv_wg_dense_bytes(3, 1, 2), 3 * 8 * 2);
 	/* B's rows: 8 values apart up to 64 columns, 64 past them. */
