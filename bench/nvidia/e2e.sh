@@ -16,7 +16,9 @@
 #     device with gaps between them (E2E_PITCH_SHAPES): a resident 2:4
 #     weight (the measured choice) and A sent with every request (our
 #     wgmma kernel), B in the frame and through a region (--shm); then the
-#     same checked against float64 (--check);
+#     same checked against float64 (--check).  E2E_PITCH_KINDS="dense"
+#     (or "sparse dense") sends dense weights, whose rows land with gaps
+#     where K is past 64 and not a multiple of 64;
 #  6. (answers) the batched load of batch_bench.sh (resident 8192x8192 2:4
 #     f16, N=8 per request, 64 in flight, bytes in the frames), then the
 #     answer frames counted by where they lay: run it with
@@ -216,21 +218,25 @@ if [ "$MODE" = choice ]; then
 fi
 
 if [ "$MODE" = pitch ]; then
+	for kind in ${E2E_PITCH_KINDS:-sparse}; do
+	sp=--sparse label=2:4
+	[ "$kind" = dense ] && sp= label=dense
 	for shape in ${E2E_PITCH_SHAPES:-8192x200x8192 14336x200x4096 8192x104x8192}; do
 		IFS=x read -r m n k <<<"$shape"
 		for a in "--resident" ""; do
 			who=${a:+resident}
 			who=${who:-lone}
 			for shm in "" "--shm"; do
-				echo "E2E pitch $who ${shm:-bytes} ${m}x${n}x${k} 2:4 f16: $("${CTL[@]}" --json bench \
-					$a --sparse --m "$m" --n "$n" --k "$k" --dtype f16 --out-dtype f16 \
+				echo "E2E pitch $who ${shm:-bytes} ${m}x${n}x${k} $label f16: $("${CTL[@]}" --json bench \
+					$a $sp --m "$m" --n "$n" --k "$k" --dtype f16 --out-dtype f16 \
 					-n "${E2E_PITCH_REQUESTS:-100}" --warmup 5 --device 0 $shm 2>&1 | tr -s ' \n' ' ')"
 			done
-			"${CTL[@]}" --json bench $a --sparse --m "$m" --n "$n" --k "$k" --dtype f16 --out-dtype f16 \
+			"${CTL[@]}" --json bench $a $sp --m "$m" --n "$n" --k "$k" --dtype f16 --out-dtype f16 \
 				-n 4 --warmup 0 --device 0 --check >"$D/pitch_check.json" 2>&1 &&
-				echo "CHECK ok   pitch $who ${m}x${n}x${k}" ||
-				{ fails=$((fails + 1)); echo "FAIL pitch $who ${m}x${n}x${k}: $(tr -s ' \n' ' ' <"$D/pitch_check.json")"; }
+				echo "CHECK ok   pitch $who $label ${m}x${n}x${k}" ||
+				{ fails=$((fails + 1)); echo "FAIL pitch $who $label ${m}x${n}x${k}: $(tr -s ' \n' ' ' <"$D/pitch_check.json")"; }
 		done
+	done
 	done
 fi
 
