@@ -45,7 +45,13 @@
  * time of the launch; then the wall time
  * of the whole request (copy in to stream done) for both, and, for ours
  * and cuBLASLt, the kernel and wall time with D in mapped pinned host
- * memory written by the kernel across the bus (no copy out). */
+ * memory written by the kernel across the bus (no copy out); then, with
+ * cuSPARSELt, lines ("| after |") with the wgmma 2:4 kernel's and
+ * cuSPARSELt's served time when the request before each was the other
+ * one's, or an L2 flush (a 256 MiB memset), or an idle GPU
+ * (AFTER_IDLE_US, default 200), instead of its own (after_line).
+ * BENCH_NV_CARVEOUT=P sets the wgmma kernels' preferred shared memory
+ * carveout (the daemon leaves the driver's default). */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -535,6 +541,18 @@ static int run_cslt(void *vctx, int copy)
 	struct cslt_run_ctx *c = vctx;
 	return cslt_run(c->c, copy, stream);
 }
+
+/* A write of 256 MiB, five times the H200's L2: what was in L2 is not
+ * any more. */
+static int run_flush(void *vctx, int copy)
+{
+	static CUdeviceptr buf;
+	enum { WORDS = 64 << 20 };
+	(void)vctx;
+	if (!buf && nv_drv.cuMemAlloc(&buf, (size_t)WORDS * 4) != CUDA_SUCCESS)
+		return -ENOMEM;
+	return nv_drv.cuMemsetD32Async(buf, (unsigned)copy + 1, WORDS, stream) == CUDA_SUCCESS ? 0 : -EIO;
+}
 #endif
 
 /* Relative Frobenius distance of two device results (or, for integers,
@@ -620,7 +638,14 @@ static void time_wg(struct wg_ctx *c, int have_ref, double target, double *t, do
  * which includes any wait of the GPU for the host's launch) and sets
  * *host_us to the median host time of the call itself.  With graph, the
  * call is captured once into a CUDA graph and each run launches that.
- * One copy of A (copy 0), as one resident weight is served. */
+ * One copy of A (copy 0), as one resident weight is served.  With
+ * served_before set, each request's copy of B is preceded by that call
+ * (untimed): the request before it was another's. */
+static struct {
+	op_fn fn;
+	void *ctx;
+} served_before;
+
 static double time_served(op_fn fn, void *ctx, struct problem *p, int graph, int direct_d,
 			  double *host_us, double *wall_us)
 {
@@ -667,6 +692,8 @@ static double time_served(op_fn fn, void *ctx, struct problem *p, int graph, int
 	for (int i = 0; i < REPS + 5; i++) {
 		if (idle_us)
 			usleep(idle_us);
+		if (served_before.fn && served_before.fn(served_before.ctx, 0) != 0)
+			return NAN;
 		const uint64_t w0 = mfma_clock_ns();
 		CU(nv_drv.cuMemcpyHtoDAsync(p->b, hb, bbytes, stream));
 		CU(nv_drv.cuEventRecord(e0, stream));
@@ -720,6 +747,68 @@ static double time_served(op_fn fn, void *ctx, struct problem *p, int graph, int
 	*wall_us = w[REPS / 2];
 	return t[REPS / 2];
 }
+
+#ifdef MFMA_HAVE_CUSPARSELT
+/* What ran before a served request in after_line: a provider's call,
+ * then (flush) an L2 flush or (idle) the GPU left idle AFTER_IDLE_US
+ * (default 200 us). */
+struct before_ctx {
+	op_fn fn;
+	void *ctx;
+	int flush, idle;
+};
+
+static int run_before(void *vctx, int copy)
+{
+	const struct before_ctx *b = vctx;
+	int rc = b->fn(b->ctx, copy);
+	if (rc == 0 && b->flush)
+		rc = run_flush(NULL, copy);
+	if (rc == 0 && b->idle) {
+		const char *e = getenv("AFTER_IDLE_US");
+		CU(nv_drv.cuStreamSynchronize(stream));
+		usleep(e ? (useconds_t)atoi(e) : 200);
+	}
+	return rc;
+}
+
+/* --served with cuSPARSELt: the wgmma 2:4 kernel's and cuSPARSELt's
+ * served time (direct launches) after their own request, after the
+ * other's, after the other's and an L2 flush, after the other's and an
+ * idle GPU (run_before), after an L2 flush alone, after cuBLASLt's call
+ * (bc, when there is one), and after their own and an idle GPU.  Each
+ * keeps its own copy of the weight, as in mfmad. */
+static void after_line(FILE *out, const char *shape, op_fn wg, void *wctx, op_fn cs, void *cctx, void *bc,
+		       struct problem *p)
+{
+	const op_fn fns[2] = { wg, cs };
+	void *ctxs[2] = { wctx, cctx };
+	static const char *const names[2] = { "wgmma 2:4", "cuSPARSELt" };
+	for (int i = 0; i < 2; i++) {
+		struct before_ctx other = { .fn = fns[1 - i], .ctx = ctxs[1 - i] };
+		struct before_ctx flushed = other, idled = other, blas = { .fn = run_blas, .ctx = bc };
+		struct before_ctx self_idle = { .fn = fns[i], .ctx = ctxs[i], .idle = 1 };
+		flushed.flush = 1;
+		idled.idle = 1;
+		void *const befores[7] = { NULL, &other, &flushed, &idled, NULL, bc ? &blas : NULL, &self_idle };
+		double t[7], h, w;
+		for (int j = 0; j < 7; j++) {
+			t[j] = NAN;
+			if (j == 5 && !bc)
+				continue;
+			served_before.fn = j == 0 ? NULL : j == 4 ? run_flush : run_before;
+			served_before.ctx = befores[j];
+			t[j] = time_served(fns[i], ctxs[i], p, 0, 0, &h, &w);
+		}
+		served_before.fn = NULL;
+		fprintf(out,
+			"| after | %-17s | %-10s | after itself %6.1f | the other %6.1f | the other, a flush %6.1f |"
+			" the other, idle %6.1f | a flush %6.1f | cuBLASLt %6.1f | itself, idle %6.1f |\n",
+			shape, names[i], t[0], t[1], t[2], t[3], t[4], t[5], t[6]);
+	}
+	fflush(out);
+}
+#endif
 
 /* --served: prints, for one provider, its served time (time_served)
  * launched directly and from a CUDA graph. */
@@ -870,6 +959,8 @@ static void run_problem(enum mfma_dtype in, int m, int n, int k, FILE *out)
 		t_cs = time_op(run_cslt, &cc, cslt_copies(cc.c), target);
 		if (served)
 			served_line(out, "cuSPARSELt", shape, run_cslt, &cc, &p, 0);
+		if (served && have_wsp)
+			after_line(out, shape, run_wg, &wsp, run_cslt, &cc, brc == 0 ? &bc : NULL, &p);
 		cs_note = cslt_out_name(cc.c);
 		if (brc == 0 && cslt_out_same(cc.c))
 			e_cs = compare(cslt_d(cc.c), p.d_ref, p.out, p.out, (size_t)m * n);
@@ -1061,6 +1152,19 @@ int main(int argc, char **argv)
 		have_wg = 1;
 	else
 		printf("# no wgmma line: %s\n", err);
+	/* BENCH_NV_CARVEOUT=P: the wgmma kernels' preferred shared memory
+	 * carveout (percent; -1 the driver's default, what the daemon asks). */
+	const char *co = getenv("BENCH_NV_CARVEOUT");
+	if (have_wg && co) {
+		for (int dn = 0; dn < 2; dn++)
+			for (int bf = 0; bf < 2; bf++)
+				for (int t = 0; t < NV_WG_TILE_COUNT; t++)
+					if (wgmod.occ[dn][bf][t] > 0)
+						CU(nv_drv.cuFuncSetAttribute(wgmod.gemm[dn][bf][t],
+									     CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+									     atoi(co)));
+		printf("# wgmma kernels' preferred shared memory carveout: %d\n", atoi(co));
+	}
 	if (chain)
 		printf("# times: median over nine chains of %d calls back to back between two events, us a call; "
 		       "TF = dense-equivalent TFLOP/s (2MNK/t)\n",

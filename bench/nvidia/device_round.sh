@@ -717,7 +717,7 @@ served)
 	for shape in ${CHOICE_SHAPES:-14336x16x4096 14336x64x4096 4096x16x14336}; do
 		timeout 120 "$BENCH" --served --dtypes f16 --shape "$shape" >>"$OUT/served_bench.log" 2>&1
 	done
-	grep -E "^\| (f16|served)" "$OUT/served_bench.log"
+	grep -E "^\| (f16|served|after)" "$OUT/served_bench.log"
 	[ "${SERVED_E2E:-1}" = 1 ] && for pin in ${SERVED_PINS:-free cusparselt wgmma}; do
 		[ "$pin" = free ] && pin=""
 		E2E_PREFER=$pin E2E_GRAPHS=${SERVED_GRAPHS:-true} CHOICE_WEIGHTS=${SERVED_WEIGHTS:-14336x4096} CHOICE_NS=${SERVED_NS:-16 64} \
