@@ -10,7 +10,7 @@
 #        [batching] [serving] [readsab] [postab] [readerminab] [overlapab] [copystreamab] [dmaab] [dmacsab] [regionab] [batchcheck] [setab]
 #        [phases] [dmaphases]
 #        [wgmma] [group] [csum] [w1] [p3] [wgsan] [raceprobe] [streamprobe] [hot] [spread] [trace] [splitncu] [wgncu] [oneinflight]
-#        [pdl] [pitch] [pitchab] [copies] [lonecheck] [gate] [gateab] [tileab] [loopstartab] [kernelab] [wgdecode] [wgdsan] [wgdncu] [wgdense] [wgdensesan] [wgdensencu]
+#        [pdl] [pitch] [ldarows] [pitchab] [copies] [lonecheck] [gate] [gateab] [tileab] [loopstartab] [kernelab] [wgdecode] [wgdsan] [wgdncu] [wgdense] [wgdensesan] [wgdensencu]
 #        (no argument: test sanitize bench e2e)
 set -u
 OUT=${OUT:-/tmp/mfma-out}
@@ -67,6 +67,23 @@ build_bench() {
 			echo "cuSPARSELt build failed, see bench_build.log"; tail -5 "$OUT/bench_build.log"
 		fi
 	fi
+}
+
+# pitch_runs LOG VAR "VALUES" SHAPE...: bench_nv --shape at each SHAPE
+# once for each of VALUES of the environment variable VAR (a pitch
+# setting: BENCH_NV_WG_LDB, BENCH_NV_WG_LDA), BENCH_DTYPES (default f16),
+# each run headed "# SHAPE VAR=VALUE" in $OUT/LOG.
+pitch_runs() {
+	local log=$1 var=$2 vals=$3 shape r
+	shift 3
+	build_bench
+	: >"$OUT/$log"
+	for shape in "$@"; do
+		for r in $vals; do
+			echo "# $shape $var=$r" >>"$OUT/$log"
+			env "$var=$r" timeout 120 "$BENCH" --dtypes ${BENCH_DTYPES:-f16} --shape "$shape" >>"$OUT/$log" 2>&1
+		done
+	done
 }
 
 # abserve LOG STEPS SETTING...: AB_ROUNDS rounds (default "1 2") of
@@ -268,15 +285,8 @@ pitch)
 	# given and with its rows round_up(N, R) apart for each R of
 	# PITCH_ROUNDS (BENCH_NV_WG_LDB), the padding copy timed on the device
 	# and across the bus ("# B ..." lines).
-	build_bench
-	: >"$OUT/pitch.log"
-	for shape in ${PITCH_SHAPES:-8192x200x8192 14336x200x4096 4096x200x4096 8192x40x8192 8192x24x8192 8192x104x8192 4096x1000x4096}; do
-		for r in 0 ${PITCH_ROUNDS:-64}; do
-			echo "# $shape BENCH_NV_WG_LDB=$r" >>"$OUT/pitch.log"
-			BENCH_NV_WG_LDB=$r timeout 120 "$BENCH" --dtypes ${BENCH_DTYPES:-f16} --shape "$shape" \
-				>>"$OUT/pitch.log" 2>&1
-		done
-	done
+	pitch_runs pitch.log BENCH_NV_WG_LDB "0 ${PITCH_ROUNDS:-64}" \
+		${PITCH_SHAPES:-8192x200x8192 14336x200x4096 4096x200x4096 8192x40x8192 8192x24x8192 8192x104x8192 4096x1000x4096}
 	grep -E "^# [0-9]+x|^# B [0-9]|^\| (f16|bf16) |^\| wgmma" "$OUT/pitch.log" | cut -c1-220
 	;;
 ldarows)
@@ -285,15 +295,8 @@ ldarows)
 	# A's rows 8 values apart (BENCH_NV_WG_LDA=8, the rule before) and as
 	# the daemon lays them out now (nv_wg_dense_lda), alternately: old new
 	# new old.
-	build_bench
-	: >"$OUT/ldarows.log"
-	for shape in ${LDA_SHAPES:-8192x256x8200 4096x1024x4104 14336x16x4104 4096x64x14344 8192x32x8200}; do
-		for r in 8 0 0 8; do
-			echo "# $shape BENCH_NV_WG_LDA=$r" >>"$OUT/ldarows.log"
-			BENCH_NV_WG_LDA=$r timeout 120 "$BENCH" --dtypes ${BENCH_DTYPES:-f16} --shape "$shape" \
-				>>"$OUT/ldarows.log" 2>&1
-		done
-	done
+	pitch_runs ldarows.log BENCH_NV_WG_LDA "8 0 0 8" \
+		${LDA_SHAPES:-8192x256x8200 4096x1024x4104 14336x16x4104 4096x64x14344 8192x32x8200}
 	grep -E "^# [0-9]+x|^\| (f16|bf16) |^\| wgmma " "$OUT/ldarows.log" | cut -c1-220
 	;;
 pitchab)
