@@ -14,6 +14,7 @@
 
 #include <cmocka.h>
 
+#include "nv_wgmma.h"
 #include "nv_wgmma_plan.h"
 #include "sparse24.h"
 
@@ -302,6 +303,42 @@ static void test_decode_split(void **state)
 	}
 }
 
+/* A launch whose operands TMA could not map, or would map wrongly, is
+ * refused before any driver call (none is made here: no GPU): a dense A
+ * whose rows are closer than K or not 16 bytes apart, B's rows not 16
+ * bytes apart or B not 16-byte aligned. */
+static void test_launch_refuses_bad_pitches(void **state)
+{
+	(void)state;
+	struct nv_wg_module mod;
+	memset(&mod, 0, sizeof(mod));
+	mod.sms = 132;
+	for (int dense = 0; dense < 2; dense++)
+		for (int t = 0; t < NV_WG_TILE_COUNT; t++)
+			mod.occ[dense][0][t] = 1;
+	struct nv_wg_plan plan;
+	assert_int_equal(nv_wg_plan_make(300, 200, 4100, mod.sms, mod.occ[1][0], -1, &plan), 0);
+	const struct nv_wg_packed good = { .dense = 1, .m = 300, .k = 4100, .lda = nv_wg_dense_lda(4100),
+					   .val = 0x100000 };
+	const struct nv_wg_args args = { .b = 0x200000, .d = 0x300000, .n = 200, .ldb = (int32_t)nv_wg_ldb(200),
+					 .ldc = 200, .ldd = 200 };
+	struct nv_wg_packed a = good;
+	a.lda = 4096; /* rows closer than K */
+	assert_int_equal(nv_wg_launch_gemm(&mod, &plan, &a, &args, 1, 1, NULL, NULL, 0), -EINVAL);
+	a.lda = 4100; /* rows 8200 bytes apart: not a multiple of 16 */
+	assert_int_equal(nv_wg_launch_gemm(&mod, &plan, &a, &args, 1, 1, NULL, NULL, 0), -EINVAL);
+	a = good;
+	struct nv_wg_args b = args;
+	b.ldb = 204;
+	assert_int_equal(nv_wg_launch_gemm(&mod, &plan, &a, &b, 1, 1, NULL, NULL, 0), -EINVAL);
+	b = args;
+	b.b += 8;
+	assert_int_equal(nv_wg_launch_gemm(&mod, &plan, &a, &b, 1, 1, NULL, NULL, 0), -EINVAL);
+	/* A tile this GPU cannot run is said so. */
+	mod.occ[1][0][plan.tile] = 0;
+	assert_int_equal(nv_wg_launch_gemm(&mod, &plan, &good, &args, 1, 1, NULL, NULL, 0), -ENOTSUP);
+}
+
 static void test_names_and_images(void **state)
 {
 	(void)state;
@@ -361,6 +398,7 @@ int main(void)
 		cmocka_unit_test(test_plan),
 		cmocka_unit_test(test_producers),
 		cmocka_unit_test(test_decode_split),
+		cmocka_unit_test(test_launch_refuses_bad_pitches),
 		cmocka_unit_test(test_names_and_images),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
