@@ -286,6 +286,25 @@ static int run_wg(void *vctx, int copy)
  * beside B across the bus from pinned host memory whole (rows n apart)
  * and into rows ldb apart (what the daemon does past 64 columns,
  * nv_wg_ldb). */
+/* rows rows of width bytes from host hsrc (or, hsrc NULL, device dsrc),
+ * spitch apart, into device dst, dpitch apart, on the stream. */
+static CUresult copy_rows(CUdeviceptr dst, size_t dpitch, const void *hsrc, CUdeviceptr dsrc, size_t spitch,
+			  size_t width, size_t rows)
+{
+	CUDA_MEMCPY2D cp;
+	memset(&cp, 0, sizeof(cp));
+	cp.srcMemoryType = hsrc ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
+	cp.srcHost = hsrc;
+	cp.srcDevice = hsrc ? 0 : dsrc;
+	cp.srcPitch = spitch;
+	cp.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+	cp.dstDevice = dst;
+	cp.dstPitch = dpitch;
+	cp.WidthInBytes = width;
+	cp.Height = rows;
+	return nv_drv.cuMemcpy2DAsync(&cp, stream);
+}
+
 struct pad_copy {
 	const struct wg_ctx *c;
 	const void *hb; /* pinned host B, or NULL: the problem's B on the device */
@@ -301,18 +320,10 @@ static int pad_copy(void *vctx, int copy)
 		return nv_drv.cuMemcpyHtoDAsync(x->c->bpad, x->hb, (size_t)p->k * p->n * 2, stream) == CUDA_SUCCESS
 			       ? 0
 			       : -EIO;
-	CUDA_MEMCPY2D cp;
-	memset(&cp, 0, sizeof(cp));
-	cp.srcMemoryType = x->hb ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
-	cp.srcHost = x->hb;
-	cp.srcDevice = x->hb ? 0 : p->b;
-	cp.srcPitch = (size_t)p->n * 2;
-	cp.dstMemoryType = CU_MEMORYTYPE_DEVICE;
-	cp.dstDevice = x->c->bpad;
-	cp.dstPitch = (size_t)x->c->ldb * 2;
-	cp.WidthInBytes = (size_t)p->n * 2;
-	cp.Height = (size_t)p->k;
-	return nv_drv.cuMemcpy2DAsync(&cp, stream) == CUDA_SUCCESS ? 0 : -EIO;
+	return copy_rows(x->c->bpad, (size_t)x->c->ldb * 2, x->hb, p->b, (size_t)p->n * 2, (size_t)p->n * 2,
+			 (size_t)p->k) == CUDA_SUCCESS
+		       ? 0
+		       : -EIO;
 }
 
 static void wg_pad_b(struct wg_ctx *c)
@@ -368,17 +379,8 @@ static int wg_setup(struct wg_ctx *c, struct problem *p, int dense, CUdeviceptr 
 			if (!c->own_dense)
 				continue;
 			c->a[i].val = dalloc((size_t)p->m * lda * 2);
-			CUDA_MEMCPY2D cp;
-			memset(&cp, 0, sizeof(cp));
-			cp.srcMemoryType = CU_MEMORYTYPE_DEVICE;
-			cp.srcDevice = p->dense[i];
-			cp.srcPitch = (size_t)p->k * 2;
-			cp.dstMemoryType = CU_MEMORYTYPE_DEVICE;
-			cp.dstDevice = c->a[i].val;
-			cp.dstPitch = (size_t)lda * 2;
-			cp.WidthInBytes = (size_t)p->k * 2;
-			cp.Height = (size_t)p->m;
-			CU(nv_drv.cuMemcpy2DAsync(&cp, stream));
+			CU(copy_rows(c->a[i].val, (size_t)lda * 2, NULL, p->dense[i], (size_t)p->k * 2, (size_t)p->k * 2,
+				     (size_t)p->m));
 		}
 	} else {
 		const size_t vb = (size_t)nv_wg_img_bytes(p->m, p->k, 2), mb = (size_t)nv_wg_meta_bytes(p->m, p->k);
@@ -752,9 +754,9 @@ static double time_served(op_fn fn, void *ctx, struct problem *p, int graph, int
 }
 
 #ifdef MFMA_HAVE_CUSPARSELT
-/* What ran before a served request in after_line: a provider's call,
- * then (flush) an L2 flush or (idle) the GPU left idle AFTER_IDLE_US
- * (default 200 us). */
+/* What ran before a served request in after_line: a provider's call (or
+ * none), then (flush) an L2 flush or (idle) the GPU left idle
+ * AFTER_IDLE_US (default 200 us). */
 struct before_ctx {
 	op_fn fn;
 	void *ctx;
@@ -764,7 +766,7 @@ struct before_ctx {
 static int run_before(void *vctx, int copy)
 {
 	const struct before_ctx *b = vctx;
-	int rc = b->fn(b->ctx, copy);
+	int rc = b->fn ? b->fn(b->ctx, copy) : 0;
 	if (rc == 0 && b->flush)
 		rc = run_flush(NULL, copy);
 	if (rc == 0 && b->idle) {
@@ -788,19 +790,24 @@ static void after_line(FILE *out, const char *shape, op_fn wg, void *wctx, op_fn
 	void *ctxs[2] = { wctx, cctx };
 	static const char *const names[2] = { "wgmma 2:4", "cuSPARSELt" };
 	for (int i = 0; i < 2; i++) {
-		struct before_ctx other = { .fn = fns[1 - i], .ctx = ctxs[1 - i] };
-		struct before_ctx flushed = other, idled = other, blas = { .fn = run_blas, .ctx = bc };
-		struct before_ctx self_idle = { .fn = fns[i], .ctx = ctxs[i], .idle = 1 };
-		flushed.flush = 1;
-		idled.idle = 1;
-		void *const befores[7] = { NULL, &other, &flushed, &idled, NULL, bc ? &blas : NULL, &self_idle };
+		/* In the order the line prints them; the first is nothing but
+		 * its own request before it. */
+		struct before_ctx before[7] = {
+			{ 0 },
+			{ .fn = fns[1 - i], .ctx = ctxs[1 - i] },
+			{ .fn = fns[1 - i], .ctx = ctxs[1 - i], .flush = 1 },
+			{ .fn = fns[1 - i], .ctx = ctxs[1 - i], .idle = 1 },
+			{ .flush = 1 },
+			{ .fn = run_blas, .ctx = bc },
+			{ .fn = fns[i], .ctx = ctxs[i], .idle = 1 },
+		};
 		double t[7], h, w;
 		for (int j = 0; j < 7; j++) {
 			t[j] = NAN;
 			if (j == 5 && !bc)
 				continue;
-			served_before.fn = j == 0 ? NULL : j == 4 ? run_flush : run_before;
-			served_before.ctx = befores[j];
+			served_before.fn = j ? run_before : NULL;
+			served_before.ctx = &before[j];
 			t[j] = time_served(fns[i], ctxs[i], p, 0, 0, &h, &w);
 		}
 		served_before.fn = NULL;

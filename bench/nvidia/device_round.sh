@@ -300,8 +300,9 @@ ldarows)
 	grep -E "^# [0-9]+x|^\| (f16|bf16) |^\| wgmma " "$OUT/ldarows.log" | cut -c1-220
 	;;
 pitchab)
-	# e2e.sh pitch (one request at a time where B's rows land with gaps,
-	# resident and lone, bytes and --shm) with the daemon of
+	# e2e.sh pitch (one request at a time where B's rows, or with
+	# E2E_PITCH_KINDS=dense a dense A's, land with gaps; resident and
+	# lone, bytes and --shm) with the daemon of
 	# .devlibs/payload_base.tar.xz (an earlier build) and the payload's,
 	# alternately: base new new base.
 	B=/tmp/mfma-base

@@ -219,24 +219,24 @@ fi
 
 if [ "$MODE" = pitch ]; then
 	for kind in ${E2E_PITCH_KINDS:-sparse}; do
-	sp=--sparse label=2:4
-	[ "$kind" = dense ] && sp= label=dense
-	for shape in ${E2E_PITCH_SHAPES:-8192x200x8192 14336x200x4096 8192x104x8192}; do
-		IFS=x read -r m n k <<<"$shape"
-		for a in "--resident" ""; do
-			who=${a:+resident}
-			who=${who:-lone}
-			for shm in "" "--shm"; do
-				echo "E2E pitch $who ${shm:-bytes} ${m}x${n}x${k} $label f16: $("${CTL[@]}" --json bench \
-					$a $sp --m "$m" --n "$n" --k "$k" --dtype f16 --out-dtype f16 \
-					-n "${E2E_PITCH_REQUESTS:-100}" --warmup 5 --device 0 $shm 2>&1 | tr -s ' \n' ' ')"
+		sp=--sparse label=2:4
+		[ "$kind" = dense ] && sp= label=dense
+		for shape in ${E2E_PITCH_SHAPES:-8192x200x8192 14336x200x4096 8192x104x8192}; do
+			IFS=x read -r m n k <<<"$shape"
+			for a in "--resident" ""; do
+				who=${a:+resident}
+				who=${who:-lone}
+				for shm in "" "--shm"; do
+					echo "E2E pitch $who ${shm:-bytes} ${m}x${n}x${k} $label f16: $("${CTL[@]}" --json bench \
+						$a $sp --m "$m" --n "$n" --k "$k" --dtype f16 --out-dtype f16 \
+						-n "${E2E_PITCH_REQUESTS:-100}" --warmup 5 --device 0 $shm 2>&1 | tr -s ' \n' ' ')"
+				done
+				"${CTL[@]}" --json bench $a $sp --m "$m" --n "$n" --k "$k" --dtype f16 --out-dtype f16 \
+					-n 4 --warmup 0 --device 0 --check >"$D/pitch_check.json" 2>&1 &&
+					echo "CHECK ok   pitch $who $label ${m}x${n}x${k}" ||
+					{ fails=$((fails + 1)); echo "FAIL pitch $who $label ${m}x${n}x${k}: $(tr -s ' \n' ' ' <"$D/pitch_check.json")"; }
 			done
-			"${CTL[@]}" --json bench $a $sp --m "$m" --n "$n" --k "$k" --dtype f16 --out-dtype f16 \
-				-n 4 --warmup 0 --device 0 --check >"$D/pitch_check.json" 2>&1 &&
-				echo "CHECK ok   pitch $who $label ${m}x${n}x${k}" ||
-				{ fails=$((fails + 1)); echo "FAIL pitch $who $label ${m}x${n}x${k}: $(tr -s ' \n' ' ' <"$D/pitch_check.json")"; }
 		done
-	done
 	done
 fi
 

@@ -175,24 +175,25 @@ NV_HD void nv_wg_img_meta_position(struct nv_wg_img g, int64_t i, int64_t *r, in
 	*r = tile * NV_WG_BM + (i / 2) % NV_WG_BM;
 }
 
-/* A dense A is kept row-major with its rows lda elements apart: a
- * multiple of 8 (TMA's 16-byte row stride), and past 64 values a multiple
- * of 64 (128 bytes), the width of A's box, for the reason nv_wg_ldb gives
- * for B's rows.  The kernels never read the padding (the tensor map's
- * width is K, TMA fills past it with zeros). */
-NV_HD int64_t nv_wg_dense_lda(int64_t k) { return k > 64 ? nv_round_up(k, 64) : nv_round_up(k, 8); }
+/* How far apart rows of `width` 16-bit values lie on the device for the
+ * kernels' tensor maps: a multiple of 8 values (TMA's 16-byte row
+ * stride), and past 64 values a multiple of 64 (128 bytes, the width of a
+ * box).  Rows not 128 bytes apart cost the tiles that load 64-value boxes
+ * up to half their time again on the H200 (B at 8192 x 200 x 8192 2:4:
+ * 65.2 us, 43.6 with rows 256 apart; a dense A at 8192 x 256 x 8200: 79.5,
+ * 60.0 with rows 8256 apart), while a copy in that leaves gaps between
+ * the rows costs 0-5 us more than a whole one; at 64 values or fewer
+ * padding gained less than that.  The kernels never read the gaps (a
+ * tensor map's width is the rows' own). */
+NV_HD int64_t nv_wg_pitch(int64_t width) { return width > 64 ? nv_round_up(width, 64) : nv_round_up(width, 8); }
+
+/* A dense A is kept row-major with its rows nv_wg_pitch(K) apart; TMA
+ * fills past K with zeros. */
+NV_HD int64_t nv_wg_dense_lda(int64_t k) { return nv_wg_pitch(k); }
 NV_HD int64_t nv_wg_dense_bytes(int64_t m, int64_t k, int esize) { return m * nv_wg_dense_lda(k) * esize; }
 
-/* B is row-major on the device with its rows ldb values apart: a
- * multiple of 8 (TMA's 16-byte row stride), and past 64 columns a
- * multiple of 64 (128 bytes).  The tiles wider than 64 load B in boxes of
- * 64 columns, and on the H200 rows not 128 bytes apart cost them up to
- * half their time again (8192 x 200 x 8192 2:4: 65.2 us, 43.6 with rows
- * 256 apart), while a copy in that leaves gaps between the rows costs
- * 0-5 us more than a whole one; at 64 columns or fewer the kernels gained
- * less than that.  The kernels never read the gaps (the tensor map's
- * width is N). */
-NV_HD int64_t nv_wg_ldb(int64_t n) { return n > 64 ? nv_round_up(n, 64) : nv_round_up(n, 8); }
+/* B is row-major on the device with its rows nv_wg_pitch(N) apart. */
+NV_HD int64_t nv_wg_ldb(int64_t n) { return nv_wg_pitch(n); }
 
 /* Word j (0, 1) of k block kb of row r in the kernel's meta array, from
  * the canonical meta (rows x meta_words, kgroups = K / 4 groups). */

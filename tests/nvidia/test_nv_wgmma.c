@@ -362,20 +362,23 @@ static void test_names_and_images(void **state)
 			assert_int_equal(sh.bn, sp.bn);
 			assert_true(sh.stages >= 3);
 		}
-	/* Dense rows: 8 values apart up to 64 values, 64 past them. */
-	assert_int_equal(nv_wg_dense_lda(60), 64);
-	assert_int_equal(nv_wg_dense_lda(36), 40);
-	assert_int_equal(nv_wg_dense_lda(64), 64);
-	assert_int_equal(nv_wg_dense_lda(100), 128);
-	assert_int_equal(nv_wg_dense_lda(4104), 4160);
-	assert_int_equal(nv_wg_dense_lda(4096), 4096);
+	/* Rows: 8 values apart up to 64 values, 64 past them; a dense A's
+	 * and B's alike. */
+	assert_int_equal(nv_wg_pitch(9), 16);
+	assert_int_equal(nv_wg_pitch(36), 40);
+	assert_int_equal(nv_wg_pitch(60), 64);
+	assert_int_equal(nv_wg_pitch(64), 64);
+	assert_int_equal(nv_wg_pitch(65), 128);
+	assert_int_equal(nv_wg_pitch(100), 128);
+	assert_int_equal(nv_wg_pitch(200), 256);
+	assert_int_equal(nv_wg_pitch(256), 256);
+	assert_int_equal(nv_wg_pitch(4104), 4160);
+	assert_int_equal(nv_wg_pitch(4096), 4096);
+	for (int64_t x = 1; x < 300; x++) {
+		assert_int_equal(nv_wg_dense_lda(x), nv_wg_pitch(x));
+		assert_int_equal(nv_wg_ldb(x), nv_wg_pitch(x));
+	}
 	assert_int_equal(nv_wg_dense_bytes(3, 1, 2), 3 * 8 * 2);
-	/* B's rows: 8 values apart up to 64 columns, 64 past them. */
-	assert_int_equal(nv_wg_ldb(9), 16);
-	assert_int_equal(nv_wg_ldb(64), 64);
-	assert_int_equal(nv_wg_ldb(65), 128);
-	assert_int_equal(nv_wg_ldb(200), 256);
-	assert_int_equal(nv_wg_ldb(256), 256);
 	/* An sm_90a cubin is for sm_90 alone. */
 	static const unsigned char x[1];
 	const struct nv_image imgs[] = { { "wg", 90, 0, x, x }, { "f16", 90, 1, x, x } };
