@@ -49,9 +49,14 @@
  * cuSPARSELt, lines ("| after |") with the wgmma 2:4 kernel's and
  * cuSPARSELt's served time when the request before each was the other
  * one's, or an L2 flush (a 256 MiB memset), or an idle GPU
- * (AFTER_IDLE_US, default 200), instead of its own (after_line).
+ * (AFTER_IDLE_US, default 200), instead of its own (after_line); then
+ * after the other's with every persisting (evict-last) L2 line made
+ * normal again, and after the other's and one untimed call of its own;
+ * and ("| l2 state |") the persisting L2 size and the stream's access
+ * policy window that the other's call leaves set.
  * BENCH_NV_CARVEOUT=P sets the wgmma kernels' preferred shared memory
  * carveout (the daemon leaves the driver's default). */
+#include <dlfcn.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -755,13 +760,50 @@ static double time_served(op_fn fn, void *ctx, struct problem *p, int graph, int
 
 #ifdef MFMA_HAVE_CUSPARSELT
 /* What ran before a served request in after_line: a provider's call (or
- * none), then (flush) an L2 flush or (idle) the GPU left idle
- * AFTER_IDLE_US (default 200 us). */
+ * none), then (flush) an L2 flush, (idle) the GPU left idle
+ * AFTER_IDLE_US (default 200 us), (reset) every persisting (evict-last)
+ * line in L2 made normal again by cuCtxResetPersistingL2Cache, or (then)
+ * another call, untimed. */
 struct before_ctx {
 	op_fn fn;
 	void *ctx;
-	int flush, idle;
+	int flush, idle, reset;
+	op_fn then;
+	void *then_ctx;
 };
+
+/* The driver's calls about persisting L2 lines, which nv_drv does not
+ * load (the daemon makes none). */
+static struct {
+	CUresult (*reset)(void);
+	CUresult (*get_limit)(size_t *, CUlimit);
+	CUresult (*stream_attr)(CUstream, CUstreamAttrID, CUstreamAttrValue *);
+} l2fn;
+
+static void l2fn_load(void)
+{
+	void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+	if (!h)
+		return;
+	*(void **)&l2fn.reset = dlsym(h, "cuCtxResetPersistingL2Cache");
+	*(void **)&l2fn.get_limit = dlsym(h, "cuCtxGetLimit");
+	*(void **)&l2fn.stream_attr = dlsym(h, "cuStreamGetAttribute");
+}
+
+/* What a provider's call leaves set that outlives it: the context's
+ * persisting L2 size and the stream's access policy window. */
+static void l2_state_line(FILE *out, const char *shape, const char *after)
+{
+	size_t lim = 0;
+	CUstreamAttrValue v;
+	memset(&v, 0, sizeof(v));
+	const int rl = l2fn.get_limit ? (int)l2fn.get_limit(&lim, CU_LIMIT_PERSISTING_L2_CACHE_SIZE) : -1;
+	const int ra = l2fn.stream_attr ? (int)l2fn.stream_attr(stream, CU_STREAM_ATTRIBUTE_ACCESS_POLICY_WINDOW, &v) : -1;
+	fprintf(out, "| l2 state | %-17s | after %-10s | persisting limit %zu (rc %d) | stream window %zu bytes,"
+		" hit ratio %.2f, hit %d, miss %d (rc %d) |\n",
+		shape, after, lim, rl, v.accessPolicyWindow.num_bytes, v.accessPolicyWindow.hitRatio,
+		(int)v.accessPolicyWindow.hitProp, (int)v.accessPolicyWindow.missProp, ra);
+}
 
 static int run_before(void *vctx, int copy)
 {
@@ -774,6 +816,12 @@ static int run_before(void *vctx, int copy)
 		CU(nv_drv.cuStreamSynchronize(stream));
 		usleep(e ? (useconds_t)atoi(e) : 200);
 	}
+	if (rc == 0 && b->reset) {
+		CU(nv_drv.cuStreamSynchronize(stream));
+		rc = l2fn.reset && l2fn.reset() == CUDA_SUCCESS ? 0 : -EIO;
+	}
+	if (rc == 0 && b->then)
+		rc = b->then(b->then_ctx, copy);
 	return rc;
 }
 
@@ -792,7 +840,7 @@ static void after_line(FILE *out, const char *shape, op_fn wg, void *wctx, op_fn
 	for (int i = 0; i < 2; i++) {
 		/* In the order the line prints them; the first is nothing but
 		 * its own request before it. */
-		struct before_ctx before[7] = {
+		struct before_ctx before[9] = {
 			{ 0 },
 			{ .fn = fns[1 - i], .ctx = ctxs[1 - i] },
 			{ .fn = fns[1 - i], .ctx = ctxs[1 - i], .flush = 1 },
@@ -800,9 +848,13 @@ static void after_line(FILE *out, const char *shape, op_fn wg, void *wctx, op_fn
 			{ .flush = 1 },
 			{ .fn = run_blas, .ctx = bc },
 			{ .fn = fns[i], .ctx = ctxs[i], .idle = 1 },
+			{ .fn = fns[1 - i], .ctx = ctxs[1 - i], .reset = 1 },
+			{ .fn = fns[1 - i], .ctx = ctxs[1 - i], .then = fns[i], .then_ctx = ctxs[i] },
 		};
-		double t[7], h, w;
-		for (int j = 0; j < 7; j++) {
+		double t[9], h, w;
+		if (!l2fn.reset)
+			l2fn_load();
+		for (int j = 0; j < 9; j++) {
 			t[j] = NAN;
 			if (j == 5 && !bc)
 				continue;
@@ -815,6 +867,12 @@ static void after_line(FILE *out, const char *shape, op_fn wg, void *wctx, op_fn
 			"| after | %-17s | %-10s | after itself %6.1f | the other %6.1f | the other, a flush %6.1f |"
 			" the other, idle %6.1f | a flush %6.1f | cuBLASLt %6.1f | itself, idle %6.1f |\n",
 			shape, names[i], t[0], t[1], t[2], t[3], t[4], t[5], t[6]);
+		fprintf(out, "| after | %-17s | %-10s | the other, L2 reset %6.1f | the other, then itself %6.1f |\n",
+			shape, names[i], t[7], t[8]);
+		CU(nv_drv.cuStreamSynchronize(stream));
+		CU(fns[1 - i](ctxs[1 - i], 0) == 0 ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN);
+		CU(nv_drv.cuStreamSynchronize(stream));
+		l2_state_line(out, shape, names[1 - i]);
 	}
 	fflush(out);
 }
