@@ -569,15 +569,20 @@ int cuda_dev_copy_in_gated(struct cuda_dev *d, CUdeviceptr dst, size_t dpitch, c
 	if (!d->gate_on || on_device(d, src, rows * row_bytes) || !cuda_dev_registered(d, src, rows * row_bytes))
 		return -EAGAIN;
 	if (!d->gate_stream) {
-		int rc = cuda_buf_need(&d->gate_word, 4, "the gate word", NULL, err, errlen);
-		if (rc < 0)
-			return rc;
-		CU_TRY(nv_drv.cuMemsetD32Async(d->gate_word.p, d->gate_seq, 1, d->stream), "cuMemsetD32Async(gate)");
-		CU_TRY(nv_drv.cuEventCreate(&d->gate_ev, CU_EVENT_DISABLE_TIMING), "cuEventCreate(gate)");
-		CUresult r = nv_drv.cuStreamCreate(&d->gate_stream, CU_STREAM_NON_BLOCKING);
-		if (r != CUDA_SUCCESS) {
+		/* Made on the first gated copy.  What cannot be made now
+		 * leaves this request to the ungated copy (-EAGAIN, as for B
+		 * off registered memory) and is tried again by the next; what
+		 * was made is kept, never made twice. */
+		if (cuda_buf_need(&d->gate_word, 4, "the gate word", NULL, err, errlen) < 0 ||
+		    nv_drv.cuMemsetD32Async(d->gate_word.p, d->gate_seq, 1, d->stream) != CUDA_SUCCESS)
+			return -EAGAIN;
+		if (!d->gate_ev && nv_drv.cuEventCreate(&d->gate_ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+			d->gate_ev = NULL;
+			return -EAGAIN;
+		}
+		if (nv_drv.cuStreamCreate(&d->gate_stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
 			d->gate_stream = NULL;
-			return cuda_fail(r, err, errlen, "cuStreamCreate(gate)");
+			return -EAGAIN;
 		}
 	}
 	/* After the device's stream so far: the kernels before this one

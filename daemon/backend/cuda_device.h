@@ -214,8 +214,9 @@ int cuda_dev_copy_in_end(struct cuda_dev *d, CUdeviceptr c, const void *hc, size
  * give the kernel.  The kernel's time (IN to KERNEL) is then the part of
  * it after B landed: its start overlaps the copy.  -EAGAIN with nothing
  * done when the gate is off (cuda.gate, or a driver without stream
- * writes) or src is not registered host memory: the caller copies in as
- * usual.  The gap after each row is left as it was, as by
+ * writes), src is not registered host memory, or the gate's word, event
+ * or stream cannot be made (tried again by the next call; nothing made
+ * twice): the caller copies in as usual.  The gap after each row is left as it was, as by
  * cuda_dev_copy_rows_in.  The gate stream holds only such copies and the
  * word's writes, so nothing on it waits for a kernel that waits for it. */
 int cuda_dev_copy_in_gated(struct cuda_dev *d, CUdeviceptr dst, size_t dpitch, const void *src, size_t rows,

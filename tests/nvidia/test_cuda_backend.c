@@ -1806,6 +1806,82 @@ static void test_gate(void **state)
 	cuda_dev_close(cd);
 }
 
+/* The driver's calls that test_gate_setup_fails makes fail or counts. */
+static CUresult (*real_stream_create)(CUstream *, unsigned int);
+static CUresult (*real_event_create)(CUevent *, unsigned int);
+static int streams_refused, events_made;
+
+static CUresult refusing_stream_create(CUstream *s, unsigned int flags)
+{
+	(void)s;
+	(void)flags;
+	streams_refused++;
+	return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+static CUresult counting_event_create(CUevent *e, unsigned int flags)
+{
+	events_made++;
+	return real_event_create(e, flags);
+}
+
+/* The gate's stream cannot be made (the driver's call made to fail, as
+ * when it is out of resources): each request whose B lies in a region is
+ * served ungated and right, the stream is tried again by each, and the
+ * gate's event is made once however often that fails (it was made again,
+ * and the last one lost, on every try).  Once the stream can be made,
+ * the next request goes through the gate. */
+static void test_gate_setup_fails(void **state)
+{
+	(void)state;
+	struct cuda_dev *cd = NULL;
+	void *st = NULL;
+	const struct cuda_provider *p = &cuda_provider_wgmma;
+	if (!wg_open(&cd, &st, "gate setup"))
+		return;
+	const struct wg_case c = wg_case_of(0);
+	struct operands w, o;
+	void *pk = wg_weight(cd, st, &c, &w);
+	const size_t len = c.bb + c.db + 4096;
+	unsigned char *rg = wg_region(cd, len);
+	wg_request(&o, &c, &w, 0.0f);
+	unsigned char *b = rg + 16, *d = b + c.bb;
+	memcpy(b, o.b, c.bb);
+	real_stream_create = nv_drv.cuStreamCreate;
+	real_event_create = nv_drv.cuEventCreate;
+	nv_drv.cuStreamCreate = refusing_stream_create;
+	nv_drv.cuEventCreate = counting_event_create;
+	streams_refused = events_made = 0;
+	for (int i = 0; i < 3; i++) {
+		memset(d, 0xff, c.db);
+		gate_launch(cd, st, pk, &o, b, d, "gate's stream refused");
+		struct backend_timing t = { .gated = true };
+		cuda_dev_timing(cd, &t);
+		if (t.gated)
+			fail_msg("gate's stream refused: request %d went through a gate", i);
+		gate_check(&o, d, "gate's stream refused: served ungated");
+	}
+	nv_drv.cuStreamCreate = real_stream_create;
+	nv_drv.cuEventCreate = real_event_create;
+	if (streams_refused != 3)
+		fail_msg("gate's stream tried %d times by 3 requests", streams_refused);
+	if (events_made != 1)
+		fail_msg("gate's event made %d times over 3 refused streams", events_made);
+	memset(d, 0xff, c.db);
+	gate_launch(cd, st, pk, &o, b, d, "gate's stream made again");
+	struct backend_timing t = { 0 };
+	cuda_dev_timing(cd, &t);
+	if (!t.gated)
+		fail_msg("gate's stream made again: request not gated");
+	gate_check(&o, d, "gate's stream made again: gated");
+	wg_region_free(cd, rg, len);
+	wg_request_free(&o);
+	p->weight_free(cd, st, pk);
+	ops_free(&w);
+	p->detach(cd, st);
+	cuda_dev_close(cd);
+}
+
 /* ---- programmatic dependent launches of the wgmma kernels ---- */
 
 #define CU_OK(call)                                                                  \
@@ -2468,6 +2544,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_dma_copies, reopen_base),
 		cmocka_unit_test_teardown(test_region_copies, reopen_base),
 		cmocka_unit_test(test_gate),
+		cmocka_unit_test(test_gate_setup_fails),
 		cmocka_unit_test(test_tile_out),
 		cmocka_unit_test(test_dependent_launch),
 		cmocka_unit_test(test_repeatable),
