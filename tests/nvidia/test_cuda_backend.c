@@ -1605,6 +1605,13 @@ static bool wg_open(struct cuda_dev **cd, void **st, const char *what)
 	return true;
 }
 
+/* What wg_open opened, closed. */
+static void wg_close(struct cuda_dev *cd, void *st)
+{
+	cuda_provider_wgmma.detach(cd, st);
+	cuda_dev_close(cd);
+}
+
 /* The cases of test_gate and test_tile_out: odd shapes, each with 2:4
  * f16, 2:4 bf16 and dense f16 (kind 0, 1, 2), D f32 or the input type
  * in turn (N = 100 takes the 128 x 128 tile, whose 2:4 kernels have three
@@ -1802,8 +1809,7 @@ static void test_gate(void **state)
 		p->weight_free(cd, st, pk);
 		ops_free(&w);
 	}
-	p->detach(cd, st);
-	cuda_dev_close(cd);
+	wg_close(cd, st);
 }
 
 /* The driver's calls that test_gate_setup_fails makes fail or counts. */
@@ -1878,8 +1884,7 @@ static void test_gate_setup_fails(void **state)
 	wg_request_free(&o);
 	p->weight_free(cd, st, pk);
 	ops_free(&w);
-	p->detach(cd, st);
-	cuda_dev_close(cd);
+	wg_close(cd, st);
 }
 
 /* ---- programmatic dependent launches of the wgmma kernels ---- */
@@ -2194,8 +2199,7 @@ static void test_tile_out(void **state)
 		p->weight_free(cd, st, pk);
 		ops_free(&w);
 	}
-	p->detach(cd, st);
-	cuda_dev_close(cd);
+	wg_close(cd, st);
 }
 
 /* ---- answers in pinned frames (cuda.pinned_answers_mb) ---- */
