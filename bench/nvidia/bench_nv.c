@@ -53,7 +53,8 @@
  * after the other's with every persisting (evict-last) L2 line made
  * normal again, and after the other's and one untimed call of its own;
  * and ("| l2 state |") the persisting L2 size and the stream's access
- * policy window that the other's call leaves set.
+ * policy window that the other's call leaves set (BENCH_NV_PROFILE_AFTER:
+ * launches for Nsight Compute instead, after_profile).
  * BENCH_NV_CARVEOUT=P sets the wgmma kernels' preferred shared memory
  * carveout (the daemon leaves the driver's default). */
 #include <dlfcn.h>
@@ -825,6 +826,42 @@ static int run_before(void *vctx, int copy)
 	return rc;
 }
 
+/* BENCH_NV_PROFILE_AFTER=1, in place of after_line's timings: launches of
+ * the wgmma 2:4 kernel alone, each after one of: itself, cuSPARSELt, an
+ * L2 flush, cuSPARSELt and then itself; three rounds.  Only those
+ * launches run between cuProfilerStart and cuProfilerStop, so that
+ * `ncu --profile-from-start off --cache-control none` reads their
+ * counters with the GPU as the call before left it. */
+static void after_profile(FILE *out, const char *shape, op_fn wg, void *wctx, op_fn cs, void *cctx)
+{
+	static const char *const what[4] = { "itself", "cuSPARSELt", "a flush", "cuSPARSELt, then itself" };
+	CUresult (*start)(void) = NULL, (*stop)(void) = NULL;
+	void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+	if (h) {
+		*(void **)&start = dlsym(h, "cuProfilerStart");
+		*(void **)&stop = dlsym(h, "cuProfilerStop");
+	}
+	if (!start || !stop) {
+		fprintf(out, "| profile after | %-17s | the driver has no cuProfilerStart |\n", shape);
+		return;
+	}
+	for (int r = 0; r < 3; r++)
+		for (int j = 0; j < 4; j++) {
+			int rc = j == 0 ? wg(wctx, 0) : j == 2 ? run_flush(NULL, 0) : cs(cctx, 0);
+			if (rc == 0 && j == 3)
+				rc = wg(wctx, 0);
+			CU(nv_drv.cuStreamSynchronize(stream));
+			CU(start());
+			if (rc == 0)
+				rc = wg(wctx, 0);
+			CU(nv_drv.cuStreamSynchronize(stream));
+			CU(stop());
+			fprintf(out, "| profile after | %-17s | launch %2d: after %s (rc %d) |\n", shape, r * 4 + j,
+				what[j], rc);
+		}
+	fflush(out);
+}
+
 /* --served with cuSPARSELt: the wgmma 2:4 kernel's and cuSPARSELt's
  * served time (direct launches) after their own request, after the
  * other's, after the other's and an L2 flush, after the other's and an
@@ -1027,7 +1064,9 @@ static void run_problem(enum mfma_dtype in, int m, int n, int k, FILE *out)
 		t_cs = time_op(run_cslt, &cc, cslt_copies(cc.c), target);
 		if (served)
 			served_line(out, "cuSPARSELt", shape, run_cslt, &cc, &p, 0);
-		if (served && have_wsp)
+		if (served && have_wsp && getenv("BENCH_NV_PROFILE_AFTER"))
+			after_profile(out, shape, run_wg, &wsp, run_cslt, &cc);
+		else if (served && have_wsp)
 			after_line(out, shape, run_wg, &wsp, run_cslt, &cc, brc == 0 ? &bc : NULL, &p);
 		cs_note = cslt_out_name(cc.c);
 		if (brc == 0 && cslt_out_same(cc.c))

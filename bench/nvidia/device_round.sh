@@ -8,7 +8,7 @@
 # usage: bench/nvidia/device_round.sh [test] [sanitize|memcheck|racecheck] [bench] [sweep]
 #        [grid] [shapes] [ncu] [vsncu] [stallsrc] [e2e] [answers] [abserving] [spin] [readers] [latency] [multi] [choice] [served] [graphsab] [trialab]
 #        [batching] [serving] [readsab] [postab] [readerminab] [overlapab] [copystreamab] [dmaab] [dmacsab] [regionab] [batchcheck] [setab]
-#        [phases] [dmaphases]
+#        [phases] [dmaphases] [afterncu]
 #        [wgmma] [group] [csum] [w1] [p3] [wgsan] [raceprobe] [streamprobe] [hot] [spread] [trace] [splitncu] [wgncu] [oneinflight]
 #        [pdl] [pitch] [ldarows] [pitchab] [copies] [lonecheck] [gate] [gateab] [tileab] [loopstartab] [kernelab] [wgdecode] [wgdsan] [wgdncu] [wgdense] [wgdensesan] [wgdensencu]
 #        (no argument: test sanitize bench e2e)
@@ -422,6 +422,34 @@ ncu)
 		echo "=== ncu $1 rc=$?"
 		grep -E "Duration|Throughput|Pipe|Warp Cycles Per Issued|Issue Slots Busy|Registers Per|Achieved Occupancy|Hit Rate|Bank Conflicts|Stall" \
 			"$OUT/ncu_$1.txt" | head -24
+	done
+	;;
+afterncu)
+	# What our first launch after cuSPARSELt's call pays for: Nsight
+	# Compute's counters of the wgmma 2:4 kernel launched after itself,
+	# after cuSPARSELt, after an L2 flush, and after cuSPARSELt then itself
+	# (bench_nv's BENCH_NV_PROFILE_AFTER), caches left as each call before
+	# left them, every pass a whole run of the process (application
+	# replay), at each of AFTER_SHAPES.
+	build_bench
+	for shape in ${AFTER_SHAPES:-14336x256x4096}; do
+		BENCH_NV_PROFILE_AFTER=1 timeout 300 ncu --profile-from-start off --cache-control none \
+			--clock-control none --replay-mode application --csv --metrics \
+			gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sectors_lookup_hit.sum,lts__t_sectors_lookup_miss.sum \
+			"$BENCH" --served --dtypes f16 --shape "$shape" >"$OUT/afterncu_$shape.csv" 2>"$OUT/afterncu_$shape.err"
+		echo "=== afterncu $shape: rc=$?"
+		grep "^| profile after" "$OUT/afterncu_$shape.csv" | head -4
+		python3 - "$OUT/afterncu_$shape.csv" <<'PY'
+import csv, sys
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 14 and r[0].isdigit()]
+launches = {}
+for r in rows:
+	launches.setdefault(int(r[0]), {})[r[12]] = (r[13], r[14])
+what = ["itself", "cuSPARSELt", "a flush", "cuSPARSELt, then itself"]
+for i in sorted(launches):
+	m = launches[i]
+	print("launch %2d after %-24s" % (i, what[i % 4]) + "  ".join("%s %s %s" % (k.split("__")[1], v[0], v[1]) for k, v in sorted(m.items())))
+PY
 	done
 	;;
 serving)
