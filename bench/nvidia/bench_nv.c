@@ -828,13 +828,15 @@ static int run_before(void *vctx, int copy)
 
 /* BENCH_NV_PROFILE_AFTER=1, in place of after_line's timings: launches of
  * the wgmma 2:4 kernel alone, each after one of: itself, cuSPARSELt, an
- * L2 flush, cuSPARSELt and then itself; three rounds.  Only those
+ * L2 flush, cuSPARSELt and then itself, itself on another copy of the
+ * weight (other pages, the same kernel); three rounds.  Only those
  * launches run between cuProfilerStart and cuProfilerStop, so that
  * `ncu --profile-from-start off --cache-control none` reads their
  * counters with the GPU as the call before left it. */
 static void after_profile(FILE *out, const char *shape, op_fn wg, void *wctx, op_fn cs, void *cctx)
 {
-	static const char *const what[4] = { "itself", "cuSPARSELt", "a flush", "cuSPARSELt, then itself" };
+	static const char *const what[5] = { "itself", "cuSPARSELt", "a flush", "cuSPARSELt, then itself",
+					     "itself on another copy" };
 	CUresult (*start)(void) = NULL, (*stop)(void) = NULL;
 	void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
 	if (h) {
@@ -846,8 +848,8 @@ static void after_profile(FILE *out, const char *shape, op_fn wg, void *wctx, op
 		return;
 	}
 	for (int r = 0; r < 3; r++)
-		for (int j = 0; j < 4; j++) {
-			int rc = j == 0 ? wg(wctx, 0) : j == 2 ? run_flush(NULL, 0) : cs(cctx, 0);
+		for (int j = 0; j < 5; j++) {
+			int rc = j == 0 ? wg(wctx, 0) : j == 2 ? run_flush(NULL, 0) : j == 4 ? wg(wctx, 1) : cs(cctx, 0);
 			if (rc == 0 && j == 3)
 				rc = wg(wctx, 0);
 			CU(nv_drv.cuStreamSynchronize(stream));
@@ -856,7 +858,7 @@ static void after_profile(FILE *out, const char *shape, op_fn wg, void *wctx, op
 				rc = wg(wctx, 0);
 			CU(nv_drv.cuStreamSynchronize(stream));
 			CU(stop());
-			fprintf(out, "| profile after | %-17s | launch %2d: after %s (rc %d) |\n", shape, r * 4 + j,
+			fprintf(out, "| profile after | %-17s | launch %2d: after %s (rc %d) |\n", shape, r * 5 + j,
 				what[j], rc);
 		}
 	fflush(out);

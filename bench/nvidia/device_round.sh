@@ -427,8 +427,9 @@ ncu)
 afterncu)
 	# What our first launch after cuSPARSELt's call pays for: Nsight
 	# Compute's counters of the wgmma 2:4 kernel launched after itself,
-	# after cuSPARSELt, after an L2 flush, and after cuSPARSELt then itself
-	# (bench_nv's BENCH_NV_PROFILE_AFTER), caches left as each call before
+	# after cuSPARSELt, after an L2 flush, after cuSPARSELt then itself,
+	# after itself on another copy of the weight (bench_nv's
+	# BENCH_NV_PROFILE_AFTER), caches left as each call before
 	# left them, every pass a whole run of the process (application
 	# replay), at each of AFTER_SHAPES.
 	build_bench
@@ -445,10 +446,10 @@ rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 14 and r[0].isdigit
 launches = {}
 for r in rows:
 	launches.setdefault(int(r[0]), {})[r[12]] = (r[13], r[14])
-what = ["itself", "cuSPARSELt", "a flush", "cuSPARSELt, then itself"]
+what = ["itself", "cuSPARSELt", "a flush", "cuSPARSELt, then itself", "itself on another copy"]
 for i in sorted(launches):
 	m = launches[i]
-	print("launch %2d after %-24s" % (i, what[i % 4]) + "  ".join("%s %s %s" % (k.split("__")[1], v[0], v[1]) for k, v in sorted(m.items())))
+	print("launch %2d after %-24s" % (i, what[i % len(what)]) + "  ".join("%s %s %s" % (k.split("__")[1], v[0], v[1]) for k, v in sorted(m.items())))
 PY
 	done
 	;;
