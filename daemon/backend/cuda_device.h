@@ -216,8 +216,8 @@ int cuda_dev_copy_in_end(struct cuda_dev *d, CUdeviceptr c, const void *hc, size
  * done when the gate is off (cuda.gate, or a driver without stream
  * writes), src is not registered host memory, or the gate's word, event
  * or stream cannot be made (tried again by the next call; nothing made
- * twice): the caller copies in as usual.  The gap after each row is left as it was, as by
- * cuda_dev_copy_rows_in.  The gate stream holds only such copies and the
+ * twice): the caller copies in as usual.  The gap after each row is left
+ * as it was, as by cuda_dev_copy_rows_in.  The gate stream holds only such copies and the
  * word's writes, so nothing on it waits for a kernel that waits for it. */
 int cuda_dev_copy_in_gated(struct cuda_dev *d, CUdeviceptr dst, size_t dpitch, const void *src, size_t rows,
 			   size_t row_bytes, CUdeviceptr *gate, uint32_t *seq, char *err, size_t errlen);

@@ -1831,6 +1831,18 @@ static CUresult counting_event_create(CUevent *e, unsigned int flags)
 	return real_event_create(e, flags);
 }
 
+/* test_gate_setup_fails' teardown: the driver's calls as they were, even
+ * when the test failed with them swapped. */
+static int restore_driver(void **state)
+{
+	(void)state;
+	if (real_stream_create)
+		nv_drv.cuStreamCreate = real_stream_create;
+	if (real_event_create)
+		nv_drv.cuEventCreate = real_event_create;
+	return 0;
+}
+
 /* The gate's stream cannot be made (the driver's call made to fail, as
  * when it is out of resources): each request whose B lies in a region is
  * served ungated and right, the stream is tried again by each, and the
@@ -2548,7 +2560,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_dma_copies, reopen_base),
 		cmocka_unit_test_teardown(test_region_copies, reopen_base),
 		cmocka_unit_test(test_gate),
-		cmocka_unit_test(test_gate_setup_fails),
+		cmocka_unit_test_teardown(test_gate_setup_fails, restore_driver),
 		cmocka_unit_test(test_tile_out),
 		cmocka_unit_test(test_dependent_launch),
 		cmocka_unit_test(test_repeatable),
