@@ -781,14 +781,18 @@ static struct {
 	CUresult (*stream_attr)(CUstream, CUstreamAttrID, CUstreamAttrValue *);
 } l2fn;
 
-static void l2fn_load(void)
+/* A driver entry point that nv_drv does not load, or NULL. */
+static void *driver_sym(const char *name)
 {
 	void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-	if (!h)
-		return;
-	*(void **)&l2fn.reset = dlsym(h, "cuCtxResetPersistingL2Cache");
-	*(void **)&l2fn.get_limit = dlsym(h, "cuCtxGetLimit");
-	*(void **)&l2fn.stream_attr = dlsym(h, "cuStreamGetAttribute");
+	return h ? dlsym(h, name) : NULL;
+}
+
+static void l2fn_load(void)
+{
+	*(void **)&l2fn.reset = driver_sym("cuCtxResetPersistingL2Cache");
+	*(void **)&l2fn.get_limit = driver_sym("cuCtxGetLimit");
+	*(void **)&l2fn.stream_attr = driver_sym("cuStreamGetAttribute");
 }
 
 /* What a provider's call leaves set that outlives it: the context's
@@ -837,12 +841,9 @@ static void after_profile(FILE *out, const char *shape, op_fn wg, void *wctx, op
 {
 	static const char *const what[5] = { "itself", "cuSPARSELt", "a flush", "cuSPARSELt, then itself",
 					     "itself on another copy" };
-	CUresult (*start)(void) = NULL, (*stop)(void) = NULL;
-	void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-	if (h) {
-		*(void **)&start = dlsym(h, "cuProfilerStart");
-		*(void **)&stop = dlsym(h, "cuProfilerStop");
-	}
+	CUresult (*start)(void), (*stop)(void);
+	*(void **)&start = driver_sym("cuProfilerStart");
+	*(void **)&stop = driver_sym("cuProfilerStop");
 	if (!start || !stop) {
 		fprintf(out, "| profile after | %-17s | the driver has no cuProfilerStart |\n", shape);
 		return;
