@@ -57,7 +57,6 @@
  * launches for Nsight Compute instead, after_profile).
  * BENCH_NV_CARVEOUT=P sets the wgmma kernels' preferred shared memory
  * carveout (the daemon leaves the driver's default). */
-#include <dlfcn.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -292,25 +291,6 @@ static int run_wg(void *vctx, int copy)
  * beside B across the bus from pinned host memory whole (rows n apart)
  * and into rows ldb apart (what the daemon does past 64 columns,
  * nv_wg_ldb). */
-/* rows rows of width bytes from host hsrc (or, hsrc NULL, device dsrc),
- * spitch apart, into device dst, dpitch apart, on the stream. */
-static CUresult copy_rows(CUdeviceptr dst, size_t dpitch, const void *hsrc, CUdeviceptr dsrc, size_t spitch,
-			  size_t width, size_t rows)
-{
-	CUDA_MEMCPY2D cp;
-	memset(&cp, 0, sizeof(cp));
-	cp.srcMemoryType = hsrc ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
-	cp.srcHost = hsrc;
-	cp.srcDevice = hsrc ? 0 : dsrc;
-	cp.srcPitch = spitch;
-	cp.dstMemoryType = CU_MEMORYTYPE_DEVICE;
-	cp.dstDevice = dst;
-	cp.dstPitch = dpitch;
-	cp.WidthInBytes = width;
-	cp.Height = rows;
-	return nv_drv.cuMemcpy2DAsync(&cp, stream);
-}
-
 struct pad_copy {
 	const struct wg_ctx *c;
 	const void *hb; /* pinned host B, or NULL: the problem's B on the device */
@@ -326,8 +306,8 @@ static int pad_copy(void *vctx, int copy)
 		return nv_drv.cuMemcpyHtoDAsync(x->c->bpad, x->hb, (size_t)p->k * p->n * 2, stream) == CUDA_SUCCESS
 			       ? 0
 			       : -EIO;
-	return copy_rows(x->c->bpad, (size_t)x->c->ldb * 2, x->hb, p->b, (size_t)p->n * 2, (size_t)p->n * 2,
-			 (size_t)p->k) == CUDA_SUCCESS
+	return nv_copy_rows_in(x->c->bpad, (size_t)x->c->ldb * 2, x->hb, p->b, (size_t)p->n * 2,
+			       (size_t)p->n * 2, (size_t)p->k, stream) == CUDA_SUCCESS
 		       ? 0
 		       : -EIO;
 }
@@ -337,7 +317,7 @@ static void wg_pad_b(struct wg_ctx *c)
 	const struct problem *p = c->p;
 	if (wg_ldb_round <= 0)
 		return;
-	c->ldb = (p->n + wg_ldb_round - 1) / wg_ldb_round * wg_ldb_round;
+	c->ldb = (int)nv_round_up(p->n, wg_ldb_round);
 	c->bpad = dalloc((size_t)p->k * c->ldb * 2);
 	struct pad_copy on_dev = { .c = c };
 	if (pad_copy(&on_dev, 0) != 0)
@@ -375,8 +355,7 @@ static int wg_setup(struct wg_ctx *c, struct problem *p, int dense, CUdeviceptr 
 	if (nv_wg_plan_make(p->m, p->n, p->k, wgmod.sms, wgmod.occ[dense][bf16], -1, &c->plan) < 0)
 		return -ENOTSUP;
 	if (dense) {
-		const int64_t lda = wg_lda_round > 0 ? (p->k + wg_lda_round - 1) / wg_lda_round * wg_lda_round
-						     : nv_wg_dense_lda(p->k);
+		const int64_t lda = wg_lda_round > 0 ? nv_round_up(p->k, wg_lda_round) : nv_wg_dense_lda(p->k);
 		c->na = p->ndense;
 		c->own_dense = lda != p->k;
 		for (int i = 0; i < c->na; i++) {
@@ -385,8 +364,8 @@ static int wg_setup(struct wg_ctx *c, struct problem *p, int dense, CUdeviceptr 
 			if (!c->own_dense)
 				continue;
 			c->a[i].val = dalloc((size_t)p->m * lda * 2);
-			CU(copy_rows(c->a[i].val, (size_t)lda * 2, NULL, p->dense[i], (size_t)p->k * 2, (size_t)p->k * 2,
-				     (size_t)p->m));
+			CU(nv_copy_rows_in(c->a[i].val, (size_t)lda * 2, NULL, p->dense[i], (size_t)p->k * 2,
+					   (size_t)p->k * 2, (size_t)p->m, stream));
 		}
 	} else {
 		const size_t vb = (size_t)nv_wg_img_bytes(p->m, p->k, 2), mb = (size_t)nv_wg_meta_bytes(p->m, p->k);
@@ -781,18 +760,11 @@ static struct {
 	CUresult (*stream_attr)(CUstream, CUstreamAttrID, CUstreamAttrValue *);
 } l2fn;
 
-/* A driver entry point that nv_drv does not load, or NULL. */
-static void *driver_sym(const char *name)
-{
-	void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-	return h ? dlsym(h, name) : NULL;
-}
-
 static void l2fn_load(void)
 {
-	*(void **)&l2fn.reset = driver_sym("cuCtxResetPersistingL2Cache");
-	*(void **)&l2fn.get_limit = driver_sym("cuCtxGetLimit");
-	*(void **)&l2fn.stream_attr = driver_sym("cuStreamGetAttribute");
+	*(void **)&l2fn.reset = nv_driver_sym("cuCtxResetPersistingL2Cache");
+	*(void **)&l2fn.get_limit = nv_driver_sym("cuCtxGetLimit");
+	*(void **)&l2fn.stream_attr = nv_driver_sym("cuStreamGetAttribute");
 }
 
 /* What a provider's call leaves set that outlives it: the context's
@@ -803,7 +775,8 @@ static void l2_state_line(FILE *out, const char *shape, const char *after)
 	CUstreamAttrValue v;
 	memset(&v, 0, sizeof(v));
 	const int rl = l2fn.get_limit ? (int)l2fn.get_limit(&lim, CU_LIMIT_PERSISTING_L2_CACHE_SIZE) : -1;
-	const int ra = l2fn.stream_attr ? (int)l2fn.stream_attr(stream, CU_STREAM_ATTRIBUTE_ACCESS_POLICY_WINDOW, &v) : -1;
+	const int ra =
+		l2fn.stream_attr ? (int)l2fn.stream_attr(stream, CU_STREAM_ATTRIBUTE_ACCESS_POLICY_WINDOW, &v) : -1;
 	fprintf(out, "| l2 state | %-17s | after %-10s | persisting limit %zu (rc %d) | stream window %zu bytes,"
 		" hit ratio %.2f, hit %d, miss %d (rc %d) |\n",
 		shape, after, lim, rl, v.accessPolicyWindow.num_bytes, v.accessPolicyWindow.hitRatio,
@@ -842,8 +815,8 @@ static void after_profile(FILE *out, const char *shape, op_fn wg, void *wctx, op
 	static const char *const what[5] = { "itself", "cuSPARSELt", "a flush", "cuSPARSELt, then itself",
 					     "itself on another copy" };
 	CUresult (*start)(void), (*stop)(void);
-	*(void **)&start = driver_sym("cuProfilerStart");
-	*(void **)&stop = driver_sym("cuProfilerStop");
+	*(void **)&start = nv_driver_sym("cuProfilerStart");
+	*(void **)&stop = nv_driver_sym("cuProfilerStop");
 	if (!start || !stop) {
 		fprintf(out, "| profile after | %-17s | the driver has no cuProfilerStart |\n", shape);
 		return;

@@ -549,17 +549,9 @@ static int direct_copy_in(CUstream st, CUdeviceptr dst, size_t dpitch, const voi
 	}
 	if (zero_gap)
 		CU_TRY(nv_drv.cuMemsetD8Async(dst, 0, rows * dpitch, st), "cuMemsetD8Async");
-	CUDA_MEMCPY2D c2 = { 0 };
-	c2.srcMemoryType = dev_src ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
-	c2.srcHost = dev_src ? NULL : src;
-	c2.srcDevice = dev_src ? (CUdeviceptr)(uintptr_t)src : 0;
-	c2.srcPitch = row_bytes;
-	c2.dstMemoryType = CU_MEMORYTYPE_DEVICE;
-	c2.dstDevice = dst;
-	c2.dstPitch = dpitch;
-	c2.WidthInBytes = row_bytes;
-	c2.Height = rows;
-	CU_TRY(nv_drv.cuMemcpy2DAsync(&c2, st), "cuMemcpy2DAsync(registered)");
+	CU_TRY(nv_copy_rows_in(dst, dpitch, dev_src ? NULL : src, dev_src ? (CUdeviceptr)(uintptr_t)src : 0,
+			       row_bytes, row_bytes, rows, st),
+	       "cuMemcpy2DAsync(registered)");
 	return 0;
 }
 

@@ -151,6 +151,15 @@ static void wg_weight_free(struct cuda_dev *dev, void *state, void *packed)
 	free(pk);
 }
 
+/* A's shape as the kernels take it, its memory not yet given: a dense
+ * A's rows nv_wg_dense_lda(k) apart, as the daemon lays them out. */
+static struct nv_wg_packed wg_shape(int bf16, int dense, int64_t m, int64_t k)
+{
+	return (struct nv_wg_packed){
+		.bf16 = bf16, .dense = dense, .m = m, .k = k, .lda = dense ? nv_wg_dense_lda(k) : 0,
+	};
+}
+
 static int wg_weight_pack(struct cuda_dev *dev, void *state, const struct mfma_weight_host *w, void **packed,
 			  uint64_t *dev_bytes, char *err, size_t errlen)
 {
@@ -160,11 +169,7 @@ static int wg_weight_pack(struct cuda_dev *dev, void *state, const struct mfma_w
 		snprintf(err, errlen, "cuda: out of host memory");
 		return -ENOMEM;
 	}
-	pk->bf16 = w->dtype == MFMA_DT_BF16;
-	pk->dense = !w->sparse;
-	pk->m = w->m;
-	pk->k = w->k;
-	pk->lda = pk->dense ? nv_wg_dense_lda(w->k) : 0;
+	*pk = wg_shape(w->dtype == MFMA_DT_BF16, !w->sparse, w->m, w->k);
 	/* The padded layout is what the device holds: that is the cost. */
 	const uint64_t vbytes = pk->dense ? (uint64_t)nv_wg_dense_bytes(w->m, w->k, 2)
 					  : (uint64_t)nv_wg_img_bytes(w->m, w->k, 2);
@@ -216,12 +221,7 @@ static int wg_launch(struct cuda_dev *dev, void *state, const struct mfma_gemm *
 	if (packed) {
 		pk = *(const struct nv_wg_packed *)packed;
 	} else {
-		memset(&pk, 0, sizeof(pk));
-		pk.bf16 = bf16;
-		pk.dense = dense;
-		pk.m = m;
-		pk.k = k;
-		pk.lda = dense ? nv_wg_dense_lda(k) : 0;
+		pk = wg_shape(bf16, dense, m, k);
 		if (dense)
 			rc = cuda_buf_need(&o->val, (size_t)nv_wg_dense_bytes(m, k, 2), "wgmma A", NULL, err, errlen);
 		else if ((rc = cuda_buf_need(&o->val, (size_t)nv_wg_img_bytes(m, k, 2), "wgmma A", NULL, err,

@@ -10,12 +10,13 @@
 
 struct nv_driver nv_drv;
 
+typedef CUresult (*get_proc_fn)(const char *, void **, int, cuuint64_t,
+				CUdriverProcAddressQueryResult *);
+
 static pthread_once_t open_once = PTHREAD_ONCE_INIT;
 static int open_rc;
 static char open_err[256];
-
-typedef CUresult (*get_proc_fn)(const char *, void **, int, cuuint64_t,
-				CUdriverProcAddressQueryResult *);
+static get_proc_fn get_proc; /* the driver's cuGetProcAddress, once open */
 
 /* Entry point name in the version our headers declare, stored in *slot
  * (a function pointer of nv_drv): whether the driver has it (NULL stored
@@ -40,7 +41,6 @@ static void open_driver(void)
 	}
 	/* cuGetProcAddress itself is found by its versioned symbol; it then
 	 * hands out each entry point in the version matching our headers. */
-	get_proc_fn get_proc;
 	void *sym = dlsym(lib, "cuGetProcAddress_v2");
 	memcpy(&get_proc, &sym, sizeof(get_proc));
 	if (!get_proc) {
@@ -74,6 +74,31 @@ int nv_driver_open(char *err, size_t errlen)
 	if (open_rc < 0 && err && errlen)
 		snprintf(err, errlen, "%s", open_err);
 	return open_rc;
+}
+
+void *nv_driver_sym(const char *name)
+{
+	void *p = NULL;
+	if (nv_driver_open(NULL, 0) < 0 || !resolve(get_proc, name, &p))
+		return NULL;
+	return p;
+}
+
+CUresult nv_copy_rows_in(CUdeviceptr dst, size_t dpitch, const void *hsrc, CUdeviceptr dsrc, size_t spitch,
+			 size_t width, size_t rows, CUstream s)
+{
+	CUDA_MEMCPY2D c2;
+	memset(&c2, 0, sizeof(c2));
+	c2.srcMemoryType = hsrc ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
+	c2.srcHost = hsrc;
+	c2.srcDevice = hsrc ? 0 : dsrc;
+	c2.srcPitch = spitch;
+	c2.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+	c2.dstDevice = dst;
+	c2.dstPitch = dpitch;
+	c2.WidthInBytes = width;
+	c2.Height = rows;
+	return nv_drv.cuMemcpy2DAsync(&c2, s);
 }
 
 const char *nv_result_str(CUresult r)

@@ -101,6 +101,17 @@ extern struct nv_driver nv_drv;
  * -ENOSYS when it lacks an entry point; err says which. */
 int nv_driver_open(char *err, size_t errlen);
 
+/* An entry point nv_drv does not hold (a benchmark's or a probe's), in
+ * the version our headers declare, as nv_driver_open resolves its own
+ * (opening the driver if need be); NULL when the driver lacks it. */
+void *nv_driver_sym(const char *name);
+
+/* One cuMemcpy2DAsync on stream s: rows rows of width bytes, spitch
+ * apart in host memory hsrc (or, hsrc NULL, device memory dsrc), into
+ * device memory dst, dpitch apart. */
+CUresult nv_copy_rows_in(CUdeviceptr dst, size_t dpitch, const void *hsrc, CUdeviceptr dsrc, size_t spitch,
+			 size_t width, size_t rows, CUstream s);
+
 /* "cuMemAlloc: out of memory" style text for a CUresult. */
 const char *nv_result_str(CUresult r);
 
