@@ -273,36 +273,31 @@ static int cuda_open(int index, const struct backend_config *cfg, void **dev, ch
 	return 0;
 }
 
-/* The first provider attached to the device that supports s, or NULL with
- * the first refusal's code in *rc and its sentence in err. */
+/* What pick asks each provider: the device, the shape. */
+struct pick_ask {
+	const struct cuda_backend_dev *bd;
+	const struct cuda_shape *s;
+	int cc;
+};
+
+static int pick_ask(size_t i, void *ctx, char *err, size_t errlen)
+{
+	const struct pick_ask *a = ctx;
+	if (!providers[i]->usable(a->cc))
+		return 1;
+	return providers[i]->supports(a->bd->dev, a->bd->state[i], a->s, err, errlen);
+}
+
+/* The first provider attached to the device that supports s (the pinned
+ * one first), or NPROVIDERS with the first refusal's code in *rc and its
+ * sentence in err. */
 static size_t pick(const struct cuda_backend_dev *bd, const struct cuda_shape *s, int *rc,
 		   char *err, size_t errlen)
 {
-	int cc = cuda_dev_cc(bd->dev);
-	*rc = -ENOTSUP;
-	snprintf(err, errlen, "cuda: no kernel provider on sm_%d runs %s %s", cc,
+	struct pick_ask a = { .bd = bd, .s = s, .cc = cuda_dev_cc(bd->dev) };
+	snprintf(err, errlen, "cuda: no kernel provider on sm_%d runs %s %s", a.cc,
 		 mfma_dtype_name(s->in), s->sparse ? "2:4" : "dense");
-	bool refused = false;
-	/* The pinned provider first, then the table's order. */
-	for (size_t j = 0; j <= NPROVIDERS; j++) {
-		size_t i;
-		if (j == 0 && policy.prefer < 0)
-			continue;
-		i = j == 0 ? (size_t)policy.prefer : j - 1;
-		if ((j > 0 && (int)i == policy.prefer) || !usable_here(i, cc))
-			continue;
-		char why[256];
-		int r = providers[i]->supports(bd->dev, bd->state[i], s, refused ? why : err,
-					       refused ? sizeof(why) : errlen);
-		if (r == 0) {
-			*rc = 0;
-			return i;
-		}
-		if (!refused)
-			*rc = r;
-		refused = true;
-	}
-	return NPROVIDERS;
+	return providers_pick(&policy, NPROVIDERS, pick_ask, &a, rc, err, errlen);
 }
 
 static void cuda_weight_free(void *dev, void *handle)

@@ -159,35 +159,31 @@ static int hip_open(int index, const struct backend_config *cfg, void **dev, cha
 	return 0;
 }
 
-/* The first provider attached to the device that supports s, or NULL with
- * the first refusal's code in *rc and its sentence in err. */
+/* What pick asks each provider: the device, the shape. */
+struct pick_ask {
+	const struct hip_backend_dev *bd;
+	const struct hip_shape *s;
+	const char *arch;
+};
+
+static int pick_ask(size_t i, void *ctx, char *err, size_t errlen)
+{
+	const struct pick_ask *a = ctx;
+	if (!providers[i]->usable(a->arch))
+		return 1;
+	return providers[i]->supports(a->bd->dev, a->bd->state[i], a->s, err, errlen);
+}
+
+/* The first provider attached to the device that supports s (the pinned
+ * one first), or NPROVIDERS with the first refusal's code in *rc and its
+ * sentence in err. */
 static size_t pick(const struct hip_backend_dev *bd, const struct hip_shape *s, int *rc,
 		   char *err, size_t errlen)
 {
-	const char *arch = hip_dev_arch(bd->dev);
-	*rc = -ENOTSUP;
-	snprintf(err, errlen, "hip: no kernel provider on %s runs %s %s", arch,
+	struct pick_ask a = { .bd = bd, .s = s, .arch = hip_dev_arch(bd->dev) };
+	snprintf(err, errlen, "hip: no kernel provider on %s runs %s %s", a.arch,
 		 mfma_dtype_name(s->in), s->sparse ? "2:4" : "dense");
-	bool refused = false;
-	/* The pinned provider first, then the table's order. */
-	for (size_t j = 0; j <= NPROVIDERS; j++) {
-		if (j == 0 && policy.prefer < 0)
-			continue;
-		size_t i = j == 0 ? (size_t)policy.prefer : j - 1;
-		if ((j > 0 && (int)i == policy.prefer) || !usable_here(i, arch))
-			continue;
-		char why[256];
-		int r = providers[i]->supports(bd->dev, bd->state[i], s, refused ? why : err,
-					       refused ? sizeof(why) : errlen);
-		if (r == 0) {
-			*rc = 0;
-			return i;
-		}
-		if (!refused)
-			*rc = r;
-		refused = true;
-	}
-	return NPROVIDERS;
+	return providers_pick(&policy, NPROVIDERS, pick_ask, &a, rc, err, errlen);
 }
 
 static void hip_weight_free(void *dev, void *handle)

@@ -3,6 +3,7 @@
 #include "backend.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -56,6 +57,34 @@ int providers_check(enum provider_family f, size_t i, size_t count, const char *
 		 "(a build error: keep the two lists alike)", f == PROVIDERS_HIP ? "hip" : "cuda", i,
 		 name, i < n ? names[i] : "absent");
 	return -EINVAL;
+}
+
+size_t providers_pick(const struct provider_policy *p, size_t n, providers_ask_fn ask, void *ctx,
+		      int *rc, char *err, size_t errlen)
+{
+	const int prefer = p ? p->prefer : -1;
+	bool refused = false;
+	*rc = -ENOTSUP;
+	/* j == 0 is the pinned provider; j > 0 is entry j - 1 of the table. */
+	for (size_t j = 0; j <= n; j++) {
+		if (j == 0 && (prefer < 0 || (size_t)prefer >= n))
+			continue;
+		const size_t i = j == 0 ? (size_t)prefer : j - 1;
+		if ((j > 0 && (int)i == prefer) || provider_excluded(p, i))
+			continue;
+		char why[256];
+		const int r = ask(i, ctx, refused ? why : err, refused ? sizeof(why) : errlen);
+		if (r == 0) {
+			*rc = 0;
+			return i;
+		}
+		if (r > 0)
+			continue;
+		if (!refused)
+			*rc = r;
+		refused = true;
+	}
+	return n;
 }
 
 void providers_describe(const struct provider_policy *p, enum provider_family f, size_t i,

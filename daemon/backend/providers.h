@@ -1,5 +1,6 @@
-/* The kernel providers of each GPU family by name, and what the
- * configuration says of them (cuda.providers, hip.providers).
+/* The kernel providers of each GPU family by name, what the configuration
+ * says of them (cuda.providers, hip.providers), and the order in which a
+ * backend asks them for a shape.
  *
  * The name lists are the families' provider tables in order (cuda.c,
  * hip.c check theirs against them at probe).  They are compiled into
@@ -41,6 +42,20 @@ static inline int provider_excluded(const struct provider_policy *p, size_t i)
  * caught at probe). */
 int providers_check(enum provider_family f, size_t i, size_t count, const char *name, char *err,
 		    size_t errlen);
+
+/* Provider i's answer to a shape, for providers_pick: 0 it takes it, 1 it
+ * does not run on this device (passed over without a word), or a negative
+ * errno with the reason in err. */
+typedef int (*providers_ask_fn)(size_t i, void *ctx, char *err, size_t errlen);
+
+/* Asks the n providers of a table that p does not exclude, the pinned one
+ * first and then the table's order, and returns the index of the first
+ * that takes the shape.  When none does it returns n with the first
+ * refusal's code in *rc and its reason in err (the later refusals' go to
+ * scratch); when none refused, *rc is -ENOTSUP and err stays as the
+ * caller set it. */
+size_t providers_pick(const struct provider_policy *p, size_t n, providers_ask_fn ask, void *ctx,
+		      int *rc, char *err, size_t errlen);
 
 /* A provider's state on a device for status, "name" or "name:pinned" /
  * "name:excluded", appended to the comma-separated list in buf. */
