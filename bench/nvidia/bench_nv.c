@@ -806,14 +806,18 @@ static int run_before(void *vctx, int copy)
 /* BENCH_NV_PROFILE_AFTER=1, in place of after_line's timings: launches of
  * the wgmma 2:4 kernel alone, each after one of: itself, cuSPARSELt, an
  * L2 flush, cuSPARSELt and then itself, itself on another copy of the
- * weight (other pages, the same kernel); three rounds.  Only those
- * launches run between cuProfilerStart and cuProfilerStop, so that
- * `ncu --profile-from-start off --cache-control none` reads their
- * counters with the GPU as the call before left it. */
+ * weight (other pages, the same kernel); then cuSPARSELt's own call after
+ * ours (its kernels' names and launch state: what ours follows); three
+ * rounds.  Only those launches run between cuProfilerStart and
+ * cuProfilerStop, so that `ncu --profile-from-start off --cache-control
+ * none` reads their counters with the GPU as the call before left it.
+ * Each line says which call was profiled ("profiled ours" or "profiled
+ * cuSPARSELt"), in the order Nsight Compute numbers their kernels. */
 static void after_profile(FILE *out, const char *shape, op_fn wg, void *wctx, op_fn cs, void *cctx)
 {
-	static const char *const what[5] = { "itself", "cuSPARSELt", "a flush", "cuSPARSELt, then itself",
-					     "itself on another copy" };
+	enum { CASES = 6 };
+	static const char *const what[CASES] = { "itself", "cuSPARSELt", "a flush", "cuSPARSELt, then itself",
+						  "itself on another copy", "ours (cuSPARSELt profiled)" };
 	CUresult (*start)(void), (*stop)(void);
 	*(void **)&start = nv_driver_sym("cuProfilerStart");
 	*(void **)&stop = nv_driver_sym("cuProfilerStop");
@@ -822,18 +826,26 @@ static void after_profile(FILE *out, const char *shape, op_fn wg, void *wctx, op
 		return;
 	}
 	for (int r = 0; r < 3; r++)
-		for (int j = 0; j < 5; j++) {
-			int rc = j == 0 ? wg(wctx, 0) : j == 2 ? run_flush(NULL, 0) : j == 4 ? wg(wctx, 1) : cs(cctx, 0);
+		for (int j = 0; j < CASES; j++) {
+			int rc;
+			if (j == 0 || j == 5)
+				rc = wg(wctx, 0);
+			else if (j == 2)
+				rc = run_flush(NULL, 0);
+			else if (j == 4)
+				rc = wg(wctx, 1);
+			else
+				rc = cs(cctx, 0);
 			if (rc == 0 && j == 3)
 				rc = wg(wctx, 0);
 			CU(nv_drv.cuStreamSynchronize(stream));
 			CU(start());
 			if (rc == 0)
-				rc = wg(wctx, 0);
+				rc = j == 5 ? cs(cctx, 0) : wg(wctx, 0);
 			CU(nv_drv.cuStreamSynchronize(stream));
 			CU(stop());
-			fprintf(out, "| profile after | %-17s | launch %2d: after %s (rc %d) |\n", shape, r * 5 + j,
-				what[j], rc);
+			fprintf(out, "| profile after | %-17s | launch %2d: after %s (rc %d) | profiled %s |\n", shape,
+				r * CASES + j, what[j], rc, j == 5 ? "cuSPARSELt" : "ours");
 		}
 	fflush(out);
 }

@@ -428,29 +428,30 @@ afterncu)
 	# What our first launch after cuSPARSELt's call pays for: Nsight
 	# Compute's counters of the wgmma 2:4 kernel launched after itself,
 	# after cuSPARSELt, after an L2 flush, after cuSPARSELt then itself,
-	# after itself on another copy of the weight (bench_nv's
-	# BENCH_NV_PROFILE_AFTER), caches left as each call before
-	# left them, every pass a whole run of the process (application
-	# replay), at each of AFTER_SHAPES.
+	# after itself on another copy of the weight, and of cuSPARSELt's own
+	# call after ours (bench_nv's BENCH_NV_PROFILE_AFTER), caches left as
+	# each call before left them, every pass a whole run of the process
+	# (application replay), at each of AFTER_SHAPES.  AFTER_SECTIONS
+	# (default SpeedOfLight LaunchStats WarpStateStats; "" for the memory
+	# counters alone) adds Nsight Compute's sections: the clocks and cycles
+	# (another clock, or the same cycles?), the launch's shared memory
+	# configuration and cluster, the warps' stall reasons (slow CTAs, and
+	# on what?).  afterncu_summary.py makes the tables.
 	build_bench
+	sections=""
+	for s in ${AFTER_SECTIONS-SpeedOfLight LaunchStats WarpStateStats}; do
+		sections="$sections --section $s"
+	done
 	for shape in ${AFTER_SHAPES:-14336x256x4096}; do
-		BENCH_NV_PROFILE_AFTER=1 timeout 300 ncu --profile-from-start off --cache-control none \
-			--clock-control none --replay-mode application --csv --metrics \
+		# shellcheck disable=SC2086
+		BENCH_NV_PROFILE_AFTER=1 timeout "${AFTER_NCU_S:-400}" ncu --profile-from-start off \
+			--cache-control none --clock-control none --replay-mode application --csv $sections --metrics \
 			gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sectors_lookup_hit.sum,lts__t_sectors_lookup_miss.sum \
 			"$BENCH" --served --dtypes f16 --shape "$shape" >"$OUT/afterncu_$shape.csv" 2>"$OUT/afterncu_$shape.err"
 		echo "=== afterncu $shape: rc=$?"
-		grep "^| profile after" "$OUT/afterncu_$shape.csv" | head -4
-		python3 - "$OUT/afterncu_$shape.csv" <<'PY'
-import csv, sys
-rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 14 and r[0].isdigit()]
-launches = {}
-for r in rows:
-	launches.setdefault(int(r[0]), {})[r[12]] = (r[13], r[14])
-what = ["itself", "cuSPARSELt", "a flush", "cuSPARSELt, then itself", "itself on another copy"]
-for i in sorted(launches):
-	m = launches[i]
-	print("launch %2d after %-24s" % (i, what[i % len(what)]) + "  ".join("%s %s %s" % (k.split("__")[1], v[0], v[1]) for k, v in sorted(m.items())))
-PY
+		grep "^| profile after" "$OUT/afterncu_$shape.csv" | head -2
+		python3 bench/nvidia/afterncu_summary.py "$OUT/afterncu_$shape.csv" >"$OUT/afterncu_$shape.md"
+		python3 bench/nvidia/afterncu_summary.py "$OUT/afterncu_$shape.csv" --short | cut -c1-400
 	done
 	;;
 serving)
