@@ -8,7 +8,7 @@
 # usage: bench/nvidia/device_round.sh [test] [sanitize|memcheck|racecheck] [bench] [sweep]
 #        [grid] [shapes] [ncu] [vsncu] [stallsrc] [e2e] [answers] [abserving] [spin] [readers] [latency] [multi] [choice] [served] [graphsab] [trialab]
 #        [batching] [serving] [readsab] [postab] [readerminab] [overlapab] [copystreamab] [dmaab] [dmacsab] [regionab] [batchcheck] [setab]
-#        [phases] [dmaphases] [afterncu]
+#        [phases] [dmaphases] [perfphases] [afterncu]
 #        [wgmma] [group] [csum] [w1] [p3] [wgsan] [raceprobe] [streamprobe] [hot] [spread] [trace] [splitncu] [wgncu] [oneinflight]
 #        [pdl] [pitch] [ldarows] [pitchab] [copies] [lonecheck] [gate] [gateab] [tileab] [loopstartab] [kernelab] [wgdecode] [wgdsan] [wgdncu] [wgdense] [wgdensesan] [wgdensencu]
 #        (no argument: test sanitize bench e2e)
@@ -582,6 +582,26 @@ phases)
 		WARM_S=${WARM_S:-5} phase_run "$OUT/phases${PHASE_TAG:-}_n$1.log" "" "$1" "$2" "$3" \
 			${PHASE_FLAGS:-}
 		cut -c1-200 "$OUT/phases${PHASE_TAG:-}_n$1.log" | head -16
+	done
+	;;
+perfphases)
+	# phases with perf (pack_perf.sh's bundle, carried as .devlibs/perf.tar.xz):
+	# each thread's busiest functions over the window, for each
+	# PERF_LOADS "N:in_flight:requests:how" (how: bytes or shm), the
+	# daemon's thread defaults as in phases.  What bounds N=1 x 256 on the
+	# H200 (the loop and the worker each near a whole core, 2026-12-03):
+	# the answer is in where their time goes.
+	rm -rf /tmp/mfma-perf && mkdir -p /tmp/mfma-perf &&
+		tar -C /tmp/mfma-perf -xJf .devlibs/perf.tar.xz || { echo "=== perfphases: no perf bundle"; exit 1; }
+	for load in ${PERF_LOADS:-1:256:3000000:shm 1:256:3000000:bytes 8:64:1500000:shm}; do
+		set -- ${load//:/ }
+		how=""
+		[ "$4" = shm ] && how=--shm
+		log="$OUT/perfphases_n$1_$4.log"
+		echo "--- perf phases, N=$1 x $2 $4"
+		PERF=/tmp/mfma-perf/perf/run.sh WARM_S=${WARM_S:-5} phase_run "$log" "" "$1" "$2" "$3" $how
+		grep -E "^(window|worker phases|perf record failed)|mfmad:|\"requests_per_s" "$log" | cut -c1-220 | head -8
+		grep -A8 "^perf, the loop thread" "$log" | cut -c1-160
 	done
 	;;
 dmaphases)

@@ -23,7 +23,14 @@
 # region_copies; E2E_LOOP_START and E2E_OVERLAP, when set,
 # limits.loop_start and batching.overlap (as serving_bench.sh takes them).
 #
-# usage: [MFMAD=path] thread_cpu.sh PAYLOAD_DIR N IN_FLIGHT REQUESTS [mfmactl bench flags, e.g. --shm]
+# PERF, when set, is a perf launcher (pack_perf.sh's perf/run.sh): perf
+# samples the daemon's threads (the software event cpu-clock, 2999 Hz) over
+# the same window, and the log gets each thread's busiest functions, the
+# loop's, the device's worker's and the post threads' apart (perf's own
+# cost, about a sample's handling 3,000 times a second a thread, is in the
+# shares above).
+#
+# usage: [MFMAD=path] [PERF=perf/run.sh] thread_cpu.sh PAYLOAD_DIR N IN_FLIGHT REQUESTS [mfmactl bench flags, e.g. --shm]
 set -u
 P=$1
 N=$2
@@ -76,7 +83,12 @@ for p, v in re.findall(r'mfmad_device_batch_host_seconds_total\{device=\"0\",ste
 pa=$(phases)
 t0=$(date +%s.%N)
 a=$( { ticks "$DPID" mfmad:; ticks "$BPID" mfmactl:; } )
-sleep "${WINDOW_S:-2}"
+if [ -n "${PERF:-}" ]; then
+	"$PERF" record -q -e cpu-clock -F 2999 -p "$DPID" -o "$D/perf.data" -- sleep "${WINDOW_S:-2}" \
+		>"$D/perf_record.log" 2>&1 || echo "perf record failed: $(tail -3 "$D/perf_record.log")"
+else
+	sleep "${WINDOW_S:-2}"
+fi
 b=$( { ticks "$DPID" mfmad:; ticks "$BPID" mfmactl:; } )
 w=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { print b - a }')
 pb=$(phases)
@@ -87,6 +99,19 @@ join -j 3 <(echo "$a" | sort -k3,3) <(echo "$b" | sort -k3,3) |
 	sort -k2 -rn | head -12
 echo "worker phases (share of the window): $(paste -d' ' <(echo "$pa") <(echo "$pb") |
 	awk '$1 == "up" { w = $4 - $2; next } { printf "%s %.1f%%  ", $1, 100 * ($4 - $2) / w }')"
+if [ -n "${PERF:-}" ] && [ -s "$D/perf.data" ]; then
+	# report TITLE KEYS [filter]: perf's table by KEYS, in shares of the
+	# samples the filter keeps.
+	report() {
+		echo "perf, $1:"
+		"$PERF" report -i "$D/perf.data" --stdio --percentage relative --sort "$2" --percent-limit 0.7 \
+			"${@:3}" 2>/dev/null | grep -vE "^(#|$)" | head -"${PERF_TOP:-30}"
+	}
+	report "samples by thread" comm,pid
+	report "the loop thread, by function (self)" dso,sym --tid "$DPID"
+	report "the device's worker" dso,sym --comms mfmad-dev0
+	report "the post threads" dso,sym --comms mfmad-post0,mfmad-post0.1,mfmad-post0.2,mfmad-post0.3
+fi
 wait "$BPID"
 grep -o '"requests_per_s": [0-9.]*\|"mean_batch": [0-9.]*' "$D/bench.json" | tr '\n' ' '; echo
 kill -TERM "$DPID"; wait "$DPID"
