@@ -1,0 +1,95 @@
+/* The client library's decode of an answer on arbitrary bytes, the way
+ * client/lib/client.c takes one: a GEMM's or an error's answer by its own
+ * walker (wire_gemm_answer_decode), a large one with D left in the frame
+ * (wire_split_unpack over the response's paths), anything else by
+ * protobuf-c.  Each must mean exactly what protobuf-c's own decode makes
+ * of the bytes: the same verdict where it decodes, and a message that
+ * packs to the same bytes.  A daemon is the client's peer, not its
+ * servant: an answer that a broken or hostile one sends must fail
+ * cleanly, never be misread. */
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "frame.h"
+#include "mfma.pb-c.h"
+#include "wire_gemm.h"
+#include "wire_split.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* m packs to the bytes plain packs to. */
+static void same_bytes(const ProtobufCMessage *plain, const ProtobufCMessage *m)
+{
+	size_t l1 = protobuf_c_message_get_packed_size(plain);
+	size_t l2 = protobuf_c_message_get_packed_size(m);
+	if (l1 != l2)
+		__builtin_trap();
+	uint8_t *b1 = malloc(l1 + 1), *b2 = malloc(l2 + 1);
+	if (b1 && b2) {
+		if (protobuf_c_message_pack(plain, b1) != l1 || protobuf_c_message_pack(m, b2) != l2 ||
+		    memcmp(b1, b2, l1) != 0)
+			__builtin_trap();
+	}
+	free(b1);
+	free(b2);
+}
+
+static void check_answer(const uint8_t *p, size_t n)
+{
+	Mfma__V1__Response *plain = mfma__v1__response__unpack(NULL, n, p);
+	/* The walker takes a GEMM's answer or an error's and declines the
+	 * rest; what it takes, protobuf-c must read the same. */
+	Mfma__V1__Response *walked = wire_gemm_answer_decode(p, n, NULL);
+	if (walked) {
+		if (!plain)
+			__builtin_trap();
+		if (walked->body_case != MFMA__V1__RESPONSE__BODY_GEMM &&
+		    walked->body_case != MFMA__V1__RESPONSE__BODY__NOT_SET)
+			__builtin_trap();
+		same_bytes(&plain->base, &walked->base);
+		mfma__v1__response__free_unpacked(walked, NULL);
+	}
+	/* The large answer's path: D's bytes left where they lie, in a
+	 * buffer of the frame's own (as the client keeps it). */
+	uint8_t *frame = malloc(n ? n : 1);
+	if (frame) {
+		memcpy(frame, p, n);
+		size_t kept = 0;
+		ProtobufCMessage *split = wire_split_unpack(
+			&mfma__v1__response__descriptor, wire_split_response_paths,
+			wire_split_response_npaths, WIRE_SPLIT_MIN_BYTES, frame, n, &kept);
+		if ((split == NULL) != (plain == NULL))
+			__builtin_trap();
+		if (split)
+			same_bytes(&plain->base, split);
+		wire_split_free(split, wire_split_response_paths, wire_split_response_npaths, frame,
+				n);
+		free(frame);
+	}
+	if (plain)
+		mfma__v1__response__free_unpacked(plain, NULL);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	/* As the client reads them: a byte stream of frames, fed in two
+	 * pieces split where the input says; then the input as one payload. */
+	struct frame_reader r;
+	frame_reader_init(&r, 1 << 20);
+	size_t split = size ? data[0] % (size + 1) : 0;
+	const uint8_t *p;
+	size_t len;
+	if (frame_reader_feed(&r, data, split) == 0) {
+		while (frame_reader_next(&r, &p, &len) == 1)
+			check_answer(p, len);
+	}
+	if (frame_reader_feed(&r, data + split, size - split) == 0) {
+		while (frame_reader_next(&r, &p, &len) == 1)
+			check_answer(p, len);
+	}
+	frame_reader_free(&r);
+	check_answer(data, size);
+	return 0;
+}
