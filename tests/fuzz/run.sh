@@ -10,7 +10,7 @@ bdir=$1 corpus=$2 secs=${3:-20}
 tmp=$(mktemp -d /tmp/mfmad-fuzz-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 status=0
-for t in frame request sparse24 npy config; do
+for t in frame request answer sparse24 npy config; do
 	mkdir -p "$tmp/$t"
 	cp "$corpus/$t"/* "$tmp/$t/"
 	log="$tmp/$t.log"
