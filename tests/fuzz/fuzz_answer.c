@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "frame.h"
+#include "fuzz_stream.h"
 #include "mfma.pb-c.h"
 #include "wire_gemm.h"
 #include "wire_split.h"
@@ -74,22 +74,6 @@ static void check_answer(const uint8_t *p, size_t n)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	/* As the client reads them: a byte stream of frames, fed in two
-	 * pieces split where the input says; then the input as one payload. */
-	struct frame_reader r;
-	frame_reader_init(&r, 1 << 20);
-	size_t split = size ? data[0] % (size + 1) : 0;
-	const uint8_t *p;
-	size_t len;
-	if (frame_reader_feed(&r, data, split) == 0) {
-		while (frame_reader_next(&r, &p, &len) == 1)
-			check_answer(p, len);
-	}
-	if (frame_reader_feed(&r, data + split, size - split) == 0) {
-		while (frame_reader_next(&r, &p, &len) == 1)
-			check_answer(p, len);
-	}
-	frame_reader_free(&r);
-	check_answer(data, size);
+	fuzz_stream(data, size, check_answer);
 	return 0;
 }

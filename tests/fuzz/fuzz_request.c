@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "frame.h"
+#include "fuzz_stream.h"
 #include "mfma.pb-c.h"
 #include "request_msg.h"
 #include "validate.h"
@@ -92,23 +92,6 @@ static void check_request(const uint8_t *p, size_t n)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	/* The input is a byte stream as it would arrive on a socket, fed in
-	 * two pieces split at a point the input itself chooses. */
-	struct frame_reader r;
-	frame_reader_init(&r, 1 << 20);
-	size_t split = size ? data[0] % (size + 1) : 0;
-	const uint8_t *p;
-	size_t len;
-	if (frame_reader_feed(&r, data, split) == 0) {
-		while (frame_reader_next(&r, &p, &len) == 1)
-			check_request(p, len);
-	}
-	if (frame_reader_feed(&r, data + split, size - split) == 0) {
-		while (frame_reader_next(&r, &p, &len) == 1)
-			check_request(p, len);
-	}
-	frame_reader_free(&r);
-	/* And the whole input as one payload. */
-	check_request(data, size);
+	fuzz_stream(data, size, check_request);
 	return 0;
 }
