@@ -439,8 +439,8 @@ afterncu)
 	# on what?).  afterncu_summary.py makes the tables.
 	build_bench
 	sections=""
-	for s in ${AFTER_SECTIONS-SpeedOfLight LaunchStats WarpStateStats}; do
-		sections="$sections --section $s"
+	for sec in ${AFTER_SECTIONS-SpeedOfLight LaunchStats WarpStateStats}; do
+		sections="$sections --section $sec"
 	done
 	for shape in ${AFTER_SHAPES:-14336x256x4096}; do
 		# shellcheck disable=SC2086
