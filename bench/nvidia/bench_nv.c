@@ -739,14 +739,16 @@ static double time_served(op_fn fn, void *ctx, struct problem *p, int graph, int
 }
 
 #ifdef MFMA_HAVE_CUSPARSELT
-/* What ran before a served request in after_line: a provider's call (or
- * none), then (flush) an L2 flush, (idle) the GPU left idle
+/* What ran before a served request in after_line, or before a profiled
+ * launch in after_profile: a provider's call on copy `copy` of its weight
+ * (or none), then (flush) an L2 flush, (idle) the GPU left idle
  * AFTER_IDLE_US (default 200 us), (reset) every persisting (evict-last)
  * line in L2 made normal again by cuCtxResetPersistingL2Cache, or (then)
  * another call, untimed. */
 struct before_ctx {
 	op_fn fn;
 	void *ctx;
+	int copy;
 	int flush, idle, reset;
 	op_fn then;
 	void *then_ctx;
@@ -786,7 +788,7 @@ static void l2_state_line(FILE *out, const char *shape, const char *after)
 static int run_before(void *vctx, int copy)
 {
 	const struct before_ctx *b = vctx;
-	int rc = b->fn ? b->fn(b->ctx, copy) : 0;
+	int rc = b->fn ? b->fn(b->ctx, b->copy) : 0;
 	if (rc == 0 && b->flush)
 		rc = run_flush(NULL, copy);
 	if (rc == 0 && b->idle) {
@@ -818,6 +820,14 @@ static void after_profile(FILE *out, const char *shape, op_fn wg, void *wctx, op
 	enum { CASES = 6 };
 	static const char *const what[CASES] = { "itself", "cuSPARSELt", "a flush", "cuSPARSELt, then itself",
 						  "itself on another copy", "ours (cuSPARSELt profiled)" };
+	struct before_ctx pre[CASES] = {
+		{ .fn = wg, .ctx = wctx },
+		{ .fn = cs, .ctx = cctx },
+		{ .flush = 1 },
+		{ .fn = cs, .ctx = cctx, .then = wg, .then_ctx = wctx },
+		{ .fn = wg, .ctx = wctx, .copy = 1 },
+		{ .fn = wg, .ctx = wctx },
+	};
 	CUresult (*start)(void), (*stop)(void);
 	*(void **)&start = nv_driver_sym("cuProfilerStart");
 	*(void **)&stop = nv_driver_sym("cuProfilerStop");
@@ -827,17 +837,7 @@ static void after_profile(FILE *out, const char *shape, op_fn wg, void *wctx, op
 	}
 	for (int r = 0; r < 3; r++)
 		for (int j = 0; j < CASES; j++) {
-			int rc;
-			if (j == 0 || j == 5)
-				rc = wg(wctx, 0);
-			else if (j == 2)
-				rc = run_flush(NULL, 0);
-			else if (j == 4)
-				rc = wg(wctx, 1);
-			else
-				rc = cs(cctx, 0);
-			if (rc == 0 && j == 3)
-				rc = wg(wctx, 0);
+			int rc = run_before(&pre[j], 0);
 			CU(nv_drv.cuStreamSynchronize(stream));
 			CU(start());
 			if (rc == 0)
