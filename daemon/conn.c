@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "endpoint.h"
@@ -569,27 +570,37 @@ void conn_flush_direct(struct conn *c)
 		queue_write(c, NULL, 0, false);
 }
 
-/* Under wmu: writes frame to the socket when nothing is queued ahead of
- * it and no answer was left to the loop; true when the frame is taken. */
-static bool send_locked(struct conn *c, uint8_t *frame, size_t len)
+/* Under wmu: writes frames[0..n) to the socket in one call when nothing
+ * is queued ahead of them and no answer was left to the loop; how many
+ * are taken (sent, the last of them perhaps in part: its tail is kept
+ * for the loop), in order.  The caller sends the others with conn_send. */
+static size_t send_locked(struct conn *c, uint8_t **frames, size_t *lens, size_t n)
 {
 	if (c->fd < 0 || c->wclosed || c->wqueued != 0 || c->rest || atomic_load(&c->later) != 0)
-		return false;
-	ssize_t n = send(c->fd, frame, len, MSG_DONTWAIT | MSG_NOSIGNAL);
-	if (n == (ssize_t)len) {
-		frame_arena_free(frame);
-		return true;
-	}
-	if (n > 0) {
-		/* The socket is full: the loop sends the tail first. */
-		c->rest = frame;
-		c->rest_off = (size_t)n;
-		c->rest_len = len - (size_t)n;
-		return true;
-	}
+		return 0;
+	struct iovec iov[CONN_SEND_MANY];
+	n = n < CONN_SEND_MANY ? n : CONN_SEND_MANY;
+	for (size_t i = 0; i < n; i++)
+		iov[i] = (struct iovec){ .iov_base = frames[i], .iov_len = lens[i] };
+	struct msghdr mh = { .msg_iov = iov, .msg_iovlen = n };
+	ssize_t sent = sendmsg(c->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
 	/* Nothing written (full, or an error the loop's own write will meet
-	 * and report): the loop sends it all. */
-	return false;
+	 * and report): the loop sends them all. */
+	if (sent <= 0)
+		return 0;
+	size_t left = (size_t)sent, i = 0;
+	for (; i < n && left >= lens[i]; i++) {
+		left -= lens[i];
+		frame_arena_free(frames[i]);
+	}
+	if (i < n && left > 0) {
+		/* The socket is full: the loop sends this frame's tail first. */
+		c->rest = frames[i];
+		c->rest_off = left;
+		c->rest_len = lens[i] - left;
+		i++;
+	}
+	return i;
 }
 
 bool conn_send_direct(struct conn *c, uint8_t *frame, size_t len)
@@ -599,7 +610,7 @@ bool conn_send_direct(struct conn *c, uint8_t *frame, size_t len)
 	pthread_mutex_lock(&c->wmu);
 	early_add(c, 1);
 	/* An answer still with a post thread goes first. */
-	bool taken = atomic_load(&c->posted) == 0 && send_locked(c, frame, len);
+	bool taken = atomic_load(&c->posted) == 0 && send_locked(c, &frame, &len, 1) == 1;
 	if (!taken)
 		early_add(c, -1);
 	pthread_mutex_unlock(&c->wmu);
@@ -611,18 +622,18 @@ void conn_answer_posted(struct conn *c)
 	atomic_fetch_add(&c->posted, 1);
 }
 
-bool conn_send_posted(struct conn *c, uint8_t *frame, size_t len)
+size_t conn_send_posted(struct conn *c, uint8_t **frames, size_t *lens, size_t n)
 {
 	pthread_mutex_lock(&c->wmu);
-	early_add(c, 1);
-	bool taken = send_locked(c, frame, len);
+	early_add(c, (int)n);
+	size_t taken = send_locked(c, frames, lens, n);
 	/* Left to the loop: counted there before it stops counting here, so
 	 * that no direct send finds both counts at zero in between. */
-	if (!taken) {
-		early_add(c, -1);
-		atomic_fetch_add(&c->later, 1);
+	if (taken < n) {
+		early_add(c, -(int)(n - taken));
+		atomic_fetch_add(&c->later, (uint32_t)(n - taken));
 	}
-	atomic_fetch_sub(&c->posted, 1);
+	atomic_fetch_sub(&c->posted, (uint32_t)n);
 	pthread_mutex_unlock(&c->wmu);
 	return taken;
 }

@@ -133,10 +133,14 @@ bool conn_send_direct(struct conn *c, uint8_t *frame, size_t len);
 /* Worker: an answer handed to a post thread (no direct send may overtake
  * it until conn_send_posted has run). */
 void conn_answer_posted(struct conn *c);
+/* The most frames conn_send_posted writes in one call. */
+#define CONN_SEND_MANY 64
 /* Post thread, in the order the answers were posted: conn_send_direct
- * for a posted answer.  false: left to the loop, counted as by
+ * for n posted answers at once (one write for them all, up to
+ * CONN_SEND_MANY).  Returns how many of frames, from the first, it took;
+ * each of the others is left to the loop, counted as by
  * conn_answer_later. */
-bool conn_send_posted(struct conn *c, uint8_t *frame, size_t len);
+size_t conn_send_posted(struct conn *c, uint8_t **frames, size_t *lens, size_t n);
 /* Post thread: a posted answer it has nothing to send for after all (its
  * encoding failed: the loop answers the failure), counted as by
  * conn_answer_later. */

@@ -40,7 +40,8 @@ struct gemm_job {
 	bool launch_head;       /* counts the launch (one job of each) */
 	uint8_t *frame;         /* the encoded answer when OK */
 	size_t frame_len;
-	bool sent;              /* the worker sent it (conn_send_direct) */
+	bool sent;              /* written off the loop (conn_send_direct, conn_send_posted) */
+	bool finish_on_post;    /* a batch's answer, finished by the post thread */
 	bool later;             /* counted by conn_answer_later until the loop sends it */
 	bool answered;          /* out of stats.in_flight (count_answer) */
 };
@@ -318,19 +319,56 @@ static void gemm_start(struct device *v, struct sched_job *sj)
 	launch_one(v, (struct gemm_job *)sj, true);
 }
 
-/* Post thread: writes an answer the worker finished to the socket, in
- * the order the device's runs finished (or leaves it to the loop when
- * the socket is busy or the connection is TLS). */
-static void gemm_post(struct device *v, struct sched_job *sj)
+/* Post thread: writes the answers of n jobs on one connection, in
+ * order, with one write for those it can (what the socket does not take,
+ * or a TLS connection's, is left to the loop). */
+static void send_posted(struct gemm_job **js, size_t n)
 {
-	(void)v;
-	struct gemm_job *j = (struct gemm_job *)sj;
-	if (conn_send_posted(j->r.conn, j->frame, j->frame_len)) {
-		j->frame = NULL;
-		j->sent = true;
-	} else {
+	if (!n)
+		return;
+	uint8_t *frames[SCHED_POST_RUN];
+	size_t lens[SCHED_POST_RUN];
+	for (size_t i = 0; i < n; i++) {
+		frames[i] = js[i]->frame;
+		lens[i] = js[i]->frame_len;
+	}
+	size_t taken = conn_send_posted(js[0]->r.conn, frames, lens, n);
+	for (size_t i = 0; i < n; i++) {
+		if (i < taken) {
+			js[i]->frame = NULL;
+			js[i]->sent = true;
+		} else {
+			js[i]->later = true;
+		}
+	}
+}
+
+/* Post thread: the answers to one connection (the jobs' post key) that a
+ * device's runs finished, in order; a batch's answers are finished here
+ * first (their encoding and counting: on the H200 a batch's answers were
+ * a fifth of the worker's time at N=1).  The worker posted them
+ * (hand_off, finish_batch), so no direct send overtakes them meanwhile.
+ * One whose encoding failed goes to the loop, which answers the failure,
+ * after those before it. */
+static void gemm_post(struct device *v, struct sched_job **sjs, size_t n)
+{
+	_Static_assert(SCHED_POST_RUN <= CONN_SEND_MANY, "a post run fits one write");
+	struct gemm_job *ready[SCHED_POST_RUN];
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++) {
+		struct gemm_job *j = (struct gemm_job *)sjs[i];
+		if (j->finish_on_post)
+			finish_answer(v, j);
+		if (j->code == MFMA__V1__CODE__OK && j->frame) {
+			ready[k++] = j;
+			continue;
+		}
+		send_posted(ready, k);
+		k = 0;
+		conn_posted_later(j->r.conn);
 		j->later = true;
 	}
+	send_posted(ready, k);
 }
 
 /* The worker is done with j.  An answer it did not send itself goes to
@@ -346,26 +384,10 @@ static void hand_off(struct gemm_job *j)
 	if (j->code == MFMA__V1__CODE__OK && j->frame) {
 		conn_answer_posted(j->r.conn);
 		j->sj.post = gemm_post;
+		j->finish_on_post = false;
 		return;
 	}
 	conn_answer_later(j->r.conn);
-	j->later = true;
-}
-
-/* Post thread: a batched GEMM's answer finished here (its encoding and
- * counting: on the H200 a batch's answers were a fifth of the worker's
- * time at N=1) and written as by gemm_post.  The worker posted it
- * (finish_batch), so no direct send overtakes it meanwhile; one whose
- * encoding failed goes to the loop, which answers the failure. */
-static void gemm_post_finish(struct device *v, struct sched_job *sj)
-{
-	struct gemm_job *j = (struct gemm_job *)sj;
-	finish_answer(v, j);
-	if (j->code == MFMA__V1__CODE__OK && j->frame) {
-		gemm_post(v, sj);
-		return;
-	}
-	conn_posted_later(j->r.conn);
 	j->later = true;
 }
 
@@ -389,7 +411,7 @@ static void retry_alone(struct device *v, struct sched_job **sjs, size_t n)
 }
 
 /* A batched launch done, with times t: each GEMM's answer handed to the
- * post thread to finish and write (gemm_post_finish), or finished here
+ * post thread to finish and write (gemm_post), or finished here
  * when it has no connection. */
 static void finish_batch(struct device *v, struct sched_job **sjs, size_t n,
 			 const struct backend_timing *t)
@@ -408,7 +430,8 @@ static void finish_batch(struct device *v, struct sched_job **sjs, size_t n,
 		j->code = MFMA__V1__CODE__OK;
 		if (j->r.conn) {
 			conn_answer_posted(j->r.conn);
-			j->sj.post = gemm_post_finish;
+			j->sj.post = gemm_post;
+			j->finish_on_post = true;
 			continue;
 		}
 		finish_answer(v, j);

@@ -86,13 +86,21 @@ static struct sched_job *job_of(struct heap_node *n)
 	return (struct sched_job *)(void *)n;
 }
 
-static void complete(struct sched *s, struct sched_job *j)
+/* Hands n jobs to the loop, for their done callbacks in this order. */
+static void complete_many(struct sched *s, struct sched_job **jobs, size_t n)
 {
 	pthread_mutex_lock(&s->done_mu);
-	j->next = s->done;
-	s->done = j;
+	for (size_t i = 0; i < n; i++) {
+		jobs[i]->next = s->done;
+		s->done = jobs[i];
+	}
 	pthread_mutex_unlock(&s->done_mu);
 	uv_async_send(&s->done_async);
+}
+
+static void complete(struct sched *s, struct sched_job *j)
+{
+	complete_many(s, &j, 1);
 }
 
 /* ---- batches (worker side, under the queue's mutex) ---- */
@@ -361,8 +369,33 @@ static void *worker_main(void *arg)
 	return NULL;
 }
 
-/* Runs the post callbacks in the order the jobs came, each job completed
- * after its own. */
+/* Runs the post callbacks of n jobs taken together: once for the jobs of
+ * each key and callback, in their order (a GEMM's: the answers to one
+ * connection, written in one call), then completes them all. */
+static void run_posts(struct queue *q, struct sched_job **run, size_t n)
+{
+	struct sched_job *group[SCHED_POST_RUN];
+	bool grouped[SCHED_POST_RUN] = { false };
+	for (size_t i = 0; i < n; i++) {
+		if (grouped[i])
+			continue;
+		size_t k = 0;
+		for (size_t m = i; m < n; m++) {
+			if (!grouped[m] && run[m]->post_key == run[i]->post_key &&
+			    run[m]->post == run[i]->post) {
+				grouped[m] = true;
+				group[k++] = run[m];
+			}
+		}
+		group[0]->post(q->v, group, k);
+	}
+	for (size_t i = 0; i < n; i++)
+		sched_landed(q->v, run[i]);
+	complete_many(q->s, run, n);
+}
+
+/* Runs the post callbacks of the jobs handed over, SCHED_POST_RUN at a
+ * time, in the order they came. */
 static void *post_main(void *arg)
 {
 	struct poster *p = arg;
@@ -382,11 +415,11 @@ static void *post_main(void *arg)
 		p->head = p->tail = NULL;
 		pthread_mutex_unlock(&p->mu);
 		while (list) {
-			struct sched_job *j = list;
-			list = j->next;
-			j->post(q->v, j);
-			sched_landed(q->v, j);
-			complete(q->s, j);
+			struct sched_job *run[SCHED_POST_RUN];
+			size_t n = 0;
+			for (; list && n < SCHED_POST_RUN; list = list->next)
+				run[n++] = list;
+			run_posts(q, run, n);
 		}
 		pthread_mutex_lock(&p->mu);
 	}

@@ -47,8 +47,15 @@ struct sched_batch_key {
  * done callback and status). */
 typedef void (*sched_batch_fn)(struct device *v, struct sched_job **jobs, size_t n);
 
+/* Post thread: n >= 1 jobs of one post key and one post callback, in
+ * the order they finished (so that their answers may go out together). */
+typedef void (*sched_post_fn)(struct device *v, struct sched_job **jobs, size_t n);
+
 /* The most jobs one batch takes. */
 #define SCHED_MAX_BATCH 256
+/* The most jobs a post thread takes at once (and so hands one post
+ * callback). */
+#define SCHED_POST_RUN 64
 /* Post threads per device at most (limits.post_threads). */
 #define SCHED_MAX_POST CONFIG_POST_THREADS_MAX
 
@@ -69,8 +76,10 @@ struct sched_job {
 	/* Set by the work or batch callback (reset before each run) when the
 	 * job has more to do off the loop before its done callback: it runs
 	 * on the device's post thread, in the order the jobs finished, while
-	 * the worker goes back to its device. */
-	sched_work_fn post;
+	 * the worker goes back to its device.  The post thread calls it once
+	 * for the jobs of one key (and one callback) among those it took
+	 * together, up to SCHED_POST_RUN of them at a time. */
+	sched_post_fn post;
 	/* Which of the device's post threads runs it (modulo their number):
 	 * jobs of one key keep their order (a GEMM: its connection's id). */
 	uint64_t post_key;

@@ -601,6 +601,56 @@ static void test_several_post_threads(void **state)
 	stop(&p, fd[0], &w);
 }
 
+/* A post thread writes each connection's answers of a batch in one call.
+ * A client that sends a burst and reads nothing for a while fills its
+ * socket (the system's send buffer, limits.send_buffer_kb = 0) in the
+ * middle of such a call: the frame cut there and those after it go out
+ * from the loop.  A long GEMM from another connection keeps the worker
+ * busy while the burst queues, so that the burst runs as one batch.
+ * Every answer must still arrive once, whole and right. */
+static void test_answers_fill_the_socket(void **state)
+{
+	(void)state;
+	enum { NFILL = 48, FILL_N = 4 };
+	struct mfmad_proc p;
+	struct rw_mat w;
+	int fd = start(&p, "cpu = { threads = 1; devices = 1; };\n"
+			   "limits = { send_buffer_kb = 0; post_threads = 1; };", &w);
+	int other = harness_connect_raw(&p);
+	assert_true(other >= 0);
+	static struct want q[NFILL + 1];
+	q[0] = (struct want){ .n = LONG_N, .alpha = 1.0f };
+	for (int i = 1; i <= NFILL; i++)
+		q[i] = (struct want){ .n = FILL_N, .alpha = 1.0f };
+	for (int i = 0; i <= NFILL; i++) {
+		rw_mat_init(&q[i].b, K, q[i].n, 40 + (uint32_t)i);
+		send_gemm(i ? fd : other, (uint64_t)i, &q[i]);
+	}
+	Mfma__V1__Response *r = rw_read(other, 120000);
+	assert_int_equal(r->status->code, MFMA__V1__CODE__OK);
+	mfma__v1__response__free_unpacked(r, NULL);
+	/* 48 answers of 12 KiB, some 570 KiB, wait unread. */
+	struct timespec late = { .tv_sec = 0, .tv_nsec = 500 * 1000000L };
+	nanosleep(&late, NULL);
+	uint32_t widest = 0;
+	bool seen[NFILL + 1] = { false };
+	for (int i = 1; i <= NFILL; i++) {
+		r = rw_read(fd, 120000);
+		assert_int_equal(r->status->code, MFMA__V1__CODE__OK);
+		assert_true(r->id >= 1 && r->id <= NFILL && !seen[r->id]);
+		seen[r->id] = true;
+		check_d(&w, &q[r->id], r->gemm->d);
+		if (r->gemm->timing->batch_requests > widest)
+			widest = r->gemm->timing->batch_requests;
+		mfma__v1__response__free_unpacked(r, NULL);
+	}
+	assert_true(widest >= 2);
+	for (int i = 0; i <= NFILL; i++)
+		rw_mat_free(&q[i].b);
+	close(other);
+	stop(&p, fd, &w);
+}
+
 int main(void)
 {
 	signal(SIGPIPE, SIG_IGN);
@@ -614,6 +664,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_answer_frames_on_the_heap, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_answer_frames_from_an_arena, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_several_post_threads, harness_stop_leftover),
+		cmocka_unit_test_teardown(test_answers_fill_the_socket, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_overlap, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_failed_batches_run_alone, harness_stop_leftover),
 	};
