@@ -227,11 +227,13 @@ int validate_gemm(const Mfma__V1__Gemm *g, const struct validate_limits *lim,
 	enum mfma_dtype in;
 	int rc;
 	if (g->a->kind_case == MFMA__V1__OPERAND__KIND_WEIGHT) {
-		rc = validate_weight_name(g->a->weight, err, errlen);
-		if (rc)
-			return rc;
-		if (!w)
-			return bad(err, errlen, "weight '%s' is not loaded", g->a->weight);
+		/* A weight found by its name has a valid one (the registry
+		 * checked it at load): the name is looked at only when none
+		 * was, so that a bad name is not "not loaded". */
+		if (!w) {
+			rc = validate_weight_name(g->a->weight, err, errlen);
+			return rc ? rc : bad(err, errlen, "weight '%s' is not loaded", g->a->weight);
+		}
 		if (g->a->sparsity != MFMA__V1__SPARSITY__DENSE)
 			return bad(err, errlen, "a.sparsity does not apply to a resident weight");
 		plan->a_form = A_WEIGHT;

@@ -60,8 +60,9 @@ int validate_operand(const Mfma__V1__Operand *op, const struct validate_limits *
 		     const char *what, enum a_form *form, uint32_t *rows, uint32_t *cols,
 		     enum mfma_dtype *dtype, char *err, size_t errlen);
 
-/* A Gemm.  When a names a weight, w must be its shape (the caller looks
- * it up and answers NOT_FOUND itself when it does not exist). */
+/* A Gemm.  When a names a weight, w must be the shape of the weight of
+ * that name (the caller looks it up and answers NOT_FOUND itself when it
+ * does not exist), or NULL: the name's own error, else "not loaded". */
 int validate_gemm(const Mfma__V1__Gemm *g, const struct validate_limits *lim,
 		  const struct weight_shape *w, struct gemm_plan *plan, char *err, size_t errlen);
 

@@ -69,7 +69,11 @@ static void check_request(const uint8_t *p, size_t n)
 	if (req->body_case == MFMA__V1__REQUEST__BODY_GEMM) {
 		struct gemm_plan plan;
 		struct weight_shape w = { .m = 8, .k = 16, .dtype = MFMA_DT_F16, .sparse = 1 };
-		if (validate_gemm(req->gemm, &lim, &w, &plan, err, sizeof(err)) == 0) {
+		/* As in the daemon, a weight is found only by a valid name. */
+		const Mfma__V1__Operand *a = req->gemm->a;
+		bool found = a && a->kind_case == MFMA__V1__OPERAND__KIND_WEIGHT &&
+			     validate_weight_name(a->weight, err, sizeof(err)) == 0;
+		if (validate_gemm(req->gemm, &lim, found ? &w : NULL, &plan, err, sizeof(err)) == 0) {
 			/* A plan that passed must describe buffers as large as it says. */
 			if (plan.a_form == A_DENSE && plan.g.a == NULL)
 				__builtin_trap();
