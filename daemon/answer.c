@@ -100,30 +100,101 @@ int answer_start_region(struct answer *a, uint64_t id, uint32_t m, uint32_t n,
 	return start(a, id, m, n, dt, region, offset, NULL, NULL);
 }
 
-/* A submessage field: key, length, packed bytes. */
-static size_t put_message(uint8_t *p, unsigned field, const ProtobufCMessage *msg)
+/* Writes at p + n and counts n; with p NULL it only counts, so that one
+ * function gives a message's length and its bytes. */
+struct put {
+	uint8_t *p;
+	size_t n;
+};
+
+static void put_varint(struct put *w, uint64_t v)
 {
-	size_t n = put_key(p, field, WT_LEN);
-	size_t len = protobuf_c_message_get_packed_size(msg);
-	n += wire_varint_put(p + n, len);
-	return n + protobuf_c_message_pack(msg, p + n);
+	w->n += wire_varint_put(w->p ? w->p + w->n : NULL, v);
+}
+
+static void put_u64(struct put *w, unsigned field, protobuf_c_boolean has, uint64_t v)
+{
+	if (!has)
+		return;
+	put_varint(w, (uint64_t)field << 3 | WT_VARINT);
+	put_varint(w, v);
+}
+
+static void put_bytes(struct put *w, unsigned field, const void *b, size_t len)
+{
+	put_varint(w, (uint64_t)field << 3 | WT_LEN);
+	put_varint(w, len);
+	if (w->p && len)
+		memcpy(w->p + w->n, b, len);
+	w->n += len;
+}
+
+/* An optional string: absent when NULL (protobuf-c's rule, the schema
+ * giving these no default). */
+static void put_str(struct put *w, unsigned field, const char *s)
+{
+	if (s)
+		put_bytes(w, field, s, strlen(s));
+}
+
+/* The three messages after D, field by field in number order as
+ * protobuf-c packs them (its generic packer took some 3,000 instructions
+ * an answer, most of a post thread's work: bench/RESULTS.md). */
+static void put_timing(struct put *w, const void *msg)
+{
+	const Mfma__V1__Timing *t = msg;
+	put_u64(w, 1, t->has_queue_ns, t->queue_ns);
+	put_u64(w, 2, t->has_h2d_ns, t->h2d_ns);
+	put_u64(w, 3, t->has_kernel_ns, t->kernel_ns);
+	put_u64(w, 4, t->has_d2h_ns, t->d2h_ns);
+	put_u64(w, 5, t->has_total_ns, t->total_ns);
+	put_u64(w, 6, t->has_prep_ns, t->prep_ns);
+	put_u64(w, 7, t->has_batch_requests, t->batch_requests);
+	put_u64(w, 8, t->has_batch_columns, t->batch_columns);
+}
+
+static void put_device(struct put *w, const void *msg)
+{
+	const Mfma__V1__DeviceRef *dev = msg;
+	put_u64(w, 1, dev->has_index, dev->index);
+	put_str(w, 2, dev->backend);
+	put_str(w, 3, dev->arch);
+}
+
+/* Status OK: its code, an enum (int32, so a negative one would take ten
+ * bytes; OK is 0). */
+static void put_status_ok(struct put *w, const void *msg)
+{
+	(void)msg;
+	put_u64(w, 1, 1, (uint64_t)(int64_t)MFMA__V1__CODE__OK);
+}
+
+/* A submessage field: key, length, then the body body() writes. */
+static void put_message(struct put *w, unsigned field, void (*body)(struct put *, const void *),
+			const void *msg)
+{
+	struct put len = { NULL, 0 };
+	body(&len, msg);
+	put_varint(w, (uint64_t)field << 3 | WT_LEN);
+	put_varint(w, len.n);
+	body(w, msg);
 }
 
 int answer_finish(struct answer *a, const Mfma__V1__Timing *t, const Mfma__V1__DeviceRef *dev,
 		  const char *variant)
 {
-	Mfma__V1__Status st = MFMA__V1__STATUS__INIT;
-	st.has_code = 1;
-	st.code = MFMA__V1__CODE__OK;
-	size_t vlen = variant ? strlen(variant) : 0;
-	size_t need = 3 * 16 + protobuf_c_message_get_packed_size(&t->base) +
-		      protobuf_c_message_get_packed_size(&dev->base) + vlen +
-		      protobuf_c_message_get_packed_size(&st.base);
+	/* Everything after D, counted. */
+	struct put all = { NULL, 0 };
+	put_message(&all, 2, put_timing, t);   /* GemmResult.timing */
+	put_message(&all, 3, put_device, dev); /* GemmResult.device */
+	put_bytes(&all, 4, variant, variant ? strlen(variant) : 0); /* GemmResult.variant */
+	size_t gemm_tail = all.n;
+	put_message(&all, 2, put_status_ok, NULL); /* Response.status */
 	size_t at = a->d_at + a->d_bytes;
-	if (at + need > a->cap) {
+	if (at + all.n > a->cap) {
 		/* Longer strings than the room allows: grow (moves D, rarely),
 		 * onto the heap for a carved frame, which cannot grow in place. */
-		uint8_t *f = a->carved ? malloc(at + need) : realloc(a->frame, at + need);
+		uint8_t *f = a->carved ? malloc(at + all.n) : realloc(a->frame, at + all.n);
 		if (!f)
 			return -ENOMEM;
 		if (a->carved) {
@@ -132,21 +203,19 @@ int answer_finish(struct answer *a, const Mfma__V1__Timing *t, const Mfma__V1__D
 			a->carved = false;
 		}
 		a->frame = f;
-		a->cap = at + need;
+		a->cap = at + all.n;
 	}
-	uint8_t *p = a->frame;
-	at += put_message(p + at, 2, &t->base);   /* GemmResult.timing */
-	at += put_message(p + at, 3, &dev->base); /* GemmResult.device */
-	at += put_key(p + at, 4, WT_LEN);         /* GemmResult.variant */
-	at += wire_varint_put(p + at, vlen);
-	memcpy(p + at, variant ? variant : "", vlen);
-	at += vlen;
-	size_t gemm_len = at - (a->gemm_len_at + 5);
-	at += put_message(p + at, 2, &st.base);   /* Response.status */
+	struct put w = { a->frame + at, 0 };
+	put_message(&w, 2, put_timing, t);
+	put_message(&w, 3, put_device, dev);
+	put_bytes(&w, 4, variant, variant ? strlen(variant) : 0);
+	put_message(&w, 2, put_status_ok, NULL);
+	size_t gemm_len = at + gemm_tail - (a->gemm_len_at + 5);
+	at += w.n;
 	if (at - FRAME_HEADER_SIZE > UINT32_MAX || gemm_len >= (1ull << 35))
 		return -E2BIG;
-	put_varint5(p + a->gemm_len_at, gemm_len);
-	frame_header_put(p, (uint32_t)(at - FRAME_HEADER_SIZE));
+	put_varint5(a->frame + a->gemm_len_at, gemm_len);
+	frame_header_put(a->frame, (uint32_t)(at - FRAME_HEADER_SIZE));
 	a->len = at;
 	return 0;
 }

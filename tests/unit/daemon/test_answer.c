@@ -211,6 +211,114 @@ static void test_region_answer(void **state)
 	free(f);
 }
 
+/* One answer with these fields after D, decoded: every field present
+ * exactly when it was set, with its value, and the same message as
+ * protobuf-c's encoder makes of them. */
+static void check_tail(const Mfma__V1__Timing *t, const Mfma__V1__DeviceRef *dev,
+		       const char *variant)
+{
+	struct answer a;
+	assert_int_equal(answer_start(&a, 77, 3, 2, MFMA_DT_F16, NULL, NULL), 0);
+	memset(a.frame + a.d_at, 0x5a, a.d_bytes);
+	assert_int_equal(answer_finish(&a, t, dev, variant), 0);
+	uint8_t *f = answer_take(&a);
+	Mfma__V1__Response *r = mfma__v1__response__unpack(NULL, a.len - FRAME_HEADER_SIZE,
+							   f + FRAME_HEADER_SIZE);
+	assert_non_null(r);
+	const Mfma__V1__Timing *rt = r->gemm->timing;
+	const Mfma__V1__DeviceRef *rd = r->gemm->device;
+	assert_non_null(rt);
+	assert_non_null(rd);
+#define SAME(field)                                                                  \
+	do {                                                                         \
+		assert_int_equal(rt->has_##field, t->has_##field);                   \
+		if (t->has_##field)                                                  \
+			assert_true(rt->field == t->field);                          \
+	} while (0)
+	SAME(queue_ns);
+	SAME(h2d_ns);
+	SAME(kernel_ns);
+	SAME(d2h_ns);
+	SAME(total_ns);
+	SAME(prep_ns);
+	SAME(batch_requests);
+	SAME(batch_columns);
+#undef SAME
+	assert_int_equal(rd->has_index, dev->has_index);
+	if (dev->has_index)
+		assert_int_equal(rd->index, dev->index);
+	if (dev->backend)
+		assert_string_equal(rd->backend, dev->backend);
+	else
+		assert_null(rd->backend);
+	if (dev->arch)
+		assert_string_equal(rd->arch, dev->arch);
+	else
+		assert_null(rd->arch);
+	assert_string_equal(r->gemm->variant, variant);
+	same_as_encoder(r, 77, 3, 2, MFMA_DT_F16, r->gemm->d->data.data, t, dev, variant);
+	mfma__v1__response__free_unpacked(r, NULL);
+	free(f);
+}
+
+/* A value of every varint length, the ends included. */
+static uint64_t any_u64(uint64_t *x)
+{
+	*x = *x * 6364136223846793005ull + 1442695040888963407ull;
+	unsigned bits = (unsigned)(*x >> 58); /* 0..63 */
+	uint64_t v = *x ^ (*x >> 29);
+	if ((*x >> 40) % 9 == 0)
+		return (*x >> 41) % 2 ? UINT64_MAX : 0;
+	return bits ? v >> (64 - bits) : 0;
+}
+
+static char *any_str(uint64_t *x, char *buf, size_t cap)
+{
+	uint64_t k = any_u64(x) % 5;
+	if (k == 0)
+		return NULL;
+	size_t len = k == 1 ? 0 : (size_t)(any_u64(x) % (cap - 1));
+	for (size_t i = 0; i < len; i++)
+		buf[i] = (char)(' ' + any_u64(x) % 95);
+	buf[len] = '\0';
+	return buf;
+}
+
+/* The fields after D written by hand (answer.c): random presence and
+ * values of every Timing and DeviceRef field, random strings. */
+static void test_random_tails(void **state)
+{
+	(void)state;
+	uint64_t x = 12345;
+	for (int i = 0; i < 3000; i++) {
+		Mfma__V1__Timing t = MFMA__V1__TIMING__INIT;
+		Mfma__V1__DeviceRef dev = MFMA__V1__DEVICE_REF__INIT;
+		t.has_queue_ns = any_u64(&x) % 2;
+		t.queue_ns = any_u64(&x);
+		t.has_h2d_ns = any_u64(&x) % 2;
+		t.h2d_ns = any_u64(&x);
+		t.has_kernel_ns = any_u64(&x) % 2;
+		t.kernel_ns = any_u64(&x);
+		t.has_d2h_ns = any_u64(&x) % 2;
+		t.d2h_ns = any_u64(&x);
+		t.has_total_ns = any_u64(&x) % 2;
+		t.total_ns = any_u64(&x);
+		t.has_prep_ns = any_u64(&x) % 2;
+		t.prep_ns = any_u64(&x);
+		t.has_batch_requests = any_u64(&x) % 2;
+		t.batch_requests = (uint32_t)any_u64(&x);
+		t.has_batch_columns = any_u64(&x) % 2;
+		t.batch_columns = (uint32_t)any_u64(&x);
+		dev.has_index = any_u64(&x) % 2;
+		dev.index = (uint32_t)any_u64(&x);
+		char backend[40], arch[200], variant[300];
+		dev.backend = any_str(&x, backend, sizeof(backend));
+		dev.arch = any_str(&x, arch, sizeof(arch));
+		const char *v = any_str(&x, variant, sizeof(variant));
+		check_tail(&t, &dev, v ? v : "");
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -218,6 +326,7 @@ int main(void)
 		cmocka_unit_test(test_long_variant_grows_the_frame),
 		cmocka_unit_test(test_region_answer),
 		cmocka_unit_test(test_carved_frames),
+		cmocka_unit_test(test_random_tails),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
