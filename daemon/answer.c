@@ -100,101 +100,102 @@ int answer_start_region(struct answer *a, uint64_t id, uint32_t m, uint32_t n,
 	return start(a, id, m, n, dt, region, offset, NULL, NULL);
 }
 
-/* Writes at p + n and counts n; with p NULL it only counts, so that one
- * function gives a message's length and its bytes. */
-struct put {
-	uint8_t *p;
-	size_t n;
-};
-
-static void put_varint(struct put *w, uint64_t v)
-{
-	w->n += wire_varint_put(w->p ? w->p + w->n : NULL, v);
-}
-
-static void put_u64(struct put *w, unsigned field, protobuf_c_boolean has, uint64_t v)
+/* The writers below put a field at p and return the byte after it; the
+ * caller has made room (tail_room). */
+static uint8_t *put_u64(uint8_t *p, unsigned field, protobuf_c_boolean has, uint64_t v)
 {
 	if (!has)
-		return;
-	put_varint(w, (uint64_t)field << 3 | WT_VARINT);
-	put_varint(w, v);
+		return p;
+	p += put_key(p, field, WT_VARINT);
+	return p + wire_varint_put(p, v);
 }
 
-static void put_bytes(struct put *w, unsigned field, const void *b, size_t len)
+static uint8_t *put_bytes(uint8_t *p, unsigned field, const void *b, size_t len)
 {
-	put_varint(w, (uint64_t)field << 3 | WT_LEN);
-	put_varint(w, len);
-	if (w->p && len)
-		memcpy(w->p + w->n, b, len);
-	w->n += len;
+	p += put_key(p, field, WT_LEN);
+	p += wire_varint_put(p, len);
+	if (len)
+		memcpy(p, b, len);
+	return p + len;
 }
 
 /* An optional string: absent when NULL (protobuf-c's rule, the schema
  * giving these no default). */
-static void put_str(struct put *w, unsigned field, const char *s)
+static uint8_t *put_str(uint8_t *p, unsigned field, const char *s)
 {
-	if (s)
-		put_bytes(w, field, s, strlen(s));
+	return s ? put_bytes(p, field, s, strlen(s)) : p;
 }
 
-/* The three messages after D, field by field in number order as
- * protobuf-c packs them (its generic packer took some 3,000 instructions
- * an answer, most of a post thread's work: bench/RESULTS.md). */
-static void put_timing(struct put *w, const void *msg)
+/* The messages after D, field by field in number order as protobuf-c
+ * packs them (its generic packer, sizing each message twice, took some
+ * 3,000 instructions an answer: most of a post thread's work,
+ * bench/RESULTS.md). */
+static uint8_t *put_timing(uint8_t *p, const void *msg)
 {
 	const Mfma__V1__Timing *t = msg;
-	put_u64(w, 1, t->has_queue_ns, t->queue_ns);
-	put_u64(w, 2, t->has_h2d_ns, t->h2d_ns);
-	put_u64(w, 3, t->has_kernel_ns, t->kernel_ns);
-	put_u64(w, 4, t->has_d2h_ns, t->d2h_ns);
-	put_u64(w, 5, t->has_total_ns, t->total_ns);
-	put_u64(w, 6, t->has_prep_ns, t->prep_ns);
-	put_u64(w, 7, t->has_batch_requests, t->batch_requests);
-	put_u64(w, 8, t->has_batch_columns, t->batch_columns);
+	p = put_u64(p, 1, t->has_queue_ns, t->queue_ns);
+	p = put_u64(p, 2, t->has_h2d_ns, t->h2d_ns);
+	p = put_u64(p, 3, t->has_kernel_ns, t->kernel_ns);
+	p = put_u64(p, 4, t->has_d2h_ns, t->d2h_ns);
+	p = put_u64(p, 5, t->has_total_ns, t->total_ns);
+	p = put_u64(p, 6, t->has_prep_ns, t->prep_ns);
+	p = put_u64(p, 7, t->has_batch_requests, t->batch_requests);
+	return put_u64(p, 8, t->has_batch_columns, t->batch_columns);
 }
 
-static void put_device(struct put *w, const void *msg)
+static uint8_t *put_device(uint8_t *p, const void *msg)
 {
 	const Mfma__V1__DeviceRef *dev = msg;
-	put_u64(w, 1, dev->has_index, dev->index);
-	put_str(w, 2, dev->backend);
-	put_str(w, 3, dev->arch);
+	p = put_u64(p, 1, dev->has_index, dev->index);
+	p = put_str(p, 2, dev->backend);
+	return put_str(p, 3, dev->arch);
 }
 
-/* Status OK: its code, an enum (int32, so a negative one would take ten
+/* Status OK: its code, an enum (int32: a negative one would take ten
  * bytes; OK is 0). */
-static void put_status_ok(struct put *w, const void *msg)
+static uint8_t *put_status_ok(uint8_t *p, const void *msg)
 {
 	(void)msg;
-	put_u64(w, 1, 1, (uint64_t)(int64_t)MFMA__V1__CODE__OK);
+	return put_u64(p, 1, 1, (uint64_t)(int64_t)MFMA__V1__CODE__OK);
 }
 
-/* A submessage field: key, length, then the body body() writes. */
-static void put_message(struct put *w, unsigned field, void (*body)(struct put *, const void *),
-			const void *msg)
+/* A submessage field: its key, then its body written after room for a
+ * one-byte length; a body of 128 bytes or more moves up to make room for
+ * its longer one. */
+static uint8_t *put_message(uint8_t *p, unsigned field, uint8_t *(*body)(uint8_t *, const void *),
+			    const void *msg)
 {
-	struct put len = { NULL, 0 };
-	body(&len, msg);
-	put_varint(w, (uint64_t)field << 3 | WT_LEN);
-	put_varint(w, len.n);
-	body(w, msg);
+	p += put_key(p, field, WT_LEN);
+	uint8_t *b = p + 1;
+	size_t len = (size_t)(body(b, msg) - b);
+	size_t ll = wire_varint_put(NULL, len);
+	if (ll > 1)
+		memmove(b + ll - 1, b, len);
+	wire_varint_put(p, len);
+	return p + ll + len;
+}
+
+/* The most the fields after D take: every key and length at its longest
+ * (a field's key 1 byte, a length or value WIRE_VARINT_MAX), and the
+ * strings. */
+static size_t tail_room(const Mfma__V1__DeviceRef *dev, size_t vlen)
+{
+	const size_t field = 1 + WIRE_VARINT_MAX;
+	size_t timing = field + 8 * field, device = field + 3 * field, status = 2 * field;
+	return timing + device + status + field + vlen + (dev->backend ? strlen(dev->backend) : 0) +
+	       (dev->arch ? strlen(dev->arch) : 0);
 }
 
 int answer_finish(struct answer *a, const Mfma__V1__Timing *t, const Mfma__V1__DeviceRef *dev,
 		  const char *variant)
 {
-	/* Everything after D, counted. */
-	struct put all = { NULL, 0 };
-	put_message(&all, 2, put_timing, t);   /* GemmResult.timing */
-	put_message(&all, 3, put_device, dev); /* GemmResult.device */
-	put_bytes(&all, 4, variant, variant ? strlen(variant) : 0); /* GemmResult.variant */
-	size_t gemm_tail = all.n;
-	put_message(&all, 2, put_status_ok, NULL); /* Response.status */
+	size_t vlen = variant ? strlen(variant) : 0;
+	size_t need = tail_room(dev, vlen);
 	size_t at = a->d_at + a->d_bytes;
-	if (at + all.n > a->cap) {
+	if (at + need > a->cap) {
 		/* Longer strings than the room allows: grow (moves D, rarely),
 		 * onto the heap for a carved frame, which cannot grow in place. */
-		uint8_t *f = a->carved ? malloc(at + all.n) : realloc(a->frame, at + all.n);
+		uint8_t *f = a->carved ? malloc(at + need) : realloc(a->frame, at + need);
 		if (!f)
 			return -ENOMEM;
 		if (a->carved) {
@@ -203,15 +204,15 @@ int answer_finish(struct answer *a, const Mfma__V1__Timing *t, const Mfma__V1__D
 			a->carved = false;
 		}
 		a->frame = f;
-		a->cap = at + all.n;
+		a->cap = at + need;
 	}
-	struct put w = { a->frame + at, 0 };
-	put_message(&w, 2, put_timing, t);
-	put_message(&w, 3, put_device, dev);
-	put_bytes(&w, 4, variant, variant ? strlen(variant) : 0);
-	put_message(&w, 2, put_status_ok, NULL);
-	size_t gemm_len = at + gemm_tail - (a->gemm_len_at + 5);
-	at += w.n;
+	uint8_t *p = a->frame + at;
+	p = put_message(p, 2, put_timing, t);          /* GemmResult.timing */
+	p = put_message(p, 3, put_device, dev);        /* GemmResult.device */
+	p = put_bytes(p, 4, variant, vlen);            /* GemmResult.variant */
+	size_t gemm_len = (size_t)(p - a->frame) - (a->gemm_len_at + 5);
+	p = put_message(p, 2, put_status_ok, NULL);    /* Response.status */
+	at = (size_t)(p - a->frame);
 	if (at - FRAME_HEADER_SIZE > UINT32_MAX || gemm_len >= (1ull << 35))
 		return -E2BIG;
 	put_varint5(a->frame + a->gemm_len_at, gemm_len);
