@@ -24,9 +24,13 @@ static size_t put_key(uint8_t *p, unsigned field, unsigned wt)
 	return wire_varint_put(p, (uint64_t)field << 3 | wt);
 }
 
-/* Bytes the fields after D may take, whatever their values: timing (8
- * varints), device (index, two short strings), variant, status. */
-#define TAIL_ROOM 1024
+/* Room laid out for the fields after D: their longest encoding
+ * (tail_room) with strings of up to 200 bytes together; longer ones grow
+ * the frame.  Small enough that an answer without D (its D in a region)
+ * stays in glibc's per-thread cache sizes (up to 1032 bytes): with 1024
+ * here every such answer went through malloc's bins, a third of the
+ * worker's instructions a job at N=1. */
+#define TAIL_ROOM 384
 
 /* region 0: D's bytes in the frame; else a RegionRef in their place.  The
  * frame from alloc when it has room, else the heap. */
