@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "endpoint.h"
+#include "msg_arena.h"
 #include "wire_gemm.h"
 #include "wire_split.h"
 
@@ -35,6 +36,10 @@
 /* An answer at least this large keeps the buffer it was read into
  * (decode_response); smaller ones are unpacked with a copy. */
 #define CLIENT_KEEP_MIN_BYTES (1u << 20)
+/* The first block of a small answer's arena: a GEMM's answer with D in a
+ * region (or a few hundred bytes of D) fits; a larger D takes more blocks.
+ * Not msg_arena's request size, which it keeps per thread for reuse. */
+#define CLIENT_ANSWER_ARENA_BYTES 1024
 /* The kernel send buffer of a Unix-socket connection (the daemon's side
  * has limits.send_buffer_kb for the answers). */
 #define CLIENT_SEND_BUFFER (1u << 20)
@@ -711,6 +716,9 @@ void client_response_free(Mfma__V1__Response *resp, struct client_rx *rx)
 				wire_split_response_npaths, rx->payload, rx->len);
 		free(rx->frame);
 		*rx = (struct client_rx){ 0 };
+	} else if (rx && rx->arena) {
+		msg_arena_free(rx->arena);
+		*rx = (struct client_rx){ 0 };
 	} else if (resp) {
 		mfma__v1__response__free_unpacked(resp, NULL);
 	}
@@ -864,8 +872,22 @@ static Mfma__V1__Response *decode_response(mfma_client *c, const uint8_t *payloa
 	 * (requests.c, gemm_result_from). */
 	if (len < CLIENT_KEEP_MIN_BYTES || frame_reader_pending(&c->rd) > CLIENT_READ_CHUNK ||
 	    !(rx->frame = frame_reader_take(&c->rd))) {
-		/* A GEMM's answer or an error by the walker made for them, the
-		 * rest by protobuf-c; freed alike (proto/wire_gemm.h). */
+		/* A GEMM's answer by the walker made for them, into one arena
+		 * freed whole (rx->arena: decoding with malloc and freeing
+		 * field by field took a quarter of a pipelined client's
+		 * instructions, bench/RESULTS.md); an error's, or what the
+		 * walker declines, with malloc as protobuf-c does, so that it
+		 * may be freed as any other message (proto/wire_gemm.h). */
+		struct msg_arena *a = msg_arena_new(CLIENT_ANSWER_ARENA_BYTES);
+		if (a) {
+			ProtobufCAllocator al = msg_arena_allocator(a);
+			Mfma__V1__Response *resp = wire_gemm_answer_decode(payload, len, &al);
+			if (resp && resp->body_case == MFMA__V1__RESPONSE__BODY_GEMM) {
+				rx->arena = a;
+				return resp;
+			}
+			msg_arena_free(a);
+		}
 		Mfma__V1__Response *resp = wire_gemm_answer_decode(payload, len, NULL);
 		return resp ? resp : mfma__v1__response__unpack(NULL, len, payload);
 	}

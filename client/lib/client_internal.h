@@ -21,6 +21,8 @@ struct client_rx {
 	uint8_t *frame;
 	const uint8_t *payload;
 	size_t len;
+	/* A small GEMM answer's arena (msg_arena.h): resp lives in it. */
+	struct msg_arena *arena;
 };
 
 /* Frees an answer (NULL is fine) and the receive buffer its D is in. */

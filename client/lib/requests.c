@@ -505,7 +505,7 @@ static int take(mfma_client *c, struct client_pending *p, Mfma__V1__Response__Bo
 	else if (want != MFMA__V1__RESPONSE__BODY__NOT_SET && resp->body_case != want)
 		rc = client_fail(err, -EPROTO, "the daemon answered with body %d where %d was "
 				 "expected", (int)resp->body_case, (int)want);
-	else if (!rx && prx.frame)
+	else if (!rx && (prx.frame || prx.arena))
 		rc = client_fail(err, -EPROTO, "the daemon answered with a GEMM result where "
 				 "none was expected");
 	if (rc < 0) {
