@@ -12,6 +12,9 @@
 #   bench/builds_bench.sh BASE_MFMAD NEW_MFMAD [ROUNDS]   (default 5)
 #   LOADS="shm:1:256 bytes:1:256 shm:8:64"  kind:N:in_flight (shm: --shm)
 #   REQUESTS=300000 M=16 K=16 MFMACTL=build/client/ctl/mfmactl
+#   BASE_MFMACTL: the base's own client (default MFMACTL for both), with
+#     BASE_LIBS its client library's folder (LD_LIBRARY_PATH), to compare
+#     client builds (give the same mfmad twice)
 #   CONF: more of the daemon's configuration (e.g. "limits = { post_threads = 1; };")
 # Run it on an otherwise idle machine: on 2 cores the client, the loop,
 # the worker and the post threads share them, which is what it measures.
@@ -42,8 +45,8 @@ ticks() {
 	done
 }
 
-run_one() { # build kind n in_flight
-	local bin=$1 kind=$2 n=$3 j=$4 sock="$T/s.sock" shm=()
+run_one() { # build kind n in_flight client client_libs
+	local bin=$1 kind=$2 n=$3 j=$4 ctl=$5 libs=$6 sock="$T/s.sock" shm=()
 	[ "$kind" = shm ] && shm=(--shm)
 	rm -f "$sock"
 	OPENBLAS_NUM_THREADS=1 "$bin" --config "$T/mfmad.conf" --socket "$sock" --backends cpu \
@@ -51,7 +54,7 @@ run_one() { # build kind n in_flight
 	local pid=$!
 	for _ in $(seq 100); do "$CTL" -e "unix:$sock" ping >/dev/null 2>&1 && break; sleep 0.1; done
 	ticks "$pid" >"$T/t0"
-	/usr/bin/time -f "%U %S" -o "$T/client" "$CTL" -e "unix:$sock" --json bench --resident \
+	LD_LIBRARY_PATH="$libs" /usr/bin/time -f "%U %S" -o "$T/client" "$ctl" -e "unix:$sock" --json bench --resident \
 		--sparse --m "$M" --k "$K" --n "$n" --dtype f16 --out-dtype f16 -n "$REQUESTS" \
 		-j "$j" --connections 16 --warmup 4 "${shm[@]}" >"$T/bench.json"
 	ticks "$pid" >"$T/t1"
@@ -81,9 +84,9 @@ for r in $(seq "$ROUNDS"); do
 	for load in $LOADS; do
 		IFS=: read -r kind n j <<<"$load"
 		for who in base new; do
-			bin=$BASE
-			[ "$who" = new ] && bin=$NEW
-			read -r rate batch loop worker post other client < <(run_one "$bin" "$kind" "$n" "$j")
+			bin=$BASE ctl=${BASE_MFMACTL:-$CTL} libs=${BASE_LIBS:-${LD_LIBRARY_PATH:-}}
+			[ "$who" = new ] && bin=$NEW ctl=$CTL libs=${LD_LIBRARY_PATH:-}
+			read -r rate batch loop worker post other client < <(run_one "$bin" "$kind" "$n" "$j" "$ctl" "$libs")
 			echo "$r $load $who $rate $batch $loop $worker $post $other $client" >>"$T/rows"
 			echo "| $r | $load | $who | $rate | $batch | $loop | $worker | $post | $other | $client |"
 		done
