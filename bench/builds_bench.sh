@@ -14,7 +14,9 @@
 #   REQUESTS=300000 M=16 K=16 MFMACTL=build/client/ctl/mfmactl
 #   BASE_MFMACTL: the base's own client (default MFMACTL for both), with
 #     BASE_LIBS its client library's folder (LD_LIBRARY_PATH), to compare
-#     client builds (give the same mfmad twice)
+#     client builds (give the same mfmad twice); BASE_ARGS, NEW_ARGS: more
+#     mfmactl bench arguments for the base's or the new runs alone (e.g.
+#     BASE_ARGS=--no-cork)
 #   CONF: more of the daemon's configuration (e.g. "limits = { post_threads = 1; };")
 # Run it on an otherwise idle machine: on 2 cores the client, the loop,
 # the worker and the post threads share them, which is what it measures.
@@ -45,9 +47,11 @@ ticks() {
 	done
 }
 
-run_one() { # build kind n in_flight client client_libs
+run_one() { # build kind n in_flight client client_libs extra_args
 	local bin=$1 kind=$2 n=$3 j=$4 ctl=$5 libs=$6 sock="$T/s.sock" shm=()
 	[ "$kind" = shm ] && shm=(--shm)
+	# shellcheck disable=SC2206
+	local extra=($7)
 	rm -f "$sock"
 	OPENBLAS_NUM_THREADS=1 "$bin" --config "$T/mfmad.conf" --socket "$sock" --backends cpu \
 		--threads 1 --log-level warning &
@@ -56,7 +60,7 @@ run_one() { # build kind n in_flight client client_libs
 	ticks "$pid" >"$T/t0"
 	LD_LIBRARY_PATH="$libs" /usr/bin/time -f "%U %S" -o "$T/client" "$ctl" -e "unix:$sock" --json bench --resident \
 		--sparse --m "$M" --k "$K" --n "$n" --dtype f16 --out-dtype f16 -n "$REQUESTS" \
-		-j "$j" --connections 16 --warmup 4 "${shm[@]}" >"$T/bench.json"
+		-j "$j" --connections 16 --warmup 4 "${shm[@]}" "${extra[@]}" >"$T/bench.json"
 	ticks "$pid" >"$T/t1"
 	kill -TERM "$pid"
 	wait "$pid" || true
@@ -85,8 +89,10 @@ for r in $(seq "$ROUNDS"); do
 		IFS=: read -r kind n j <<<"$load"
 		for who in base new; do
 			bin=$BASE ctl=${BASE_MFMACTL:-$CTL} libs=${BASE_LIBS:-${LD_LIBRARY_PATH:-}}
-			[ "$who" = new ] && bin=$NEW ctl=$CTL libs=${LD_LIBRARY_PATH:-}
-			read -r rate batch loop worker post other client < <(run_one "$bin" "$kind" "$n" "$j" "$ctl" "$libs")
+			args=${BASE_ARGS:-}
+			[ "$who" = new ] && bin=$NEW ctl=$CTL libs=${LD_LIBRARY_PATH:-} args=${NEW_ARGS:-}
+			read -r rate batch loop worker post other client < \
+				<(run_one "$bin" "$kind" "$n" "$j" "$ctl" "$libs" "$args")
 			echo "$r $load $who $rate $batch $loop $worker $post $other $client" >>"$T/rows"
 			echo "| $r | $load | $who | $rate | $batch | $loop | $worker | $post | $other | $client |"
 		done

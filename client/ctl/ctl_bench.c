@@ -25,6 +25,7 @@ struct bench_opts {
 	bool shm;     /* --shm: B and D through a shared-memory region per connection */
 	bool check;   /* --check: every answer against a float64 reference */
 	uint32_t spin_us; /* the clients' spin window (--spin-us, MFMA_SPIN_US) */
+	bool no_cork; /* --no-cork: each request written on its own */
 	enum ctl_sparse mode;
 	const char *weight;
 	int device;
@@ -72,6 +73,7 @@ struct bench_conn {
 	pthread_barrier_t *start;
 	uint64_t warmup, requests, slots;
 	int timeout_ms;
+	bool cork; /* the requests refilling freed slots go out in one write */
 	/* results */
 	uint64_t *lat;
 	size_t nlat;
@@ -189,8 +191,14 @@ static void *bench_thread(void *arg)
 	}
 	pthread_barrier_wait(bc->start);
 	uint64_t submitted = 0, done = 0;
+	/* Corked, every answer already here is taken (a wait of 0) before
+	 * the slots it freed are refilled, and the refills go out in one
+	 * write with the next wait (mfma_cork). */
+	bool draining = false;
+	if (bc->cork)
+		mfma_cork(bc->c);
 	while (!bc->fatal && done < bc->requests) {
-		while (submitted < bc->requests && submitted - done < bc->slots) {
+		while (!draining && submitted < bc->requests && submitted - done < bc->slots) {
 			uint64_t id;
 			/* Each request in flight its own D (answers may come
 			 * back out of order: a reused slot is only a benchmark's
@@ -206,7 +214,12 @@ static void *bench_thread(void *arg)
 		if (bc->fatal)
 			break;
 		uint64_t id;
-		rc = mfma_wait(bc->c, MFMA_ANY, bc->timeout_ms, &id, &r, &e);
+		rc = mfma_wait(bc->c, MFMA_ANY, draining ? 0 : bc->timeout_ms, &id, &r, &e);
+		if (draining && rc == -ETIMEDOUT) {
+			draining = false; /* none left: refill */
+			continue;
+		}
+		draining = false;
 		if (rc < 0) {
 			note_error(bc, rc, &e);
 			if (!bc->fatal)
@@ -242,7 +255,10 @@ static void *bench_thread(void *arg)
 		if (bc->check)
 			check_answer(bc, &r);
 		mfma_gemm_result_free(&r);
+		draining = bc->cork && submitted > done;
 	}
+	if (bc->cork && (rc = mfma_uncork(bc->c, &e)) < 0)
+		note_error(bc, rc, &e);
 	return NULL;
 }
 
@@ -251,7 +267,7 @@ static int parse(struct ctl *ctl, int argc, char **argv, struct bench_opts *o)
 	enum {
 		OPT_CONNECTIONS = CTL_OPT_FIRST_COMMAND_OPTION, OPT_M, OPT_N, OPT_K, OPT_DTYPE,
 		OPT_OUT_DTYPE, OPT_SPARSE, OPT_WEIGHT, OPT_RESIDENT, OPT_WARMUP, OPT_DEVICE,
-		OPT_SEED, OPT_SAMPLES, OPT_SHM, OPT_CHECK,
+		OPT_SEED, OPT_SAMPLES, OPT_SHM, OPT_CHECK, OPT_NO_CORK,
 	};
 	static const struct option opts[] = {
 		CTL_COMMON_LONG,
@@ -272,6 +288,7 @@ static int parse(struct ctl *ctl, int argc, char **argv, struct bench_opts *o)
 		{ "samples", no_argument, NULL, OPT_SAMPLES },
 		{ "shm", no_argument, NULL, OPT_SHM },
 		{ "check", no_argument, NULL, OPT_CHECK },
+		{ "no-cork", no_argument, NULL, OPT_NO_CORK },
 		{ NULL, 0, NULL, 0 },
 	};
 	const uint64_t dim_max = 1u << 20;
@@ -328,6 +345,7 @@ static int parse(struct ctl *ctl, int argc, char **argv, struct bench_opts *o)
 		case OPT_SAMPLES: o->samples = true; break;
 		case OPT_SHM: o->shm = true; break;
 		case OPT_CHECK: o->check = true; break;
+		case OPT_NO_CORK: o->no_cork = true; break;
 		default:
 			rc = ctl_common_option(ctl, "bench", opt, optarg);
 			if (rc != CTL_CONTINUE)
@@ -468,6 +486,7 @@ static void report(struct ctl *ctl, const struct bench_opts *o, struct bench_con
 		json_kv_string(j, "dtype", mfma_dtype_name(o->dtype));
 		json_kv_string(j, "a", a_kind);
 		json_kv_bool(j, "shm", o->shm);
+		json_kv_bool(j, "cork", !o->no_cork);
 		json_kv_uint(j, "spin_us", o->spin_us);
 		json_kv_uint(j, "wall_ns", wall_ns);
 		json_kv_double(j, "requests_per_s", rps);
@@ -690,6 +709,7 @@ int ctl_cmd_bench(struct ctl *ctl, int argc, char **argv)
 		x->timeout_ms = ctl->timeout_ms;
 		x->requests = o.requests / o.connections + (i < o.requests % o.connections);
 		x->slots = o.concurrency / o.connections + (i < o.concurrency % o.connections);
+		x->cork = !o.no_cork && x->slots > 1;
 		x->lat = malloc((x->requests ? x->requests : 1) * sizeof(*x->lat));
 		if (!x->lat) {
 			rc = ctl_fail_local(ctl, CTL_EXIT_LOCAL, "out of memory");

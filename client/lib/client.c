@@ -40,6 +40,8 @@
  * region (or a few hundred bytes of D) fits; a larger D takes more blocks.
  * Not msg_arena's request size, which it keeps per thread for reuse. */
 #define CLIENT_ANSWER_ARENA_BYTES 1024
+/* Held frames (mfma_cork) past this many bytes are written at once. */
+#define CLIENT_HOLD_MAX (256u * 1024u)
 /* The kernel send buffer of a Unix-socket connection (the daemon's side
  * has limits.send_buffer_kb for the answers). */
 #define CLIENT_SEND_BUFFER (1u << 20)
@@ -626,6 +628,8 @@ void mfma_close(mfma_client *c)
 		client_pending_drop_frame(&c->pend[i]);
 	}
 	free(c->pend);
+	free(c->held);
+	free(c->held_ids);
 	client_regions_free(c);
 	frame_reader_free(&c->rd);
 	explicit_bzero(c->token, sizeof(c->token));
@@ -743,6 +747,9 @@ static int client_die(mfma_client *c, int code, struct mfma_error *err, const ch
 		va_list ap;
 		va_start(ap, fmt);
 		c->dead = code;
+		/* Held frames were for this connection: a resendable request
+		 * goes again from its own copy on the next. */
+		c->held_len = c->nheld = 0;
 		vsnprintf(c->dead_msg, sizeof(c->dead_msg), fmt, ap);
 		va_end(ap);
 		/* A protocol failure (a TLS alert such as "certificate
@@ -1101,6 +1108,72 @@ int client_send_frame_fd(mfma_client *c, const uint8_t *buf, size_t len, int fd,
 	return client_send_iov(c, &one, 1, len, fd, t_first, err);
 }
 
+int client_hold(mfma_client *c, uint64_t id, const uint8_t *frame, size_t len,
+		struct mfma_error *err)
+{
+	if (len > c->held_cap - c->held_len) {
+		size_t cap = c->held_cap ? c->held_cap : 16384;
+		while (cap < c->held_len + len)
+			cap *= 2;
+		uint8_t *b = realloc(c->held, cap);
+		if (!b)
+			return client_fail(err, -ENOMEM, "out of memory holding a request");
+		c->held = b;
+		c->held_cap = cap;
+	}
+	if (c->nheld == c->held_ids_cap) {
+		size_t cap = c->held_ids_cap ? 2 * c->held_ids_cap : 64;
+		uint64_t *ids = realloc(c->held_ids, cap * sizeof(*ids));
+		if (!ids)
+			return client_fail(err, -ENOMEM, "out of memory holding a request");
+		c->held_ids = ids;
+		c->held_ids_cap = cap;
+	}
+	memcpy(c->held + c->held_len, frame, len);
+	c->held_len += len;
+	c->held_ids[c->nheld++] = id;
+	return c->held_len > CLIENT_HOLD_MAX ? client_flush_held(c, err) : 0;
+}
+
+int client_flush_held(mfma_client *c, struct mfma_error *err)
+{
+	if (c->held_len == 0)
+		return 0;
+	/* Emptied first: the write may read answers, never hold more. */
+	size_t len = c->held_len, n = c->nheld;
+	c->held_len = c->nheld = 0;
+	uint64_t t_first = mfma_clock_ns();
+	int rc = client_send_frame(c, c->held, len, &t_first, err);
+	if (rc < 0)
+		return rc;
+	uint64_t t_sent = mfma_clock_ns();
+	for (size_t i = 0; i < n; i++) {
+		struct client_pending *p = client_pending_find(c, c->held_ids[i]);
+		if (p) {
+			p->t_send_ns = t_first;
+			p->t_sent_ns = t_sent;
+		}
+	}
+	return 0;
+}
+
+void mfma_cork(mfma_client *c)
+{
+	if (c)
+		c->corked = true;
+}
+
+int mfma_uncork(mfma_client *c, struct mfma_error *err)
+{
+	if (!c)
+		return client_fail(err, -EINVAL, "mfma_uncork: client must not be NULL");
+	c->corked = false;
+	int rc = client_flush_held(c, err);
+	if (rc == 0)
+		client_ok(err);
+	return rc;
+}
+
 /* Moves the cursor (piece *i, byte *at) n bytes on, past empty pieces. */
 static void iov_advance(const struct iovec *iov, size_t niov, size_t *i, size_t *at, size_t n)
 {
@@ -1270,6 +1343,9 @@ int client_wait(mfma_client *c, uint64_t id, int timeout_ms, struct client_pendi
 {
 	uint64_t deadline = client_deadline(timeout_ms);
 	bool timed_out = false;
+	/* Never wait for an answer to a request still held (mfma_cork); a
+	 * failed write leaves the connection dead, which the loop handles. */
+	(void)client_flush_held(c, err);
 	for (;;) {
 		/* Answers first: one that came just before the connection
 		 * ended is still delivered. */

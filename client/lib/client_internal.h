@@ -113,6 +113,13 @@ struct mfma_client {
 	uint8_t *tls_in;            /* CLIENT_TLS_CHUNK bytes for recv() */
 	uint8_t *tls_out;
 	size_t tls_out_len, tls_out_off, tls_out_cap;
+	/* mfma_cork: submitted frames held here, in order, and written in
+	 * one call (client_flush_held), with the ids of their requests. */
+	bool corked;
+	uint8_t *held;
+	size_t held_len, held_cap;
+	uint64_t *held_ids;
+	size_t nheld, held_ids_cap;
 };
 
 int client_fail(struct mfma_error *err, int code, const char *fmt, ...)
@@ -151,6 +158,18 @@ int client_send_frame_fd(mfma_client *c, const uint8_t *buf, size_t len, int fd,
  * into TLS records); len is their sum. */
 int client_send_iov(mfma_client *c, const struct iovec *iov, size_t niov, size_t len, int fd,
 		    uint64_t *t_first, struct mfma_error *err);
+
+/* Corked (mfma_cork): keeps a copy of request id's whole frame to be
+ * written with the others held (past CLIENT_HOLD_MAX bytes held, they
+ * are written at once).  0, or a negative errno (out of memory, or the
+ * write's). */
+int client_hold(mfma_client *c, uint64_t id, const uint8_t *frame, size_t len,
+		struct mfma_error *err);
+/* Writes the held frames in one call (none: nothing) and stamps their
+ * requests' send times.  On an error the connection is dead and the
+ * frames are gone with it: a resendable request goes again from its own
+ * copy on the next connection, as one in flight does. */
+int client_flush_held(mfma_client *c, struct mfma_error *err);
 
 /* The region of this client (registered on the current connection)
  * holding [p, p + len), or NULL. */

@@ -355,6 +355,26 @@ int mfma_wait(mfma_client *client, uint64_t id, int timeout_ms, uint64_t *done_i
 /* Submitted requests whose answer has not been returned by mfma_wait(). */
 size_t mfma_in_flight(const mfma_client *client);
 
+/* Corks the connection: from now on mfma_gemm_submit keeps each request's
+ * frame in the library instead of writing it, and mfma_uncork writes all
+ * of them in one call (the daemon then reads them in one go too).  A
+ * client that submits several requests at a time (refilling the slots
+ * that answers freed, say) saves a system call and a wake-up of the
+ * daemon for each: `mfmactl bench` keeps its connections corked.
+ *
+ * Nothing waits on a held request: mfma_wait, every blocking call and
+ * every request that is not held (a large GEMM written from the caller's
+ * memory, a load, a ping) write the held frames first, in order, so the
+ * daemon sees the requests in the order they were made; past 256 KiB held
+ * they are written at once.  The cork stays until mfma_uncork.  A held
+ * request has its id and counts as in flight; its round trip starts when
+ * it is written.  If that write fails the connection is lost with the
+ * held requests, as with those in flight (resendable ones go again on
+ * the next connection). */
+void mfma_cork(mfma_client *client);
+/* Uncorks, writing what is held: 0, or the write's error. */
+int mfma_uncork(mfma_client *client, struct mfma_error *err);
+
 /* ---- shared-memory regions (Unix socket only) ----
  *
  * A region is memory the client and the daemon share: a sealed memfd the

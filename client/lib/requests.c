@@ -453,9 +453,17 @@ static int send_request(mfma_client *c, Mfma__V1__Request *req, bool user, int f
 		p->niov = niov;
 		p->deadline_ns = deadline;
 	}
+	/* Corked, a submitted frame in one piece waits with the others
+	 * (mfma_cork); anything else goes after them. */
+	bool hold = c->corked && user && !iov && fd < 0;
 	uint64_t t_first = mfma_clock_ns();
-	rc = iov ? client_send_iov(c, iov, niov, FRAME_HEADER_SIZE + n, fd, &t_first, err)
-		 : client_send_frame_fd(c, buf, FRAME_HEADER_SIZE + n, fd, &t_first, err);
+	if (hold) {
+		rc = client_hold(c, id, buf, FRAME_HEADER_SIZE + n, err);
+	} else if ((rc = client_flush_held(c, err)) == 0) {
+		t_first = mfma_clock_ns();
+		rc = iov ? client_send_iov(c, iov, niov, FRAME_HEADER_SIZE + n, fd, &t_first, err)
+			 : client_send_frame_fd(c, buf, FRAME_HEADER_SIZE + n, fd, &t_first, err);
+	}
 	uint64_t t_sent = mfma_clock_ns();
 	if (!keep) {
 		free(buf);
@@ -469,8 +477,11 @@ static int send_request(mfma_client *c, Mfma__V1__Request *req, bool user, int f
 		return rc;
 	}
 	if (p) {
-		p->t_send_ns = t_first;
-		p->t_sent_ns = t_sent;
+		/* A held frame's send times are stamped when it is written. */
+		if (!hold) {
+			p->t_send_ns = t_first;
+			p->t_sent_ns = t_sent;
+		}
 		p->encode_ns = t_first - t0;
 	}
 	*idp = id;

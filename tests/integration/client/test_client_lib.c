@@ -1,9 +1,10 @@
 /* libmfmaclient against the real mfmad: ping and status, dense GEMMs of
  * every dtype, the three 2:4 paths (validate, client-packed, prune),
  * resident weights, pipelining on one connection and several connections
- * from threads.  Every result is checked against the float64 reference
- * on random data with no zeros and odd shapes; each test starts its own
- * daemon and checks that it exits cleanly. */
+ * from threads, corked submits (held, then written in one go, in order
+ * with the client's other requests).  Every result is checked against
+ * the float64 reference on random data with no zeros and odd shapes; each
+ * test starts its own daemon and checks that it exits cleanly. */
 #include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -13,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -604,6 +606,169 @@ static void test_threads(void **state)
 	mfma_status_free(&s);
 }
 
+/* ---- corked submits (mfma_cork) ---- */
+
+/* The GEMMs the daemon has read so far (queued, running or done on its
+ * devices), asked on a connection of its own: held requests have not
+ * been written. */
+static uint64_t daemon_gemms(const char *endpoint)
+{
+	mfma_client *o;
+	struct mfma_error err;
+	struct mfma_status s;
+	assert_int_equal(mfma_connect(endpoint, &o, &err), 0);
+	assert_int_equal(mfma_status(o, &s, &err), 0);
+	uint64_t n = 0;
+	for (size_t i = 0; i < s.n_devices; i++)
+		n += s.devices[i].queue_depth + s.devices[i].in_flight + s.devices[i].completed +
+		     s.devices[i].failed;
+	mfma_status_free(&s);
+	mfma_close(o);
+	return n;
+}
+
+static void sleep_ms(long ms)
+{
+	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+	nanosleep(&ts, NULL);
+}
+
+/* Submits b[0..n) against a, corked or not as the client is. */
+static void submit_all(mfma_client *c, const struct mat *a, const struct mat *b, size_t n,
+		       uint64_t *ids)
+{
+	struct mfma_error err;
+	for (size_t i = 0; i < n; i++) {
+		struct mfma_gemm_args ga;
+		dense_args(&ga, a, &b[i]);
+		if (mfma_gemm_submit(c, &ga, &ids[i], &err) != 0)
+			fail_msg("submit %zu: %s", i, err.message);
+	}
+}
+
+/* Waits for each id (in the order given) and checks it against a.b[i]. */
+static void wait_all(mfma_client *c, const struct mat *a, const struct mat *b, size_t n,
+		     const uint64_t *ids)
+{
+	struct mfma_error err;
+	for (size_t i = 0; i < n; i++) {
+		struct mfma_gemm_result r;
+		uint64_t done;
+		if (mfma_wait(c, ids[i], 60000, &done, &r, &err) != 0)
+			fail_msg("wait %zu: %s", i, err.message);
+		assert_int_equal(done, ids[i]);
+		expect_close(&r, a, &b[i], NULL, 1.0f, 0.0f, MFMA_DT_F32);
+		mfma_gemm_result_free(&r);
+	}
+}
+
+/* Corked submits are held, not written, until mfma_uncork; then all are
+ * answered right.  Corked again, a wait writes what is held (no wait on
+ * a request never sent) and the cork stays; a blocking call writes the
+ * held requests before its own. */
+static void test_cork_holds_until_written(void **state)
+{
+	struct env *e = *state;
+	struct mfma_error err;
+	enum { NH = 16 };
+	struct mat a = mat_rand(MFMA_DT_F32, 23, 31, false, 4000);
+	struct mat b[NH];
+	uint64_t ids[NH];
+	for (int i = 0; i < NH; i++)
+		b[i] = mat_rand(MFMA_DT_F32, 31, 5, false, 4001 + (uint64_t)i);
+	uint64_t before = daemon_gemms(e->d.endpoint);
+	mfma_cork(e->c);
+	submit_all(e->c, &a, b, NH, ids);
+	assert_int_equal(mfma_in_flight(e->c), NH);
+	sleep_ms(100);
+	assert_int_equal(daemon_gemms(e->d.endpoint) - before, 0);
+	assert_int_equal(mfma_uncork(e->c, &err), 0);
+	wait_all(e->c, &a, b, NH, ids);
+	assert_int_equal(daemon_gemms(e->d.endpoint) - before, NH);
+
+	mfma_cork(e->c);
+	submit_all(e->c, &a, b, 4, ids);
+	wait_all(e->c, &a, b, 4, ids);
+	submit_all(e->c, &a, b + 4, 2, ids + 4);
+	struct mfma_gemm_args ga;
+	struct mfma_gemm_result r;
+	dense_args(&ga, &a, &b[6]);
+	run_ok(e->c, &ga, &r);
+	expect_close(&r, &a, &b[6], NULL, 1.0f, 0.0f, MFMA_DT_F32);
+	mfma_gemm_result_free(&r);
+	wait_all(e->c, &a, b + 4, 2, ids + 4);
+	assert_int_equal(mfma_in_flight(e->c), 0);
+	assert_int_equal(mfma_uncork(e->c, &err), 0);
+	/* Nothing held: uncorking again writes nothing and succeeds. */
+	assert_int_equal(mfma_uncork(e->c, &err), 0);
+	for (int i = 0; i < NH; i++)
+		free(b[i].p);
+	free(a.p);
+}
+
+/* Order: GEMMs on a weight held, then the weight unloaded by a blocking
+ * call on the same client.  The held GEMMs are written first, so the
+ * daemon runs them on the weight before it goes: every one answered. */
+static void test_cork_keeps_the_order(void **state)
+{
+	struct env *e = *state;
+	struct mfma_error err;
+	enum { NH = 4 };
+	struct mat w = mat_rand(MFMA_DT_F32, 21, 17, false, 5000);
+	struct mat b[NH];
+	uint64_t ids[NH];
+	struct mfma_load_args la;
+	mfma_load_args_init(&la);
+	la.name = "corked-w";
+	la.a.kind = MFMA_OPERAND_DENSE;
+	la.a.dense = as_mfma(&w);
+	assert_int_equal(mfma_load_weight(e->c, &la, NULL, &err), 0);
+	mfma_cork(e->c);
+	for (int i = 0; i < NH; i++) {
+		b[i] = mat_rand(MFMA_DT_F32, 17, 3, false, 5001 + (uint64_t)i);
+		struct mfma_gemm_args ga;
+		mfma_gemm_args_init(&ga);
+		ga.a.kind = MFMA_OPERAND_WEIGHT;
+		ga.a.weight = "corked-w";
+		ga.b = as_mfma(&b[i]);
+		assert_int_equal(mfma_gemm_submit(e->c, &ga, &ids[i], &err), 0);
+	}
+	assert_int_equal(mfma_unload_weight(e->c, "corked-w", &err), 0);
+	wait_all(e->c, &w, b, NH, ids);
+	assert_int_equal(mfma_uncork(e->c, &err), 0);
+	for (int i = 0; i < NH; i++)
+		free(b[i].p);
+	free(w.p);
+}
+
+/* Past 256 KiB held, the held requests are written without waiting for
+ * mfma_uncork. */
+static void test_cork_writes_past_its_limit(void **state)
+{
+	struct env *e = *state;
+	struct mfma_error err;
+	enum { NH = 24 }; /* 31 KiB of B each: the limit after some nine */
+	struct mat a = mat_rand(MFMA_DT_F32, 9, 31, false, 6000);
+	struct mat b[NH];
+	uint64_t ids[NH];
+	for (int i = 0; i < NH; i++)
+		b[i] = mat_rand(MFMA_DT_F32, 31, 256, false, 6001 + (uint64_t)i);
+	uint64_t before = daemon_gemms(e->d.endpoint);
+	mfma_cork(e->c);
+	submit_all(e->c, &a, b, NH, ids);
+	uint64_t seen = 0;
+	for (int t = 0; t < 100 && seen < 8; t++) {
+		sleep_ms(20);
+		seen = daemon_gemms(e->d.endpoint) - before;
+	}
+	assert_true(seen >= 8);
+	assert_int_equal(mfma_uncork(e->c, &err), 0);
+	wait_all(e->c, &a, b, NH, ids);
+	for (int i = 0; i < NH; i++)
+		free(b[i].p);
+	free(a.p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -616,6 +781,10 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_pipeline_deep_large, setup_deep_pipeline,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_threads, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_cork_holds_until_written, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_cork_keeps_the_order, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_cork_writes_past_its_limit, setup_deep_pipeline,
+						teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
