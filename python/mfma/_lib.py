@@ -193,6 +193,8 @@ mfma_gemm_submit = _fn("mfma_gemm_submit", c_int, client_p, POINTER(GemmArgs),
 mfma_wait = _fn("mfma_wait", c_int, client_p, c_uint64, c_int, POINTER(c_uint64),
                 POINTER(GemmResult), err_p)
 mfma_in_flight = _fn("mfma_in_flight", c_size_t, client_p)
+mfma_cork = _fn("mfma_cork", None, client_p)
+mfma_uncork = _fn("mfma_uncork", c_int, client_p, err_p)
 mfma_gemm_result_free = _fn("mfma_gemm_result_free", None, POINTER(GemmResult))
 mfma_ping = _fn("mfma_ping", c_int, client_p, c_void_p, c_size_t, POINTER(c_uint64), err_p)
 mfma_load_args_init = _fn("mfma_load_args_init", None, POINTER(LoadArgs))

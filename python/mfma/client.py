@@ -8,6 +8,7 @@ Shared-memory regions (Client.region, mfma.Region) live in region.py; here
 is how GEMMs use them and how closing waits for their last array."""
 
 import concurrent.futures
+import contextlib
 import ctypes
 import errno
 import os
@@ -200,6 +201,7 @@ class Client:
         self._live = set()  # handles of regions not yet released
         self._weight_rows = {}  # name -> M, to check out= of a resident weight
         self._pump = None
+        self._corked = False
         self._closing = False
         self._wake_r, self._wake_w = os.pipe()
         self.last_info = None
@@ -531,8 +533,32 @@ class Client:
         del keep
         if rc < 0:
             raise from_c(rc, err)
-        self._wake()
+        if not self._corked:
+            self._wake()
         return fut
+
+    @contextlib.contextmanager
+    def corked(self):
+        """A block whose submit() calls are held in the library and written
+        together, in one call, when it ends (mfma_cork): for a client that
+        submits many requests at a time, one system call and one wake-up of
+        the daemon for all of them.  Any thread's submits on this client
+        are held meanwhile; a blocking call (gemm(), status(), ...) in the
+        block writes what is held first, in order.  Answers to earlier
+        requests are collected after the block."""
+        with self._lock:
+            _lib.mfma_cork(self._handle())
+            self._corked = True
+        err = _lib.Error_()
+        try:
+            yield self
+        finally:
+            with self._lock:
+                self._corked = False
+                rc = _lib.mfma_uncork(self._h, ctypes.byref(err)) if self._h is not None else 0
+            self._wake()
+        if rc < 0:
+            raise from_c(rc, err)
 
     def _wake(self):
         try:
@@ -547,7 +573,10 @@ class Client:
             broken = None
             with self._lock:
                 fd = _lib.mfma_fileno(self._h)
-                while self._futures:
+                # Corked, a wait would write the held requests: the block's
+                # end wakes this thread.
+                corked = self._corked
+                while self._futures and not corked:
                     res = _lib.GemmResult()
                     err = _lib.Error_()
                     did = ctypes.c_uint64()
@@ -582,7 +611,7 @@ class Client:
                     fut.set_result(_to_torch(out) if torch_out else out)
             if broken is not None:
                 return
-            watch = [self._wake_r] if idle or fd < 0 else [self._wake_r, fd]
+            watch = [self._wake_r] if idle or corked or fd < 0 else [self._wake_r, fd]
             ready, _, _ = select.select(watch, [], [], None if idle else 1.0)
             if self._wake_r in ready:
                 os.read(self._wake_r, 4096)

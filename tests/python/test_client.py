@@ -4,6 +4,7 @@ tolerance."""
 import concurrent.futures
 import errno
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -176,6 +177,36 @@ def test_futures_from_threads(client, rng):
     assert len(results) == len(work)
     for i, (a, b) in enumerate(work):
         mfma.check(results[i], a, b)
+
+
+def _gemms_seen(c):
+    """GEMMs the daemon has read: queued, running or done on its devices."""
+    return sum(d.queue_depth + d.in_flight + d.completed + d.failed for d in c.status().devices)
+
+
+def test_corked_submits(client, daemon, rng):
+    """In a corked block the submits are held (the daemon has none of them
+    while it lasts) and go out together at its end; every answer right; a
+    blocking call inside the block writes them first."""
+    pairs = [(f16(rng, (24, 40)), f16(rng, (40, 3 + i % 4))) for i in range(32)]
+    with mfma.Client(daemon, timeout_ms=60000) as other:
+        before = _gemms_seen(other)
+        with client.corked():
+            futs = [client.submit(a, b) for a, b in pairs]
+            time.sleep(0.1)
+            assert _gemms_seen(other) == before
+        done = list(concurrent.futures.as_completed(futs, timeout=60))
+        assert len(done) == len(futs)
+        for f, (a, b) in zip(futs, pairs):
+            mfma.check(f.result(), a, b)
+        assert _gemms_seen(other) == before + len(pairs)
+        with client.corked():
+            futs = [client.submit(a, b) for a, b in pairs[:4]]
+            a, b = pairs[4]
+            mfma.check(client.gemm(a, b), a, b)
+            assert _gemms_seen(other) == before + len(pairs) + 5
+        for f, (a, b) in zip(futs, pairs):
+            mfma.check(f.result(60), a, b)
 
 
 def test_close_fails_pending_futures(daemon, rng):
