@@ -7,7 +7,7 @@
 #
 # usage: bench/nvidia/device_round.sh [test] [sanitize|memcheck|racecheck] [bench] [sweep]
 #        [grid] [shapes] [ncu] [vsncu] [stallsrc] [e2e] [answers] [abserving] [spin] [readers] [latency] [multi] [choice] [served] [graphsab] [trialab]
-#        [batching] [serving] [readsab] [postab] [readerminab] [overlapab] [copystreamab] [dmaab] [dmacsab] [regionab] [batchcheck] [setab]
+#        [batching] [serving] [readsab] [postab] [readerminab] [corkab] [overlapab] [copystreamab] [dmaab] [dmacsab] [regionab] [batchcheck] [setab]
 #        [phases] [dmaphases] [perfphases] [afterncu]
 #        [wgmma] [group] [csum] [w1] [p3] [wgsan] [raceprobe] [streamprobe] [hot] [spread] [trace] [splitncu] [wgncu] [oneinflight]
 #        [pdl] [pitch] [ldarows] [pitchab] [copies] [lonecheck] [gate] [gateab] [tileab] [loopstartab] [kernelab] [wgdecode] [wgdsan] [wgdncu] [wgdense] [wgdensesan] [wgdensencu]
@@ -622,6 +622,13 @@ dmaphases)
 			grep -E "^(window|worker phases)|mfmad:|\"requests_per_s" "$log" | cut -c1-220 | head -6
 		done
 	done
+	;;
+corkab)
+	# mfmactl bench's corked connections (the default since d90cbe4:
+	# the requests refilling freed slots go out in one write) against
+	# --no-cork (one write a request), a daemon each, alternating round by
+	# round, under the batched loads (serving_bench.sh batching).
+	abserve corkab.log batching "E2E_BENCH_ARGS=--no-cork" "E2E_BENCH_ARGS="
 	;;
 readerminab)
 	# limits.reader_min_kb (READER_MINS, default "64 8") under the batched
