@@ -2,11 +2,13 @@
  * client/lib/client.c takes one: a GEMM's or an error's answer by its own
  * walker (wire_gemm_answer_decode), a large one with D left in the frame
  * (wire_split_unpack over the response's paths), anything else by
- * protobuf-c.  Each must mean exactly what protobuf-c's own decode makes
+ * protobuf-c; a GEMM's answer decoded into one arena as the client keeps
+ * it, and with malloc.  Each must mean exactly what protobuf-c's own decode makes
  * of the bytes: the same verdict where it decodes, and a message that
  * packs to the same bytes.  A daemon is the client's peer, not its
  * servant: an answer that a broken or hostile one sends must fail
  * cleanly, never be misread. */
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -14,6 +16,7 @@
 
 #include "fuzz_stream.h"
 #include "mfma.pb-c.h"
+#include "msg_arena.h"
 #include "wire_gemm.h"
 #include "wire_split.h"
 
@@ -42,6 +45,7 @@ static void check_answer(const uint8_t *p, size_t n)
 	/* The walker takes a GEMM's answer or an error's and declines the
 	 * rest; what it takes, protobuf-c must read the same. */
 	Mfma__V1__Response *walked = wire_gemm_answer_decode(p, n, NULL);
+	bool took = walked != NULL;
 	if (walked) {
 		if (!plain)
 			__builtin_trap();
@@ -50,6 +54,18 @@ static void check_answer(const uint8_t *p, size_t n)
 			__builtin_trap();
 		same_bytes(&plain->base, &walked->base);
 		mfma__v1__response__free_unpacked(walked, NULL);
+	}
+	/* The same walk into an arena of the client's size (more blocks as
+	 * needed): the same verdict and message, freed with the arena. */
+	struct msg_arena *a = msg_arena_new(1024);
+	if (a) {
+		ProtobufCAllocator al = msg_arena_allocator(a);
+		Mfma__V1__Response *in_arena = wire_gemm_answer_decode(p, n, &al);
+		if ((in_arena != NULL) != took)
+			__builtin_trap();
+		if (in_arena)
+			same_bytes(&plain->base, &in_arena->base);
+		msg_arena_free(a);
 	}
 	/* The large answer's path: D's bytes left where they lie, in a
 	 * buffer of the frame's own (as the client keeps it). */
