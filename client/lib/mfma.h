@@ -326,10 +326,10 @@ int mfma_gemm(mfma_client *client, const struct mfma_gemm_args *args,
 
 /* Sends a GEMM without waiting for its answer and returns its id (assigned
  * by the library, never 0 or MFMA_ANY).  The call returns once the frame
- * is handed to the kernel; while the socket is full it keeps reading
- * responses into the client's buffer, so any number of submits before the
- * first wait cannot deadlock.  The caller's matrices may be reused as soon
- * as it returns.
+ * is handed to the kernel (or, corked, held: mfma_cork); while the socket
+ * is full it keeps reading responses into the client's buffer, so any
+ * number of submits before the first wait cannot deadlock.  The caller's
+ * matrices may be reused as soon as it returns.
  *
  * A GEMM changes nothing, so the library keeps its frame until the answer
  * comes: when the connection is lost (the daemon killed and restarted, or
