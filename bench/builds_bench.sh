@@ -16,7 +16,7 @@
 #     BASE_LIBS its client library's folder (LD_LIBRARY_PATH), to compare
 #     client builds (give the same mfmad twice); BASE_ARGS, NEW_ARGS: more
 #     mfmactl bench arguments for the base's or the new runs alone (e.g.
-#     BASE_ARGS=--no-cork)
+#     NEW_ARGS=--cork)
 #   CONF: more of the daemon's configuration (e.g. "limits = { post_threads = 1; };")
 # Run it on an otherwise idle machine: on 2 cores the client, the loop,
 # the worker and the post threads share them, which is what it measures.

@@ -134,12 +134,11 @@ static void left_in_batch(struct heap_node *n, void *arg)
 /* Queued jobs a batch looks through without a malloc under the mutex. */
 #define TAKE_ON_STACK 512
 
-/* Appends to jobs[*n] the queued jobs of jobs[0]'s key, while the cost
- * stays within max (jobs whose deadline passed are left for the deadline
- * timer): in queue order when the limit leaves some out, else all of them
- * as the heap holds them (the order within a launch means nothing, and
- * sorting a batch of 40 took some 800 instructions a job, under the
- * mutex the loop queues with). */
+/* Appends to jobs[*n] the queued jobs of jobs[0]'s key, in queue order,
+ * while the cost stays within max (jobs whose deadline passed are left
+ * for the deadline timer).  (Taking them in the heap's order when all fit
+ * saved the sort's instructions on the CPU backend, and measured slower
+ * on the H200's batches of request frames: bench/RESULTS.md.) */
 static void take_batch(struct queue *q, struct sched_job **jobs, size_t *n, uint32_t *cost,
 		       uint32_t max, uint64_t now)
 {
@@ -150,16 +149,12 @@ static void take_batch(struct queue *q, struct sched_job **jobs, size_t *n, uint
 	if (!cand)
 		return; /* no batch this time: the job runs alone */
 	size_t nc = 0;
-	uint64_t all = *cost;
 	for (size_t i = 0; i < q->heap.len; i++) {
 		struct sched_job *j = job_of(q->heap.v[i]);
-		if (same_key(&j->batch, &jobs[0]->batch) && (!j->deadline_ns || j->deadline_ns > now)) {
+		if (same_key(&j->batch, &jobs[0]->batch) && (!j->deadline_ns || j->deadline_ns > now))
 			cand[nc++] = j;
-			all += j->batch_cost;
-		}
 	}
-	if (all > max || *n + nc > SCHED_MAX_BATCH)
-		qsort(cand, nc, sizeof(*cand), in_queue_order);
+	qsort(cand, nc, sizeof(*cand), in_queue_order);
 	bool took = false;
 	for (size_t i = 0; i < nc && *n < SCHED_MAX_BATCH; i++) {
 		if (*cost + cand[i]->batch_cost > max)
@@ -402,10 +397,12 @@ static void run_posts(struct queue *q, struct sched_job **run, size_t n)
 			}
 		}
 		group[0]->post(q->v, group, k);
+		/* Back to the loop group by group: what a full socket left for
+		 * the loop to write goes out without waiting for the others. */
+		for (size_t g = 0; g < k; g++)
+			sched_landed(q->v, group[g]);
+		complete_many(q->s, group, k);
 	}
-	for (size_t i = 0; i < n; i++)
-		sched_landed(q->v, run[i]);
-	complete_many(q->s, run, n);
 }
 
 /* Runs the post callbacks of the jobs handed over, SCHED_POST_RUN at a

@@ -129,7 +129,7 @@ done
 echo "CHECK summary: $((checks - fails)) of $checks passed"
 grep -c "copies through staging" "$OUT/mfmad_serving.log" | sed 's/^/regions not registered (log lines): /'
 
-# E2E_BENCH_ARGS: more mfmactl bench arguments for every load (e.g. --no-cork).
+# E2E_BENCH_ARGS: more mfmactl bench arguments for every load (e.g. --cork).
 # shellcheck disable=SC2086
 bench() { "${CTL[@]}" --json bench --resident --sparse "$@" ${E2E_BENCH_ARGS:-} --dtype f16 --out-dtype f16 2>&1 | tr -s ' \n' ' '; }
 has latency && for poll in ${LAT_POLLS:-0 300}; do

@@ -25,7 +25,7 @@ struct bench_opts {
 	bool shm;     /* --shm: B and D through a shared-memory region per connection */
 	bool check;   /* --check: every answer against a float64 reference */
 	uint32_t spin_us; /* the clients' spin window (--spin-us, MFMA_SPIN_US) */
-	bool no_cork; /* --no-cork: each request written on its own */
+	bool cork;    /* --cork: the refills of freed slots in one write */
 	enum ctl_sparse mode;
 	const char *weight;
 	int device;
@@ -267,7 +267,7 @@ static int parse(struct ctl *ctl, int argc, char **argv, struct bench_opts *o)
 	enum {
 		OPT_CONNECTIONS = CTL_OPT_FIRST_COMMAND_OPTION, OPT_M, OPT_N, OPT_K, OPT_DTYPE,
 		OPT_OUT_DTYPE, OPT_SPARSE, OPT_WEIGHT, OPT_RESIDENT, OPT_WARMUP, OPT_DEVICE,
-		OPT_SEED, OPT_SAMPLES, OPT_SHM, OPT_CHECK, OPT_NO_CORK,
+		OPT_SEED, OPT_SAMPLES, OPT_SHM, OPT_CHECK, OPT_CORK,
 	};
 	static const struct option opts[] = {
 		CTL_COMMON_LONG,
@@ -288,7 +288,7 @@ static int parse(struct ctl *ctl, int argc, char **argv, struct bench_opts *o)
 		{ "samples", no_argument, NULL, OPT_SAMPLES },
 		{ "shm", no_argument, NULL, OPT_SHM },
 		{ "check", no_argument, NULL, OPT_CHECK },
-		{ "no-cork", no_argument, NULL, OPT_NO_CORK },
+		{ "cork", no_argument, NULL, OPT_CORK },
 		{ NULL, 0, NULL, 0 },
 	};
 	const uint64_t dim_max = 1u << 20;
@@ -345,7 +345,7 @@ static int parse(struct ctl *ctl, int argc, char **argv, struct bench_opts *o)
 		case OPT_SAMPLES: o->samples = true; break;
 		case OPT_SHM: o->shm = true; break;
 		case OPT_CHECK: o->check = true; break;
-		case OPT_NO_CORK: o->no_cork = true; break;
+		case OPT_CORK: o->cork = true; break;
 		default:
 			rc = ctl_common_option(ctl, "bench", opt, optarg);
 			if (rc != CTL_CONTINUE)
@@ -486,7 +486,7 @@ static void report(struct ctl *ctl, const struct bench_opts *o, struct bench_con
 		json_kv_string(j, "dtype", mfma_dtype_name(o->dtype));
 		json_kv_string(j, "a", a_kind);
 		json_kv_bool(j, "shm", o->shm);
-		json_kv_bool(j, "cork", !o->no_cork);
+		json_kv_bool(j, "cork", o->cork);
 		json_kv_uint(j, "spin_us", o->spin_us);
 		json_kv_uint(j, "wall_ns", wall_ns);
 		json_kv_double(j, "requests_per_s", rps);
@@ -709,7 +709,7 @@ int ctl_cmd_bench(struct ctl *ctl, int argc, char **argv)
 		x->timeout_ms = ctl->timeout_ms;
 		x->requests = o.requests / o.connections + (i < o.requests % o.connections);
 		x->slots = o.concurrency / o.connections + (i < o.concurrency % o.connections);
-		x->cork = !o.no_cork && x->slots > 1;
+		x->cork = o.cork && x->slots > 1;
 		x->lat = malloc((x->requests ? x->requests : 1) * sizeof(*x->lat));
 		if (!x->lat) {
 			rc = ctl_fail_local(ctl, CTL_EXIT_LOCAL, "out of memory");

@@ -535,8 +535,8 @@ static void test_status_ping_bench(void **state)
 	}
 	expect_in(e->out, "\"errors\": 0");
 	expect_in(e->out, "\"connections\": 2");
-	/* Three slots a connection: corked (the refills in one write). */
-	expect_in(e->out, "\"cork\": true");
+	/* Not corked unless asked. */
+	expect_in(e->out, "\"cork\": false");
 	/* Every answer's variant tallied: here one CPU 2:4 kernel answered
 	 * all 30 (f16 2:4 on the CPU backend). */
 	expect_in(e->out, "\"variants\": {");
@@ -571,20 +571,20 @@ static void test_status_ping_bench(void **state)
 	expect_json(e->out);
 	expect_in(e->out, "\"answers\": 200");
 	expect_in(e->out, "\"failed\": 0");
-	/* The same corked (four connections of four slots), and with
-	 * --no-cork: every answer right either way. */
-	assert_int_equal(ctl(e, "--json", "bench", "--check", "-n", "200", "-j", "16", "--connections",
-			     "4", "--resident", "--sparse", "--m", "40", "--k", "132", "--n", "3",
-			     "--dtype", "bf16", NULL),
+	/* The same corked (four connections of four slots): every answer
+	 * right. */
+	assert_int_equal(ctl(e, "--json", "bench", "--check", "--cork", "-n", "200", "-j", "16",
+			     "--connections", "4", "--resident", "--sparse", "--m", "40", "--k", "132",
+			     "--n", "3", "--dtype", "bf16", NULL),
 			 0);
 	expect_in(e->out, "\"cork\": true");
 	expect_in(e->out, "\"answers\": 200");
 	expect_in(e->out, "\"failed\": 0");
-	assert_int_equal(ctl(e, "--json", "bench", "--check", "--no-cork", "-n", "60", "-j", "8",
-			     "--connections", "2", "--resident", "--m", "24", "--k", "40", "--n", "5",
-			     "--dtype", "f32", NULL),
+	assert_int_equal(ctl(e, "--json", "bench", "--check", "--cork", "--shm", "-n", "60", "-j",
+			     "8", "--connections", "2", "--resident", "--m", "24", "--k", "40", "--n",
+			     "5", "--dtype", "f32", NULL),
 			 0);
-	expect_in(e->out, "\"cork\": false");
+	expect_in(e->out, "\"cork\": true");
 	expect_in(e->out, "\"answers\": 60");
 	expect_in(e->out, "\"failed\": 0");
 	assert_int_equal(ctl(e, "bench", "--check", "--shm", "-n", "64", "-j", "8", "--resident",
