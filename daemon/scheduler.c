@@ -137,8 +137,9 @@ static void left_in_batch(struct heap_node *n, void *arg)
 /* Appends to jobs[*n] the queued jobs of jobs[0]'s key, in queue order,
  * while the cost stays within max (jobs whose deadline passed are left
  * for the deadline timer).  (Taking them in the heap's order when all fit
- * saved the sort's instructions on the CPU backend, and measured slower
- * on the H200's batches of request frames: bench/RESULTS.md.) */
+ * saved the sort's instructions on the CPU backend; it was undone with
+ * the H200 build that held it slower on batches of request frames, not
+ * measured apart: bench/RESULTS.md.) */
 static void take_batch(struct queue *q, struct sched_job **jobs, size_t *n, uint32_t *cost,
 		       uint32_t max, uint64_t now)
 {
@@ -380,7 +381,8 @@ static void *worker_main(void *arg)
 
 /* Runs the post callbacks of n jobs taken together: once for the jobs of
  * each key and callback, in their order (a GEMM's: the answers to one
- * connection, written in one call), then completes them all. */
+ * connection, written in one call), completing each group after its
+ * callback. */
 static void run_posts(struct queue *q, struct sched_job **run, size_t n)
 {
 	struct sched_job *group[SCHED_POST_RUN];
