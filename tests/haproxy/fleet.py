@@ -1,9 +1,15 @@
 """Real mfmad daemons (and haproxy) on loopback for the fleet tests: ports
 chosen free at run time, each daemon in its own temporary directory,
 everything stopped by the caller's finally.  Paths come from meson's
-environment: MFMAD_BIN, MFMACTL_BIN, HA_LOAD_BIN."""
+environment: MFMAD_BIN, MFMACTL_BIN, HA_LOAD_BIN.
+
+Every temporary directory of a test (tempdir()) lies under one folder of
+its process, removed when the process exits, unless an exception ended it:
+then the folder is kept, its path printed, with every daemon's log."""
+import atexit
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -16,6 +22,38 @@ import urllib.request
 MFMAD = os.environ.get("MFMAD_BIN", "mfmad")
 MFMACTL = os.environ.get("MFMACTL_BIN", "mfmactl")
 HA_LOAD = os.environ.get("HA_LOAD_BIN", "ha_load")
+
+
+_root = None
+_failed = False
+
+
+def _keep_on_failure(kind, value, tb):
+    global _failed
+    _failed = True
+    _default_excepthook(kind, value, tb)
+
+
+def _remove_root():
+    if _root is None:
+        return
+    if _failed:
+        print(f"kept for inspection (the daemons' logs are in it): {_root}", file=sys.stderr)
+    else:
+        shutil.rmtree(_root, ignore_errors=True)
+
+
+_default_excepthook = sys.excepthook
+sys.excepthook = _keep_on_failure
+atexit.register(_remove_root)
+
+
+def tempdir(prefix):
+    """A new directory under this process's folder (made at the first call)."""
+    global _root
+    if _root is None:
+        _root = tempfile.mkdtemp(prefix="mfma-fleet-")
+    return tempfile.mkdtemp(prefix=prefix, dir=_root)
 
 
 def skip(reason):
@@ -88,7 +126,7 @@ class Daemon:
         and asks for client certificates of its CA."""
         self.name = name
         self.tls = tls
-        self.dir = tempfile.mkdtemp(prefix=f"mfma-{name}-")
+        self.dir = tempdir(f"{name}-")
         self.port = port or free_port()
         self.metrics_port = metrics_port or free_port()
         self.threads = threads

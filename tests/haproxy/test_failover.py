@@ -4,7 +4,6 @@ still answered correctly (those lost with A are resent to B)."""
 import os
 import subprocess
 import sys
-import tempfile
 import time
 
 import fleet
@@ -13,7 +12,7 @@ import fleet
 def main():
     a = fleet.Daemon("fo-a").start()
     b = fleet.Daemon("fo-b").start()
-    stop = os.path.join(tempfile.mkdtemp(prefix="mfma-fo-"), "stop")
+    stop = os.path.join(fleet.tempdir("fo-"), "stop")
     try:
         load = subprocess.Popen([fleet.HA_LOAD, f"{a.endpoint},{b.endpoint}", "4", "20", stop],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

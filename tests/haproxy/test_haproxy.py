@@ -12,7 +12,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 import fleet
@@ -72,7 +71,7 @@ def main():
         fleet.skip("haproxy is not installed (scripts/setup.sh installs it: apt-get install "
                    "haproxy)")
     t_start = time.monotonic()
-    tmp = tempfile.mkdtemp(prefix="mfma-ha-")
+    tmp = fleet.tempdir("ha-")
     front = fleet.free_port()
     n1 = fleet.Daemon("node1").start()
     n2 = fleet.Daemon("node2").start()

@@ -13,7 +13,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 
 import fleet
@@ -28,7 +27,7 @@ def main():
         fleet.skip("haproxy is not installed (scripts/setup.sh installs it: apt-get install "
                    "haproxy)")
     t_start = time.monotonic()
-    tmp = tempfile.mkdtemp(prefix="mfma-hatls-")
+    tmp = fleet.tempdir("hatls-")
     certs = fleet.make_certs(os.path.join(tmp, "certs"))
     front = fleet.free_port()
     n1 = fleet.Daemon("node1", tls=certs).start()
@@ -86,7 +85,6 @@ def main():
         ha.wait(10)
         n1.kill()
         n2.kill()
-        shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
 

@@ -4,13 +4,12 @@ resident: a weight loaded into a daemon that keeps its weights
 answers 200, and a GEMM on it through the first connection works."""
 import os
 import sys
-import tempfile
 
 import fleet
 
 
 def main():
-    state = tempfile.mkdtemp(prefix="mfma-state-")
+    state = fleet.tempdir("state-")
     conf = f'weights = {{ persist = true; state_dir = "{state}"; }};'
     d = fleet.Daemon("ready", conf=conf).start()
     npy = os.path.join(d.dir, "w1.npy")
