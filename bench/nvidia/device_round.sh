@@ -7,7 +7,7 @@
 #
 # usage: bench/nvidia/device_round.sh [test] [sanitize|memcheck|racecheck] [bench] [sweep]
 #        [grid] [shapes] [ncu] [vsncu] [stallsrc] [e2e] [answers] [abserving] [spin] [readers] [latency] [multi] [choice] [served] [graphsab] [trialab]
-#        [batching] [serving] [readsab] [postab] [readerminab] [corkab] [overlapab] [copystreamab] [dmaab] [dmacsab] [regionab] [batchcheck] [setab]
+#        [batching] [serving] [readsab] [postab] [readerminab] [corkab] [abcross] [overlapab] [copystreamab] [dmaab] [dmacsab] [regionab] [batchcheck] [setab]
 #        [phases] [dmaphases] [perfphases] [afterncu]
 #        [wgmma] [group] [csum] [w1] [p3] [wgsan] [raceprobe] [streamprobe] [hot] [spread] [trace] [splitncu] [wgncu] [oneinflight]
 #        [pdl] [pitch] [ldarows] [pitchab] [copies] [lonecheck] [gate] [gateab] [tileab] [loopstartab] [kernelab] [wgdecode] [wgdsan] [wgdncu] [wgdense] [wgdensesan] [wgdensencu]
@@ -662,6 +662,28 @@ abserving)
 		done
 	done
 	grep -E "^(SERVE|FAIL)" "$OUT/abserving.log" | cut -c1-300 | tail -60
+	;;
+abcross)
+	# Whose change moved a serving load, the daemon's or the client's: the
+	# earlier build's (BASE, as for abserving) and this payload's mfmad
+	# each with either's mfmactl and client library, the four pairs
+	# alternating round by round; LABEL "mfmad-mfmactl" (e.g. base-new).
+	for r in ${AB_ROUNDS:-1 2}; do
+		for pair in base-base new-new base-new new-base; do
+			bin="$P/bin/mfmad" ctl="$P/bin/mfmactl" libs="$LD_LIBRARY_PATH"
+			[ "${pair%-*}" = base ] && bin="${BASE:?BASE names the earlier build}/bin/mfmad"
+			if [ "${pair#*-}" = base ]; then
+				ctl="$BASE/bin/mfmactl"
+				libs="$BASE/lib:$LD_LIBRARY_PATH"
+			fi
+			LD_LIBRARY_PATH="$libs" ROUNDS=$r MFMAD="$bin" MFMACTL="$ctl" LABEL="$pair" \
+				SERVING_STEPS="${SERVING_STEPS:-batching}" \
+				timeout "${E2E_S:-420}" bash bench/nvidia/serving_bench.sh "$P" "$OUT" \
+				>> "$OUT/abcross.log" 2>&1
+			echo "=== abcross round $r $pair: rc=$?"
+		done
+	done
+	python3 bench/nvidia/serve_summary.py "$OUT/abcross.log" | cut -c1-230
 	;;
 spin)
 	# The busy-poll knobs (bench/spin_bench.sh: the loop's poll and the
