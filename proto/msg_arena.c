@@ -48,20 +48,32 @@ struct msg_arena *msg_arena_new(size_t bytes)
 	return a;
 }
 
+/* size bytes from the first block, or NULL when they do not fit. */
+static void *first_block(struct msg_arena *a, size_t size)
+{
+	size_t n = round_up(size ? size : 1);
+	if (n < size || a->cap - a->used < n)
+		return NULL;
+	void *p = a->data + a->used;
+	a->used += n;
+	return p;
+}
+
+static void *arena_alloc_bounded(void *data, size_t size)
+{
+	return first_block(data, size);
+}
+
 static void *arena_alloc(void *data, size_t size)
 {
 	struct msg_arena *a = data;
-	size_t n = round_up(size ? size : 1);
-	if (n < size)
-		return NULL;
-	if (a->cap - a->used >= n) {
-		void *p = a->data + a->used;
-		a->used += n;
+	void *p = first_block(a, size);
+	if (p)
 		return p;
-	}
 	/* What does not fit gets a block of its own: the first block's room
 	 * stays for the small pieces that follow a large copy. */
-	if (n > SIZE_MAX - sizeof(struct more))
+	size_t n = round_up(size ? size : 1);
+	if (n < size || n > SIZE_MAX - sizeof(struct more))
 		return NULL;
 	struct more *m = malloc(sizeof(*m) + n);
 	if (!m)
@@ -80,6 +92,12 @@ static void arena_free(void *data, void *p)
 ProtobufCAllocator msg_arena_allocator(struct msg_arena *a)
 {
 	return (ProtobufCAllocator){ .alloc = arena_alloc, .free = arena_free, .allocator_data = a };
+}
+
+ProtobufCAllocator msg_arena_allocator_bounded(struct msg_arena *a)
+{
+	return (ProtobufCAllocator){ .alloc = arena_alloc_bounded, .free = arena_free,
+				     .allocator_data = a };
 }
 
 void msg_arena_free(struct msg_arena *a)

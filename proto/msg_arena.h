@@ -36,6 +36,13 @@ struct msg_arena *msg_arena_new(size_t bytes);
  * own is the only one). */
 ProtobufCAllocator msg_arena_allocator(struct msg_arena *a);
 
+/* The same, except that what does not fit in the first block fails
+ * instead of taking a block of its own: a decode into it declines when
+ * its pieces outgrow the block (the client's answers: a large D copied
+ * into a block of its own, freed with the answer, left the heap's top
+ * to be handed back to the kernel and faulted in again at the next). */
+ProtobufCAllocator msg_arena_allocator_bounded(struct msg_arena *a);
+
 /* Frees the arena and everything allocated from it; NULL is fine. */
 void msg_arena_free(struct msg_arena *a);
 

@@ -21,6 +21,13 @@ struct dec {
 	size_t keep_from;
 	ProtobufCBinaryData *kept[MAX_KEPT];
 	size_t nkept;
+	/* An answer's: where its D's bytes may go (NULL: a copy of their
+	 * own), the Response's id once read, and whether the matrix being
+	 * read is the GemmResult's D. */
+	const struct wire_answer_place *place;
+	uint64_t id;
+	bool has_id;
+	bool in_d;
 };
 
 /* One field of a message: its number, wire type and value (a varint, the
@@ -93,6 +100,11 @@ static int bytes(struct dec *d, const struct field *f, bool matrix, protobuf_c_b
 	    ((uintptr_t)f->at & (WIRE_SPLIT_ALIGN - 1)) == 0 && d->nkept < MAX_KEPT) {
 		out->data = (uint8_t *)(uintptr_t)f->at;
 		d->kept[d->nkept++] = out;
+		return 0;
+	}
+	if (d->in_d && d->place && d->has_id &&
+	    (out->data = d->place->fn(d->place->ctx, d->id, f->n)) != NULL) {
+		memcpy(out->data, f->at, f->n);
 		return 0;
 	}
 	out->data = get(d, f->n);
@@ -353,7 +365,12 @@ static int gemm_result_field(struct dec *d, void *m, const struct field *f)
 {
 	Mfma__V1__GemmResult *g = m;
 	switch (f->num) {
-	case 1: return SUB(d, f, matrix, &g->d);
+	case 1: {
+		d->in_d = true;
+		int rc = SUB(d, f, matrix, &g->d);
+		d->in_d = false;
+		return rc;
+	}
 	case 2: return SUB(d, f, timing, &g->timing);
 	case 3: return SUB(d, f, device_ref, &g->device);
 	case 4: return string(d, f, &g->variant);
@@ -365,7 +382,12 @@ static int response_field(struct dec *d, void *m, const struct field *f)
 {
 	Mfma__V1__Response *r = m;
 	switch (f->num) {
-	case 1: return u64(f, &r->has_id, &r->id);
+	case 1:
+		if (u64(f, &r->has_id, &r->id) < 0)
+			return -1;
+		d->id = r->id;
+		d->has_id = true;
+		return 0;
 	case 2: return SUB(d, f, status, &r->status);
 	case 3:
 		r->body_case = MFMA__V1__RESPONSE__BODY_GEMM;
@@ -375,9 +397,10 @@ static int response_field(struct dec *d, void *m, const struct field *f)
 }
 
 Mfma__V1__Response *wire_gemm_answer_decode(const uint8_t *buf, size_t len,
-					    ProtobufCAllocator *alloc)
+					    ProtobufCAllocator *alloc,
+					    const struct wire_answer_place *place)
 {
-	struct dec d = { .alloc = alloc };
+	struct dec d = { .alloc = alloc, .place = alloc ? place : NULL };
 	Mfma__V1__Response *r = get(&d, sizeof(*r));
 	if (!r)
 		return NULL;

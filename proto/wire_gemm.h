@@ -36,11 +36,26 @@
 Mfma__V1__Request *wire_gemm_decode(const uint8_t *buf, size_t len, size_t keep_from,
 				    size_t *in_place, ProtobufCAllocator *alloc);
 
+/* Where an answer's D may be copied instead of into a piece of its own:
+ * fn(ctx, id, len) gives room for D's len bytes of the answer to request
+ * id, or NULL for a piece of the allocator's. */
+struct wire_answer_place {
+	void *(*fn)(void *ctx, uint64_t id, size_t len);
+	void *ctx;
+};
+
 /* The same for an answer, as the client library decodes it: a Response of
  * id, status and gemm (or of id and status alone: an error's answer),
  * each field at most once, under the same rules: a GEMM's answer, or one
- * with no body (an error's); an answer with another body is declined. */
+ * with no body (an error's); an answer with another body is declined.
+ *
+ * With place (NULL: none) and an allocator, D's bytes of an answer whose
+ * id comes before its gemm (as the daemon writes them) go where place
+ * says, and the message's D points there.  The allocator must then free
+ * nothing piece by piece (msg_arena's): that memory is the caller's.  A
+ * declined answer may have written there already. */
 Mfma__V1__Response *wire_gemm_answer_decode(const uint8_t *buf, size_t len,
-					    ProtobufCAllocator *alloc);
+					    ProtobufCAllocator *alloc,
+					    const struct wire_answer_place *place);
 
 #endif

@@ -26,6 +26,7 @@ struct bench_opts {
 	bool check;   /* --check: every answer against a float64 reference */
 	uint32_t spin_us; /* the clients' spin window (--spin-us, MFMA_SPIN_US) */
 	bool cork;    /* --cork: the refills of freed slots in one write */
+	bool own_d;   /* --own-d: one D buffer of ours per request in flight */
 	enum ctl_sparse mode;
 	const char *weight;
 	int device;
@@ -69,6 +70,7 @@ struct bench_conn {
 	mfma_client *c;
 	const struct mfma_gemm_args *args;
 	mfma_region *rg;    /* --shm: B, then one D per request slot */
+	char *d_own;        /* --own-d: one D per request slot, d_bytes apart */
 	size_t d_at, d_bytes;
 	pthread_barrier_t *start;
 	uint64_t warmup, requests, slots;
@@ -162,6 +164,8 @@ static void *bench_thread(void *arg)
 	struct mfma_error e;
 	struct mfma_gemm_args args = *bc->args;
 	char *base = bc->rg ? mfma_region_data(bc->rg) : NULL;
+	/* Where each slot's D goes: after B in the region, or our own. */
+	char *dbase = base ? base + bc->d_at : bc->d_own;
 	int rc;
 
 	bc->args = &args;
@@ -177,7 +181,10 @@ static void *bench_thread(void *arg)
 	if (base) {
 		memcpy(base, args.b.data, args.b.bytes);
 		args.b.data = base;
-		args.d = base + bc->d_at;
+	}
+	if (dbase) {
+		args.d = dbase;
+		args.d_bytes = base ? 0 : bc->d_bytes; /* in the region: to its end */
 	}
 	for (uint64_t i = 0; i < bc->warmup && !bc->fatal; i++) {
 		rc = mfma_gemm(bc->c, bc->args, &r, &e);
@@ -203,8 +210,8 @@ static void *bench_thread(void *arg)
 			/* Each request in flight its own D (answers may come
 			 * back out of order: a reused slot is only a benchmark's
 			 * overwrite, never a fault). */
-			if (base)
-				args.d = base + bc->d_at + (submitted % bc->slots) * bc->d_bytes;
+			if (dbase)
+				args.d = dbase + (submitted % bc->slots) * bc->d_bytes;
 			if ((rc = mfma_gemm_submit(bc->c, bc->args, &id, &e)) < 0) {
 				note_error(bc, rc, &e);
 				break;
@@ -267,7 +274,7 @@ static int parse(struct ctl *ctl, int argc, char **argv, struct bench_opts *o)
 	enum {
 		OPT_CONNECTIONS = CTL_OPT_FIRST_COMMAND_OPTION, OPT_M, OPT_N, OPT_K, OPT_DTYPE,
 		OPT_OUT_DTYPE, OPT_SPARSE, OPT_WEIGHT, OPT_RESIDENT, OPT_WARMUP, OPT_DEVICE,
-		OPT_SEED, OPT_SAMPLES, OPT_SHM, OPT_CHECK, OPT_CORK,
+		OPT_SEED, OPT_SAMPLES, OPT_SHM, OPT_CHECK, OPT_CORK, OPT_OWN_D,
 	};
 	static const struct option opts[] = {
 		CTL_COMMON_LONG,
@@ -289,6 +296,7 @@ static int parse(struct ctl *ctl, int argc, char **argv, struct bench_opts *o)
 		{ "shm", no_argument, NULL, OPT_SHM },
 		{ "check", no_argument, NULL, OPT_CHECK },
 		{ "cork", no_argument, NULL, OPT_CORK },
+		{ "own-d", no_argument, NULL, OPT_OWN_D },
 		{ NULL, 0, NULL, 0 },
 	};
 	const uint64_t dim_max = 1u << 20;
@@ -346,6 +354,7 @@ static int parse(struct ctl *ctl, int argc, char **argv, struct bench_opts *o)
 		case OPT_SHM: o->shm = true; break;
 		case OPT_CHECK: o->check = true; break;
 		case OPT_CORK: o->cork = true; break;
+		case OPT_OWN_D: o->own_d = true; break;
 		default:
 			rc = ctl_common_option(ctl, "bench", opt, optarg);
 			if (rc != CTL_CONTINUE)
@@ -487,6 +496,7 @@ static void report(struct ctl *ctl, const struct bench_opts *o, struct bench_con
 		json_kv_string(j, "a", a_kind);
 		json_kv_bool(j, "shm", o->shm);
 		json_kv_bool(j, "cork", o->cork);
+		json_kv_bool(j, "own_d", o->own_d || o->shm);
 		json_kv_uint(j, "spin_us", o->spin_us);
 		json_kv_uint(j, "wall_ns", wall_ns);
 		json_kv_double(j, "requests_per_s", rps);
@@ -726,11 +736,17 @@ int ctl_cmd_bench(struct ctl *ctl, int argc, char **argv)
 			}
 			ctl_random_matrix(x->b_own.data, o.dtype, o.k, o.n, false, o.seed + 2 + i);
 		}
-		if (o.shm) {
+		if (o.shm || o.own_d) {
 			enum mfma_type out = args.out_dtype != MFMA_TYPE_NONE ? args.out_dtype
 					     : ctl_type(mfma_out_dtype_default(o.dtype));
-			x->d_at = (args.b.bytes + 63) & ~(size_t)63;
 			x->d_bytes = ((size_t)o.m * o.n * mfma_type_size(out) + 63) & ~(size_t)63;
+		}
+		if (o.own_d && !o.shm && !(x->d_own = malloc(x->slots * x->d_bytes))) {
+			rc = ctl_fail_local(ctl, CTL_EXIT_LOCAL, "out of memory");
+			goto out;
+		}
+		if (o.shm) {
+			x->d_at = (args.b.bytes + 63) & ~(size_t)63;
 			if ((rc = mfma_region_create(x->c, x->d_at + x->slots * x->d_bytes, &x->rg,
 						     &e)) < 0) {
 				rc = ctl_fail(ctl, "bench --shm: creating a region", rc, &e);
@@ -793,6 +809,7 @@ out:
 					e.message);
 			mfma_close(bc[i].c);
 			free(bc[i].lat);
+			free(bc[i].d_own);
 			free(bc[i].ref);
 			ctl_matrix_free(&bc[i].b_own);
 		}

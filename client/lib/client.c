@@ -36,9 +36,10 @@
 /* An answer at least this large keeps the buffer it was read into
  * (decode_response); smaller ones are unpacked with a copy. */
 #define CLIENT_KEEP_MIN_BYTES (1u << 20)
-/* The first block of a small answer's arena: a GEMM's answer with D in a
- * region (or a few hundred bytes of D) fits; a larger D takes more blocks.
- * Not msg_arena's request size, which it keeps per thread for reuse. */
+/* A GEMM answer's arena: one with D in a region, D placed where its
+ * request asked (place_d) or a few hundred bytes of D fits; a larger D is
+ * decoded with malloc (decode_response).  Not msg_arena's request size,
+ * which it keeps per thread for reuse. */
 #define CLIENT_ANSWER_ARENA_BYTES 1024
 /* Held frames (mfma_cork) past this many bytes are written at once. */
 #define CLIENT_HOLD_MAX (256u * 1024u)
@@ -861,6 +862,21 @@ static int read_tls(mfma_client *c, bool *eof, struct mfma_error *err)
 	}
 }
 
+/* Where the answer to request id puts D's len bytes as it is decoded:
+ * where its submitter asked for D (mfma_gemm_args.d), when D fits there
+ * and the request is still waiting for its answer; else NULL, a piece
+ * of the answer's own.  One copy instead of two, and none into memory
+ * freshly handed out: with 128 KiB answers, freeing each answer's copy
+ * handed its pages back to the kernel and the next copy faulted them in
+ * again (mfmactl bench, bench/RESULTS.md). */
+static void *place_d(void *ctx, uint64_t id, size_t len)
+{
+	struct client_pending *p = client_pending_find(ctx, id);
+	if (!p || !p->user || p->abandoned || p->resp || !p->d_dst || len > p->d_bytes)
+		return NULL;
+	return p->d_dst;
+}
+
 /* Decodes the answer at payload, which frame_reader_next just returned.
  * A large one's D is left where it was received: the reader's buffer
  * becomes the answer's (rx), and the caller's copy of D (or its pointer
@@ -879,23 +895,26 @@ static Mfma__V1__Response *decode_response(mfma_client *c, const uint8_t *payloa
 	 * (requests.c, gemm_result_from). */
 	if (len < CLIENT_KEEP_MIN_BYTES || frame_reader_pending(&c->rd) > CLIENT_READ_CHUNK ||
 	    !(rx->frame = frame_reader_take(&c->rd))) {
-		/* A GEMM's answer by the walker made for them, into one arena
+		/* A GEMM's answer by the walker made for them, into one block
 		 * freed whole (rx->arena: decoding with malloc and freeing
 		 * field by field took a quarter of a pipelined client's
-		 * instructions, bench/RESULTS.md); an error's, or what the
-		 * walker declines, with malloc as protobuf-c does, so that it
-		 * may be freed as any other message (proto/wire_gemm.h). */
+		 * instructions, bench/RESULTS.md), its D where the request
+		 * asked for it; one that outgrows the block (a large D with
+		 * nowhere to go), an error's, or what the walker declines,
+		 * with malloc as protobuf-c does, so that it may be freed as
+		 * any other message (proto/wire_gemm.h). */
 		struct msg_arena *a = msg_arena_new(CLIENT_ANSWER_ARENA_BYTES);
 		if (a) {
-			ProtobufCAllocator al = msg_arena_allocator(a);
-			Mfma__V1__Response *resp = wire_gemm_answer_decode(payload, len, &al);
+			ProtobufCAllocator al = msg_arena_allocator_bounded(a);
+			struct wire_answer_place place = { .fn = place_d, .ctx = c };
+			Mfma__V1__Response *resp = wire_gemm_answer_decode(payload, len, &al, &place);
 			if (resp && resp->body_case == MFMA__V1__RESPONSE__BODY_GEMM) {
 				rx->arena = a;
 				return resp;
 			}
 			msg_arena_free(a);
 		}
-		Mfma__V1__Response *resp = wire_gemm_answer_decode(payload, len, NULL);
+		Mfma__V1__Response *resp = wire_gemm_answer_decode(payload, len, NULL, NULL);
 		return resp ? resp : mfma__v1__response__unpack(NULL, len, payload);
 	}
 	size_t kept = 0;

@@ -260,7 +260,13 @@ struct mfma_gemm_args {
 	 * points at it either way.  d_bytes is how many bytes d holds: a D
 	 * that does not fit is refused (the daemon checks it inside a region;
 	 * the library before it copies elsewhere).  0 means "to the end of
-	 * d's region", and is refused for d outside a region. */
+	 * d's region", and is refused for d outside a region.
+	 *
+	 * Submitted (mfma_gemm_submit), d is the request's until mfma_wait
+	 * returns it: the library may copy D there as soon as the answer is
+	 * read, by whichever call on this client reads it, so requests in
+	 * flight together need a d each, and d must not be read before.  A
+	 * request that fails may leave d written. */
 	void *d;
 	size_t d_bytes;
 };
@@ -360,7 +366,9 @@ size_t mfma_in_flight(const mfma_client *client);
  * of them in one call (the daemon then reads them in one go too).  A
  * client that submits several requests at a time (refilling the slots
  * that answers freed, say) saves a system call and a wake-up of the
- * daemon for each: `mfmactl bench` keeps its connections corked.
+ * daemon for each (`mfmactl bench --cork`).  Measure it: holding the
+ * refills until every answer there is taken can leave the socket idle
+ * between bursts.
  *
  * Nothing waits on a held request: mfma_wait, every blocking call and
  * every request that is not held (a large GEMM written from the caller's

@@ -634,7 +634,8 @@ static int gemm_result_from(mfma_client *c, Mfma__V1__Response *resp, struct cli
 			mfma_gemm_result_free(r);
 			return rc;
 		}
-		memcpy(dst, data, (size_t)want);
+		if (data != dst) /* else placed there as it was decoded (client.c, place_d) */
+			memcpy(dst, data, (size_t)want);
 		data = dst;
 	}
 	struct client_rx *kept = &box->rx;

@@ -39,12 +39,21 @@ static void same_bytes(const ProtobufCMessage *plain, const ProtobufCMessage *m)
 	free(b2);
 }
 
+/* The caller's room for a placed D. */
+static uint8_t room[4096];
+
+static void *place_even(void *ctx, uint64_t id, size_t len)
+{
+	(void)ctx;
+	return (id & 1) == 0 && len <= sizeof(room) ? room : NULL;
+}
+
 static void check_answer(const uint8_t *p, size_t n)
 {
 	Mfma__V1__Response *plain = mfma__v1__response__unpack(NULL, n, p);
 	/* The walker takes a GEMM's answer or an error's and declines the
 	 * rest; what it takes, protobuf-c must read the same. */
-	Mfma__V1__Response *walked = wire_gemm_answer_decode(p, n, NULL);
+	Mfma__V1__Response *walked = wire_gemm_answer_decode(p, n, NULL, NULL);
 	bool took = walked != NULL;
 	if (walked) {
 		if (!plain)
@@ -56,15 +65,23 @@ static void check_answer(const uint8_t *p, size_t n)
 		mfma__v1__response__free_unpacked(walked, NULL);
 	}
 	/* The same walk into an arena of the client's size (more blocks as
-	 * needed): the same verdict and message, freed with the arena. */
+	 * needed), D placed in the caller's room for even ids (as the client
+	 * places it where the request asked): the same verdict and message,
+	 * D in that room only where it was offered, freed with the arena. */
 	struct msg_arena *a = msg_arena_new(1024);
 	if (a) {
 		ProtobufCAllocator al = msg_arena_allocator(a);
-		Mfma__V1__Response *in_arena = wire_gemm_answer_decode(p, n, &al);
+		struct wire_answer_place place = { .fn = place_even };
+		Mfma__V1__Response *in_arena = wire_gemm_answer_decode(p, n, &al, &place);
 		if ((in_arena != NULL) != took)
 			__builtin_trap();
-		if (in_arena)
+		if (in_arena) {
 			same_bytes(&plain->base, &in_arena->base);
+			const Mfma__V1__Matrix *d = in_arena->gemm ? in_arena->gemm->d : NULL;
+			if (d && d->data.data == room &&
+			    (!in_arena->has_id || (in_arena->id & 1) || d->data.len > sizeof(room)))
+				__builtin_trap();
+		}
 		msg_arena_free(a);
 	}
 	/* The large answer's path: D's bytes left where they lie, in a

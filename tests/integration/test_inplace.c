@@ -3,7 +3,8 @@
  * they came in and the client library sends in pieces and decodes in
  * place, checked against a float64 reference across the split threshold
  * (4 KiB), the off-loop decode (1 MiB), blocking and submitted calls, D
- * given or not, Unix and TCP; deep pipelines (many frames per read);
+ * given or not, Unix and TCP; deep pipelines (many frames per read), with
+ * a D of each request's own copied there as the answer is read;
  * frames by hand that protobuf merges (the split must step aside); the
  * frame a request keeps counted against limits.max_inflight_mb; and a
  * blocking call's frame, kept in pieces, sent again after a lost
@@ -220,6 +221,80 @@ static void test_deep_pipeline(void **state)
 	(void)state;
 	struct mfmad_proc *p = start("cpu = { threads = 1; devices = 1; };", NULL);
 	deep_pipeline(p);
+	stop(p);
+}
+
+/* Submitted GEMMs each with a D of its own (mfma_gemm_args.d), many in
+ * flight, waited for newest first, so that the answers of the others are
+ * read (and their D copied where asked, client.c's place_d) while a later
+ * one is waited for: every result's D in its own buffer, right, and not
+ * a byte past it written.  D of 128 bytes (within the answer's arena),
+ * 16 KiB and 160 KiB (past it).  (A d too short for D is refused at
+ * submit, before anything is in flight: test_regions.) */
+static void test_own_d_pipelined(void **state)
+{
+	(void)state;
+	enum { IN_FLIGHT = 24, GUARD = 64 };
+	static const struct shape own[] = { { 8, 64, 4, false }, { 64, 64, 64, false },
+					    { 256, 32, 160, false } };
+	struct mfmad_proc *p = start("cpu = { threads = 1; devices = 1; };", NULL);
+	struct mfma_error err;
+	mfma_client *c;
+	char ep[160];
+	assert_true(snprintf(ep, sizeof(ep), "unix:%s", p->sock) < (int)sizeof(ep));
+	assert_int_equal(mfma_connect(ep, &c, &err), 0);
+	for (size_t s = 0; s < sizeof(own) / sizeof(own[0]); s++) {
+		const struct shape *sh = &own[s];
+		size_t dn = (size_t)sh->m * sh->n, dbytes = dn * sizeof(float);
+		float *a = values((size_t)sh->m * sh->k, 5 + s), *b[IN_FLIGHT];
+		unsigned char *dst[IN_FLIGHT];
+		uint64_t ids[IN_FLIGHT];
+		for (int i = 0; i < IN_FLIGHT; i++) {
+			b[i] = values((size_t)sh->k * sh->n, 100 + i);
+			assert_non_null(dst[i] = malloc(dbytes + GUARD));
+			memset(dst[i], 0xa5, dbytes + GUARD);
+			struct mfma_gemm_args g;
+			harness_dense_f32_args(&g, a, b[i], sh->m, sh->k, sh->n);
+			g.d = dst[i];
+			g.d_bytes = dbytes;
+			if (mfma_gemm_submit(c, &g, &ids[i], &err) < 0)
+				fail_msg("%ux%ux%u submit %d: %s", sh->m, sh->k, sh->n, i,
+					 err.message);
+		}
+		for (int i = IN_FLIGHT - 1; i >= 0; i--) {
+			struct mfma_gemm_result r;
+			uint64_t done;
+			if (mfma_wait(c, ids[i], 30000, &done, &r, &err) < 0)
+				fail_msg("%ux%ux%u wait %d: %s", sh->m, sh->k, sh->n, i, err.message);
+			assert_int_equal(done, ids[i]);
+			for (size_t g = 0; g < GUARD; g++)
+				if (dst[i][dbytes + g] != 0xa5)
+					fail_msg("%ux%ux%u request %d: byte %zu past D written", sh->m,
+						 sh->k, sh->n, i, g);
+			assert_ptr_equal(r.d.data, dst[i]);
+			if (i == IN_FLIGHT - 1) {
+				/* One device answers in order: the others' answers
+				 * came first, and some D is in place before its wait. */
+				int placed = 0;
+				for (int j = 0; j < i; j++)
+					placed += dst[j][0] != 0xa5 || dst[j][1] != 0xa5;
+				if (placed == 0)
+					fail_msg("%ux%ux%u: no D copied where asked as its answer "
+						 "was read", sh->m, sh->k, sh->n);
+			}
+			double e = worst_error(r.d.data, a, b[i], NULL, 1, 0, sh->m, sh->k, sh->n);
+			if (e > 1e-4)
+				fail_msg("%ux%ux%u request %d: worst relative error %.2e", sh->m,
+					 sh->k, sh->n, i, e);
+			mfma_gemm_result_free(&r);
+		}
+		for (int i = 0; i < IN_FLIGHT; i++) {
+			free(b[i]);
+			free(dst[i]);
+		}
+		free(a);
+	}
+	mfma_close(c);
 	stop(p);
 }
 
@@ -614,6 +689,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_teardown(test_shapes_unix_and_tcp, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_deep_pipeline, harness_stop_leftover),
+		cmocka_unit_test_teardown(test_own_d_pipelined, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_pinned_reads, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_pinned_reads_stalled, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_merged_frames, harness_stop_leftover),

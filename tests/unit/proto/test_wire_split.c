@@ -661,7 +661,7 @@ static bool answer_decoder_agrees(const uint8_t *buf, size_t len)
 {
 	ProtobufCMessage *plain = protobuf_c_message_unpack(&mfma__v1__response__descriptor, NULL,
 							     len, buf);
-	Mfma__V1__Response *got = wire_gemm_answer_decode(buf, len, NULL);
+	Mfma__V1__Response *got = wire_gemm_answer_decode(buf, len, NULL, NULL);
 	if (got) {
 		assert_non_null(plain);
 		size_t n1, n2;
