@@ -1,6 +1,7 @@
 /* The decoder's arena: pieces aligned as malloc's, what does not fit in
  * the first block in blocks of its own while small pieces go on filling
- * the first, and a free that leaves nothing behind (ASan in CI). */
+ * the first, and a free that leaves nothing behind (ASan in CI); the
+ * bounded allocator, which never takes a block of its own. */
 #include <setjmp.h>
 #include <stdalign.h>
 #include <stdarg.h>
@@ -47,6 +48,25 @@ static void test_first_block_then_more(void **state)
 	msg_arena_free(NULL);
 }
 
+/* The bounded allocator: pieces from the first block while they fit,
+ * then NULL (no block of its own), and a later piece that fits still
+ * comes; SIZE_MAX refused. */
+static void test_bounded(void **state)
+{
+	(void)state;
+	const size_t al_n = alignof(max_align_t);
+	struct msg_arena *a = msg_arena_new(256);
+	assert_non_null(a);
+	ProtobufCAllocator al = msg_arena_allocator_bounded(a);
+	unsigned char *p1 = take(&al, 100);
+	assert_null(al.alloc(al.allocator_data, 4096));
+	assert_null(al.alloc(al.allocator_data, SIZE_MAX));
+	unsigned char *p2 = take(&al, 256 - (100 + al_n - 1) / al_n * al_n);
+	assert_ptr_equal(p2, p1 + (100 + al_n - 1) / al_n * al_n);
+	assert_null(al.alloc(al.allocator_data, 1)); /* full */
+	msg_arena_free(a);
+}
+
 /* A size that would overflow the rounding is refused, not wrapped. */
 static void test_huge_refused(void **state)
 {
@@ -64,6 +84,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_first_block_then_more),
 		cmocka_unit_test(test_huge_refused),
+		cmocka_unit_test(test_bounded),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -775,6 +775,87 @@ static void test_answer_decoder(void **state)
 	assert_true(gemms > 500);
 }
 
+/* The caller's room for a placed D (test_answer_place). */
+static uint8_t room[65536];
+
+static void *place_even(void *ctx, uint64_t id, size_t len)
+{
+	(*(unsigned *)ctx)++;
+	return (id & 1) == 0 && len <= sizeof(room) ? room : NULL;
+}
+
+/* An answer decoded into an arena with a place callback: the same
+ * message as protobuf-c's, D's bytes in the caller's room exactly when
+ * the callback gave it (an id before the gemm, even here, D no larger
+ * than the room), never asked for without an id read first; and with the
+ * id written after the gemm (fields in another order), never placed. */
+static void test_answer_place(void **state)
+{
+	(void)state;
+	unsigned placed = 0, asked = 0;
+	for (int it = 0; it < 2000; it++) {
+		struct answer a;
+		rnd_answer(&a);
+		size_t len;
+		uint8_t *buf = pack(&a.resp.base, &len);
+		ProtobufCMessage *plain = protobuf_c_message_unpack(&mfma__v1__response__descriptor,
+								     NULL, len, buf);
+		struct msg_arena *ar = msg_arena_new(1024);
+		assert_non_null(ar);
+		ProtobufCAllocator al = msg_arena_allocator(ar);
+		unsigned calls = 0;
+		struct wire_answer_place place = { .fn = place_even, .ctx = &calls };
+		Mfma__V1__Response *got = wire_gemm_answer_decode(buf, len, &al, &place);
+		assert_int_equal(got != NULL, a.resp.body_case != MFMA__V1__RESPONSE__BODY_PONG);
+		if (got) {
+			size_t n1, n2;
+			uint8_t *b1 = pack(plain, &n1), *b2 = pack(&got->base, &n2);
+			assert_int_equal(n1, n2);
+			assert_memory_equal(b1, b2, n1);
+			free(b1);
+			free(b2);
+			const Mfma__V1__Matrix *d = got->gemm ? got->gemm->d : NULL;
+			bool offered = d && d->data.len && got->has_id && (got->id & 1) == 0 &&
+				       d->data.len <= sizeof(room);
+			assert_int_equal(d && d->data.data == room, offered);
+			assert_int_equal(calls, d && d->data.len && got->has_id);
+			placed += offered;
+			asked += calls;
+		}
+		msg_arena_free(ar);
+		protobuf_c_message_free_unpacked(plain, NULL);
+		/* The id after the gemm: the same answer, nothing placed. */
+		if (a.resp.has_id && a.resp.body_case == MFMA__V1__RESPONSE__BODY_GEMM) {
+			Mfma__V1__Response body = a.resp, id = MFMA__V1__RESPONSE__INIT;
+			body.has_id = 0;
+			id.has_id = 1;
+			id.id = a.resp.id;
+			size_t lb, li;
+			uint8_t *bb = pack(&body.base, &lb), *bi = pack(&id.base, &li);
+			uint8_t *swapped = malloc(lb + li);
+			assert_non_null(swapped);
+			memcpy(swapped, bb, lb);
+			memcpy(swapped + lb, bi, li);
+			ar = msg_arena_new(1024);
+			assert_non_null(ar);
+			al = msg_arena_allocator(ar);
+			calls = 0;
+			got = wire_gemm_answer_decode(swapped, lb + li, &al, &place);
+			assert_non_null(got);
+			assert_int_equal(calls, 0);
+			assert_true(!got->gemm->d || got->gemm->d->data.data != room);
+			assert_int_equal(got->id, a.resp.id);
+			msg_arena_free(ar);
+			free(swapped);
+			free(bb);
+			free(bi);
+		}
+		free(buf);
+	}
+	print_message("%u of 2000 answers' D placed (%u asked)\n", placed, asked);
+	assert_true(placed > 100);
+}
+
 /* Each path names the field it says, by the descriptors. */
 static void test_paths_name_their_fields(void **state)
 {
@@ -947,6 +1028,7 @@ int main(void)
 		cmocka_unit_test(test_truncated_and_mutated),
 		cmocka_unit_test(test_response_d),
 		cmocka_unit_test(test_answer_decoder),
+		cmocka_unit_test(test_answer_place),
 		cmocka_unit_test(test_paths_name_their_fields),
 		cmocka_unit_test(test_small_copy_bytes),
 		cmocka_unit_test(test_pad_aligns_b),
