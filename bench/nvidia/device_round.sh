@@ -105,6 +105,33 @@ abserve() {
 	python3 bench/nvidia/serve_summary.py "$OUT/$log" | cut -c1-230
 }
 
+# ab_builds LOG STEPS PAIR...: serving_bench.sh (SERVING_STEPS, default
+# STEPS) for each PAIR "daemon-client", each base (BASE's bin/ and lib/,
+# the client with its own library first) or new (this payload), the pairs
+# alternating round by round (AB_ROUNDS); LABEL the pair, or one word when
+# both are the same build.
+ab_builds() {
+	local log=$1 steps=$2 r pair bin ctl libs label
+	shift 2
+	for r in ${AB_ROUNDS:-1 2}; do
+		for pair in "$@"; do
+			bin="$P/bin/mfmad" ctl="$P/bin/mfmactl" libs="$LD_LIBRARY_PATH"
+			[ "${pair%-*}" = base ] && bin="${BASE:?BASE names the earlier build}/bin/mfmad"
+			if [ "${pair#*-}" = base ]; then
+				ctl="$BASE/bin/mfmactl"
+				libs="$BASE/lib:$LD_LIBRARY_PATH"
+			fi
+			label=$pair
+			[ "${pair%-*}" = "${pair#*-}" ] && label=${pair%-*}
+			LD_LIBRARY_PATH="$libs" ROUNDS=$r MFMAD="$bin" MFMACTL="$ctl" LABEL="$label" \
+				SERVING_STEPS="${SERVING_STEPS:-$steps}" \
+				timeout "${E2E_S:-420}" bash bench/nvidia/serving_bench.sh "$P" "$OUT" \
+				>> "$OUT/$log" 2>&1
+			echo "=== ${log%.log} round $r $label: rc=$?"
+		done
+	done
+}
+
 # phase_run LOG SETTING N IN_FLIGHT REQUESTS [mfmactl bench flags]:
 # thread_cpu.sh with the daemon's thread defaults (four readers, four post
 # threads) and SETTING (as for abserve; "" for none), its output in LOG.
@@ -646,21 +673,7 @@ abserving)
 	# (BASE: a folder carried in .devlibs with bin/mfmad, bin/mfmactl and
 	# the client library in lib/), the two alternating round by round in
 	# this one run: SERVING_STEPS (default "latency batching") each round.
-	for r in ${AB_ROUNDS:-1 2}; do
-		for who in base new; do
-			bin="$P/bin/mfmad" ctl="$P/bin/mfmactl" libs="$LD_LIBRARY_PATH"
-			if [ "$who" = base ]; then
-				bin="${BASE:?BASE names the earlier build}/bin/mfmad"
-				ctl="$BASE/bin/mfmactl"
-				libs="$BASE/lib:$LD_LIBRARY_PATH" # its own client library first
-			fi
-			LD_LIBRARY_PATH="$libs" ROUNDS=$r MFMAD="$bin" MFMACTL="$ctl" LABEL="$who" \
-				SERVING_STEPS="${SERVING_STEPS:-latency batching}" \
-				timeout "${E2E_S:-420}" bash bench/nvidia/serving_bench.sh "$P" "$OUT" \
-				>> "$OUT/abserving.log" 2>&1
-			echo "=== abserving round $r $who: rc=$?"
-		done
-	done
+	ab_builds abserving.log "latency batching" base-base new-new
 	grep -E "^(SERVE|FAIL)" "$OUT/abserving.log" | cut -c1-300 | tail -60
 	;;
 abcross)
@@ -668,21 +681,7 @@ abcross)
 	# earlier build's (BASE, as for abserving) and this payload's mfmad
 	# each with either's mfmactl and client library, the four pairs
 	# alternating round by round; LABEL "mfmad-mfmactl" (e.g. base-new).
-	for r in ${AB_ROUNDS:-1 2}; do
-		for pair in base-base new-new base-new new-base; do
-			bin="$P/bin/mfmad" ctl="$P/bin/mfmactl" libs="$LD_LIBRARY_PATH"
-			[ "${pair%-*}" = base ] && bin="${BASE:?BASE names the earlier build}/bin/mfmad"
-			if [ "${pair#*-}" = base ]; then
-				ctl="$BASE/bin/mfmactl"
-				libs="$BASE/lib:$LD_LIBRARY_PATH"
-			fi
-			LD_LIBRARY_PATH="$libs" ROUNDS=$r MFMAD="$bin" MFMACTL="$ctl" LABEL="$pair" \
-				SERVING_STEPS="${SERVING_STEPS:-batching}" \
-				timeout "${E2E_S:-420}" bash bench/nvidia/serving_bench.sh "$P" "$OUT" \
-				>> "$OUT/abcross.log" 2>&1
-			echo "=== abcross round $r $pair: rc=$?"
-		done
-	done
+	ab_builds abcross.log batching base-base new-new base-new new-base
 	python3 bench/nvidia/serve_summary.py "$OUT/abcross.log" | cut -c1-230
 	;;
 spin)

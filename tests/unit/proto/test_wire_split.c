@@ -657,6 +657,17 @@ static void test_response_d(void **state)
  * decode of buf: NULL, or a message that packs to the same bytes, freed
  * by protobuf-c with malloc's allocator as the client library frees it.
  * Returns whether it took buf. */
+/* Whether two messages pack to the same bytes. */
+static void assert_same_packed(const ProtobufCMessage *a, const ProtobufCMessage *b)
+{
+	size_t n1, n2;
+	uint8_t *b1 = pack(a, &n1), *b2 = pack(b, &n2);
+	assert_int_equal(n1, n2);
+	assert_memory_equal(b1, b2, n1);
+	free(b1);
+	free(b2);
+}
+
 static bool answer_decoder_agrees(const uint8_t *buf, size_t len)
 {
 	ProtobufCMessage *plain = protobuf_c_message_unpack(&mfma__v1__response__descriptor, NULL,
@@ -664,12 +675,7 @@ static bool answer_decoder_agrees(const uint8_t *buf, size_t len)
 	Mfma__V1__Response *got = wire_gemm_answer_decode(buf, len, NULL, NULL);
 	if (got) {
 		assert_non_null(plain);
-		size_t n1, n2;
-		uint8_t *b1 = pack(plain, &n1), *b2 = pack(&got->base, &n2);
-		assert_int_equal(n1, n2);
-		assert_memory_equal(b1, b2, n1);
-		free(b1);
-		free(b2);
+		assert_same_packed(plain, &got->base);
 		assert_true(got->body_case == MFMA__V1__RESPONSE__BODY_GEMM ||
 			    got->body_case == MFMA__V1__RESPONSE__BODY__NOT_SET);
 		protobuf_c_message_free_unpacked(&got->base, NULL);
@@ -808,12 +814,7 @@ static void test_answer_place(void **state)
 		Mfma__V1__Response *got = wire_gemm_answer_decode(buf, len, &al, &place);
 		assert_int_equal(got != NULL, a.resp.body_case != MFMA__V1__RESPONSE__BODY_PONG);
 		if (got) {
-			size_t n1, n2;
-			uint8_t *b1 = pack(plain, &n1), *b2 = pack(&got->base, &n2);
-			assert_int_equal(n1, n2);
-			assert_memory_equal(b1, b2, n1);
-			free(b1);
-			free(b2);
+			assert_same_packed(plain, &got->base);
 			const Mfma__V1__Matrix *d = got->gemm ? got->gemm->d : NULL;
 			bool offered = d && d->data.len && got->has_id && (got->id & 1) == 0 &&
 				       d->data.len <= sizeof(room);
