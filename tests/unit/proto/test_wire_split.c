@@ -168,6 +168,17 @@ static uint8_t *pack(const ProtobufCMessage *m, size_t *len)
 	return b;
 }
 
+/* Whether two messages pack to the same bytes. */
+static void assert_same_packed(const ProtobufCMessage *a, const ProtobufCMessage *b)
+{
+	size_t n1, n2;
+	uint8_t *b1 = pack(a, &n1), *b2 = pack(b, &n2);
+	assert_int_equal(n1, n2);
+	assert_memory_equal(b1, b2, n1);
+	free(b1);
+	free(b2);
+}
+
 /* Where a large field's bytes sit in buf: itself when the split left it
  * in place, else the first copy of its bytes there. */
 static const uint8_t *field_in(const uint8_t *buf, size_t len, const ProtobufCBinaryData *f)
@@ -248,14 +259,8 @@ static bool same_as_plain(const ProtobufCMessageDescriptor *desc,
 	ProtobufCMessage *split =
 		wire_split_unpack(desc, paths, npaths, WIRE_SPLIT_MIN_BYTES, buf, len, NULL);
 	assert_true((plain == NULL) == (split == NULL));
-	if (plain) {
-		size_t n1, n2;
-		uint8_t *b1 = pack(plain, &n1), *b2 = pack(split, &n2);
-		assert_int_equal(n1, n2);
-		assert_memory_equal(b1, b2, n1);
-		free(b1);
-		free(b2);
-	}
+	if (plain)
+		assert_same_packed(plain, split);
 	protobuf_c_message_free_unpacked(plain, NULL);
 	wire_split_free(split, paths, npaths, buf, len);
 	return plain != NULL;
@@ -657,17 +662,6 @@ static void test_response_d(void **state)
  * decode of buf: NULL, or a message that packs to the same bytes, freed
  * by protobuf-c with malloc's allocator as the client library frees it.
  * Returns whether it took buf. */
-/* Whether two messages pack to the same bytes. */
-static void assert_same_packed(const ProtobufCMessage *a, const ProtobufCMessage *b)
-{
-	size_t n1, n2;
-	uint8_t *b1 = pack(a, &n1), *b2 = pack(b, &n2);
-	assert_int_equal(n1, n2);
-	assert_memory_equal(b1, b2, n1);
-	free(b1);
-	free(b2);
-}
-
 static bool answer_decoder_agrees(const uint8_t *buf, size_t len)
 {
 	ProtobufCMessage *plain = protobuf_c_message_unpack(&mfma__v1__response__descriptor, NULL,
