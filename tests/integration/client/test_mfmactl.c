@@ -535,8 +535,9 @@ static void test_status_ping_bench(void **state)
 	}
 	expect_in(e->out, "\"errors\": 0");
 	expect_in(e->out, "\"connections\": 2");
-	/* Not corked unless asked. */
+	/* Not corked unless asked, nor a D of its own. */
 	expect_in(e->out, "\"cork\": false");
+	expect_in(e->out, "\"own_d\": false");
 	/* Every answer's variant tallied: here one CPU 2:4 kernel answered
 	 * all 30 (f16 2:4 on the CPU backend). */
 	expect_in(e->out, "\"variants\": {");
@@ -586,6 +587,16 @@ static void test_status_ping_bench(void **state)
 			 0);
 	expect_in(e->out, "\"cork\": true");
 	expect_in(e->out, "\"answers\": 60");
+	expect_in(e->out, "\"failed\": 0");
+	/* --own-d: each slot's D its own, the answers copied there as they
+	 * are read (four connections of four slots, f16 with D of 1.4 KiB,
+	 * past the answer's 1 KiB block): every answer right. */
+	assert_int_equal(ctl(e, "--json", "bench", "--check", "--own-d", "-n", "200", "-j", "16",
+			     "--connections", "4", "--resident", "--sparse", "--m", "180", "--k",
+			     "64", "--n", "4", "--dtype", "f16", NULL),
+			 0);
+	expect_in(e->out, "\"own_d\": true");
+	expect_in(e->out, "\"answers\": 200");
 	expect_in(e->out, "\"failed\": 0");
 	assert_int_equal(ctl(e, "bench", "--check", "--shm", "-n", "64", "-j", "8", "--resident",
 			     "--m", "24", "--k", "40", "--n", "5", "--dtype", "f32", NULL), 0);
