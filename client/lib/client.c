@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "d_pool.h"
 #include "endpoint.h"
 #include "msg_arena.h"
 #include "wire_gemm.h"
@@ -41,6 +42,9 @@
  * decoded with malloc (decode_response).  Not msg_arena's request size,
  * which it keeps per thread for reuse. */
 #define CLIENT_ANSWER_ARENA_BYTES 1024
+/* From this size a D with no place of the caller's goes into a buffer of
+ * the client's pool (d_pool.h); a smaller one is decoded with malloc. */
+#define CLIENT_POOL_MIN_BYTES 4096
 /* Held frames (mfma_cork) past this many bytes are written at once. */
 #define CLIENT_HOLD_MAX (256u * 1024u)
 /* The kernel send buffer of a Unix-socket connection (the daemon's side
@@ -629,6 +633,7 @@ void mfma_close(mfma_client *c)
 		client_pending_drop_frame(&c->pend[i]);
 	}
 	free(c->pend);
+	d_pool_close(c->pool); /* results still out keep it until freed */
 	free(c->held);
 	free(c->held_ids);
 	client_regions_free(c);
@@ -723,6 +728,8 @@ void client_response_free(Mfma__V1__Response *resp, struct client_rx *rx)
 		*rx = (struct client_rx){ 0 };
 	} else if (rx && rx->arena) {
 		msg_arena_free(rx->arena);
+		if (rx->pooled)
+			d_pool_give(rx->pool, rx->pooled, rx->pooled_cap);
 		*rx = (struct client_rx){ 0 };
 	} else if (resp) {
 		mfma__v1__response__free_unpacked(resp, NULL);
@@ -862,19 +869,26 @@ static int read_tls(mfma_client *c, bool *eof, struct mfma_error *err)
 	}
 }
 
-/* Where the answer to request id puts D's len bytes as it is decoded:
- * where its submitter asked for D (mfma_gemm_args.d), when D fits there
- * and the request is still waiting for its answer; else NULL, a piece
- * of the answer's own.  One copy instead of two, and none into memory
- * freshly handed out: with 128 KiB answers, freeing each answer's copy
- * handed its pages back to the kernel and the next copy faulted them in
- * again (mfmactl bench, bench/RESULTS.md). */
+/* Where the answer to request id puts D's len bytes as it is decoded,
+ * while the request still waits for it: where its submitter asked for D
+ * (mfma_gemm_args.d), when D fits there; with no such place, a buffer of
+ * the client's pool (c->pooled, from CLIENT_POOL_MIN_BYTES); else NULL,
+ * a piece of the answer's own.  One copy instead of two, and none into
+ * memory freshly handed out: with 128 KiB answers, freeing each answer's
+ * copy handed its pages back to the kernel and the next copy faulted them
+ * in again (mfmactl bench, bench/RESULTS.md). */
 static void *place_d(void *ctx, uint64_t id, size_t len)
 {
-	struct client_pending *p = client_pending_find(ctx, id);
-	if (!p || !p->user || p->abandoned || p->resp || !p->d_dst || len > p->d_bytes)
+	mfma_client *c = ctx;
+	struct client_pending *p = client_pending_find(c, id);
+	if (!p || p->abandoned || p->resp)
 		return NULL;
-	return p->d_dst;
+	if (p->user && p->d_dst)
+		return len <= p->d_bytes ? p->d_dst : NULL;
+	if (len < CLIENT_POOL_MIN_BYTES || c->pooled || (!c->pool && !(c->pool = d_pool_new())))
+		return NULL;
+	c->pooled = d_pool_take(c->pool, len, &c->pooled_cap);
+	return c->pooled;
 }
 
 /* Decodes the answer at payload, which frame_reader_next just returned.
@@ -908,11 +922,16 @@ static Mfma__V1__Response *decode_response(mfma_client *c, const uint8_t *payloa
 			ProtobufCAllocator al = msg_arena_allocator_bounded(a);
 			struct wire_answer_place place = { .fn = place_d, .ctx = c };
 			Mfma__V1__Response *resp = wire_gemm_answer_decode(payload, len, &al, &place);
+			void *pooled = c->pooled;
+			c->pooled = NULL;
 			if (resp && resp->body_case == MFMA__V1__RESPONSE__BODY_GEMM) {
-				rx->arena = a;
+				*rx = (struct client_rx){ .arena = a, .pool = c->pool, .pooled = pooled,
+							  .pooled_cap = c->pooled_cap };
 				return resp;
 			}
 			msg_arena_free(a);
+			if (pooled)
+				d_pool_give(c->pool, pooled, c->pooled_cap);
 		}
 		Mfma__V1__Response *resp = wire_gemm_answer_decode(payload, len, NULL, NULL);
 		return resp ? resp : mfma__v1__response__unpack(NULL, len, payload);

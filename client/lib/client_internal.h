@@ -23,6 +23,10 @@ struct client_rx {
 	size_t len;
 	/* A small GEMM answer's arena (msg_arena.h): resp lives in it. */
 	struct msg_arena *arena;
+	/* Its D's buffer, when it came from the client's pool (d_pool.h). */
+	struct d_pool *pool;
+	void *pooled;
+	size_t pooled_cap;
 };
 
 /* Frees an answer (NULL is fine) and the receive buffer its D is in. */
@@ -76,6 +80,11 @@ struct mfma_region {
 
 struct mfma_client {
 	int fd;
+	/* Buffers for answers' D with no place of the caller's (made at the
+	 * first such answer), and the one the answer being decoded took. */
+	struct d_pool *pool;
+	void *pooled;
+	size_t pooled_cap;
 	int timeout_ms; /* < 0: forever */
 	uint64_t spin_ns; /* mfma_set_spin_us: poll without blocking this long first */
 	uint64_t next_id;

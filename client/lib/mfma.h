@@ -146,7 +146,8 @@ int mfma_connect_tls(const char *endpoint, const struct mfma_tls *tls, mfma_clie
 		     struct mfma_error *err);
 
 /* Closes the connection and frees the handle (NULL is fine).  Results of
- * requests still in flight are dropped. */
+ * requests still in flight are dropped; results already returned stay
+ * valid until freed. */
 void mfma_close(mfma_client *client);
 
 /* Sends the token a TCP listener with listen.token_file asks for (the
@@ -315,6 +316,11 @@ struct mfma_gemm_result {
 	void *priv;
 };
 
+/* Frees a result (on any thread; also after its client is closed).  A D
+ * of 4 KiB or more in the library's memory (no mfma_gemm_args.d) was
+ * copied into a buffer of its client's, which goes back to the client for
+ * a later answer's D: a client keeps at most 16 such buffers and 4 MiB,
+ * freed by mfma_close (one still out, when its result is freed). */
 void mfma_gemm_result_free(struct mfma_gemm_result *result);
 
 /* Blocking: sends the request and waits for its answer.  Responses to

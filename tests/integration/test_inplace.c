@@ -298,6 +298,63 @@ static void test_own_d_pipelined(void **state)
 	stop(p);
 }
 
+/* The same without a d: each D in a buffer of the client's pool (from 4
+ * KiB), kept for the next answers; results held across many answers and
+ * freed after the client is closed, in two rounds so that the second
+ * reuses what the first gave back: every D right, none overwritten by a
+ * later answer (ASan: none used after the pool let it go). */
+static void test_pooled_d_outlives_client(void **state)
+{
+	(void)state;
+	enum { IN_FLIGHT = 20, ROUNDS = 2 };
+	static const struct shape pooled[] = { { 32, 64, 32, false }, { 256, 32, 160, false } };
+	struct mfmad_proc *p = start("cpu = { threads = 1; devices = 1; };", NULL);
+	struct mfma_error err;
+	char ep[160];
+	assert_true(snprintf(ep, sizeof(ep), "unix:%s", p->sock) < (int)sizeof(ep));
+	for (size_t s = 0; s < sizeof(pooled) / sizeof(pooled[0]); s++) {
+		const struct shape *sh = &pooled[s];
+		mfma_client *c;
+		assert_int_equal(mfma_connect(ep, &c, &err), 0);
+		float *a = values((size_t)sh->m * sh->k, 9 + s), *b[IN_FLIGHT];
+		for (int i = 0; i < IN_FLIGHT; i++)
+			b[i] = values((size_t)sh->k * sh->n, 300 + i);
+		struct mfma_gemm_result r[ROUNDS][IN_FLIGHT];
+		for (int round = 0; round < ROUNDS; round++) {
+			uint64_t ids[IN_FLIGHT];
+			for (int i = 0; i < IN_FLIGHT; i++) {
+				struct mfma_gemm_args g;
+				harness_dense_f32_args(&g, a, b[i], sh->m, sh->k, sh->n);
+				if (mfma_gemm_submit(c, &g, &ids[i], &err) < 0)
+					fail_msg("%ux%ux%u submit %d: %s", sh->m, sh->k, sh->n, i,
+						 err.message);
+			}
+			for (int i = IN_FLIGHT - 1; i >= 0; i--) {
+				uint64_t done;
+				if (mfma_wait(c, ids[i], 30000, &done, &r[round][i], &err) < 0)
+					fail_msg("%ux%ux%u wait %d: %s", sh->m, sh->k, sh->n, i,
+						 err.message);
+			}
+			if (round == 0) /* the second round's buffers come back from these */
+				for (int i = 0; i < IN_FLIGHT; i++)
+					mfma_gemm_result_free(&r[0][i]);
+		}
+		mfma_close(c);
+		for (int i = 0; i < IN_FLIGHT; i++) {
+			double e = worst_error(r[ROUNDS - 1][i].d.data, a, b[i], NULL, 1, 0, sh->m,
+					       sh->k, sh->n);
+			if (e > 1e-4)
+				fail_msg("%ux%ux%u request %d, after the close: worst relative error "
+					 "%.2e", sh->m, sh->k, sh->n, i, e);
+			mfma_gemm_result_free(&r[ROUNDS - 1][i]);
+		}
+		for (int i = 0; i < IN_FLIGHT; i++)
+			free(b[i]);
+		free(a);
+	}
+	stop(p);
+}
+
 static long long frames_in(int port, const char *memory)
 {
 	char name[96];
@@ -690,6 +747,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_shapes_unix_and_tcp, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_deep_pipeline, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_own_d_pipelined, harness_stop_leftover),
+		cmocka_unit_test_teardown(test_pooled_d_outlives_client, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_pinned_reads, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_pinned_reads_stalled, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_merged_frames, harness_stop_leftover),
