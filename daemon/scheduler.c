@@ -137,9 +137,11 @@ static void left_in_batch(struct heap_node *n, void *arg)
 /* Appends to jobs[*n] the queued jobs of jobs[0]'s key, in queue order,
  * while the cost stays within max (jobs whose deadline passed are left
  * for the deadline timer).  (Taking them in the heap's order when all fit
- * saved the sort's instructions on the CPU backend; it was undone with
- * the H200 build that held it slower on batches of request frames, not
- * measured apart: bench/RESULTS.md.) */
+ * saved the sort's instructions on the CPU backend, about 800 a job for a
+ * batch of 40, with no rate moved; it was undone when an H200 run of that
+ * build was slower at N=8 x 64, a slowdown later found to be the client's
+ * (bench/RESULTS.md).  Doing without the sort again is open, to be
+ * measured on the H200.) */
 static void take_batch(struct queue *q, struct sched_job **jobs, size_t *n, uint32_t *cost,
 		       uint32_t max, uint64_t now)
 {

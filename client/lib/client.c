@@ -869,26 +869,34 @@ static int read_tls(mfma_client *c, bool *eof, struct mfma_error *err)
 	}
 }
 
+/* One answer's decode: its client, and the pool's buffer its D took. */
+struct placing {
+	mfma_client *c;
+	void *pooled;
+	size_t pooled_cap;
+};
+
 /* Where the answer to request id puts D's len bytes as it is decoded,
  * while the request still waits for it: where its submitter asked for D
  * (mfma_gemm_args.d), when D fits there; with no such place, a buffer of
- * the client's pool (c->pooled, from CLIENT_POOL_MIN_BYTES); else NULL,
- * a piece of the answer's own.  One copy instead of two, and none into
- * memory freshly handed out: with 128 KiB answers, freeing each answer's
- * copy handed its pages back to the kernel and the next copy faulted them
- * in again (mfmactl bench, bench/RESULTS.md). */
+ * the client's pool (from CLIENT_POOL_MIN_BYTES); else NULL, a piece of
+ * the answer's own.  One copy instead of two, and none into memory
+ * freshly handed out: with 128 KiB answers, freeing each answer's copy
+ * handed its pages back to the kernel and the next copy faulted them in
+ * again (mfmactl bench, bench/RESULTS.md). */
 static void *place_d(void *ctx, uint64_t id, size_t len)
 {
-	mfma_client *c = ctx;
+	struct placing *pl = ctx;
+	mfma_client *c = pl->c;
 	struct client_pending *p = client_pending_find(c, id);
 	if (!p || p->abandoned || p->resp)
 		return NULL;
 	if (p->user && p->d_dst)
 		return len <= p->d_bytes ? p->d_dst : NULL;
-	if (len < CLIENT_POOL_MIN_BYTES || c->pooled || (!c->pool && !(c->pool = d_pool_new())))
+	if (len < CLIENT_POOL_MIN_BYTES || pl->pooled || (!c->pool && !(c->pool = d_pool_new())))
 		return NULL;
-	c->pooled = d_pool_take(c->pool, len, &c->pooled_cap);
-	return c->pooled;
+	pl->pooled = d_pool_take(c->pool, len, &pl->pooled_cap);
+	return pl->pooled;
 }
 
 /* Decodes the answer at payload, which frame_reader_next just returned.
@@ -920,18 +928,17 @@ static Mfma__V1__Response *decode_response(mfma_client *c, const uint8_t *payloa
 		struct msg_arena *a = msg_arena_new(CLIENT_ANSWER_ARENA_BYTES);
 		if (a) {
 			ProtobufCAllocator al = msg_arena_allocator_bounded(a);
-			struct wire_answer_place place = { .fn = place_d, .ctx = c };
+			struct placing pl = { .c = c };
+			struct wire_answer_place place = { .fn = place_d, .ctx = &pl };
 			Mfma__V1__Response *resp = wire_gemm_answer_decode(payload, len, &al, &place);
-			void *pooled = c->pooled;
-			c->pooled = NULL;
 			if (resp && resp->body_case == MFMA__V1__RESPONSE__BODY_GEMM) {
-				*rx = (struct client_rx){ .arena = a, .pool = c->pool, .pooled = pooled,
-							  .pooled_cap = c->pooled_cap };
+				*rx = (struct client_rx){ .arena = a, .pool = c->pool, .pooled = pl.pooled,
+							  .pooled_cap = pl.pooled_cap };
 				return resp;
 			}
 			msg_arena_free(a);
-			if (pooled)
-				d_pool_give(c->pool, pooled, c->pooled_cap);
+			if (pl.pooled)
+				d_pool_give(c->pool, pl.pooled, pl.pooled_cap);
 		}
 		Mfma__V1__Response *resp = wire_gemm_answer_decode(payload, len, NULL, NULL);
 		return resp ? resp : mfma__v1__response__unpack(NULL, len, payload);

@@ -81,10 +81,8 @@ struct mfma_region {
 struct mfma_client {
 	int fd;
 	/* Buffers for answers' D with no place of the caller's (made at the
-	 * first such answer), and the one the answer being decoded took. */
+	 * first such answer). */
 	struct d_pool *pool;
-	void *pooled;
-	size_t pooled_cap;
 	int timeout_ms; /* < 0: forever */
 	uint64_t spin_ns; /* mfma_set_spin_us: poll without blocking this long first */
 	uint64_t next_id;
