@@ -149,7 +149,7 @@ struct cs_plan {
  * single request, a width past the warmed ones) take the remaining slots,
  * the oldest replaced; a plan replaced and needed again costs its search
  * again (some 100 ms on the H200).  A plan is a few descriptors on the
- * host: 64 of them are some 300 KiB per weight. */
+ * host: 80 of them are some 375 KiB per weight. */
 #define CS_KEPT_MAX (2 * CUDA_WARM_MAX_WIDTHS)
 #define CS_PLANS (CS_KEPT_MAX + 32)
 

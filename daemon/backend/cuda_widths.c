@@ -36,9 +36,9 @@ uint32_t cuda_bucket_rep(size_t b)
 	return cuda_bucket_max[b] != UINT32_MAX ? cuda_bucket_max[b] : 2 * cuda_bucket_max[b - 1];
 }
 
-/* Every width there can be: the buckets' and, from 16 to 2^32, two per
- * doubling (cuda_batch_width). */
-#define ALL_WIDTHS 80
+/* Every width there can be: the buckets', the decode widths and, from 16
+ * to 2^32, two per doubling (cuda_batch_width). */
+#define ALL_WIDTHS 96
 
 /* Adds w to the ascending set all[0..*n). */
 static void add_width(uint32_t w, uint32_t *all, size_t *n)
@@ -60,6 +60,8 @@ size_t cuda_warm_widths(bool batching, uint32_t max_columns, uint32_t *out, size
 	size_t n = 0;
 	for (size_t b = 0; b < CUDA_NBUCKETS; b++)
 		add_width(cuda_bucket_rep(b), all, &n);
+	for (uint32_t w = CUDA_WARM_DECODE_STEP; w <= CUDA_WARM_DECODE_N; w += CUDA_WARM_DECODE_STEP)
+		add_width(w, all, &n);
 	/* The widths are a step function of the columns: walk from one width
 	 * to the next instead of over every column count. */
 	for (uint32_t cols = 2; batching && cols <= max_columns;) {

@@ -35,16 +35,26 @@ size_t cuda_bucket_of(uint32_t n);
  * width. */
 uint32_t cuda_bucket_rep(size_t b);
 
+/* A lone request runs at its own N, not a batch's width.  Up to this N
+ * (the decode widths) every multiple of 8 is warmed too: the widths
+ * cuSPARSELt runs (it takes N a multiple of 8) and plans for one by one,
+ * each plan's search some 25-60 ms on the H200, which the first request
+ * of that width would otherwise wait for. */
+#define CUDA_WARM_DECODE_N 64
+#define CUDA_WARM_DECODE_STEP 8
+
 /* The most widths one weight is warmed at.  With batching.max_columns =
- * 8192 the batch widths are 16 (cuda_batch_width: 16 .. 8192); wider
- * limits leave their largest widths to be planned on first use. */
-#define CUDA_WARM_MAX_WIDTHS 16
+ * 8192 they are 21: the 16 batch widths (cuda_batch_width: 16 .. 8192)
+ * and the decode widths 8, 24, 40, 48 and 56; wider limits leave their
+ * largest widths to be planned on first use. */
+#define CUDA_WARM_MAX_WIDTHS 24
 
 /* The widths to warm a weight at, ascending, into out (at most cap): the
- * representative of every bucket (cuda_bucket_rep), and, when batching,
+ * representative of every bucket (cuda_bucket_rep), every multiple of
+ * CUDA_WARM_DECODE_STEP up to CUDA_WARM_DECODE_N, and, when batching,
  * every width cuda_batch_width gives for a batch of 2 to max_columns
  * columns.  Returns how many there are in all, which may exceed cap (then
- * out holds the cap smallest, the widths the most batches take). */
+ * out holds the cap smallest, the widths the most requests take). */
 size_t cuda_warm_widths(bool batching, uint32_t max_columns, uint32_t *out, size_t cap);
 
 #endif

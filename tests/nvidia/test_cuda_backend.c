@@ -1001,10 +1001,13 @@ static struct backend_timing resident_gemm(void *w, const struct operands *o, en
 	return t;
 }
 
+static void reopen(const struct backend_config *cfg);
+
 /* Warming at load (issues 9 and 11): after weight_warm for batching up to
  * 512 columns (64 when quick), no batched GEMM of any width a batch can
- * take, and no single GEMM at a bucket's representative N, makes a plan or
- * measures a choice on the serving path, for either output type.  The
+ * take, and no single GEMM at any warmed width (a bucket's representative,
+ * a decode width such as N = 8), makes a plan or measures a choice on the
+ * serving path, for either output type.  The
  * counters are shown to count by the warming's own report (cuSPARSELt's
  * plans for every width and output type); what the same weight's first
  * batch pays without warming is printed (on the H200 the probe's shapes
@@ -1029,7 +1032,18 @@ static void test_warmup(void **state)
 	uint32_t widths[CUDA_WARM_MAX_WIDTHS];
 	const size_t nw = cuda_warm_widths(true, warm.max_columns, widths, CUDA_WARM_MAX_WIDTHS);
 	const enum mfma_dtype outs[2] = { MFMA_DT_F16, MFMA_DT_F32 };
-	for (int sp = 0; sp < 2; sp++) {
+	/* Dense, 2:4, then (with cuSPARSELt, not under compute-sanitizer) 2:4
+	 * with cuSPARSELt pinned, so that the single GEMMs at the decode widths
+	 * run on the provider that plans per N whatever the choice picks. */
+	struct backend_config cfg = { TEST_BASE_CFG };
+	const bool pin_pass = have_slt && !quick;
+	for (int pass = 0; pass < (pin_pass ? 3 : 2); pass++) {
+		const bool sp = pass > 0;
+		if (pass == 2) {
+			cfg.cuda_providers.prefer = providers_index(PROVIDERS_CUDA, "cusparselt");
+			reopen(&cfg);
+			printf("  cuSPARSELt pinned:\n");
+		}
 		struct operands o;
 		ops_make(&o, MFMA_DT_F16, MFMA_DT_F16, sp, m, 16, k, 1.0f, 0.0f);
 		struct mfma_weight_host wh = { .m = m, .k = k, .dtype = MFMA_DT_F16, .sparse = sp,
@@ -1081,17 +1095,24 @@ static void test_warmup(void **state)
 						 sp ? "2:4" : "dense", widths[i], mfma_dtype_name(outs[oi]),
 						 t.plans, t.measures, t.variant ? t.variant : "?");
 			}
-			for (size_t b = 0; b < CUDA_NBUCKETS; b++) {
-				t = resident_gemm(w, &o, MFMA_DT_F16, outs[oi], sp, m, k, cuda_bucket_rep(b));
+			/* A lone request runs at its own N: every warmed
+			 * width alone (the buckets' and the decode widths 8,
+			 * 24, 40, 48 and 56 among them). */
+			for (size_t i = 0; i < nw; i++) {
+				t = resident_gemm(w, &o, MFMA_DT_F16, outs[oi], sp, m, k, widths[i]);
 				if (t.plans || t.measures)
-					fail_msg("warmed: a single GEMM at N=%u made %u plans, measured %u",
-						 cuda_bucket_rep(b), t.plans, t.measures);
+					fail_msg("warmed: a single GEMM at N=%u made %u plans, measured %u (%s)",
+						 widths[i], t.plans, t.measures, t.variant ? t.variant : "?");
 			}
 		}
-		printf("  %s warmed: %zu widths x 2 outputs batched and %d bucket N single, no plan "
-		       "and no measuring on the serving path\n", sp ? "2:4" : "dense", nw, CUDA_NBUCKETS);
+		printf("  %s warmed: %zu widths x 2 outputs, batched and single, no plan and no "
+		       "measuring on the serving path\n", sp ? "2:4" : "dense", nw);
 		backend_cuda.weight_free(dev, w);
 		ops_free(&o);
+	}
+	if (pin_pass) {
+		cfg.cuda_providers.prefer = -1;
+		reopen(&cfg);
 	}
 }
 

@@ -1,6 +1,7 @@
 /* The widths a resident weight is warmed at (cuda_widths.h): every width a
  * batched launch of up to max_columns columns can take is in the list,
- * with every bucket's representative, and nothing else. */
+ * with every bucket's representative and every decode width a lone
+ * request can have (multiples of 8 up to 64), and nothing else. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -20,8 +21,14 @@ static bool listed(const uint32_t *w, size_t n, uint32_t x)
 	return false;
 }
 
-/* max_columns: every batch total 2..max has its width listed; every listed
- * width is a bucket's representative or some batch's width; ascending. */
+static bool decode_width(uint32_t w)
+{
+	return w % CUDA_WARM_DECODE_STEP == 0 && w <= CUDA_WARM_DECODE_N;
+}
+
+/* max_columns: every batch total 2..max has its width listed, and every
+ * decode width; every listed width is a bucket's representative, a decode
+ * width or some batch's width; ascending. */
 static void check_limit(bool batching, uint32_t max)
 {
 	uint32_t w[128];
@@ -33,6 +40,9 @@ static void check_limit(bool batching, uint32_t max)
 		assert_true(listed(w, n, cuda_bucket_rep(b)));
 		assert_int_equal(cuda_bucket_of(cuda_bucket_rep(b)), b);
 	}
+	for (uint32_t d = 1; d <= CUDA_WARM_DECODE_N; d++)
+		if (decode_width(d) && !listed(w, n, d))
+			fail_msg("max_columns=%u: the decode width %u is not warmed", max, d);
 	for (uint32_t cols = 2; batching && cols <= max; cols++)
 		if (!listed(w, n, cuda_batch_width(cols)))
 			fail_msg("max_columns=%u: a batch of %u columns (width %u) is not warmed", max,
@@ -45,8 +55,8 @@ static void check_limit(bool batching, uint32_t max)
 		 * columns, or of the fewest columns it takes, is within max. */
 		for (uint32_t cols = 2; batching && cols <= max && !batch; cols++)
 			batch = cuda_batch_width(cols) == w[i];
-		if (!rep && !batch)
-			fail_msg("max_columns=%u%s: width %u is neither a bucket's nor a batch's", max,
+		if (!rep && !batch && !decode_width(w[i]))
+			fail_msg("max_columns=%u%s: width %u is no bucket's, decode width or batch's", max,
 				 batching ? "" : " (batching off)", w[i]);
 	}
 }
@@ -65,27 +75,30 @@ static void test_every_width_and_no_other(void **state)
 static void test_defaults(void **state)
 {
 	(void)state;
-	/* batching.max_columns = 512, the default: the buckets' 16 .. 512,
-	 * which are the batches' widths, and the open bucket's 1024. */
-	const uint32_t want[] = { 16, 32, 64, 128, 192, 256, 384, 512, 1024 };
+	/* batching.max_columns = 512, the default: the decode widths 8 .. 64,
+	 * the buckets' 16 .. 512, which are the batches' widths, and the open
+	 * bucket's 1024. */
+	const uint32_t want[] = { 8, 16, 24, 32, 40, 48, 56, 64, 128, 192, 256, 384, 512, 1024 };
+	const size_t nwant = sizeof(want) / sizeof(want[0]);
 	uint32_t w[CUDA_WARM_MAX_WIDTHS];
-	assert_int_equal(cuda_warm_widths(true, 512, w, CUDA_WARM_MAX_WIDTHS), 9);
-	for (size_t i = 0; i < 9; i++)
+	assert_int_equal(cuda_warm_widths(true, 512, w, CUDA_WARM_MAX_WIDTHS), nwant);
+	for (size_t i = 0; i < nwant; i++)
 		assert_int_equal(w[i], want[i]);
-	/* Without batching the same: only the buckets. */
-	assert_int_equal(cuda_warm_widths(false, 512, w, CUDA_WARM_MAX_WIDTHS), 9);
-	assert_int_equal(w[8], 1024);
-	/* 8192 columns fill the cap exactly; more widths are counted, and the
-	 * smallest kept. */
-	assert_int_equal(cuda_warm_widths(true, 8192, w, CUDA_WARM_MAX_WIDTHS),
-			 CUDA_WARM_MAX_WIDTHS);
-	assert_int_equal(w[CUDA_WARM_MAX_WIDTHS - 1], 8192);
+	/* Without batching the same: the buckets and the decode widths. */
+	assert_int_equal(cuda_warm_widths(false, 512, w, CUDA_WARM_MAX_WIDTHS), nwant);
+	assert_int_equal(w[nwant - 1], 1024);
+	/* 8192 columns fit the cap (21 widths, the last 8192); more widths
+	 * are counted, and the smallest kept. */
+	const size_t n8k = cuda_warm_widths(true, 8192, w, CUDA_WARM_MAX_WIDTHS);
+	assert_int_equal(n8k, 21);
+	assert_true(n8k <= CUDA_WARM_MAX_WIDTHS);
+	assert_int_equal(w[n8k - 1], 8192);
 	size_t n = cuda_warm_widths(true, 1u << 20, w, 4);
 	assert_true(n > CUDA_WARM_MAX_WIDTHS);
-	assert_int_equal(w[0], 16);
-	assert_int_equal(w[3], 128);
+	assert_int_equal(w[0], 8);
+	assert_int_equal(w[3], 32);
 	/* The largest limit there can be ends. */
-	assert_true(cuda_warm_widths(true, UINT32_MAX, w, 4) <= 80);
+	assert_true(cuda_warm_widths(true, UINT32_MAX, w, 4) <= 96);
 }
 
 /* Up to 512 columns a batch's width is its bucket's representative, and
