@@ -10,7 +10,7 @@
 #        [batching] [serving] [readsab] [postab] [readerminab] [corkab] [abcross] [overlapab] [copystreamab] [dmaab] [dmacsab] [regionab] [batchcheck] [setab]
 #        [phases] [dmaphases] [perfphases] [afterncu]
 #        [wgmma] [group] [csum] [w1] [p3] [wgsan] [raceprobe] [streamprobe] [hot] [spread] [trace] [splitncu] [wgncu] [oneinflight]
-#        [pdl] [pitch] [ldarows] [pitchab] [copies] [lonecheck] [gate] [gateab] [tileab] [loopstartab] [kernelab] [wgdecode] [wgdsan] [wgdncu] [wgdense] [wgdensesan] [wgdensencu]
+#        [pdl] [pitch] [ldarows] [pitchab] [copies] [lonecheck] [lonefirst] [gate] [gateab] [tileab] [loopstartab] [kernelab] [wgdecode] [wgdsan] [wgdncu] [wgdense] [wgdensesan] [wgdensencu]
 #        (no argument: test sanitize bench e2e)
 set -u
 OUT=${OUT:-/tmp/mfma-out}
@@ -716,6 +716,25 @@ readers)
 		> "$OUT/readers.log" 2>&1
 	echo "=== readers: rc=$?"
 	grep -E "^SERVE" "$OUT/readers.log" | cut -c1-300 | tail -20
+	;;
+lonefirst)
+	# The first request of each width, one request in flight, cuSPARSELt
+	# pinned (lone_first.sh): BASE's build (when BASE is set) and this
+	# payload's, alternating for LONE_ROUNDS rounds.
+	for r in ${LONE_ROUNDS:-1 2}; do
+		for b in ${BASE:+base} new; do
+			if [ "$b" = base ]; then
+				LD_LIBRARY_PATH="$BASE/lib:$LD_LIBRARY_PATH" MFMAD="$BASE/bin/mfmad" \
+					MFMACTL="$BASE/bin/mfmactl" LABEL=base timeout 300 \
+					bash bench/nvidia/lone_first.sh "$P" "$OUT" >> "$OUT/lonefirst.log" 2>&1
+			else
+				LABEL=new timeout 300 bash bench/nvidia/lone_first.sh "$P" "$OUT" \
+					>> "$OUT/lonefirst.log" 2>&1
+			fi
+			echo "=== lonefirst round $r $b: rc=$?"
+		done
+	done
+	grep -E "^(LONE|LOAD)" "$OUT/lonefirst.log" | cut -c1-230
 	;;
 oneinflight)
 	# One request in flight through mfmad: 14336x4096 N=16/64/256, bytes
