@@ -37,13 +37,14 @@
 /* An answer at least this large keeps the buffer it was read into
  * (decode_response); smaller ones are unpacked with a copy. */
 #define CLIENT_KEEP_MIN_BYTES (1u << 20)
-/* A GEMM answer's arena: one with D in a region, D placed where its
- * request asked (place_d) or a few hundred bytes of D fits; a larger D is
- * decoded with malloc (decode_response).  Not msg_arena's request size,
+/* A GEMM answer's arena, beside the bytes of a D too small for the pool
+ * (decode_response): room for the answer's pieces with D in a region or
+ * placed where its request asked (place_d).  Not msg_arena's request size,
  * which it keeps per thread for reuse. */
 #define CLIENT_ANSWER_ARENA_BYTES 1024
-/* From this size a D with no place of the caller's goes into a buffer of
- * the client's pool (d_pool.h); a smaller one is decoded with malloc. */
+/* From this size of answer frame a D with no place of the caller's goes
+ * into a buffer of the client's pool (d_pool.h); a smaller one is decoded
+ * into the answer's arena. */
 #define CLIENT_POOL_MIN_BYTES 4096
 /* Held frames (mfma_cork) past this many bytes are written at once. */
 #define CLIENT_HOLD_MAX (256u * 1024u)
@@ -869,9 +870,11 @@ static int read_tls(mfma_client *c, bool *eof, struct mfma_error *err)
 	}
 }
 
-/* One answer's decode: its client, and the pool's buffer its D took. */
+/* One answer's decode: its client, whether its D may take a buffer of the
+ * pool (a frame of CLIENT_POOL_MIN_BYTES or more), and the one it took. */
 struct placing {
 	mfma_client *c;
+	bool pool_ok;
 	void *pooled;
 	size_t pooled_cap;
 };
@@ -879,8 +882,8 @@ struct placing {
 /* Where the answer to request id puts D's len bytes as it is decoded,
  * while the request still waits for it: where its submitter asked for D
  * (mfma_gemm_args.d), when D fits there; with no such place, a buffer of
- * the client's pool (from CLIENT_POOL_MIN_BYTES); else NULL, a piece of
- * the answer's own.  One copy instead of two, and none into memory
+ * the client's pool (frames from CLIENT_POOL_MIN_BYTES); else NULL, a
+ * piece of the answer's own.  One copy instead of two, and none into memory
  * freshly handed out: with 128 KiB answers, freeing each answer's copy
  * handed its pages back to the kernel and the next copy faulted them in
  * again (mfmactl bench, bench/RESULTS.md). */
@@ -893,7 +896,7 @@ static void *place_d(void *ctx, uint64_t id, size_t len)
 		return NULL;
 	if (p->user && p->d_dst)
 		return len <= p->d_bytes ? p->d_dst : NULL;
-	if (len < CLIENT_POOL_MIN_BYTES || pl->pooled || (!c->pool && !(c->pool = d_pool_new())))
+	if (!pl->pool_ok || pl->pooled || (!c->pool && !(c->pool = d_pool_new())))
 		return NULL;
 	pl->pooled = d_pool_take(c->pool, len, &pl->pooled_cap);
 	return pl->pooled;
@@ -925,10 +928,15 @@ static Mfma__V1__Response *decode_response(mfma_client *c, const uint8_t *payloa
 		 * nowhere to go), an error's, or what the walker declines,
 		 * with malloc as protobuf-c does, so that it may be freed as
 		 * any other message (proto/wire_gemm.h). */
-		struct msg_arena *a = msg_arena_new(CLIENT_ANSWER_ARENA_BYTES);
+		/* A frame under the pool's size has room for its D in the
+		 * block too, so that no D is decoded twice (declined by a
+		 * block too small, then with malloc); a larger frame's D goes
+		 * where place_d puts it. */
+		const bool pool_ok = len >= CLIENT_POOL_MIN_BYTES;
+		struct msg_arena *a = msg_arena_new(CLIENT_ANSWER_ARENA_BYTES + (pool_ok ? 0 : len));
 		if (a) {
 			ProtobufCAllocator al = msg_arena_allocator_bounded(a);
-			struct placing pl = { .c = c };
+			struct placing pl = { .c = c, .pool_ok = pool_ok };
 			struct wire_answer_place place = { .fn = place_d, .ctx = &pl };
 			Mfma__V1__Response *resp = wire_gemm_answer_decode(payload, len, &al, &place);
 			if (resp && resp->body_case == MFMA__V1__RESPONSE__BODY_GEMM) {

@@ -81,8 +81,14 @@ struct shape {
 };
 
 /* Across the thresholds: B of exactly 4 KiB, below it, A and B of 256 KiB,
- * a frame over 1 MiB (decoded off the loop), D of 350 KiB, odd sizes. */
+ * a frame over 1 MiB (decoded off the loop), D of 350 KiB, odd sizes; and
+ * answers each side of the client's pool (frames of 4 KiB, client.c): D
+ * of 1 and 3 KiB decoded into the answer's arena, and of 4032 bytes in a
+ * frame just over 4 KiB, into a buffer of the pool. */
 static const struct shape shapes[] = {
+	{ 16, 16, 16, false },   /* D 1 KiB */
+	{ 24, 9, 32, true },     /* D 3 KiB */
+	{ 24, 5, 42, false },    /* D 4032 bytes, its frame past 4 KiB */
 	{ 8, 128, 8, false },    /* B 4096 bytes: split from this size */
 	{ 8, 127, 8, true },     /* B 4064 bytes: copied as before */
 	{ 64, 1024, 64, true },  /* A, B 256 KiB, C and D 16 KiB */
