@@ -42,6 +42,9 @@
  * placed where its request asked (place_d).  Not msg_arena's request size,
  * which it keeps per thread for reuse. */
 #define CLIENT_ANSWER_ARENA_BYTES 1024
+/* What a GEMM answer decodes into besides D's bytes (its messages, the
+ * variant and device strings): about 500 bytes. */
+#define CLIENT_ANSWER_PIECES_BYTES 512
 /* From this size of answer frame a D with no place of the caller's goes
  * into a buffer of the client's pool (d_pool.h); a smaller one is decoded
  * into the answer's arena. */
@@ -933,7 +936,15 @@ static Mfma__V1__Response *decode_response(mfma_client *c, const uint8_t *payloa
 		 * block too small, then with malloc); a larger frame's D goes
 		 * where place_d puts it. */
 		const bool pool_ok = len >= CLIENT_POOL_MIN_BYTES;
-		struct msg_arena *a = msg_arena_new(CLIENT_ANSWER_ARENA_BYTES + (pool_ok ? 0 : len));
+		size_t room = CLIENT_ANSWER_ARENA_BYTES + (pool_ok ? 0 : len);
+		/* A small answer in an arena of the size each thread keeps
+		 * freed ones of for reuse (msg_arena.h), not a malloc of its
+		 * own: with 256 answers in flight glibc handed the heap's top
+		 * back between them and grew it again (sysmalloc, 6-8% of the
+		 * client's time on a 2-core host). */
+		if (len + CLIENT_ANSWER_PIECES_BYTES <= MSG_ARENA_REQUEST_BYTES)
+			room = MSG_ARENA_REQUEST_BYTES;
+		struct msg_arena *a = msg_arena_new(room);
 		if (a) {
 			ProtobufCAllocator al = msg_arena_allocator_bounded(a);
 			struct placing pl = { .c = c, .pool_ok = pool_ok };
