@@ -322,6 +322,54 @@ static int connect_list(const struct endpoint *eps, size_t n, size_t first, size
 	return rc;
 }
 
+/* Whether the arrival a (from the ring) is still p's answer, waiting. */
+static bool arrival_waits(const struct client_pending *p, const struct client_arrival *a)
+{
+	return p && p->resp && p->user && p->seq == a->seq;
+}
+
+/* Keeps only the ring's arrivals whose answers still wait, in order: when
+ * stale ones outnumber the table (a caller who waits by id, never for
+ * MFMA_ANY, leaves every arrival behind). */
+static void arrivals_compact(mfma_client *c)
+{
+	size_t kept = 0;
+	const size_t mask = c->arr_cap - 1;
+	for (size_t i = 0; i < c->arr_n; i++) {
+		struct client_arrival a = c->arr[(c->arr_head + i) & mask];
+		if (arrival_waits(client_pending_find(c, a.id), &a))
+			c->arr[(c->arr_head + kept++) & mask] = a;
+	}
+	c->arr_n = kept;
+}
+
+/* p's answer has come: its place in the order of arrivals (seq) and, for
+ * a submitted request, in the ring mfma_wait(MFMA_ANY) takes from.  Out of
+ * memory for the ring, ready searches the table from then on. */
+static void arrived(mfma_client *c, struct client_pending *p)
+{
+	p->seq = ++c->arrivals;
+	if (!p->user)
+		return;
+	if (c->arr_n > 2 * c->npend + 64)
+		arrivals_compact(c);
+	if (c->arr_n == c->arr_cap) {
+		const size_t cap = c->arr_cap ? c->arr_cap * 2 : 64;
+		struct client_arrival *na = malloc(cap * sizeof(*na));
+		if (!na) {
+			c->arr_lost = true;
+			return;
+		}
+		for (size_t i = 0; i < c->arr_n; i++)
+			na[i] = c->arr[(c->arr_head + i) & (c->arr_cap - 1)];
+		free(c->arr);
+		c->arr = na;
+		c->arr_cap = cap;
+		c->arr_head = 0;
+	}
+	c->arr[(c->arr_head + c->arr_n++) & (c->arr_cap - 1)] = (struct client_arrival){ p->id, p->seq };
+}
+
 /* Answers a request that can no longer be sent, as the daemon would have:
  * the caller of mfma_wait gets it like any other error answer. */
 static void answer_locally(mfma_client *c, struct client_pending *p, int code, const char *msg)
@@ -340,7 +388,7 @@ static void answer_locally(mfma_client *c, struct client_pending *p, int code, c
 	if (!p->resp)
 		return; /* out of memory: it stays unanswered, and is retried */
 	p->t_recv_ns = mfma_clock_ns();
-	p->seq = ++c->arrivals;
+	arrived(c, p);
 }
 
 /* The requests that wait for a connection past their deadline end here. */
@@ -637,6 +685,8 @@ void mfma_close(mfma_client *c)
 		client_pending_drop_frame(&c->pend[i]);
 	}
 	free(c->pend);
+	pending_index_free(&c->pend_at);
+	free(c->arr);
 	d_pool_close(c->pool); /* results still out keep it until freed */
 	free(c->held);
 	free(c->held_ids);
@@ -682,10 +732,10 @@ const char *mfma_endpoint(const mfma_client *c)
 
 struct client_pending *client_pending_find(mfma_client *c, uint64_t id)
 {
-	for (size_t i = 0; i < c->npend; i++)
-		if (c->pend[i].id == id)
-			return &c->pend[i];
-	return NULL;
+	uint32_t at;
+	return pending_index_get(&c->pend_at, id, &at) && at < c->npend && c->pend[at].id == id
+		       ? &c->pend[at]
+		       : NULL;
 }
 
 int client_pending_add(mfma_client *c, uint64_t id, bool user)
@@ -698,10 +748,13 @@ int client_pending_add(mfma_client *c, uint64_t id, bool user)
 		c->pend = np;
 		c->cap = ncap;
 	}
+	if (c->npend >= UINT32_MAX || pending_index_put(&c->pend_at, id, (uint32_t)c->npend) < 0)
+		return -ENOMEM;
 	struct client_pending *p = &c->pend[c->npend++];
 	memset(p, 0, sizeof(*p));
 	p->id = id;
 	p->user = user;
+	c->nuser += user;
 	return 0;
 }
 
@@ -711,7 +764,12 @@ void client_pending_remove(mfma_client *c, struct client_pending *p)
 	if (p->refused)
 		mfma__v1__response__free_unpacked(p->refused, NULL);
 	client_pending_drop_frame(p);
+	pending_index_del(&c->pend_at, p->id);
+	c->nuser -= p->user;
 	*p = c->pend[--c->npend];
+	/* The last entry moved into p's place (or p was the last). */
+	if (p != &c->pend[c->npend])
+		(void)pending_index_put(&c->pend_at, p->id, (uint32_t)(p - c->pend));
 }
 
 void client_pending_drop_frame(struct client_pending *p)
@@ -742,12 +800,7 @@ void client_response_free(Mfma__V1__Response *resp, struct client_rx *rx)
 
 size_t mfma_in_flight(const mfma_client *c)
 {
-	size_t n = 0;
-	if (!c)
-		return 0;
-	for (size_t i = 0; i < c->npend; i++)
-		n += c->pend[i].user;
-	return n;
+	return c ? c->nuser : 0;
 }
 
 /* ---- I/O ---- */
@@ -830,7 +883,7 @@ static void dispatch(mfma_client *c, Mfma__V1__Response *resp, struct client_rx 
 	p->rx = *rx;
 	p->t_recv_ns = now;
 	p->unpack_ns = unpack_ns;
-	p->seq = ++c->arrivals;
+	arrived(c, p);
 }
 
 /* TLS: reads everything the socket has now through the session into
@@ -1351,6 +1404,18 @@ static struct client_pending *ready(mfma_client *c, uint64_t id)
 		struct client_pending *p = client_pending_find(c, id);
 		return p && p->resp ? p : NULL;
 	}
+	/* The oldest arrival still waiting: the ring's front, once the stale
+	 * are dropped (the same answer the table's lowest seq names). */
+	while (!c->arr_lost && c->arr_n) {
+		const struct client_arrival *a = &c->arr[c->arr_head];
+		struct client_pending *p = client_pending_find(c, a->id);
+		if (arrival_waits(p, a))
+			return p;
+		c->arr_head = (c->arr_head + 1) & (c->arr_cap - 1);
+		c->arr_n--;
+	}
+	if (!c->arr_lost)
+		return NULL;
 	for (size_t i = 0; i < c->npend; i++) {
 		struct client_pending *p = &c->pend[i];
 		if (p->resp && p->user && (!best || p->seq < best->seq))
@@ -1371,7 +1436,7 @@ static void answer_refused(mfma_client *c, const struct mfma_error *why)
 			p->resp = p->refused;
 			p->refused = NULL;
 			p->t_recv_ns = mfma_clock_ns();
-			p->seq = ++c->arrivals;
+			arrived(c, p);
 			drained = true;
 		}
 	}

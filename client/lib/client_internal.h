@@ -12,6 +12,7 @@
 #include "mfma.h"
 #include "mfma_clock.h"
 #include "mfma.pb-c.h"
+#include "pending_index.h"
 #include "tls.h"
 
 /* The receive buffer an answer's D was left in (proto/wire_split.h):
@@ -90,6 +91,16 @@ struct mfma_client {
 	struct frame_reader rd;
 	struct client_pending *pend;
 	size_t npend, cap;
+	struct pending_index pend_at; /* id -> index in pend */
+	size_t nuser;                 /* entries with user set (mfma_in_flight) */
+	/* The submitted requests' answers in the order they arrived (id and
+	 * seq), for mfma_wait(MFMA_ANY): a ring, stale entries (taken, or
+	 * answered again since) skipped as they come to its front. */
+	struct client_arrival {
+		uint64_t id, seq;
+	} *arr;
+	size_t arr_head, arr_n, arr_cap; /* arr_cap a power of two */
+	bool arr_lost; /* out of memory once: MFMA_ANY searches the table */
 	mfma_progress_fn progress;
 	void *progress_user;
 	int dead; /* 0, or the negative errno that broke the connection */

@@ -288,6 +288,117 @@ static void test_out_of_order(void **state)
 	assert_int_equal(mfma_wait(c, ids[0], 0, &done, &r, &err), -ENOENT);
 }
 
+/* ---- MFMA_ANY in arrival order, after many waits by id ---- */
+
+#define ROUNDS_BY_ID 20
+#define ROUND_N 50
+#define NMANY 600
+
+/* The order the fake answers NMANY requests in: i -> (7i + 3) mod NMANY,
+ * a permutation (7 and 600 share no factor). */
+static int many_order(int i)
+{
+	return (7 * i + 3) % NMANY;
+}
+
+static void script_many(struct fake *f, int fd)
+{
+	static uint64_t ids[NMANY];
+	/* Rounds answered in order, each waited for by id: arrivals that
+	 * MFMA_ANY never takes, which the client must drop as they pile up. */
+	for (int r = 0; r < ROUNDS_BY_ID; r++) {
+		for (int i = 0; i < ROUND_N; i++) {
+			Mfma__V1__Request *req = read_request(fd);
+			if (!req) {
+				f->failed = 1;
+				return;
+			}
+			ids[i] = req->id;
+			mfma__v1__request__free_unpacked(req, NULL);
+		}
+		for (int i = 0; i < ROUND_N; i++)
+			if (send_gemm(fd, ids[i], 2, 1, (float)ids[i]) < 0)
+				f->failed = 1;
+	}
+	for (int i = 0; i < NMANY; i++) {
+		Mfma__V1__Request *req = read_request(fd);
+		if (!req) {
+			f->failed = 1;
+			return;
+		}
+		ids[i] = req->id;
+		mfma__v1__request__free_unpacked(req, NULL);
+	}
+	for (int i = 0; i < NMANY; i++)
+		if (send_gemm(fd, ids[many_order(i)], 2, 1, (float)ids[many_order(i)]) < 0)
+			f->failed = 1;
+}
+
+/* 980 answers waited for by id and 20 left for MFMA_ANY, then 600
+ * answered in a shuffled order, a third taken by id: MFMA_ANY must return
+ * the rest in the order they arrived, each its own answer. */
+static void test_any_in_arrival_order(void **state)
+{
+	struct fake *f = fake_start(state, script_many, 0);
+	struct mfma_error err;
+	assert_int_equal(mfma_connect(f->endpoint, &f->c, &err), 0);
+	mfma_client *c = f->c;
+	float data[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
+	struct mfma_gemm_args a;
+	args_for(&a, data, 2, 4);
+	struct mfma_gemm_result r;
+	uint64_t done;
+	static uint64_t ids[NMANY];
+	/* Each round leaves one answer unclaimed: the ring drops the stale
+	 * arrivals around them, and must keep them, in order. */
+	uint64_t left[ROUNDS_BY_ID];
+	for (int round = 0; round < ROUNDS_BY_ID; round++) {
+		for (int i = 0; i < ROUND_N; i++)
+			assert_int_equal(mfma_gemm_submit(c, &a, &ids[i], &err), 0);
+		left[round] = ids[ROUND_N / 2];
+		for (int i = ROUND_N - 1; i >= 0; i--) {
+			if (i == ROUND_N / 2)
+				continue;
+			assert_int_equal(mfma_wait(c, ids[i], 5000, &done, &r, &err), 0);
+			assert_true(done == ids[i]);
+			mfma_gemm_result_free(&r);
+		}
+	}
+	assert_int_equal(mfma_in_flight(c), ROUNDS_BY_ID);
+	for (int round = 0; round < ROUNDS_BY_ID; round++) {
+		assert_int_equal(mfma_wait(c, MFMA_ANY, 5000, &done, &r, &err), 0);
+		if (done != left[round])
+			fail_msg("round %d's unclaimed answer: MFMA_ANY gave id %llu, not %llu", round,
+				 (unsigned long long)done, (unsigned long long)left[round]);
+		mfma_gemm_result_free(&r);
+	}
+	assert_int_equal(mfma_in_flight(c), 0);
+	for (int i = 0; i < NMANY; i++)
+		assert_int_equal(mfma_gemm_submit(c, &a, &ids[i], &err), 0);
+	assert_int_equal(mfma_in_flight(c), NMANY);
+	/* Every third request by id (the last first: all the answers are
+	 * read while waiting for it). */
+	for (int i = NMANY - 3; i >= 0; i -= 3) {
+		assert_int_equal(mfma_wait(c, ids[i], 5000, &done, &r, &err), 0);
+		assert_true(done == ids[i]);
+		assert_true(((const float *)r.d.data)[0] == (float)ids[i]);
+		mfma_gemm_result_free(&r);
+	}
+	for (int k = 0; k < NMANY; k++) {
+		const int i = many_order(k);
+		if (i % 3 == 0)
+			continue;
+		assert_int_equal(mfma_wait(c, MFMA_ANY, 5000, &done, &r, &err), 0);
+		if (done != ids[i])
+			fail_msg("arrival %d: MFMA_ANY gave id %llu, not %llu", k,
+				 (unsigned long long)done, (unsigned long long)ids[i]);
+		assert_true(((const float *)r.d.data)[0] == (float)ids[i]);
+		mfma_gemm_result_free(&r);
+	}
+	assert_int_equal(mfma_in_flight(c), 0);
+	assert_int_equal(mfma_wait(c, MFMA_ANY, 0, &done, &r, &err), -ENOENT);
+}
+
 /* ---- big answers while the client still sends ---- */
 
 #define NBIG 24
@@ -615,6 +726,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_teardown(test_out_of_order, fake_teardown),
+		cmocka_unit_test_teardown(test_any_in_arrival_order, fake_teardown),
 		cmocka_unit_test_teardown(test_no_deadlock_with_large_frames, fake_teardown),
 		cmocka_unit_test_teardown(test_errors, fake_teardown),
 		cmocka_unit_test_teardown(test_answer_then_close, fake_teardown),
