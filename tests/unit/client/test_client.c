@@ -301,34 +301,36 @@ static int many_order(int i)
 	return (7 * i + 3) % NMANY;
 }
 
+/* Reads n GEMM requests, their ids into ids; false (f failed) when the
+ * connection ends first. */
+static bool read_ids(struct fake *f, int fd, uint64_t *ids, int n)
+{
+	for (int i = 0; i < n; i++) {
+		Mfma__V1__Request *req = read_request(fd);
+		if (!req) {
+			f->failed = 1;
+			return false;
+		}
+		ids[i] = req->id;
+		mfma__v1__request__free_unpacked(req, NULL);
+	}
+	return true;
+}
+
 static void script_many(struct fake *f, int fd)
 {
 	static uint64_t ids[NMANY];
 	/* Rounds answered in order, each waited for by id: arrivals that
 	 * MFMA_ANY never takes, which the client must drop as they pile up. */
 	for (int r = 0; r < ROUNDS_BY_ID; r++) {
-		for (int i = 0; i < ROUND_N; i++) {
-			Mfma__V1__Request *req = read_request(fd);
-			if (!req) {
-				f->failed = 1;
-				return;
-			}
-			ids[i] = req->id;
-			mfma__v1__request__free_unpacked(req, NULL);
-		}
+		if (!read_ids(f, fd, ids, ROUND_N))
+			return;
 		for (int i = 0; i < ROUND_N; i++)
 			if (send_gemm(fd, ids[i], 2, 1, (float)ids[i]) < 0)
 				f->failed = 1;
 	}
-	for (int i = 0; i < NMANY; i++) {
-		Mfma__V1__Request *req = read_request(fd);
-		if (!req) {
-			f->failed = 1;
-			return;
-		}
-		ids[i] = req->id;
-		mfma__v1__request__free_unpacked(req, NULL);
-	}
+	if (!read_ids(f, fd, ids, NMANY))
+		return;
 	for (int i = 0; i < NMANY; i++)
 		if (send_gemm(fd, ids[many_order(i)], 2, 1, (float)ids[many_order(i)]) < 0)
 			f->failed = 1;
