@@ -39,8 +39,8 @@
 #define CLIENT_KEEP_MIN_BYTES (1u << 20)
 /* A GEMM answer's arena, beside the bytes of a D too small for the pool
  * (decode_response): room for the answer's pieces with D in a region or
- * placed where its request asked (place_d).  Not msg_arena's request size,
- * which it keeps per thread for reuse. */
+ * placed where its request asked (place_d).  An answer small enough takes
+ * msg_arena's request size instead, which each thread keeps for reuse. */
 #define CLIENT_ANSWER_ARENA_BYTES 1024
 /* What a GEMM answer decodes into besides D's bytes (its messages, the
  * variant and device strings): about 500 bytes. */
