@@ -950,7 +950,7 @@ static void *place_d(void *ctx, uint64_t id, size_t len)
 	struct client_pending *p = client_pending_find(c, id);
 	if (!p || p->abandoned || p->resp)
 		return NULL;
-	if (p->user && p->d_dst)
+	if (p->d_dst)
 		return len <= p->d_bytes ? p->d_dst : NULL;
 	if (!pl->pool_ok || pl->pooled || (!c->pool && !(c->pool = d_pool_new())))
 		return NULL;

@@ -266,8 +266,10 @@ struct mfma_gemm_args {
 	 * Submitted (mfma_gemm_submit), d is the request's until mfma_wait
 	 * returns it: the library may copy D there as soon as the answer is
 	 * read, by whichever call on this client reads it, so requests in
-	 * flight together need a d each, and d must not be read before.  A
-	 * request that fails may leave d written. */
+	 * flight together need a d each, and d must not be read before.
+	 * Blocking (mfma_gemm), D is copied there as the answer is read,
+	 * within the call, never after it returns.  A request that fails may
+	 * leave d written. */
 	void *d;
 	size_t d_bytes;
 };

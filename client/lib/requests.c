@@ -533,16 +533,23 @@ static int take(mfma_client *c, struct client_pending *p, Mfma__V1__Response__Bo
  * A resendable request whose answer was lost (the connection broke, or
  * the daemon was draining) is sent again on a new connection, to the same
  * endpoint or the next in the list, within the call's timeout
- * (client_wait); one that carries a descriptor never is. */
+ * (client_wait); one that carries a descriptor never is.  A GEMM's D goes
+ * straight into d_dst (d_bytes long; NULL: none) as its answer is read,
+ * when it comes after the request is sent (client.c, place_d); one read
+ * while sending is copied there after (gemm_result_from). */
 static int call_fd(mfma_client *c, Mfma__V1__Request *req, int fd,
 		   Mfma__V1__Response__BodyCase want, Mfma__V1__Response **out, uint64_t *rtt,
-		   struct client_rx *rx, struct mfma_error *err)
+		   struct client_rx *rx, void *d_dst, size_t d_bytes, struct mfma_error *err)
 {
 	uint64_t id;
 	struct client_pending *p;
 	int rc = send_request(c, req, false, fd, &id, err);
 	if (rc < 0)
 		return rc;
+	if (d_dst && (p = client_pending_find(c, id)) != NULL && !p->resp) {
+		p->d_dst = d_dst;
+		p->d_bytes = d_bytes;
+	}
 	rc = client_wait(c, id, c->timeout_ms, &p, err);
 	if (rc < 0) {
 		/* Never sent again: its frame may point at the caller's
@@ -559,7 +566,7 @@ static int call_fd(mfma_client *c, Mfma__V1__Request *req, int fd,
 static int call(mfma_client *c, Mfma__V1__Request *req, Mfma__V1__Response__BodyCase want,
 		Mfma__V1__Response **out, uint64_t *rtt, struct mfma_error *err)
 {
-	return call_fd(c, req, -1, want, out, rtt, NULL, err);
+	return call_fd(c, req, -1, want, out, rtt, NULL, NULL, 0, err);
 }
 
 /* ---- decoding ---- */
@@ -813,7 +820,8 @@ int mfma_gemm(mfma_client *c, const struct mfma_gemm_args *args, struct mfma_gem
 	req.gemm = &w.g;
 	c->encode_t0 = t0;
 	struct client_rx rx;
-	if ((rc = call_fd(c, &req, -1, MFMA__V1__RESPONSE__BODY_GEMM, &resp, &rtt, &rx, err)) < 0)
+	if ((rc = call_fd(c, &req, -1, MFMA__V1__RESPONSE__BODY_GEMM, &resp, &rtt, &rx, args->d,
+			  args->d_bytes, err)) < 0)
 		return rc;
 	if ((rc = gemm_result_from(c, resp, &rx, rtt, args->d, args->d_bytes, result, err)) < 0)
 		return rc;
@@ -1131,7 +1139,7 @@ int client_region_register(mfma_client *c, int fd, uint64_t bytes, uint64_t *reg
 	req.body_case = MFMA__V1__REQUEST__BODY_REGISTER_REGION;
 	req.register_region = &rr;
 	int rc = call_fd(c, &req, fd, MFMA__V1__RESPONSE__BODY_REGISTER_REGION, &resp, NULL, NULL,
-			 err);
+			 NULL, 0, err);
 	if (rc < 0)
 		return rc;
 	const Mfma__V1__RegisterRegionResult *r = resp->register_region;

@@ -401,6 +401,50 @@ static void test_any_in_arrival_order(void **state)
 	assert_int_equal(mfma_wait(c, MFMA_ANY, 0, &done, &r, &err), -ENOENT);
 }
 
+/* ---- a blocking call's D, placed only while the call waits ---- */
+
+static void script_late(struct fake *f, int fd)
+{
+	uint64_t ids[2];
+	if (!read_ids(f, fd, ids, 1))
+		return;
+	/* Past the client's 100 ms: the first call has returned. */
+	usleep(300 * 1000);
+	if (send_gemm(fd, ids[0], 2, 1, 7.0f) < 0 || !read_ids(f, fd, ids + 1, 1) ||
+	    send_gemm(fd, ids[1], 2, 1, 9.0f) < 0)
+		f->failed = 1;
+}
+
+/* mfma_gemm copies D into the caller's d as the answer is read; a call
+ * that timed out has handed d back, so its late answer, read by the next
+ * call, must not touch it. */
+static void test_blocking_d_after_timeout(void **state)
+{
+	struct fake *f = fake_start(state, script_late, 0);
+	struct mfma_error err;
+	assert_int_equal(mfma_connect(f->endpoint, &f->c, &err), 0);
+	mfma_client *c = f->c;
+	float data[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
+	struct mfma_gemm_args a;
+	args_for(&a, data, 2, 4);
+	float first[2] = { 0, 0 }, second[2] = { 0, 0 };
+	struct mfma_gemm_result r;
+	a.d = first;
+	a.d_bytes = sizeof(first);
+	mfma_set_timeout(c, 100);
+	assert_int_equal(mfma_gemm(c, &a, &r, &err), -ETIMEDOUT);
+	first[0] = first[1] = -1.0f; /* the caller's again */
+	mfma_set_timeout(c, 5000);
+	a.d = second;
+	a.d_bytes = sizeof(second);
+	assert_int_equal(mfma_gemm(c, &a, &r, &err), 0);
+	assert_ptr_equal(r.d.data, second);
+	assert_true(second[0] == 9.0f && second[1] == 9.0f);
+	mfma_gemm_result_free(&r);
+	if (first[0] != -1.0f || first[1] != -1.0f)
+		fail_msg("the timed-out call's late answer wrote its d: %g %g", first[0], first[1]);
+}
+
 /* ---- big answers while the client still sends ---- */
 
 #define NBIG 24
@@ -729,6 +773,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_teardown(test_out_of_order, fake_teardown),
 		cmocka_unit_test_teardown(test_any_in_arrival_order, fake_teardown),
+		cmocka_unit_test_teardown(test_blocking_d_after_timeout, fake_teardown),
 		cmocka_unit_test_teardown(test_no_deadlock_with_large_frames, fake_teardown),
 		cmocka_unit_test_teardown(test_errors, fake_teardown),
 		cmocka_unit_test_teardown(test_answer_then_close, fake_teardown),
