@@ -47,6 +47,16 @@ static void make_exit_key(void)
 	have_exit_key = pthread_key_create(&exit_key, free_at_exit) == 0;
 }
 
+/* A library unloaded (dlclose of the client library) takes free_at_exit
+ * with it: the key goes first, so that no thread's exit calls into the
+ * unmapped code (its kept blocks are then left to the process). */
+__attribute__((destructor)) static void drop_exit_key(void)
+{
+	if (have_exit_key)
+		pthread_key_delete(exit_key);
+	have_exit_key = false;
+}
+
 /* Lists l with the thread's lists freed at its exit; false when it cannot
  * be (no key, or the thread's table full). */
 static bool list_for_exit(struct block_list *l)
