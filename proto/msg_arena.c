@@ -48,11 +48,19 @@ struct msg_arena *msg_arena_new(size_t bytes)
 	return a;
 }
 
-/* size bytes from the first block, or NULL when they do not fit. */
-static void *first_block(struct msg_arena *a, size_t size)
+/* A piece's size in the arena: size rounded to ALIGN, or 0 when that
+ * overflows. */
+static size_t piece_size(size_t size)
 {
 	size_t n = round_up(size ? size : 1);
-	if (n < size || a->cap - a->used < n)
+	return n < size ? 0 : n;
+}
+
+/* n bytes (a piece_size) from the first block, or NULL when they do not
+ * fit. */
+static void *first_block(struct msg_arena *a, size_t n)
+{
+	if (a->cap - a->used < n)
 		return NULL;
 	void *p = a->data + a->used;
 	a->used += n;
@@ -61,19 +69,22 @@ static void *first_block(struct msg_arena *a, size_t size)
 
 static void *arena_alloc_bounded(void *data, size_t size)
 {
-	return first_block(data, size);
+	size_t n = piece_size(size);
+	return n ? first_block(data, n) : NULL;
 }
 
 static void *arena_alloc(void *data, size_t size)
 {
 	struct msg_arena *a = data;
-	void *p = first_block(a, size);
+	size_t n = piece_size(size);
+	if (!n)
+		return NULL;
+	void *p = first_block(a, n);
 	if (p)
 		return p;
 	/* What does not fit gets a block of its own: the first block's room
 	 * stays for the small pieces that follow a large copy. */
-	size_t n = round_up(size ? size : 1);
-	if (n < size || n > SIZE_MAX - sizeof(struct more))
+	if (n > SIZE_MAX - sizeof(struct more))
 		return NULL;
 	struct more *m = malloc(sizeof(*m) + n);
 	if (!m)

@@ -723,14 +723,11 @@ lonefirst)
 	# payload's, alternating for LONE_ROUNDS rounds.
 	for r in ${LONE_ROUNDS:-1 2}; do
 		for b in ${BASE:+base} new; do
-			if [ "$b" = base ]; then
-				LD_LIBRARY_PATH="$BASE/lib:$LD_LIBRARY_PATH" MFMAD="$BASE/bin/mfmad" \
-					MFMACTL="$BASE/bin/mfmactl" LABEL=base timeout 300 \
-					bash bench/nvidia/lone_first.sh "$P" "$OUT" >> "$OUT/lonefirst.log" 2>&1
-			else
-				LABEL=new timeout 300 bash bench/nvidia/lone_first.sh "$P" "$OUT" \
-					>> "$OUT/lonefirst.log" 2>&1
-			fi
+			lone_dir=$P lone_libs=$LD_LIBRARY_PATH
+			[ "$b" = base ] && lone_dir=$BASE lone_libs="$BASE/lib:$LD_LIBRARY_PATH"
+			LD_LIBRARY_PATH="$lone_libs" MFMAD="$lone_dir/bin/mfmad" MFMACTL="$lone_dir/bin/mfmactl" \
+				LABEL=$b timeout 300 bash bench/nvidia/lone_first.sh "$P" "$OUT" \
+				>> "$OUT/lonefirst.log" 2>&1
 			echo "=== lonefirst round $r $b: rc=$?"
 		done
 	done

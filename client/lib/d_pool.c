@@ -39,6 +39,19 @@ static void destroy(struct d_pool *p)
 	free(p);
 }
 
+/* Takes kept buffer at out of the pool (the rest stay oldest first). */
+static void *drop(struct d_pool *p, size_t at)
+{
+	void *b = p->buf[at];
+	p->bytes -= p->cap[at];
+	p->n--;
+	for (size_t i = at; i < p->n; i++) {
+		p->buf[i] = p->buf[i + 1];
+		p->cap[i] = p->cap[i + 1];
+	}
+	return b;
+}
+
 void *d_pool_take(struct d_pool *p, size_t len, size_t *cap)
 {
 	pthread_mutex_lock(&p->mu);
@@ -50,14 +63,8 @@ void *d_pool_take(struct d_pool *p, size_t len, size_t *cap)
 			best = i;
 	void *b = NULL;
 	if (best < p->n) {
-		b = p->buf[best];
 		*cap = p->cap[best];
-		p->bytes -= p->cap[best];
-		p->n--;
-		for (size_t i = best; i < p->n; i++) { /* kept oldest first */
-			p->buf[i] = p->buf[i + 1];
-			p->cap[i] = p->cap[i + 1];
-		}
+		b = drop(p, best);
 	} else if (len <= SIZE_MAX - PAGE) {
 		*cap = (len + PAGE - 1) / PAGE * PAGE;
 		b = malloc(*cap ? *cap : PAGE);
@@ -79,15 +86,8 @@ void d_pool_give(struct d_pool *p, void *buf, size_t cap)
 	if (!p->closed && block_list_keeps() && cap <= D_POOL_BYTES) {
 		/* Room made by letting the oldest go: the pool follows the
 		 * sizes the client gets now. */
-		while (p->n == D_POOL_KEPT || cap > D_POOL_BYTES - p->bytes) {
-			evicted[nev++] = p->buf[0];
-			p->bytes -= p->cap[0];
-			p->n--;
-			for (size_t i = 0; i < p->n; i++) {
-				p->buf[i] = p->buf[i + 1];
-				p->cap[i] = p->cap[i + 1];
-			}
-		}
+		while (p->n == D_POOL_KEPT || cap > D_POOL_BYTES - p->bytes)
+			evicted[nev++] = drop(p, 0);
 		p->buf[p->n] = buf;
 		p->cap[p->n++] = cap;
 		p->bytes += cap;

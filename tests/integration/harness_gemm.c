@@ -1,6 +1,7 @@
 /* A checked GEMM for integration tests (harness_gemm.h). */
 #include "harness_gemm.h"
 
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -29,6 +30,26 @@ void harness_dense_f32_args(struct mfma_gemm_args *g, const float *a, const floa
 	g->a.kind = MFMA_OPERAND_DENSE;
 	g->a.dense = (struct mfma_matrix){ m, k, MFMA_TYPE_F32, a, (size_t)m * k * 4 };
 	g->b = (struct mfma_matrix){ k, n, MFMA_TYPE_F32, b, (size_t)k * n * 4 };
+}
+
+double harness_worst_error(const float *d, const float *a, const float *b, const float *c,
+			   float alpha, float beta, uint32_t m, uint32_t k, uint32_t n)
+{
+	const struct mfma_gemm g = {
+		.m = m, .n = n, .k = k, .in_dtype = MFMA_DT_F32, .out_dtype = MFMA_DT_F32,
+		.alpha = alpha, .beta = c ? beta : 0.0f, .a = a, .b = b, .c = c,
+		.d = (void *)(uintptr_t)d,
+	};
+	double *ref = malloc((size_t)m * n * sizeof(double) + sizeof(double));
+	assert_non_null(ref);
+	assert_int_equal(cpu_gemm_ref_f64(&g, ref), 0);
+	double worst = 0;
+	for (size_t i = 0; i < (size_t)m * n; i++) {
+		double e = fabs(d[i] - ref[i]) / (fabs(ref[i]) + 1.0);
+		worst = e > worst ? e : worst;
+	}
+	free(ref);
+	return worst;
 }
 
 void harness_gemm_checked(mfma_client *c, uint32_t m, uint32_t n, uint32_t k, uint64_t seed)

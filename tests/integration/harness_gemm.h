@@ -19,6 +19,12 @@ mfma_client *harness_client(const struct mfmad_proc *p);
 void harness_dense_f32_args(struct mfma_gemm_args *g, const float *a, const float *b, uint32_t m,
 			    uint32_t k, uint32_t n);
 
+/* The worst relative error, element by element (|got - want| / (|want|
+ * + 1)), of d (m x n) against alpha A.B + beta C in float64; C may be
+ * NULL.  A, B, C, D f32, row-major. */
+double harness_worst_error(const float *d, const float *a, const float *b, const float *c,
+			   float alpha, float beta, uint32_t m, uint32_t k, uint32_t n);
+
 /* One f32 GEMM of random A (m x k) and B (k x n) from seed on c, its D
  * against the float64 reference within the f32 tolerance; a cmocka
  * failure naming the shape otherwise. */

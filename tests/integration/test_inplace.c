@@ -11,7 +11,6 @@
  * connection; frames read into the arena of limits.pinned_reads_mb, or the
  * heap when it is full or off. */
 #include <errno.h>
-#include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -56,23 +55,6 @@ static float *values(size_t n, unsigned seed)
 	for (size_t i = 0; i < n; i++)
 		p[i] = (float)((i * 2654435761u + seed * 40503u) % 2001) / 1000.0f - 1.0f;
 	return p;
-}
-
-/* Worst relative error of d (m x n) against alpha A.B + beta C in float64. */
-static double worst_error(const float *d, const float *a, const float *b, const float *c,
-			  float alpha, float beta, uint32_t m, uint32_t k, uint32_t n)
-{
-	double worst = 0;
-	for (uint32_t i = 0; i < m; i++)
-		for (uint32_t j = 0; j < n; j++) {
-			double want = 0;
-			for (uint32_t p = 0; p < k; p++)
-				want += (double)a[(size_t)i * k + p] * b[(size_t)p * n + j];
-			want = alpha * want + (c ? beta * (double)c[(size_t)i * n + j] : 0);
-			double e = fabs(d[(size_t)i * n + j] - want) / (fabs(want) + 1.0);
-			worst = e > worst ? e : worst;
-		}
-	return worst;
 }
 
 struct shape {
@@ -142,7 +124,8 @@ static void run_shapes(mfma_client *c, const char *what)
 			assert_int_equal(r.d.bytes, dn * sizeof(float));
 			if (given)
 				assert_ptr_equal(r.d.data, dst);
-			double e = worst_error(r.d.data, a, b, cm, g.alpha, g.beta, sh->m, sh->k, sh->n);
+			double e = harness_worst_error(r.d.data, a, b, cm, g.alpha, g.beta, sh->m,
+						       sh->k, sh->n);
 			if (e > 1e-4)
 				fail_msg("%s %ux%ux%u mode %d: worst relative error %.2e", what, sh->m,
 					 sh->k, sh->n, mode, e);
@@ -211,7 +194,8 @@ static void deep_pipeline(const struct mfmad_proc *p)
 				which = j;
 		assert_true(which >= 0);
 		ids[which] = 0;
-		double e = worst_error(r.d.data, a, b[which % VARIANTS], NULL, 1, 0, M, K, N);
+		double e = harness_worst_error(r.d.data, a, b[which % VARIANTS], NULL, 1, 0, M, K,
+					       N);
 		if (e > 1e-4)
 			fail_msg("request %d: worst relative error %.2e", which, e);
 		mfma_gemm_result_free(&r);
@@ -288,7 +272,8 @@ static void test_own_d_pipelined(void **state)
 					fail_msg("%ux%ux%u: no D copied where asked as its answer "
 						 "was read", sh->m, sh->k, sh->n);
 			}
-			double e = worst_error(r.d.data, a, b[i], NULL, 1, 0, sh->m, sh->k, sh->n);
+			double e = harness_worst_error(r.d.data, a, b[i], NULL, 1, 0, sh->m, sh->k,
+						       sh->n);
 			if (e > 1e-4)
 				fail_msg("%ux%ux%u request %d: worst relative error %.2e", sh->m,
 					 sh->k, sh->n, i, e);
@@ -347,8 +332,8 @@ static void test_pooled_d_outlives_client(void **state)
 		}
 		mfma_close(c);
 		for (int i = 0; i < IN_FLIGHT; i++) {
-			double e = worst_error(r[ROUNDS - 1][i].d.data, a, b[i], NULL, 1, 0, sh->m,
-					       sh->k, sh->n);
+			double e = harness_worst_error(r[ROUNDS - 1][i].d.data, a, b[i], NULL, 1,
+						       0, sh->m, sh->k, sh->n);
 			if (e > 1e-4)
 				fail_msg("%ux%ux%u request %d, after the close: worst relative error "
 					 "%.2e", sh->m, sh->k, sh->n, i, e);
@@ -533,8 +518,8 @@ static void test_merged_frames(void **state)
 		fail_msg("gemm.b twice: %s", resp->status->message);
 	const float *d = (const float *)resp->gemm->d->data.data;
 	assert_int_equal(resp->gemm->d->data.len, sizeof(float) * M * N);
-	assert_true(worst_error(d, a.data, b2.data, NULL, 1, 0, M, K, N) < 1e-4);
-	assert_true(worst_error(d, a.data, b1.data, NULL, 1, 0, M, K, N) > 1e-2);
+	assert_true(harness_worst_error(d, a.data, b2.data, NULL, 1, 0, M, K, N) < 1e-4);
+	assert_true(harness_worst_error(d, a.data, b1.data, NULL, 1, 0, M, K, N) > 1e-2);
 	mfma__v1__response__free_unpacked(resp, NULL);
 
 	/* Two whole gemm bodies: protobuf-c keeps the last member of a
@@ -710,7 +695,7 @@ static void test_blocking_resend(void **state)
 	pthread_join(t, NULL);
 	close(w.lfd);
 	unlink(fake);
-	assert_true(worst_error(r.d.data, a, b, NULL, 1, 0, M, K, N) < 1e-4);
+	assert_true(harness_worst_error(r.d.data, a, b, NULL, 1, 0, M, K, N) < 1e-4);
 	mfma_gemm_result_free(&r);
 	mfma_close(c);
 

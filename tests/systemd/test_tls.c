@@ -10,7 +10,6 @@
  * over between tls: endpoints. */
 #include <errno.h>
 #include <fcntl.h>
-#include <math.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -152,22 +151,6 @@ static mfma_client *good_client(const struct run *r)
 	return c;
 }
 
-/* The worst relative error of d (m x n) against A.B in float64. */
-static double worst_error(const float *d, const float *a, const float *b, uint32_t m, uint32_t k,
-			  uint32_t n)
-{
-	double worst = 0;
-	for (uint32_t i = 0; i < m; i++)
-		for (uint32_t j = 0; j < n; j++) {
-			double want = 0;
-			for (uint32_t p = 0; p < k; p++)
-				want += (double)a[(size_t)i * k + p] * b[(size_t)p * n + j];
-			double e = fabs(d[(size_t)i * n + j] - want) / (fabs(want) + 1.0);
-			worst = e > worst ? e : worst;
-		}
-	return worst;
-}
-
 /* One f32 GEMM of m x k x n through c, checked against float64. */
 static void gemm_checked(mfma_client *c, uint32_t m, uint32_t k, uint32_t n)
 {
@@ -184,7 +167,7 @@ static void gemm_checked(mfma_client *c, uint32_t m, uint32_t k, uint32_t n)
 		fail_msg("gemm %ux%ux%u over TLS: %s", m, k, n, err.message);
 	assert_int_equal(res.d.rows, m);
 	assert_int_equal(res.d.cols, n);
-	double worst = worst_error(res.d.data, a, b, m, k, n);
+	double worst = harness_worst_error(res.d.data, a, b, NULL, 1, 0, m, k, n);
 	printf("gemm %ux%ux%u over TLS: worst relative error %.2e\n", m, k, n, worst);
 	assert_true(worst < 1e-4);
 	mfma_gemm_result_free(&res);
@@ -217,7 +200,7 @@ static void corked_checked(mfma_client *c)
 		uint64_t done;
 		if (mfma_wait(c, ids[r], 30000, &done, &res, &err) < 0)
 			fail_msg("corked answer %d over TLS: %s", r, err.message);
-		double worst = worst_error(res.d.data, a, b[r], M, K, N);
+		double worst = harness_worst_error(res.d.data, a, b[r], NULL, 1, 0, M, K, N);
 		if (!(worst < 1e-4))
 			fail_msg("corked answer %d over TLS: worst relative error %.2e", r, worst);
 		mfma_gemm_result_free(&res);
