@@ -211,6 +211,20 @@ static void args_for(struct mfma_gemm_args *a, const float *data, uint32_t rows,
 	a->b = (struct mfma_matrix){ cols, 1, MFMA_TYPE_F32, data, (size_t)cols * 4 };
 }
 
+/* A client connected to a fake daemon running script, and a's GEMM: A
+ * 2 x 4 and B 4 x 1 (a D of 2 x 1), the matrices every script answers. */
+static mfma_client *fake_client(void **state, void (*script)(struct fake *, int),
+				struct mfma_gemm_args *a)
+{
+	static const float data[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
+	struct fake *f = fake_start(state, script, 0);
+	struct mfma_error err;
+	assert_int_equal(mfma_connect(f->endpoint, &f->c, &err), 0);
+	assert_int_equal(err.code, 0);
+	args_for(a, data, 2, 4);
+	return f->c;
+}
+
 /* ---- answers out of order ---- */
 
 #define NREV 16
@@ -238,15 +252,11 @@ static void script_reverse(struct fake *f, int fd)
 
 static void test_out_of_order(void **state)
 {
-	struct fake *f = fake_start(state, script_reverse, 0);
-	struct mfma_error err;
-	assert_int_equal(mfma_connect(f->endpoint, &f->c, &err), 0);
-	mfma_client *c = f->c;
-	assert_int_equal(err.code, 0);
-	assert_string_equal(mfma_endpoint(c), f->endpoint);
-	float data[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
 	struct mfma_gemm_args a;
-	args_for(&a, data, 2, 4);
+	mfma_client *c = fake_client(state, script_reverse, &a);
+	struct fake *f = *state;
+	struct mfma_error err;
+	assert_string_equal(mfma_endpoint(c), f->endpoint);
 	uint64_t ids[NREV];
 	for (int i = 0; i < NREV; i++) {
 		assert_int_equal(mfma_gemm_submit(c, &a, &ids[i], &err), 0);
@@ -341,13 +351,9 @@ static void script_many(struct fake *f, int fd)
  * the rest in the order they arrived, each its own answer. */
 static void test_any_in_arrival_order(void **state)
 {
-	struct fake *f = fake_start(state, script_many, 0);
-	struct mfma_error err;
-	assert_int_equal(mfma_connect(f->endpoint, &f->c, &err), 0);
-	mfma_client *c = f->c;
-	float data[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
 	struct mfma_gemm_args a;
-	args_for(&a, data, 2, 4);
+	mfma_client *c = fake_client(state, script_many, &a);
+	struct mfma_error err;
 	struct mfma_gemm_result r;
 	uint64_t done;
 	static uint64_t ids[NMANY];
@@ -420,13 +426,9 @@ static void script_late(struct fake *f, int fd)
  * call, must not touch it. */
 static void test_blocking_d_after_timeout(void **state)
 {
-	struct fake *f = fake_start(state, script_late, 0);
-	struct mfma_error err;
-	assert_int_equal(mfma_connect(f->endpoint, &f->c, &err), 0);
-	mfma_client *c = f->c;
-	float data[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
 	struct mfma_gemm_args a;
-	args_for(&a, data, 2, 4);
+	mfma_client *c = fake_client(state, script_late, &a);
+	struct mfma_error err;
 	float first[2] = { 0, 0 }, second[2] = { 0, 0 };
 	struct mfma_gemm_result r;
 	a.d = first;
@@ -621,14 +623,10 @@ static void script_answer_then_close(struct fake *f, int fd)
 
 static void test_answer_then_close(void **state)
 {
-	struct fake *f = fake_start(state, script_answer_then_close, 0);
-	struct mfma_error err;
-	assert_int_equal(mfma_connect(f->endpoint, &f->c, &err), 0);
-	mfma_client *c = f->c;
-	float data[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
 	struct mfma_gemm_args a;
+	mfma_client *c = fake_client(state, script_answer_then_close, &a);
+	struct mfma_error err;
 	uint64_t id1, id2, done;
-	args_for(&a, data, 2, 4);
 	assert_int_equal(mfma_gemm_submit(c, &a, &id1, &err), 0);
 	assert_int_equal(mfma_gemm_submit(c, &a, &id2, &err), 0);
 	/* Let both the answer and the close arrive before looking. */
