@@ -508,10 +508,12 @@ static void test_no_deadlock_with_large_frames(void **state)
 			fail_msg("submit %d: %s", i, err.message);
 	}
 	/* Every frame reported up to its end, monotonically, in pieces (it
-	 * is larger than the socket buffer). */
+	 * is larger than the socket buffer).  How many depends on how fast
+	 * the fake reads: two a frame with other tests running beside this
+	 * one (48 here, which "more than two a frame" failed), 49-53 alone. */
 	assert_int_equal(prog.frames, NBIG);
 	assert_int_equal(prog.backwards, 0);
-	assert_true(prog.calls > 2 * NBIG);
+	assert_true(prog.calls > NBIG);
 	assert_true(prog.last_total > (4u << 20));
 	for (int i = 0; i < NBIG; i++) {
 		struct mfma_gemm_result r;
