@@ -17,8 +17,10 @@
  *
  * A 2:4 A runs here only as a resident weight, expanded to dense on the
  * host once at load (a per-request expansion would cost more than the
- * GEMM saves).  The descriptors and the heuristic's algorithm are kept
- * per shape in a small cache, so a repeated shape pays neither. */
+ * GEMM saves).  The descriptors and the heuristic's algorithm of each
+ * shape are kept (plan_table): a resident weight's with the weight, those
+ * made while it is warmed at load for good, and the rest in a cache of the
+ * device's, so a repeated shape pays neither. */
 #include "mfmad_build.h"
 
 #include <errno.h>
@@ -28,6 +30,7 @@
 #include <string.h>
 
 #include "cuda_provider.h"
+#include "plan_table.h"
 #include "sparse24.h"
 
 /* ---- The part of the cuBLASLt API used ---- */
@@ -112,7 +115,8 @@ static int lt_loaded(void)
 
 /* ---- Per device ---- */
 
-/* What one shape needs: descriptors and the heuristic's first choice. */
+/* What one shape needs: descriptors and the heuristic's first choice.  A
+ * plan never moves once made (its graph's launches keep it). */
 struct lt_plan {
 	uint32_t m, n, k;
 	enum mfma_dtype in, out;
@@ -120,11 +124,9 @@ struct lt_plan {
 	lt_layout la, lb, lcd;
 	lt_algo algo;
 	size_t ws_bytes;
-	bool used;
 	struct cuda_graph graph; /* the launch, replayed (cuda_dev_graph_run) */
 };
 
-#define LT_PLANS 32
 /* Workspace offered to the heuristic: what NVIDIA recommends on Hopper. */
 #define LT_MAX_WORKSPACE ((size_t)32 << 20)
 
@@ -132,13 +134,19 @@ struct lt_state {
 	lt_handle h;
 	lt_pref pref;
 	struct cuda_buf ws;
-	struct lt_plan plans[LT_PLANS];
-	unsigned next; /* the slot the next new plan replaces */
+	/* The plans of GEMMs on no resident weight (struct lt_plan), none
+	 * kept: the oldest replaced. */
+	struct plan_table plans;
 };
 
-/* A resident weight: A dense on the device, m x k row-major. */
+/* A resident weight: A dense on the device, m x k row-major, and the
+ * plans of its shapes (struct lt_plan), those made while it was warmed
+ * at load kept.  Per weight, so that a second weight's warming does not
+ * replace the first's plans (a weight is warmed at up to 2 x
+ * CUDA_WARM_MAX_WIDTHS shapes). */
 struct lt_weight {
 	CUdeviceptr a;
+	struct plan_table plans;
 };
 
 static int lt_type(enum mfma_dtype t)
@@ -165,9 +173,11 @@ static void lt_describe(int cc, struct backend_device_info *info)
 }
 
 /* Destroys what exists of a plan (each part may be missing after a
- * failure half-way) and empties the slot. */
-static void plan_clear(struct lt_plan *p)
+ * failure half-way) and frees it. */
+static void plan_free(struct lt_plan *p)
 {
+	if (!p)
+		return;
 	cuda_graph_free(&p->graph);
 	if (p->la)
 		lt.layout_destroy(p->la);
@@ -177,7 +187,14 @@ static void plan_clear(struct lt_plan *p)
 		lt.layout_destroy(p->lcd);
 	if (p->desc)
 		lt.desc_destroy(p->desc);
-	memset(p, 0, sizeof(*p));
+	free(p);
+}
+
+static void plans_free(struct plan_table *t)
+{
+	for (size_t i = 0; i < PLAN_TABLE_SLOTS; i++)
+		plan_free(t->plan[i]);
+	plan_table_init(t, t->kept_max);
 }
 
 static void lt_detach(struct cuda_dev *dev, void *state)
@@ -186,8 +203,7 @@ static void lt_detach(struct cuda_dev *dev, void *state)
 	(void)dev;
 	if (!s)
 		return;
-	for (size_t i = 0; i < LT_PLANS; i++)
-		plan_clear(&s->plans[i]);
+	plans_free(&s->plans);
 	if (s->pref)
 		lt.pref_destroy(s->pref);
 	if (s->h)
@@ -204,6 +220,7 @@ static int lt_attach(struct cuda_dev *dev, void **state, char *err, size_t errle
 		snprintf(err, errlen, "cuda: out of host memory");
 		return -ENOMEM;
 	}
+	plan_table_init(&s->plans, 0);
 	/* A library that cannot start leaves the provider without a handle,
 	 * so that it supports nothing, rather than failing the device. */
 	size_t max_ws = LT_MAX_WORKSPACE;
@@ -255,24 +272,25 @@ static size_t lt_ldb(uint32_t n)
 	return ((size_t)n + 7) / 8 * 8;
 }
 
-/* The cached plan of a shape, made (descriptors and heuristic) on first
- * use and counted on the device (cuda_dev_count_plan).  The cache is the
- * device's, LT_PLANS shapes of every weight together: the heuristic is
- * cheap (no search), so a plan replaced costs little when made again. */
-static int plan_get(struct cuda_dev *dev, struct lt_state *s, const struct mfma_gemm *g,
-		    struct lt_plan **out, char *err, size_t errlen)
+/* The plan of g's shape in t (a weight's or the device's), made
+ * (descriptors and heuristic) on first use, kept when the device is
+ * warming a weight, and counted on the device (cuda_dev_count_plan). */
+static int plan_get(struct cuda_dev *dev, struct lt_state *s, struct plan_table *t,
+		    const struct mfma_gemm *g, struct lt_plan **out, char *err, size_t errlen)
 {
-	for (size_t i = 0; i < LT_PLANS; i++) {
-		struct lt_plan *p = &s->plans[i];
-		if (p->used && p->m == g->m && p->n == g->n && p->k == g->k &&
+	for (size_t i = 0; i < PLAN_TABLE_SLOTS; i++) {
+		struct lt_plan *p = t->plan[i];
+		if (p && p->m == g->m && p->n == g->n && p->k == g->k &&
 		    p->in == g->in_dtype && p->out == g->out_dtype) {
 			*out = p;
 			return 0;
 		}
 	}
-	struct lt_plan *p = &s->plans[s->next];
-	s->next = (s->next + 1) % LT_PLANS;
-	plan_clear(p);
+	struct lt_plan *p = calloc(1, sizeof(*p));
+	if (!p) {
+		snprintf(err, errlen, "cuda: out of host memory");
+		return -ENOMEM;
+	}
 	const int in = lt_type(g->in_dtype), o = lt_type(g->out_dtype);
 	const int32_t op = LT_OP_N;
 	lt_status st;
@@ -286,7 +304,7 @@ static int plan_get(struct cuda_dev *dev, struct lt_state *s, const struct mfma_
 	    lt.layout_create(&p->lcd, o, g->n, g->m, g->n) != 0) {
 		snprintf(err, errlen, "cuda: cuBLASLt refused the descriptors of %ux%ux%u %s->%s",
 			 g->m, g->n, g->k, mfma_dtype_name(g->in_dtype), mfma_dtype_name(g->out_dtype));
-		plan_clear(p);
+		plan_free(p);
 		return -ENOTSUP;
 	}
 	lt_heuristic h;
@@ -296,7 +314,7 @@ static int plan_get(struct cuda_dev *dev, struct lt_state *s, const struct mfma_
 	if (st != 0 || got < 1 || h.state != 0) {
 		snprintf(err, errlen, "cuda: cuBLASLt has no algorithm for %ux%ux%u %s->%s (%d)", g->m,
 			 g->n, g->k, mfma_dtype_name(g->in_dtype), mfma_dtype_name(g->out_dtype), st);
-		plan_clear(p);
+		plan_free(p);
 		return -ENOTSUP;
 	}
 	p->m = g->m;
@@ -306,7 +324,7 @@ static int plan_get(struct cuda_dev *dev, struct lt_state *s, const struct mfma_
 	p->out = g->out_dtype;
 	p->algo = h.algo;
 	p->ws_bytes = h.workspace_size;
-	p->used = true;
+	plan_free(plan_table_put(t, p, cuda_dev_warming(dev)));
 	cuda_dev_count_plan(dev);
 	*out = p;
 	return 0;
@@ -319,6 +337,7 @@ static void lt_weight_free(struct cuda_dev *dev, void *state, void *packed)
 	(void)state;
 	if (!w)
 		return;
+	plans_free(&w->plans);
 	if (w->a)
 		nv_drv.cuMemFree(w->a);
 	free(w);
@@ -337,6 +356,7 @@ static int lt_weight_pack(struct cuda_dev *dev, void *state, const struct mfma_w
 		snprintf(err, errlen, "cuda: out of host memory");
 		return -ENOMEM;
 	}
+	plan_table_init(&w->plans, PLAN_TABLE_KEPT_MAX);
 	const void *src = wh->a;
 	if (wh->sparse) {
 		if (!(dense = malloc(bytes))) {
@@ -411,12 +431,12 @@ static int lt_launch(struct cuda_dev *dev, void *state, const struct mfma_gemm *
 		     const char **variant, char *err, size_t errlen)
 {
 	struct lt_state *s = state;
-	const struct lt_weight *w = packed;
+	struct lt_weight *w = packed;
 	const size_t es = mfma_dtype_size(g->in_dtype), os = mfma_dtype_size(g->out_dtype);
 	const size_t ldb = lt_ldb(g->n), abytes = (size_t)g->m * g->k * es;
 	const size_t dbytes = (size_t)g->m * g->n * os;
 	struct lt_plan *p;
-	int rc = plan_get(dev, s, g, &p, err, errlen);
+	int rc = plan_get(dev, s, w ? &w->plans : &s->plans, g, &p, err, errlen);
 	if (rc < 0)
 		return rc;
 	struct cuda_buf *a = cuda_dev_scratch(dev, CUDA_SCRATCH_A);

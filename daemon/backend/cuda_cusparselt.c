@@ -16,7 +16,7 @@
  * the plan for it once (descriptors, plan, cusparseLtMatmulSearch, which
  * is worth up to 2x on skinny N) and keeps it with the weight; a weight
  * warmed at load (cuda.c) makes those of every width it will meet then,
- * and keeps them for good (plan_keep).  The weight
+ * and keeps them for good (plan_table).  The weight
  * is padded with zero rows and columns to multiples of 32: the sizes the
  * library's kernels take in every version seen. */
 #include "mfmad_build.h"
@@ -28,7 +28,7 @@
 #include <string.h>
 
 #include "cuda_provider.h"
-#include "cuda_widths.h"
+#include "plan_table.h"
 #include "sparse24.h"
 
 /* ---- The part of the cuSPARSELt API used ---- */
@@ -135,7 +135,6 @@ struct cs_plan {
 	uint32_t n;
 	enum mfma_dtype out;
 	bool failed; /* the library refused this shape: do not ask again */
-	bool kept;   /* made when the weight was warmed at load: never replaced */
 	bool have_b, have_c, have_mm, have_plan;
 	cs_obj mb, mc, mm, sel, plan;
 	size_t ws_bytes;
@@ -143,24 +142,18 @@ struct cs_plan {
 	struct cuda_graph graph; /* the launch, replayed (cuda_dev_graph_run) */
 };
 
-/* Plans kept per weight.  Those made when the weight is warmed at load
- * (cuda_dev_warming) stay: at most CUDA_WARM_MAX_WIDTHS widths for the two
- * output types of f16 and bf16, CS_KEPT_MAX.  The others (an exact N of a
- * single request, a width past the warmed ones) take the remaining slots,
- * the oldest replaced; a plan replaced and needed again costs its search
- * again (some 100 ms on the H200).  A plan is a few descriptors on the
- * host: 80 of them are some 375 KiB per weight. */
-#define CS_KEPT_MAX (2 * CUDA_WARM_MAX_WIDTHS)
-#define CS_PLANS (CS_KEPT_MAX + 32)
-
+/* Plans kept per weight (plan_table).  Those made when the weight is
+ * warmed at load (cuda_dev_warming) stay; the others (an exact N of a
+ * single request, a width past the warmed ones) replace each other oldest
+ * first, and a plan replaced and needed again costs its search again
+ * (some 100 ms on the H200).  A plan is a few descriptors on the host: 80
+ * of them are some 375 KiB per weight. */
 struct cs_weight {
 	uint32_t m, k, mp, kp;
 	enum mfma_dtype dtype;
 	cs_obj ma;
 	CUdeviceptr comp;
-	struct cs_plan *plans[CS_PLANS];
-	unsigned next; /* where the search for a slot to replace starts */
-	unsigned kept; /* plans that stay */
+	struct plan_table plans; /* of struct cs_plan */
 };
 
 static uint32_t pad_to(uint32_t x, uint32_t to)
@@ -278,8 +271,8 @@ static void cs_weight_free(struct cuda_dev *dev, void *state, void *packed)
 	(void)state;
 	if (!w)
 		return;
-	for (size_t i = 0; i < CS_PLANS; i++)
-		plan_free(w->plans[i]);
+	for (size_t i = 0; i < PLAN_TABLE_SLOTS; i++)
+		plan_free(w->plans.plan[i]);
 	cs.mat_destroy(&w->ma);
 	if (w->comp)
 		nv_drv.cuMemFree(w->comp);
@@ -300,6 +293,7 @@ static int cs_weight_pack(struct cuda_dev *dev, void *state, const struct mfma_w
 		snprintf(err, errlen, "cuda: out of host memory");
 		return -ENOMEM;
 	}
+	plan_table_init(&w->plans, PLAN_TABLE_KEPT_MAX);
 	w->m = wh->m;
 	w->k = wh->k;
 	w->mp = pad_to(wh->m, CS_PAD);
@@ -470,29 +464,6 @@ static struct cs_plan *plan_make(struct cs_state *s, struct cs_weight *w, uint32
 	return p;
 }
 
-/* Puts a new plan in w's table: a warmed one (keep) in a free slot while
- * fewer than CS_KEPT_MAX are kept, every other in the next slot that is
- * not kept, replacing what was there.  The kept are at most CS_KEPT_MAX
- * of CS_PLANS, so such a slot always exists. */
-static void plan_keep(struct cs_weight *w, struct cs_plan *p, bool keep)
-{
-	unsigned at = w->next;
-	if (keep && w->kept < CS_KEPT_MAX) {
-		for (unsigned i = 0; i < CS_PLANS; i++)
-			if (!w->plans[(w->next + i) % CS_PLANS]) {
-				at = (w->next + i) % CS_PLANS;
-				break;
-			}
-	}
-	for (unsigned i = 0; i < CS_PLANS && w->plans[at] && w->plans[at]->kept; i++)
-		at = (at + 1) % CS_PLANS;
-	p->kept = keep && w->kept < CS_KEPT_MAX;
-	w->kept += p->kept;
-	plan_free(w->plans[at]);
-	w->plans[at] = p;
-	w->next = (at + 1) % CS_PLANS;
-}
-
 /* One cusparseLtMatmul: what cuda_dev_graph_run captures or enqueues. */
 struct cs_call {
 	const struct cs_state *s;
@@ -538,9 +509,11 @@ static int cs_launch(struct cuda_dev *dev, void *state, const struct mfma_gemm *
 		return rc;
 
 	struct cs_plan *p = NULL;
-	for (size_t i = 0; i < CS_PLANS && !p; i++)
-		if (w->plans[i] && w->plans[i]->n == g->n && w->plans[i]->out == g->out_dtype)
-			p = w->plans[i];
+	for (size_t i = 0; i < PLAN_TABLE_SLOTS && !p; i++) {
+		struct cs_plan *q = w->plans.plan[i];
+		if (q && q->n == g->n && q->out == g->out_dtype)
+			p = q;
+	}
 	if (!p) {
 		/* Before the timing marks: the search is not this GEMM's time. */
 		if (!(p = plan_make(s, w, g->n, g->out_dtype, b->p, d->p, stream))) {
@@ -548,7 +521,7 @@ static int cs_launch(struct cuda_dev *dev, void *state, const struct mfma_gemm *
 			return -ENOMEM;
 		}
 		cuda_dev_count_plan(dev);
-		plan_keep(w, p, cuda_dev_warming(dev));
+		plan_free(plan_table_put(&w->plans, p, cuda_dev_warming(dev)));
 	}
 	if (p->failed) {
 		snprintf(err, errlen, "cuda: cuSPARSELt has no plan for %ux%ux%u %s->%s", g->m, g->n,

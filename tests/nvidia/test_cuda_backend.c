@@ -1199,6 +1199,111 @@ static void test_cusparselt_keeps_warmed_plans(void **state)
 	cuda_dev_close(cd);
 }
 
+/* One GEMM on cuBLASLt directly: N columns of B against the weight
+ * packed from wo (NULL: wo's A sent with the GEMM, as on no resident
+ * weight), checked on 16 sampled rows against float64. */
+static void lt_run(struct cuda_dev *cd, void *st, void *packed, const struct operands *wo,
+		   uint32_t m, uint32_t k, uint32_t n, enum mfma_dtype out)
+{
+	struct operands r;
+	ops_make(&r, MFMA_DT_F16, out, false, m, n, k, 1.0f, 0.0f);
+	free(r.a);
+	r.a = NULL;
+	r.g.a = wo->a;
+	const char *variant = NULL;
+	char err[512] = "";
+	if (cuda_provider_cublaslt.launch(cd, st, &r.g, packed, &variant, err, sizeof(err)) != 0)
+		fail_msg("cuBLASLt %ux%ux%u -> %s: %s", m, n, k, mfma_dtype_name(out), err);
+	struct backend_timing t;
+	cuda_dev_timing(cd, &t); /* waits for D */
+	uint32_t idx[16];
+	for (uint32_t j = 0; j < 16; j++)
+		idx[j] = j == 0 ? 0 : j == 1 ? m - 1 : nvt_rand(&seed) % m;
+	const double rel = rel_error(&r, idx, 16);
+	checks++;
+	if (!(rel <= nvt_tolerance(out)))
+		fail_msg("cuBLASLt %ux%ux%u -> %s: relative error %g", m, n, k, mfma_dtype_name(out),
+			 rel);
+	r.g.a = NULL;
+	ops_free(&r);
+}
+
+/* cuBLASLt keeps a resident weight's plans with the weight, those made
+ * while it is warmed for good: a second weight warmed after the first,
+ * and 40 other widths after both, replace none of the warmed (a cache of
+ * the device's, as before, held 32 plans of every weight together, fewer
+ * than one weight's warming makes with max_columns past 1024).  GEMMs on
+ * no resident weight have a cache of their own. */
+static void test_cublaslt_keeps_warmed_plans(void **state)
+{
+	(void)state;
+	if (quick)
+		return;
+	char err[512] = "";
+	struct cuda_dev *cd = NULL;
+	struct backend_config cfg = { TEST_BASE_CFG };
+	if (cuda_dev_open(dev_index, &cfg, &cd, err, sizeof(err)) != 0)
+		fail_msg("cuda_dev_open: %s", err);
+	const struct cuda_provider *p = &cuda_provider_cublaslt;
+	void *st = NULL;
+	if (!p->usable(cuda_dev_cc(cd)) || p->attach(cd, &st, err, sizeof(err)) != 0) {
+		printf("  (cuBLASLt absent: nothing to check)\n");
+		cuda_dev_close(cd);
+		return;
+	}
+	const uint32_t k = 256, ms[2] = { 256, 384 };
+	struct operands o[2];
+	void *packed[2] = { NULL, NULL };
+	for (int wi = 0; wi < 2; wi++) {
+		ops_make(&o[wi], MFMA_DT_F16, MFMA_DT_F32, false, ms[wi], 16, k, 1.0f, 0.0f);
+		struct mfma_weight_host wh = { .m = ms[wi], .k = k, .dtype = MFMA_DT_F16,
+					       .a = o[wi].a };
+		uint64_t bytes = 0;
+		if (p->weight_pack(cd, st, &wh, &packed[wi], &bytes, err, sizeof(err)) != 0 ||
+		    cuda_dev_sync(cd, "packing", err, sizeof(err)) != 0)
+			fail_msg("cuBLASLt weight_pack: %s", err);
+	}
+	const enum mfma_dtype outs[2] = { MFMA_DT_F32, MFMA_DT_F16 };
+	/* Each weight warmed at CUDA_WARM_MAX_WIDTHS widths x 2 output types,
+	 * the second after the first. */
+	const uint64_t p0 = cuda_dev_plans(cd);
+	cuda_dev_set_warming(cd, true);
+	for (int wi = 0; wi < 2; wi++)
+		for (int oi = 0; oi < 2; oi++)
+			for (uint32_t i = 1; i <= CUDA_WARM_MAX_WIDTHS; i++)
+				lt_run(cd, st, packed[wi], &o[wi], ms[wi], k, 16 * i, outs[oi]);
+	cuda_dev_set_warming(cd, false);
+	assert_int_equal(cuda_dev_plans(cd) - p0, 4 * CUDA_WARM_MAX_WIDTHS);
+	/* 40 other N (odd multiples of 8) on the first weight, in its 32
+	 * slots not kept; two GEMMs of one shape on no resident weight. */
+	for (uint32_t j = 0; j < 40; j++)
+		lt_run(cd, st, packed[0], &o[0], ms[0], k, 8 + 16 * j, MFMA_DT_F32);
+	lt_run(cd, st, NULL, &o[1], ms[1], k, 24, MFMA_DT_F16);
+	lt_run(cd, st, NULL, &o[1], ms[1], k, 24, MFMA_DT_F16);
+	const uint64_t p1 = cuda_dev_plans(cd);
+	assert_int_equal(p1 - p0, 4 * CUDA_WARM_MAX_WIDTHS + 40 + 1);
+	/* Every warmed plan of both weights is still there; the first of the
+	 * others was replaced and is made again. */
+	for (int wi = 0; wi < 2; wi++)
+		for (int oi = 0; oi < 2; oi++)
+			for (uint32_t i = 1; i <= CUDA_WARM_MAX_WIDTHS; i++)
+				lt_run(cd, st, packed[wi], &o[wi], ms[wi], k, 16 * i, outs[oi]);
+	const uint64_t p2 = cuda_dev_plans(cd);
+	lt_run(cd, st, packed[0], &o[0], ms[0], k, 8, MFMA_DT_F32);
+	printf("  cuBLASLt: 2 weights x %u warmed plans, 40 others; warmed again: %" PRIu64
+	       " new plans; the oldest other again: %" PRIu64 "\n", 2 * CUDA_WARM_MAX_WIDTHS,
+	       p2 - p1, cuda_dev_plans(cd) - p2);
+	assert_int_equal(p2, p1);
+	assert_int_equal(cuda_dev_plans(cd) - p2, 1);
+	for (int wi = 0; wi < 2; wi++) {
+		p->weight_free(cd, st, packed[wi]);
+		ops_free(&o[wi]);
+	}
+	cuda_dev_drain(cd);
+	p->detach(cd, st);
+	cuda_dev_close(cd);
+}
+
 /* The libraries' launches are replayed from a CUDA graph made per plan
  * and operands (cuda_dev_graph_run): the same call again replays it, a
  * call with other scalars or another C makes another, going back finds or
@@ -2593,6 +2698,7 @@ int main(void)
 		cmocka_unit_test(test_choice),
 		cmocka_unit_test(test_warmup),
 		cmocka_unit_test(test_cusparselt_keeps_warmed_plans),
+		cmocka_unit_test(test_cublaslt_keeps_warmed_plans),
 		cmocka_unit_test(test_library_graph_replay),
 		cmocka_unit_test(test_policy_and_cache),
 		cmocka_unit_test(test_served_trial),
