@@ -1116,6 +1116,31 @@ static void test_warmup(void **state)
 	}
 }
 
+/* A device of its own with library provider p attached, driven directly
+ * by a test: false (and a line saying so) where the library is absent. */
+static bool provider_open(const struct cuda_provider *p, struct cuda_dev **cd, void **st)
+{
+	char err[512] = "";
+	struct backend_config cfg = { TEST_BASE_CFG };
+	*cd = NULL;
+	*st = NULL;
+	if (cuda_dev_open(dev_index, &cfg, cd, err, sizeof(err)) != 0)
+		fail_msg("cuda_dev_open: %s", err);
+	if (!p->usable(cuda_dev_cc(*cd)) || p->attach(*cd, st, err, sizeof(err)) != 0) {
+		printf("  (%s absent: nothing to check)\n", p->name);
+		cuda_dev_close(*cd);
+		return false;
+	}
+	return true;
+}
+
+static void provider_close(const struct cuda_provider *p, struct cuda_dev *cd, void *st)
+{
+	cuda_dev_drain(cd);
+	p->detach(cd, st);
+	cuda_dev_close(cd);
+}
+
 /* One GEMM on cuSPARSELt directly (a 2:4 weight it packed), N columns to
  * out.  A shape the library has no kernel for (-ENOTSUP) still leaves its
  * plan, marked failed, in the weight's table: it counts like any other. */
@@ -1145,17 +1170,11 @@ static void test_cusparselt_keeps_warmed_plans(void **state)
 	if (quick)
 		return;
 	char err[512] = "";
-	struct cuda_dev *cd = NULL;
-	struct backend_config cfg = { TEST_BASE_CFG };
-	if (cuda_dev_open(dev_index, &cfg, &cd, err, sizeof(err)) != 0)
-		fail_msg("cuda_dev_open: %s", err);
 	const struct cuda_provider *p = &cuda_provider_cusparselt;
-	void *st = NULL;
-	if (!p->usable(cuda_dev_cc(cd)) || p->attach(cd, &st, err, sizeof(err)) != 0) {
-		printf("  (cuSPARSELt absent: nothing to check)\n");
-		cuda_dev_close(cd);
+	struct cuda_dev *cd;
+	void *st;
+	if (!provider_open(p, &cd, &st))
 		return;
-	}
 	const uint32_t m = 256, k = 256;
 	struct operands o;
 	ops_make(&o, MFMA_DT_F16, MFMA_DT_F32, true, m, 16, k, 1.0f, 0.0f);
@@ -1194,9 +1213,7 @@ static void test_cusparselt_keeps_warmed_plans(void **state)
 	assert_int_equal(cuda_dev_plans(cd) - p2, 1);
 	p->weight_free(cd, st, packed);
 	ops_free(&o);
-	cuda_dev_drain(cd);
-	p->detach(cd, st);
-	cuda_dev_close(cd);
+	provider_close(p, cd, st);
 }
 
 /* One GEMM on cuBLASLt directly: N columns of B against the weight
@@ -1240,17 +1257,11 @@ static void test_cublaslt_keeps_warmed_plans(void **state)
 	if (quick)
 		return;
 	char err[512] = "";
-	struct cuda_dev *cd = NULL;
-	struct backend_config cfg = { TEST_BASE_CFG };
-	if (cuda_dev_open(dev_index, &cfg, &cd, err, sizeof(err)) != 0)
-		fail_msg("cuda_dev_open: %s", err);
 	const struct cuda_provider *p = &cuda_provider_cublaslt;
-	void *st = NULL;
-	if (!p->usable(cuda_dev_cc(cd)) || p->attach(cd, &st, err, sizeof(err)) != 0) {
-		printf("  (cuBLASLt absent: nothing to check)\n");
-		cuda_dev_close(cd);
+	struct cuda_dev *cd;
+	void *st;
+	if (!provider_open(p, &cd, &st))
 		return;
-	}
 	const uint32_t k = 256, ms[2] = { 256, 384 };
 	struct operands o[2];
 	void *packed[2] = { NULL, NULL };
@@ -1299,9 +1310,7 @@ static void test_cublaslt_keeps_warmed_plans(void **state)
 		p->weight_free(cd, st, packed[wi]);
 		ops_free(&o[wi]);
 	}
-	cuda_dev_drain(cd);
-	p->detach(cd, st);
-	cuda_dev_close(cd);
+	provider_close(p, cd, st);
 }
 
 /* The libraries' launches are replayed from a CUDA graph made per plan
@@ -1312,16 +1321,10 @@ static void test_cublaslt_keeps_warmed_plans(void **state)
 static void graph_replay(const struct cuda_provider *p, bool sparse)
 {
 	char err[512] = "";
-	struct cuda_dev *cd = NULL;
-	struct backend_config cfg = { TEST_BASE_CFG };
-	if (cuda_dev_open(dev_index, &cfg, &cd, err, sizeof(err)) != 0)
-		fail_msg("cuda_dev_open: %s", err);
-	void *st = NULL;
-	if (!p->usable(cuda_dev_cc(cd)) || p->attach(cd, &st, err, sizeof(err)) != 0) {
-		printf("  (%s absent: nothing to check)\n", p->name);
-		cuda_dev_close(cd);
+	struct cuda_dev *cd;
+	void *st;
+	if (!provider_open(p, &cd, &st))
 		return;
-	}
 	const uint32_t m = 384, k = 512, n = 16;
 	struct operands o;
 	ops_make(&o, MFMA_DT_F16, MFMA_DT_F16, sparse, m, n, k, 1.0f, 0.0f);
@@ -1358,9 +1361,7 @@ static void graph_replay(const struct cuda_provider *p, bool sparse)
 	}
 	p->weight_free(cd, st, packed);
 	ops_free(&o);
-	cuda_dev_drain(cd);
-	p->detach(cd, st);
-	cuda_dev_close(cd);
+	provider_close(p, cd, st);
 }
 
 static void test_library_graph_replay(void **state)
