@@ -668,6 +668,16 @@ int mfma_connect_tls(const char *endpoint, const struct mfma_tls *tls, mfma_clie
 	return 0;
 }
 
+/* Frees p's kept refusal (a draining daemon's "shutting down"), if any,
+ * where it was decoded. */
+static void refused_free(struct client_pending *p)
+{
+	if (p->refused)
+		client_response_free(p->refused, &p->refused_rx);
+	p->refused = NULL;
+	p->refused_rx = (struct client_rx){ 0 };
+}
+
 void mfma_close(mfma_client *c)
 {
 	if (!c)
@@ -680,8 +690,7 @@ void mfma_close(mfma_client *c)
 	free(c->tls_out);
 	for (size_t i = 0; i < c->npend; i++) {
 		client_response_free(c->pend[i].resp, &c->pend[i].rx);
-		if (c->pend[i].refused)
-			mfma__v1__response__free_unpacked(c->pend[i].refused, NULL);
+		refused_free(&c->pend[i]);
 		client_pending_drop_frame(&c->pend[i]);
 	}
 	free(c->pend);
@@ -761,8 +770,7 @@ int client_pending_add(mfma_client *c, uint64_t id, bool user)
 void client_pending_remove(mfma_client *c, struct client_pending *p)
 {
 	client_response_free(p->resp, &p->rx);
-	if (p->refused)
-		mfma__v1__response__free_unpacked(p->refused, NULL);
+	refused_free(p);
 	client_pending_drop_frame(p);
 	pending_index_del(&c->pend_at, p->id);
 	c->nuser -= p->user;
@@ -870,15 +878,12 @@ static void dispatch(mfma_client *c, Mfma__V1__Response *resp, struct client_rx 
 	const Mfma__V1__Status *st = resp->status;
 	if (p->frame && st && st->has_code && st->code == MFMA__V1__CODE__UNAVAILABLE &&
 	    st->message && strncmp(st->message, "shutting down", 13) == 0) {
-		if (p->refused)
-			mfma__v1__response__free_unpacked(p->refused, NULL);
+		refused_free(p);
 		p->refused = resp;
+		p->refused_rx = *rx;
 		return;
 	}
-	if (p->refused) {
-		mfma__v1__response__free_unpacked(p->refused, NULL);
-		p->refused = NULL;
-	}
+	refused_free(p);
 	p->resp = resp;
 	p->rx = *rx;
 	p->t_recv_ns = now;
@@ -1430,15 +1435,24 @@ static struct client_pending *ready(mfma_client *c, uint64_t id)
 static void answer_refused(mfma_client *c, const struct mfma_error *why)
 {
 	bool drained = false;
-	for (size_t i = 0; i < c->npend; i++) {
+	for (size_t i = 0; i < c->npend;) {
 		struct client_pending *p = &c->pend[i];
+		if (p->refused && p->abandoned && !p->resp) {
+			/* Its call returned: no one takes this answer.  The last
+			 * entry moves into slot i. */
+			client_pending_remove(c, p);
+			continue;
+		}
 		if (p->refused && !p->resp) {
 			p->resp = p->refused;
+			p->rx = p->refused_rx;
 			p->refused = NULL;
+			p->refused_rx = (struct client_rx){ 0 };
 			p->t_recv_ns = mfma_clock_ns();
 			arrived(c, p);
 			drained = true;
 		}
+		i++;
 	}
 	if (!drained)
 		return;

@@ -62,8 +62,11 @@ struct client_pending {
 	size_t niov;
 	uint64_t deadline_ns;
 	/* A draining daemon's "shutting down", kept while the request goes
-	 * to another connection: its answer if no other daemon takes it. */
+	 * to another connection: its answer if no other daemon takes it;
+	 * refused_rx, where it was decoded (an arena, a frame), as rx for
+	 * resp. */
 	Mfma__V1__Response *refused;
+	struct client_rx refused_rx;
 };
 
 /* How long a resendable request may wait for a connection when neither

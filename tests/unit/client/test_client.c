@@ -93,9 +93,12 @@ static int send_response(int fd, const Mfma__V1__Response *resp)
 }
 
 /* A GEMM answer whose D is rows x cols f32, every element = value. */
-static int send_gemm(int fd, uint64_t id, uint32_t rows, uint32_t cols, float value)
+/* A GEMM's answer, D rows x cols of value, with a status (code 0: none). */
+static int send_gemm_status(int fd, uint64_t id, uint32_t rows, uint32_t cols, float value,
+			    int code, const char *msg)
 {
 	Mfma__V1__Response resp = MFMA__V1__RESPONSE__INIT;
+	Mfma__V1__Status st = MFMA__V1__STATUS__INIT;
 	Mfma__V1__GemmResult gr = MFMA__V1__GEMM_RESULT__INIT;
 	Mfma__V1__Matrix d = MFMA__V1__MATRIX__INIT;
 	Mfma__V1__Timing t = MFMA__V1__TIMING__INIT;
@@ -127,9 +130,20 @@ static int send_gemm(int fd, uint64_t id, uint32_t rows, uint32_t cols, float va
 	resp.id = id;
 	resp.body_case = MFMA__V1__RESPONSE__BODY_GEMM;
 	resp.gemm = &gr;
+	if (code) {
+		st.has_code = 1;
+		st.code = (Mfma__V1__Code)code;
+		st.message = (char *)msg;
+		resp.status = &st;
+	}
 	int rc = send_response(fd, &resp);
 	free(data);
 	return rc;
+}
+
+static int send_gemm(int fd, uint64_t id, uint32_t rows, uint32_t cols, float value)
+{
+	return send_gemm_status(fd, id, rows, cols, value, 0, NULL);
 }
 
 static int send_status(int fd, uint64_t id, int code, const char *msg)
@@ -660,6 +674,35 @@ static void script_silent(struct fake *f, int fd)
 	mfma__v1__request__free_unpacked(req, NULL);
 }
 
+/* A draining daemon's "shutting down" that also carries a GEMM's body
+ * (a hostile or broken daemon: it decodes into the small answer's arena):
+ * kept while the request would go to another connection, then, none
+ * taking it, the call's answer, freed where it was decoded (it had been
+ * freed as if malloc'd piece by piece: glibc aborted, ASan reported a
+ * free inside the arena). */
+static void script_refused_with_d(struct fake *f, int fd)
+{
+	Mfma__V1__Request *req = read_request(fd);
+	if (!req || req->body_case != MFMA__V1__REQUEST__BODY_GEMM) {
+		f->failed = 1;
+		return;
+	}
+	send_gemm_status(fd, req->id, 2, 1, 3.0f, MFMA__V1__CODE__UNAVAILABLE, "shutting down");
+	mfma__v1__request__free_unpacked(req, NULL);
+}
+
+static void test_refused_with_d(void **state)
+{
+	struct mfma_gemm_args a;
+	mfma_client *c = fake_client(state, script_refused_with_d, &a);
+	struct mfma_gemm_result r;
+	struct mfma_error err;
+	mfma_set_timeout(c, 2000);
+	assert_true(mfma_gemm(c, &a, &r, &err) < 0);
+	assert_int_equal(err.code, MFMA_CODE_UNAVAILABLE);
+	assert_non_null(strstr(err.message, "shutting down"));
+}
+
 static void script_idle(struct fake *f, int fd)
 {
 	(void)f;
@@ -774,6 +817,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_out_of_order, fake_teardown),
 		cmocka_unit_test_teardown(test_any_in_arrival_order, fake_teardown),
 		cmocka_unit_test_teardown(test_blocking_d_after_timeout, fake_teardown),
+		cmocka_unit_test_teardown(test_refused_with_d, fake_teardown),
 		cmocka_unit_test_teardown(test_no_deadlock_with_large_frames, fake_teardown),
 		cmocka_unit_test_teardown(test_errors, fake_teardown),
 		cmocka_unit_test_teardown(test_answer_then_close, fake_teardown),
