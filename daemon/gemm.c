@@ -539,17 +539,21 @@ static int use_regions(struct conn *c, struct gemm_job *j, char *err, size_t err
 	if (rc == 0 && pl->d_region &&
 	    (rc = regions_use(c, pl->d_region, pl->d_bytes, "d", &j->rd, &p, err, errlen)) == 0)
 		pl->g.d = p;
-	if (rc == 0 && j->rd &&
-	    (regions_overlap(j->rd, pl->g.d, pl->d_bytes, j->rb, pl->g.b, pl->b_bytes) ||
-	     regions_overlap(j->rd, pl->g.d, pl->d_bytes, j->rc, pl->g.c, pl->c_bytes))) {
-		snprintf(err, errlen,
-			 "d (offset %" PRIu64 ", %zu bytes) overlaps %s in region %" PRIu64
-			 "; the result must go to bytes the inputs do not use",
-			 pl->d_region->offset, pl->d_bytes,
-			 regions_overlap(j->rd, pl->g.d, pl->d_bytes, j->rb, pl->g.b, pl->b_bytes)
-				 ? "b" : "c",
-			 regions_id(j->rd));
-		rc = -EINVAL;
+	if (rc == 0 && j->rd) {
+		const bool over_b = regions_overlap(j->rd, pl->g.d, pl->d_bytes, j->rb, pl->g.b,
+						    pl->b_bytes);
+		if (over_b ||
+		    regions_overlap(j->rd, pl->g.d, pl->d_bytes, j->rc, pl->g.c, pl->c_bytes)) {
+			const struct region *in = over_b ? j->rb : j->rc;
+			snprintf(err, errlen,
+				 "d (region %" PRIu64 ", offset %" PRIu64 ", %zu bytes) overlaps %s "
+				 "(region %" PRIu64 "%s); the result must go to bytes the inputs do "
+				 "not use",
+				 regions_id(j->rd), pl->d_region->offset, pl->d_bytes,
+				 over_b ? "b" : "c", regions_id(in),
+				 in != j->rd ? ", the same memfd" : "");
+			rc = -EINVAL;
+		}
 	}
 	return rc;
 }

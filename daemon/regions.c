@@ -17,12 +17,20 @@
 #include "validate.h"
 
 struct region {
-	struct region *next;    /* in its connection's list while registered */
-	struct conn *conn;      /* the owner; NULL once unregistered or closed */
+	/* In its connection's list from registration until it is gone or
+	 * the connection closes: an unregistered region that requests still
+	 * use stays listed (and counted against the connection's limits),
+	 * but no request finds it. */
+	struct region *next;
+	struct conn *conn;      /* the owner; NULL once unlisted */
+	bool unregistered;      /* the client unregistered it */
+	bool unreg_failed;      /* a device's unregistration could not run */
 	uint64_t id;
 	int fd;
 	void *base;
 	size_t len;
+	dev_t file_dev;         /* the memfd's identity: two regions of one */
+	ino_t file_ino;         /* file overlap where their offsets do */
 	int refs;               /* the registration, each request using it, each device job */
 	int jobs;               /* device jobs not yet done */
 	struct request reg;     /* the RegisterRegion, answered when the devices are done */
@@ -44,7 +52,9 @@ uint64_t regions_id(const struct region *rg)
 	return rg->id;
 }
 
-/* Bytes of the regions of connection c, and how many. */
+/* Bytes of the regions connection c holds, and how many: those
+ * registered and those unregistered that its requests still use (the
+ * memory stays mapped and pinned for it until they are done). */
 static uint64_t conn_bytes(struct conn *c, uint32_t *count)
 {
 	uint64_t sum = 0;
@@ -142,9 +152,10 @@ static void unregister_done(struct daemon *d, struct sched_job *sj, int status)
 		log_err("region %" PRIu64 ": its unregistration on device %d could not run (%s); "
 			"the mapping is kept", rg->id, sj->dev, strerror(-status));
 	free(j);
+	rg->unreg_failed |= status < 0;
 	if (--rg->jobs == 0) {
-		if (status < 0) {
-			/* The device may still use the pages: keep them mapped. */
+		if (rg->unreg_failed) {
+			/* A device may still use the pages: keep them mapped. */
 			rg->base = NULL;
 		}
 		destroy(d, rg);
@@ -191,16 +202,21 @@ void regions_unref(struct daemon *d, struct region *rg)
 
 /* ---- requests ---- */
 
-/* Checks the descriptor and maps it: 0, or -errno with err naming what. */
-static int map_fd(int fd, uint64_t want, void **base, size_t *len, char *err, size_t errlen)
+/* Checks the descriptor and maps it: 0, or -errno with err naming what.
+ * The seals are read before the size: once sealed against shrinking and
+ * growing the size cannot change, where a size read first could be made
+ * stale by a client that shrinks the file and then seals it (a mapping
+ * past the file's end, and SIGBUS on a read there). */
+static int map_fd(int fd, uint64_t want, void **base, size_t *len, struct stat *st_out,
+		  char *err, size_t errlen)
 {
+	int seals = fcntl(fd, F_GET_SEALS);
 	struct stat st;
 	if (fstat(fd, &st) < 0) {
 		snprintf(err, errlen, "register_region: the descriptor cannot be examined: %s",
 			 strerror(errno));
 		return -EINVAL;
 	}
-	int seals = fcntl(fd, F_GET_SEALS);
 	int rc = validate_region_fd((uint32_t)st.st_mode, (uint64_t)st.st_size,
 				    seals < 0 ? -1 : seals, want, err, errlen);
 	if (rc < 0)
@@ -218,6 +234,7 @@ static int map_fd(int fd, uint64_t want, void **base, size_t *len, char *err, si
 	}
 	*base = p;
 	*len = (size_t)st.st_size;
+	*st_out = st;
 	return 0;
 }
 
@@ -231,6 +248,7 @@ void regions_handle_register(struct daemon *d, const struct request *r,
 	int fd = conn_is_unix(c) ? conn_take_fd(c) : -ENOENT;
 	void *base = NULL;
 	size_t len = 0;
+	struct stat st;
 	uint32_t count;
 	uint64_t held = conn_bytes(c, &count);
 
@@ -252,13 +270,14 @@ void regions_handle_register(struct daemon *d, const struct request *r,
 		snprintf(err, sizeof(err), "shutting down: not taking new requests");
 		goto fail;
 	}
-	if (map_fd(fd, m->has_bytes ? m->bytes : 0, &base, &len, err, sizeof(err)) < 0)
+	if (map_fd(fd, m->has_bytes ? m->bytes : 0, &base, &len, &st, err, sizeof(err)) < 0)
 		goto fail;
 	code = MFMA__V1__CODE__RESOURCE_EXHAUSTED;
 	if (count + 1 > cf->max_regions_per_conn) {
 		snprintf(err, sizeof(err),
-			 "this connection has %u region(s) registered (limits.max_regions_per_conn "
-			 "= %u)", count, cf->max_regions_per_conn);
+			 "this connection holds %u region(s), counting those unregistered that its "
+			 "requests still use (limits.max_regions_per_conn = %u)",
+			 count, cf->max_regions_per_conn);
 		goto fail;
 	}
 	if (held + len > cf->max_region_bytes_per_conn) {
@@ -284,6 +303,8 @@ void regions_handle_register(struct daemon *d, const struct request *r,
 	rg->fd = fd;
 	rg->base = base;
 	rg->len = len;
+	rg->file_dev = st.st_dev;
+	rg->file_ino = st.st_ino;
 	rg->refs = 1;
 	rg->conn = c;
 	rg->next = *conn_regions(c);
@@ -308,7 +329,7 @@ fail:
 static struct region *find(struct conn *c, uint64_t id)
 {
 	for (struct region *rg = *conn_regions(c); rg; rg = rg->next)
-		if (rg->id == id)
+		if (rg->id == id && !rg->unregistered)
 			return rg;
 	return NULL;
 }
@@ -322,7 +343,9 @@ void regions_handle_unregister(struct daemon *d, const struct request *r,
 			     "region=%" PRIu64 " is not registered on this connection", m->region);
 		return;
 	}
-	detach(rg);
+	/* Listed until it is gone: the connection's limits count it while
+	 * its requests still use it. */
+	rg->unregistered = true;
 	rg->unreg = *r;
 	rg->unreg_pending = true;
 	request_hold(d, &rg->unreg);
@@ -351,9 +374,11 @@ int regions_use(struct conn *c, const Mfma__V1__RegionRef *ref, uint64_t need,
 bool regions_overlap(const struct region *ra, const void *a, size_t alen, const struct region *rb,
 		     const void *b, size_t blen)
 {
-	if (!ra || !rb || ra != rb)
+	/* By the file and the offset in it: two regions of one memfd (the
+	 * same descriptor sent twice, or a dup of it) share their pages. */
+	if (!ra || !rb || ra->file_dev != rb->file_dev || ra->file_ino != rb->file_ino)
 		return false;
-	uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+	uintptr_t x = (uintptr_t)a - (uintptr_t)ra->base, y = (uintptr_t)b - (uintptr_t)rb->base;
 	return x < y + blen && y < x + alen;
 }
 
@@ -361,7 +386,10 @@ void regions_conn_closed(struct daemon *d, struct conn *c)
 {
 	struct region *rg;
 	while ((rg = *conn_regions(c)) != NULL) {
+		/* An unregistered one's registration was let go already. */
+		const bool registered = !rg->unregistered;
 		detach(rg);
-		regions_unref(d, rg);
+		if (registered)
+			regions_unref(d, rg);
 	}
 }

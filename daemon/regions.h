@@ -40,7 +40,8 @@ void regions_handle_unregister(struct daemon *d, const struct request *r,
  * *p points at the bytes.  field names the operand in the error ("b"). */
 int regions_use(struct conn *c, const Mfma__V1__RegionRef *ref, uint64_t need,
 		const char *field, struct region **rg, void **p, char *err, size_t errlen);
-/* Whether [a, a + alen) of region ra and [b, b + blen) of rb overlap. */
+/* Whether [a, a + alen) of region ra and [b, b + blen) of rb overlap: the
+ * same bytes of one file (two regions of one memfd share its pages). */
 bool regions_overlap(const struct region *ra, const void *a, size_t alen, const struct region *rb,
 		     const void *b, size_t blen);
 uint64_t regions_id(const struct region *rg);

@@ -104,6 +104,13 @@ int validate_region_fd(uint32_t mode, uint64_t size, int seals, uint64_t want, c
 		return bad(err, errlen,
 			   "register_region: the descriptor's file takes no seals; it must be a "
 			   "memfd created with MFD_ALLOW_SEALING");
+	if ((seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW) &&
+	    (seals & F_SEAL_SEAL))
+		return bad(err, errlen,
+			   "register_region: the descriptor's file takes no more seals (seals 0x%x: "
+			   "F_SEAL_SEAL without F_SEAL_SHRINK | F_SEAL_GROW, as a file in /dev/shm or "
+			   "a memfd made without MFD_ALLOW_SEALING has); create it with memfd_create(2) "
+			   "and MFD_ALLOW_SEALING, then seal it", (unsigned)seals);
 	if ((seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW))
 		return bad(err, errlen,
 			   "register_region: the memfd is not sealed against resizing (seals 0x%x); "

@@ -551,7 +551,9 @@ static void test_hostile_fds(void **state)
 	assert_true(tf >= 0);
 	unlink(path);
 	assert_int_equal(ftruncate(tf, 4096), 0);
-	expect(do_register(s, 3, tf), MFMA__V1__CODE__INVALID_ARGUMENT, "takes no seals");
+	/* "takes no seals" where the file system has none, "takes no more
+	 * seals" on a tmpfs, whose files are sealed against sealing. */
+	expect(do_register(s, 3, tf), MFMA__V1__CODE__INVALID_ARGUMENT, "takes no");
 	/* An unsealed memfd, and one sealed against shrinking only. */
 	int m0 = make_memfd("mfma-test", 4096, 0);
 	expect(do_register(s, 4, m0), MFMA__V1__CODE__INVALID_ARGUMENT, "not sealed against resizing");
@@ -755,6 +757,188 @@ static void test_close_in_flight(void **state)
 	stop(&p);
 }
 
+/* The seals are read before the size (regions.c, map_fd): a client that
+ * sends an unsealed memfd of 1 MiB, then shrinks it to 4 KiB and seals it
+ * while the daemon examines it, is refused (the file was not sealed when
+ * the daemon looked), or, were the order the other way, registered with
+ * the size it no longer has: a B at 512 KiB then passed the bounds check
+ * and the daemon died of SIGBUS reading past the file's end.  The window
+ * is widened by slow_fstat (preloaded into this daemon alone: 300 ms
+ * after its fstat of this memfd). */
+static void test_seals_before_size(void **state)
+{
+	(void)state;
+	const char *shim = getenv("MFMAD_TEST_SLOW_FSTAT");
+	if (!shim) {
+		print_message("  (MFMAD_TEST_SLOW_FSTAT not set: run through meson)\n");
+		skip();
+	}
+	const char *asan0 = getenv("ASAN_OPTIONS");
+	char *asan = strdup(asan0 ? asan0 : "");
+	char opts[512];
+	/* A preloaded library comes before ASan's runtime in an ASan build. */
+	snprintf(opts, sizeof(opts), "%s%sverify_asan_link_order=0", asan, *asan ? ":" : "");
+	setenv("ASAN_OPTIONS", opts, 1);
+	setenv("LD_PRELOAD", shim, 1);
+	struct mfmad_proc p;
+	int started = harness_start(&p, "cpu = { threads = 1; devices = 1; };", NULL);
+	unsetenv("LD_PRELOAD");
+	if (asan0)
+		setenv("ASAN_OPTIONS", asan, 1);
+	else
+		unsetenv("ASAN_OPTIONS");
+	free(asan);
+	assert_int_equal(started, 0);
+	int s = harness_connect_raw(&p);
+	int fd = make_memfd("mfma-slow-fstat", 1u << 20, 0);
+	Mfma__V1__Request req = MFMA__V1__REQUEST__INIT;
+	Mfma__V1__RegisterRegion rr = MFMA__V1__REGISTER_REGION__INIT;
+	req.has_id = 1;
+	req.id = 1;
+	req.body_case = MFMA__V1__REQUEST__BODY_REGISTER_REGION;
+	req.register_region = &rr;
+	send_with_fds(s, &req, &fd, 1);
+	pause_ms(100); /* inside the daemon's 300 ms after its fstat */
+	assert_int_equal(ftruncate(fd, 4096), 0);
+	assert_int_equal(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
+	Mfma__V1__Response *r = rw_read(s, 10000);
+	if (r->status && r->status->code != MFMA__V1__CODE__OK) {
+		expect(r, MFMA__V1__CODE__INVALID_ARGUMENT, "not sealed against resizing");
+	} else {
+		/* Registered after the seals: it must have the file's size. */
+		assert_non_null(r->register_region);
+		assert_int_equal(r->register_region->bytes, 4096);
+		uint64_t id = r->register_region->region;
+		mfma__v1__response__free_unpacked(r, NULL);
+		struct rw_mat a;
+		rw_mat_init(&a, 16, 16, 1);
+		struct gemm_refs x;
+		gemm_refs(&x, &a, 16, id, 512 * 1024, 0, -1);
+		expect(gemm_call(s, 2, &x), MFMA__V1__CODE__INVALID_ARGUMENT, NULL);
+		rw_mat_free(&a);
+	}
+	/* Alive, and a sealed memfd of this name registers as any other. */
+	int good = make_memfd("mfma-slow-fstat", 8192, F_SEAL_SHRINK | F_SEAL_GROW);
+	r = do_register(s, 3, good);
+	assert_non_null(r->register_region);
+	assert_int_equal(r->register_region->bytes, 8192);
+	expect(r, MFMA__V1__CODE__OK, NULL);
+	close(s);
+	close(fd);
+	close(good);
+	stop(&p);
+}
+
+/* A connection's region limits count the regions it unregistered that its
+ * queued GEMMs still use: the daemon keeps them mapped (and pinned on a
+ * GPU) until those GEMMs are done.  Counting only the registered ones let
+ * a client hold any number: register, queue a GEMM on it, unregister,
+ * register the next. */
+static void test_limits_count_unregistered_in_use(void **state)
+{
+	(void)state;
+	struct mfmad_proc p;
+	start(&p, "cpu = { threads = 1; devices = 1; };\n"
+		  "limits = { max_regions_per_conn = 1; max_region_mb_per_conn = 2; };");
+	int s = harness_connect_raw(&p);
+	const uint32_t M = 64, K = 1024, N = 256;
+	int f1 = make_memfd("mfma-test", 1u << 20, F_SEAL_SHRINK | F_SEAL_GROW);
+	int f2 = make_memfd("mfma-test", 1u << 20, F_SEAL_SHRINK | F_SEAL_GROW);
+	uint64_t r1 = reg_ok(s, f1);
+	/* The one CPU thread busy with a large GEMM first, so that the GEMM
+	 * on the region waits in the queue. */
+	struct rw_mat big_a, big_b;
+	rw_mat_init(&big_a, 1536, 1536, 5);
+	rw_mat_init(&big_b, 1536, 1536, 6);
+	Mfma__V1__Gemm bg = MFMA__V1__GEMM__INIT;
+	bg.a = &big_a.op;
+	bg.b = &big_b.m;
+	Mfma__V1__Request breq = MFMA__V1__REQUEST__INIT;
+	breq.has_id = 1;
+	breq.id = 10;
+	breq.body_case = MFMA__V1__REQUEST__BODY_GEMM;
+	breq.gemm = &bg;
+	rw_send(s, &breq);
+	struct rw_mat a;
+	rw_mat_init(&a, M, K, 3);
+	struct gemm_refs x;
+	gemm_refs(&x, &a, N, r1, 0, 0, -1);
+	Mfma__V1__Request greq = MFMA__V1__REQUEST__INIT;
+	greq.has_id = 1;
+	greq.id = 11;
+	greq.body_case = MFMA__V1__REQUEST__BODY_GEMM;
+	greq.gemm = &x.g;
+	rw_send(s, &greq);
+	Mfma__V1__Request ureq = MFMA__V1__REQUEST__INIT;
+	Mfma__V1__UnregisterRegion ur = MFMA__V1__UNREGISTER_REGION__INIT;
+	ureq.has_id = 1;
+	ureq.id = 12;
+	ur.has_region = 1;
+	ur.region = r1;
+	ureq.body_case = MFMA__V1__REQUEST__BODY_UNREGISTER_REGION;
+	ureq.unregister_region = &ur;
+	rw_send(s, &ureq);
+	/* Region 1 is still mapped for GEMM 11: a second is over the limit. */
+	Mfma__V1__Response *r = do_register(s, 13, f2);
+	assert_int_equal(r->id, 13);
+	expect(r, MFMA__V1__CODE__RESOURCE_EXHAUSTED, "counting those unregistered");
+	assert_int_equal(region_maps(p.pid, "mfma-test"), 1);
+	/* The big GEMM, the GEMM on region 1, then its unregistration. */
+	for (uint64_t want = 10; want <= 12; want++) {
+		r = rw_read(s, 30000);
+		assert_int_equal(r->id, want);
+		expect(r, MFMA__V1__CODE__OK, NULL);
+	}
+	assert_int_equal(region_maps(p.pid, "mfma-test"), 0);
+	reg_ok(s, f2);
+	close(s);
+	assert_int_equal(wait_maps(p.pid, "mfma-test", 0), 0);
+	close(f1);
+	close(f2);
+	rw_mat_free(&a);
+	rw_mat_free(&big_a);
+	rw_mat_free(&big_b);
+	stop(&p);
+}
+
+/* One memfd registered twice (or a dup of it) is two regions over the
+ * same pages: D in one may not overlap B in the other where their offsets
+ * in the file do, as within one region. */
+static void test_overlap_across_regions_of_one_file(void **state)
+{
+	(void)state;
+	struct mfmad_proc p;
+	start(&p, "cpu = { threads = 1; devices = 1; };");
+	int s = harness_connect_raw(&p);
+	int fd = make_memfd("mfma-test", 1u << 20, F_SEAL_SHRINK | F_SEAL_GROW);
+	int fd2 = dup(fd);
+	assert_true(fd2 >= 0);
+	uint64_t r1 = reg_ok(s, fd), r2 = reg_ok(s, fd2);
+	struct rw_mat a;
+	rw_mat_init(&a, 64, 64, 1);
+	struct gemm_refs x;
+	/* B at 0 in r1 (16 KiB), D at 0 in r1, then in r2: both refused. */
+	gemm_refs(&x, &a, 64, r1, 0, 0, 0);
+	expect(gemm_call(s, 1, &x), MFMA__V1__CODE__INVALID_ARGUMENT, "overlaps");
+	x.rd.region = r2;
+	expect(gemm_call(s, 2, &x), MFMA__V1__CODE__INVALID_ARGUMENT, "the same memfd");
+	/* D past B's 16 KiB in r2: the same file, not the same bytes. */
+	x.rd.offset = 64 * 64 * 4;
+	expect(gemm_call(s, 3, &x), MFMA__V1__CODE__OK, NULL);
+	/* A memfd of its own never overlaps. */
+	int other = make_memfd("mfma-test", 1u << 20, F_SEAL_SHRINK | F_SEAL_GROW);
+	uint64_t r3 = reg_ok(s, other);
+	x.rd.region = r3;
+	x.rd.offset = 0;
+	expect(gemm_call(s, 4, &x), MFMA__V1__CODE__OK, NULL);
+	close(s);
+	close(fd);
+	close(fd2);
+	close(other);
+	rw_mat_free(&a);
+	stop(&p);
+}
+
 int main(void)
 {
 	signal(SIGPIPE, SIG_IGN);
@@ -768,6 +952,10 @@ int main(void)
 		cmocka_unit_test_teardown(test_limits, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_unregister_in_use, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_close_in_flight, harness_stop_leftover),
+		cmocka_unit_test_teardown(test_seals_before_size, harness_stop_leftover),
+		cmocka_unit_test_teardown(test_limits_count_unregistered_in_use, harness_stop_leftover),
+		cmocka_unit_test_teardown(test_overlap_across_regions_of_one_file,
+					  harness_stop_leftover),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -329,6 +329,11 @@ static void test_region_fd(void **state)
 	assert_int_equal(validate_region_fd(S_IFREG | 0600, 8192, F_SEAL_GROW, 0, err, sizeof(err)),
 			 -EINVAL);
 	assert_non_null(strstr(err, "not sealed against resizing (seals 0x4)"));
+	/* Sealed against sealing, so it can never be sealed against resizing. */
+	assert_int_equal(validate_region_fd(S_IFREG | 0600, 8192, F_SEAL_SEAL, 0, err, sizeof(err)),
+			 -EINVAL);
+	assert_non_null(strstr(err, "takes no more seals (seals 0x1"));
+	assert_non_null(strstr(err, "MFD_ALLOW_SEALING"));
 	assert_int_equal(validate_region_fd(S_IFREG | 0600, 0, both, 0, err, sizeof(err)), -EINVAL);
 	assert_int_equal(validate_region_fd(S_IFREG | 0600, 8192, both, 4096, err, sizeof(err)),
 			 -EINVAL);
