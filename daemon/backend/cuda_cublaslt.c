@@ -115,8 +115,8 @@ static int lt_loaded(void)
 
 /* ---- Per device ---- */
 
-/* What one shape needs: descriptors and the heuristic's first choice.  A
- * plan never moves once made (its graph's launches keep it). */
+/* What one shape needs: descriptors and the heuristic's first choice;
+ * made on its own, held by a plan_table slot, freed when replaced. */
 struct lt_plan {
 	uint32_t m, n, k;
 	enum mfma_dtype in, out;
