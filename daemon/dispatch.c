@@ -65,8 +65,11 @@ static bool refuse(struct daemon *d, struct conn *c, const struct request *r)
 		return true;
 	}
 	/* Read once: an answer sent by a worker or post thread changes it
-	 * meanwhile, and the message says the count that refused. */
-	const uint32_t on_conn = conn_inflight_unanswered(c);
+	 * meanwhile, and the message says the count that refused.  A frame
+	 * decoded off the loop is not counted against itself. */
+	const uint32_t own = d->admitting_own_hold;
+	const uint32_t on_conn_all = conn_inflight_unanswered(c);
+	const uint32_t on_conn = on_conn_all > own ? on_conn_all - own : 0;
 	if (on_conn >= d->cfg.max_inflight_per_conn) {
 		reply_status(d, r, MFMA__V1__CODE__RESOURCE_EXHAUSTED,
 			     "busy: %u requests in flight on this connection "
@@ -74,7 +77,8 @@ static bool refuse(struct daemon *d, struct conn *c, const struct request *r)
 			     on_conn, d->cfg.max_inflight_per_conn);
 		return true;
 	}
-	const uint64_t unanswered = conn_daemon_unanswered(d);
+	const uint64_t unanswered_all = conn_daemon_unanswered(d);
+	const uint64_t unanswered = unanswered_all > own ? unanswered_all - own : 0;
 	if (unanswered >= d->cfg.max_inflight) {
 		reply_status(d, r, MFMA__V1__CODE__RESOURCE_EXHAUSTED,
 			     "busy: %" PRIu64 " requests in flight (limits.max_inflight = %u)",
@@ -225,10 +229,13 @@ static void decode_done(uv_work_t *w, int status)
 	/* The buffer is the message's now; still counted as the
 	 * connection's (taken) until the resume below, and by a GEMM that
 	 * keeps it from its admission on. */
-	if (conn_is_closed(c))
+	if (conn_is_closed(c)) {
 		request_msg_free(&dw->m);
-	else
+	} else {
+		d->admitting_own_hold = 1;
 		route(c, &dw->m, dw->arrival, dw->decoded - dw->arrival, dw->bad);
+		d->admitting_own_hold = 0;
+	}
 	request_release(d, &dw->hold);
 	conn_frames_resume(c);
 	conn_unref(c);

@@ -189,6 +189,30 @@ static void test_replace_swaps(void **state)
 	stop(&p);
 }
 
+/* A frame of 1 MiB or more is decoded off the loop, and its decode is
+ * counted as a request in flight until it is routed: it was counted
+ * against itself, so with one request allowed in flight (on the
+ * connection, or in all) every large load and GEMM was refused "busy: 1
+ * requests in flight" on an idle daemon. */
+static void test_large_frames_under_a_limit_of_one(void **state)
+{
+	(void)state;
+	struct mfmad_proc p;
+	start(&p, "limits = { max_inflight_per_connection = 1; max_inflight = 1; };");
+	char w[160], b[160];
+	snprintf(w, sizeof(w), "%s/W.npy", p.dir);
+	snprintf(b, sizeof(b), "%s/B.npy", p.dir);
+	write_npy(w, 1024, 512); /* 2 MiB of f32 */
+	write_npy(b, 512, 640);  /* 1.25 MiB */
+	if (ctl(&p, "load", "w1", w, NULL) != 0)
+		fail_msg("a 2 MiB load on an idle daemon: %s", out);
+	if (ctl(&p, "submit", "-w", "w1", "-a", w, "-b", b, "--check", NULL) != 0)
+		fail_msg("a GEMM with a 1.25 MiB B on an idle daemon: %s", out);
+	unlink(w);
+	unlink(b);
+	stop(&p);
+}
+
 /* timeout_us * 1000 used to wrap into a deadline in the past. */
 static void test_huge_timeout_is_refused(void **state)
 {
@@ -443,6 +467,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_teardown(test_failed_replace_keeps_the_old_weight, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_replace_swaps, harness_stop_leftover),
+		cmocka_unit_test_teardown(test_large_frames_under_a_limit_of_one, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_huge_timeout_is_refused, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_deadline_answered_when_it_passes, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_priorities_age, harness_stop_leftover),
