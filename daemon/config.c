@@ -52,6 +52,7 @@ void config_defaults(struct mfmad_config *c)
 	c->batch_overlap = true;
 	c->batch_max_columns = 512;
 	c->weights_persist = true;
+	c->weight_max_count = 1024;
 	c->cpu = BACKEND_AUTO;
 	c->cpu_devices = 1;
 	c->cpu_inline_max_flops = CONFIG_CPU_INLINE_MAX_FLOPS;
@@ -302,6 +303,7 @@ KEY(batch_overlap, { set_bool(p, s, &c->batch_overlap); })
 KEY(batch_max_columns, { set_u32(p, s, 1, 1 << 20, &c->batch_max_columns); })
 KEY(batch_max_queue_delay_us, { set_u64(p, s, 0, 1000000, 1, &c->batch_max_queue_delay_us); })
 KEY(budget_mb, { set_u64(p, s, 0, 1ll << 40, 1ull << 20, &c->weight_budget_bytes); })
+KEY(max_count, { set_u32(p, s, 1, 1 << 20, &c->weight_max_count); })
 KEY(weights_persist, { set_bool(p, s, &c->weights_persist); })
 KEY(weights_state_dir, { set_str(p, s, c->weights_state_dir, sizeof(c->weights_state_dir)); })
 KEY(cpu_enabled, { set_enable(p, s, &c->cpu); })
@@ -548,7 +550,8 @@ KEY(weights_declare, {
 })
 
 static const struct key weights_keys[] = {
-	{ "budget_mb", k_budget_mb, NULL }, { "persist", k_weights_persist, NULL },
+	{ "budget_mb", k_budget_mb, NULL }, { "max_count", k_max_count, NULL },
+	{ "persist", k_weights_persist, NULL },
 	{ "state_dir", k_weights_state_dir, NULL }, { "declare", k_weights_declare, NULL },
 	{ NULL, NULL, NULL },
 };

@@ -214,8 +214,9 @@ static void print_config(const struct mfmad_config *c, const char *src)
 	       c->reader_when_busy ? "true" : "false", c->pinned_read_bytes >> 20, c->post_threads);
 	printf("# limits.reader_threads: %u reader thread(s) on this host (%ld cores)\n",
 	       config_reader_threads(c, ncores), ncores);
-	printf("weights = { budget_mb = %" PRIu64 "; persist = %s; state_dir = \"%s\"; };\n",
-	       c->weight_budget_bytes >> 20, c->weights_persist ? "true" : "false",
+	printf("weights = { budget_mb = %" PRIu64 "; max_count = %u; persist = %s; "
+	       "state_dir = \"%s\"; };\n",
+	       c->weight_budget_bytes >> 20, c->weight_max_count, c->weights_persist ? "true" : "false",
 	       c->weights_state_dir);
 	printf("weights.declare = (");
 	for (uint32_t i = 0; i < c->ndeclared; i++) {
@@ -363,6 +364,7 @@ static void reload(struct daemon *d)
 	apply_scheduling(d);
 	c->shutdown_grace_ms = nc.shutdown_grace_ms;
 	c->status_interval_ms = nc.status_interval_ms;
+	c->weight_max_count = nc.weight_max_count; /* for the next load */
 	c->ndeclared = nc.ndeclared;
 	memcpy(c->declared, nc.declared, sizeof(c->declared));
 	log_set_level((enum log_level)c->log_level);

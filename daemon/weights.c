@@ -503,6 +503,18 @@ static void start_load(struct daemon *d, const struct request *r, Mfma__V1__Requ
 			 lw->name);
 		goto fail;
 	}
+	/* A new name counts against weights.max_count (a replace takes the
+	 * old one's place; the declared weights are the operator's). */
+	uint32_t held = 0;
+	for (const struct weight *x = d->weights; x; x = x->next)
+		held++;
+	if (r->conn && !old && held >= d->cfg.weight_max_count) {
+		code = MFMA__V1__CODE__RESOURCE_EXHAUSTED;
+		snprintf(err, sizeof(err),
+			 "the daemon holds %u weights, loaded or loading (weights.max_count = %u): "
+			 "unload one first", held, d->cfg.weight_max_count);
+		goto fail;
+	}
 	w = calloc(1, sizeof(*w));
 	if (!w) {
 		code = MFMA__V1__CODE__RESOURCE_EXHAUSTED;

@@ -213,6 +213,57 @@ static void test_large_frames_under_a_limit_of_one(void **state)
 	stop(&p);
 }
 
+/* weights.max_count bounds how many weights clients make the daemon hold
+ * (each costs its own memory and a file in the state directory whatever
+ * its size: 1 x 1 weights never reached weights.budget_mb); a replace
+ * takes its old weight's place; an unload makes room; SIGHUP raises it. */
+static void test_weight_count_limit(void **state)
+{
+	(void)state;
+	struct mfmad_proc p;
+	start(&p, "weights = { max_count = 2; };");
+	char w[160];
+	snprintf(w, sizeof(w), "%s/W.npy", p.dir);
+	write_npy(w, 4, 4);
+	assert_int_equal(ctl(&p, "load", "w1", w, NULL), 0);
+	assert_int_equal(ctl(&p, "load", "w2", w, NULL), 0);
+	assert_int_not_equal(ctl(&p, "load", "w3", w, NULL), 0);
+	/* The refusal's code and sentence, on the wire. */
+	int fd = harness_connect_raw(&p);
+	struct rw_mat a;
+	rw_mat_init(&a, 4, 4, 1);
+	Mfma__V1__LoadWeight lw = MFMA__V1__LOAD_WEIGHT__INIT;
+	lw.name = "w3";
+	lw.a = &a.op;
+	Mfma__V1__Request req = MFMA__V1__REQUEST__INIT;
+	req.has_id = 1;
+	req.id = 1;
+	req.body_case = MFMA__V1__REQUEST__BODY_LOAD_WEIGHT;
+	req.load_weight = &lw;
+	rw_send(fd, &req);
+	Mfma__V1__Response *r = rw_read(fd, 10000);
+	assert_int_equal(r->status->code, MFMA__V1__CODE__RESOURCE_EXHAUSTED);
+	assert_string_equal(r->status->message, "the daemon holds 2 weights, loaded or loading "
+			    "(weights.max_count = 2): unload one first");
+	mfma__v1__response__free_unpacked(r, NULL);
+	assert_int_equal(ctl(&p, "load", "w1", w, "--replace", NULL), 0);
+	assert_int_equal(ctl(&p, "unload", "w2", NULL), 0);
+	assert_int_equal(ctl(&p, "load", "w3", w, NULL), 0);
+	assert_int_equal(harness_reconfigure(&p, "weights = { max_count = 3; };"), 0);
+	assert_int_equal(ctl(&p, "load", "w4", w, NULL), 0);
+	lw.name = "w5";
+	req.id = 2;
+	rw_send(fd, &req);
+	r = rw_read(fd, 10000);
+	assert_int_equal(r->status->code, MFMA__V1__CODE__RESOURCE_EXHAUSTED);
+	assert_non_null(strstr(r->status->message, "(weights.max_count = 3)"));
+	mfma__v1__response__free_unpacked(r, NULL);
+	close(fd);
+	rw_mat_free(&a);
+	unlink(w);
+	stop(&p);
+}
+
 /* timeout_us * 1000 used to wrap into a deadline in the past. */
 static void test_huge_timeout_is_refused(void **state)
 {
@@ -468,6 +519,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_failed_replace_keeps_the_old_weight, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_replace_swaps, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_large_frames_under_a_limit_of_one, harness_stop_leftover),
+		cmocka_unit_test_teardown(test_weight_count_limit, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_huge_timeout_is_refused, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_deadline_answered_when_it_passes, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_priorities_age, harness_stop_leftover),
