@@ -129,6 +129,34 @@ def _to_torch(a):
     return torch.from_numpy(a)
 
 
+def _collect(ref):
+    """The background thread of a client that submitted: hands each answer
+    to its future (Client._collect_once) and sleeps until the socket or
+    the client's wake pipe has something.  It holds the client only by
+    ref during a turn, so that an unclosed client is still collected; it
+    ends when the client closes or is gone."""
+    while True:
+        c = ref()
+        if c is None:
+            return
+        try:
+            turn = c._collect_once()
+        except Exception:  # noqa: BLE001 - the thread must not die
+            turn = [c._wake_r], 0.1
+        if turn is None:
+            return
+        wake_r = c._wake_r
+        del c
+        watch, timeout = turn
+        try:
+            ready, _, _ = select.select(watch, [], [], timeout)
+            if wake_r in ready:
+                os.read(wake_r, 4096)
+        except (OSError, ValueError):
+            if ref() is None:
+                return  # closed under the select: its pipe went with it
+
+
 class Client:
     """Client(endpoint=None, *, timeout_ms=None, copy_strided=True, token=None,
               tls_ca=None, tls_cert=None, tls_key=None, tls_server_name=None,
@@ -169,6 +197,10 @@ class Client:
         self.copy_strided = copy_strided
         if spin_us is not None and not 0 <= int(spin_us) <= _lib.SPIN_US_MAX:
             raise ValueError(f"spin_us={spin_us} is not from 0 to {_lib.SPIN_US_MAX}")
+        if token is None and os.environ.get("MFMA_TOKEN_FILE"):
+            # Before connecting: a file that cannot be read leaves nothing open.
+            with open(os.environ["MFMA_TOKEN_FILE"], "rb") as f:
+                token = f.readline().rstrip(b"\r\n")
         h = _lib.client_p()
         err = _lib.Error_()
         tls = _lib.Tls(*(os.fsencode(v) if v is not None else None
@@ -182,9 +214,6 @@ class Client:
             _lib.mfma_set_timeout(h, int(timeout_ms))
         if spin_us is not None:
             _lib.mfma_set_spin_us(h, int(spin_us))  # in range: checked above
-        if token is None and os.environ.get("MFMA_TOKEN_FILE"):
-            with open(os.environ["MFMA_TOKEN_FILE"], "rb") as f:
-                token = f.readline().rstrip(b"\r\n")
         if token is not None:
             tok = token.encode() if isinstance(token, str) else bytes(token)
             rc = _lib.mfma_authenticate(h, tok, len(tok), ctypes.byref(err))
@@ -218,7 +247,9 @@ class Client:
         self._closed = True
         self._closing = True
         self._wake()
-        if self._pump is not None:
+        # From a future's done-callback this is the collecting thread
+        # itself: it ends when the callback returns.
+        if self._pump is not None and self._pump is not threading.current_thread():
             self._pump.join()
         for r in list(self._regions):
             r._mem = None  # released now unless an array views it
@@ -481,7 +512,12 @@ class Client:
         receive D, returned; inside a region of this client (and b, c
         there too) the daemon reads and writes the region and no matrix
         byte is in the frames.  The timing of the call is in
-        self.last_info."""
+        self.last_info.
+
+        A call that fails once sent (a timeout among them) may leave the
+        daemon still to run it: b and c in a region may still be read, and
+        out there written, until it has; Region.close() returns only once
+        the daemon no longer uses the region."""
         args, keep, torch_out = self._gemm_args(a, b, sparse, c, alpha, beta, out_dtype,
                                                 weight, device, priority, timeout_us, out)
         res = _lib.GemmResult()
@@ -527,8 +563,10 @@ class Client:
                 held = [x for x in keep if isinstance(x, np.ndarray) and self._in_region(x)]
                 self._futures[rid.value] = (fut, torch_out and out is None, out, held)
                 if self._pump is None:
-                    self._pump = threading.Thread(target=self._collect, name="mfma-collect",
-                                                  daemon=True)
+                    # By a weak reference: a client dropped unclosed is
+                    # still collected (and closed by __del__).
+                    self._pump = threading.Thread(target=_collect, args=(weakref.ref(self),),
+                                                  name="mfma-collect", daemon=True)
                     self._pump.start()
         del keep
         if rc < 0:
@@ -566,42 +604,54 @@ class Client:
         except (BlockingIOError, OSError):
             pass
 
-    def _collect(self):
-        """The background thread: hands each answer to its future."""
-        while not self._closing:
-            done = []
-            broken = None
-            with self._lock:
-                fd = _lib.mfma_fileno(self._h)
-                # Corked, a wait would write the held requests: the block's
-                # end wakes this thread.
-                corked = self._corked
-                while self._futures and not corked:
-                    res = _lib.GemmResult()
-                    err = _lib.Error_()
-                    did = ctypes.c_uint64()
-                    rc = _lib.mfma_wait(self._h, _lib.ANY, 0, ctypes.byref(did),
-                                        ctypes.byref(res), ctypes.byref(err))
-                    if rc == -errno.ETIMEDOUT:
-                        break
-                    if rc == 0:
-                        entry = self._futures.pop(did.value, None)
-                        out, info, exc = self._take(res, entry[2] if entry else None)
-                        _lib.mfma_gemm_result_free(ctypes.byref(res))
-                        done.append((entry, out, info, exc))
-                    elif rc <= -_lib.EREMOTE_BASE:
-                        done.append((self._futures.pop(did.value, None), None, None,
-                                     from_c(rc, err)))
-                    else:
-                        broken = from_c(rc, err)
+    def _collect_once(self):
+        """One turn of the collecting thread (_collect): hands each answer
+        already there to its future.  What to wait on next: (fds, timeout),
+        or None when the client is closing.  Its locals (the answers, their
+        region arrays) are gone when it returns, before the thread sleeps."""
+        if self._closing:
+            return None
+        done = []
+        broken = None
+        with self._lock:
+            # Corked, a wait would write the held requests: the block's
+            # end wakes this thread.
+            corked = self._corked
+            while self._futures and not corked:
+                res = _lib.GemmResult()
+                err = _lib.Error_()
+                did = ctypes.c_uint64()
+                rc = _lib.mfma_wait(self._h, _lib.ANY, 0, ctypes.byref(did),
+                                    ctypes.byref(res), ctypes.byref(err))
+                if rc == -errno.ETIMEDOUT:
+                    break
+                if rc == 0:
+                    entry = self._futures.pop(did.value, None)
+                    out, info, exc = self._take(res, entry[2] if entry else None)
+                    _lib.mfma_gemm_result_free(ctypes.byref(res))
+                    done.append((entry, out, info, exc))
+                elif rc <= -_lib.EREMOTE_BASE:
+                    done.append((self._futures.pop(did.value, None), None, None,
+                                 from_c(rc, err)))
+                else:
+                    broken = from_c(rc, err)
+                    # The library keeps a GEMM whose connection was lost
+                    # and sends it again on the next one (the daemon
+                    # restarted, or another endpoint of a list), and
+                    # completes it with DEADLINE_EXCEEDED if none comes in
+                    # time; a later wait reconnects.  What it no longer
+                    # holds fails now.
+                    if _lib.mfma_in_flight(self._h) == 0:
                         done += [(f, None, None, broken) for f in self._futures.values()]
                         self._futures = {}
-                        break
-                idle = not self._futures
-            for entry, out, info, exc in done:
-                if entry is None:
-                    continue
-                fut, torch_out = entry[:2]
+                    break
+            idle = not self._futures
+            fd = _lib.mfma_fileno(self._h)
+        for entry, out, info, exc in done:
+            if entry is None:
+                continue
+            fut, torch_out = entry[:2]
+            try:
                 if fut.cancelled():
                     continue
                 if exc is not None:
@@ -609,12 +659,14 @@ class Client:
                 else:
                     fut.info = info
                     fut.set_result(_to_torch(out) if torch_out else out)
-            if broken is not None:
-                return
-            watch = [self._wake_r] if idle or corked or fd < 0 else [self._wake_r, fd]
-            ready, _, _ = select.select(watch, [], [], None if idle else 1.0)
-            if self._wake_r in ready:
-                os.read(self._wake_r, 4096)
+            except concurrent.futures.InvalidStateError:
+                pass  # cancelled between the check and the result
+        if idle or corked:
+            return [self._wake_r], None
+        if fd < 0 or broken is not None:
+            # No connection now: try again soon (each wait reconnects).
+            return [self._wake_r], 0.1
+        return [self._wake_r, fd], 1.0
 
     # ---- weights, status ----
 

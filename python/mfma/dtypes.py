@@ -49,10 +49,31 @@ def numpy_dtype(code):
     return _NP[code]
 
 
+def _f32_round_to_odd(x):
+    """A float array as float32 rounded to odd (toward zero, the last bit
+    set when anything was cut): float32 keeps 16 bits more than bfloat16,
+    so rounding this to nearest even rounds x as if in one step, where
+    going through float32's own nearest rounding could round twice."""
+    d = np.asarray(x, dtype=np.float64)
+    f = d.astype("<f4")
+    back = f.astype(np.float64)
+    inexact = (back != d) & ~np.isnan(d)
+    if inexact.any():
+        toward_zero = np.where(np.abs(back) > np.abs(d), np.nextafter(f, np.float32(0)), f)
+        f = (np.ascontiguousarray(toward_zero, dtype="<f4").view("<u4")
+             | inexact.astype("<u4")).view("<f4")
+    return f
+
+
 def to_bf16(x):
     """float array -> mfma.bfloat16 array, rounding to nearest even (NaN
-    stays NaN)."""
-    f = np.ascontiguousarray(x, dtype="<f4")
+    stays NaN); float64 input is rounded once, not through float32's own
+    rounding first."""
+    a = np.asarray(x)
+    if a.dtype in (np.float32, np.float16):
+        f = np.ascontiguousarray(a, dtype="<f4")
+    else:
+        f = np.ascontiguousarray(_f32_round_to_odd(a), dtype="<f4")
     u = f.view("<u4").astype(np.uint64)
     rounded = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype("<u2")
     nan = np.isnan(f)

@@ -17,11 +17,13 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from fleet import free_port  # noqa: E402
 
 
-def _start(conf="", extra=()):
+def _start(conf="", extra=(), d=None):
+    """A daemon in a new temporary directory, or in d again (a restart:
+    its socket and configuration, the log started afresh)."""
     binary = os.environ.get("MFMAD_BIN")
     if not binary:
         pytest.skip("MFMAD_BIN is not set (run through meson test)")
-    d = tempfile.mkdtemp(prefix="mfmad-py-")
+    d = d or tempfile.mkdtemp(prefix="mfmad-py-")
     sock = os.path.join(d, "mfmad.sock")
     with open(os.path.join(d, "mfmad.conf"), "w") as f:
         f.write(conf + "\n")

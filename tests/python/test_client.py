@@ -3,6 +3,7 @@ tolerance."""
 
 import concurrent.futures
 import errno
+import os
 import threading
 import time
 
@@ -313,3 +314,113 @@ def test_tls(tls_daemon, monkeypatch):
     with pytest.raises(mfma.Error, match="certificate required"):
         with mfma.Client(endpoint, timeout_ms=10000) as c:
             c.ping()
+
+
+# ---- the collecting thread (review of 2026-12-05) ----
+
+def test_futures_survive_a_daemon_restart(tmp_path, rng):
+    """The daemon killed and started again on the same socket: the
+    library sends the submitted GEMM again on the new connection, and the
+    future completes with its result; the thread that collects answers
+    outlives the lost connection (it had ended, and every later future
+    hung)."""
+    from conftest import _start, _stop
+    p, d, sock, log = _start()
+    c = mfma.Client("unix:" + sock, timeout_ms=60000)
+    try:
+        a, b = f16(rng, (64, 256)), f16(rng, (256, 64))
+        mfma.check(c.submit(a, b).result(30), a, b)
+        p.kill()
+        p.wait()
+        log.close()
+        os.unlink(sock)
+        fut = c.submit(a, b)  # no daemon: held by the library
+        time.sleep(0.3)
+        p, d, sock, log = _start(d=d)
+        mfma.check(fut.result(30), a, b)
+        mfma.check(c.submit(a, b).result(30), a, b)
+        assert c._pump.is_alive()
+    finally:
+        c.close()
+        _stop(p, d, log)
+
+
+def test_region_released_once_futures_are_done(small_daemon, rng):
+    """A submitted request holds its region arrays until its future is
+    done, and no longer: the thread that delivered it kept the last one's
+    arrays alive while it slept, so the region stayed registered (and
+    counted against max_regions_per_conn) after close()."""
+    with mfma.Client(small_daemon, timeout_ms=60000) as c:
+        for _ in range(5):  # more regions than the connection may hold
+            r = c.region(1 << 20)
+            b = r.array((256, 64), np.float16)
+            b[...] = f16(rng, (256, 64))
+            a = f16(rng, (64, 256))
+            d = c.submit(a, b).result(30)
+            mfma.check(d, a, b)
+            del b, d
+            assert r.close() is True and r.released
+
+
+def test_close_from_a_done_callback(daemon, rng):
+    c = mfma.Client(daemon, timeout_ms=60000)
+    closed = threading.Event()
+    errors = []
+
+    def close_it(f):
+        try:
+            c.close()
+        except Exception as e:  # noqa: BLE001 - what the test looks for
+            errors.append(e)
+        closed.set()
+
+    a, b = f16(rng, (64, 256)), f16(rng, (256, 64))
+    f = c.submit(a, b)
+    f.add_done_callback(close_it)
+    assert closed.wait(30)
+    assert errors == []
+    assert c._h is None  # mfma_close ran
+    with pytest.raises(mfma.Error):
+        c.submit(a, b)
+
+
+def test_unclosed_client_is_collected(daemon, rng):
+    """A client that submitted and was dropped unclosed is collected and
+    closed (its thread held it by a bound method before)."""
+    import gc
+    import weakref
+    def fds():
+        return len(os.listdir("/proc/self/fd"))
+    before = fds()
+    for _ in range(5):
+        c = mfma.Client(daemon, timeout_ms=60000)
+        a, b = f16(rng, (16, 16)), f16(rng, (16, 16))
+        c.submit(a, b).result(30)
+        ref = weakref.ref(c)
+        del c
+        for _ in range(50):
+            gc.collect()
+            if ref() is None:
+                break
+            time.sleep(0.02)
+        assert ref() is None
+    time.sleep(0.2)
+    assert fds() <= before + 1
+
+
+def test_missing_token_file_leaves_nothing_open(daemon, monkeypatch, tmp_path):
+    monkeypatch.setenv("MFMA_TOKEN_FILE", str(tmp_path / "no-such-token"))
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(10):
+        with pytest.raises(FileNotFoundError):
+            mfma.Client(daemon)
+    assert len(os.listdir("/proc/self/fd")) <= before
+
+
+def test_bf16_rounds_float64_once():
+    # 1 + 2^-8 + 2^-30 lies just above the halfway point between 1 and
+    # 1 + 2^-7: bf16 0x3f81.  Through float32 first it becomes exactly
+    # 1 + 2^-8, a tie, rounded to the even 0x3f80.
+    x = np.array([1 + 2 ** -8 + 2 ** -30, -(1 + 2 ** -8 + 2 ** -30), 1 + 2 ** -8], np.float64)
+    assert mfma.to_bf16(x).view("<u2").tolist() == [0x3F81, 0xBF81, 0x3F80]
+    assert mfma.to_bf16(np.float64(1e300)).view("<u2")[()] == 0x7F80
