@@ -83,6 +83,14 @@ void heap_filter(struct heap *h, bool (*keep)(struct heap_node *n, void *arg),
 		sift_down(h, i);
 }
 
+void heap_rekey(struct heap *h, void (*rekey)(struct heap_node *n, void *arg), void *arg)
+{
+	for (size_t i = 0; i < h->len; i++)
+		rekey(h->v[i], arg);
+	for (size_t i = h->len / 2; i-- > 0;)
+		sift_down(h, i);
+}
+
 void heap_free(struct heap *h)
 {
 	free(h->v);

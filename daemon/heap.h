@@ -27,6 +27,9 @@ struct heap_node *heap_pop(struct heap *h);
  * in no particular order; O(len). */
 void heap_filter(struct heap *h, bool (*keep)(struct heap_node *n, void *arg),
 		 void (*drop)(struct heap_node *n, void *arg), void *arg);
+/* Gives every node a new key (rekey sets n->key) and restores the order;
+ * O(len). */
+void heap_rekey(struct heap *h, void (*rekey)(struct heap_node *n, void *arg), void *arg);
 void heap_free(struct heap *h);
 
 #endif

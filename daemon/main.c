@@ -297,6 +297,7 @@ static void apply_scheduling(struct daemon *d)
 			   c->batch_max_queue_delay_us * 1000);
 	sched_set_overlap(d, c->batch_overlap);
 	sched_set_poll(d, c->worker_poll_us * 1000);
+	sched_set_aging(d, c->priority_aging_ms);
 	loop_poll_set(&LP, c->loop_poll_us * 1000);
 }
 

@@ -711,6 +711,23 @@ void sched_set_poll(struct daemon *d, uint64_t poll_ns)
 	atomic_store_explicit(&d->sched->poll_ns, poll_ns, memory_order_relaxed);
 }
 
+static void rekey(struct heap_node *n, void *arg)
+{
+	const struct sched_job *j = job_of(n);
+	n->key = sched_order_key(j->enqueue_ns, j->prio, *(const uint64_t *)arg);
+}
+
+void sched_set_aging(struct daemon *d, uint64_t aging_ms)
+{
+	struct sched *s = d->sched;
+	for (int i = 0; i < s->nq; i++) {
+		struct queue *q = &s->q[i];
+		pthread_mutex_lock(&q->mu);
+		heap_rekey(&q->heap, rekey, &aging_ms);
+		pthread_mutex_unlock(&q->mu);
+	}
+}
+
 static bool not_cancelable(struct heap_node *n, void *arg)
 {
 	(void)arg;

@@ -152,6 +152,11 @@ void sched_landed(struct device *v, struct sched_job *j);
 /* How long an idle worker polls for work before it sleeps; 0 = never
  * polls (loop thread, any time). */
 void sched_set_poll(struct daemon *d, uint64_t poll_ns);
+/* Orders the queued jobs again by limits.priority_aging_ms as it is now
+ * (a job's place is fixed when it is queued: without this, a reload that
+ * changes the aging would leave the jobs queued before it ordered by the
+ * old one, those queued under strict priority behind everything after). */
+void sched_set_aging(struct daemon *d, uint64_t aging_ms);
 
 /* Answers every queued cancelable job with -ECANCELED. */
 void sched_cancel_queued(struct daemon *d);

@@ -340,19 +340,24 @@ static void wait_running(int fd)
 /* Starts a long GEMM, then sends a low-priority request and, 100 ms
  * later, a high-priority one, both queued behind it; returns the id of
  * the one answered first. */
-static uint64_t first_of_two(const char *conf)
+static uint64_t first_of_two(const char *conf, const char *reconf)
 {
 	struct mfmad_proc p;
 	start(&p, conf);
 	int busy = harness_connect_raw(&p), fd = harness_connect_raw(&p);
 	assert_true(busy >= 0 && fd >= 0);
-	send_long(busy, 1);
+	/* Long enough for both to be queued behind it (checked below), and
+	 * longer with a reload between them. */
+	send_gemm_a(busy, 1, (reconf ? 4 : 2) * LONG_N, LONG_N, LONG_N, 0, 0, true);
 	wait_running(fd);
 	send_gemm(fd, 2, 8, 8, 8, 50, 0); /* low */
 	struct timespec ts = { 0, 100 * 1000 * 1000 };
 	nanosleep(&ts, NULL);
+	/* The configuration changed with the low one queued. */
+	if (reconf)
+		assert_int_equal(harness_reconfigure(&p, reconf), 0);
 	send_gemm(fd, 3, 8, 8, 8, 1, 0); /* high, 100 ms later */
-	uint64_t first = 0, low_queue_ns = 0;
+	uint64_t first = 0, low_queue_ns = 0, high_queue_ns = 0;
 	for (int i = 0; i < 2; i++) {
 		Mfma__V1__Response *r = read_response(fd, 120000);
 		assert_int_equal(r->status->code, MFMA__V1__CODE__OK);
@@ -360,6 +365,8 @@ static uint64_t first_of_two(const char *conf)
 			first = r->id;
 		if (r->id == 2)
 			low_queue_ns = r->gemm->timing->queue_ns;
+		else
+			high_queue_ns = r->gemm->timing->queue_ns;
 		mfma__v1__response__free_unpacked(r, NULL);
 	}
 	Mfma__V1__Response *r = read_response(busy, 120000);
@@ -370,6 +377,11 @@ static uint64_t first_of_two(const char *conf)
 	if (low_queue_ns < 100ull * 1000 * 1000)
 		fail_msg("request 2 queued only %llu us: the long GEMM was too short to test with",
 			 (unsigned long long)(low_queue_ns / 1000));
+	/* And both were queued together: the high one came before the long
+	 * GEMM ended (else the first is the low one whatever the order). */
+	if (first == 2 && high_queue_ns < 20ull * 1000 * 1000)
+		fail_msg("request 3 queued only %llu us: the long GEMM ended before it came",
+			 (unsigned long long)(high_queue_ns / 1000));
 	close(fd);
 	close(busy);
 	stop(&p);
@@ -377,15 +389,19 @@ static uint64_t first_of_two(const char *conf)
 }
 
 /* With aging at 1 ms a level, 100 ms of waiting outweighs 49 levels;
- * without aging, priority wins. */
+ * without aging, priority wins.  A reload that changes the aging orders
+ * the request already queued by the new one (it kept the old: one queued
+ * under strict priority came after everything queued after the reload). */
 static void test_priorities_age(void **state)
 {
 	(void)state;
-	char conf[256];
-	snprintf(conf, sizeof(conf), "%s limits = { priority_aging_ms = 1; };", one_thread);
-	assert_int_equal(first_of_two(conf), 2);
-	snprintf(conf, sizeof(conf), "%s limits = { priority_aging_ms = 0; };", one_thread);
-	assert_int_equal(first_of_two(conf), 3);
+	char aging[256], strict[256];
+	snprintf(aging, sizeof(aging), "%s limits = { priority_aging_ms = 1; };", one_thread);
+	snprintf(strict, sizeof(strict), "%s limits = { priority_aging_ms = 0; };", one_thread);
+	assert_int_equal(first_of_two(aging, NULL), 2);
+	assert_int_equal(first_of_two(strict, NULL), 3);
+	assert_int_equal(first_of_two(strict, aging), 2);
+	assert_int_equal(first_of_two(aging, strict), 3);
 }
 
 /* Eight socket-activated listeners and --tcp: one more than mfmad holds.

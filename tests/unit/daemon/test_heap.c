@@ -1,5 +1,6 @@
 /* The scheduler's queue order: the heap hands nodes out by (key, seq),
- * filter keeps the heap a heap, and the order key ages priorities. */
+ * filter and rekey keep the heap a heap, and the order key ages
+ * priorities. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -82,6 +83,38 @@ static void test_filter_keeps_order(void **state)
 	heap_free(&h);
 }
 
+/* New keys for every node (a reload's new aging): popped in the new
+ * order, whatever the old one was. */
+static void reverse_key(struct heap_node *n, void *arg)
+{
+	n->key = *(const uint64_t *)arg - n->key;
+}
+
+static void test_rekey_restores_order(void **state)
+{
+	(void)state;
+	static struct heap_node nodes[N];
+	struct heap h = { 0 };
+	uint64_t s = 9;
+	for (int i = 0; i < N; i++) {
+		nodes[i].key = rnd(&s) % 1000;
+		nodes[i].seq = (uint64_t)i;
+		assert_int_equal(heap_push(&h, &nodes[i]), 0);
+	}
+	uint64_t top = 1000;
+	heap_rekey(&h, reverse_key, &top);
+	assert_int_equal(h.len, N);
+	const struct heap_node *prev = NULL;
+	int popped = 0;
+	for (struct heap_node *n; (n = heap_pop(&h)); popped++) {
+		if (prev)
+			assert_true(prev->key < n->key || (prev->key == n->key && prev->seq < n->seq));
+		prev = n;
+	}
+	assert_int_equal(popped, N);
+	heap_free(&h);
+}
+
 static void test_order_key_ages_priorities(void **state)
 {
 	(void)state;
@@ -106,6 +139,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_pops_in_key_then_seq_order),
 		cmocka_unit_test(test_filter_keeps_order),
+		cmocka_unit_test(test_rekey_restores_order),
 		cmocka_unit_test(test_order_key_ages_priorities),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
