@@ -29,6 +29,7 @@ struct declared {
 	struct file_id id;                /* of the file now resident */
 	bool busy;                        /* a read or a load is under way */
 	bool removed;                     /* no longer declared: freed when not busy */
+	bool made_resident;               /* the work's load made the weight resident */
 	bool again;                       /* reloaded while busy: next_decl, once done */
 	struct weight_decl next_decl;
 
@@ -183,8 +184,10 @@ static void settle(struct declared *e)
 		for (uint32_t i = 0; i < d->cfg.ndeclared; i++)
 			declared_again |= strcmp(d->cfg.declared[i].name, e->decl.name) == 0;
 		/* A load that finished after its declaration went: undo it,
-		 * unless the name is declared again (a newer entry owns it). */
-		if (!declared_again && !d->stopping)
+		 * unless the name is declared again (a newer entry owns it).
+		 * Only what this work loaded: the version resident before went
+		 * with the declaration, and the name may be a client's now. */
+		if (e->made_resident && !declared_again && !d->stopping)
 			weights_unload_internal(d, e->decl.name);
 		free(e);
 		return;
@@ -200,6 +203,7 @@ static void settle(struct declared *e)
 static void loaded(struct daemon *d, void *arg, int code, const char *msg)
 {
 	struct declared *e = arg;
+	e->made_resident = code == MFMA__V1__CODE__OK;
 	if (code == MFMA__V1__CODE__OK) {
 		char dir[400];
 		e->state = MFMA__V1__DECLARED_WEIGHT__STATE__RESIDENT;
@@ -259,6 +263,7 @@ static void start(struct declared *e, bool force)
 {
 	struct daemon *d = e->d;
 	e->busy = true;
+	e->made_resident = false;
 	e->force = force;
 	e->max_bytes = d->cfg.max_memory_bytes;
 	if (force && e->state != MFMA__V1__DECLARED_WEIGHT__STATE__RESIDENT) {
@@ -291,7 +296,11 @@ void declare_apply(struct daemon *d)
 		*p = e->next;
 		log_notice("weight '%s' is no longer declared: unloading it", e->decl.name);
 		if (e->busy) {
-			e->removed = true; /* settle() unloads and frees */
+			/* The version resident now goes now (a client may load the
+			 * name once it is no longer declared); settle() undoes what
+			 * the work under way makes, and frees. */
+			weights_unload_internal(d, e->decl.name);
+			e->removed = true;
 			continue;
 		}
 		weights_unload_internal(d, e->decl.name);

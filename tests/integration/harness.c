@@ -103,6 +103,30 @@ int harness_connect_raw(const struct mfmad_proc *p)
 	return fd;
 }
 
+int harness_start_slowed(struct mfmad_proc *p, const char *extra_conf,
+			 const char *const *extra_args)
+{
+	const char *shim = getenv("MFMAD_TEST_SLOW_FSTAT");
+	if (!shim)
+		return 1;
+	const char *asan0 = getenv("ASAN_OPTIONS");
+	char *asan = strdup(asan0 ? asan0 : "");
+	char opts[512];
+	/* A preloaded library comes before ASan's runtime in an ASan build. */
+	snprintf(opts, sizeof(opts), "%s%sverify_asan_link_order=0", asan ? asan : "",
+		 asan && *asan ? ":" : "");
+	setenv("ASAN_OPTIONS", opts, 1);
+	setenv("LD_PRELOAD", shim, 1);
+	int rc = harness_start(p, extra_conf, extra_args);
+	unsetenv("LD_PRELOAD");
+	if (asan0 && asan)
+		setenv("ASAN_OPTIONS", asan, 1);
+	else
+		unsetenv("ASAN_OPTIONS");
+	free(asan);
+	return rc;
+}
+
 int harness_start(struct mfmad_proc *p, const char *extra_conf, const char *const *extra_args)
 {
 	const char *bin = getenv("MFMAD_BIN");

@@ -22,6 +22,11 @@ struct mfmad_proc {
  * extra_args: more mfmad flags, NULL-terminated (NULL: none).  Returns 0
  * once the socket accepts connections, or -1 (the log is printed). */
 int harness_start(struct mfmad_proc *p, const char *extra_conf, const char *const *extra_args);
+/* harness_start with the library $MFMAD_TEST_SLOW_FSTAT (slow_fstat.c)
+ * preloaded into the daemon alone: 1 when that variable is not set (not
+ * run through meson: the caller skips), else harness_start's result. */
+int harness_start_slowed(struct mfmad_proc *p, const char *extra_conf,
+			 const char *const *extra_args);
 
 /* SIGTERM, wait, remove the directory.  Returns the exit status (or 128 +
  * signal); prints the daemon's log when it is not 0. */

@@ -1,8 +1,10 @@
-/* Preloaded into the daemon by test_regions (LD_PRELOAD) to widen a race
- * a client could otherwise win only now and then: fstat of a memfd named
- * mfma-slow-fstat returns, then sleeps 300 ms, so that the test's client
- * can shrink and seal the file between the daemon's fstat and whatever
- * the daemon does next.  Every other fstat is untouched.  Built without
+/* Preloaded into a daemon by test_regions and test_declare (LD_PRELOAD)
+ * to widen a race a client could otherwise win only now and then: fstat
+ * of a file whose name holds mfma-slow-fstat (a memfd of that name, a
+ * declared weight's .npy) returns, then sleeps 300 ms, so that the test's
+ * client can act between the daemon's fstat and whatever the daemon does
+ * next (shrink and seal a memfd; load a weight while a declared one is
+ * read).  Every other fstat is untouched.  Built without
  * sanitizers: it only forwards to the next fstat.  Both names are
  * defined, fstat and fstat64, whichever the daemon's build calls. */
 #undef _FILE_OFFSET_BITS
@@ -21,7 +23,7 @@ static int is_slow(int fd)
 	if (n <= 0)
 		return 0;
 	target[n] = '\0';
-	return strstr(target, "memfd:mfma-slow-fstat") != NULL;
+	return strstr(target, "mfma-slow-fstat") != NULL;
 }
 
 static void slow_down(int fd)

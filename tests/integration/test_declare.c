@@ -28,14 +28,20 @@ enum { M = 16, K = 32, N = 8 };
 static char dir[64];
 static float b[K * N];
 
+/* The M x K A of `seed`. */
+static void fill_a(int seed, float *a)
+{
+	for (int i = 0; i < M * K; i++)
+		a[i] = (float)((i * 7 + seed * 3) % 13) - 6.0f;
+}
+
 /* Writes an M x K f32 .npy whose values follow `seed`. */
 static void write_npy(const char *name, int seed)
 {
 	char path[128];
 	snprintf(path, sizeof(path), "%s/%s", dir, name);
 	float a[M * K];
-	for (int i = 0; i < M * K; i++)
-		a[i] = (float)((i * 7 + seed * 3) % 13) - 6.0f;
+	fill_a(seed, a);
 	uint8_t hdr[NPY_HEADER_MAX];
 	size_t hlen = npy_write_header(NPY_F4, M, K, hdr);
 	/* Renamed in place, as a deployment would: a new inode. */
@@ -53,8 +59,7 @@ static void write_npy(const char *name, int seed)
 static void expected(int seed, float *out)
 {
 	float a[M * K];
-	for (int i = 0; i < M * K; i++)
-		a[i] = (float)((i * 7 + seed * 3) % 13) - 6.0f;
+	fill_a(seed, a);
 	for (int i = 0; i < M; i++)
 		for (int j = 0; j < N; j++) {
 			float s = 0;
@@ -250,6 +255,52 @@ static void test_declare_reload(void **state)
 	unlink("/tmp/declare-test-bad.npy");
 }
 
+/* A declaration removed while its changed file is being read: the version
+ * resident goes at once, and a client that then loads the name (it is no
+ * longer declared) keeps its weight when the read ends.  The read was
+ * undone by name, unloading the client's weight.  slow_fstat holds the
+ * read 300 ms (the file's name asks for it). */
+static void test_removed_while_read(void **state)
+{
+	(void)state;
+	char conf[512];
+	write_npy("mfma-slow-fstat.npy", 6);
+	snprintf(conf, sizeof(conf),
+		 "weights = { declare = ( { name = \"x\"; file = \"%s/mfma-slow-fstat.npy\"; } ); };",
+		 dir);
+	struct mfmad_proc d;
+	int started = harness_start_slowed(&d, conf, NULL);
+	if (started == 1) {
+		print_message("  (MFMAD_TEST_SLOW_FSTAT not set: run through meson)\n");
+		skip();
+	}
+	assert_int_equal(started, 0);
+	mfma_client *c;
+	struct mfma_error err;
+	assert_int_equal(mfma_connect(d.endpoint, &c, &err), 0);
+	check_weight(c, "x", 6);
+	/* The file changed: read again, 300 ms in its fstat... */
+	write_npy("mfma-slow-fstat.npy", 7);
+	assert_int_equal(harness_reconfigure(&d, conf), 0);
+	/* ...and the declaration removed meanwhile. */
+	assert_int_equal(harness_reconfigure(&d, "weights = { declare = (); };"), 0);
+	float out[M * N];
+	assert_int_equal(gemm_on(c, "x", out, &err), MFMA_EREMOTE(MFMA_CODE_NOT_FOUND));
+	float a[M * K];
+	fill_a(8, a);
+	struct mfma_load_args la;
+	mfma_load_args_init(&la);
+	la.name = "x";
+	la.a.kind = MFMA_OPERAND_DENSE;
+	la.a.dense = (struct mfma_matrix){ M, K, MFMA_TYPE_F32, a, sizeof(a) };
+	if (mfma_load_weight(c, &la, NULL, &err) < 0)
+		fail_msg("the client's load of x: %s", err.message);
+	usleep(600 * 1000); /* the read ends */
+	check_weight(c, "x", 8);
+	mfma_close(c);
+	assert_int_equal(harness_stop(&d), 0);
+}
+
 /* A weight a client loaded (stored in the state directory) under a name
  * that is then declared: after a restart the declared file serves and the
  * stored copy is gone. */
@@ -304,6 +355,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_declare_reload),
 		cmocka_unit_test(test_declaration_wins_over_state_dir),
+		cmocka_unit_test(test_removed_while_read),
 	};
 	int rc = cmocka_run_group_tests(tests, NULL, NULL);
 	char cmd[128];
