@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -289,6 +290,57 @@ static void test_random(void **state)
 	free(a.file);
 	free(b.file);
 	free(c.file);
+}
+
+/* The files -o writes: a shape too large to address is refused (it
+ * wrapped to 0 bytes and random wrote past a 1-byte buffer); a file is
+ * replaced whole, keeping its mode, with no temporary left; a device that
+ * fails the write stays (the failed write removed the path: /dev/full
+ * itself, run as root); a symbolic link is written through, not replaced. */
+static void test_output_files(void **state)
+{
+	struct env *e = *state;
+	assert_int_equal(ctl(e, "random", "-o", path(e, "huge.npy"), "--shape",
+			     "2147483648x2147483648", "--dtype", "f32", NULL), 5);
+	assert_int_equal(access(path(e, "huge.npy"), F_OK), -1);
+
+	const char *r = path(e, "r.npy");
+	assert_int_equal(ctl(e, "random", "-o", r, "--shape", "5x8", "--dtype", "f16", NULL), 0);
+	assert_int_equal(chmod(r, 0640), 0);
+	assert_int_equal(ctl(e, "random", "-o", r, "--shape", "3x4", "--dtype", "f32", NULL), 0);
+	struct npy_mat m = read_npy(r);
+	assert_int_equal(m.info.rows, 3);
+	assert_int_equal(m.info.cols, 4);
+	free(m.file);
+	struct stat st;
+	assert_int_equal(stat(r, &st), 0);
+	assert_int_equal(st.st_mode & 07777, 0640);
+	int entries = 0;
+	DIR *dir = opendir(e->dir);
+	assert_non_null(dir);
+	for (struct dirent *de; (de = readdir(dir));)
+		entries += de->d_name[0] != '.';
+	closedir(dir);
+	assert_int_equal(entries, 1); /* r.npy alone */
+
+	const char *link = path(e, "link.npy");
+	assert_int_equal(symlink(r, link), 0);
+	assert_int_equal(ctl(e, "random", "-o", link, "--shape", "2x4", "--dtype", "f32", NULL), 0);
+	assert_int_equal(lstat(link, &st), 0);
+	assert_true(S_ISLNK(st.st_mode));
+	m = read_npy(r);
+	assert_int_equal(m.info.rows, 2);
+	free(m.file);
+
+	/* A device whose every write fails, as /dev/full (root only). */
+	const char *full = path(e, "full");
+	if (geteuid() != 0 || mknod(full, S_IFCHR | 0666, makedev(1, 7)) != 0) {
+		print_message("  (not root: the failing device is not made)\n");
+		return;
+	}
+	assert_int_equal(ctl(e, "random", "-o", full, "--shape", "64x64", "--dtype", "f32", NULL), 5);
+	assert_int_equal(lstat(full, &st), 0);
+	assert_true(S_ISCHR(st.st_mode));
 }
 
 /* ---- submit ---- */
@@ -735,6 +787,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_help_and_usage, setup_no_daemon, teardown),
 		cmocka_unit_test_setup_teardown(test_no_daemon, setup_no_daemon, teardown),
 		cmocka_unit_test_setup_teardown(test_random, setup_no_daemon, teardown),
+		cmocka_unit_test_setup_teardown(test_output_files, setup_no_daemon, teardown),
 		cmocka_unit_test_setup_teardown(test_submit_every_dtype, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_submit_sparse_c_and_json, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_weights_commands, setup, teardown),
