@@ -82,9 +82,9 @@ struct bench_conn {
 	uint64_t errors;
 	uint64_t queue, h2d, kernel, d2h, total; /* sums over successful requests */
 	uint64_t encode, send, wait, decode, unexplained; /* the client's side, summed */
-	uint64_t batch;         /* requests of each one's launch, summed */
 	struct bench_variants variants;
 	double launch_kernel_ns; /* each request's share of its launch's kernel time */
+	double launches;         /* each request's share of its launch (1 / its size) */
 	struct bench_slowest slowest;
 	/* --check: this connection's own B (so that a batch joins different
 	 * columns), A as sent or loaded, the float64 reference of A.B, and
@@ -246,7 +246,7 @@ static void *bench_thread(void *arg)
 		bc->decode += r.client.decode_ns;
 		bc->unexplained += ctl_unexplained_ns(r.client.wait_ns, r.timing.total_ns);
 		uint32_t br = r.timing.batch_requests ? r.timing.batch_requests : 1;
-		bc->batch += br;
+		bc->launches += 1.0 / br;
 		bc->launch_kernel_ns += (double)r.timing.kernel_ns / br;
 		variants_add(&bc->variants, r.variant && r.variant[0] ? r.variant : "?", 1);
 		if (r.round_trip_ns > bc->slowest.round_trip) {
@@ -427,9 +427,9 @@ static void report(struct ctl *ctl, const struct bench_opts *o, struct bench_con
 		   uint64_t wall_ns)
 {
 	size_t n = 0;
-	uint64_t errors = 0, q = 0, h = 0, kr = 0, d = 0, t = 0, sum = 0, batch = 0;
+	uint64_t errors = 0, q = 0, h = 0, kr = 0, d = 0, t = 0, sum = 0;
 	uint64_t ce = 0, cs = 0, cw = 0, cd = 0, cu = 0;
-	double busy_ns = 0;
+	double busy_ns = 0, launches = 0;
 	struct bench_variants var = { .n = 0 };
 	struct bench_slowest slow = { .round_trip = 0 };
 	uint64_t checked = 0, check_failed = 0;
@@ -444,7 +444,7 @@ static void report(struct ctl *ctl, const struct bench_opts *o, struct bench_con
 		var.other += bc[i].variants.other;
 		if (bc[i].slowest.round_trip > slow.round_trip)
 			slow = bc[i].slowest;
-		batch += bc[i].batch;
+		launches += bc[i].launches;
 		busy_ns += bc[i].launch_kernel_ns;
 		n += bc[i].nlat;
 		errors += bc[i].errors;
@@ -474,7 +474,11 @@ static void report(struct ctl *ctl, const struct bench_opts *o, struct bench_con
 	uint64_t div = n ? n : 1;
 	double flops = 2.0 * o->m * o->n * o->k;
 	double gf_wall = wall_ns ? flops * (double)n / (double)wall_ns : 0.0;
-	double gf_kernel = kr ? flops * (double)n / (double)kr : 0.0;
+	/* Over the kernels' own time, each launch counted once: a batch's
+	 * kernel time is every one of its requests' kernel_ns. */
+	double gf_kernel = busy_ns > 0 ? flops * (double)n / busy_ns : 0.0;
+	/* Requests over launches (a launch of 8 is one launch, not 8 of 8). */
+	double mean_batch = launches > 0 ? (double)n / launches : 0.0;
 	const char *a_kind = o->weight || o->resident ? (o->sparse ? "resident 2:4" : "resident dense")
 			     : !o->sparse ? "dense"
 			     : o->mode == CTL_SPARSE_PACKED ? "2:4 packed"
@@ -544,7 +548,7 @@ static void report(struct ctl *ctl, const struct bench_opts *o, struct bench_con
 		/* Batching: the mean number of requests a launch answered, and
 		 * the share of the wall time the device spent in kernels (each
 		 * launch counted once). */
-		json_kv_double(j, "mean_batch", (double)batch / (double)div);
+		json_kv_double(j, "mean_batch", mean_batch);
 		json_kv_double(j, "device_busy", wall_ns ? busy_ns / (double)wall_ns : 0.0);
 		if (o->check) {
 			json_key(j, "check");
@@ -617,10 +621,10 @@ static void report(struct ctl *ctl, const struct bench_opts *o, struct bench_con
 			       "total %s; %" PRIu32 " request%s in its launch, %s\n", s[0], s[1], s[2],
 			       s[3], s[4], s[5], slow.batch, slow.batch == 1 ? "" : "s", slow.variant);
 		}
-		printf("  kernel       %.2f GFLOP/s over the mean kernel time\n", gf_kernel);
+		printf("  kernel       %.2f GFLOP/s over the kernels' time\n", gf_kernel);
 		printf("  batching     %.2f requests per launch on average; kernels busy %.1f%% of "
 		       "the wall time\n",
-		       (double)batch / (double)div, wall_ns ? 100.0 * busy_ns / (double)wall_ns : 0.0);
+		       mean_batch, wall_ns ? 100.0 * busy_ns / (double)wall_ns : 0.0);
 		printf("  variants    ");
 		for (size_t k = 0; k < var.n; k++)
 			printf(" %s %" PRIu64 "%s", var.name[k], var.count[k],

@@ -5,6 +5,7 @@
  * --check (against a fake daemon that answers wrong). */
 #include <dirent.h>
 #include <errno.h>
+#include <math.h>
 #include <poll.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -594,6 +595,34 @@ static void test_status_ping_bench(void **state)
 	 * all 30 (f16 2:4 on the CPU backend). */
 	expect_in(e->out, "\"variants\": {");
 	expect_in(e->out, ".sp24.f16\": 30");
+	/* The batching figures against the daemon's own count: requests per
+	 * launch is requests over launches (it had been weighted by each
+	 * launch's size), and the kernels' GFLOP/s counts a batch's kernel
+	 * once (it had counted it for every request, falling under the wall
+	 * rate). */
+	assert_int_equal(ctl(e, "random", "-o", path(e, "mb.npy"), "--shape", "256x256", "--dtype",
+			     "f16", NULL), 0);
+	assert_int_equal(ctl(e, "load", "mb", path(e, "mb.npy"), NULL), 0);
+	assert_int_equal(ctl(e, "--json", "bench", "--weight", "mb", "--n", "16", "-n", "400",
+			     "-j", "8", "--warmup", "0", NULL), 0);
+	{
+		const char *p = strstr(e->out, "\"mean_batch\": ");
+		const char *gw = strstr(e->out, "\"gflops_wall\": ");
+		const char *gk = strstr(e->out, "\"gflops_kernel\": ");
+		assert_true(p && gw && gk);
+		const double mean = strtod(p + 14, NULL);
+		const double wall = strtod(gw + 15, NULL), kern = strtod(gk + 17, NULL);
+		assert_int_equal(ctl(e, "--json", "weights", NULL), 0);
+		const unsigned long long req = json_number(e->out, "\"mb\"", "\"requests\": ");
+		const unsigned long long launches = json_number(e->out, "\"mb\"", "\"launches\": ");
+		print_message("  bench: %.3f requests per launch, daemon %llu / %llu; GFLOP/s "
+			      "wall %.2f, kernels %.2f\n", mean, req, launches, wall, kern);
+		assert_int_equal(req, 400);
+		assert_true(launches > 0);
+		assert_true(fabs(mean - (double)req / (double)launches) < 1e-6 * mean);
+		assert_true(kern >= wall);
+	}
+	assert_int_equal(ctl(e, "unload", "mb", NULL), 0);
 	assert_int_equal(ctl(e, "bench", "-n", "20", "-j", "2", "--resident", "--sparse=prune",
 			     "--m", "24", "--k", "40", "--n", "8", "--dtype", "i8", NULL), 0);
 	expect_in(e->out, "resident 2:4");
