@@ -491,7 +491,9 @@ int ctl_fail(struct ctl *ctl, const char *what, int rc, const struct mfma_error 
 		int code = MFMA_REMOTE_CODE(rc);
 		fprintf(stderr, "mfmactl: %s: %s: %s\n", what, mfma_code_name(code), msg);
 		json_error(ctl, code, mfma_code_name(code), msg);
-		return CTL_EXIT_DAEMON;
+		/* A deadline is --timeout's, whether the daemon or the library
+		 * (while sending, or waiting for a connection) found it passed. */
+		return code == MFMA_CODE_DEADLINE_EXCEEDED ? CTL_EXIT_TRANSPORT : CTL_EXIT_DAEMON;
 	}
 	fprintf(stderr, "mfmactl: %s: %s\n", what, msg);
 	json_error(ctl, rc, rc == -ENOMEM ? "ENOMEM" : "TRANSPORT", msg);

@@ -538,6 +538,22 @@ static void test_weights_commands(void **state)
 	expect_in(e->out, "no resident weights");
 }
 
+/* --timeout expiring exits 3 whoever found the deadline passed: the
+ * library in the middle of sending 8 MiB (DEADLINE_EXCEEDED, which exited
+ * 1 as a daemon's error), the daemon, or the wait. */
+static void test_timeout_exits_3(void **state)
+{
+	struct env *e = *state;
+	const char *big = path(e, "big.npy");
+	assert_int_equal(ctl(e, "random", "-o", big, "--shape", "1024x1024", "--dtype", "f32", NULL),
+			 0);
+	assert_int_equal(ctl(e, "--timeout", "1", "submit", "-a", big, "-b", big, NULL), 3);
+	assert_int_equal(ctl(e, "--json", "--timeout", "1", "submit", "-a", big, "-b", big, NULL),
+			 3);
+	expect_json(e->out);
+	expect_in(e->out, "\"error\"");
+}
+
 /* ---- status, ping, bench ---- */
 
 static void test_status_ping_bench(void **state)
@@ -821,6 +837,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_submit_sparse_c_and_json, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_weights_commands, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_status_ping_bench, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_timeout_exits_3, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_check_failure_exits_4, setup_no_daemon,
 						teardown),
 	};
