@@ -142,9 +142,10 @@ int ctl_make_operand(const struct ctl_matrix *a, int sparse_mode, struct mfma_op
 		     struct ctl_packed *pk, char *err, size_t errlen);
 void ctl_packed_free(struct ctl_packed *pk);
 
-/* A weight as a table row / JSON object (ctl_cmds.c). */
+/* A weight as a table row / JSON object (ctl_cmds.c); load_ns, when not
+ * 0, is the load's round trip (load --json: "load_ns"). */
 void ctl_print_weights(const struct mfma_weight_info *w, size_t n);
-void ctl_json_weight(struct json *j, const struct mfma_weight_info *w);
+void ctl_json_weight(struct json *j, const struct mfma_weight_info *w, uint64_t load_ns);
 
 /* ---- the commands ---- */
 

@@ -257,7 +257,7 @@ static void json_declared(struct json *j, const struct mfma_declared_weight *w, 
 	json_array_end(j);
 }
 
-void ctl_json_weight(struct json *j, const struct mfma_weight_info *w)
+void ctl_json_weight(struct json *j, const struct mfma_weight_info *w, uint64_t load_ns)
 {
 	json_object_begin(j);
 	json_kv_string(j, "name", w->name);
@@ -273,6 +273,8 @@ void ctl_json_weight(struct json *j, const struct mfma_weight_info *w)
 	json_array_end(j);
 	json_kv_uint(j, "requests", w->requests);
 	json_kv_uint(j, "launches", w->launches);
+	if (load_ns)
+		json_kv_uint(j, "load_ns", load_ns);
 	json_object_end(j);
 }
 
@@ -453,7 +455,7 @@ static void status_json(struct ctl *ctl, mfma_client *c, const struct mfma_statu
 	json_key(j, "weights");
 	json_array_begin(j);
 	for (size_t i = 0; i < s->n_weights; i++)
-		ctl_json_weight(j, &s->weights[i]);
+		ctl_json_weight(j, &s->weights[i], 0);
 	json_array_end(j);
 	json_declared(j, s->declared, s->n_declared);
 	const struct mfma_counters *k = &s->counters;
@@ -617,7 +619,7 @@ int ctl_cmd_load(struct ctl *ctl, int argc, char **argv)
 		rc = ctl_fail(ctl, "load", rc, &e);
 	} else {
 		if (ctl->json) {
-			ctl_json_weight(&ctl->j, &res.weight);
+			ctl_json_weight(&ctl->j, &res.weight, took);
 		} else {
 			char bytes[32], devs[256];
 			ctl_format_bytes(res.weight.bytes, bytes, sizeof(bytes));
@@ -708,7 +710,7 @@ int ctl_cmd_weights(struct ctl *ctl, int argc, char **argv)
 		json_key(&ctl->j, "weights");
 		json_array_begin(&ctl->j);
 		for (size_t i = 0; i < l.n_weights; i++)
-			ctl_json_weight(&ctl->j, &l.weights[i]);
+			ctl_json_weight(&ctl->j, &l.weights[i], 0);
 		json_array_end(&ctl->j);
 		json_declared(&ctl->j, l.declared, l.n_declared);
 		json_object_end(&ctl->j);

@@ -415,14 +415,23 @@ void ctl_print_help(const char *cmd)
 	fputs(help_common, stdout);
 }
 
+/* The run's ctl, for ctl_usage's {"error": ...} with --json (usage errors
+ * are found in many places that have no ctl at hand). */
+static struct ctl *run_ctl;
+
+static void json_error(struct ctl *ctl, int code, const char *name, const char *message);
+
 int ctl_usage(const char *cmd, const char *fmt, ...)
 {
+	char msg[1024];
 	va_list ap;
-	fprintf(stderr, "mfmactl%s%s: ", cmd ? " " : "", cmd ? cmd : "");
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	fprintf(stderr, "\nTry 'mfmactl %s%s--help'.\n", cmd ? cmd : "", cmd ? " " : "");
+	fprintf(stderr, "mfmactl%s%s: %s\nTry 'mfmactl %s%s--help'.\n", cmd ? " " : "",
+		cmd ? cmd : "", msg, cmd ? cmd : "", cmd ? " " : "");
+	if (run_ctl)
+		json_error(run_ctl, -CTL_EXIT_USAGE, "USAGE", msg);
 	return CTL_EXIT_USAGE;
 }
 
@@ -586,6 +595,7 @@ int main(int argc, char **argv)
 					      { NULL, 0, NULL, 0 } };
 	struct ctl ctl = { .timeout_ms = -1, .spin_us = -1 };
 	int opt;
+	run_ctl = &ctl;
 
 	/* '+': stop at the command word; its options are its own. */
 	while ((opt = getopt_long(argc, argv, "+" CTL_COMMON_SHORT "V", opts, NULL)) != -1) {

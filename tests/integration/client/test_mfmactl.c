@@ -218,6 +218,11 @@ static void test_help_and_usage(void **state)
 	assert_int_equal(ctl(e, "--json", "load", "w", path(e, "junk.npy"), NULL), 2);
 	expect_json(e->out);
 	expect_in(e->out, "not a .npy file");
+	/* A usage error with --json is a JSON error too. */
+	assert_int_equal(ctl(e, "--json", "submit", "-b", path(e, "m2.npy"), NULL), 2);
+	expect_json(e->out);
+	expect_in(e->out, "\"name\": \"USAGE\"");
+	expect_in(e->out, "give -a A.npy or --weight NAME");
 }
 
 static void test_no_daemon(void **state)
@@ -618,7 +623,9 @@ static void test_status_ping_bench(void **state)
 	 * rate). */
 	assert_int_equal(ctl(e, "random", "-o", path(e, "mb.npy"), "--shape", "256x256", "--dtype",
 			     "f16", NULL), 0);
-	assert_int_equal(ctl(e, "load", "mb", path(e, "mb.npy"), NULL), 0);
+	assert_int_equal(ctl(e, "--json", "load", "mb", path(e, "mb.npy"), NULL), 0);
+	expect_json(e->out);
+	assert_true(json_number(e->out, "\"mb\"", "\"load_ns\": ") > 0);
 	assert_int_equal(ctl(e, "--json", "bench", "--weight", "mb", "--n", "16", "-n", "400",
 			     "-j", "8", "--warmup", "0", NULL), 0);
 	{
