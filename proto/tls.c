@@ -103,9 +103,17 @@ int tls_ctx_server(const char *cert_file, const char *key_file, const char *clie
 	if ((rc = use_cert_key(c, cert_file, key_file, err, errlen)) < 0)
 		return rc;
 	/* Clients do not resume sessions: tickets would only cost a
-	 * message and a key per connection. */
+	 * message and a key per connection.  TLS 1.3's are off by count,
+	 * TLS 1.2's by SSL_OP_NO_TICKET (the cache being off does not stop
+	 * stateless tickets).  The context names the sessions, so that a
+	 * client offering one (HAProxy does) gets a full handshake: with
+	 * client certificates and none set, OpenSSL failed the handshake
+	 * ("session id context uninitialized"). */
 	SSL_CTX_set_num_tickets(c, 0);
+	SSL_CTX_set_options(c, SSL_OP_NO_TICKET);
 	SSL_CTX_set_session_cache_mode(c, SSL_SESS_CACHE_OFF);
+	static const unsigned char sid_ctx[] = "mfmad";
+	SSL_CTX_set_session_id_context(c, sid_ctx, sizeof(sid_ctx) - 1);
 	if (client_ca && *client_ca) {
 		STACK_OF(X509_NAME) *names = SSL_load_client_CA_file(client_ca);
 		if (!names || SSL_CTX_load_verify_locations(c, client_ca, NULL) != 1) {

@@ -220,6 +220,23 @@ static long metric(const struct run *r, const char *name)
 	return p ? atol(p + strlen(name)) : -1;
 }
 
+/* openssl s_client with a client certificate over TLS 1.2, saving the
+ * session to sess (out) or offering it (in); its output in log.  Its exit
+ * status. */
+static int s_client(const struct run *r, bool offer, const char *sess, const char *log)
+{
+	char cmd[1024];
+	snprintf(cmd, sizeof(cmd),
+		 "openssl s_client -connect 127.0.0.1:%d -servername localhost -tls1_2 "
+		 "-CAfile %s -cert %s -key %s -sess_%s %s </dev/null",
+		 r->port, cf(r, "ca.pem"), cf(r, "client.pem"), cf(r, "client.key"),
+		 offer ? "in" : "out", sess);
+	const char *argv[] = { "/bin/sh", "-c", cmd, NULL };
+	pid_t pid = sdtest_spawn(argv, NULL, log);
+	assert_true(pid > 0);
+	return sdtest_wait_exit(pid, 10000);
+}
+
 static void test_client_certificates(void **state)
 {
 	(void)state;
@@ -229,6 +246,25 @@ static void test_client_certificates(void **state)
 	r.pid = spawn(&r);
 	wait_ready(&r);
 	struct mfma_error err;
+
+	/* No TLS 1.2 ticket is given (one was, and offered back, as HAProxy
+	 * does when it reconnects, it was refused with an internal error
+	 * alert: no session id context with client certificates).  Without a
+	 * ticket or a cache the session is not resumable and s_client keeps
+	 * none; if it did, offering it must end in a full handshake. */
+	char sess[160], log1[160], log2[160];
+	snprintf(sess, sizeof(sess), "%s/session.pem", r.certs);
+	snprintf(log1, sizeof(log1), "%s/s_client1.log", r.certs);
+	snprintf(log2, sizeof(log2), "%s/s_client2.log", r.certs);
+	assert_int_equal(s_client(&r, false, sess, log1), 0);
+	assert_true(sdtest_file_contains(log1, "New, TLSv1.2"));
+	assert_false(sdtest_file_contains(log1, "session ticket lifetime hint"));
+	if (access(sess, F_OK) == 0) {
+		assert_int_equal(s_client(&r, true, sess, log2), 0);
+		assert_true(sdtest_file_contains(log2, "New, TLSv1.2"));
+		assert_false(sdtest_file_contains(log2, "alert"));
+	}
+	assert_false(sdtest_file_contains(r.log, "session id context uninitialized"));
 
 	/* With a certificate: small and ~1 MiB requests, results checked. */
 	mfma_client *c = good_client(&r);
