@@ -1217,6 +1217,17 @@ static void on_tick(uv_timer_t *t)
 				     "complete in %" PRIu64 " ms (limits.read_timeout_ms)",
 				     c->cid, cf->read_timeout_ms);
 			conn_close(c);
+		} else if (cf->read_timeout_ms && c->need_token && !c->broken &&
+			   now - c->active_ns > cf->read_timeout_ms * 1000000) {
+			/* Unauthenticated, it holds one of limits.max_connections,
+			 * which every listener shares: the token comes within
+			 * read_timeout_ms of the accept (a TLS handshake
+			 * included), not idle_timeout_ms. */
+			char why[200];
+			snprintf(why, sizeof(why),
+				 "this listener takes a token first (listen.token_file), and none came "
+				 "within %" PRIu64 " ms (limits.read_timeout_ms)", cf->read_timeout_ms);
+			deny(c, CONN_REFUSE_PEER, why);
 		} else if (cf->read_timeout_ms && c->reading && c->frame_ns &&
 		    now - c->frame_ns > cf->read_timeout_ms * 1000000) {
 			time_out(c, "a started frame did not complete", "read_timeout_ms",

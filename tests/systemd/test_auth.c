@@ -5,9 +5,11 @@
  * socket checks the peer's uid against listen.unix_users/unix_group. */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -193,6 +195,60 @@ static void test_tcp_token(void **state)
 	run_stop(&r);
 }
 
+/* Whether the peer closed fd within timeout_ms (whatever it wrote before). */
+static bool closed_within(int fd, int timeout_ms)
+{
+	char buf[512];
+	for (int waited = 0; waited < timeout_ms; waited += 50) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		if (poll(&p, 1, 50) == 1) {
+			ssize_t n = read(fd, buf, sizeof(buf));
+			if (n <= 0)
+				return true;
+		}
+	}
+	return false;
+}
+
+/* Connections that never send the token are closed after
+ * limits.read_timeout_ms, not idle_timeout_ms: they hold slots of
+ * limits.max_connections, which the Unix socket's clients share. */
+static void test_token_deadline(void **state)
+{
+	(void)state;
+	struct run r;
+	run_init(&r);
+	char conf[512];
+	snprintf(conf, sizeof(conf),
+		 "listen = { tcp = true; tcp_port = %d; token_file = \"%s\"; };\n"
+		 "limits = { read_timeout_ms = 500; max_connections = 4; };", r.port, r.token);
+	r.pid = spawn(&r, conf);
+	mfma_client *c = connect_tcp(&r); /* up: the listener accepts */
+	mfma_close(c);
+	int fds[4];
+	for (int i = 0; i < 4; i++)
+		assert_true((fds[i] = sdtest_connect_tcp(r.port, 5000)) >= 0);
+	/* Every slot held: the Unix socket is refused too. */
+	char ep[128];
+	snprintf(ep, sizeof(ep), "unix:%s", r.sock);
+	struct mfma_error err;
+	int rc = mfma_connect(ep, &c, &err);
+	if (rc == 0)
+		rc = mfma_ping(c, "x", 1, NULL, &err);
+	mfma_close(c);
+	assert_true(rc < 0);
+	/* Until the deadline closes them (the tick runs every second). */
+	for (int i = 0; i < 4; i++) {
+		assert_true(closed_within(fds[i], 5000));
+		close(fds[i]);
+	}
+	assert_true(sdtest_file_contains(r.log, "none came within 500 ms (limits.read_timeout_ms)"));
+	assert_int_equal(mfma_connect(ep, &c, &err), 0);
+	assert_int_equal(mfma_ping(c, "x", 1, NULL, &err), 0);
+	mfma_close(c);
+	run_stop(&r);
+}
+
 /* The daemon exits 1 at start, saying why. */
 static void expect_refused_start(struct run *r, pid_t pid, const char *want)
 {
@@ -306,6 +362,7 @@ int main(void)
 	signal(SIGPIPE, SIG_IGN);
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_tcp_token),
+		cmocka_unit_test(test_token_deadline),
 		cmocka_unit_test(test_remote_tcp_without_token_refused),
 		cmocka_unit_test(test_activated_remote_tcp_refused),
 		cmocka_unit_test(test_unix_peer_check),
