@@ -644,7 +644,13 @@ int metrics_start(const char *address, int port, bool allow_remote, const struct
 	m->mhd = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, on_request, m,
 				  MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
 				  /* A scraper or two and a few probes; nothing needs more. */
-				  MHD_OPTION_CONNECTION_LIMIT, (unsigned int)32,
+				  MHD_OPTION_CONNECTION_LIMIT, (unsigned int)METRICS_CONNECTIONS,
+				  /* The timeout counts inactivity only: a client sending a
+				   * header line every few seconds keeps its connection.
+				   * Per address, so that one such client cannot take
+				   * every slot from the probes (/healthz, /readyz). */
+				  MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+				  (unsigned int)METRICS_CONNECTIONS_PER_ADDRESS,
 				  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)10,
 				  MHD_OPTION_END);
 	if (m->mhd == NULL) {

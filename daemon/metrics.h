@@ -20,6 +20,10 @@ struct metrics;
 /* Content-Type of /metrics, as the text format specifies it. */
 #define METRICS_CONTENT_TYPE "text/plain; version=0.0.4; charset=utf-8"
 
+/* The HTTP server's connections, in all and from one address. */
+#define METRICS_CONNECTIONS 32
+#define METRICS_CONNECTIONS_PER_ADDRESS 4
+
 /* Renders every metric family into a malloc'd NUL-terminated buffer (*out,
  * *len without the NUL; the caller frees it).  now_ns is CLOCK_MONOTONIC, for
  * mfmad_uptime_seconds against s->start_ns.  Reads the atomics with relaxed

@@ -1,6 +1,7 @@
 /* /metrics rendering on a known set of counters (exact lines, Prometheus's
  * own checker) and the HTTP endpoints served by libmicrohttpd. */
 #include <errno.h>
+#include <poll.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -407,6 +408,69 @@ static int http_get(int family, int port, const char *method, const char *path, 
 	return code;
 }
 
+/* A TCP connection to 127.0.0.1:port from the address src (any of
+ * 127/8 is this machine's); -1 when it cannot be made. */
+static int connect_from(const char *src, int port)
+{
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_in a = { .sin_family = AF_INET };
+	inet_pton(AF_INET, src, &a.sin_addr);
+	struct sockaddr_in to = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+	inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
+	if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 ||
+	    connect(fd, (struct sockaddr *)&to, sizeof(to)) < 0) {
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/* Clients that send a header line now and then, never the request's end,
+ * hold their connections past the inactivity timeout; from one address
+ * they take METRICS_CONNECTIONS_PER_ADDRESS of the slots, not all, and a
+ * probe from elsewhere is answered (they had taken all 32, and a
+ * liveness probe got nothing). */
+static void test_http_slow_clients(void **state)
+{
+	(void)state;
+	struct mfmad_stats *s = known_stats();
+	struct metrics *m = NULL;
+	char err[256];
+	assert_int_equal(metrics_start("127.0.0.1", 0, false, s, &m, err, sizeof(err)), 0);
+	const int port = metrics_port(m);
+	int slow[METRICS_CONNECTIONS];
+	const char partial[] = "GET /healthz HTTP/1.1\r\nHost: x\r\n";
+	for (int i = 0; i < METRICS_CONNECTIONS; i++) {
+		slow[i] = connect_from("127.0.0.1", port);
+		assert_true(slow[i] >= 0);
+		(void)!write(slow[i], partial, sizeof(partial) - 1);
+	}
+	usleep(200 * 1000);
+	int probe = connect_from("127.0.0.2", port);
+	assert_true(probe >= 0);
+	const char req[] = "GET /healthz HTTP/1.0\r\nHost: x\r\n\r\n";
+	assert_int_equal(write(probe, req, sizeof(req) - 1), (ssize_t)(sizeof(req) - 1));
+	char resp[512] = "";
+	size_t got = 0;
+	struct pollfd p = { .fd = probe, .events = POLLIN };
+	while (got < sizeof(resp) - 1 && poll(&p, 1, 5000) == 1) {
+		ssize_t n = read(probe, resp + got, sizeof(resp) - 1 - got);
+		if (n <= 0)
+			break;
+		got += (size_t)n;
+	}
+	resp[got] = '\0';
+	print_message("  probe from 127.0.0.2 with %d slow clients: %.30s\n", METRICS_CONNECTIONS,
+		      resp);
+	assert_non_null(strstr(resp, " 200 "));
+	close(probe);
+	for (int i = 0; i < METRICS_CONNECTIONS; i++)
+		close(slow[i]);
+	metrics_stop(m);
+	free(s);
+}
+
 static void test_http_endpoints(void **state)
 {
 	(void)state;
@@ -538,6 +602,7 @@ int main(void)
 		cmocka_unit_test(test_render_escapes_labels),
 		cmocka_unit_test(test_render_states),
 		cmocka_unit_test(test_render_passes_promtool),
+		cmocka_unit_test(test_http_slow_clients),
 		cmocka_unit_test(test_loopback_check),
 #if MFMAD_HAVE_MICROHTTPD
 		cmocka_unit_test(test_http_endpoints),
