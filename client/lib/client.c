@@ -1266,8 +1266,16 @@ int client_flush_held(mfma_client *c, struct mfma_error *err)
 	c->held_len = c->nheld = 0;
 	uint64_t t_first = mfma_clock_ns();
 	int rc = client_send_frame(c, c->held, len, &t_first, err);
-	if (rc < 0)
+	if (rc < 0) {
+		/* Timed out before a byte went (the socket stayed full): the
+		 * connection lives, so they stay held for the next flush.  Had
+		 * it died, each goes again from its own copy on the next. */
+		if (!c->dead) {
+			c->held_len = len;
+			c->nheld = n;
+		}
 		return rc;
+	}
 	uint64_t t_sent = mfma_clock_ns();
 	for (size_t i = 0; i < n; i++) {
 		struct client_pending *p = client_pending_find(c, c->held_ids[i]);

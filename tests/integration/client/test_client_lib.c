@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -706,6 +707,53 @@ static void test_cork_holds_until_written(void **state)
 	free(a.p);
 }
 
+/* A flush of held requests that times out before a byte goes (the daemon
+ * stopped, its socket full) keeps them held on the live connection: they
+ * go with the next flush and are answered.  They had been dropped, and
+ * their ids never completed. */
+static void test_cork_flush_timed_out(void **state)
+{
+	struct env *e = *state;
+	struct mfma_error err;
+	struct mat a = mat_rand(MFMA_DT_F32, 8, 8, false, 5000);
+	struct mat b = mat_rand(MFMA_DT_F32, 8, 4, false, 5001);
+	struct mfma_gemm_args ga;
+	dense_args(&ga, &a, &b);
+	mfma_set_timeout(e->c, 200);
+	assert_int_equal(kill(e->d.pid, SIGSTOP), 0);
+	enum { MAXN = 200000 };
+	uint64_t *ids = malloc(MAXN * sizeof(*ids));
+	size_t n = 0;
+	int rc;
+	while (n < MAXN && (rc = mfma_gemm_submit(e->c, &ga, &ids[n], &err)) == 0)
+		n++;
+	assert_int_equal(rc, -ETIMEDOUT); /* the socket is full */
+	mfma_cork(e->c);
+	uint64_t held;
+	assert_int_equal(mfma_gemm_submit(e->c, &ga, &held, &err), 0);
+	assert_int_equal(mfma_uncork(e->c, &err), -ETIMEDOUT);
+	assert_int_equal(kill(e->d.pid, SIGCONT), 0);
+	mfma_set_timeout(e->c, 60000);
+	/* Every earlier one, then the held one: written by this wait. */
+	for (size_t i = 0; i < n; i++) {
+		struct mfma_gemm_result r;
+		uint64_t done;
+		if (mfma_wait(e->c, ids[i], 60000, &done, &r, &err) != 0)
+			fail_msg("wait %zu of %zu: %s", i, n, err.message);
+		mfma_gemm_result_free(&r);
+	}
+	struct mfma_gemm_result r;
+	uint64_t done;
+	if (mfma_wait(e->c, held, 10000, &done, &r, &err) != 0)
+		fail_msg("the held request, after its flush timed out: %s", err.message);
+	expect_close(&r, &a, &b, NULL, 1.0f, 0.0f, MFMA_DT_F32);
+	mfma_gemm_result_free(&r);
+	assert_int_equal(mfma_in_flight(e->c), 0);
+	free(ids);
+	free(a.p);
+	free(b.p);
+}
+
 /* Order: GEMMs on a weight held, then the weight unloaded by a blocking
  * call on the same client.  The held GEMMs are written first, so the
  * daemon runs them on the weight before it goes: every one answered. */
@@ -783,6 +831,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_threads, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cork_holds_until_written, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cork_keeps_the_order, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_cork_flush_timed_out, setup_deep_pipeline,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_cork_writes_past_its_limit, setup_deep_pipeline,
 						teardown),
 	};
