@@ -433,6 +433,15 @@ static int reconnect_once(mfma_client *c, struct mfma_error *err)
 	c->fd = fd;
 	if (client_take_tls(c, ts) < 0)
 		return client_fail(err, -ENOMEM, "out of memory");
+	/* The daemon closed the last connection over something this client
+	 * sent (a frame over its limit, a TLS alert), and which request it
+	 * was is not known: sending them all again would bring the same
+	 * verdict on every new connection.  They end here instead. */
+	char verdict[MFMA_ERROR_MAX] = "";
+	if (c->verdict)
+		snprintf(verdict, sizeof(verdict),
+			 "not sent again: %.100s closed the connection over what this client sent "
+			 "(%.300s)", c->endpoint, c->dead_msg);
 	c->cur = which;
 	c->dead = 0;
 	c->verdict = false;
@@ -449,6 +458,8 @@ static int reconnect_once(mfma_client *c, struct mfma_error *err)
 		struct client_pending *p = &c->pend[i];
 		if (!p->resp && (!p->frame || p->abandoned))
 			client_pending_remove(c, p);
+		else if (!p->resp && verdict[0])
+			answer_locally(c, p, MFMA__V1__CODE__FAILED_PRECONDITION, verdict);
 	}
 	if (c->token_len > 0 && (rc = client_send_token(c, c->token, c->token_len, err)) < 0)
 		return rc;

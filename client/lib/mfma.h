@@ -351,7 +351,10 @@ int mfma_gemm(mfma_client *client, const struct mfma_gemm_args *args,
  * the next of a list) and sends it again with the same id; mfma_wait
  * completes each id exactly once.  A request that finds no connection
  * within its timeout_us (else the client's timeout, else 60 s) completes
- * with DEADLINE_EXCEEDED. */
+ * with DEADLINE_EXCEEDED.  When the daemon closed the connection over
+ * something this client sent (a frame over its limit, a TLS alert), which
+ * request it was is not known: those in flight then complete with
+ * FAILED_PRECONDITION, naming the verdict, and are not sent again. */
 int mfma_gemm_submit(mfma_client *client, const struct mfma_gemm_args *args, uint64_t *id,
 		     struct mfma_error *err);
 

@@ -754,6 +754,53 @@ static void test_cork_flush_timed_out(void **state)
 	free(b.p);
 }
 
+static int setup_small_frames(void **state)
+{
+	return start_with(state, "limits = { max_frame_mb = 1; };");
+}
+
+/* A frame the daemon closes the connection over (here one past
+ * limits.max_frame_mb) is not sent again on the next connection, where
+ * the same verdict would close it again: the requests then in flight end
+ * with FAILED_PRECONDITION saying why, and the client serves on.  Every
+ * call failed with the same reset for the minute of the resend window. */
+static void test_verdict_not_resent(void **state)
+{
+	struct env *e = *state;
+	struct mfma_error err;
+	struct mat big_a = mat_rand(MFMA_DT_F32, 512, 1024, false, 6000); /* 2 MiB */
+	struct mat big_b = mat_rand(MFMA_DT_F32, 1024, 4, false, 6001);
+	struct mfma_gemm_args ga;
+	dense_args(&ga, &big_a, &big_b);
+	uint64_t big;
+	assert_int_equal(mfma_gemm_submit(e->c, &ga, &big, &err), 0);
+	struct mfma_gemm_result r;
+	uint64_t done;
+	int rc = mfma_wait(e->c, big, 5000, &done, &r, &err);
+	print_message("  the oversized request: %d %s\n", rc, err.message);
+	assert_true(rc < 0);
+	struct mat a = mat_rand(MFMA_DT_F32, 8, 8, false, 6002);
+	struct mat b = mat_rand(MFMA_DT_F32, 8, 4, false, 6003);
+	dense_args(&ga, &a, &b);
+	for (int i = 0; i < 3; i++) {
+		if (mfma_gemm(e->c, &ga, &r, &err) != 0)
+			fail_msg("a small GEMM after the verdict (%d): %s", i, err.message);
+		expect_close(&r, &a, &b, NULL, 1.0f, 0.0f, MFMA_DT_F32);
+		mfma_gemm_result_free(&r);
+		assert_int_equal(mfma_ping(e->c, "x", 1, NULL, &err), 0);
+	}
+	if (rc != MFMA_EREMOTE(MFMA_CODE_FAILED_PRECONDITION)) {
+		rc = mfma_wait(e->c, big, 5000, &done, &r, &err);
+		assert_int_equal(rc, MFMA_EREMOTE(MFMA_CODE_FAILED_PRECONDITION));
+		assert_non_null(strstr(err.message, "not sent again"));
+	}
+	assert_int_equal(mfma_in_flight(e->c), 0);
+	free(big_a.p);
+	free(big_b.p);
+	free(a.p);
+	free(b.p);
+}
+
 /* Order: GEMMs on a weight held, then the weight unloaded by a blocking
  * call on the same client.  The held GEMMs are written first, so the
  * daemon runs them on the weight before it goes: every one answered. */
@@ -833,6 +880,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_cork_keeps_the_order, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cork_flush_timed_out, setup_deep_pipeline,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_verdict_not_resent, setup_small_frames, teardown),
 		cmocka_unit_test_setup_teardown(test_cork_writes_past_its_limit, setup_deep_pipeline,
 						teardown),
 	};
