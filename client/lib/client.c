@@ -456,7 +456,13 @@ static int reconnect_once(mfma_client *c, struct mfma_error *err)
 	client_regions_lost(c);
 	for (size_t i = c->npend; i-- > 0;) {
 		struct client_pending *p = &c->pend[i];
-		if (!p->resp && (!p->frame || p->abandoned))
+		if (!p->resp && p->user && !p->frame)
+			/* Submitted, but not to be sent again (its D or B lies in a
+			 * region of the lost connection): its wait is told. */
+			answer_locally(c, p, MFMA__V1__CODE__UNAVAILABLE,
+				       "the connection was lost, and a request naming a region is not "
+				       "sent again (the region went with the connection)");
+		else if (!p->resp && (!p->frame || p->abandoned))
 			client_pending_remove(c, p);
 		else if (!p->resp && verdict[0])
 			answer_locally(c, p, MFMA__V1__CODE__FAILED_PRECONDITION, verdict);

@@ -354,7 +354,9 @@ int mfma_gemm(mfma_client *client, const struct mfma_gemm_args *args,
  * with DEADLINE_EXCEEDED.  When the daemon closed the connection over
  * something this client sent (a frame over its limit, a TLS alert), which
  * request it was is not known: those in flight then complete with
- * FAILED_PRECONDITION, naming the verdict, and are not sent again. */
+ * FAILED_PRECONDITION, naming the verdict, and are not sent again.  A
+ * request that names a region (its B, C or D there) is never sent again:
+ * when its connection is lost it completes with UNAVAILABLE. */
 int mfma_gemm_submit(mfma_client *client, const struct mfma_gemm_args *args, uint64_t *id,
 		     struct mfma_error *err);
 

@@ -56,6 +56,16 @@ static int setup_deep_pipeline(void **state)
 	return start_with(state, "limits = { max_inflight_per_connection = 256; };");
 }
 
+/* For a test that killed its daemon: the client closed, nothing to stop. */
+static int teardown_killed(void **state)
+{
+	struct env *e = *state;
+	mfma_close(e->c);
+	(void)harness_stop(&e->d);
+	free(e);
+	return 0;
+}
+
 static int teardown(void **state)
 {
 	struct env *e = *state;
@@ -801,6 +811,55 @@ static void test_verdict_not_resent(void **state)
 	free(b.p);
 }
 
+/* A submitted GEMM whose D lies in a region is not sent again when the
+ * connection is lost (the region went with it): its wait is told
+ * (UNAVAILABLE), where it had vanished from the table unanswered.  A
+ * plain GEMM submitted beside it goes to the next endpoint and is
+ * answered there. */
+static void test_region_request_lost_is_answered(void **state)
+{
+	struct env *e = *state;
+	struct mfmad_proc second;
+	assert_int_equal(harness_start(&second, NULL, NULL), 0);
+	char eps[300];
+	snprintf(eps, sizeof(eps), "%s,%s", e->d.endpoint, second.endpoint);
+	mfma_client *c;
+	struct mfma_error err;
+	assert_int_equal(mfma_connect(eps, &c, &err), 0);
+	mfma_set_timeout(c, 20000);
+	struct mat a = mat_rand(MFMA_DT_F32, 4, 4, false, 7000);
+	struct mat b = mat_rand(MFMA_DT_F32, 4, 4, false, 7001);
+	mfma_region *rg;
+	assert_int_equal(mfma_region_create(c, 4096, &rg, &err), 0);
+	struct mfma_gemm_args in_region, plain;
+	dense_args(&in_region, &a, &b);
+	in_region.d = mfma_region_data(rg);
+	in_region.d_bytes = 4 * 4 * sizeof(float);
+	dense_args(&plain, &a, &b);
+	assert_int_equal(kill(e->d.pid, SIGSTOP), 0);
+	uint64_t id_region, id_plain;
+	assert_int_equal(mfma_gemm_submit(c, &in_region, &id_region, &err), 0);
+	assert_int_equal(mfma_gemm_submit(c, &plain, &id_plain, &err), 0);
+	assert_int_equal(kill(e->d.pid, SIGKILL), 0);
+	struct mfma_gemm_result r;
+	uint64_t done;
+	int rc = mfma_wait(c, id_plain, 20000, &done, &r, &err);
+	if (rc != 0)
+		fail_msg("the plain GEMM on the next endpoint: %s", err.message);
+	expect_close(&r, &a, &b, NULL, 1.0f, 0.0f, MFMA_DT_F32);
+	mfma_gemm_result_free(&r);
+	rc = mfma_wait(c, id_region, 5000, &done, &r, &err);
+	print_message("  the GEMM with D in a region: %d %s\n", rc, err.message);
+	assert_int_equal(rc, MFMA_EREMOTE(MFMA_CODE_UNAVAILABLE));
+	assert_non_null(strstr(err.message, "region"));
+	assert_int_equal(mfma_in_flight(c), 0);
+	mfma_region_destroy(c, rg, &err);
+	mfma_close(c);
+	assert_int_equal(harness_stop(&second), 0);
+	free(a.p);
+	free(b.p);
+}
+
 /* Order: GEMMs on a weight held, then the weight unloaded by a blocking
  * call on the same client.  The held GEMMs are written first, so the
  * daemon runs them on the weight before it goes: every one answered. */
@@ -881,6 +940,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_cork_flush_timed_out, setup_deep_pipeline,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_verdict_not_resent, setup_small_frames, teardown),
+		cmocka_unit_test_setup_teardown(test_region_request_lost_is_answered, setup,
+						teardown_killed),
 		cmocka_unit_test_setup_teardown(test_cork_writes_past_its_limit, setup_deep_pipeline,
 						teardown),
 	};
