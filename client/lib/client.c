@@ -97,6 +97,41 @@ const char *mfma_version(void)
 
 /* ---- connecting ---- */
 
+/* How long one connect() may take: a host that drops the SYN, or a
+ * listener whose queue is full, otherwise holds a blocking connect for
+ * minutes (the kernel's retries), whatever the caller's timeout, and a
+ * list of endpoints never reaches the next. */
+#define CLIENT_CONNECT_MS 3000
+
+/* connect() of fd to sa, given CLIENT_CONNECT_MS: 0, or -1 with errno
+ * set (ETIMEDOUT when it did not complete in time; EAGAIN from a Unix
+ * listener whose queue is full).  fd is blocking again on return. */
+static int connect_bounded(int fd, const struct sockaddr *sa, socklen_t len)
+{
+	int fl = fcntl(fd, F_GETFL);
+	if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+		return connect(fd, sa, len);
+	int rc = connect(fd, sa, len);
+	if (rc < 0 && errno == EINPROGRESS) {
+		struct pollfd p = { .fd = fd, .events = POLLOUT };
+		int pr;
+		while ((pr = poll(&p, 1, CLIENT_CONNECT_MS)) < 0 && errno == EINTR)
+			;
+		int e = 0;
+		socklen_t el = sizeof(e);
+		if (pr == 0)
+			e = ETIMEDOUT;
+		else if (pr < 0 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &el) < 0)
+			e = errno;
+		rc = e ? -1 : 0;
+		errno = e;
+	}
+	int saved = errno;
+	(void)fcntl(fd, F_SETFL, fl);
+	errno = saved;
+	return rc;
+}
+
 static int connect_unix(const struct endpoint *ep, int *fdp, struct mfma_error *err)
 {
 	struct sockaddr_un sa;
@@ -106,13 +141,15 @@ static int connect_unix(const struct endpoint *ep, int *fdp, struct mfma_error *
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return client_fail(err, -errno, "socket(AF_UNIX): %s", strerror(errno));
-	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+	if (connect_bounded(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
 		int e = errno;
 		close(fd);
 		/* The one sentence a user needs: what to do, not only what failed. */
 		const char *hint = "";
 		if (e == ENOENT || e == ECONNREFUSED)
 			hint = " (is mfmad running?)";
+		else if (e == EAGAIN)
+			hint = " (its queue of connections is full: is mfmad stopped or hung?)";
 		else if (e == EACCES || e == EPERM)
 			hint = " (the socket is for root and the mfmad group: join it with "
 			       "`sudo usermod -aG mfmad $USER`, then log in again)";
@@ -145,7 +182,7 @@ static int connect_tcp(const struct endpoint *ep, int *fdp, struct mfma_error *e
 			last = errno;
 			continue;
 		}
-		if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
+		if (connect_bounded(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
 			/* Small frames (pings, status) must not wait for Nagle. */
 			int one = 1;
 			setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));

@@ -14,6 +14,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -748,6 +750,41 @@ static void test_spin_keeps_timeout(void **state)
 
 /* ---- arguments and endpoints ---- */
 
+/* A listener whose queue is full (nothing accepts): a TCP connect there
+ * gets no answer to its SYN and, blocking, waited out the kernel's
+ * retries, some two minutes whatever the caller's timeout; a Unix one
+ * blocked for good.  Each now gives up within a few seconds, saying so. */
+static void test_connect_bounded(void **state)
+{
+	(void)state;
+	int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	assert_int_equal(bind(l, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(listen(l, 0), 0);
+	socklen_t al = sizeof(a);
+	assert_int_equal(getsockname(l, (struct sockaddr *)&a, &al), 0);
+	/* Fill the queue: connections never accepted. */
+	int filler[4];
+	for (int i = 0; i < 4; i++) {
+		filler[i] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+		(void)connect(filler[i], (struct sockaddr *)&a, sizeof(a));
+	}
+	usleep(100 * 1000);
+	char ep[64];
+	snprintf(ep, sizeof(ep), "tcp:127.0.0.1:%d", ntohs(a.sin_port));
+	mfma_client *c = NULL;
+	struct mfma_error err;
+	const uint64_t t0 = mfma_clock_ns();
+	int rc = mfma_connect(ep, &c, &err);
+	const double s = (double)(mfma_clock_ns() - t0) / 1e9;
+	print_message("  connect to a full queue: %d after %.1f s: %s\n", rc, s, rc ? err.message : "");
+	assert_true(rc < 0);
+	assert_true(s < 20.0);
+	for (int i = 0; i < 4; i++)
+		close(filler[i]);
+	close(l);
+}
+
 static void test_arguments(void **state)
 {
 	mfma_client *c = (mfma_client *)1;
@@ -823,6 +860,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_answer_then_close, fake_teardown),
 		cmocka_unit_test_teardown(test_timeout, fake_teardown),
 		cmocka_unit_test_teardown(test_spin_keeps_timeout, fake_teardown),
+		cmocka_unit_test(test_connect_bounded),
 		cmocka_unit_test_teardown(test_arguments, fake_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
