@@ -117,7 +117,9 @@ typedef struct mfma_client mfma_client;
  * $XDG_RUNTIME_DIR/mfmad.sock (not for root) when a daemon listens there,
  * else /run/mfmad/mfmad.sock, which is for root and the members of the
  * mfmad group.  tls: endpoints take their files from MFMA_TLS_CA,
- * MFMA_TLS_CERT and MFMA_TLS_KEY. */
+ * MFMA_TLS_CERT and MFMA_TLS_KEY.  One connect() to an endpoint is given
+ * 3 seconds (a host that drops it, a listener whose queue is full) before
+ * the next is tried. */
 int mfma_connect(const char *endpoint, mfma_client **client, struct mfma_error *err);
 
 /* TLS for tls: endpoints (TLS 1.2 or 1.3).  A field NULL or "" takes the
