@@ -369,7 +369,9 @@ int mfma_gemm_submit(mfma_client *client, const struct mfma_gemm_args *args, uin
  * *done_id set when the daemon failed that request (result zeroed);
  * -ETIMEDOUT when nothing finished in time (no id); -ENOENT when `id` (or,
  * for MFMA_ANY, any request) is not in flight; another negative errno when
- * the connection broke (every request in flight is then lost). */
+ * the connection broke and no new one could be made now: GEMMs in flight
+ * stay in flight (sent again once a connection is made, by a later wait
+ * or submit; see mfma_gemm_submit for how each ends), the rest are lost. */
 int mfma_wait(mfma_client *client, uint64_t id, int timeout_ms, uint64_t *done_id,
 	      struct mfma_gemm_result *result, struct mfma_error *err);
 
