@@ -197,6 +197,9 @@ int client_flush_held(mfma_client *c, struct mfma_error *err);
 struct mfma_region *client_region_of(mfma_client *c, const void *p, size_t len);
 /* Forgets every region's id (the connection they belonged to is gone). */
 void client_regions_lost(mfma_client *c);
+/* Whether p lies in a region of the client that went with a lost
+ * connection (still mapped until mfma_region_destroy). */
+bool client_region_lost_at(mfma_client *c, const void *p);
 /* Unmaps and frees one region, or every region of the client (mfma_close). */
 void client_region_free(struct mfma_region *rg);
 void client_regions_free(mfma_client *c);

@@ -21,6 +21,17 @@ struct mfma_region *client_region_of(mfma_client *c, const void *p, size_t len)
 	return NULL;
 }
 
+bool client_region_lost_at(mfma_client *c, const void *p)
+{
+	uintptr_t x = (uintptr_t)p;
+	for (struct mfma_region *rg = c->regions; p && rg; rg = rg->next) {
+		uintptr_t b = (uintptr_t)rg->base;
+		if (!rg->id && x >= b && x - b < rg->size)
+			return true;
+	}
+	return false;
+}
+
 void client_regions_lost(mfma_client *c)
 {
 	for (struct mfma_region *rg = c->regions; rg; rg = rg->next)

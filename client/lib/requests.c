@@ -176,6 +176,22 @@ static int gemm_to_wire(mfma_client *cl, const struct mfma_gemm_args *args, stru
 	int rc;
 	if (!args)
 		return client_fail(err, -EINVAL, "gemm args must not be NULL");
+	/* Regions do not survive a reconnect (mfma.h): a matrix in one that
+	 * went with a lost connection is refused, not sent as plain memory. */
+	const char *lost = client_region_lost_at(cl, args->b.data)	  ? "b"
+			   : (args->c && client_region_lost_at(cl, args->c->data)) ? "c"
+			   : client_region_lost_at(cl, args->d)	  ? "d"
+								  : NULL;
+	if (lost) {
+		if (err) {
+			err->code = MFMA_CODE_NOT_FOUND;
+			snprintf(err->message, sizeof(err->message),
+				 "%s lies in a region that went with a lost connection (regions do "
+				 "not survive a reconnect): make a new one with mfma_region_create",
+				 lost);
+		}
+		return MFMA_EREMOTE(MFMA_CODE_NOT_FOUND);
+	}
 	mfma__v1__gemm__init(&w->g);
 	mfma__v1__matrix__init(&w->b);
 	mfma__v1__matrix__init(&w->c);

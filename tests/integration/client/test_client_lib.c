@@ -853,6 +853,12 @@ static void test_region_request_lost_is_answered(void **state)
 	assert_int_equal(rc, MFMA_EREMOTE(MFMA_CODE_UNAVAILABLE));
 	assert_non_null(strstr(err.message, "region"));
 	assert_int_equal(mfma_in_flight(c), 0);
+	/* The region went with the connection: naming it again is NOT_FOUND
+	 * (it had been sent as plain memory, its D copied there later). */
+	assert_int_equal(mfma_gemm_submit(c, &in_region, &id_region, &err),
+			 MFMA_EREMOTE(MFMA_CODE_NOT_FOUND));
+	assert_non_null(strstr(err.message, "lost connection"));
+	assert_int_equal(mfma_gemm(c, &in_region, &r, &err), MFMA_EREMOTE(MFMA_CODE_NOT_FOUND));
 	mfma_region_destroy(c, rg, &err);
 	mfma_close(c);
 	assert_int_equal(harness_stop(&second), 0);
