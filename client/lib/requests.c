@@ -178,10 +178,13 @@ static int gemm_to_wire(mfma_client *cl, const struct mfma_gemm_args *args, stru
 		return client_fail(err, -EINVAL, "gemm args must not be NULL");
 	/* Regions do not survive a reconnect (mfma.h): a matrix in one that
 	 * went with a lost connection is refused, not sent as plain memory. */
-	const char *lost = client_region_lost_at(cl, args->b.data)	  ? "b"
-			   : (args->c && client_region_lost_at(cl, args->c->data)) ? "c"
-			   : client_region_lost_at(cl, args->d)	  ? "d"
-								  : NULL;
+	const char *lost = NULL;
+	if (client_region_lost_at(cl, args->b.data))
+		lost = "b";
+	else if (args->c && client_region_lost_at(cl, args->c->data))
+		lost = "c";
+	else if (client_region_lost_at(cl, args->d))
+		lost = "d";
 	if (lost) {
 		if (err) {
 			err->code = MFMA_CODE_NOT_FOUND;
