@@ -71,10 +71,6 @@ struct daemon {
 	 * has not yet released them: the client may send its next request
 	 * before that, and admission does not count them. */
 	_Atomic uint64_t answered_early;
-	/* 1 while a frame decoded off the loop is routed (dispatch.c): its
-	 * decode's hold is counted in inflight and its connection's, but is
-	 * the request being admitted, not another in flight. */
-	uint32_t admitting_own_hold;
 	uint64_t inflight_bytes; /* GEMM bytes, against limits.max_inflight_mb */
 	/* conn.c: the other bytes clients make the daemon hold (read buffers,
 	 * answers not yet written, at their real cost); with inflight_bytes

@@ -67,7 +67,7 @@ static bool refuse(struct daemon *d, struct conn *c, const struct request *r)
 	/* Read once: an answer sent by a worker or post thread changes it
 	 * meanwhile, and the message says the count that refused.  A frame
 	 * decoded off the loop is not counted against itself. */
-	const uint32_t own = d->admitting_own_hold;
+	const uint32_t own = r->own_hold;
 	const uint32_t on_conn_all = conn_inflight_unanswered(c);
 	const uint32_t on_conn = on_conn_all > own ? on_conn_all - own : 0;
 	if (on_conn >= d->cfg.max_inflight_per_conn) {
@@ -104,7 +104,7 @@ static void decode(struct request_msg *m, const uint8_t *payload, size_t len, ui
 
 /* route's body: what it does not hand on stays in m. */
 static void route_msg(struct conn *c, struct request_msg *m, uint64_t arrival, uint64_t decode_ns,
-		      const char *bad)
+		      const char *bad, uint32_t own_hold)
 {
 	struct daemon *d = conn_daemon(c);
 	struct request r;
@@ -117,6 +117,7 @@ static void route_msg(struct conn *c, struct request_msg *m, uint64_t arrival, u
 		return;
 	}
 	request_init(&r, c, req->id, arrival, kind_of(req));
+	r.own_hold = own_hold;
 	STATS_ADD(d->stats.matrices_in_place, m->in_place);
 	STATS_ADD(d->stats.matrices_copied, m->large - m->in_place);
 	if (m->in_place)
@@ -188,12 +189,14 @@ static void route_msg(struct conn *c, struct request_msg *m, uint64_t arrival, u
 }
 
 /* Takes the decoded request and its frame (m->req NULL: the frame did not
- * decode); bad is decode's verdict on its strings.  A GEMM goes on with
- * its frame; every other request is done with it on return. */
+ * decode); bad is decode's verdict on its strings; own_hold, 1 when the
+ * frame's decode off the loop is counted in flight (struct request).  A
+ * GEMM goes on with its frame; every other request is done with it on
+ * return. */
 static void route(struct conn *c, struct request_msg *m, uint64_t arrival, uint64_t decode_ns,
-		  const char *bad)
+		  const char *bad, uint32_t own_hold)
 {
-	route_msg(c, m, arrival, decode_ns, bad);
+	route_msg(c, m, arrival, decode_ns, bad, own_hold);
 	request_msg_free(m);
 }
 
@@ -232,9 +235,7 @@ static void decode_done(uv_work_t *w, int status)
 	if (conn_is_closed(c)) {
 		request_msg_free(&dw->m);
 	} else {
-		d->admitting_own_hold = 1;
-		route(c, &dw->m, dw->arrival, dw->decoded - dw->arrival, dw->bad);
-		d->admitting_own_hold = 0;
+		route(c, &dw->m, dw->arrival, dw->decoded - dw->arrival, dw->bad, 1);
 	}
 	request_release(d, &dw->hold);
 	conn_frames_resume(c);
@@ -299,7 +300,7 @@ static void on_decoded(struct conn *c, void *decoded)
 	if (conn_is_closed(c))
 		request_msg_free(&f->m);
 	else
-		route(c, &f->m, f->arrival, f->decoded - f->arrival, f->bad);
+		route(c, &f->m, f->arrival, f->decoded - f->arrival, f->bad, 0);
 	free(f);
 }
 
@@ -318,7 +319,7 @@ static void on_frame(struct conn *c, const uint8_t *payload, size_t len)
 	char bad[160];
 	struct request_msg m;
 	decode(&m, payload, len, frame, cap, bad, sizeof(bad));
-	route(c, &m, arrival, 0, bad);
+	route(c, &m, arrival, 0, bad, 0);
 }
 
 static void on_oversize(struct conn *c, size_t len)

@@ -774,7 +774,7 @@ void gemm_handle(struct daemon *d, const struct request *r, struct request_msg *
 	/* Answers count until written (conn.c's unsent_bytes), not only
 	 * until computed. */
 	if (d->inflight_bytes + d->unsent_bytes + j->in_bytes > d->cfg.max_inflight_bytes &&
-	    d->inflight - d->admitting_own_hold + d->unsent_bytes > 0) {
+	    d->inflight - r->own_hold + d->unsent_bytes > 0) {
 		code = MFMA__V1__CODE__RESOURCE_EXHAUSTED;
 		snprintf(err, sizeof(err),
 			 "busy: %" PRIu64 " bytes of requests in flight or answers not yet taken; "

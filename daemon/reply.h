@@ -22,6 +22,10 @@ struct request {
 	uint64_t arrival_ns;
 	enum stats_kind kind;
 	bool held;           /* counted in flight (request_hold) */
+	/* 1 when one request counted in flight is this one itself (the
+	 * decode off the loop of its frame, dispatch.c): admission does not
+	 * count it against itself. */
+	uint32_t own_hold;
 };
 
 void request_init(struct request *r, struct conn *c, uint64_t id, uint64_t arrival_ns,

@@ -111,21 +111,21 @@ int ctl_write_matrix(const char *path, enum mfma_dtype t, uint32_t rows, uint32_
 	 * failure or a kill part-way leaves the old file (or none) as it was,
 	 * never half a matrix. */
 	char tmp[4096];
-	if (snprintf(tmp, sizeof(tmp), "%s.XXXXXX", path) >= (int)sizeof(tmp)) {
+	if (snprintf(tmp, sizeof(tmp), "%s.%ld.tmp", path, (long)getpid()) >= (int)sizeof(tmp)) {
 		snprintf(err, errlen, "%s: the path is too long", path);
 		return -ENAMETOOLONG;
 	}
-	int fd = mkstemp(tmp);
+	/* A new file's mode is 0666 less the umask, as fopen's; one replaced
+	 * keeps its own. */
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
 	if (fd < 0) {
 		int e = errno;
-		snprintf(err, errlen, "%s: %s", path, strerror(e));
+		snprintf(err, errlen, "%s: %s", tmp, strerror(e));
 		return -e;
 	}
-	/* mkstemp makes it 0600; a new .npy gets the usual 0666 less umask. */
-	mode_t um = umask(0);
-	umask(um);
 	struct stat old;
-	(void)fchmod(fd, stat(path, &old) == 0 ? old.st_mode & 07777 : 0666 & ~um);
+	if (stat(path, &old) == 0)
+		(void)fchmod(fd, old.st_mode & 07777);
 	FILE *f = fdopen(fd, "wb");
 	int e = f ? write_npy_to(f, hdr, hlen, data, bytes) : errno;
 	if (!f)

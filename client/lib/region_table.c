@@ -8,28 +8,30 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-struct mfma_region *client_region_of(mfma_client *c, const void *p, size_t len)
+/* The region, registered on the current connection or lost with an
+ * earlier one (lost), that holds [p, p + len), or NULL. */
+static struct mfma_region *region_at(mfma_client *c, const void *p, size_t len, bool lost)
 {
 	uintptr_t x = (uintptr_t)p;
 	if (!p || len == 0)
 		return NULL;
 	for (struct mfma_region *rg = c->regions; rg; rg = rg->next) {
 		uintptr_t b = (uintptr_t)rg->base;
-		if (rg->id && x >= b && x - b <= rg->size && len <= rg->size - (x - b))
+		if ((rg->id == 0) == lost && x >= b && x - b <= rg->size &&
+		    len <= rg->size - (x - b))
 			return rg;
 	}
 	return NULL;
 }
 
+struct mfma_region *client_region_of(mfma_client *c, const void *p, size_t len)
+{
+	return region_at(c, p, len, false);
+}
+
 bool client_region_lost_at(mfma_client *c, const void *p)
 {
-	uintptr_t x = (uintptr_t)p;
-	for (struct mfma_region *rg = c->regions; p && rg; rg = rg->next) {
-		uintptr_t b = (uintptr_t)rg->base;
-		if (!rg->id && x >= b && x - b < rg->size)
-			return true;
-	}
-	return false;
+	return region_at(c, p, 1, true) != NULL;
 }
 
 void client_regions_lost(mfma_client *c)
