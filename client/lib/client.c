@@ -103,10 +103,30 @@ const char *mfma_version(void)
  * list of endpoints never reaches the next. */
 #define CLIENT_CONNECT_MS 3000
 
-/* connect() of fd to sa, given CLIENT_CONNECT_MS: 0, or -1 with errno
- * set (ETIMEDOUT when it did not complete in time; EAGAIN from a Unix
- * listener whose queue is full).  fd is blocking again on return. */
-static int connect_bounded(int fd, const struct sockaddr *sa, socklen_t len)
+/* A reconnection made for a call with a deadline gives each step (the
+ * connect, the TLS handshake) at least this long, so that a call at its
+ * deadline still reaches a daemon that answers at once. */
+#define CLIENT_DIAL_MIN_MS 100
+
+/* How long a step of making a connection may wait: its own bound (own_ms),
+ * or less where the caller's deadline (0: none) comes sooner, never below
+ * CLIENT_DIAL_MIN_MS. */
+static int dial_ms(uint64_t deadline, int own_ms)
+{
+	if (deadline == 0)
+		return own_ms;
+	uint64_t now = mfma_clock_ns();
+	uint64_t left = deadline > now ? (deadline - now) / 1000000 : 0;
+	if (left < CLIENT_DIAL_MIN_MS)
+		left = CLIENT_DIAL_MIN_MS;
+	return left < (uint64_t)own_ms ? (int)left : own_ms;
+}
+
+/* connect() of fd to sa, given dial_ms(deadline, CLIENT_CONNECT_MS): 0,
+ * or -1 with errno set (ETIMEDOUT when it did not complete in time; EAGAIN
+ * from a Unix listener whose queue is full).  fd is blocking again on
+ * return. */
+static int connect_bounded(int fd, const struct sockaddr *sa, socklen_t len, uint64_t deadline)
 {
 	int fl = fcntl(fd, F_GETFL);
 	if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
@@ -115,7 +135,8 @@ static int connect_bounded(int fd, const struct sockaddr *sa, socklen_t len)
 	if (rc < 0 && errno == EINPROGRESS) {
 		struct pollfd p = { .fd = fd, .events = POLLOUT };
 		int pr;
-		while ((pr = poll(&p, 1, CLIENT_CONNECT_MS)) < 0 && errno == EINTR)
+		const int ms = dial_ms(deadline, CLIENT_CONNECT_MS);
+		while ((pr = poll(&p, 1, ms)) < 0 && errno == EINTR)
 			;
 		int e = 0;
 		socklen_t el = sizeof(e);
@@ -132,7 +153,8 @@ static int connect_bounded(int fd, const struct sockaddr *sa, socklen_t len)
 	return rc;
 }
 
-static int connect_unix(const struct endpoint *ep, int *fdp, struct mfma_error *err)
+static int connect_unix(const struct endpoint *ep, uint64_t deadline, int *fdp,
+			struct mfma_error *err)
 {
 	struct sockaddr_un sa;
 	memset(&sa, 0, sizeof(sa));
@@ -141,7 +163,7 @@ static int connect_unix(const struct endpoint *ep, int *fdp, struct mfma_error *
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return client_fail(err, -errno, "socket(AF_UNIX): %s", strerror(errno));
-	if (connect_bounded(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+	if (connect_bounded(fd, (struct sockaddr *)&sa, sizeof(sa), deadline) < 0) {
 		int e = errno;
 		close(fd);
 		/* The one sentence a user needs: what to do, not only what failed. */
@@ -163,7 +185,8 @@ static int connect_unix(const struct endpoint *ep, int *fdp, struct mfma_error *
 	return 0;
 }
 
-static int connect_tcp(const struct endpoint *ep, int *fdp, struct mfma_error *err)
+static int connect_tcp(const struct endpoint *ep, uint64_t deadline, int *fdp,
+		       struct mfma_error *err)
 {
 	char port[16];
 	snprintf(port, sizeof(port), "%d", ep->port);
@@ -182,7 +205,7 @@ static int connect_tcp(const struct endpoint *ep, int *fdp, struct mfma_error *e
 			last = errno;
 			continue;
 		}
-		if (connect_bounded(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
+		if (connect_bounded(fd, ai->ai_addr, ai->ai_addrlen, deadline) == 0) {
 			/* Small frames (pings, status) must not wait for Nagle. */
 			int one = 1;
 			setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -215,7 +238,7 @@ static int connect_default(struct endpoint *ep, int *fdp, struct mfma_error *err
 		memset(ep, 0, sizeof(*ep));
 		ep->kind = ENDPOINT_UNIX;
 		memcpy(ep->path, path, sizeof(path));
-		rc = connect_unix(ep, fdp, err);
+		rc = connect_unix(ep, 0, fdp, err);
 		if (rc == 0)
 			return 0;
 		if (rc != -ENOENT && rc != -ECONNREFUSED)
@@ -275,9 +298,10 @@ static int tls_send_out(int fd, struct tls_session *s, uint64_t deadline, const 
 
 /* The TLS handshake on a connected non-blocking socket: the daemon's
  * certificate checked against the CAs and the name. */
-static int tls_handshake(int fd, struct tls_session *s, const char *name, struct mfma_error *err)
+static int tls_handshake(int fd, struct tls_session *s, const char *name, uint64_t until,
+			 struct mfma_error *err)
 {
-	uint64_t deadline = mfma_clock_ns() + CLIENT_TLS_HANDSHAKE_MS * 1000000ull;
+	uint64_t deadline = mfma_clock_ns() + (uint64_t)dial_ms(until, CLIENT_TLS_HANDSHAKE_MS) * 1000000u;
 	uint8_t buf[16384];
 	char why[256];
 	for (;;) {
@@ -307,23 +331,28 @@ static int tls_handshake(int fd, struct tls_session *s, const char *name, struct
 			continue;
 		if (n <= 0)
 			return client_fail(err, n == 0 ? -ECONNRESET : -errno,
-					   "%s closed the connection during the TLS handshake%s", name,
-					   n == 0 ? "" : strerror(errno));
+					   "%s closed the connection during the TLS handshake%s%s", name,
+					   n == 0 ? "" : ": ", n == 0 ? "" : strerror(errno));
 		if (tls_session_feed(s, buf, (size_t)n) < 0)
 			return client_fail(err, -ENOMEM, "out of memory");
 	}
 }
 
-/* What a connection needs for TLS (NULL ctx: plaintext only). */
-struct client_tls {
+/* How a connection is made: TLS (NULL ctx: plaintext only), and the
+ * deadline of the call that makes it (0: none; each step then has its
+ * own bound, CLIENT_CONNECT_MS and CLIENT_TLS_HANDSHAKE_MS). */
+struct client_dial {
 	struct tls_ctx *ctx;
 	const char *name; /* "" = each endpoint's host */
+	uint64_t deadline;
 };
 
-static int connect_one(const struct endpoint *ep, const struct client_tls *t, int *fdp,
+static int connect_one(const struct endpoint *ep, const struct client_dial *t, int *fdp,
 		       struct tls_session **sp, struct mfma_error *err)
 {
-	int rc = ep->kind == ENDPOINT_UNIX ? connect_unix(ep, fdp, err) : connect_tcp(ep, fdp, err);
+	const uint64_t until = t ? t->deadline : 0;
+	int rc = ep->kind == ENDPOINT_UNIX ? connect_unix(ep, until, fdp, err)
+					   : connect_tcp(ep, until, fdp, err);
 	if (rc < 0 || (rc = set_nonblock(*fdp, err)) < 0 || !ep->tls)
 		return rc;
 	char what[300];
@@ -332,7 +361,7 @@ static int connect_one(const struct endpoint *ep, const struct client_tls *t, in
 	rc = !t || !t->ctx ? client_fail(err, -EINVAL, "%s: no TLS settings", what)
 	     : tls_session_new(t->ctx, name, sp) < 0
 		     ? client_fail(err, -ENOMEM, "%s: cannot make a TLS session for \"%s\"", what, name)
-		     : tls_handshake(*fdp, *sp, what, err);
+		     : tls_handshake(*fdp, *sp, what, until, err);
 	if (rc < 0) {
 		tls_session_free(*sp);
 		*sp = NULL;
@@ -344,7 +373,7 @@ static int connect_one(const struct endpoint *ep, const struct client_tls *t, in
 /* Tries eps[first], eps[first+1], ... (wrapping) once each; the index
  * that answered goes to *which. */
 static int connect_list(const struct endpoint *eps, size_t n, size_t first, size_t *which,
-			const struct client_tls *t, int *fdp, struct tls_session **sp,
+			const struct client_dial *t, int *fdp, struct tls_session **sp,
 			struct mfma_error *err)
 {
 	int rc = -ENOENT;
@@ -455,13 +484,14 @@ static int client_take_tls(mfma_client *c, struct tls_session *s)
 }
 
 /* One reconnection: the new socket, the token, the resends.  0, or the
- * error (the connection is then dead again, or was never made). */
-static int reconnect_once(mfma_client *c, struct mfma_error *err)
+ * error (the connection is then dead again, or was never made).  The new
+ * connection is made by deadline (0: none) where it can be. */
+static int reconnect_once(mfma_client *c, uint64_t deadline, struct mfma_error *err)
 {
 	size_t which = 0;
 	int fd;
 	struct tls_session *ts = NULL;
-	struct client_tls t = { c->tls_ctx, c->tls_name };
+	struct client_dial t = { c->tls_ctx, c->tls_name, deadline };
 	int rc = connect_list(c->eps, c->neps, c->cur + 1, &which, &t, &fd, &ts, err);
 	if (rc < 0)
 		return rc;
@@ -568,7 +598,7 @@ int client_reconnect(mfma_client *c, uint64_t deadline, struct mfma_error *err)
 	for (unsigned attempt = 0;; attempt++) {
 		uint64_t now = mfma_clock_ns();
 		expire(c, now);
-		rc = reconnect_once(c, err);
+		rc = reconnect_once(c, deadline, err);
 		if (rc == 0 && !c->dead)
 			return 0;
 		if (attempt + 1 >= RECONNECT_ATTEMPTS(c->neps) ||
@@ -643,7 +673,7 @@ int mfma_connect_tls(const char *endpoint, const struct mfma_tls *tls, mfma_clie
 	struct endpoint *eps = NULL;
 	size_t neps = 0, which = 0;
 	int rc, fd = -1;
-	struct client_tls t = { NULL, tls && tls->server_name ? tls->server_name : "" };
+	struct client_dial t = { NULL, tls && tls->server_name ? tls->server_name : "", 0 };
 	struct tls_session *ts = NULL;
 
 	if (!client)

@@ -546,6 +546,47 @@ static void test_failover(void **state)
 	run_stop(&a);
 }
 
+/* A lost connection whose new one stalls in the TLS handshake (a port
+ * that takes the connection and says nothing, as a hung daemon's would):
+ * the call gives up at its own timeout.  The handshake of a reconnection
+ * was bounded by a fixed 30 s whatever the caller's timeout. */
+static void test_reconnect_keeps_timeout(void **state)
+{
+	(void)state;
+	struct run r;
+	run_init(&r);
+	write_conf(&r, "server", cf(&r, "ca.pem"), NULL);
+	r.pid = spawn(&r);
+	wait_ready(&r);
+	mfma_client *c = good_client(&r);
+	gemm_checked(c, 16, 16, 16);
+	kill(r.pid, SIGTERM);
+	assert_int_equal(sdtest_wait_exit(r.pid, 30000), 0);
+	r.pid = 0;
+	/* The port now takes connections (the kernel completes them into the
+	 * queue) and never answers a ClientHello. */
+	int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int one = 1;
+	assert_int_equal(setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)), 0);
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)r.port),
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	assert_int_equal(bind(l, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(listen(l, 64), 0);
+	mfma_set_timeout(c, 500);
+	struct mfma_error err;
+	uint64_t t0 = mfma_clock_ns();
+	int rc = mfma_ping(c, "x", 1, NULL, &err);
+	double s = (double)(mfma_clock_ns() - t0) / 1e9;
+	printf("a call whose reconnection stalls in the handshake: %d after %.2f s: %s\n", rc, s,
+	       rc ? err.message : "");
+	assert_true(rc < 0);
+	assert_true(s < 3.0);
+	assert_non_null(strstr(err.message, "not re-established in time"));
+	mfma_close(c);
+	close(l);
+	run_stop(&r);
+}
+
 int main(void)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -556,6 +597,7 @@ int main(void)
 		cmocka_unit_test(test_remote_needs_credential),
 		cmocka_unit_test(test_sighup_swaps_certificate),
 		cmocka_unit_test(test_failover),
+		cmocka_unit_test(test_reconnect_keeps_timeout),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
