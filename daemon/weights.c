@@ -595,6 +595,12 @@ void weights_handle_unload(struct daemon *d, const struct request *r, Mfma__V1__
 		reply_status(d, r, MFMA__V1__CODE__INVALID_ARGUMENT,
 			     "weight '%s' is declared in the daemon's configuration (weights.declare): "
 			     "remove the declaration and reload the daemon (SIGHUP) to unload it", name);
+	} else if (w && find_any(d, name, WEIGHT_LOADING)) {
+		/* Unloading the old version would not stop the new one: the
+		 * name would be back, with a success said to the unload. */
+		reply_status(d, r, MFMA__V1__CODE__UNAVAILABLE,
+			     "weight '%s' is being replaced (a load with replace is under way): "
+			     "unload it once that load is answered", name);
 	} else if (w) {
 		log_info("weight '%s' unloaded", w->name);
 		char dir[400];

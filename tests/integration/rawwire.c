@@ -45,6 +45,24 @@ void rw_send(int fd, const Mfma__V1__Request *req)
 	free(buf);
 }
 
+void rw_send_together(int fd, const Mfma__V1__Request *const *reqs, size_t n)
+{
+	size_t total = 0;
+	for (size_t i = 0; i < n; i++)
+		total += FRAME_HEADER_SIZE + mfma__v1__request__get_packed_size(reqs[i]);
+	uint8_t *buf = malloc(total ? total : 1);
+	assert_non_null(buf);
+	size_t at = 0;
+	for (size_t i = 0; i < n; i++) {
+		size_t len = mfma__v1__request__get_packed_size(reqs[i]);
+		frame_header_put(buf + at, (uint32_t)len);
+		mfma__v1__request__pack(reqs[i], buf + at + FRAME_HEADER_SIZE);
+		at += FRAME_HEADER_SIZE + len;
+	}
+	assert_int_equal(harness_write_all(fd, buf, total), 0);
+	free(buf);
+}
+
 Mfma__V1__Response *rw_read(int fd, int timeout_ms)
 {
 	uint8_t *buf = NULL;

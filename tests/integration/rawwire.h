@@ -5,6 +5,7 @@
 #define MFMA_TEST_RAWWIRE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "mfma.pb-c.h"
@@ -20,6 +21,9 @@ void rw_mat_init(struct rw_mat *x, uint32_t rows, uint32_t cols, uint32_t seed);
 void rw_mat_free(struct rw_mat *x);
 
 void rw_send(int fd, const Mfma__V1__Request *req);
+/* The n requests' frames in one write, so that the daemon reads them
+ * together and handles them in one turn of its loop. */
+void rw_send_together(int fd, const Mfma__V1__Request *const *reqs, size_t n);
 /* The next response (freed by the caller with mfma__v1__response__free_unpacked). */
 Mfma__V1__Response *rw_read(int fd, int timeout_ms);
 

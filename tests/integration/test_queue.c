@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <stdbool.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <math.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -186,6 +187,72 @@ static void test_replace_swaps(void **state)
 	assert_null(strstr(out, "\"rows\": 512"));
 	unlink(w);
 	unlink(w2);
+	stop(&p);
+}
+
+/* An unload that comes while a replace of the name loads is refused,
+ * saying why: it unloaded the old version and answered OK, and the
+ * replacement then became the name, loaded after its unload. */
+static void test_unload_during_replace(void **state)
+{
+	(void)state;
+	struct mfmad_proc p;
+	start(&p, NULL);
+	int fd = harness_connect_raw(&p);
+	assert_true(fd >= 0);
+	struct rw_mat a1, a2;
+	rw_mat_init(&a1, 4, 4, 1);
+	rw_mat_init(&a2, 4, 4, 2);
+	Mfma__V1__LoadWeight lw = MFMA__V1__LOAD_WEIGHT__INIT;
+	lw.name = "w";
+	lw.a = &a1.op;
+	Mfma__V1__Request load = MFMA__V1__REQUEST__INIT;
+	load.has_id = 1;
+	load.id = 1;
+	load.body_case = MFMA__V1__REQUEST__BODY_LOAD_WEIGHT;
+	load.load_weight = &lw;
+	rw_send(fd, &load);
+	Mfma__V1__Response *r = rw_read(fd, 10000);
+	assert_int_equal(r->status->code, MFMA__V1__CODE__OK);
+	mfma__v1__response__free_unpacked(r, NULL);
+	/* The replace and the unload in one write: the daemon handles both
+	 * before the replacement's preparation can end. */
+	Mfma__V1__LoadWeight lw2 = lw;
+	lw2.a = &a2.op;
+	lw2.has_replace = 1;
+	lw2.replace = 1;
+	Mfma__V1__Request replace = load;
+	replace.id = 2;
+	replace.load_weight = &lw2;
+	Mfma__V1__UnloadWeight uw = MFMA__V1__UNLOAD_WEIGHT__INIT;
+	uw.name = "w";
+	Mfma__V1__Request unload = MFMA__V1__REQUEST__INIT;
+	unload.has_id = 1;
+	unload.id = 3;
+	unload.body_case = MFMA__V1__REQUEST__BODY_UNLOAD_WEIGHT;
+	unload.unload_weight = &uw;
+	const Mfma__V1__Request *both[] = { &replace, &unload };
+	rw_send_together(fd, both, 2);
+	for (int i = 0; i < 2; i++) {
+		r = rw_read(fd, 10000);
+		print_message("  id %" PRIu64 ": code %d: %s\n", r->id, (int)r->status->code,
+			      r->status->message ? r->status->message : "");
+		if (r->id == 3) {
+			assert_int_equal(r->status->code, MFMA__V1__CODE__UNAVAILABLE);
+			assert_non_null(strstr(r->status->message, "weight 'w' is being replaced"));
+		} else {
+			assert_int_equal(r->id, 2);
+			assert_int_equal(r->status->code, MFMA__V1__CODE__OK);
+		}
+		mfma__v1__response__free_unpacked(r, NULL);
+	}
+	/* The replacement serves, and now unloads. */
+	assert_int_equal(ctl(&p, "unload", "w", NULL), 0);
+	assert_int_equal(ctl(&p, "--json", "weights", NULL), 0);
+	assert_null(strstr(out, "\"w\""));
+	close(fd);
+	rw_mat_free(&a1);
+	rw_mat_free(&a2);
 	stop(&p);
 }
 
@@ -534,6 +601,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_teardown(test_failed_replace_keeps_the_old_weight, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_replace_swaps, harness_stop_leftover),
+		cmocka_unit_test_teardown(test_unload_during_replace, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_large_frames_under_a_limit_of_one, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_weight_count_limit, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_huge_timeout_is_refused, harness_stop_leftover),
