@@ -31,6 +31,7 @@ struct declared {
 	bool removed;                     /* no longer declared: freed when not busy */
 	bool made_resident;               /* the work's load made the weight resident */
 	bool again;                       /* reloaded while busy: next_decl, once done */
+	bool blocked;                     /* refused: a removed entry's load held the name */
 	struct weight_decl next_decl;
 
 	/* The threadpool's part: in force, max_bytes and the previous id; out
@@ -189,6 +190,18 @@ static void settle(struct declared *e)
 		 * with the declaration, and the name may be a client's now. */
 		if (e->made_resident && !declared_again && !d->stopping)
 			weights_unload_internal(d, e->decl.name);
+		/* The entry declared again meanwhile may have been refused
+		 * while this work's load held the name: it loads now, rather
+		 * than stay failed until the next reload. */
+		struct declared *now = *head(d);
+		while (now && strcmp(now->decl.name, e->decl.name) != 0)
+			now = now->next;
+		if (now && now->blocked && !now->busy && !d->stopping) {
+			now->blocked = false;
+			log_info("declared weight '%s': loading again, now that the removed "
+				 "declaration's load is over", now->decl.name);
+			start(now, true);
+		}
 		free(e);
 		return;
 	}
@@ -204,6 +217,8 @@ static void loaded(struct daemon *d, void *arg, int code, const char *msg)
 {
 	struct declared *e = arg;
 	e->made_resident = code == MFMA__V1__CODE__OK;
+	/* Only a removed entry's work loads a declared name beside this one. */
+	e->blocked = code != MFMA__V1__CODE__OK && weights_loading(d, e->decl.name);
 	if (code == MFMA__V1__CODE__OK) {
 		char dir[400];
 		e->state = MFMA__V1__DECLARED_WEIGHT__STATE__RESIDENT;

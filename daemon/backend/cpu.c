@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/utsname.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "backend.h"
@@ -33,6 +34,8 @@ struct cpu_dev {
 	bool fail_batches;
 	/* CPU_FAIL_LONE_ENV: every lone launch left running fails at its end. */
 	bool fail_lone;
+	/* CPU_LOAD_MS_ENV: every weight load's wait, ms. */
+	unsigned load_ms;
 };
 
 struct cpu_weight {
@@ -112,6 +115,11 @@ static void cpu_model(char *buf, size_t len)
  * surfaces there, so that the daemon's answer to it (and its serving of
  * everyone else) runs where there is no GPU. */
 #define CPU_FAIL_LONE_ENV "MFMAD_TEST_CPU_FAIL_LONE"
+/* A testing aid too: milliseconds every weight load waits before it
+ * copies, as a large weight's copy to a GPU takes, so that what the
+ * daemon does while a weight is loading (a reload, an unload, another
+ * load of the name) runs where there is no GPU.  Unset or 0: none. */
+#define CPU_LOAD_MS_ENV "MFMAD_TEST_CPU_LOAD_MS"
 
 static bool env_on(const char *name)
 {
@@ -176,6 +184,8 @@ static int cpu_open(int index, const struct backend_config *cfg, void **dev, cha
 	c->leave = env_on(CPU_LEAVE_ENV);
 	c->fail_batches = env_on(CPU_FAIL_BATCHES_ENV);
 	c->fail_lone = env_on(CPU_FAIL_LONE_ENV);
+	const char *lms = getenv(CPU_LOAD_MS_ENV);
+	c->load_ms = lms ? (unsigned)strtoul(lms, NULL, 10) : 0;
 	int rc = open_answers(c, err, errlen);
 	if (rc < 0) {
 		cpu_pool_destroy(c->pool);
@@ -203,7 +213,12 @@ static void cpu_close(void *dev)
 static int cpu_weight_load(void *dev, const struct mfma_weight_host *w, void **handle,
 			   uint64_t *dev_bytes, char *err, size_t errlen)
 {
-	(void)dev;
+	const struct cpu_dev *c = dev;
+	if (c->load_ms) {
+		struct timespec ts = { c->load_ms / 1000, (long)(c->load_ms % 1000) * 1000000L };
+		while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+			;
+	}
 	size_t es = mfma_dtype_size(w->dtype);
 	size_t abytes = w->sparse ? sparse24_values_bytes(w->m, w->k, es)
 				  : sparse24_operand_bytes(w->m, w->k, es, 0);

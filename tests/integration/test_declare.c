@@ -2,8 +2,9 @@
  * start from .npy files, /readyz 503 while one has failed and 200 once all
  * are resident, SIGHUP adding, changing and removing declarations (a
  * client's own weight untouched), a bad or too large file refused with a
- * message that names it, clients kept off declared names, and the
- * declaration winning over a stored copy in the state directory. */
+ * message that names it, clients kept off declared names, the
+ * declaration winning over a stored copy in the state directory, and a
+ * declaration removed and made again while its load is under way. */
 #include <errno.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -301,6 +302,55 @@ static void test_removed_while_read(void **state)
 	assert_int_equal(harness_stop(&d), 0);
 }
 
+/* Waits (up to 10 s) until the daemon's log holds s n times. */
+static void wait_log(const struct mfmad_proc *d, const char *s, int n)
+{
+	uint64_t end = mfma_clock_ns() + 10000000000ull;
+	while (harness_log_count(d, s) < n) {
+		if (mfma_clock_ns() > end)
+			fail_msg("the log did not say \"%s\" %d times", s, n);
+		usleep(20000);
+	}
+}
+
+/* A declaration removed while its load is under way, and the name
+ * declared again (another file) before that load ends: the new entry's
+ * load is refused while the old one holds the name, and it loads once
+ * that is over.  It stayed failed ("still loading", /readyz 503) until
+ * the next reload.  Every weight load waits 1 s (MFMAD_TEST_CPU_LOAD_MS)
+ * to hold the window open. */
+static void test_declared_again_while_loading(void **state)
+{
+	(void)state;
+	char conf[512], again[512];
+	write_npy("first.npy", 9);
+	write_npy("second.npy", 10);
+	snprintf(conf, sizeof(conf),
+		 "weights = { declare = ( { name = \"y\"; file = \"%s/first.npy\"; } ); };", dir);
+	snprintf(again, sizeof(again),
+		 "weights = { declare = ( { name = \"y\"; file = \"%s/second.npy\"; } ); };", dir);
+	struct mfmad_proc d;
+	int port = harness_start_metrics(&d, conf, "MFMAD_TEST_CPU_LOAD_MS", "1000");
+	assert_true(port > 0);
+	mfma_client *c;
+	struct mfma_error err;
+	assert_int_equal(mfma_connect(d.endpoint, &c, &err), 0);
+	wait_state(c, "y", MFMA_DECLARED_RESIDENT);
+	/* The file changes: its load (1 s) starts... */
+	write_npy("first.npy", 11);
+	assert_int_equal(harness_reconfigure(&d, conf), 0);
+	wait_log(&d, "declared weight 'y': loading", 2);
+	/* ...the declaration goes, and comes back naming another file. */
+	assert_int_equal(harness_reconfigure(&d, "weights = { declare = (); };"), 0);
+	assert_int_equal(harness_reconfigure(&d, again), 0);
+	wait_log(&d, "is still loading", 1);
+	wait_state(c, "y", MFMA_DECLARED_RESIDENT);
+	check_weight(c, "y", 10);
+	assert_int_equal(readyz(port), 200);
+	mfma_close(c);
+	assert_int_equal(harness_stop(&d), 0);
+}
+
 /* A weight a client loaded (stored in the state directory) under a name
  * that is then declared: after a restart the declared file serves and the
  * stored copy is gone. */
@@ -356,6 +406,7 @@ int main(void)
 		cmocka_unit_test(test_declare_reload),
 		cmocka_unit_test(test_declaration_wins_over_state_dir),
 		cmocka_unit_test(test_removed_while_read),
+		cmocka_unit_test(test_declared_again_while_loading),
 	};
 	int rc = cmocka_run_group_tests(tests, NULL, NULL);
 	char cmd[128];
