@@ -34,6 +34,19 @@ void rw_mat_free(struct rw_mat *x)
 	x->data = NULL;
 }
 
+void rw_load_request(Mfma__V1__Request *req, Mfma__V1__LoadWeight *lw, uint64_t id,
+		     const char *name, Mfma__V1__Operand *a)
+{
+	mfma__v1__load_weight__init(lw);
+	lw->name = (char *)name;
+	lw->a = a;
+	mfma__v1__request__init(req);
+	req->has_id = 1;
+	req->id = id;
+	req->body_case = MFMA__V1__REQUEST__BODY_LOAD_WEIGHT;
+	req->load_weight = lw;
+}
+
 void rw_send(int fd, const Mfma__V1__Request *req)
 {
 	size_t len = mfma__v1__request__get_packed_size(req);

@@ -20,6 +20,10 @@ struct rw_mat {
 void rw_mat_init(struct rw_mat *x, uint32_t rows, uint32_t cols, uint32_t seed);
 void rw_mat_free(struct rw_mat *x);
 
+/* req as a LoadWeight of name with A = a and id, its body lw (both the
+ * caller's, initialised here). */
+void rw_load_request(Mfma__V1__Request *req, Mfma__V1__LoadWeight *lw, uint64_t id,
+		     const char *name, Mfma__V1__Operand *a);
 void rw_send(int fd, const Mfma__V1__Request *req);
 /* The n requests' frames in one write, so that the daemon reads them
  * together and handles them in one turn of its loop. */
