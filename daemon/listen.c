@@ -74,12 +74,14 @@ static void policy_unix(struct daemon *d, struct listener *l)
 static int policy_tcp(struct daemon *d, struct listener *l, const struct sockaddr *sa, char *err,
 		      size_t errlen);
 
-/* Reads listen.token_file (path) into ls: its first line is the token.
- * A token shorter than TOKEN_MIN bytes or a file others may read is
- * refused, and ls keeps the token it had. */
-static int load_token(struct listeners *ls, const char *path, char *err, size_t errlen)
+/* Reads listen.token_file (path) into token (TOKEN_MAX bytes) and *len:
+ * its first line is the token.  A token shorter than TOKEN_MIN bytes or a
+ * file others may read is refused (token is then untouched).  An empty
+ * path is no token: 0 with *len 0. */
+static int read_token(const char *path, uint8_t *out, size_t *out_len, char *err, size_t errlen)
 {
 	uint8_t token[TOKEN_MAX];
+	*out_len = 0;
 	if (!path[0])
 		return 0;
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -113,9 +115,9 @@ static int load_token(struct listeners *ls, const char *path, char *err, size_t 
 			 path, TOKEN_MIN, TOKEN_MAX - 1, len);
 		return -EINVAL;
 	}
-	memcpy(ls->token, token, len);
+	memcpy(out, token, len);
 	explicit_bzero(token, sizeof(token));
-	ls->token_len = len;
+	*out_len = len;
 	return 0;
 }
 
@@ -463,7 +465,8 @@ int listen_start(struct daemon *d, const struct conn_events *ev, char *err, size
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
-	int n = load_token(d->listeners, d->cfg.token_file, err, errlen);
+	struct listeners *ls = d->listeners;
+	int n = read_token(d->cfg.token_file, ls->token, &ls->token_len, err, errlen);
 	if (n == 0)
 		n = load_tls(d->listeners, &d->cfg, err, errlen);
 	if (n == 0)
@@ -511,10 +514,15 @@ int listen_reload(struct daemon *d, const struct mfmad_config *nc, char *err, si
 	if (!ls)
 		return 0;
 	/* Whether each is set cannot change without a restart
-	 * (config_restart_only_changes); only the files are read again. */
+	 * (config_restart_only_changes); only the files are read again, and
+	 * the new token is taken only once the TLS files have loaded too:
+	 * all of them, or none. */
 	int rc = 0;
-	if (d->cfg.token_file[0] && nc->token_file[0])
-		rc = load_token(ls, nc->token_file, err, errlen);
+	uint8_t token[TOKEN_MAX];
+	size_t token_len = 0;
+	const bool new_token = d->cfg.token_file[0] && nc->token_file[0];
+	if (new_token)
+		rc = read_token(nc->token_file, token, &token_len, err, errlen);
 	if (rc == 0 && ls->tls && nc->tls_cert[0] &&
 	    !nc->tls_client_ca[0] == !ls->tls_client_certs) {
 		struct tls_ctx *old = ls->tls;
@@ -523,6 +531,11 @@ int listen_reload(struct daemon *d, const struct mfmad_config *nc, char *err, si
 			if (ls->l[i].pol.tls == old)
 				ls->l[i].pol.tls = ls->tls;
 	}
+	if (rc == 0 && new_token) {
+		memcpy(ls->token, token, token_len);
+		ls->token_len = token_len;
+	}
+	explicit_bzero(token, sizeof(token));
 	for (int i = 0; i < ls->n; i++)
 		if (ls->l[i].pol.token)
 			ls->l[i].pol.token_len = ls->token_len;

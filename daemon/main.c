@@ -318,7 +318,11 @@ static void reload(struct daemon *d)
 	if (listen_reload(d, &nc, err, sizeof(err)) < 0) {
 		log_err("reload: %s; new connections keep the token and certificates they had", err);
 	} else if (c->tls_cert[0] || c->token_file[0]) {
-		memcpy(c->token_file, nc.token_file, sizeof(c->token_file));
+		/* Whether there is a token is fixed at start: a token_file set or
+		 * unset by the new file is not taken (it was, and a later reload
+		 * then said it read a token no listener asked for). */
+		if (c->token_file[0] && nc.token_file[0])
+			memcpy(c->token_file, nc.token_file, sizeof(c->token_file));
 		if (c->tls_cert[0] && nc.tls_cert[0] && !c->tls_client_ca[0] == !nc.tls_client_ca[0]) {
 			memcpy(c->tls_cert, nc.tls_cert, sizeof(c->tls_cert));
 			memcpy(c->tls_key, nc.tls_key, sizeof(c->tls_key));

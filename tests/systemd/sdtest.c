@@ -303,17 +303,22 @@ int sdtest_wait_exit(pid_t pid, int timeout_ms)
 	return -1;
 }
 
-int sdtest_file_contains(const char *path, const char *needle)
+int sdtest_file_count(const char *path, const char *needle)
 {
 	FILE *f = fopen(path, "r");
 	if (f == NULL)
 		return 0;
 	char line[4096];
-	int found = 0;
-	while (!found && fgets(line, sizeof(line), f) != NULL)
-		found = strstr(line, needle) != NULL;
+	int n = 0;
+	while (fgets(line, sizeof(line), f) != NULL)
+		n += strstr(line, needle) != NULL;
 	fclose(f);
-	return found;
+	return n;
+}
+
+int sdtest_file_contains(const char *path, const char *needle)
+{
+	return sdtest_file_count(path, needle) > 0;
 }
 
 void sdtest_print_file(const char *path)

@@ -72,6 +72,8 @@ int sdtest_exits_saying(pid_t pid, int status, const char *log_path, const char 
 
 /* Whether the file `path` contains `needle`. */
 int sdtest_file_contains(const char *path, const char *needle);
+/* Lines of the file `path` that contain `needle`. */
+int sdtest_file_count(const char *path, const char *needle);
 
 /* Prints the file to stderr (a daemon's log after a failure). */
 void sdtest_print_file(const char *path);

@@ -195,6 +195,52 @@ static void test_tcp_token(void **state)
 	run_stop(&r);
 }
 
+/* A reload whose file drops listen.token_file keeps the token (whether
+ * there is one is fixed at start, and the reload says so), and a later
+ * reload that brings it back reads the file again.  The dropped name was
+ * taken as the running one: every later reload then warned of a change
+ * needing a restart and never read the token again. */
+static void test_token_file_dropped_by_reload(void **state)
+{
+	(void)state;
+	struct run r;
+	run_init(&r);
+	char conf[512];
+	snprintf(conf, sizeof(conf), "listen = { tcp = true; tcp_port = %d; token_file = \"%s\"; };",
+		 r.port, r.token);
+	r.pid = spawn(&r, conf);
+	struct mfma_error err;
+	mfma_client *c = connect_tcp(&r);
+	if (mfma_authenticate(c, TOKEN, strlen(TOKEN), &err) < 0)
+		fail_msg("token refused: %s", err.message);
+	mfma_close(c);
+	char dropped[256];
+	snprintf(dropped, sizeof(dropped), "listen = { tcp = true; tcp_port = %d; };", r.port);
+	write_file(r.conf, dropped, 0644);
+	kill(r.pid, SIGHUP);
+	usleep(300000);
+	assert_true(sdtest_file_contains(r.log, "that needs a restart, kept the running values"));
+	/* Still asked for, still the same. */
+	c = connect_tcp(&r);
+	assert_true(mfma_ping(c, "x", 1, NULL, &err) < 0);
+	mfma_close(c);
+	c = connect_tcp(&r);
+	assert_int_equal(mfma_authenticate(c, TOKEN, strlen(TOKEN), &err), 0);
+	mfma_close(c);
+	/* Back in the file, with a new token: read again. */
+	const char *newer = "the-token-after-the-file-came-back";
+	write_file(r.token, "the-token-after-the-file-came-back\n", 0600);
+	write_file(r.conf, conf, 0644);
+	kill(r.pid, SIGHUP);
+	usleep(300000);
+	c = connect_tcp(&r);
+	if (mfma_authenticate(c, newer, strlen(newer), &err) < 0)
+		fail_msg("the token read on the second reload was refused: %s", err.message);
+	mfma_close(c);
+	assert_int_equal(sdtest_file_count(r.log, "that needs a restart, kept the running values"), 1);
+	run_stop(&r);
+}
+
 /* Whether the peer closed fd within timeout_ms (whatever it wrote before). */
 static bool closed_within(int fd, int timeout_ms)
 {
@@ -362,6 +408,7 @@ int main(void)
 	signal(SIGPIPE, SIG_IGN);
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_tcp_token),
+		cmocka_unit_test(test_token_file_dropped_by_reload),
 		cmocka_unit_test(test_token_deadline),
 		cmocka_unit_test(test_remote_tcp_without_token_refused),
 		cmocka_unit_test(test_activated_remote_tcp_refused),

@@ -504,6 +504,49 @@ static void test_sighup_swaps_certificate(void **state)
 	run_stop(&r);
 }
 
+/* Whether a TLS client with a certificate, authenticating with token,
+ * is served. */
+static bool token_served(const struct run *r, const char *token)
+{
+	mfma_client *c = good_client(r);
+	struct mfma_error err;
+	bool ok = mfma_authenticate(c, token, strlen(token), &err) == 0 &&
+		  mfma_ping(c, "x", 1, NULL, &err) == 0;
+	mfma_close(c);
+	return ok;
+}
+
+/* A SIGHUP whose TLS files fail to load keeps the token too, as its log
+ * line says: the new token was taken before the certificate failed. */
+static void test_sighup_all_or_nothing(void **state)
+{
+	(void)state;
+	struct run r;
+	run_init(&r);
+	char token[160], conf[1024];
+	snprintf(token, sizeof(token), "%s/token", r.dir);
+	write_file(token, "the-first-token-of-this-test\n");
+	assert_int_equal(chmod(token, 0600), 0);
+	const char *fmt = "listen = { tcp = true; tcp_port = %d; tls_cert = \"%s\"; "
+			  "tls_key = \"%s\"; tls_client_ca = \"%s\"; token_file = \"%s\"; };\n";
+	snprintf(conf, sizeof(conf), fmt, r.port, cf(&r, "server.pem"), cf(&r, "server.key"),
+		 cf(&r, "ca.pem"), token);
+	write_file(r.conf, conf);
+	r.pid = spawn(&r);
+	wait_ready(&r);
+	assert_true(token_served(&r, "the-first-token-of-this-test"));
+	write_file(token, "the-second-token-of-this-test\n");
+	snprintf(conf, sizeof(conf), fmt, r.port, cf(&r, "server.pem"), cf(&r, "missing.key"),
+		 cf(&r, "ca.pem"), token);
+	write_file(r.conf, conf);
+	kill(r.pid, SIGHUP);
+	usleep(300000);
+	assert_true(sdtest_file_contains(r.log, "new connections keep the token and certificates"));
+	assert_true(token_served(&r, "the-first-token-of-this-test"));
+	assert_false(token_served(&r, "the-second-token-of-this-test"));
+	run_stop(&r);
+}
+
 /* An endpoint list of tls: endpoints: a dead first entry is passed over,
  * and a lost connection fails over to the next. */
 static void test_failover(void **state)
@@ -596,6 +639,7 @@ int main(void)
 		cmocka_unit_test(test_handshake_stall),
 		cmocka_unit_test(test_remote_needs_credential),
 		cmocka_unit_test(test_sighup_swaps_certificate),
+		cmocka_unit_test(test_sighup_all_or_nothing),
 		cmocka_unit_test(test_failover),
 		cmocka_unit_test(test_reconnect_keeps_timeout),
 	};
