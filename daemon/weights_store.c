@@ -81,7 +81,15 @@ int wstore_write(const char *dir, const struct wstore_weight *w)
 	memcpy(h.magic, magic, sizeof(h.magic));
 	snprintf(h.name, sizeof(h.name), "%s", w->name);
 	h.checksum = checksum(&h, w->values, w->meta);
-	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+	/* A new file of the daemon's own: whatever was left at the name (a
+	 * link planted there, say) is removed, never written through. */
+	if (unlink(path) < 0 && errno != ENOENT) {
+		int e = errno;
+		log_warn("weight '%s' is not persisted: cannot remove %s: %s", w->name, path,
+			 strerror(e));
+		return -e;
+	}
+	int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0640);
 	int rc = fd < 0 ? -errno : 0;
 	if (rc == 0)
 		rc = write_all(fd, &h, sizeof(h));
@@ -145,13 +153,27 @@ static int bad(char *err, size_t errlen, int rc, const char *fmt, ...)
 int wstore_read(const char *path, struct wstore_weight *w, char *err, size_t errlen)
 {
 	memset(w, 0, sizeof(*w));
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return bad(err, errlen, -errno, "%s: %s", path, strerror(errno));
-	struct wstore_header h;
+	/* Only a regular file of the directory's own: a link is not followed,
+	 * and a FIFO or device must not block the start on its open. */
+	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ELOOP ? bad(err, errlen, -ELOOP, "%s: a symbolic link, not followed",
+					    path)
+				      : bad(err, errlen, -errno, "%s: %s", path, strerror(errno));
 	struct stat st;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return bad(err, errlen, -EINVAL, "%s: not a regular file", path);
+	}
+	FILE *f = fdopen(fd, "rb");
+	if (!f) {
+		int e = errno;
+		close(fd);
+		return bad(err, errlen, -e, "%s: %s", path, strerror(e));
+	}
+	struct wstore_header h;
 	int rc = 0;
-	if (fstat(fileno(f), &st) < 0 || fread(&h, sizeof(h), 1, f) != 1) {
+	if (fread(&h, sizeof(h), 1, f) != 1) {
 		rc = bad(err, errlen, -EINVAL, "%s: shorter than its header", path);
 		goto out;
 	}
@@ -229,6 +251,15 @@ int wstore_each(const char *dir, int (*fn)(void *arg, const struct wstore_weight
 		char err[600];
 		if (wstore_read(path, &w, err, sizeof(err)) < 0) {
 			log_warn("stored weight not restored: %s", err);
+			continue;
+		}
+		/* The file's name is the weight's (an unload removes it by
+		 * name): a file renamed by hand is not restored under the name
+		 * in it, where no unload could ever remove it. */
+		if (strlen(w.name) != n - 4 || strncmp(w.name, e->d_name, n - 4) != 0) {
+			log_warn("stored weight not restored: %s holds weight '%s', and a stored "
+				 "weight's file is named after it (%s.mfw)", path, w.name, w.name);
+			wstore_weight_free(&w);
 			continue;
 		}
 		count += fn(arg, &w) == 0;

@@ -3,7 +3,8 @@
  * daemon is killed with SIGKILL and started again, and both are back
  * before it accepts a connection, giving bit-identical results; an
  * unloaded weight stays gone; a damaged file is refused with a warning
- * and the daemon starts anyway. */
+ * and the daemon starts anyway, and so are a FIFO, a link and a weight's
+ * file under another name. */
 #include <errno.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -13,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -144,6 +146,59 @@ static void test_damaged_file(void **state_)
 	assert_int_equal(harness_stop(&d), 0);
 }
 
+/* Copies the file from to to (a stored weight, byte for byte). */
+static void copy_file(const char *from, const char *to)
+{
+	FILE *in = fopen(from, "rb"), *out = fopen(to, "wb");
+	assert_non_null(in);
+	assert_non_null(out);
+	char buf[4096];
+	size_t n;
+	while ((n = fread(buf, 1, sizeof(buf), in)) > 0)
+		assert_int_equal(fwrite(buf, 1, n, out), n);
+	fclose(in);
+	assert_int_equal(fclose(out), 0);
+}
+
+/* What else may lie in the directory: a FIFO (its open blocked the start
+ * for good, and SIGTERM with it), a link to a stored weight elsewhere
+ * (followed), and a weight's file under another name (restored under
+ * the name in it, where no unload could remove the file).  Each is
+ * passed over with a warning; the weight beside them is restored. */
+static void test_strange_files(void **state_)
+{
+	(void)state_;
+	struct mfmad_proc d;
+	mfma_client *c = start(&d);
+	load(c, "kept", MFMA_SPARSITY_DENSE);
+	mfma_close(c);
+	assert_int_equal(harness_stop(&d), 0);
+	char dir[128], path[192], other[192];
+	snprintf(dir, sizeof(dir), "%s/weights", state);
+	snprintf(path, sizeof(path), "%s/kept.mfw", dir);
+	snprintf(other, sizeof(other), "%s/renamed.mfw", dir);
+	copy_file(path, other);
+	snprintf(other, sizeof(other), "%s/elsewhere.bin", state);
+	copy_file(path, other);
+	snprintf(path, sizeof(path), "%s/linked.mfw", dir);
+	assert_int_equal(symlink(other, path), 0);
+	snprintf(path, sizeof(path), "%s/fifo.mfw", dir);
+	assert_int_equal(mkfifo(path, 0600), 0);
+
+	c = start(&d);
+	struct mfma_weight_list l;
+	struct mfma_error err;
+	assert_int_equal(mfma_list_weights(c, &l, &err), 0);
+	assert_int_equal(l.n_weights, 1);
+	assert_string_equal(l.weights[0].name, "kept");
+	mfma_weight_list_free(&l);
+	mfma_close(c);
+	assert_int_equal(harness_log_count(&d, "fifo.mfw: not a regular file"), 1);
+	assert_int_equal(harness_log_count(&d, "linked.mfw: a symbolic link, not followed"), 1);
+	assert_int_equal(harness_log_count(&d, "renamed.mfw holds weight 'kept'"), 1);
+	assert_int_equal(harness_stop(&d), 0);
+}
+
 int main(void)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -158,6 +213,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_survives_kill9),
 		cmocka_unit_test(test_damaged_file),
+		cmocka_unit_test(test_strange_files),
 	};
 	int rc = cmocka_run_group_tests(tests, NULL, NULL);
 	char cmd[128];
