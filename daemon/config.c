@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "frame.h"
 #include "frame_arena.h"
 #include "log.h"
 #include "mfma.pb-c.h"
@@ -676,6 +677,23 @@ const char *config_state_dir(const struct mfmad_config *cfg, char *buf, size_t l
 	size_t n = strcspn(base, ":");
 	int w = snprintf(buf, len, "%.*s", (int)n, base);
 	return w > 0 && (size_t)w < len ? buf : NULL;
+}
+
+uint64_t config_read_frame_limit(const struct mfmad_config *cfg, const char **key)
+{
+	uint64_t limit = cfg->max_frame_bytes;
+	const char *why = "limits.max_frame_mb";
+	if (cfg->max_buffered_bytes - FRAME_HEADER_SIZE < limit) {
+		limit = cfg->max_buffered_bytes - FRAME_HEADER_SIZE;
+		why = "limits.max_buffered_mb";
+	}
+	if (cfg->max_memory_bytes - FRAME_HEADER_SIZE < limit) {
+		limit = cfg->max_memory_bytes - FRAME_HEADER_SIZE;
+		why = "limits.max_memory_mb";
+	}
+	if (key)
+		*key = why;
+	return limit;
 }
 
 unsigned config_reader_threads(const struct mfmad_config *cfg, long ncores)

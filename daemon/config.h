@@ -129,6 +129,13 @@ const char *config_state_dir(const struct mfmad_config *cfg, char *buf, size_t l
  * small host), else a quarter of the cores, at most 4. */
 unsigned config_reader_threads(const struct mfmad_config *cfg, long ncores);
 
+/* The largest request frame a connection may read: limits.max_frame_mb,
+ * unless limits.max_buffered_mb or limits.max_memory_mb is smaller, for a
+ * frame and its length must fit in the read buffer those bound, and one
+ * that cannot would wait for memory for ever.  *key (when key is not
+ * NULL) is the setting that decides it. */
+uint64_t config_read_frame_limit(const struct mfmad_config *cfg, const char **key);
+
 /* Describes the settings that differ between a and b but cannot change
  * without a restart (socket, backends, threads) into buf; returns how many. */
 int config_restart_only_changes(const struct mfmad_config *a, const struct mfmad_config *b,

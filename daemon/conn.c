@@ -786,7 +786,7 @@ static void process_frames(struct conn *c)
 				break;
 			}
 			c->need_token = false;
-			c->rd.max_frame = c->d->cfg.max_frame_bytes;
+			c->rd.max_frame = config_read_frame_limit(&c->d->cfg, NULL);
 			continue;
 		}
 		c->ev->on_frame(c, payload, len);
@@ -871,7 +871,7 @@ static void reader_done(struct reader_job *j)
 	c->in_reader = false;
 	c->suspended = false;
 	if (!c->need_token)
-		c->rd.max_frame = d->cfg.max_frame_bytes; /* a reload may have changed it */
+		c->rd.max_frame = config_read_frame_limit(&d->cfg, NULL); /* a reload may change it */
 	if (j->status == 0) {
 		STATS_ADD(d->stats.reader_frames, 1);
 		c->active_ns = mfma_clock_ns();
@@ -1142,7 +1142,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 		    frame_reader_pending(&c->rd) == 0)
 			fd_violation(c, "a file descriptor came with a frame that is not "
 					"register_region");
-	} else if (frame_reader_pending(&c->rd) > c->d->cfg.max_frame_bytes) {
+	} else if (frame_reader_pending(&c->rd) > config_read_frame_limit(&c->d->cfg, NULL)) {
 		/* The client sends on while its last frame decodes: hold it to
 		 * one frame's worth until the decode is done. */
 		c->paused = true;
@@ -1301,7 +1301,7 @@ void conn_accept(struct daemon *d, uv_stream_t *server, const struct conn_events
 	c->cid = ++d->next_conn_id;
 	c->active_ns = mfma_clock_ns();
 	c->h.handle.data = c;
-	frame_reader_init(&c->rd, d->cfg.max_frame_bytes);
+	frame_reader_init(&c->rd, config_read_frame_limit(&d->cfg, NULL));
 	frame_reader_set_mem(&c->rd, read_arena_mem(d));
 	c->next = d->conns;
 	if (d->conns)

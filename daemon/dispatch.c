@@ -326,10 +326,12 @@ static void on_oversize(struct conn *c, size_t len)
 {
 	struct daemon *d = conn_daemon(c);
 	char err[256];
+	const char *key;
+	uint64_t limit = config_read_frame_limit(&d->cfg, &key);
 	snprintf(err, sizeof(err),
-		 "frame of %zu bytes exceeds the limit of %" PRIu64
-		 " bytes (limits.max_frame_mb); closing the connection",
-		 len, d->cfg.max_frame_bytes);
+		 "frame of %zu bytes exceeds the limit of %" PRIu64 " bytes (%s); closing the "
+		 "connection",
+		 len, limit, key);
 	log_debug("connection %" PRIu64 ": %s", conn_id(c), err);
 	STATS_ADD(d->stats.requests[STATS_OTHER][STATS_MALFORMED], 1);
 	reply_and_close(c, MFMA__V1__CODE__MALFORMED, err);

@@ -290,6 +290,17 @@ static void begin_shutdown(struct daemon *d, int signum)
 	conn_check_drained(d);
 }
 
+/* Says so when limits.max_frame_mb is not what bounds a request frame. */
+static void say_frame_limit(const struct mfmad_config *c)
+{
+	const char *key;
+	uint64_t limit = config_read_frame_limit(c, &key);
+	if (limit < c->max_frame_bytes)
+		log_notice("requests are read up to %" PRIu64 " bytes, below limits.max_frame_mb = "
+			   "%" PRIu64 ": a frame must fit in %s",
+			   limit, c->max_frame_bytes >> 20, key);
+}
+
 static void apply_scheduling(struct daemon *d)
 {
 	const struct mfmad_config *c = &d->cfg;
@@ -373,7 +384,8 @@ static void reload(struct daemon *d)
 	c->ndeclared = nc.ndeclared;
 	memcpy(c->declared, nc.declared, sizeof(c->declared));
 	log_set_level((enum log_level)c->log_level);
-	conn_set_frame_limit(d, c->max_frame_bytes);
+	conn_set_frame_limit(d, config_read_frame_limit(c, NULL));
+	say_frame_limit(c);
 	notify_set_status_interval(&N, c->status_interval_ms);
 	log_notice("configuration reloaded from %s", d->config_path ? d->config_path : "(defaults)");
 	/* New, changed and removed declarations load and unload off the loop;
@@ -573,6 +585,7 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	log_set_level((enum log_level)d->cfg.log_level);
+	say_frame_limit(&d->cfg);
 	signal(SIGPIPE, SIG_IGN);
 
 	d->loop = uv_default_loop();

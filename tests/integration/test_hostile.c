@@ -402,6 +402,43 @@ static void test_partial_frames(void **state)
 	stop(&d, good);
 }
 
+/* A frame under limits.max_frame_mb that the buffer caps could never
+ * hold (limits.max_buffered_mb of 1 here, max_memory_mb likewise): the
+ * connection waited for memory for ever, unanswered, its read timeout
+ * never firing.  It is now refused as a frame over the limit is, naming
+ * the key that bounds it. */
+static void test_frame_no_buffer_holds(void **state)
+{
+	(void)state;
+	struct mfmad_proc d;
+	mfma_client *good;
+	start(&d, "limits = { max_buffered_mb = 1; read_timeout_ms = 5000; };", &good);
+	assert_true(harness_log_count(&d, "a frame must fit in limits.max_buffered_mb") == 1);
+	int fd = harness_connect_raw(&d);
+	assert_true(fd >= 0);
+	size_t body = 64u << 10;
+	uint8_t *buf = calloc(1, FRAME_HEADER_SIZE + body);
+	frame_header_put(buf, 2u << 20);
+	assert_int_equal(harness_write_all(fd, buf, FRAME_HEADER_SIZE + body), 0);
+	uint8_t *answer = NULL;
+	long n = harness_read_frame(fd, &answer, 3000);
+	assert_true(n > 0);
+	Mfma__V1__Response *r = mfma__v1__response__unpack(NULL, (size_t)n, answer);
+	assert_non_null(r);
+	printf("a 2 MiB frame under max_buffered_mb = 1: code %d, \"%s\"\n", (int)r->status->code,
+	       r->status->message);
+	assert_int_equal(r->status->code, MFMA__V1__CODE__MALFORMED);
+	assert_non_null(strstr(r->status->message, "(limits.max_buffered_mb)"));
+	mfma__v1__response__free_unpacked(r, NULL);
+	free(answer);
+	assert_true(harness_wait_closed(fd, 5000));
+	close(fd);
+	free(buf);
+	struct mfma_error err;
+	assert_int_equal(mfma_ping(good, "x", 1, NULL, &err), 0);
+	stop(&d, good);
+}
+
 /* ---- the descriptor limit (attack 4's last part) ---- */
 
 /* Under a hard limit of 128 descriptors (inherited by the daemon, which
@@ -603,6 +640,7 @@ int main(void)
 		cmocka_unit_test(test_unread_pings),
 		cmocka_unit_test(test_unread_gemm_answers),
 		cmocka_unit_test(test_partial_frames),
+		cmocka_unit_test(test_frame_no_buffer_holds),
 		cmocka_unit_test(test_fd_limit),
 	};
 	const struct CMUnitTest names[] = {

@@ -432,6 +432,28 @@ static void test_loop_poll(void **state)
 	assert_int_equal(c.worker_poll_us, 100);
 }
 
+/* The largest request frame: limits.max_frame_mb, or what the buffer and
+ * memory caps leave for a frame and its length, naming the key. */
+static void test_read_frame_limit(void **state)
+{
+	(void)state;
+	struct mfmad_config c;
+	char err[512];
+	const char *key = NULL;
+	config_defaults(&c);
+	assert_int_equal(config_read_frame_limit(&c, &key), 256ull << 20);
+	assert_string_equal(key, "limits.max_frame_mb");
+	assert_int_equal(parse(&c, "limits = { max_buffered_mb = 1; };\n", err, sizeof(err)), 0);
+	assert_int_equal(config_read_frame_limit(&c, &key), (1ull << 20) - 4);
+	assert_string_equal(key, "limits.max_buffered_mb");
+	assert_int_equal(parse(&c, "limits = { max_memory_mb = 16; };\n", err, sizeof(err)), 0);
+	assert_int_equal(config_read_frame_limit(&c, &key), (16ull << 20) - 4);
+	assert_string_equal(key, "limits.max_memory_mb");
+	assert_int_equal(parse(&c, "limits = { max_frame_mb = 8; max_memory_mb = 16; };\n", err,
+			       sizeof(err)), 0);
+	assert_int_equal(config_read_frame_limit(&c, NULL), 8ull << 20);
+}
+
 /* limits.reader_threads: "auto" by default, which is none below 8 cores, else
  * a quarter of them, at most 4; a number 0 to 64 is taken as it is, other
  * values refused by name; restart-only.  reader_min_kb and
@@ -633,6 +655,7 @@ int main(void)
 		cmocka_unit_test(test_cuda_dma_parts_kb),
 		cmocka_unit_test(test_loop_poll),
 		cmocka_unit_test(test_readers),
+		cmocka_unit_test(test_read_frame_limit),
 		cmocka_unit_test(test_providers),
 		cmocka_unit_test(test_state_dir),
 	};
