@@ -767,9 +767,10 @@ void gemm_handle(struct daemon *d, const struct request *r, struct request_msg *
 	}
 	/* Bytes in a region are the client's memory, not the daemon's: only
 	 * what the frame carries and the answer holds count.  Matrices left
-	 * in the frame are held as the frame's whole buffer. */
-	size_t held_in = request_msg_frame_bytes(m) > j->plan.in_bytes ? request_msg_frame_bytes(m)
-									 : j->plan.in_bytes;
+	 * in the frame are held as the frame's whole buffer, and whatever the
+	 * decode copied out of it besides. */
+	const size_t held_msg = request_msg_held_bytes(m);
+	size_t held_in = held_msg > j->plan.in_bytes ? held_msg : j->plan.in_bytes;
 	j->in_bytes = held_in + (j->rd ? 0 : j->plan.d_bytes);
 	/* Answers count until written (conn.c's unsent_bytes), not only
 	 * until computed. */

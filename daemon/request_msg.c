@@ -61,6 +61,63 @@ void request_msg_decode(struct request_msg *m, const uint8_t *payload, size_t le
 	m->large = count_large(m->req);
 }
 
+/* Bytes of msg (and its sub-messages) held outside [lo, hi): bytes
+ * fields the decode copied, strings, unknown fields. */
+static size_t copied_bytes(const ProtobufCMessage *msg, const uint8_t *lo, const uint8_t *hi)
+{
+	size_t n = 0;
+	for (unsigned i = 0; i < msg->n_unknown_fields; i++)
+		n += msg->unknown_fields[i].len;
+	const ProtobufCMessageDescriptor *desc = msg->descriptor;
+	for (unsigned f = 0; f < desc->n_fields; f++) {
+		const ProtobufCFieldDescriptor *fd = &desc->fields[f];
+		if (fd->type != PROTOBUF_C_TYPE_BYTES && fd->type != PROTOBUF_C_TYPE_STRING &&
+		    fd->type != PROTOBUF_C_TYPE_MESSAGE)
+			continue;
+		const char *base = (const char *)msg;
+		if ((fd->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) &&
+		    *(const uint32_t *)(base + fd->quantifier_offset) != fd->id)
+			continue;
+		if (fd->type == PROTOBUF_C_TYPE_BYTES && fd->label == PROTOBUF_C_LABEL_OPTIONAL &&
+		    !(fd->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) &&
+		    !*(const protobuf_c_boolean *)(base + fd->quantifier_offset))
+			continue;
+		size_t count = 1;
+		const char *at = base + fd->offset;
+		size_t stride = 0;
+		if (fd->label == PROTOBUF_C_LABEL_REPEATED) {
+			count = *(const size_t *)(base + fd->quantifier_offset);
+			at = *(const char *const *)at;
+			stride = fd->type == PROTOBUF_C_TYPE_BYTES ? sizeof(ProtobufCBinaryData)
+								   : sizeof(void *);
+		}
+		for (size_t i = 0; i < count && at; i++, at += stride) {
+			if (fd->type == PROTOBUF_C_TYPE_BYTES) {
+				const ProtobufCBinaryData *b = (const ProtobufCBinaryData *)at;
+				if (b->data && !(b->data >= lo && b->data < hi))
+					n += b->len;
+			} else if (fd->type == PROTOBUF_C_TYPE_STRING) {
+				const char *s = *(const char *const *)at;
+				if (s && s != fd->default_value)
+					n += strlen(s) + 1;
+			} else if (fd->type == PROTOBUF_C_TYPE_MESSAGE) {
+				const ProtobufCMessage *sub = *(const ProtobufCMessage *const *)at;
+				if (sub)
+					n += sub->descriptor->sizeof_message + copied_bytes(sub, lo, hi);
+			}
+		}
+	}
+	return n;
+}
+
+size_t request_msg_held_bytes(const struct request_msg *m)
+{
+	if (!m->frame)
+		return 0;
+	return m->frame_cap + (m->req ? copied_bytes(&m->req->base, m->frame, m->frame + m->frame_cap)
+				      : 0);
+}
+
 void request_msg_free(struct request_msg *m)
 {
 	if (!m)

@@ -42,11 +42,11 @@ void request_msg_decode(struct request_msg *m, const uint8_t *payload, size_t le
 /* Frees the message and its frame; NULL, or an empty one, is fine. */
 void request_msg_free(struct request_msg *m);
 
-/* The bytes the message makes the daemon hold beyond what its decode
- * copied: the frame's buffer (0 without one). */
-static inline size_t request_msg_frame_bytes(const struct request_msg *m)
-{
-	return m->frame ? m->frame_cap : 0;
-}
+/* The bytes the message makes the daemon hold with a frame: the frame's
+ * buffer and whatever the decode copied out of it besides (a matrix that
+ * could not stay in place, unknown fields, strings), through every
+ * sub-message.  0 without a frame (the decode copied everything: its
+ * matrices' sizes are the count). */
+size_t request_msg_held_bytes(const struct request_msg *m);
 
 #endif
