@@ -30,6 +30,7 @@ struct declared {
 	bool busy;                        /* a read or a load is under way */
 	bool removed;                     /* no longer declared: freed when not busy */
 	bool made_resident;               /* the work's load made the weight resident */
+	bool owns;                        /* a load of it made the name's weight */
 	bool again;                       /* reloaded while busy: next_decl, once done */
 	bool blocked;                     /* refused: a removed entry's load held the name */
 	struct weight_decl next_decl;
@@ -217,6 +218,7 @@ static void loaded(struct daemon *d, void *arg, int code, const char *msg)
 {
 	struct declared *e = arg;
 	e->made_resident = code == MFMA__V1__CODE__OK;
+	e->owns |= e->made_resident;
 	/* Only a removed entry's work loads a declared name beside this one. */
 	e->blocked = code != MFMA__V1__CODE__OK && weights_loading(d, e->decl.name);
 	if (code == MFMA__V1__CODE__OK) {
@@ -309,16 +311,22 @@ void declare_apply(struct daemon *d)
 			continue;
 		}
 		*p = e->next;
-		log_notice("weight '%s' is no longer declared: unloading it", e->decl.name);
-		if (e->busy) {
-			/* The version resident now goes now (a client may load the
-			 * name once it is no longer declared); settle() undoes what
-			 * the work under way makes, and frees. */
+		/* Only a weight the declaration made goes: one that never
+		 * became resident leaves the name's weight as it found it (a
+		 * client's, loaded before the name was declared). */
+		if (e->owns) {
+			log_notice("weight '%s' is no longer declared: unloading it", e->decl.name);
 			weights_unload_internal(d, e->decl.name);
+		} else {
+			log_notice("weight '%s' is no longer declared (it never became resident)",
+				   e->decl.name);
+		}
+		if (e->busy) {
+			/* A client may load the name once it is no longer declared;
+			 * settle() undoes what the work under way makes, and frees. */
 			e->removed = true;
 			continue;
 		}
-		weights_unload_internal(d, e->decl.name);
 		free(e);
 	}
 	for (uint32_t i = 0; i < c->ndeclared; i++) {

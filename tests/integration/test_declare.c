@@ -351,6 +351,42 @@ static void test_declared_again_while_loading(void **state)
 	assert_int_equal(harness_stop(&d), 0);
 }
 
+/* A client's weight under a name then declared from a file that cannot be
+ * read, and the declaration removed: the client's weight stays.  The
+ * removal unloaded it, though the declaration never made it, and left its
+ * stored copy to come back at the next start. */
+static void test_failed_declaration_removed(void **state)
+{
+	(void)state;
+	struct mfmad_proc d;
+	assert_int_equal(harness_start(&d, NULL, NULL), 0);
+	mfma_client *c;
+	struct mfma_error err;
+	assert_int_equal(mfma_connect(d.endpoint, &c, &err), 0);
+	float a[M * K];
+	fill_a(12, a);
+	struct mfma_load_args la;
+	mfma_load_args_init(&la);
+	la.name = "z";
+	la.a.kind = MFMA_OPERAND_DENSE;
+	la.a.dense = (struct mfma_matrix){ M, K, MFMA_TYPE_F32, a, sizeof(a) };
+	assert_int_equal(mfma_load_weight(c, &la, NULL, &err), 0);
+	char conf[256], msg[1024];
+	snprintf(conf, sizeof(conf),
+		 "weights = { declare = ( { name = \"z\"; file = \"%s/absent.npy\"; } ); };", dir);
+	assert_int_equal(harness_reconfigure(&d, conf), 0);
+	wait_state(c, "z", MFMA_DECLARED_FAILED);
+	assert_int_equal(declared_state(c, "z", msg, sizeof(msg)), MFMA_DECLARED_FAILED);
+	assert_non_null(strstr(msg, "the previous version still serves"));
+	check_weight(c, "z", 12);
+	assert_int_equal(harness_reconfigure(&d, "weights = { declare = (); };"), 0);
+	check_weight(c, "z", 12);
+	/* And it is the client's again. */
+	assert_int_equal(mfma_unload_weight(c, "z", &err), 0);
+	mfma_close(c);
+	assert_int_equal(harness_stop(&d), 0);
+}
+
 /* A weight a client loaded (stored in the state directory) under a name
  * that is then declared: after a restart the declared file serves and the
  * stored copy is gone. */
@@ -407,6 +443,7 @@ int main(void)
 		cmocka_unit_test(test_declaration_wins_over_state_dir),
 		cmocka_unit_test(test_removed_while_read),
 		cmocka_unit_test(test_declared_again_while_loading),
+		cmocka_unit_test(test_failed_declaration_removed),
 	};
 	int rc = cmocka_run_group_tests(tests, NULL, NULL);
 	char cmd[128];
