@@ -435,7 +435,7 @@ static int listen_activated(struct daemon *d, const struct conn_events *ev, char
  * before the fd limit, where libuv can only accept and close (with the
  * descriptor it keeps spare for that, silently).  Where the hard limit is
  * too low, connections are capped below it instead. */
-static void fit_fd_limit(struct daemon *d)
+void listen_fit_fd_limit(struct daemon *d)
 {
 	struct rlimit rl;
 	if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
@@ -459,7 +459,7 @@ static void fit_fd_limit(struct daemon *d)
 
 int listen_start(struct daemon *d, const struct conn_events *ev, char *err, size_t errlen)
 {
-	fit_fd_limit(d);
+	listen_fit_fd_limit(d);
 	d->listeners = calloc(1, sizeof(*d->listeners));
 	if (!d->listeners) {
 		snprintf(err, errlen, "out of memory");

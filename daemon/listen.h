@@ -18,6 +18,10 @@ int listen_start(struct daemon *d, const struct conn_events *ev, char *err, size
  * file that cannot be used leaves the old ones in place: -errno, with err
  * naming the file and why. */
 int listen_reload(struct daemon *d, const struct mfmad_config *nc, char *err, size_t errlen);
+/* Raises the soft descriptor limit to what limits.max_connections needs
+ * (at start, and when a reload changes it), or caps the connections
+ * below the hard limit, saying so. */
+void listen_fit_fd_limit(struct daemon *d);
 /* Stops accepting; removes the Unix socket file this daemon made. */
 void listen_close(struct daemon *d);
 void listen_free(struct daemon *d);

@@ -348,7 +348,10 @@ static void reload(struct daemon *d)
 	c->max_inflight_per_conn = nc.max_inflight_per_conn;
 	c->max_inflight = nc.max_inflight;
 	c->max_inflight_bytes = nc.max_inflight_bytes;
-	c->max_connections = nc.max_connections;
+	if (c->max_connections != nc.max_connections) {
+		c->max_connections = nc.max_connections;
+		listen_fit_fd_limit(d); /* more connections, more descriptors */
+	}
 	c->max_buffered_bytes = nc.max_buffered_bytes;
 	c->max_unsent_bytes = nc.max_unsent_bytes;
 	c->send_buffer_bytes = nc.send_buffer_bytes; /* for connections accepted from now on */

@@ -441,6 +441,61 @@ static void test_frame_no_buffer_holds(void **state)
 
 /* ---- the descriptor limit (attack 4's last part) ---- */
 
+/* limits.max_connections raised by a reload raises the soft descriptor
+ * limit too, as at start: the daemon started under a soft limit of 128
+ * (its hard one higher), then a reload to 300 connections, and 200
+ * connections each answered.  The reload only copied the number: past
+ * the old limit connections were closed unanswered and unlogged. */
+static void test_fd_limit_on_reload(void **state)
+{
+	(void)state;
+	struct rlimit orig, low;
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &orig), 0);
+	if (orig.rlim_max != RLIM_INFINITY && orig.rlim_max < 512) {
+		print_message("  (hard descriptor limit %llu: cannot run)\n",
+			      (unsigned long long)orig.rlim_max);
+		skip();
+	}
+	low = (struct rlimit){ 128, orig.rlim_max };
+	if (orig.rlim_cur == RLIM_INFINITY || orig.rlim_cur < 512)
+		orig.rlim_cur = 512;
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+	struct mfmad_proc d;
+	mfma_client *good;
+	start(&d, "limits = { max_connections = 32; };", &good);
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &orig), 0); /* this process's own */
+	assert_int_equal(harness_reconfigure(&d, "limits = { max_connections = 300; };"), 0);
+	Mfma__V1__Request req = MFMA__V1__REQUEST__INIT;
+	Mfma__V1__Ping ping = MFMA__V1__PING__INIT;
+	req.has_id = 1;
+	req.id = 9;
+	req.body_case = MFMA__V1__REQUEST__BODY_PING;
+	req.ping = &ping;
+	size_t flen;
+	uint8_t *frame = pack_request(&req, &flen);
+	enum { NCONN = 200 };
+	int fd[NCONN], answered = 0;
+	for (int i = 0; i < NCONN; i++) {
+		fd[i] = harness_connect_raw(&d);
+		if (fd[i] >= 0)
+			assert_int_equal(harness_write_all(fd[i], frame, flen), 0);
+	}
+	for (int i = 0; i < NCONN; i++) {
+		uint8_t *buf = NULL;
+		if (fd[i] >= 0 && harness_read_frame(fd[i], &buf, 3000) > 0)
+			answered++;
+		free(buf);
+	}
+	printf("max_connections 32 -> 300 by a reload, soft fd limit 128 at start: %d of %d "
+	       "connections answered\n", answered, NCONN);
+	for (int i = 0; i < NCONN; i++)
+		if (fd[i] >= 0)
+			close(fd[i]);
+	free(frame);
+	assert_int_equal(answered, NCONN);
+	stop(&d, good);
+}
+
 /* Under a hard limit of 128 descriptors (inherited by the daemon, which
  * cannot raise it), 120 connections: the daemon takes what its limit
  * allows and refuses the rest with an answer, logged once a second,
@@ -641,6 +696,7 @@ int main(void)
 		cmocka_unit_test(test_unread_gemm_answers),
 		cmocka_unit_test(test_partial_frames),
 		cmocka_unit_test(test_frame_no_buffer_holds),
+		cmocka_unit_test(test_fd_limit_on_reload),
 		cmocka_unit_test(test_fd_limit),
 	};
 	const struct CMUnitTest names[] = {
