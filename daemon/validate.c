@@ -36,8 +36,9 @@ static int check_dims(uint32_t rows, uint32_t cols, const struct validate_limits
 		return bad(err, errlen, "%s has shape %ux%u: both dimensions must be at least 1",
 			   what, rows, cols);
 	if (rows > lim->max_dim || cols > lim->max_dim)
-		return bad(err, errlen, "%s has shape %ux%u: the limit is %u per dimension", what,
-			   rows, cols, lim->max_dim);
+		return bad(err, errlen,
+			   "%s has shape %ux%u: the limit is %u per dimension (limits.max_dim)",
+			   what, rows, cols, lim->max_dim);
 	return 0;
 }
 

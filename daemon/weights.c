@@ -683,6 +683,17 @@ struct restore {
 };
 
 /* One stored weight: loaded as if a client had sent it. */
+/* A stored weight's load ended: why it failed, at warning level (a load
+ * with no client is otherwise answered to no one, logged at debug).  arg:
+ * its name, or NULL past the names kept. */
+static void restored(struct daemon *d, void *arg, int code, const char *msg)
+{
+	(void)d;
+	if (code != MFMA__V1__CODE__OK)
+		log_warn("stored weight '%s' could not be loaded again: %s",
+			 arg ? (const char *)arg : "(one of many)", msg);
+}
+
 static int restore_one(void *arg, const struct wstore_weight *w)
 {
 	struct restore *ctx = arg;
@@ -697,11 +708,12 @@ static int restore_one(void *arg, const struct wstore_weight *w)
 	Mfma__V1__Request *req = as_request(w);
 	if (!req)
 		return -ENOMEM;
-	struct request r;
-	request_init(&r, NULL, 0, 0, STATS_LOAD);
-	if (ctx->asked < 64)
-		snprintf(ctx->names[ctx->asked++], sizeof(ctx->names[0]), "%s", w->name);
-	weights_handle_load(ctx->d, &r, req);
+	char *name = NULL;
+	if (ctx->asked < 64) {
+		name = ctx->names[ctx->asked++];
+		snprintf(name, sizeof(ctx->names[0]), "%s", w->name);
+	}
+	weights_load_internal(ctx->d, req, restored, name);
 	return 0;
 }
 
@@ -726,14 +738,10 @@ int weights_restore(struct daemon *d)
 	 * weight it loaded before the restart missing. */
 	while (any_loading(d))
 		uv_run(d->loop, UV_RUN_ONCE);
-	int restored = 0;
-	for (int i = 0; i < asked; i++) {
-		if (weights_find(d, names[i]))
-			restored++;
-		else
-			log_warn("stored weight '%s' could not be loaded again (see above)", names[i]);
-	}
+	int back = 0;
+	for (int i = 0; i < asked; i++)
+		back += weights_find(d, names[i]) != NULL;
 	if (asked)
-		log_notice("restored %d of %d stored weight(s) from %s", restored, asked, dir);
-	return restored;
+		log_notice("restored %d of %d stored weight(s) from %s", back, asked, dir);
+	return back;
 }

@@ -199,6 +199,33 @@ static void test_strange_files(void **state_)
 	assert_int_equal(harness_stop(&d), 0);
 }
 
+/* A stored weight that no longer loads (limits.max_dim lowered below
+ * its shape): the log says why at warning level.  It said "could not be
+ * loaded again (see above)", the reason logged at debug only. */
+static void test_restore_failure_said(void **state_)
+{
+	(void)state_;
+	struct mfmad_proc d;
+	mfma_client *c = start(&d);
+	load(c, "wide", MFMA_SPARSITY_DENSE);
+	mfma_close(c);
+	assert_int_equal(harness_stop(&d), 0);
+	char lowered[400];
+	snprintf(lowered, sizeof(lowered), "%s\nlimits = { max_dim = 16; };\n", conf);
+	assert_int_equal(harness_start(&d, lowered, NULL), 0);
+	FILE *f = fopen(d.log, "r");
+	char line[1024], said[1024] = "";
+	while (f && fgets(line, sizeof(line), f))
+		if (strstr(line, "stored weight 'wide' could not be loaded again: "))
+			snprintf(said, sizeof(said), "%s", line);
+	if (f)
+		fclose(f);
+	printf("%s", said);
+	assert_non_null(strstr(said, " warning "));
+	assert_non_null(strstr(said, "the limit is 16 per dimension (limits.max_dim)"));
+	assert_int_equal(harness_stop(&d), 0);
+}
+
 int main(void)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -214,6 +241,7 @@ int main(void)
 		cmocka_unit_test(test_survives_kill9),
 		cmocka_unit_test(test_damaged_file),
 		cmocka_unit_test(test_strange_files),
+		cmocka_unit_test(test_restore_failure_said),
 	};
 	int rc = cmocka_run_group_tests(tests, NULL, NULL);
 	char cmd[128];
