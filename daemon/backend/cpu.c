@@ -175,6 +175,8 @@ static int cpu_open(int index, const struct backend_config *cfg, void **dev, cha
 		return -ENOMEM;
 	}
 	int threads = cpu_threads_for(cfg);
+	/* Process-wide, and the same for every CPU device: their share. */
+	cpu_gemm_set_blas_threads(threads);
 	c->pool = cpu_pool_create((unsigned)threads);
 	if (!c->pool) {
 		free(c);

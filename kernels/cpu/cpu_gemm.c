@@ -151,6 +151,12 @@ double cpu_rel_frobenius(const void *d, enum mfma_dtype t, const double *ref, si
 	return sqrt(num / den);
 }
 
+void cpu_gemm_set_blas_threads(int threads)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+	openblas_set_num_threads(threads > 0 ? threads : n > 0 ? (int)n : 1);
+}
+
 /* Dense f32/f16/bf16 through cblas_sgemm.  f32 in and out is one sgemm
  * call on the caller's buffers.  Otherwise the inputs are widened block by
  * block (all of M, kb rows of K, nb columns of N) and a 16-bit D

@@ -41,6 +41,12 @@ double cpu_rel_frobenius(const void *d, enum mfma_dtype t, const double *ref, si
  * once; each calling thread keeps up to 32 MiB of scratch between calls. */
 int cpu_gemm_run(const struct mfma_gemm *g, int threads, const char **variant);
 
+/* The threads OpenBLAS gives one sgemm (the dense float path), for the
+ * whole process: threads <= 0 is every core.  OpenBLAS otherwise uses
+ * every core whatever the pool's size; the CPU backend sets it to its
+ * devices' share. */
+void cpu_gemm_set_blas_threads(int threads);
+
 /* The same on a persistent pool (cpu_pool.h), as the CPU backend runs
  * it: the threads are the pool's, never created per call; small problems
  * use fewer of them, the smallest only the caller.  A NULL pool runs on

@@ -20,6 +20,7 @@
 #include "harness.h"
 #include "harness_gemm.h"
 #include "mfma.h"
+#include "mfma_clock.h"
 
 static float *rand_f32(size_t n, unsigned seed)
 {
@@ -299,6 +300,65 @@ static void test_two_devices(void **state)
 	assert_int_equal(harness_stop(&d), 0);
 }
 
+/* The daemon's CPU time (user and system), seconds, from /proc. */
+static double cpu_seconds(pid_t pid)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	FILE *f = fopen(path, "r");
+	assert_non_null(f);
+	char buf[1024];
+	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	/* Fields 14 and 15, counted after the command's closing parenthesis. */
+	const char *p = strrchr(buf, ')');
+	assert_non_null(p);
+	unsigned long long ut = 0, st = 0;
+	assert_int_equal(sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut,
+				&st),
+			 2);
+	return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* cpu.threads (--threads) bounds a dense float GEMM too: OpenBLAS, which
+ * runs those, took every core whatever the setting (on two cores, 1.3-1.5
+ * seconds of CPU a second with --threads 1). */
+static void test_threads_bound_dense(void **state)
+{
+	(void)state;
+	if (sysconf(_SC_NPROCESSORS_ONLN) < 2) {
+		print_message("  (one core: nothing to bound)\n");
+		skip();
+	}
+	struct mfmad_proc d;
+	const char *args[] = { "--threads", "1", NULL };
+	assert_int_equal(harness_start(&d, NULL, args), 0);
+	mfma_client *c = harness_client(&d);
+	uint32_t n = 1024;
+	float *A = rand_f32((size_t)n * n, 8), *B = rand_f32((size_t)n * n, 9);
+	struct mfma_gemm_args ga;
+	harness_dense_f32_args(&ga, A, B, n, n, n);
+	struct mfma_error err;
+	struct mfma_gemm_result r;
+	assert_int_equal(mfma_gemm(c, &ga, &r, &err), 0); /* warm */
+	mfma_gemm_result_free(&r);
+	double c0 = cpu_seconds(d.pid);
+	uint64_t t0 = mfma_clock_ns();
+	for (int i = 0; i < 8; i++) {
+		assert_int_equal(mfma_gemm(c, &ga, &r, &err), 0);
+		mfma_gemm_result_free(&r);
+	}
+	double wall = (double)(mfma_clock_ns() - t0) / 1e9, cpu = cpu_seconds(d.pid) - c0;
+	printf("eight 1024^3 f32 GEMMs with --threads 1: %.2f s of CPU in %.2f s (%.2f)\n", cpu, wall,
+	       cpu / wall);
+	assert_true(cpu / wall < 1.15);
+	mfma_close(c);
+	free(A);
+	free(B);
+	assert_int_equal(harness_stop(&d), 0);
+}
+
 /* A worker that has done nothing since it opened its device is idle, and
  * its idle time grows from one status to the next while it still waits
  * (the running phase counts up to the moment asked, not only once it
@@ -409,6 +469,7 @@ int main(void)
 		cmocka_unit_test(test_deadline),
 		cmocka_unit_test(test_connection_limit),
 		cmocka_unit_test(test_two_devices),
+		cmocka_unit_test(test_threads_bound_dense),
 		cmocka_unit_test(test_idle_worker_counts_while_idle),
 		cmocka_unit_test(test_large_frames_pipelined),
 		cmocka_unit_test(test_stop_with_stalled_reader),
