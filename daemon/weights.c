@@ -682,7 +682,6 @@ struct restore {
 	int asked;
 };
 
-/* One stored weight: loaded as if a client had sent it. */
 /* A stored weight's load ended: why it failed, at warning level (a load
  * with no client is otherwise answered to no one, logged at debug).  arg:
  * its name, or NULL past the names kept. */
@@ -694,6 +693,11 @@ static void restored(struct daemon *d, void *arg, int code, const char *msg)
 			 arg ? (const char *)arg : "(one of many)", msg);
 }
 
+static bool any_loading(const struct daemon *d);
+
+/* One stored weight: loaded as if a client had sent it, and resident (or
+ * failed) before the next file is read, so that restoring holds one
+ * weight's copies at a time, not every file's at once. */
 static int restore_one(void *arg, const struct wstore_weight *w)
 {
 	struct restore *ctx = arg;
@@ -714,6 +718,8 @@ static int restore_one(void *arg, const struct wstore_weight *w)
 		snprintf(name, sizeof(ctx->names[0]), "%s", w->name);
 	}
 	weights_load_internal(ctx->d, req, restored, name);
+	while (any_loading(ctx->d))
+		uv_run(ctx->d->loop, UV_RUN_ONCE);
 	return 0;
 }
 
