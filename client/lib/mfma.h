@@ -132,7 +132,8 @@ int mfma_connect(const char *endpoint, mfma_client **client, struct mfma_error *
  *   server_name  -              the name the daemon's certificate must carry
  *                               (DNS name or IP address; default: the host
  *                               of each endpoint)
- * The handshake is part of connecting (at most 30 s).  Under TLS 1.3 a
+ * The handshake is part of connecting (at most 30 s; a reconnection's,
+ * at most what is left of the call's timeout).  Under TLS 1.3 a
  * daemon judges the client's certificate after the client has finished:
  * a refused certificate shows as the first call failing with the
  * daemon's alert ("certificate required", "unknown ca"). */
@@ -353,7 +354,8 @@ int mfma_gemm(mfma_client *client, const struct mfma_gemm_args *args,
  * the next of a list) and sends it again with the same id; mfma_wait
  * completes each id exactly once.  A request that finds no connection
  * within its timeout_us (else the client's timeout, else 60 s) completes
- * with DEADLINE_EXCEEDED.  When the daemon closed the connection over
+ * with DEADLINE_EXCEEDED: a reconnection's connect and TLS handshake end
+ * by then (each given at least 100 ms).  When the daemon closed the connection over
  * something this client sent (a frame over its limit, a TLS alert), which
  * request it was is not known: those in flight then complete with
  * FAILED_PRECONDITION, naming the verdict, and are not sent again.  A
