@@ -114,6 +114,9 @@ size_t request_msg_held_bytes(const struct request_msg *m)
 {
 	if (!m->frame)
 		return 0;
+	/* The GEMM decoder's copies are all in its arena: no walk. */
+	if (m->arena)
+		return m->frame_cap + msg_arena_bytes(m->arena);
 	return m->frame_cap + (m->req ? copied_bytes(&m->req->base, m->frame, m->frame + m->frame_cap)
 				      : 0);
 }

@@ -20,6 +20,7 @@ struct more {
 struct msg_arena {
 	size_t used, cap; /* in the first block, data */
 	struct more *more;
+	size_t more_bytes; /* of the blocks past the first */
 	alignas(max_align_t) unsigned char data[];
 };
 
@@ -91,6 +92,7 @@ static void *arena_alloc(void *data, size_t size)
 		return NULL;
 	m->next = a->more;
 	a->more = m;
+	a->more_bytes += sizeof(*m) + n;
 	return m->data;
 }
 
@@ -98,6 +100,11 @@ static void arena_free(void *data, void *p)
 {
 	(void)data;
 	(void)p;
+}
+
+size_t msg_arena_bytes(const struct msg_arena *a)
+{
+	return a ? sizeof(*a) + a->cap + a->more_bytes : 0;
 }
 
 ProtobufCAllocator msg_arena_allocator(struct msg_arena *a)

@@ -43,6 +43,10 @@ ProtobufCAllocator msg_arena_allocator(struct msg_arena *a);
  * to be handed back to the kernel and faulted in again at the next). */
 ProtobufCAllocator msg_arena_allocator_bounded(struct msg_arena *a);
 
+/* The memory the arena holds: its first block and every block past it
+ * (0 for NULL). */
+size_t msg_arena_bytes(const struct msg_arena *a);
+
 /* Frees the arena and everything allocated from it; NULL is fine. */
 void msg_arena_free(struct msg_arena *a);
 

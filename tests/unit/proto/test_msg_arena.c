@@ -36,8 +36,13 @@ static void test_first_block_then_more(void **state)
 	assert_ptr_equal(p3, p2 + (100 + al_n - 1) / al_n * al_n);
 	/* A piece larger than the first block's rest gets a block of its own,
 	 * outside it; the next small piece still comes from the first. */
+	const size_t first = msg_arena_bytes(a);
+	assert_true(first >= 256);
 	unsigned char *big = take(&al, 4096);
 	assert_true(big + 4096 <= p1 || big >= p1 + 256);
+	/* What the arena holds counts the block of its own. */
+	assert_true(msg_arena_bytes(a) >= first + 4096);
+	assert_int_equal(msg_arena_bytes(NULL), 0);
 	unsigned char *p4 = take(&al, 16);
 	assert_ptr_equal(p4, p3 + al_n);
 	/* Freeing a piece does nothing (the arena's free is the only one):
