@@ -245,15 +245,26 @@ static size_t next_jobs(struct queue *q, struct sched_job **jobs, bool wait, str
 		bool on = atomic_load_explicit(&s->batch_on, memory_order_relaxed);
 		if (on && jobs[0]->batch.p && jobs[0]->batch_work) {
 			uint32_t max = atomic_load_explicit(&s->batch_max, memory_order_relaxed);
-			uint64_t delay = atomic_load_explicit(&s->batch_delay_ns, memory_order_relaxed);
 			uint32_t cost = jobs[0]->batch_cost;
-			uint64_t now = mfma_clock_ns();
-			take_batch(q, jobs, &n, &cost, max, now);
+			take_batch(q, jobs, &n, &cost, max, mfma_clock_ns());
 			/* Wait for more only while the batch is not full, up to the
-			 * delay past the first job's arrival. */
-			uint64_t until = jobs[0]->enqueue_ns + delay;
-			while (delay && cost < max && n < SCHED_MAX_BATCH && !q->stop &&
-			       (now = mfma_clock_ns()) < until) {
+			 * delay past the first job's arrival, and only while the
+			 * device has nothing else to do: not with other work queued
+			 * (it may be more urgent, and the device would idle), not
+			 * with a held launch to finish (its answers would wait), not
+			 * when a taken job's deadline comes before the delay ends
+			 * (it would expire waiting: it runs now), and not once a
+			 * reload has shortened the delay or turned batching off. */
+			while (cost < max && n < SCHED_MAX_BATCH && !q->stop && q->heap.len == 0 &&
+			       h->n == 0 && atomic_load_explicit(&s->batch_on, memory_order_relaxed)) {
+				uint64_t until = jobs[0]->enqueue_ns +
+						 atomic_load_explicit(&s->batch_delay_ns,
+								      memory_order_relaxed);
+				bool due = false;
+				for (size_t i = 0; i < n && !due; i++)
+					due = jobs[i]->deadline_ns && jobs[i]->deadline_ns < until;
+				if (due || mfma_clock_ns() >= until)
+					break;
 				struct timespec ts = { .tv_sec = (time_t)(until / 1000000000u),
 						       .tv_nsec = (long)(until % 1000000000u) };
 				pthread_cond_timedwait(&q->cv, &q->mu, &ts);
@@ -704,6 +715,12 @@ void sched_set_batching(struct daemon *d, bool enabled, uint32_t max_cost, uint6
 	atomic_store_explicit(&s->batch_on, enabled, memory_order_relaxed);
 	atomic_store_explicit(&s->batch_max, max_cost, memory_order_relaxed);
 	atomic_store_explicit(&s->batch_delay_ns, delay_ns, memory_order_relaxed);
+	/* A worker waiting out the old delay for a batch looks again. */
+	for (int i = 0; i < s->nq; i++) {
+		pthread_mutex_lock(&s->q[i].mu);
+		pthread_cond_broadcast(&s->q[i].cv);
+		pthread_mutex_unlock(&s->q[i].mu);
+	}
 }
 
 void sched_set_poll(struct daemon *d, uint64_t poll_ns)

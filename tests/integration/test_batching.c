@@ -49,6 +49,8 @@ struct want {
 	uint32_t n;
 	float alpha, beta;
 	struct rw_mat b, c;
+	uint32_t priority;   /* 0: the default */
+	uint64_t timeout_us; /* 0: none */
 };
 
 static void send_gemm(int fd, uint64_t id, struct want *q)
@@ -61,6 +63,10 @@ static void send_gemm(int fd, uint64_t id, struct want *q)
 	g.b = &q->b.m;
 	g.has_alpha = 1;
 	g.alpha = q->alpha;
+	g.has_priority = q->priority != 0;
+	g.priority = q->priority;
+	g.has_timeout_us = q->timeout_us != 0;
+	g.timeout_us = q->timeout_us;
 	if (q->beta != 0.0f) {
 		g.has_beta = 1;
 		g.beta = q->beta;
@@ -299,6 +305,128 @@ static void test_queue_delay_gathers_a_batch(void **state)
 		      (unsigned long long)first_ms);
 	assert_int_equal(widest, 1);
 	assert_true(first_ms < 350);
+}
+
+/* The answer to request id on fd: its code, and the ms since t0. */
+static int answer_ms(int fd, uint64_t id, uint64_t t0, uint64_t *ms)
+{
+	Mfma__V1__Response *r = rw_read(fd, 30000);
+	assert_int_equal(r->id, id);
+	int code = (int)r->status->code;
+	*ms = (mfma_clock_ns() - t0) / 1000000;
+	mfma__v1__response__free_unpacked(r, NULL);
+	return code;
+}
+
+/* The worker waits out batching.max_queue_delay_us for companions only
+ * while that costs nothing: a job whose deadline comes first runs at once
+ * (it expired in the wait, answered at the delay's end, not at its
+ * deadline); other work queued ends the wait (the device idled in it
+ * while a request of another key, more urgent, waited behind it; that one
+ * then waits for companions of its own, up to the delay from its own
+ * arrival); and a reload that turns batching off ends it too (it was read
+ * once, before the wait). */
+static void test_queue_delay_gives_way(void **state)
+{
+	(void)state;
+	struct mfmad_proc p;
+	struct rw_mat w;
+	int fd = start(&p, "cpu = { threads = 1; devices = 1; }; "
+			   "batching = { max_queue_delay_us = 400000; };", &w);
+	struct want q[2] = { { .n = 1, .alpha = 1.0f, .timeout_us = 100000 },
+			     { .n = 1, .alpha = 2.0f, .priority = 1 } };
+	rw_mat_init(&q[0].b, K, 1, 60);
+	rw_mat_init(&q[1].b, K, 1, 61);
+	/* A deadline before the delay's end. */
+	uint64_t t0 = mfma_clock_ns(), ms;
+	send_gemm(fd, 0, &q[0]);
+	int code = answer_ms(fd, 0, t0, &ms);
+	print_message("  a 100 ms deadline under a 400 ms delay: code %d after %llu ms\n", code,
+		      (unsigned long long)ms);
+	assert_int_equal(code, MFMA__V1__CODE__OK);
+	assert_true(ms < 100);
+	/* Another key's request, more urgent, 50 ms into the wait. */
+	q[0].timeout_us = 0;
+	q[0].priority = 9;
+	t0 = mfma_clock_ns();
+	send_gemm(fd, 1, &q[0]);
+	struct timespec ts = { 0, 50 * 1000 * 1000 };
+	nanosleep(&ts, NULL);
+	send_gemm(fd, 2, &q[1]);
+	uint64_t got[3] = { 0 };
+	for (int i = 0; i < 2; i++) {
+		Mfma__V1__Response *r = rw_read(fd, 30000);
+		assert_int_equal(r->status->code, MFMA__V1__CODE__OK);
+		assert_true(r->id == 1 || r->id == 2);
+		got[r->id] = (mfma_clock_ns() - t0) / 1000000;
+		mfma__v1__response__free_unpacked(r, NULL);
+	}
+	print_message("  priority 9 then, 50 ms later, priority 1 of another key: answered after "
+		      "%llu and %llu ms\n", (unsigned long long)got[1], (unsigned long long)got[2]);
+	assert_true(got[1] < 300);
+	assert_true(got[2] >= 350);
+	/* A reload that turns batching off, 50 ms into the wait. */
+	t0 = mfma_clock_ns();
+	send_gemm(fd, 3, &q[0]);
+	nanosleep(&ts, NULL);
+	assert_int_equal(harness_reconfigure(&p, "cpu = { threads = 1; devices = 1; }; "
+						 "batching = { enabled = false; };"), 0);
+	code = answer_ms(fd, 3, t0, &ms);
+	print_message("  batching turned off 50 ms into the wait: answered after %llu ms\n",
+		      (unsigned long long)ms);
+	assert_int_equal(code, MFMA__V1__CODE__OK);
+	assert_true(ms < 300);
+	rw_mat_free(&q[0].b);
+	rw_mat_free(&q[1].b);
+	stop(&p, fd, &w);
+}
+
+/* With batching.overlap, a batch left running is finished before the
+ * next job waits out its delay for companions: its answers waited that
+ * delay (the next job's, another key's, from its own arrival) behind it.
+ * MFMAD_TEST_CPU_LEAVE reports the CPU's launches left running, as a
+ * GPU's are. */
+static void test_held_batch_not_kept_waiting(void **state)
+{
+	(void)state;
+	struct mfmad_proc p;
+	assert_true(harness_start_metrics(&p, "cpu = { threads = 1; devices = 1; }; "
+					  "batching = { max_queue_delay_us = 300000; overlap = true; }; "
+					  "limits = { loop_start = false; };",
+					  "MFMAD_TEST_CPU_LEAVE", "1") > 0);
+	int fd = harness_connect_raw(&p);
+	assert_true(fd >= 0);
+	struct rw_mat w;
+	rw_mat_init(&w, M, K, 3);
+	load_weight(fd, &w);
+	struct want q[3] = { { .n = 1, .alpha = 1.0f }, { .n = 1, .alpha = 1.0f },
+			     { .n = 1, .alpha = 2.0f } };
+	for (int i = 0; i < 3; i++)
+		rw_mat_init(&q[i].b, K, 1, 70 + (uint32_t)i);
+	uint64_t t0 = mfma_clock_ns(), at[3] = { 0 };
+	send_gemm(fd, 0, &q[0]);
+	send_gemm(fd, 1, &q[1]);
+	struct timespec ts = { 0, 250 * 1000 * 1000 };
+	nanosleep(&ts, NULL);
+	send_gemm(fd, 2, &q[2]);
+	for (int i = 0; i < 3; i++) {
+		Mfma__V1__Response *r = rw_read(fd, 30000);
+		assert_int_equal(r->status->code, MFMA__V1__CODE__OK);
+		assert_true(r->id < 3);
+		check_d(&w, &q[r->id], r->gemm->d);
+		at[r->id] = (mfma_clock_ns() - t0) / 1000000;
+		mfma__v1__response__free_unpacked(r, NULL);
+	}
+	print_message("  a batch of two waiting 300 ms, a third request at 250 ms: answered after "
+		      "%llu, %llu and %llu ms\n", (unsigned long long)at[0],
+		      (unsigned long long)at[1], (unsigned long long)at[2]);
+	assert_true(at[0] >= 250 && at[0] < 450);
+	assert_true(at[1] >= 250 && at[1] < 450);
+	for (int i = 0; i < 3; i++)
+		rw_mat_free(&q[i].b);
+	rw_mat_free(&w);
+	close(fd);
+	assert_int_equal(harness_stop(&p), 0);
 }
 
 /* batching.enabled changes on SIGHUP, without a restart. */
@@ -661,6 +789,8 @@ int main(void)
 		cmocka_unit_test_teardown(test_polling_worker, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_queue_delay_gathers_a_batch, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_enabled_live_on_sighup, harness_stop_leftover),
+		cmocka_unit_test_teardown(test_queue_delay_gives_way, harness_stop_leftover),
+		cmocka_unit_test_teardown(test_held_batch_not_kept_waiting, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_answer_frames_on_the_heap, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_answer_frames_from_an_arena, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_several_post_threads, harness_stop_leftover),
