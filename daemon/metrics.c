@@ -414,9 +414,12 @@ int metrics_render_at(const struct mfmad_stats *s, uint64_t now_ns, char **out, 
 			  "(cuda.tile_out), answered.",
 			  DEV_TILE_OUT);
 	render_per_device(&b, s, ndev, "mfmad_device_failed_total", "counter",
-			  "Requests that failed on the device (copy or kernel errors).", DEV_FAILED);
+			  "Requests that failed on the device or in its queue (copy or kernel errors, "
+			  "deadlines passed while queued, cancelled at shutdown).",
+			  DEV_FAILED);
 	family(&b, "mfmad_device_kernel_seconds_total", "counter",
-	       "Cumulative kernel time on the device.");
+	       "Cumulative kernel time on the device, once per launch (a batch's requests share "
+	       "one).");
 	for (int d = 0; d < ndev; d++)
 		buf_printf(&b, "mfmad_device_kernel_seconds_total{device=\"%d\"} %s\n", d,
 			   fmt_seconds(STATS_GET(s->dev[d].kernel_ns), t));

@@ -471,6 +471,35 @@ static int start_with_metrics(struct mfmad_proc *p, const char *conf, const char
 	return port;
 }
 
+/* The device's kernel time counts a batched launch once; the daemon's
+ * per-request kernel time counts it for each request in it.  The device's
+ * counted it per request too, so that "kernel time a launch" came out
+ * the mean batch times too large. */
+static void test_device_kernel_time_per_launch(void **state)
+{
+	(void)state;
+	struct mfmad_proc p;
+	int port = start_with_metrics(&p, conf_on, NULL);
+	int fd = harness_connect_raw(&p);
+	assert_true(fd >= 0);
+	struct rw_mat w;
+	rw_mat_init(&w, M, K, 3);
+	load_weight(fd, &w);
+	uint64_t requests, launches;
+	assert_true(burst(fd, &w, false) > 1);
+	weight_counts(fd, &requests, &launches);
+	double dev = harness_metric_value(port, "mfmad_device_kernel_seconds_total{device=\"0\"}");
+	double per_request = harness_metric_value(port, "mfmad_gemm_kernel_seconds_total");
+	print_message("  %llu requests in %llu launches: kernel %.4f s on the device, %.4f s summed "
+		      "over requests\n", (unsigned long long)requests, (unsigned long long)launches,
+		      dev, per_request);
+	assert_true(launches < requests);
+	assert_true(dev > 0 && dev < per_request);
+	rw_mat_free(&w);
+	close(fd);
+	assert_int_equal(harness_stop(&p), 0);
+}
+
 /* A client that sends NREQ GEMMs of 64 columns (B seeded from seed, ids
  * from id0) and closes its connection without reading an answer. */
 static void leave_with_answers_queued(const struct mfmad_proc *p, uint32_t seed, uint64_t id0)
@@ -791,6 +820,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_enabled_live_on_sighup, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_queue_delay_gives_way, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_held_batch_not_kept_waiting, harness_stop_leftover),
+		cmocka_unit_test_teardown(test_device_kernel_time_per_launch, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_answer_frames_on_the_heap, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_answer_frames_from_an_arena, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_several_post_threads, harness_stop_leftover),
