@@ -118,20 +118,39 @@ static void note_held(struct daemon *d)
 		d->held_peak = h;
 }
 
+/* What a read buffer of cap bytes counts in buffered_bytes: what it holds
+ * past the READ_CHUNK (and a length) every connection is granted, whose
+ * sum limits.max_connections bounds.  Counted whole, the idle buffers of
+ * other connections kept a frame near the limit from ever fitting: its
+ * connection waited for memory no one would give back. */
+static size_t counted_cap(size_t cap)
+{
+	const size_t granted = FRAME_HEADER_SIZE + READ_CHUNK;
+	return cap > granted ? cap - granted : 0;
+}
+
 /* Counts the reader's capacity in buffered_bytes after it changed. */
 static void count_reader(struct conn *c)
 {
 	struct daemon *d = c->d;
-	d->buffered_bytes = d->buffered_bytes - c->rd_counted + c->rd.cap;
-	c->rd_counted = c->rd.cap;
+	size_t counted = counted_cap(c->rd.cap);
+	d->buffered_bytes = d->buffered_bytes - c->rd_counted + counted;
+	c->rd_counted = counted;
 	note_held(d);
 }
 
-/* Whether a read buffer may grow by `more` bytes now. */
+/* Whether a read buffer may grow by `more` counted bytes now. */
 static bool may_buffer(const struct daemon *d, size_t more)
 {
 	return d->buffered_bytes + more <= d->cfg.max_buffered_bytes &&
 	       conn_held_bytes(d) + more <= d->cfg.max_memory_bytes;
+}
+
+/* Whether c's read buffer may grow to ncap bytes now. */
+static bool may_grow(const struct conn *c, size_t ncap)
+{
+	size_t now = counted_cap(c->rd.cap), then = counted_cap(ncap);
+	return then <= now || may_buffer(c->d, then - now);
 }
 
 /* Over its share of answers not yet taken: its own cap, or any unsent
@@ -413,11 +432,10 @@ static int read_space(struct conn *c, uint8_t **p, size_t *avail)
 	size_t want = READ_CHUNK;
 	if (frame_reader_pending(&c->rd) == 0 && c->last_frame > want &&
 	    c->last_frame <= READ_HINT_MAX &&
-	    (c->last_frame <= c->rd.cap || may_buffer(c->d, c->last_frame - c->rd.cap)))
+	    may_grow(c, c->last_frame))
 		want = c->last_frame;
 	size_t ncap = frame_reader_capacity_for(&c->rd, want);
-	if (ncap > c->rd.cap && ncap > FRAME_HEADER_SIZE + READ_CHUNK &&
-	    !may_buffer(c->d, ncap - c->rd.cap)) {
+	if (!may_grow(c, ncap)) {
 		c->starved = true;
 		return -ENOBUFS;
 	}
@@ -918,7 +936,7 @@ static void reader_hand_off(struct conn *c)
 		return;
 	size_t need = FRAME_HEADER_SIZE + flen - have;
 	size_t ncap = frame_reader_capacity_for(&c->rd, need);
-	if (ncap > c->rd.cap && !may_buffer(d, ncap - c->rd.cap))
+	if (!may_grow(c, ncap))
 		return; /* the loop reads it, and waits for the memory as it must */
 	uint8_t *p;
 	size_t avail;
@@ -1156,8 +1174,10 @@ uint8_t *conn_frames_suspend(struct conn *c, size_t *cap)
 	uint8_t *base = frame_reader_take(&c->rd);
 	if (!base)
 		return NULL;
-	/* The taken buffer stays counted until the decode is done. */
+	/* The taken buffer stays counted, whole (it is no longer the
+	 * connection's granted one), until the decode is done. */
 	c->suspended = true;
+	c->d->buffered_bytes += *cap - c->rd_counted;
 	c->taken += *cap;
 	c->rd_counted = 0;
 	count_reader(c);
@@ -1242,7 +1262,7 @@ static void on_tick(uv_timer_t *t)
 			time_out(c, "no request", "idle_timeout_ms", cf->idle_timeout_ms);
 		} else if (c->starved) {
 			size_t ncap = frame_reader_capacity_for(&c->rd, READ_CHUNK);
-			if (ncap <= c->rd.cap || may_buffer(d, ncap - c->rd.cap)) {
+			if (may_grow(c, ncap)) {
 				c->starved = false;
 				if (c->tls)
 					tls_pull(c);

@@ -436,6 +436,39 @@ static void test_frame_no_buffer_holds(void **state)
 	free(buf);
 	struct mfma_error err;
 	assert_int_equal(mfma_ping(good, "x", 1, NULL, &err), 0);
+	/* A frame just under the limit is read and answered while another
+	 * connection (good's) is open: the read buffer every connection
+	 * keeps is not counted against the limit.  It was, and the frame
+	 * waited for memory for as long as good stayed connected. */
+	const size_t big = (1u << 20) - 1024;
+	uint8_t *payload = calloc(1, big);
+	Mfma__V1__Ping ping = MFMA__V1__PING__INIT;
+	ping.has_payload = 1;
+	ping.payload = (ProtobufCBinaryData){ big, payload };
+	Mfma__V1__Request req = MFMA__V1__REQUEST__INIT;
+	req.has_id = 1;
+	req.id = 5;
+	req.body_case = MFMA__V1__REQUEST__BODY_PING;
+	req.ping = &ping;
+	size_t flen;
+	uint8_t *frame = pack_request(&req, &flen);
+	assert_true(flen - FRAME_HEADER_SIZE < (1u << 20) - FRAME_HEADER_SIZE);
+	fd = harness_connect_raw(&d);
+	assert_true(fd >= 0);
+	assert_int_equal(harness_write_all(fd, frame, flen), 0);
+	answer = NULL;
+	n = harness_read_frame(fd, &answer, 3000);
+	printf("a %zu-byte frame under max_buffered_mb = 1, another client connected: %s\n", flen,
+	       n > 0 ? "answered" : "no answer in 3 s");
+	assert_true(n > 0);
+	r = mfma__v1__response__unpack(NULL, (size_t)n, answer);
+	assert_non_null(r);
+	assert_int_equal(r->status->code, MFMA__V1__CODE__OK);
+	mfma__v1__response__free_unpacked(r, NULL);
+	free(answer);
+	free(frame);
+	free(payload);
+	close(fd);
 	stop(&d, good);
 }
 
