@@ -191,12 +191,16 @@ static void settle(struct declared *e)
 		 * with the declaration, and the name may be a client's now. */
 		if (e->made_resident && !declared_again && !d->stopping)
 			weights_unload_internal(d, e->decl.name);
-		/* The entry declared again meanwhile may have been refused
-		 * while this work's load held the name: it loads now, rather
-		 * than stay failed until the next reload. */
 		struct declared *now = *head(d);
 		while (now && strcmp(now->decl.name, e->decl.name) != 0)
 			now = now->next;
+		/* Kept for the entry declared again: the weight is a
+		 * declaration's, and goes when that one is removed. */
+		if (e->made_resident && now)
+			now->owns = true;
+		/* The entry declared again meanwhile may have been refused
+		 * while this work's load held the name: it loads now, rather
+		 * than stay failed until the next reload. */
 		if (now && now->blocked && !now->busy && !d->stopping) {
 			now->blocked = false;
 			log_info("declared weight '%s': loading again, now that the removed "

@@ -387,6 +387,42 @@ static void test_failed_declaration_removed(void **state)
 	assert_int_equal(harness_stop(&d), 0);
 }
 
+/* A declaration removed while its load is under way, and declared again
+ * from a file that cannot be read: the removed entry's load ends, its
+ * weight kept for the name's new declaration.  Removing that one unloads
+ * it: it is a declaration's weight.  It stayed, serving the old file with
+ * nothing declaring it ("never became resident"). */
+static void test_kept_load_goes_with_the_new_declaration(void **state)
+{
+	(void)state;
+	char conf[512], bad[512];
+	write_npy("third.npy", 13);
+	snprintf(conf, sizeof(conf),
+		 "weights = { declare = ( { name = \"v\"; file = \"%s/third.npy\"; } ); };", dir);
+	snprintf(bad, sizeof(bad),
+		 "weights = { declare = ( { name = \"v\"; file = \"%s/absent.npy\"; } ); };", dir);
+	struct mfmad_proc d;
+	int port = harness_start_metrics(&d, conf, "MFMAD_TEST_CPU_LOAD_MS", "1000");
+	assert_true(port > 0);
+	mfma_client *c;
+	struct mfma_error err;
+	assert_int_equal(mfma_connect(d.endpoint, &c, &err), 0);
+	wait_state(c, "v", MFMA_DECLARED_RESIDENT);
+	write_npy("third.npy", 14);
+	assert_int_equal(harness_reconfigure(&d, conf), 0);
+	wait_log(&d, "declared weight 'v': loading", 2);
+	assert_int_equal(harness_reconfigure(&d, "weights = { declare = (); };"), 0);
+	assert_int_equal(harness_reconfigure(&d, bad), 0);
+	wait_state(c, "v", MFMA_DECLARED_FAILED);
+	wait_log(&d, "declared weight 'v' resident from", 2); /* the removed entry's load */
+	check_weight(c, "v", 14);
+	assert_int_equal(harness_reconfigure(&d, "weights = { declare = (); };"), 0);
+	float out[M * N];
+	assert_int_equal(gemm_on(c, "v", out, &err), MFMA_EREMOTE(MFMA_CODE_NOT_FOUND));
+	mfma_close(c);
+	assert_int_equal(harness_stop(&d), 0);
+}
+
 /* A weight a client loaded (stored in the state directory) under a name
  * that is then declared: after a restart the declared file serves and the
  * stored copy is gone. */
@@ -444,6 +480,7 @@ int main(void)
 		cmocka_unit_test(test_removed_while_read),
 		cmocka_unit_test(test_declared_again_while_loading),
 		cmocka_unit_test(test_failed_declaration_removed),
+		cmocka_unit_test(test_kept_load_goes_with_the_new_declaration),
 	};
 	int rc = cmocka_run_group_tests(tests, NULL, NULL);
 	char cmd[128];
