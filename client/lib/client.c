@@ -1591,6 +1591,12 @@ int client_wait(mfma_client *c, uint64_t id, int timeout_ms, struct client_pendi
 		}
 		int rc = client_check_alive(c, err);
 		if (rc < 0 && waits_for_resend(c, id)) {
+			/* Requests already past their deadline end here, so that
+			 * the reconnection is bounded by the live ones' (each
+			 * step of it given at least CLIENT_DIAL_MIN_MS). */
+			expire(c, mfma_clock_ns());
+			if (ready(c, id))
+				continue;
 			uint64_t until = deadline;
 			for (size_t i = 0; i < c->npend; i++) {
 				const struct client_pending *q = &c->pend[i];
