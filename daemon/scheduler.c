@@ -257,13 +257,15 @@ static size_t next_jobs(struct queue *q, struct sched_job **jobs, bool wait, str
 			 * reload has shortened the delay or turned batching off. */
 			while (cost < max && n < SCHED_MAX_BATCH && !q->stop && q->heap.len == 0 &&
 			       h->n == 0 && atomic_load_explicit(&s->batch_on, memory_order_relaxed)) {
-				uint64_t until = jobs[0]->enqueue_ns +
-						 atomic_load_explicit(&s->batch_delay_ns,
+				uint64_t delay = atomic_load_explicit(&s->batch_delay_ns,
 								      memory_order_relaxed);
+				uint64_t until = jobs[0]->enqueue_ns + delay;
+				if (!delay || mfma_clock_ns() >= until)
+					break;
 				bool due = false;
 				for (size_t i = 0; i < n && !due; i++)
 					due = jobs[i]->deadline_ns && jobs[i]->deadline_ns < until;
-				if (due || mfma_clock_ns() >= until)
+				if (due)
 					break;
 				struct timespec ts = { .tv_sec = (time_t)(until / 1000000000u),
 						       .tv_nsec = (long)(until % 1000000000u) };
