@@ -693,7 +693,13 @@ static void restored(struct daemon *d, void *arg, int code, const char *msg)
 			 arg ? (const char *)arg : "(one of many)", msg);
 }
 
-static bool any_loading(const struct daemon *d);
+static bool any_loading(const struct daemon *d)
+{
+	for (const struct weight *w = d->weights; w; w = w->next)
+		if (w->state == WEIGHT_LOADING)
+			return true;
+	return false;
+}
 
 /* One stored weight: loaded as if a client had sent it, and resident (or
  * failed) before the next file is read, so that restoring holds one
@@ -721,14 +727,6 @@ static int restore_one(void *arg, const struct wstore_weight *w)
 	while (any_loading(ctx->d))
 		uv_run(ctx->d->loop, UV_RUN_ONCE);
 	return 0;
-}
-
-static bool any_loading(const struct daemon *d)
-{
-	for (const struct weight *w = d->weights; w; w = w->next)
-		if (w->state == WEIGHT_LOADING)
-			return true;
-	return false;
 }
 
 int weights_restore(struct daemon *d)

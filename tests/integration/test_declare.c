@@ -302,6 +302,13 @@ static void test_removed_while_read(void **state)
 	assert_int_equal(harness_stop(&d), 0);
 }
 
+/* The configuration that declares name from dir/file alone. */
+static void declare_conf(char *buf, size_t len, const char *name, const char *file)
+{
+	snprintf(buf, len, "weights = { declare = ( { name = \"%s\"; file = \"%s/%s\"; } ); };",
+		 name, dir, file);
+}
+
 /* Waits (up to 10 s) until the daemon's log holds s n times. */
 static void wait_log(const struct mfmad_proc *d, const char *s, int n)
 {
@@ -325,10 +332,8 @@ static void test_declared_again_while_loading(void **state)
 	char conf[512], again[512];
 	write_npy("first.npy", 9);
 	write_npy("second.npy", 10);
-	snprintf(conf, sizeof(conf),
-		 "weights = { declare = ( { name = \"y\"; file = \"%s/first.npy\"; } ); };", dir);
-	snprintf(again, sizeof(again),
-		 "weights = { declare = ( { name = \"y\"; file = \"%s/second.npy\"; } ); };", dir);
+	declare_conf(conf, sizeof(conf), "y", "first.npy");
+	declare_conf(again, sizeof(again), "y", "second.npy");
 	struct mfmad_proc d;
 	int port = harness_start_metrics(&d, conf, "MFMAD_TEST_CPU_LOAD_MS", "1000");
 	assert_true(port > 0);
@@ -372,8 +377,7 @@ static void test_failed_declaration_removed(void **state)
 	la.a.dense = (struct mfma_matrix){ M, K, MFMA_TYPE_F32, a, sizeof(a) };
 	assert_int_equal(mfma_load_weight(c, &la, NULL, &err), 0);
 	char conf[256], msg[1024];
-	snprintf(conf, sizeof(conf),
-		 "weights = { declare = ( { name = \"z\"; file = \"%s/absent.npy\"; } ); };", dir);
+	declare_conf(conf, sizeof(conf), "z", "absent.npy");
 	assert_int_equal(harness_reconfigure(&d, conf), 0);
 	wait_state(c, "z", MFMA_DECLARED_FAILED);
 	assert_int_equal(declared_state(c, "z", msg, sizeof(msg)), MFMA_DECLARED_FAILED);
@@ -397,10 +401,8 @@ static void test_kept_load_goes_with_the_new_declaration(void **state)
 	(void)state;
 	char conf[512], bad[512];
 	write_npy("third.npy", 13);
-	snprintf(conf, sizeof(conf),
-		 "weights = { declare = ( { name = \"v\"; file = \"%s/third.npy\"; } ); };", dir);
-	snprintf(bad, sizeof(bad),
-		 "weights = { declare = ( { name = \"v\"; file = \"%s/absent.npy\"; } ); };", dir);
+	declare_conf(conf, sizeof(conf), "v", "third.npy");
+	declare_conf(bad, sizeof(bad), "v", "absent.npy");
 	struct mfmad_proc d;
 	int port = harness_start_metrics(&d, conf, "MFMAD_TEST_CPU_LOAD_MS", "1000");
 	assert_true(port > 0);

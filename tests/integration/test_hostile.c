@@ -59,6 +59,20 @@ static uint8_t *pack_request(const Mfma__V1__Request *req, size_t *len)
 	return buf;
 }
 
+/* A Ping of id with len bytes of payload (NULL: none), as a frame. */
+static uint8_t *ping_frame(uint64_t id, uint8_t *payload, size_t len, size_t *flen)
+{
+	Mfma__V1__Ping ping = MFMA__V1__PING__INIT;
+	ping.has_payload = payload != NULL;
+	ping.payload = (ProtobufCBinaryData){ len, payload };
+	Mfma__V1__Request req = MFMA__V1__REQUEST__INIT;
+	req.has_id = 1;
+	req.id = id;
+	req.body_case = MFMA__V1__REQUEST__BODY_PING;
+	req.ping = &ping;
+	return pack_request(&req, flen);
+}
+
 static int connect_nonblocking(const struct mfmad_proc *d)
 {
 	int fd = harness_connect_raw(d);
@@ -442,16 +456,8 @@ static void test_frame_no_buffer_holds(void **state)
 	 * waited for memory for as long as good stayed connected. */
 	const size_t big = (1u << 20) - 1024;
 	uint8_t *payload = calloc(1, big);
-	Mfma__V1__Ping ping = MFMA__V1__PING__INIT;
-	ping.has_payload = 1;
-	ping.payload = (ProtobufCBinaryData){ big, payload };
-	Mfma__V1__Request req = MFMA__V1__REQUEST__INIT;
-	req.has_id = 1;
-	req.id = 5;
-	req.body_case = MFMA__V1__REQUEST__BODY_PING;
-	req.ping = &ping;
 	size_t flen;
-	uint8_t *frame = pack_request(&req, &flen);
+	uint8_t *frame = ping_frame(5, payload, big, &flen);
 	assert_true(flen - FRAME_HEADER_SIZE < (1u << 20) - FRAME_HEADER_SIZE);
 	fd = harness_connect_raw(&d);
 	assert_true(fd >= 0);
@@ -498,14 +504,8 @@ static void test_fd_limit_on_reload(void **state)
 	start(&d, "limits = { max_connections = 32; };", &good);
 	assert_int_equal(setrlimit(RLIMIT_NOFILE, &orig), 0); /* this process's own */
 	assert_int_equal(harness_reconfigure(&d, "limits = { max_connections = 300; };"), 0);
-	Mfma__V1__Request req = MFMA__V1__REQUEST__INIT;
-	Mfma__V1__Ping ping = MFMA__V1__PING__INIT;
-	req.has_id = 1;
-	req.id = 9;
-	req.body_case = MFMA__V1__REQUEST__BODY_PING;
-	req.ping = &ping;
 	size_t flen;
-	uint8_t *frame = pack_request(&req, &flen);
+	uint8_t *frame = ping_frame(9, NULL, 0, &flen);
 	enum { NCONN = 200 };
 	int fd[NCONN], answered = 0;
 	for (int i = 0; i < NCONN; i++) {
