@@ -129,32 +129,71 @@ def _to_torch(a):
     return torch.from_numpy(a)
 
 
-def _collect(ref):
+class _Wake:
+    """The pipe that wakes a client's collecting thread.  Any thread sets
+    it; its read end is drained, and the pipe closed, by the collecting
+    thread alone (by Client.close() when there is none).  A pipe closed by
+    another thread while the collecting thread was about to wait on it had
+    its numbers taken by the next client's pipe: two threads then read one
+    pipe, and the one that lost the byte of close() slept on forever."""
+
+    def __init__(self):
+        self.r, self.w = os.pipe()
+        os.set_blocking(self.r, False)
+        os.set_blocking(self.w, False)
+        self._lock = threading.Lock()
+
+    def set(self):
+        with self._lock:
+            if self.w >= 0:
+                try:
+                    os.write(self.w, b"w")
+                except BlockingIOError:
+                    pass  # full: set already
+
+    def drain(self):
+        try:
+            os.read(self.r, 4096)
+        except BlockingIOError:
+            pass
+
+    def close(self):
+        with self._lock:
+            if self.r >= 0:
+                os.close(self.r)
+                os.close(self.w)
+                self.r = self.w = -1
+
+
+def _collect(ref, wake):
     """The background thread of a client that submitted: hands each answer
     to its future (Client._collect_once) and sleeps until the socket or
-    the client's wake pipe has something.  It holds the client only by
-    ref during a turn, so that an unclosed client is still collected; it
-    ends when the client closes or is gone."""
-    while True:
-        c = ref()
-        if c is None:
-            return
-        try:
-            turn = c._collect_once()
-        except Exception:  # noqa: BLE001 - the thread must not die
-            turn = [c._wake_r], 0.1
-        if turn is None:
-            return
-        wake_r = c._wake_r
-        del c
-        watch, timeout = turn
-        try:
-            ready, _, _ = select.select(watch, [], [], timeout)
-            if wake_r in ready:
-                os.read(wake_r, 4096)
-        except (OSError, ValueError):
-            if ref() is None:
-                return  # closed under the select: its pipe went with it
+    the wake pipe has something.  It holds the client only by ref during a
+    turn, so that an unclosed client is still collected; it ends when the
+    client closes or is gone, and closes the wake pipe then."""
+    try:
+        while True:
+            c = ref()
+            if c is None:
+                return
+            try:
+                turn = c._collect_once()
+            except Exception:  # noqa: BLE001 - the thread must not die
+                turn = [wake.r], 0.1
+            if c._closing:
+                return  # closed from a done-callback of this turn
+            del c  # the last reference: __del__ closes it here
+            if turn is None or ref() is None:
+                return
+            watch, timeout = turn
+            try:
+                ready, _, _ = select.select(watch, [], [], timeout)
+                if wake.r in ready:
+                    wake.drain()
+            except (OSError, ValueError):
+                pass  # the connection closed under the wait: the next turn says
+    finally:
+        wake.close()
 
 
 class Client:
@@ -232,7 +271,7 @@ class Client:
         self._pump = None
         self._corked = False
         self._closing = False
-        self._wake_r, self._wake_w = os.pipe()
+        self._wake_pipe = _Wake()
         self.last_info = None
 
     # ---- lifetime ----
@@ -261,8 +300,8 @@ class Client:
         del pending  # the requests' region arrays: their releases may run now
         with self._lock:
             self._finish_close()
-        os.close(self._wake_r)
-        os.close(self._wake_w)
+        if self._pump is None:
+            self._wake_pipe.close()  # else the collecting thread closes it as it ends
 
     def _finish_close(self):
         """mfma_close once close() was called and no region is left (its
@@ -565,7 +604,8 @@ class Client:
                 if self._pump is None:
                     # By a weak reference: a client dropped unclosed is
                     # still collected (and closed by __del__).
-                    self._pump = threading.Thread(target=_collect, args=(weakref.ref(self),),
+                    self._pump = threading.Thread(target=_collect,
+                                                  args=(weakref.ref(self), self._wake_pipe),
                                                   name="mfma-collect", daemon=True)
                     self._pump.start()
         del keep
@@ -599,10 +639,7 @@ class Client:
             raise from_c(rc, err)
 
     def _wake(self):
-        try:
-            os.write(self._wake_w, b"w")
-        except (BlockingIOError, OSError):
-            pass
+        self._wake_pipe.set()
 
     def _collect_once(self):
         """One turn of the collecting thread (_collect): hands each answer
@@ -662,11 +699,11 @@ class Client:
             except concurrent.futures.InvalidStateError:
                 pass  # cancelled between the check and the result
         if idle or corked:
-            return [self._wake_r], None
+            return [self._wake_pipe.r], None
         if fd < 0 or broken is not None:
             # No connection now: try again soon (each wait reconnects).
-            return [self._wake_r], 0.1
-        return [self._wake_r, fd], 1.0
+            return [self._wake_pipe.r], 0.1
+        return [self._wake_pipe.r, fd], 1.0
 
     # ---- weights, status ----
 

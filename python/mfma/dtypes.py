@@ -55,7 +55,8 @@ def _f32_round_to_odd(x):
     so rounding this to nearest even rounds x as if in one step, where
     going through float32's own nearest rounding could round twice."""
     d = np.asarray(x, dtype=np.float64)
-    f = d.astype("<f4")
+    with np.errstate(over="ignore"):  # beyond float32: inf, then its largest below
+        f = d.astype("<f4")
     back = f.astype(np.float64)
     inexact = (back != d) & ~np.isnan(d)
     if inexact.any():

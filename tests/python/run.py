@@ -11,11 +11,15 @@ The Python process then runs without leak checking (CPython keeps memory to
 the end by design); the daemons the tests start get the original
 ASAN_OPTIONS back (conftest.py), leaks included."""
 
+import faulthandler
 import os
 import subprocess
 import sys
 
 SKIP = 77
+# The suite takes seconds (about 11 under ASan); one that hangs prints every
+# thread's stack and fails at this point, long before meson's timeout.
+WATCHDOG_S = 180
 RUNTIMES = {"address": "libasan.so", "undefined": "libubsan.so"}
 
 
@@ -57,6 +61,7 @@ def main():
     except ImportError as e:
         print(f"SKIP: {e} (install python3-numpy and python3-pytest: scripts/setup.sh)")
         return SKIP
+    faulthandler.dump_traceback_later(WATCHDOG_S, exit=True)
     here = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__))
     rc = pytest.main(["-q", "-rs", "-p", "no:cacheprovider", "--rootdir", here, here])
     if rc == 5:

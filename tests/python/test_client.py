@@ -384,6 +384,35 @@ def test_close_from_a_done_callback(daemon, rng):
         c.submit(a, b)
 
 
+def test_collecting_thread_waits_on_open_files_only(daemon, rng, monkeypatch):
+    """close() from a done-callback runs on the collecting thread.  That
+    thread then must not wait on the client's pipe or socket: closed, their
+    numbers are the next client's, and two threads reading one pipe lost
+    the byte that wakes for close(), which then joined forever."""
+    import mfma.client as mc
+    real = mc.select.select
+    closed_fds = []
+
+    def checked(r, w, x, timeout=None):
+        for fd in r:
+            try:
+                os.fstat(fd)
+            except OSError:
+                closed_fds.append(fd)
+        return real(r, w, x, timeout)
+
+    monkeypatch.setattr(mc.select, "select", checked)
+    for _ in range(3):
+        c = mfma.Client(daemon, timeout_ms=60000)
+        closed = threading.Event()
+        f = c.submit(f16(rng, (16, 16)), f16(rng, (16, 16)))
+        f.add_done_callback(lambda _f, c=c: (c.close(), closed.set()))
+        assert closed.wait(30)
+        c._pump.join(10)
+        assert not c._pump.is_alive()
+    assert closed_fds == []
+
+
 def test_unclosed_client_is_collected(daemon, rng):
     """A client that submitted and was dropped unclosed is collected and
     closed (its thread held it by a bound method before)."""
