@@ -632,48 +632,58 @@ void weights_destroy(struct daemon *d)
 
 /* ---- restoring the stored weights at start ---- */
 
-/* The stored weight as the LoadWeight request a client would send, decoded
- * as the daemon decodes one (so weights_handle_load owns and frees it). */
-static Mfma__V1__Request *as_request(const struct wstore_weight *w)
+/* The stored weight as the LoadWeight request a client would send, every
+ * part malloc'd as a decoded one's (weights_handle_load frees it with
+ * mfma__v1__request__free_unpacked).  It takes w's buffers, so that a
+ * weight is held once while it loads, not again as a packed and an
+ * unpacked request.  NULL when out of memory (w keeps its buffers). */
+static Mfma__V1__Request *as_request(struct wstore_weight *w)
 {
-	Mfma__V1__Request req = MFMA__V1__REQUEST__INIT;
-	Mfma__V1__LoadWeight lw = MFMA__V1__LOAD_WEIGHT__INIT;
-	Mfma__V1__Operand op = MFMA__V1__OPERAND__INIT;
-	Mfma__V1__Matrix dense = MFMA__V1__MATRIX__INIT;
-	Mfma__V1__Sparse24 sp = MFMA__V1__SPARSE24__INIT;
-	lw.name = (char *)w->name;
-	lw.a = &op;
-	if (w->sparse) {
-		sp.has_rows = sp.has_cols = sp.has_dtype = sp.has_values = sp.has_meta = 1;
-		sp.rows = w->m;
-		sp.cols = w->k;
-		sp.dtype = (Mfma__V1__DType)w->dtype;
-		sp.values.data = w->values;
-		sp.values.len = w->values_bytes;
-		sp.meta.data = w->meta;
-		sp.meta.len = w->meta_bytes;
-		op.kind_case = MFMA__V1__OPERAND__KIND_SPARSE;
-		op.sparse = &sp;
-	} else {
-		dense.has_rows = dense.has_cols = dense.has_dtype = dense.has_data = 1;
-		dense.rows = w->m;
-		dense.cols = w->k;
-		dense.dtype = (Mfma__V1__DType)w->dtype;
-		dense.data.data = w->values;
-		dense.data.len = w->values_bytes;
-		op.kind_case = MFMA__V1__OPERAND__KIND_DENSE;
-		op.dense = &dense;
-	}
-	req.body_case = MFMA__V1__REQUEST__BODY_LOAD_WEIGHT;
-	req.load_weight = &lw;
-	size_t n = mfma__v1__request__get_packed_size(&req);
-	uint8_t *buf = malloc(n ? n : 1);
-	if (!buf)
+	Mfma__V1__Request *req = calloc(1, sizeof(*req));
+	Mfma__V1__LoadWeight *lw = calloc(1, sizeof(*lw));
+	Mfma__V1__Operand *op = calloc(1, sizeof(*op));
+	Mfma__V1__Matrix *dense = w->sparse ? NULL : calloc(1, sizeof(*dense));
+	Mfma__V1__Sparse24 *sp = w->sparse ? calloc(1, sizeof(*sp)) : NULL;
+	char *name = strdup(w->name);
+	if (!req || !lw || !op || (!dense && !sp) || !name) {
+		free(req);
+		free(lw);
+		free(op);
+		free(dense);
+		free(sp);
+		free(name);
 		return NULL;
-	mfma__v1__request__pack(&req, buf);
-	Mfma__V1__Request *out = mfma__v1__request__unpack(NULL, n, buf);
-	free(buf);
-	return out;
+	}
+	mfma__v1__request__init(req);
+	mfma__v1__load_weight__init(lw);
+	mfma__v1__operand__init(op);
+	if (sp) {
+		mfma__v1__sparse24__init(sp);
+		sp->has_rows = sp->has_cols = sp->has_dtype = sp->has_values = sp->has_meta = 1;
+		sp->rows = w->m;
+		sp->cols = w->k;
+		sp->dtype = (Mfma__V1__DType)w->dtype;
+		sp->values = (ProtobufCBinaryData){ w->values_bytes, w->values };
+		sp->meta = (ProtobufCBinaryData){ w->meta_bytes, w->meta };
+		w->values = w->meta = NULL;
+		op->kind_case = MFMA__V1__OPERAND__KIND_SPARSE;
+		op->sparse = sp;
+	} else {
+		mfma__v1__matrix__init(dense);
+		dense->has_rows = dense->has_cols = dense->has_dtype = dense->has_data = 1;
+		dense->rows = w->m;
+		dense->cols = w->k;
+		dense->dtype = (Mfma__V1__DType)w->dtype;
+		dense->data = (ProtobufCBinaryData){ w->values_bytes, w->values };
+		w->values = NULL;
+		op->kind_case = MFMA__V1__OPERAND__KIND_DENSE;
+		op->dense = dense;
+	}
+	lw->name = name;
+	lw->a = op;
+	req->body_case = MFMA__V1__REQUEST__BODY_LOAD_WEIGHT;
+	req->load_weight = lw;
+	return req;
 }
 
 struct restore {
@@ -704,7 +714,7 @@ static bool any_loading(const struct daemon *d)
 /* One stored weight: loaded as if a client had sent it, and resident (or
  * failed) before the next file is read, so that restoring holds one
  * weight's copies at a time, not every file's at once. */
-static int restore_one(void *arg, const struct wstore_weight *w)
+static int restore_one(void *arg, struct wstore_weight *w)
 {
 	struct restore *ctx = arg;
 	if (is_declared(ctx->d, w->name)) {

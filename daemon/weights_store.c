@@ -227,7 +227,7 @@ out:
 	return rc;
 }
 
-int wstore_each(const char *dir, int (*fn)(void *arg, const struct wstore_weight *w), void *arg)
+int wstore_each(const char *dir, int (*fn)(void *arg, struct wstore_weight *w), void *arg)
 {
 	DIR *dp = opendir(dir);
 	if (!dp) {

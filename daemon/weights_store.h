@@ -47,8 +47,9 @@ int wstore_read(const char *path, struct wstore_weight *w, char *err, size_t err
 void wstore_weight_free(struct wstore_weight *w);
 
 /* Reads every stored weight in dir (removing the .tmp of loads that did
- * not finish, logging files that do not check out) and hands each to fn;
- * returns how many fn took (returned 0 for). */
-int wstore_each(const char *dir, int (*fn)(void *arg, const struct wstore_weight *w), void *arg);
+ * not finish, logging files that do not check out) and hands each to fn,
+ * which may take its buffers (values and meta set to NULL); returns how
+ * many fn took (returned 0 for). */
+int wstore_each(const char *dir, int (*fn)(void *arg, struct wstore_weight *w), void *arg);
 
 #endif

@@ -241,11 +241,15 @@ static long peak_kib(pid_t pid)
 	return kib;
 }
 
-/* Restoring six 8 MiB weights peaks within two weights of what loading
- * them peaked at: one is read and made resident at a time.  Every file
- * was read (and copied twice) before the first was loaded: 2.3 times a
- * weight's size each, all at once.  Checked in the normal build only
- * (under AddressSanitizer freed memory waits in its quarantine). */
+/* Restoring six 8 MiB weights holds, beyond what the daemon holds with
+ * nothing stored, the six resident copies and two weights' size more: one
+ * weight is read and made resident at a time, its request takes the
+ * file's buffers, and the allocator keeps freed memory for the next (82
+ * MiB against 18 with nothing stored).  Every file was read (and copied
+ * twice) before the first was loaded once: 2.3 times a weight's size each,
+ * all at once; then each read was packed and decoded again into a request
+ * of its own (98 MiB).  Checked in the normal build only (under
+ * AddressSanitizer freed memory waits in its quarantine). */
 static void test_restore_one_at_a_time(void **state_)
 {
 	(void)state_;
@@ -258,6 +262,7 @@ static void test_restore_one_at_a_time(void **state_)
 	assert_non_null(w);
 	struct mfmad_proc d;
 	assert_int_equal(harness_start(&d, conf2, NULL), 0);
+	long empty = peak_kib(d.pid);
 	mfma_client *c;
 	struct mfma_error err;
 	assert_int_equal(mfma_connect(d.endpoint, &c, &err), 0);
@@ -287,10 +292,10 @@ static void test_restore_one_at_a_time(void **state_)
 	mfma_close(c);
 	assert_int_equal(harness_stop(&d), 0);
 	const long one = (long)sizeof(float) * WR * WC / 1024;
-	printf("six %ld MiB weights: peak %ld MiB loading them, %ld MiB restoring them\n",
-	       one >> 10, loaded >> 10, restored >> 10);
+	printf("six %ld MiB weights: peak %ld MiB loading them, %ld MiB restoring them, %ld MiB "
+	       "with nothing stored\n", one >> 10, loaded >> 10, restored >> 10, empty >> 10);
 #if !defined(__SANITIZE_ADDRESS__)
-	assert_true(restored <= loaded + 2 * one);
+	assert_true(restored <= empty + (NW + 2) * one + one / 2);
 #endif
 	free(w);
 	char cmd[128];
