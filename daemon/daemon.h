@@ -53,6 +53,9 @@ struct daemon {
 	struct sched *sched;     /* scheduler.c */
 	struct weight *weights;  /* weights.c: the ready weights */
 	struct declared *declared; /* declare.c: weights.declare and where each stands */
+	/* Called by weights.c when a load of a name has ended, whatever its
+	 * outcome (declare.c: a declaration that load held back loads now). */
+	void (*load_over)(struct daemon *d, const char *name);
 	struct choices *choices; /* choices.c: measured provider choices, NULL without a state dir */
 	struct listeners *listeners; /* listen.c */
 	struct conn *conns;      /* conn.c: every open connection */

@@ -32,7 +32,7 @@ struct declared {
 	bool made_resident;               /* the work's load made the weight resident */
 	bool owns;                        /* a load of it made the name's weight */
 	bool again;                       /* reloaded while busy: next_decl, once done */
-	bool blocked;                     /* refused: a removed entry's load held the name */
+	bool blocked;                     /* waits: another load held the name */
 	struct weight_decl next_decl;
 
 	/* The threadpool's part: in force, max_bytes and the previous id; out
@@ -198,15 +198,6 @@ static void settle(struct declared *e)
 		 * declaration's, and goes when that one is removed. */
 		if (e->made_resident && now)
 			now->owns = true;
-		/* The entry declared again meanwhile may have been refused
-		 * while this work's load held the name: it loads now, rather
-		 * than stay failed until the next reload. */
-		if (now && now->blocked && !now->busy && !d->stopping) {
-			now->blocked = false;
-			log_info("declared weight '%s': loading again, now that the removed "
-				 "declaration's load is over", now->decl.name);
-			start(now, true);
-		}
 		free(e);
 		return;
 	}
@@ -223,8 +214,6 @@ static void loaded(struct daemon *d, void *arg, int code, const char *msg)
 	struct declared *e = arg;
 	e->made_resident = code == MFMA__V1__CODE__OK;
 	e->owns |= e->made_resident;
-	/* Only a removed entry's work loads a declared name beside this one. */
-	e->blocked = code != MFMA__V1__CODE__OK && weights_loading(d, e->decl.name);
 	if (code == MFMA__V1__CODE__OK) {
 		char dir[400];
 		e->state = MFMA__V1__DECLARED_WEIGHT__STATE__RESIDENT;
@@ -274,6 +263,19 @@ static void read_done(uv_work_t *wk, int status)
 	}
 	Mfma__V1__Request *req = e->req;
 	e->req = NULL;
+	/* Another load holds the name: a removed entry's work, or a client's
+	 * begun before the name was declared.  This one waits for it to end
+	 * (load_over) and reads the file again then. */
+	if (weights_load_under_way(d, e->decl.name)) {
+		mfma__v1__request__free_unpacked(req, NULL);
+		e->blocked = true;
+		snprintf(e->msg, sizeof(e->msg), "waiting for the load of weight '%s' under way",
+			 e->decl.name);
+		log_info("declared weight '%s': waits for the load of that name under way",
+			 e->decl.name);
+		settle(e);
+		return;
+	}
 	log_info("declared weight '%s': loading %s (sparse %s)", e->decl.name, e->decl.file,
 		 sparse_word(e->decl.sparsity));
 	weights_load_internal(d, req, loaded, e);
@@ -301,8 +303,24 @@ static void start(struct declared *e, bool force)
 	update_pending(d);
 }
 
+/* d->load_over: a load of name has ended.  A declaration refused while
+ * that load held the name loads now, rather than stay failed until the
+ * next reload. */
+static void load_over(struct daemon *d, const char *name)
+{
+	struct declared *e = *head(d);
+	while (e && strcmp(e->decl.name, name) != 0)
+		e = e->next;
+	if (e && e->blocked && !e->busy && !d->stopping && !weights_load_under_way(d, name)) {
+		e->blocked = false;
+		log_info("declared weight '%s': the load that held the name is over", name);
+		start(e, true);
+	}
+}
+
 void declare_apply(struct daemon *d)
 {
+	d->load_over = load_over;
 	struct mfmad_config *c = &d->cfg;
 	/* Removed declarations first, so that their names are free. */
 	for (struct declared **p = head(d); *p;) {

@@ -50,6 +50,11 @@ bool weights_loading(struct daemon *d, const char *name)
 	return find_any(d, name, WEIGHT_LOADING) != NULL && !weights_find(d, name);
 }
 
+bool weights_load_under_way(struct daemon *d, const char *name)
+{
+	return find_any(d, name, WEIGHT_LOADING) != NULL;
+}
+
 static void unlink_weight(struct daemon *d, struct weight *w)
 {
 	for (struct weight **p = &d->weights; *p; p = &(*p)->next) {
@@ -237,7 +242,11 @@ static void finish_load(struct daemon *d, struct weight *w)
 		request_release(d, &w->load);
 		if (old) /* it keeps serving */
 			weights_unref(d, old);
+		char name[sizeof(w->name)];
+		snprintf(name, sizeof(name), "%s", w->name);
 		retire(d, w);
+		if (d->load_over)
+			d->load_over(d, name);
 		return;
 	}
 	if (old) {
@@ -268,6 +277,8 @@ static void finish_load(struct daemon *d, struct weight *w)
 	resp.load_weight = &res;
 	reply(d, &w->load, &resp);
 	request_release(d, &w->load);
+	if (d->load_over)
+		d->load_over(d, w->name);
 }
 
 static void fail_load(struct weight *w, int code, const char *msg)

@@ -71,6 +71,8 @@ struct weight {
 struct weight *weights_find(struct daemon *d, const char *name);
 /* Whether a first load of this name is under way. */
 bool weights_loading(struct daemon *d, const char *name);
+/* Whether any load of this name is under way (a first one or a replace). */
+bool weights_load_under_way(struct daemon *d, const char *name);
 void weights_ref(struct weight *w);
 void weights_unref(struct daemon *d, struct weight *w);
 

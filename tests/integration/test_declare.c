@@ -4,8 +4,10 @@
  * client's own weight untouched), a bad or too large file refused with a
  * message that names it, clients kept off declared names, the
  * declaration winning over a stored copy in the state directory, and a
- * declaration removed and made again while its load is under way. */
+ * declaration removed and made again, or made, while a load of its name is
+ * under way. */
 #include <errno.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -321,9 +323,8 @@ static void wait_log(const struct mfmad_proc *d, const char *s, int n)
 }
 
 /* A declaration removed while its load is under way, and the name
- * declared again (another file) before that load ends: the new entry's
- * load is refused while the old one holds the name, and it loads once
- * that is over.  It stayed failed ("still loading", /readyz 503) until
+ * declared again (another file) before that load ends: the new entry
+ * waits while the old one holds the name, and loads once that is over.  It stayed failed ("still loading", /readyz 503) until
  * the next reload.  Every weight load waits 1 s (MFMAD_TEST_CPU_LOAD_MS)
  * to hold the window open. */
 static void test_declared_again_while_loading(void **state)
@@ -348,9 +349,88 @@ static void test_declared_again_while_loading(void **state)
 	/* ...the declaration goes, and comes back naming another file. */
 	assert_int_equal(harness_reconfigure(&d, "weights = { declare = (); };"), 0);
 	assert_int_equal(harness_reconfigure(&d, again), 0);
-	wait_log(&d, "is still loading", 1);
+	wait_log(&d, "waits for the load of that name under way", 1);
 	wait_state(c, "y", MFMA_DECLARED_RESIDENT);
 	check_weight(c, "y", 10);
+	assert_int_equal(readyz(port), 200);
+	mfma_close(c);
+	assert_int_equal(harness_stop(&d), 0);
+}
+
+struct client_load {
+	const char *endpoint;
+	const char *name;
+	int seed;
+	int rc;
+	char msg[sizeof(((struct mfma_error *)0)->message)];
+};
+
+static void *client_load_run(void *arg)
+{
+	struct client_load *l = arg;
+	float a[M * K];
+	fill_a(l->seed, a);
+	mfma_client *c;
+	struct mfma_error err;
+	l->rc = mfma_connect(l->endpoint, &c, &err);
+	if (l->rc == 0) {
+		struct mfma_load_args la;
+		mfma_load_args_init(&la);
+		la.name = l->name;
+		la.a.kind = MFMA_OPERAND_DENSE;
+		la.a.dense = (struct mfma_matrix){ M, K, MFMA_TYPE_F32, a, sizeof(a) };
+		l->rc = mfma_load_weight(c, &la, NULL, &err);
+		mfma_close(c);
+	}
+	if (l->rc < 0)
+		snprintf(l->msg, sizeof(l->msg), "%s", err.message);
+	return NULL;
+}
+
+/* A name declared while a client's load of it is under way: the
+ * declaration waits (loading, /readyz 503) while that load holds the name,
+ * and loads once it is over, replacing the client's weight.  It stayed
+ * failed ("still loading") until the next reload. */
+static void test_declared_while_a_client_loads(void **state)
+{
+	(void)state;
+	char conf[512];
+	write_npy("fourth.npy", 15);
+	declare_conf(conf, sizeof(conf), "u", "fourth.npy");
+	struct mfmad_proc d;
+	int port = harness_start_metrics(&d, NULL, "MFMAD_TEST_CPU_LOAD_MS", "1000");
+	assert_true(port > 0);
+	struct client_load l = { .endpoint = d.endpoint, .name = "u", .seed = 16 };
+	pthread_t t;
+	assert_int_equal(pthread_create(&t, NULL, client_load_run, &l), 0);
+	uint64_t end = mfma_clock_ns() + 10000000000ull;
+	mfma_client *c;
+	struct mfma_error err;
+	assert_int_equal(mfma_connect(d.endpoint, &c, &err), 0);
+	/* The client's load is under way once status counts a request held
+	 * (each load takes 1 s). */
+	for (;;) {
+		struct mfma_status st;
+		assert_int_equal(mfma_status(c, &st, &err), 0);
+		bool loading = st.counters.in_flight > 0;
+		mfma_status_free(&st);
+		if (loading)
+			break;
+		if (mfma_clock_ns() > end)
+			fail_msg("the client's load did not start");
+		usleep(5000);
+	}
+	assert_int_equal(harness_reconfigure(&d, conf), 0);
+	wait_log(&d, "waits for the load of that name under way", 1);
+	char msg[1024];
+	assert_int_equal(declared_state(c, "u", msg, sizeof(msg)), MFMA_DECLARED_LOADING);
+	assert_non_null(strstr(msg, "waiting for the load of weight 'u'"));
+	assert_int_equal(readyz(port), 503);
+	assert_int_equal(pthread_join(t, NULL), 0);
+	if (l.rc < 0)
+		fail_msg("the client's load: %s", l.msg);
+	wait_state(c, "u", MFMA_DECLARED_RESIDENT);
+	check_weight(c, "u", 15);
 	assert_int_equal(readyz(port), 200);
 	mfma_close(c);
 	assert_int_equal(harness_stop(&d), 0);
@@ -481,6 +561,7 @@ int main(void)
 		cmocka_unit_test(test_declaration_wins_over_state_dir),
 		cmocka_unit_test(test_removed_while_read),
 		cmocka_unit_test(test_declared_again_while_loading),
+		cmocka_unit_test(test_declared_while_a_client_loads),
 		cmocka_unit_test(test_failed_declaration_removed),
 		cmocka_unit_test(test_kept_load_goes_with_the_new_declaration),
 	};
