@@ -51,6 +51,7 @@ static int usable_here(size_t i, const char *arch)
 struct hip_backend_dev {
 	struct hip_dev *dev;
 	void *state[NPROVIDERS];
+	bool attached[NPROVIDERS]; /* usable on this arch and attached at open */
 	struct host_join join; /* a batched launch's joined B, C and D */
 };
 
@@ -115,13 +116,13 @@ static void hip_close(void *dev)
 		return;
 	if (bd->dev) {
 		char err[8];
-		/* The providers free their memory on the device,
-		 * once nothing on the stream uses them. */
-		if (hip_dev_enter(bd->dev, err, sizeof(err)) == 0) {
+		/* The providers free their memory on the device, once
+		 * nothing on the stream uses them; their host memory goes
+		 * even when the device can no longer be entered. */
+		if (hip_dev_enter(bd->dev, err, sizeof(err)) == 0)
 			hip_dev_drain(bd->dev);
-			for (size_t i = 0; i < NPROVIDERS; i++)
-				providers[i]->detach(bd->dev, bd->state[i]);
-		}
+		for (size_t i = 0; i < NPROVIDERS; i++)
+			providers[i]->detach(bd->dev, bd->state[i]);
 		hip_dev_close(bd->dev);
 	}
 	host_join_free(&bd->join);
@@ -154,6 +155,7 @@ static int hip_open(int index, const struct backend_config *cfg, void **dev, cha
 			hip_close(bd);
 			return rc;
 		}
+		bd->attached[i] = true;
 	}
 	*dev = bd;
 	return 0;
@@ -163,13 +165,14 @@ static int hip_open(int index, const struct backend_config *cfg, void **dev, cha
 struct pick_ask {
 	const struct hip_backend_dev *bd;
 	const struct hip_shape *s;
-	const char *arch;
 };
 
 static int pick_ask(size_t i, void *ctx, char *err, size_t errlen)
 {
 	const struct pick_ask *a = ctx;
-	if (!providers[i]->usable(a->arch))
+	/* Asked at open (usable() reads the code object's symbols): not on
+	 * every GEMM. */
+	if (!a->bd->attached[i])
 		return 1;
 	return providers[i]->supports(a->bd->dev, a->bd->state[i], a->s, err, errlen);
 }
@@ -180,8 +183,8 @@ static int pick_ask(size_t i, void *ctx, char *err, size_t errlen)
 static size_t pick(const struct hip_backend_dev *bd, const struct hip_shape *s, int *rc,
 		   char *err, size_t errlen)
 {
-	struct pick_ask a = { .bd = bd, .s = s, .arch = hip_dev_arch(bd->dev) };
-	snprintf(err, errlen, "hip: no kernel provider on %s runs %s %s", a.arch,
+	struct pick_ask a = { .bd = bd, .s = s };
+	snprintf(err, errlen, "hip: no kernel provider on %s runs %s %s", hip_dev_arch(bd->dev),
 		 mfma_dtype_name(s->in), s->sparse ? "2:4" : "dense");
 	return providers_pick(&policy, NPROVIDERS, pick_ask, &a, rc, err, errlen);
 }

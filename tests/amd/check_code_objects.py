@@ -77,18 +77,29 @@ def notes(readelf, path):
     return kernels
 
 
-def disassembly(objdump, path):
-    """Per function: its instruction mnemonics."""
-    funcs, cur = {}, None
+def disassembly(objdump, path, lines=None):
+    """Per function: its instruction mnemonics (and, in lines, the whole
+    instruction text of each matrix instruction)."""
+    funcs, cur, name = {}, None, None
     for line in run([objdump, "-d", path]).splitlines():
         m = re.match(r"^[0-9a-f]+ <([^>]+)>:", line)
         if m:
-            cur = funcs.setdefault(m.group(1), [])
+            name = m.group(1)
+            cur = funcs.setdefault(name, [])
             continue
         m = re.match(r"^\s+([a-z][a-z0-9_]+)", line)
         if cur is not None and m:
             cur.append(m.group(1))
+            if lines is not None and MATRIX_OP.match(m.group(1)):
+                lines.setdefault(name, []).append(line.split("//")[0].strip())
     return funcs
+
+
+# The kernels pass cbsz = abid = blgp = 0 everywhere: on SMFMAC a non-zero
+# abid/cbsz selects another byte/half of the index register (the lane
+# tables are for CBSZ = ABID = 0), on MFMA they broadcast A or permute B.
+# The lane emulator cannot see these immediates, so they are checked here.
+MODIFIER = re.compile(r"\b(cbsz|abid|blgp):")
 
 
 def occupancy(arch, vgpr, agpr, lds):
@@ -123,7 +134,17 @@ def main(argv):
         if not re.search(r"ABI Version:\s+2\b", header):
             errors.append("%s: not code object v4 (see kernels/amd/meson.build)" % arch)
         meta = notes(readelf, path)
-        funcs = disassembly(objdump, path)
+        mma_lines = {}
+        funcs = disassembly(objdump, path, mma_lines)
+        for fn, ls in mma_lines.items():
+            for l in ls:
+                if MODIFIER.search(l):
+                    errors.append("%s: %s: %s has a cbsz/abid/blgp modifier; the layouts "
+                                  "checked are for 0" % (arch, fn, l))
+                    break
+                if l.startswith("v_smfmac") and not re.search(r",\s*v\d+\s*$", l):
+                    errors.append("%s: %s: %s: the index operand is not an ArchVGPR" % (arch, fn, l))
+                    break
         expect = EXPECT.get(arch)
         if expect is None:
             errors.append("%s: no expectations for this arch" % arch)
