@@ -226,8 +226,7 @@ DEVICE void stage_store(const struct amd_cfg *c, unsigned tid, unsigned buf,
 	if (c->smfmac && tid < amd_meta_words(c)) {
 		unsigned block, byte;
 		amd_meta_word(c, tid, &block, &byte);
-		*(uint32_t *)(lds + base + amd_lds_meta_base(c) +
-			      block * AMD_WAVE * amd_meta_field_bytes(c) + byte) = r->meta;
+		*(uint32_t *)(lds + base + amd_lds_meta_word_off(c, block, byte)) = r->meta;
 	}
 }
 
@@ -253,13 +252,9 @@ DEVICE void lds_read(struct frag *f, unsigned word, unsigned off, unsigned bytes
 DEVICE void load_a(const struct amd_cfg *c, unsigned base, unsigned wrow, unsigned mi,
 		   unsigned step, unsigned lane, struct frag *f)
 {
-	unsigned row, col;
-	unsigned n = amd_frag_a(c, lane, &row, &col);
-	unsigned step_cols = c->smfmac ? c->ki / 2 : c->ki;
-	row += wrow + 16 * mi;
-	col += step * step_cols;
-	lds_read(f, 0, base + amd_lds_a_base(c) + amd_lds_swizzle(row, col * c->es, amd_lds_a_row_bytes(c)),
-		 n * c->es);
+	unsigned bytes;
+	unsigned off = amd_lds_frag_a_off(c, wrow, mi, step, lane, &bytes);
+	lds_read(f, 0, base + off, bytes);
 }
 
 DEVICE void load_b(const struct amd_cfg *c, unsigned base, unsigned wcol, unsigned ni,
@@ -267,21 +262,16 @@ DEVICE void load_b(const struct amd_cfg *c, unsigned base, unsigned wcol, unsign
 {
 	#pragma unroll
 	for (unsigned j = 0; j < amd_frag_b_runs(c); j++) {
-		unsigned k, col;
-		amd_frag_b(c, lane, j, &k, &col);
-		col += wcol + 16 * ni;
-		k += step * c->ki;
-		lds_read(f, j * c->b_run * c->es / 4,
-			 base + amd_lds_b_base(c) + amd_lds_swizzle(col, k * c->es, amd_lds_b_row_bytes(c)),
-			 c->b_run * c->es);
+		unsigned word;
+		unsigned off = amd_lds_frag_b_off(c, wcol, ni, step, lane, j, &word);
+		lds_read(f, word, base + off, c->b_run * c->es);
 	}
 }
 
 DEVICE uint32_t load_idx(const struct amd_cfg *c, unsigned base, unsigned wrow, unsigned mi,
 			 unsigned lane)
 {
-	unsigned off = base + amd_lds_meta_base(c) +
-		       ((wrow / 16 + mi) * AMD_WAVE + lane) * amd_meta_field_bytes(c);
+	unsigned off = base + amd_lds_frag_idx_off(c, wrow, mi, lane);
 	return amd_meta_field_bytes(c) == 2 ? *(const uint16_t *)(lds + off) : lds[off];
 }
 

@@ -395,6 +395,51 @@ static inline void amd_meta_word(const struct amd_cfg *c, unsigned tid, unsigned
 	*byte = tid % per_block * 4;
 }
 
+/* Where, in a stage's LDS (offsets from the stage's start), the copy
+ * writes and each lane reads: the kernel and the lane emulator both take
+ * their offsets from here, so that a wrong one is the test's too. */
+
+/* Meta word (block, byte) of amd_meta_word. */
+static inline unsigned amd_lds_meta_word_off(const struct amd_cfg *c, unsigned block,
+					     unsigned byte)
+{
+	return amd_lds_meta_base(c) + block * AMD_WAVE * amd_meta_field_bytes(c) + byte;
+}
+
+/* Lane's A operand of tile mi at K step `step`, in the wave whose first
+ * row is wrow: one run of *bytes bytes, landing at the operand's word 0. */
+static inline unsigned amd_lds_frag_a_off(const struct amd_cfg *c, unsigned wrow, unsigned mi,
+					  unsigned step, unsigned lane, unsigned *bytes)
+{
+	unsigned row, col;
+	*bytes = amd_frag_a(c, lane, &row, &col) * c->es;
+	row += wrow + 16 * mi;
+	col += step * (c->smfmac ? c->ki / 2 : c->ki);
+	return amd_lds_a_base(c) + amd_lds_swizzle(row, col * c->es, amd_lds_a_row_bytes(c));
+}
+
+/* Run j (of amd_frag_b_runs) of lane's B operand of tile ni at K step
+ * `step`, in the wave whose first column is wcol: c->b_run elements,
+ * landing at the operand's word *word. */
+static inline unsigned amd_lds_frag_b_off(const struct amd_cfg *c, unsigned wcol, unsigned ni,
+					  unsigned step, unsigned lane, unsigned j, unsigned *word)
+{
+	unsigned k, col;
+	amd_frag_b(c, lane, j, &k, &col);
+	col += wcol + 16 * ni;
+	k += step * c->ki;
+	*word = j * c->b_run * c->es / 4;
+	return amd_lds_b_base(c) + amd_lds_swizzle(col, k * c->es, amd_lds_b_row_bytes(c));
+}
+
+/* Lane's index field (amd_meta_field_bytes) of tile mi, in the wave whose
+ * first row is wrow. */
+static inline unsigned amd_lds_frag_idx_off(const struct amd_cfg *c, unsigned wrow, unsigned mi,
+					    unsigned lane)
+{
+	return amd_lds_meta_base(c) + ((wrow / 16 + mi) * AMD_WAVE + lane) * amd_meta_field_bytes(c);
+}
+
 /* Expansion of a 2:4 group (gfx908/gfx90a): dense position p of a group
  * whose nibble is nib takes stored value 0, stored value 1, or zero. */
 static inline int amd_expand_pick(unsigned nib, unsigned p)

@@ -108,8 +108,7 @@ static void stage(struct model *s, uint64_t m0, uint64_t n0, uint32_t t, unsigne
 			uint32_t w = 0x44444444u;
 			if (rb < ((uint64_t)g->m + 15) / 16)
 				memcpy(&w, s->meta + amd_meta_offset(c, g->k, rb, t, 0) + byte, 4);
-			memcpy(base + amd_lds_meta_base(c) + block * AMD_WAVE * amd_meta_field_bytes(c) + byte,
-			       &w, 4);
+			memcpy(base + amd_lds_meta_word_off(c, block, byte), &w, 4);
 		}
 	}
 }
@@ -118,14 +117,10 @@ static void stage(struct model *s, uint64_t m0, uint64_t n0, uint32_t t, unsigne
 static void lane_a(const struct model *s, const uint8_t *base, unsigned wrow, unsigned mi,
 		   unsigned step, unsigned lane, uint32_t out[EMU_A_REGS])
 {
-	const struct amd_cfg *c = &s->c;
-	unsigned row, col;
-	unsigned n = amd_frag_a(c, lane, &row, &col);
-	row += wrow + 16 * mi;
-	col += step * (c->smfmac ? c->ki / 2 : c->ki);
+	unsigned bytes;
+	unsigned off = amd_lds_frag_a_off(&s->c, wrow, mi, step, lane, &bytes);
 	memset(out, 0, EMU_A_REGS * 4);
-	memcpy(out, base + amd_lds_a_base(c) + amd_lds_swizzle(row, col * c->es, amd_lds_a_row_bytes(c)),
-	       n * c->es);
+	memcpy(out, base + off, bytes);
 }
 
 static void lane_b(const struct model *s, const uint8_t *base, unsigned wcol, unsigned ni,
@@ -134,13 +129,9 @@ static void lane_b(const struct model *s, const uint8_t *base, unsigned wcol, un
 	const struct amd_cfg *c = &s->c;
 	memset(out, 0, EMU_B_REGS * 4);
 	for (unsigned j = 0; j < amd_frag_b_runs(c); j++) {
-		unsigned k, col;
-		amd_frag_b(c, lane, j, &k, &col);
-		col += wcol + 16 * ni;
-		k += step * c->ki;
-		memcpy((uint8_t *)out + j * c->b_run * c->es,
-		       base + amd_lds_b_base(c) + amd_lds_swizzle(col, k * c->es, amd_lds_b_row_bytes(c)),
-		       c->b_run * c->es);
+		unsigned word;
+		unsigned off = amd_lds_frag_b_off(c, wcol, ni, step, lane, j, &word);
+		memcpy(out + word, base + off, c->b_run * c->es);
 	}
 }
 
@@ -149,8 +140,7 @@ static uint32_t lane_idx(const struct model *s, const uint8_t *base, unsigned wr
 {
 	const struct amd_cfg *c = &s->c;
 	uint32_t v = 0;
-	memcpy(&v, base + amd_lds_meta_base(c) + ((wrow / 16 + mi) * AMD_WAVE + lane) * amd_meta_field_bytes(c),
-	       amd_meta_field_bytes(c));
+	memcpy(&v, base + amd_lds_frag_idx_off(c, wrow, mi, lane), amd_meta_field_bytes(c));
 	return v;
 }
 
