@@ -839,7 +839,11 @@ CUdeviceptr cuda_dev_tile_out(struct cuda_dev *d, void *dst, size_t bytes)
 {
 	CUdeviceptr dp;
 	bool region;
-	if (!d->tile_out_on || !d->lone || !dst || !cuda_dev_mapped(d, dst, bytes, &dp, &region))
+	/* The kernel's smallest store is 2 bytes: a D at an odd address (a
+	 * client's region offset may be any) would be a misaligned store,
+	 * which faults and loses the context.  DMA copies it out. */
+	if (!d->tile_out_on || !d->lone || !dst || (uintptr_t)dst % 2 != 0 ||
+	    !cuda_dev_mapped(d, dst, bytes, &dp, &region))
 		return 0;
 	d->tile_out_dst = dst;
 	d->set_tile_out[d->set] = true;

@@ -2266,7 +2266,9 @@ static void test_dependent_launch(void **state)
  * and 2-byte pieces).  Every D left running with tile out equal bit for
  * bit to the same GEMM waited for (D by DMA) and right against float64,
  * and its timing saying so (backend_timing.tile_out); a launch that is
- * not lone, or whose D is on the heap, does not. */
+ * not lone, or whose D is on the heap or at an odd address (a client's
+ * region offset: the kernel's smallest store is 2 bytes, and a misaligned
+ * one faults the context), does not. */
 static void test_tile_out(void **state)
 {
 	(void)state;
@@ -2283,11 +2285,12 @@ static void test_tile_out(void **state)
 		struct operands w, o;
 		void *pk = wg_weight(cd, st, &c, &w);
 		wg_request(&o, &c, &w, beta);
-		/* B, then D twice: 16-byte aligned and 2 bytes past. */
-		const size_t len = bb + 2 * db + 4096;
+		/* B, then D three times: 16-byte aligned, 2 bytes past, odd. */
+		const size_t len = bb + 3 * db + 4096;
 		unsigned char *rg = wg_region(cd, len);
 		unsigned char *b = rg + 16, *d16 = rg + (16 + bb + 15) / 16 * 16 + 16;
 		unsigned char *d2 = d16 + db + 16 + 2;
+		unsigned char *d1 = d2 + db + 16 + 1;
 		memcpy(b, o.b, bb);
 		char what[160];
 		snprintf(what, sizeof(what), "tile out %s%s", c.label, beta != 0.0f ? " with C" : "");
@@ -2320,6 +2323,20 @@ static void test_tile_out(void **state)
 			snprintf(lone, sizeof(lone), "  lone, D %s", at ? "2 bytes past 16" : "16-byte aligned");
 			gate_check(&o, d, lone);
 		}
+		/* Lone with D at an odd address: no tile out, D by DMA. */
+		memset(d1, 0xff, db);
+		cuda_dev_lone_begin(cd);
+		gate_launch(cd, st, pk, &o, b, d1, what);
+		const int set1 = cuda_dev_lone_end(cd);
+		struct backend_timing t1 = { .tile_out = true };
+		if (set1 >= 0)
+			RC_OK(cuda_dev_finish(cd, set1, &t1, err, sizeof(err)), err);
+		else
+			cuda_dev_timing(cd, &t1);
+		if (t1.tile_out)
+			fail_msg("%s: D at an odd address copied out by the kernel", what);
+		if (memcmp(d1, ref, db) != 0)
+			fail_msg("%s: D at an odd address not equal to the waited result", what);
 		/* Lone with D on the heap: not mapped, no tile out. */
 		memset(o.d, 0xff, db);
 		cuda_dev_lone_begin(cd);
