@@ -168,6 +168,7 @@ void devices_open(struct device *v)
 	int rc = v->ops->open(v->bindex, &bc, &v->bdev, err, sizeof(err));
 	snprintf(v->open_err, sizeof(v->open_err), "%s", err);
 	v->open_rc = rc < 0 ? rc : 0;
+	atomic_store_explicit(&v->st->up, rc < 0 ? 0 : 1, memory_order_relaxed);
 	v->reads_err[0] = '\0';
 	if (read_arena_register(v, err, sizeof(err)) < 0)
 		snprintf(v->reads_err, sizeof(v->reads_err), "%s", err);
@@ -200,9 +201,42 @@ void devices_close(struct device *v)
 	v->bdev = NULL;
 }
 
+bool devices_up(const struct device *v)
+{
+	return v->open_rc == 0 && atomic_load_explicit(&v->lost, memory_order_relaxed) == 0;
+}
+
+void devices_why_down(const struct device *v, char *buf, size_t len)
+{
+	if (v->open_rc < 0)
+		snprintf(buf, len, "device %d (%s %s) failed to start: %s", v->index, v->ops->name,
+			 v->info.arch, v->open_err);
+	else if (atomic_load_explicit(&v->lost, memory_order_acquire) == DEVICE_LOST)
+		snprintf(buf, len, "device %d (%s %s) lost its context (%s) and takes no work until "
+			 "mfmad restarts", v->index, v->ops->name, v->info.arch, v->lost_err);
+	else
+		snprintf(buf, len, "device %d (%s %s) is losing its context", v->index,
+			 v->ops->name, v->info.arch);
+}
+
+bool devices_fault(struct device *v, int rc, const char *err)
+{
+	if (rc != -ENOTRECOVERABLE)
+		return false;
+	int serves = DEVICE_SERVES;
+	if (atomic_compare_exchange_strong(&v->lost, &serves, DEVICE_LOSING)) {
+		snprintf(v->lost_err, sizeof(v->lost_err), "%s", err && err[0] ? err : strerror(-rc));
+		atomic_store_explicit(&v->lost, DEVICE_LOST, memory_order_release);
+		atomic_store_explicit(&v->st->up, 0, memory_order_relaxed);
+		log_err("device %d (%s %s) lost its context: %s; it takes no more work until mfmad "
+			"restarts", v->index, v->ops->name, v->info.arch, v->lost_err);
+	}
+	return true;
+}
+
 bool devices_runs(const struct device *v, enum mfma_dtype t, bool sparse)
 {
-	return v->open_rc == 0 && backend_runs(&v->info, t, sparse);
+	return devices_up(v) && backend_runs(&v->info, t, sparse);
 }
 
 bool devices_any_runs(const struct daemon *d, enum mfma_dtype t, bool sparse)

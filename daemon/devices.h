@@ -4,6 +4,7 @@
 #ifndef MFMAD_DEVICES_H
 #define MFMAD_DEVICES_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -23,6 +24,10 @@ struct device {
 	/* Written by the worker before sched_start returns, read-only after. */
 	int open_rc;
 	char open_err[256];
+	/* devices_fault: the device lost its context (DEVICE_LOST once
+	 * lost_err is written, by whichever thread saw it first). */
+	_Atomic int lost;
+	char lost_err[256];
 	/* read_arena.c: host_register's handle for the arena of request
 	 * frames, and why the device could not register it ("" if it did). */
 	void *reads_handle;
@@ -43,6 +48,20 @@ void devices_close(struct device *v);
 int devices_phase(struct device *v, int phase);
 /* Logs what the device is and whether it opened (main thread). */
 void devices_report(const struct device *v);
+
+enum { DEVICE_SERVES, DEVICE_LOSING, DEVICE_LOST };
+
+/* Whether the device takes work: it opened, and has not lost its
+ * context since.  Any thread. */
+bool devices_up(const struct device *v);
+/* Why a device that is not up is not (its open's error, or the fault
+ * that lost it), as a sentence naming the device. */
+void devices_why_down(const struct device *v, char *buf, size_t len);
+/* A backend call on v returned rc (its sentence in err): when that says
+ * the device can run nothing more (-ENOTRECOVERABLE), the device takes no
+ * more work, and the first thread to see it logs why.  Whether it did.
+ * Any thread. */
+bool devices_fault(struct device *v, int rc, const char *err);
 
 /* Whether the device is up and has a kernel for this input dtype and A. */
 bool devices_runs(const struct device *v, enum mfma_dtype t, bool sparse);

@@ -232,6 +232,12 @@ static void lone_done(struct device *v, struct gemm_job *j, int rc, const char *
 		/* The device is done with the frame (a failed GEMM drains its
 		 * stream): its arena space goes back now, not with the job. */
 		answer_free(&j->ans);
+		if (devices_fault(v, rc, err)) {
+			char why[600];
+			devices_why_down(v, why, sizeof(why));
+			job_fail(j, MFMA__V1__CODE__UNAVAILABLE, "%s", why);
+			return;
+		}
 		job_fail(j, MFMA__V1__CODE__INTERNAL, "device %d (%s %s): %s", v->index, v->ops->name,
 			 v->info.arch, err[0] ? err : strerror(-rc));
 		return;
@@ -578,10 +584,12 @@ static void gemm_done(struct daemon *d, struct sched_job *sj, int status)
 		job_fail(j, MFMA__V1__CODE__UNAVAILABLE,
 			 "shutting down: the grace period ended before this request ran");
 		break;
-	case -ENODEV:
-		job_fail(j, MFMA__V1__CODE__UNAVAILABLE, "device %d (%s) failed to start: %s",
-			 v->index, v->ops->name, v->open_err);
+	case -ENODEV: {
+		char why[600];
+		devices_why_down(v, why, sizeof(why));
+		job_fail(j, MFMA__V1__CODE__UNAVAILABLE, "%s", why);
 		break;
+	}
 	default:
 		job_fail(j, MFMA__V1__CODE__RESOURCE_EXHAUSTED, "out of memory queueing the request");
 		break;
@@ -659,6 +667,11 @@ static int choose_device(struct daemon *d, const Mfma__V1__Gemm *g, const struct
 				 g->device, d->ndev - 1);
 			return -1;
 		}
+		if (ok[g->device] && !devices_up(&d->dev[g->device])) {
+			*code = MFMA__V1__CODE__UNAVAILABLE;
+			devices_why_down(&d->dev[g->device], err, errlen);
+			return -1;
+		}
 		if (!ok[g->device]) {
 			const struct device *v = &d->dev[g->device];
 			if (w && !w->resident[g->device])
@@ -677,6 +690,14 @@ static int choose_device(struct daemon *d, const Mfma__V1__Gemm *g, const struct
 	if (dev < 0) {
 		*code = MFMA__V1__CODE__UNAVAILABLE;
 		snprintf(err, errlen, "no usable device can run this request");
+		for (int i = 0; i < d->ndev; i++)
+			if (ok[i] && !devices_up(&d->dev[i])) {
+				size_t n = (size_t)snprintf(err, errlen, "no usable device can run "
+							    "this request: ");
+				if (n < errlen)
+					devices_why_down(&d->dev[i], err + n, errlen - n);
+				break;
+			}
 	}
 	return dev;
 }

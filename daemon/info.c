@@ -34,6 +34,7 @@ void info_status(struct daemon *d, const struct request *r)
 	char varbuf[STATS_MAX_DEVICES][sizeof(d->dev[0].info.variants)];
 	char *providers[STATS_MAX_DEVICES][PROVIDERS_MAX];
 	char provbuf[STATS_MAX_DEVICES][sizeof(d->dev[0].info.providers)];
+	char faultbuf[STATS_MAX_DEVICES][600];
 	struct weight_list wl;
 	struct declare_list dl;
 	if (weights_list(d, &wl) < 0) {
@@ -73,6 +74,10 @@ void info_status(struct daemon *d, const struct request *r)
 		di[i].worker_answers_ns = wns[STATS_WORKER_ANSWERS];
 		di[i].has_loop_starts = 1;
 		di[i].loop_starts = STATS_GET(v->st->loop_starts);
+		if (!devices_up(v)) {
+			devices_why_down(v, faultbuf[i], sizeof(faultbuf[i]));
+			di[i].fault = faultbuf[i];
+		}
 		/* The variant list is one comma-separated string in the backend. */
 		snprintf(varbuf[i], sizeof(varbuf[i]), "%s", v->info.variants);
 		size_t nv = 0;

@@ -183,6 +183,7 @@ enum dev_field {
 	DEV_GATED,
 	DEV_TILE_OUT,
 	DEV_FAILED,
+	DEV_UP,
 	DEV_WEIGHT_BYTES,
 	DEV_MEM
 };
@@ -198,10 +199,23 @@ static uint64_t dev_get(const struct stats_device *d, enum dev_field f)
 	case DEV_GATED: return STATS_GET(d->gated);
 	case DEV_TILE_OUT: return STATS_GET(d->tile_out);
 	case DEV_FAILED: return STATS_GET(d->failed);
+	case DEV_UP: return STATS_GET(d->up);
 	case DEV_WEIGHT_BYTES: return STATS_GET(d->weight_bytes);
 	case DEV_MEM: return d->mem_total;
 	}
 	return 0;
+}
+
+/* Whether some device takes work (none: every one failed to open or has
+ * lost its context). */
+static bool any_device_up(const struct mfmad_stats *s)
+{
+	int ndev = s->ndevices < 0 ? 0 : s->ndevices > STATS_MAX_DEVICES ? STATS_MAX_DEVICES
+									 : s->ndevices;
+	for (int d = 0; d < ndev; d++)
+		if (STATS_GET(s->dev[d].up))
+			return true;
+	return false;
 }
 
 static void render_per_device(struct buf *b, const struct mfmad_stats *s, int ndev,
@@ -230,9 +244,9 @@ int metrics_render_at(const struct mfmad_stats *s, uint64_t now_ns, char **out, 
 	buf_printf(&b, "mfmad_build_info{version=\"%s\"} 1\n", MFMAD_VERSION);
 	render_gauge(&b, "mfmad_up", "Whether the daemon process is up (1 whenever this page is served).", 1);
 	render_gauge(&b, "mfmad_ready",
-		     "Whether the daemon accepts work: listening, devices up, every declared weight "
+		     "Whether the daemon accepts work: listening, a device up, every declared weight "
 		     "resident and not stopping (what /readyz says).",
-		     ready && !stopping && !declared_pending);
+		     ready && !stopping && !declared_pending && any_device_up(s));
 	render_gauge(&b, "mfmad_declared_weights_pending",
 		     "Declared weights (weights.declare) loading or failed, not resident.",
 		     (double)declared_pending);
@@ -387,6 +401,9 @@ int metrics_render_at(const struct mfmad_stats *s, uint64_t now_ns, char **out, 
 		buf_label_value(&b, dv->name, sizeof(dv->name));
 		buf_printf(&b, "\"} 1\n");
 	}
+	render_per_device(&b, s, ndev, "mfmad_device_up", "gauge",
+			  "Whether the device takes work: 0 when it failed to open or has lost its "
+			  "context since (mfmactl status says why).", DEV_UP);
 	render_per_device(&b, s, ndev, "mfmad_device_memory_total_bytes", "gauge",
 			  "Memory of the device.", DEV_MEM);
 	render_per_device(&b, s, ndev, "mfmad_device_weight_bytes", "gauge",
@@ -595,6 +612,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		if (STATS_GET(m->stats->declared_pending))
 			return reply_text(c, MHD_HTTP_SERVICE_UNAVAILABLE,
 					  "not ready: declared weights not resident (mfmactl status)\n");
+		if (!any_device_up(m->stats))
+			return reply_text(c, MHD_HTTP_SERVICE_UNAVAILABLE,
+					  "not ready: no device takes work (mfmactl status)\n");
 		return reply_text(c, MHD_HTTP_OK, "ready\n");
 	}
 	return reply_text(c, MHD_HTTP_NOT_FOUND, "not found: try /metrics, /healthz or /readyz\n");

@@ -106,6 +106,7 @@ static void register_work(struct device *v, struct sched_job *sj)
 	j->rc = v->ops->host_register(v->bdev, j->rg->base, j->rg->len, BACKEND_HOST_REGION,
 				      &j->rg->handle[v->index],
 				      j->err, sizeof(j->err));
+	devices_fault(v, j->rc, j->err);
 }
 
 static void unregister_work(struct device *v, struct sched_job *sj)
@@ -169,7 +170,8 @@ static int submit_jobs(struct daemon *d, struct region *rg, bool unreg)
 	int n = 0;
 	for (int i = 0; i < d->ndev; i++) {
 		struct device *v = &d->dev[i];
-		if (!v->ops->host_register || v->open_rc < 0 || (unreg && !rg->handle[i]))
+		if (!v->ops->host_register || v->open_rc < 0 || (unreg && !rg->handle[i]) ||
+		    (!unreg && !devices_up(v)))
 			continue;
 		struct region_job *j = calloc(1, sizeof(*j));
 		if (!j) {

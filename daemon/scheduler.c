@@ -365,6 +365,9 @@ static void *worker_main(void *arg)
 			j->status = 0;
 			j->post = NULL;
 			j->finish = NULL;
+			/* A device that lost its context still runs what is
+			 * queued: its GEMMs fail at once, saying so, and the
+			 * frees and unregistrations release what they hold. */
 			if (v->open_rc < 0)
 				j->status = -ENODEV;
 			else if (j->deadline_ns && now > j->deadline_ns)
@@ -608,7 +611,7 @@ void sched_submit(struct daemon *d, int dev, struct sched_job *j, sched_work_fn 
 static bool idle_for_loop(const struct queue *q)
 {
 	return q->parked && !q->heap.len && !q->loop_started && !q->stop && q->opened &&
-	       q->v->open_rc >= 0;
+	       devices_up(q->v);
 }
 
 /* The scheduling fields of a job the loop runs or starts itself. */
@@ -768,7 +771,7 @@ int sched_pick(struct daemon *d, const bool *ok)
 	for (int n = 0; n < d->ndev; n++) {
 		int i = (int)((start + (unsigned)n) % (unsigned)d->ndev);
 		struct device *v = &d->dev[i];
-		if ((ok && !ok[i]) || v->open_rc < 0)
+		if ((ok && !ok[i]) || !devices_up(v))
 			continue;
 		uint64_t load = STATS_GET(v->st->queued) + STATS_GET(v->st->in_flight);
 		if (load < best_load) {

@@ -86,6 +86,7 @@ struct stats_device {
 	_Atomic uint64_t gated;        /* launched before their B was in (backend_timing.gated) */
 	_Atomic uint64_t tile_out;     /* D copied out by the kernel (backend_timing.tile_out) */
 	_Atomic uint64_t failed;
+	_Atomic uint64_t up;           /* takes work: opened, and its context not lost since */
 	_Atomic uint64_t weight_bytes; /* resident weights on this device */
 	_Atomic uint64_t kernel_ns;    /* cumulative */
 	_Atomic uint64_t launch_ns;    /* cumulative host time of the launch calls, per launch */

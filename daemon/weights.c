@@ -298,6 +298,7 @@ static void load_work(struct device *v, struct sched_job *sj)
 		.a = w->a.values, .meta = w->a.meta,
 	};
 	j->rc = v->ops->weight_load(v->bdev, &h, &j->handle, &j->dev_bytes, j->err, sizeof(j->err));
+	devices_fault(v, j->rc, j->err);
 	if (j->rc < 0 || !j->warm || !v->ops->weight_warm)
 		return;
 	/* The weight is resident whatever the warming does: a failure is
@@ -306,6 +307,7 @@ static void load_work(struct device *v, struct sched_job *sj)
 	j->warm_rc = v->ops->weight_warm(v->bdev, j->handle, &j->warm_for, &j->warm_rep,
 					 j->warm_err, sizeof(j->warm_err));
 	j->warm_ns = mfma_clock_ns() - t0;
+	devices_fault(v, j->warm_rc, j->warm_err);
 }
 
 /* Loop: what the warming of j did, in the stats and the weight. */
@@ -346,10 +348,9 @@ static void load_done(struct daemon *d, struct sched_job *sj, int status)
 		note_warm(d, w, j, sj->dev);
 	} else {
 		int code = MFMA__V1__CODE__INTERNAL;
-		if (status == -ENODEV) {
+		if (status == -ENODEV || (status == 0 && j->rc == -ENOTRECOVERABLE)) {
 			code = MFMA__V1__CODE__UNAVAILABLE;
-			snprintf(msg, sizeof(msg), "device %d (%s) failed to start: %s", v->index,
-				 v->ops->name, v->open_err);
+			devices_why_down(v, msg, sizeof(msg));
 		} else if (status < 0) {
 			code = MFMA__V1__CODE__RESOURCE_EXHAUSTED;
 			snprintf(msg, sizeof(msg), "out of memory queueing the load");

@@ -423,6 +423,7 @@ static void status_json(struct ctl *ctl, mfma_client *c, const struct mfma_statu
 		json_kv_uint(j, "completed", d->completed);
 		json_kv_uint(j, "failed", d->failed);
 		json_kv_uint(j, "loop_starts", d->loop_starts);
+		json_kv_string(j, "fault", d->fault ? d->fault : "");
 		uint64_t ns[WORKER_PHASES];
 		worker_phase_ns(d, ns);
 		json_key(j, "worker_ns");
@@ -503,6 +504,8 @@ static void status_text(mfma_client *c, const struct mfma_status *s)
 	table_print(&t, "");
 	for (size_t i = 0; i < s->n_devices; i++) {
 		const struct mfma_device_status *d = &s->devices[i];
+		if (d->fault && d->fault[0])
+			printf("DOWN: %s\n", d->fault);
 		printf("device %u variants:", d->index);
 		for (size_t v = 0; v < d->n_variants; v++)
 			printf("%s %s", v ? "," : "", d->variants[v]);

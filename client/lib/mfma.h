@@ -541,6 +541,10 @@ struct mfma_device_status {
 	 * (limits.loop_start), among completed and failed (0 from a daemon
 	 * that does not report them). */
 	uint64_t loop_starts;
+	/* Why the device takes no work: it failed to open, or lost its
+	 * context since (a GPU fault; until the daemon restarts).  "" while
+	 * it serves. */
+	const char *fault;
 };
 
 struct mfma_counters {

@@ -1120,6 +1120,7 @@ int mfma_status(mfma_client *c, struct mfma_status *st, struct mfma_error *err)
 			o->worker_wait_ns = d->worker_wait_ns;
 			o->worker_answers_ns = d->worker_answers_ns;
 			o->loop_starts = d->loop_starts;
+			o->fault = str(d->fault);
 		}
 	}
 	if ((rc = weights_from(r->weights, r->n_weights, &st->weights, err)) < 0 ||

@@ -9,7 +9,10 @@
  *
  * Errors: 0 or a negative errno-style code; on failure the backend writes
  * a human sentence into err (errlen bytes, always NUL-terminated).
- * Backends never log. */
+ * -ENOTRECOVERABLE, from any call, says the device can run nothing more
+ * (a GPU whose context a fault has lost: every later call fails the same
+ * way); the daemon then gives it no more work (devices_fault).  Backends
+ * never log. */
 #ifndef MFMAD_BACKEND_H
 #define MFMAD_BACKEND_H
 

@@ -4,6 +4,7 @@
  * keeps a pool of threads (kernels/cpu/cpu_pool.h) from open to close,
  * and its GEMMs run on it: no thread is created per request. */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +37,10 @@ struct cpu_dev {
 	bool fail_lone;
 	/* CPU_LOAD_MS_ENV: every weight load's wait, ms. */
 	unsigned load_ms;
+	/* CPU_LOSE_ENV: GEMMs this device runs before it is lost (-1:
+	 * never), and those asked so far (the loop's inline ones too). */
+	long lose_after;
+	_Atomic long gemms;
 };
 
 struct cpu_weight {
@@ -120,6 +125,38 @@ static void cpu_model(char *buf, size_t len)
  * daemon does while a weight is loading (a reload, an unload, another
  * load of the name) runs where there is no GPU.  Unset or 0: none. */
 #define CPU_LOAD_MS_ENV "MFMAD_TEST_CPU_LOAD_MS"
+/* A testing aid too: "D:N", CPU device D (of cpu.devices) loses its
+ * "context" after N GEMMs: every GEMM and weight load after them fails
+ * with -ENOTRECOVERABLE, as every call on a GPU does once a fault has lost
+ * its context, so that the daemon's handling of a lost device
+ * (devices_fault) is tested on any machine. */
+#define CPU_LOSE_ENV "MFMAD_TEST_CPU_LOSE"
+
+/* CPU_LOSE_ENV for device index: after how many GEMMs, or -1. */
+static long lose_after_for(int index)
+{
+	const char *e = getenv(CPU_LOSE_ENV);
+	char *end;
+	if (!e)
+		return -1;
+	long dev = strtol(e, &end, 10);
+	if (end == e || *end != ':' || dev != index)
+		return -1;
+	return strtol(end + 1, NULL, 10);
+}
+
+/* Whether the device is lost (CPU_LOSE_ENV), counting a GEMM asked when
+ * `gemm`; err says so. */
+static bool cpu_lost(struct cpu_dev *c, bool gemm, char *err, size_t errlen)
+{
+	if (c->lose_after < 0)
+		return false;
+	long n = gemm ? atomic_fetch_add(&c->gemms, 1) : atomic_load(&c->gemms);
+	if (n < c->lose_after)
+		return false;
+	snprintf(err, errlen, "cpu: the device's context is lost (%s)", CPU_LOSE_ENV);
+	return true;
+}
 
 static bool env_on(const char *name)
 {
@@ -168,7 +205,6 @@ static void *cpu_frame_alloc(void *dev, size_t len, size_t at)
 static int cpu_open(int index, const struct backend_config *cfg, void **dev, char *err,
 		    size_t errlen)
 {
-	(void)index;
 	struct cpu_dev *c = calloc(1, sizeof(*c));
 	if (!c) {
 		snprintf(err, errlen, "out of memory");
@@ -188,6 +224,7 @@ static int cpu_open(int index, const struct backend_config *cfg, void **dev, cha
 	c->fail_lone = env_on(CPU_FAIL_LONE_ENV);
 	const char *lms = getenv(CPU_LOAD_MS_ENV);
 	c->load_ms = lms ? (unsigned)strtoul(lms, NULL, 10) : 0;
+	c->lose_after = lose_after_for(index);
 	int rc = open_answers(c, err, errlen);
 	if (rc < 0) {
 		cpu_pool_destroy(c->pool);
@@ -215,12 +252,14 @@ static void cpu_close(void *dev)
 static int cpu_weight_load(void *dev, const struct mfma_weight_host *w, void **handle,
 			   uint64_t *dev_bytes, char *err, size_t errlen)
 {
-	const struct cpu_dev *c = dev;
+	struct cpu_dev *c = dev;
 	if (c->load_ms) {
 		struct timespec ts = { c->load_ms / 1000, (long)(c->load_ms % 1000) * 1000000L };
 		while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
 			;
 	}
+	if (cpu_lost(c, false, err, errlen))
+		return -ENOTRECOVERABLE;
 	size_t es = mfma_dtype_size(w->dtype);
 	size_t abytes = w->sparse ? sparse24_values_bytes(w->m, w->k, es)
 				  : sparse24_operand_bytes(w->m, w->k, es, 0);
@@ -268,6 +307,8 @@ static int cpu_gemm(void *dev, const struct mfma_gemm *g, void *weight, struct b
 	const bool leave = t->may_leave && c->leave;
 	if (t->leave_only && !leave)
 		return -EAGAIN;
+	if (cpu_lost(c, true, err, errlen))
+		return -ENOTRECOVERABLE;
 	/* A batched launch is one GEMM over the parts' columns joined. */
 	struct mfma_gemm run = *g;
 	t->gather_ns = t->split_ns = 0;

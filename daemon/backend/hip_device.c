@@ -45,7 +45,19 @@ int hip_fail(hipError_t e, char *err, size_t errlen, const char *what)
 {
 	snprintf(err, errlen, "hip: %s failed: %s (%s)", what, hipGetErrorString(e),
 		 hipGetErrorName(e));
-	return e == hipErrorOutOfMemory ? -ENOMEM : -EIO;
+	switch (e) {
+	case hipErrorOutOfMemory:
+		return -ENOMEM;
+	/* The context is lost: every later call in it fails the same way. */
+	case hipErrorIllegalAddress:
+	case hipErrorLaunchFailure:
+	case hipErrorLaunchTimeOut:
+	case hipErrorAssert:
+	case hipErrorECCNotCorrectable:
+		return -ENOTRECOVERABLE;
+	default:
+		return -EIO;
+	}
 }
 
 int hip_dev_probe(hip_usable_fn usable, char *err, size_t errlen)

@@ -117,6 +117,18 @@ int nv_result_errno(CUresult r)
 	case CUDA_ERROR_INVALID_VALUE: return -EINVAL;
 	case CUDA_ERROR_NO_DEVICE: return -ENODEV;
 	case CUDA_ERROR_NO_BINARY_FOR_GPU: return -ENOEXEC;
+	/* The context is lost: every later call in it fails the same way. */
+	case CUDA_ERROR_ECC_UNCORRECTABLE:
+	case CUDA_ERROR_ILLEGAL_ADDRESS:
+	case CUDA_ERROR_LAUNCH_TIMEOUT:
+	case CUDA_ERROR_ASSERT:
+	case CUDA_ERROR_HARDWARE_STACK_ERROR:
+	case CUDA_ERROR_ILLEGAL_INSTRUCTION:
+	case CUDA_ERROR_MISALIGNED_ADDRESS:
+	case CUDA_ERROR_INVALID_ADDRESS_SPACE:
+	case CUDA_ERROR_INVALID_PC:
+	case CUDA_ERROR_LAUNCH_FAILED:
+		return -ENOTRECOVERABLE;
 	default: return -EIO;
 	}
 }

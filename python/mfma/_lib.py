@@ -107,7 +107,8 @@ class DeviceStatus(Structure):
                 ("n_providers", c_size_t), ("providers", POINTER(c_char_p)),
                 ("worker_idle_ns", c_uint64), ("worker_prepare_ns", c_uint64),
                 ("worker_launch_ns", c_uint64), ("worker_wait_ns", c_uint64),
-                ("worker_answers_ns", c_uint64), ("loop_starts", c_uint64)]
+                ("worker_answers_ns", c_uint64), ("loop_starts", c_uint64),
+                ("fault", c_char_p)]
 
 
 class Counters(Structure):

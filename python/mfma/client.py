@@ -60,6 +60,9 @@ class DeviceStatus:
     # GEMMs the daemon's loop thread started on the idle device
     # (limits.loop_start), among completed and failed.
     loop_starts: int = 0
+    # Why the device takes no work (it failed to open, or lost its context
+    # since); "" while it serves.
+    fault: str = ""
 
 
 @dataclass(frozen=True)
@@ -769,7 +772,7 @@ class Client:
                         tuple(_lib.text(d.providers[j]) for j in range(d.n_providers)),
                         {p: getattr(d, "worker_%s_ns" % p)
                          for p in ("idle", "prepare", "launch", "wait", "answers")},
-                        d.loop_starts))
+                        d.loop_starts, _lib.text(d.fault)))
                 out = Status(_lib.text(st.version), st.uptime_ns, devs,
                              [_weight(st.weights[i]) for i in range(st.n_weights)],
                              {k: getattr(st.counters, k) for k, _ in _lib.Counters._fields_},

@@ -251,6 +251,68 @@ static void test_connection_limit(void **state)
 	assert_int_equal(harness_stop(&d), 0);
 }
 
+/* A device that loses its context (a GPU fault, after which every call
+ * fails: MFMAD_TEST_CPU_LOSE has CPU device 0 do so after two GEMMs).  The
+ * request that finds it fails UNAVAILABLE naming the fault, and device 1
+ * serves every later one; a request pinned to device 0 is refused saying
+ * why, status shows the fault, /metrics says the device is down, and
+ * /readyz stays 200 while device 1 serves.  Device 0 went on taking work
+ * (its queue always the shortest), failing each request with INTERNAL. */
+static void test_lost_device(void **state)
+{
+	(void)state;
+	struct mfmad_proc d;
+	int port = harness_start_metrics(&d, "cpu = { devices = 2; threads = 1; };",
+					 "MFMAD_TEST_CPU_LOSE", "0:2");
+	assert_true(port > 0);
+	mfma_client *c;
+	struct mfma_error err;
+	assert_int_equal(mfma_connect(d.endpoint, &c, &err), 0);
+	uint32_t n = 32;
+	float *A = rand_f32((size_t)n * n, 8), *B = rand_f32((size_t)n * n, 9);
+	struct mfma_gemm_args ga;
+	harness_dense_f32_args(&ga, A, B, n, n, n);
+	int on[2] = { 0, 0 }, failed = 0;
+	for (int i = 0; i < 24; i++) {
+		struct mfma_gemm_result r;
+		int rc = mfma_gemm(c, &ga, &r, &err);
+		if (rc < 0) {
+			failed++;
+			assert_int_equal(rc, MFMA_EREMOTE(MFMA_CODE_UNAVAILABLE));
+			if (!strstr(err.message, "device 0 (cpu") ||
+			    !strstr(err.message, "lost its context") ||
+			    !strstr(err.message, "MFMAD_TEST_CPU_LOSE"))
+				fail_msg("the failed request says: %s", err.message);
+			continue;
+		}
+		check_result(&r, A, B, n, n, n);
+		on[r.device.index]++;
+		mfma_gemm_result_free(&r);
+	}
+	printf("24 requests: %d on device 0, %d on device 1, %d failed\n", on[0], on[1], failed);
+	assert_int_equal(on[0], 2);
+	assert_int_equal(failed, 1);
+	assert_int_equal(on[1], 21);
+	ga.device = 0;
+	struct mfma_gemm_result r0;
+	assert_int_equal(mfma_gemm(c, &ga, &r0, &err), MFMA_EREMOTE(MFMA_CODE_UNAVAILABLE));
+	assert_non_null(strstr(err.message, "lost its context"));
+	struct mfma_status st;
+	assert_int_equal(mfma_status(c, &st, &err), 0);
+	assert_non_null(strstr(st.devices[0].fault, "lost its context"));
+	assert_string_equal(st.devices[1].fault, "");
+	mfma_status_free(&st);
+	assert_int_equal(harness_metric(port, "mfmad_device_up{device=\"0\"}"), 0);
+	assert_int_equal(harness_metric(port, "mfmad_device_up{device=\"1\"}"), 1);
+	char body[512];
+	assert_int_equal(harness_http_get(port, "/readyz", body, sizeof(body)), 200);
+	assert_int_equal(harness_log_count(&d, "it takes no more work"), 1);
+	free(A);
+	free(B);
+	mfma_close(c);
+	assert_int_equal(harness_stop(&d), 0);
+}
+
 /* Two CPU queues: requests spread over both; each device's counters show it. */
 static void test_two_devices(void **state)
 {
@@ -469,6 +531,7 @@ int main(void)
 		cmocka_unit_test(test_deadline),
 		cmocka_unit_test(test_connection_limit),
 		cmocka_unit_test(test_two_devices),
+		cmocka_unit_test(test_lost_device),
 		cmocka_unit_test(test_threads_bound_dense),
 		cmocka_unit_test(test_idle_worker_counts_while_idle),
 		cmocka_unit_test(test_large_frames_pipelined),

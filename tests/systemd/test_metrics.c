@@ -85,6 +85,7 @@ static struct mfmad_stats *known_stats(void)
 	s->dev[0].in_flight = 2;
 	s->dev[0].completed = 1000;
 	s->dev[0].failed = 1;
+	s->dev[0].up = 1; /* device 1 lost its context */
 	s->dev[0].weight_bytes = 2u << 20;
 	s->dev[0].kernel_ns = 2500000000ull;
 	s->dev[0].launch_ns = 125000000ull;
@@ -154,6 +155,8 @@ static void test_render_exact_lines(void **state)
 	assert_line(out, "mfmad_ready 1");
 	assert_line(out, "mfmad_stopping 0");
 	assert_line(out, "mfmad_uptime_seconds 7.25");
+	assert_line(out, "mfmad_device_up{device=\"0\"} 1");
+	assert_line(out, "mfmad_device_up{device=\"1\"} 0");
 
 	assert_line(out, "# TYPE mfmad_requests_total counter");
 	assert_line(out, "mfmad_requests_total{kind=\"gemm\",result=\"ok\"} 1234");
@@ -286,10 +289,10 @@ static void test_render_exact_lines(void **state)
 	/* 6 status (with the declared weights pending) + requests + 6 gemm + 17
 	 * histogram + 1 executions + 12 batch histogram + 2 plans + 2 measurements
 	 * + 2 trials + 2 matrices + 1 reader frames + 2 answer frames + 1 left
-	 * running + 1 retried + 2 request frames + 6 + 2 TLS + 1 + 2 info + 10 x 2
+	 * running + 1 retried + 2 request frames + 6 + 2 TLS + 1 + 2 info + 11 x 2
 	 * per-device + 2 kernel + 2 launch + 5 x 2 worker phases + 2 x 2 batch host steps. */
 	assert_int_equal(samples, 6 + STATS_NKINDS * STATS_NRESULTS + 6 + 17 + 1 + 12 + 2 + 2 + 2 + 2 +
-					  1 + 2 + 1 + 1 + 2 + 6 + 2 + 1 + 2 + 20 + 2 + 2 + 10 + 4);
+					  1 + 2 + 1 + 1 + 2 + 6 + 2 + 1 + 2 + 22 + 2 + 2 + 10 + 4);
 	assert_int_equal(out[len - 1], '\n');
 	free(out);
 	free(s);
@@ -495,6 +498,12 @@ static void test_http_endpoints(void **state)
 	assert_int_equal(http_get(AF_INET, port, "GET", "/readyz", body, sizeof(body), NULL, 0),
 			 200);
 	assert_string_equal(body, "ready\n");
+	/* Every device down (failed to open, or lost since): not ready. */
+	STATS_SUB(s->dev[0].up, 1);
+	assert_int_equal(http_get(AF_INET, port, "GET", "/readyz", body, sizeof(body), NULL, 0),
+			 503);
+	assert_string_equal(body, "not ready: no device takes work (mfmactl status)\n");
+	STATS_ADD(s->dev[0].up, 1);
 	STATS_ADD(s->stopping, 1);
 	assert_int_equal(http_get(AF_INET, port, "GET", "/readyz", body, sizeof(body), NULL, 0),
 			 503);
