@@ -398,13 +398,23 @@ static void reload(struct daemon *d)
 	notify_ready(&N);
 }
 
+/* Set once the daemon is ready: a SIGHUP before that (while stored and
+ * declared weights load) is kept for then, so that READY=1 is never sent
+ * before the sockets accept. */
+static bool serving, reload_pending;
+
 static void on_signal(uv_signal_t *s, int signum)
 {
 	struct daemon *d = s->data;
-	if (signum == SIGHUP)
-		reload(d);
-	else
+	if (signum != SIGHUP) {
 		begin_shutdown(d, signum);
+	} else if (serving) {
+		reload(d);
+	} else if (!reload_pending) {
+		reload_pending = true;
+		log_notice("SIGHUP while starting: the configuration is read again once mfmad is "
+			   "ready");
+	}
 }
 
 static void close_walk(uv_handle_t *h, void *arg)
@@ -639,14 +649,19 @@ int main(int argc, char **argv)
 		snprintf(err, sizeof(err), "cannot start the cache of choices: %s", strerror(-rc));
 	if (rc == 0)
 		rc = sched_start(d, err, sizeof(err));
-	/* Stored weights are resident again before anyone can connect. */
+	/* Stored weights are resident again before anyone can connect.  A
+	 * SIGTERM meanwhile (begin_shutdown) ends the start once the load
+	 * under way is over: nothing more is loaded, nothing listens. */
 	if (rc == 0)
 		weights_restore(d);
 	/* Declared weights too (the declaration wins over a stored copy). */
-	if (rc == 0) {
+	if (rc == 0 && !d->stopping) {
 		declare_apply(d);
 		declare_wait(d);
 	}
+	const bool stopped = rc == 0 && d->stopping;
+	if (stopped)
+		rc = 1;
 	if (rc == 0)
 		apply_scheduling(d);
 	if (rc == 0)
@@ -671,11 +686,16 @@ int main(int argc, char **argv)
 	if (rc < 0) {
 		log_err("%s", err);
 		d->exit_code = 1;
+	} else if (stopped) {
+		log_notice("stopped while starting: nothing was served");
 	} else {
 		atomic_store(&d->stats.ready, 1);
 		/* After the sockets accept and the devices are up. */
 		notify_ready(&N);
 		log_notice("ready: %d device(s)", d->ndev);
+		serving = true;
+		if (reload_pending)
+			reload(d);
 		uv_run(d->loop, UV_RUN_DEFAULT);
 		log_notice("stopped: every request answered");
 	}

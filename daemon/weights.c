@@ -729,6 +729,8 @@ static bool any_loading(const struct daemon *d)
 static int restore_one(void *arg, struct wstore_weight *w)
 {
 	struct restore *ctx = arg;
+	if (ctx->d->stopping)
+		return 1; /* a SIGTERM while starting: no more */
 	if (is_declared(ctx->d, w->name)) {
 		char dir[400];
 		log_notice("stored weight '%s' is also declared in weights.declare: the declaration "

@@ -262,8 +262,11 @@ int wstore_each(const char *dir, int (*fn)(void *arg, struct wstore_weight *w), 
 			wstore_weight_free(&w);
 			continue;
 		}
-		count += fn(arg, &w) == 0;
+		int rc = fn(arg, &w);
 		wstore_weight_free(&w);
+		if (rc > 0)
+			break;
+		count += rc == 0;
 	}
 	closedir(dp);
 	return count;

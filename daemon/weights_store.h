@@ -48,8 +48,9 @@ void wstore_weight_free(struct wstore_weight *w);
 
 /* Reads every stored weight in dir (removing the .tmp of loads that did
  * not finish, logging files that do not check out) and hands each to fn,
- * which may take its buffers (values and meta set to NULL); returns how
- * many fn took (returned 0 for). */
+ * which may take its buffers (values and meta set to NULL) and ends the
+ * walk by returning more than 0; returns how many fn took (returned 0
+ * for). */
 int wstore_each(const char *dir, int (*fn)(void *arg, struct wstore_weight *w), void *arg);
 
 #endif

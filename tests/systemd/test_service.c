@@ -27,6 +27,7 @@
 
 #include "mfma.h"
 #include "harness.h"
+#include "npy.h"
 #include "sdtest.h"
 
 /* ---- the daemon under test ---- */
@@ -518,6 +519,98 @@ static void test_reload(void **state)
 	sdtest_manager_stop(&m);
 }
 
+/* ---- signals while the weights load at start ---- */
+
+/* A daemon of dir whose one declared weight loads for 1.5 s
+ * (MFMAD_TEST_CPU_LOAD_MS), started without waiting for its socket. */
+static pid_t start_slow(const char *dir, const char *ns, char *sock, char *log)
+{
+	char conf[160], npy[160], text[400];
+	snprintf(sock, 100, "%s/mfmad.sock", dir);
+	snprintf(log, 100, "%s/mfmad.log", dir);
+	snprintf(conf, sizeof(conf), "%s/mfmad.conf", dir);
+	snprintf(npy, sizeof(npy), "%s/w.npy", dir);
+	uint8_t hdr[NPY_HEADER_MAX];
+	size_t hlen = npy_write_header(NPY_F4, 16, 16, hdr);
+	float a[16 * 16] = { 1.0f };
+	FILE *f = fopen(npy, "wb");
+	assert_non_null(f);
+	assert_int_equal(fwrite(hdr, 1, hlen, f), hlen);
+	assert_int_equal(fwrite(a, 1, sizeof(a), f), sizeof(a));
+	assert_int_equal(fclose(f), 0);
+	snprintf(text, sizeof(text), "weights = { declare = ( { name = \"w\"; file = \"%s\"; } ); };\n",
+		 npy);
+	write_file(conf, text);
+	const char *argv[] = { env_or_empty("MFMAD_BIN"), "--config", conf, "--socket", sock,
+			       "--backends", "cpu", "--log-level", "debug", NULL };
+	const char *env[] = { ns, "MFMAD_TEST_CPU_LOAD_MS=1500", NULL };
+	pid_t pid = sdtest_spawn(argv, env, log);
+	assert_true(pid > 0);
+	for (int i = 0; i < 500 && !sdtest_file_contains(log, "declared weight 'w': loading"); i++)
+		usleep(10000);
+	assert_true(sdtest_file_contains(log, "declared weight 'w': loading"));
+	return pid;
+}
+
+/* SIGHUP and SIGTERM while the declared weights load, before READY=1.
+ * SIGHUP is kept for once the daemon is ready: it sent READY=1 at once
+ * (its reload's), before any socket, which systemd takes for the start's
+ * end.  SIGTERM ends the start once the load under way is over, exit 0,
+ * never READY=1: the daemon went on to listen and say READY=1 after its
+ * STOPPING=1, and no second SIGTERM stopped it. */
+static void test_signals_while_starting(void **state)
+{
+	(void)state;
+	struct sdtest_manager m;
+	assert_int_equal(sdtest_manager_start(&m), 0);
+	char ns[160], dir[64], sock[100], log[100];
+	snprintf(ns, sizeof(ns), "NOTIFY_SOCKET=%s", m.path);
+
+	strcpy(dir, "/tmp/mfmad-svc-XXXXXX");
+	assert_non_null(mkdtemp(dir));
+	pid_t pid = start_slow(dir, ns, sock, log);
+	kill(pid, SIGHUP);
+	int from = 0;
+	int ready = sdtest_manager_find(&m, "READY=1", &from, 10000);
+	assert_true(ready >= 0);
+	/* READY=1 once the socket accepts, the weight resident. */
+	assert_int_equal(unix_connect(sock), 0);
+	assert_true(sdtest_file_contains(log, "declared weight 'w' resident"));
+	assert_true(sdtest_file_contains(log, "SIGHUP while starting"));
+	/* Then the reload that SIGHUP asked for. */
+	assert_true(sdtest_manager_find(&m, "RELOADING=1", &from, 5000) > ready);
+	assert_true(sdtest_manager_find(&m, "READY=1", &from, 5000) >= 0);
+	kill(pid, SIGTERM);
+	assert_int_equal(sdtest_wait_exit(pid, 20000), 0);
+	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	(void)!system(cmd);
+
+	strcpy(dir, "/tmp/mfmad-svc-XXXXXX");
+	assert_non_null(mkdtemp(dir));
+	int before = sdtest_manager_wait(&m, 0, 0);
+	pid = start_slow(dir, ns, sock, log);
+	uint64_t t0 = sdtest_now_ns();
+	kill(pid, SIGTERM);
+	int st = sdtest_wait_exit(pid, 10000);
+	double s = (double)(sdtest_now_ns() - t0) / 1e9;
+	print_message("SIGTERM while a declared weight loads: exit %d after %.2f s\n", st, s);
+	if (st != 0)
+		sdtest_print_file(log);
+	assert_int_equal(st, 0);
+	assert_true(s < 5.0);
+	from = before;
+	assert_true(sdtest_manager_find(&m, "STOPPING=1", &from, 1000) >= 0);
+	assert_int_equal(sdtest_manager_count(&m, "READY=1", before), 0);
+	assert_false(sdtest_file_contains(log, "ready: "));
+	assert_true(sdtest_file_contains(log, "stopped while starting"));
+	struct stat sst;
+	assert_int_equal(stat(sock, &sst), -1);
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	(void)!system(cmd);
+	sdtest_manager_stop(&m);
+}
+
 /* ---- metrics after a known workload ---- */
 
 /* The value of the sample line `series` in a /metrics page, or -1. */
@@ -663,6 +756,7 @@ int main(void)
 		cmocka_unit_test(test_graceful_stop_finishes_in_flight),
 		cmocka_unit_test(test_graceful_stop_grace_expires),
 		cmocka_unit_test(test_reload),
+		cmocka_unit_test(test_signals_while_starting),
 		cmocka_unit_test(test_metrics_after_workload),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
