@@ -17,6 +17,7 @@
 #include "cpu_pool.h"
 #include "frame_arena.h"
 #include "host_join.h"
+#include "host_memory.h"
 #include "mfma_clock.h"
 #include "sparse24.h"
 
@@ -63,11 +64,15 @@ static int cpu_threads_for(const struct backend_config *cfg)
 	return per > 0 ? per : 1;
 }
 
+/* The CPU devices probe found: they share the host's memory. */
+static int probed_devices = 1;
+
 static int cpu_probe(const struct backend_config *cfg, char *err, size_t errlen)
 {
 	(void)err;
 	(void)errlen;
-	return cfg->cpu_devices > 0 ? cfg->cpu_devices : 1;
+	probed_devices = cfg->cpu_devices > 0 ? cfg->cpu_devices : 1;
+	return probed_devices;
 }
 
 static void cpu_model(char *buf, size_t len)
@@ -173,8 +178,13 @@ static int cpu_describe(int index, struct backend_device_info *info)
 	cpu_model(model, sizeof(model));
 	snprintf(info->name, sizeof(info->name), "%s, %d cores", model, cores());
 	snprintf(info->arch, sizeof(info->arch), "%.31s", uname(&u) == 0 ? u.machine : "cpu");
+	/* Each device's share of what the process may use: the machine's
+	 * memory, or its control group's limit where that is lower (so that
+	 * the weight budget taken from it refuses a weight the cgroup would
+	 * kill the daemon for). */
 	long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
-	info->mem_total = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz : 0;
+	uint64_t phys = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz : 0;
+	info->mem_total = host_memory_usable(phys, "") / (uint64_t)probed_devices;
 	info->batches = true;
 	info->leaves_lone = env_on(CPU_LEAVE_ENV);
 	snprintf(info->variants, sizeof(info->variants),
