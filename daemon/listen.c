@@ -140,9 +140,37 @@ static int load_tls(struct listeners *ls, const struct mfmad_config *cf, char *e
 	return 0;
 }
 
+/* Whether the IDs of /proc/self/uid_map or gid_map (`file`) are the host's
+ * own: no user namespace, or one that maps them all to themselves.  An
+ * unreadable file (no /proc) counts as the host's. */
+static bool ids_are_the_hosts(const char *file)
+{
+	FILE *f = fopen(file, "r");
+	if (!f)
+		return true;
+	unsigned long inside, outside, count;
+	bool host = fscanf(f, "%lu %lu %lu", &inside, &outside, &count) == 3 && inside == 0 &&
+		    outside == 0 && count == 4294967295ul;
+	fclose(f);
+	return host;
+}
+
 /* Resolves listen.unix_users ("alice,1001") and listen.unix_group. */
 static int load_peers(struct daemon *d, char *err, size_t errlen)
 {
+	/* The kernel gives a peer's credentials in the daemon's user
+	 * namespace: one that does not map every ID (systemd's
+	 * PrivateUsers=true, a rootless container) shows other users and
+	 * groups as 65534, and the checks would refuse them, or let all of
+	 * them in as "nobody". */
+	if ((d->cfg.unix_users[0] || d->cfg.unix_group[0]) &&
+	    (!ids_are_the_hosts("/proc/self/uid_map") || !ids_are_the_hosts("/proc/self/gid_map"))) {
+		snprintf(err, errlen, "listen.unix_users and listen.unix_group check a client's user "
+			 "and group IDs, but mfmad runs in a user namespace that does not map them "
+			 "(/proc/self/uid_map): other users would all read as 65534.  Run it in the "
+			 "host's (systemd: PrivateUsers=false) or leave both unset");
+		return -EPERM;
+	}
 	struct listeners *ls = d->listeners;
 	char users[sizeof(d->cfg.unix_users)];
 	snprintf(users, sizeof(users), "%s", d->cfg.unix_users);

@@ -402,6 +402,41 @@ static void test_unix_peer_check(void **state)
 	run_stop(&r);
 }
 
+/* listen.unix_users in a user namespace that maps only root (unshare
+ * --map-root-user, as systemd's PrivateUsers=true maps only root and the
+ * service's user): the kernel shows every other peer as uid 65534, so the
+ * check cannot work, and the daemon refuses to start saying so.  It
+ * started, refused the users it was to admit, and admitted every user
+ * were "nobody" listed. */
+static void test_peer_check_in_user_namespace(void **state)
+{
+	(void)state;
+	const char *unshare = access("/usr/bin/unshare", X_OK) == 0 ? "/usr/bin/unshare" : "/bin/unshare";
+	if (system("unshare --user --map-root-user true 2>/dev/null") != 0 || access(unshare, X_OK) != 0) {
+		print_message("no user namespaces here (unshare --user); skipped\n");
+		skip();
+	}
+	struct run r;
+	run_init(&r);
+	write_file(r.conf, "listen = { unix_users = \"12345\"; };", 0644);
+	const char *argv[] = { unshare, "--user", "--map-root-user", env_or_empty("MFMAD_BIN"),
+			       "--config", r.conf, "--socket", r.sock, NULL };
+	expect_refused_start(&r, sdtest_spawn(argv, NULL, r.log), "user namespace that does not map");
+	/* Without the check, the same namespace serves. */
+	write_file(r.conf, "log_level = \"info\";", 0644);
+	r.pid = sdtest_spawn(argv, NULL, r.log);
+	char ep[128];
+	snprintf(ep, sizeof(ep), "unix:%s", r.sock);
+	mfma_client *c = NULL;
+	struct mfma_error err;
+	for (int i = 0; i < 400 && mfma_connect(ep, &c, &err) < 0; i++)
+		usleep(25000);
+	assert_non_null(c);
+	assert_int_equal(mfma_ping(c, "x", 1, NULL, &err), 0);
+	mfma_close(c);
+	run_stop(&r);
+}
+
 int main(void)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -413,6 +448,7 @@ int main(void)
 		cmocka_unit_test(test_remote_tcp_without_token_refused),
 		cmocka_unit_test(test_activated_remote_tcp_refused),
 		cmocka_unit_test(test_unix_peer_check),
+		cmocka_unit_test(test_peer_check_in_user_namespace),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -17,7 +17,8 @@ service=$1 socket=$2 mandir=$5 binary=${6:-}
 # systemd-sysusers and systemd-tmpfiles --root read relative paths inside
 # the root.
 sysusers=$(realpath "$3") tmpfiles=$(realpath "$4")
-max_exposure=1.2
+# 1.4: PrivateUsers=false, which the Unix peer checks need (mfmad.service).
+max_exposure=1.4
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
@@ -44,7 +45,7 @@ for want in 'Type=notify' 'NotifyAccess=main' 'ExecReload=/bin/kill -HUP $MAINPI
 	'DeviceAllow=char-drm rw' 'DeviceAllow=char-nvidia* rw' \
 	'RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6' 'SystemCallFilter=@system-service' \
 	'CapabilityBoundingSet=' 'IPAddressDeny=any' 'IPAddressAllow=localhost' \
-	'MemorySwapMax=0' 'LimitCORE=0'; do
+	'MemorySwapMax=0' 'LimitCORE=0' 'PrivateUsers=false' 'RuntimeDirectoryMode=2755'; do
 	grep -qxF "$want" "$service" || fail "mfmad.service lacks the line '$want'"
 done
 grep -q '^WatchdogSec=[1-9]' "$service" || fail "mfmad.service has no WatchdogSec="
