@@ -2,9 +2,10 @@
 YAML parses (python3-yaml; exit 77 without it), the fields the fleet
 relies on are present (GPU resource, probes on /healthz and /readyz, the
 preStop drain, a grace period longer than the daemon's, a memory limit
-above limits.max_memory_mb), the ConfigMap's mfmad.conf passes
-mfmad --check-config, and the container file runs the README's setup
-command."""
+above limits.max_memory_mb, a token Secret only its owner reads), the
+ConfigMap's mfmad.conf passes mfmad --check-config, and the container file
+runs the README's setup command and holds the configuration its CMD
+names."""
 import os
 import re
 import subprocess
@@ -59,13 +60,25 @@ def main():
     assert mem.endswith("Gi") and int(mem[:-2]) * 1024 > conf_value(conf, "max_memory_mb"), \
         f"memory limit {mem} is not above limits.max_memory_mb"
     mounts = {m["mountPath"] for m in c["volumeMounts"]}
+    # The token file: mfmad refuses one that others may read (a Secret's
+    # files are 0644 by default, and the pod would restart in a loop).
+    token_dir = os.path.dirname(re.search(r'token_file\s*=\s*"([^"]+)"', conf).group(1))
+    token_mount = [m for m in c["volumeMounts"] if m["mountPath"] == token_dir]
+    assert token_mount, f"no volume is mounted at the token file's directory {token_dir}"
+    vol = [v for v in spec["volumes"] if v["name"] == token_mount[0]["name"]][0]
+    mode = vol.get("secret", {}).get("defaultMode", 0o644)
+    assert mode & 0o007 == 0, f"the token Secret's files are mode {mode:o}: mfmad refuses them" 
     assert re.search(r'state_dir\s*=\s*"([^"]+)"', conf).group(1) in mounts, \
         "weights.state_dir is not the weight volume"
     with open(os.path.join(ROOT, "deploy", "container", "Containerfile")) as f:
         cf = f.read()
     with open(os.path.join(ROOT, "README.md")) as f:
         readme = f.read()
-    assert cf.startswith("#") and "FROM debian:12" in cf
+    assert cf.startswith("#") and "ARG BASE=debian:12" in cf and "FROM ${BASE}" in cf
+    # The CMD's configuration file is in the image (a plain `podman run`
+    # has no ConfigMap): written before the CMD.
+    cmd_conf = re.search(r'CMD \["--config", "([^"]+)"\]', cf).group(1)
+    assert cmd_conf in cf[:cf.index("\nCMD [")], f"the image does not install {cmd_conf}" 
     assert "bash scripts/setup.sh --install" in readme and "bash scripts/setup.sh --install" in cf, \
         "the container file does not run the README's setup command"
     print(f"deploy/k8s: {', '.join(sorted(docs))} parse and carry the fields; the ConfigMap's "
