@@ -1223,6 +1223,7 @@ static void on_tick(uv_timer_t *t)
 	struct daemon *d = t->data;
 	const struct mfmad_config *cf = &d->cfg;
 	uint64_t now = mfma_clock_ns();
+	atomic_store_explicit(&d->stats.loop_beat_ns, now, memory_order_relaxed);
 	for (struct conn *c = d->conns, *next; c; c = next) {
 		next = c->next;
 		if (c->closed)

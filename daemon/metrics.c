@@ -206,6 +206,16 @@ static uint64_t dev_get(const struct stats_device *d, enum dev_field f)
 	return 0;
 }
 
+/* /healthz fails when the event loop has not ticked for this long. */
+#define LOOP_STALL_NS (10 * 1000000000ull)
+
+/* How long since the event loop's last tick (0 before its first). */
+static uint64_t loop_age_ns(const struct mfmad_stats *s, uint64_t now_ns)
+{
+	uint64_t beat = STATS_GET(s->loop_beat_ns);
+	return beat && now_ns > beat ? now_ns - beat : 0;
+}
+
 /* Whether some device takes work (none: every one failed to open or has
  * lost its context). */
 static bool any_device_up(const struct mfmad_stats *s)
@@ -254,6 +264,10 @@ int metrics_render_at(const struct mfmad_stats *s, uint64_t now_ns, char **out, 
 	family(&b, "mfmad_uptime_seconds", "gauge", "Seconds since the daemon started.");
 	buf_printf(&b, "mfmad_uptime_seconds %s\n",
 		   fmt_seconds(now_ns > s->start_ns && s->start_ns != 0 ? now_ns - s->start_ns : 0, t));
+	family(&b, "mfmad_event_loop_tick_age_seconds", "gauge",
+	       "Seconds since the event loop last ran its 100 ms tick (/healthz fails past "
+	       "10): a loop that stalls shows here first.");
+	buf_printf(&b, "mfmad_event_loop_tick_age_seconds %s\n", fmt_seconds(loop_age_ns(s, now_ns), t));
 
 	family(&b, "mfmad_requests_total", "counter",
 	       "Requests answered, by request kind and result (ok or the reason it failed).");
@@ -602,8 +616,20 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		return reply(c, MHD_HTTP_OK, METRICS_CONTENT_TYPE, body, len,
 			     MHD_RESPMEM_MUST_FREE);
 	}
-	if (strcmp(url, "/healthz") == 0)
+	if (strcmp(url, "/healthz") == 0) {
+		/* The loop answers every client: one that no longer runs (a
+		 * deadlock, a call that never returns) is not healthy, though
+		 * this thread still answers. */
+		uint64_t age = loop_age_ns(m->stats, mfma_clock_ns());
+		if (age > LOOP_STALL_NS) {
+			char text[96];
+			int n = snprintf(text, sizeof(text), "event loop stalled: no tick for %.1f s\n",
+					 (double)age / 1e9);
+			return reply(c, MHD_HTTP_SERVICE_UNAVAILABLE, "text/plain; charset=utf-8", text,
+				     (size_t)n, MHD_RESPMEM_MUST_COPY);
+		}
 		return reply_text(c, MHD_HTTP_OK, "ok\n");
+	}
 	if (strcmp(url, "/readyz") == 0) {
 		if (STATS_GET(m->stats->stopping))
 			return reply_text(c, MHD_HTTP_SERVICE_UNAVAILABLE, "stopping\n");
@@ -612,6 +638,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		if (STATS_GET(m->stats->declared_pending))
 			return reply_text(c, MHD_HTTP_SERVICE_UNAVAILABLE,
 					  "not ready: declared weights not resident (mfmactl status)\n");
+		if (loop_age_ns(m->stats, mfma_clock_ns()) > LOOP_STALL_NS)
+			return reply_text(c, MHD_HTTP_SERVICE_UNAVAILABLE,
+					  "not ready: the event loop has stalled (/healthz)\n");
 		if (!any_device_up(m->stats))
 			return reply_text(c, MHD_HTTP_SERVICE_UNAVAILABLE,
 					  "not ready: no device takes work (mfmactl status)\n");

@@ -103,6 +103,9 @@ struct stats_device {
 struct mfmad_stats {
 	uint64_t start_ns; /* CLOCK_MONOTONIC at start */
 	_Atomic int ready; /* listening and devices up */
+	/* CLOCK_MONOTONIC of the event loop's last tick (conn.c, every 100 ms;
+	 * 0 before the first): /healthz fails when it is stale. */
+	_Atomic uint64_t loop_beat_ns;
 	_Atomic int stopping;
 	_Atomic uint64_t requests[STATS_NKINDS][STATS_NRESULTS];
 	_Atomic uint64_t gemm_queue_ns, gemm_h2d_ns, gemm_kernel_ns, gemm_d2h_ns, gemm_total_ns;

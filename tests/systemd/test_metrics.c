@@ -18,6 +18,7 @@
 #include <cmocka.h>
 
 #include "metrics.h"
+#include "mfma_clock.h"
 #include "mfmad_build.h"
 #include "sdtest.h"
 
@@ -148,6 +149,7 @@ static void test_render_exact_lines(void **state)
 	(void)state;
 	size_t len;
 	struct mfmad_stats *s = known_stats();
+	s->loop_beat_ns = 12100000000ull; /* 0.15 s before the render */
 	char *out = render_known(s, &len);
 
 	assert_line(out, "mfmad_build_info{version=\"" MFMAD_VERSION "\"} 1");
@@ -155,6 +157,7 @@ static void test_render_exact_lines(void **state)
 	assert_line(out, "mfmad_ready 1");
 	assert_line(out, "mfmad_stopping 0");
 	assert_line(out, "mfmad_uptime_seconds 7.25");
+	assert_line(out, "mfmad_event_loop_tick_age_seconds 0.15");
 	assert_line(out, "mfmad_device_up{device=\"0\"} 1");
 	assert_line(out, "mfmad_device_up{device=\"1\"} 0");
 
@@ -286,12 +289,12 @@ static void test_render_exact_lines(void **state)
 		samples++;
 	}
 	assert_null(strstr(out, "result=\"unknown\""));
-	/* 6 status (with the declared weights pending) + requests + 6 gemm + 17
+	/* 6 status (with the declared weights pending) + the loop's tick age + requests + 6 gemm + 17
 	 * histogram + 1 executions + 12 batch histogram + 2 plans + 2 measurements
 	 * + 2 trials + 2 matrices + 1 reader frames + 2 answer frames + 1 left
 	 * running + 1 retried + 2 request frames + 6 + 2 TLS + 1 + 2 info + 11 x 2
 	 * per-device + 2 kernel + 2 launch + 5 x 2 worker phases + 2 x 2 batch host steps. */
-	assert_int_equal(samples, 6 + STATS_NKINDS * STATS_NRESULTS + 6 + 17 + 1 + 12 + 2 + 2 + 2 + 2 +
+	assert_int_equal(samples, 6 + 1 + STATS_NKINDS * STATS_NRESULTS + 6 + 17 + 1 + 12 + 2 + 2 + 2 + 2 +
 					  1 + 2 + 1 + 1 + 2 + 6 + 2 + 1 + 2 + 22 + 2 + 2 + 10 + 4);
 	assert_int_equal(out[len - 1], '\n');
 	free(out);
@@ -494,6 +497,22 @@ static void test_http_endpoints(void **state)
 	assert_int_equal(http_get(AF_INET, port, "GET", "/readyz", body, sizeof(body), NULL, 0),
 			 503);
 	assert_string_equal(body, "not ready\n");
+	/* An event loop that has not ticked for over 10 s: neither healthy
+	 * nor ready, though this thread answers; fresh again, both are. */
+	uint64_t beat = STATS_GET(s->loop_beat_ns);
+	s->loop_beat_ns = mfma_clock_ns() - 11000000000ull;
+	assert_int_equal(http_get(AF_INET, port, "GET", "/healthz", body, sizeof(body), NULL, 0),
+			 503);
+	assert_non_null(strstr(body, "event loop stalled: no tick for 11."));
+	STATS_ADD(s->ready, 1);
+	assert_int_equal(http_get(AF_INET, port, "GET", "/readyz", body, sizeof(body), NULL, 0),
+			 503);
+	assert_string_equal(body, "not ready: the event loop has stalled (/healthz)\n");
+	STATS_SUB(s->ready, 1);
+	s->loop_beat_ns = mfma_clock_ns();
+	assert_int_equal(http_get(AF_INET, port, "GET", "/healthz", body, sizeof(body), NULL, 0),
+			 200);
+	s->loop_beat_ns = beat;
 	STATS_ADD(s->ready, 1);
 	assert_int_equal(http_get(AF_INET, port, "GET", "/readyz", body, sizeof(body), NULL, 0),
 			 200);
