@@ -398,6 +398,39 @@ static void reload(struct daemon *d)
 	notify_ready(&N);
 }
 
+/* ---- a long start's progress, for systemd's start timeout ---- */
+
+/* How often the start's progress is looked at, and how much more time
+ * each step of progress asks systemd for (EXTEND_TIMEOUT_USEC): a start
+ * restoring many large weights is not killed by TimeoutStartSec= while it
+ * goes on making weights resident, and is once it stops for that long. */
+#define START_TICK_MS 500
+#define START_EXTEND_USEC (120 * 1000000ull)
+
+static uv_timer_t start_timer;
+static uint64_t start_seen = UINT64_MAX;
+
+/* Loads finished (resident or failed) since the start: its progress. */
+static uint64_t start_progress(const struct daemon *d)
+{
+	uint64_t n = 0;
+	for (int r = 0; r < STATS_NRESULTS; r++)
+		n += STATS_GET(d->stats.requests[STATS_LOAD][r]);
+	return n;
+}
+
+static void on_start_tick(uv_timer_t *t)
+{
+	const struct daemon *d = t->data;
+	uint64_t now = start_progress(d);
+	if (now == start_seen)
+		return;
+	start_seen = now;
+	char text[128];
+	snprintf(text, sizeof(text), "starting: %" PRIu64 " weight(s) loaded so far", now);
+	notify_extend_start(START_EXTEND_USEC, text);
+}
+
 /* Set once the daemon is ready: a SIGHUP before that (while stored and
  * declared weights load) is kept for then, so that READY=1 is never sent
  * before the sockets accept. */
@@ -652,6 +685,12 @@ int main(int argc, char **argv)
 	/* Stored weights are resident again before anyone can connect.  A
 	 * SIGTERM meanwhile (begin_shutdown) ends the start once the load
 	 * under way is over: nothing more is loaded, nothing listens. */
+	bool start_ticking = rc == 0 && uv_timer_init(d->loop, &start_timer) == 0;
+	if (start_ticking) {
+		start_timer.data = d;
+		uv_timer_start(&start_timer, on_start_tick, START_TICK_MS, START_TICK_MS);
+		uv_unref((uv_handle_t *)&start_timer);
+	}
 	if (rc == 0)
 		weights_restore(d);
 	/* Declared weights too (the declaration wins over a stored copy). */
@@ -659,6 +698,8 @@ int main(int argc, char **argv)
 		declare_apply(d);
 		declare_wait(d);
 	}
+	if (start_ticking)
+		uv_timer_stop(&start_timer);
 	const bool stopped = rc == 0 && d->stopping;
 	if (stopped)
 		rc = 1;

@@ -102,6 +102,19 @@ int notify_status(const char *text)
 	return notify_send(msg);
 }
 
+int notify_extend_start(uint64_t usec, const char *text)
+{
+	if (!notify_enabled())
+		return 0;
+	char msg[NOTIFY_STATUS_MAX + 64];
+	snprintf(msg, sizeof(msg), "EXTEND_TIMEOUT_USEC=%" PRIu64 "\nSTATUS=%s", usec,
+		 text ? text : "starting");
+	for (char *p = strchr(msg, '\n') + 1; *p; p++)
+		if (*p == '\n')
+			*p = ' ';
+	return notify_send(msg);
+}
+
 int notify_status_stats(const struct mfmad_stats *s)
 {
 	if (s == NULL)

@@ -60,6 +60,10 @@ int notify_reloading(void);
 /* STOPPING=1 with a STATUS= line saying how much work is left. */
 int notify_stopping(const struct notify *n);
 
+/* EXTEND_TIMEOUT_USEC=usec with STATUS=text: the start (TimeoutStartSec=)
+ * may take usec more from now; send again before that passes. */
+int notify_extend_start(uint64_t usec, const char *text);
+
 /* STATUS=text, shown by `systemctl status mfmad`. */
 int notify_status(const char *text);
 

@@ -552,7 +552,8 @@ static pid_t start_slow(const char *dir, const char *ns, char *sock, char *log)
 	return pid;
 }
 
-/* SIGHUP and SIGTERM while the declared weights load, before READY=1.
+/* SIGHUP and SIGTERM while the declared weights load, before READY=1,
+ * and the start asking systemd for more time meanwhile.
  * SIGHUP is kept for once the daemon is ready: it sent READY=1 at once
  * (its reload's), before any socket, which systemd takes for the start's
  * end.  SIGTERM ends the start once the load under way is over, exit 0,
@@ -577,6 +578,12 @@ static void test_signals_while_starting(void **state)
 	assert_int_equal(unix_connect(sock), 0);
 	assert_true(sdtest_file_contains(log, "declared weight 'w' resident"));
 	assert_true(sdtest_file_contains(log, "SIGHUP while starting"));
+	/* The slow start asked systemd for more time (EXTEND_TIMEOUT_USEC)
+	 * before it was ready. */
+	int ext_from = 0;
+	int ext = sdtest_manager_find(&m, "EXTEND_TIMEOUT_USEC=120000000", &ext_from, 0);
+	assert_true(ext >= 0 && ext < ready);
+	assert_non_null(strstr(m.msg[ext], "STATUS=starting: "));
 	/* Then the reload that SIGHUP asked for. */
 	assert_true(sdtest_manager_find(&m, "RELOADING=1", &from, 5000) > ready);
 	assert_true(sdtest_manager_find(&m, "READY=1", &from, 5000) >= 0);
