@@ -693,19 +693,35 @@ static void trial_note(const struct cuda_backend_dev *bd, const struct cuda_weig
 	t->trial_end = BACKEND_TRIAL_CHANGED;
 }
 
+/* The provider gemm_resident runs first when no trial is on: the measured
+ * order's first candidate, else the candidates' own first. */
+static size_t first_choice(const struct cuda_rank *r, const size_t *cand, size_t ncand)
+{
+	for (size_t j = 0; j < r->n; j++)
+		for (size_t c = 0; c < ncand; c++)
+			if (cand[c] == r->order[j])
+				return cand[c];
+	return cand[0];
+}
+
 /* Whether a lone GEMM on w started now would be left running (cuda_gemm
  * has checked that an event set is free): its D goes by DMA into
  * registered host memory, and its N bucket's choice is made and out of its
  * served trial (nothing to measure or to time), while the device is not
- * warming. */
+ * warming, and the provider that runs it has its plan for this shape (a
+ * cuSPARSELt search, 25-100 ms, would stall the loop thread and every
+ * connection with it: the worker makes it). */
 static bool leaves_lone(struct cuda_backend_dev *bd, const struct cuda_weight *w,
-			const struct mfma_gemm *g, size_t ncand)
+			const struct mfma_gemm *g, const size_t *cand, size_t ncand)
 {
 	const size_t b = cuda_bucket_of(g->n), out = g->out_dtype < NOUT ? g->out_dtype : 0;
 	const struct cuda_rank *r = &w->rank[b][out];
 	const size_t dbytes = (size_t)g->m * g->n * mfma_dtype_size(g->out_dtype);
-	return g->nparts < 2 && !bd->warming && (r->n > 0 || ncand == 1) && trial_slot(r) < 0 &&
-	       cuda_dev_registered(bd->dev, g->d, dbytes);
+	if (g->nparts >= 2 || bd->warming || (r->n == 0 && ncand != 1) || trial_slot(r) >= 0 ||
+	    !cuda_dev_registered(bd->dev, g->d, dbytes))
+		return false;
+	const size_t i = first_choice(r, cand, ncand);
+	return !providers[i]->planned || providers[i]->planned(bd->state[i], g, w->packed[i]);
 }
 
 /* A GEMM on a resident weight: the pinned provider when it runs the
@@ -720,7 +736,7 @@ static int gemm_resident(struct cuda_backend_dev *bd, struct cuda_weight *w,
 	int rc = candidates(bd, w, s, cand, &ncand, err, errlen);
 	if (rc < 0)
 		return rc;
-	if (t->leave_only && !leaves_lone(bd, w, g, ncand))
+	if (t->leave_only && !leaves_lone(bd, w, g, cand, ncand))
 		return -EAGAIN;
 	if ((rc = cuda_dev_enter(bd->dev, err, errlen)) < 0)
 		return rc;
@@ -735,8 +751,9 @@ static int gemm_resident(struct cuda_backend_dev *bd, struct cuda_weight *w,
 	struct cuda_rank *r = &w->rank[b][out];
 	/* The measured order first (its runner-up first when the trial
 	 * tries it), then the table's; a candidate that cannot make this
-	 * very shape (-ENOTSUP at launch) passes to the next.  A GEMM that
-	 * measured is no part of the trial. */
+	 * very shape (-ENOTSUP at launch) or lacks the memory for it
+	 * (-ENOMEM) passes to the next.  A GEMM that measured is no part of
+	 * the trial. */
 	const int slot = bd->measures == measures0 ? trial_slot(r) : -1;
 	size_t order[2 * NPROVIDERS + 1], norder = 0;
 	if (slot == 1)
@@ -765,10 +782,15 @@ static int gemm_resident(struct cuda_backend_dev *bd, struct cuda_weight *w,
 		rc = run_on(bd, i, g, w->packed[i], leave, t, e, elen);
 		if (rc == 0 && slot >= 0 && i == r->order[slot])
 			trial_note(bd, w, b, out, r, slot, t);
-		else if (rc == -ENOTSUP && slot >= 0 && i == r->order[slot])
-			/* It cannot make every shape of the bucket: no trial. */
+		else if (rc < 0 && slot >= 0 && i == r->order[slot])
+			/* It cannot make every shape of the bucket, or failed:
+			 * no trial, or each GEMM of the bucket would try it
+			 * again for the weight's life. */
 			r->trial.over = true;
-		if (rc != -ENOTSUP)
+		/* One that cannot make this very shape, or has not the memory
+		 * for it (its workspace, scratch for a new width), passes to
+		 * the next; a device's error is the request's. */
+		if (rc != -ENOTSUP && rc != -ENOMEM)
 			return rc;
 		if (!first_rc)
 			first_rc = rc;

@@ -487,6 +487,20 @@ static long lt_version(void *state)
 	return lt.get_version ? (long)lt.get_version() : 0;
 }
 
+static bool lt_planned(void *state, const struct mfma_gemm *g, void *packed)
+{
+	const struct lt_state *s = state;
+	const struct lt_weight *w = packed;
+	const struct plan_table *t = w ? &w->plans : s ? &s->plans : NULL;
+	for (size_t i = 0; t && i < PLAN_TABLE_SLOTS; i++) {
+		const struct lt_plan *p = t->plan[i];
+		if (p && p->m == g->m && p->n == g->n && p->k == g->k && p->in == g->in_dtype &&
+		    p->out == g->out_dtype)
+			return true;
+	}
+	return false;
+}
+
 const struct cuda_provider cuda_provider_cublaslt = {
 	.name = "cublaslt",
 	.usable = lt_usable,
@@ -498,4 +512,5 @@ const struct cuda_provider cuda_provider_cublaslt = {
 	.weight_pack = lt_weight_pack,
 	.weight_free = lt_weight_free,
 	.launch = lt_launch,
+	.planned = lt_planned,
 };

@@ -577,6 +577,18 @@ static long cs_version(void *state)
 	return s ? s->version : 0;
 }
 
+static bool cs_planned(void *state, const struct mfma_gemm *g, void *packed)
+{
+	(void)state;
+	const struct cs_weight *w = packed;
+	for (size_t i = 0; w && i < PLAN_TABLE_SLOTS; i++) {
+		const struct cs_plan *q = w->plans.plan[i];
+		if (q && q->n == g->n && q->out == g->out_dtype)
+			return true;
+	}
+	return false;
+}
+
 const struct cuda_provider cuda_provider_cusparselt = {
 	.name = "cusparselt",
 	.usable = cs_usable,
@@ -588,4 +600,5 @@ const struct cuda_provider cuda_provider_cusparselt = {
 	.weight_pack = cs_weight_pack,
 	.weight_free = cs_weight_free,
 	.launch = cs_launch,
+	.planned = cs_planned,
 };

@@ -92,6 +92,11 @@ struct cuda_provider {
 	 * the caller drains the stream. */
 	int (*launch)(struct cuda_dev *dev, void *state, const struct mfma_gemm *g, void *packed,
 		      const char **variant, char *err, size_t errlen);
+	/* Optional (NULL: nothing is planned per shape): whether a launch of
+	 * g would find its plan made (no library search or heuristic first),
+	 * so that the loop thread may start it (leave_only) without waiting
+	 * on one.  Any thread that holds the device. */
+	bool (*planned)(void *state, const struct mfma_gemm *g, void *packed);
 };
 
 /* ---- Vendor libraries opened at run time (cuda.c) ---- */
