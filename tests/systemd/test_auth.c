@@ -347,6 +347,18 @@ static void test_activated_remote_tcp_refused(void **state)
 	run_stop(&r);
 }
 
+/* Connects to ep once the daemon there accepts (up to 10 s) and pings. */
+static void ping_once_up(const char *ep)
+{
+	mfma_client *c = NULL;
+	struct mfma_error err;
+	for (int i = 0; i < 400 && mfma_connect(ep, &c, &err) < 0; i++)
+		usleep(25000);
+	assert_non_null(c);
+	assert_int_equal(mfma_ping(c, "x", 1, NULL, &err), 0);
+	mfma_close(c);
+}
+
 /* The peer's uid against listen.unix_users: only as root can the test
  * connect as another user. */
 static void test_unix_peer_check(void **state)
@@ -362,13 +374,7 @@ static void test_unix_peer_check(void **state)
 	r.pid = spawn(&r, "listen = { unix_mode = \"0666\"; unix_users = \"12345\"; };");
 	char ep[128];
 	snprintf(ep, sizeof(ep), "unix:%s", r.sock);
-	mfma_client *c = NULL;
-	struct mfma_error err;
-	for (int i = 0; i < 400 && mfma_connect(ep, &c, &err) < 0; i++)
-		usleep(25000);
-	assert_non_null(c);
-	assert_int_equal(mfma_ping(c, "x", 1, NULL, &err), 0); /* root always passes */
-	mfma_close(c);
+	ping_once_up(ep); /* root always passes */
 	int uids[2] = { 12345, 23456 };
 	for (int i = 0; i < 2; i++) {
 		int pfd[2];
@@ -427,13 +433,7 @@ static void test_peer_check_in_user_namespace(void **state)
 	r.pid = sdtest_spawn(argv, NULL, r.log);
 	char ep[128];
 	snprintf(ep, sizeof(ep), "unix:%s", r.sock);
-	mfma_client *c = NULL;
-	struct mfma_error err;
-	for (int i = 0; i < 400 && mfma_connect(ep, &c, &err) < 0; i++)
-		usleep(25000);
-	assert_non_null(c);
-	assert_int_equal(mfma_ping(c, "x", 1, NULL, &err), 0);
-	mfma_close(c);
+	ping_once_up(ep);
 	run_stop(&r);
 }
 
