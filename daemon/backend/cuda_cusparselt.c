@@ -135,6 +135,7 @@ struct cs_plan {
 	uint32_t n;
 	enum mfma_dtype out;
 	bool failed; /* the library refused this shape: do not ask again */
+	bool searched; /* the search chose its configuration (else the default's) */
 	bool have_b, have_c, have_mm, have_plan;
 	cs_obj mb, mc, mm, sel, plan;
 	size_t ws_bytes;
@@ -459,6 +460,8 @@ static struct cs_plan *plan_make(struct cs_state *s, struct cs_weight *w, uint32
 		/* The search may have failed half-way: keep the plan as it was
 		 * chosen by default. */
 		p->ws_bytes = ws;
+	} else {
+		p->searched = true;
 	}
 	p->variant = variant_of(s, p, w->dtype);
 	return p;
@@ -521,7 +524,11 @@ static int cs_launch(struct cuda_dev *dev, void *state, const struct mfma_gemm *
 			return -ENOMEM;
 		}
 		cuda_dev_count_plan(dev);
-		plan_free(plan_table_put(&w->plans, p, cuda_dev_warming(dev)));
+		/* A refusal or a default plan (the search's workspace could not
+		 * be had: memory short at that moment) is not kept for the
+		 * weight's life: once replaced, it is made again. */
+		plan_free(plan_table_put(&w->plans, p,
+					 cuda_dev_warming(dev) && !p->failed && p->searched));
 	}
 	if (p->failed) {
 		snprintf(err, errlen, "cuda: cuSPARSELt has no plan for %ux%ux%u %s->%s", g->m, g->n,
