@@ -7,7 +7,8 @@
  * closed at the read timeout; a remote listener without a credential is
  * refused at start (socket-activated too); SIGHUP swaps the certificate
  * and keeps the old one when the new file is broken; endpoint lists fail
- * over between tls: endpoints. */
+ * over between tls: endpoints; a reconnection is bounded by its calls'
+ * deadlines, not by the handshake's or an expired request's. */
 #include <errno.h>
 #include <fcntl.h>
 #include <setjmp.h>
@@ -21,6 +22,8 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -630,6 +633,149 @@ static void test_reconnect_keeps_timeout(void **state)
 	run_stop(&r);
 }
 
+/* ---- a loopback proxy whose connections are slow to start ---- */
+
+/* One connection at a time: each waits delay_ms before it connects to
+ * the daemon's port (a TLS handshake through it takes that long more),
+ * then relays both ways until either side closes or drop is set. */
+struct slow_proxy {
+	int lfd, port, up_port, delay_ms;
+	_Atomic bool drop, stop;
+	pthread_t thread;
+};
+
+static void relay(struct slow_proxy *px, int a)
+{
+	usleep((useconds_t)px->delay_ms * 1000);
+	int b = sdtest_connect_tcp(px->up_port, 5000);
+	if (b < 0)
+		return;
+	char buf[65536];
+	while (!atomic_load(&px->drop) && !atomic_load(&px->stop)) {
+		struct pollfd p[2] = { { a, POLLIN, 0 }, { b, POLLIN, 0 } };
+		if (poll(p, 2, 20) <= 0)
+			continue;
+		int from = p[0].revents ? a : b, to = from == a ? b : a;
+		ssize_t n = read(from, buf, sizeof(buf));
+		if (n <= 0 || write(to, buf, (size_t)n) != n)
+			break;
+	}
+	close(b);
+}
+
+static void *proxy_run(void *arg)
+{
+	struct slow_proxy *px = arg;
+	while (!atomic_load(&px->stop)) {
+		struct pollfd p = { px->lfd, POLLIN, 0 };
+		if (poll(&p, 1, 20) <= 0)
+			continue;
+		int a = accept(px->lfd, NULL, NULL);
+		if (a < 0)
+			continue;
+		relay(px, a);
+		close(a);
+		atomic_store(&px->drop, false);
+	}
+	return NULL;
+}
+
+static void proxy_start(struct slow_proxy *px, int up_port, int delay_ms)
+{
+	memset(px, 0, sizeof(*px));
+	px->up_port = up_port;
+	px->delay_ms = delay_ms;
+	px->port = harness_free_port();
+	px->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int one = 1;
+	assert_int_equal(setsockopt(px->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)), 0);
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)px->port),
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	assert_int_equal(bind(px->lfd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(listen(px->lfd, 8), 0);
+	assert_int_equal(pthread_create(&px->thread, NULL, proxy_run, px), 0);
+}
+
+/* Closes the connection the proxy relays now, both sides. */
+static void proxy_drop(struct slow_proxy *px)
+{
+	atomic_store(&px->drop, true);
+	for (int i = 0; i < 200 && atomic_load(&px->drop); i++)
+		usleep(5000);
+	assert_false(atomic_load(&px->drop));
+}
+
+static void proxy_stop(struct slow_proxy *px)
+{
+	atomic_store(&px->stop, true);
+	pthread_join(px->thread, NULL);
+	close(px->lfd);
+}
+
+/* A connection lost with two GEMMs on it to resend: one whose own
+ * deadline (timeout_us) passes before the wait, and one with 10 s.  The
+ * new connection's TLS handshake takes 300 ms (a slow proxy): the live
+ * GEMM is answered, the expired one fails DEADLINE_EXCEEDED.  The
+ * reconnection was bounded by the expired GEMM's past deadline (each step
+ * given 100 ms), and the live one failed with it. */
+static void test_reconnect_bounded_by_live_requests(void **state)
+{
+	(void)state;
+	struct run r;
+	run_init(&r);
+	write_conf(&r, "server", cf(&r, "ca.pem"), NULL);
+	r.pid = spawn(&r);
+	wait_ready(&r);
+	struct slow_proxy px;
+	proxy_start(&px, r.port, 300);
+	char ep[64];
+	snprintf(ep, sizeof(ep), "tls:localhost:%d", px.port);
+	struct mfma_tls t = { .ca_file = cf(&r, "ca.pem"), .cert_file = cf(&r, "client.pem"),
+			      .key_file = cf(&r, "client.key") };
+	mfma_client *c;
+	struct mfma_error err;
+	if (mfma_connect_tls(ep, &t, &c, &err) < 0)
+		fail_msg("through the proxy: %s", err.message);
+	mfma_set_timeout(c, 10000);
+	gemm_checked(c, 16, 16, 16);
+
+	enum { M = 16, K = 16, N = 16 };
+	static float a[M * K], b[K * N];
+	for (size_t i = 0; i < M * K; i++)
+		a[i] = (float)(i % 7) - 3.0f;
+	for (size_t i = 0; i < K * N; i++)
+		b[i] = (float)(i % 5) - 2.0f;
+	struct mfma_gemm_args live, expired;
+	harness_dense_f32_args(&live, a, b, M, K, N);
+	harness_dense_f32_args(&expired, a, b, M, K, N);
+	expired.timeout_us = 20000;
+	uint64_t live_id, expired_id;
+	/* Both written at once, after the proxy closed the connection. */
+	mfma_cork(c);
+	assert_int_equal(mfma_gemm_submit(c, &live, &live_id, &err), 0);
+	assert_int_equal(mfma_gemm_submit(c, &expired, &expired_id, &err), 0);
+	proxy_drop(&px);
+	usleep(50000);
+	(void)mfma_uncork(c, &err);
+	usleep(100000); /* past the expired one's 20 ms */
+	struct mfma_gemm_result res;
+	uint64_t done;
+	uint64_t t0 = mfma_clock_ns();
+	int rc = mfma_wait(c, live_id, 10000, &done, &res, &err);
+	double s = (double)(mfma_clock_ns() - t0) / 1e9;
+	printf("the live GEMM after the reconnection: %d after %.2f s%s%s\n", rc, s, rc ? ": " : "",
+	       rc ? err.message : "");
+	assert_int_equal(rc, 0);
+	assert_int_equal(done, live_id);
+	assert_true(harness_worst_error(res.d.data, a, b, NULL, 1, 0, M, K, N) < 1e-5);
+	mfma_gemm_result_free(&res);
+	rc = mfma_wait(c, expired_id, 10000, &done, &res, &err);
+	assert_int_equal(rc, MFMA_EREMOTE(MFMA_CODE_DEADLINE_EXCEEDED));
+	mfma_close(c);
+	proxy_stop(&px);
+	run_stop(&r);
+}
+
 int main(void)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -642,6 +788,7 @@ int main(void)
 		cmocka_unit_test(test_sighup_all_or_nothing),
 		cmocka_unit_test(test_failover),
 		cmocka_unit_test(test_reconnect_keeps_timeout),
+		cmocka_unit_test(test_reconnect_bounded_by_live_requests),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
