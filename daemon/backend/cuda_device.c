@@ -555,10 +555,18 @@ static int direct_copy_in(CUstream st, CUdeviceptr dst, size_t dpitch, const voi
 	return 0;
 }
 
+/* The largest B a kernel waits for at its gate.  The kernel gives up
+ * (traps, which loses the context) when B is not in 2 s after it starts
+ * waiting: a copy of this much is in well before that on any link a GPU
+ * runs on, and a larger one gains nothing from the gate (its few
+ * microseconds are lost in the copy). */
+#define GATE_MAX_BYTES ((size_t)64 << 20)
+
 int cuda_dev_copy_in_gated(struct cuda_dev *d, CUdeviceptr dst, size_t dpitch, const void *src, size_t rows,
 			   size_t row_bytes, CUdeviceptr *gate, uint32_t *seq, char *err, size_t errlen)
 {
-	if (!d->gate_on || on_device(d, src, rows * row_bytes) || !cuda_dev_registered(d, src, rows * row_bytes))
+	if (!d->gate_on || rows * dpitch > GATE_MAX_BYTES || on_device(d, src, rows * row_bytes) ||
+	    !cuda_dev_registered(d, src, rows * row_bytes))
 		return -EAGAIN;
 	if (!d->gate_stream) {
 		/* Made on the first gated copy.  What cannot be made now
