@@ -46,6 +46,7 @@ struct client_pending {
 	uint64_t seq;    /* arrival order, for MFMA_ANY */
 	void *d_dst;     /* where the caller wants D (mfma_gemm_args.d), or NULL */
 	size_t d_bytes;  /* and how many bytes it holds (mfma_gemm_args.d_bytes) */
+	uint32_t d_rows, d_cols; /* the D asked for (rows 0: a resident weight's, any) */
 	Mfma__V1__Response *resp; /* NULL until the answer arrives */
 	struct client_rx rx;      /* where resp's D is, when not in resp */
 	/* A request that changes nothing (a GEMM, a ping, status, the list)

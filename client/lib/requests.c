@@ -41,6 +41,18 @@ static uint8_t *unconst(const void *p)
 static int fail_remote(const Mfma__V1__Status *st, struct mfma_error *err)
 {
 	int code = st->has_code ? (int)st->code : MFMA_CODE_INTERNAL;
+	/* A code this library does not know (the wire carries any int32)
+	 * must still read as the daemon's failure: MFMA_EREMOTE of a
+	 * negative one would be 0 or a local errno. */
+	if (code <= MFMA_CODE_OK || code > MFMA_CODE_FAILED_PRECONDITION) {
+		if (err) {
+			err->code = MFMA_CODE_INTERNAL;
+			snprintf(err->message, sizeof(err->message),
+				 "the daemon answered status code %d, which this client does not know",
+				 code);
+		}
+		return MFMA_EREMOTE(MFMA_CODE_INTERNAL);
+	}
 	if (err) {
 		err->code = code;
 		if (st->message && *st->message)
@@ -606,15 +618,26 @@ struct client_result {
 	struct client_rx rx;
 };
 
+/* The D a GEMM's answer must hold: N columns (B's), M rows where the
+ * request says (0: a resident weight's, unknown here). */
+static void d_shape_of(const struct mfma_gemm_args *a, uint32_t *rows, uint32_t *cols)
+{
+	*cols = a->b.cols;
+	*rows = a->a.kind == MFMA_OPERAND_DENSE	   ? a->a.dense.rows
+		: a->a.kind == MFMA_OPERAND_SPARSE24 ? a->a.sparse.rows
+						     : 0;
+}
+
 /* dst: where the caller wants D (mfma_gemm_args.d), or NULL: D is then
- * pointed at where it is, in the receive buffer (rx) or the answer.
- * Takes resp and rx. */
+ * pointed at where it is, in the receive buffer (rx) or the answer;
+ * rows, cols: the D asked for (rows 0: any).  Takes resp and rx. */
 static int gemm_result_from(mfma_client *c, Mfma__V1__Response *resp, struct client_rx *rx,
-			    uint64_t rtt, void *dst, size_t dst_bytes, struct mfma_gemm_result *r,
-			    struct mfma_error *err)
+			    uint64_t rtt, void *dst, size_t dst_bytes, uint32_t rows, uint32_t cols,
+			    struct mfma_gemm_result *r, struct mfma_error *err)
 {
 	uint64_t t0 = mfma_clock_ns();
-	const Mfma__V1__GemmResult *g = resp->gemm;
+	const Mfma__V1__GemmResult *g =
+		resp->body_case == MFMA__V1__RESPONSE__BODY_GEMM ? resp->gemm : NULL;
 	memset(r, 0, sizeof(*r));
 	struct client_result *box = malloc(sizeof(*box));
 	if (!box) {
@@ -631,18 +654,38 @@ static int gemm_result_from(mfma_client *c, Mfma__V1__Response *resp, struct cli
 	}
 	const Mfma__V1__Matrix *d = g->d;
 	size_t es = mfma_type_size((enum mfma_type)d->dtype);
-	uint64_t want = (uint64_t)d->rows * d->cols * es;
+	/* rows x cols fits 64 bits; times es may not. */
+	const uint64_t elems = (uint64_t)d->rows * d->cols;
+	uint64_t want = es && elems <= UINT64_MAX / es ? elems * es : 0;
 	const void *data = d->data.data;
+	if (d->cols != cols || (rows && d->rows != rows) || (elems && !want)) {
+		int rc = rows ? client_fail(err, -EPROTO, "the daemon's D is %ux%u, where the "
+					    "request asked for %ux%u", d->rows, d->cols, rows, cols)
+			      : client_fail(err, -EPROTO, "the daemon's D is %ux%u, where the "
+					    "request asked for %u columns", d->rows, d->cols, cols);
+		mfma_gemm_result_free(r);
+		return rc;
+	}
+	if (d->region && d->data.len) {
+		/* Its bytes would be taken for the region's. */
+		int rc = client_fail(err, -EPROTO, "the daemon's D both names a region and carries "
+				     "%zu bytes", d->data.len);
+		mfma_gemm_result_free(r);
+		return rc;
+	}
 	if (d->region) {
 		/* D was written into our region: point at it there. */
 		struct mfma_region *rg = region_by_id(c, d->region->region);
 		if (!rg || es == 0 || d->region->offset > rg->size ||
 		    want > rg->size - d->region->offset) {
+			/* The message first: d goes with the result. */
+			int rc = client_fail(err, -EPROTO, "the daemon's D names region %llu at "
+					     "offset %llu, which is not a region of this client "
+					     "that holds it",
+					     (unsigned long long)d->region->region,
+					     (unsigned long long)d->region->offset);
 			mfma_gemm_result_free(r);
-			return client_fail(err, -EPROTO, "the daemon's D names region %llu at offset "
-					   "%llu, which is not a region of this client that holds it",
-					   (unsigned long long)d->region->region,
-					   (unsigned long long)d->region->offset);
+			return rc;
 		}
 		data = (const uint8_t *)rg->base + d->region->offset;
 	} else if (es == 0 || want != d->data.len) {
@@ -780,6 +823,7 @@ int mfma_gemm_submit(mfma_client *c, const struct mfma_gemm_args *args, uint64_t
 	if (p) {
 		p->d_dst = args->d;
 		p->d_bytes = args->d_bytes;
+		d_shape_of(args, &p->d_rows, &p->d_cols);
 	}
 	*id = sid;
 	client_ok(err);
@@ -811,11 +855,13 @@ int mfma_wait(mfma_client *c, uint64_t id, int timeout_ms, uint64_t *done_id,
 		*done_id = p->id;
 	void *dst = p->d_dst;
 	size_t dst_bytes = p->d_bytes;
+	const uint32_t d_rows = p->d_rows, d_cols = p->d_cols;
 	struct client_rx rx;
 	rc = take(c, p, MFMA__V1__RESPONSE__BODY_GEMM, &resp, &rtt, &rx, err);
 	if (rc < 0)
 		return rc;
-	if ((rc = gemm_result_from(c, resp, &rx, rtt, dst, dst_bytes, result, err)) < 0)
+	if ((rc = gemm_result_from(c, resp, &rx, rtt, dst, dst_bytes, d_rows, d_cols, result,
+				   err)) < 0)
 		return rc;
 	client_ok(err);
 	return 0;
@@ -842,7 +888,10 @@ int mfma_gemm(mfma_client *c, const struct mfma_gemm_args *args, struct mfma_gem
 	if ((rc = call_fd(c, &req, -1, MFMA__V1__RESPONSE__BODY_GEMM, &resp, &rtt, &rx, args->d,
 			  args->d_bytes, err)) < 0)
 		return rc;
-	if ((rc = gemm_result_from(c, resp, &rx, rtt, args->d, args->d_bytes, result, err)) < 0)
+	uint32_t d_rows, d_cols;
+	d_shape_of(args, &d_rows, &d_cols);
+	if ((rc = gemm_result_from(c, resp, &rx, rtt, args->d, args->d_bytes, d_rows, d_cols, result,
+				   err)) < 0)
 		return rc;
 	client_ok(err);
 	return 0;

@@ -478,8 +478,9 @@ static void script_big(struct fake *f, int fd)
 			f->failed = 1;
 			return;
 		}
-		uint32_t rows = (uint32_t)(f->big / 4 / 16);
-		if (send_gemm(fd, req->id, rows, 16, (float)req->id) < 0)
+		/* D is 1024 x N, as asked (A 1024 rows, B f->big / 4 KiB columns). */
+		uint32_t cols = (uint32_t)(f->big / 4 / 1024);
+		if (send_gemm(fd, req->id, 1024, cols, (float)req->id) < 0)
 			f->failed = 1;
 		mfma__v1__request__free_unpacked(req, NULL);
 	}
@@ -511,13 +512,16 @@ static void test_no_deadlock_with_large_frames(void **state)
 	mfma_set_timeout(c, 20000);
 	struct progress prog = { 0 };
 	mfma_set_progress(c, on_progress, &prog);
-	/* 4 MiB requests: larger than the client's send buffer (1 MiB,
-	 * CLIENT_SEND_BUFFER) and than the socket's on the other side. */
+	/* 5 MiB requests (A 4 MiB, B 1 MiB): larger than the client's send
+	 * buffer (1 MiB, CLIENT_SEND_BUFFER) and than the socket's on the
+	 * other side. */
 	size_t n = (4u << 20) / 4;
 	float *data = calloc(n, sizeof(float));
 	assert_non_null(data);
 	struct mfma_gemm_args a;
 	args_for(&a, data, 1024, 1024);
+	a.b = (struct mfma_matrix){ 1024, (uint32_t)(f->big / 4 / 1024), MFMA_TYPE_F32, data,
+				    f->big };
 	uint64_t ids[NBIG];
 	for (int i = 0; i < NBIG; i++) {
 		if (mfma_gemm_submit(c, &a, &ids[i], &err) != 0)
@@ -629,7 +633,7 @@ static void test_errors(void **state)
 static void script_answer_then_close(struct fake *f, int fd)
 {
 	Mfma__V1__Request *r1 = read_request(fd), *r2 = read_request(fd);
-	if (!r1 || !r2 || send_gemm(fd, r1->id, 3, 2, 7.0f) < 0)
+	if (!r1 || !r2 || send_gemm(fd, r1->id, 2, 1, 7.0f) < 0)
 		f->failed = 1;
 	/* Close at once: the answer and the end of the stream arrive
 	 * together, and the answer must still be delivered. */
@@ -654,8 +658,8 @@ static void test_answer_then_close(void **state)
 	assert_non_null(strstr(err.message, "closed the connection"));
 	assert_int_equal(mfma_wait(c, id1, 5000, &done, &r, &err), 0);
 	assert_true(done == id1);
-	assert_int_equal(r.d.rows, 3);
-	assert_true(((const float *)r.d.data)[5] == 7.0f);
+	assert_int_equal(r.d.rows, 2);
+	assert_true(((const float *)r.d.data)[1] == 7.0f);
 	mfma_gemm_result_free(&r);
 	assert_int_equal(mfma_wait(c, MFMA_ANY, 0, &done, &r, &err), -ECONNRESET);
 }
@@ -703,6 +707,158 @@ static void test_refused_with_d(void **state)
 	assert_true(mfma_gemm(c, &a, &r, &err) < 0);
 	assert_int_equal(err.code, MFMA_CODE_UNAVAILABLE);
 	assert_non_null(strstr(err.message, "shutting down"));
+}
+
+/* ---- a hostile daemon's answers ---- */
+
+/* Answers three GEMMs: the first with status code -10000 and a Pong body,
+ * the second with a D of 1 x 1 where 2 x 1 was asked, the third with a
+ * D of 2^31 x 2^31 f32 and no bytes (its size wraps 64 bits). */
+static void script_hostile(struct fake *f, int fd)
+{
+	Mfma__V1__Request *r[3] = { read_request(fd), NULL, NULL };
+	Mfma__V1__Response resp = MFMA__V1__RESPONSE__INIT;
+	Mfma__V1__Status st = MFMA__V1__STATUS__INIT;
+	Mfma__V1__Pong pong = MFMA__V1__PONG__INIT;
+	st.has_code = 1;
+	st.code = (Mfma__V1__Code)-10000;
+	st.message = "hi";
+	pong.has_payload = 1;
+	pong.payload = (ProtobufCBinaryData){ 3, (uint8_t *)"abc" };
+	resp.has_id = 1;
+	resp.id = r[0] ? r[0]->id : 0;
+	resp.status = &st;
+	resp.body_case = MFMA__V1__RESPONSE__BODY_PONG;
+	resp.pong = &pong;
+	if (!r[0] || send_response(fd, &resp) < 0)
+		f->failed = 1;
+	if (!(r[1] = read_request(fd)) || send_gemm(fd, r[1]->id, 1, 1, 1.0f) < 0)
+		f->failed = 1;
+	if ((r[2] = read_request(fd))) {
+		Mfma__V1__Response g = MFMA__V1__RESPONSE__INIT;
+		Mfma__V1__GemmResult gr = MFMA__V1__GEMM_RESULT__INIT;
+		Mfma__V1__Matrix d = MFMA__V1__MATRIX__INIT;
+		d.has_rows = d.has_cols = d.has_dtype = 1;
+		d.rows = d.cols = 1u << 31;
+		d.dtype = MFMA__V1__DTYPE__F32;
+		gr.d = &d;
+		g.has_id = 1;
+		g.id = r[2]->id;
+		g.body_case = MFMA__V1__RESPONSE__BODY_GEMM;
+		g.gemm = &gr;
+		if (send_response(fd, &g) < 0)
+			f->failed = 1;
+	} else {
+		f->failed = 1;
+	}
+	for (int i = 0; i < 3; i++)
+		if (r[i])
+			mfma__v1__request__free_unpacked(r[i], NULL);
+}
+
+/* What a daemon answers is checked before it is believed: a status code
+ * the library does not know is a failure (MFMA_EREMOTE(-10000) was 0, and
+ * the Pong body was read as a GEMM's: a crash), and a D whose shape is
+ * not the one asked for, or whose size wraps, is refused (both were
+ * returned as results). */
+static void test_hostile_answers(void **state)
+{
+	struct mfma_gemm_args a;
+	mfma_client *c = fake_client(state, script_hostile, &a);
+	mfma_set_timeout(c, 5000);
+	struct mfma_error err;
+	struct mfma_gemm_result r;
+	assert_int_equal(mfma_gemm(c, &a, &r, &err), MFMA_EREMOTE(MFMA_CODE_INTERNAL));
+	assert_non_null(strstr(err.message, "status code -10000"));
+	assert_int_equal(mfma_gemm(c, &a, &r, &err), -EPROTO);
+	assert_string_equal(err.message, "the daemon's D is 1x1, where the request asked for 2x1");
+	assert_int_equal(mfma_gemm(c, &a, &r, &err), -EPROTO);
+	assert_non_null(strstr(err.message, "2147483648x2147483648"));
+}
+
+/* Answers a RegisterRegion (region 7), then a GEMM with a D that names
+ * region 7 and also carries 2 MiB of bytes, laid so that they start
+ * 4-byte aligned in the client's buffer (the status message pads). */
+static void script_region_and_bytes(struct fake *f, int fd)
+{
+	Mfma__V1__Request *req = read_request(fd);
+	if (!req || req->body_case != MFMA__V1__REQUEST__BODY_REGISTER_REGION) {
+		f->failed = 1;
+		goto out;
+	}
+	Mfma__V1__Response resp = MFMA__V1__RESPONSE__INIT;
+	Mfma__V1__RegisterRegionResult rr = MFMA__V1__REGISTER_REGION_RESULT__INIT;
+	rr.has_region = rr.has_bytes = 1;
+	rr.region = 7;
+	rr.bytes = req->register_region->bytes;
+	resp.has_id = 1;
+	resp.id = req->id;
+	resp.body_case = MFMA__V1__RESPONSE__BODY_REGISTER_REGION;
+	resp.register_region = &rr;
+	send_response(fd, &resp);
+	mfma__v1__request__free_unpacked(req, NULL);
+	if (!(req = read_request(fd))) {
+		f->failed = 1;
+		return;
+	}
+	const size_t big = 2u << 20;
+	uint8_t *bytes = calloc(1, big);
+	Mfma__V1__Response g = MFMA__V1__RESPONSE__INIT;
+	Mfma__V1__Status st = MFMA__V1__STATUS__INIT;
+	Mfma__V1__GemmResult gr = MFMA__V1__GEMM_RESULT__INIT;
+	Mfma__V1__Matrix d = MFMA__V1__MATRIX__INIT;
+	Mfma__V1__RegionRef ref = MFMA__V1__REGION_REF__INIT;
+	d.has_rows = d.has_cols = d.has_dtype = d.has_data = 1;
+	d.rows = 2;
+	d.cols = 1;
+	d.dtype = MFMA__V1__DTYPE__F32;
+	d.data = (ProtobufCBinaryData){ big, bytes };
+	ref.has_region = ref.has_offset = 1;
+	ref.region = 7;
+	d.region = &ref;
+	gr.d = &d;
+	g.has_id = 1;
+	g.id = req->id;
+	g.body_case = MFMA__V1__RESPONSE__BODY_GEMM;
+	g.gemm = &gr;
+	char msg[8] = "";
+	for (int pad = 0; pad < 4; pad++) {
+		memset(msg, 'p', (size_t)pad);
+		msg[pad] = '\0';
+		st.message = msg;
+		g.status = pad ? &st : NULL;
+		/* D's bytes end 6 bytes before the message (the region's key,
+		 * length and fields follow them). */
+		if ((4 + mfma__v1__response__get_packed_size(&g) - 6 - big) % 4 == 0)
+			break;
+	}
+	send_response(fd, &g);
+	free(bytes);
+out:
+	if (req)
+		mfma__v1__request__free_unpacked(req, NULL);
+}
+
+/* A D that names the client's region and also carries bytes is refused:
+ * the bytes were taken for the region's, and freeing the result freed a
+ * pointer into the region's mapping (a crash). */
+static void test_region_and_bytes(void **state)
+{
+	struct mfma_gemm_args a;
+	mfma_client *c = fake_client(state, script_region_and_bytes, &a);
+	mfma_set_timeout(c, 5000);
+	struct mfma_error err;
+	mfma_region *rg;
+	assert_int_equal(mfma_region_create(c, 4096, &rg, &err), 0);
+	float *base = mfma_region_data(rg);
+	memcpy(base, a.b.data, a.b.bytes);
+	a.b.data = base;
+	struct mfma_gemm_result r;
+	int rc = mfma_gemm(c, &a, &r, &err);
+	if (rc == 0)
+		mfma_gemm_result_free(&r);
+	assert_int_equal(rc, -EPROTO);
+	assert_non_null(strstr(err.message, "both names a region and carries 2097152 bytes"));
 }
 
 static void script_idle(struct fake *f, int fd)
@@ -861,6 +1017,8 @@ int main(void)
 		cmocka_unit_test_teardown(test_timeout, fake_teardown),
 		cmocka_unit_test_teardown(test_spin_keeps_timeout, fake_teardown),
 		cmocka_unit_test(test_connect_bounded),
+		cmocka_unit_test_teardown(test_hostile_answers, fake_teardown),
+		cmocka_unit_test_teardown(test_region_and_bytes, fake_teardown),
 		cmocka_unit_test_teardown(test_arguments, fake_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
