@@ -41,8 +41,13 @@ void *cpu_workspace(size_t bytes)
 	free(ws_ptr);
 	ws_size = 0;
 	/* Grow by at least half again, so a slowly growing sequence of
-	 * shapes does not reallocate (and fault in) every time. */
+	 * shapes does not reallocate (and fault in) every time; but not past
+	 * what cpu_workspace_trim keeps for a request that fits under it, or
+	 * the trim would free (and the next call fault in again) every block
+	 * asked for between two thirds of CPU_WS_KEEP and all of it. */
 	size_t want = bytes + bytes / 2;
+	if (bytes <= CPU_WS_KEEP && want > CPU_WS_KEEP)
+		want = CPU_WS_KEEP;
 	want = (want + 63) / 64 * 64;
 	ws_ptr = aligned_alloc(64, want ? want : 64);
 	if (ws_ptr)
