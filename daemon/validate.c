@@ -225,6 +225,9 @@ int validate_weight_name(const char *name, char *err, size_t errlen)
 	return 0;
 }
 
+/* The largest K whose i8 sums (each term at most 2^14) fit an i32. */
+#define I8_K_MAX ((uint32_t)(INT32_MAX / (128 * 128)))
+
 int validate_gemm(const Mfma__V1__Gemm *g, const struct validate_limits *lim,
 		  const struct weight_shape *w, struct gemm_plan *plan, char *err, size_t errlen)
 {
@@ -300,6 +303,13 @@ int validate_gemm(const Mfma__V1__Gemm *g, const struct validate_limits *lim,
 		return bad(err, errlen,
 			   "alpha=%g beta=%g: integer GEMMs are exact and take alpha 1 and beta 0 or 1",
 			   (double)g->alpha, (double)g->beta);
+	/* i8 sums are kept in i32: each product is at most 128 x 128 = 2^14,
+	 * so K of them (K/2 for a 2:4 A) are exact up to 2^31 - 1. */
+	const uint32_t i8_k_max = plan->g.a_sparse ? I8_K_MAX * 2 : I8_K_MAX;
+	if (in == MFMA_DT_I8 && k > i8_k_max)
+		return bad(err, errlen,
+			   "k=%u: an i8 GEMM sums in i32, exactly only up to k=%u%s; split K", k,
+			   i8_k_max, plan->g.a_sparse ? " with a 2:4 A" : " (double with a 2:4 A)");
 	if (g->beta != 0.0f) {
 		if (!g->c)
 			return bad(err, errlen, "beta=%g needs c, which is missing", (double)g->beta);

@@ -203,6 +203,26 @@ static void test_dtypes(void **state)
 	assert_int_equal(p.g.out_dtype, MFMA_DT_I32);
 	f.g.alpha = 2.0f;
 	expect_error(&f, NULL, "integer GEMMs are exact and take alpha 1");
+	/* Their sums are i32: exact up to K = 131071, 262142 with a 2:4 A
+	 * (half the terms), whatever limits.max_dim allows.  A resident
+	 * weight of each K, B one column (131072 rows wrapped to INT32_MIN). */
+	static uint8_t bigb[262144];
+	const struct validate_limits wide = { .max_dim = 1u << 24, .max_out_bytes = 1u << 24 };
+	setup_dense(&f);
+	f.a.kind_case = MFMA__V1__OPERAND__KIND_WEIGHT;
+	f.a.weight = "w8";
+	struct weight_shape w = { .m = 16, .k = 131071, .dtype = MFMA_DT_I8, .sparse = 0 };
+	for (int sparse = 0; sparse < 2; sparse++) {
+		w.sparse = sparse;
+		for (uint32_t k = sparse ? 262142 : 131071; k <= (sparse ? 262144u : 131072u); k++) {
+			w.k = k;
+			set_matrix(&f.b, k, 1, MFMA_DT_I8, bigb);
+			int rc = validate_gemm(&f.g, &wide, &w, &p, err, sizeof(err));
+			const bool fits = k <= (sparse ? 262142u : 131071u);
+			if (fits ? rc != 0 : rc != -EINVAL || !strstr(err, "sums in i32, exactly only"))
+				fail_msg("i8 k=%u %s: %d %s", k, sparse ? "2:4" : "dense", rc, err);
+		}
+	}
 }
 
 static void test_alpha_beta_c(void **state)
