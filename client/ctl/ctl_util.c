@@ -288,3 +288,20 @@ uint64_t ctl_unexplained_ns(uint64_t client_wait_ns, uint64_t server_total_ns)
 {
 	return client_wait_ns > server_total_ns ? client_wait_ns - server_total_ns : 0;
 }
+
+size_t ctl_printable(const char *in, size_t n, char *out)
+{
+	const unsigned char *s = (const unsigned char *)in;
+	for (size_t i = 0; i < n; i++) {
+		const unsigned char c = s[i];
+		const bool c1 = c == 0xc2 && i + 1 < n && s[i + 1] >= 0x80 && s[i + 1] <= 0x9f;
+		if (c1) {
+			out[i] = out[i + 1] = '?';
+			i++;
+		} else {
+			out[i] = (c < 0x20 && c != '\n' && c != '\t') || c == 0x7f ? '?' : (char)c;
+		}
+	}
+	out[n] = '\0';
+	return n;
+}

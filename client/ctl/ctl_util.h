@@ -35,6 +35,14 @@ enum ctl_sparse { CTL_SPARSE_NONE, CTL_SPARSE_VALIDATE, CTL_SPARSE_PRUNE, CTL_SP
 int ctl_parse_sparse(const char *what, const char *s, enum ctl_sparse *out, char *err,
 		     size_t errlen);
 
+/* Text for a terminal: n bytes of in into out (room for n + 1), each
+ * control character but newline and tab (C0, DEL, and C1 written in
+ * UTF-8 as 0xC2 0x80..0x9F) replaced by '?', so that a string from the
+ * daemon cannot move the cursor, clear the screen or set the window's
+ * title.  NUL-terminates out; returns the bytes written before the NUL
+ * (n: nothing is inserted). */
+size_t ctl_printable(const char *in, size_t n, char *out);
+
 /* "1.50 GiB", "512 B" */
 void ctl_format_bytes(uint64_t bytes, char *buf, size_t len);
 /* "850 ns", "12.3 us", "4.56 ms", "1.23 s" */

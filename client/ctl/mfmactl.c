@@ -495,7 +495,11 @@ static void json_error(struct ctl *ctl, int code, const char *name, const char *
 
 int ctl_fail(struct ctl *ctl, const char *what, int rc, const struct mfma_error *err)
 {
+	/* The daemon's words, on a terminal: printable (ctl_printable). */
+	char said[sizeof(err->message)];
 	const char *msg = err && err->message[0] ? err->message : strerror(-rc);
+	ctl_printable(msg, strnlen(msg, sizeof(said) - 1), said);
+	msg = said;
 	if (MFMA_IS_REMOTE(rc)) {
 		int code = MFMA_REMOTE_CODE(rc);
 		fprintf(stderr, "mfmactl: %s: %s: %s\n", what, mfma_code_name(code), msg);
@@ -588,6 +592,73 @@ int ctl_connect(struct ctl *ctl, mfma_client **client)
 	return CTL_EXIT_OK;
 }
 
+/* ---- standard output on a terminal ---- */
+
+/* A byte 0xC2 that ended one write, held for the next: it may begin a C1
+ * control (ctl_printable). */
+static char tty_held;
+
+static int write_all(int fd, const char *p, size_t n)
+{
+	while (n) {
+		ssize_t w = write(fd, p, n);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return -1;
+		p += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+static ssize_t tty_write(void *cookie, const char *buf, size_t n)
+{
+	(void)cookie;
+	char in[4097], out[4097];
+	size_t done = 0;
+	while (done < n) {
+		size_t h = tty_held != 0;
+		if (h)
+			in[0] = tty_held;
+		size_t k = n - done < sizeof(in) - 1 - h ? n - done : sizeof(in) - 1 - h;
+		memcpy(in + h, buf + done, k);
+		size_t len = h + k;
+		tty_held = 0;
+		if ((unsigned char)in[len - 1] == 0xc2)
+			tty_held = in[--len];
+		ctl_printable(in, len, out);
+		if (write_all(STDOUT_FILENO, out, len) < 0)
+			return done ? (ssize_t)done : -1;
+		done += k;
+	}
+	return (ssize_t)n;
+}
+
+static int tty_close(void *cookie)
+{
+	(void)cookie;
+	if (tty_held)
+		(void)!write(STDOUT_FILENO, "?", 1);
+	return 0;
+}
+
+/* On a terminal, what the commands print goes through ctl_printable:
+ * names, versions and messages the daemon sent are printed by many of
+ * them, and none may drive the terminal.  Output to a file or a pipe
+ * (an .npy on standard output) is left as it is. */
+static void guard_terminal(void)
+{
+	if (!isatty(STDOUT_FILENO))
+		return;
+	cookie_io_functions_t io = { .write = tty_write, .close = tty_close };
+	FILE *f = fopencookie(NULL, "w", io);
+	if (!f)
+		return;
+	setvbuf(f, NULL, _IOLBF, 0);
+	stdout = f;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = { CTL_COMMON_LONG,
@@ -596,6 +667,7 @@ int main(int argc, char **argv)
 	struct ctl ctl = { .timeout_ms = -1, .spin_us = -1 };
 	int opt;
 	run_ctl = &ctl;
+	guard_terminal();
 
 	/* '+': stop at the command word; its options are its own. */
 	while ((opt = getopt_long(argc, argv, "+" CTL_COMMON_SHORT "V", opts, NULL)) != -1) {

@@ -831,6 +831,38 @@ static void test_check_failure_exits_4(void **state)
 	expect_in(e->out, "\"failed\": 1");
 }
 
+/* What the daemon says is made printable on a terminal: a declared
+ * weight's file named with ESC [2J and BEL (its failure message, in
+ * status, repeats the name) prints as '?' under a pseudo-terminal
+ * (script(1)), and as it is into a pipe or a file.  It reached the
+ * terminal as it was: a daemon could clear the screen, set the window's
+ * title or hide what it printed. */
+static void test_terminal_safe(void **state)
+{
+	struct env *e = *state;
+	if (access("/usr/bin/script", X_OK) != 0) {
+		print_message("no script(1) for a pseudo-terminal; skipped\n");
+		skip();
+	}
+	assert_int_equal(harness_stop(&e->d), 0);
+	e->have_daemon = false;
+	char conf[256];
+	snprintf(conf, sizeof(conf),
+		 "weights = { declare = ( { name = \"w\"; file = \"%s/\033[2Jx\007.npy\"; } ); };",
+		 e->dir);
+	assert_int_equal(harness_start(&e->d, conf, NULL), 0);
+	e->have_daemon = true;
+	char cmd[512];
+	snprintf(cmd, sizeof(cmd), "%s -e %s status", getenv("MFMACTL_BIN"), e->d.endpoint);
+	const char *argv[] = { "/usr/bin/script", "-qc", cmd, "/dev/null", NULL };
+	harness_run(argv, e->out, OUT_MAX);
+	expect_in(e->out, "/?[2Jx?.npy");
+	assert_null(strchr(e->out, '\033'));
+	assert_null(strchr(e->out, '\007'));
+	ctl(e, "status", NULL);
+	expect_in(e->out, "/\033[2Jx\007.npy");
+}
+
 int main(void)
 {
 	/* bench's spin_us is checked against --spin-us and the default. */
@@ -845,6 +877,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_weights_commands, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_status_ping_bench, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_timeout_exits_3, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_terminal_safe, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_check_failure_exits_4, setup_no_daemon,
 						teardown),
 	};

@@ -232,6 +232,27 @@ static void test_tolerance(void **state)
 	assert_true(isinf(ctl_worse_error(0.0, -INFINITY)));
 }
 
+/* What the daemon says, made printable for a terminal: every C0 control
+ * but newline and tab, DEL, and C1 in UTF-8 become '?'; other UTF-8 and
+ * plain text stay as they are. */
+static void test_printable(void **state)
+{
+	(void)state;
+	char out[64];
+	const char evil[] = "1.0\033[2J\033]0;pwned\007\r\033[Kfake\x7f";
+	ctl_printable(evil, strlen(evil), out);
+	assert_string_equal(out, "1.0?[2J?]0;pwned???[Kfake?");
+	const char ok[] = "NVIDIA H200\tsm_90a\nr\xc3\xa9sum\xc3\xa9 \xe2\x80\x94 ok";
+	assert_int_equal(ctl_printable(ok, strlen(ok), out), strlen(ok));
+	assert_string_equal(out, ok);
+	const char c1[] = "a\xc2\x9b" "31mb\xc2\xa0" "c\xc2";
+	ctl_printable(c1, strlen(c1), out);
+	assert_string_equal(out, "a??31mb\xc2\xa0" "c\xc2");
+	/* NUL inside the bytes given is a control too. */
+	ctl_printable("x\0y", 3, out);
+	assert_memory_equal(out, "x?y", 4);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -243,6 +264,7 @@ int main(void)
 		cmocka_unit_test(test_random_dense_has_no_zeros),
 		cmocka_unit_test(test_random_sparse24),
 		cmocka_unit_test(test_tolerance),
+		cmocka_unit_test(test_printable),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
