@@ -106,4 +106,13 @@ static inline size_t frame_reader_pending(const struct frame_reader *r)
 	return r->len - r->start;
 }
 
+/* Whether a whole frame is buffered (frame_reader_next would return it,
+ * or refuse it as too large). */
+static inline bool frame_reader_has_frame(const struct frame_reader *r)
+{
+	size_t have = frame_reader_pending(r);
+	return have >= FRAME_HEADER_SIZE &&
+	       (size_t)frame_header_get(r->buf + r->start) <= have - FRAME_HEADER_SIZE;
+}
+
 #endif

@@ -34,6 +34,11 @@
  * what it is willing to send. */
 #define CLIENT_MAX_FRAME UINT32_MAX
 #define CLIENT_READ_CHUNK (256u * 1024u)
+/* What one look at the socket reads at most before the frames it holds
+ * are filed (and the caller's deadline looked at again): it stops sooner,
+ * once a whole frame is in.  A daemon that streams without end cannot
+ * keep a call past its timeout. */
+#define CLIENT_READ_MAX (8u << 20)
 /* An answer at least this large keeps the buffer it was read into
  * (decode_response); smaller ones are unpacked with a copy. */
 #define CLIENT_KEEP_MIN_BYTES (1u << 20)
@@ -982,6 +987,7 @@ static void dispatch(mfma_client *c, Mfma__V1__Response *resp, struct client_rx 
 static int read_tls(mfma_client *c, bool *eof, struct mfma_error *err)
 {
 	char why[256];
+	size_t got = 0;
 	for (;;) {
 		ssize_t n = recv(c->fd, c->tls_in, CLIENT_TLS_CHUNK, 0);
 		if (n < 0 && errno == EINTR)
@@ -1010,7 +1016,8 @@ static int read_tls(mfma_client *c, bool *eof, struct mfma_error *err)
 				break;
 			frame_reader_commit(&c->rd, (size_t)got);
 		}
-		if (n <= 0 || (size_t)n < CLIENT_TLS_CHUNK)
+		if (n <= 0 || (size_t)n < CLIENT_TLS_CHUNK || frame_reader_has_frame(&c->rd) ||
+		    (got += (size_t)n) >= CLIENT_READ_MAX)
 			return 0;
 	}
 }
@@ -1127,7 +1134,7 @@ static int read_available(mfma_client *c, struct mfma_error *err)
 	int trc = c->tls ? read_tls(c, &eof, err) : 0;
 	if (trc < 0)
 		return trc;
-	for (; !c->tls;) {
+	for (size_t got = 0; !c->tls;) {
 		uint8_t *ptr;
 		size_t avail;
 		if (frame_reader_space(&c->rd, CLIENT_READ_CHUNK, &ptr, &avail) < 0)
@@ -1146,7 +1153,8 @@ static int read_available(mfma_client *c, struct mfma_error *err)
 			break;
 		}
 		frame_reader_commit(&c->rd, (size_t)n);
-		if ((size_t)n < avail)
+		if ((size_t)n < avail || frame_reader_has_frame(&c->rd) ||
+		    (got += (size_t)n) >= CLIENT_READ_MAX)
 			break;
 	}
 	uint64_t now = mfma_clock_ns();
@@ -1624,8 +1632,9 @@ int client_wait(mfma_client *c, uint64_t id, int timeout_ms, struct client_pendi
 		if (pr < 0)
 			return pr;
 		/* At the deadline, one last non-blocking look: a timeout of 0
-		 * means "whatever has arrived already". */
-		timed_out = pr == 0;
+		 * means "whatever has arrived already".  A socket that always
+		 * has more (a daemon streaming without end) times out too. */
+		timed_out = pr == 0 || (deadline && mfma_clock_ns() >= deadline);
 		read_available(c, err);
 	}
 }

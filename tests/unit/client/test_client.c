@@ -861,6 +861,43 @@ static void test_region_and_bytes(void **state)
 	assert_non_null(strstr(err.message, "both names a region and carries 2097152 bytes"));
 }
 
+/* Reads one request, then writes zeros (empty frames, none answering
+ * it) as fast as the socket takes them, until the client goes. */
+static void script_flood(struct fake *f, int fd)
+{
+	Mfma__V1__Request *req = read_request(fd);
+	if (!req) {
+		f->failed = 1;
+		return;
+	}
+	mfma__v1__request__free_unpacked(req, NULL);
+	int sz = 4 << 20;
+	setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
+	static const uint8_t zeros[1 << 20];
+	while (send(fd, zeros, sizeof(zeros), MSG_NOSIGNAL) > 0)
+		;
+}
+
+/* A daemon that streams without end does not keep a call past its
+ * timeout: each look at the socket reads a bounded amount, files it, and
+ * looks at the deadline again.  The call returned after 3 to 19 s at a
+ * 1 s timeout, or not at all, reading and decoding for as long as bytes
+ * came. */
+static void test_flood_keeps_timeout(void **state)
+{
+	struct mfma_gemm_args a;
+	mfma_client *c = fake_client(state, script_flood, &a);
+	mfma_set_timeout(c, 1000);
+	struct mfma_error err;
+	uint64_t t0 = mfma_clock_ns();
+	int rc = mfma_ping(c, "x", 1, NULL, &err);
+	double s = (double)(mfma_clock_ns() - t0) / 1e9;
+	print_message("a ping answered by an endless stream: %d after %.2f s (%s)\n", rc, s,
+		      err.message);
+	assert_true(rc < 0);
+	assert_true(s < 2.5);
+}
+
 static void script_idle(struct fake *f, int fd)
 {
 	(void)f;
@@ -1019,6 +1056,7 @@ int main(void)
 		cmocka_unit_test(test_connect_bounded),
 		cmocka_unit_test_teardown(test_hostile_answers, fake_teardown),
 		cmocka_unit_test_teardown(test_region_and_bytes, fake_teardown),
+		cmocka_unit_test_teardown(test_flood_keeps_timeout, fake_teardown),
 		cmocka_unit_test_teardown(test_arguments, fake_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
