@@ -39,6 +39,8 @@
  * once a whole frame is in.  A daemon that streams without end cannot
  * keep a call past its timeout. */
 #define CLIENT_READ_MAX (8u << 20)
+/* No response frame is refused below this (client_response_limit). */
+#define CLIENT_RESPONSE_FLOOR ((size_t)64 << 20)
 /* An answer at least this large keeps the buffer it was read into
  * (decode_response); smaller ones are unpacked with a copy. */
 #define CLIENT_KEEP_MIN_BYTES (1u << 20)
@@ -836,6 +838,15 @@ struct client_pending *client_pending_find(mfma_client *c, uint64_t id)
 		       : NULL;
 }
 
+size_t client_response_limit(const mfma_client *c)
+{
+	uint64_t most = CLIENT_RESPONSE_FLOOR;
+	for (size_t i = 0; i < c->npend; i++)
+		if (c->pend[i].max_resp > most)
+			most = c->pend[i].max_resp;
+	return most < CLIENT_MAX_FRAME ? (size_t)most : CLIENT_MAX_FRAME;
+}
+
 int client_pending_add(mfma_client *c, uint64_t id, bool user)
 {
 	if (c->npend == c->cap) {
@@ -1130,6 +1141,9 @@ static Mfma__V1__Response *decode_response(mfma_client *c, const uint8_t *payloa
  * answers that arrived before the end are filed first. */
 static int read_available(mfma_client *c, struct mfma_error *err)
 {
+	/* A frame longer than any answer in flight can be is a broken or
+	 * hostile daemon's: refused at its header, not buffered. */
+	c->rd.max_frame = client_response_limit(c);
 	bool eof = false;
 	int trc = c->tls ? read_tls(c, &eof, err) : 0;
 	if (trc < 0)

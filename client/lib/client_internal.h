@@ -47,6 +47,7 @@ struct client_pending {
 	void *d_dst;     /* where the caller wants D (mfma_gemm_args.d), or NULL */
 	size_t d_bytes;  /* and how many bytes it holds (mfma_gemm_args.d_bytes) */
 	uint32_t d_rows, d_cols; /* the D asked for (rows 0: a resident weight's, any) */
+	uint64_t max_resp; /* the largest answer it can get, bytes (client_response_limit) */
 	Mfma__V1__Response *resp; /* NULL until the answer arrives */
 	struct client_rx rx;      /* where resp's D is, when not in resp */
 	/* A request that changes nothing (a GEMM, a ping, status, the list)
@@ -161,6 +162,10 @@ int client_reconnect(mfma_client *c, uint64_t deadline, struct mfma_error *err);
 int client_send_token(mfma_client *c, const void *token, size_t len, struct mfma_error *err);
 
 struct client_pending *client_pending_find(mfma_client *c, uint64_t id);
+/* The largest response frame the connection may get now: the largest
+ * any request in flight can be answered with, and at least
+ * CLIENT_RESPONSE_FLOOR (a status, a late answer, a connection's error). */
+size_t client_response_limit(const mfma_client *c);
 int client_pending_add(mfma_client *c, uint64_t id, bool user);
 /* Frees the response it holds and drops the entry (pointers into the
  * table are invalid afterwards). */

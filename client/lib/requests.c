@@ -421,6 +421,27 @@ static int pack_gather(const Mfma__V1__Request *req, size_t n, const uint8_t *pa
 	return 0;
 }
 
+/* The largest answer req can get: a GEMM's D (M x N of at most 4 bytes)
+ * with room for the rest of the answer, where M is known here (a GEMM on
+ * a resident weight: no bound, M is the daemon's); a ping's payload back;
+ * 0 for the others (client_response_limit's floor). */
+static uint64_t response_bound(const Mfma__V1__Request *req)
+{
+	const uint64_t rest = (uint64_t)1 << 20;
+	if (req->body_case == MFMA__V1__REQUEST__BODY_PING)
+		return (req->ping->has_payload ? req->ping->payload.len : 0) + rest;
+	if (req->body_case != MFMA__V1__REQUEST__BODY_GEMM)
+		return 0;
+	const Mfma__V1__Gemm *g = req->gemm;
+	const Mfma__V1__Operand *a = g->a;
+	uint64_t m = !a ? 0
+		     : a->kind_case == MFMA__V1__OPERAND__KIND_DENSE && a->dense ? a->dense->rows
+		     : a->kind_case == MFMA__V1__OPERAND__KIND_SPARSE && a->sparse ? a->sparse->rows
+										 : 0;
+	uint64_t n = g->b ? g->b->cols : 0;
+	return m ? m * n * 4 + rest : UINT64_MAX;
+}
+
 /* Packs req (its id set here) behind a frame header and sends it; on a
  * lost connection, reconnects first.  A resendable request keeps its
  * frame until answered: when the connection breaks while it is sent, it
@@ -476,6 +497,7 @@ static int send_request(mfma_client *c, Mfma__V1__Request *req, bool user, int f
 		free(iov);
 		return client_fail(err, rc, "out of memory");
 	}
+	client_pending_find(c, id)->max_resp = response_bound(req);
 	if (keep) {
 		struct client_pending *p = client_pending_find(c, id);
 		p->frame = buf;

@@ -898,6 +898,44 @@ static void test_flood_keeps_timeout(void **state)
 	assert_true(s < 2.5);
 }
 
+/* Reads one request, then announces a frame of 4 GiB - 1 and streams
+ * zeros into it until the client goes. */
+static void script_huge_frame(struct fake *f, int fd)
+{
+	Mfma__V1__Request *req = read_request(fd);
+	if (!req) {
+		f->failed = 1;
+		return;
+	}
+	mfma__v1__request__free_unpacked(req, NULL);
+	static const uint8_t header[4] = { 0xff, 0xff, 0xff, 0xff };
+	static const uint8_t zeros[1 << 20];
+	if (write_full(fd, header, sizeof(header)) < 0)
+		return;
+	while (send(fd, zeros, sizeof(zeros), MSG_NOSIGNAL) > 0)
+		;
+}
+
+/* A response frame longer than any answer in flight can be is refused at
+ * its header: a ping's answer announced at 4 GiB fails at once, nothing
+ * buffered.  The client reserved the frame and read into it for as long
+ * as the call's timeout let it (725 MiB in 3 s). */
+static void test_huge_frame_refused(void **state)
+{
+	struct mfma_gemm_args a;
+	mfma_client *c = fake_client(state, script_huge_frame, &a);
+	mfma_set_timeout(c, 3000);
+	struct mfma_error err;
+	uint64_t t0 = mfma_clock_ns();
+	int rc = mfma_ping(c, "x", 1, NULL, &err);
+	double s = (double)(mfma_clock_ns() - t0) / 1e9;
+	print_message("a ping answered with a 4 GiB frame: %d after %.2f s (%s)\n", rc, s,
+		      err.message);
+	assert_int_equal(rc, -EPROTO);
+	assert_non_null(strstr(err.message, "too large"));
+	assert_true(s < 1.0);
+}
+
 static void script_idle(struct fake *f, int fd)
 {
 	(void)f;
@@ -1057,6 +1095,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_hostile_answers, fake_teardown),
 		cmocka_unit_test_teardown(test_region_and_bytes, fake_teardown),
 		cmocka_unit_test_teardown(test_flood_keeps_timeout, fake_teardown),
+		cmocka_unit_test_teardown(test_huge_frame_refused, fake_teardown),
 		cmocka_unit_test_teardown(test_arguments, fake_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
