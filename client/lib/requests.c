@@ -710,6 +710,16 @@ static int gemm_result_from(mfma_client *c, Mfma__V1__Response *resp, struct cli
 			return rc;
 		}
 		data = (const uint8_t *)rg->base + d->region->offset;
+		/* Only where the request asked for D: else D would be read out
+		 * of B's or C's bytes, and the caller's d left unwritten. */
+		if (data != dst) {
+			int rc = client_fail(err, -EPROTO, "the daemon's D names region %llu at "
+					     "offset %llu, where the request did not ask for D",
+					     (unsigned long long)d->region->region,
+					     (unsigned long long)d->region->offset);
+			mfma_gemm_result_free(r);
+			return rc;
+		}
 	} else if (es == 0 || want != d->data.len) {
 		int rc = client_fail(err, -EPROTO, "the daemon's D is %ux%u dtype %d with %zu "
 				     "bytes, which do not match", d->rows, d->cols, (int)d->dtype,
@@ -1234,6 +1244,12 @@ int client_region_register(mfma_client *c, int fd, uint64_t bytes, uint64_t *reg
 	if (rc < 0)
 		return rc;
 	const Mfma__V1__RegisterRegionResult *r = resp->register_region;
+	if (r && r->region && region_by_id(c, r->region)) {
+		rc = client_fail(err, -EPROTO, "the daemon's answer to register_region gives region "
+				 "%llu, which this client already has", (unsigned long long)r->region);
+		mfma__v1__response__free_unpacked(resp, NULL);
+		return rc;
+	}
 	if (!r || !r->region || r->bytes != bytes) {
 		rc = client_fail(err, -EPROTO, "the daemon's answer to register_region gives region "
 				 "%llu of %llu bytes for a region of %llu bytes",

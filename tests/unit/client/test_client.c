@@ -861,6 +861,77 @@ static void test_region_and_bytes(void **state)
 	assert_non_null(strstr(err.message, "both names a region and carries 2097152 bytes"));
 }
 
+/* Answers two RegisterRegions both with region 7, then a GEMM with a D
+ * "in region 7 at 0" that the request did not put there. */
+static void script_foreign_region(struct fake *f, int fd)
+{
+	for (int i = 0; i < 2; i++) {
+		Mfma__V1__Request *req = read_request(fd);
+		if (!req || req->body_case != MFMA__V1__REQUEST__BODY_REGISTER_REGION) {
+			f->failed = 1;
+			if (req)
+				mfma__v1__request__free_unpacked(req, NULL);
+			return;
+		}
+		Mfma__V1__Response resp = MFMA__V1__RESPONSE__INIT;
+		Mfma__V1__RegisterRegionResult rr = MFMA__V1__REGISTER_REGION_RESULT__INIT;
+		rr.has_region = rr.has_bytes = 1;
+		rr.region = 7;
+		rr.bytes = req->register_region->bytes;
+		resp.has_id = 1;
+		resp.id = req->id;
+		resp.body_case = MFMA__V1__RESPONSE__BODY_REGISTER_REGION;
+		resp.register_region = &rr;
+		send_response(fd, &resp);
+		mfma__v1__request__free_unpacked(req, NULL);
+	}
+	Mfma__V1__Request *req = read_request(fd);
+	if (!req) {
+		f->failed = 1;
+		return;
+	}
+	Mfma__V1__Response g = MFMA__V1__RESPONSE__INIT;
+	Mfma__V1__GemmResult gr = MFMA__V1__GEMM_RESULT__INIT;
+	Mfma__V1__Matrix d = MFMA__V1__MATRIX__INIT;
+	Mfma__V1__RegionRef ref = MFMA__V1__REGION_REF__INIT;
+	d.has_rows = d.has_cols = d.has_dtype = 1;
+	d.rows = 2;
+	d.cols = 1;
+	d.dtype = MFMA__V1__DTYPE__F32;
+	ref.has_region = ref.has_offset = 1;
+	ref.region = 7;
+	d.region = &ref;
+	gr.d = &d;
+	g.has_id = 1;
+	g.id = req->id;
+	g.body_case = MFMA__V1__RESPONSE__BODY_GEMM;
+	g.gemm = &gr;
+	send_response(fd, &g);
+	mfma__v1__request__free_unpacked(req, NULL);
+}
+
+/* A region id the client already has is refused at registration (two
+ * regions shared one id), and a D in a region where the request did not
+ * put it is refused (r.d.data pointed at the region's bytes, B's, and
+ * the caller's D was never written). */
+static void test_foreign_region(void **state)
+{
+	struct mfma_gemm_args a;
+	mfma_client *c = fake_client(state, script_foreign_region, &a);
+	mfma_set_timeout(c, 5000);
+	struct mfma_error err;
+	mfma_region *rg, *rg2;
+	assert_int_equal(mfma_region_create(c, 4096, &rg, &err), 0);
+	assert_int_equal(mfma_region_create(c, 4096, &rg2, &err), -EPROTO);
+	assert_non_null(strstr(err.message, "region 7, which this client already has"));
+	struct mfma_gemm_result r;
+	int rc = mfma_gemm(c, &a, &r, &err);
+	if (rc == 0)
+		mfma_gemm_result_free(&r);
+	assert_int_equal(rc, -EPROTO);
+	assert_non_null(strstr(err.message, "where the request did not ask for D"));
+}
+
 /* Reads one request, then writes zeros (empty frames, none answering
  * it) as fast as the socket takes them, until the client goes. */
 static void script_flood(struct fake *f, int fd)
@@ -1094,6 +1165,7 @@ int main(void)
 		cmocka_unit_test(test_connect_bounded),
 		cmocka_unit_test_teardown(test_hostile_answers, fake_teardown),
 		cmocka_unit_test_teardown(test_region_and_bytes, fake_teardown),
+		cmocka_unit_test_teardown(test_foreign_region, fake_teardown),
 		cmocka_unit_test_teardown(test_flood_keeps_timeout, fake_teardown),
 		cmocka_unit_test_teardown(test_huge_frame_refused, fake_teardown),
 		cmocka_unit_test_teardown(test_arguments, fake_teardown),
