@@ -559,7 +559,9 @@ void ctl_progress(struct ctl *ctl, mfma_client *client)
 int ctl_connect(struct ctl *ctl, mfma_client **client)
 {
 	struct mfma_error err;
-	int rc = mfma_connect_tls(ctl->endpoint, &ctl->tls, client, &err);
+	/* --timeout bounds the connection too (a TLS port that never
+	 * answers held it 30 s whatever --timeout said). */
+	int rc = mfma_connect_timeout(ctl->endpoint, &ctl->tls, ctl->timeout_ms, client, &err);
 	if (rc < 0)
 		return rc == -EINVAL ? ctl_fail_local(ctl, CTL_EXIT_USAGE, "%s", err.message)
 				     : ctl_fail(ctl, "connect", rc, &err);

@@ -675,12 +675,20 @@ static int spin_from_env(uint32_t *us, struct mfma_error *err)
 int mfma_connect_tls(const char *endpoint, const struct mfma_tls *tls, mfma_client **client,
 		     struct mfma_error *err)
 {
+	return mfma_connect_timeout(endpoint, tls, -1, client, err);
+}
+
+int mfma_connect_timeout(const char *endpoint, const struct mfma_tls *tls, int timeout_ms,
+			 mfma_client **client, struct mfma_error *err)
+{
 	char perr[256];
 	struct endpoint ep;
 	struct endpoint *eps = NULL;
 	size_t neps = 0, which = 0;
 	int rc, fd = -1;
-	struct client_dial t = { NULL, tls && tls->server_name ? tls->server_name : "", 0 };
+	const uint64_t deadline =
+		timeout_ms >= 0 ? mfma_clock_ns() + (uint64_t)timeout_ms * 1000000u : 0;
+	struct client_dial t = { NULL, tls && tls->server_name ? tls->server_name : "", deadline };
 	struct tls_session *ts = NULL;
 
 	if (!client)

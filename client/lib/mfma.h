@@ -148,6 +148,14 @@ struct mfma_tls {
 int mfma_connect_tls(const char *endpoint, const struct mfma_tls *tls, mfma_client **client,
 		     struct mfma_error *err);
 
+/* mfma_connect_tls within timeout_ms: the connects and TLS handshakes of
+ * the endpoints tried all end by then (each still given 100 ms), where
+ * they would otherwise take up to 3 s a connect and 30 s a handshake; -1
+ * means those bounds.  The client's timeout for calls is still
+ * mfma_set_timeout's. */
+int mfma_connect_timeout(const char *endpoint, const struct mfma_tls *tls, int timeout_ms,
+			 mfma_client **client, struct mfma_error *err);
+
 /* Closes the connection and frees the handle (NULL is fine).  Results of
  * requests still in flight are dropped; results already returned stay
  * valid until freed. */

@@ -179,6 +179,8 @@ mfma_code_name = _fn("mfma_code_name", c_char_p, c_int)
 mfma_connect = _fn("mfma_connect", c_int, c_char_p, POINTER(client_p), err_p)
 mfma_connect_tls = _fn("mfma_connect_tls", c_int, c_char_p, POINTER(Tls), POINTER(client_p),
                        err_p)
+mfma_connect_timeout = _fn("mfma_connect_timeout", c_int, c_char_p, POINTER(Tls), c_int,
+                           POINTER(client_p), err_p)
 mfma_close = _fn("mfma_close", None, client_p)
 mfma_authenticate = _fn("mfma_authenticate", c_int, client_p, c_char_p, c_size_t, err_p)
 mfma_set_timeout = _fn("mfma_set_timeout", None, client_p, c_int)

@@ -208,7 +208,7 @@ class Client:
     socket path, or a comma list of them (failover); None means
     $MFMA_ENDPOINT, else the default sockets ($XDG_RUNTIME_DIR/mfmad.sock,
     then /run/mfmad/mfmad.sock).  timeout_ms bounds every wait for the
-    daemon.  token (str or bytes): sent first, for a TCP listener with
+    daemon, connecting included.  token (str or bytes): sent first, for a TCP listener with
     listen.token_file; None reads the first line of $MFMA_TOKEN_FILE when
     that is set.  tls_ca, tls_cert, tls_key (file paths, PEM) are for tls:
     endpoints: the CAs the daemon's certificate must chain to, and this
@@ -247,8 +247,11 @@ class Client:
         err = _lib.Error_()
         tls = _lib.Tls(*(os.fsencode(v) if v is not None else None
                          for v in (tls_ca, tls_cert, tls_key, tls_server_name)))
-        rc = _lib.mfma_connect_tls(endpoint.encode() if endpoint else None, ctypes.byref(tls),
-                                   ctypes.byref(h), ctypes.byref(err))
+        # timeout_ms bounds the connection too (its TLS handshake included).
+        rc = _lib.mfma_connect_timeout(endpoint.encode() if endpoint else None,
+                                       ctypes.byref(tls),
+                                       int(timeout_ms) if timeout_ms is not None else -1,
+                                       ctypes.byref(h), ctypes.byref(err))
         if rc < 0:
             raise from_c(rc, err)
         self._h = h

@@ -633,6 +633,52 @@ static void test_reconnect_keeps_timeout(void **state)
 	run_stop(&r);
 }
 
+/* A first connection to a TLS port that takes it and never answers (a
+ * hung daemon's): mfma_connect_timeout gives up at its timeout, and so
+ * does mfmactl at --timeout.  The handshake had 30 s whatever the caller
+ * said. */
+static void test_connect_keeps_timeout(void **state)
+{
+	(void)state;
+	struct run r;
+	run_init(&r);
+	int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int one = 1;
+	assert_int_equal(setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)), 0);
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)r.port),
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	assert_int_equal(bind(l, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(listen(l, 64), 0);
+	char ep[64];
+	snprintf(ep, sizeof(ep), "tls:localhost:%d", r.port);
+	struct mfma_tls t = { .ca_file = cf(&r, "ca.pem"), .cert_file = cf(&r, "client.pem"),
+			      .key_file = cf(&r, "client.key") };
+	mfma_client *c = NULL;
+	struct mfma_error err;
+	uint64_t t0 = mfma_clock_ns();
+	int rc = mfma_connect_timeout(ep, &t, 500, &c, &err);
+	double s = (double)(mfma_clock_ns() - t0) / 1e9;
+	printf("connect to a silent TLS port with 500 ms: %d after %.2f s: %s\n", rc, s,
+	       rc ? err.message : "");
+	assert_true(rc < 0);
+	assert_null(c);
+	assert_true(s < 2.0);
+	const char *ctl_bin = env_or_empty("MFMACTL_BIN");
+	if (ctl_bin[0]) {
+		char cmd[512];
+		snprintf(cmd, sizeof(cmd), "%s -e %s --tls-ca %s --timeout 500 ping >/dev/null 2>&1",
+			 ctl_bin, ep, cf(&r, "ca.pem"));
+		t0 = mfma_clock_ns();
+		int st = system(cmd);
+		s = (double)(mfma_clock_ns() - t0) / 1e9;
+		printf("mfmactl --timeout 500 ping there: status %d after %.2f s\n", st, s);
+		assert_true(st != 0);
+		assert_true(s < 2.5);
+	}
+	close(l);
+	run_stop(&r);
+}
+
 /* ---- a loopback proxy whose connections are slow to start ---- */
 
 /* One connection at a time: each waits delay_ms before it connects to
@@ -789,6 +835,7 @@ int main(void)
 		cmocka_unit_test(test_failover),
 		cmocka_unit_test(test_reconnect_keeps_timeout),
 		cmocka_unit_test(test_reconnect_bounded_by_live_requests),
+		cmocka_unit_test(test_connect_keeps_timeout),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
