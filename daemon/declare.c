@@ -67,49 +67,26 @@ static const char *sparse_word(int sparsity)
 							     : "none";
 }
 
-/* A LoadWeight whose every part is malloc'd, so that the registry frees it
- * with mfma__v1__request__free_unpacked like a decoded one.  Takes m's
- * buffer.  NULL when out of memory (m is then freed). */
+/* The declaration's LoadWeight (weights_load_request), taking m's buffer.
+ * NULL when out of memory (m is then freed). */
 static Mfma__V1__Request *build_request(const struct weight_decl *w, struct npy_matrix *m)
 {
-	Mfma__V1__Request *req = calloc(1, sizeof(*req));
-	Mfma__V1__LoadWeight *lw = calloc(1, sizeof(*lw));
-	Mfma__V1__Operand *op = calloc(1, sizeof(*op));
-	Mfma__V1__Matrix *a = calloc(1, sizeof(*a));
-	char *name = strdup(w->name);
-	if (!req || !lw || !op || !a || !name) {
-		free(req);
-		free(lw);
-		free(op);
-		free(a);
-		free(name);
+	/* npy_decode leaves the data at the start of its allocation. */
+	Mfma__V1__Request *req = weights_load_request(w->name, m->rows, m->cols, m->dtype, m->alloc,
+						      m->bytes, NULL, 0);
+	if (!req) {
 		npy_matrix_free(m);
 		return NULL;
 	}
-	mfma__v1__request__init(req);
-	mfma__v1__load_weight__init(lw);
-	mfma__v1__operand__init(op);
-	mfma__v1__matrix__init(a);
-	a->has_rows = a->has_cols = a->has_dtype = a->has_data = 1;
-	a->rows = m->rows;
-	a->cols = m->cols;
-	a->dtype = (Mfma__V1__DType)m->dtype;
-	a->data.data = m->alloc; /* npy_decode leaves the data at the start */
-	a->data.len = m->bytes;
 	m->alloc = m->data = NULL;
-	op->kind_case = MFMA__V1__OPERAND__KIND_DENSE;
-	op->dense = a;
-	op->has_sparsity = 1;
-	op->sparsity = (Mfma__V1__Sparsity)w->sparsity;
-	lw->name = name;
-	lw->a = op;
+	Mfma__V1__LoadWeight *lw = req->load_weight;
+	lw->a->has_sparsity = 1;
+	lw->a->sparsity = (Mfma__V1__Sparsity)w->sparsity;
 	lw->has_device = 1;
 	lw->device = w->device;
 	/* A declaration replaces whatever holds its name (the declaration
 	 * wins); with nothing there a replace is a plain load. */
 	lw->has_replace = lw->replace = 1;
-	req->body_case = MFMA__V1__REQUEST__BODY_LOAD_WEIGHT;
-	req->load_weight = lw;
 	return req;
 }
 

@@ -221,6 +221,15 @@ static void observe_launch(struct daemon *d, const struct weight *w, uint64_t n,
 
 static void hand_off(struct gemm_job *j);
 
+/* j fails UNAVAILABLE because v takes no work (it failed to open, or lost
+ * its context), saying which. */
+static void fail_down(struct gemm_job *j, const struct device *v)
+{
+	char why[600];
+	devices_why_down(v, why, sizeof(why));
+	job_fail(j, MFMA__V1__CODE__UNAVAILABLE, "%s", why);
+}
+
 /* The end of a lone GEMM's launch that returned rc (err its message):
  * its answer made, or its failure; counted to the worker's answers phase
  * where `phases` (not for the loop's start: its time is not the
@@ -233,9 +242,7 @@ static void lone_done(struct device *v, struct gemm_job *j, int rc, const char *
 		 * stream): its arena space goes back now, not with the job. */
 		answer_free(&j->ans);
 		if (devices_fault(v, rc, err)) {
-			char why[600];
-			devices_why_down(v, why, sizeof(why));
-			job_fail(j, MFMA__V1__CODE__UNAVAILABLE, "%s", why);
+			fail_down(j, v);
 			return;
 		}
 		job_fail(j, MFMA__V1__CODE__INTERNAL, "device %d (%s %s): %s", v->index, v->ops->name,
@@ -584,12 +591,9 @@ static void gemm_done(struct daemon *d, struct sched_job *sj, int status)
 		job_fail(j, MFMA__V1__CODE__UNAVAILABLE,
 			 "shutting down: the grace period ended before this request ran");
 		break;
-	case -ENODEV: {
-		char why[600];
-		devices_why_down(v, why, sizeof(why));
-		job_fail(j, MFMA__V1__CODE__UNAVAILABLE, "%s", why);
+	case -ENODEV:
+		fail_down(j, v);
 		break;
-	}
 	default:
 		job_fail(j, MFMA__V1__CODE__RESOURCE_EXHAUSTED, "out of memory queueing the request");
 		break;

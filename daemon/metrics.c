@@ -216,12 +216,17 @@ static uint64_t loop_age_ns(const struct mfmad_stats *s, uint64_t now_ns)
 	return beat && now_ns > beat ? now_ns - beat : 0;
 }
 
+/* The devices the stats hold, within what they have room for. */
+static int devices_of(const struct mfmad_stats *s)
+{
+	return s->ndevices < 0 ? 0 : s->ndevices > STATS_MAX_DEVICES ? STATS_MAX_DEVICES : s->ndevices;
+}
+
 /* Whether some device takes work (none: every one failed to open or has
  * lost its context). */
 static bool any_device_up(const struct mfmad_stats *s)
 {
-	int ndev = s->ndevices < 0 ? 0 : s->ndevices > STATS_MAX_DEVICES ? STATS_MAX_DEVICES
-									 : s->ndevices;
+	const int ndev = devices_of(s);
 	for (int d = 0; d < ndev; d++)
 		if (STATS_GET(s->dev[d].up))
 			return true;
@@ -244,9 +249,7 @@ int metrics_render_at(const struct mfmad_stats *s, uint64_t now_ns, char **out, 
 
 	struct buf b = { 0 };
 	char t[32];
-	int ndev = s->ndevices < 0 ? 0 : s->ndevices;
-	if (ndev > STATS_MAX_DEVICES)
-		ndev = STATS_MAX_DEVICES;
+	const int ndev = devices_of(s);
 	int ready = STATS_GET(s->ready) != 0, stopping = STATS_GET(s->stopping) != 0;
 	uint64_t declared_pending = STATS_GET(s->declared_pending);
 

@@ -644,26 +644,23 @@ void weights_destroy(struct daemon *d)
 
 /* ---- restoring the stored weights at start ---- */
 
-/* The stored weight as the LoadWeight request a client would send, every
- * part malloc'd as a decoded one's (weights_handle_load frees it with
- * mfma__v1__request__free_unpacked).  It takes w's buffers, so that a
- * weight is held once while it loads, not again as a packed and an
- * unpacked request.  NULL when out of memory (w keeps its buffers). */
-static Mfma__V1__Request *as_request(struct wstore_weight *w)
+Mfma__V1__Request *weights_load_request(const char *name, uint32_t rows, uint32_t cols,
+					enum mfma_dtype t, void *values, size_t values_len, void *meta,
+					size_t meta_len)
 {
 	Mfma__V1__Request *req = calloc(1, sizeof(*req));
 	Mfma__V1__LoadWeight *lw = calloc(1, sizeof(*lw));
 	Mfma__V1__Operand *op = calloc(1, sizeof(*op));
-	Mfma__V1__Matrix *dense = w->sparse ? NULL : calloc(1, sizeof(*dense));
-	Mfma__V1__Sparse24 *sp = w->sparse ? calloc(1, sizeof(*sp)) : NULL;
-	char *name = strdup(w->name);
-	if (!req || !lw || !op || (!dense && !sp) || !name) {
+	Mfma__V1__Matrix *dense = meta ? NULL : calloc(1, sizeof(*dense));
+	Mfma__V1__Sparse24 *sp = meta ? calloc(1, sizeof(*sp)) : NULL;
+	char *copy = strdup(name);
+	if (!req || !lw || !op || (!dense && !sp) || !copy) {
 		free(req);
 		free(lw);
 		free(op);
 		free(dense);
 		free(sp);
-		free(name);
+		free(copy);
 		return NULL;
 	}
 	mfma__v1__request__init(req);
@@ -672,26 +669,24 @@ static Mfma__V1__Request *as_request(struct wstore_weight *w)
 	if (sp) {
 		mfma__v1__sparse24__init(sp);
 		sp->has_rows = sp->has_cols = sp->has_dtype = sp->has_values = sp->has_meta = 1;
-		sp->rows = w->m;
-		sp->cols = w->k;
-		sp->dtype = (Mfma__V1__DType)w->dtype;
-		sp->values = (ProtobufCBinaryData){ w->values_bytes, w->values };
-		sp->meta = (ProtobufCBinaryData){ w->meta_bytes, w->meta };
-		w->values = w->meta = NULL;
+		sp->rows = rows;
+		sp->cols = cols;
+		sp->dtype = (Mfma__V1__DType)t;
+		sp->values = (ProtobufCBinaryData){ values_len, values };
+		sp->meta = (ProtobufCBinaryData){ meta_len, meta };
 		op->kind_case = MFMA__V1__OPERAND__KIND_SPARSE;
 		op->sparse = sp;
 	} else {
 		mfma__v1__matrix__init(dense);
 		dense->has_rows = dense->has_cols = dense->has_dtype = dense->has_data = 1;
-		dense->rows = w->m;
-		dense->cols = w->k;
-		dense->dtype = (Mfma__V1__DType)w->dtype;
-		dense->data = (ProtobufCBinaryData){ w->values_bytes, w->values };
-		w->values = NULL;
+		dense->rows = rows;
+		dense->cols = cols;
+		dense->dtype = (Mfma__V1__DType)t;
+		dense->data = (ProtobufCBinaryData){ values_len, values };
 		op->kind_case = MFMA__V1__OPERAND__KIND_DENSE;
 		op->dense = dense;
 	}
-	lw->name = name;
+	lw->name = copy;
 	lw->a = op;
 	req->body_case = MFMA__V1__REQUEST__BODY_LOAD_WEIGHT;
 	req->load_weight = lw;
@@ -739,9 +734,16 @@ static int restore_one(void *arg, struct wstore_weight *w)
 			wstore_remove(dir, w->name);
 		return 0;
 	}
-	Mfma__V1__Request *req = as_request(w);
+	/* The request takes the file's buffers: the weight is held once while
+	 * it loads, not again as a packed and an unpacked request. */
+	Mfma__V1__Request *req = weights_load_request(w->name, w->m, w->k, w->dtype, w->values,
+						      w->values_bytes, w->sparse ? w->meta : NULL,
+						      w->meta_bytes);
 	if (!req)
 		return -ENOMEM;
+	w->values = NULL;
+	if (w->sparse)
+		w->meta = NULL;
 	char *name = NULL;
 	if (ctx->asked < 64) {
 		name = ctx->names[ctx->asked++];

@@ -80,6 +80,15 @@ void weights_unref(struct daemon *d, struct weight *w);
 void weights_handle_load(struct daemon *d, const struct request *r, Mfma__V1__Request *req);
 void weights_handle_unload(struct daemon *d, const struct request *r, Mfma__V1__Request *req);
 
+/* A LoadWeight the daemon makes itself, every part malloc'd as a decoded
+ * one's (weights_load_internal frees it): name, and an A of rows x cols of
+ * t, dense from values (values_len bytes) or, with meta, 2:4 from values
+ * and meta.  It takes values and meta; NULL when out of memory (they are
+ * then still the caller's). */
+Mfma__V1__Request *weights_load_request(const char *name, uint32_t rows, uint32_t cols,
+					enum mfma_dtype t, void *values, size_t values_len, void *meta,
+					size_t meta_len);
+
 /* A load the daemon makes itself (declare.c): req is a LoadWeight it owns
  * and hands over, done is called once with the outcome (possibly before
  * this returns).  Not stored in the state directory. */

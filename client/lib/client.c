@@ -39,7 +39,8 @@
  * once a whole frame is in.  A daemon that streams without end cannot
  * keep a call past its timeout. */
 #define CLIENT_READ_MAX (8u << 20)
-/* No response frame is refused below this (client_response_limit). */
+/* No response frame is refused below this; a longer one is taken when a
+ * request in flight can be answered with it (client_response_limit). */
 #define CLIENT_RESPONSE_FLOOR ((size_t)64 << 20)
 /* An answer at least this large keeps the buffer it was read into
  * (decode_response); smaller ones are unpacked with a copy. */
@@ -86,15 +87,19 @@ void client_ok(struct mfma_error *err)
 	}
 }
 
+static const char *const code_names[] = {
+	"OK", "INVALID_ARGUMENT", "NOT_FOUND", "ALREADY_EXISTS", "RESOURCE_EXHAUSTED",
+	"UNAVAILABLE", "DEADLINE_EXCEEDED", "INTERNAL", "MALFORMED", "FAILED_PRECONDITION",
+};
+
+bool client_code_known(int code)
+{
+	return code >= 0 && (size_t)code < sizeof(code_names) / sizeof(code_names[0]);
+}
+
 const char *mfma_code_name(int code)
 {
-	static const char *const names[] = {
-		"OK", "INVALID_ARGUMENT", "NOT_FOUND", "ALREADY_EXISTS", "RESOURCE_EXHAUSTED",
-		"UNAVAILABLE", "DEADLINE_EXCEEDED", "INTERNAL", "MALFORMED", "FAILED_PRECONDITION",
-	};
-	if (code >= 0 && (size_t)code < sizeof(names) / sizeof(names[0]))
-		return names[code];
-	return "UNKNOWN";
+	return client_code_known(code) ? code_names[code] : "UNKNOWN";
 }
 
 const char *mfma_version(void)
@@ -525,7 +530,7 @@ static int reconnect_once(mfma_client *c, uint64_t deadline, struct mfma_error *
 	 * in flight, those that cannot be resent are lost with it (their
 	 * callers have been told), answers already here stay. */
 	frame_reader_free(&c->rd);
-	frame_reader_init(&c->rd, CLIENT_MAX_FRAME);
+	frame_reader_init(&c->rd, CLIENT_RESPONSE_FLOOR);
 	c->is_unix = c->eps[which].kind == ENDPOINT_UNIX;
 	client_regions_lost(c);
 	for (size_t i = c->npend; i-- > 0;) {
@@ -761,7 +766,7 @@ int mfma_connect_timeout(const char *endpoint, const struct mfma_tls *tls, int t
 	free(eps);
 	(void)endpoint_format(&ep, c->endpoint, sizeof(c->endpoint));
 	c->is_unix = ep.kind == ENDPOINT_UNIX;
-	frame_reader_init(&c->rd, CLIENT_MAX_FRAME);
+	frame_reader_init(&c->rd, CLIENT_RESPONSE_FLOOR);
 	*client = c;
 	client_ok(err);
 	return 0;
@@ -846,7 +851,10 @@ struct client_pending *client_pending_find(mfma_client *c, uint64_t id)
 		       : NULL;
 }
 
-size_t client_response_limit(const mfma_client *c)
+/* The largest response frame the connection may get now: the largest
+ * any request in flight can be answered with, and at least
+ * CLIENT_RESPONSE_FLOOR (a status, a late answer, a connection's error). */
+static size_t client_response_limit(const mfma_client *c)
 {
 	uint64_t most = CLIENT_RESPONSE_FLOOR;
 	for (size_t i = 0; i < c->npend; i++)
@@ -1149,9 +1157,6 @@ static Mfma__V1__Response *decode_response(mfma_client *c, const uint8_t *payloa
  * answers that arrived before the end are filed first. */
 static int read_available(mfma_client *c, struct mfma_error *err)
 {
-	/* A frame longer than any answer in flight can be is a broken or
-	 * hostile daemon's: refused at its header, not buffered. */
-	c->rd.max_frame = client_response_limit(c);
 	bool eof = false;
 	int trc = c->tls ? read_tls(c, &eof, err) : 0;
 	if (trc < 0)
@@ -1186,9 +1191,18 @@ static int read_available(mfma_client *c, struct mfma_error *err)
 		int r = frame_reader_next(&c->rd, &payload, &len);
 		if (r == 0)
 			break;
+		/* Frames up to CLIENT_RESPONSE_FLOOR are read as they come; a
+		 * longer one only when an answer in flight can be that long
+		 * (looked at then, off the common path): else it is a broken
+		 * or hostile daemon's, refused at its header, not buffered. */
+		if (r < 0 && len <= client_response_limit(c)) {
+			c->rd.max_frame = len;
+			continue;
+		}
 		if (r < 0)
 			return client_die(c, -EPROTO, err, "response frame of %zu bytes is too large",
 					  len);
+		c->rd.max_frame = CLIENT_RESPONSE_FLOOR; /* raised for that frame alone */
 		uint64_t t0 = mfma_clock_ns();
 		struct client_rx rx = { 0 };
 		Mfma__V1__Response *resp = decode_response(c, payload, len, &rx);

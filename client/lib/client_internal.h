@@ -162,10 +162,10 @@ int client_reconnect(mfma_client *c, uint64_t deadline, struct mfma_error *err);
 int client_send_token(mfma_client *c, const void *token, size_t len, struct mfma_error *err);
 
 struct client_pending *client_pending_find(mfma_client *c, uint64_t id);
-/* The largest response frame the connection may get now: the largest
- * any request in flight can be answered with, and at least
- * CLIENT_RESPONSE_FLOOR (a status, a late answer, a connection's error). */
-size_t client_response_limit(const mfma_client *c);
+
+/* Whether code is one of enum mfma_code (the names mfma_code_name has). */
+bool client_code_known(int code);
+
 int client_pending_add(mfma_client *c, uint64_t id, bool user);
 /* Frees the response it holds and drops the entry (pointers into the
  * table are invalid afterwards). */

@@ -44,7 +44,7 @@ static int fail_remote(const Mfma__V1__Status *st, struct mfma_error *err)
 	/* A code this library does not know (the wire carries any int32)
 	 * must still read as the daemon's failure: MFMA_EREMOTE of a
 	 * negative one would be 0 or a local errno. */
-	if (code <= MFMA_CODE_OK || code > MFMA_CODE_FAILED_PRECONDITION) {
+	if (code == MFMA_CODE_OK || !client_code_known(code)) {
 		if (err) {
 			err->code = MFMA_CODE_INTERNAL;
 			snprintf(err->message, sizeof(err->message),
@@ -164,6 +164,16 @@ struct wire_gemm {
 	Mfma__V1__RegionRef rb, rc, rd;
 };
 
+/* The D a GEMM's answer must hold: N columns (B's), M rows where the
+ * request says (0: a resident weight's, unknown here). */
+static void d_shape_of(const struct mfma_gemm_args *a, uint32_t *rows, uint32_t *cols)
+{
+	*cols = a->b.cols;
+	*rows = a->a.kind == MFMA_OPERAND_DENSE	   ? a->a.dense.rows
+		: a->a.kind == MFMA_OPERAND_SPARSE24 ? a->a.sparse.rows
+						     : 0;
+}
+
 /* A matrix whose bytes lie in one of the client's regions travels as a
  * reference to them instead. */
 static void use_region(mfma_client *c, Mfma__V1__Matrix *w, Mfma__V1__RegionRef *ref)
@@ -241,10 +251,10 @@ static int gemm_to_wire(mfma_client *cl, const struct mfma_gemm_args *args, stru
 		/* D's size as the daemon will make it: M from A, N from B. */
 		enum mfma_type out = args->out_dtype != MFMA_TYPE_NONE ? args->out_dtype
 				     : args->b.dtype == MFMA_TYPE_I8 ? MFMA_TYPE_I32 : MFMA_TYPE_F32;
-		uint32_t m = args->a.kind == MFMA_OPERAND_DENSE ? args->a.dense.rows
-			     : args->a.kind == MFMA_OPERAND_SPARSE24 ? args->a.sparse.rows : 0;
+		uint32_t m, n;
+		d_shape_of(args, &m, &n);
 		struct mfma_region *rg = NULL;
-		size_t len = (size_t)m * args->b.cols * mfma_type_size(out);
+		size_t len = (size_t)m * n * mfma_type_size(out);
 		/* A resident weight's M is the daemon's to know: the region must
 		 * hold D from d to its end at most, and the daemon checks the
 		 * exact span. */
@@ -640,14 +650,43 @@ struct client_result {
 	struct client_rx rx;
 };
 
-/* The D a GEMM's answer must hold: N columns (B's), M rows where the
- * request says (0: a resident weight's, unknown here). */
-static void d_shape_of(const struct mfma_gemm_args *a, uint32_t *rows, uint32_t *cols)
+/* Where the answer's D lies, checked against what the request asked:
+ * rows x cols (rows 0: any), in a region only where the request put it
+ * (dst), else as bytes of its own shape.  0 with *data and *bytes set, or
+ * -EPROTO with err. */
+static int d_where(mfma_client *c, const Mfma__V1__Matrix *d, const void *dst, uint32_t rows,
+		   uint32_t cols, const void **data, uint64_t *bytes, struct mfma_error *err)
 {
-	*cols = a->b.cols;
-	*rows = a->a.kind == MFMA_OPERAND_DENSE	   ? a->a.dense.rows
-		: a->a.kind == MFMA_OPERAND_SPARSE24 ? a->a.sparse.rows
-						     : 0;
+	const size_t es = mfma_type_size((enum mfma_type)d->dtype);
+	/* rows x cols fits 64 bits; times es may not. */
+	const uint64_t elems = (uint64_t)d->rows * d->cols;
+	const uint64_t want = es && elems <= UINT64_MAX / es ? elems * es : 0;
+	if (d->cols != cols || (rows && d->rows != rows) || (elems && !want))
+		return rows ? client_fail(err, -EPROTO, "the daemon's D is %ux%u, where the request "
+					  "asked for %ux%u", d->rows, d->cols, rows, cols)
+			    : client_fail(err, -EPROTO, "the daemon's D is %ux%u, where the request "
+					  "asked for %u columns", d->rows, d->cols, cols);
+	*bytes = want;
+	if (!d->region) {
+		*data = d->data.data;
+		return es && want == d->data.len
+			       ? 0
+			       : client_fail(err, -EPROTO, "the daemon's D is %ux%u dtype %d with %zu "
+					     "bytes, which do not match", d->rows, d->cols,
+					     (int)d->dtype, d->data.len);
+	}
+	/* D written into our region: only where the request asked for it,
+	 * and without bytes of its own (they would be taken for the
+	 * region's, and freed with the result). */
+	const struct mfma_region *rg = region_by_id(c, d->region->region);
+	*data = rg ? (const uint8_t *)rg->base + d->region->offset : NULL;
+	if (!rg || !es || d->region->offset > rg->size || want > rg->size - d->region->offset ||
+	    *data != dst || d->data.len)
+		return client_fail(err, -EPROTO, "the daemon's D names region %llu at offset %llu "
+				   "(and carries %zu bytes), which is not where the request asked "
+				   "for D", (unsigned long long)d->region->region,
+				   (unsigned long long)d->region->offset, d->data.len);
+	return 0;
 }
 
 /* dst: where the caller wants D (mfma_gemm_args.d), or NULL: D is then
@@ -669,72 +708,22 @@ static int gemm_result_from(mfma_client *c, Mfma__V1__Response *resp, struct cli
 	box->resp = resp;
 	box->rx = *rx;
 	*rx = (struct client_rx){ 0 };
-	r->priv = box; /* from here on every error frees it */
-	if (!g || !g->d) {
+	r->priv = box; /* from here on every error frees it, after its message */
+	const void *data = NULL;
+	uint64_t want = 0;
+	int rc = !g || !g->d ? client_fail(err, -EPROTO, "the daemon's GEMM answer carries no D "
+					   "matrix")
+			     : d_where(c, g->d, dst, rows, cols, &data, &want, err);
+	if (rc == 0 && dst && !g->d->region && want > dst_bytes)
+		rc = client_fail(err, -EMSGSIZE, "D is %ux%u, %llu bytes, but d holds %zu (d_bytes): "
+				 "not copied", g->d->rows, g->d->cols, (unsigned long long)want,
+				 dst_bytes);
+	if (rc < 0) {
 		mfma_gemm_result_free(r);
-		return client_fail(err, -EPROTO, "the daemon's GEMM answer carries no D matrix");
+		return rc;
 	}
 	const Mfma__V1__Matrix *d = g->d;
-	size_t es = mfma_type_size((enum mfma_type)d->dtype);
-	/* rows x cols fits 64 bits; times es may not. */
-	const uint64_t elems = (uint64_t)d->rows * d->cols;
-	uint64_t want = es && elems <= UINT64_MAX / es ? elems * es : 0;
-	const void *data = d->data.data;
-	if (d->cols != cols || (rows && d->rows != rows) || (elems && !want)) {
-		int rc = rows ? client_fail(err, -EPROTO, "the daemon's D is %ux%u, where the "
-					    "request asked for %ux%u", d->rows, d->cols, rows, cols)
-			      : client_fail(err, -EPROTO, "the daemon's D is %ux%u, where the "
-					    "request asked for %u columns", d->rows, d->cols, cols);
-		mfma_gemm_result_free(r);
-		return rc;
-	}
-	if (d->region && d->data.len) {
-		/* Its bytes would be taken for the region's. */
-		int rc = client_fail(err, -EPROTO, "the daemon's D both names a region and carries "
-				     "%zu bytes", d->data.len);
-		mfma_gemm_result_free(r);
-		return rc;
-	}
-	if (d->region) {
-		/* D was written into our region: point at it there. */
-		struct mfma_region *rg = region_by_id(c, d->region->region);
-		if (!rg || es == 0 || d->region->offset > rg->size ||
-		    want > rg->size - d->region->offset) {
-			/* The message first: d goes with the result. */
-			int rc = client_fail(err, -EPROTO, "the daemon's D names region %llu at "
-					     "offset %llu, which is not a region of this client "
-					     "that holds it",
-					     (unsigned long long)d->region->region,
-					     (unsigned long long)d->region->offset);
-			mfma_gemm_result_free(r);
-			return rc;
-		}
-		data = (const uint8_t *)rg->base + d->region->offset;
-		/* Only where the request asked for D: else D would be read out
-		 * of B's or C's bytes, and the caller's d left unwritten. */
-		if (data != dst) {
-			int rc = client_fail(err, -EPROTO, "the daemon's D names region %llu at "
-					     "offset %llu, where the request did not ask for D",
-					     (unsigned long long)d->region->region,
-					     (unsigned long long)d->region->offset);
-			mfma_gemm_result_free(r);
-			return rc;
-		}
-	} else if (es == 0 || want != d->data.len) {
-		int rc = client_fail(err, -EPROTO, "the daemon's D is %ux%u dtype %d with %zu "
-				     "bytes, which do not match", d->rows, d->cols, (int)d->dtype,
-				     d->data.len);
-		mfma_gemm_result_free(r);
-		return rc;
-	}
 	if (dst && !d->region && want) {
-		if (want > dst_bytes) {
-			int rc = client_fail(err, -EMSGSIZE, "D is %ux%u, %llu bytes, but d holds %zu "
-					     "(d_bytes): not copied", d->rows, d->cols,
-					     (unsigned long long)want, dst_bytes);
-			mfma_gemm_result_free(r);
-			return rc;
-		}
 		if (data != dst) /* else placed there as it was decoded (client.c, place_d) */
 			memcpy(dst, data, (size_t)want);
 		data = dst;

@@ -322,11 +322,32 @@ static void wait_log(const struct mfmad_proc *d, const char *s, int n)
 	}
 }
 
+/* A daemon whose every weight load takes 1 s (MFMAD_TEST_CPU_LOAD_MS)
+ * serving conf, which declares name from file; once that is resident, file
+ * is written again with `seed` and the daemon reloaded: the new load is
+ * under way when this returns.  Its metrics port, and *c connected. */
+static int start_reloading(struct mfmad_proc *d, const char *conf, const char *name,
+			   const char *file, int seed, mfma_client **c)
+{
+	int port = harness_start_metrics(d, conf, "MFMAD_TEST_CPU_LOAD_MS", "1000");
+	assert_true(port > 0);
+	struct mfma_error err;
+	assert_int_equal(mfma_connect(d->endpoint, c, &err), 0);
+	wait_state(*c, name, MFMA_DECLARED_RESIDENT);
+	write_npy(file, seed);
+	assert_int_equal(harness_reconfigure(d, conf), 0);
+	char loading[160];
+	snprintf(loading, sizeof(loading), "declared weight '%s': loading", name);
+	wait_log(d, loading, 2);
+	return port;
+}
+
 /* A declaration removed while its load is under way, and the name
  * declared again (another file) before that load ends: the new entry
- * waits while the old one holds the name, and loads once that is over.  It stayed failed ("still loading", /readyz 503) until
- * the next reload.  Every weight load waits 1 s (MFMAD_TEST_CPU_LOAD_MS)
- * to hold the window open. */
+ * waits while the old one holds the name, and loads once that is over.
+ * It stayed failed ("still loading", /readyz 503) until the next reload.
+ * Every weight load waits 1 s (MFMAD_TEST_CPU_LOAD_MS) to hold the window
+ * open. */
 static void test_declared_again_while_loading(void **state)
 {
 	(void)state;
@@ -336,16 +357,9 @@ static void test_declared_again_while_loading(void **state)
 	declare_conf(conf, sizeof(conf), "y", "first.npy");
 	declare_conf(again, sizeof(again), "y", "second.npy");
 	struct mfmad_proc d;
-	int port = harness_start_metrics(&d, conf, "MFMAD_TEST_CPU_LOAD_MS", "1000");
-	assert_true(port > 0);
 	mfma_client *c;
-	struct mfma_error err;
-	assert_int_equal(mfma_connect(d.endpoint, &c, &err), 0);
-	wait_state(c, "y", MFMA_DECLARED_RESIDENT);
 	/* The file changes: its load (1 s) starts... */
-	write_npy("first.npy", 11);
-	assert_int_equal(harness_reconfigure(&d, conf), 0);
-	wait_log(&d, "declared weight 'y': loading", 2);
+	int port = start_reloading(&d, conf, "y", "first.npy", 11, &c);
 	/* ...the declaration goes, and comes back naming another file. */
 	assert_int_equal(harness_reconfigure(&d, "weights = { declare = (); };"), 0);
 	assert_int_equal(harness_reconfigure(&d, again), 0);
@@ -484,15 +498,8 @@ static void test_kept_load_goes_with_the_new_declaration(void **state)
 	declare_conf(conf, sizeof(conf), "v", "third.npy");
 	declare_conf(bad, sizeof(bad), "v", "absent.npy");
 	struct mfmad_proc d;
-	int port = harness_start_metrics(&d, conf, "MFMAD_TEST_CPU_LOAD_MS", "1000");
-	assert_true(port > 0);
 	mfma_client *c;
-	struct mfma_error err;
-	assert_int_equal(mfma_connect(d.endpoint, &c, &err), 0);
-	wait_state(c, "v", MFMA_DECLARED_RESIDENT);
-	write_npy("third.npy", 14);
-	assert_int_equal(harness_reconfigure(&d, conf), 0);
-	wait_log(&d, "declared weight 'v': loading", 2);
+	(void)start_reloading(&d, conf, "v", "third.npy", 14, &c);
 	assert_int_equal(harness_reconfigure(&d, "weights = { declare = (); };"), 0);
 	assert_int_equal(harness_reconfigure(&d, bad), 0);
 	wait_state(c, "v", MFMA_DECLARED_FAILED);
@@ -500,6 +507,7 @@ static void test_kept_load_goes_with_the_new_declaration(void **state)
 	check_weight(c, "v", 14);
 	assert_int_equal(harness_reconfigure(&d, "weights = { declare = (); };"), 0);
 	float out[M * N];
+	struct mfma_error err;
 	assert_int_equal(gemm_on(c, "v", out, &err), MFMA_EREMOTE(MFMA_CODE_NOT_FOUND));
 	mfma_close(c);
 	assert_int_equal(harness_stop(&d), 0);

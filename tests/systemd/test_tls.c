@@ -144,6 +144,16 @@ static int connect_tls(const struct run *r, const char *host, const char *ca, co
 	return rc;
 }
 
+/* A daemon with the server certificate, asking clients for one of the
+ * run's CA, up and answering. */
+static void start_server(struct run *r)
+{
+	run_init(r);
+	write_conf(r, "server", cf(r, "ca.pem"), NULL);
+	r->pid = spawn(r);
+	wait_ready(r);
+}
+
 static mfma_client *good_client(const struct run *r)
 {
 	mfma_client *c;
@@ -461,10 +471,7 @@ static void test_sighup_swaps_certificate(void **state)
 {
 	(void)state;
 	struct run r;
-	run_init(&r);
-	write_conf(&r, "server", cf(&r, "ca.pem"), NULL);
-	r.pid = spawn(&r);
-	wait_ready(&r);
+	start_server(&r);
 	mfma_client *old = good_client(&r);
 	struct mfma_error err;
 
@@ -592,6 +599,21 @@ static void test_failover(void **state)
 	run_stop(&a);
 }
 
+/* A socket listening on 127.0.0.1:port that no one accepts from: the
+ * kernel completes connections into its queue, and nothing answers them
+ * until the caller does. */
+static int listen_loopback(int port)
+{
+	int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int one = 1;
+	assert_int_equal(setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)), 0);
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	assert_int_equal(bind(l, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(listen(l, 64), 0);
+	return l;
+}
+
 /* A lost connection whose new one stalls in the TLS handshake (a port
  * that takes the connection and says nothing, as a hung daemon's would):
  * the call gives up at its own timeout.  The handshake of a reconnection
@@ -600,10 +622,7 @@ static void test_reconnect_keeps_timeout(void **state)
 {
 	(void)state;
 	struct run r;
-	run_init(&r);
-	write_conf(&r, "server", cf(&r, "ca.pem"), NULL);
-	r.pid = spawn(&r);
-	wait_ready(&r);
+	start_server(&r);
 	mfma_client *c = good_client(&r);
 	gemm_checked(c, 16, 16, 16);
 	kill(r.pid, SIGTERM);
@@ -611,13 +630,7 @@ static void test_reconnect_keeps_timeout(void **state)
 	r.pid = 0;
 	/* The port now takes connections (the kernel completes them into the
 	 * queue) and never answers a ClientHello. */
-	int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	int one = 1;
-	assert_int_equal(setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)), 0);
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)r.port),
-				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	assert_int_equal(bind(l, (struct sockaddr *)&a, sizeof(a)), 0);
-	assert_int_equal(listen(l, 64), 0);
+	int l = listen_loopback(r.port);
 	mfma_set_timeout(c, 500);
 	struct mfma_error err;
 	uint64_t t0 = mfma_clock_ns();
@@ -642,13 +655,7 @@ static void test_connect_keeps_timeout(void **state)
 	(void)state;
 	struct run r;
 	run_init(&r);
-	int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	int one = 1;
-	assert_int_equal(setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)), 0);
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)r.port),
-				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	assert_int_equal(bind(l, (struct sockaddr *)&a, sizeof(a)), 0);
-	assert_int_equal(listen(l, 64), 0);
+	int l = listen_loopback(r.port);
 	char ep[64];
 	snprintf(ep, sizeof(ep), "tls:localhost:%d", r.port);
 	struct mfma_tls t = { .ca_file = cf(&r, "ca.pem"), .cert_file = cf(&r, "client.pem"),
@@ -732,13 +739,7 @@ static void proxy_start(struct slow_proxy *px, int up_port, int delay_ms)
 	px->up_port = up_port;
 	px->delay_ms = delay_ms;
 	px->port = harness_free_port();
-	px->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	int one = 1;
-	assert_int_equal(setsockopt(px->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)), 0);
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)px->port),
-				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	assert_int_equal(bind(px->lfd, (struct sockaddr *)&a, sizeof(a)), 0);
-	assert_int_equal(listen(px->lfd, 8), 0);
+	px->lfd = listen_loopback(px->port);
 	assert_int_equal(pthread_create(&px->thread, NULL, proxy_run, px), 0);
 }
 
@@ -768,10 +769,7 @@ static void test_reconnect_bounded_by_live_requests(void **state)
 {
 	(void)state;
 	struct run r;
-	run_init(&r);
-	write_conf(&r, "server", cf(&r, "ca.pem"), NULL);
-	r.pid = spawn(&r);
-	wait_ready(&r);
+	start_server(&r);
 	struct slow_proxy px;
 	proxy_start(&px, r.port, 300);
 	char ep[64];

@@ -711,6 +711,93 @@ static void test_refused_with_d(void **state)
 
 /* ---- a hostile daemon's answers ---- */
 
+/* A GEMM's answer g (with gr) to request id, D being d. */
+static void gemm_answer(Mfma__V1__Response *g, Mfma__V1__GemmResult *gr, uint64_t id,
+			Mfma__V1__Matrix *d)
+{
+	mfma__v1__response__init(g);
+	mfma__v1__gemm_result__init(gr);
+	gr->d = d;
+	g->has_id = 1;
+	g->id = id;
+	g->body_case = MFMA__V1__RESPONSE__BODY_GEMM;
+	g->gemm = gr;
+}
+
+/* An f32 D of rows x cols with no bytes (set them, or a region, after). */
+static void f32_d(Mfma__V1__Matrix *d, uint32_t rows, uint32_t cols)
+{
+	mfma__v1__matrix__init(d);
+	d->has_rows = d->has_cols = d->has_dtype = 1;
+	d->rows = rows;
+	d->cols = cols;
+	d->dtype = MFMA__V1__DTYPE__F32;
+}
+
+/* Region `region` at offset 0, for a D. */
+static void region_at_0(Mfma__V1__RegionRef *ref, uint64_t region)
+{
+	mfma__v1__region_ref__init(ref);
+	ref->has_region = ref->has_offset = 1;
+	ref->region = region;
+}
+
+/* Reads a RegisterRegion and answers it with `region`; false (the fake
+ * failed) on anything else. */
+static bool answer_register(struct fake *f, int fd, uint64_t region)
+{
+	Mfma__V1__Request *req = read_request(fd);
+	if (!req || req->body_case != MFMA__V1__REQUEST__BODY_REGISTER_REGION) {
+		f->failed = 1;
+		if (req)
+			mfma__v1__request__free_unpacked(req, NULL);
+		return false;
+	}
+	Mfma__V1__Response resp = MFMA__V1__RESPONSE__INIT;
+	Mfma__V1__RegisterRegionResult rr = MFMA__V1__REGISTER_REGION_RESULT__INIT;
+	rr.has_region = rr.has_bytes = 1;
+	rr.region = region;
+	rr.bytes = req->register_region->bytes;
+	resp.has_id = 1;
+	resp.id = req->id;
+	resp.body_case = MFMA__V1__RESPONSE__BODY_REGISTER_REGION;
+	resp.register_region = &rr;
+	send_response(fd, &resp);
+	mfma__v1__request__free_unpacked(req, NULL);
+	return true;
+}
+
+/* Reads one request, then writes head (len bytes) and zeros after it as
+ * fast as the socket takes them, until the client goes. */
+static void stream_after_request(struct fake *f, int fd, const void *head, size_t len)
+{
+	Mfma__V1__Request *req = read_request(fd);
+	if (!req) {
+		f->failed = 1;
+		return;
+	}
+	mfma__v1__request__free_unpacked(req, NULL);
+	int sz = 4 << 20;
+	setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
+	static const uint8_t zeros[1 << 20];
+	if (len && write_full(fd, head, len) < 0)
+		return;
+	while (send(fd, zeros, sizeof(zeros), MSG_NOSIGNAL) > 0)
+		;
+}
+
+/* A ping with timeout_ms: its result, err, and how long it took in *s. */
+static int timed_ping(mfma_client *c, int timeout_ms, const char *what, struct mfma_error *err,
+		      double *s)
+{
+	mfma_set_timeout(c, timeout_ms);
+	uint64_t t0 = mfma_clock_ns();
+	int rc = mfma_ping(c, "x", 1, NULL, err);
+	*s = (double)(mfma_clock_ns() - t0) / 1e9;
+	print_message("a ping answered %s: %d after %.2f s (%s)\n", what, rc, *s, err->message);
+	return rc;
+}
+
 /* Answers three GEMMs: the first with status code -10000 and a Pong body,
  * the second with a D of 1 x 1 where 2 x 1 was asked, the third with a
  * D of 2^31 x 2^31 f32 and no bytes (its size wraps 64 bits). */
@@ -734,23 +821,14 @@ static void script_hostile(struct fake *f, int fd)
 		f->failed = 1;
 	if (!(r[1] = read_request(fd)) || send_gemm(fd, r[1]->id, 1, 1, 1.0f) < 0)
 		f->failed = 1;
-	if ((r[2] = read_request(fd))) {
-		Mfma__V1__Response g = MFMA__V1__RESPONSE__INIT;
-		Mfma__V1__GemmResult gr = MFMA__V1__GEMM_RESULT__INIT;
-		Mfma__V1__Matrix d = MFMA__V1__MATRIX__INIT;
-		d.has_rows = d.has_cols = d.has_dtype = 1;
-		d.rows = d.cols = 1u << 31;
-		d.dtype = MFMA__V1__DTYPE__F32;
-		gr.d = &d;
-		g.has_id = 1;
-		g.id = r[2]->id;
-		g.body_case = MFMA__V1__RESPONSE__BODY_GEMM;
-		g.gemm = &gr;
-		if (send_response(fd, &g) < 0)
-			f->failed = 1;
-	} else {
+	Mfma__V1__Response g;
+	Mfma__V1__GemmResult gr;
+	Mfma__V1__Matrix d;
+	f32_d(&d, 1u << 31, 1u << 31);
+	if (!(r[2] = read_request(fd)))
 		f->failed = 1;
-	}
+	else if (gemm_answer(&g, &gr, r[2]->id, &d), send_response(fd, &g) < 0)
+		f->failed = 1;
 	for (int i = 0; i < 3; i++)
 		if (r[i])
 			mfma__v1__request__free_unpacked(r[i], NULL);
@@ -781,46 +859,24 @@ static void test_hostile_answers(void **state)
  * 4-byte aligned in the client's buffer (the status message pads). */
 static void script_region_and_bytes(struct fake *f, int fd)
 {
-	Mfma__V1__Request *req = read_request(fd);
-	if (!req || req->body_case != MFMA__V1__REQUEST__BODY_REGISTER_REGION) {
-		f->failed = 1;
-		goto out;
-	}
-	Mfma__V1__Response resp = MFMA__V1__RESPONSE__INIT;
-	Mfma__V1__RegisterRegionResult rr = MFMA__V1__REGISTER_REGION_RESULT__INIT;
-	rr.has_region = rr.has_bytes = 1;
-	rr.region = 7;
-	rr.bytes = req->register_region->bytes;
-	resp.has_id = 1;
-	resp.id = req->id;
-	resp.body_case = MFMA__V1__RESPONSE__BODY_REGISTER_REGION;
-	resp.register_region = &rr;
-	send_response(fd, &resp);
-	mfma__v1__request__free_unpacked(req, NULL);
-	if (!(req = read_request(fd))) {
+	Mfma__V1__Request *req;
+	if (!answer_register(f, fd, 7) || !(req = read_request(fd))) {
 		f->failed = 1;
 		return;
 	}
 	const size_t big = 2u << 20;
 	uint8_t *bytes = calloc(1, big);
-	Mfma__V1__Response g = MFMA__V1__RESPONSE__INIT;
+	Mfma__V1__Response g;
+	Mfma__V1__GemmResult gr;
 	Mfma__V1__Status st = MFMA__V1__STATUS__INIT;
-	Mfma__V1__GemmResult gr = MFMA__V1__GEMM_RESULT__INIT;
-	Mfma__V1__Matrix d = MFMA__V1__MATRIX__INIT;
-	Mfma__V1__RegionRef ref = MFMA__V1__REGION_REF__INIT;
-	d.has_rows = d.has_cols = d.has_dtype = d.has_data = 1;
-	d.rows = 2;
-	d.cols = 1;
-	d.dtype = MFMA__V1__DTYPE__F32;
+	Mfma__V1__Matrix d;
+	Mfma__V1__RegionRef ref;
+	f32_d(&d, 2, 1);
+	d.has_data = 1;
 	d.data = (ProtobufCBinaryData){ big, bytes };
-	ref.has_region = ref.has_offset = 1;
-	ref.region = 7;
+	region_at_0(&ref, 7);
 	d.region = &ref;
-	gr.d = &d;
-	g.has_id = 1;
-	g.id = req->id;
-	g.body_case = MFMA__V1__RESPONSE__BODY_GEMM;
-	g.gemm = &gr;
+	gemm_answer(&g, &gr, req->id, &d);
 	char msg[8] = "";
 	for (int pad = 0; pad < 4; pad++) {
 		memset(msg, 'p', (size_t)pad);
@@ -834,9 +890,7 @@ static void script_region_and_bytes(struct fake *f, int fd)
 	}
 	send_response(fd, &g);
 	free(bytes);
-out:
-	if (req)
-		mfma__v1__request__free_unpacked(req, NULL);
+	mfma__v1__request__free_unpacked(req, NULL);
 }
 
 /* A D that names the client's region and also carries bytes is refused:
@@ -858,54 +912,26 @@ static void test_region_and_bytes(void **state)
 	if (rc == 0)
 		mfma_gemm_result_free(&r);
 	assert_int_equal(rc, -EPROTO);
-	assert_non_null(strstr(err.message, "both names a region and carries 2097152 bytes"));
+	assert_non_null(strstr(err.message, "(and carries 2097152 bytes), which is not where"));
 }
 
 /* Answers two RegisterRegions both with region 7, then a GEMM with a D
  * "in region 7 at 0" that the request did not put there. */
 static void script_foreign_region(struct fake *f, int fd)
 {
-	for (int i = 0; i < 2; i++) {
-		Mfma__V1__Request *req = read_request(fd);
-		if (!req || req->body_case != MFMA__V1__REQUEST__BODY_REGISTER_REGION) {
-			f->failed = 1;
-			if (req)
-				mfma__v1__request__free_unpacked(req, NULL);
-			return;
-		}
-		Mfma__V1__Response resp = MFMA__V1__RESPONSE__INIT;
-		Mfma__V1__RegisterRegionResult rr = MFMA__V1__REGISTER_REGION_RESULT__INIT;
-		rr.has_region = rr.has_bytes = 1;
-		rr.region = 7;
-		rr.bytes = req->register_region->bytes;
-		resp.has_id = 1;
-		resp.id = req->id;
-		resp.body_case = MFMA__V1__RESPONSE__BODY_REGISTER_REGION;
-		resp.register_region = &rr;
-		send_response(fd, &resp);
-		mfma__v1__request__free_unpacked(req, NULL);
-	}
-	Mfma__V1__Request *req = read_request(fd);
-	if (!req) {
+	Mfma__V1__Request *req;
+	if (!answer_register(f, fd, 7) || !answer_register(f, fd, 7) || !(req = read_request(fd))) {
 		f->failed = 1;
 		return;
 	}
-	Mfma__V1__Response g = MFMA__V1__RESPONSE__INIT;
-	Mfma__V1__GemmResult gr = MFMA__V1__GEMM_RESULT__INIT;
-	Mfma__V1__Matrix d = MFMA__V1__MATRIX__INIT;
-	Mfma__V1__RegionRef ref = MFMA__V1__REGION_REF__INIT;
-	d.has_rows = d.has_cols = d.has_dtype = 1;
-	d.rows = 2;
-	d.cols = 1;
-	d.dtype = MFMA__V1__DTYPE__F32;
-	ref.has_region = ref.has_offset = 1;
-	ref.region = 7;
+	Mfma__V1__Response g;
+	Mfma__V1__GemmResult gr;
+	Mfma__V1__Matrix d;
+	Mfma__V1__RegionRef ref;
+	f32_d(&d, 2, 1);
+	region_at_0(&ref, 7);
 	d.region = &ref;
-	gr.d = &d;
-	g.has_id = 1;
-	g.id = req->id;
-	g.body_case = MFMA__V1__RESPONSE__BODY_GEMM;
-	g.gemm = &gr;
+	gemm_answer(&g, &gr, req->id, &d);
 	send_response(fd, &g);
 	mfma__v1__request__free_unpacked(req, NULL);
 }
@@ -929,24 +955,14 @@ static void test_foreign_region(void **state)
 	if (rc == 0)
 		mfma_gemm_result_free(&r);
 	assert_int_equal(rc, -EPROTO);
-	assert_non_null(strstr(err.message, "where the request did not ask for D"));
+	assert_non_null(strstr(err.message, "region 7 at offset 0 (and carries 0 bytes), which is "
+					    "not where the request asked for D"));
 }
 
-/* Reads one request, then writes zeros (empty frames, none answering
- * it) as fast as the socket takes them, until the client goes. */
+/* Empty frames (zeros), none answering the ping, without end. */
 static void script_flood(struct fake *f, int fd)
 {
-	Mfma__V1__Request *req = read_request(fd);
-	if (!req) {
-		f->failed = 1;
-		return;
-	}
-	mfma__v1__request__free_unpacked(req, NULL);
-	int sz = 4 << 20;
-	setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
-	static const uint8_t zeros[1 << 20];
-	while (send(fd, zeros, sizeof(zeros), MSG_NOSIGNAL) > 0)
-		;
+	stream_after_request(f, fd, NULL, 0);
 }
 
 /* A daemon that streams without end does not keep a call past its
@@ -958,33 +974,17 @@ static void test_flood_keeps_timeout(void **state)
 {
 	struct mfma_gemm_args a;
 	mfma_client *c = fake_client(state, script_flood, &a);
-	mfma_set_timeout(c, 1000);
 	struct mfma_error err;
-	uint64_t t0 = mfma_clock_ns();
-	int rc = mfma_ping(c, "x", 1, NULL, &err);
-	double s = (double)(mfma_clock_ns() - t0) / 1e9;
-	print_message("a ping answered by an endless stream: %d after %.2f s (%s)\n", rc, s,
-		      err.message);
-	assert_true(rc < 0);
+	double s;
+	assert_true(timed_ping(c, 1000, "by an endless stream", &err, &s) < 0);
 	assert_true(s < 2.5);
 }
 
-/* Reads one request, then announces a frame of 4 GiB - 1 and streams
- * zeros into it until the client goes. */
+/* A frame of 4 GiB - 1 announced, zeros streamed into it. */
 static void script_huge_frame(struct fake *f, int fd)
 {
-	Mfma__V1__Request *req = read_request(fd);
-	if (!req) {
-		f->failed = 1;
-		return;
-	}
-	mfma__v1__request__free_unpacked(req, NULL);
 	static const uint8_t header[4] = { 0xff, 0xff, 0xff, 0xff };
-	static const uint8_t zeros[1 << 20];
-	if (write_full(fd, header, sizeof(header)) < 0)
-		return;
-	while (send(fd, zeros, sizeof(zeros), MSG_NOSIGNAL) > 0)
-		;
+	stream_after_request(f, fd, header, sizeof(header));
 }
 
 /* A response frame longer than any answer in flight can be is refused at
@@ -995,16 +995,41 @@ static void test_huge_frame_refused(void **state)
 {
 	struct mfma_gemm_args a;
 	mfma_client *c = fake_client(state, script_huge_frame, &a);
-	mfma_set_timeout(c, 3000);
 	struct mfma_error err;
-	uint64_t t0 = mfma_clock_ns();
-	int rc = mfma_ping(c, "x", 1, NULL, &err);
-	double s = (double)(mfma_clock_ns() - t0) / 1e9;
-	print_message("a ping answered with a 4 GiB frame: %d after %.2f s (%s)\n", rc, s,
-		      err.message);
-	assert_int_equal(rc, -EPROTO);
+	double s;
+	assert_int_equal(timed_ping(c, 3000, "with a 4 GiB frame", &err, &s), -EPROTO);
 	assert_non_null(strstr(err.message, "too large"));
 	assert_true(s < 1.0);
+}
+
+/* Answers the GEMM with its D of 4096 x 4097 f32: a frame of 64 MiB and
+ * 16 KiB. */
+static void script_large_answer(struct fake *f, int fd)
+{
+	Mfma__V1__Request *req = read_request(fd);
+	if (!req || send_gemm(fd, req->id, 4096, 4097, 3.0f) < 0)
+		f->failed = 1;
+	if (req)
+		mfma__v1__request__free_unpacked(req, NULL);
+}
+
+/* An answer longer than the frames taken as they come (64 MiB) is taken
+ * when a request in flight is answered with one that long. */
+static void test_large_answer_taken(void **state)
+{
+	struct mfma_gemm_args a;
+	mfma_client *c = fake_client(state, script_large_answer, &a);
+	mfma_set_timeout(c, 20000);
+	static float adata[4096 * 4], bdata[4 * 4097];
+	a.a.dense = (struct mfma_matrix){ 4096, 4, MFMA_TYPE_F32, adata, sizeof(adata) };
+	a.b = (struct mfma_matrix){ 4, 4097, MFMA_TYPE_F32, bdata, sizeof(bdata) };
+	struct mfma_error err;
+	struct mfma_gemm_result r;
+	if (mfma_gemm(c, &a, &r, &err) < 0)
+		fail_msg("a 4096x4097 f32 answer: %s", err.message);
+	assert_int_equal(r.d.bytes, (size_t)4096 * 4097 * 4);
+	assert_true(((const float *)r.d.data)[(size_t)4096 * 4097 - 1] == 3.0f);
+	mfma_gemm_result_free(&r);
 }
 
 static void script_idle(struct fake *f, int fd)
@@ -1168,6 +1193,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_foreign_region, fake_teardown),
 		cmocka_unit_test_teardown(test_flood_keeps_timeout, fake_teardown),
 		cmocka_unit_test_teardown(test_huge_frame_refused, fake_teardown),
+		cmocka_unit_test_teardown(test_large_answer_taken, fake_teardown),
 		cmocka_unit_test_teardown(test_arguments, fake_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
