@@ -50,6 +50,8 @@ enum { CS_ALG_DEFAULT = 0 };                           /* CUSPARSELT_MATMUL_ALG_
  * its split of K (1: none) and how the parts are summed (2: a second
  * kernel). */
 enum { CS_ALG_CONFIG_ID = 0, CS_ALG_SPLIT_K = 3, CS_ALG_SPLIT_K_MODE = 4 };
+/* cusparseStatus_t: the library could not have memory or resources. */
+enum { CS_STATUS_ALLOC_FAILED = 2, CS_STATUS_INSUFFICIENT_RESOURCES = 11 };
 #define CS_MIN_VERSION 700                             /* 0.7.0 */
 /* Rows and columns of the structured A are padded to this. */
 #define CS_PAD 32
@@ -135,7 +137,10 @@ struct cs_plan {
 	uint32_t n;
 	enum mfma_dtype out;
 	bool failed; /* the library refused this shape: do not ask again */
-	bool searched; /* the search chose its configuration (else the default's) */
+	/* Made while memory was short (the search's workspace could not be
+	 * had, or the library ran out): the default configuration or a
+	 * refusal that may not last. */
+	bool short_of_memory;
 	bool have_b, have_c, have_mm, have_plan;
 	cs_obj mb, mc, mm, sel, plan;
 	size_t ws_bytes;
@@ -420,6 +425,11 @@ static const char *variant_of(const struct cs_state *s, const struct cs_plan *p,
 	return v;
 }
 
+static bool short_of(cs_status st)
+{
+	return st == CS_STATUS_ALLOC_FAILED || st == CS_STATUS_INSUFFICIENT_RESOURCES;
+}
+
 /* Makes a plan for n columns of B and output type out: descriptors, plan,
  * then the search over the library's kernels with the device buffers of
  * this call (their contents do not matter to the search; it writes D).
@@ -433,15 +443,20 @@ static struct cs_plan *plan_make(struct cs_state *s, struct cs_weight *w, uint32
 	p->n = n;
 	p->out = out;
 	const int in = cs_type(w->dtype), o = cs_type(out);
-	p->have_b = cs.dense_init(&s->h, &p->mb, w->kp, n, n, 16, in, CS_ORDER_ROW) == 0;
-	p->have_c = p->have_b && cs.dense_init(&s->h, &p->mc, w->mp, n, n, 16, o, CS_ORDER_ROW) == 0;
-	p->have_mm = p->have_c && cs.matmul_init(&s->h, &p->mm, CS_OP_N, CS_OP_N, &w->ma, &p->mb,
-						 &p->mc, &p->mc, CS_COMPUTE_32F) == 0;
-	p->have_plan = p->have_mm && cs.sel_init(&s->h, &p->sel, &p->mm, CS_ALG_DEFAULT) == 0 &&
-		       cs.plan_init(&s->h, &p->plan, &p->mm, &p->sel) == 0;
+	cs_status st;
+	p->have_b = (st = cs.dense_init(&s->h, &p->mb, w->kp, n, n, 16, in, CS_ORDER_ROW)) == 0;
+	p->have_c = p->have_b &&
+		    (st = cs.dense_init(&s->h, &p->mc, w->mp, n, n, 16, o, CS_ORDER_ROW)) == 0;
+	p->have_mm = p->have_c && (st = cs.matmul_init(&s->h, &p->mm, CS_OP_N, CS_OP_N, &w->ma,
+						       &p->mb, &p->mc, &p->mc, CS_COMPUTE_32F)) == 0;
+	p->have_plan = p->have_mm && (st = cs.sel_init(&s->h, &p->sel, &p->mm, CS_ALG_DEFAULT)) == 0 &&
+		       (st = cs.plan_init(&s->h, &p->plan, &p->mm, &p->sel)) == 0;
 	size_t ws = 0;
-	if (!p->have_plan || cs.workspace(&s->h, &p->plan, &ws) != 0) {
+	if (p->have_plan)
+		st = cs.workspace(&s->h, &p->plan, &ws);
+	if (st != 0) {
 		p->failed = true;
+		p->short_of_memory = short_of(st);
 		return p;
 	}
 	char err[8];
@@ -450,19 +465,20 @@ static struct cs_plan *plan_make(struct cs_state *s, struct cs_weight *w, uint32
 	/* The search tries split-K configurations, which need more workspace
 	 * than the default plan: without it they fail and the search with
 	 * them (measured on the H200: the default plan then ran, 1.4x slower
-	 * than the searched one at N = 16). */
+	 * than the searched one at N = 16).  A search that fails otherwise
+	 * (it does at some small shapes) is the library's answer: the
+	 * default configuration is kept as it was chosen. */
 	if (cuda_buf_need(&s->ws, ws > CS_SEARCH_WORKSPACE ? ws : CS_SEARCH_WORKSPACE,
-			  "cuSPARSELt workspace", NULL, err, sizeof(err)) < 0 ||
-	    cs.search(&s->h, &p->plan, &alpha, (const void *)(uintptr_t)w->comp,
-		      (const void *)(uintptr_t)b, &beta, dp, (void *)(uintptr_t)d,
-		      (void *)(uintptr_t)s->ws.p, &stream, 1) != 0 ||
-	    cs.workspace(&s->h, &p->plan, &p->ws_bytes) != 0) {
-		/* The search may have failed half-way: keep the plan as it was
-		 * chosen by default. */
-		p->ws_bytes = ws;
-	} else {
-		p->searched = true;
+			  "cuSPARSELt workspace", NULL, err, sizeof(err)) < 0) {
+		p->short_of_memory = true;
+	} else if ((st = cs.search(&s->h, &p->plan, &alpha, (const void *)(uintptr_t)w->comp,
+				   (const void *)(uintptr_t)b, &beta, dp, (void *)(uintptr_t)d,
+				   (void *)(uintptr_t)s->ws.p, &stream, 1)) != 0 ||
+		   (st = cs.workspace(&s->h, &p->plan, &p->ws_bytes)) != 0) {
+		p->short_of_memory = short_of(st);
 	}
+	if (st != 0 || p->short_of_memory)
+		p->ws_bytes = ws; /* the search may have failed half-way */
 	p->variant = variant_of(s, p, w->dtype);
 	return p;
 }
@@ -524,11 +540,10 @@ static int cs_launch(struct cuda_dev *dev, void *state, const struct mfma_gemm *
 			return -ENOMEM;
 		}
 		cuda_dev_count_plan(dev);
-		/* A refusal or a default plan (the search's workspace could not
-		 * be had: memory short at that moment) is not kept for the
+		/* A plan made while memory was short is not kept for the
 		 * weight's life: once replaced, it is made again. */
 		plan_free(plan_table_put(&w->plans, p,
-					 cuda_dev_warming(dev) && !p->failed && p->searched));
+					 cuda_dev_warming(dev) && !p->short_of_memory));
 	}
 	if (p->failed) {
 		snprintf(err, errlen, "cuda: cuSPARSELt has no plan for %ux%ux%u %s->%s", g->m, g->n,
