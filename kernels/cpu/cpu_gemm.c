@@ -159,9 +159,11 @@ void cpu_gemm_set_blas_threads(int threads)
 
 /* Dense f32/f16/bf16 through cblas_sgemm.  f32 in and out is one sgemm
  * call on the caller's buffers.  Otherwise the inputs are widened block by
- * block (all of M, kb rows of K, nb columns of N) and a 16-bit D
- * accumulates in an f32 block of M x nb, so no temporary grows past the
- * bounds (in floats) cvt_max and w_max. */
+ * block (mb rows of M, kb rows of K, nb columns of N) and a 16-bit D
+ * accumulates in an f32 block of mb x nb, so no temporary grows past the
+ * bounds (in floats) cvt_max and w_max, whatever the shape: a block is
+ * at least 16 wide in N and K (narrower ones make sgemm crawl), and M
+ * gives way first. */
 int cpu_sgemm_run(const struct mfma_gemm *g, size_t cvt_max, size_t w_max)
 {
 	size_t m = g->m, n = g->n, k = g->k;
@@ -172,22 +174,28 @@ int cpu_sgemm_run(const struct mfma_gemm *g, size_t cvt_max, size_t w_max)
 	bool in32 = g->in_dtype == MFMA_DT_F32;
 	bool w_is_d = g->out_dtype == MFMA_DT_F32;
 	size_t es_out = mfma_dtype_size(g->out_dtype);
+	const size_t least = 16;
+	size_t mb = m;
+	if (!w_is_d && mb * least > w_max)
+		mb = w_max / least;
+	if (!in32 && mb * least > cvt_max)
+		mb = cvt_max / least;
+	mb = mb ? min_sz(mb, m) : 1;
 	size_t nb = n;
-	/* Blocks narrower than 16 would make sgemm crawl; the bounds give way. */
-	if (!w_is_d && m * n > w_max)
-		nb = w_max / m < 16 ? 16 : w_max / m;
+	if (!w_is_d && mb * n > w_max)
+		nb = w_max / mb < least ? least : w_max / mb;
 	if (!in32 && k * nb > cvt_max)
-		nb = cvt_max / k < 16 ? 16 : cvt_max / k;
+		nb = cvt_max / k < least ? least : cvt_max / k;
 	nb = min_sz(nb, n);
 	size_t kb = k;
-	if (!in32 && (m > nb ? m : nb) * k > cvt_max) {
-		kb = cvt_max / (m > nb ? m : nb);
-		kb = kb < 16 ? 16 : kb;
+	if (!in32 && (mb > nb ? mb : nb) * k > cvt_max) {
+		kb = cvt_max / (mb > nb ? mb : nb);
+		kb = kb < least ? least : kb;
 	}
 
 	/* Temporaries from this thread's workspace (cpu_workspace.c). */
-	size_t wn = w_is_d ? 0 : (m * nb + 15) / 16 * 16;
-	size_t an = in32 ? 0 : (m * min_sz(kb, k) + 15) / 16 * 16;
+	size_t wn = w_is_d ? 0 : (mb * nb + 15) / 16 * 16;
+	size_t an = in32 ? 0 : (mb * min_sz(kb, k) + 15) / 16 * 16;
 	size_t bn = in32 ? 0 : min_sz(kb, k) * nb;
 	float *ws = NULL;
 	if (wn + an + bn > 0) {
@@ -195,52 +203,56 @@ int cpu_sgemm_run(const struct mfma_gemm *g, size_t cvt_max, size_t w_max)
 		if (!ws)
 			return -ENOMEM;
 	}
-	float *w = w_is_d ? g->d : ws;
 	float *abuf = ws ? ws + wn : NULL, *bbuf = ws ? ws + wn + an : NULL;
 	size_t ldw = w_is_d ? n : nb;
-	for (size_t jc = 0; jc < n; jc += nb) {
-		size_t nbb = min_sz(nb, n - jc);
-		float *wb = w_is_d ? w + jc : w;
-		/* W starts as C, which the first sgemm scales by beta. */
-		for (size_t i = 0; i < m; i++) {
-			float *wr = wb + i * ldw;
-			if (g->beta == 0.0f) {
+	for (size_t ic = 0; ic < m; ic += mb) {
+		size_t mbb = min_sz(mb, m - ic);
+		for (size_t jc = 0; jc < n; jc += nb) {
+			size_t nbb = min_sz(nb, n - jc);
+			float *wb = w_is_d ? (float *)g->d + ic * n + jc : ws;
+			/* W starts as C, which the first sgemm scales by beta. */
+			for (size_t i = 0; i < mbb; i++) {
+				float *wr = wb + i * ldw;
+				if (g->beta == 0.0f) {
+					if (k == 0)
+						memset(wr, 0, nbb * sizeof(float));
+					continue;
+				}
+				const void *cr = (const char *)g->c + ((ic + i) * n + jc) * es_out;
+				if ((const void *)wr != cr)
+					cpu_cvt_to_f32(cr, g->out_dtype, nbb, wr);
 				if (k == 0)
-					memset(wr, 0, nbb * sizeof(float));
-				continue;
+					for (size_t j = 0; j < nbb; j++)
+						wr[j] *= g->beta;
 			}
-			const void *cr = (const char *)g->c + (i * n + jc) * es_out;
-			if ((const void *)wr != cr)
-				cpu_cvt_to_f32(cr, g->out_dtype, nbb, wr);
-			if (k == 0)
-				for (size_t j = 0; j < nbb; j++)
-					wr[j] *= g->beta;
-		}
-		for (size_t pc = 0; pc < k; pc += kb) {
-			size_t kbb = min_sz(kb, k - pc);
-			const float *ab = (const float *)g->a + pc, *bb = (const float *)g->b + pc * n + jc;
-			size_t lda = k, ldb = n;
-			if (!in32) {
-				size_t es = mfma_dtype_size(g->in_dtype);
-				for (size_t i = 0; i < m; i++)
-					cpu_cvt_to_f32((const char *)g->a + (i * k + pc) * es, g->in_dtype,
-						       kbb, abuf + i * kbb);
-				for (size_t p = 0; p < kbb; p++)
-					cpu_cvt_to_f32((const char *)g->b + ((pc + p) * n + jc) * es,
-						       g->in_dtype, nbb, bbuf + p * nbb);
-				ab = abuf;
-				bb = bbuf;
-				lda = kbb;
-				ldb = nbb;
+			for (size_t pc = 0; pc < k; pc += kb) {
+				size_t kbb = min_sz(kb, k - pc);
+				const float *ab = (const float *)g->a + ic * k + pc;
+				const float *bb = (const float *)g->b + pc * n + jc;
+				size_t lda = k, ldb = n;
+				if (!in32) {
+					size_t es = mfma_dtype_size(g->in_dtype);
+					for (size_t i = 0; i < mbb; i++)
+						cpu_cvt_to_f32((const char *)g->a + ((ic + i) * k + pc) * es,
+							       g->in_dtype, kbb, abuf + i * kbb);
+					for (size_t p = 0; p < kbb; p++)
+						cpu_cvt_to_f32((const char *)g->b + ((pc + p) * n + jc) * es,
+							       g->in_dtype, nbb, bbuf + p * nbb);
+					ab = abuf;
+					bb = bbuf;
+					lda = kbb;
+					ldb = nbb;
+				}
+				float beta = pc == 0 ? g->beta : 1.0f;
+				cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)mbb, (int)nbb,
+					    (int)kbb, g->alpha, ab, (int)lda, bb, (int)ldb, beta, wb,
+					    (int)ldw);
 			}
-			float beta = pc == 0 ? g->beta : 1.0f;
-			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)nbb,
-				    (int)kbb, g->alpha, ab, (int)lda, bb, (int)ldb, beta, wb, (int)ldw);
+			if (!w_is_d)
+				for (size_t i = 0; i < mbb; i++)
+					cpu_cvt_from_f32(wb + i * ldw, g->out_dtype, nbb,
+							 (char *)g->d + ((ic + i) * n + jc) * es_out);
 		}
-		if (!w_is_d)
-			for (size_t i = 0; i < m; i++)
-				cpu_cvt_from_f32(wb + i * ldw, g->out_dtype, nbb,
-						 (char *)g->d + (i * n + jc) * es_out);
 	}
 	return 0;
 }

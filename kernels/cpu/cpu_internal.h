@@ -81,6 +81,8 @@ void *cpu_workspace(size_t bytes);
 /* Frees this thread's workspace if it is larger than what is worth
  * keeping between calls. */
 void cpu_workspace_trim(void);
+/* The bytes this thread's workspace holds now. */
+size_t cpu_workspace_size(void);
 
 /* Dense float through OpenBLAS; cvt_max and w_max bound (in floats) the
  * widened input blocks and the f32 accumulator of a 16-bit D. */

@@ -69,3 +69,8 @@ void cpu_workspace_trim(void)
 	if (ws_key_ok)
 		pthread_setspecific(ws_key, NULL);
 }
+
+size_t cpu_workspace_size(void)
+{
+	return ws_size;
+}

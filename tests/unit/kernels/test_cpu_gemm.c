@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -349,6 +350,49 @@ static void test_dense_blocks(void **state)
 			}
 }
 
+/* Tall A, 16-bit output: the temporaries stay within their bounds
+ * however many rows M has (the blocks are at least 16 wide in N and K,
+ * so M gives way).  Run on a thread of its own, whose workspace starts
+ * empty; cmocka's checks stay on the test's thread. */
+struct tall_run {
+	struct problem pr[4];
+	int rc[4];
+	size_t held;
+};
+
+static void *tall_dense_run(void *arg)
+{
+	struct tall_run *r = arg;
+	for (int i = 0; i < 4; i++)
+		r->rc[i] = cpu_sgemm_run(&r->pr[i].g, 1000, 600);
+	r->held = cpu_workspace_size();
+	return NULL;
+}
+
+static void test_dense_blocks_tall(void **state)
+{
+	(void)state;
+	const enum mfma_dtype types[] = { MFMA_DT_F16, MFMA_DT_BF16 };
+	struct tall_run r;
+	for (int i = 0; i < 4; i++)
+		problem_init(&r.pr[i], 2003, 21, 72, types[i / 2], types[i / 2], false, 1.5f,
+			     i % 2 ? -0.75f : 0.0f, 60 + (uint32_t)i);
+	pthread_t t;
+	assert_int_equal(pthread_create(&t, NULL, tall_dense_run, &r), 0);
+	assert_int_equal(pthread_join(t, NULL), 0);
+	for (int i = 0; i < 4; i++) {
+		assert_int_equal(r.rc[i], 0);
+		assert_true(cpu_rel_frobenius(r.pr[i].d, types[i / 2], r.pr[i].ref, 2003 * 21) <=
+			    tolerance(types[i / 2]));
+		problem_free(&r.pr[i]);
+	}
+	/* W (600 floats), A's and B's widened blocks (1000 each), rounding,
+	 * and the workspace's growth by half again. */
+	printf("  tall dense f16/bf16 2003x21x72: workspace %zu bytes\n", r.held);
+	assert_true(r.held > 0);
+	assert_true(r.held <= (600 + 2 * 1000 + 32) * sizeof(float) * 3 / 2 + 64);
+}
+
 static void test_larger_shape(void **state)
 {
 	(void)state;
@@ -539,6 +583,7 @@ int main(void)
 		cmocka_unit_test(test_tiny_shapes),
 		cmocka_unit_test(test_blocking_shapes),
 		cmocka_unit_test(test_dense_blocks),
+		cmocka_unit_test(test_dense_blocks_tall),
 		cmocka_unit_test(test_larger_shape),
 		cmocka_unit_test(test_c_is_d),
 		cmocka_unit_test(test_k_zero),
