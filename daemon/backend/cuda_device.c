@@ -215,6 +215,12 @@ int cuda_buf_need(struct cuda_buf *b, size_t size, const char *what, int *grown,
 		*grown = 0;
 	if (size == 0 || size <= b->cap)
 		return 0;
+	/* Work left running (a batch whose answers are collected later, a
+	 * copy on another stream) may still read the old buffer: cuMemFree
+	 * of cuMemAlloc's memory waits for the device's streams (the CUDA
+	 * programming guide: cudaMalloc and cudaFree "cause the GPU to
+	 * synchronize across all executing CUDA streams"; only the
+	 * stream-ordered allocator's memory is freed without it). */
 	cuda_buf_free(b);
 	CUresult r = nv_drv.cuMemAlloc(&b->p, size);
 	if (r != CUDA_SUCCESS) {

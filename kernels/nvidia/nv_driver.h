@@ -18,7 +18,11 @@ extern "C" {
 
 /* The entry points used; a name that cuda.h maps to a versioned symbol
  * (cuMemAlloc -> cuMemAlloc_v2) gets the type of that version, which is
- * also what cuGetProcAddress returns for CUDA_VERSION. */
+ * also what cuGetProcAddress returns for CUDA_VERSION.  Not
+ * cuCtxSynchronize: CUDA 13's cuda.h declares it without arguments while
+ * cuGetProcAddress hands out cuCtxSynchronize_v2(CUcontext) for 13000 (a
+ * call with none made compute-sanitizer report "context is destroyed"
+ * on the H200); stream synchronisation is what the backends use. */
 #define NV_DRIVER_FUNCS(X)                          \
 	X(cuInit)                                   \
 	X(cuDriverGetVersion)                       \
@@ -31,7 +35,6 @@ extern "C" {
 	X(cuDevicePrimaryCtxRetain)                 \
 	X(cuDevicePrimaryCtxRelease)                \
 	X(cuCtxSetCurrent)                          \
-	X(cuCtxSynchronize)                         \
 	X(cuModuleLoadData)                         \
 	X(cuModuleUnload)                           \
 	X(cuModuleGetFunction)                      \

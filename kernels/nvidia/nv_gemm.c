@@ -150,6 +150,14 @@ void nv_module_occ(const struct nv_module *m, int kind, int occ[NV_TILE_COUNT])
 		occ[t] = (kind >= 0 && kind < NV_KIND_COUNT) ? m->gemm[kind][t].occ : 0;
 }
 
+/* A grid's rows for count items, per items a row: at most 65535 (the
+ * limit of gridDim.y); the kernels that take it stride over the rest. */
+static unsigned grid_rows(int64_t count, int64_t per)
+{
+	int64_t rows = (count + per - 1) / per;
+	return (unsigned)(rows < 65535 ? rows : 65535);
+}
+
 static int launch(CUfunction fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
 		  unsigned smem, CUstream s, void *arg)
 {
@@ -194,8 +202,7 @@ int nv_launch_transpose_b8(const struct nv_module *m, CUstream s, CUdeviceptr b,
 	if (!m || k <= 0 || n <= 0 || ldb < n || ldbt % 32 != 0 || ldbt < nv_k_pad(NV_S8_DENSE, k))
 		return -EINVAL;
 	struct nv_transpose_params p = { .b = b, .bt = bt, .k = k, .n = n, .ldb = ldb, .ldbt = ldbt };
-	return launch(m->transpose_b8, (unsigned)(ldbt / 32), (unsigned)((n + 31) / 32), 1, 32, 8, 0, s,
-		      &p);
+	return launch(m->transpose_b8, (unsigned)(ldbt / 32), grid_rows(n, 32), 1, 32, 8, 0, s, &p);
 }
 
 int nv_launch_batch_cols(const struct nv_util *m, CUstream s, const struct nv_batch_params *p)
@@ -205,8 +212,8 @@ int nv_launch_batch_cols(const struct nv_util *m, CUstream s, const struct nv_ba
 		return -EINVAL;
 	struct nv_batch_params q = *p;
 	int width = q.dir == 0 ? q.ld : q.cols;
-	return launch(m->batch_cols, (unsigned)((width + 31) / 32), (unsigned)((q.rows + 31) / 32), 1,
-		      32, 8, 0, s, &q);
+	return launch(m->batch_cols, (unsigned)((width + 31) / 32), grid_rows(q.rows, 32), 1, 32, 8, 0,
+		      s, &q);
 }
 
 int nv_launch_copy_spans(const struct nv_util *m, CUstream s, const struct nv_copy_params *p,

@@ -53,18 +53,22 @@ extern "C" __global__ void __launch_bounds__(256) nv_pack_meta(const nv_pack_par
 extern "C" __global__ void __launch_bounds__(256) nv_transpose_b8(const nv_transpose_params p)
 {
 	__shared__ int8_t t[32][33];
-	const int k0 = blockIdx.x * 32, n0 = blockIdx.y * 32;
+	const int k0 = blockIdx.x * 32;
 	const int8_t *b = (const int8_t *)p.b;
 	int8_t *bt = (int8_t *)p.bt;
-	for (int r = threadIdx.y; r < 32; r += 8) {
-		int k = k0 + r, n = n0 + threadIdx.x;
-		t[r][threadIdx.x] = (k < p.k && n < p.n) ? b[(int64_t)k * p.ldb + n] : 0;
-	}
-	__syncthreads();
-	for (int r = threadIdx.y; r < 32; r += 8) {
-		int n = n0 + r, k = k0 + threadIdx.x;
-		if (n < p.n && k < p.ldbt)
-			bt[(int64_t)n * p.ldbt + k] = t[threadIdx.x][r];
+	/* The grid's rows stride over N: a grid has at most 65535 of them. */
+	for (int64_t n0 = (int64_t)blockIdx.y * 32; n0 < p.n; n0 += (int64_t)gridDim.y * 32) {
+		for (int r = threadIdx.y; r < 32; r += 8) {
+			int64_t k = k0 + r, n = n0 + threadIdx.x;
+			t[r][threadIdx.x] = (k < p.k && n < p.n) ? b[k * p.ldb + n] : 0;
+		}
+		__syncthreads();
+		for (int r = threadIdx.y; r < 32; r += 8) {
+			int64_t n = n0 + r, k = k0 + threadIdx.x;
+			if (n < p.n && k < p.ldbt)
+				bt[n * p.ldbt + k] = t[threadIdx.x][r];
+		}
+		__syncthreads();
 	}
 }
 
@@ -90,43 +94,47 @@ __device__ static void nv_st_elem(uint64_t base, int64_t e, int es, uint32_t v)
  * matrix (nv_batch_params), through a 32 x 32 tile in shared memory: the
  * parts' side is read or written along rows of a column (contiguous for
  * the single-column requests of a decode), the joined side along its
- * rows.  Block (32, 8); grid (ceil(ld / 32), ceil(rows / 32)). */
+ * rows.  Block (32, 8); grid (ceil(ld / 32), ceil(rows / 32) up to 65535). */
 extern "C" __global__ void __launch_bounds__(256) nv_batch_cols(const nv_batch_params p)
 {
 	__shared__ uint32_t t[32][33]; /* t[column - j0][row - r0] */
-	const int j0 = blockIdx.x * 32, r0 = blockIdx.y * 32;
+	const int j0 = blockIdx.x * 32;
 	const int32_t *cs = (const int32_t *)p.col_start, *cn = (const int32_t *)p.col_n;
-	if (p.dir == 0) {
-		for (int i = threadIdx.y; i < 32; i += 8) {
-			int j = j0 + i, r = r0 + threadIdx.x;
-			uint32_t v = 0;
-			if (j < p.cols && r < p.rows)
-				v = nv_ld_elem(p.parts,
-					       (int64_t)p.rows * cs[j] + (int64_t)r * cn[j] + (j - cs[j]),
-					       p.es);
-			t[i][threadIdx.x] = v;
+	/* The grid's rows stride over the rows: a grid has at most 65535. */
+	for (int64_t r0 = (int64_t)blockIdx.y * 32; r0 < p.rows; r0 += (int64_t)gridDim.y * 32) {
+		if (p.dir == 0) {
+			for (int i = threadIdx.y; i < 32; i += 8) {
+				int64_t j = j0 + i, r = r0 + threadIdx.x;
+				uint32_t v = 0;
+				if (j < p.cols && r < p.rows)
+					v = nv_ld_elem(p.parts,
+						       (int64_t)p.rows * cs[j] + r * cn[j] + (j - cs[j]),
+						       p.es);
+				t[i][threadIdx.x] = v;
+			}
+			__syncthreads();
+			for (int i = threadIdx.y; i < 32; i += 8) {
+				int64_t r = r0 + i, j = j0 + threadIdx.x;
+				if (r < p.rows && j < p.ld)
+					nv_st_elem(p.joined, r * p.ld + j, p.es, t[threadIdx.x][i]);
+			}
+		} else {
+			for (int i = threadIdx.y; i < 32; i += 8) {
+				int64_t r = r0 + i, j = j0 + threadIdx.x;
+				t[threadIdx.x][i] = (r < p.rows && j < p.cols)
+							    ? nv_ld_elem(p.joined, r * p.ld + j, p.es)
+							    : 0;
+			}
+			__syncthreads();
+			for (int i = threadIdx.y; i < 32; i += 8) {
+				int64_t j = j0 + i, r = r0 + threadIdx.x;
+				if (j < p.cols && r < p.rows)
+					nv_st_elem(p.parts,
+						   (int64_t)p.rows * cs[j] + r * cn[j] + (j - cs[j]),
+						   p.es, t[i][threadIdx.x]);
+			}
 		}
 		__syncthreads();
-		for (int i = threadIdx.y; i < 32; i += 8) {
-			int r = r0 + i, j = j0 + threadIdx.x;
-			if (r < p.rows && j < p.ld)
-				nv_st_elem(p.joined, (int64_t)r * p.ld + j, p.es, t[threadIdx.x][i]);
-		}
-	} else {
-		for (int i = threadIdx.y; i < 32; i += 8) {
-			int r = r0 + i, j = j0 + threadIdx.x;
-			t[threadIdx.x][i] = (r < p.rows && j < p.cols)
-						    ? nv_ld_elem(p.joined, (int64_t)r * p.ld + j, p.es)
-						    : 0;
-		}
-		__syncthreads();
-		for (int i = threadIdx.y; i < 32; i += 8) {
-			int j = j0 + i, r = r0 + threadIdx.x;
-			if (j < p.cols && r < p.rows)
-				nv_st_elem(p.parts,
-					   (int64_t)p.rows * cs[j] + (int64_t)r * cn[j] + (j - cs[j]),
-					   p.es, t[i][threadIdx.x]);
-		}
 	}
 }
 

@@ -1141,6 +1141,34 @@ static void provider_close(const struct cuda_provider *p, struct cuda_dev *cd, v
 	cuda_dev_close(cd);
 }
 
+/* Grids whose rows would pass gridDim.y's 65535: a B of more than 65535
+ * x 32 columns through ours' i8 transpose, and a batch whose K passes
+ * 65535 x 32 rows through the join of its parts (each kernel's rows then
+ * stride over the rest).  A launch past the limit fails outright. */
+static void test_grid_rows(void **state)
+{
+	(void)state;
+	if (quick)
+		return;
+	const struct cuda_provider *p = &cuda_provider_ours;
+	struct cuda_dev *cd;
+	void *st;
+	if (!provider_open(p, &cd, &st))
+		fail_msg("ours: attach failed");
+	const uint32_t past = 65535u * 32 + 1024;
+	if (provider_case(cd, p, st, MFMA_DT_I8, MFMA_DT_I32, false, false, 8, past, 32, 1.0f,
+			  0.0f) != 1)
+		fail_msg("ours did not take i8 8x%ux32", past);
+	char err[512] = "";
+	struct cuda_batch *batch = NULL;
+	if (cuda_batch_open(cd, &(struct cuda_batch_cfg){ 0 }, &batch, err, sizeof(err)) != 0)
+		fail_msg("cuda_batch_open: %s", err);
+	if (provider_batched_case(cd, p, st, batch, MFMA_DT_F16, MFMA_DT_F16, true, 16, past, 0.0f) != 1)
+		fail_msg("ours did not take a batch on a 16x%u 2:4 weight", past);
+	cuda_batch_close(batch);
+	provider_close(p, cd, st);
+}
+
 /* One GEMM on cuSPARSELt directly (a 2:4 weight it packed), N columns to
  * out.  A shape the library has no kernel for (-ENOTSUP) still leaves its
  * plan, marked failed, in the weight's table: it counts like any other. */
@@ -2713,6 +2741,7 @@ int main(void)
 		cmocka_unit_test(test_refusals),
 		cmocka_unit_test(test_large),
 		cmocka_unit_test(test_providers),
+		cmocka_unit_test(test_grid_rows),
 		cmocka_unit_test(test_choice),
 		cmocka_unit_test(test_warmup),
 		cmocka_unit_test(test_cusparselt_keeps_warmed_plans),
