@@ -471,8 +471,12 @@ int ctl_common_option(struct ctl *ctl, const char *cmd, int opt, const char *arg
 		ctl->tls.key_file = arg;
 		return CTL_CONTINUE;
 	case '?':
-		/* getopt has said what was wrong. */
+		/* getopt has said what was wrong, on stderr only; a script that
+		 * asked for --json reads stdout and must find an error there. */
 		fprintf(stderr, "Try 'mfmactl %s%s--help'.\n", cmd ? cmd : "", cmd ? " " : "");
+		json_error(ctl, -CTL_EXIT_USAGE, "USAGE",
+			   "an unknown option, or an option without its argument (the message "
+			   "is on standard error)");
 		return CTL_EXIT_USAGE;
 	default:
 		return ctl_usage(cmd, "unexpected option");
@@ -670,6 +674,9 @@ int main(int argc, char **argv)
 	int opt;
 	run_ctl = &ctl;
 	guard_terminal();
+	/* Before the first option: --json can be read, and a usage error
+	 * reported as JSON (ctl_usage), before the command is known. */
+	json_init(&ctl.j, stdout, 2);
 
 	/* '+': stop at the command word; its options are its own. */
 	while ((opt = getopt_long(argc, argv, "+" CTL_COMMON_SHORT "V", opts, NULL)) != -1) {
@@ -685,16 +692,19 @@ int main(int argc, char **argv)
 		return ctl_usage(NULL, "no command given");
 	const char *name = argv[optind];
 	if (!strcmp(name, "help")) {
-		ctl_print_help(optind + 1 < argc ? argv[optind + 1] : NULL);
-		if (optind + 1 < argc && !find_command(argv[optind + 1]))
-			return ctl_usage(NULL, "unknown command '%s'", argv[optind + 1]);
+		const char *topic = optind + 1 < argc ? argv[optind + 1] : NULL;
+		/* `mfmactl help --help` asks for the help, not of a command. */
+		if (topic && (!strcmp(topic, "--help") || !strcmp(topic, "-h")))
+			topic = NULL;
+		if (topic && !find_command(topic))
+			return ctl_usage(NULL, "unknown command '%s'", topic);
+		ctl_print_help(topic);
 		return CTL_EXIT_OK;
 	}
 	const struct command *cmd = find_command(name);
 	if (!cmd)
 		return ctl_usage(NULL, "unknown command '%s'", name);
 
-	json_init(&ctl.j, stdout, 2);
 	/* getopt prefixes its messages with argv[0]. */
 	char prog[64];
 	snprintf(prog, sizeof(prog), "mfmactl %s", cmd->name);

@@ -223,6 +223,28 @@ static void test_help_and_usage(void **state)
 	expect_json(e->out);
 	expect_in(e->out, "\"name\": \"USAGE\"");
 	expect_in(e->out, "give -a A.npy or --weight NAME");
+	/* --json read before the command: a usage error found before the
+	 * command runs (none, an unknown one, a bad common option) is JSON
+	 * too, where it once crashed mfmactl (SIGSEGV, status 139). */
+	assert_int_equal(ctl(e, "--json", NULL), 2);
+	expect_json(e->out);
+	expect_in(e->out, "no command given");
+	assert_int_equal(ctl(e, "--json", "frobnicate", NULL), 2);
+	expect_json(e->out);
+	expect_in(e->out, "unknown command 'frobnicate'");
+	assert_int_equal(ctl(e, "--json", "--timeout", "soon", "ping", NULL), 2);
+	expect_json(e->out);
+	expect_in(e->out, "--timeout 'soon'");
+	/* getopt's own refusals, which print only to stderr. */
+	assert_int_equal(ctl(e, "--json", "ping", "--bogus", NULL), 2);
+	expect_json(e->out);
+	expect_in(e->out, "\"name\": \"USAGE\"");
+	/* `help --help` is the help; `help` of an unknown command is only the
+	 * error, not the whole help before it. */
+	assert_int_equal(ctl(e, "help", "--help", NULL), 0);
+	expect_in(e->out, "EXIT STATUS");
+	assert_int_equal(ctl(e, "help", "frobnicate", NULL), 2);
+	assert_null(strstr(e->out, "COMMANDS"));
 }
 
 static void test_no_daemon(void **state)
