@@ -513,6 +513,15 @@ int ctl_fail(struct ctl *ctl, const char *what, int rc, const struct mfma_error 
 		return code == MFMA_CODE_DEADLINE_EXCEEDED ? CTL_EXIT_TRANSPORT : CTL_EXIT_DAEMON;
 	}
 	fprintf(stderr, "mfmactl: %s: %s\n", what, msg);
+	/* The library refuses a request it will not send (an empty weight
+	 * name: `mfmactl load "" W.npy`) with -EINVAL before any byte goes
+	 * out: a bad argument (2), not a connection that failed (3); its
+	 * transport failures have errnos of their own (-EPROTO, -ECONNRESET,
+	 * -ETIMEDOUT...), and connect's -EINVAL is a usage error already. */
+	if (rc == -EINVAL) {
+		json_error(ctl, -CTL_EXIT_USAGE, "USAGE", msg);
+		return CTL_EXIT_USAGE;
+	}
 	json_error(ctl, rc, rc == -ENOMEM ? "ENOMEM" : "TRANSPORT", msg);
 	return rc == -ENOMEM ? CTL_EXIT_LOCAL : CTL_EXIT_TRANSPORT;
 }

@@ -561,6 +561,16 @@ static void test_weights_commands(void **state)
 			     "--dtype", "bf16", NULL), 1);
 	expect_json(e->out);
 	expect_in(e->out, "NOT_FOUND");
+	/* An empty name, which the library refuses before sending: a bad
+	 * argument (2), not a connection that failed (3, as it was). */
+	assert_int_equal(ctl(e, "--json", "load", "", path(e, "W.npy"), "--dtype", "bf16", NULL),
+			 2);
+	expect_json(e->out);
+	expect_in(e->out, "\"name\": \"USAGE\"");
+	expect_in(e->out, "the weight name is empty");
+	assert_int_equal(ctl(e, "unload", "", NULL), 2);
+	assert_int_equal(ctl(e, "submit", "--weight", "", "-b", path(e, "B.npy"), "--dtype", "bf16",
+			     NULL), 2);
 	assert_int_equal(ctl(e, "weights", NULL), 0);
 	expect_in(e->out, "no resident weights");
 }
