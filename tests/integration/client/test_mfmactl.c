@@ -145,6 +145,43 @@ static unsigned long long json_number(const char *text, const char *within, cons
 	return strtoull(at + strlen(key), NULL, 10);
 }
 
+/* Every "quoted" word of the JSON section of `mfmactl CMD --help` is a
+ * key of the --json output in e->out (except those in skip: quoted values,
+ * keys of parts absent here), so that the help does not name keys the
+ * output lacks (bench's "sparse", printed as "a").  Reruns mfmactl: e->out
+ * is the help afterwards. */
+static void expect_help_keys(struct env *e, const char *cmd, const char *const *skip)
+{
+	char *json = strdup(e->out);
+	assert_non_null(json);
+	assert_int_equal(ctl(e, cmd, "--help", NULL), 0);
+	const char *at = strstr(e->out, "\nJSON\n");
+	assert_non_null(at);
+	const char *end = strstr(at + 6, "\n\n");
+	if (!end)
+		end = at + strlen(at);
+	size_t keys = 0;
+	for (const char *q = strchr(at, '"'); q && q < end; q = strchr(q, '"')) {
+		const char *close = strchr(q + 1, '"');
+		assert_non_null(close);
+		char key[64], needle[72];
+		snprintf(key, sizeof(key), "%.*s", (int)(close - q - 1), q + 1);
+		q = close + 1;
+		bool skipped = false;
+		for (size_t i = 0; skip && skip[i]; i++)
+			skipped |= !strcmp(skip[i], key);
+		if (skipped)
+			continue;
+		snprintf(needle, sizeof(needle), "\"%s\":", key);
+		if (!strstr(json, needle))
+			fail_msg("mfmactl %s --help names \"%s\", not in its --json output:\n%s", cmd,
+				 key, json);
+		keys++;
+	}
+	assert_true(keys > 0);
+	free(json);
+}
+
 /* A .npy file read back with our parser; data is malloc'd. */
 struct npy_mat {
 	struct npy_info info;
@@ -542,6 +579,9 @@ static void test_weights_commands(void **state)
 	assert_int_equal(ctl(e, "weights", "--json", NULL), 0);
 	expect_json(e->out);
 	expect_in(e->out, "\"w1\"");
+	/* No weights.declare here: the declared list is empty. */
+	static const char *const weights_skip[] = { "file", "state", "message", NULL };
+	expect_help_keys(e, "weights", weights_skip);
 
 	assert_int_equal(ctl(e, "submit", "--weight", "w0", "-b", path(e, "B.npy"), "--dtype",
 			     "bf16", "-o", path(e, "D.npy"), NULL), 0);
@@ -614,6 +654,10 @@ static void test_status_ping_bench(void **state)
 	expect_in(e->out, "\"counters\"");
 	/* No GEMM on a resident weight yet: none started by the loop. */
 	expect_in(e->out, "\"loop_starts\": 0");
+	/* A CPU device has no providers: nothing of theirs is printed. */
+	static const char *const status_skip[] = { "state", "available", "pinned", "excluded",
+						    NULL };
+	expect_help_keys(e, "status", status_skip);
 
 	assert_int_equal(ctl(e, "bench", "-n", "40", "-j", "4", "--m", "33", "--n", "17", "--k",
 			     "64", "--dtype", "f32", NULL), 0);
@@ -708,6 +752,9 @@ static void test_status_ping_bench(void **state)
 	expect_json(e->out);
 	expect_in(e->out, "\"answers\": 200");
 	expect_in(e->out, "\"failed\": 0");
+	/* Without --samples: no latency_samples_ns. */
+	static const char *const bench_skip[] = { "latency_samples_ns", NULL };
+	expect_help_keys(e, "bench", bench_skip);
 	/* The same corked (four connections of four slots): every answer
 	 * right. */
 	assert_int_equal(ctl(e, "--json", "bench", "--check", "--cork", "-n", "200", "-j", "16",
