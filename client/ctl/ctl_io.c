@@ -119,8 +119,12 @@ int ctl_write_matrix(const char *path, enum mfma_dtype t, uint32_t rows, uint32_
 	 * keeps its own. */
 	int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
 	if (fd < 0) {
+		/* The path the user gave first: the temporary name alone
+		 * ("D.npy.4711.tmp: No such file or directory") reads as a
+		 * file of ours gone missing, not as their -o being wrong. */
 		int e = errno;
-		snprintf(err, errlen, "%s: %s", tmp, strerror(e));
+		snprintf(err, errlen, "%s: %s (creating %s to rename over it)", path, strerror(e),
+			 tmp);
 		return -e;
 	}
 	struct stat old;

@@ -368,6 +368,16 @@ static void test_output_files(void **state)
 	assert_int_equal(ctl(e, "random", "-o", path(e, "huge.npy"), "--shape",
 			     "2147483648x2147483648", "--dtype", "f32", NULL), 5);
 	assert_int_equal(access(path(e, "huge.npy"), F_OK), -1);
+	/* A directory that is not there: the error names the path given
+	 * first, not only the temporary file beside it. */
+	char nodir[128];
+	snprintf(nodir, sizeof(nodir), "%s/nodir/x.npy", e->dir);
+	assert_int_equal(ctl(e, "--json", "random", "-o", nodir, "--shape", "2x2", "--dtype", "f32",
+			     NULL), 5);
+	expect_json(e->out);
+	char said[256];
+	snprintf(said, sizeof(said), "\"message\": \"%s: No such file or directory (creating ", nodir);
+	expect_in(e->out, said);
 
 	const char *r = path(e, "r.npy");
 	assert_int_equal(ctl(e, "random", "-o", r, "--shape", "5x8", "--dtype", "f16", NULL), 0);
