@@ -627,7 +627,12 @@ static int load(struct mfmad_config *cfg, config_t *lc, int ok, const char *name
 {
 	if (!ok) {
 		if (config_error_type(lc) == CONFIG_ERR_FILE_IO) {
-			snprintf(err, errlen, "%s: cannot read the file", name);
+			/* libconfig keeps no errno: ask the file again. */
+			FILE *f = fopen(name, "r");
+			int e = f ? EIO : errno;
+			if (f)
+				fclose(f);
+			snprintf(err, errlen, "%s: cannot read the file: %s", name, strerror(e));
 			return -ENOENT;
 		}
 		snprintf(err, errlen, "%s:%d: %s", name, config_error_line(lc), config_error_text(lc));

@@ -593,8 +593,9 @@ int main(int argc, char **argv)
 		case 'D':
 			v = strtol(optarg, &end, 10);
 			if (*optarg == '\0' || *end != '\0' || v < (opt == 't' ? 0 : 1) || v > 4096) {
-				fprintf(stderr, "mfmad: --%s '%s': expected a number\n",
-					opt == 't' ? "threads" : "cpu-devices", optarg);
+				fprintf(stderr, "mfmad: --%s '%s': expected a number from %d to 4096%s\n",
+					opt == 't' ? "threads" : "cpu-devices", optarg, opt == 't' ? 0 : 1,
+					opt == 't' ? " (0: all cores)" : "");
 				return 2;
 			}
 			if (opt == 't') {

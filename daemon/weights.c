@@ -511,7 +511,9 @@ static void start_load(struct daemon *d, const struct request *r, Mfma__V1__Requ
 	old = weights_find(d, lw->name);
 	if (old && !lw->replace) {
 		code = MFMA__V1__CODE__ALREADY_EXISTS;
-		snprintf(err, sizeof(err), "weight '%s' is already loaded (set replace to swap it)",
+		snprintf(err, sizeof(err),
+			 "weight '%s' is already loaded (load it with replace set, as mfmactl "
+			 "load --replace does, to swap it)",
 			 lw->name);
 		goto fail;
 	}

@@ -364,8 +364,17 @@ static int parse(struct ctl *ctl, int argc, char **argv, struct bench_opts *o)
 		if (rc < 0)
 			return ctl_usage("bench", "%s", err);
 	}
-	if (optind != argc)
+	if (optind != argc) {
+		/* bench's --sparse stands alone (packed) or takes its mode
+		 * after '=': `--sparse prune`, as submit and load take it,
+		 * leaves the mode here. */
+		enum ctl_sparse mode;
+		char e2[8];
+		if (o->sparse && ctl_parse_sparse("--sparse", argv[optind], &mode, e2, sizeof(e2)) == 0)
+			return ctl_usage("bench", "unexpected argument '%s': bench takes a mode as "
+					 "--sparse=%s", argv[optind], argv[optind]);
 		return ctl_usage("bench", "unexpected argument '%s'", argv[optind]);
+	}
 	if (o->weight && o->resident)
 		return ctl_usage("bench", "--weight and --resident exclude each other");
 	if (o->weight && o->sparse)

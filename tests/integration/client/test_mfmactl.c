@@ -282,6 +282,10 @@ static void test_help_and_usage(void **state)
 	expect_in(e->out, "EXIT STATUS");
 	assert_int_equal(ctl(e, "help", "frobnicate", NULL), 2);
 	assert_null(strstr(e->out, "COMMANDS"));
+	/* bench takes --sparse's mode after '=' (alone it is packed): the
+	 * spelling submit and load take says which form to use. */
+	assert_int_equal(ctl(e, "--json", "bench", "--sparse", "prune", NULL), 2);
+	expect_in(e->out, "--sparse=prune");
 }
 
 static void test_no_daemon(void **state)

@@ -161,6 +161,7 @@ static void test_missing_file(void **state)
 	config_defaults(&c);
 	assert_int_equal(config_load_file(&c, "/nonexistent/mfmad.conf", err, sizeof(err)), -ENOENT);
 	assert_non_null(strstr(err, "/nonexistent/mfmad.conf"));
+	assert_non_null(strstr(err, "No such file or directory"));
 }
 
 /* The shipped, documented file parses and equals the built-in defaults. */
