@@ -16,9 +16,9 @@ import numpy as np
 from . import _lib
 from .client import Client, DeviceStatus, GemmFuture, GemmInfo, Status, WeightInfo
 from .dtypes import as_float, bfloat16, from_bf16, to_bf16
-from .errors import (AlreadyExists, DaemonError, DeadlineExceeded, Error, FailedPrecondition,
-                     Internal, InvalidArgument, Malformed, NotFound, ResourceExhausted,
-                     TransportError, Unavailable)
+from .errors import (AlreadyExists, ArgumentError, DaemonError, DeadlineExceeded, Error,
+                     FailedPrecondition, Internal, InvalidArgument, Malformed, NotFound,
+                     ResourceExhausted, TransportError, Unavailable)
 from .region import Region
 from .sparse import Sparse24, compress, prune, prune_dense
 from . import dtypes as _dtypes
@@ -28,7 +28,7 @@ __version__ = _lib.text(_lib.mfma_version())
 __all__ = [
     "Client", "Region", "GemmFuture", "GemmInfo", "Status", "DeviceStatus", "WeightInfo",
     "bfloat16", "to_bf16", "from_bf16", "as_float",
-    "Error", "DaemonError", "TransportError", "InvalidArgument", "NotFound", "AlreadyExists",
+    "Error", "DaemonError", "TransportError", "ArgumentError", "InvalidArgument", "NotFound", "AlreadyExists",
     "ResourceExhausted", "Unavailable", "DeadlineExceeded", "Internal", "Malformed",
     "FailedPrecondition",
     "Sparse24", "prune", "compress", "prune_dense",

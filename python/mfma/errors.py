@@ -7,7 +7,10 @@ the message libmfmaclient reported.
                the code (mfma.NotFound, mfma.InvalidArgument, ...).
     code < 0   a local or transport failure: a negative errno value
                (-errno.ECONNREFUSED, -errno.ETIMEDOUT ...); raised as
-               mfma.TransportError."""
+               mfma.TransportError, except -errno.EINVAL: an argument the
+               library refused before sending anything (an empty weight
+               name, an endpoint it cannot parse), raised as
+               mfma.ArgumentError, which is a ValueError too."""
 
 import errno as _errno
 
@@ -36,6 +39,10 @@ class DaemonError(Error):
 
 class TransportError(Error):
     """Connecting, sending or receiving failed (code is -errno)."""
+
+
+class ArgumentError(Error, ValueError):
+    """An argument refused before anything was sent (code is -EINVAL)."""
 
 
 class InvalidArgument(DaemonError):
@@ -86,4 +93,7 @@ def from_c(rc, err):
     if rc <= -_lib.EREMOTE_BASE:
         code = -rc - _lib.EREMOTE_BASE
         return _BY_CODE.get(code, DaemonError)(code, msg)
-    return TransportError(err.code if err.code < 0 else rc, msg)
+    code = err.code if err.code < 0 else rc
+    if code == -_errno.EINVAL:
+        return ArgumentError(code, msg)
+    return TransportError(code, msg)

@@ -97,9 +97,24 @@ def test_transport_errors(tmp_path):
     with pytest.raises(mfma.TransportError) as e:
         mfma.Client(f"unix:{tmp_path}/none.sock")
     assert e.value.code == -errno.ENOENT and "is mfmad running" in e.value.message
-    with pytest.raises(mfma.TransportError) as e:
+    # An endpoint the library cannot parse is the caller's argument, not a
+    # connection that failed: ArgumentError, a ValueError too.
+    with pytest.raises(mfma.ArgumentError) as e:
         mfma.Client("tcp:host")
     assert e.value.code == -errno.EINVAL
+    assert isinstance(e.value, ValueError) and not isinstance(e.value, mfma.TransportError)
+
+
+def test_argument_errors(client):
+    """What the library refuses before sending (an empty weight name) is a
+    ValueError, and the connection stays good."""
+    a = np.ones((4, 8), dtype=np.float32)
+    with pytest.raises(ValueError) as e:
+        client.load_weight("", a)
+    assert isinstance(e.value, mfma.ArgumentError) and e.value.code == -errno.EINVAL
+    with pytest.raises(mfma.ArgumentError):
+        client.unload_weight("")
+    assert client.ping(b"x") > 0
 
 
 def test_spin(daemon, rng, monkeypatch):
