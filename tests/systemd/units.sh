@@ -48,6 +48,8 @@ for want in 'Type=notify' 'NotifyAccess=main' 'ExecReload=/bin/kill -HUP $MAINPI
 	'MemorySwapMax=0' 'LimitCORE=0' 'PrivateUsers=false' 'RuntimeDirectoryMode=2755'; do
 	grep -qxF "$want" "$service" || fail "mfmad.service lacks the line '$want'"
 done
+grep -q '^ExecStartPre=+/bin/sh -c .*nvidia-modprobe -u -c=0 || true' "$service" ||
+	fail "mfmad.service does not load nvidia-uvm (nvidia-modprobe -u) before the start"
 grep -q '^WatchdogSec=[1-9]' "$service" || fail "mfmad.service has no WatchdogSec="
 grep -q '^MemoryMax=[1-9]' "$service" || fail "mfmad.service has no MemoryMax="
 grep -q '^TasksMax=[1-9]' "$service" || fail "mfmad.service has no TasksMax="
