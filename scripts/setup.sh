@@ -92,4 +92,15 @@ ninja -C "$BUILD_DIR"
 if [ "$install" = 1 ]; then
   meson install -C "$BUILD_DIR" --quiet
   ldconfig
+  # meson shows nothing its install scripts print: say here what they did.
+  conf=$(meson introspect "$BUILD_DIR" --buildoptions | python3 -c '
+import json, os, sys
+o = {x["name"]: x["value"] for x in json.load(sys.stdin)}
+print(os.path.join(o["prefix"], o["sysconfdir"], "mfmad", "mfmad.conf"))')
+  if [ -e "$conf.new" ]; then
+    echo "setup.sh: kept your $conf; the shipped configuration is $conf.new (merge what you need)"
+  fi
+  if getent group mfmad >/dev/null; then
+    echo "setup.sh: installed; let a user talk to /run/mfmad/mfmad.sock with: usermod -aG mfmad USER"
+  fi
 fi
