@@ -5,6 +5,10 @@
 #   scripts/setup.sh              build into ./build
 #   scripts/setup.sh --install    ... and install (meson install, ldconfig): also
 #                                 the mfmad group and the Python package mfma
+#   scripts/setup.sh --uninstall  stop the service and remove what --install
+#                                 put in place (the build's install log); keeps
+#                                 the configuration, /var/lib/mfmad and the
+#                                 mfmad user and group
 #   BUILD_DIR=dir scripts/setup.sh
 #   MESON_ARGS="-Db_sanitize=address,undefined" BUILD_DIR=build-asan scripts/setup.sh
 set -euo pipefail
@@ -15,7 +19,8 @@ install=0
 for arg in "$@"; do
   case "$arg" in
     --install) install=1 ;;
-    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+    --uninstall) install=-1 ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
     *) echo "setup.sh: unknown argument '$arg'" >&2; exit 2 ;;
   esac
 done
@@ -61,6 +66,34 @@ apt_get() {
     sleep 3
   done
 }
+
+if [ "$install" = -1 ]; then
+  log="$BUILD_DIR/meson-logs/install-log.txt"
+  if [ ! -f "$log" ] || ! grep -q '/mfmad$' "$log"; then
+    echo "setup.sh: $log does not list an install of mfmad; give the BUILD_DIR" \
+         "that setup.sh --install used" >&2
+    exit 1
+  fi
+  if [ -d /run/systemd/system ] && command -v systemctl >/dev/null; then
+    systemctl disable --now mfmad.service mfmad.socket 2>/dev/null || true
+  fi
+  # A daemon started by hand from this install (the README's first
+  # command) goes too; one of another build is left alone.
+  bin=$(grep -m1 '/bin/mfmad$' "$log")
+  for pid in $(pgrep -x mfmad || true); do
+    if [ "$(readlink "/proc/$pid/exe" 2>/dev/null)" = "$bin" ]; then
+      kill -TERM "$pid" 2>/dev/null || true
+    fi
+  done
+  ninja -C "$BUILD_DIR" uninstall
+  ldconfig
+  if [ -d /run/systemd/system ] && command -v systemctl >/dev/null; then
+    systemctl daemon-reload || true
+  fi
+  echo "setup.sh: uninstalled; kept the configuration, /var/lib/mfmad (stored weights)" \
+       "and the mfmad user and group"
+  exit 0
+fi
 
 missing=()
 for p in "${packages[@]}"; do

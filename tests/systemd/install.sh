@@ -8,7 +8,15 @@ set -eu
 build=$1 shipped=$2
 fail() { echo "FAIL: $*" >&2; exit 1; }
 tmp=$(mktemp -d /tmp/mfmad-install-XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
+# meson install rewrites the build's install log, which `setup.sh
+# --uninstall` reads to remove a real install: keep it as it was.
+log="$build/meson-logs/install-log.txt"
+if [ -e "$log" ]; then
+  cp -p "$log" "$tmp/install-log.txt"
+  trap 'cp -p "$tmp/install-log.txt" "$log"; rm -rf "$tmp"' EXIT
+else
+  trap 'rm -f "$log"; rm -rf "$tmp"' EXIT
+fi
 
 stage() {
   meson install -C "$build" --no-rebuild --destdir "$tmp/root" > "$tmp/install.log" 2>&1 ||
