@@ -76,14 +76,15 @@ static void case_args(const struct case_data *cd, struct mfma_gemm_args *ga)
 				      (size_t)cd->k * cd->n * es };
 }
 
-/* r's D against the reference, within the tolerance of its types. */
+/* r's D against the reference, within the tolerance of its output type
+ * and K (mfma_check_tolerance). */
 static void case_check(const struct case_data *cd, const struct mfma_gemm_result *r)
 {
 	enum mfma_dtype out = cd->t == MFMA_DT_I8 ? MFMA_DT_I32 : MFMA_DT_F32;
 	assert_int_equal(r->d.rows, cd->m);
 	assert_int_equal(r->d.cols, cd->n);
 	double e = cpu_rel_frobenius(r->d.data, out, cd->ref, (size_t)cd->m * cd->n);
-	if (!ctl_within_tolerance(e, ctl_tolerance(cd->t, out)))
+	if (!ctl_within_tolerance(e, mfma_check_tolerance((enum mfma_type)out, cd->k)))
 		fail_msg("%ux%ux%u %s %s: relative error %g", cd->m, cd->n, cd->k,
 			 mfma_dtype_name(cd->t), cd->sparse ? "2:4" : "dense", e);
 }
