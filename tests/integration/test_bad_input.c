@@ -414,6 +414,37 @@ static void test_unknown_weight(void **state)
 	free(q);
 }
 
+/* Fields of a well-formed GEMM that the daemon refuses and no other test
+ * sent it: a sparsity on an A that is already compressed 2:4, a device
+ * below -1, a timeout past a day.  With the sparsity or the device check
+ * taken out of validate.c, unit-validate and the bad-input, daemon,
+ * queue, batching, declare, client-library and hostile tests all still
+ * passed (the timeout one only test_queue saw, not by its message). */
+static void test_refused_gemm_fields(void **state)
+{
+	(void)state;
+	struct greq *q = gemm_req(4, 8, 3);
+	make_sparse(q, 4, 8, 4 * 4);
+	for (int r = 0; r < 4; r++)
+		q->meta[r] = 0x84 | 0x84 << 4; /* (0,1) then (0,2): valid */
+	q->a.has_sparsity = 1;
+	q->a.sparsity = MFMA__V1__SPARSITY__PRUNE_24;
+	expect_reply(&q->req, MFMA__V1__CODE__INVALID_ARGUMENT,
+		     "a.sparsity applies to a dense operand only");
+	free(q);
+	q = gemm_req(4, 8, 3);
+	q->g.has_device = 1;
+	q->g.device = -2;
+	expect_reply(&q->req, MFMA__V1__CODE__INVALID_ARGUMENT,
+		     "device=-2: use -1 for any device or a device index");
+	q->g.has_device = 0;
+	q->g.has_timeout_us = 1;
+	q->g.timeout_us = 86400ull * 1000 * 1000 + 1;
+	expect_reply(&q->req, MFMA__V1__CODE__INVALID_ARGUMENT,
+		     "timeout_us=86400000001 is longer than the limit of 86400000000 (one day)");
+	free(q);
+}
+
 /* Pipelined past the per-connection cap: the excess is answered "busy",
  * everything else with a right result, every id exactly once. */
 static void test_busy_per_connection(void **state)
@@ -504,6 +535,7 @@ int main(void)
 		cmocka_unit_test(test_not_24_under_validate),
 		cmocka_unit_test(test_bad_meta_nibble),
 		cmocka_unit_test(test_unknown_weight),
+		cmocka_unit_test(test_refused_gemm_fields),
 		cmocka_unit_test(test_busy_per_connection),
 		cmocka_unit_test(test_client_vanishes),
 		cmocka_unit_test(test_still_answers_ping),
