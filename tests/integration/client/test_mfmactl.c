@@ -29,6 +29,7 @@
 #include "mfmad_build.h"
 #include "json.h"
 #include "mfma.pb-c.h"
+#include "mfma.h"
 #include "npy.h"
 #include "sparse24.h"
 
@@ -455,7 +456,8 @@ static void verify_d(struct env *e, const char *an, const char *bn, const char *
 	double *ref = malloc((size_t)m * n * sizeof(double));
 	assert_int_equal(cpu_gemm_ref_f64(&g, ref), 0);
 	double err = cpu_rel_frobenius(d.data, out, ref, (size_t)m * n);
-	double tol = out == MFMA_DT_I32 ? 0.0 : (in == MFMA_DT_F32 && out == MFMA_DT_F32) ? 1e-5 : 1e-2;
+	/* libmfmaclient's rule (what --check applies): by output type and K. */
+	double tol = out == MFMA_DT_I32 ? 0.0 : mfma_check_tolerance((enum mfma_type)out, k);
 	if (tol == 0.0 ? err != 0.0 : !(err < tol))
 		fail_msg("%s: relative error %g over %g", mfma_dtype_name(in), err, tol);
 	free(ref);
