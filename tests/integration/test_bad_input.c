@@ -4,6 +4,7 @@
  * answers.  At the end the daemon still answers ping and exits 0 on
  * SIGTERM (under ASan: without a leak). */
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -494,9 +495,21 @@ static void test_busy_per_connection(void **state)
 	(void)state;
 	int fd = harness_connect_raw(&D);
 	struct greq *q = gemm_req(64, 64, 64);
+	/* alpha = the id: an answer that went to another request's id, or
+	 * came from another request's launch, has the wrong scale. */
+	double ab[64 * 64];
+	for (int i = 0; i < 64; i++)
+		for (int j = 0; j < 64; j++) {
+			double acc = 0;
+			for (int p = 0; p < 64; p++)
+				acc += (double)q->abuf[i * 64 + p] * q->bbuf[p * 64 + j];
+			ab[i * 64 + j] = acc;
+		}
 	int sent = 16;
+	q->g.has_alpha = 1;
 	for (int i = 0; i < sent; i++) {
 		q->req.id = (uint64_t)i + 1;
+		q->g.alpha = (float)(i + 1);
 		send_request(fd, &q->req);
 	}
 	int ok = 0, busy = 0;
@@ -508,7 +521,21 @@ static void test_busy_per_connection(void **state)
 		seen |= 1u << r->id;
 		if (r->status->code == MFMA__V1__CODE__OK) {
 			ok++;
-			assert_int_equal(r->gemm->d->rows, 64);
+			const Mfma__V1__Matrix *d = r->gemm->d;
+			assert_int_equal(d->rows, 64);
+			assert_int_equal(d->cols, 64);
+			assert_int_equal(d->data.len, 64 * 64 * sizeof(float));
+			double num = 0, den = 0;
+			for (size_t e = 0; e < 64 * 64; e++) {
+				float v;
+				memcpy(&v, d->data.data + e * sizeof(v), sizeof(v));
+				double want = (double)r->id * ab[e];
+				num += (v - want) * (v - want);
+				den += want * want;
+			}
+			if (!(sqrt(num / den) < 1e-5))
+				fail_msg("answer of id %" PRIu64 ": relative error %g against alpha=%"
+					 PRIu64 " * A.B", r->id, sqrt(num / den), r->id);
 		} else {
 			assert_int_equal(r->status->code, MFMA__V1__CODE__RESOURCE_EXHAUSTED);
 			/* The count that refused: the cap, or one or two more
