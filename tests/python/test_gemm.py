@@ -113,3 +113,5 @@ def test_torch_tensors(client, rng):
     bb = torch.randn(32, 8).to(torch.bfloat16)
     d = client.gemm(ab, bb, out_dtype="bf16")
     assert d.dtype == torch.bfloat16
+    # bf16 widens to f32 exactly: the reference sees the values sent.
+    mfma.check(d, ab.float().numpy(), bb.float().numpy())
