@@ -109,6 +109,14 @@ static void route_msg(struct conn *c, struct request_msg *m, uint64_t arrival, u
 	struct daemon *d = conn_daemon(c);
 	struct request r;
 	Mfma__V1__Request *req = m->req;
+	if (!req && m->too_many_fields) {
+		request_init(&r, c, 0, 0, STATS_OTHER);
+		reply_status(d, &r, MFMA__V1__CODE__MALFORMED,
+			     "malformed request: the %zu-byte frame has more than %u fields (a request "
+			     "has a few dozen); not decoded",
+			     m->len, REQUEST_FIELDS_MAX);
+		return;
+	}
 	if (!req) {
 		request_init(&r, c, 0, 0, STATS_OTHER);
 		reply_status(d, &r, MFMA__V1__CODE__MALFORMED,

@@ -5,6 +5,7 @@
 
 #include "frame_arena.h"
 #include "msg_arena.h"
+#include "wire_check.h"
 #include "wire_gemm.h"
 #include "wire_split.h"
 
@@ -48,6 +49,14 @@ void request_msg_decode(struct request_msg *m, const uint8_t *payload, size_t le
 			msg_arena_free(m->arena);
 			m->arena = NULL;
 		}
+	}
+	/* Protobuf-c's decode costs some hundred bytes a field, whatever the
+	 * field's own size: counted first, so that a frame of tiny fields is
+	 * refused instead of taking fifty times its size. */
+	if (!m->req && wire_count_fields(&mfma__v1__request__descriptor, payload, len,
+					 REQUEST_FIELDS_MAX) > REQUEST_FIELDS_MAX) {
+		m->too_many_fields = true;
+		return;
 	}
 	/* Everything else as protobuf-c decodes it, with malloc (the registry
 	 * keeps a LoadWeight's message past the frame and frees it field by

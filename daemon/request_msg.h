@@ -9,12 +9,20 @@
 #ifndef MFMAD_REQUEST_MSG_H
 #define MFMAD_REQUEST_MSG_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "mfma.pb-c.h"
 
 struct msg_arena;
+
+/* The most fields (through every sub-message) a request protobuf-c
+ * decodes may have: a request has a few dozen, and each costs the decoder
+ * some hundred bytes (wire_count_fields), so a frame of a million
+ * two-byte fields cost 50 times its size, which no memory limit counted.
+ * A frame over it is not decoded. */
+#define REQUEST_FIELDS_MAX 1024u
 
 struct request_msg {
 	Mfma__V1__Request *req; /* NULL: the frame did not decode */
@@ -30,9 +38,12 @@ struct request_msg {
 	/* A GEMM's matrices of WIRE_SPLIT_MIN_BYTES or more: how many, and how
 	 * many of them stayed in the frame. */
 	size_t large, in_place;
+	/* Over REQUEST_FIELDS_MAX: the frame was not decoded (req NULL). */
+	bool too_many_fields;
 };
 
-/* Decodes the len bytes at payload.  With frame (the buffer payload lies
+/* Decodes the len bytes at payload, unless a request protobuf-c would
+ * decode has more than REQUEST_FIELDS_MAX fields (too_many_fields).  With frame (the buffer payload lies
  * in, cap bytes, which m then owns whatever happens), a GEMM's matrices
  * of WIRE_SPLIT_MIN_BYTES or more stay in it; without, every field is
  * copied, as protobuf-c does, and payload may go once this returns. */

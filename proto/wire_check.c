@@ -87,6 +87,56 @@ int wire_check_strings(const ProtobufCMessageDescriptor *desc, const uint8_t *bu
 	return walk(desc, buf, len, NULL, 0, err, errlen);
 }
 
+/* Adds the fields of buf (of desc) and of its sub-messages to *count,
+ * stopping once it is over max. */
+static void count_walk(const ProtobufCMessageDescriptor *desc, const uint8_t *buf, size_t len,
+		       int depth, size_t max, size_t *count)
+{
+	size_t pos = 0;
+	while (pos < len && *count <= max) {
+		uint64_t tag, n;
+		if (wire_varint_get(buf, len, &pos, &tag) < 0)
+			return;
+		(*count)++;
+		switch (tag & 7) {
+		case 0:
+			if (wire_varint_get(buf, len, &pos, &n) < 0)
+				return;
+			continue;
+		case 1:
+			pos += 8;
+			continue;
+		case 5:
+			pos += 4;
+			continue;
+		case 2:
+			break;
+		default:
+			return;
+		}
+		if (wire_varint_get(buf, len, &pos, &n) < 0 || n > len - pos)
+			return;
+		const uint8_t *p = buf + pos;
+		pos += n;
+		const ProtobufCFieldDescriptor *f =
+			tag >> 3 <= UINT32_MAX
+				? protobuf_c_message_descriptor_get_field(desc, (unsigned)(tag >> 3))
+				: NULL;
+		/* Each occurrence of a sub-message is unpacked on its own. */
+		if (f && f->type == PROTOBUF_C_TYPE_MESSAGE && depth < MAX_DEPTH)
+			count_walk(f->descriptor, p, n, depth + 1, max, count);
+	}
+}
+
+size_t wire_count_fields(const ProtobufCMessageDescriptor *desc, const uint8_t *buf, size_t len,
+			 size_t max)
+{
+	size_t count = 0;
+	if (desc && (buf || !len))
+		count_walk(desc, buf, len, 0, max, &count);
+	return count;
+}
+
 /* The length of the valid UTF-8 sequence at s, or 0. */
 static size_t utf8_seq(const unsigned char *s)
 {

@@ -79,6 +79,43 @@ static void test_nul_in_bytes_is_fine(void **state)
 					    sizeof(err)), 0);
 }
 
+/* Fields are counted through the sub-messages the decoder unpacks, each
+ * occurrence on its own; the count stops just over max. */
+static void test_count_fields(void **state)
+{
+	(void)state;
+	const ProtobufCMessageDescriptor *rd = &mfma__v1__request__descriptor;
+	/* id, gemm { a { weight } }: four fields. */
+	static const uint8_t gemm[] = { 0x08, 0x01, 0x12, 0x05, 0x0a, 0x03, 0x1a, 0x01, 'w' };
+	Mfma__V1__Request *r = mfma__v1__request__unpack(NULL, sizeof(gemm), gemm);
+	assert_non_null(r);
+	assert_string_equal(r->gemm->a->weight, "w");
+	mfma__v1__request__free_unpacked(r, NULL);
+	assert_int_equal(wire_count_fields(rd, gemm, sizeof(gemm), 100), 4);
+	/* Unknown fields at the top: one each. */
+	uint8_t many[2 + 2 * 50];
+	many[0] = 0x08;
+	many[1] = 0x07;
+	for (int i = 0; i < 50; i++) {
+		many[2 + 2 * i] = 11 << 3;
+		many[3 + 2 * i] = 0;
+	}
+	assert_int_equal(wire_count_fields(rd, many, sizeof(many), 100), 51);
+	assert_int_equal(wire_count_fields(rd, many, sizeof(many), 10), 11);
+	/* An empty gemm sent over and over: each occurrence counts. */
+	uint8_t again[2 * 20];
+	for (int i = 0; i < 20; i++) {
+		again[2 * i] = 0x12;
+		again[2 * i + 1] = 0;
+	}
+	assert_int_equal(wire_count_fields(rd, again, sizeof(again), 100), 20);
+	/* Garbage ends the count where it stops walking. */
+	static const uint8_t junk[] = { 0x08, 0x01, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+					0xff, 0xff, 0xff };
+	assert_int_equal(wire_count_fields(rd, junk, sizeof(junk), 100), 1);
+	assert_int_equal(wire_count_fields(rd, NULL, 0, 100), 0);
+}
+
 static void test_utf8_sanitize(void **state)
 {
 	(void)state;
@@ -101,6 +138,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_nul_in_nested_string),
 		cmocka_unit_test(test_nul_in_bytes_is_fine),
+		cmocka_unit_test(test_count_fields),
 		cmocka_unit_test(test_utf8_sanitize),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
