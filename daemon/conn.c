@@ -318,31 +318,36 @@ static void free_handle(uv_handle_t *h)
  * watcher's POLLIN when its queue empties, which is harmless only then
  * (uv_read_stop would not undo it for a connection that is not reading).
  * libuv's own queue is unbounded; ours holds CONN_MAX_FDS: a client
- * that sends more before they are claimed is in the wrong (false). */
-static bool take_received_fds(struct conn *c)
+ * that sends more before they are claimed is in the wrong (-E2BIG).
+ * -EMFILE, -ENOMEM: the daemon could not take one (the client's
+ * descriptor is lost, so its connection cannot go on either). */
+static int take_received_fds(struct conn *c)
 {
-	bool ok = true;
+	int rc = 0;
 	while (uv_pipe_pending_count(&c->h.pipe) > 0) {
 		uv_pipe_t *tmp = malloc(sizeof(*tmp));
 		if (!tmp || uv_pipe_init(c->d->loop, tmp, 0) < 0) {
 			free(tmp);
-			return false; /* the close below closes libuv's queue */
+			return -ENOMEM; /* the close below closes libuv's queue */
 		}
-		int fd = -1;
+		int fd = -1, e = EBADF;
 		uv_os_fd_t ufd;
 		if (uv_accept(&c->h.stream, (uv_stream_t *)tmp) == 0 &&
-		    uv_fileno((uv_handle_t *)tmp, &ufd) == 0)
+		    uv_fileno((uv_handle_t *)tmp, &ufd) == 0) {
 			fd = fcntl(ufd, F_DUPFD_CLOEXEC, 3);
+			e = errno;
+		}
 		uv_close((uv_handle_t *)tmp, free_handle);
 		if (fd < 0 || c->nfds == CONN_MAX_FDS) {
 			if (fd >= 0)
 				close(fd);
-			ok = false;
+			if (rc == 0)
+				rc = fd >= 0 ? -E2BIG : e == EMFILE || e == ENFILE ? -EMFILE : -ENOMEM;
 			continue;
 		}
 		c->fds[c->nfds++] = fd;
 	}
-	return ok;
+	return rc;
 }
 
 /* A connection that broke the descriptor rules: it is answered why and
@@ -1142,11 +1147,18 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 		return;
 	}
 	frame_reader_commit(&c->rd, (size_t)nread);
-	if (c->ipc && !take_received_fds(c)) {
+	int fdrc = c->ipc ? take_received_fds(c) : 0;
+	if (fdrc < 0) {
 		char why[160];
-		snprintf(why, sizeof(why),
-			 "more than %d file descriptors were sent before register_region frames "
-			 "claimed them", CONN_MAX_FDS);
+		if (fdrc == -E2BIG)
+			snprintf(why, sizeof(why),
+				 "more than %d file descriptors were sent before register_region "
+				 "frames claimed them", CONN_MAX_FDS);
+		else
+			snprintf(why, sizeof(why),
+				 "a file descriptor sent with a frame could not be received: %s",
+				 fdrc == -EMFILE ? "the daemon is out of file descriptors (LimitNOFILE=)"
+						 : "out of memory");
 		fd_violation(c, why);
 		return;
 	}

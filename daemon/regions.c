@@ -26,7 +26,6 @@ struct region {
 	bool unregistered;      /* the client unregistered it */
 	bool unreg_failed;      /* a device's unregistration could not run */
 	uint64_t id;
-	int fd;
 	void *base;
 	size_t len;
 	dev_t file_dev;         /* the memfd's identity: two regions of one */
@@ -84,8 +83,6 @@ static void destroy(struct daemon *d, struct region *rg)
 {
 	if (rg->base)
 		munmap(rg->base, rg->len);
-	if (rg->fd >= 0)
-		close(rg->fd);
 	d->region_bytes -= rg->len;
 	d->regions--;
 	if (rg->unreg_pending) {
@@ -301,8 +298,12 @@ void regions_handle_register(struct daemon *d, const struct request *r,
 		snprintf(err, sizeof(err), "out of memory");
 		goto fail;
 	}
+	/* The mapping keeps the memfd: its descriptor is not kept as well.
+	 * Kept, max_connections x max_regions_per_conn of them outgrew the
+	 * descriptor limit, which is fitted to max_connections (listen.c). */
+	close(fd);
+	fd = -1;
 	rg->id = ++d->next_region_id;
-	rg->fd = fd;
 	rg->base = base;
 	rg->len = len;
 	rg->file_dev = st.st_dev;
