@@ -202,6 +202,48 @@ void conn_refused(struct daemon *d, enum conn_refusal cause, const char *fmt, ..
 	d->refused_unlogged[cause] = 0;
 }
 
+/* A client can be closed as fast as it connects (a descriptor sent with
+ * a ping: some 15,000 times a second from one process), and a line for
+ * each would flood the log, where journald's own rate limit then drops
+ * every other line of the daemon's too: closes are logged at most this
+ * many a second, and the others counted in one line once their second is
+ * over. */
+#define CONN_CLOSE_LOG_BURST 10
+
+/* The count of closes not logged, once their second is over. */
+static void close_log_flush(struct daemon *d, uint64_t now)
+{
+	if (!d->close_unlogged || now - d->close_log_ns < 1000000000ull)
+		return;
+	log_info("%" PRIu64 " more connection(s) closed in the last second, not logged (at most "
+		 "%d lines a second)", d->close_unlogged, CONN_CLOSE_LOG_BURST);
+	d->close_unlogged = 0;
+}
+
+/* An info line for a connection closed for what its client did. */
+static void log_closed(struct daemon *d, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+static void log_closed(struct daemon *d, const char *fmt, ...)
+{
+	uint64_t now = mfma_clock_ns();
+	if (now - d->close_log_ns >= 1000000000ull) {
+		close_log_flush(d, now);
+		d->close_log_ns = now;
+		d->close_logged = 0;
+	}
+	if (d->close_logged >= CONN_CLOSE_LOG_BURST) {
+		d->close_unlogged++;
+		return;
+	}
+	d->close_logged++;
+	char msg[320];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	log_info("%s", msg);
+}
+
 void conn_ref(struct conn *c)
 {
 	c->refs++;
@@ -354,7 +396,7 @@ static int take_received_fds(struct conn *c)
  * closed, and never read again. */
 static void fd_violation(struct conn *c, const char *why)
 {
-	log_info("connection %" PRIu64 " closed: %s", c->cid, why);
+	log_closed(c->d, "connection %" PRIu64 " closed: %s", c->cid, why);
 	close_fds(c);
 	c->broken = true;
 	update_reading(c);
@@ -867,8 +909,8 @@ static void reader_failed(struct conn *c, int status)
 		c->frame_ns = mfma_clock_ns();
 		break;
 	case -EPIPE:
-		log_info("connection %" PRIu64 " closed: the client went away %zu bytes into a "
-			 "%zu-byte frame", c->cid, frame_reader_pending(&c->rd), want);
+		log_closed(c->d, "connection %" PRIu64 " closed: the client went away %zu bytes "
+			   "into a %zu-byte frame", c->cid, frame_reader_pending(&c->rd), want);
 		conn_close(c);
 		break;
 	case -EPROTO:
@@ -1002,7 +1044,7 @@ static void tls_failed(struct conn *c, ssize_t rc, const char *why)
 		conn_refused(c->d, CONN_REFUSE_TLS, "connection %" PRIu64 ": TLS handshake failed: %s",
 			     c->cid, why);
 	} else {
-		log_info("connection %" PRIu64 ": TLS error: %s; closing", c->cid, why);
+		log_closed(c->d, "connection %" PRIu64 ": TLS error: %s; closing", c->cid, why);
 	}
 	tls_flush(c, true);
 }
@@ -1225,8 +1267,8 @@ void conn_frames_resume(struct conn *c)
 /* Closes a connection that has run out of time, saying why once. */
 static void time_out(struct conn *c, const char *what, const char *key, uint64_t ms)
 {
-	log_info("connection %" PRIu64 " closed: %s for %" PRIu64 " ms (limits.%s)", c->cid, what,
-		 ms, key);
+	log_closed(c->d, "connection %" PRIu64 " closed: %s for %" PRIu64 " ms (limits.%s)", c->cid,
+		   what, ms, key);
 	conn_close(c);
 }
 
@@ -1236,6 +1278,7 @@ static void on_tick(uv_timer_t *t)
 	const struct mfmad_config *cf = &d->cfg;
 	uint64_t now = mfma_clock_ns();
 	atomic_store_explicit(&d->stats.loop_beat_ns, now, memory_order_relaxed);
+	close_log_flush(d, now);
 	for (struct conn *c = d->conns, *next; c; c = next) {
 		next = c->next;
 		if (c->closed)

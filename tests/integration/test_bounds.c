@@ -3,6 +3,7 @@
  * client would and checks the bound, measured from /proc (memory,
  * descriptors) or the daemon's log. */
 #include <errno.h>
+#include <inttypes.h>
 #include <fcntl.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -273,6 +274,71 @@ static void test_region_descriptors(void **state)
 	assert_int_equal(harness_stop(&d), 0);
 }
 
+/* ---- the log ---- */
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* One client closed again and again for a descriptor sent with a ping:
+ * each close wrote an info line, some 15,000 a second from one Python
+ * loop (1.7 MiB/s of log), where journald's own rate limit then drops
+ * the daemon's other lines too.  Closes are logged at most 10 a second,
+ * then one line says how many were not. */
+static void test_close_lines_rate_limited(void **state)
+{
+	(void)state;
+	struct mfmad_proc d;
+	assert_int_equal(harness_start(&d, NULL, NULL), 0);
+	Mfma__V1__Request req = MFMA__V1__REQUEST__INIT;
+	Mfma__V1__Ping ping = MFMA__V1__PING__INIT;
+	req.body_case = MFMA__V1__REQUEST__BODY_PING;
+	req.ping = &ping;
+	size_t len;
+	uint8_t *f = pack(&req, 5, &len);
+	int passed = small_memfd();
+	int n = 0;
+	uint64_t t0 = now_ms();
+	while (now_ms() - t0 < 2000) {
+		int s = harness_connect_raw(&d);
+		assert_true(s >= 0);
+		union {
+			struct cmsghdr h;
+			char space[CMSG_SPACE(sizeof(int))];
+		} u;
+		memset(&u, 0, sizeof(u));
+		struct iovec iov = { f, len };
+		struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.space,
+				     .msg_controllen = sizeof(u.space) };
+		struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(cm), &passed, sizeof(int));
+		assert_int_equal(sendmsg(s, &mh, MSG_NOSIGNAL), (ssize_t)len);
+		assert_int_equal(harness_wait_closed(s, 5000), 1);
+		close(s);
+		n++;
+	}
+	uint64_t ms = now_ms() - t0;
+	/* The line that counts what was not logged comes within the tick
+	 * after the second's end. */
+	usleep(1200 * 1000);
+	int lines = harness_log_count(&d, "not register_region");
+	int summary = harness_log_count(&d, "not logged");
+	printf("%d connections closed for a descriptor in %" PRIu64 " ms: %d log lines naming it, "
+	       "%d counting the others\n", n, ms, lines, summary);
+	assert_true(n >= 100);
+	assert_true(lines <= 10 * (int)(ms / 1000 + 2));
+	assert_true(summary >= 1);
+	close(passed);
+	free(f);
+	assert_int_equal(harness_stop(&d), 0);
+}
+
 int main(void)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -280,6 +346,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_teardown(test_decode_fields, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_region_descriptors, harness_stop_leftover),
+		cmocka_unit_test_teardown(test_close_lines_rate_limited, harness_stop_leftover),
 	};
 	return cmocka_run_group_tests_name("bounds", tests, NULL, NULL);
 }
