@@ -58,6 +58,8 @@ struct conn {
 	uint64_t frame_ns;   /* since when a started frame waits for its bytes; 0: none */
 	uint64_t write_ns;   /* the last write completed, or the first queued */
 	bool ipc;         /* a Unix socket: descriptors may come with frames */
+	bool has_uid;     /* a Unix peer whose credentials were read: uid */
+	uint32_t uid;
 	int fds[CONN_MAX_FDS]; /* received and not yet claimed (conn_take_fd), oldest first */
 	unsigned nfds;
 	struct region *regions; /* regions.c's, for this connection */
@@ -315,6 +317,20 @@ void conn_early_released(struct conn *c)
 uint64_t conn_id(const struct conn *c)
 {
 	return c->cid;
+}
+
+bool conn_peer_uid(const struct conn *c, uint32_t *uid)
+{
+	*uid = c->uid;
+	return c->has_uid;
+}
+
+uint32_t conn_count_uid(const struct daemon *d, uint32_t uid)
+{
+	uint32_t n = 0;
+	for (const struct conn *c = d->conns; c; c = c->next)
+		n += !c->closed && c->has_uid && c->uid == uid;
+	return n;
 }
 
 struct daemon *conn_daemon(const struct conn *c)
@@ -1409,6 +1425,13 @@ void conn_accept(struct daemon *d, uv_stream_t *server, const struct conn_events
 	}
 	uv_os_fd_t fd;
 	if (uv_fileno(&c->h.handle, &fd) == 0) {
+		/* Whose it is, for limits.max_connections_per_user. */
+		struct ucred cr;
+		socklen_t crl = sizeof(cr);
+		if (c->ipc && getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &crl) == 0) {
+			c->has_uid = true;
+			c->uid = (uint32_t)cr.uid;
+		}
 		/* Plaintext answers may go straight from a device worker. */
 		if (!c->tls)
 			c->fd = fd;

@@ -117,6 +117,11 @@ uint64_t conn_daemon_unanswered(const struct daemon *d);
 void conn_early_released(struct conn *c);
 uint64_t conn_id(const struct conn *c);
 struct daemon *conn_daemon(const struct conn *c);
+/* A Unix peer's uid (SO_PEERCRED at accept); false for TCP, or where the
+ * credentials could not be read. */
+bool conn_peer_uid(const struct conn *c, uint32_t *uid);
+/* The open connections of Unix peers with this uid. */
+uint32_t conn_count_uid(const struct daemon *d, uint32_t uid);
 
 /* Queues one encoded frame (header included) and takes the buffer.  A
  * NULL or closed connection drops it.  Every frame the connection takes,

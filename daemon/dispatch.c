@@ -345,6 +345,28 @@ static void on_oversize(struct conn *c, size_t len)
 	reply_and_close(c, MFMA__V1__CODE__MALFORMED, err);
 }
 
+/* limits.max_connections_per_user: one local user cannot take every
+ * connection from the others.  Root and the daemon's own user, who could
+ * stop it anyway, are not counted against it. */
+static bool per_user_ok(struct conn *c)
+{
+	struct daemon *d = conn_daemon(c);
+	uint32_t uid, max = d->cfg.max_connections_per_user;
+	if (!max || !conn_peer_uid(c, &uid) || uid == 0 || uid == (uint32_t)geteuid() ||
+	    conn_count_uid(d, uid) <= max)
+		return true;
+	conn_refused(d, CONN_REFUSE_LIMIT,
+		     "refusing connection %" PRIu64 ": uid %u has %u open "
+		     "(limits.max_connections_per_user)",
+		     conn_id(c), (unsigned)uid, max);
+	char err[160];
+	snprintf(err, sizeof(err),
+		 "too many connections: uid %u has %u open (limits.max_connections_per_user)",
+		 (unsigned)uid, max);
+	reply_and_close(c, MFMA__V1__CODE__RESOURCE_EXHAUSTED, err);
+	return false;
+}
+
 static bool on_open(struct conn *c)
 {
 	struct daemon *d = conn_daemon(c);
@@ -352,7 +374,7 @@ static bool on_open(struct conn *c)
 	if (d->fd_conn_cap && d->fd_conn_cap < max)
 		max = d->fd_conn_cap;
 	if (STATS_GET(d->stats.connections_open) <= max)
-		return true;
+		return per_user_ok(c);
 	const char *why = max < d->cfg.max_connections ? "the descriptor limit (LimitNOFILE=)"
 						      : "limits.max_connections";
 	conn_refused(d, max < d->cfg.max_connections ? CONN_REFUSE_FD : CONN_REFUSE_LIMIT,

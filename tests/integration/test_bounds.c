@@ -17,6 +17,8 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -339,6 +341,90 @@ static void test_close_lines_rate_limited(void **state)
 	assert_int_equal(harness_stop(&d), 0);
 }
 
+/* ---- connections per user ---- */
+
+/* Pings on n connections of this process, kept open until all are
+ * answered: those answered with a pong in *ok, those refused for
+ * limits.max_connections_per_user in *refused. */
+static void ping_connections(const struct mfmad_proc *d, int n, int *ok, int *refused)
+{
+	Mfma__V1__Request req = MFMA__V1__REQUEST__INIT;
+	Mfma__V1__Ping ping = MFMA__V1__PING__INIT;
+	req.body_case = MFMA__V1__REQUEST__BODY_PING;
+	req.ping = &ping;
+	size_t len;
+	uint8_t *frame = pack(&req, 3, &len);
+	int fds[16];
+	*ok = *refused = 0;
+	for (int i = 0; i < n; i++) {
+		fds[i] = harness_connect_raw(d);
+		if (fds[i] >= 0 && harness_write_all(fds[i], frame, len) < 0) {
+			close(fds[i]);
+			fds[i] = -1;
+		}
+		uint8_t *buf = NULL;
+		long got = fds[i] >= 0 ? harness_read_frame(fds[i], &buf, 3000) : -1;
+		Mfma__V1__Response *r =
+			got >= 0 ? mfma__v1__response__unpack(NULL, (size_t)got, buf) : NULL;
+		free(buf);
+		if (r && r->body_case == MFMA__V1__RESPONSE__BODY_PONG)
+			(*ok)++;
+		else if (r && r->status && r->status->code == MFMA__V1__CODE__RESOURCE_EXHAUSTED &&
+			 strstr(r->status->message, "(limits.max_connections_per_user)"))
+			(*refused)++;
+		if (r)
+			mfma__v1__response__free_unpacked(r, NULL);
+	}
+	for (int i = 0; i < n; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+	free(frame);
+}
+
+/* One local user cannot take every connection: with
+ * limits.max_connections_per_user = 4, a client running as nobody keeps
+ * 4 of 6 connections (the other two are refused, saying why), while root
+ * keeps all of its 6 at the same time. */
+static void test_connections_per_user(void **state)
+{
+	(void)state;
+	if (geteuid() != 0) {
+		print_message("  (not root: no other user to connect as)\n");
+		skip();
+	}
+	struct mfmad_proc d;
+	assert_int_equal(harness_start(&d, "limits = { max_connections_per_user = 4; };\n"
+					   "listen = { unix_mode = \"0666\"; };", NULL), 0);
+	assert_int_equal(chmod(d.dir, 0755), 0);
+	int pipefd[2];
+	assert_int_equal(pipe(pipefd), 0);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		int res[2] = { -1, -1 };
+		close(pipefd[0]);
+		if (setgid(65534) == 0 && setuid(65534) == 0)
+			ping_connections(&d, 6, &res[0], &res[1]);
+		/* The parent reads the counts while these stay closed. */
+		ssize_t w = write(pipefd[1], res, sizeof(res));
+		_exit(w == (ssize_t)sizeof(res) ? 0 : 1);
+	}
+	close(pipefd[1]);
+	int root_ok, root_refused;
+	ping_connections(&d, 6, &root_ok, &root_refused);
+	int res[2] = { -1, -1 };
+	assert_int_equal(read(pipefd[0], res, sizeof(res)), (ssize_t)sizeof(res));
+	close(pipefd[0]);
+	int status;
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	printf("max_connections_per_user = 4: uid 65534 got %d of 6 connections (%d refused), "
+	       "root %d of 6\n", res[0], res[1], root_ok);
+	assert_int_equal(res[0], 4);
+	assert_int_equal(res[1], 2);
+	assert_int_equal(root_ok, 6);
+	assert_int_equal(harness_stop(&d), 0);
+}
+
 int main(void)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -347,6 +433,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_decode_fields, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_region_descriptors, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_close_lines_rate_limited, harness_stop_leftover),
+		cmocka_unit_test_teardown(test_connections_per_user, harness_stop_leftover),
 	};
 	return cmocka_run_group_tests_name("bounds", tests, NULL, NULL);
 }
