@@ -205,46 +205,13 @@ void conn_refused(struct daemon *d, enum conn_refusal cause, const char *fmt, ..
 }
 
 /* A client can be closed as fast as it connects (a descriptor sent with
- * a ping: some 15,000 times a second from one process), and a line for
- * each would flood the log, where journald's own rate limit then drops
- * every other line of the daemon's too: closes are logged at most this
- * many a second, and the others counted in one line once their second is
- * over. */
+ * a ping: some 15,000 times a second from one process): closes are
+ * logged at most this many a second (log_limited). */
 #define CONN_CLOSE_LOG_BURST 10
 
-/* The count of closes not logged, once their second is over. */
-static void close_log_flush(struct daemon *d, uint64_t now)
-{
-	if (!d->close_unlogged || now - d->close_log_ns < 1000000000ull)
-		return;
-	log_info("%" PRIu64 " more connection(s) closed in the last second, not logged (at most "
-		 "%d lines a second)", d->close_unlogged, CONN_CLOSE_LOG_BURST);
-	d->close_unlogged = 0;
-}
-
-/* An info line for a connection closed for what its client did. */
-static void log_closed(struct daemon *d, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
-static void log_closed(struct daemon *d, const char *fmt, ...)
-{
-	uint64_t now = mfma_clock_ns();
-	if (now - d->close_log_ns >= 1000000000ull) {
-		close_log_flush(d, now);
-		d->close_log_ns = now;
-		d->close_logged = 0;
-	}
-	if (d->close_logged >= CONN_CLOSE_LOG_BURST) {
-		d->close_unlogged++;
-		return;
-	}
-	d->close_logged++;
-	char msg[320];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	log_info("%s", msg);
-}
+#define log_closed(d, ...)                                                                    \
+	log_limited(&(d)->close_log, CONN_CLOSE_LOG_BURST, LOG_LVL_INFO, DAEMON_CLOSE_LOG_WHAT, \
+		    __VA_ARGS__)
 
 void conn_ref(struct conn *c)
 {
@@ -1294,7 +1261,8 @@ static void on_tick(uv_timer_t *t)
 	const struct mfmad_config *cf = &d->cfg;
 	uint64_t now = mfma_clock_ns();
 	atomic_store_explicit(&d->stats.loop_beat_ns, now, memory_order_relaxed);
-	close_log_flush(d, now);
+	log_limit_flush(&d->close_log, DAEMON_CLOSE_LOG_WHAT);
+	log_limit_flush(&d->weight_log, DAEMON_WEIGHT_LOG_WHAT);
 	for (struct conn *c = d->conns, *next; c; c = next) {
 		next = c->next;
 		if (c->closed)

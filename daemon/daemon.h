@@ -27,6 +27,7 @@
 
 #include "config.h"
 #include "frame.h"
+#include "log.h"
 #include "stats.h"
 
 struct choices;
@@ -90,12 +91,12 @@ struct daemon {
 	uint64_t refused[5];     /* connections refused, by enum conn_refusal */
 	uint64_t refused_logged_ns[5];
 	uint64_t refused_unlogged[5];
-	/* Connections closed for what their clients did, logged at most
-	 * CONN_CLOSE_LOG_BURST a second (conn.c): the second's start, the
-	 * lines logged in it, the closes not logged since. */
-	uint64_t close_log_ns;
-	uint32_t close_logged;
-	uint64_t close_unlogged;
+	/* Lines a client can cause as fast as it connects, each kind at most
+	 * some a second (log_limited): connections closed for what their
+	 * clients did (conn.c), weights loaded and unloaded (weights.c). */
+	struct log_limit close_log, weight_log;
+#define DAEMON_CLOSE_LOG_WHAT "connection(s) closed"
+#define DAEMON_WEIGHT_LOG_WHAT "weight load(s) and unload(s)"
 
 	uv_signal_t sig_term, sig_int, sig_hup;
 	uv_timer_t grace_timer;

@@ -1,5 +1,6 @@
 #include "log.h"
 
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -8,6 +9,8 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "mfma_clock.h"
 
 static _Atomic int cur_level = LOG_LVL_INFO;
 static int journald;
@@ -75,4 +78,40 @@ void log_msg(enum log_level lvl, const char *fmt, ...)
 	/* One write per line so concurrent threads do not interleave. */
 	ssize_t w = write(STDERR_FILENO, line, n);
 	(void)w;
+}
+
+static void limit_flush_at(struct log_limit *l, uint64_t now, const char *what)
+{
+	if (!l->skipped || now - l->start_ns < 1000000000ull)
+		return;
+	log_msg(LOG_LVL_INFO, "%" PRIu64 " more %s in the last second, not logged", l->skipped,
+		what);
+	l->skipped = 0;
+}
+
+void log_limit_flush(struct log_limit *l, const char *what)
+{
+	limit_flush_at(l, mfma_clock_ns(), what);
+}
+
+void log_limited(struct log_limit *l, uint32_t burst, enum log_level lvl, const char *what,
+		 const char *fmt, ...)
+{
+	uint64_t now = mfma_clock_ns();
+	if (now - l->start_ns >= 1000000000ull) {
+		limit_flush_at(l, now, what);
+		l->start_ns = now;
+		l->logged = 0;
+	}
+	if (l->logged >= burst) {
+		l->skipped++;
+		return;
+	}
+	l->logged++;
+	char msg[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	log_msg(lvl, "%s", msg);
 }

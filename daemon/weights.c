@@ -32,6 +32,13 @@ struct weight_job {
 	char warm_err[400];
 };
 
+/* A client can load and unload a tiny weight in a loop: those lines are
+ * written at most this many a second (log_limited). */
+#define WEIGHT_LOG_BURST 20
+#define log_weight(d, ...)                                                                \
+	log_limited(&(d)->weight_log, WEIGHT_LOG_BURST, LOG_LVL_INFO, DAEMON_WEIGHT_LOG_WHAT, \
+		    __VA_ARGS__)
+
 static struct weight *find_any(struct daemon *d, const char *name, enum weight_state state)
 {
 	for (struct weight *w = d->weights; w; w = w->next)
@@ -260,7 +267,8 @@ static void finish_load(struct daemon *d, struct weight *w)
 	if (w->warm_ns)
 		snprintf(warmed, sizeof(warmed), " (warming %.1f ms: %u plans made, %u choices measured)",
 			 w->warm_ns / 1e6, w->warm_plans, w->warm_measures);
-	log_info("weight '%s' %s: %ux%u %s %s, %" PRIu64 " bytes per device (host form), in %.1f ms%s",
+	log_weight(d, "weight '%s' %s: %ux%u %s %s, %" PRIu64
+		   " bytes per device (host form), in %.1f ms%s",
 		 w->name, old ? "replaced" : "loaded", w->m, w->k, mfma_dtype_name(w->dtype),
 		 w->sparse ? "2:4" : "dense", w->host_bytes,
 		 (mfma_clock_ns() - w->load_start_ns) / 1e6, warmed);
@@ -593,7 +601,7 @@ bool weights_unload_internal(struct daemon *d, const char *name)
 	struct weight *w = weights_find(d, name);
 	if (!w)
 		return false;
-	log_info("weight '%s' unloaded", w->name);
+	log_weight(d, "weight '%s' unloaded", w->name);
 	retire(d, w);
 	return true;
 }
@@ -616,7 +624,7 @@ void weights_handle_unload(struct daemon *d, const struct request *r, Mfma__V1__
 			     "weight '%s' is being replaced (a load with replace is under way): "
 			     "unload it once that load is answered", name);
 	} else if (w) {
-		log_info("weight '%s' unloaded", w->name);
+		log_weight(d, "weight '%s' unloaded", w->name);
 		char dir[400];
 		if (wstore_dir(d, dir, sizeof(dir)))
 			wstore_remove(dir, w->name);

@@ -26,6 +26,7 @@
 
 #include "frame.h"
 #include "harness.h"
+#include "mfma.h"
 #include "mfma.pb-c.h"
 
 /* Under AddressSanitizer RSS says little (freed blocks wait in its
@@ -341,6 +342,44 @@ static void test_close_lines_rate_limited(void **state)
 	assert_int_equal(harness_stop(&d), 0);
 }
 
+/* A client loading and unloading a tiny weight in a loop wrote two lines a
+ * round: they are written at most 20 a second, then one line counts the
+ * others. */
+static void test_weight_lines_rate_limited(void **state)
+{
+	(void)state;
+	struct mfmad_proc d;
+	mfma_client *c;
+	struct mfma_error err;
+	assert_int_equal(harness_start(&d, "weights = { persist = false; };", NULL), 0);
+	assert_int_equal(mfma_connect(d.endpoint, &c, &err), 0);
+	float a[4 * 4] = { 1, 2, 3, 4 };
+	struct mfma_load_args la;
+	mfma_load_args_init(&la);
+	la.name = "churn";
+	la.a.kind = MFMA_OPERAND_DENSE;
+	la.a.dense = (struct mfma_matrix){ .rows = 4, .cols = 4, .dtype = MFMA_TYPE_F32,
+					   .data = a, .bytes = sizeof(a) };
+	int rounds = 0;
+	uint64_t t0 = now_ms();
+	while (now_ms() - t0 < 1500) {
+		if (mfma_load_weight(c, &la, NULL, &err) != 0 || mfma_unload_weight(c, "churn", &err))
+			fail_msg("load/unload round %d: %s", rounds, err.message);
+		rounds++;
+	}
+	uint64_t ms = now_ms() - t0;
+	usleep(1200 * 1000); /* the counting line comes within the tick after */
+	int lines = harness_log_count(&d, "weight 'churn'");
+	int summary = harness_log_count(&d, "more weight load(s) and unload(s)");
+	printf("%d loads and unloads of one weight in %" PRIu64 " ms: %d log lines naming it, "
+	       "%d counting the others\n", rounds, ms, lines, summary);
+	assert_true(rounds >= 40);
+	assert_true(lines <= 20 * (int)(ms / 1000 + 2));
+	assert_true(summary >= 1);
+	mfma_close(c);
+	assert_int_equal(harness_stop(&d), 0);
+}
+
 /* ---- connections per user ---- */
 
 /* Pings on n connections of this process, kept open until all are
@@ -434,6 +473,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_region_descriptors, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_close_lines_rate_limited, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_connections_per_user, harness_stop_leftover),
+		cmocka_unit_test_teardown(test_weight_lines_rate_limited, harness_stop_leftover),
 	};
 	return cmocka_run_group_tests_name("bounds", tests, NULL, NULL);
 }
