@@ -15,6 +15,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "conn.h"
 #include "endpoint.h"
 #include "log.h"
 #include "tls.h"
@@ -462,15 +463,19 @@ static int listen_activated(struct daemon *d, const struct conn_events *ev, char
  * refuses with an answer and a counted, rate-limited log line, is reached
  * before the fd limit, where libuv can only accept and close (with the
  * descriptor it keeps spare for that, silently).  Where the hard limit is
- * too low, connections are capped below it instead. */
+ * too low, connections are capped below it instead.  A Unix client may
+ * also have CONN_MAX_FDS descriptors waiting for the frames that claim
+ * them: room for those too where the hard limit allows, though
+ * connections are capped only for their own. */
 void listen_fit_fd_limit(struct daemon *d)
 {
 	struct rlimit rl;
 	if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
 		return;
 	rlim_t want = (rlim_t)d->cfg.max_connections + FD_RESERVE;
-	if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want) {
-		rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > want ? want : rl.rlim_max;
+	rlim_t room = (rlim_t)d->cfg.max_connections * (1 + CONN_MAX_FDS) + FD_RESERVE;
+	if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < room) {
+		rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > room ? room : rl.rlim_max;
 		setrlimit(RLIMIT_NOFILE, &rl);
 		getrlimit(RLIMIT_NOFILE, &rl);
 	}

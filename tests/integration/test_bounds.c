@@ -380,6 +380,43 @@ static void test_weight_lines_rate_limited(void **state)
 	assert_int_equal(harness_stop(&d), 0);
 }
 
+/* Room for the descriptors clients may send ahead of the frames that
+ * claim them (CONN_MAX_FDS = 8 a Unix connection) as well as for the
+ * connections: started under a soft limit of 256 with the default
+ * max_connections (256), the daemon raises it to 256 x 9 + 64 = 2368
+ * where the hard limit allows (it raised it to 320 before). */
+static void test_fd_room(void **state)
+{
+	(void)state;
+	struct rlimit old, low;
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
+	if (old.rlim_max != RLIM_INFINITY && old.rlim_max < 2368) {
+		print_message("  (hard descriptor limit %llu: cannot run)\n",
+			      (unsigned long long)old.rlim_max);
+		skip();
+	}
+	low = old;
+	low.rlim_cur = 256;
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+	struct mfmad_proc d;
+	int rc = harness_start(&d, NULL, NULL);
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+	assert_int_equal(rc, 0);
+	char path[64], line[256];
+	snprintf(path, sizeof(path), "/proc/%d/limits", (int)d.pid);
+	FILE *f = fopen(path, "r");
+	assert_non_null(f);
+	unsigned long long soft = 0;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "Max open files %llu", &soft) == 1)
+			break;
+	fclose(f);
+	printf("soft descriptor limit 256 at start, max_connections 256: the daemon's is %llu\n",
+	       soft);
+	assert_true(soft >= 2368);
+	assert_int_equal(harness_stop(&d), 0);
+}
+
 /* ---- connections per user ---- */
 
 /* Pings on n connections of this process, kept open until all are
@@ -474,6 +511,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_close_lines_rate_limited, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_connections_per_user, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_weight_lines_rate_limited, harness_stop_leftover),
+		cmocka_unit_test_teardown(test_fd_room, harness_stop_leftover),
 	};
 	return cmocka_run_group_tests_name("bounds", tests, NULL, NULL);
 }
