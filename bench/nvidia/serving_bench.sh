@@ -182,7 +182,7 @@ has batching && for round in ${ROUNDS:-1 2}; do
 	for load in "8 64 8000" "1 256 40000"; do
 		set -- $load
 		for how in "" --shm; do
-			echo "SERVE${LABEL:+ [$LABEL]} batching round=$round 8192x8192 2:4 f16 N=$1 in_flight=$2 ${how:-bytes}: $(bench --m 8192 --k 8192 --n $1 -n $(($3 * ${LOAD_SCALE:-4})) -j $2 --warmup ${WARMUP:-32} --device 0 $how ${E2E_CONNECTIONS:+--connections $E2E_CONNECTIONS})"
+			echo "SERVE${LABEL:+ [$LABEL]} batching round=$round 8192x8192 2:4 f16 N=$1 in_flight=$2 ${how:-bytes}: $(bench --m 8192 --k 8192 --n $1 -n $(($3 * ${LOAD_SCALE:-4})) -j $2 --warmup ${WARMUP:-32} --device 0 $how --connections ${E2E_CONNECTIONS:-$2})"
 		done
 	done
 done

@@ -387,8 +387,11 @@ static int parse(struct ctl *ctl, int argc, char **argv, struct bench_opts *o)
 	if (o->check && o->sparse && o->mode == CTL_SPARSE_PRUNE)
 		return ctl_usage("bench", "--check takes --sparse=packed or validate, whose A is "
 				 "already 2:4, not prune");
+	/* One per request in flight, up to the daemon's default
+	 * limits.max_connections_per_user: more would be refused to a user
+	 * other than root (the rest pipeline on these). */
 	if (!o->connections)
-		o->connections = o->concurrency;
+		o->connections = o->concurrency < 64 ? o->concurrency : 64;
 	if (o->connections > o->concurrency)
 		return ctl_usage("bench", "--connections %" PRIu64 " is more than the concurrency "
 				 "%" PRIu64, o->connections, o->concurrency);

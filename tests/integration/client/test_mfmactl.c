@@ -708,6 +708,12 @@ static void test_status_ping_bench(void **state)
 	 * all 30 (f16 2:4 on the CPU backend). */
 	expect_in(e->out, "\"variants\": {");
 	expect_in(e->out, ".sp24.f16\": 30");
+	/* Connections default to one per request in flight, at most 64 (the
+	 * daemon's default limits.max_connections_per_user). */
+	assert_int_equal(ctl(e, "--json", "bench", "-n", "80", "-j", "80", "--m", "8", "--n", "1",
+			     "--k", "8", NULL), 0);
+	expect_in(e->out, "\"connections\": 64");
+	expect_in(e->out, "\"errors\": 0");
 	/* The batching figures against the daemon's own count: requests per
 	 * launch is requests over launches (it had been weighted by each
 	 * launch's size), and the kernels' GFLOP/s counts a batch's kernel
