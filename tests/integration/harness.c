@@ -254,6 +254,29 @@ int harness_write_all(int fd, const void *buf, size_t len)
 	return 0;
 }
 
+long harness_send_fds(int sock, const void *buf, size_t len, const int *fds, int nfds)
+{
+	union {
+		struct cmsghdr h;
+		char space[CMSG_SPACE(HARNESS_MAX_FDS * sizeof(int))];
+	} u;
+	if (nfds < 0 || nfds > HARNESS_MAX_FDS)
+		return -1;
+	memset(&u, 0, sizeof(u));
+	struct iovec iov = { (void *)(uintptr_t)buf, len };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+	if (nfds > 0) {
+		mh.msg_control = u.space;
+		mh.msg_controllen = CMSG_SPACE((size_t)nfds * sizeof(int));
+		struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN((size_t)nfds * sizeof(int));
+		memcpy(CMSG_DATA(cm), fds, (size_t)nfds * sizeof(int));
+	}
+	return (long)sendmsg(sock, &mh, MSG_NOSIGNAL);
+}
+
 static int read_full(int fd, uint8_t *buf, size_t len, int timeout_ms)
 {
 	size_t got = 0;

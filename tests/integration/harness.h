@@ -45,6 +45,12 @@ int harness_connect_raw(const struct mfmad_proc *p);
 /* Writes all of buf; 0 or -1. */
 int harness_write_all(int fd, const void *buf, size_t len);
 
+/* One sendmsg of buf with nfds descriptors (at most HARNESS_MAX_FDS) on
+ * its first byte, as a client passes a region's memfd: what sendmsg
+ * returned. */
+#define HARNESS_MAX_FDS 64
+long harness_send_fds(int sock, const void *buf, size_t len, const int *fds, int nfds);
+
 /* Reads one response frame (4-byte big-endian length + payload) into a
  * malloc'd buffer, with a timeout; returns the payload length, or -1 on
  * EOF/timeout/error (*out untouched). */

@@ -179,22 +179,9 @@ static int register_region(int sock, uint64_t id, int memfd, char *msg, size_t m
 	req.register_region = &rr;
 	size_t len;
 	uint8_t *f = pack(&req, id, &len);
-	union {
-		struct cmsghdr h;
-		char space[CMSG_SPACE(sizeof(int))];
-	} u;
-	memset(&u, 0, sizeof(u));
-	struct iovec iov = { f, len };
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.space,
-			     .msg_controllen = sizeof(u.space) };
-	struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-	cm->cmsg_level = SOL_SOCKET;
-	cm->cmsg_type = SCM_RIGHTS;
-	cm->cmsg_len = CMSG_LEN(sizeof(int));
-	memcpy(CMSG_DATA(cm), &memfd, sizeof(int));
-	ssize_t sent = sendmsg(sock, &mh, MSG_NOSIGNAL);
+	long sent = harness_send_fds(sock, f, len, &memfd, 1);
 	free(f);
-	if (sent != (ssize_t)len)
+	if (sent != (long)len)
 		return -1;
 	uint8_t *buf = NULL;
 	long n = harness_read_frame(sock, &buf, 10000);
@@ -308,20 +295,7 @@ static void test_close_lines_rate_limited(void **state)
 	while (now_ms() - t0 < 2000) {
 		int s = harness_connect_raw(&d);
 		assert_true(s >= 0);
-		union {
-			struct cmsghdr h;
-			char space[CMSG_SPACE(sizeof(int))];
-		} u;
-		memset(&u, 0, sizeof(u));
-		struct iovec iov = { f, len };
-		struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.space,
-				     .msg_controllen = sizeof(u.space) };
-		struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-		cm->cmsg_level = SOL_SOCKET;
-		cm->cmsg_type = SCM_RIGHTS;
-		cm->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(cm), &passed, sizeof(int));
-		assert_int_equal(sendmsg(s, &mh, MSG_NOSIGNAL), (ssize_t)len);
+		assert_int_equal(harness_send_fds(s, f, len, &passed, 1), (long)len);
 		assert_int_equal(harness_wait_closed(s, 5000), 1);
 		close(s);
 		n++;

@@ -353,21 +353,8 @@ static void test_descriptor_mid_frame(void **state)
 	int fd = partial_frame(&p, 100000, 30000);
 	usleep(2 * 1000);
 	static uint8_t body[10000];
-	struct iovec iov = { .iov_base = body, .iov_len = sizeof(body) };
-	union {
-		char buf[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} ctl;
-	memset(&ctl, 0, sizeof(ctl));
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
-			     .msg_controllen = sizeof(ctl.buf) };
-	struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-	cm->cmsg_level = SOL_SOCKET;
-	cm->cmsg_type = SCM_RIGHTS;
-	cm->cmsg_len = CMSG_LEN(sizeof(int));
 	int passed = STDIN_FILENO;
-	memcpy(CMSG_DATA(cm), &passed, sizeof(int));
-	assert_int_equal(sendmsg(fd, &mh, MSG_NOSIGNAL), (ssize_t)sizeof(body));
+	assert_int_equal(harness_send_fds(fd, body, sizeof(body), &passed, 1), (long)sizeof(body));
 	assert_int_equal(harness_wait_closed(fd, 5000), 1);
 	close(fd);
 	int by_reader = harness_log_count(&p, "a file descriptor came with the body of a large "

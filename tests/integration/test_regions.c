@@ -336,23 +336,8 @@ static void send_with_fds(int sock, const Mfma__V1__Request *req, const int *fds
 	assert_non_null(buf);
 	frame_header_put(buf, (uint32_t)len);
 	mfma__v1__request__pack(req, buf + FRAME_HEADER_SIZE);
-	union {
-		struct cmsghdr h;
-		char space[CMSG_SPACE(4 * sizeof(int))];
-	} u;
-	memset(&u, 0, sizeof(u));
-	struct iovec iov = { buf, FRAME_HEADER_SIZE + len };
-	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
-	if (n > 0) {
-		msg.msg_control = u.space;
-		msg.msg_controllen = CMSG_SPACE(n * sizeof(int));
-		struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
-		cm->cmsg_level = SOL_SOCKET;
-		cm->cmsg_type = SCM_RIGHTS;
-		cm->cmsg_len = CMSG_LEN(n * sizeof(int));
-		memcpy(CMSG_DATA(cm), fds, n * sizeof(int));
-	}
-	assert_int_equal(sendmsg(sock, &msg, MSG_NOSIGNAL), (ssize_t)(FRAME_HEADER_SIZE + len));
+	assert_int_equal(harness_send_fds(sock, buf, FRAME_HEADER_SIZE + len, fds, n),
+			 (long)(FRAME_HEADER_SIZE + len));
 	free(buf);
 }
 
@@ -610,20 +595,7 @@ static void test_hostile_fds(void **state)
 	for (int i = 0; i < CONN_FDS_OVER; i++)
 		many[i] = good;
 	uint8_t head[2] = { 0, 0 };
-	union {
-		struct cmsghdr h;
-		char space[CMSG_SPACE(CONN_FDS_OVER * sizeof(int))];
-	} u;
-	memset(&u, 0, sizeof(u));
-	struct iovec iov = { head, sizeof(head) };
-	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.space,
-			      .msg_controllen = sizeof(u.space) };
-	struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
-	cm->cmsg_level = SOL_SOCKET;
-	cm->cmsg_type = SCM_RIGHTS;
-	cm->cmsg_len = CMSG_LEN(sizeof(many));
-	memcpy(CMSG_DATA(cm), many, sizeof(many));
-	assert_int_equal(sendmsg(s, &msg, MSG_NOSIGNAL), 2);
+	assert_int_equal(harness_send_fds(s, head, sizeof(head), many, CONN_FDS_OVER), 2);
 	expect(rw_read(s, 5000), MFMA__V1__CODE__UNAVAILABLE, "file descriptors were sent");
 	assert_int_equal(harness_wait_closed(s, 5000), 1);
 	close(s);
