@@ -26,39 +26,50 @@ static size_t path_of(const struct seg *s, char *buf, size_t len)
 	return m < 0 ? n : n + (size_t)m < len ? n + (size_t)m : len - 1;
 }
 
+/* The next field of buf (of desc) from *pos: 1 with its descriptor in *f
+ * (NULL where desc has no field of that number) and, for a
+ * length-delimited one, its bytes in *p and *n (else *p is NULL); 0 at
+ * the end, or where the wire stops making sense (the decoder judges
+ * that, not these walks). */
+static int next_field(const ProtobufCMessageDescriptor *desc, const uint8_t *buf, size_t len,
+		      size_t *pos, const ProtobufCFieldDescriptor **f, const uint8_t **p, uint64_t *n)
+{
+	uint64_t tag;
+	if (*pos >= len || wire_varint_get(buf, len, pos, &tag) < 0)
+		return 0;
+	*p = NULL;
+	*f = tag >> 3 <= UINT32_MAX
+		     ? protobuf_c_message_descriptor_get_field(desc, (unsigned)(tag >> 3))
+		     : NULL;
+	switch (tag & 7) {
+	case 0:
+		return wire_varint_get(buf, len, pos, n) == 0;
+	case 1:
+		*pos += 8;
+		return 1;
+	case 5:
+		*pos += 4;
+		return 1;
+	case 2:
+		if (wire_varint_get(buf, len, pos, n) < 0 || *n > len - *pos)
+			return 0;
+		*p = buf + *pos;
+		*pos += *n;
+		return 1;
+	default:
+		return 0;
+	}
+}
+
 static int walk(const ProtobufCMessageDescriptor *desc, const uint8_t *buf, size_t len,
 		const struct seg *up, int depth, char *err, size_t errlen)
 {
 	size_t pos = 0;
-	while (pos < len) {
-		uint64_t tag, n;
-		if (wire_varint_get(buf, len, &pos, &tag) < 0)
-			return 0; /* not ours to judge: the decoder accepted it */
-		switch (tag & 7) {
-		case 0:
-			if (wire_varint_get(buf, len, &pos, &n) < 0)
-				return 0;
-			continue;
-		case 1:
-			pos += 8;
-			continue;
-		case 5:
-			pos += 4;
-			continue;
-		case 2:
-			break;
-		default:
-			return 0;
-		}
-		if (wire_varint_get(buf, len, &pos, &n) < 0 || n > len - pos)
-			return 0;
-		const uint8_t *p = buf + pos;
-		pos += n;
-		const ProtobufCFieldDescriptor *f =
-			tag >> 3 <= UINT32_MAX
-				? protobuf_c_message_descriptor_get_field(desc, (unsigned)(tag >> 3))
-				: NULL;
-		if (!f)
+	const ProtobufCFieldDescriptor *f;
+	const uint8_t *p;
+	uint64_t n;
+	while (next_field(desc, buf, len, &pos, &f, &p, &n)) {
+		if (!f || !p)
 			continue;
 		const struct seg me = { up, f->name };
 		if (f->type == PROTOBUF_C_TYPE_STRING) {
@@ -93,37 +104,13 @@ static void count_walk(const ProtobufCMessageDescriptor *desc, const uint8_t *bu
 		       int depth, size_t max, size_t *count)
 {
 	size_t pos = 0;
-	while (pos < len && *count <= max) {
-		uint64_t tag, n;
-		if (wire_varint_get(buf, len, &pos, &tag) < 0)
-			return;
+	const ProtobufCFieldDescriptor *f;
+	const uint8_t *p;
+	uint64_t n;
+	while (*count <= max && next_field(desc, buf, len, &pos, &f, &p, &n)) {
 		(*count)++;
-		switch (tag & 7) {
-		case 0:
-			if (wire_varint_get(buf, len, &pos, &n) < 0)
-				return;
-			continue;
-		case 1:
-			pos += 8;
-			continue;
-		case 5:
-			pos += 4;
-			continue;
-		case 2:
-			break;
-		default:
-			return;
-		}
-		if (wire_varint_get(buf, len, &pos, &n) < 0 || n > len - pos)
-			return;
-		const uint8_t *p = buf + pos;
-		pos += n;
-		const ProtobufCFieldDescriptor *f =
-			tag >> 3 <= UINT32_MAX
-				? protobuf_c_message_descriptor_get_field(desc, (unsigned)(tag >> 3))
-				: NULL;
 		/* Each occurrence of a sub-message is unpacked on its own. */
-		if (f && f->type == PROTOBUF_C_TYPE_MESSAGE && depth < MAX_DEPTH)
+		if (p && f && f->type == PROTOBUF_C_TYPE_MESSAGE && depth < MAX_DEPTH)
 			count_walk(f->descriptor, p, n, depth + 1, max, count);
 	}
 }
