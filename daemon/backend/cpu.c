@@ -221,8 +221,15 @@ static int cpu_open(int index, const struct backend_config *cfg, void **dev, cha
 		return -ENOMEM;
 	}
 	int threads = cpu_threads_for(cfg);
-	/* Process-wide, and the same for every CPU device: their share. */
-	cpu_gemm_set_blas_threads(threads);
+	/* Process-wide, and the same for every CPU device: their share, or
+	 * with cpu.threads left at 0, OPENBLAS_NUM_THREADS where it is set
+	 * and smaller (as OpenBLAS itself would take it). */
+	int blas = threads;
+	const char *env = getenv("OPENBLAS_NUM_THREADS");
+	long want = cfg->cpu_threads <= 0 && env ? strtol(env, NULL, 10) : 0;
+	if (want > 0 && want < blas)
+		blas = (int)want;
+	cpu_gemm_set_blas_threads(blas);
 	c->pool = cpu_pool_create((unsigned)threads);
 	if (!c->pool) {
 		free(c);

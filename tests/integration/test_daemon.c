@@ -383,18 +383,27 @@ static double cpu_seconds(pid_t pid)
 	return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
 }
 
-/* cpu.threads (--threads) bounds a dense float GEMM too: OpenBLAS, which
- * runs those, took every core whatever the setting (on two cores, 1.3-1.5
- * seconds of CPU a second with --threads 1). */
-static void test_threads_bound_dense(void **state)
+/* A number field of /proc/PID/status ("Threads"), or -1. */
+static long proc_status_value(pid_t pid, const char *key)
 {
-	(void)state;
-	if (sysconf(_SC_NPROCESSORS_ONLN) < 2) {
-		print_message("  (one core: nothing to bound)\n");
-		skip();
-	}
+	char path[64], line[256], fmt[48];
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	snprintf(fmt, sizeof(fmt), "%s: %%ld", key);
+	FILE *f = fopen(path, "r");
+	long v = -1;
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, fmt, &v) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return v;
+}
+
+/* The daemon's CPU seconds per wall second over eight 1024^3 f32 GEMMs,
+ * started with args. */
+static double dense_cpu_share(const char *const *args, const char *how)
+{
 	struct mfmad_proc d;
-	const char *args[] = { "--threads", "1", NULL };
 	assert_int_equal(harness_start(&d, NULL, args), 0);
 	mfma_client *c = harness_client(&d);
 	uint32_t n = 1024;
@@ -412,13 +421,50 @@ static void test_threads_bound_dense(void **state)
 		mfma_gemm_result_free(&r);
 	}
 	double wall = (double)(mfma_clock_ns() - t0) / 1e9, cpu = cpu_seconds(d.pid) - c0;
-	printf("eight 1024^3 f32 GEMMs with --threads 1: %.2f s of CPU in %.2f s (%.2f)\n", cpu, wall,
+	printf("eight 1024^3 f32 GEMMs %s: %.2f s of CPU in %.2f s (%.2f)\n", how, cpu, wall,
 	       cpu / wall);
-	assert_true(cpu / wall < 1.15);
 	mfma_close(c);
 	free(A);
 	free(B);
 	assert_int_equal(harness_stop(&d), 0);
+	return cpu / wall;
+}
+
+/* cpu.threads (--threads) bounds a dense float GEMM too: OpenBLAS, which
+ * runs those, took every core whatever the setting (on two cores, 1.3-1.5
+ * seconds of CPU a second with --threads 1).  Left at 0, it takes
+ * OPENBLAS_NUM_THREADS where that is set, as OpenBLAS itself does (the
+ * daemon had set every core over it). */
+static void test_threads_bound_dense(void **state)
+{
+	(void)state;
+	if (sysconf(_SC_NPROCESSORS_ONLN) < 2) {
+		print_message("  (one core: nothing to bound)\n");
+		skip();
+	}
+	const char *args[] = { "--threads", "1", NULL };
+	assert_true(dense_cpu_share(args, "with --threads 1") < 1.15);
+	/* OPENBLAS_NUM_THREADS=1 against 2, cpu.threads left at 0: OpenBLAS
+	 * starts one thread of its own fewer (the daemon's share of every
+	 * core had started the second one in both). */
+	const char *old = getenv("OPENBLAS_NUM_THREADS");
+	char *keep = old ? strdup(old) : NULL;
+	int threads[2];
+	for (int i = 0; i < 2; i++) {
+		setenv("OPENBLAS_NUM_THREADS", i ? "2" : "1", 1);
+		struct mfmad_proc d;
+		assert_int_equal(harness_start(&d, NULL, NULL), 0);
+		threads[i] = (int)proc_status_value(d.pid, "Threads");
+		assert_int_equal(harness_stop(&d), 0);
+	}
+	if (keep)
+		setenv("OPENBLAS_NUM_THREADS", keep, 1);
+	else
+		unsetenv("OPENBLAS_NUM_THREADS");
+	free(keep);
+	printf("the daemon's threads with OPENBLAS_NUM_THREADS 1 and 2: %d, %d\n", threads[0],
+	       threads[1]);
+	assert_int_equal(threads[0] + 1, threads[1]);
 }
 
 /* A worker that has done nothing since it opened its device is idle, and

@@ -999,7 +999,9 @@ static void test_huge_frame_refused(void **state)
 	double s;
 	assert_int_equal(timed_ping(c, 3000, "with a 4 GiB frame", &err, &s), -EPROTO);
 	assert_non_null(strstr(err.message, "too large"));
-	assert_true(s < 1.0);
+	/* Well before the 3 s the reading took (1.6 s under ThreadSanitizer,
+	 * which slows the connect and the ping themselves). */
+	assert_true(s < 2.0);
 }
 
 /* Answers the GEMM with its D of 4096 x 4097 f32: a frame of 64 MiB and
