@@ -240,7 +240,7 @@ static void finish_load(struct daemon *d, struct weight *w)
 	w->replaces = NULL;
 	char dir[400];
 	if (w->load.conn && wstore_dir(d, dir, sizeof(dir)))
-		wstore_finish(dir, w->name, w->code == MFMA__V1__CODE__OK);
+		wstore_finish(dir, w->name, w->code == MFMA__V1__CODE__OK, w->stored);
 	if (w->code != MFMA__V1__CODE__OK) {
 		log_debug("load of weight '%s' failed: %s", w->name, w->msg);
 		if (w->done)
@@ -401,7 +401,7 @@ static void prep_work(uv_work_t *req)
 			.meta_bytes = w->a.sparse ? sparse24_meta_bytes(w->m, w->k) : 0,
 		};
 		snprintf(sw.name, sizeof(sw.name), "%s", w->name);
-		wstore_write(dir, &sw);
+		w->stored = wstore_write(dir, &sw) == 0;
 	}
 	if (rc < 0)
 		fail_load(w, rc == -ENOMEM ? MFMA__V1__CODE__RESOURCE_EXHAUSTED

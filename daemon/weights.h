@@ -52,6 +52,7 @@ struct weight {
 	enum a_form form;
 	struct operand_a a;
 	struct weight *replaces;               /* with a reference */
+	bool stored;                           /* wstore_write wrote its file */
 	int code;
 	char msg[512];
 	uv_work_t work;

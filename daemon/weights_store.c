@@ -109,17 +109,31 @@ int wstore_write(const char *dir, const struct wstore_weight *w)
 	return rc;
 }
 
-void wstore_finish(const char *dir, const char *name, bool ok)
+void wstore_finish(const char *dir, const char *name, bool resident, bool written)
 {
 	char tmp[512], path[512];
 	snprintf(tmp, sizeof(tmp), "%s/%s.mfw.tmp", dir, name);
 	snprintf(path, sizeof(path), "%s/%s.mfw", dir, name);
-	if (!ok) {
-		unlink(tmp);
+	if (!resident) {
+		unlink(tmp); /* NAME.mfw, if any, is the weight still serving */
 		return;
 	}
-	if (rename(tmp, path) < 0 && errno != ENOENT)
+	if (written) {
+		if (rename(tmp, path) == 0)
+			return;
 		log_warn("weight '%s' is not persisted: rename to %s: %s", name, path, strerror(errno));
+		unlink(tmp);
+	}
+	/* The weight serves with no file of its own: an older file at its
+	 * name (the weight it replaced) is what a restart would bring back
+	 * under the name, a matrix the client replaced.  Better not restored
+	 * than restored stale. */
+	if (unlink(path) == 0)
+		log_warn("weight '%s': %s, an older weight's file, is removed; a restart will not "
+			 "restore '%s'", name, path, name);
+	else if (errno != ENOENT)
+		log_warn("weight '%s': cannot remove %s, an older weight's file, which a restart "
+			 "would restore in its place: %s", name, path, strerror(errno));
 }
 
 void wstore_remove(const char *dir, const char *name)

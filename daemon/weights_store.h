@@ -35,8 +35,11 @@ const char *wstore_dir(const struct daemon *d, char *buf, size_t len);
 
 /* Threadpool: writes NAME.mfw.tmp.  0, or a negative errno (logged). */
 int wstore_write(const char *dir, const struct wstore_weight *w);
-/* Loop: NAME.mfw.tmp becomes NAME.mfw (ok) or is removed (!ok). */
-void wstore_finish(const char *dir, const char *name, bool ok);
+/* Loop, once a load is over: NAME.mfw.tmp becomes NAME.mfw (resident and
+ * written by wstore_write) or is removed (not resident); a weight resident
+ * but not written removes NAME.mfw, so that a restart does not restore the
+ * weight it replaced. */
+void wstore_finish(const char *dir, const char *name, bool resident, bool written);
 /* Loop: removes NAME.mfw. */
 void wstore_remove(const char *dir, const char *name);
 

@@ -4,7 +4,8 @@
  * before it accepts a connection, giving bit-identical results; an
  * unloaded weight stays gone; a damaged file is refused with a warning
  * and the daemon starts anyway, and so are a FIFO, a link and a weight's
- * file under another name. */
+ * file under another name; a replace whose file could not be written does
+ * not come back as the weight it replaced. */
 #include <errno.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -303,6 +304,79 @@ static void test_restore_one_at_a_time(void **state_)
 	(void)!system(cmd);
 }
 
+/* A state directory of the test's own in dir2, and the configuration
+ * that names it in conf2. */
+static void private_state(char *dir2, size_t dlen, char *conf2, size_t clen)
+{
+	snprintf(dir2, dlen, "/tmp/mfmad-state-XXXXXX");
+	assert_non_null(mkdtemp(dir2));
+	snprintf(conf2, clen, "weights = { state_dir = \"%s\"; };", dir2);
+}
+
+static void rm_rf(const char *dir2)
+{
+	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir2);
+	(void)!system(cmd);
+}
+
+/* A replace whose new file could not be written (a full disk, an I/O
+ * error; here the temporary's name is held by a directory, which no
+ * unlink removes, as a test cannot fill a disk) kept the file of the
+ * weight it replaced: the client was told the replace succeeded, and
+ * the next start served the old matrix under the name, with no line
+ * saying so (found on a 2 MiB tmpfs with ENOSPC).  Now that file goes
+ * with a warning: the weight is not restored rather than restored stale. */
+static void test_replace_unwritten(void **state_)
+{
+	(void)state_;
+	char dir2[64], conf2[256], path[192];
+	private_state(dir2, sizeof(dir2), conf2, sizeof(conf2));
+	static float a2[M * K];
+	for (size_t i = 0; i < M * K; i++)
+		a2[i] = -a[i];
+	float old[M * N], replaced[M * N], after[M * N];
+	struct mfmad_proc d;
+	struct mfma_error err;
+	assert_int_equal(harness_start(&d, conf2, NULL), 0);
+	mfma_client *c;
+	assert_int_equal(mfma_connect(d.endpoint, &c, &err), 0);
+	load(c, "swap", MFMA_SPARSITY_DENSE);
+	assert_int_equal(gemm_on(c, "swap", old, &err), 0);
+
+	snprintf(path, sizeof(path), "%s/weights/swap.mfw.tmp", dir2);
+	assert_int_equal(mkdir(path, 0700), 0);
+	snprintf(path, sizeof(path), "%s/weights/swap.mfw.tmp/x", dir2);
+	assert_int_equal(mkdir(path, 0700), 0);
+	struct mfma_load_args la;
+	mfma_load_args_init(&la);
+	la.name = "swap";
+	la.replace = true;
+	la.a.kind = MFMA_OPERAND_DENSE;
+	la.a.dense = (struct mfma_matrix){ M, K, MFMA_TYPE_F32, a2, sizeof(a2) };
+	if (mfma_load_weight(c, &la, NULL, &err) < 0)
+		fail_msg("replace: %s", err.message);
+	assert_int_equal(gemm_on(c, "swap", replaced, &err), 0);
+	assert_memory_not_equal(replaced, old, sizeof(old));
+	mfma_close(c);
+	assert_true(harness_log_count(&d, "weight 'swap' is not persisted") >= 1);
+	assert_int_equal(harness_log_count(&d, "an older weight's file, is removed"), 1);
+	assert_int_equal(harness_stop(&d), 0);
+
+	assert_int_equal(harness_start(&d, conf2, NULL), 0);
+	assert_int_equal(mfma_connect(d.endpoint, &c, &err), 0);
+	int rc = gemm_on(c, "swap", after, &err);
+	if (rc == 0 && memcmp(after, old, sizeof(old)) == 0)
+		fail_msg("the restart serves the matrix that 'swap' replaced");
+	assert_true(rc < 0);
+	assert_non_null(strstr(err.message, "weight 'swap' is not loaded"));
+	assert_int_equal(harness_log_count(&d, "stored weight not restored"), 0);
+	printf("after a replace that could not be stored and a restart: %s\n", err.message);
+	mfma_close(c);
+	assert_int_equal(harness_stop(&d), 0);
+	rm_rf(dir2);
+}
+
 int main(void)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -320,6 +394,7 @@ int main(void)
 		cmocka_unit_test(test_strange_files),
 		cmocka_unit_test(test_restore_failure_said),
 		cmocka_unit_test(test_restore_one_at_a_time),
+		cmocka_unit_test(test_replace_unwritten),
 	};
 	int rc = cmocka_run_group_tests(tests, NULL, NULL);
 	char cmd[128];
