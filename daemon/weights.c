@@ -771,7 +771,11 @@ int weights_restore(struct daemon *d)
 	if (!wstore_dir(d, dir, sizeof(dir)))
 		return 0;
 	struct restore ctx = { .d = d, .asked = 0 };
-	wstore_each(dir, restore_one, &ctx);
+	uint64_t max_budget = 0;
+	for (int i = 0; i < d->ndev; i++)
+		if (d->dev[i].budget > max_budget)
+			max_budget = d->dev[i].budget;
+	wstore_each(dir, max_budget, restore_one, &ctx);
 	int asked = ctx.asked;
 	char (*names)[128] = ctx.names;
 	/* Before READY=1 and before the listeners: a client never sees a

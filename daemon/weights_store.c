@@ -164,7 +164,8 @@ static int bad(char *err, size_t errlen, int rc, const char *fmt, ...)
 	return rc;
 }
 
-int wstore_read(const char *path, struct wstore_weight *w, char *err, size_t errlen)
+int wstore_read(const char *path, uint64_t max_bytes, struct wstore_weight *w, char *err,
+		size_t errlen)
 {
 	memset(w, 0, sizeof(*w));
 	/* Only a regular file of the directory's own: a link is not followed,
@@ -213,6 +214,16 @@ int wstore_read(const char *path, struct wstore_weight *w, char *err, size_t err
 			 h.k);
 		goto out;
 	}
+	/* A weight no device could hold is refused before it is read: read, it
+	 * would take its size in memory only to be refused by the budget, and
+	 * one larger than the daemon's memory killed every start. */
+	if (want_v + want_m > max_bytes) {
+		rc = bad(err, errlen, -EFBIG,
+			 "%s: a %ux%u weight of %" PRIu64 " bytes, more than any device's weight "
+			 "budget (%" PRIu64 " bytes, weights.budget_mb); not read", path, h.m, h.k,
+			 want_v + want_m, max_bytes);
+		goto out;
+	}
 	w->values = malloc(want_v ? want_v : 1);
 	w->meta = malloc(want_m ? want_m : 1);
 	if (!w->values || !w->meta) {
@@ -241,7 +252,8 @@ out:
 	return rc;
 }
 
-int wstore_each(const char *dir, int (*fn)(void *arg, struct wstore_weight *w), void *arg)
+int wstore_each(const char *dir, uint64_t max_bytes,
+		int (*fn)(void *arg, struct wstore_weight *w), void *arg)
 {
 	DIR *dp = opendir(dir);
 	if (!dp) {
@@ -263,7 +275,7 @@ int wstore_each(const char *dir, int (*fn)(void *arg, struct wstore_weight *w), 
 			continue;
 		struct wstore_weight w;
 		char err[600];
-		if (wstore_read(path, &w, err, sizeof(err)) < 0) {
+		if (wstore_read(path, max_bytes, &w, err, sizeof(err)) < 0) {
 			log_warn("stored weight not restored: %s", err);
 			continue;
 		}

@@ -44,16 +44,20 @@ void wstore_finish(const char *dir, const char *name, bool resident, bool writte
 void wstore_remove(const char *dir, const char *name);
 
 /* Reads and checks one file (magic, version, sizes, checksum); pure but
- * for the read.  0 with *w filled (free with wstore_weight_free), or
+ * for the read.  A weight of more than max_bytes (the largest device
+ * budget) is refused from its header, -EFBIG, before anything is
+ * allocated.  0 with *w filled (free with wstore_weight_free), or
  * -EINVAL / -errno with a sentence in err. */
-int wstore_read(const char *path, struct wstore_weight *w, char *err, size_t errlen);
+int wstore_read(const char *path, uint64_t max_bytes, struct wstore_weight *w, char *err,
+		size_t errlen);
 void wstore_weight_free(struct wstore_weight *w);
 
 /* Reads every stored weight in dir (removing the .tmp of loads that did
- * not finish, logging files that do not check out) and hands each to fn,
- * which may take its buffers (values and meta set to NULL) and ends the
- * walk by returning more than 0; returns how many fn took (returned 0
- * for). */
-int wstore_each(const char *dir, int (*fn)(void *arg, struct wstore_weight *w), void *arg);
+ * not finish, logging files that do not check out or hold more than
+ * max_bytes) and hands each to fn, which may take its buffers (values and
+ * meta set to NULL) and ends the walk by returning more than 0; returns
+ * how many fn took (returned 0 for). */
+int wstore_each(const char *dir, uint64_t max_bytes,
+		int (*fn)(void *arg, struct wstore_weight *w), void *arg);
 
 #endif

@@ -5,7 +5,8 @@
  * unloaded weight stays gone; a damaged file is refused with a warning
  * and the daemon starts anyway, and so are a FIFO, a link and a weight's
  * file under another name; a replace whose file could not be written does
- * not come back as the weight it replaced. */
+ * not come back as the weight it replaced, and a weight over the budget
+ * is not read. */
 #include <errno.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -377,6 +378,57 @@ static void test_replace_unwritten(void **state_)
 	rm_rf(dir2);
 }
 
+/* A stored weight larger than any device's budget now (weights.budget_mb
+ * lowered, or the unit's MemoryMax= under which a CPU budget shrinks) was
+ * read whole at start, only for the load to be refused by the budget: a
+ * 240 MiB weight under budget_mb = 16 took the daemon to a 257 MiB peak,
+ * and under a 150 MiB memory cgroup the OOM killer ended every start.
+ * Now its header refuses it before anything is allocated. */
+static void test_restore_over_budget(void **state_)
+{
+	(void)state_;
+	enum { WR = 2048, WC = 2048 }; /* 16 MiB of f32 */
+	char dir2[64], conf2[256], low[320];
+	private_state(dir2, sizeof(dir2), conf2, sizeof(conf2));
+	snprintf(low, sizeof(low), "weights = { state_dir = \"%s\"; budget_mb = 4; };", dir2);
+	float *w = calloc((size_t)WR * WC, sizeof(float));
+	assert_non_null(w);
+	for (size_t j = 0; j < (size_t)WR * WC; j++)
+		w[j] = (float)(j % 89) / 89.0f;
+	struct mfmad_proc d;
+	struct mfma_error err;
+	assert_int_equal(harness_start(&d, low, NULL), 0);
+	long empty = peak_kib(d.pid);
+	assert_int_equal(harness_stop(&d), 0);
+
+	assert_int_equal(harness_start(&d, conf2, NULL), 0);
+	mfma_client *c;
+	assert_int_equal(mfma_connect(d.endpoint, &c, &err), 0);
+	struct mfma_load_args la;
+	mfma_load_args_init(&la);
+	la.name = "big";
+	la.a.kind = MFMA_OPERAND_DENSE;
+	la.a.dense = (struct mfma_matrix){ WR, WC, MFMA_TYPE_F32, w, sizeof(float) * WR * WC };
+	if (mfma_load_weight(c, &la, NULL, &err) < 0)
+		fail_msg("load big: %s", err.message);
+	mfma_close(c);
+	assert_int_equal(harness_stop(&d), 0);
+
+	assert_int_equal(harness_start(&d, low, NULL), 0);
+	long restored = peak_kib(d.pid);
+	assert_int_equal(mfma_connect(d.endpoint, &c, &err), 0);
+	assert_int_equal(count_weights(c), 0);
+	mfma_close(c);
+	printf("a 16 MiB stored weight under budget_mb = 4: peak %ld MiB at start, %ld MiB with "
+	       "nothing stored\n", restored >> 10, empty >> 10);
+	assert_int_equal(harness_log_count(&d, "big.mfw: a 2048x2048 weight of 16777216 bytes, "
+					       "more than any device's weight budget"), 1);
+	assert_true(restored < empty + 4 * 1024);
+	assert_int_equal(harness_stop(&d), 0);
+	free(w);
+	rm_rf(dir2);
+}
+
 int main(void)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -395,6 +447,7 @@ int main(void)
 		cmocka_unit_test(test_restore_failure_said),
 		cmocka_unit_test(test_restore_one_at_a_time),
 		cmocka_unit_test(test_replace_unwritten),
+		cmocka_unit_test(test_restore_over_budget),
 	};
 	int rc = cmocka_run_group_tests(tests, NULL, NULL);
 	char cmd[128];
