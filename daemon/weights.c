@@ -393,8 +393,10 @@ static void prep_work(uv_work_t *req)
 	char dir[400];
 	if (rc == 0 && w->load.conn && wstore_dir(w->work.loop->data, dir, sizeof(dir))) {
 		size_t es = mfma_dtype_size(w->dtype);
+		const Mfma__V1__LoadWeight *lw = w->req->load_weight;
 		struct wstore_weight sw = {
 			.m = w->m, .k = w->k, .dtype = w->dtype, .sparse = w->a.sparse,
+			.device = lw->has_device && lw->device >= 0 ? lw->device : -1,
 			.values = (void *)w->a.values, .meta = (void *)w->a.meta,
 			.values_bytes = w->a.sparse ? sparse24_values_bytes(w->m, w->k, es)
 						    : (size_t)w->m * w->k * es,
@@ -751,6 +753,12 @@ static int restore_one(void *arg, struct wstore_weight *w)
 						      w->meta_bytes);
 	if (!req)
 		return -ENOMEM;
+	/* Where the client put it: on every device, a weight loaded onto one
+	 * takes the room of the others' (and may not fit beside them). */
+	if (w->device >= 0) {
+		req->load_weight->has_device = 1;
+		req->load_weight->device = w->device;
+	}
 	w->values = NULL;
 	if (w->sparse)
 		w->meta = NULL;

@@ -23,7 +23,7 @@ struct wstore_header {
 	char magic[8]; /* "MFMAWGT\0" */
 	uint32_t version;
 	uint32_t m, k, dtype, sparse;
-	uint32_t reserved;
+	uint32_t device; /* the load's device + 1; 0: every device (as before it was kept) */
 	uint64_t values_bytes, meta_bytes;
 	uint64_t checksum;
 	char name[128];
@@ -77,6 +77,7 @@ int wstore_write(const char *dir, const struct wstore_weight *w)
 	snprintf(path, sizeof(path), "%s/%s.mfw.tmp", dir, w->name);
 	struct wstore_header h = { .version = WSTORE_VERSION, .m = w->m, .k = w->k,
 				   .dtype = (uint32_t)w->dtype, .sparse = w->sparse,
+				   .device = w->device >= 0 ? (uint32_t)w->device + 1 : 0,
 				   .values_bytes = w->values_bytes, .meta_bytes = w->meta_bytes };
 	memcpy(h.magic, magic, sizeof(h.magic));
 	snprintf(h.name, sizeof(h.name), "%s", w->name);
@@ -243,6 +244,8 @@ int wstore_read(const char *path, uint64_t max_bytes, struct wstore_weight *w, c
 	w->k = h.k;
 	w->dtype = (enum mfma_dtype)h.dtype;
 	w->sparse = h.sparse;
+	/* One that no longer exists is the load's to refuse, by name. */
+	w->device = h.device && h.device <= INT32_MAX ? (int)(h.device - 1) : -1;
 	w->values_bytes = want_v;
 	w->meta_bytes = want_m;
 out:

@@ -24,6 +24,7 @@ struct wstore_weight {
 	uint32_t m, k;
 	enum mfma_dtype dtype;
 	bool sparse;
+	int device;     /* the one the client loaded it onto, or -1: every device */
 	void *values;   /* the dense A, or the 2:4 values */
 	size_t values_bytes;
 	void *meta;     /* canonical meta when sparse */

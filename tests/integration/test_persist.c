@@ -5,8 +5,8 @@
  * unloaded weight stays gone; a damaged file is refused with a warning
  * and the daemon starts anyway, and so are a FIFO, a link and a weight's
  * file under another name; a replace whose file could not be written does
- * not come back as the weight it replaced, and a weight over the budget
- * is not read. */
+ * not come back as the weight it replaced, a weight over the budget is
+ * not read, and a weight loaded onto one device comes back there. */
 #include <errno.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -429,6 +429,59 @@ static void test_restore_over_budget(void **state_)
 	rm_rf(dir2);
 }
 
+/* A weight loaded onto one device (mfmactl load --device) was restored on
+ * every device: with cpu.devices = 2 and budget_mb = 4, 3 MiB weights on
+ * device 0 and device 1 came back as the first on both, the second
+ * refused for want of room ("needs 3145728 bytes on device 0"), its file
+ * left where no unload reaches it.  Now each comes back where it was. */
+static void test_restore_keeps_device(void **state_)
+{
+	(void)state_;
+	enum { WR = 1024, WC = 768 }; /* 3 MiB of f32 */
+	char dir2[64], conf2[256], two[320];
+	private_state(dir2, sizeof(dir2), conf2, sizeof(conf2));
+	snprintf(two, sizeof(two), "weights = { state_dir = \"%s\"; budget_mb = 4; };\n"
+		 "cpu = { devices = 2; };", dir2);
+	static float w[WR * WC];
+	for (size_t j = 0; j < (size_t)WR * WC; j++)
+		w[j] = (float)(j % 83) / 83.0f;
+	struct mfmad_proc d;
+	struct mfma_error err;
+	mfma_client *c;
+	assert_int_equal(harness_start(&d, two, NULL), 0);
+	assert_int_equal(mfma_connect(d.endpoint, &c, &err), 0);
+	for (int dev = 0; dev < 2; dev++) {
+		struct mfma_load_args la;
+		mfma_load_args_init(&la);
+		la.name = dev ? "on1" : "on0";
+		la.device = dev;
+		la.a.kind = MFMA_OPERAND_DENSE;
+		la.a.dense = (struct mfma_matrix){ WR, WC, MFMA_TYPE_F32, w, sizeof(w) };
+		if (mfma_load_weight(c, &la, NULL, &err) < 0)
+			fail_msg("load %s: %s", la.name, err.message);
+	}
+	mfma_close(c);
+	assert_int_equal(harness_stop(&d), 0);
+
+	assert_int_equal(harness_start(&d, two, NULL), 0);
+	assert_int_equal(mfma_connect(d.endpoint, &c, &err), 0);
+	struct mfma_weight_list l;
+	assert_int_equal(mfma_list_weights(c, &l, &err), 0);
+	for (size_t i = 0; i < l.n_weights; i++)
+		printf("after a restart: '%s' on %zu device(s), the first %u\n", l.weights[i].name,
+		       l.weights[i].n_devices, l.weights[i].devices[0]);
+	assert_int_equal(l.n_weights, 2);
+	for (size_t i = 0; i < l.n_weights; i++) {
+		assert_int_equal(l.weights[i].n_devices, 1);
+		assert_int_equal(l.weights[i].devices[0],
+				 strcmp(l.weights[i].name, "on1") == 0 ? 1 : 0);
+	}
+	mfma_weight_list_free(&l);
+	mfma_close(c);
+	assert_int_equal(harness_stop(&d), 0);
+	rm_rf(dir2);
+}
+
 int main(void)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -448,6 +501,7 @@ int main(void)
 		cmocka_unit_test(test_restore_one_at_a_time),
 		cmocka_unit_test(test_replace_unwritten),
 		cmocka_unit_test(test_restore_over_budget),
+		cmocka_unit_test(test_restore_keeps_device),
 	};
 	int rc = cmocka_run_group_tests(tests, NULL, NULL);
 	char cmd[128];
