@@ -66,14 +66,29 @@ static int write_all(int fd, const void *p, size_t n)
 	return 0;
 }
 
+/* Makes the directory's entries (a rename, an unlink) durable: without it
+ * a power cut can bring back a weight that was unloaded or replaced. */
+static void sync_dir(const char *dir)
+{
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	(void)fsync(fd);
+	close(fd);
+}
+
 int wstore_write(const char *dir, const struct wstore_weight *w)
 {
 	char path[512];
-	if (mkdir(dir, 0750) < 0 && errno != EEXIST) {
+	/* Clients' matrices: the daemon's alone (the socket's group, which
+	 * every client of the service is in, may not read them).  An older
+	 * directory of looser mode is tightened. */
+	if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
 		int e = errno;
 		log_warn("weight '%s' is not persisted: cannot create %s: %s", w->name, dir, strerror(e));
 		return -e;
 	}
+	(void)chmod(dir, 0700);
 	snprintf(path, sizeof(path), "%s/%s.mfw.tmp", dir, w->name);
 	struct wstore_header h = { .version = WSTORE_VERSION, .m = w->m, .k = w->k,
 				   .dtype = (uint32_t)w->dtype, .sparse = w->sparse,
@@ -90,7 +105,7 @@ int wstore_write(const char *dir, const struct wstore_weight *w)
 			 strerror(e));
 		return -e;
 	}
-	int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0640);
+	int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 	int rc = fd < 0 ? -errno : 0;
 	if (rc == 0)
 		rc = write_all(fd, &h, sizeof(h));
@@ -120,8 +135,10 @@ void wstore_finish(const char *dir, const char *name, bool resident, bool writte
 		return;
 	}
 	if (written) {
-		if (rename(tmp, path) == 0)
+		if (rename(tmp, path) == 0) {
+			sync_dir(dir);
 			return;
+		}
 		log_warn("weight '%s' is not persisted: rename to %s: %s", name, path, strerror(errno));
 		unlink(tmp);
 	}
@@ -129,10 +146,11 @@ void wstore_finish(const char *dir, const char *name, bool resident, bool writte
 	 * name (the weight it replaced) is what a restart would bring back
 	 * under the name, a matrix the client replaced.  Better not restored
 	 * than restored stale. */
-	if (unlink(path) == 0)
+	if (unlink(path) == 0) {
+		sync_dir(dir);
 		log_warn("weight '%s': %s, an older weight's file, is removed; a restart will not "
 			 "restore '%s'", name, path, name);
-	else if (errno != ENOENT)
+	} else if (errno != ENOENT)
 		log_warn("weight '%s': cannot remove %s, an older weight's file, which a restart "
 			 "would restore in its place: %s", name, path, strerror(errno));
 }
@@ -141,7 +159,9 @@ void wstore_remove(const char *dir, const char *name)
 {
 	char path[512];
 	snprintf(path, sizeof(path), "%s/%s.mfw", dir, name);
-	if (unlink(path) < 0 && errno != ENOENT)
+	if (unlink(path) == 0)
+		sync_dir(dir);
+	else if (errno != ENOENT)
 		log_warn("cannot remove %s: %s", path, strerror(errno));
 }
 
@@ -271,7 +291,9 @@ int wstore_each(const char *dir, uint64_t max_bytes,
 		char path[700];
 		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
 		if (n > 8 && strcmp(e->d_name + n - 8, ".mfw.tmp") == 0) {
-			unlink(path); /* a load the daemon did not live to finish */
+			/* A load the daemon did not live to finish. */
+			if (unlink(path) == 0)
+				log_info("removed %s, the file of a load that a stop cut short", path);
 			continue;
 		}
 		if (n <= 4 || strcmp(e->d_name + n - 4, ".mfw") != 0)

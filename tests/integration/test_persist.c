@@ -482,6 +482,50 @@ static void test_restore_keeps_device(void **state_)
 	rm_rf(dir2);
 }
 
+/* Stored weights are clients' matrices, the daemon's alone: files 0600 in
+ * a directory 0700 (they were 0640 and 0750, readable by the socket's
+ * group, which every client of the service is in), an older directory of
+ * looser mode tightened at the next store; a load cut short leaves a
+ * temporary file that the next start removes, saying so. */
+static void test_private_files(void **state_)
+{
+	(void)state_;
+	char dir[64], wdir[96], path[128], cf[160];
+	snprintf(dir, sizeof(dir), "/tmp/mfmad-state-XXXXXX");
+	assert_non_null(mkdtemp(dir));
+	snprintf(wdir, sizeof(wdir), "%s/weights", dir);
+	assert_int_equal(mkdir(wdir, 0755), 0);
+	snprintf(cf, sizeof(cf), "weights = { state_dir = \"%s\"; };", dir);
+	struct mfmad_proc d;
+	assert_int_equal(harness_start(&d, cf, NULL), 0);
+	mfma_client *c;
+	struct mfma_error err;
+	assert_int_equal(mfma_connect(d.endpoint, &c, &err), 0);
+	load(c, "mine", MFMA_SPARSITY_DENSE);
+	mfma_close(c);
+	assert_int_equal(harness_stop(&d), 0);
+	struct stat st;
+	snprintf(path, sizeof(path), "%s/mine.mfw", wdir);
+	assert_int_equal(stat(path, &st), 0);
+	printf("a stored weight: file %04o, directory ", (unsigned)(st.st_mode & 07777));
+	assert_int_equal(st.st_mode & 0777, 0600);
+	assert_int_equal(stat(wdir, &st), 0);
+	printf("%04o\n", (unsigned)(st.st_mode & 07777));
+	assert_int_equal(st.st_mode & 0777, 0700);
+	snprintf(path, sizeof(path), "%s/cut.mfw.tmp", wdir);
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fclose(f);
+	assert_int_equal(harness_start(&d, cf, NULL), 0);
+	assert_int_equal(access(path, F_OK), -1);
+	assert_int_equal(harness_log_count(&d, "cut.mfw.tmp, the file of a load that a stop cut "
+					   "short"), 1);
+	assert_int_equal(harness_stop(&d), 0);
+	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	(void)!system(cmd);
+}
+
 int main(void)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -502,6 +546,7 @@ int main(void)
 		cmocka_unit_test(test_replace_unwritten),
 		cmocka_unit_test(test_restore_over_budget),
 		cmocka_unit_test(test_restore_keeps_device),
+		cmocka_unit_test(test_private_files),
 	};
 	int rc = cmocka_run_group_tests(tests, NULL, NULL);
 	char cmd[128];
