@@ -637,7 +637,17 @@ void weights_handle_unload(struct daemon *d, const struct request *r, Mfma__V1__
 	} else if (find_any(d, name, WEIGHT_LOADING)) {
 		reply_status(d, r, MFMA__V1__CODE__UNAVAILABLE, "weight '%s' is still loading", name);
 	} else {
-		reply_status(d, r, MFMA__V1__CODE__NOT_FOUND, "weight '%s' is not loaded", name);
+		/* A stored weight that was not restored (over the budget now,
+		 * its device gone) is not loaded, but its file would be read
+		 * again at every start: an unload of the name removes it. */
+		char dir[400];
+		if (wstore_dir(d, dir, sizeof(dir)) && wstore_remove(dir, name)) {
+			log_weight(d, "weight '%s' was not loaded: its stored file removed", name);
+			reply_status(d, r, MFMA__V1__CODE__OK, "%s", "");
+		} else {
+			reply_status(d, r, MFMA__V1__CODE__NOT_FOUND, "weight '%s' is not loaded",
+				     name);
+		}
 	}
 	mfma__v1__request__free_unpacked(req, NULL);
 }

@@ -155,14 +155,17 @@ void wstore_finish(const char *dir, const char *name, bool resident, bool writte
 			 "would restore in its place: %s", name, path, strerror(errno));
 }
 
-void wstore_remove(const char *dir, const char *name)
+int wstore_remove(const char *dir, const char *name)
 {
 	char path[512];
 	snprintf(path, sizeof(path), "%s/%s.mfw", dir, name);
-	if (unlink(path) == 0)
+	if (unlink(path) == 0) {
 		sync_dir(dir);
-	else if (errno != ENOENT)
+		return 1;
+	}
+	if (errno != ENOENT)
 		log_warn("cannot remove %s: %s", path, strerror(errno));
+	return 0;
 }
 
 void wstore_weight_free(struct wstore_weight *w)

@@ -41,8 +41,8 @@ int wstore_write(const char *dir, const struct wstore_weight *w);
  * but not written removes NAME.mfw, so that a restart does not restore the
  * weight it replaced. */
 void wstore_finish(const char *dir, const char *name, bool resident, bool written);
-/* Loop: removes NAME.mfw. */
-void wstore_remove(const char *dir, const char *name);
+/* Loop: removes NAME.mfw; 1 when there was one, else 0. */
+int wstore_remove(const char *dir, const char *name);
 
 /* Reads and checks one file (magic, version, sizes, checksum); pure but
  * for the read.  A weight of more than max_bytes (the largest device

@@ -424,6 +424,16 @@ static void test_restore_over_budget(void **state_)
 	assert_int_equal(harness_log_count(&d, "big.mfw: a 2048x2048 weight of 16777216 bytes, "
 					       "more than any device's weight budget"), 1);
 	assert_true(restored < empty + 4 * 1024);
+	/* Not loaded, its file read at every start: an unload of the name
+	 * removes it (it answered NOT_FOUND and left the file). */
+	assert_int_equal(mfma_connect(d.endpoint, &c, &err), 0);
+	assert_int_equal(mfma_unload_weight(c, "big", &err), 0);
+	char path[192];
+	snprintf(path, sizeof(path), "%s/weights/big.mfw", dir2);
+	assert_int_equal(access(path, F_OK), -1);
+	assert_true(mfma_unload_weight(c, "big", &err) < 0);
+	assert_non_null(strstr(err.message, "is not loaded"));
+	mfma_close(c);
 	assert_int_equal(harness_stop(&d), 0);
 	free(w);
 	rm_rf(dir2);
