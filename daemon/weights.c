@@ -239,8 +239,9 @@ static void finish_load(struct daemon *d, struct weight *w)
 	struct weight *old = w->replaces;
 	w->replaces = NULL;
 	char dir[400];
-	if (w->load.conn && wstore_dir(d, dir, sizeof(dir)))
-		wstore_finish(dir, w->name, w->code == MFMA__V1__CODE__OK, w->stored);
+	bool persisting = w->load.conn && wstore_dir(d, dir, sizeof(dir));
+	bool stored = persisting &&
+		      wstore_finish(dir, w->name, w->code == MFMA__V1__CODE__OK, w->stored);
 	if (w->code != MFMA__V1__CODE__OK) {
 		log_debug("load of weight '%s' failed: %s", w->name, w->msg);
 		if (w->done)
@@ -281,6 +282,8 @@ static void finish_load(struct daemon *d, struct weight *w)
 	uint32_t devs[STATS_MAX_DEVICES];
 	fill_info(d, w, &wi, devs);
 	res.weight = &wi;
+	res.has_stored = persisting;
+	res.stored = stored;
 	resp.body_case = MFMA__V1__RESPONSE__BODY_LOAD_WEIGHT;
 	resp.load_weight = &res;
 	reply(d, &w->load, &resp);

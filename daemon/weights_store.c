@@ -125,19 +125,19 @@ int wstore_write(const char *dir, const struct wstore_weight *w)
 	return rc;
 }
 
-void wstore_finish(const char *dir, const char *name, bool resident, bool written)
+bool wstore_finish(const char *dir, const char *name, bool resident, bool written)
 {
 	char tmp[512], path[512];
 	snprintf(tmp, sizeof(tmp), "%s/%s.mfw.tmp", dir, name);
 	snprintf(path, sizeof(path), "%s/%s.mfw", dir, name);
 	if (!resident) {
 		unlink(tmp); /* NAME.mfw, if any, is the weight still serving */
-		return;
+		return false;
 	}
 	if (written) {
 		if (rename(tmp, path) == 0) {
 			sync_dir(dir);
-			return;
+			return true;
 		}
 		log_warn("weight '%s' is not persisted: rename to %s: %s", name, path, strerror(errno));
 		unlink(tmp);
@@ -150,9 +150,11 @@ void wstore_finish(const char *dir, const char *name, bool resident, bool writte
 		sync_dir(dir);
 		log_warn("weight '%s': %s, an older weight's file, is removed; a restart will not "
 			 "restore '%s'", name, path, name);
-	} else if (errno != ENOENT)
+	} else if (errno != ENOENT) {
 		log_warn("weight '%s': cannot remove %s, an older weight's file, which a restart "
 			 "would restore in its place: %s", name, path, strerror(errno));
+	}
+	return false;
 }
 
 int wstore_remove(const char *dir, const char *name)

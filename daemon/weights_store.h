@@ -39,8 +39,8 @@ int wstore_write(const char *dir, const struct wstore_weight *w);
 /* Loop, once a load is over: NAME.mfw.tmp becomes NAME.mfw (resident and
  * written by wstore_write) or is removed (not resident); a weight resident
  * but not written removes NAME.mfw, so that a restart does not restore the
- * weight it replaced. */
-void wstore_finish(const char *dir, const char *name, bool resident, bool written);
+ * weight it replaced.  Whether the weight has its file now. */
+bool wstore_finish(const char *dir, const char *name, bool resident, bool written);
 /* Loop: removes NAME.mfw; 1 when there was one, else 0. */
 int wstore_remove(const char *dir, const char *name);
 

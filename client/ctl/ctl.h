@@ -145,7 +145,9 @@ void ctl_packed_free(struct ctl_packed *pk);
 /* A weight as a table row / JSON object (ctl_cmds.c); load_ns, when not
  * 0, is the load's round trip (load --json: "load_ns"). */
 void ctl_print_weights(const struct mfma_weight_info *w, size_t n);
-void ctl_json_weight(struct json *j, const struct mfma_weight_info *w, uint64_t load_ns);
+/* stored: load's mfma_load_result_stored, or -1 (not printed). */
+void ctl_json_weight(struct json *j, const struct mfma_weight_info *w, uint64_t load_ns,
+		     int stored);
 
 /* ---- the commands ---- */
 

@@ -257,7 +257,8 @@ static void json_declared(struct json *j, const struct mfma_declared_weight *w, 
 	json_array_end(j);
 }
 
-void ctl_json_weight(struct json *j, const struct mfma_weight_info *w, uint64_t load_ns)
+void ctl_json_weight(struct json *j, const struct mfma_weight_info *w, uint64_t load_ns,
+		     int stored)
 {
 	json_object_begin(j);
 	json_kv_string(j, "name", w->name);
@@ -275,6 +276,8 @@ void ctl_json_weight(struct json *j, const struct mfma_weight_info *w, uint64_t 
 	json_kv_uint(j, "launches", w->launches);
 	if (load_ns)
 		json_kv_uint(j, "load_ns", load_ns);
+	if (stored >= 0)
+		json_kv_bool(j, "stored", stored);
 	json_object_end(j);
 }
 
@@ -456,7 +459,7 @@ static void status_json(struct ctl *ctl, mfma_client *c, const struct mfma_statu
 	json_key(j, "weights");
 	json_array_begin(j);
 	for (size_t i = 0; i < s->n_weights; i++)
-		ctl_json_weight(j, &s->weights[i], 0);
+		ctl_json_weight(j, &s->weights[i], 0, -1);
 	json_array_end(j);
 	json_declared(j, s->declared, s->n_declared);
 	const struct mfma_counters *k = &s->counters;
@@ -621,8 +624,9 @@ int ctl_cmd_load(struct ctl *ctl, int argc, char **argv)
 	if (rc < 0) {
 		rc = ctl_fail(ctl, "load", rc, &e);
 	} else {
+		const int stored = mfma_load_result_stored(&res);
 		if (ctl->json) {
-			ctl_json_weight(&ctl->j, &res.weight, took);
+			ctl_json_weight(&ctl->j, &res.weight, took, stored);
 		} else {
 			char bytes[32], devs[256];
 			ctl_format_bytes(res.weight.bytes, bytes, sizeof(bytes));
@@ -632,6 +636,11 @@ int ctl_cmd_load(struct ctl *ctl, int argc, char **argv)
 			       mfma_dtype_name(ctl_dtype(res.weight.dtype)), res.weight.sparse ? "2:4" : "dense",
 			       bytes, res.weight.n_devices == 1 ? "" : "s", devs, took / 1e6);
 		}
+		/* It serves, but a restart will not bring it back. */
+		if (stored == 0)
+			fprintf(stderr, "mfmactl: load: '%s' is resident but the daemon could not store "
+				"it (weights.persist; its log says why): a restart will not restore it\n",
+				res.weight.name);
 		mfma_load_result_free(&res);
 		rc = CTL_EXIT_OK;
 	}
@@ -713,7 +722,7 @@ int ctl_cmd_weights(struct ctl *ctl, int argc, char **argv)
 		json_key(&ctl->j, "weights");
 		json_array_begin(&ctl->j);
 		for (size_t i = 0; i < l.n_weights; i++)
-			ctl_json_weight(&ctl->j, &l.weights[i], 0);
+			ctl_json_weight(&ctl->j, &l.weights[i], 0, -1);
 		json_array_end(&ctl->j);
 		json_declared(&ctl->j, l.declared, l.n_declared);
 		json_object_end(&ctl->j);

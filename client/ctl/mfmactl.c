@@ -238,7 +238,10 @@ static const char help_load[] =
 	"    --replace             replace a weight of the same name\n"
 	"\n"
 	"JSON\n"
-	"    the weight, as in mfmactl weights, and \"load_ns\": the load's round trip\n"
+	"    the weight, as in mfmactl weights, and \"load_ns\": the load's round trip;\n"
+	"    where the daemon stores weights (weights.persist), \"stored\": whether\n"
+	"    this one's file was written, so that a restart restores it (false: a\n"
+	"    full disk or an I/O error, said on standard error too)\n"
 	"\n"
 	"EXAMPLE\n"
 	"    mfmactl load w0 W.npy --dtype f16 --sparse prune\n";

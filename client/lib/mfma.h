@@ -502,6 +502,11 @@ struct mfma_load_result {
 };
 
 void mfma_load_result_free(struct mfma_load_result *result);
+/* Whether the daemon stored the weight (weights.persist), so that a
+ * restart restores it: 1 stored, 0 not (it serves, but a full disk or an
+ * I/O error kept its file from being written: the daemon's log says why),
+ * -1 the daemon does not store weights (or did not say). */
+int mfma_load_result_stored(const struct mfma_load_result *result);
 
 /* result may be NULL when the caller does not need the description. */
 int mfma_load_weight(mfma_client *client, const struct mfma_load_args *args,

@@ -1025,6 +1025,15 @@ int mfma_load_weight(mfma_client *c, const struct mfma_load_args *args,
 	return 0;
 }
 
+int mfma_load_result_stored(const struct mfma_load_result *r)
+{
+	const Mfma__V1__Response *resp = r ? r->priv : NULL;
+	if (!resp || resp->body_case != MFMA__V1__RESPONSE__BODY_LOAD_WEIGHT || !resp->load_weight ||
+	    !resp->load_weight->has_stored)
+		return -1;
+	return resp->load_weight->stored ? 1 : 0;
+}
+
 void mfma_load_result_free(struct mfma_load_result *r)
 {
 	if (!r)

@@ -204,6 +204,7 @@ mfma_load_args_init = _fn("mfma_load_args_init", None, POINTER(LoadArgs))
 mfma_load_weight = _fn("mfma_load_weight", c_int, client_p, POINTER(LoadArgs),
                        POINTER(LoadResult), err_p)
 mfma_load_result_free = _fn("mfma_load_result_free", None, POINTER(LoadResult))
+mfma_load_result_stored = _fn("mfma_load_result_stored", c_int, POINTER(LoadResult))
 mfma_unload_weight = _fn("mfma_unload_weight", c_int, client_p, c_char_p, err_p)
 mfma_list_weights = _fn("mfma_list_weights", c_int, client_p, POINTER(WeightList), err_p)
 mfma_weight_list_free = _fn("mfma_weight_list_free", None, POINTER(WeightList))

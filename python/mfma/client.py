@@ -10,6 +10,7 @@ is how GEMMs use them and how closing waits for their last array."""
 import concurrent.futures
 import contextlib
 import ctypes
+import dataclasses
 import errno
 import os
 import select
@@ -37,6 +38,9 @@ class WeightInfo:
     sparse: bool
     bytes: int
     devices: tuple
+    # load_weight's alone: whether the daemon stored it so that a restart
+    # restores it (None: the daemon does not store weights).
+    stored: object = None
 
 
 @dataclass(frozen=True)
@@ -730,7 +734,9 @@ class Client:
             rc = _lib.mfma_load_weight(self._handle(), ctypes.byref(la), ctypes.byref(res),
                                        ctypes.byref(err))
             if rc == 0:
-                info = _weight(res.weight)
+                stored = _lib.mfma_load_result_stored(ctypes.byref(res))
+                info = dataclasses.replace(_weight(res.weight),
+                                           stored=None if stored < 0 else bool(stored))
                 _lib.mfma_load_result_free(ctypes.byref(res))
         if rc < 0:
             raise from_c(rc, err)

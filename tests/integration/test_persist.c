@@ -355,8 +355,12 @@ static void test_replace_unwritten(void **state_)
 	la.replace = true;
 	la.a.kind = MFMA_OPERAND_DENSE;
 	la.a.dense = (struct mfma_matrix){ M, K, MFMA_TYPE_F32, a2, sizeof(a2) };
-	if (mfma_load_weight(c, &la, NULL, &err) < 0)
+	struct mfma_load_result res;
+	if (mfma_load_weight(c, &la, &res, &err) < 0)
 		fail_msg("replace: %s", err.message);
+	/* The client is told: resident, not stored. */
+	assert_int_equal(mfma_load_result_stored(&res), 0);
+	mfma_load_result_free(&res);
 	assert_int_equal(gemm_on(c, "swap", replaced, &err), 0);
 	assert_memory_not_equal(replaced, old, sizeof(old));
 	mfma_close(c);
@@ -511,9 +515,26 @@ static void test_private_files(void **state_)
 	mfma_client *c;
 	struct mfma_error err;
 	assert_int_equal(mfma_connect(d.endpoint, &c, &err), 0);
-	load(c, "mine", MFMA_SPARSITY_DENSE);
+	struct mfma_load_args la;
+	mfma_load_args_init(&la);
+	la.name = "mine";
+	la.a.kind = MFMA_OPERAND_DENSE;
+	la.a.dense = (struct mfma_matrix){ M, K, MFMA_TYPE_F32, a, sizeof(a) };
+	struct mfma_load_result res;
+	assert_int_equal(mfma_load_weight(c, &la, &res, &err), 0);
+	assert_int_equal(mfma_load_result_stored(&res), 1);
+	mfma_load_result_free(&res);
 	mfma_close(c);
 	assert_int_equal(harness_stop(&d), 0);
+	/* A daemon that stores nothing says nothing (-1). */
+	struct mfmad_proc d2;
+	assert_int_equal(harness_start(&d2, "weights = { persist = false; };", NULL), 0);
+	assert_int_equal(mfma_connect(d2.endpoint, &c, &err), 0);
+	assert_int_equal(mfma_load_weight(c, &la, &res, &err), 0);
+	assert_int_equal(mfma_load_result_stored(&res), -1);
+	mfma_load_result_free(&res);
+	mfma_close(c);
+	assert_int_equal(harness_stop(&d2), 0);
 	struct stat st;
 	snprintf(path, sizeof(path), "%s/mine.mfw", wdir);
 	assert_int_equal(stat(path, &st), 0);

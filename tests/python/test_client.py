@@ -39,6 +39,8 @@ def test_weight_lifecycle(client, rng):
     a, b = f16(rng, (48, 64)), f16(rng, (64, 16))
     w = client.load_weight("py-w", a, sparse="prune")
     assert (w.name, w.rows, w.cols, w.dtype, w.sparse) == ("py-w", 48, 64, "f16", True)
+    # This daemon has no state directory: it stores nothing, and says nothing.
+    assert w.stored is None
     assert "py-w" in [x.name for x in client.weights()]
     assert "py-w" in [x.name for x in client.status().weights]
     mfma.check(client.gemm(None, b, weight="py-w"), a, b, sparse="prune")
