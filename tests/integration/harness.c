@@ -254,6 +254,21 @@ int harness_write_all(int fd, const void *buf, size_t len)
 	return 0;
 }
 
+long harness_proc_status(pid_t pid, const char *key)
+{
+	char path[64], line[256], fmt[48];
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	snprintf(fmt, sizeof(fmt), "%s: %%ld", key);
+	FILE *f = fopen(path, "r");
+	long v = -1;
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, fmt, &v) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return v;
+}
+
 long harness_send_fds(int sock, const void *buf, size_t len, const int *fds, int nfds)
 {
 	union {

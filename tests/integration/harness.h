@@ -39,6 +39,10 @@ int harness_stop_leftover(void **state);
 /* Lines of the daemon's log that hold s. */
 int harness_log_count(const struct mfmad_proc *p, const char *s);
 
+/* A number field of /proc/PID/status ("VmHWM", "VmRSS" in KiB,
+ * "Threads"), or -1. */
+long harness_proc_status(pid_t pid, const char *key);
+
 /* A raw connected socket to the daemon, or -1. */
 int harness_connect_raw(const struct mfmad_proc *p);
 

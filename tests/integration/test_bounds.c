@@ -28,6 +28,7 @@
 #include "harness.h"
 #include "mfma.h"
 #include "mfma.pb-c.h"
+#include "rawwire.h"
 
 /* Under AddressSanitizer or ThreadSanitizer RSS says little (freed blocks
  * wait in a quarantine, shadow memory grows with the heap): the RSS bounds
@@ -41,16 +42,7 @@
 /* A line of /proc/PID/status ("VmHWM", "VmRSS") in MiB, or -1. */
 static long status_mib(pid_t pid, const char *key)
 {
-	char path[64], line[256], fmt[32];
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	snprintf(fmt, sizeof(fmt), "%s: %%ld kB", key);
-	FILE *f = fopen(path, "r");
-	long kb = -1;
-	while (f && fgets(line, sizeof(line), f))
-		if (sscanf(line, fmt, &kb) == 1)
-			break;
-	if (f)
-		fclose(f);
+	long kb = harness_proc_status(pid, key);
 	return kb < 0 ? -1 : kb / 1024;
 }
 
@@ -61,14 +53,8 @@ static Mfma__V1__Response *roundtrip(const struct mfmad_proc *d, const uint8_t *
 	int fd = harness_connect_raw(d);
 	assert_true(fd >= 0);
 	assert_int_equal(harness_write_all(fd, frame, len), 0);
-	uint8_t *buf = NULL;
-	long n = harness_read_frame(fd, &buf, 30000);
+	Mfma__V1__Response *r = rw_read(fd, 30000);
 	close(fd);
-	assert_true(n >= 0);
-	Mfma__V1__Response *r = mfma__v1__response__unpack(NULL, (size_t)n, buf);
-	free(buf);
-	assert_non_null(r);
-	assert_non_null(r->status);
 	return r;
 }
 

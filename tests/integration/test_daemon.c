@@ -383,22 +383,6 @@ static double cpu_seconds(pid_t pid)
 	return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
 }
 
-/* A number field of /proc/PID/status ("Threads"), or -1. */
-static long proc_status_value(pid_t pid, const char *key)
-{
-	char path[64], line[256], fmt[48];
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	snprintf(fmt, sizeof(fmt), "%s: %%ld", key);
-	FILE *f = fopen(path, "r");
-	long v = -1;
-	while (f && fgets(line, sizeof(line), f))
-		if (sscanf(line, fmt, &v) == 1)
-			break;
-	if (f)
-		fclose(f);
-	return v;
-}
-
 /* The daemon's CPU seconds per wall second over eight 1024^3 f32 GEMMs,
  * started with args. */
 static double dense_cpu_share(const char *const *args, const char *how)
@@ -454,7 +438,7 @@ static void test_threads_bound_dense(void **state)
 		setenv("OPENBLAS_NUM_THREADS", i ? "2" : "1", 1);
 		struct mfmad_proc d;
 		assert_int_equal(harness_start(&d, NULL, NULL), 0);
-		threads[i] = (int)proc_status_value(d.pid, "Threads");
+		threads[i] = (int)harness_proc_status(d.pid, "Threads");
 		assert_int_equal(harness_stop(&d), 0);
 	}
 	if (keep)

@@ -36,15 +36,7 @@ static uint64_t now_ms(void)
 
 static long rss_mib(pid_t pid)
 {
-	char path[64], line[256];
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	FILE *f = fopen(path, "r");
-	long kb = -1;
-	while (f && fgets(line, sizeof(line), f))
-		if (sscanf(line, "VmRSS: %ld kB", &kb) == 1)
-			break;
-	if (f)
-		fclose(f);
+	long kb = harness_proc_status(pid, "VmRSS");
 	return kb < 0 ? -1 : kb / 1024;
 }
 

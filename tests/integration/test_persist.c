@@ -231,15 +231,8 @@ static void test_restore_failure_said(void **state_)
 /* The daemon's peak resident memory (VmHWM), KiB. */
 static long peak_kib(pid_t pid)
 {
-	char path[64], line[256];
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	FILE *f = fopen(path, "r");
-	assert_non_null(f);
-	long kib = -1;
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "VmHWM: %ld kB", &kib) == 1)
-			break;
-	fclose(f);
+	long kib = harness_proc_status(pid, "VmHWM");
+	assert_true(kib >= 0);
 	return kib;
 }
 
