@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -252,6 +253,22 @@ int harness_write_all(int fd, const void *buf, size_t len)
 		len -= (size_t)w;
 	}
 	return 0;
+}
+
+int harness_start_nofile(struct mfmad_proc *p, const char *extra_conf,
+			 const char *const *extra_args, unsigned long soft)
+{
+	struct rlimit old, low;
+	if (getrlimit(RLIMIT_NOFILE, &old) < 0)
+		return -1;
+	low = old;
+	low.rlim_cur = soft;
+	if (setrlimit(RLIMIT_NOFILE, &low) < 0)
+		return -1;
+	int rc = harness_start(p, extra_conf, extra_args);
+	if (setrlimit(RLIMIT_NOFILE, &old) < 0)
+		rc = -1;
+	return rc;
 }
 
 long harness_proc_status(pid_t pid, const char *key)

@@ -39,6 +39,11 @@ int harness_stop_leftover(void **state);
 /* Lines of the daemon's log that hold s. */
 int harness_log_count(const struct mfmad_proc *p, const char *s);
 
+/* harness_start with the daemon's soft descriptor limit at soft (it
+ * inherits this process's, which is put back before returning). */
+int harness_start_nofile(struct mfmad_proc *p, const char *extra_conf,
+			 const char *const *extra_args, unsigned long soft);
+
 /* A number field of /proc/PID/status ("VmHWM", "VmRSS" in KiB,
  * "Threads"), or -1. */
 long harness_proc_status(pid_t pid, const char *key);

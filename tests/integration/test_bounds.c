@@ -194,16 +194,9 @@ static int register_region(int sock, uint64_t id, int memfd, char *msg, size_t m
 static void test_region_descriptors(void **state)
 {
 	(void)state;
-	struct rlimit old, low;
-	assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
-	low = old;
-	low.rlim_cur = 128;
-	assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
 	struct mfmad_proc d;
-	int rc = harness_start(&d, "limits = { max_connections = 16; max_regions_per_conn = 16; };",
-			       NULL);
-	assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
-	assert_int_equal(rc, 0);
+	assert_int_equal(harness_start_nofile(&d, "limits = { max_connections = 16; "
+						  "max_regions_per_conn = 16; };", NULL, 128), 0);
 	int fds0 = open_fds(d.pid);
 	enum { CONNS = 12, PER = 16 };
 	int sock[CONNS];
@@ -252,6 +245,21 @@ static void test_region_descriptors(void **state)
 
 /* ---- the log ---- */
 
+/* After `ms` of a client causing `n` lines (in the log, `named`), at most
+ * `burst` a second were written, and a line counting the others came (in
+ * the tick after its second's end). */
+static void expect_rate_limited(const struct mfmad_proc *d, const char *what, int n, uint64_t ms,
+				const char *named, const char *counting, int burst)
+{
+	usleep(1200 * 1000);
+	int lines = harness_log_count(d, named);
+	int summary = harness_log_count(d, counting);
+	printf("%d %s in %" PRIu64 " ms: %d log lines naming it, %d counting the others\n", n,
+	       what, ms, lines, summary);
+	assert_true(lines <= burst * (int)(ms / 1000 + 2));
+	assert_true(summary >= 1);
+}
+
 static uint64_t now_ms(void)
 {
 	struct timespec ts;
@@ -286,17 +294,9 @@ static void test_close_lines_rate_limited(void **state)
 		close(s);
 		n++;
 	}
-	uint64_t ms = now_ms() - t0;
-	/* The line that counts what was not logged comes within the tick
-	 * after the second's end. */
-	usleep(1200 * 1000);
-	int lines = harness_log_count(&d, "not register_region");
-	int summary = harness_log_count(&d, "not logged");
-	printf("%d connections closed for a descriptor in %" PRIu64 " ms: %d log lines naming it, "
-	       "%d counting the others\n", n, ms, lines, summary);
 	assert_true(n >= 100);
-	assert_true(lines <= 10 * (int)(ms / 1000 + 2));
-	assert_true(summary >= 1);
+	expect_rate_limited(&d, "connections closed for a descriptor", n, now_ms() - t0,
+			    "not register_region", "more connection(s) closed", 10);
 	close(passed);
 	free(f);
 	assert_int_equal(harness_stop(&d), 0);
@@ -327,15 +327,9 @@ static void test_weight_lines_rate_limited(void **state)
 			fail_msg("load/unload round %d: %s", rounds, err.message);
 		rounds++;
 	}
-	uint64_t ms = now_ms() - t0;
-	usleep(1200 * 1000); /* the counting line comes within the tick after */
-	int lines = harness_log_count(&d, "weight 'churn'");
-	int summary = harness_log_count(&d, "more weight load(s) and unload(s)");
-	printf("%d loads and unloads of one weight in %" PRIu64 " ms: %d log lines naming it, "
-	       "%d counting the others\n", rounds, ms, lines, summary);
 	assert_true(rounds >= 40);
-	assert_true(lines <= 20 * (int)(ms / 1000 + 2));
-	assert_true(summary >= 1);
+	expect_rate_limited(&d, "loads and unloads of one weight", rounds, now_ms() - t0,
+			    "weight 'churn'", "more weight load(s) and unload(s)", 20);
 	mfma_close(c);
 	assert_int_equal(harness_stop(&d), 0);
 }
@@ -348,20 +342,15 @@ static void test_weight_lines_rate_limited(void **state)
 static void test_fd_room(void **state)
 {
 	(void)state;
-	struct rlimit old, low;
+	struct rlimit old;
 	assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
 	if (old.rlim_max != RLIM_INFINITY && old.rlim_max < 2368) {
 		print_message("  (hard descriptor limit %llu: cannot run)\n",
 			      (unsigned long long)old.rlim_max);
 		skip();
 	}
-	low = old;
-	low.rlim_cur = 256;
-	assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
 	struct mfmad_proc d;
-	int rc = harness_start(&d, NULL, NULL);
-	assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
-	assert_int_equal(rc, 0);
+	assert_int_equal(harness_start_nofile(&d, NULL, NULL, 256), 0);
 	char path[64], line[256];
 	snprintf(path, sizeof(path), "/proc/%d/limits", (int)d.pid);
 	FILE *f = fopen(path, "r");
