@@ -22,9 +22,7 @@
  * launches (nv_wg_args.pdl: A streams while the previous call ends;
  * BENCH_NV_PDL_L2 stages past the first ring prefetched into L2,
  * NV_WG_GATE_L2 by default).  BENCH_NV_WG_LDB=R gives the wgmma kernels
- * B with rows round_up(N, R) apart instead of N; BENCH_NV_WG_LDA=R gives
- * the dense one A with rows round_up(K, R) apart instead of the daemon's
- * nv_wg_dense_lda(K) (cuBLASLt reads A with rows K apart either way).
+ * B with rows round_up(N, R) apart instead of N.
  * TFLOP/s are dense-equivalent (2 M N K over time) for every column.  For
  * i8, our time includes the device transpose of B that our kernels need
  * (cuBLASLt is given the layout it prefers).  Each result is checked
@@ -254,7 +252,6 @@ struct wg_ctx {
 	int pdl; /* launched as programmatic dependent launches */
 	CUdeviceptr bpad; /* B with rows ldb apart (BENCH_NV_WG_LDB), or 0 */
 	int ldb;
-	int own_dense; /* a[] are dense copies of its own (rows lda apart) */
 };
 
 /* BENCH_NV_WG_LDB=R: the wgmma kernels read B from a copy whose rows are
@@ -263,10 +260,6 @@ struct wg_ctx {
  * kernels up to half their time again (8192 x 200 x 8192: 65.6 us, 44.7
  * with R = 64; bench/RESULTS.md). */
 static int wg_ldb_round;
-
-/* BENCH_NV_WG_LDA=R: the dense wgmma kernel reads A with rows
- * round_up(k, R) apart (0: nv_wg_dense_lda(k), the daemon's). */
-static int wg_lda_round;
 
 /* Stages of A past the first ring that a dependent launch prefetches into
  * L2 before the previous call ends: BENCH_NV_PDL_L2, default the
@@ -341,10 +334,9 @@ static void wg_pad_b(struct wg_ctx *c)
 }
 
 /* Sets c up for the 2:4 (dense = 0: packs the canonical dvals/dmeta into
- * stage images) or dense family (its copies are the problem's dense A
- * where the rows' pitch is K, otherwise copies of them with rows lda
- * apart).  Returns 0, or -ENOTSUP where the wgmma kernels cannot take the
- * problem. */
+ * stage images) or dense family (packs each of the problem's dense A
+ * copies into dense stage images).  Returns 0, or -ENOTSUP where the
+ * wgmma kernels cannot take the problem. */
 static int wg_setup(struct wg_ctx *c, struct problem *p, int dense, CUdeviceptr dvals, CUdeviceptr dmeta)
 {
 	memset(c, 0, sizeof(*c));
@@ -355,17 +347,12 @@ static int wg_setup(struct wg_ctx *c, struct problem *p, int dense, CUdeviceptr 
 	if (nv_wg_plan_make(p->m, p->n, p->k, wgmod.sms, wgmod.occ[dense][bf16], -1, &c->plan) < 0)
 		return -ENOTSUP;
 	if (dense) {
-		const int64_t lda = wg_lda_round > 0 ? nv_round_up(p->k, wg_lda_round) : nv_wg_dense_lda(p->k);
 		c->na = p->ndense;
-		c->own_dense = lda != p->k;
 		for (int i = 0; i < c->na; i++) {
-			c->a[i] = (struct nv_wg_packed){ .bf16 = bf16, .dense = 1, .m = p->m, .k = p->k, .lda = lda,
-							 .val = p->dense[i] };
-			if (!c->own_dense)
-				continue;
-			c->a[i].val = dalloc((size_t)p->m * lda * 2);
-			CU(nv_copy_rows_in(c->a[i].val, (size_t)lda * 2, NULL, p->dense[i], (size_t)p->k * 2,
-					   (size_t)p->k * 2, (size_t)p->m, stream));
+			c->a[i] = (struct nv_wg_packed){ .bf16 = bf16, .dense = 1, .m = p->m, .k = p->k,
+							 .val = dalloc((size_t)nv_wg_dimg_bytes(p->m, p->k, 2)) };
+			if (nv_wg_launch_pack(&wgmod, stream, p->dense[i], 0, &c->a[i]) < 0)
+				DIE("wgmma dense pack failed");
 		}
 	} else {
 		const size_t vb = (size_t)nv_wg_img_bytes(p->m, p->k, 2), mb = (size_t)nv_wg_meta_bytes(p->m, p->k);
@@ -387,7 +374,7 @@ static int wg_setup(struct wg_ctx *c, struct problem *p, int dense, CUdeviceptr 
 
 static void wg_free(struct wg_ctx *c)
 {
-	for (int i = 0; i < c->na && (!c->a[i].dense || c->own_dense); i++) {
+	for (int i = 0; i < c->na; i++) {
 		nv_drv.cuMemFree(c->a[i].val);
 		if (c->a[i].meta)
 			nv_drv.cuMemFree(c->a[i].meta);
@@ -1221,10 +1208,6 @@ int main(int argc, char **argv)
 	wg_ldb_round = le && atoi(le) > 0 ? atoi(le) : 0;
 	if (wg_ldb_round % 8)
 		DIE("BENCH_NV_WG_LDB wants a multiple of 8 (TMA's 16-byte rows), not %d", wg_ldb_round);
-	const char *la = getenv("BENCH_NV_WG_LDA");
-	wg_lda_round = la && atoi(la) > 0 ? atoi(la) : 0;
-	if (wg_lda_round % 8)
-		DIE("BENCH_NV_WG_LDA wants a multiple of 8 (TMA's 16-byte rows), not %d", wg_lda_round);
 	char err[256];
 	if (nv_driver_open(err, sizeof(err)) < 0)
 		DIE("%s", err);

@@ -10,7 +10,7 @@
 #        [batching] [serving] [readsab] [postab] [readerminab] [corkab] [abcross] [overlapab] [copystreamab] [dmaab] [dmacsab] [regionab] [batchcheck] [setab]
 #        [phases] [dmaphases] [perfphases] [afterncu]
 #        [wgmma] [group] [csum] [w1] [p3] [wgsan] [raceprobe] [streamprobe] [hot] [spread] [trace] [splitncu] [wgncu] [oneinflight]
-#        [pdl] [pitch] [ldarows] [pitchab] [copies] [lonecheck] [lonefirst] [gate] [gateab] [tileab] [loopstartab] [kernelab] [wgdecode] [wgdsan] [wgdncu] [wgdense] [wgdensesan] [wgdensencu]
+#        [pdl] [pitch] [pitchab] [copies] [lonecheck] [lonefirst] [gate] [gateab] [tileab] [loopstartab] [kernelab] [wgdecode] [wgdsan] [wgdncu] [wgdense] [wgdensesan] [wgdensencu]
 #        (no argument: test sanitize bench e2e)
 set -u
 OUT=${OUT:-/tmp/mfma-out}
@@ -71,7 +71,7 @@ build_bench() {
 
 # pitch_runs LOG VAR "VALUES" SHAPE...: bench_nv --shape at each SHAPE
 # once for each of VALUES of the environment variable VAR (a pitch
-# setting: BENCH_NV_WG_LDB, BENCH_NV_WG_LDA), BENCH_DTYPES (default f16),
+# setting: BENCH_NV_WG_LDB), BENCH_DTYPES (default f16),
 # each run headed "# SHAPE VAR=VALUE" in $OUT/LOG.
 pitch_runs() {
 	local log=$1 var=$2 vals=$3 shape r
@@ -315,16 +315,6 @@ pitch)
 	pitch_runs pitch.log BENCH_NV_WG_LDB "0 ${PITCH_ROUNDS:-64}" \
 		${PITCH_SHAPES:-8192x200x8192 14336x200x4096 4096x200x4096 8192x40x8192 8192x24x8192 8192x104x8192 4096x1000x4096}
 	grep -E "^# [0-9]+x|^# B [0-9]|^\| (f16|bf16) |^\| wgmma" "$OUT/pitch.log" | cut -c1-220
-	;;
-ldarows)
-	# What rows of a dense A not 128 bytes apart cost the dense wgmma
-	# kernel: bench_nv at each of LDA_SHAPES (K not a multiple of 64) with
-	# A's rows 8 values apart (BENCH_NV_WG_LDA=8, the rule before) and as
-	# the daemon lays them out now (nv_wg_dense_lda), alternately: old new
-	# new old.
-	pitch_runs ldarows.log BENCH_NV_WG_LDA "8 0 0 8" \
-		${LDA_SHAPES:-8192x256x8200 4096x1024x4104 14336x16x4104 4096x64x14344 8192x32x8200}
-	grep -E "^# [0-9]+x|^\| (f16|bf16) |^\| wgmma " "$OUT/ldarows.log" | cut -c1-220
 	;;
 pitchab)
 	# e2e.sh pitch (one request at a time where B's rows, or with
@@ -760,14 +750,15 @@ batching)
 	grep -E "^(BATCH|FAIL)" "$OUT/batching.log" | sed 's/"histogram[^]]*]//g' | tail -12
 	;;
 choice)
-	# Each library alone (bench_nv, f16, our output type where it can)
-	# beside mfmad's measured choice at the same shapes.
+	# Each library alone and our wgmma kernels alone (bench_nv, f16, our
+	# output type where it can; its "| wgmma |" lines) beside mfmad's
+	# measured choice at the same shapes.
 	build_bench
 	: >"$OUT/choice_bench.log"
 	for shape in ${CHOICE_SHAPES:-14336x16x4096 14336x64x4096 14336x256x4096 4096x16x14336 4096x64x14336 4096x256x14336}; do
 		timeout 120 "$BENCH" --dtypes f16 --shape "$shape" >>"$OUT/choice_bench.log" 2>&1
 	done
-	grep -E "^\| f16" "$OUT/choice_bench.log"
+	grep -E "^\| f16|^\| wgmma \|" "$OUT/choice_bench.log""
 	timeout "${E2E_S:-300}" bash bench/nvidia/e2e.sh "$P" "$OUT" choice > "$OUT/e2e_choice.log" 2>&1
 	echo "=== e2e choice: rc=$?"
 	grep -E "^(E2E|FAIL)|variants" "$OUT/e2e_choice.log" | cut -c1-400

@@ -149,10 +149,18 @@ WG_CL2_KERNEL(f16_n128, nv_wg_sp24_img<0>, 128, 8, 1, 0)
 WG_CL2_KERNEL(f16_n256, nv_wg_sp24_img<0>, 256, 5, 1, 0)
 WG_CL2_KERNEL(bf16_n128, nv_wg_sp24_img<1>, 128, 8, 1, 0)
 WG_CL2_KERNEL(bf16_n256, nv_wg_sp24_img<1>, 256, 5, 1, 0)
-WG_CL2_KERNEL(dense_f16_n128, nv_wg_dense<0>, 128, 6, 1, 1)
-WG_CL2_KERNEL(dense_f16_n256, nv_wg_dense<0>, 256, 4, 1, 1)
-WG_CL2_KERNEL(dense_bf16_n128, nv_wg_dense<1>, 128, 6, 1, 1)
-WG_CL2_KERNEL(dense_bf16_n256, nv_wg_dense<1>, 256, 4, 1, 1)
+WG_CL2_KERNEL(dense_f16_n128, nv_wg_dense_img<0>, 128, 6, 1, 1)
+WG_CL2_KERNEL(dense_f16_n256, nv_wg_dense_img<0>, 256, 4, 1, 1)
+WG_CL2_KERNEL(dense_bf16_n128, nv_wg_dense_img<1>, 128, 6, 1, 1)
+WG_CL2_KERNEL(dense_bf16_n256, nv_wg_dense_img<1>, 256, 4, 1, 1)
+
+/* dtma_*: the daemon's dense kernels reading a row-major A by TMA boxes
+ * of 64 K by 128 rows (the daemon's dense kernels before the dense stage
+ * images), every tile, f16 and bf16. */
+#define WG_DTMA_F16(name, bn, st, minb) NV_WG_DEFINE_KERNEL(dtma_f16_##name, nv_wg_dense_tma<0>, bn, st, minb, 1)
+#define WG_DTMA_BF16(name, bn, st, minb) NV_WG_DEFINE_KERNEL(dtma_bf16_##name, nv_wg_dense_tma<1>, bn, st, minb, 1)
+NV_WG_DTILES(WG_DTMA_F16)
+NV_WG_DTILES(WG_DTMA_BF16)
 
 /* g2_*, g4_*: the daemon's 2:4 kernels issuing two (four) stages a
  * wgmma group (nv_wg_gemm's GRP): one wait for the wgmma pipeline to
@@ -239,7 +247,7 @@ struct variant {
 	int dense, tile, bf16, bn, stages, minb, keep;
 	void (*fn)(const nv_wg_params);
 	unsigned smem;
-	int order; /* 2:4: A's layout, enum nv_wg_order */
+	int order; /* A's layout, enum nv_wg_order */
 	int cl;    /* 2: a cl2_ kernel (clusters of two along M); 0 otherwise */
 	int queue; /* a q_ kernel: a persistent grid of this many CTAs an SM */
 	int csum;  /* a cs_ kernel: launched in clusters of the tile's splits */
@@ -260,13 +268,18 @@ static variant variants[] = {
 #define WG_ENTRY_TBF16(name, bn, st, minb) \
 	{ "tma_bf16_" #name, 0, NV_WG_TILE_##name, 1, bn, st, minb, 0, nv_wg_tma_bf16_##name, NV_WG_SMEM_BYTES(bn, st), 0 },
 #define WG_ENTRY_DF16(name, bn, st, minb) \
-	{ "dense_f16_" #name, 1, NV_WG_TILE_##name, 0, bn, st, minb, 1, nv_wg_dense_f16_##name, NV_WG_DSMEM_BYTES(bn, st), 0 },
+	{ "dense_f16_" #name, 1, NV_WG_TILE_##name, 0, bn, st, minb, 1, nv_wg_dense_f16_##name, NV_WG_DSMEM_BYTES(bn, st), NV_WG_ORDER },
 #define WG_ENTRY_DBF16(name, bn, st, minb) \
-	{ "dense_bf16_" #name, 1, NV_WG_TILE_##name, 1, bn, st, minb, 1, nv_wg_dense_bf16_##name, NV_WG_DSMEM_BYTES(bn, st), 0 },
+	{ "dense_bf16_" #name, 1, NV_WG_TILE_##name, 1, bn, st, minb, 1, nv_wg_dense_bf16_##name, NV_WG_DSMEM_BYTES(bn, st), NV_WG_ORDER },
+#define WG_ENTRY_DTF16(name, bn, st, minb) \
+	{ "dtma_f16_" #name, 1, NV_WG_TILE_##name, 0, bn, st, minb, 1, nv_wg_dtma_f16_##name, NV_WG_DSMEM_BYTES(bn, st), 0 },
+#define WG_ENTRY_DTBF16(name, bn, st, minb) \
+	{ "dtma_bf16_" #name, 1, NV_WG_TILE_##name, 1, bn, st, minb, 1, nv_wg_dtma_bf16_##name, NV_WG_DSMEM_BYTES(bn, st), 0 },
 	NV_WG_TILES(WG_ENTRY_F16) NV_WG_TILES(WG_ENTRY_BF16)
 	NV_WG_TILES(WG_ENTRY_TF16) NV_WG_TILES(WG_ENTRY_TBF16)
 	NV_WG_TILES(WG_ENTRY_AF16) NV_WG_TILES(WG_ENTRY_ABF16)
 	NV_WG_DTILES(WG_ENTRY_DF16) NV_WG_DTILES(WG_ENTRY_DBF16)
+	NV_WG_DTILES(WG_ENTRY_DTF16) NV_WG_DTILES(WG_ENTRY_DTBF16)
 	{ "nomath_f16_n16", 0, NV_WG_TILE_n16, 0, 16, 9, 2, 0, nv_wg_nomath_f16_n16, NV_WG_SMEM_BYTES(16, 9), NV_WG_ORDER },
 	{ "nomath_f16_n64", 0, NV_WG_TILE_n64, 0, 64, 6, 2, 0, nv_wg_nomath_f16_n64, NV_WG_SMEM_BYTES(64, 6), NV_WG_ORDER },
 	{ "warp_f16_n16", 0, NV_WG_TILE_n16, 0, 16, 9, 2, 0, nv_wg_warp_f16_n16, NV_WG_SMEM_BYTES(16, 9), NV_WG_ORDER },
@@ -321,7 +334,7 @@ static variant variants[] = {
 #undef WG_W1_ENTRY
 #define WG_CL2_ENTRY(name, dense, tile, bf16, bn, st, keep)                                                 \
 	{ "cl2_" #name, dense, NV_WG_TILE_##tile, bf16, bn, st, 1, keep, nv_wg_cl2_##name,                      \
-	  dense ? NV_WG_DSMEM_BYTES(bn, st) : NV_WG_SMEM_BYTES(bn, st), dense ? 0 : NV_WG_ORDER, 2 },
+	  dense ? NV_WG_DSMEM_BYTES(bn, st) : NV_WG_SMEM_BYTES(bn, st), NV_WG_ORDER, 2 },
 	WG_CL2_ENTRY(f16_n128, 0, n128, 0, 128, 8, 0) WG_CL2_ENTRY(f16_n256, 0, n256, 0, 256, 5, 0)
 	WG_CL2_ENTRY(bf16_n128, 0, n128, 1, 128, 8, 0) WG_CL2_ENTRY(bf16_n256, 0, n256, 1, 256, 5, 0)
 	WG_CL2_ENTRY(dense_f16_n128, 1, n128, 0, 128, 6, 1) WG_CL2_ENTRY(dense_f16_n256, 1, n256, 0, 256, 4, 1)
@@ -335,6 +348,8 @@ static variant variants[] = {
 #undef WG_ENTRY_BF16
 #undef WG_ENTRY_DF16
 #undef WG_ENTRY_DBF16
+#undef WG_ENTRY_DTF16
+#undef WG_ENTRY_DTBF16
 };
 static const int nvariants = sizeof(variants) / sizeof(variants[0]);
 
@@ -688,22 +703,40 @@ static PFN_cuTensorMapEncodeTiled_v12000 encode_tiled;
 
 struct wg_weight {
 	int dense, m, k, mp, kp, order;
-	uint16_t *val; /* stage images (order) or m x kp/2; dense: m x lda */
+	uint16_t *val; /* stage images (order) or m x kp/2; dense: images, or m x lda */
 	uint32_t *meta; /* NULL for a dense A */
 };
 
-/* A dense A on the device as the kernels read it (rows of lda values). */
-static void wg_upload_dense(const dmat &a, wg_weight &w)
+/* A dense A on the device as the kernels of `order` read it: rows of lda
+ * values (NV_WG_ROWMAJOR, the dtma_ kernels), or dense stage images made
+ * by the daemon's packing kernel from a compact copy. */
+static void wg_upload_dense(const dmat &a, wg_weight &w, int order)
 {
 	w.dense = 1;
-	w.order = NV_WG_ROWMAJOR;
+	w.order = order;
 	w.m = a.rows;
 	w.k = a.k;
 	w.mp = (int)nv_wg_m_pad(a.rows);
 	w.kp = (int)nv_wg_k_pad(a.k);
 	w.meta = NULL;
-	CK(cudaMalloc(&w.val, a.val.size() * 2));
-	CK(cudaMemcpy(w.val, a.val.data(), a.val.size() * 2, cudaMemcpyHostToDevice));
+	if (order == NV_WG_ROWMAJOR) {
+		CK(cudaMalloc(&w.val, a.val.size() * 2));
+		CK(cudaMemcpy(w.val, a.val.data(), a.val.size() * 2, cudaMemcpyHostToDevice));
+		return;
+	}
+	std::vector<uint16_t> compact((size_t)a.rows * a.k);
+	for (int r = 0; r < a.rows; r++)
+		memcpy(&compact[(size_t)r * a.k], &a.val[(size_t)r * a.lda], (size_t)a.k * 2);
+	uint16_t *src;
+	CK(cudaMalloc(&src, compact.size() * 2));
+	CK(cudaMemcpy(src, compact.data(), compact.size() * 2, cudaMemcpyHostToDevice));
+	const int64_t bytes = nv_wg_dimg_bytes(a.rows, a.k, 2);
+	CK(cudaMalloc(&w.val, (size_t)bytes));
+	nv_wg_pack_params p = { (uint64_t)src, 0, (uint64_t)w.val, 0, a.rows, a.k, 0, order };
+	nv_wg_pack_dense<<<(unsigned)((bytes / 16 + 255) / 256), 256>>>(p);
+	CK(cudaGetLastError());
+	CK(cudaDeviceSynchronize());
+	cudaFree(src);
 }
 
 static size_t wg_val_bytes(const wg_weight &w)
@@ -785,12 +818,12 @@ static int wg_prepare(wg_launch &L, const variant *v, const wg_weight &w, const 
 	CUtensorMapSwizzle bs = bnb == 64 ? CU_TENSOR_MAP_SWIZZLE_128B
 			       : bnb == 32 ? CU_TENSOR_MAP_SWIZZLE_64B
 					   : CU_TENSOR_MAP_SWIZZLE_32B;
-	if (!w.dense && v->order != w.order)
+	if (v->dense != w.dense || v->order != w.order)
 		return -1; /* the weight is not in this variant's layout */
-	int r = w.dense  ? tmap_2d(&p.tm_a, w.val, w.k, w.m, (uint64_t)nv_wg_dense_lda(w.k) * 2, NV_WG_BK, NV_WG_BM,
-				   CU_TENSOR_MAP_SWIZZLE_128B)
-		: w.order ? 0
-			 : tmap_2d(&p.tm_a, w.val, w.kp / 2, w.m, (uint64_t)w.kp, 32, NV_WG_BM, CU_TENSOR_MAP_SWIZZLE_64B);
+	int r = w.order ? 0
+		: w.dense ? tmap_2d(&p.tm_a, w.val, w.k, w.m, (uint64_t)nv_wg_dense_lda(w.k) * 2, NV_WG_BK, NV_WG_BM,
+				    CU_TENSOR_MAP_SWIZZLE_128B)
+			  : tmap_2d(&p.tm_a, w.val, w.kp / 2, w.m, (uint64_t)w.kp, 32, NV_WG_BM, CU_TENSOR_MAP_SWIZZLE_64B);
 	if (r)
 		return r;
 	p.a = w.order ? (uint64_t)w.val : 0;
@@ -1051,12 +1084,12 @@ static bool in_family(const variant *v)
 	return !has_prefix(v->name, "nomath") && !has_prefix(v->name, "warp");
 }
 
-/* order: the 2:4 kernels reading A in that layout (enum nv_wg_order). */
+/* order: the kernels reading A in that layout (enum nv_wg_order). */
 static const variant *find_variant(int dense, int bf16, int bn, int order)
 {
 	for (int i = 0; i < nvariants; i++)
 		if (variants[i].dense == dense && variants[i].bf16 == bf16 && variants[i].bn == bn &&
-		    (dense || variants[i].order == order) && in_family(&variants[i]))
+		    variants[i].order == order && in_family(&variants[i]))
 			return &variants[i];
 	return NULL;
 }
@@ -1084,7 +1117,7 @@ static int check_one(int dense, int bf16, int m, int n, int k, int bn, int order
 	wg_weight w;
 	if (dense) {
 		make_dense(ad, m, k, bf16);
-		wg_upload_dense(ad, w);
+		wg_upload_dense(ad, w, order);
 	} else {
 		make_sp24(a, m, k, bf16);
 		wg_pack(a, w, order);
@@ -1150,7 +1183,7 @@ static int check_one(int dense, int bf16, int m, int n, int k, int bn, int order
 	bool ok = err < tol;
 	printf("check %-4s %-16s %5dx%-4dx%-5d A %-6s %s %3d rows %3d out %-4s alpha %.2f beta %.2f: rel err %.2e %s\n",
 	       bf16 ? "bf16" : "f16", vname, m, n, k,
-	       dense ? "dense" : order == NV_WG_IMG_TILES ? "tiles" : order == NV_WG_IMG_STAGES ? "stages" : "rows",
+	       order == NV_WG_IMG_TILES ? "tiles" : order == NV_WG_IMG_STAGES ? "stages" : "rows",
 	       dv ? "grid" : "splits", dv ? DL.grid : (int)L.grid.z, dv ? DL.rows : 128,
 	       mfma_dtype_name((mfma_dtype)out_dt), alpha, beta, err, ok ? "ok" : "FAIL");
 	if (dv)
@@ -1183,10 +1216,10 @@ static int run_checks(int sms)
 	for (int dense = 0; dense < 2; dense++) {
 		if (kind && strcmp(kind, dense ? "dense" : "sparse") != 0)
 			continue;
-		/* 2:4: the daemon's kernels, then (not in the quick set) the
-		 * other image order and the TMA ones. */
+		/* The daemon's kernels, then (not in the quick set) the other
+		 * image order (2:4) and the TMA ones (2:4 and dense). */
 		static const int orders[] = { NV_WG_ORDER, WG_ALT_ORDER, NV_WG_ROWMAJOR };
-		for (int oi = 0; oi < (dense || quick ? 1 : 3); oi++)
+		for (int oi = 0; oi < (quick ? 1 : 3); oi++)
 			for (int bf16 = 0; bf16 < 2; bf16++)
 				for (int si = 0; si < 6; si++) {
 					const int m = dense ? dshapes[si].m : shapes[si].m;
@@ -1197,9 +1230,10 @@ static int run_checks(int sms)
 					if (quick && m * k > 200000)
 						continue;
 					for (int bn : bns) {
-						/* Another family: its tiles only; the cluster
-						 * kernels: pairs of row tiles only. */
-						if (*g_family && !find_variant(dense, bf16, bn, orders[oi]))
+						/* Another family: its tiles only (and no
+						 * layout without kernels); the cluster kernels:
+						 * pairs of row tiles only. */
+						if (!find_variant(dense, bf16, bn, orders[oi]))
 							continue;
 						if (strcmp(g_family, "cl2_") == 0 && (m + NV_WG_BM - 1) / NV_WG_BM % 2)
 							continue;
@@ -1436,7 +1470,7 @@ static tile_best time_tiles(int dense, int bf16, int m, int n, int ldb, std::vec
 	const char *only = getenv("WG_VARIANTS");
 	for (int vi = 0; vi < nvariants; vi++) {
 		const variant *v = &variants[vi];
-		if (v->bf16 != bf16 || v->dense != dense || (!dense && v->order != w[0].order))
+		if (v->bf16 != bf16 || v->dense != dense || v->order != w[0].order)
 			continue;
 		if (only && !name_listed(v->name, only))
 			continue;
@@ -1732,9 +1766,11 @@ static void run_bench_shape(int bf16, int m, int n, int k, int sms, cublasHandle
 
 /* The dense kernels at one shape: a fully random dense A (zeros would
  * flatter both sides), copies above 200 MB so that A comes from HBM,
- * cublasGemmEx on the same copies, then every dense tile this shape can
- * use with its plan's split (and a sweep of splits where the tiles alone
- * leave SMs idle), each checked on 32 sampled rows against float64. */
+ * cublasGemmEx on the row-major copies, then every dense tile this shape
+ * can use with its plan's split (and a sweep of splits where the tiles
+ * alone leave SMs idle), each checked on 32 sampled rows against float64:
+ * the daemon's kernels on A's dense stage images, then the dtma_ ones on
+ * the row-major copies. */
 static void run_dense_bench_shape(int bf16, int m, int n, int k, int sms, cublasHandle_t h, cudaStream_t s)
 {
 	dmat a;
@@ -1745,9 +1781,11 @@ static void run_dense_bench_shape(int bf16, int m, int n, int k, int sms, cublas
 		x = to16(rndf(), bf16);
 	const double abytes = (double)a.val.size() * 2;
 	const int copies = std::min(8, std::max(1, (int)ceil(200e6 / abytes)));
-	std::vector<wg_weight> w(copies);
-	for (int i = 0; i < copies; i++)
-		wg_upload_dense(a, w[i]);
+	std::vector<wg_weight> w(copies), wi(copies);
+	for (int i = 0; i < copies; i++) {
+		wg_upload_dense(a, w[i], NV_WG_ROWMAJOR);
+		wg_upload_dense(a, wi[i], NV_WG_ORDER);
+	}
 	void *db, *dd, *dblas;
 	CK(cudaMalloc(&db, b.size() * 2));
 	CK(cudaMalloc(&dd, (size_t)m * n * 2));
@@ -1771,11 +1809,15 @@ static void run_dense_bench_shape(int bf16, int m, int n, int k, int sms, cublas
 	const double blas_err = t_blas > 0 ? sampled_err(sr, dblas) : 0;
 	printf("dense %-4s %dx%dx%d  cuBLAS GemmEx %.1f us (%.0f TF)  err %.1e\n", bf16 ? "bf16" : "f16", m, n, k,
 	       t_blas, flop / t_blas * 1e-6, blas_err);
-	const tile_best tb = time_tiles(1, bf16, m, n, ldb, w, db, dd, t_blas, sr, { 1, 2, 4 }, sms, s);
-	printf("|dense %s | %d x %d x %d | %.1f us (%.0f TF) %s s%d | GemmEx %.1f us (%.0f TF) | %.2fx |\n",
-	       bf16 ? "bf16" : "f16", m, n, k, tb.t, flop / tb.t * 1e-6, tb.name, tb.splits, t_blas,
-	       flop / t_blas * 1e-6, tb.t / t_blas);
+	const tile_best tb = time_tiles(1, bf16, m, n, ldb, wi, db, dd, t_blas, sr, { 1, 2, 4 }, sms, s);
+	const tile_best tt = time_tiles(1, bf16, m, n, ldb, w, db, dd, t_blas, sr, { 1, 2, 4 }, sms, s);
+	printf("|dense %s | %d x %d x %d | %.1f us (%.0f TF) %s s%d | row-major by TMA %.1f us %s s%d | %.2fx | "
+	       "GemmEx %.1f us (%.0f TF) | %.2fx |\n",
+	       bf16 ? "bf16" : "f16", m, n, k, tb.t, flop / tb.t * 1e-6, tb.name, tb.splits, tt.t, tt.name, tt.splits,
+	       tb.t / tt.t, t_blas, flop / t_blas * 1e-6, tb.t / t_blas);
 	for (auto &x : w)
+		cudaFree(x.val);
+	for (auto &x : wi)
 		cudaFree(x.val);
 	cudaFree(db);
 	cudaFree(dd);

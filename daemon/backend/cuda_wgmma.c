@@ -7,12 +7,13 @@
  * launches, and the fallback.  A resident weight is packed by both (and by
  * the libraries), and the measured choice per N bucket picks among them.
  *
- * The canonical 2:4 weight is rewritten on the device into the kernels'
- * layout (nv_wgmma_layout.h: values padded to whole stages, metadata
- * grouped per stage): once at load for a resident weight, per request
- * otherwise (then counted in the kernel time, as our mma.sp provider
- * counts its packing).  A dense A only needs its rows padded to a multiple
- * of 8 values (TMA's 16-byte row stride): the copy in does that. */
+ * A is rewritten on the device into the kernels' layout
+ * (nv_wgmma_layout.h: stage images, each the swizzled tile one pipeline
+ * stage holds, values padded to whole stages; a 2:4 A's metadata grouped
+ * per stage): once at load for a resident weight, per request otherwise
+ * (then counted in the kernel time, as our mma.sp provider counts its
+ * packing).  The canonical A crosses the bus into scratch buffers and
+ * a packing kernel writes the images. */
 #include "mfmad_build.h"
 
 #include <errno.h>
@@ -118,15 +119,26 @@ static int upload_a(struct cuda_dev *dev, size_t m, size_t k, const void *a, con
 	return 0;
 }
 
-/* Copies a dense A [m][k] into dst, rows nv_wg_dense_lda(k) apart (the
- * gaps are left as they are: the kernels never read them). */
-static int upload_dense(struct cuda_dev *dev, CUdeviceptr dst, size_t m, size_t k, const void *a, char *err,
-			size_t errlen)
+/* Copies a dense A [m][k] to the device's scratch buffer. */
+static int upload_dense(struct cuda_dev *dev, size_t m, size_t k, const void *a, char *err, size_t errlen)
 {
-	return cuda_dev_copy_rows_in(dev, dst, (size_t)nv_wg_dense_lda((int64_t)k) * 2, a, m, k * 2, err, errlen);
+	struct cuda_buf *raw_a = cuda_dev_scratch(dev, CUDA_SCRATCH_A);
+	const size_t abytes = m * k * 2;
+	int rc;
+	if ((rc = cuda_buf_need(raw_a, abytes, "A", NULL, err, errlen)) < 0)
+		return rc;
+	return cuda_dev_copy_in(dev, raw_a->p, abytes, a, 1, abytes, err, errlen);
 }
 
-/* Packs the A that upload_a copied into dst. */
+/* Copies A (2:4 or dense, as dst is) to the device's scratch buffers. */
+static int upload(struct cuda_dev *dev, const struct nv_wg_packed *dst, const void *a, const uint32_t *meta,
+		  char *err, size_t errlen)
+{
+	return dst->dense ? upload_dense(dev, (size_t)dst->m, (size_t)dst->k, a, err, errlen)
+			  : upload_a(dev, (size_t)dst->m, (size_t)dst->k, a, meta, err, errlen);
+}
+
+/* Packs the A that upload copied into dst. */
 static int launch_pack(struct cuda_dev *dev, struct wg *o, const struct nv_wg_packed *dst, char *err,
 		       size_t errlen)
 {
@@ -151,13 +163,21 @@ static void wg_weight_free(struct cuda_dev *dev, void *state, void *packed)
 	free(pk);
 }
 
-/* A's shape as the kernels take it, its memory not yet given: a dense
- * A's rows nv_wg_dense_lda(k) apart, as the daemon lays them out. */
+/* A's shape as the kernels take it, its memory not yet given. */
 static struct nv_wg_packed wg_shape(int bf16, int dense, int64_t m, int64_t k)
 {
-	return (struct nv_wg_packed){
-		.bf16 = bf16, .dense = dense, .m = m, .k = k, .lda = dense ? nv_wg_dense_lda(k) : 0,
-	};
+	return (struct nv_wg_packed){ .bf16 = bf16, .dense = dense, .m = m, .k = k };
+}
+
+/* Bytes of the device memory A's layout takes: values (or dense
+ * values), then the 2:4 metadata. */
+static uint64_t wg_val_bytes(const struct nv_wg_packed *pk)
+{
+	return pk->dense ? (uint64_t)nv_wg_dimg_bytes(pk->m, pk->k, 2) : (uint64_t)nv_wg_img_bytes(pk->m, pk->k, 2);
+}
+static uint64_t wg_meta_bytes(const struct nv_wg_packed *pk)
+{
+	return pk->dense ? 0 : (uint64_t)nv_wg_meta_bytes(pk->m, pk->k);
 }
 
 static int wg_weight_pack(struct cuda_dev *dev, void *state, const struct mfma_weight_host *w, void **packed,
@@ -171,9 +191,7 @@ static int wg_weight_pack(struct cuda_dev *dev, void *state, const struct mfma_w
 	}
 	*pk = wg_shape(w->dtype == MFMA_DT_BF16, !w->sparse, w->m, w->k);
 	/* The padded layout is what the device holds: that is the cost. */
-	const uint64_t vbytes = pk->dense ? (uint64_t)nv_wg_dense_bytes(w->m, w->k, 2)
-					  : (uint64_t)nv_wg_img_bytes(w->m, w->k, 2);
-	const uint64_t mbytes = pk->dense ? 0 : (uint64_t)nv_wg_meta_bytes(w->m, w->k);
+	const uint64_t vbytes = wg_val_bytes(pk), mbytes = wg_meta_bytes(pk);
 	int rc;
 	CUresult r = nv_drv.cuMemAlloc(&pk->val, (size_t)vbytes);
 	if (r == CUDA_SUCCESS && mbytes)
@@ -182,9 +200,7 @@ static int wg_weight_pack(struct cuda_dev *dev, void *state, const struct mfma_w
 		rc = cuda_fail(r, err, errlen, "allocating the wgmma weight");
 		goto out;
 	}
-	if (pk->dense)
-		rc = upload_dense(dev, pk->val, w->m, w->k, w->a, err, errlen);
-	else if ((rc = upload_a(dev, w->m, w->k, w->a, w->meta, err, errlen)) == 0)
+	if ((rc = upload(dev, pk, w->a, w->meta, err, errlen)) == 0)
 		rc = launch_pack(dev, o, pk, err, errlen);
 	if (rc < 0)
 		goto out;
@@ -222,13 +238,9 @@ static int wg_launch(struct cuda_dev *dev, void *state, const struct mfma_gemm *
 		pk = *(const struct nv_wg_packed *)packed;
 	} else {
 		pk = wg_shape(bf16, dense, m, k);
-		if (dense)
-			rc = cuda_buf_need(&o->val, (size_t)nv_wg_dense_bytes(m, k, 2), "wgmma A", NULL, err, errlen);
-		else if ((rc = cuda_buf_need(&o->val, (size_t)nv_wg_img_bytes(m, k, 2), "wgmma A", NULL, err,
-					     errlen)) == 0)
-			rc = cuda_buf_need(&o->meta, (size_t)nv_wg_meta_bytes(m, k), "wgmma A meta", NULL, err,
-					   errlen);
-		if (rc < 0)
+		if ((rc = cuda_buf_need(&o->val, (size_t)wg_val_bytes(&pk), "wgmma A", NULL, err, errlen)) < 0 ||
+		    (!dense && (rc = cuda_buf_need(&o->meta, (size_t)wg_meta_bytes(&pk), "wgmma A meta", NULL, err,
+						   errlen)) < 0))
 			return rc;
 		pk.val = o->val.p;
 		pk.meta = dense ? 0 : o->meta.p;
@@ -255,9 +267,7 @@ static int wg_launch(struct cuda_dev *dev, void *state, const struct mfma_gemm *
 	 * packed below (kernel time). */
 	if ((rc = cuda_dev_mark(dev, CUDA_MARK_START, err, errlen)) < 0)
 		return rc;
-	if (!packed && dense && (rc = upload_dense(dev, pk.val, m, k, g->a, err, errlen)) < 0)
-		return rc;
-	if (!packed && !dense && (rc = upload_a(dev, m, k, g->a, g->a_meta, err, errlen)) < 0)
+	if (!packed && (rc = upload(dev, &pk, g->a, g->a_meta, err, errlen)) < 0)
 		return rc;
 	/* A resident weight's GEMM without C launches before B is in: B's
 	 * copy on the gate stream, the kernel loading its first stages of A
@@ -277,7 +287,7 @@ static int wg_launch(struct cuda_dev *dev, void *state, const struct mfma_gemm *
 	}
 
 	/* Kernels. */
-	if (!packed && !dense && (rc = launch_pack(dev, o, &pk, err, errlen)) < 0)
+	if (!packed && (rc = launch_pack(dev, o, &pk, err, errlen)) < 0)
 		return rc;
 	/* A lone launch copies its tiles of D into a mapped region or
 	 * frame itself (cuda.tile_out): no copy after the kernel. */

@@ -3,6 +3,7 @@
 #include "nv_wgmma.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -34,8 +35,11 @@ int nv_wg_module_load(struct nv_wg_module *m, CUdevice dev, char *err, size_t er
 	const struct nv_image *im = nv_image_find(nv_images, nv_image_count, NV_WG_UNIT, cc);
 	NV_WG_CHECK(nv_drv.cuModuleLoadData(&m->mod, im->data), "cuModuleLoadData(wg, sm_90a)");
 	CUresult r = nv_drv.cuModuleGetFunction(&m->pack, m->mod, "nv_wg_pack");
+	if (r == CUDA_SUCCESS)
+		r = nv_drv.cuModuleGetFunction(&m->pack_dense, m->mod, "nv_wg_pack_dense");
 	if (r != CUDA_SUCCESS) {
-		snprintf(err, errlen, "cuModuleGetFunction(nv_wg_pack) failed: %s", nv_result_str(r));
+		snprintf(err, errlen, "cuModuleGetFunction(nv_wg_pack%s) failed: %s", m->pack ? "_dense" : "",
+			 nv_result_str(r));
 		rc = nv_result_errno(r);
 		goto fail;
 	}
@@ -81,16 +85,27 @@ void nv_wg_module_unload(struct nv_wg_module *m)
 int nv_wg_launch_pack(const struct nv_wg_module *m, CUstream s, CUdeviceptr src, CUdeviceptr src_meta,
 		      const struct nv_wg_packed *dst)
 {
-	if (!m || !m->pack || !dst || dst->dense || dst->m <= 0 || dst->k <= 0 || dst->k % 4 != 0 || !src || !src_meta ||
-	    !dst->val || !dst->meta)
+	if (!m || !dst || dst->m <= 0 || dst->k <= 0 || !src || !dst->val)
+		return -EINVAL;
+	if (dst->m > INT32_MAX || dst->k > INT32_MAX)
 		return -EINVAL;
 	struct nv_wg_pack_params p = {
-		.src = src, .src_meta = src_meta, .dst = dst->val, .dst_meta = dst->meta,
-		.rows = (int32_t)dst->m, .k = (int32_t)dst->k, .meta_words = (int32_t)((dst->k / 4 + 7) / 8),
-		.order = NV_WG_ORDER,
+		.src = src, .dst = dst->val, .rows = (int32_t)dst->m, .k = (int32_t)dst->k, .order = NV_WG_ORDER,
 	};
-	int64_t words = (nv_wg_img_bytes(dst->m, dst->k, 2) + nv_wg_meta_bytes(dst->m, dst->k)) / 4;
 	void *args[] = { &p };
+	if (dst->dense) {
+		if (!m->pack_dense)
+			return -EINVAL;
+		const int64_t chunks = nv_wg_dimg_bytes(dst->m, dst->k, 2) / 16;
+		return nv_result_errno(nv_drv.cuLaunchKernel(m->pack_dense, (unsigned)((chunks + 255) / 256), 1, 1,
+							     256, 1, 1, 0, s, args, NULL));
+	}
+	if (!m->pack || dst->k % 4 != 0 || !src_meta || !dst->meta)
+		return -EINVAL;
+	p.src_meta = src_meta;
+	p.dst_meta = dst->meta;
+	p.meta_words = (int32_t)((dst->k / 4 + 7) / 8);
+	int64_t words = (nv_wg_img_bytes(dst->m, dst->k, 2) + nv_wg_meta_bytes(dst->m, dst->k)) / 4;
 	return nv_result_errno(nv_drv.cuLaunchKernel(m->pack, (unsigned)((words + 255) / 256), 1, 1, 256, 1, 1, 0,
 						     s, args, NULL));
 }
@@ -115,8 +130,7 @@ int nv_wg_launch_gemm(const struct nv_wg_module *m, const struct nv_wg_plan *pla
 	const int bf16 = !!a->bf16, dense = !!a->dense;
 	if (m->occ[dense][bf16][plan->tile] <= 0)
 		return -ENOTSUP;
-	if ((plan->splits > 1 && (!ws || !counters)) || g->ldb % 8 != 0 || g->b % 16 != 0 || g->n <= 0 ||
-	    (dense && (a->lda < a->k || a->lda % 8 != 0)))
+	if ((plan->splits > 1 && (!ws || !counters)) || g->ldb % 8 != 0 || g->b % 16 != 0 || g->n <= 0)
 		return -EINVAL;
 	struct nv_wg_tile_shape sh;
 	nv_wg_tile_shape(dense, plan->tile, &sh);
@@ -126,15 +140,9 @@ int nv_wg_launch_gemm(const struct nv_wg_module *m, const struct nv_wg_plan *pla
 						    : CU_TENSOR_MAP_SWIZZLE_32B;
 	struct nv_wg_params p;
 	memset(&p, 0, sizeof(p));
-	/* 2:4: A's stage images, read by bulk copies (no map).  Dense: rows of
-	 * K values (lda apart), 64 of them (128 bytes) and 128 rows a box,
-	 * zeros past K.  B's box is one stage of K by up to 64 columns. */
-	if (dense)
-		NV_WG_CHECK(tmap_2d(&p.tm_a, a->val, (uint64_t)a->k, (uint64_t)a->m,
-				    (uint64_t)a->lda * 2, NV_WG_BK, NV_WG_BM, CU_TENSOR_MAP_SWIZZLE_128B),
-			    "cuTensorMapEncodeTiled(A)");
-	else
-		p.a = a->val;
+	/* A's stage images, 2:4 or dense, are read by bulk copies (no map);
+	 * B's box is one stage of K by up to 64 columns. */
+	p.a = a->val;
 	NV_WG_CHECK(tmap_2d(&p.tm_b, g->b, (uint64_t)g->n, (uint64_t)a->k, (uint64_t)g->ldb * 2, (uint32_t)bnb,
 			    NV_WG_BK, bswz),
 		    "cuTensorMapEncodeTiled(B)");

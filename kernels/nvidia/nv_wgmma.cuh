@@ -662,12 +662,14 @@ using nv_wg_sp24_img = nv_wg_sp24<BF16, NV_WG_ORDER>;
 template <int BF16>
 using nv_wg_sp24_tma = nv_wg_sp24<BF16, NV_WG_ROWMAJOR>;
 
-/* Dense A (wgmma.mma_async m64nNk16): A [M][lda] by TMA, a box of 64 K
- * (128 bytes, 128-byte swizzle) by 128 rows; four k16 steps a stage, each
- * 32 bytes further along the swizzled rows (the swizzle is a function of
- * the address, so the K offset goes into the descriptor's start address,
- * the atoms staying 1024-byte aligned). */
-template <int BF16>
+/* Dense A (wgmma.mma_async m64nNk16), a stage of 64 K (128 bytes a row,
+ * 128-byte swizzle) by 128 rows.  ORDER (enum nv_wg_order) an image
+ * order: A's dense stage images (nv_wgmma_layout.h) by one bulk copy of
+ * 16 KiB; NV_WG_ROWMAJOR: A [M][lda] by a TMA box of 64 K by 128 rows.
+ * Four k16 steps a stage, each 32 bytes further along the swizzled rows
+ * (the swizzle is a function of the address, so the K offset goes into
+ * the descriptor's start address, the atoms staying 1024-byte aligned). */
+template <int BF16, int ORDER>
 struct nv_wg_dense {
 	enum { DENSE = 1, A_BYTES = NV_WG_DA_BYTES, E_BYTES = 0 };
 	static constexpr unsigned stage_bytes(int bn) { return NV_WG_DSTAGE_BYTES(bn); }
@@ -676,13 +678,25 @@ struct nv_wg_dense {
 						      int m0, uint32_t b_bytes, unsigned parts = NV_WG_LOAD_A)
 	{
 		(void)b_bytes;
-		if (parts & NV_WG_LOAD_VALUES)
+		if (!(parts & NV_WG_LOAD_VALUES))
+			return;
+		if (ORDER) {
+			const struct nv_wg_img g = { p.k_iters, p.m_pad / NV_WG_BM, ORDER };
+			nv_bulk_1d(st, p.a + nv_wg_img_index(g, m0 / NV_WG_BM, it) * A_BYTES, A_BYTES, full,
+				   nv_wg_a_policy(p, it));
+		} else {
 			nv_tma_2d(st, &p.tm_a, it * NV_WG_BK, m0, full, nv_wg_a_policy(p, it));
+		}
 	}
 
 	static __device__ __forceinline__ void prefetch_a(const nv_wg_params &p, int it, int m0)
 	{
-		nv_l2_prefetch_2d(&p.tm_a, it * NV_WG_BK, m0);
+		if (ORDER) {
+			const struct nv_wg_img g = { p.k_iters, p.m_pad / NV_WG_BM, ORDER };
+			nv_l2_prefetch(p.a + nv_wg_img_index(g, m0 / NV_WG_BM, it) * A_BYTES, A_BYTES);
+		} else {
+			nv_l2_prefetch_2d(&p.tm_a, it * NV_WG_BK, m0);
+		}
 	}
 
 	/* No metadata: e is only zeroed. */
@@ -703,6 +717,11 @@ struct nv_wg_dense {
 			nv_wgmma<BF16, BN, 1>(acc, nv_wg_desc(a0 + 32 * j, 16, 1024, 1), B::desc(b0, 16 * j));
 	}
 };
+
+template <int BF16>
+using nv_wg_dense_img = nv_wg_dense<BF16, NV_WG_ORDER>;
+template <int BF16>
+using nv_wg_dense_tma = nv_wg_dense<BF16, NV_WG_ROWMAJOR>;
 
 /* ---- the pipelined kernel ---- */
 
@@ -1356,7 +1375,7 @@ struct nv_wg_gemm {
 	}
 };
 
-/* op: the compute policy, nv_wg_sp24<BF16> or nv_wg_dense<BF16>; pw3:
+/* op: the compute policy, nv_wg_sp24<BF16, ORDER> or nv_wg_dense<BF16, ORDER>; pw3:
  * PW3 above (three producer threads), 0 or 1. */
 #define NV_WG_DEFINE_KERNEL_PW(name, op, bn, stages, minb, keep, pw3)                             \
 	extern "C" __global__ void __launch_bounds__(NV_WG_THREADS, minb)                           \

@@ -1,6 +1,6 @@
 /* Host side of the sm_90a wgmma.sp and dense wgmma kernels that talks to
- * the driver: loading their cubin into a context, packing a 2:4 weight,
- * the GEMM launch with its tensor maps.  Library code: 0 or a negative errno (with a
+ * the driver: loading their cubin into a context, packing a weight into
+ * their stage images, the GEMM launch with its tensor map of B.  Library code: 0 or a negative errno (with a
  * sentence in err where given), never logs. */
 #ifndef MFMA_NV_WGMMA_H
 #define MFMA_NV_WGMMA_H
@@ -16,7 +16,7 @@ struct nv_wg_module {
 	CUmodule mod;
 	CUfunction gemm[2][2][NV_WG_TILE_COUNT]; /* [dense][bf16][tile] */
 	int occ[2][2][NV_WG_TILE_COUNT];         /* resident CTAs per SM, 0 if unusable */
-	CUfunction pack;
+	CUfunction pack, pack_dense;
 	int sms;
 };
 
@@ -24,19 +24,17 @@ struct nv_wg_module {
 int nv_wg_module_load(struct nv_wg_module *m, CUdevice dev, char *err, size_t errlen);
 void nv_wg_module_unload(struct nv_wg_module *m);
 
-/* A in the kernels' layout (nv_wgmma_layout.h): 2:4 (values and meta),
- * or dense (val: [m][lda], meta 0; the daemon's lda is nv_wg_dense_lda(k),
- * a benchmark may give another multiple of 8 of at least k). */
+/* A in the kernels' layout (nv_wgmma_layout.h): 2:4 (values and meta as
+ * stage images) or dense (val: dense stage images, meta 0). */
 struct nv_wg_packed {
 	int bf16, dense;
 	int64_t m, k;
-	int64_t lda; /* dense only */
-	CUdeviceptr val, meta; /* nv_wg_img_bytes / nv_wg_meta_bytes (stage images), or nv_wg_dense_bytes */
+	CUdeviceptr val, meta; /* nv_wg_img_bytes / nv_wg_meta_bytes, or nv_wg_dimg_bytes */
 };
 
-/* Packs canonical values [m][k/2] (src) and meta [m][ceil(k/32)]
- * (src_meta) into dst (a 2:4 one; a dense A needs no kernel, only a
- * pitched copy). */
+/* Packs A into dst's layout: for a 2:4 dst, canonical values [m][k/2]
+ * (src) and meta [m][ceil(k/32)] (src_meta); for a dense one, A [m][k]
+ * row-major (src; src_meta unused). */
 int nv_wg_launch_pack(const struct nv_wg_module *m, CUstream s, CUdeviceptr src, CUdeviceptr src_meta,
 		      const struct nv_wg_packed *dst);
 

@@ -187,10 +187,45 @@ NV_HD void nv_wg_img_meta_position(struct nv_wg_img g, int64_t i, int64_t *r, in
  * tensor map's width is the rows' own). */
 NV_HD int64_t nv_wg_pitch(int64_t width) { return width > 64 ? nv_round_up(width, 64) : nv_round_up(width, 8); }
 
-/* A dense A is kept row-major with its rows nv_wg_pitch(K) apart; TMA
- * fills past K with zeros. */
+/* A row-major dense A for the TMA-fed dense kernels (wgmma_bench's
+ * dtma_ family) has its rows nv_wg_pitch(K) apart; TMA fills past K with
+ * zeros.  The daemon's dense kernels read stage images instead (below). */
 NV_HD int64_t nv_wg_dense_lda(int64_t k) { return nv_wg_pitch(k); }
-NV_HD int64_t nv_wg_dense_bytes(int64_t m, int64_t k, int esize) { return m * nv_wg_dense_lda(k) * esize; }
+
+/* A dense A as stage images (the daemon's dense kernels): the 16 KiB one
+ * stage (NV_WG_BK values) of one tile (NV_WG_BM rows) holds in shared
+ * memory, one image after another in the order of the 2:4 images
+ * (nv_wg_img_index), read by one bulk copy.  Row r of the tile at r x 128
+ * bytes, its 16-byte chunk c (8 values) at chunk c ^ (r & 7): the
+ * 128-byte swizzle (address bits 4-6 XOR bits 7-9) that TMA would apply
+ * to a box of 64 values by 128 rows and the wgmma descriptor expects.
+ * Values past K and rows past M are zeros.  Against the row-major A read
+ * by TMA boxes (128 bytes from each of 128 rows) a CTA's stage is one run
+ * of memory, as the 2:4 images made it for wgmma.sp. */
+NV_HD int64_t nv_wg_dimg_bytes(int64_t m, int64_t k, int esize)
+{
+	return nv_wg_m_pad(m) * nv_wg_k_pad(k) * esize;
+}
+
+/* Byte offset in the dense stage images of value column v (0 to kp - 1)
+ * of row r, 16-bit values. */
+NV_HD int64_t nv_wg_dimg_offset(struct nv_wg_img g, int64_t r, int64_t v)
+{
+	const int64_t rr = r % NV_WG_BM, chunk = (v % NV_WG_BK) / 8;
+	return nv_wg_img_index(g, r / NV_WG_BM, v / NV_WG_BK) * NV_WG_DA_BYTES + rr * 128 + ((chunk ^ (rr & 7)) * 16) +
+	       (v % 8) * 2;
+}
+
+/* The inverse: the row and value column held at byte `at` (even). */
+NV_HD void nv_wg_dimg_position(struct nv_wg_img g, int64_t at, int64_t *r, int64_t *v)
+{
+	const int64_t ts = at / NV_WG_DA_BYTES, in = at % NV_WG_DA_BYTES, rr = in / 128;
+	const int64_t chunk = ((in % 128) / 16) ^ (rr & 7);
+	const int64_t tile = g.order == NV_WG_IMG_TILES ? ts / g.k_iters : ts % g.tiles_m;
+	const int64_t it = g.order == NV_WG_IMG_TILES ? ts % g.k_iters : ts / g.tiles_m;
+	*r = tile * NV_WG_BM + rr;
+	*v = it * NV_WG_BK + chunk * 8 + (in % 16) / 2;
+}
 
 /* B is row-major on the device with its rows nv_wg_pitch(N) apart. */
 NV_HD int64_t nv_wg_ldb(int64_t n) { return nv_wg_pitch(n); }
@@ -324,9 +359,11 @@ struct nv_wgd_params {
 	float alpha, beta;
 };
 
-/* Arguments of the packing kernel (nv_wg_pack): canonical values
+/* Arguments of the packing kernels: nv_wg_pack, canonical values
  * [rows][k/2] and meta [rows][meta_words] into the two arrays above, in
- * the order (enum nv_wg_order) given. */
+ * the order (enum nv_wg_order) given; nv_wg_pack_dense, a dense A
+ * [rows][k] (src; src_meta, dst_meta and meta_words unused) into dense
+ * stage images (dst) in that order. */
 struct nv_wg_pack_params {
 	uint64_t src, src_meta, dst, dst_meta;
 	int32_t rows, k, meta_words, order;

@@ -2074,40 +2074,29 @@ struct pdl_weight {
 static void pdl_weight_make(const struct nv_wg_module *mod, CUstream s, uint32_t m, uint32_t k, int dense,
 			    struct pdl_weight *w)
 {
-	w->pk = (struct nv_wg_packed){ .m = m, .k = k, .dense = dense, .lda = dense ? nv_wg_dense_lda(k) : 0 };
-	if (dense) {
-		/* Rows nv_wg_dense_lda(k) apart on the device, k on the host. */
-		const size_t row = (size_t)k * 2, pitch = (size_t)nv_wg_dense_lda(k) * 2;
-		w->vals = malloc((size_t)m * row + 1);
-		w->meta = NULL;
-		nvt_fill(w->vals, MFMA_DT_F16, (size_t)m * k, &seed);
-		CU_OK(nv_drv.cuMemAlloc(&w->pk.val, (size_t)nv_wg_dense_bytes(m, k, 2)));
-		/* The padding past K in each row is never read (the tensor map's
-		 * width is K), so it is left as it comes. */
-		if (pitch == row)
-			CU_OK(nv_drv.cuMemcpyHtoDAsync(w->pk.val, w->vals, (size_t)m * row, s));
-		else
-			for (uint32_t r = 0; r < m; r++)
-				CU_OK(nv_drv.cuMemcpyHtoDAsync(w->pk.val + r * pitch, (const char *)w->vals + r * row,
-							       row, s));
-		CU_OK(nv_drv.cuStreamSynchronize(s));
-		return;
-	}
-	const size_t vb = sparse24_values_bytes(m, k, 2), mb = sparse24_meta_bytes(m, k);
+	w->pk = (struct nv_wg_packed){ .m = m, .k = k, .dense = dense };
+	const size_t vb = dense ? (size_t)m * k * 2 : sparse24_values_bytes(m, k, 2);
+	const size_t mb = dense ? 0 : sparse24_meta_bytes(m, k);
 	w->vals = malloc(vb + 1);
-	w->meta = malloc(mb + 4);
-	assert_int_equal(nvt_sparse(MFMA_DT_F16, m, k, w->vals, w->meta, NULL, &seed), 0);
+	w->meta = dense ? NULL : malloc(mb + 4);
+	if (dense)
+		nvt_fill(w->vals, MFMA_DT_F16, (size_t)m * k, &seed);
+	else
+		assert_int_equal(nvt_sparse(MFMA_DT_F16, m, k, w->vals, w->meta, NULL, &seed), 0);
 	CUdeviceptr sv = 0, sm = 0;
 	CU_OK(nv_drv.cuMemAlloc(&sv, vb));
-	CU_OK(nv_drv.cuMemAlloc(&sm, mb));
 	CU_OK(nv_drv.cuMemcpyHtoDAsync(sv, w->vals, vb, s));
-	CU_OK(nv_drv.cuMemcpyHtoDAsync(sm, w->meta, mb, s));
-	CU_OK(nv_drv.cuMemAlloc(&w->pk.val, (size_t)nv_wg_img_bytes(m, k, 2)));
-	CU_OK(nv_drv.cuMemAlloc(&w->pk.meta, (size_t)nv_wg_meta_bytes(m, k)));
+	if (!dense) {
+		CU_OK(nv_drv.cuMemAlloc(&sm, mb));
+		CU_OK(nv_drv.cuMemcpyHtoDAsync(sm, w->meta, mb, s));
+		CU_OK(nv_drv.cuMemAlloc(&w->pk.meta, (size_t)nv_wg_meta_bytes(m, k)));
+	}
+	CU_OK(nv_drv.cuMemAlloc(&w->pk.val, dense ? (size_t)nv_wg_dimg_bytes(m, k, 2) : (size_t)nv_wg_img_bytes(m, k, 2)));
 	assert_int_equal(nv_wg_launch_pack(mod, s, sv, sm, &w->pk), 0);
 	CU_OK(nv_drv.cuStreamSynchronize(s));
 	nv_drv.cuMemFree(sv);
-	nv_drv.cuMemFree(sm);
+	if (sm)
+		nv_drv.cuMemFree(sm);
 }
 
 static void pdl_weight_free(struct pdl_weight *w)

@@ -168,6 +168,45 @@ static void test_stage_images(void **state)
 	assert_int_equal(nv_wg_img_meta_index(rm, 130, 3, 1), (3 * mp + 130) * 2 + 1);
 }
 
+/* The dense stage images: every value of the padded A in one slot, at
+ * the row-major place within its 16 KiB image XOR the 128-byte swizzle
+ * (address bits 4-6 XOR bits 7-9), in both orders, and the packing
+ * kernel's inverse map the inverse. */
+static void test_dense_stage_images(void **state)
+{
+	(void)state;
+	const int64_t m = 300, k = 4099, kp = nv_wg_k_pad(k), k_iters = kp / NV_WG_BK;
+	const int64_t bytes = nv_wg_dimg_bytes(m, k, 2), mp = nv_wg_m_pad(m), tiles = mp / NV_WG_BM;
+	assert_int_equal(bytes, mp * kp * 2);
+	assert_int_equal(bytes, tiles * k_iters * NV_WG_DA_BYTES);
+	for (int order = NV_WG_IMG_TILES; order <= NV_WG_IMG_STAGES; order++) {
+		const struct nv_wg_img g = nv_wg_img_of(m, k, order);
+		unsigned char *seen = calloc((size_t)bytes / 2, 1);
+		assert_non_null(seen);
+		for (int64_t r = 0; r < mp; r++)
+			for (int64_t v = 0; v < kp; v++) {
+				const int64_t at = nv_wg_dimg_offset(g, r, v);
+				assert_true(at >= 0 && at < bytes && at % 2 == 0);
+				assert_int_equal(seen[at / 2]++, 0);
+				const int64_t image = nv_wg_img_index(g, r / NV_WG_BM, v / NV_WG_BK) * NV_WG_DA_BYTES;
+				const int64_t plain = r % NV_WG_BM * 128 + v % NV_WG_BK * 2;
+				assert_int_equal(at - image, plain ^ (((plain >> 7) & 7) << 4));
+				int64_t r2, v2;
+				nv_wg_dimg_position(g, at, &r2, &v2);
+				assert_int_equal(r2, r);
+				assert_int_equal(v2, v);
+			}
+		free(seen);
+	}
+	/* Stage-major (the daemon's): tile 1 of stage 0 follows tile 0. */
+	const struct nv_wg_img st = nv_wg_img_of(m, k, NV_WG_IMG_STAGES);
+	assert_int_equal(nv_wg_dimg_offset(st, 128, 0), NV_WG_DA_BYTES);
+	assert_int_equal(nv_wg_dimg_offset(st, 0, 64), tiles * NV_WG_DA_BYTES);
+	/* Row 1's first chunk lands in slot 1 of its row, row 9's in slot 1. */
+	assert_int_equal(nv_wg_dimg_offset(st, 1, 0), 128 + 16);
+	assert_int_equal(nv_wg_dimg_offset(st, 9, 8), 9 * 128 + 0);
+}
+
 static void test_plan(void **state)
 {
 	(void)state;
@@ -304,9 +343,8 @@ static void test_decode_split(void **state)
 }
 
 /* A launch whose operands TMA could not map, or would map wrongly, is
- * refused before any driver call (none is made here: no GPU): a dense A
- * whose rows are closer than K or not 16 bytes apart, B's rows not 16
- * bytes apart or B not 16-byte aligned. */
+ * refused before any driver call (none is made here: no GPU): B's rows
+ * not 16 bytes apart or B not 16-byte aligned. */
 static void test_launch_refuses_bad_pitches(void **state)
 {
 	(void)state;
@@ -318,16 +356,10 @@ static void test_launch_refuses_bad_pitches(void **state)
 			mod.occ[dense][0][t] = 1;
 	struct nv_wg_plan plan;
 	assert_int_equal(nv_wg_plan_make(300, 200, 4100, mod.sms, mod.occ[1][0], -1, &plan), 0);
-	const struct nv_wg_packed good = { .dense = 1, .m = 300, .k = 4100, .lda = nv_wg_dense_lda(4100),
-					   .val = 0x100000 };
+	const struct nv_wg_packed good = { .dense = 1, .m = 300, .k = 4100, .val = 0x100000 };
 	const struct nv_wg_args args = { .b = 0x200000, .d = 0x300000, .n = 200, .ldb = (int32_t)nv_wg_ldb(200),
 					 .ldc = 200, .ldd = 200 };
 	struct nv_wg_packed a = good;
-	a.lda = 4096; /* rows closer than K */
-	assert_int_equal(nv_wg_launch_gemm(&mod, &plan, &a, &args, 1, 1, NULL, NULL, 0), -EINVAL);
-	a.lda = 4100; /* rows 8200 bytes apart: not a multiple of 16 */
-	assert_int_equal(nv_wg_launch_gemm(&mod, &plan, &a, &args, 1, 1, NULL, NULL, 0), -EINVAL);
-	a = good;
 	struct nv_wg_args b = args;
 	b.ldb = 204;
 	assert_int_equal(nv_wg_launch_gemm(&mod, &plan, &a, &b, 1, 1, NULL, NULL, 0), -EINVAL);
@@ -378,7 +410,8 @@ static void test_names_and_images(void **state)
 		assert_int_equal(nv_wg_dense_lda(x), nv_wg_pitch(x));
 		assert_int_equal(nv_wg_ldb(x), nv_wg_pitch(x));
 	}
-	assert_int_equal(nv_wg_dense_bytes(3, 1, 2), 3 * 8 * 2);
+	assert_int_equal(nv_wg_dimg_bytes(3, 1, 2), 128 * 64 * 2);
+	assert_int_equal(nv_wg_dimg_bytes(129, 65, 2), 256 * 128 * 2);
 	/* An sm_90a cubin is for sm_90 alone. */
 	static const unsigned char x[1];
 	const struct nv_image imgs[] = { { "wg", 90, 0, x, x }, { "f16", 90, 1, x, x } };
@@ -398,6 +431,7 @@ int main(void)
 		cmocka_unit_test(test_meta_word_pads),
 		cmocka_unit_test(test_acc_pos_bijection),
 		cmocka_unit_test(test_stage_images),
+		cmocka_unit_test(test_dense_stage_images),
 		cmocka_unit_test(test_plan),
 		cmocka_unit_test(test_producers),
 		cmocka_unit_test(test_decode_split),
