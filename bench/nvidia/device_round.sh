@@ -758,7 +758,7 @@ choice)
 	for shape in ${CHOICE_SHAPES:-14336x16x4096 14336x64x4096 14336x256x4096 4096x16x14336 4096x64x14336 4096x256x14336}; do
 		timeout 120 "$BENCH" --dtypes f16 --shape "$shape" >>"$OUT/choice_bench.log" 2>&1
 	done
-	grep -E "^\| f16|^\| wgmma \|" "$OUT/choice_bench.log""
+	grep -E "^\| f16|^\| wgmma \|" "$OUT/choice_bench.log"
 	timeout "${E2E_S:-300}" bash bench/nvidia/e2e.sh "$P" "$OUT" choice > "$OUT/e2e_choice.log" 2>&1
 	echo "=== e2e choice: rc=$?"
 	grep -E "^(E2E|FAIL)|variants" "$OUT/e2e_choice.log" | cut -c1-400
