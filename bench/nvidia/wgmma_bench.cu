@@ -154,14 +154,6 @@ WG_CL2_KERNEL(dense_f16_n256, nv_wg_dense_img<0>, 256, 4, 1, 1)
 WG_CL2_KERNEL(dense_bf16_n128, nv_wg_dense_img<1>, 128, 6, 1, 1)
 WG_CL2_KERNEL(dense_bf16_n256, nv_wg_dense_img<1>, 256, 4, 1, 1)
 
-/* dtma_*: the daemon's dense kernels reading a row-major A by TMA boxes
- * of 64 K by 128 rows (the daemon's dense kernels before the dense stage
- * images), every tile, f16 and bf16. */
-#define WG_DTMA_F16(name, bn, st, minb) NV_WG_DEFINE_KERNEL(dtma_f16_##name, nv_wg_dense_tma<0>, bn, st, minb, 1)
-#define WG_DTMA_BF16(name, bn, st, minb) NV_WG_DEFINE_KERNEL(dtma_bf16_##name, nv_wg_dense_tma<1>, bn, st, minb, 1)
-NV_WG_DTILES(WG_DTMA_F16)
-NV_WG_DTILES(WG_DTMA_BF16)
-
 /* g2_*, g4_*: the daemon's 2:4 kernels issuing two (four) stages a
  * wgmma group (nv_wg_gemm's GRP): one wait for the wgmma pipeline to
  * drain per two (four) stages. */
@@ -272,9 +264,9 @@ static variant variants[] = {
 #define WG_ENTRY_DBF16(name, bn, st, minb) \
 	{ "dense_bf16_" #name, 1, NV_WG_TILE_##name, 1, bn, st, minb, 1, nv_wg_dense_bf16_##name, NV_WG_DSMEM_BYTES(bn, st), NV_WG_ORDER },
 #define WG_ENTRY_DTF16(name, bn, st, minb) \
-	{ "dtma_f16_" #name, 1, NV_WG_TILE_##name, 0, bn, st, minb, 1, nv_wg_dtma_f16_##name, NV_WG_DSMEM_BYTES(bn, st), 0 },
+	{ "dense_rm_f16_" #name, 1, NV_WG_TILE_##name, 0, bn, st, minb, 1, nv_wg_dense_rm_f16_##name, NV_WG_DSMEM_BYTES(bn, st), 0 },
 #define WG_ENTRY_DTBF16(name, bn, st, minb) \
-	{ "dtma_bf16_" #name, 1, NV_WG_TILE_##name, 1, bn, st, minb, 1, nv_wg_dtma_bf16_##name, NV_WG_DSMEM_BYTES(bn, st), 0 },
+	{ "dense_rm_bf16_" #name, 1, NV_WG_TILE_##name, 1, bn, st, minb, 1, nv_wg_dense_rm_bf16_##name, NV_WG_DSMEM_BYTES(bn, st), 0 },
 	NV_WG_TILES(WG_ENTRY_F16) NV_WG_TILES(WG_ENTRY_BF16)
 	NV_WG_TILES(WG_ENTRY_TF16) NV_WG_TILES(WG_ENTRY_TBF16)
 	NV_WG_TILES(WG_ENTRY_AF16) NV_WG_TILES(WG_ENTRY_ABF16)
@@ -708,7 +700,7 @@ struct wg_weight {
 };
 
 /* A dense A on the device as the kernels of `order` read it: rows of lda
- * values (NV_WG_ROWMAJOR, the dtma_ kernels), or dense stage images made
+ * values (NV_WG_ROWMAJOR, the dense_rm_ kernels), or dense stage images made
  * by the daemon's packing kernel from a compact copy. */
 static void wg_upload_dense(const dmat &a, wg_weight &w, int order)
 {
@@ -1769,8 +1761,8 @@ static void run_bench_shape(int bf16, int m, int n, int k, int sms, cublasHandle
  * cublasGemmEx on the row-major copies, then every dense tile this shape
  * can use with its plan's split (and a sweep of splits where the tiles
  * alone leave SMs idle), each checked on 32 sampled rows against float64:
- * the daemon's kernels on A's dense stage images, then the dtma_ ones on
- * the row-major copies. */
+ * the daemon's kernels on A's dense stage images, then its dense_rm_ ones
+ * (a request's own A) on the row-major copies. */
 static void run_dense_bench_shape(int bf16, int m, int n, int k, int sms, cublasHandle_t h, cudaStream_t s)
 {
 	dmat a;

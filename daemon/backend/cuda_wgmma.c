@@ -10,10 +10,13 @@
  * A is rewritten on the device into the kernels' layout
  * (nv_wgmma_layout.h: stage images, each the swizzled tile one pipeline
  * stage holds, values padded to whole stages; a 2:4 A's metadata grouped
- * per stage): once at load for a resident weight, per request otherwise
- * (then counted in the kernel time, as our mma.sp provider counts its
- * packing).  The canonical A crosses the bus into scratch buffers and
- * a packing kernel writes the images. */
+ * per stage): the canonical A crosses the bus into scratch buffers and a
+ * packing kernel writes the images, once at load for a resident weight,
+ * per request for a 2:4 A sent with it (then counted in the kernel time,
+ * as our mma.sp provider counts its packing).  A dense A sent with a
+ * request is not packed: it crosses into rows nv_wg_dense_lda(k) apart
+ * and the row-major kernels read it by TMA (packing 117 MB cost 82 us on
+ * an H100, where the images gain 1-2 us a launch: bench/RESULTS.md). */
 #include "mfmad_build.h"
 
 #include <errno.h>
@@ -119,29 +122,36 @@ static int upload_a(struct cuda_dev *dev, size_t m, size_t k, const void *a, con
 	return 0;
 }
 
-/* Copies a dense A [m][k] to the device's scratch buffer. */
-static int upload_dense(struct cuda_dev *dev, size_t m, size_t k, const void *a, char *err, size_t errlen)
+/* Copies a dense A [m][k] to the device: into the scratch buffer for
+ * packing (dst->lda = 0), or straight into dst's rows, lda apart (the gaps
+ * are left as they are: the tensor map's width is k). */
+static int upload_dense(struct cuda_dev *dev, const struct nv_wg_packed *dst, const void *a, char *err,
+			size_t errlen)
 {
+	const size_t m = (size_t)dst->m, row = (size_t)dst->k * 2;
+	if (dst->lda)
+		return cuda_dev_copy_rows_in(dev, dst->val, (size_t)dst->lda * 2, a, m, row, err, errlen);
 	struct cuda_buf *raw_a = cuda_dev_scratch(dev, CUDA_SCRATCH_A);
-	const size_t abytes = m * k * 2;
 	int rc;
-	if ((rc = cuda_buf_need(raw_a, abytes, "A", NULL, err, errlen)) < 0)
+	if ((rc = cuda_buf_need(raw_a, m * row, "A", NULL, err, errlen)) < 0)
 		return rc;
-	return cuda_dev_copy_in(dev, raw_a->p, abytes, a, 1, abytes, err, errlen);
+	return cuda_dev_copy_in(dev, raw_a->p, m * row, a, 1, m * row, err, errlen);
 }
 
-/* Copies A (2:4 or dense, as dst is) to the device's scratch buffers. */
+/* Copies A (2:4 or dense, as dst is) to the device. */
 static int upload(struct cuda_dev *dev, const struct nv_wg_packed *dst, const void *a, const uint32_t *meta,
 		  char *err, size_t errlen)
 {
-	return dst->dense ? upload_dense(dev, (size_t)dst->m, (size_t)dst->k, a, err, errlen)
+	return dst->dense ? upload_dense(dev, dst, a, err, errlen)
 			  : upload_a(dev, (size_t)dst->m, (size_t)dst->k, a, meta, err, errlen);
 }
 
-/* Packs the A that upload copied into dst. */
+/* Packs the A that upload copied into dst (none for a row-major one). */
 static int launch_pack(struct cuda_dev *dev, struct wg *o, const struct nv_wg_packed *dst, char *err,
 		       size_t errlen)
 {
+	if (dst->lda)
+		return 0;
 	int rc = nv_wg_launch_pack(&o->mod, cuda_dev_stream(dev), cuda_dev_scratch(dev, CUDA_SCRATCH_A)->p,
 				   cuda_dev_scratch(dev, CUDA_SCRATCH_META)->p, dst);
 	if (rc < 0)
@@ -163,17 +173,22 @@ static void wg_weight_free(struct cuda_dev *dev, void *state, void *packed)
 	free(pk);
 }
 
-/* A's shape as the kernels take it, its memory not yet given. */
-static struct nv_wg_packed wg_shape(int bf16, int dense, int64_t m, int64_t k)
+/* A's shape as the kernels take it, its memory not yet given: stage
+ * images, or (rm, dense only) rows nv_wg_dense_lda(k) apart. */
+static struct nv_wg_packed wg_shape(int bf16, int dense, int rm, int64_t m, int64_t k)
 {
-	return (struct nv_wg_packed){ .bf16 = bf16, .dense = dense, .m = m, .k = k };
+	return (struct nv_wg_packed){
+		.bf16 = bf16, .dense = dense, .m = m, .k = k, .lda = dense && rm ? nv_wg_dense_lda(k) : 0,
+	};
 }
 
 /* Bytes of the device memory A's layout takes: values (or dense
  * values), then the 2:4 metadata. */
 static uint64_t wg_val_bytes(const struct nv_wg_packed *pk)
 {
-	return pk->dense ? (uint64_t)nv_wg_dimg_bytes(pk->m, pk->k, 2) : (uint64_t)nv_wg_img_bytes(pk->m, pk->k, 2);
+	if (pk->dense)
+		return pk->lda ? (uint64_t)(pk->m * pk->lda * 2) : (uint64_t)nv_wg_dimg_bytes(pk->m, pk->k, 2);
+	return (uint64_t)nv_wg_img_bytes(pk->m, pk->k, 2);
 }
 static uint64_t wg_meta_bytes(const struct nv_wg_packed *pk)
 {
@@ -189,7 +204,7 @@ static int wg_weight_pack(struct cuda_dev *dev, void *state, const struct mfma_w
 		snprintf(err, errlen, "cuda: out of host memory");
 		return -ENOMEM;
 	}
-	*pk = wg_shape(w->dtype == MFMA_DT_BF16, !w->sparse, w->m, w->k);
+	*pk = wg_shape(w->dtype == MFMA_DT_BF16, !w->sparse, 0, w->m, w->k);
 	/* The padded layout is what the device holds: that is the cost. */
 	const uint64_t vbytes = wg_val_bytes(pk), mbytes = wg_meta_bytes(pk);
 	int rc;
@@ -226,8 +241,9 @@ static int wg_launch(struct cuda_dev *dev, void *state, const struct mfma_gemm *
 	struct nv_wg_plan plan;
 	/* The plan counts 64-K stages; its K-multiple-of-4 rule is the 2:4
 	 * groups', so a dense K is handed to it rounded up (the same stages). */
-	int rc = nv_wg_plan_make(m, n, dense ? nv_round_up(k, 4) : k, o->mod.sms, o->mod.occ[dense][bf16], -1,
-				 &plan);
+	/* A dense A sent with the request is read row-major. */
+	const int *occ = dense && !packed ? o->mod.occ_rm[bf16] : o->mod.occ[dense][bf16];
+	int rc = nv_wg_plan_make(m, n, dense ? nv_round_up(k, 4) : k, o->mod.sms, occ, -1, &plan);
 	if (rc < 0) {
 		snprintf(err, errlen, "cuda: no wgmma kernel for %ux%ux%u %s %s (%d)", m, n, k,
 			 dense ? "dense" : "2:4", mfma_dtype_name(g->in_dtype), rc);
@@ -237,7 +253,7 @@ static int wg_launch(struct cuda_dev *dev, void *state, const struct mfma_gemm *
 	if (packed) {
 		pk = *(const struct nv_wg_packed *)packed;
 	} else {
-		pk = wg_shape(bf16, dense, m, k);
+		pk = wg_shape(bf16, dense, 1, m, k);
 		if ((rc = cuda_buf_need(&o->val, (size_t)wg_val_bytes(&pk), "wgmma A", NULL, err, errlen)) < 0 ||
 		    (!dense && (rc = cuda_buf_need(&o->meta, (size_t)wg_meta_bytes(&pk), "wgmma A meta", NULL, err,
 						   errlen)) < 0))

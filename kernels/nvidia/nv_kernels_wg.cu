@@ -1,6 +1,7 @@
 /* sm_90a only: the wgmma.sp kernels (nv_wgmma.cuh), 2:4 f16 and bf16,
  * every tile of NV_WG_TILES, reading A as stage images; the dense wgmma
- * kernels (every tile of NV_WG_DTILES), reading A as dense stage images;
+ * kernels (every tile of NV_WG_DTILES), reading A as dense stage images
+ * or, for a request's own A, row-major by TMA;
  * and the packing of a canonical 2:4 A and of a dense A into those
  * layouts (nv_wgmma_layout.h).  Built for compute_90a / sm_90a when
  * nvidia_archs names 90; an sm_90a cubin runs on sm_90 only. */
@@ -21,6 +22,15 @@ NV_WG_TILES(NV_WG_BF16)
 	NV_WG_DEFINE_KERNEL(dense_bf16_##name, nv_wg_dense_img<1>, bn, st, minb, 1)
 NV_WG_DTILES(NV_WG_DENSE_F16)
 NV_WG_DTILES(NV_WG_DENSE_BF16)
+/* The same dense kernels reading a row-major A by TMA boxes: a request's
+ * own A, which a packing pass would cost more than it gains (the images
+ * pay off for a resident weight, read at every request). */
+#define NV_WG_DENSE_RM_F16(name, bn, st, minb) \
+	NV_WG_DEFINE_KERNEL(dense_rm_f16_##name, nv_wg_dense_tma<0>, bn, st, minb, 1)
+#define NV_WG_DENSE_RM_BF16(name, bn, st, minb) \
+	NV_WG_DEFINE_KERNEL(dense_rm_bf16_##name, nv_wg_dense_tma<1>, bn, st, minb, 1)
+NV_WG_DTILES(NV_WG_DENSE_RM_F16)
+NV_WG_DTILES(NV_WG_DENSE_RM_BF16)
 
 /* One thread per 32-bit word of the output: the values (two 16-bit
  * values a word, from the canonical row; zeros past K and past the last

@@ -19,6 +19,26 @@
 		}                                                                         \
 	} while (0)
 
+/* Finds kernel `name` and sets it up for `smem` bytes of dynamic shared
+ * memory, its occupancy in *occ; a tile that needs more shared memory
+ * than this GPU gives a block stays unused (*occ = 0). */
+static int setup_kernel(const struct nv_wg_module *m, const char *name, unsigned smem, int smem_optin,
+			CUfunction *fn, int *occ, char *err, size_t errlen)
+{
+	CUresult r = nv_drv.cuModuleGetFunction(fn, m->mod, name);
+	if (r == CUDA_SUCCESS && (int)smem > smem_optin)
+		return 0;
+	if (r == CUDA_SUCCESS)
+		r = nv_drv.cuFuncSetAttribute(*fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem);
+	if (r == CUDA_SUCCESS)
+		r = nv_drv.cuOccupancyMaxActiveBlocksPerMultiprocessor(occ, *fn, NV_WG_THREADS, smem);
+	if (r != CUDA_SUCCESS) {
+		snprintf(err, errlen, "setting up %s failed: %s", name, nv_result_str(r));
+		return nv_result_errno(r);
+	}
+	return 0;
+}
+
 int nv_wg_module_load(struct nv_wg_module *m, CUdevice dev, char *err, size_t errlen)
 {
 	struct nv_device_attrs at;
@@ -43,30 +63,20 @@ int nv_wg_module_load(struct nv_wg_module *m, CUdevice dev, char *err, size_t er
 		rc = nv_result_errno(r);
 		goto fail;
 	}
-	for (int dense = 0; dense < 2; dense++)
-		for (int bf16 = 0; bf16 < 2; bf16++)
-			for (int t = 0; t < NV_WG_TILE_COUNT; t++) {
-				const char *name = nv_wg_kernel_name(dense, bf16, t);
-				CUfunction *fn = &m->gemm[dense][bf16][t];
-				struct nv_wg_tile_shape sh;
+	for (int bf16 = 0; bf16 < 2; bf16++)
+		for (int t = 0; t < NV_WG_TILE_COUNT; t++) {
+			struct nv_wg_tile_shape sh;
+			for (int dense = 0; dense < 2; dense++) {
 				nv_wg_tile_shape(dense, t, &sh);
-				r = nv_drv.cuModuleGetFunction(fn, m->mod, name);
-				/* A tile that needs more shared memory than this GPU
-				 * gives a block stays unused (occ = 0). */
-				if (r == CUDA_SUCCESS && (int)sh.smem > smem_optin)
-					continue;
-				if (r == CUDA_SUCCESS)
-					r = nv_drv.cuFuncSetAttribute(*fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-								      (int)sh.smem);
-				if (r == CUDA_SUCCESS)
-					r = nv_drv.cuOccupancyMaxActiveBlocksPerMultiprocessor(
-						&m->occ[dense][bf16][t], *fn, NV_WG_THREADS, sh.smem);
-				if (r != CUDA_SUCCESS) {
-					snprintf(err, errlen, "setting up %s failed: %s", name, nv_result_str(r));
-					rc = nv_result_errno(r);
+				if ((rc = setup_kernel(m, nv_wg_kernel_name(dense, bf16, t), sh.smem, smem_optin,
+						       &m->gemm[dense][bf16][t], &m->occ[dense][bf16][t], err, errlen)) < 0)
 					goto fail;
-				}
 			}
+			/* The row-major dense kernel: the dense tile's ring. */
+			if ((rc = setup_kernel(m, nv_wg_rm_kernel_name(bf16, t), sh.smem, smem_optin, &m->gemm_rm[bf16][t],
+					       &m->occ_rm[bf16][t], err, errlen)) < 0)
+				goto fail;
+		}
 	return 0;
 fail:
 	nv_wg_module_unload(m);
@@ -85,7 +95,7 @@ void nv_wg_module_unload(struct nv_wg_module *m)
 int nv_wg_launch_pack(const struct nv_wg_module *m, CUstream s, CUdeviceptr src, CUdeviceptr src_meta,
 		      const struct nv_wg_packed *dst)
 {
-	if (!m || !dst || dst->m <= 0 || dst->k <= 0 || !src || !dst->val)
+	if (!m || !dst || dst->m <= 0 || dst->k <= 0 || !src || !dst->val || dst->lda != 0)
 		return -EINVAL;
 	if (dst->m > INT32_MAX || dst->k > INT32_MAX)
 		return -EINVAL;
@@ -127,10 +137,12 @@ int nv_wg_launch_gemm(const struct nv_wg_module *m, const struct nv_wg_plan *pla
 {
 	if (!m || !plan || !a || !g || plan->tile < 0 || plan->tile >= NV_WG_TILE_COUNT)
 		return -EINVAL;
-	const int bf16 = !!a->bf16, dense = !!a->dense;
-	if (m->occ[dense][bf16][plan->tile] <= 0)
+	const int bf16 = !!a->bf16, dense = !!a->dense, rm = dense && a->lda != 0;
+	const int occ = rm ? m->occ_rm[bf16][plan->tile] : m->occ[dense][bf16][plan->tile];
+	if (occ <= 0)
 		return -ENOTSUP;
-	if ((plan->splits > 1 && (!ws || !counters)) || g->ldb % 8 != 0 || g->b % 16 != 0 || g->n <= 0)
+	if ((plan->splits > 1 && (!ws || !counters)) || g->ldb % 8 != 0 || g->b % 16 != 0 || g->n <= 0 ||
+	    (rm && (a->lda < a->k || a->lda % 8 != 0)) || (!dense && a->lda != 0))
 		return -EINVAL;
 	struct nv_wg_tile_shape sh;
 	nv_wg_tile_shape(dense, plan->tile, &sh);
@@ -140,9 +152,16 @@ int nv_wg_launch_gemm(const struct nv_wg_module *m, const struct nv_wg_plan *pla
 						    : CU_TENSOR_MAP_SWIZZLE_32B;
 	struct nv_wg_params p;
 	memset(&p, 0, sizeof(p));
-	/* A's stage images, 2:4 or dense, are read by bulk copies (no map);
-	 * B's box is one stage of K by up to 64 columns. */
-	p.a = a->val;
+	/* A's stage images, 2:4 or dense, are read by bulk copies (no map).
+	 * A row-major dense A: rows of K values (lda apart), 64 of them (128
+	 * bytes) and 128 rows a box, zeros past K.  B's box is one stage of
+	 * K by up to 64 columns. */
+	if (rm)
+		NV_WG_CHECK(tmap_2d(&p.tm_a, a->val, (uint64_t)a->k, (uint64_t)a->m, (uint64_t)a->lda * 2, NV_WG_BK,
+				    NV_WG_BM, CU_TENSOR_MAP_SWIZZLE_128B),
+			    "cuTensorMapEncodeTiled(A)");
+	else
+		p.a = a->val;
 	NV_WG_CHECK(tmap_2d(&p.tm_b, g->b, (uint64_t)g->n, (uint64_t)a->k, (uint64_t)g->ldb * 2, (uint32_t)bnb,
 			    NV_WG_BK, bswz),
 		    "cuTensorMapEncodeTiled(B)");
@@ -167,10 +186,11 @@ int nv_wg_launch_gemm(const struct nv_wg_module *m, const struct nv_wg_plan *pla
 	p.gate_seq = g->gate_seq;
 	p.gate_l2 = g->gate_l2;
 	p.dh = g->dh;
-	p.producers = nv_wg_producers(dense, plan, m->sms, m->occ[dense][bf16][plan->tile]);
+	p.producers = nv_wg_producers(dense, plan, m->sms, occ);
 	p.pdl = g->pdl && nv_drv.cuLaunchKernelEx;
 	void *args[] = { &p };
-	const CUfunction fn = m->gemm[dense][bf16][plan->tile];
+	const CUfunction fn = rm ? m->gemm_rm[bf16][plan->tile] : m->gemm[dense][bf16][plan->tile];
+	const char *name = rm ? nv_wg_rm_kernel_name(bf16, plan->tile) : nv_wg_kernel_name(dense, bf16, plan->tile);
 	const unsigned grid = (unsigned)(plan->tiles_m * plan->tiles_n);
 	if (p.pdl) {
 		CUlaunchAttribute at;
@@ -180,11 +200,11 @@ int nv_wg_launch_gemm(const struct nv_wg_module *m, const struct nv_wg_plan *pla
 		const CUlaunchConfig cfg = { .gridDimX = grid, .gridDimY = 1, .gridDimZ = (unsigned)plan->splits,
 					     .blockDimX = NV_WG_THREADS, .blockDimY = 1, .blockDimZ = 1,
 					     .sharedMemBytes = sh.smem, .hStream = s, .attrs = &at, .numAttrs = 1 };
-		NV_WG_CHECK(nv_drv.cuLaunchKernelEx(&cfg, fn, args, NULL), nv_wg_kernel_name(dense, bf16, plan->tile));
+		NV_WG_CHECK(nv_drv.cuLaunchKernelEx(&cfg, fn, args, NULL), name);
 		return 0;
 	}
 	NV_WG_CHECK(nv_drv.cuLaunchKernel(fn, grid, 1, (unsigned)plan->splits, NV_WG_THREADS, 1, 1, sh.smem, s, args,
 					  NULL),
-		    nv_wg_kernel_name(dense, bf16, plan->tile));
+		    name);
 	return 0;
 }

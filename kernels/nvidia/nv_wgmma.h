@@ -16,6 +16,8 @@ struct nv_wg_module {
 	CUmodule mod;
 	CUfunction gemm[2][2][NV_WG_TILE_COUNT]; /* [dense][bf16][tile] */
 	int occ[2][2][NV_WG_TILE_COUNT];         /* resident CTAs per SM, 0 if unusable */
+	CUfunction gemm_rm[2][NV_WG_TILE_COUNT]; /* dense, A row-major: [bf16][tile] */
+	int occ_rm[2][NV_WG_TILE_COUNT];
 	CUfunction pack, pack_dense;
 	int sms;
 };
@@ -25,11 +27,14 @@ int nv_wg_module_load(struct nv_wg_module *m, CUdevice dev, char *err, size_t er
 void nv_wg_module_unload(struct nv_wg_module *m);
 
 /* A in the kernels' layout (nv_wgmma_layout.h): 2:4 (values and meta as
- * stage images) or dense (val: dense stage images, meta 0). */
+ * stage images) or dense (val: dense stage images, meta 0; or, with lda
+ * > 0, row-major [m][lda] read by TMA, lda a multiple of 8 of at least k:
+ * the daemon's is nv_wg_dense_lda(k)). */
 struct nv_wg_packed {
 	int bf16, dense;
 	int64_t m, k;
-	CUdeviceptr val, meta; /* nv_wg_img_bytes / nv_wg_meta_bytes, or nv_wg_dimg_bytes */
+	int64_t lda; /* dense only: 0 for stage images */
+	CUdeviceptr val, meta; /* nv_wg_img_bytes / nv_wg_meta_bytes, nv_wg_dimg_bytes, or m x lda */
 };
 
 /* Packs A into dst's layout: for a 2:4 dst, canonical values [m][k/2]

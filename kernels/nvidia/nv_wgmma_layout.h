@@ -187,9 +187,10 @@ NV_HD void nv_wg_img_meta_position(struct nv_wg_img g, int64_t i, int64_t *r, in
  * tensor map's width is the rows' own). */
 NV_HD int64_t nv_wg_pitch(int64_t width) { return width > 64 ? nv_round_up(width, 64) : nv_round_up(width, 8); }
 
-/* A row-major dense A for the TMA-fed dense kernels (wgmma_bench's
- * dtma_ family) has its rows nv_wg_pitch(K) apart; TMA fills past K with
- * zeros.  The daemon's dense kernels read stage images instead (below). */
+/* A dense A sent with a request is kept row-major with its rows
+ * nv_wg_pitch(K) apart, read by the dense_rm kernels' TMA boxes; TMA
+ * fills past K with zeros.  A resident dense weight is packed into stage
+ * images (below). */
 NV_HD int64_t nv_wg_dense_lda(int64_t k) { return nv_wg_pitch(k); }
 
 /* A dense A as stage images (the daemon's dense kernels): the 16 KiB one
@@ -246,7 +247,7 @@ NV_HD uint32_t nv_wg_meta_word(const uint32_t *meta, int meta_words, int rows, i
  * parameters: TMA reads them from the parameter space). */
 struct nv_wg_params {
 	CUtensorMap tm_a; /* row-major values: dims {kp/2, M}, 64-byte swizzle, box {32, 128};
-			   * dense A: dims {K, M}, 128-byte swizzle, box {64, 128};
+			   * row-major dense A: dims {K, M}, 128-byte swizzle, box {64, 128};
 			   * unused with stage images */
 	CUtensorMap tm_b; /* B: dims {N, K} (row-major K x ldb), box {min(BN, 64), 64} */
 	uint64_t a;       /* the values as stage images (0 with a tensor map) */

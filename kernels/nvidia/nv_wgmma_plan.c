@@ -83,6 +83,19 @@ const char *nv_wg_kernel_name(int dense, int bf16, int tile)
 	return tile >= 0 && tile < NV_WG_TILE_COUNT ? kernel_names[!!dense][!!bf16][tile] : "?";
 }
 
+static const char *const rm_kernel_names[2][NV_WG_TILE_COUNT] = {
+#define NV_WG_KNAME_RF16(name, bn, st, minb) "nv_wg_dense_rm_f16_" #name,
+#define NV_WG_KNAME_RBF16(name, bn, st, minb) "nv_wg_dense_rm_bf16_" #name,
+	{ NV_WG_DTILES(NV_WG_KNAME_RF16) }, { NV_WG_DTILES(NV_WG_KNAME_RBF16) },
+#undef NV_WG_KNAME_RF16
+#undef NV_WG_KNAME_RBF16
+};
+
+const char *nv_wg_rm_kernel_name(int bf16, int tile)
+{
+	return tile >= 0 && tile < NV_WG_TILE_COUNT ? rm_kernel_names[!!bf16][tile] : "?";
+}
+
 const char *nv_wg_variant_label(int dense, int bf16, int tile)
 {
 	return tile >= 0 && tile < NV_WG_TILE_COUNT ? labels[!!dense][!!bf16][tile] : "?";

@@ -34,6 +34,9 @@ void nv_wg_tile_shape(int dense, int tile, struct nv_wg_tile_shape *s);
 /* Kernel symbol "nv_wg_<f16|bf16>_<tile>", dense "nv_wg_dense_<f16|bf16>_<tile>"
  * (static string). */
 const char *nv_wg_kernel_name(int dense, int bf16, int tile);
+/* The dense kernel of the same tile reading a row-major A by TMA (a
+ * request's own A): "nv_wg_dense_rm_<f16|bf16>_<tile>" (static string). */
+const char *nv_wg_rm_kernel_name(int bf16, int tile);
 /* "wgmma.f16.sparse.128x256" / "wgmma.f16.dense.128x256" style label
  * (static string). */
 const char *nv_wg_variant_label(int dense, int bf16, int tile);

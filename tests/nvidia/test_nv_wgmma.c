@@ -343,32 +343,51 @@ static void test_decode_split(void **state)
 }
 
 /* A launch whose operands TMA could not map, or would map wrongly, is
- * refused before any driver call (none is made here: no GPU): B's rows
- * not 16 bytes apart or B not 16-byte aligned. */
+ * refused before any driver call (none is made here: no GPU): a
+ * row-major dense A whose rows are closer than K or not 16 bytes apart, a
+ * 2:4 A said to be row-major, B's rows not 16 bytes apart or B not
+ * 16-byte aligned. */
 static void test_launch_refuses_bad_pitches(void **state)
 {
 	(void)state;
 	struct nv_wg_module mod;
 	memset(&mod, 0, sizeof(mod));
 	mod.sms = 132;
-	for (int dense = 0; dense < 2; dense++)
-		for (int t = 0; t < NV_WG_TILE_COUNT; t++)
+	for (int t = 0; t < NV_WG_TILE_COUNT; t++) {
+		for (int dense = 0; dense < 2; dense++)
 			mod.occ[dense][0][t] = 1;
+		mod.occ_rm[0][t] = 1;
+	}
 	struct nv_wg_plan plan;
 	assert_int_equal(nv_wg_plan_make(300, 200, 4100, mod.sms, mod.occ[1][0], -1, &plan), 0);
 	const struct nv_wg_packed good = { .dense = 1, .m = 300, .k = 4100, .val = 0x100000 };
 	const struct nv_wg_args args = { .b = 0x200000, .d = 0x300000, .n = 200, .ldb = (int32_t)nv_wg_ldb(200),
 					 .ldc = 200, .ldd = 200 };
 	struct nv_wg_packed a = good;
+	a.lda = 4096; /* rows closer than K */
+	assert_int_equal(nv_wg_launch_gemm(&mod, &plan, &a, &args, 1, 1, NULL, NULL, 0), -EINVAL);
+	a.lda = 4100; /* rows 8200 bytes apart: not a multiple of 16 */
+	assert_int_equal(nv_wg_launch_gemm(&mod, &plan, &a, &args, 1, 1, NULL, NULL, 0), -EINVAL);
+	a = good;
+	a.dense = 0;
+	a.lda = nv_wg_dense_lda(4100); /* 2:4 is only stage images */
+	assert_int_equal(nv_wg_launch_gemm(&mod, &plan, &a, &args, 1, 1, NULL, NULL, 0), -EINVAL);
+	a = good;
 	struct nv_wg_args b = args;
 	b.ldb = 204;
 	assert_int_equal(nv_wg_launch_gemm(&mod, &plan, &a, &b, 1, 1, NULL, NULL, 0), -EINVAL);
 	b = args;
 	b.b += 8;
 	assert_int_equal(nv_wg_launch_gemm(&mod, &plan, &a, &b, 1, 1, NULL, NULL, 0), -EINVAL);
-	/* A tile this GPU cannot run is said so. */
+	/* A tile this GPU cannot run is said so, for the layout asked. */
 	mod.occ[1][0][plan.tile] = 0;
 	assert_int_equal(nv_wg_launch_gemm(&mod, &plan, &good, &args, 1, 1, NULL, NULL, 0), -ENOTSUP);
+	a = good;
+	a.lda = nv_wg_dense_lda(4100);
+	mod.occ_rm[0][plan.tile] = 0;
+	assert_int_equal(nv_wg_launch_gemm(&mod, &plan, &a, &args, 1, 1, NULL, NULL, 0), -ENOTSUP);
+	/* The packing kernel writes stage images only. */
+	assert_int_equal(nv_wg_launch_pack(&mod, NULL, 0x100000, 0, &a), -EINVAL);
 }
 
 static void test_names_and_images(void **state)
@@ -380,6 +399,8 @@ static void test_names_and_images(void **state)
 	assert_string_equal(nv_wg_variant_label(1, 0, NV_WG_TILE_n256), "wgmma.f16.dense.128x256");
 	assert_string_equal(nv_wg_variant_label(1, 1, NV_WG_TILE_n32), "wgmma.bf16.dense.128x32");
 	assert_string_equal(nv_wg_kernel_name(1, 0, NV_WG_TILE_n128), "nv_wg_dense_f16_n128");
+	assert_string_equal(nv_wg_rm_kernel_name(1, NV_WG_TILE_n16), "nv_wg_dense_rm_bf16_n16");
+	assert_string_equal(nv_wg_rm_kernel_name(0, NV_WG_TILE_COUNT), "?");
 	assert_string_equal(nv_wg_variant_label(1, 0, NV_WG_TILE_COUNT), "?");
 	/* Every tile of both families fits an sm_90 block's shared memory,
 	 * and two CTAs fit an SM (228 KiB, 1 KiB each reserved) where the
