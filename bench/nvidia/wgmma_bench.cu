@@ -6,7 +6,8 @@
  *
  *   wgmma_bench probe        the one-warpgroup probe (f16, bf16)
  *   wgmma_bench check        odd shapes, every tile, split and output dtype,
- *                            2:4 and dense (WG_KIND=sparse|dense: one of them;
+ *                            2:4 and dense, each on every layout its kernels
+ *                            read (WG_KIND=sparse|dense: one of them;
  *                            WG_QUICK: the small shapes, for compute-sanitizer;
  *                            WG_CLUSTER=1: the cl2_ kernels, clusters of two
  *                            CTAs multicasting B, at the shapes of even row tiles;
@@ -40,7 +41,8 @@
  *                            no decode kernels; WG_IMAGES=1: the daemon's
  *                            layout only); WG_KIND=dense times the dense
  *                            kernels instead, on a fully random dense A, beside
- *                            cublasGemmEx; WG_KEEP="0 20 40": the daemon's tile
+ *                            cublasGemmEx: the daemon's on A's dense stage
+ *                            images, its dense_rm_ ones on the row-major A; WG_KEEP="0 20 40": the daemon's tile
  *                            on one hot weight with that many MB kept in L2;
  *                            WG_SPREAD=1: grids of at most one CTA per SM launched
  *                            with enough shared memory that no two share an SM;
