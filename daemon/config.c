@@ -29,6 +29,7 @@ void config_defaults(struct mfmad_config *c)
 	c->max_inflight_bytes = 4096ull << 20;
 	c->max_connections = 256;
 	c->max_connections_per_user = 64;
+	c->max_connections_per_address = 0;
 	c->max_buffered_bytes = 1024ull << 20;
 	c->max_unsent_bytes = 64ull << 20;
 	c->send_buffer_bytes = 1ull << 20;
@@ -257,6 +258,7 @@ KEY(max_inflight, { set_u32(p, s, 1, 1 << 24, &c->max_inflight); })
 KEY(max_inflight_mb, { set_u64(p, s, 1, 1ll << 30, 1ull << 20, &c->max_inflight_bytes); })
 KEY(max_connections, { set_u32(p, s, 1, 1 << 20, &c->max_connections); })
 KEY(max_connections_per_user, { set_u32(p, s, 0, 1 << 20, &c->max_connections_per_user); })
+KEY(max_connections_per_address, { set_u32(p, s, 0, 1 << 20, &c->max_connections_per_address); })
 KEY(max_buffered_mb, { set_u64(p, s, 1, 1ll << 30, 1ull << 20, &c->max_buffered_bytes); })
 KEY(max_unsent_mb, { set_u64(p, s, 1, 1ll << 30, 1ull << 20, &c->max_unsent_bytes); })
 KEY(send_buffer_kb, { set_u64(p, s, 0, 1 << 20, 1024, &c->send_buffer_bytes); })
@@ -418,6 +420,7 @@ static const struct key limits_keys[] = {
 	{ "max_inflight_mb", k_max_inflight_mb, NULL },
 	{ "max_connections", k_max_connections, NULL },
 	{ "max_connections_per_user", k_max_connections_per_user, NULL },
+	{ "max_connections_per_address", k_max_connections_per_address, NULL },
 	{ "max_buffered_mb", k_max_buffered_mb, NULL },
 	{ "max_unsent_mb", k_max_unsent_mb, NULL },
 	{ "send_buffer_kb", k_send_buffer_kb, NULL },

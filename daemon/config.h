@@ -46,6 +46,7 @@ struct mfmad_config {
 	uint64_t max_inflight_bytes;
 	uint32_t max_connections;
 	uint32_t max_connections_per_user; /* Unix peers by uid; 0: no limit */
+	uint32_t max_connections_per_address; /* TCP peers by address (IPv6: /64); 0: no limit */
 	uint64_t max_buffered_bytes;   /* partial frames of every connection together */
 	uint64_t max_unsent_bytes;     /* answers waiting for one client, at their real cost */
 	uint64_t send_buffer_bytes;    /* a Unix-socket connection's kernel send buffer; 0: the system's */

@@ -60,6 +60,8 @@ struct conn {
 	bool ipc;         /* a Unix socket: descriptors may come with frames */
 	bool has_uid;     /* a Unix peer whose credentials were read: uid */
 	uint32_t uid;
+	bool has_addr;    /* a TCP peer whose address was read: addr */
+	struct peer_addr addr;
 	int fds[CONN_MAX_FDS]; /* received and not yet claimed (conn_take_fd), oldest first */
 	unsigned nfds;
 	struct region *regions; /* regions.c's, for this connection */
@@ -297,6 +299,20 @@ uint32_t conn_count_uid(const struct daemon *d, uint32_t uid)
 	uint32_t n = 0;
 	for (const struct conn *c = d->conns; c; c = c->next)
 		n += !c->closed && c->has_uid && c->uid == uid;
+	return n;
+}
+
+bool conn_peer_addr(const struct conn *c, struct peer_addr *addr)
+{
+	*addr = c->addr;
+	return c->has_addr;
+}
+
+uint32_t conn_count_addr(const struct daemon *d, const struct peer_addr *addr)
+{
+	uint32_t n = 0;
+	for (const struct conn *c = d->conns; c; c = c->next)
+		n += !c->closed && c->has_addr && peer_addr_equal(&c->addr, addr);
 	return n;
 }
 
@@ -1393,12 +1409,17 @@ void conn_accept(struct daemon *d, uv_stream_t *server, const struct conn_events
 	}
 	uv_os_fd_t fd;
 	if (uv_fileno(&c->h.handle, &fd) == 0) {
-		/* Whose it is, for limits.max_connections_per_user. */
+		/* Whose it is, for limits.max_connections_per_user, or
+		 * where from, for limits.max_connections_per_address. */
 		struct ucred cr;
 		socklen_t crl = sizeof(cr);
+		struct sockaddr_storage ss;
+		socklen_t sl = sizeof(ss);
 		if (c->ipc && getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &crl) == 0) {
 			c->has_uid = true;
 			c->uid = (uint32_t)cr.uid;
+		} else if (!c->ipc && getpeername(fd, (struct sockaddr *)&ss, &sl) == 0) {
+			c->has_addr = peer_addr_key((const struct sockaddr *)&ss, sl, &c->addr) == 0;
 		}
 		/* Plaintext answers may go straight from a device worker. */
 		if (!c->tls)

@@ -21,6 +21,7 @@
 #include <uv.h>
 
 #include "daemon.h"
+#include "peer_addr.h"
 
 struct conn;
 struct region;
@@ -122,6 +123,11 @@ struct daemon *conn_daemon(const struct conn *c);
 bool conn_peer_uid(const struct conn *c, uint32_t *uid);
 /* The open connections of Unix peers with this uid. */
 uint32_t conn_count_uid(const struct daemon *d, uint32_t uid);
+/* A TCP peer's address key (peer_addr.h, read at accept); false for a
+ * Unix peer, or where the address could not be read. */
+bool conn_peer_addr(const struct conn *c, struct peer_addr *addr);
+/* The open connections of TCP peers with this key. */
+uint32_t conn_count_addr(const struct daemon *d, const struct peer_addr *addr);
 
 /* Queues one encoded frame (header included) and takes the buffer.  A
  * NULL or closed connection drops it.  Every frame the connection takes,

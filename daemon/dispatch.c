@@ -367,6 +367,31 @@ static bool per_user_ok(struct conn *c)
 	return false;
 }
 
+/* limits.max_connections_per_address (0, off, by default: behind a proxy
+ * every client has the proxy's address): one network peer (an IPv4
+ * address, an IPv6 /64) cannot take every connection from the others,
+ * the Unix socket's clients included.  Loopback is counted too: a local
+ * user's TCP connections are not under max_connections_per_user. */
+static bool per_address_ok(struct conn *c)
+{
+	struct daemon *d = conn_daemon(c);
+	uint32_t max = d->cfg.max_connections_per_address;
+	struct peer_addr a;
+	if (!max || !conn_peer_addr(c, &a) || conn_count_addr(d, &a) <= max)
+		return true;
+	char who[PEER_ADDR_STRLEN];
+	peer_addr_format(&a, who, sizeof(who));
+	conn_refused(d, CONN_REFUSE_LIMIT,
+		     "refusing connection %" PRIu64 ": %s has %u open "
+		     "(limits.max_connections_per_address)",
+		     conn_id(c), who, max);
+	char err[192];
+	snprintf(err, sizeof(err), "too many connections: %s has %u open (limits.max_connections_per_address)",
+		 who, max);
+	reply_and_close(c, MFMA__V1__CODE__RESOURCE_EXHAUSTED, err);
+	return false;
+}
+
 static bool on_open(struct conn *c)
 {
 	struct daemon *d = conn_daemon(c);
@@ -374,7 +399,7 @@ static bool on_open(struct conn *c)
 	if (d->fd_conn_cap && d->fd_conn_cap < max)
 		max = d->fd_conn_cap;
 	if (STATS_GET(d->stats.connections_open) <= max)
-		return per_user_ok(c);
+		return per_user_ok(c) && per_address_ok(c);
 	const char *why = max < d->cfg.max_connections ? "the descriptor limit (LimitNOFILE=)"
 						      : "limits.max_connections";
 	conn_refused(d, max < d->cfg.max_connections ? CONN_REFUSE_FD : CONN_REFUSE_LIMIT,

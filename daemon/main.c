@@ -198,7 +198,7 @@ static void print_config(const struct mfmad_config *c, const char *src)
 	       c->tls_cert, c->tls_key, c->tls_client_ca);
 	printf("limits = { max_frame_mb = %" PRIu64 "; max_inflight_per_connection = %u; "
 	       "max_inflight = %u; max_inflight_mb = %" PRIu64 "; max_connections = %u; "
-	       "max_connections_per_user = %u; "
+	       "max_connections_per_user = %u; max_connections_per_address = %u; "
 	       "max_dim = %u; default_priority = %u; default_timeout_ms = %" PRIu64 "; "
 	       "priority_aging_ms = %" PRIu64 "; worker_poll_us = %" PRIu64 "; loop_poll_us = %" PRIu64
 	       "; loop_start = %s;\n           max_buffered_mb = %" PRIu64 "; "
@@ -210,7 +210,7 @@ static void print_config(const struct mfmad_config *c, const char *src)
 	       "           pinned_reads_mb = %" PRIu64 "; post_threads = %u; };\n",
 	       c->max_frame_bytes >> 20, c->max_inflight_per_conn, c->max_inflight,
 	       c->max_inflight_bytes >> 20, c->max_connections, c->max_connections_per_user,
-	       c->max_dim, c->default_priority,
+	       c->max_connections_per_address, c->max_dim, c->default_priority,
 	       c->default_timeout_ms, c->priority_aging_ms, c->worker_poll_us, c->loop_poll_us,
 	       c->loop_start ? "true" : "false", c->max_buffered_bytes >> 20,
 	       c->max_unsent_bytes >> 20, c->max_memory_bytes >> 20, c->read_timeout_ms,
@@ -355,6 +355,7 @@ static void reload(struct daemon *d)
 	c->max_inflight = nc.max_inflight;
 	c->max_inflight_bytes = nc.max_inflight_bytes;
 	c->max_connections_per_user = nc.max_connections_per_user;
+	c->max_connections_per_address = nc.max_connections_per_address;
 	if (c->max_connections != nc.max_connections) {
 		c->max_connections = nc.max_connections;
 		listen_fit_fd_limit(d); /* more connections, more descriptors */

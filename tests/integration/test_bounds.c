@@ -15,6 +15,8 @@
 #include <string.h>
 #include <dirent.h>
 #include <sys/mman.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -366,12 +368,39 @@ static void test_fd_room(void **state)
 	assert_int_equal(harness_stop(&d), 0);
 }
 
-/* ---- connections per user ---- */
+/* ---- connections per user and per address ---- */
+
+/* Where a test's connections go: the daemon's Unix socket, or (port > 0)
+ * its TCP listener on 127.0.0.1 from the loopback address src. */
+struct dialer {
+	const struct mfmad_proc *d;
+	int port;
+	const char *src;
+};
+
+static int dial(const struct dialer *w)
+{
+	if (w->port <= 0)
+		return harness_connect_raw(w->d);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -1;
+	struct sockaddr_in from = { .sin_family = AF_INET }, to = { .sin_family = AF_INET };
+	to.sin_port = htons((uint16_t)w->port);
+	if (inet_pton(AF_INET, w->src, &from.sin_addr) != 1 || inet_pton(AF_INET, "127.0.0.1", &to.sin_addr) != 1 ||
+	    bind(fd, (struct sockaddr *)&from, sizeof(from)) < 0 ||
+	    connect(fd, (struct sockaddr *)&to, sizeof(to)) < 0) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
 
 /* Pings on n connections of this process, kept open until all are
- * answered: those answered with a pong in *ok, those refused for
- * limits.max_connections_per_user in *refused. */
-static void ping_connections(const struct mfmad_proc *d, int n, int *ok, int *refused)
+ * answered: those answered with a pong in *ok, those refused naming
+ * (limits.KEY) in *refused, the last such message in last (when given). */
+static void ping_connections(const struct dialer *w, int n, const char *key, int *ok, int *refused, char *last,
+			     size_t lastlen)
 {
 	Mfma__V1__Request req = MFMA__V1__REQUEST__INIT;
 	Mfma__V1__Ping ping = MFMA__V1__PING__INIT;
@@ -380,9 +409,12 @@ static void ping_connections(const struct mfmad_proc *d, int n, int *ok, int *re
 	size_t len;
 	uint8_t *frame = pack(&req, 3, &len);
 	int fds[16];
+	char want[96];
+	snprintf(want, sizeof(want), "(limits.%s)", key);
+	assert_true(n <= 16);
 	*ok = *refused = 0;
 	for (int i = 0; i < n; i++) {
-		fds[i] = harness_connect_raw(d);
+		fds[i] = dial(w);
 		/* A refused connection may be closed before the ping is written
 		 * (EPIPE): its answer is read all the same. */
 		if (fds[i] >= 0)
@@ -395,8 +427,11 @@ static void ping_connections(const struct mfmad_proc *d, int n, int *ok, int *re
 		if (r && r->body_case == MFMA__V1__RESPONSE__BODY_PONG)
 			(*ok)++;
 		else if (r && r->status && r->status->code == MFMA__V1__CODE__RESOURCE_EXHAUSTED &&
-			 strstr(r->status->message, "(limits.max_connections_per_user)"))
+			 strstr(r->status->message, want)) {
 			(*refused)++;
+			if (last)
+				snprintf(last, lastlen, "%s", r->status->message);
+		}
 		if (r)
 			mfma__v1__response__free_unpacked(r, NULL);
 	}
@@ -428,15 +463,17 @@ static void test_connections_per_user(void **state)
 	if (pid == 0) {
 		int res[2] = { -1, -1 };
 		close(pipefd[0]);
+		const struct dialer as_nobody = { .d = &d };
 		if (setgid(65534) == 0 && setuid(65534) == 0)
-			ping_connections(&d, 6, &res[0], &res[1]);
+			ping_connections(&as_nobody, 6, "max_connections_per_user", &res[0], &res[1], NULL, 0);
 		/* The parent reads the counts while these stay closed. */
 		ssize_t w = write(pipefd[1], res, sizeof(res));
 		_exit(w == (ssize_t)sizeof(res) ? 0 : 1);
 	}
 	close(pipefd[1]);
 	int root_ok, root_refused;
-	ping_connections(&d, 6, &root_ok, &root_refused);
+	const struct dialer unix_socket = { .d = &d };
+	ping_connections(&unix_socket, 6, "max_connections_per_user", &root_ok, &root_refused, NULL, 0);
 	int res[2] = { -1, -1 };
 	assert_int_equal(read(pipefd[0], res, sizeof(res)), (ssize_t)sizeof(res));
 	close(pipefd[0]);
@@ -450,6 +487,75 @@ static void test_connections_per_user(void **state)
 	assert_int_equal(harness_stop(&d), 0);
 }
 
+/* One TCP peer cannot take every connection: with
+ * limits.max_connections_per_address = 4, 127.0.0.1 keeps 4 of 6 (the
+ * other two refused, naming the address and the key) while 127.0.0.2 and
+ * the Unix socket are served beside them; a reload to 0 lifts it. */
+static void test_connections_per_address(void **state)
+{
+	(void)state;
+	struct mfmad_proc d;
+	const int port = harness_free_port();
+	char conf[256];
+	snprintf(conf, sizeof(conf),
+		 "listen = { tcp = true; tcp_port = %d; };\n"
+		 "limits = { max_connections_per_address = 4; };", port);
+	assert_int_equal(harness_start(&d, conf, NULL), 0);
+	const struct dialer one = { .d = &d, .port = port, .src = "127.0.0.1" };
+	const struct dialer two = { .d = &d, .port = port, .src = "127.0.0.2" };
+	const struct dialer unix_socket = { .d = &d };
+	/* One's six held while the others connect: dial them in turn. */
+	int fds[6];
+	for (int i = 0; i < 6; i++)
+		fds[i] = dial(&one);
+	int ok1 = 0, refused1 = 0;
+	char why[256] = "";
+	Mfma__V1__Request req = MFMA__V1__REQUEST__INIT;
+	Mfma__V1__Ping ping = MFMA__V1__PING__INIT;
+	req.body_case = MFMA__V1__REQUEST__BODY_PING;
+	req.ping = &ping;
+	size_t len;
+	uint8_t *frame = pack(&req, 5, &len);
+	for (int i = 0; i < 6; i++) {
+		if (fds[i] >= 0)
+			(void)harness_write_all(fds[i], frame, len);
+		uint8_t *buf = NULL;
+		long got = fds[i] >= 0 ? harness_read_frame(fds[i], &buf, 3000) : -1;
+		Mfma__V1__Response *r = got >= 0 ? mfma__v1__response__unpack(NULL, (size_t)got, buf) : NULL;
+		free(buf);
+		if (r && r->body_case == MFMA__V1__RESPONSE__BODY_PONG)
+			ok1++;
+		else if (r && r->status && r->status->code == MFMA__V1__CODE__RESOURCE_EXHAUSTED) {
+			refused1++;
+			snprintf(why, sizeof(why), "%s", r->status->message);
+		}
+		if (r)
+			mfma__v1__response__free_unpacked(r, NULL);
+	}
+	free(frame);
+	int ok2, refused2, oku, refusedu;
+	ping_connections(&two, 3, "max_connections_per_address", &ok2, &refused2, NULL, 0);
+	ping_connections(&unix_socket, 6, "max_connections_per_address", &oku, &refusedu, NULL, 0);
+	printf("max_connections_per_address = 4: 127.0.0.1 got %d of 6 (%d refused: \"%s\"), "
+	       "127.0.0.2 %d of 3, the Unix socket %d of 6 meanwhile\n", ok1, refused1, why, ok2, oku);
+	assert_int_equal(ok1, 4);
+	assert_int_equal(refused1, 2);
+	assert_non_null(strstr(why, "too many connections: 127.0.0.1 has 4 open (limits.max_connections_per_address)"));
+	assert_int_equal(ok2, 3);
+	assert_int_equal(oku, 6);
+	for (int i = 0; i < 6; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+	assert_true(harness_log_count(&d, "127.0.0.1 has 4 open (limits.max_connections_per_address)") >= 1);
+	/* Off by a reload: the next connections are not counted. */
+	snprintf(conf, sizeof(conf), "listen = { tcp = true; tcp_port = %d; };", port);
+	assert_int_equal(harness_reconfigure(&d, conf), 0);
+	int ok3, refused3;
+	ping_connections(&one, 8, "max_connections_per_address", &ok3, &refused3, NULL, 0);
+	assert_int_equal(ok3, 8);
+	assert_int_equal(harness_stop(&d), 0);
+}
+
 int main(void)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -459,6 +565,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_region_descriptors, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_close_lines_rate_limited, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_connections_per_user, harness_stop_leftover),
+		cmocka_unit_test_teardown(test_connections_per_address, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_weight_lines_rate_limited, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_fd_room, harness_stop_leftover),
 	};

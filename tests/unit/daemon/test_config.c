@@ -30,11 +30,17 @@ static void test_defaults_and_values(void **state)
 	assert_int_equal(parse(&c, "", err, sizeof(err)), 0);
 	assert_int_equal(c.max_inflight_per_conn, 64);
 	assert_int_equal(c.max_connections_per_user, 64);
+	assert_int_equal(c.max_connections_per_address, 0);
 	assert_int_equal(c.cpu, BACKEND_AUTO);
 	assert_int_equal(parse(&c, "limits = { max_connections_per_user = 0; };", err, sizeof(err)), 0);
 	assert_int_equal(c.max_connections_per_user, 0);
 	assert_int_equal(parse(&c, "limits = { max_connections_per_user = -1; };", err, sizeof(err)),
 			 -EINVAL);
+	assert_int_equal(parse(&c, "limits = { max_connections_per_address = 8; };", err, sizeof(err)), 0);
+	assert_int_equal(c.max_connections_per_address, 8);
+	assert_int_equal(parse(&c, "limits = { max_connections_per_address = 1048577; };", err, sizeof(err)),
+			 -EINVAL);
+	assert_non_null(strstr(err, "max_connections_per_address"));
 	assert_int_equal(parse(&c,
 			       "log_level = \"debug\";\n"
 			       "listen = { unix = \"/tmp/s.sock\"; unix_mode = \"0600\"; tcp = true; "

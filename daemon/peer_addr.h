@@ -1,0 +1,27 @@
+/* Which network peer a TCP connection is, for limits that count
+ * connections per peer (limits.max_connections_per_address): a 16-byte
+ * key, an IPv4 peer as its IPv4-mapped IPv6 address, an IPv6 peer as its
+ * /64 prefix (the block one host is given, which it may use whole).
+ * Pure: no sockets are touched. */
+#ifndef MFMAD_PEER_ADDR_H
+#define MFMAD_PEER_ADDR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+struct peer_addr {
+	uint8_t b[16];
+};
+
+/* The key of the address in sa (len bytes of it): 0, or -EAFNOSUPPORT
+ * for a family other than IPv4 and IPv6, -EINVAL for a short one. */
+int peer_addr_key(const struct sockaddr *sa, socklen_t len, struct peer_addr *key);
+bool peer_addr_equal(const struct peer_addr *a, const struct peer_addr *b);
+/* "192.0.2.7", or "2001:db8:1:2::/64" for an IPv6 key: the words a log
+ * line and an error use (out of at least PEER_ADDR_STRLEN bytes). */
+#define PEER_ADDR_STRLEN 48
+void peer_addr_format(const struct peer_addr *key, char *out, size_t outlen);
+
+#endif
