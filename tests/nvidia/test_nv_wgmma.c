@@ -202,7 +202,7 @@ static void test_dense_stage_images(void **state)
 	const struct nv_wg_img st = nv_wg_img_of(m, k, NV_WG_IMG_STAGES);
 	assert_int_equal(nv_wg_dimg_offset(st, 128, 0), NV_WG_DA_BYTES);
 	assert_int_equal(nv_wg_dimg_offset(st, 0, 64), tiles * NV_WG_DA_BYTES);
-	/* Row 1's first chunk lands in slot 1 of its row, row 9's in slot 1. */
+	/* Row 1's chunk 0 lands in slot 1 of its row, row 9's chunk 1 in slot 0. */
 	assert_int_equal(nv_wg_dimg_offset(st, 1, 0), 128 + 16);
 	assert_int_equal(nv_wg_dimg_offset(st, 9, 8), 9 * 128 + 0);
 }
@@ -379,14 +379,20 @@ static void test_launch_refuses_bad_pitches(void **state)
 	b = args;
 	b.b += 8;
 	assert_int_equal(nv_wg_launch_gemm(&mod, &plan, &a, &b, 1, 1, NULL, NULL, 0), -EINVAL);
-	/* A tile this GPU cannot run is said so, for the layout asked. */
+	/* A tile this GPU cannot run is said so, for the layout asked: each
+	 * time the other layout's table still has the tile, so a launch
+	 * that looked in the wrong table would go on to the driver. */
 	mod.occ[1][0][plan.tile] = 0;
 	assert_int_equal(nv_wg_launch_gemm(&mod, &plan, &good, &args, 1, 1, NULL, NULL, 0), -ENOTSUP);
+	mod.occ[1][0][plan.tile] = 1;
 	a = good;
 	a.lda = nv_wg_dense_lda(4100);
 	mod.occ_rm[0][plan.tile] = 0;
 	assert_int_equal(nv_wg_launch_gemm(&mod, &plan, &a, &args, 1, 1, NULL, NULL, 0), -ENOTSUP);
-	/* The packing kernel writes stage images only. */
+	/* The packing kernel writes stage images only: refused for a
+	 * row-major A though the kernel is there (a stand-in: it is never
+	 * launched). */
+	mod.pack_dense = (CUfunction)(uintptr_t)0x1;
 	assert_int_equal(nv_wg_launch_pack(&mod, NULL, 0x100000, 0, &a), -EINVAL);
 }
 
