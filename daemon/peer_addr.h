@@ -1,7 +1,9 @@
 /* Which network peer a TCP connection is, for limits that count
  * connections per peer (limits.max_connections_per_address): a 16-byte
  * key, an IPv4 peer as its IPv4-mapped IPv6 address, an IPv6 peer as its
- * /64 prefix (the block one host is given, which it may use whole).
+ * /64 prefix: one host may take any address of its /64 (privacy
+ * addresses), so counting whole addresses would not bound it; the cost is
+ * that the hosts of one IPv6 subnet (a LAN's /64) share one count.
  * Pure: no sockets are touched. */
 #ifndef MFMAD_PEER_ADDR_H
 #define MFMAD_PEER_ADDR_H
