@@ -55,6 +55,7 @@ void config_defaults(struct mfmad_config *c)
 	c->batch_overlap = true;
 	c->batch_max_columns = 512;
 	c->weights_persist = true;
+	c->persist_min_free_bytes = 1024ull << 20;
 	c->weight_max_count = 1024;
 	c->cpu = BACKEND_AUTO;
 	c->cpu_devices = 1;
@@ -310,6 +311,7 @@ KEY(batch_max_queue_delay_us, { set_u64(p, s, 0, 1000000, 1, &c->batch_max_queue
 KEY(budget_mb, { set_u64(p, s, 0, 1ll << 40, 1ull << 20, &c->weight_budget_bytes); })
 KEY(max_count, { set_u32(p, s, 1, 1 << 20, &c->weight_max_count); })
 KEY(weights_persist, { set_bool(p, s, &c->weights_persist); })
+KEY(persist_min_free_mb, { set_u64(p, s, 0, 1ll << 30, 1ull << 20, &c->persist_min_free_bytes); })
 KEY(weights_state_dir, { set_str(p, s, c->weights_state_dir, sizeof(c->weights_state_dir)); })
 KEY(cpu_enabled, { set_enable(p, s, &c->cpu); })
 KEY(cpu_threads, { set_int(p, s, 0, 4096, &c->cpu_threads); })
@@ -558,7 +560,7 @@ KEY(weights_declare, {
 
 static const struct key weights_keys[] = {
 	{ "budget_mb", k_budget_mb, NULL }, { "max_count", k_max_count, NULL },
-	{ "persist", k_weights_persist, NULL },
+	{ "persist", k_weights_persist, NULL }, { "persist_min_free_mb", k_persist_min_free_mb, NULL },
 	{ "state_dir", k_weights_state_dir, NULL }, { "declare", k_weights_declare, NULL },
 	{ NULL, NULL, NULL },
 };
@@ -778,6 +780,8 @@ int config_restart_only_changes(const struct mfmad_config *a, const struct mfmad
 	DIFF(a->weights_persist != b->weights_persist ||
 		     strcmp(a->weights_state_dir, b->weights_state_dir) != 0,
 	     "weights.persist/state_dir");
+	/* Read by the threadpool's writes: not changed under them. */
+	DIFF(a->persist_min_free_bytes != b->persist_min_free_bytes, "weights.persist_min_free_mb");
 #undef DIFF
 	return n;
 }

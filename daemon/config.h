@@ -74,6 +74,7 @@ struct mfmad_config {
 	uint64_t weight_budget_bytes;  /* per device; 0 = 75% of the device's memory */
 	uint32_t weight_max_count;     /* weights.max_count: clients' weights, loading or resident */
 	bool weights_persist;          /* keep loaded weights across restarts */
+	uint64_t persist_min_free_bytes; /* a weight's file is not written if it would leave less free */
 	char weights_state_dir[256];   /* "" = $STATE_DIRECTORY (systemd), else none */
 	uint32_t ndeclared;            /* weights.declare, loaded at start and on SIGHUP */
 	struct weight_decl declared[CONFIG_DECLARE_MAX];

@@ -221,9 +221,9 @@ static void print_config(const struct mfmad_config *c, const char *src)
 	printf("# limits.reader_threads: %u reader thread(s) on this host (%ld cores)\n",
 	       config_reader_threads(c, ncores), ncores);
 	printf("weights = { budget_mb = %" PRIu64 "; max_count = %u; persist = %s; "
-	       "state_dir = \"%s\"; };\n",
+	       "persist_min_free_mb = %" PRIu64 "; state_dir = \"%s\"; };\n",
 	       c->weight_budget_bytes >> 20, c->weight_max_count, c->weights_persist ? "true" : "false",
-	       c->weights_state_dir);
+	       c->persist_min_free_bytes >> 20, c->weights_state_dir);
 	printf("weights.declare = (");
 	for (uint32_t i = 0; i < c->ndeclared; i++) {
 		const struct weight_decl *w = &c->declared[i];

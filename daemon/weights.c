@@ -404,6 +404,7 @@ static void prep_work(uv_work_t *req)
 			.values_bytes = w->a.sparse ? sparse24_values_bytes(w->m, w->k, es)
 						    : (size_t)w->m * w->k * es,
 			.meta_bytes = w->a.sparse ? sparse24_meta_bytes(w->m, w->k) : 0,
+			.min_free = ((const struct daemon *)w->work.loop->data)->cfg.persist_min_free_bytes,
 		};
 		snprintf(sw.name, sizeof(sw.name), "%s", w->name);
 		w->stored = wstore_write(dir, &sw) == 0;

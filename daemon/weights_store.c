@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "fnv.h"
@@ -89,6 +90,22 @@ int wstore_write(const char *dir, const struct wstore_weight *w)
 		return -e;
 	}
 	(void)chmod(dir, 0700);
+	/* A full disk breaks more than this daemon: the file is not
+	 * written where it would leave less than weights.persist_min_free_mb
+	 * free (a replaced weight's file, freed after the rename, is not
+	 * counted). */
+	struct statvfs vs;
+	const uint64_t need = sizeof(struct wstore_header) + w->values_bytes + w->meta_bytes;
+	if (w->min_free && statvfs(dir, &vs) == 0) {
+		const uint64_t avail = (uint64_t)vs.f_bavail * vs.f_frsize;
+		if (avail < need || avail - need < w->min_free) {
+			log_warn("weight '%s' is not persisted: its file of %" PRIu64 " MiB would leave %" PRIu64
+				 " MiB free in %s, under weights.persist_min_free_mb = %" PRIu64,
+				 w->name, (need + (1u << 20) - 1) >> 20, avail > need ? (avail - need) >> 20 : 0, dir,
+				 w->min_free >> 20);
+			return -ENOSPC;
+		}
+	}
 	snprintf(path, sizeof(path), "%s/%s.mfw.tmp", dir, w->name);
 	struct wstore_header h = { .version = WSTORE_VERSION, .m = w->m, .k = w->k,
 				   .dtype = (uint32_t)w->dtype, .sparse = w->sparse,

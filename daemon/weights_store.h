@@ -29,12 +29,15 @@ struct wstore_weight {
 	size_t values_bytes;
 	void *meta;     /* canonical meta when sparse */
 	size_t meta_bytes;
+	uint64_t min_free; /* bytes the file system must keep free once the file is written */
 };
 
 /* The weights directory into buf, or NULL when nothing is persisted. */
 const char *wstore_dir(const struct daemon *d, char *buf, size_t len);
 
-/* Threadpool: writes NAME.mfw.tmp.  0, or a negative errno (logged). */
+/* Threadpool: writes NAME.mfw.tmp.  0, or a negative errno (logged):
+ * -ENOSPC, unwritten, where the file would leave less than w->min_free
+ * bytes free in dir's file system. */
 int wstore_write(const char *dir, const struct wstore_weight *w);
 /* Loop, once a load is over: NAME.mfw.tmp becomes NAME.mfw (resident and
  * written by wstore_write) or is removed (not resident); a weight resident

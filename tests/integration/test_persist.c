@@ -375,6 +375,57 @@ static void test_replace_unwritten(void **state_)
 	rm_rf(dir2);
 }
 
+/* A weight whose file would leave less than weights.persist_min_free_mb
+ * free in the state directory's file system is not written: the load
+ * succeeds, the client is told "not stored", a warning names the key and
+ * no file is left; with the reserve at 0 the same load is stored. */
+static void test_persist_keeps_free_space(void **state_)
+{
+	(void)state_;
+	char dir2[64], conf2[256], path[192];
+	private_state(dir2, sizeof(dir2), conf2, sizeof(conf2));
+	/* More than any disk holds (2^30 MiB): nothing may be written. */
+	snprintf(conf2, sizeof(conf2), "weights = { state_dir = \"%s\"; persist_min_free_mb = 1073741824; };",
+		 dir2);
+	struct mfmad_proc d;
+	struct mfma_error err;
+	assert_int_equal(harness_start(&d, conf2, NULL), 0);
+	mfma_client *c;
+	assert_int_equal(mfma_connect(d.endpoint, &c, &err), 0);
+	struct mfma_load_args la;
+	mfma_load_args_init(&la);
+	la.name = "roomy";
+	la.a.kind = MFMA_OPERAND_DENSE;
+	la.a.dense = (struct mfma_matrix){ M, K, MFMA_TYPE_F32, a, sizeof(a) };
+	struct mfma_load_result res;
+	assert_int_equal(mfma_load_weight(c, &la, &res, &err), 0);
+	assert_int_equal(mfma_load_result_stored(&res), 0);
+	mfma_load_result_free(&res);
+	float out[M * N];
+	assert_int_equal(gemm_on(c, "roomy", out, &err), 0);
+	mfma_close(c);
+	assert_int_equal(harness_log_count(&d, "weight 'roomy' is not persisted: its file of 1 MiB would leave"), 1);
+	assert_int_equal(harness_log_count(&d, "under weights.persist_min_free_mb = 1073741824"), 1);
+	assert_int_equal(harness_stop(&d), 0);
+	snprintf(path, sizeof(path), "%s/weights/roomy.mfw", dir2);
+	assert_int_equal(access(path, F_OK), -1);
+	snprintf(path, sizeof(path), "%s/weights/roomy.mfw.tmp", dir2);
+	assert_int_equal(access(path, F_OK), -1);
+
+	snprintf(conf2, sizeof(conf2), "weights = { state_dir = \"%s\"; persist_min_free_mb = 0; };", dir2);
+	assert_int_equal(harness_start(&d, conf2, NULL), 0);
+	assert_int_equal(mfma_connect(d.endpoint, &c, &err), 0);
+	assert_int_equal(mfma_load_weight(c, &la, &res, &err), 0);
+	assert_int_equal(mfma_load_result_stored(&res), 1);
+	mfma_load_result_free(&res);
+	mfma_close(c);
+	assert_int_equal(harness_stop(&d), 0);
+	snprintf(path, sizeof(path), "%s/weights/roomy.mfw", dir2);
+	assert_int_equal(access(path, F_OK), 0);
+	printf("persist_min_free_mb = 2^30: loaded, not stored, no file; = 0: stored\n");
+	rm_rf(dir2);
+}
+
 /* A stored weight larger than any device's budget now (weights.budget_mb
  * lowered, or the unit's MemoryMax= under which a CPU budget shrinks) was
  * read whole at start, only for the load to be refused by the budget: a
@@ -568,6 +619,7 @@ int main(void)
 		cmocka_unit_test(test_restore_failure_said),
 		cmocka_unit_test(test_restore_one_at_a_time),
 		cmocka_unit_test(test_replace_unwritten),
+		cmocka_unit_test(test_persist_keeps_free_space),
 		cmocka_unit_test(test_restore_over_budget),
 		cmocka_unit_test(test_restore_keeps_device),
 		cmocka_unit_test(test_private_files),
