@@ -4,8 +4,8 @@ relies on are present (GPU resource, probes on /healthz and /readyz, the
 preStop drain, a grace period longer than the daemon's, a memory limit
 above limits.max_memory_mb, a token Secret only its owner reads), the
 ConfigMap's mfmad.conf passes mfmad --check-config, and the container file
-runs the README's setup command and holds the configuration its CMD
-names."""
+runs the README's setup command, holds the configuration its CMD names
+and builds without the checkout's build directories (.dockerignore)."""
 import os
 import re
 import subprocess
@@ -81,6 +81,12 @@ def main():
     assert cmd_conf in cf[:cf.index("\nCMD [")], f"the image does not install {cmd_conf}" 
     assert "bash scripts/setup.sh --install" in readme and "bash scripts/setup.sh --install" in cf, \
         "the container file does not run the README's setup command"
+    # The checkout's build directories stay out of the context: one made
+    # by the README's first command names this machine's source path, and
+    # setup.sh in the image would build (and install) through it.
+    with open(os.path.join(ROOT, ".dockerignore")) as f:
+        ignored = [ln.strip() for ln in f if ln.strip() and not ln.startswith("#")]
+    assert "build*/" in ignored, ".dockerignore does not keep build*/ out of the image"
     print(f"deploy/k8s: {', '.join(sorted(docs))} parse and carry the fields; the ConfigMap's "
           f"mfmad.conf is valid; grace {spec['terminationGracePeriodSeconds']} s >= "
           f"{grace_s:.0f} s + 5 s")
