@@ -1,10 +1,11 @@
 /* ha_load: drives GEMMs through an endpoint (a list, or a balancer given
  * twice so that the client reconnects to it) from several threads, each
  * with its own blocking client, and checks every answer against the
- * product computed here.  Runs until the file named by --stop exists (or
- * --seconds pass), then prints one line:
- *   requests=N ok=N errors=N wrong=N reconnects=N
- * and exits 0 only when every request was answered correctly.
+ * product computed here.  Runs until the file STOPFILE exists (or SECONDS
+ * pass), then prints one line:
+ *   requests=N ok=N errors=N wrong=N wall_s=S requests_per_s=R
+ * and exits 0 only when at least one request was made and every request
+ * was answered correctly.
  *
  *   ha_load ENDPOINT THREADS SECONDS STOPFILE
  *

@@ -89,15 +89,23 @@ def main():
 
         # Drain node1: it answers what it has, leaves, and comes back.
         split["node1"] += completed(n1)
+        assert split["node1"] > 0 and completed(n2) > 0, \
+            f"leastconn did not spread the load: node1 {split['node1']}, node2 {completed(n2)}"
         fleet.ctl(n1.endpoint, "drain", check=True)
         rc = n1.wait(30)
         assert rc == 0, f"node1 exited {rc} after the drain: {n1.logtext()}"
         print(f"node1 drained and exited 0 ({split['node1']} GEMMs)")
         n1 = fleet.Daemon("node1", port=n1.port, metrics_port=n1.metrics_port).start()
-        time.sleep(1.0)  # back in haproxy's pool (rise 2 x 200 ms) and taking load
+        # Back in haproxy's pool (rise 2 x 200 ms); the load's connections
+        # stay on node2 until it is killed.
+        time.sleep(1.0)
 
-        # Kill node2 outright: its connections break mid-request.
+        # Kill node2 outright: its connections break mid-request.  It
+        # holds the load's connections now (node1's moved to it).
+        before = completed(n2)
+        time.sleep(0.2)
         split["node2"] += completed(n2)
+        assert split["node2"] > before, "node2 was not serving when it was killed"
         n2.kill(signal.SIGKILL)
         print(f"node2 killed with -9 ({split['node2']} GEMMs before)")
         time.sleep(0.5)

@@ -59,7 +59,25 @@ def main():
     mem = limits["memory"]
     assert mem.endswith("Gi") and int(mem[:-2]) * 1024 > conf_value(conf, "max_memory_mb"), \
         f"memory limit {mem} is not above limits.max_memory_mb"
+    # The container's ports, which the probes and the Service name, are
+    # the ports the ConfigMap's daemon listens on; the preStop hook drains
+    # through the configuration's Unix socket, on a mounted directory.
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert ports.get("mfma") == conf_value(conf, "tcp_port"), \
+        f"containerPort mfma {ports.get('mfma')} is not listen.tcp_port"
+    assert ports.get("metrics") == conf_value(conf, "port"), \
+        f"containerPort metrics {ports.get('metrics')} is not metrics.port"
+    for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
+        assert c[probe]["httpGet"]["port"] in ("metrics", ports["metrics"]), \
+            f"{probe} is not on the metrics port"
+    for p in docs["Service"]["spec"]["ports"]:
+        assert p["targetPort"] in ports or p["targetPort"] in ports.values(), \
+            f"the Service's targetPort {p['targetPort']} is no container port"
+    sock = re.search(r'\bunix\s*=\s*"([^"]+)"', conf).group(1)
+    assert f"unix:{sock} drain" in " ".join(c["lifecycle"]["preStop"]["exec"]["command"]), \
+        f"the preStop hook does not drain through listen.unix ({sock})"
     mounts = {m["mountPath"] for m in c["volumeMounts"]}
+    assert os.path.dirname(sock) in mounts, f"no volume is mounted at {os.path.dirname(sock)}"
     # The token file: mfmad refuses one that others may read (a Secret's
     # files are 0644 by default, and the pod would restart in a loop).
     token_dir = os.path.dirname(re.search(r'token_file\s*=\s*"([^"]+)"', conf).group(1))
