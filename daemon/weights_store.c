@@ -167,9 +167,13 @@ bool wstore_finish(const char *dir, const char *name, bool resident, bool writte
 		sync_dir(dir);
 		log_warn("weight '%s': %s, an older weight's file, is removed; a restart will not "
 			 "restore '%s'", name, path, name);
-	} else if (errno != ENOENT) {
-		log_warn("weight '%s': cannot remove %s, an older weight's file, which a restart "
-			 "would restore in its place: %s", name, path, strerror(errno));
+	} else {
+		/* On a read-only file system unlink says EROFS whether or not
+		 * the file is there: only one that is there is worth a line. */
+		const int e = errno;
+		if (e != ENOENT && access(path, F_OK) == 0)
+			log_warn("weight '%s': cannot remove %s, an older weight's file, which a restart "
+				 "would restore in its place: %s", name, path, strerror(e));
 	}
 	return false;
 }

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -426,6 +427,60 @@ static void test_persist_keeps_free_space(void **state_)
 	rm_rf(dir2);
 }
 
+/* A state directory on a read-only file system (the fleet's weight volume
+ * mounted read-only, docs/scaling.md): the stored weight is restored, a
+ * load serves unstored with one line saying why (not a second one about
+ * an "older weight's file" that is not there: unlink says EROFS for a
+ * missing file too), and an unload leaves the file, saying so.  Root
+ * only (a tmpfs mounted and made read-only here). */
+static void test_read_only_state_dir(void **state_)
+{
+	(void)state_;
+	char dir2[64], conf2[256], path[192];
+	private_state(dir2, sizeof(dir2), conf2, sizeof(conf2));
+	if (geteuid() != 0 || mount("tmpfs", dir2, "tmpfs", 0, "size=16m") < 0) {
+		print_message("  (no tmpfs to mount here: %s)\n", geteuid() ? "not root" : strerror(errno));
+		rm_rf(dir2);
+		skip();
+	}
+	snprintf(conf2, sizeof(conf2), "weights = { state_dir = \"%s\"; persist_min_free_mb = 0; };", dir2);
+	struct mfmad_proc d;
+	struct mfma_error err;
+	mfma_client *c;
+	assert_int_equal(harness_start(&d, conf2, NULL), 0);
+	assert_int_equal(mfma_connect(d.endpoint, &c, &err), 0);
+	load(c, "kept", MFMA_SPARSITY_DENSE);
+	mfma_close(c);
+	assert_int_equal(harness_stop(&d), 0);
+	assert_int_equal(mount(NULL, dir2, NULL, MS_REMOUNT | MS_RDONLY, NULL), 0);
+
+	assert_int_equal(harness_start(&d, conf2, NULL), 0);
+	assert_int_equal(harness_log_count(&d, "restored 1 of 1 stored weight(s)"), 1);
+	assert_int_equal(mfma_connect(d.endpoint, &c, &err), 0);
+	float out[M * N];
+	assert_int_equal(gemm_on(c, "kept", out, &err), 0);
+	struct mfma_load_args la;
+	mfma_load_args_init(&la);
+	la.name = "fresh";
+	la.a.kind = MFMA_OPERAND_DENSE;
+	la.a.dense = (struct mfma_matrix){ M, K, MFMA_TYPE_F32, a, sizeof(a) };
+	struct mfma_load_result res;
+	assert_int_equal(mfma_load_weight(c, &la, &res, &err), 0);
+	assert_int_equal(mfma_load_result_stored(&res), 0);
+	mfma_load_result_free(&res);
+	assert_int_equal(mfma_unload_weight(c, "kept", &err), 0);
+	mfma_close(c);
+	assert_int_equal(harness_log_count(&d, "weight 'fresh' is not persisted"), 1);
+	assert_int_equal(harness_log_count(&d, "an older weight's file"), 0);
+	assert_int_equal(harness_log_count(&d, "kept.mfw: Read-only file system"), 1);
+	assert_int_equal(harness_stop(&d), 0);
+	snprintf(path, sizeof(path), "%s/weights/kept.mfw", dir2);
+	assert_int_equal(access(path, F_OK), 0);
+	printf("a read-only state directory: restored, a load unstored, an unload leaves the file\n");
+	assert_int_equal(umount(dir2), 0);
+	rm_rf(dir2);
+}
+
 /* A stored weight larger than any device's budget now (weights.budget_mb
  * lowered, or the unit's MemoryMax= under which a CPU budget shrinks) was
  * read whole at start, only for the load to be refused by the budget: a
@@ -620,6 +675,7 @@ int main(void)
 		cmocka_unit_test(test_restore_one_at_a_time),
 		cmocka_unit_test(test_replace_unwritten),
 		cmocka_unit_test(test_persist_keeps_free_space),
+		cmocka_unit_test(test_read_only_state_dir),
 		cmocka_unit_test(test_restore_over_budget),
 		cmocka_unit_test(test_restore_keeps_device),
 		cmocka_unit_test(test_private_files),
