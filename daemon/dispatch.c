@@ -345,6 +345,18 @@ static void on_oversize(struct conn *c, size_t len)
 	reply_and_close(c, MFMA__V1__CODE__MALFORMED, err);
 }
 
+/* Refuses c, one of `who`'s connections over limits.KEY = max: counted
+ * and logged as a refusal, answered RESOURCE_EXHAUSTED naming both. */
+static bool refuse_over(struct conn *c, const char *who, uint32_t max, const char *key)
+{
+	conn_refused(conn_daemon(c), CONN_REFUSE_LIMIT, "refusing connection %" PRIu64 ": %s has %u open (limits.%s)",
+		     conn_id(c), who, max, key);
+	char err[192];
+	snprintf(err, sizeof(err), "too many connections: %s has %u open (limits.%s)", who, max, key);
+	reply_and_close(c, MFMA__V1__CODE__RESOURCE_EXHAUSTED, err);
+	return false;
+}
+
 /* limits.max_connections_per_user: one local user cannot take every
  * connection from the others.  Root and the daemon's own user, who could
  * stop it anyway, are not counted against it. */
@@ -355,16 +367,9 @@ static bool per_user_ok(struct conn *c)
 	if (!max || !conn_peer_uid(c, &uid) || uid == 0 || uid == (uint32_t)geteuid() ||
 	    conn_count_uid(d, uid) <= max)
 		return true;
-	conn_refused(d, CONN_REFUSE_LIMIT,
-		     "refusing connection %" PRIu64 ": uid %u has %u open "
-		     "(limits.max_connections_per_user)",
-		     conn_id(c), (unsigned)uid, max);
-	char err[160];
-	snprintf(err, sizeof(err),
-		 "too many connections: uid %u has %u open (limits.max_connections_per_user)",
-		 (unsigned)uid, max);
-	reply_and_close(c, MFMA__V1__CODE__RESOURCE_EXHAUSTED, err);
-	return false;
+	char who[32];
+	snprintf(who, sizeof(who), "uid %u", (unsigned)uid);
+	return refuse_over(c, who, max, "max_connections_per_user");
 }
 
 /* limits.max_connections_per_address (0, off, by default: behind a proxy
@@ -381,15 +386,7 @@ static bool per_address_ok(struct conn *c)
 		return true;
 	char who[PEER_ADDR_STRLEN];
 	peer_addr_format(&a, who, sizeof(who));
-	conn_refused(d, CONN_REFUSE_LIMIT,
-		     "refusing connection %" PRIu64 ": %s has %u open "
-		     "(limits.max_connections_per_address)",
-		     conn_id(c), who, max);
-	char err[192];
-	snprintf(err, sizeof(err), "too many connections: %s has %u open (limits.max_connections_per_address)",
-		 who, max);
-	reply_and_close(c, MFMA__V1__CODE__RESOURCE_EXHAUSTED, err);
-	return false;
+	return refuse_over(c, who, max, "max_connections_per_address");
 }
 
 static bool on_open(struct conn *c)

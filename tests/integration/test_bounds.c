@@ -396,11 +396,12 @@ static int dial(const struct dialer *w)
 	return fd;
 }
 
-/* Pings on n connections of this process, kept open until all are
- * answered: those answered with a pong in *ok, those refused naming
- * (limits.KEY) in *refused, the last such message in last (when given). */
-static void ping_connections(const struct dialer *w, int n, const char *key, int *ok, int *refused, char *last,
-			     size_t lastlen)
+/* Pings on n new connections of this process (fds, at most 16), left
+ * open for the caller to close: those answered with a pong in *ok, those
+ * refused naming (limits.KEY) in *refused, the last such message in last
+ * (when given). */
+static void ping_open(const struct dialer *w, int n, int *fds, const char *key, int *ok, int *refused, char *last,
+		      size_t lastlen)
 {
 	Mfma__V1__Request req = MFMA__V1__REQUEST__INIT;
 	Mfma__V1__Ping ping = MFMA__V1__PING__INIT;
@@ -408,7 +409,6 @@ static void ping_connections(const struct dialer *w, int n, const char *key, int
 	req.ping = &ping;
 	size_t len;
 	uint8_t *frame = pack(&req, 3, &len);
-	int fds[16];
 	char want[96];
 	snprintf(want, sizeof(want), "(limits.%s)", key);
 	assert_true(n <= 16);
@@ -435,10 +435,24 @@ static void ping_connections(const struct dialer *w, int n, const char *key, int
 		if (r)
 			mfma__v1__response__free_unpacked(r, NULL);
 	}
+	free(frame);
+}
+
+static void close_all(const int *fds, int n)
+{
 	for (int i = 0; i < n; i++)
 		if (fds[i] >= 0)
 			close(fds[i]);
-	free(frame);
+}
+
+/* ping_open, the connections kept open until all are answered, then
+ * closed. */
+static void ping_connections(const struct dialer *w, int n, const char *key, int *ok, int *refused, char *last,
+			     size_t lastlen)
+{
+	int fds[16];
+	ping_open(w, n, fds, key, ok, refused, last, lastlen);
+	close_all(fds, n);
 }
 
 /* One local user cannot take every connection: with
@@ -504,35 +518,10 @@ static void test_connections_per_address(void **state)
 	const struct dialer one = { .d = &d, .port = port, .src = "127.0.0.1" };
 	const struct dialer two = { .d = &d, .port = port, .src = "127.0.0.2" };
 	const struct dialer unix_socket = { .d = &d };
-	/* One's six held while the others connect: dial them in turn. */
-	int fds[6];
-	for (int i = 0; i < 6; i++)
-		fds[i] = dial(&one);
-	int ok1 = 0, refused1 = 0;
+	/* One's six held open while the others connect. */
+	int fds[6], ok1, refused1;
 	char why[256] = "";
-	Mfma__V1__Request req = MFMA__V1__REQUEST__INIT;
-	Mfma__V1__Ping ping = MFMA__V1__PING__INIT;
-	req.body_case = MFMA__V1__REQUEST__BODY_PING;
-	req.ping = &ping;
-	size_t len;
-	uint8_t *frame = pack(&req, 5, &len);
-	for (int i = 0; i < 6; i++) {
-		if (fds[i] >= 0)
-			(void)harness_write_all(fds[i], frame, len);
-		uint8_t *buf = NULL;
-		long got = fds[i] >= 0 ? harness_read_frame(fds[i], &buf, 3000) : -1;
-		Mfma__V1__Response *r = got >= 0 ? mfma__v1__response__unpack(NULL, (size_t)got, buf) : NULL;
-		free(buf);
-		if (r && r->body_case == MFMA__V1__RESPONSE__BODY_PONG)
-			ok1++;
-		else if (r && r->status && r->status->code == MFMA__V1__CODE__RESOURCE_EXHAUSTED) {
-			refused1++;
-			snprintf(why, sizeof(why), "%s", r->status->message);
-		}
-		if (r)
-			mfma__v1__response__free_unpacked(r, NULL);
-	}
-	free(frame);
+	ping_open(&one, 6, fds, "max_connections_per_address", &ok1, &refused1, why, sizeof(why));
 	int ok2, refused2, oku, refusedu;
 	ping_connections(&two, 3, "max_connections_per_address", &ok2, &refused2, NULL, 0);
 	ping_connections(&unix_socket, 6, "max_connections_per_address", &oku, &refusedu, NULL, 0);
@@ -543,9 +532,7 @@ static void test_connections_per_address(void **state)
 	assert_non_null(strstr(why, "too many connections: 127.0.0.1 has 4 open (limits.max_connections_per_address)"));
 	assert_int_equal(ok2, 3);
 	assert_int_equal(oku, 6);
-	for (int i = 0; i < 6; i++)
-		if (fds[i] >= 0)
-			close(fds[i]);
+	close_all(fds, 6);
 	assert_true(harness_log_count(&d, "127.0.0.1 has 4 open (limits.max_connections_per_address)") >= 1);
 	/* Off by a reload: the next connections are not counted. */
 	snprintf(conf, sizeof(conf), "listen = { tcp = true; tcp_port = %d; };", port);

@@ -32,16 +32,24 @@ static char state[64];
 static char conf[256];
 static float a[M * K], b[K * N];
 
-static mfma_client *start(struct mfmad_proc *d)
+/* mfmad on configuration cf, and a client of it. */
+static mfma_client *start_conf(struct mfmad_proc *d, const char *cf)
 {
-	assert_int_equal(harness_start(d, conf, NULL), 0);
+	assert_int_equal(harness_start(d, cf, NULL), 0);
 	mfma_client *c;
 	struct mfma_error err;
 	assert_int_equal(mfma_connect(d->endpoint, &c, &err), 0);
 	return c;
 }
 
-static void load(mfma_client *c, const char *name, enum mfma_sparsity sp)
+static mfma_client *start(struct mfmad_proc *d)
+{
+	return start_conf(d, conf);
+}
+
+/* Loads a under name; whether the daemon stored it
+ * (mfma_load_result_stored: 1, 0, or -1 where nothing is stored). */
+static int load(mfma_client *c, const char *name, enum mfma_sparsity sp)
 {
 	struct mfma_load_args la;
 	mfma_load_args_init(&la);
@@ -50,8 +58,12 @@ static void load(mfma_client *c, const char *name, enum mfma_sparsity sp)
 	la.a.dense = (struct mfma_matrix){ M, K, MFMA_TYPE_F32, a, sizeof(a) };
 	la.a.sparsity = sp;
 	struct mfma_error err;
-	if (mfma_load_weight(c, &la, NULL, &err) < 0)
+	struct mfma_load_result res;
+	if (mfma_load_weight(c, &la, &res, &err) < 0)
 		fail_msg("load %s: %s", name, err.message);
+	const int stored = mfma_load_result_stored(&res);
+	mfma_load_result_free(&res);
+	return stored;
 }
 
 /* The GEMM on a weight; its result in out, or -1 with the message. */
@@ -390,18 +402,8 @@ static void test_persist_keeps_free_space(void **state_)
 		 dir2);
 	struct mfmad_proc d;
 	struct mfma_error err;
-	assert_int_equal(harness_start(&d, conf2, NULL), 0);
-	mfma_client *c;
-	assert_int_equal(mfma_connect(d.endpoint, &c, &err), 0);
-	struct mfma_load_args la;
-	mfma_load_args_init(&la);
-	la.name = "roomy";
-	la.a.kind = MFMA_OPERAND_DENSE;
-	la.a.dense = (struct mfma_matrix){ M, K, MFMA_TYPE_F32, a, sizeof(a) };
-	struct mfma_load_result res;
-	assert_int_equal(mfma_load_weight(c, &la, &res, &err), 0);
-	assert_int_equal(mfma_load_result_stored(&res), 0);
-	mfma_load_result_free(&res);
+	mfma_client *c = start_conf(&d, conf2);
+	assert_int_equal(load(c, "roomy", MFMA_SPARSITY_DENSE), 0);
 	float out[M * N];
 	assert_int_equal(gemm_on(c, "roomy", out, &err), 0);
 	mfma_close(c);
@@ -414,11 +416,8 @@ static void test_persist_keeps_free_space(void **state_)
 	assert_int_equal(access(path, F_OK), -1);
 
 	snprintf(conf2, sizeof(conf2), "weights = { state_dir = \"%s\"; persist_min_free_mb = 0; };", dir2);
-	assert_int_equal(harness_start(&d, conf2, NULL), 0);
-	assert_int_equal(mfma_connect(d.endpoint, &c, &err), 0);
-	assert_int_equal(mfma_load_weight(c, &la, &res, &err), 0);
-	assert_int_equal(mfma_load_result_stored(&res), 1);
-	mfma_load_result_free(&res);
+	c = start_conf(&d, conf2);
+	assert_int_equal(load(c, "roomy", MFMA_SPARSITY_DENSE), 1);
 	mfma_close(c);
 	assert_int_equal(harness_stop(&d), 0);
 	snprintf(path, sizeof(path), "%s/weights/roomy.mfw", dir2);
@@ -446,28 +445,17 @@ static void test_read_only_state_dir(void **state_)
 	snprintf(conf2, sizeof(conf2), "weights = { state_dir = \"%s\"; persist_min_free_mb = 0; };", dir2);
 	struct mfmad_proc d;
 	struct mfma_error err;
-	mfma_client *c;
-	assert_int_equal(harness_start(&d, conf2, NULL), 0);
-	assert_int_equal(mfma_connect(d.endpoint, &c, &err), 0);
-	load(c, "kept", MFMA_SPARSITY_DENSE);
+	mfma_client *c = start_conf(&d, conf2);
+	assert_int_equal(load(c, "kept", MFMA_SPARSITY_DENSE), 1);
 	mfma_close(c);
 	assert_int_equal(harness_stop(&d), 0);
 	assert_int_equal(mount(NULL, dir2, NULL, MS_REMOUNT | MS_RDONLY, NULL), 0);
 
-	assert_int_equal(harness_start(&d, conf2, NULL), 0);
+	c = start_conf(&d, conf2);
 	assert_int_equal(harness_log_count(&d, "restored 1 of 1 stored weight(s)"), 1);
-	assert_int_equal(mfma_connect(d.endpoint, &c, &err), 0);
 	float out[M * N];
 	assert_int_equal(gemm_on(c, "kept", out, &err), 0);
-	struct mfma_load_args la;
-	mfma_load_args_init(&la);
-	la.name = "fresh";
-	la.a.kind = MFMA_OPERAND_DENSE;
-	la.a.dense = (struct mfma_matrix){ M, K, MFMA_TYPE_F32, a, sizeof(a) };
-	struct mfma_load_result res;
-	assert_int_equal(mfma_load_weight(c, &la, &res, &err), 0);
-	assert_int_equal(mfma_load_result_stored(&res), 0);
-	mfma_load_result_free(&res);
+	assert_int_equal(load(c, "fresh", MFMA_SPARSITY_DENSE), 0);
 	assert_int_equal(mfma_unload_weight(c, "kept", &err), 0);
 	mfma_close(c);
 	assert_int_equal(harness_log_count(&d, "weight 'fresh' is not persisted"), 1);
@@ -610,28 +598,14 @@ static void test_private_files(void **state_)
 	assert_int_equal(mkdir(wdir, 0755), 0);
 	snprintf(cf, sizeof(cf), "weights = { state_dir = \"%s\"; };", dir);
 	struct mfmad_proc d;
-	assert_int_equal(harness_start(&d, cf, NULL), 0);
-	mfma_client *c;
-	struct mfma_error err;
-	assert_int_equal(mfma_connect(d.endpoint, &c, &err), 0);
-	struct mfma_load_args la;
-	mfma_load_args_init(&la);
-	la.name = "mine";
-	la.a.kind = MFMA_OPERAND_DENSE;
-	la.a.dense = (struct mfma_matrix){ M, K, MFMA_TYPE_F32, a, sizeof(a) };
-	struct mfma_load_result res;
-	assert_int_equal(mfma_load_weight(c, &la, &res, &err), 0);
-	assert_int_equal(mfma_load_result_stored(&res), 1);
-	mfma_load_result_free(&res);
+	mfma_client *c = start_conf(&d, cf);
+	assert_int_equal(load(c, "mine", MFMA_SPARSITY_DENSE), 1);
 	mfma_close(c);
 	assert_int_equal(harness_stop(&d), 0);
 	/* A daemon that stores nothing says nothing (-1). */
 	struct mfmad_proc d2;
-	assert_int_equal(harness_start(&d2, "weights = { persist = false; };", NULL), 0);
-	assert_int_equal(mfma_connect(d2.endpoint, &c, &err), 0);
-	assert_int_equal(mfma_load_weight(c, &la, &res, &err), 0);
-	assert_int_equal(mfma_load_result_stored(&res), -1);
-	mfma_load_result_free(&res);
+	c = start_conf(&d2, "weights = { persist = false; };");
+	assert_int_equal(load(c, "mine", MFMA_SPARSITY_DENSE), -1);
 	mfma_close(c);
 	assert_int_equal(harness_stop(&d2), 0);
 	struct stat st;
@@ -651,9 +625,7 @@ static void test_private_files(void **state_)
 	assert_int_equal(harness_log_count(&d, "cut.mfw.tmp, the file of a load that a stop cut "
 					   "short"), 1);
 	assert_int_equal(harness_stop(&d), 0);
-	char cmd[128];
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-	(void)!system(cmd);
+	rm_rf(dir);
 }
 
 int main(void)
