@@ -6,7 +6,7 @@
 # brings them back); a short summary goes to stdout.
 #
 # usage: bench/nvidia/device_round.sh [test] [sanitize|memcheck|racecheck] [bench] [sweep]
-#        [grid] [shapes] [ncu] [vsncu] [stallsrc] [e2e] [answers] [abserving] [spin] [readers] [latency] [multi] [choice] [served] [graphsab] [trialab]
+#        [grid] [shapes] [ncu] [vsncu] [stallsrc] [e2e] [answers] [abserving] [spin] [readers] [latency] [multi] [choice] [served] [choiceab] [graphsab] [trialab]
 #        [batching] [serving] [readsab] [postab] [readerminab] [corkab] [abcross] [overlapab] [copystreamab] [dmaab] [dmacsab] [regionab] [batchcheck] [setab]
 #        [phases] [dmaphases] [perfphases] [afterncu]
 #        [wgmma] [group] [csum] [w1] [p3] [wgsan] [raceprobe] [streamprobe] [hot] [spread] [trace] [splitncu] [wgncu] [oneinflight]
@@ -758,10 +758,31 @@ choice)
 	for shape in ${CHOICE_SHAPES:-14336x16x4096 14336x64x4096 14336x256x4096 4096x16x14336 4096x64x14336 4096x256x14336}; do
 		timeout 120 "$BENCH" --dtypes f16 --shape "$shape" >>"$OUT/choice_bench.log" 2>&1
 	done
-	grep -E "^\| f16|^\| wgmma \|" "$OUT/choice_bench.log"
+	grep -E "^\| f16|^\| wgmma \||^\| cublaslt algos" "$OUT/choice_bench.log"
 	timeout "${E2E_S:-300}" bash bench/nvidia/e2e.sh "$P" "$OUT" choice > "$OUT/e2e_choice.log" 2>&1
 	echo "=== e2e choice: rc=$?"
-	grep -E "^(E2E|FAIL)|variants" "$OUT/e2e_choice.log" | cut -c1-400
+	grep -E "^FAIL|variants" "$OUT/e2e_choice.log" | cut -c1-400
+	grep -o "weight '[^']*' loaded.*" "$OUT/mfmad_choice.log" | cut -c1-200
+	python3 bench/nvidia/choice_summary.py "$OUT/e2e_choice.log" new
+	;;
+choiceab)
+	# mfmad's served times with one provider pinned (AB_PREFER, default
+	# cuBLASLt) under the daemon of .devlibs/payload_base.tar.xz and the
+	# payload's, alternately (base new new base), at CHOICE_WEIGHTS x
+	# CHOICE_NS; each run's weight warming from the daemon's log.
+	B=/tmp/mfma-base
+	rm -rf "$B" && mkdir -p "$B" && tar -C "$B" -xJf .devlibs/payload_base.tar.xz || { echo "no base payload"; exit 1; }
+	for who in ${AB_ORDER:-base new new base}; do
+		dir=$P lib=$P/lib
+		[ "$who" = base ] && dir=$B lib=$B/lib
+		E2E_PREFER=${AB_PREFER:-cublaslt} CHOICE_WEIGHTS=${CHOICE_WEIGHTS:-14336x4096} \
+			LD_LIBRARY_PATH="$lib:$LD_LIBRARY_PATH" timeout "${E2E_S:-300}" \
+			bash bench/nvidia/e2e.sh "$dir" "$OUT" choice >"$OUT/e2e_choiceab_$who.log" 2>&1
+		echo "=== e2e choice $who, prefer '${AB_PREFER:-cublaslt}': rc=$?"
+		grep -E "^FAIL" "$OUT/e2e_choiceab_$who.log"
+		grep -o "weight '[^']*' loaded.*" "$OUT/mfmad_choice.log" | cut -c1-200
+		python3 bench/nvidia/choice_summary.py "$OUT/e2e_choiceab_$who.log" "$who"
+	done
 	;;
 graphsab)
 	# The launches from CUDA graphs on and off (cuda.graphs), alternating

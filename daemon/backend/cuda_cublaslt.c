@@ -20,7 +20,11 @@
  * GEMM saves).  The descriptors and the heuristic's algorithm of each
  * shape are kept (plan_table): a resident weight's with the weight, those
  * made while it is warmed at load for good, and the rest in a cache of the
- * device's, so a repeated shape pays neither. */
+ * device's, so a repeated shape pays neither.  A plan made while a weight
+ * is warmed runs the heuristic's first LT_TRIED algorithms and keeps the
+ * fastest, as cuSPARSELt's plan keeps its search's; one made on the
+ * serving path keeps the heuristic's first, which costs a request no
+ * timing. */
 #include "mfmad_build.h"
 
 #include <errno.h>
@@ -115,8 +119,16 @@ static int lt_loaded(void)
 
 /* ---- Per device ---- */
 
-/* What one shape needs: descriptors and the heuristic's first choice;
- * made on its own, held by a plan_table slot, freed when replaced. */
+/* The heuristic's algorithms a plan made while a weight is warmed times
+ * (plan_time), and the runs of each: cuBLASLt's first choice is not
+ * always its fastest (at 8192^3 on the H200 it ran at 643 TF where
+ * cublasGemmEx ran at 738; bench/RESULTS.md). */
+#define LT_TRIED 8
+#define LT_TIMED_RUNS 4
+
+/* What one shape needs: descriptors and an algorithm (the heuristic's
+ * first, or the fastest of its first LT_TRIED when timed); made on its
+ * own, held by a plan_table slot, freed when replaced. */
 struct lt_plan {
 	uint32_t m, n, k;
 	enum mfma_dtype in, out;
@@ -124,6 +136,11 @@ struct lt_plan {
 	lt_layout la, lb, lcd;
 	lt_algo algo;
 	size_t ws_bytes;
+	/* The heuristic's usable algorithms, its order; timed once the plan
+	 * first runs while its weight is warmed, the fastest then in algo. */
+	lt_heuristic tried[LT_TRIED];
+	int ntried;
+	bool timed;
 	struct cuda_graph graph; /* the launch, replayed (cuda_dev_graph_run) */
 };
 
@@ -307,11 +324,14 @@ static int plan_get(struct cuda_dev *dev, struct lt_state *s, struct plan_table 
 		plan_free(p);
 		return -ENOTSUP;
 	}
-	lt_heuristic h;
+	lt_heuristic h[LT_TRIED];
 	int got = 0;
-	memset(&h, 0, sizeof(h));
-	st = lt.heuristic(s->h, p->desc, p->la, p->lb, p->lcd, p->lcd, s->pref, 1, &h, &got);
-	if (st != 0 || got < 1 || h.state != 0) {
+	memset(h, 0, sizeof(h));
+	st = lt.heuristic(s->h, p->desc, p->la, p->lb, p->lcd, p->lcd, s->pref, LT_TRIED, h, &got);
+	for (int i = 0; st == 0 && i < got && i < LT_TRIED; i++)
+		if (h[i].state == 0)
+			p->tried[p->ntried++] = h[i];
+	if (st != 0 || p->ntried < 1) {
 		snprintf(err, errlen, "cuda: cuBLASLt has no algorithm for %ux%ux%u %s->%s (%d)", g->m,
 			 g->n, g->k, mfma_dtype_name(g->in_dtype), mfma_dtype_name(g->out_dtype), st);
 		plan_free(p);
@@ -322,8 +342,8 @@ static int plan_get(struct cuda_dev *dev, struct lt_state *s, struct plan_table 
 	p->k = g->k;
 	p->in = g->in_dtype;
 	p->out = g->out_dtype;
-	p->algo = h.algo;
-	p->ws_bytes = h.workspace_size;
+	p->algo = p->tried[0].algo;
+	p->ws_bytes = p->tried[0].workspace_size;
 	plan_free(plan_table_put(t, p, cuda_dev_warming(dev)));
 	cuda_dev_count_plan(dev);
 	*out = p;
@@ -427,6 +447,40 @@ static int lt_enqueue(void *arg, CUstream stream, char *err, size_t errlen)
 	return 0;
 }
 
+/* Times each of the heuristic's algorithms on x's operands (cuda_dev_time)
+ * and keeps the fastest in p.  An algorithm that fails to run is passed
+ * over; with none run, p keeps the heuristic's first.  x's workspace is
+ * the device's, grown to the largest an algorithm asks. */
+static int plan_time(struct cuda_dev *dev, struct lt_state *s, struct lt_plan *p,
+		     struct lt_call *x, char *err, size_t errlen)
+{
+	size_t ws = 0;
+	for (int i = 0; i < p->ntried; i++)
+		if (p->tried[i].workspace_size > ws)
+			ws = p->tried[i].workspace_size;
+	int rc = cuda_buf_need(&s->ws, ws, "cuBLASLt workspace", NULL, err, errlen);
+	if (rc < 0)
+		return rc;
+	p->timed = true;
+	int best = -1;
+	uint64_t best_ns = UINT64_MAX;
+	for (int i = 0; i < p->ntried; i++) {
+		char why[256];
+		uint64_t ns = 0;
+		p->algo = p->tried[i].algo;
+		p->ws_bytes = p->tried[i].workspace_size;
+		if (cuda_dev_time(dev, lt_enqueue, x, LT_TIMED_RUNS, &ns, why, sizeof(why)) == 0 &&
+		    ns < best_ns) {
+			best = i;
+			best_ns = ns;
+		}
+	}
+	p->algo = p->tried[best < 0 ? 0 : best].algo;
+	p->ws_bytes = p->tried[best < 0 ? 0 : best].workspace_size;
+	cuda_graph_free(&p->graph);
+	return 0;
+}
+
 static int lt_launch(struct cuda_dev *dev, void *state, const struct mfma_gemm *g, void *packed,
 		     const char **variant, char *err, size_t errlen)
 {
@@ -469,6 +523,9 @@ static int lt_launch(struct cuda_dev *dev, void *state, const struct mfma_gemm *
 	uint32_t ab[2];
 	memcpy(&ab[0], &x.alpha, sizeof(ab[0]));
 	memcpy(&ab[1], &x.beta, sizeof(ab[1]));
+	if (!p->timed && p->ntried > 1 && cuda_dev_warming(dev) &&
+	    (rc = plan_time(dev, s, p, &x, err, errlen)) < 0)
+		return rc;
 	const uint64_t key[] = { x.a, x.b, x.c, x.d, s->ws.p, (uint64_t)ab[0] << 32 | ab[1] };
 	if ((rc = cuda_dev_graph_run(dev, &p->graph, key, sizeof(key) / sizeof(key[0]), lt_enqueue, &x,
 				     err, errlen)) < 0)

@@ -104,6 +104,10 @@ struct cuda_dev {
 	bool tile_out_on;
 	void *tile_out_dst;
 	bool set_tile_out[CUDA_EVENT_SETS];
+	/* The two events of cuda_dev_time, made at its first use, and the
+	 * timings it made. */
+	CUevent time_ev[2];
+	uint64_t timings;
 };
 
 int cuda_fail(CUresult r, char *err, size_t errlen, const char *what)
@@ -275,6 +279,11 @@ bool cuda_dev_warming(const struct cuda_dev *d)
 	return d->warming;
 }
 
+uint64_t cuda_dev_timings(const struct cuda_dev *d)
+{
+	return d->timings;
+}
+
 int cuda_dev_enter(struct cuda_dev *d, char *err, size_t errlen)
 {
 	CU_TRY(nv_drv.cuCtxSetCurrent(d->ctx), "cuCtxSetCurrent");
@@ -304,6 +313,9 @@ void cuda_dev_close(struct cuda_dev *d)
 		}
 		if (d->gate_ev)
 			nv_drv.cuEventDestroy(d->gate_ev);
+		for (int i = 0; i < 2; i++)
+			if (d->time_ev[i])
+				nv_drv.cuEventDestroy(d->time_ev[i]);
 		cuda_buf_free(&d->gate_word);
 		if (d->pin)
 			nv_drv.cuMemFreeHost(d->pin);
@@ -991,6 +1003,26 @@ static uint64_t elapsed_ns(CUevent from, CUevent to)
 	if (nv_drv.cuEventElapsedTime(&ms, from, to) != CUDA_SUCCESS)
 		return 0;
 	return backend_event_ns(ms);
+}
+
+int cuda_dev_time(struct cuda_dev *d, cuda_enqueue_fn fn, void *arg, int runs, uint64_t *ns,
+		  char *err, size_t errlen)
+{
+	for (int i = 0; i < 2; i++)
+		if (!d->time_ev[i])
+			CU_TRY(nv_drv.cuEventCreate(&d->time_ev[i], CU_EVENT_DEFAULT), "cuEventCreate");
+	int rc = fn(arg, d->stream, err, errlen);
+	if (rc < 0)
+		return rc;
+	CU_TRY(nv_drv.cuEventRecord(d->time_ev[0], d->stream), "cuEventRecord");
+	for (int i = 0; i < runs; i++)
+		if ((rc = fn(arg, d->stream, err, errlen)) < 0)
+			return rc;
+	CU_TRY(nv_drv.cuEventRecord(d->time_ev[1], d->stream), "cuEventRecord");
+	CU_TRY(nv_drv.cuEventSynchronize(d->time_ev[1]), "cuEventSynchronize");
+	d->timings++;
+	*ns = elapsed_ns(d->time_ev[0], d->time_ev[1]) / (uint64_t)(runs > 0 ? runs : 1);
+	return 0;
 }
 
 /* The times of the launch whose marks went to event set s. */

@@ -1247,11 +1247,11 @@ static void test_cusparselt_keeps_warmed_plans(void **state)
 /* One GEMM on cuBLASLt directly: N columns of B against the weight
  * packed from wo (NULL: wo's A sent with the GEMM, as on no resident
  * weight), checked on 16 sampled rows against float64. */
-static void lt_run(struct cuda_dev *cd, void *st, void *packed, const struct operands *wo,
-		   uint32_t m, uint32_t k, uint32_t n, enum mfma_dtype out)
+static void lt_run_ab(struct cuda_dev *cd, void *st, void *packed, const struct operands *wo,
+		      uint32_t m, uint32_t k, uint32_t n, enum mfma_dtype out, float alpha, float beta)
 {
 	struct operands r;
-	ops_make(&r, MFMA_DT_F16, out, false, m, n, k, 1.0f, 0.0f);
+	ops_make(&r, MFMA_DT_F16, out, false, m, n, k, alpha, beta);
 	free(r.a);
 	r.a = NULL;
 	r.g.a = wo->a;
@@ -1271,6 +1271,60 @@ static void lt_run(struct cuda_dev *cd, void *st, void *packed, const struct ope
 			 rel);
 	r.g.a = NULL;
 	ops_free(&r);
+}
+
+static void lt_run(struct cuda_dev *cd, void *st, void *packed, const struct operands *wo,
+		   uint32_t m, uint32_t k, uint32_t n, enum mfma_dtype out)
+{
+	lt_run_ab(cd, st, packed, wo, m, k, n, out, 1.0f, 0.0f);
+}
+
+/* A cuBLASLt plan made while its weight is warmed times the heuristic's
+ * first algorithms on the warming GEMM's operands and keeps the fastest
+ * (cuda_dev_time, one timing each); a plan made on the serving path times
+ * nothing.  The timing runs write D again and again: with alpha 2, beta
+ * 0.5 and a C the answer must still be alpha A B + beta C, each against
+ * the float64 reference, warmed and not. */
+static void test_cublaslt_times_warmed_plans(void **state)
+{
+	(void)state;
+	char err[512] = "";
+	const struct cuda_provider *p = &cuda_provider_cublaslt;
+	struct cuda_dev *cd;
+	void *st;
+	if (!provider_open(p, &cd, &st))
+		return;
+	const uint32_t m = quick ? 512 : 2048, k = quick ? 512 : 2048;
+	struct operands o;
+	ops_make(&o, MFMA_DT_F16, MFMA_DT_F16, false, m, 16, k, 1.0f, 0.0f);
+	struct mfma_weight_host wh = { .m = m, .k = k, .dtype = MFMA_DT_F16, .a = o.a };
+	void *packed = NULL;
+	uint64_t bytes = 0;
+	if (p->weight_pack(cd, st, &wh, &packed, &bytes, err, sizeof(err)) != 0 ||
+	    cuda_dev_sync(cd, "packing", err, sizeof(err)) != 0)
+		fail_msg("cuBLASLt weight_pack: %s", err);
+	const uint64_t t0 = cuda_dev_timings(cd);
+	cuda_dev_set_warming(cd, true);
+	lt_run_ab(cd, st, packed, &o, m, k, 64, MFMA_DT_F16, 2.0f, 0.5f);
+	lt_run_ab(cd, st, packed, &o, m, k, 40, MFMA_DT_F32, 2.0f, 0.5f);
+	cuda_dev_set_warming(cd, false);
+	const uint64_t t1 = cuda_dev_timings(cd);
+	/* The warmed shapes and a new one, on the serving path. */
+	lt_run_ab(cd, st, packed, &o, m, k, 64, MFMA_DT_F16, 2.0f, 0.5f);
+	lt_run_ab(cd, st, packed, &o, m, k, 40, MFMA_DT_F32, -1.0f, 0.25f);
+	lt_run_ab(cd, st, packed, &o, m, k, 24, MFMA_DT_F16, 2.0f, 0.5f);
+	const uint64_t t2 = cuda_dev_timings(cd);
+	printf("  cuBLASLt %ux%u: 2 plans made warming timed %" PRIu64 " algorithms; 3 GEMMs "
+	       "served after, %" PRIu64 " timings\n", m, k, t1 - t0, t2 - t1);
+	/* On sm_90 the heuristic offers several algorithms at these shapes;
+	 * elsewhere one may be all it has, which is nothing to time. */
+	if (cuda_dev_cc(cd) >= 90 && t1 - t0 < 4)
+		fail_msg("warming timed %" PRIu64 " cuBLASLt algorithms for 2 plans, fewer than 2 each",
+			 t1 - t0);
+	assert_int_equal(t2, t1);
+	p->weight_free(cd, st, packed);
+	ops_free(&o);
+	provider_close(p, cd, st);
 }
 
 /* cuBLASLt keeps a resident weight's plans with the weight, those made
@@ -2735,6 +2789,7 @@ int main(void)
 		cmocka_unit_test(test_warmup),
 		cmocka_unit_test(test_cusparselt_keeps_warmed_plans),
 		cmocka_unit_test(test_cublaslt_keeps_warmed_plans),
+		cmocka_unit_test(test_cublaslt_times_warmed_plans),
 		cmocka_unit_test(test_library_graph_replay),
 		cmocka_unit_test(test_policy_and_cache),
 		cmocka_unit_test(test_served_trial),
