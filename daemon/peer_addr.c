@@ -3,11 +3,19 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <string.h>
 
 static const uint8_t v4_mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+
+/* fe80::/10, whose bits 10-63 are zero: the key keeps the interface in
+ * bytes 4-7, beside the rest of the address. */
+static bool link_local(const uint8_t *a)
+{
+	return a[0] == 0xfe && (a[1] & 0xc0) == 0x80;
+}
 
 int peer_addr_key(const struct sockaddr *sa, socklen_t len, struct peer_addr *key)
 {
@@ -24,12 +32,18 @@ int peer_addr_key(const struct sockaddr *sa, socklen_t len, struct peer_addr *ke
 	if (sa->sa_family == AF_INET6) {
 		if (len < (socklen_t)sizeof(struct sockaddr_in6))
 			return -EINVAL;
-		const uint8_t *a = ((const struct sockaddr_in6 *)sa)->sin6_addr.s6_addr;
+		const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)sa;
+		const uint8_t *a = s6->sin6_addr.s6_addr;
 		memcpy(key->b, a, 16);
-		/* An IPv4 peer on a dual-stack socket is that IPv4 address;
-		 * any other its /64. */
-		if (memcmp(a, v4_mapped, sizeof(v4_mapped)) != 0)
+		/* An IPv4 peer on a dual-stack socket is that IPv4 address; a
+		 * link-local one its whole address on its interface (every
+		 * link's hosts share the prefix fe80::/64); any other its /64. */
+		if (link_local(a)) {
+			const uint32_t scope = s6->sin6_scope_id;
+			memcpy(key->b + 4, &scope, sizeof(scope));
+		} else if (memcmp(a, v4_mapped, sizeof(v4_mapped)) != 0) {
 			memset(key->b + 8, 0, 8);
+		}
 		return 0;
 	}
 	return -EAFNOSUPPORT;
@@ -48,6 +62,16 @@ void peer_addr_format(const struct peer_addr *key, char *out, size_t outlen)
 	if (memcmp(key->b, v4_mapped, sizeof(v4_mapped)) == 0) {
 		inet_ntop(AF_INET, key->b + 12, s, sizeof(s));
 		snprintf(out, outlen, "%s", s);
+		return;
+	}
+	if (link_local(key->b)) {
+		uint8_t a[16];
+		uint32_t scope;
+		memcpy(a, key->b, sizeof(a));
+		memcpy(&scope, a + 4, sizeof(scope));
+		memset(a + 4, 0, 4);
+		inet_ntop(AF_INET6, a, s, sizeof(s));
+		snprintf(out, outlen, "%s%%%" PRIu32, s, scope);
 		return;
 	}
 	inet_ntop(AF_INET6, key->b, s, sizeof(s));

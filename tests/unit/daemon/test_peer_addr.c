@@ -1,5 +1,6 @@
 /* Peer address keys: IPv4 as itself, an IPv4-mapped IPv6 peer as the same
- * IPv4 key, IPv6 by its /64, and the words a refusal names. */
+ * IPv4 key, IPv6 by its /64 but link-local by its whole address and
+ * interface, and the words a refusal names. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -87,6 +88,54 @@ static void test_ipv6_by_prefix(void **state)
 	assert_string_equal(t, "ffff");
 }
 
+/* Link-local peers share the prefix fe80::/64 on every link: each is its
+ * whole address on its interface, and the refusal names both. */
+static void test_ipv6_link_local(void **state)
+{
+	(void)state;
+	struct sockaddr_in6 a = v6("fe80::7", 1), b = v6("fe80::8", 1), c = v6("fe80::7", 2),
+			    d = v6("febf::7", 1);
+	a.sin6_scope_id = 2;
+	b.sin6_scope_id = 2;
+	c.sin6_scope_id = 3;
+	d.sin6_scope_id = 2;
+	struct peer_addr ka, kb, kc, kd, ka2;
+	key_of(&a, sizeof(a), &ka);
+	key_of(&b, sizeof(b), &kb);
+	key_of(&c, sizeof(c), &kc);
+	key_of(&d, sizeof(d), &kd);
+	/* Two hosts of one link, one host's address on two links. */
+	assert_false(peer_addr_equal(&ka, &kb));
+	assert_false(peer_addr_equal(&ka, &kc));
+	/* The same host again (another port) is the same peer. */
+	struct sockaddr_in6 a2 = v6("fe80::7", 9);
+	a2.sin6_scope_id = 2;
+	key_of(&a2, sizeof(a2), &ka2);
+	assert_true(peer_addr_equal(&ka, &ka2));
+	char s[PEER_ADDR_STRLEN];
+	peer_addr_format(&ka, s, sizeof(s));
+	assert_string_equal(s, "fe80::7%2");
+	peer_addr_format(&kc, s, sizeof(s));
+	assert_string_equal(s, "fe80::7%3");
+	/* The top of fe80::/10 is link-local too, another address. */
+	assert_false(peer_addr_equal(&ka, &kd));
+	peer_addr_format(&kd, s, sizeof(s));
+	assert_string_equal(s, "febf::7%2");
+	/* fec0:: (site-local, deprecated) is no link-local: by its /64. */
+	struct sockaddr_in6 e = v6("fec0::7", 1), f = v6("fec0::8", 1);
+	struct peer_addr ke, kf;
+	key_of(&e, sizeof(e), &ke);
+	key_of(&f, sizeof(f), &kf);
+	assert_true(peer_addr_equal(&ke, &kf));
+	/* The longest form fits. */
+	struct sockaddr_in6 w = v6("fe80::ffff:ffff:ffff:ffff", 1);
+	w.sin6_scope_id = UINT32_MAX;
+	struct peer_addr kw;
+	key_of(&w, sizeof(w), &kw);
+	peer_addr_format(&kw, s, sizeof(s));
+	assert_string_equal(s, "fe80::ffff:ffff:ffff:ffff%4294967295");
+}
+
 static void test_refused(void **state)
 {
 	(void)state;
@@ -105,6 +154,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_ipv4),
 		cmocka_unit_test(test_ipv6_by_prefix),
+		cmocka_unit_test(test_ipv6_link_local),
 		cmocka_unit_test(test_refused),
 	};
 	return cmocka_run_group_tests_name("peer_addr", tests, NULL, NULL);
