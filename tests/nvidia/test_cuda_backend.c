@@ -1141,6 +1141,19 @@ static void provider_close(const struct cuda_provider *p, struct cuda_dev *cd, v
 	cuda_dev_close(cd);
 }
 
+/* wh packed by provider p on cd, the packing waited for; the handle. */
+static void *provider_pack(const struct cuda_provider *p, struct cuda_dev *cd, void *st,
+			   const struct mfma_weight_host *wh)
+{
+	char err[512] = "";
+	void *packed = NULL;
+	uint64_t bytes = 0;
+	if (p->weight_pack(cd, st, wh, &packed, &bytes, err, sizeof(err)) != 0 ||
+	    cuda_dev_sync(cd, "packing", err, sizeof(err)) != 0)
+		fail_msg("%s weight_pack: %s", p->name, err);
+	return packed;
+}
+
 /* Grids whose rows would pass gridDim.y's 65535: a B of more than 65535
  * x 32 columns through ours' i8 transpose, and a batch whose K passes
  * 65535 x 32 rows through the join of its parts (each kernel's rows then
@@ -1197,7 +1210,6 @@ static void test_cusparselt_keeps_warmed_plans(void **state)
 	(void)state;
 	if (quick)
 		return;
-	char err[512] = "";
 	const struct cuda_provider *p = &cuda_provider_cusparselt;
 	struct cuda_dev *cd;
 	void *st;
@@ -1208,11 +1220,7 @@ static void test_cusparselt_keeps_warmed_plans(void **state)
 	ops_make(&o, MFMA_DT_F16, MFMA_DT_F32, true, m, 16, k, 1.0f, 0.0f);
 	struct mfma_weight_host wh = { .m = m, .k = k, .dtype = MFMA_DT_F16, .sparse = true,
 				       .a = o.a, .meta = o.meta };
-	void *packed = NULL;
-	uint64_t bytes = 0;
-	if (p->weight_pack(cd, st, &wh, &packed, &bytes, err, sizeof(err)) != 0 ||
-	    cuda_dev_sync(cd, "packing", err, sizeof(err)) != 0)
-		fail_msg("cuSPARSELt weight_pack: %s", err);
+	void *packed = provider_pack(p, cd, st, &wh);
 	const enum mfma_dtype outs[2] = { MFMA_DT_F32, MFMA_DT_F16 };
 	/* Warmed: 16 widths (multiples of 16) x 2 output types, all kept. */
 	const uint64_t p0 = cuda_dev_plans(cd);
@@ -1288,7 +1296,6 @@ static void lt_run(struct cuda_dev *cd, void *st, void *packed, const struct ope
 static void test_cublaslt_times_warmed_plans(void **state)
 {
 	(void)state;
-	char err[512] = "";
 	const struct cuda_provider *p = &cuda_provider_cublaslt;
 	struct cuda_dev *cd;
 	void *st;
@@ -1298,11 +1305,7 @@ static void test_cublaslt_times_warmed_plans(void **state)
 	struct operands o;
 	ops_make(&o, MFMA_DT_F16, MFMA_DT_F16, false, m, 16, k, 1.0f, 0.0f);
 	struct mfma_weight_host wh = { .m = m, .k = k, .dtype = MFMA_DT_F16, .a = o.a };
-	void *packed = NULL;
-	uint64_t bytes = 0;
-	if (p->weight_pack(cd, st, &wh, &packed, &bytes, err, sizeof(err)) != 0 ||
-	    cuda_dev_sync(cd, "packing", err, sizeof(err)) != 0)
-		fail_msg("cuBLASLt weight_pack: %s", err);
+	void *packed = provider_pack(p, cd, st, &wh);
 	const uint64_t t0 = cuda_dev_timings(cd);
 	cuda_dev_set_warming(cd, true);
 	lt_run_ab(cd, st, packed, &o, m, k, 64, MFMA_DT_F16, 2.0f, 0.5f);
@@ -1338,7 +1341,6 @@ static void test_cublaslt_keeps_warmed_plans(void **state)
 	(void)state;
 	if (quick)
 		return;
-	char err[512] = "";
 	const struct cuda_provider *p = &cuda_provider_cublaslt;
 	struct cuda_dev *cd;
 	void *st;
@@ -1351,10 +1353,7 @@ static void test_cublaslt_keeps_warmed_plans(void **state)
 		ops_make(&o[wi], MFMA_DT_F16, MFMA_DT_F32, false, ms[wi], 16, k, 1.0f, 0.0f);
 		struct mfma_weight_host wh = { .m = ms[wi], .k = k, .dtype = MFMA_DT_F16,
 					       .a = o[wi].a };
-		uint64_t bytes = 0;
-		if (p->weight_pack(cd, st, &wh, &packed[wi], &bytes, err, sizeof(err)) != 0 ||
-		    cuda_dev_sync(cd, "packing", err, sizeof(err)) != 0)
-			fail_msg("cuBLASLt weight_pack: %s", err);
+		packed[wi] = provider_pack(p, cd, st, &wh);
 	}
 	const enum mfma_dtype outs[2] = { MFMA_DT_F32, MFMA_DT_F16 };
 	/* Each weight warmed at CUDA_WARM_MAX_WIDTHS widths x 2 output types,
@@ -1412,11 +1411,7 @@ static void graph_replay(const struct cuda_provider *p, bool sparse)
 	ops_make(&o, MFMA_DT_F16, MFMA_DT_F16, sparse, m, n, k, 1.0f, 0.0f);
 	struct mfma_weight_host wh = { .m = m, .k = k, .dtype = MFMA_DT_F16, .sparse = sparse,
 				       .a = o.a, .meta = o.meta };
-	void *packed = NULL;
-	uint64_t bytes = 0;
-	if (p->weight_pack(cd, st, &wh, &packed, &bytes, err, sizeof(err)) != 0 ||
-	    cuda_dev_sync(cd, "packing", err, sizeof(err)) != 0)
-		fail_msg("%s weight_pack: %s", p->name, err);
+	void *packed = provider_pack(p, cd, st, &wh);
 	static const float ab[][2] = { { 1.0f, 0.0f }, { 1.0f, 0.0f }, { 2.5f, 0.5f },
 				       { 2.5f, 0.5f }, { -1.0f, 0.0f }, { 1.0f, 0.0f } };
 	for (size_t i = 0; i < sizeof(ab) / sizeof(ab[0]); i++) {
