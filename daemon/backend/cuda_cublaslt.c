@@ -450,7 +450,10 @@ static int lt_enqueue(void *arg, CUstream stream, char *err, size_t errlen)
 /* Times each of the heuristic's algorithms on x's operands (cuda_dev_time)
  * and keeps the fastest in p.  An algorithm that fails to run is passed
  * over; with none run, p keeps the heuristic's first.  x's workspace is
- * the device's, grown to the largest an algorithm asks. */
+ * the device's, grown to the largest an algorithm asks; short of memory
+ * for that, only the algorithms that fit the first's workspace are timed
+ * (the launch needs no more than it did untimed), and the plan is not
+ * timed again. */
 static int plan_time(struct cuda_dev *dev, struct lt_state *s, struct lt_plan *p,
 		     struct lt_call *x, char *err, size_t errlen)
 {
@@ -458,8 +461,10 @@ static int plan_time(struct cuda_dev *dev, struct lt_state *s, struct lt_plan *p
 	for (int i = 0; i < p->ntried; i++)
 		if (p->tried[i].workspace_size > ws)
 			ws = p->tried[i].workspace_size;
+	/* A failed cuda_buf_need has freed the workspace: the first's again. */
 	int rc = cuda_buf_need(&s->ws, ws, "cuBLASLt workspace", NULL, err, errlen);
-	if (rc < 0)
+	if (rc < 0 && (rc = cuda_buf_need(&s->ws, p->tried[0].workspace_size, "cuBLASLt workspace",
+					  NULL, err, errlen)) < 0)
 		return rc;
 	p->timed = true;
 	int best = -1;
@@ -467,6 +472,8 @@ static int plan_time(struct cuda_dev *dev, struct lt_state *s, struct lt_plan *p
 	for (int i = 0; i < p->ntried; i++) {
 		char why[256];
 		uint64_t ns = 0;
+		if (p->tried[i].workspace_size > s->ws.cap)
+			continue;
 		p->algo = p->tried[i].algo;
 		p->ws_bytes = p->tried[i].workspace_size;
 		if (cuda_dev_time(dev, lt_enqueue, x, LT_TIMED_RUNS, &ns, why, sizeof(why)) == 0 &&
