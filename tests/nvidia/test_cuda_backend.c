@@ -1268,7 +1268,7 @@ static void lt_run_ab(struct cuda_dev *cd, void *st, void *packed, const struct 
 	if (cuda_provider_cublaslt.launch(cd, st, &r.g, packed, &variant, err, sizeof(err)) != 0)
 		fail_msg("cuBLASLt %ux%ux%u -> %s: %s", m, n, k, mfma_dtype_name(out), err);
 	struct backend_timing t;
-	cuda_dev_timing(cd, &t); /* waits for D */
+	cuda_dev_timing(cd, &t); /* reads the events only: the copy out into host memory waited for D */
 	uint32_t idx[16];
 	for (uint32_t j = 0; j < 16; j++)
 		idx[j] = j == 0 ? 0 : j == 1 ? m - 1 : nvt_rand(&seed) % m;
