@@ -324,16 +324,21 @@ static int plan_get(struct cuda_dev *dev, struct lt_state *s, struct plan_table 
 		plan_free(p);
 		return -ENOTSUP;
 	}
+	/* Only a plan made while warming is timed: the serving path asks
+	 * for the first alone. */
 	lt_heuristic h[LT_TRIED];
 	int got = 0;
 	memset(h, 0, sizeof(h));
-	st = lt.heuristic(s->h, p->desc, p->la, p->lb, p->lcd, p->lcd, s->pref, LT_TRIED, h, &got);
+	st = lt.heuristic(s->h, p->desc, p->la, p->lb, p->lcd, p->lcd, s->pref,
+			  cuda_dev_warming(dev) ? LT_TRIED : 1, h, &got);
 	for (int i = 0; st == 0 && i < got && i < LT_TRIED; i++)
 		if (h[i].state == 0)
 			p->tried[p->ntried++] = h[i];
 	if (st != 0 || p->ntried < 1) {
+		/* The library's status, or the first algorithm's. */
 		snprintf(err, errlen, "cuda: cuBLASLt has no algorithm for %ux%ux%u %s->%s (%d)", g->m,
-			 g->n, g->k, mfma_dtype_name(g->in_dtype), mfma_dtype_name(g->out_dtype), st);
+			 g->n, g->k, mfma_dtype_name(g->in_dtype), mfma_dtype_name(g->out_dtype),
+			 st != 0 ? st : h[0].state);
 		plan_free(p);
 		return -ENOTSUP;
 	}
@@ -449,7 +454,7 @@ static int lt_enqueue(void *arg, CUstream stream, char *err, size_t errlen)
 
 /* Times each of the heuristic's algorithms on x's operands (cuda_dev_time)
  * and keeps the fastest in p.  An algorithm that fails to run is passed
- * over; with none run, p keeps the heuristic's first.  x's workspace is
+ * over; with none run, the first one's error.  x's workspace is
  * the device's, grown to the largest an algorithm asks; short of memory
  * for that, only the algorithms that fit the first's workspace are timed
  * (the launch needs no more than it did untimed), and the plan is not
@@ -467,7 +472,7 @@ static int plan_time(struct cuda_dev *dev, struct lt_state *s, struct lt_plan *p
 					  NULL, err, errlen)) < 0)
 		return rc;
 	p->timed = true;
-	int best = -1;
+	int best = -1, first_rc = 0;
 	uint64_t best_ns = UINT64_MAX;
 	for (int i = 0; i < p->ntried; i++) {
 		char why[256];
@@ -476,8 +481,11 @@ static int plan_time(struct cuda_dev *dev, struct lt_state *s, struct lt_plan *p
 			continue;
 		p->algo = p->tried[i].algo;
 		p->ws_bytes = p->tried[i].workspace_size;
-		if (cuda_dev_time(dev, lt_enqueue, x, LT_TIMED_RUNS, &ns, why, sizeof(why)) == 0 &&
-		    ns < best_ns) {
+		rc = cuda_dev_time(dev, lt_enqueue, x, LT_TIMED_RUNS, &ns, first_rc ? why : err,
+				   first_rc ? sizeof(why) : errlen);
+		if (rc < 0 && !first_rc)
+			first_rc = rc;
+		if (rc == 0 && ns < best_ns) {
 			best = i;
 			best_ns = ns;
 		}
@@ -485,6 +493,9 @@ static int plan_time(struct cuda_dev *dev, struct lt_state *s, struct lt_plan *p
 	p->algo = p->tried[best < 0 ? 0 : best].algo;
 	p->ws_bytes = p->tried[best < 0 ? 0 : best].workspace_size;
 	cuda_graph_free(&p->graph);
+	if (best < 0)
+		return first_rc;
+	err[0] = '\0';
 	return 0;
 }
 

@@ -350,8 +350,13 @@ static int cs_weight_pack(struct cuda_dev *dev, void *state, const struct mfma_w
 	if ((rc = cuda_dev_copy_in(dev, a->p, (size_t)w->kp * es, dense, wh->m, rows_bytes, err,
 				   errlen)) < 0)
 		goto fail;
-	if ((r = nv_drv.cuMemAlloc(&w->comp, comp_bytes)) != CUDA_SUCCESS ||
-	    (buf_bytes && (r = nv_drv.cuMemAlloc(&buf, buf_bytes)) != CUDA_SUCCESS)) {
+	/* A failed allocation leaves its pointer 0, which the failure path
+	 * does not free. */
+	if ((r = nv_drv.cuMemAlloc(&w->comp, comp_bytes)) != CUDA_SUCCESS)
+		w->comp = 0;
+	else if (buf_bytes && (r = nv_drv.cuMemAlloc(&buf, buf_bytes)) != CUDA_SUCCESS)
+		buf = 0;
+	if (r != CUDA_SUCCESS) {
 		rc = cuda_fail(r, err, errlen, "allocating the compressed weight");
 		goto fail;
 	}

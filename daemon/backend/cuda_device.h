@@ -110,7 +110,9 @@ int cuda_dev_graph_run(struct cuda_dev *d, struct cuda_graph *g, const uint64_t 
 		       cuda_enqueue_fn fn, void *arg, char *err, size_t errlen);
 void cuda_graph_free(struct cuda_graph *g);
 /* Times fn on the device's stream: one untimed run, then `runs` back to
- * back between two events, *ns the mean of one; waits for them.  For a
+ * back between two events (captured into one graph, launched once untimed
+ * first, where the stream can be captured; enqueued one by one where not),
+ * *ns the mean of one; waits for them.  For a
  * provider choosing among its own ways of running a shape while a weight
  * is warmed (cuda_dev_warming): the runs write what the launch would. */
 int cuda_dev_time(struct cuda_dev *d, cuda_enqueue_fn fn, void *arg, int runs, uint64_t *ns,
