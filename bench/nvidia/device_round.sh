@@ -769,6 +769,7 @@ choice)
 	grep -o "weight '[^']*' loaded.*" "$OUT/mfmad_choice.log" | cut -c1-200
 	grep -o "weight '[^']*': served trial.*" "$OUT/mfmad_choice.log"
 	python3 bench/nvidia/choice_summary.py "$OUT/e2e_choice.log" new
+	python3 bench/nvidia/served_vs_alone.py "$OUT/choice_bench.log" "$OUT/mfmad_choice.log"
 	;;
 choiceab)
 	# mfmad's served times with one provider pinned (AB_PREFER, default

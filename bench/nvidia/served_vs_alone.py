@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""Issue 11's "served within 3% of the fastest alone", from one choice round
+(device_round.sh choice): bench_nv's times alone (its "| f16 |" and
+"| wgmma |" lines) against the served leader's median kernel time, which
+the daemon logs when a bucket's served trial ends ("weight 'choice_MxK_KIND':
+served trial at N=n ... (median kernel T us) over ...").  One row per
+weight kind and N the daemon served and the bench timed; ratio over 1.03
+marked "over".
+
+usage: served_vs_alone.py CHOICE_BENCH_LOG MFMAD_LOG"""
+import re
+import sys
+
+
+def alone_times(path):
+    """{(m, n, k): {"2:4": {who: us}, "dense": {who: us}}} from bench_nv."""
+    out = {}
+    for line in open(path, errors="replace"):
+        cells = [c.strip() for c in line.split("|")]
+        if len(cells) > 10 and cells[1] == "f16" and re.fullmatch(r"\d+x\d+x\d+", cells[2]):
+            shape = tuple(int(v) for v in cells[2].split("x"))
+            t = out.setdefault(shape, {"2:4": {}, "dense": {}})
+
+            def num(s):
+                try:
+                    return float(s)
+                except ValueError:
+                    return None
+            for kind, who, cell in (("2:4", "mma.sp", 3), ("dense", "mma", 5),
+                                    ("dense", "cuBLASLt", 7), ("2:4", "cuSPARSELt", 9)):
+                v = num(cells[cell])
+                if v is not None and v == v:  # not NaN
+                    t[kind][who] = v
+            # A 2:4 weight may be served by cuBLASLt (expanded to dense).
+            if "cuBLASLt" in t["dense"]:
+                t["2:4"]["cuBLASLt"] = t["dense"]["cuBLASLt"]
+        m = re.match(r"\| wgmma \| f16\s+\| (\d+x\d+x\d+)\s+\| 2:4\s+([\d.]+) us.*?\| dense\s+([\d.]+) us",
+                     line)
+        if m:
+            shape = tuple(int(v) for v in m.group(1).split("x"))
+            t = out.setdefault(shape, {"2:4": {}, "dense": {}})
+            t["2:4"]["wgmma"] = float(m.group(2))
+            t["dense"]["wgmma"] = float(m.group(3))
+    return out
+
+
+TRIAL = re.compile(r"weight 'choice_(\d+)x(\d+)_(sparse|dense)': served trial at N=(\d+) "
+                   r"(?:kept|changed the lead to) (\S+) \(median kernel ([\d.]+) us\)")
+
+
+def main():
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
+    alone = alone_times(sys.argv[1])
+    rows = over = 0
+    print(f"{'weight, N':28} {'fastest alone':>22} {'served leader (median)':>42} {'ratio':>6}")
+    for line in open(sys.argv[2], errors="replace"):
+        m = TRIAL.search(line)
+        if not m:
+            continue
+        mm, kk, kind, n = int(m.group(1)), int(m.group(2)), m.group(3), int(m.group(4))
+        kind = "2:4" if kind == "sparse" else "dense"
+        times = alone.get((mm, n, kk), {}).get(kind)
+        if not times:
+            continue
+        who = min(times, key=times.get)
+        ratio = float(m.group(6)) / times[who]
+        rows += 1
+        over += ratio > 1.03
+        print(f"{kind + ' ' + str(mm) + 'x' + str(kk) + ', ' + str(n):28} "
+              f"{who + ' ' + format(times[who], '.1f'):>22} "
+              f"{m.group(5) + ' ' + m.group(6):>42} {ratio:6.3f}{' over' if ratio > 1.03 else ''}")
+    print(f"{rows} rows, {over} over 1.03")
+
+
+if __name__ == "__main__":
+    main()
