@@ -393,8 +393,9 @@ static void prep_work(uv_work_t *req)
 	int rc = operand_prepare_a(w->form, w->dtype, w->m, w->k, a, meta, &w->a, err, sizeof(err));
 	/* A client's load is stored here, off the loop (a restore's already
 	 * is); the loop keeps the file once the weight is resident. */
+	const struct daemon *d = w->work.loop->data;
 	char dir[400];
-	if (rc == 0 && w->load.conn && wstore_dir(w->work.loop->data, dir, sizeof(dir))) {
+	if (rc == 0 && w->load.conn && wstore_dir(d, dir, sizeof(dir))) {
 		size_t es = mfma_dtype_size(w->dtype);
 		const Mfma__V1__LoadWeight *lw = w->req->load_weight;
 		struct wstore_weight sw = {
@@ -404,7 +405,7 @@ static void prep_work(uv_work_t *req)
 			.values_bytes = w->a.sparse ? sparse24_values_bytes(w->m, w->k, es)
 						    : (size_t)w->m * w->k * es,
 			.meta_bytes = w->a.sparse ? sparse24_meta_bytes(w->m, w->k) : 0,
-			.min_free = ((const struct daemon *)w->work.loop->data)->cfg.persist_min_free_bytes,
+			.min_free = d->cfg.persist_min_free_bytes,
 		};
 		snprintf(sw.name, sizeof(sw.name), "%s", w->name);
 		w->stored = wstore_write(dir, &sw) == 0;

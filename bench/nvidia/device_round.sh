@@ -42,6 +42,21 @@ step() {
 nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.max.sm,power.limit,temperature.gpu,memory.used \
 	--format=csv | tee "$OUT/gpu.txt"
 
+# The daemon of an earlier build (.devlibs/payload_base.tar.xz) beside the
+# payload's, for the A/B steps: use_payload base|new sets dir (the payload
+# directory) and lib (its libraries), the base unpacked at its first use
+# in this run (a warm machine may hold another run's).
+BASE_UNPACKED=""
+use_payload() {
+	dir=$P lib=$P/lib
+	[ "$1" = base ] || return 0
+	dir=/tmp/mfma-base lib=/tmp/mfma-base/lib
+	[ -n "$BASE_UNPACKED" ] && return 0
+	rm -rf "$dir" && mkdir -p "$dir" && tar -C "$dir" -xJf .devlibs/payload_base.tar.xz ||
+		{ echo "no base payload"; exit 1; }
+	BASE_UNPACKED=1
+}
+
 # The benchmark, built here against the PyTorch environment's cuSPARSELt
 # (its header is C++); the carried binary without it is the fallback.
 BENCH=""
@@ -322,11 +337,8 @@ pitchab)
 	# lone, bytes and --shm) with the daemon of
 	# .devlibs/payload_base.tar.xz (an earlier build) and the payload's,
 	# alternately: base new new base.
-	B=/tmp/mfma-base
-	rm -rf "$B" && mkdir -p "$B" && tar -C "$B" -xJf .devlibs/payload_base.tar.xz || { echo "no base payload"; exit 1; }
 	for who in base new new base; do
-		dir=$P lib=$P/lib
-		[ "$who" = base ] && dir=$B lib=$B/lib
+		use_payload "$who"
 		echo "AB $who" >>"$OUT/e2e_pitchab.log"
 		LD_LIBRARY_PATH="$lib:$LD_LIBRARY_PATH" timeout "${E2E_S:-300}" bash bench/nvidia/e2e.sh "$dir" "$OUT" pitch \
 			>>"$OUT/e2e_pitchab.log" 2>&1
@@ -776,18 +788,18 @@ choiceab)
 	# cuBLASLt) under the daemon of .devlibs/payload_base.tar.xz and the
 	# payload's, alternately (base new new base), at CHOICE_WEIGHTS x
 	# CHOICE_NS; each run's weight warming from the daemon's log.
-	B=/tmp/mfma-base
-	rm -rf "$B" && mkdir -p "$B" && tar -C "$B" -xJf .devlibs/payload_base.tar.xz || { echo "no base payload"; exit 1; }
+	r=0
 	for who in ${AB_ORDER:-base new new base}; do
-		dir=$P lib=$P/lib
-		[ "$who" = base ] && dir=$B lib=$B/lib
+		use_payload "$who"
+		r=$((r + 1))
+		log="$OUT/e2e_choiceab_${r}_$who.log"
 		E2E_PREFER=${AB_PREFER:-cublaslt} CHOICE_WEIGHTS=${CHOICE_WEIGHTS:-14336x4096} \
 			LD_LIBRARY_PATH="$lib:$LD_LIBRARY_PATH" timeout "${E2E_S:-300}" \
-			bash bench/nvidia/e2e.sh "$dir" "$OUT" choice >"$OUT/e2e_choiceab_$who.log" 2>&1
-		echo "=== e2e choice $who, prefer '${AB_PREFER:-cublaslt}': rc=$?"
-		grep -E "^FAIL" "$OUT/e2e_choiceab_$who.log"
+			bash bench/nvidia/e2e.sh "$dir" "$OUT" choice >"$log" 2>&1
+		echo "=== e2e choice $who (run $r), prefer '${AB_PREFER:-cublaslt}': rc=$?"
+		grep -E "^FAIL" "$log"
 		grep -o "weight '[^']*' loaded.*" "$OUT/mfmad_choice.log" | cut -c1-200
-		python3 bench/nvidia/choice_summary.py "$OUT/e2e_choiceab_$who.log" "$who"
+		python3 bench/nvidia/choice_summary.py "$log" "$who"
 	done
 	;;
 graphsab)

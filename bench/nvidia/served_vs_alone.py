@@ -12,6 +12,15 @@ import re
 import sys
 
 
+def num(s):
+    """A time cell's value, None where it is no number or NaN."""
+    try:
+        v = float(s)
+    except ValueError:
+        return None
+    return v if v == v else None
+
+
 def alone_times(path):
     """{(m, n, k): {"2:4": {who: us}, "dense": {who: us}}} from bench_nv."""
     out = {}
@@ -20,16 +29,10 @@ def alone_times(path):
         if len(cells) > 10 and cells[1] == "f16" and re.fullmatch(r"\d+x\d+x\d+", cells[2]):
             shape = tuple(int(v) for v in cells[2].split("x"))
             t = out.setdefault(shape, {"2:4": {}, "dense": {}})
-
-            def num(s):
-                try:
-                    return float(s)
-                except ValueError:
-                    return None
             for kind, who, cell in (("2:4", "mma.sp", 3), ("dense", "mma", 5),
                                     ("dense", "cuBLASLt", 7), ("2:4", "cuSPARSELt", 9)):
                 v = num(cells[cell])
-                if v is not None and v == v:  # not NaN
+                if v is not None:
                     t[kind][who] = v
             # A 2:4 weight may be served by cuBLASLt (expanded to dense).
             if "cuBLASLt" in t["dense"]:

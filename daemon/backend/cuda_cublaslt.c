@@ -136,11 +136,11 @@ struct lt_plan {
 	lt_layout la, lb, lcd;
 	lt_algo algo;
 	size_t ws_bytes;
-	/* The heuristic's usable algorithms, its order; timed once the plan
-	 * first runs while its weight is warmed, the fastest then in algo. */
+	/* The heuristic's usable algorithms, its order; when the plan first
+	 * runs while its weight is warmed they are timed, and the fastest is
+	 * left alone (ntried 1: nothing more to time). */
 	lt_heuristic tried[LT_TRIED];
 	int ntried;
-	bool timed;
 	struct cuda_graph graph; /* the launch, replayed (cuda_dev_graph_run) */
 };
 
@@ -457,8 +457,8 @@ static int lt_enqueue(void *arg, CUstream stream, char *err, size_t errlen)
  * over; with none run, the first one's error.  x's workspace is
  * the device's, grown to the largest an algorithm asks; short of memory
  * for that, only the algorithms that fit the first's workspace are timed
- * (the launch needs no more than it did untimed), and the plan is not
- * timed again. */
+ * (the launch needs no more than it did untimed).  The plan keeps the
+ * one it runs alone, so it is not timed again. */
 static int plan_time(struct cuda_dev *dev, struct lt_state *s, struct lt_plan *p,
 		     struct lt_call *x, char *err, size_t errlen)
 {
@@ -471,7 +471,6 @@ static int plan_time(struct cuda_dev *dev, struct lt_state *s, struct lt_plan *p
 	if (rc < 0 && (rc = cuda_buf_need(&s->ws, p->tried[0].workspace_size, "cuBLASLt workspace",
 					  NULL, err, errlen)) < 0)
 		return rc;
-	p->timed = true;
 	int best = -1, first_rc = 0;
 	uint64_t best_ns = UINT64_MAX;
 	for (int i = 0; i < p->ntried; i++) {
@@ -490,8 +489,10 @@ static int plan_time(struct cuda_dev *dev, struct lt_state *s, struct lt_plan *p
 			best_ns = ns;
 		}
 	}
-	p->algo = p->tried[best < 0 ? 0 : best].algo;
-	p->ws_bytes = p->tried[best < 0 ? 0 : best].workspace_size;
+	p->tried[0] = p->tried[best < 0 ? 0 : best];
+	p->ntried = 1;
+	p->algo = p->tried[0].algo;
+	p->ws_bytes = p->tried[0].workspace_size;
 	cuda_graph_free(&p->graph);
 	if (best < 0)
 		return first_rc;
@@ -541,7 +542,7 @@ static int lt_launch(struct cuda_dev *dev, void *state, const struct mfma_gemm *
 	uint32_t ab[2];
 	memcpy(&ab[0], &x.alpha, sizeof(ab[0]));
 	memcpy(&ab[1], &x.beta, sizeof(ab[1]));
-	if (!p->timed && p->ntried > 1 && cuda_dev_warming(dev) &&
+	if (p->ntried > 1 && cuda_dev_warming(dev) &&
 	    (rc = plan_time(dev, s, p, &x, err, errlen)) < 0)
 		return rc;
 	const uint64_t key[] = { x.a, x.b, x.c, x.d, s->ws.p, (uint64_t)ab[0] << 32 | ab[1] };

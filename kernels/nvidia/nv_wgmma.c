@@ -64,19 +64,18 @@ int nv_wg_module_load(struct nv_wg_module *m, CUdevice dev, char *err, size_t er
 		goto fail;
 	}
 	for (int bf16 = 0; bf16 < 2; bf16++)
-		for (int t = 0; t < NV_WG_TILE_COUNT; t++) {
-			struct nv_wg_tile_shape sh;
+		for (int t = 0; t < NV_WG_TILE_COUNT; t++)
 			for (int dense = 0; dense < 2; dense++) {
+				struct nv_wg_tile_shape sh;
 				nv_wg_tile_shape(dense, t, &sh);
 				if ((rc = setup_kernel(m, nv_wg_kernel_name(dense, bf16, t), sh.smem, smem_optin,
 						       &m->gemm[dense][bf16][t], &m->occ[dense][bf16][t], err, errlen)) < 0)
 					goto fail;
+				/* The row-major dense kernel: the dense tile's ring. */
+				if (dense && (rc = setup_kernel(m, nv_wg_rm_kernel_name(bf16, t), sh.smem, smem_optin,
+								&m->gemm_rm[bf16][t], &m->occ_rm[bf16][t], err, errlen)) < 0)
+					goto fail;
 			}
-			/* The row-major dense kernel: the dense tile's ring. */
-			if ((rc = setup_kernel(m, nv_wg_rm_kernel_name(bf16, t), sh.smem, smem_optin, &m->gemm_rm[bf16][t],
-					       &m->occ_rm[bf16][t], err, errlen)) < 0)
-				goto fail;
-		}
 	return 0;
 fail:
 	nv_wg_module_unload(m);

@@ -30,58 +30,61 @@ static struct sockaddr_in6 v6(const char *s, int port)
 	return a;
 }
 
-static void key_of(const void *sa, socklen_t len, struct peer_addr *k)
+/* The key of an IPv4 or IPv6 (scope: the interface's index) peer. */
+static struct peer_addr key4(const char *s, int port)
 {
-	assert_int_equal(peer_addr_key(sa, len, k), 0);
+	struct sockaddr_in a = v4(s, port);
+	struct peer_addr k;
+	assert_int_equal(peer_addr_key((const struct sockaddr *)&a, sizeof(a), &k), 0);
+	return k;
+}
+
+static struct peer_addr key6(const char *s, int port, uint32_t scope)
+{
+	struct sockaddr_in6 a = v6(s, port);
+	a.sin6_scope_id = scope;
+	struct peer_addr k;
+	assert_int_equal(peer_addr_key((const struct sockaddr *)&a, sizeof(a), &k), 0);
+	return k;
+}
+
+/* k's words, into buf (PEER_ADDR_STRLEN bytes). */
+static const char *words(struct peer_addr k, char *buf)
+{
+	peer_addr_format(&k, buf, PEER_ADDR_STRLEN);
+	return buf;
 }
 
 static void test_ipv4(void **state)
 {
 	(void)state;
-	struct sockaddr_in a = v4("127.0.0.1", 4000), b = v4("127.0.0.1", 4001), c = v4("127.0.0.2", 4000);
-	struct peer_addr ka, kb, kc;
-	key_of(&a, sizeof(a), &ka);
-	key_of(&b, sizeof(b), &kb);
-	key_of(&c, sizeof(c), &kc);
+	const struct peer_addr ka = key4("127.0.0.1", 4000), kb = key4("127.0.0.1", 4001),
+			       kc = key4("127.0.0.2", 4000);
+	char s[PEER_ADDR_STRLEN];
 	/* The port is not part of the peer. */
 	assert_true(peer_addr_equal(&ka, &kb));
 	assert_false(peer_addr_equal(&ka, &kc));
-	char s[PEER_ADDR_STRLEN];
-	peer_addr_format(&kc, s, sizeof(s));
-	assert_string_equal(s, "127.0.0.2");
+	assert_string_equal(words(kc, s), "127.0.0.2");
 	/* The same peer through a dual-stack socket is the same key. */
-	struct sockaddr_in6 m = v6("::ffff:127.0.0.2", 9);
-	struct peer_addr km;
-	key_of(&m, sizeof(m), &km);
+	const struct peer_addr km = key6("::ffff:127.0.0.2", 9, 0);
 	assert_true(peer_addr_equal(&km, &kc));
-	peer_addr_format(&km, s, sizeof(s));
-	assert_string_equal(s, "127.0.0.2");
+	assert_string_equal(words(km, s), "127.0.0.2");
 }
 
 static void test_ipv6_by_prefix(void **state)
 {
 	(void)state;
-	struct sockaddr_in6 a = v6("2001:db8:1:2::7", 1), b = v6("2001:db8:1:2:ffff:1:2:3", 1),
-			    c = v6("2001:db8:1:3::7", 1), l = v6("::1", 1);
-	struct peer_addr ka, kb, kc, kl;
-	key_of(&a, sizeof(a), &ka);
-	key_of(&b, sizeof(b), &kb);
-	key_of(&c, sizeof(c), &kc);
-	key_of(&l, sizeof(l), &kl);
+	const struct peer_addr ka = key6("2001:db8:1:2::7", 1, 0), kb = key6("2001:db8:1:2:ffff:1:2:3", 1, 0),
+			       kc = key6("2001:db8:1:3::7", 1, 0);
+	char s[PEER_ADDR_STRLEN];
 	/* One /64, one peer: its host part is the host's to choose. */
 	assert_true(peer_addr_equal(&ka, &kb));
 	assert_false(peer_addr_equal(&ka, &kc));
-	char s[PEER_ADDR_STRLEN];
-	peer_addr_format(&ka, s, sizeof(s));
-	assert_string_equal(s, "2001:db8:1:2::/64");
-	peer_addr_format(&kl, s, sizeof(s));
-	assert_string_equal(s, "::/64");
+	assert_string_equal(words(ka, s), "2001:db8:1:2::/64");
+	assert_string_equal(words(key6("::1", 1, 0), s), "::/64");
 	/* Long enough for the longest prefix. */
-	struct sockaddr_in6 w = v6("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", 1);
-	struct peer_addr kw;
-	key_of(&w, sizeof(w), &kw);
-	peer_addr_format(&kw, s, sizeof(s));
-	assert_string_equal(s, "ffff:ffff:ffff:ffff::/64");
+	const struct peer_addr kw = key6("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", 1, 0);
+	assert_string_equal(words(kw, s), "ffff:ffff:ffff:ffff::/64");
 	/* A short buffer is cut, still terminated. */
 	char t[5];
 	peer_addr_format(&kw, t, sizeof(t));
@@ -93,47 +96,26 @@ static void test_ipv6_by_prefix(void **state)
 static void test_ipv6_link_local(void **state)
 {
 	(void)state;
-	struct sockaddr_in6 a = v6("fe80::7", 1), b = v6("fe80::8", 1), c = v6("fe80::7", 2),
-			    d = v6("febf::7", 1);
-	a.sin6_scope_id = 2;
-	b.sin6_scope_id = 2;
-	c.sin6_scope_id = 3;
-	d.sin6_scope_id = 2;
-	struct peer_addr ka, kb, kc, kd, ka2;
-	key_of(&a, sizeof(a), &ka);
-	key_of(&b, sizeof(b), &kb);
-	key_of(&c, sizeof(c), &kc);
-	key_of(&d, sizeof(d), &kd);
+	const struct peer_addr ka = key6("fe80::7", 1, 2), kb = key6("fe80::8", 1, 2), kc = key6("fe80::7", 2, 3),
+			       kd = key6("febf::7", 1, 2);
+	char s[PEER_ADDR_STRLEN];
 	/* Two hosts of one link, one host's address on two links. */
 	assert_false(peer_addr_equal(&ka, &kb));
 	assert_false(peer_addr_equal(&ka, &kc));
 	/* The same host again (another port) is the same peer. */
-	struct sockaddr_in6 a2 = v6("fe80::7", 9);
-	a2.sin6_scope_id = 2;
-	key_of(&a2, sizeof(a2), &ka2);
+	const struct peer_addr ka2 = key6("fe80::7", 9, 2);
 	assert_true(peer_addr_equal(&ka, &ka2));
-	char s[PEER_ADDR_STRLEN];
-	peer_addr_format(&ka, s, sizeof(s));
-	assert_string_equal(s, "fe80::7%2");
-	peer_addr_format(&kc, s, sizeof(s));
-	assert_string_equal(s, "fe80::7%3");
+	assert_string_equal(words(ka, s), "fe80::7%2");
+	assert_string_equal(words(kc, s), "fe80::7%3");
 	/* The top of fe80::/10 is link-local too, another address. */
 	assert_false(peer_addr_equal(&ka, &kd));
-	peer_addr_format(&kd, s, sizeof(s));
-	assert_string_equal(s, "febf::7%2");
+	assert_string_equal(words(kd, s), "febf::7%2");
 	/* fec0:: (site-local, deprecated) is no link-local: by its /64. */
-	struct sockaddr_in6 e = v6("fec0::7", 1), f = v6("fec0::8", 1);
-	struct peer_addr ke, kf;
-	key_of(&e, sizeof(e), &ke);
-	key_of(&f, sizeof(f), &kf);
+	const struct peer_addr ke = key6("fec0::7", 1, 0), kf = key6("fec0::8", 1, 0);
 	assert_true(peer_addr_equal(&ke, &kf));
 	/* The longest form fits. */
-	struct sockaddr_in6 w = v6("fe80::ffff:ffff:ffff:ffff", 1);
-	w.sin6_scope_id = UINT32_MAX;
-	struct peer_addr kw;
-	key_of(&w, sizeof(w), &kw);
-	peer_addr_format(&kw, s, sizeof(s));
-	assert_string_equal(s, "fe80::ffff:ffff:ffff:ffff%4294967295");
+	assert_string_equal(words(key6("fe80::ffff:ffff:ffff:ffff", 1, UINT32_MAX), s),
+			    "fe80::ffff:ffff:ffff:ffff%4294967295");
 }
 
 static void test_refused(void **state)
