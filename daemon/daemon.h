@@ -58,6 +58,7 @@ struct daemon {
 	 * outcome (declare.c: a declaration that load held back loads now). */
 	void (*load_over)(struct daemon *d, const char *name);
 	struct choices *choices; /* choices.c: measured provider choices, NULL without a state dir */
+	int state_lock;          /* main.c, state_lock.h: the state directory's lock, -1 for none */
 	struct listeners *listeners; /* listen.c */
 	struct conn *conns;      /* conn.c: every open connection */
 	struct readers *readers; /* readers.c: NULL when limits.reader_threads is 0 */

@@ -30,6 +30,7 @@
 #include "read_arena.h"
 #include "readers.h"
 #include "scheduler.h"
+#include "state_lock.h"
 #include "weights.h"
 
 static const char usage_text[] =
@@ -489,6 +490,36 @@ static int version(void)
 	return 0;
 }
 
+/* The state directory (weights.state_dir, else systemd's), when there is
+ * one, is this daemon's alone (state_lock.h): 0, or -EBUSY with err
+ * naming the daemon that has it.  A lock that cannot be taken for another
+ * reason (a directory not made yet, a file system without locks) is said
+ * and the start goes on, as it did before there was a lock. */
+static int lock_state_dir(struct daemon *d, char *err, size_t errlen)
+{
+	char dir[256];
+	d->state_lock = -1;
+	if (!config_state_dir(&d->cfg, dir, sizeof(dir)))
+		return 0;
+	pid_t holder;
+	int fd = state_lock_take(dir, &holder);
+	if (fd >= 0) {
+		d->state_lock = fd;
+		return 0;
+	}
+	if (fd != -EBUSY) {
+		log_warn("the state directory %s is not locked (%s): another mfmad given it "
+			 "would not be stopped", dir, strerror(-fd));
+		return 0;
+	}
+	char who[48] = "another process";
+	if (holder > 0)
+		snprintf(who, sizeof(who), "another mfmad (pid %ld)", (long)holder);
+	snprintf(err, errlen, "the state directory %s is in use by %s; each daemon needs a "
+		 "weights.state_dir of its own", dir, who);
+	return -EBUSY;
+}
+
 static int parse_backends(const char *s, struct mfmad_config *c)
 {
 	c->cpu = c->hip = c->cuda = BACKEND_OFF;
@@ -661,8 +692,8 @@ int main(int argc, char **argv)
 
 	log_notice("mfmad %s starting (config: %s)", MFMAD_VERSION,
 		   d->config_path ? d->config_path : "built-in defaults");
-	int rc = conn_start(d);
-	if (rc < 0)
+	int rc = lock_state_dir(d, err, sizeof(err));
+	if (rc == 0 && (rc = conn_start(d)) < 0)
 		snprintf(err, sizeof(err), "cannot start the connection timer: %s", uv_strerror(rc));
 	if (rc == 0 && (rc = loop_poll_init(&LP, d->loop)) < 0)
 		snprintf(err, sizeof(err), "cannot start the loop's poll handles: %s",
@@ -775,6 +806,8 @@ int main(int argc, char **argv)
 	read_arena_close(d);
 	devices_free(d);
 	listen_free(d);
+	if (d->state_lock >= 0)
+		close(d->state_lock);
 	uv_loop_close(d->loop);
 	return d->exit_code;
 }

@@ -628,6 +628,45 @@ static void test_private_files(void **state_)
 	rm_rf(dir);
 }
 
+/* Two daemons given one state directory: the second refuses to start,
+ * naming the first, which goes on serving its stored weight; once the
+ * first has stopped, its lock file (its pid still in it) does not keep
+ * the next one out. */
+static void test_state_dir_taken(void **state_)
+{
+	(void)state_;
+	char dir2[64], conf2[256], log[8192], want[160];
+	private_state(dir2, sizeof(dir2), conf2, sizeof(conf2));
+	struct mfmad_proc d, d2;
+	struct mfma_error err;
+	mfma_client *c = start_conf(&d, conf2);
+	assert_int_equal(load(c, "mine", MFMA_SPARSITY_DENSE), 1);
+	assert_int_equal(harness_start(&d2, conf2, NULL), -1);
+	FILE *f = fopen(d2.log, "r");
+	assert_non_null(f);
+	size_t n = fread(log, 1, sizeof(log) - 1, f);
+	log[n] = '\0';
+	fclose(f);
+	unlink(d2.log);
+	unlink(d2.conf);
+	rmdir(d2.dir);
+	snprintf(want, sizeof(want), "the state directory %s is in use by another mfmad (pid %ld)",
+		 dir2, (long)d.pid);
+	assert_non_null(strstr(log, want));
+	assert_null(strstr(log, "ready"));
+	float out[M * N];
+	assert_int_equal(gemm_on(c, "mine", out, &err), 0);
+	mfma_close(c);
+	assert_int_equal(harness_stop(&d), 0);
+	c = start_conf(&d, conf2);
+	assert_int_equal(harness_log_count(&d, "restored 1 of 1 stored weight(s)"), 1);
+	assert_int_equal(gemm_on(c, "mine", out, &err), 0);
+	mfma_close(c);
+	assert_int_equal(harness_stop(&d), 0);
+	printf("a second daemon on a state directory in use: \"%s\"\n", want);
+	rm_rf(dir2);
+}
+
 int main(void)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -651,6 +690,7 @@ int main(void)
 		cmocka_unit_test(test_restore_over_budget),
 		cmocka_unit_test(test_restore_keeps_device),
 		cmocka_unit_test(test_private_files),
+		cmocka_unit_test(test_state_dir_taken),
 	};
 	int rc = cmocka_run_group_tests(tests, NULL, NULL);
 	char cmd[128];
