@@ -492,9 +492,10 @@ static int version(void)
 
 /* The state directory (weights.state_dir, else systemd's), when there is
  * one, is this daemon's alone (state_lock.h): 0, or -EBUSY with err
- * naming the daemon that has it.  A lock that cannot be taken for another
- * reason (a directory not made yet, a file system without locks) is said
- * and the start goes on, as it did before there was a lock. */
+ * naming the daemon that has it.  A read-only one is shared, unlocked.  A
+ * lock that cannot be taken for another reason (a directory not made yet,
+ * a file system without locks) is said and the start goes on, as it did
+ * before there was a lock. */
 static int lock_state_dir(struct daemon *d, char *err, size_t errlen)
 {
 	char dir[256];
@@ -505,6 +506,11 @@ static int lock_state_dir(struct daemon *d, char *err, size_t errlen)
 	int fd = state_lock_take(dir, &holder);
 	if (fd >= 0) {
 		d->state_lock = fd;
+		return 0;
+	}
+	if (fd == -EROFS || fd == -EACCES) {
+		log_info("the state directory %s is read-only here: shared with any other "
+			 "daemon, not locked", dir);
 		return 0;
 	}
 	if (fd != -EBUSY) {

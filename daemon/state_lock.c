@@ -21,15 +21,6 @@ static pid_t read_holder(int fd)
 	return v > 0 && (*end == '\n' || *end == '\0') ? (pid_t)v : 0;
 }
 
-static int lock_fd(int fd)
-{
-	while (flock(fd, LOCK_EX | LOCK_NB) < 0) {
-		if (errno != EINTR)
-			return errno == EWOULDBLOCK ? -EBUSY : -errno;
-	}
-	return 0;
-}
-
 int state_lock_take(const char *dir, pid_t *holder)
 {
 	*holder = 0;
@@ -37,32 +28,23 @@ int state_lock_take(const char *dir, pid_t *holder)
 	if (snprintf(path, sizeof(path), "%s/lock", dir) >= (int)sizeof(path))
 		return -ENAMETOOLONG;
 	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-	if (fd >= 0) {
-		int rc = lock_fd(fd);
-		if (rc < 0) {
-			if (rc == -EBUSY)
-				*holder = read_holder(fd);
-			close(fd);
-			return rc;
-		}
-		char pid[24];
-		int n = snprintf(pid, sizeof(pid), "%ld\n", (long)getpid());
-		/* The pid only names the holder in the next one's error. */
-		if (ftruncate(fd, 0) < 0 || pwrite(fd, pid, (size_t)n, 0) != n) {
-			/* nothing: the lock holds without it */
-		}
-		return fd;
-	}
-	if (errno != EROFS && errno != EACCES)
-		return -errno;
-	/* A read-only directory: the lock on the directory itself. */
-	fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
-	int rc = lock_fd(fd);
+	int rc;
+	while ((rc = flock(fd, LOCK_EX | LOCK_NB)) < 0 && errno == EINTR)
+		;
 	if (rc < 0) {
+		rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
+		if (rc == -EBUSY)
+			*holder = read_holder(fd);
 		close(fd);
 		return rc;
+	}
+	char pid[24];
+	int n = snprintf(pid, sizeof(pid), "%ld\n", (long)getpid());
+	/* The pid only names the holder in the next one's error. */
+	if (ftruncate(fd, 0) < 0 || pwrite(fd, pid, (size_t)n, 0) != n) {
+		/* nothing: the lock holds without it */
 	}
 	return fd;
 }

@@ -7,9 +7,10 @@
  *
  * The lock is flock(2) on STATE/lock, a file holding the holder's pid
  * (the kernel drops the lock when the holder exits, however it exits, so
- * a lock file left by a crash never blocks).  Where the file cannot be
- * written (a read-only state directory, which still serves its stored
- * weights), the directory itself is locked and the holder goes unnamed. */
+ * a lock file left by a crash never blocks).  A state directory this
+ * daemon cannot write (a fleet's weight volume mounted read-only, whose
+ * stored weights every node restores) is not locked: nothing in it is
+ * written or removed, so any number of daemons may share it. */
 #ifndef MFMAD_STATE_LOCK_H
 #define MFMAD_STATE_LOCK_H
 
@@ -18,8 +19,9 @@
 
 /* Takes the lock of directory dir.  Returns the descriptor that holds it
  * (close-on-exec; the lock lasts until it is closed), -EBUSY when another
- * process holds it (*holder: its pid, or 0 when not known), or another
- * negative errno when dir cannot be opened. */
+ * process holds it (*holder: its pid, or 0 when not known), -EROFS or
+ * -EACCES when the lock file cannot be made or opened for writing (the
+ * directory is read-only to this daemon), or another negative errno. */
 int state_lock_take(const char *dir, pid_t *holder);
 
 #endif

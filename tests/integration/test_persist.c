@@ -455,6 +455,16 @@ static void test_read_only_state_dir(void **state_)
 	assert_int_equal(harness_log_count(&d, "restored 1 of 1 stored weight(s)"), 1);
 	float out[M * N];
 	assert_int_equal(gemm_on(c, "kept", out, &err), 0);
+	/* Read-only, it is not one daemon's (a fleet's weight volume): a
+	 * second one starts beside the first and restores the same weight. */
+	struct mfmad_proc d2;
+	mfma_client *c2 = start_conf(&d2, conf2);
+	assert_int_equal(harness_log_count(&d2, "restored 1 of 1 stored weight(s)"), 1);
+	assert_int_equal(harness_log_count(&d2, "is read-only here: shared with any other daemon, "
+					       "not locked"), 1);
+	assert_int_equal(gemm_on(c2, "kept", out, &err), 0);
+	mfma_close(c2);
+	assert_int_equal(harness_stop(&d2), 0);
 	assert_int_equal(load(c, "fresh", MFMA_SPARSITY_DENSE), 0);
 	assert_int_equal(mfma_unload_weight(c, "kept", &err), 0);
 	mfma_close(c);
@@ -464,7 +474,8 @@ static void test_read_only_state_dir(void **state_)
 	assert_int_equal(harness_stop(&d), 0);
 	snprintf(path, sizeof(path), "%s/weights/kept.mfw", dir2);
 	assert_int_equal(access(path, F_OK), 0);
-	printf("a read-only state directory: restored, a load unstored, an unload leaves the file\n");
+	printf("a read-only state directory: restored by two daemons at once, a load unstored, an "
+	       "unload leaves the file\n");
 	assert_int_equal(umount(dir2), 0);
 	rm_rf(dir2);
 }
