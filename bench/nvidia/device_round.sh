@@ -767,8 +767,10 @@ choice)
 	# measured choice at the same shapes.
 	build_bench
 	: >"$OUT/choice_bench.log"
+	# CHOICE_SERVED=1: bench_nv --served, each provider also timed one
+	# call at a time between the copies (served_vs_alone.py's last columns).
 	for shape in ${CHOICE_SHAPES:-14336x16x4096 14336x64x4096 14336x256x4096 4096x16x14336 4096x64x14336 4096x256x14336}; do
-		timeout 120 "$BENCH" --dtypes f16 --shape "$shape" >>"$OUT/choice_bench.log" 2>&1
+		timeout 120 "$BENCH" ${CHOICE_SERVED:+--served} --dtypes f16 --shape "$shape" >>"$OUT/choice_bench.log" 2>&1
 	done
 	grep -E "^\| f16|^\| wgmma \||^\| cublaslt algos" "$OUT/choice_bench.log"
 	# 40 settling requests a shape (E2E_CHOICE_SETTLE) hold each bucket's

@@ -7,6 +7,16 @@ served trial at N=n ... (median kernel T us) over ...").  One row per
 weight kind and N the daemon served and the bench timed; ratio over 1.03
 marked "over".
 
+Where bench_nv ran with --served (CHOICE_SERVED=1), its "| served |" lines
+time each provider one call at a time between the copies, as the daemon
+serves it (no daemon: launched directly and from a CUDA graph, the faster
+kept); the last two columns are the fastest of those and the served leader
+over it.  That reference takes the same lone launch and the same L2 state as
+the daemon's (a weight that fits L2 stays there between calls, which the
+back-to-back "alone" timing with rotating copies does not let it), so what
+is over it is the daemon's own cost.  The dense rows have cuBLASLt there
+only (bench_nv serves no dense kernel of ours).
+
 usage: served_vs_alone.py CHOICE_BENCH_LOG MFMAD_LOG"""
 import re
 import sys
@@ -47,6 +57,25 @@ def alone_times(path):
     return out
 
 
+def served_times(path):
+    """{(m, n, k): {"2:4": {who: us}, "dense": {who: us}}} from bench_nv's
+    "| served |" lines: the faster of the direct and the graph launch."""
+    out = {}
+    kinds = {"ours 2:4": ("2:4",), "wgmma 2:4": ("2:4",), "cuSPARSELt": ("2:4",),
+             "cuBLASLt": ("dense", "2:4")}
+    for line in open(path, errors="replace"):
+        cells = [c.strip() for c in line.split("|")]
+        if len(cells) < 8 or cells[1] != "served" or cells[3] not in kinds:
+            continue
+        shape = tuple(int(v) for v in cells[2].split("x"))
+        t = [v for v in (num(cells[4]), num(cells[6])) if v is not None]
+        if not t:
+            continue
+        for kind in kinds[cells[3]]:
+            out.setdefault(shape, {"2:4": {}, "dense": {}})[kind][cells[3]] = min(t)
+    return out
+
+
 TRIAL = re.compile(r"weight 'choice_(\d+)x(\d+)_(sparse|dense)': served trial at N=(\d+) "
                    r"(?:kept|changed the lead to) (\S+) \(median kernel ([\d.]+) us\)")
 
@@ -55,8 +84,10 @@ def main():
     if len(sys.argv) != 3:
         sys.exit(__doc__)
     alone = alone_times(sys.argv[1])
+    served = served_times(sys.argv[1])
     rows = over = 0
-    print(f"{'weight, N':28} {'fastest alone':>22} {'served leader (median)':>42} {'ratio':>6}")
+    print(f"{'weight, N':28} {'fastest alone':>22} {'served leader (median)':>42} {'ratio':>6}"
+          + (f"       {'fastest one at a time':>24} {'ratio':>6}" if served else ""))
     for line in open(sys.argv[2], errors="replace"):
         m = TRIAL.search(line)
         if not m:
@@ -70,9 +101,14 @@ def main():
         ratio = float(m.group(6)) / times[who]
         rows += 1
         over += ratio > 1.03
-        print(f"{kind + ' ' + str(mm) + 'x' + str(kk) + ', ' + str(n):28} "
-              f"{who + ' ' + format(times[who], '.1f'):>22} "
-              f"{m.group(5) + ' ' + m.group(6):>42} {ratio:6.3f}{' over' if ratio > 1.03 else ''}")
+        row = (f"{kind + ' ' + str(mm) + 'x' + str(kk) + ', ' + str(n):28} "
+               f"{who + ' ' + format(times[who], '.1f'):>22} "
+               f"{m.group(5) + ' ' + m.group(6):>42} {ratio:6.3f}{' over' if ratio > 1.03 else '     '}")
+        lone = served.get((mm, n, kk), {}).get(kind)
+        if lone:
+            lw = min(lone, key=lone.get)
+            row += f"  {lw + ' ' + format(lone[lw], '.1f'):>24} {float(m.group(6)) / lone[lw]:6.3f}"
+        print(row.rstrip())
     print(f"{rows} rows, {over} over 1.03")
 
 
