@@ -997,12 +997,21 @@ int cuda_dev_copy_out_with(struct cuda_dev *d, CUdeviceptr src, size_t bytes, cu
 	return 0;
 }
 
-static uint64_t elapsed_ns(CUevent from, CUevent to)
+/* The time between two events that have completed, in *ns. */
+static CUresult event_ns(CUevent from, CUevent to, uint64_t *ns)
 {
 	float ms = 0.0f;
-	if (nv_drv.cuEventElapsedTime(&ms, from, to) != CUDA_SUCCESS)
-		return 0;
-	return backend_event_ns(ms);
+	CUresult r = nv_drv.cuEventElapsedTime(&ms, from, to);
+	*ns = r == CUDA_SUCCESS ? backend_event_ns(ms) : 0;
+	return r;
+}
+
+/* event_ns, 0 where the driver cannot say. */
+static uint64_t elapsed_ns(CUevent from, CUevent to)
+{
+	uint64_t ns;
+	(void)event_ns(from, to, &ns);
+	return ns;
 }
 
 /* cuda_dev_time's runs, enqueued one after the other (captured into one
@@ -1060,10 +1069,10 @@ int cuda_dev_time(struct cuda_dev *d, cuda_enqueue_fn fn, void *arg, int runs, u
 		CU_TRY(nv_drv.cuEventRecord(d->time_ev[1], d->stream), "cuEventRecord");
 	}
 	CU_TRY(nv_drv.cuEventSynchronize(d->time_ev[1]), "cuEventSynchronize");
-	float ms = 0.0f;
-	CU_TRY(nv_drv.cuEventElapsedTime(&ms, d->time_ev[0], d->time_ev[1]), "cuEventElapsedTime");
+	uint64_t total;
+	CU_TRY(event_ns(d->time_ev[0], d->time_ev[1], &total), "cuEventElapsedTime");
 	d->timings++;
-	*ns = backend_event_ns(ms) / (uint64_t)runs;
+	*ns = total / (uint64_t)runs;
 	return 0;
 }
 

@@ -197,6 +197,11 @@ int harness_start(struct mfmad_proc *p, const char *extra_conf, const char *cons
 	return -1;
 }
 
+void harness_remove(const struct mfmad_proc *p)
+{
+	remove_files(p);
+}
+
 int harness_stop(struct mfmad_proc *p)
 {
 	int status = -1;

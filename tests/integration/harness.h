@@ -32,6 +32,10 @@ int harness_start_slowed(struct mfmad_proc *p, const char *extra_conf,
  * signal); prints the daemon's log when it is not 0. */
 int harness_stop(struct mfmad_proc *p);
 
+/* Removes the files and directory of a daemon that harness_start could
+ * not start (its log read first, with harness_log_count). */
+void harness_remove(const struct mfmad_proc *p);
+
 /* A cmocka teardown: stops (as harness_stop) every daemon a test started
  * and did not stop, as after a failed assertion.  Returns 0. */
 int harness_stop_leftover(void **state);

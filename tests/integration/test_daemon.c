@@ -82,9 +82,7 @@ static int run_expect_exit(const char *conf, const char *const *args, char *log,
 	log[n] = '\0';
 	if (f)
 		fclose(f);
-	unlink(d.log);
-	unlink(d.conf);
-	rmdir(d.dir);
+	harness_remove(&d);
 	return rc == 0 ? status : -1;
 }
 
