@@ -10,7 +10,7 @@
 #        [batching] [serving] [readsab] [postab] [readerminab] [corkab] [abcross] [overlapab] [copystreamab] [dmaab] [dmacsab] [regionab] [batchcheck] [setab]
 #        [phases] [dmaphases] [perfphases] [afterncu]
 #        [wgmma] [group] [csum] [w1] [p3] [wgsan] [raceprobe] [streamprobe] [hot] [spread] [trace] [splitncu] [wgncu] [oneinflight]
-#        [pdl] [pitch] [pitchab] [copies] [lonecheck] [lonefirst] [gate] [gateab] [tileab] [loopstartab] [kernelab] [wgdecode] [wgdsan] [wgdncu] [wgdense] [wgdensesan] [wgdensencu]
+#        [pdl] [pitch] [pitchab] [copies] [lonecheck] [lonefirst] [gate] [gateab] [tileab] [loopstartab] [kernelab] [wgdecode] [wgdsan] [wgdncu] [wgdense] [wgdensesan] [wgdensencu] [kernelnames]
 #        (no argument: test sanitize bench e2e)
 set -u
 OUT=${OUT:-/tmp/mfma-out}
@@ -1102,6 +1102,32 @@ wgncu)
 	for spec in "nv_wg_f16_n256 8192x8192x8192" "nv_wg_f16_n16 14336x16x4096"; do
 		set -- $spec
 		wg_ncu "$1" "$1" "$2"
+	done
+	;;
+kernelnames)
+	# Which kernel each provider launches, with its grid and its time on
+	# the GPU, through mfmad and through bench_nv --served, at one shape
+	# (NAMES_SHAPE, f16, output f16): Nsight Compute with one metric (no
+	# replay), clocks and caches left alone, so an L2-resident weight stays
+	# resident.  The daemon serves the shape's weight dense and 2:4 with
+	# each provider pinned in turn (NAMES_PINS); kernel_names.py prints,
+	# per run, each kernel's launches, grid and median time.
+	build_bench
+	NAMES_SHAPE=${NAMES_SHAPE:-4096x16x4096}
+	IFS=x read -r nm nn nk <<<"$NAMES_SHAPE"
+	NCU_ARGS="--clock-control none --cache-control none --csv --metrics gpu__time_duration.sum,launch__grid_size,launch__block_size"
+	timeout 200 ncu $NCU_ARGS --log-file "$OUT/names_bench.csv" "$BENCH" --served --dtypes f16 \
+		--shape "$NAMES_SHAPE" >"$OUT/names_bench.log" 2>&1
+	echo "=== names bench_nv: rc=$?"
+	python3 bench/nvidia/kernel_names.py "bench_nv --served" "$OUT/names_bench.csv"
+	for pin in ${NAMES_PINS:-cublaslt cusparselt wgmma}; do
+		E2E_WRAP="ncu $NCU_ARGS --target-processes all --log-file $OUT/names_$pin.csv" E2E_PREFER=$pin \
+			CHOICE_WEIGHTS=${nm}x$nk CHOICE_NS=$nn timeout "${E2E_S:-200}" \
+			bash bench/nvidia/e2e.sh "$P" "$OUT" choice >"$OUT/e2e_names_$pin.log" 2>&1
+		echo "=== names mfmad prefer $pin: rc=$?"
+		grep -E "^FAIL" "$OUT/e2e_names_$pin.log"
+		python3 bench/nvidia/choice_summary.py "$OUT/e2e_names_$pin.log" "$pin"
+		python3 bench/nvidia/kernel_names.py "mfmad, $pin" "$OUT/names_$pin.csv"
 	done
 	;;
 esac

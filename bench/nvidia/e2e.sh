@@ -55,7 +55,8 @@ printf 'cuda = { providers = { prefer = "%s"; }; graphs = %s; served_trial = %s;
 	"${E2E_GATE:-true}" >>"$D/mfmad.conf"
 rm -f "$SOCK"
 METRICS_PORT=${E2E_METRICS_PORT:-9479}
-"$P/bin/mfmad" --config "$D/mfmad.conf" --socket "$SOCK" --backends "${E2E_BACKENDS:-cuda}" --log-level info \
+# E2E_WRAP runs the daemon under a command (Nsight Compute, say); word-split.
+${E2E_WRAP:-} "$P/bin/mfmad" --config "$D/mfmad.conf" --socket "$SOCK" --backends "${E2E_BACKENDS:-cuda}" --log-level info \
 	--metrics "127.0.0.1:$METRICS_PORT" \
 	2>"$OUT/mfmad_$MODE.log" &
 DPID=$!
