@@ -410,6 +410,8 @@ struct blas_ctx {
 	CUdeviceptr ws;
 	size_t ws_bytes;
 	int tn; /* i8: B^T given transposed (TN), the layout IMMA prefers */
+	cublasLtMatmulHeuristicResult_t res[8]; /* the heuristic's first nres */
+	int nres, best;                         /* res[best] is algo */
 };
 
 static int run_blas(void *vctx, int copy)
@@ -468,10 +470,11 @@ static int blas_setup(struct blas_ctx *c, struct problem *p, int tn)
 	cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &c->ws_bytes,
 					     sizeof(c->ws_bytes));
 	/* As many as the daemon's cuBLASLt provider times (LT_TRIED). */
-	cublasLtMatmulHeuristicResult_t res[8];
+	cublasLtMatmulHeuristicResult_t *res = c->res;
 	int nres = 0;
 	cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(c->lt, c->op, c->la, c->lb, c->lc, c->lc, pref,
 							   8, res, &nres);
+	c->nres = nres;
 	cublasLtMatmulPreferenceDestroy(pref);
 	if (st != CUBLAS_STATUS_SUCCESS || nres == 0)
 		return -ENOTSUP;
@@ -489,6 +492,7 @@ static int blas_setup(struct blas_ctx *c, struct problem *p, int tn)
 		}
 	}
 	c->algo = res[bi].algo;
+	c->best = bi;
 	printf("| cublaslt algos | %dx%dx%d | heuristic's first %.1f us | best %.1f us (#%d of %d) |\n",
 	       p->m, p->n, p->k, first, best, bi + 1, nres);
 	return isfinite(best) ? 0 : -EIO;
@@ -895,6 +899,46 @@ static void after_line(FILE *out, const char *shape, op_fn wg, void *wctx, op_fn
 }
 #endif
 
+/* --served with BENCH_NV_LT_ALGOS=1: each of the heuristic's first
+ * algorithms of cuBLASLt timed back to back on one weight copy (as the
+ * daemon's provider times them while a weight warms) and one call at a
+ * time (time_served), with the workspace it asks (split-K when not 0). */
+static void lt_algo_lines(FILE *out, const char *shape, struct blas_ctx *c, struct problem *p)
+{
+	for (int i = 0; i < c->nres; i++) {
+		double h, w;
+		c->algo = c->res[i].algo;
+		const double b2b = time_op(run_blas, c, 1, 5.0);
+		const double one = time_served(run_blas, c, p, 0, 0, &h, &w);
+		/* The daemon's sample: one block of 4 runs (LT_TIMED_RUNS),
+		 * here 5 blocks, their lowest and highest mean. */
+		double lo = INFINITY, hi = 0;
+		CUevent e[2];
+		CU(nv_drv.cuEventCreate(&e[0], CU_EVENT_DEFAULT));
+		CU(nv_drv.cuEventCreate(&e[1], CU_EVENT_DEFAULT));
+		for (int j = 0; j < 5; j++) {
+			CU(nv_drv.cuEventRecord(e[0], stream));
+			for (int r = 0; r < 4; r++)
+				if (run_blas(c, 0) != 0)
+					DIE("cublasLtMatmul failed");
+			CU(nv_drv.cuEventRecord(e[1], stream));
+			CU(nv_drv.cuEventSynchronize(e[1]));
+			float ms = 0;
+			CU(nv_drv.cuEventElapsedTime(&ms, e[0], e[1]));
+			const double us = ms * 1e3 / 4;
+			lo = us < lo ? us : lo;
+			hi = us > hi ? us : hi;
+		}
+		nv_drv.cuEventDestroy(e[0]);
+		nv_drv.cuEventDestroy(e[1]);
+		fprintf(out, "| lt algo | %-17s | #%d%s | workspace %9zu | back to back %6.1f | blocks of 4 %6.1f-%6.1f |"
+			" one at a time %6.1f |\n",
+			shape, i + 1, i == c->best ? " (kept)" : "", c->res[i].workspaceSize, b2b, lo, hi, one);
+	}
+	c->algo = c->res[c->best].algo;
+	fflush(out);
+}
+
 /* --served: prints, for one provider, its served time (time_served)
  * launched directly and from a CUDA graph. */
 static void served_line(FILE *out, const char *who, const char *shape, op_fn fn, void *ctx,
@@ -1032,6 +1076,8 @@ static void run_problem(enum mfma_dtype in, int m, int n, int k, FILE *out)
 			served_line(out, "wgmma 2:4", shape, run_wg, &wsp, &p, 0);
 		if (brc == 0)
 			served_line(out, "cuBLASLt", shape, run_blas, &bc, &p, 1);
+		if (brc == 0 && getenv("BENCH_NV_LT_ALGOS"))
+			lt_algo_lines(out, shape, &bc, &p);
 	}
 	double t_cs = NAN;
 	const char *cs_note = "not built";

@@ -1116,10 +1116,12 @@ kernelnames)
 	NAMES_SHAPE=${NAMES_SHAPE:-4096x16x4096}
 	IFS=x read -r nm nn nk <<<"$NAMES_SHAPE"
 	NCU_ARGS="--clock-control none --cache-control none --csv --metrics gpu__time_duration.sum,launch__grid_size,launch__block_size"
-	timeout 200 ncu $NCU_ARGS --log-file "$OUT/names_bench.csv" "$BENCH" --served --dtypes f16 \
-		--shape "$NAMES_SHAPE" >"$OUT/names_bench.log" 2>&1
-	echo "=== names bench_nv: rc=$?"
-	python3 bench/nvidia/kernel_names.py "bench_nv --served" "$OUT/names_bench.csv"
+	if [ "${NAMES_BENCH:-1}" != 0 ]; then
+		timeout 200 ncu $NCU_ARGS --log-file "$OUT/names_bench.csv" "$BENCH" --served --dtypes f16 \
+			--shape "$NAMES_SHAPE" >"$OUT/names_bench.log" 2>&1
+		echo "=== names bench_nv: rc=$?"
+		python3 bench/nvidia/kernel_names.py "bench_nv --served" "$OUT/names_bench.csv"
+	fi
 	for pin in ${NAMES_PINS:-cublaslt cusparselt wgmma}; do
 		E2E_WRAP="ncu $NCU_ARGS --target-processes all --log-file $OUT/names_$pin.csv" E2E_PREFER=$pin \
 			CHOICE_WEIGHTS=${nm}x$nk CHOICE_NS=$nn timeout "${E2E_S:-200}" \

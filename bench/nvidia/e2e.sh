@@ -60,8 +60,20 @@ ${E2E_WRAP:-} "$P/bin/mfmad" --config "$D/mfmad.conf" --socket "$SOCK" --backend
 	--metrics "127.0.0.1:$METRICS_PORT" \
 	2>"$OUT/mfmad_$MODE.log" &
 DPID=$!
-# The daemon goes with the script, however the script ends.
-trap 'kill -TERM "$DPID" 2>/dev/null' EXIT
+# The daemon goes with the script, however the script ends.  Under
+# E2E_WRAP the daemon is the wrapper's child: it is stopped first and the
+# wrapper given 60 s to finish (a profiler writes its report then).
+stop_daemon() {
+	if [ -n "${E2E_WRAP:-}" ]; then
+		pkill -TERM -f "^$P/bin/mfmad --config $D/" 2>/dev/null
+		for _ in $(seq 600); do
+			kill -0 "$DPID" 2>/dev/null || return 0
+			sleep 0.1
+		done
+	fi
+	kill -TERM "$DPID" 2>/dev/null
+}
+trap stop_daemon EXIT
 for _ in $(seq 150); do
 	"${CTL[@]}" ping >/dev/null 2>&1 && break
 	sleep 0.2

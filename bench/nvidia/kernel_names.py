@@ -11,7 +11,7 @@ import sys
 
 
 # Microseconds per unit of ncu's "Metric Unit" column.
-US_PER = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6}
+US_PER = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3, "second": 1e6, "s": 1e6}
 
 
 def rows(path):
@@ -39,14 +39,19 @@ def main():
         print(f"# {label}: no kernels read from {path} ({e})")
         return
     groups = {}
+    units = set()
     for (_, _, name), m in kernels.items():
         try:
             v, unit = m["gpu__time_duration.sum"]
+            if unit not in US_PER:
+                units.add(unit)
             t = float(v) * US_PER.get(unit, float("nan"))
         except (KeyError, ValueError):
             continue
         g = (name[:90], m.get("launch__grid_size", ("?",))[0], m.get("launch__block_size", ("?",))[0])
         groups.setdefault(g, []).append(t)
+    if units:
+        print(f"# {label}: unknown time units {sorted(units)}")
     print(f"# kernels, {label}: launches | grid | block | median / min / max us | name")
     for (name, grid, block), ts in sorted(groups.items(), key=lambda kv: -len(kv[1]))[:14]:
         print(f"{len(ts):6d} | {grid:>6} | {block:>4} | {statistics.median(ts):7.1f} / {min(ts):7.1f} / {max(ts):7.1f} | {name}")
