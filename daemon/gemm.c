@@ -212,11 +212,15 @@ static void observe_launch(struct daemon *d, const struct weight *w, uint64_t n,
 	if (!t->trial_end)
 		return;
 	stats_observe_trial(&d->stats, t->trial_end == BACKEND_TRIAL_CHANGED);
-	log_info("weight '%s': served trial at N=%llu %s %s (median kernel %.1f us) over %s (%.1f us)",
+	char third[96] = "";
+	if (t->trial_n > 2)
+		snprintf(third, sizeof(third), ", then %s (%.1f us)",
+			 t->trial_variant[2] ? t->trial_variant[2] : "?", t->trial_median_ns[2] / 1e3);
+	log_info("weight '%s': served trial at N=%llu %s %s (median kernel %.1f us) over %s (%.1f us)%s",
 		 w ? w->name : "?", (unsigned long long)n,
 		 t->trial_end == BACKEND_TRIAL_CHANGED ? "changed the lead to" : "kept",
 		 t->trial_variant[0] ? t->trial_variant[0] : "?", t->trial_median_ns[0] / 1e3,
-		 t->trial_variant[1] ? t->trial_variant[1] : "?", t->trial_median_ns[1] / 1e3);
+		 t->trial_variant[1] ? t->trial_variant[1] : "?", t->trial_median_ns[1] / 1e3, third);
 }
 
 static void hand_off(struct gemm_job *j);

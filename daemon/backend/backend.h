@@ -133,6 +133,11 @@ static inline int backend_runs(const struct backend_device_info *info, enum mfma
 	return mask == 0 || (mask & BACKEND_DTYPE_BIT(t)) != 0;
 }
 
+/* The most served launches per candidate a trial keeps the times of
+ * (cuda.served_trial's bound), and the most candidates a trial serves. */
+#define BACKEND_TRIAL_MAX 64
+#define BACKEND_TRIAL_CANDIDATES 3
+
 struct backend_timing {
 	uint64_t h2d_ns, kernel_ns, d2h_ns;
 	/* Host time the launch call took (enqueueing the kernels; a vendor
@@ -152,12 +157,13 @@ struct backend_timing {
 	 * timed).  0 for a backend that has neither. */
 	uint32_t plans, measures;
 	/* A served trial of a measured choice ended with this GEMM: 0 none,
-	 * else enum backend_trial_end; then the two candidates' variants and
-	 * the medians of their kernel times as served, the one that leads
-	 * from now on first. */
+	 * else enum backend_trial_end; then its trial_n candidates' variants
+	 * and the medians of their kernel times as served, fastest first (the
+	 * one that leads from now on). */
 	uint8_t trial_end;
-	const char *trial_variant[2];
-	uint64_t trial_median_ns[2];
+	uint8_t trial_n;
+	const char *trial_variant[BACKEND_TRIAL_CANDIDATES];
+	uint64_t trial_median_ns[BACKEND_TRIAL_CANDIDATES];
 	/* B's copy ran beside the kernel's start (cuda.gate): h2d_ns is the
 	 * copy and kernel_ns only what followed it. */
 	bool gated;
@@ -181,9 +187,6 @@ struct backend_timing {
 };
 
 enum backend_trial_end { BACKEND_TRIAL_KEPT = 1, BACKEND_TRIAL_CHANGED = 2 };
-/* The most served launches per candidate a trial keeps the times of
- * (cuda.served_trial's bound). */
-#define BACKEND_TRIAL_MAX 64
 
 /* What weight_warm prepares a resident weight for: the N a GEMM on it
  * may have, from what the daemon batches now (batching.max_columns is

@@ -33,11 +33,13 @@
  * request runs between its copies on a GPU that was idle a moment before;
  * on the H200 that ranks two providers whose times lie within 10% in the
  * other order (bench/RESULTS.md).  So the order is then tried as served
- * (cuda.served_trial): the first served launches of a bucket go to its
- * two fastest candidates, a block of launches each as measure() runs
- * them, and when each has run that many times after an untimed first,
- * the one with the shorter median kernel time as served leads from then
- * on (and in the cache). */
+ * (cuda.served_trial, served_trial.h): the first served launches of a
+ * bucket go to its three fastest candidates, a block of launches each as
+ * measure() runs them, and when each has run that many times after an
+ * untimed first, they take the order of their median kernel times as
+ * served from then on (and in the cache).  Three, not two: on an H100 at
+ * a weight held in L2 between requests the back-to-back ranking put the
+ * kernel that served fastest third (bench/RESULTS.md). */
 #include "mfmad_build.h"
 
 #include <dlfcn.h>
@@ -56,6 +58,7 @@
 #include "mfma_dtype.h"
 #include "nv_plan.h"
 #include "providers.h"
+#include "served_trial.h"
 
 /* The providers, in order of preference for a request with its own A:
  * the first that supports it runs it.  Ours come first there since the
@@ -93,6 +96,8 @@ static struct provider_policy policy = { .exclude = 0, .prefer = -1 };
  * at most BACKEND_TRIAL_MAX); 0: none, the measured order stands.  Set at
  * probe. */
 static uint32_t trial_runs = 0;
+_Static_assert(SERVED_TRIAL_MAX == BACKEND_TRIAL_CANDIDATES && SERVED_TRIAL_RUNS_MAX == BACKEND_TRIAL_MAX,
+	       "a trial's bounds are backend_timing's");
 
 /* Whether provider i may serve on compute capability cc. */
 static int usable_here(size_t i, int cc)
@@ -115,22 +120,12 @@ struct cuda_backend_dev {
 	bool warming;
 };
 
-/* The served trial of a bucket's two fastest candidates: their kernel
- * times as served (order[0]'s in ns[0], order[1]'s in ns[1]). */
-struct cuda_trial {
-	uint8_t taken[2];
-	bool over;
-	bool warmed[2]; /* its untimed first launch ran */
-	uint64_t ns[2][BACKEND_TRIAL_MAX];
-	const char *variant[2]; /* the variant each last ran */
-};
-
 /* The measured order of the candidates for one (N bucket, output type):
  * provider indices, fastest first; n == 0 until measured; and its trial. */
 struct cuda_rank {
 	uint8_t n;
 	uint8_t order[NPROVIDERS];
-	struct cuda_trial trial;
+	struct served_trial trial; /* served_trial.h */
 };
 
 /* A resident weight: what each provider that took it made of it, and the
@@ -438,19 +433,6 @@ static int run_on(struct cuda_backend_dev *bd, size_t i, const struct mfma_gemm 
 	return 0;
 }
 
-/* The median of n >= 1 times (sorts them). */
-static uint64_t median_u64(uint64_t *v, size_t n)
-{
-	for (size_t i = 1; i < n; i++) {
-		uint64_t x = v[i];
-		size_t j = i;
-		for (; j > 0 && v[j - 1] > x; j--)
-			v[j] = v[j - 1];
-		v[j] = x;
-	}
-	return v[n / 2];
-}
-
 /* Times each candidate (cand[0..ncand)) on g and fills r with those that
  * ran, fastest first.  Each candidate runs in a block of its own: one
  * untimed warm-up, then `runs` timed runs back to back, the median
@@ -493,7 +475,7 @@ static int measure(struct cuda_backend_dev *bd, struct cuda_weight *w, const siz
 			if (run > 0)
 				times[ntimes++] = t->kernel_ns;
 		}
-		best[i] = ntimes ? median_u64(times, (size_t)ntimes) : UINT64_MAX;
+		best[i] = ntimes ? served_trial_median(times, (size_t)ntimes) : UINT64_MAX;
 	}
 	/* Insertion by time keeps r sorted. */
 	r->n = 0;
@@ -634,63 +616,53 @@ static int rank_fill(struct cuda_backend_dev *bd, struct cuda_weight *w, const s
 	return 0;
 }
 
-/* Which of r's two fastest candidates this served launch tries: 0 (the
- * leader) until it has run its block, then 1; -1 once the trial is over
- * or when there is nothing to try (one candidate, a pin, the trial off).
- * Blocks, not turns: in turns each launch follows the other provider's,
- * and on the H200 our wgmma kernel at 14336 x 192 x 4096 served in
- * turns took a median 51 us, request after request a mean 34 us;
- * cuSPARSELt 44-46 against 41 (bench/RESULTS.md): the trial chose by
- * which kernel minds following another, not by which serves faster. */
+/* Which slot of r's measured order this served launch tries
+ * (served_trial_slot): the leader's block first, then the runner-up's,
+ * then the third's; -1 once the trial is over or when there is nothing to
+ * try (one candidate, a pin, the trial off).  Blocks, not turns: in turns
+ * each launch follows another provider's, and on the H200 our wgmma
+ * kernel at 14336 x 192 x 4096 served in turns took a median 51 us,
+ * request after request a mean 34 us; cuSPARSELt 44-46 against 41
+ * (bench/RESULTS.md): the trial chose by which kernel minds following
+ * another, not by which serves faster. */
 static int trial_slot(const struct cuda_rank *r)
 {
-	const struct cuda_trial *tr = &r->trial;
-	if (r->n < 2 || tr->over || trial_runs == 0)
-		return -1;
-	return tr->taken[0] < trial_runs ? 0 : 1;
+	return served_trial_slot(&r->trial, r->n, trial_runs);
 }
 
 /* Counts a served launch of r's candidate `slot` (its kernel time and
- * variant in t), the first of each block untimed (it follows the other
+ * variant in t), the first of each block untimed (it follows another
  * candidate, or the measuring): for a launch made before its B was in,
  * cuda.gate, the part after B's copy, which is the same copy whichever
  * candidate runs; not h2d + kernel, since a batch's h2d counts its wait
- * for the batch before it: bench/RESULTS.md, "The gate".  When both have
- * run trial_runs times, the one with the shorter median leads (and the
- * cache learns the order), and t says how the trial ended
- * (t->trial_end, enum backend_trial_end, the two candidates and their
- * medians). */
+ * for the batch before it: bench/RESULTS.md, "The gate".  When each has
+ * run trial_runs times, the trial's candidates take the order of their
+ * medians (the cache learns it when it changed), and t says how the trial
+ * ended (t->trial_end, enum backend_trial_end; the candidates and their
+ * medians, fastest first). */
 static void trial_note(const struct cuda_backend_dev *bd, const struct cuda_weight *w, size_t b, size_t out,
 		       struct cuda_rank *r, int slot, struct backend_timing *t)
 {
-	struct cuda_trial *tr = &r->trial;
-	tr->variant[slot] = t->variant;
-	if (!tr->warmed[slot]) {
-		tr->warmed[slot] = true;
+	struct served_trial_end end;
+	if (!served_trial_note(&r->trial, r->n, trial_runs, slot, t->kernel_ns, t->variant, &end))
 		return;
+	uint8_t was[SERVED_TRIAL_MAX];
+	bool moved = false;
+	t->trial_n = end.n;
+	for (unsigned j = 0; j < end.n; j++) {
+		was[j] = r->order[j];
+		t->trial_variant[j] = r->trial.variant[end.slot[j]];
+		t->trial_median_ns[j] = end.median_ns[j];
+		moved = moved || end.slot[j] != j;
 	}
-	if (tr->taken[slot] < trial_runs)
-		tr->ns[slot][tr->taken[slot]++] = t->kernel_ns;
-	if (tr->taken[0] < trial_runs || tr->taken[1] < trial_runs)
+	for (unsigned j = 0; j < end.n; j++)
+		r->order[j] = was[end.slot[j]];
+	t->trial_end = end.slot[0] == 0 ? BACKEND_TRIAL_KEPT : BACKEND_TRIAL_CHANGED;
+	if (!moved)
 		return;
-	tr->over = true;
-	const uint64_t med[2] = { median_u64(tr->ns[0], trial_runs), median_u64(tr->ns[1], trial_runs) };
-	const int lead = med[1] < med[0];
-	t->trial_variant[0] = tr->variant[lead];
-	t->trial_variant[1] = tr->variant[!lead];
-	t->trial_median_ns[0] = med[lead];
-	t->trial_median_ns[1] = med[!lead];
-	if (!lead) {
-		t->trial_end = BACKEND_TRIAL_KEPT;
-		return;
-	}
-	const uint8_t first = r->order[1];
-	r->order[1] = r->order[0];
-	r->order[0] = first;
 	struct backend_choice_key key;
 	choice_key(bd, w, b, out, &key);
 	rank_to_cache(bd, &key, r);
-	t->trial_end = BACKEND_TRIAL_CHANGED;
 }
 
 /* The provider gemm_resident runs first when no trial is on: the measured
@@ -749,15 +721,15 @@ static int gemm_resident(struct cuda_backend_dev *bd, struct cuda_weight *w,
 		return 0;
 	const size_t b = cuda_bucket_of(g->n), out = g->out_dtype < NOUT ? g->out_dtype : 0;
 	struct cuda_rank *r = &w->rank[b][out];
-	/* The measured order first (its runner-up first when the trial
-	 * tries it), then the table's; a candidate that cannot make this
-	 * very shape (-ENOTSUP at launch) or lacks the memory for it
-	 * (-ENOMEM) passes to the next.  A GEMM that measured is no part of
-	 * the trial. */
+	/* The measured order first (the candidate the trial tries first
+	 * when it is not the leader), then the table's; a candidate that
+	 * cannot make this very shape (-ENOTSUP at launch) or lacks the
+	 * memory for it (-ENOMEM) passes to the next.  A GEMM that measured
+	 * is no part of the trial. */
 	const int slot = bd->measures == measures0 ? trial_slot(r) : -1;
 	size_t order[2 * NPROVIDERS + 1], norder = 0;
-	if (slot == 1)
-		order[norder++] = r->order[1];
+	if (slot > 0)
+		order[norder++] = r->order[slot];
 	for (size_t j = 0; j < r->n; j++)
 		order[norder++] = r->order[j];
 	for (size_t c = 0; c < ncand; c++)

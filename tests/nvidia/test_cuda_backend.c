@@ -1629,16 +1629,17 @@ static void test_policy_and_cache(void **state)
 }
 
 /* cuda.served_trial: after a resident weight's first GEMM of a bucket
- * measured the order, the next 2 x (RUNS + 1) served GEMMs run its two
- * fastest candidates in a block each, the measured leader first; the
- * last of them ends the trial (naming both and their medians), and from
- * then on the one with the shorter median kernel time runs, and is the
- * first of the order the cache holds.  Every answer checked against the
- * reference.  Which one wins is the GPU's to say: the test prints it. */
+ * measured the order, the next k x (RUNS + 1) served GEMMs run its k
+ * fastest candidates (k = 3, or as many as were measured) in a block each,
+ * in the measured order; the last of them ends the trial (naming the k
+ * and their medians, fastest first), and from then on the one with the
+ * shortest median kernel time runs, and is the first of the order the
+ * cache holds.  Every answer checked against the reference.  Which one
+ * wins is the GPU's to say: the test prints it. */
 static void test_served_trial(void **state)
 {
 	(void)state;
-	enum { RUNS = 4 };
+	enum { RUNS = 4, K_MAX = 3 };
 	const uint32_t m = quick ? 1024 : 4096, k = quick ? 1024 : 4096;
 	struct backend_config cfg = { TEST_BASE_CFG,
 				      .cuda_served_trial = RUNS, .choices = &tc_hook };
@@ -1652,40 +1653,50 @@ static void test_served_trial(void **state)
 		const int puts0 = tc.puts;
 		struct backend_timing t = resident_gemm(w, &o, MFMA_DT_F16, MFMA_DT_F16, sp, m, k, 16);
 		assert_int_equal(t.trial_end, 0);
-		char order[128], lead[32] = "", second[32] = "";
+		char order[128], cand[K_MAX][32];
+		memset(cand, 0, sizeof(cand));
 		snprintf(order, sizeof(order), "%s", tc.order);
-		sscanf(order, "%31[^,],%31[^,]", lead, second);
-		if (tc.puts != puts0 + 1 || !second[0]) {
+		const int nk = sscanf(order, "%31[^,],%31[^,],%31[^,]", cand[0], cand[1], cand[2]);
+		if (tc.puts != puts0 + 1 || nk < 2) {
 			printf("  trial %s: order %s, one candidate or not measured: no trial\n",
 			       sp ? "2:4" : "dense", order);
 			backend_cuda.weight_free(dev, w);
 			ops_free(&o);
 			continue;
 		}
-		/* A block of each: the leader RUNS + 1 times (the first not
-		 * timed), then the runner-up as many; the last ends the trial. */
-		char ran[2 * (RUNS + 1)][32];
-		for (int j = 0; j < 2 * (RUNS + 1); j++) {
+		/* A block of each, in the measured order: RUNS + 1 launches
+		 * (the first not timed); the last ends the trial. */
+		for (int j = 0; j < nk * (RUNS + 1); j++) {
 			t = resident_gemm(w, &o, MFMA_DT_F16, MFMA_DT_F16, sp, m, k, 16);
-			snprintf(ran[j], sizeof(ran[j]), "%s", provider_of(t.variant));
-			assert_string_equal(ran[j], j <= RUNS ? lead : second);
-			assert_int_equal(t.trial_end != 0, j == 2 * RUNS + 1);
+			assert_string_equal(provider_of(t.variant), cand[j / (RUNS + 1)]);
+			assert_int_equal(t.trial_end != 0, j == nk * (RUNS + 1) - 1);
 		}
 		const bool changed = t.trial_end == BACKEND_TRIAL_CHANGED;
-		const char *winner = changed ? second : lead;
-		printf("  trial %s N=16: measured %s; served in blocks %s/%s x %d: %s leads%s (medians %.1f / %.1f us)\n",
-		       sp ? "2:4" : "dense", order, lead, second, RUNS, winner,
-		       changed ? " (order changed)" : "", t.trial_median_ns[0] / 1e3, t.trial_median_ns[1] / 1e3);
-		/* The end names both candidates, the leader first with the
-		 * shorter (or equal) median. */
-		assert_non_null(t.trial_variant[0]);
-		assert_non_null(t.trial_variant[1]);
-		assert_string_equal(provider_of(t.trial_variant[0]), winner);
-		assert_string_equal(provider_of(t.trial_variant[1]), changed ? lead : second);
-		assert_true(t.trial_median_ns[0] > 0 && t.trial_median_ns[0] <= t.trial_median_ns[1]);
+		assert_int_equal(t.trial_n, nk);
+		char winner[32];
+		snprintf(winner, sizeof(winner), "%s", provider_of(t.trial_variant[0]));
+		printf("  trial %s N=16: measured %s; served in blocks of %d: %s leads%s (medians",
+		       sp ? "2:4" : "dense", order, RUNS, winner, changed ? " (order changed)" : "");
+		for (int j = 0; j < nk; j++)
+			printf(" %s %.1f", provider_of(t.trial_variant[j]), t.trial_median_ns[j] / 1e3);
+		printf(" us)\n");
+		/* The end names each candidate once, fastest first; the leader
+		 * changed exactly when it is not the measured one. */
+		for (int j = 0; j < nk; j++) {
+			assert_non_null(t.trial_variant[j]);
+			int seen = 0;
+			for (int c = 0; c < nk; c++)
+				seen += strcmp(provider_of(t.trial_variant[j]), cand[c]) == 0;
+			assert_int_equal(seen, 1);
+			assert_true(t.trial_median_ns[j] > 0);
+			if (j > 0)
+				assert_true(t.trial_median_ns[j - 1] <= t.trial_median_ns[j]);
+		}
+		assert_int_equal(changed, strcmp(winner, cand[0]) != 0);
+		/* The cache learns the order when the trial moved any of it. */
+		assert_true(tc.puts == puts0 + 1 || tc.puts == puts0 + 2);
 		if (changed)
-			assert_true(t.trial_median_ns[0] < t.trial_median_ns[1]);
-		assert_int_equal(tc.puts, puts0 + 1 + (changed ? 1 : 0));
+			assert_int_equal(tc.puts, puts0 + 2);
 		assert_int_equal(strncmp(tc.order, winner, strlen(winner)), 0);
 		for (int j = 0; j < 3; j++) {
 			t = resident_gemm(w, &o, MFMA_DT_F16, MFMA_DT_F16, sp, m, k, 16);
