@@ -204,7 +204,7 @@ static void finish_answer(struct device *v, struct gemm_job *j)
 
 /* What a launch of n columns on weight w paid for on the serving path
  * (plans, measured choices) and the served trial it ended, counted; a
- * trial's end is logged with both candidates' times. */
+ * trial's end is logged with each candidate's time. */
 static void observe_launch(struct daemon *d, const struct weight *w, uint64_t n,
 			   const struct backend_timing *t)
 {
