@@ -1112,10 +1112,11 @@ kernelnames)
 	# resident.  The daemon serves the shape's weight dense and 2:4 with
 	# each provider pinned in turn (NAMES_PINS); kernel_names.py prints,
 	# per run, each kernel's launches, grid and median time.
-	# NOT WORKING for the daemon's half: on an H100 at 380c9df, ncu wrote
-	# no kernels for mfmad (its report comes when the daemon exits, and the
-	# daemon under ncu had not exited: the next run found the metrics port
-	# taken).  bench_nv's half works.
+	# The daemon's half wrote no kernels on an H100 at 380c9df (ncu's
+	# report comes when the daemon exits; the next run found the metrics
+	# port taken): e2e.sh's normal end sent TERM to the wrapper, not the
+	# daemon, which ncu left running.  e2e.sh now stops the daemon first
+	# there too; not yet run again on a GPU.  bench_nv's half works.
 	build_bench
 	NAMES_SHAPE=${NAMES_SHAPE:-4096x16x4096}
 	IFS=x read -r nm nn nk <<<"$NAMES_SHAPE"

@@ -263,8 +263,10 @@ if [ "$MODE" = answers ]; then
 	echo "E2E metrics answers: $(python3 -c "import urllib.request as u; print(' '.join(l for l in u.urlopen('http://127.0.0.1:$METRICS_PORT/metrics').read().decode().splitlines() if l.startswith(('mfmad_gemm_answer_frames_total', 'mfmad_gemm_executions_total', 'mfmad_gemm_d2h_seconds_total'))))" 2>&1)"
 fi
 
+# Stopped as the trap stops it (under E2E_WRAP the daemon first, so the
+# wrapper can finish); the status is the wrapper's there.
 trap - EXIT
-kill -TERM "$DPID"
+stop_daemon
 wait "$DPID"
 echo "E2E mfmad exit status: $?"
 exit $((fails > 0))
