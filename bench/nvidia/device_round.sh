@@ -773,10 +773,11 @@ choice)
 		timeout 120 "$BENCH" ${CHOICE_SERVED:+--served} --dtypes f16 --shape "$shape" >>"$OUT/choice_bench.log" 2>&1
 	done
 	grep -E "^\| f16|^\| wgmma \||^\| cublaslt algos" "$OUT/choice_bench.log"
-	# 40 settling requests a shape (E2E_CHOICE_SETTLE) hold each bucket's
-	# served trial, so that the 200 counted run its leader alone; the
-	# trial's medians are the daemon's "served trial" lines.
-	E2E_CHOICE_SETTLE=${E2E_CHOICE_SETTLE:-40} timeout "${E2E_S:-300}" \
+	# 60 settling requests a shape (E2E_CHOICE_SETTLE) hold each bucket's
+	# served trial (three candidates, 17 launches each at the default 16),
+	# so that the 200 counted run its leader alone; the trial's medians
+	# are the daemon's "served trial" lines.
+	E2E_CHOICE_SETTLE=${E2E_CHOICE_SETTLE:-60} timeout "${E2E_S:-300}" \
 		bash bench/nvidia/e2e.sh "$P" "$OUT" choice > "$OUT/e2e_choice.log" 2>&1
 	echo "=== e2e choice: rc=$?"
 	grep -E "^FAIL|variants" "$OUT/e2e_choice.log" | cut -c1-400
