@@ -29,7 +29,7 @@ def main():
     if len(sys.argv) != 3:
         sys.exit(__doc__)
     label, path = sys.argv[1], sys.argv[2]
-    kernels = {}  # (name, grid, block) -> {metric: [values]}
+    kernels = {}  # (process, launch ID, name) -> {metric: (value, unit)}
     try:
         for r in rows(path):
             key = (r["Process ID"], r["ID"], r["Kernel Name"])
