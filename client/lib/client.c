@@ -39,6 +39,11 @@
  * once a whole frame is in.  A daemon that streams without end cannot
  * keep a call past its timeout. */
 #define CLIENT_READ_MAX (8u << 20)
+/* Frames one look files at most before the caller's deadline is looked at
+ * again (read_available): a read of a few MiB of tiny frames from a
+ * hostile daemon would otherwise hold the call a second or more past it.
+ * What is left is filed by the next looks, before anything more is read. */
+#define CLIENT_FILE_MAX 4096u
 /* No response frame is refused below this; a longer one is taken when a
  * request in flight can be answered with it (client_response_limit). */
 #define CLIENT_RESPONSE_FLOOR ((size_t)64 << 20)
@@ -1152,16 +1157,20 @@ static Mfma__V1__Response *decode_response(mfma_client *c, const uint8_t *payloa
 	return resp;
 }
 
-/* Reads everything the socket has now and files the complete frames.
+/* Reads what the socket has now and files the complete frames, at most
+ * CLIENT_FILE_MAX of them; frames an earlier look read and did not file
+ * go first, and nothing more is read until they are filed (the caller
+ * looks again without waiting on the socket while frame_reader_has_frame).
  * 0, or a negative errno when the connection broke (it is then dead);
  * answers that arrived before the end are filed first. */
 static int read_available(mfma_client *c, struct mfma_error *err)
 {
 	bool eof = false;
-	int trc = c->tls ? read_tls(c, &eof, err) : 0;
+	const bool held = frame_reader_has_frame(&c->rd);
+	int trc = c->tls && !held ? read_tls(c, &eof, err) : 0;
 	if (trc < 0)
 		return trc;
-	for (size_t got = 0; !c->tls;) {
+	for (size_t got = 0; !c->tls && !held;) {
 		uint8_t *ptr;
 		size_t avail;
 		if (frame_reader_space(&c->rd, CLIENT_READ_CHUNK, &ptr, &avail) < 0)
@@ -1185,7 +1194,8 @@ static int read_available(mfma_client *c, struct mfma_error *err)
 			break;
 	}
 	uint64_t now = mfma_clock_ns();
-	for (;;) {
+	/* At the end of the stream every frame left is filed: no more come. */
+	for (unsigned filed = 0; eof || filed < CLIENT_FILE_MAX; filed++) {
 		const uint8_t *payload;
 		size_t len;
 		int r = frame_reader_next(&c->rd, &payload, &len);
@@ -1663,8 +1673,10 @@ int client_wait(mfma_client *c, uint64_t id, int timeout_ms, struct client_pendi
 		if (timed_out)
 			return client_fail(err, -ETIMEDOUT, "no response from %s within %d ms",
 					   c->endpoint, timeout_ms);
+		/* Frames already read and not yet filed need no wait. */
 		short revents;
-		int pr = wait_socket(c, POLLIN, deadline, &revents, err);
+		int pr = frame_reader_has_frame(&c->rd) ? 1
+							: wait_socket(c, POLLIN, deadline, &revents, err);
 		if (pr < 0)
 			return pr;
 		/* At the deadline, one last non-blocking look: a timeout of 0
