@@ -606,13 +606,16 @@ int ctl_connect(struct ctl *ctl, mfma_client **client)
 	char token[4096];
 	FILE *f = fopen(tf, "r");
 	if (!f || !fgets(token, sizeof(token), f)) {
+		/* Empty only when nothing failed: fopen takes a directory,
+		 * whose read fails (EISDIR). */
 		int e = errno;
+		bool empty = f && !ferror(f);
 		if (f)
 			fclose(f);
 		mfma_close(*client);
 		*client = NULL;
 		return ctl_fail_local(ctl, CTL_EXIT_USAGE, "cannot read the token from %s: %s", tf,
-				      f ? "empty file" : strerror(e));
+				      empty ? "empty file" : strerror(e));
 	}
 	fclose(f);
 	token[strcspn(token, "\r\n")] = '\0';

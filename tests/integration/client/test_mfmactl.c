@@ -5,10 +5,13 @@
  * --check (against a fake daemon that answers wrong). */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <poll.h>
 #include <pthread.h>
 #include <setjmp.h>
+#include <signal.h>
+#include <spawn.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -19,6 +22,7 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -964,6 +968,18 @@ static void test_terminal_safe(void **state)
 	expect_in(e->out, "/\033[2Jx\007.npy");
 }
 
+/* ---- bad local input, and output that cannot be written ---- */
+
+/* A token file that cannot be read says why: a directory was "empty
+ * file". */
+static void test_token_file_error(void **state)
+{
+	struct env *e = *state;
+	assert_int_equal(ctl(e, "--json", "--token-file", e->dir, "ping", NULL), 2);
+	expect_json(e->out);
+	expect_in(e->out, "Is a directory");
+}
+
 int main(void)
 {
 	/* bench's spin_us is checked against --spin-us and the default. */
@@ -981,6 +997,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_terminal_safe, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_check_failure_exits_4, setup_no_daemon,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_token_file_error, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
