@@ -93,7 +93,8 @@ static const char help_main[] =
 	"    3   cannot connect, the connection broke, or a deadline passed\n"
 	"        (DEADLINE_EXCEEDED: --timeout, or submit --deadline)\n"
 	"    4   submit --check or bench --check: a result is over the tolerance\n"
-	"    5   a local failure: out of memory, cannot write the output file\n"
+	"    5   a local failure: out of memory, cannot write the output file or\n"
+	"        standard output\n"
 	"\n"
 	"ENVIRONMENT\n"
 	"    MFMA_ENDPOINT   the endpoint when -e is not given\n"
@@ -696,6 +697,18 @@ static void guard_terminal(void)
 	stdout = f;
 }
 
+/* The exit code rc, or 5 when what was printed could not all be written
+ * (a full disk, /dev/full): a result that is not there is no success. */
+static int flush_stdout(int rc)
+{
+	errno = 0;
+	if (fflush(stdout) == 0 && !ferror(stdout))
+		return rc;
+	fprintf(stderr, "mfmactl: writing standard output: %s\n",
+		errno ? strerror(errno) : "write error");
+	return rc == CTL_EXIT_OK ? CTL_EXIT_LOCAL : rc;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = { CTL_COMMON_LONG,
@@ -713,11 +726,11 @@ int main(int argc, char **argv)
 	while ((opt = getopt_long(argc, argv, "+" CTL_COMMON_SHORT "V", opts, NULL)) != -1) {
 		if (opt == 'V') {
 			printf("mfmactl %s\nlibmfmaclient %s\n", MFMAD_VERSION, mfma_version());
-			return CTL_EXIT_OK;
+			return flush_stdout(CTL_EXIT_OK);
 		}
 		int r = ctl_common_option(&ctl, NULL, opt, optarg);
 		if (r != CTL_CONTINUE)
-			return r;
+			return flush_stdout(r);
 	}
 	if (optind >= argc)
 		return ctl_usage(NULL, "no command given");
@@ -730,7 +743,7 @@ int main(int argc, char **argv)
 		if (topic && !find_command(topic))
 			return ctl_usage(NULL, "unknown command '%s'", topic);
 		ctl_print_help(topic);
-		return CTL_EXIT_OK;
+		return flush_stdout(CTL_EXIT_OK);
 	}
 	const struct command *cmd = find_command(name);
 	if (!cmd)
@@ -742,5 +755,5 @@ int main(int argc, char **argv)
 	int first = optind;
 	argv[first] = prog;
 	optind = 0; /* glibc: start a fresh scan of the command's arguments */
-	return cmd->run(&ctl, argc - first, argv + first);
+	return flush_stdout(cmd->run(&ctl, argc - first, argv + first));
 }

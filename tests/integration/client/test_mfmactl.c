@@ -980,6 +980,21 @@ static void test_token_file_error(void **state)
 	expect_in(e->out, "Is a directory");
 }
 
+/* Standard output that cannot be written fails the command (5): `mfmactl
+ * --json status > /dev/full` exited 0 with nothing written. */
+static void test_stdout_write_error(void **state)
+{
+	struct env *e = *state;
+	char cmd[512];
+	snprintf(cmd, sizeof(cmd), "%s -e %s --json status > /dev/full", getenv("MFMACTL_BIN"),
+		 e->d.endpoint);
+	const char *argv[] = { "/bin/sh", "-c", cmd, NULL };
+	assert_int_equal(harness_run(argv, e->out, OUT_MAX), 5);
+	snprintf(cmd, sizeof(cmd), "%s random -o %s --shape 2x2 --dtype f32 > /dev/full",
+		 getenv("MFMACTL_BIN"), path(e, "r.npy"));
+	assert_int_equal(harness_run(argv, e->out, OUT_MAX), 5);
+}
+
 int main(void)
 {
 	/* bench's spin_us is checked against --spin-us and the default. */
@@ -998,6 +1013,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_check_failure_exits_4, setup_no_daemon,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_token_file_error, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_stdout_write_error, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
