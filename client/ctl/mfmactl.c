@@ -503,6 +503,15 @@ int ctl_common_option(struct ctl *ctl, const char *cmd, int opt, const char *arg
 	}
 }
 
+/* Erases the progress line of a send, where one is shown, so that an error
+ * starts a line of its own. */
+static void progress_clear(struct ctl *ctl)
+{
+	if (ctl->progress_pct >= 0)
+		fputs("\r\033[K", stderr);
+	ctl->progress_pct = -1;
+}
+
 static void json_error(struct ctl *ctl, int code, const char *name, const char *message)
 {
 	if (!ctl->json)
@@ -524,6 +533,7 @@ int ctl_fail(struct ctl *ctl, const char *what, int rc, const struct mfma_error 
 	const char *msg = err && err->message[0] ? err->message : strerror(-rc);
 	ctl_printable(msg, strnlen(msg, sizeof(said) - 1), said);
 	msg = said;
+	progress_clear(ctl);
 	if (MFMA_IS_REMOTE(rc)) {
 		int code = MFMA_REMOTE_CODE(rc);
 		fprintf(stderr, "mfmactl: %s: %s: %s\n", what, mfma_code_name(code), msg);
@@ -553,6 +563,7 @@ int ctl_fail_local(struct ctl *ctl, int code, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
+	progress_clear(ctl);
 	fprintf(stderr, "mfmactl: %s\n", msg);
 	json_error(ctl, -code, code == CTL_EXIT_USAGE ? "USAGE" : "LOCAL", msg);
 	return code;
@@ -567,9 +578,7 @@ static void progress_cb(void *user, uint64_t sent, uint64_t total)
 	if (total < CTL_PROGRESS_MIN)
 		return;
 	if (sent >= total) {
-		if (ctl->progress_pct >= 0)
-			fputs("\r\033[K", stderr); /* erase the line */
-		ctl->progress_pct = -1;
+		progress_clear(ctl);
 		return;
 	}
 	int pct = (int)(sent * 100 / total);
@@ -714,7 +723,7 @@ int main(int argc, char **argv)
 	static const struct option opts[] = { CTL_COMMON_LONG,
 					      { "version", no_argument, NULL, 'V' },
 					      { NULL, 0, NULL, 0 } };
-	struct ctl ctl = { .timeout_ms = -1, .spin_us = -1 };
+	struct ctl ctl = { .timeout_ms = -1, .spin_us = -1, .progress_pct = -1 };
 	int opt;
 	run_ctl = &ctl;
 	guard_terminal();

@@ -995,6 +995,28 @@ static void test_stdout_write_error(void **state)
 	assert_int_equal(harness_run(argv, e->out, OUT_MAX), 5);
 }
 
+/* On a terminal, a request that fails while it is being sent clears the
+ * progress line before the error: the message was written after
+ * "sending 8.26 MiB of 128 MiB (6%)", on the same line. */
+static void test_progress_cleared_on_error(void **state)
+{
+	struct env *e = *state;
+	if (access("/usr/bin/script", X_OK) != 0) {
+		print_message("no script(1) for a pseudo-terminal; skipped\n");
+		skip();
+	}
+	const char *big = path(e, "big.npy");
+	assert_int_equal(ctl(e, "random", "-o", big, "--shape", "2048x2048", "--dtype", "f32", NULL),
+			 0);
+	char cmd[512];
+	snprintf(cmd, sizeof(cmd), "%s -e %s --timeout 1 submit -a %s -b %s",
+		 getenv("MFMACTL_BIN"), e->d.endpoint, big, big);
+	const char *argv[] = { "/usr/bin/script", "-qc", cmd, "/dev/null", NULL };
+	harness_run(argv, e->out, OUT_MAX);
+	expect_in(e->out, "sending ");
+	expect_in(e->out, "\r\033[Kmfmactl: submit: ");
+}
+
 int main(void)
 {
 	/* bench's spin_us is checked against --spin-us and the default. */
@@ -1014,6 +1036,7 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_token_file_error, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_stdout_write_error, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_progress_cleared_on_error, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
