@@ -174,8 +174,16 @@ static enum npy_type descr_type(const char *d)
 
 int npy_parse(const void *file, size_t len, struct npy_info *info, char *err, size_t errlen)
 {
-	const uint8_t *b = file;
+	return npy_parse_head(file, len, len, info, err, errlen);
+}
+
+int npy_parse_head(const void *head, size_t len, uint64_t file_len, struct npy_info *info,
+		   char *err, size_t errlen)
+{
+	const uint8_t *b = head;
 	memset(info, 0, sizeof(*info));
+	if (file_len < len)
+		return fail(err, errlen, -EINVAL, "the file is shorter than what was read of it");
 	if (len < 10 || memcmp(b, npy_magic, sizeof(npy_magic)) != 0)
 		return fail(err, errlen, -EINVAL, "not a .npy file (no \\x93NUMPY magic at the "
 			    "start)");
@@ -277,7 +285,10 @@ int npy_parse(const void *file, size_t len, struct npy_info *info, char *err, si
 		return fail(err, errlen, -ENOTSUP, ".npy shape (%llu, %llu) exceeds 2^32-1 per "
 			    "dimension", (unsigned long long)rows, (unsigned long long)cols);
 	size_t es = npy_type_size(info->type);
-	size_t have = len - hstart - hlen;
+	if (file_len - hstart - hlen > SIZE_MAX)
+		return fail(err, errlen, -EINVAL, ".npy data of %llu bytes is more than memory can "
+			    "address", (unsigned long long)(file_len - hstart - hlen));
+	size_t have = (size_t)(file_len - hstart - hlen);
 	/* Each dimension is below 2^32, so their product fits in 64 bits. */
 	uint64_t count = rows * cols;
 	char shape[64];

@@ -46,6 +46,12 @@ struct npy_info {
  * number of dimensions that is not supported) with a sentence in err. */
 int npy_parse(const void *file, size_t len, struct npy_info *info, char *err, size_t errlen);
 
+/* npy_parse from the start of a file of file_len bytes: the len bytes of
+ * head (which hold the header, when the file has one whole) are all it
+ * reads, so that a file can be judged before its data is read. */
+int npy_parse_head(const void *head, size_t len, uint64_t file_len, struct npy_info *info,
+		   char *err, size_t errlen);
+
 /* "<f4" ... for a type, NULL for NPY_NONE. */
 const char *npy_type_descr(enum npy_type t);
 size_t npy_type_size(enum npy_type t);

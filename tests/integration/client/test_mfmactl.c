@@ -970,6 +970,34 @@ static void test_terminal_safe(void **state)
 
 /* ---- bad local input, and output that cannot be written ---- */
 
+/* A file that is not .npy is refused from its first bytes: mfmactl read a
+ * whole file before looking at its header, so that a 64 GiB file given
+ * by mistake exited 5 ("out of memory reading 68719476736 bytes") where
+ * the machine had not that much, and was read whole where it had. */
+static void test_input_read_bounded(void **state)
+{
+	struct env *e = *state;
+	const char *big = path(e, "big.img");
+	int fd = open(big, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	assert_true(fd >= 0);
+	assert_int_equal(ftruncate(fd, (off_t)64 << 30), 0);
+	close(fd);
+	assert_int_equal(ctl(e, "random", "-o", path(e, "B.npy"), "--shape", "4x4", "--dtype",
+			     "f32", NULL), 0);
+	assert_int_equal(ctl(e, "--json", "submit", "-a", big, "-b", path(e, "B.npy"), NULL), 2);
+	expect_json(e->out);
+	expect_in(e->out, "not a .npy file");
+	/* A .npy header for 2x2 followed by 64 GiB: refused by its size. */
+	assert_int_equal(ctl(e, "random", "-o", path(e, "s.npy"), "--shape", "2x2", "--dtype",
+			     "f32", NULL), 0);
+	assert_int_equal(truncate(path(e, "s.npy"), (off_t)64 << 30), 0);
+	assert_int_equal(ctl(e, "--json", "load", "w", path(e, "s.npy"), NULL), 2);
+	expect_json(e->out);
+	expect_in(e->out, "needs 16 data bytes, the file has 6871947");
+	unlink(big);
+	unlink(path(e, "s.npy"));
+}
+
 /* A token file that cannot be read says why: a directory was "empty
  * file". */
 static void test_token_file_error(void **state)
@@ -1034,6 +1062,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_terminal_safe, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_check_failure_exits_4, setup_no_daemon,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_input_read_bounded, setup_no_daemon, teardown),
 		cmocka_unit_test_setup_teardown(test_token_file_error, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_stdout_write_error, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_progress_cleared_on_error, setup, teardown),
