@@ -4,8 +4,10 @@
 #include "ctl.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -267,6 +269,76 @@ static void *bench_thread(void *arg)
 	if (bc->cork && (rc = mfma_uncork(bc->c, &e)) < 0)
 		note_error(bc, rc, &e);
 	return NULL;
+}
+
+/* --resident: the weight bench loaded is unloaded on SIGINT, SIGTERM or
+ * SIGHUP too (Ctrl-C left it resident).  The handler only writes the
+ * signal's number to a pipe (any thread may take a signal: the BLAS
+ * library starts threads of its own); a thread reading the pipe unloads
+ * the weight over the control connection, which is used under the lock by
+ * whoever holds it, then ends the process by the signal. */
+struct bench_guard {
+	pthread_mutex_t lock;
+	mfma_client *ctrl;
+	const char *wname;
+	bool loaded;
+};
+
+static int guard_pipe[2] = { -1, -1 };
+
+static void guard_handler(int sig)
+{
+	const int saved = errno;
+	const unsigned char c = (unsigned char)sig;
+	(void)!write(guard_pipe[1], &c, 1);
+	errno = saved;
+}
+
+static void *guard_thread(void *arg)
+{
+	struct bench_guard *g = arg;
+	unsigned char c;
+	ssize_t r;
+	while ((r = read(guard_pipe[0], &c, 1)) < 0 && errno == EINTR)
+		;
+	if (r != 1)
+		return NULL;
+	pthread_mutex_lock(&g->lock);
+	if (g->loaded) {
+		struct mfma_error e;
+		mfma_set_timeout(g->ctrl, 2000);
+		if (mfma_unload_weight(g->ctrl, g->wname, &e) < 0)
+			fprintf(stderr, "mfmactl: bench: unloading %s: %s\n", g->wname, e.message);
+		g->loaded = false;
+	}
+	/* End as the signal ends a process (status 128 + sig for a shell). */
+	signal(c, SIG_DFL);
+	raise(c);
+	return NULL;
+}
+
+/* Starts the guard before the weight is loaded; where it cannot start,
+ * bench runs without it.  A signal that was ignored stays ignored. */
+static void guard_start(struct bench_guard *g, mfma_client *ctrl, const char *wname)
+{
+	static const int sigs[] = { SIGINT, SIGTERM, SIGHUP };
+	pthread_t tid;
+	g->ctrl = ctrl;
+	g->wname = wname;
+	if (pipe2(guard_pipe, O_CLOEXEC) != 0)
+		return;
+	if (pthread_create(&tid, NULL, guard_thread, g) != 0) {
+		close(guard_pipe[0]);
+		close(guard_pipe[1]);
+		return;
+	}
+	pthread_detach(tid);
+	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++) {
+		struct sigaction sa = { .sa_handler = guard_handler, .sa_flags = SA_RESTART }, old;
+		sigemptyset(&sa.sa_mask);
+		if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
+			sigaction(sigs[i], &sa, NULL);
+	}
 }
 
 static int parse(struct ctl *ctl, int argc, char **argv, struct bench_opts *o)
@@ -668,6 +740,7 @@ int ctl_cmd_bench(struct ctl *ctl, int argc, char **argv)
 	pthread_barrier_t start;
 	struct mfma_error e;
 	uint64_t started = 0;
+	struct bench_guard guard = { .lock = PTHREAD_MUTEX_INITIALIZER };
 	int rc = parse(ctl, argc, argv, &o);
 	if (rc != CTL_CONTINUE)
 		return rc;
@@ -700,11 +773,15 @@ int ctl_cmd_bench(struct ctl *ctl, int argc, char **argv)
 		la.name = wname;
 		la.a = args.a;
 		la.device = o.device;
-		if ((rc = mfma_load_weight(ctrl, &la, NULL, &e)) < 0) {
+		guard_start(&guard, ctrl, wname);
+		pthread_mutex_lock(&guard.lock);
+		rc = mfma_load_weight(ctrl, &la, NULL, &e);
+		guard.loaded = loaded = rc >= 0;
+		pthread_mutex_unlock(&guard.lock);
+		if (rc < 0) {
 			rc = ctl_fail(ctl, "bench: loading the weight", rc, &e);
 			goto out;
 		}
-		loaded = true;
 		o.weight = wname;
 	}
 	if (o.weight) {
@@ -816,8 +893,11 @@ int ctl_cmd_bench(struct ctl *ctl, int argc, char **argv)
 		}
 	}
 out:
-	if (loaded && (mfma_unload_weight(ctrl, wname, &e)) < 0)
+	pthread_mutex_lock(&guard.lock);
+	if (loaded && guard.loaded && (mfma_unload_weight(ctrl, wname, &e)) < 0)
 		fprintf(stderr, "mfmactl: bench: unloading %s: %s\n", wname, e.message);
+	guard.loaded = false;
+	pthread_mutex_unlock(&guard.lock);
 	if (bc) {
 		for (uint64_t i = 0; i < o.connections; i++) {
 			if (bc[i].rg && mfma_region_destroy(bc[i].c, bc[i].rg, &e) < 0)

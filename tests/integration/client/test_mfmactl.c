@@ -1045,6 +1045,42 @@ static void test_progress_cleared_on_error(void **state)
 	expect_in(e->out, "\r\033[Kmfmactl: submit: ");
 }
 
+/* Ctrl-C during bench --resident unloads the weight it loaded: it was
+ * left resident (mfmactl-bench-PID), holding its memory until unloaded
+ * by hand.  mfmactl still ends by the signal. */
+static void test_bench_interrupted_unloads(void **state)
+{
+	struct env *e = *state;
+	const char *argv[] = { getenv("MFMACTL_BIN"), "-e", e->d.endpoint, "bench", "-n",
+			       "100000000", "--resident", "--m", "64", "--k", "64", "--n", "8",
+			       "--dtype", "f32", NULL };
+	posix_spawnattr_t at;
+	sigset_t def;
+	sigemptyset(&def);
+	sigaddset(&def, SIGINT);
+	posix_spawnattr_init(&at);
+	posix_spawnattr_setsigdefault(&at, &def);
+	posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGDEF);
+	pid_t pid;
+	assert_int_equal(posix_spawn(&pid, argv[0], NULL, &at, (char *const *)argv, environ), 0);
+	posix_spawnattr_destroy(&at);
+	bool loaded = false;
+	for (int i = 0; i < 200 && !loaded; i++) {
+		usleep(50000);
+		assert_int_equal(ctl(e, "--json", "weights", NULL), 0);
+		loaded = strstr(e->out, "mfmactl-bench-") != NULL;
+	}
+	assert_true(loaded);
+	usleep(200000); /* into the measured loop */
+	assert_int_equal(kill(pid, SIGINT), 0);
+	int st;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFSIGNALED(st));
+	assert_int_equal(WTERMSIG(st), SIGINT);
+	assert_int_equal(ctl(e, "--json", "weights", NULL), 0);
+	expect_in(e->out, "\"weights\": []");
+}
+
 int main(void)
 {
 	/* bench's spin_us is checked against --spin-us and the default. */
@@ -1066,6 +1102,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_token_file_error, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_stdout_write_error, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_progress_cleared_on_error, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_bench_interrupted_unloads, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
