@@ -303,7 +303,14 @@ static void *guard_thread(void *arg)
 		;
 	if (r != 1)
 		return NULL;
-	pthread_mutex_lock(&g->lock);
+	/* The lock is held for the whole upload of the weight: the unload
+	 * waits for its end (the daemon would keep a weight whose last bytes
+	 * were sent), and the user is told why nothing stops yet. */
+	if (pthread_mutex_trylock(&g->lock) != 0) {
+		fprintf(stderr, "mfmactl: bench: interrupted; the weight is unloaded once its upload "
+				"ends\n");
+		pthread_mutex_lock(&g->lock);
+	}
 	if (g->loaded) {
 		struct mfma_error e;
 		mfma_set_timeout(g->ctrl, 2000);
