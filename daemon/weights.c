@@ -236,6 +236,8 @@ static void finish_load(struct daemon *d, struct weight *w)
 	operand_a_free(&w->a);
 	mfma__v1__request__free_unpacked(w->req, NULL);
 	w->req = NULL;
+	d->inflight_bytes -= w->held;
+	w->held = 0;
 	struct weight *old = w->replaces;
 	w->replaces = NULL;
 	char dir[400];
@@ -497,6 +499,19 @@ static bool is_declared(const struct daemon *d, const char *name)
 	return false;
 }
 
+/* What a client's load holds until it is answered: the decode's copy of
+ * A, and the 2:4 copy that a check or a prune makes of it. */
+static uint64_t load_held_bytes(const Mfma__V1__LoadWeight *lw, const struct weight *w)
+{
+	const Mfma__V1__Operand *op = lw->a;
+	uint64_t n = op->kind_case == MFMA__V1__OPERAND__KIND_SPARSE
+			     ? (uint64_t)op->sparse->values.len + op->sparse->meta.len
+			     : (uint64_t)op->dense->data.len;
+	if (w->form == A_DENSE_CHECK || w->form == A_DENSE_PRUNE)
+		n += w->host_bytes;
+	return n;
+}
+
 static void start_load(struct daemon *d, const struct request *r, Mfma__V1__Request *req,
 		       weights_done_fn done, void *done_arg)
 {
@@ -560,6 +575,24 @@ static void start_load(struct daemon *d, const struct request *r, Mfma__V1__Requ
 	w->replaces = old;
 	w->done = done;
 	w->done_arg = done_arg;
+	/* A client's load counts what it holds in flight, as a GEMM's
+	 * operands do (limits.max_inflight_mb, and limits.max_memory_mb for
+	 * the next request): uncounted, loads queued behind a long GEMM held
+	 * their matrices beyond every memory limit. */
+	if (r->conn) {
+		w->held = load_held_bytes(lw, w);
+		if (d->inflight_bytes + d->unsent_bytes + w->held > d->cfg.max_inflight_bytes &&
+		    d->inflight - r->own_hold + d->unsent_bytes > 0) {
+			code = MFMA__V1__CODE__RESOURCE_EXHAUSTED;
+			snprintf(err, sizeof(err),
+				 "busy: %" PRIu64 " bytes of requests in flight or answers not yet "
+				 "taken; this load needs %" PRIu64 " more (limits.max_inflight_mb = %" PRIu64
+				 ")",
+				 d->inflight_bytes + d->unsent_bytes, w->held,
+				 d->cfg.max_inflight_bytes >> 20);
+			goto fail;
+		}
+	}
 	code = reserve(d, w, lw->has_device ? lw->device : -1, err, sizeof(err));
 	if (code != MFMA__V1__CODE__OK)
 		goto fail;
@@ -572,6 +605,7 @@ static void start_load(struct daemon *d, const struct request *r, Mfma__V1__Requ
 	w->code = MFMA__V1__CODE__OK;
 	w->load = *r;
 	request_hold(d, &w->load);
+	d->inflight_bytes += w->held;
 	w->next = d->weights;
 	d->weights = w;
 	w->work.data = w;

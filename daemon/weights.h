@@ -51,6 +51,7 @@ struct weight {
 	Mfma__V1__Request *req;                /* owns the bytes a points into */
 	enum a_form form;
 	struct operand_a a;
+	uint64_t held;                         /* a client's load: in the daemon's inflight_bytes */
 	struct weight *replaces;               /* with a reference */
 	bool stored;                           /* wstore_write wrote its file */
 	int code;
