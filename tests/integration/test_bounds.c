@@ -16,7 +16,6 @@
 #include <string.h>
 #include <dirent.h>
 #include <sys/mman.h>
-#include <poll.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/resource.h>
@@ -84,7 +83,7 @@ static uint8_t *unknown_fields_frame(size_t fields, size_t *len)
 	return f;
 }
 
-/* A 16 MiB frame of unknown fields, under limits.max_memory_mb = 256: its
+/* A 16 MiB frame of unknown fields, under limits.max_memory_mb = 128: its
  * decode took some 750 MiB that no limit counted (a 256 MiB frame, the
  * default max_frame_mb, some 12 GiB).  It is now refused before it is
  * decoded, naming the bound, and a frame with a few unknown fields is
@@ -93,14 +92,14 @@ static void test_decode_fields(void **state)
 {
 	(void)state;
 	struct mfmad_proc d;
-	assert_int_equal(harness_start(&d, "limits = { max_memory_mb = 256; };", NULL), 0);
+	assert_int_equal(harness_start(&d, "limits = { max_memory_mb = 128; };", NULL), 0);
 	long hwm0 = status_mib(d.pid, "VmHWM");
 	size_t len;
 	uint8_t *f = unknown_fields_frame((16u << 20) / 2, &len);
 	Mfma__V1__Response *r = roundtrip(&d, f, len);
 	long hwm = status_mib(d.pid, "VmHWM");
 	printf("a %zu MiB frame of 2-byte unknown fields: peak RSS %ld -> %ld MiB (+%ld; "
-	       "limits.max_memory_mb = 256); code %d, \"%s\"\n",
+	       "limits.max_memory_mb = 128); code %d, \"%s\"\n",
 	       len >> 20, hwm0, hwm, hwm - hwm0, (int)r->status->code, r->status->message);
 	RSS_CHECK(hwm - hwm0 <= 64);
 	assert_int_equal(r->status->code, MFMA__V1__CODE__MALFORMED);
@@ -547,13 +546,6 @@ static void test_connections_per_address(void **state)
 
 /* ---- loads ---- */
 
-static uint64_t mfma_test_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /* An f32 GEMM on fd: A (m x k, pruned to 2:4) times B (k x n). */
 static void send_gemm_pruned(int fd, uint64_t id, uint32_t m, uint32_t n, uint32_t k)
 {
@@ -597,102 +589,55 @@ static void wait_running(int fd)
 	fail_msg("the long GEMM never started");
 }
 
-#define LOADS 40
+/* A load of an 8 MiB A on fd, named name; its answer's code and, when it
+ * is not OK, its message in why. */
+static int load_8mib(int fd, uint64_t id, const char *name, char *why, size_t whylen)
+{
+	struct rw_mat a;
+	rw_mat_init(&a, 2048, 1024, 3);
+	Mfma__V1__LoadWeight lw;
+	Mfma__V1__Request req;
+	rw_load_request(&req, &lw, id, name, &a.op);
+	rw_send(fd, &req);
+	rw_mat_free(&a);
+	Mfma__V1__Response *r = rw_read(fd, 120000);
+	int code = r->status ? (int)r->status->code : 0;
+	snprintf(why, whylen, "%s", r->status && r->status->message ? r->status->message : "");
+	mfma__v1__response__free_unpacked(r, NULL);
+	return code;
+}
 
-/* Loads queued behind a long GEMM: a load's request (protobuf-c's copy of
- * A, and the 2:4 copy that a check or a prune makes) is held until the
- * load ends, and was counted against no memory limit (weights.budget_mb
- * counts the weight a device will hold, not the host's copies on the
- * way), so every load was read and admitted while the GEMM ran, past
- * limits.max_memory_mb = 256 with a GEMM holding 192 of it; a client may
- * send as many 256 MiB frames as weights.budget_mb takes (75% of the host
- * for the CPU, of each GPU's memory for a GPU).  A load now counts its
- * bytes in flight as a GEMM does: the daemon reads no more than the limit
- * allows while the GEMM runs, and every load is answered once it ends
- * (loaded, or refused RESOURCE_EXHAUSTED naming the limit). */
-static void test_loads_held(void **state)
+/* A client's load holds its request (protobuf-c's copy of A, and the 2:4
+ * copy a check or a prune makes) until it is answered, and counted against
+ * no memory limit: loads queued on a busy device held their matrices past
+ * limits.max_inflight_mb and limits.max_memory_mb, as many 256 MiB frames
+ * as weights.budget_mb takes (it counts the device's copy, not the host's).
+ * A load now counts in flight as a GEMM's operands do: an 8 MiB load while
+ * a GEMM of 32 MiB runs, under max_inflight_mb = 8, is refused naming the
+ * limit (it was loaded); once the GEMM is answered the same load is taken. */
+static void test_load_counts_in_flight(void **state)
 {
 	(void)state;
 	struct mfmad_proc d;
 	assert_int_equal(harness_start(&d, "cpu = { threads = 1; devices = 1; };\n"
-					   "limits = { max_memory_mb = 256; };\n"
-					   "weights = { budget_mb = 2048; };", NULL), 0);
+					   "limits = { max_inflight_mb = 8; };", NULL), 0);
 	int busy = harness_connect_raw(&d), fd = harness_connect_raw(&d);
 	assert_true(busy >= 0 && fd >= 0);
-	/* The 40 loads' frames, 8 MiB of A each, in one buffer. */
-	struct rw_mat a;
-	rw_mat_init(&a, 2048, 1024, 3);
-	uint8_t *frames[LOADS];
-	size_t flen[LOADS], total = 0;
-	for (int i = 0; i < LOADS; i++) {
-		char name[32];
-		snprintf(name, sizeof(name), "held%d", i);
-		Mfma__V1__LoadWeight lw;
-		Mfma__V1__Request req;
-		rw_load_request(&req, &lw, 100 + (uint64_t)i, name, &a.op);
-		frames[i] = pack(&req, 100 + (uint64_t)i, &flen[i]);
-		total += flen[i];
-	}
-	rw_mat_free(&a);
-	uint8_t *all = malloc(total);
-	assert_non_null(all);
-	for (size_t i = 0, at = 0; i < LOADS; at += flen[i], i++) {
-		memcpy(all + at, frames[i], flen[i]);
-		free(frames[i]);
-	}
-	long rss0 = status_mib(d.pid, "VmRSS"), peak = rss0;
-	/* 4096^3 on one thread (a second or more), 192 MiB held: the frame's
-	 * 128 and D's 64. */
-	send_gemm_pruned(busy, 1, 4096, 4096, 4096);
+	/* 2048^3, pruned to 2:4, on one thread: long enough to load beside. */
+	send_gemm_pruned(busy, 1, 2048, 2048, 2048);
 	wait_running(fd);
-	/* Written as fast as the daemon reads, RSS sampled, until the GEMM
-	 * has answered. */
-	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-	size_t sent = 0;
-	uint64_t t0 = mfma_test_ms();
-	struct pollfd pb = { .fd = busy, .events = POLLIN };
-	while (poll(&pb, 1, 0) == 0) {
-		ssize_t n = sent < total ? write(fd, all + sent, total - sent) : 0;
-		if (n > 0)
-			sent += (size_t)n;
-		long r = status_mib(d.pid, "VmRSS");
-		if (r > peak)
-			peak = r;
-		usleep(10 * 1000);
-	}
-	uint64_t t1 = mfma_test_ms();
-	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-	size_t during = sent;
-	assert_int_equal(harness_write_all(fd, all + sent, total - sent), 0);
-	free(all);
+	char why[512];
+	int code = load_8mib(fd, 100, "beside", why, sizeof(why));
+	printf("an 8 MiB load beside a running GEMM, limits.max_inflight_mb = 8: code %d, \"%s\"\n",
+	       code, why);
 	Mfma__V1__Response *r = rw_read(busy, 120000);
-	assert_int_equal(r->status->code, MFMA__V1__CODE__OK);
+	const int gemm_code = (int)r->status->code;
 	mfma__v1__response__free_unpacked(r, NULL);
-	int ok = 0, refused = 0;
-	char why[256] = "";
-	for (int i = 0; i < LOADS; i++) {
-		r = rw_read(fd, 120000);
-		int code = r->status ? (int)r->status->code : 0;
-		if (code == MFMA__V1__CODE__OK) {
-			ok++;
-		} else {
-			assert_int_equal(code, MFMA__V1__CODE__RESOURCE_EXHAUSTED);
-			assert_non_null(strstr(r->status->message, "limits.max_memory_mb = 256"));
-			snprintf(why, sizeof(why), "%s", r->status->message);
-			refused++;
-		}
-		mfma__v1__response__free_unpacked(r, NULL);
-	}
-	printf("%d loads of 8 MiB behind a GEMM holding 192 MiB for %llu ms: %zu of %zu MiB read "
-	       "meanwhile, RSS %ld -> %ld MiB peak (+%ld; limits.max_memory_mb = 256); then %d "
-	       "loaded, %d refused%s%s\n",
-	       LOADS, (unsigned long long)(t1 - t0), during >> 20, total >> 20, rss0, peak,
-	       peak - rss0, ok, refused, refused ? ": " : "", why);
-	/* The limit, one load admitted over it, the GEMM's 2:4 copy of its
-	 * A (36 MiB, not counted), and the allocator's slack. */
-	RSS_CHECK(peak - rss0 <= 256 + 8 + 36 + 16);
-	assert_int_equal(ok + refused, LOADS);
-	assert_true(ok > 0);
+	assert_int_equal(gemm_code, MFMA__V1__CODE__OK);
+	assert_int_equal(code, MFMA__V1__CODE__RESOURCE_EXHAUSTED);
+	assert_non_null(strstr(why, "limits.max_inflight_mb = 8"));
+	/* Alone, the first request in flight is always let in. */
+	assert_int_equal(load_8mib(fd, 101, "alone", why, sizeof(why)), MFMA__V1__CODE__OK);
 	close(fd);
 	close(busy);
 	assert_int_equal(harness_stop(&d), 0);
@@ -710,7 +655,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_connections_per_address, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_weight_lines_rate_limited, harness_stop_leftover),
 		cmocka_unit_test_teardown(test_fd_room, harness_stop_leftover),
-		cmocka_unit_test_teardown(test_loads_held, harness_stop_leftover),
+		cmocka_unit_test_teardown(test_load_counts_in_flight, harness_stop_leftover),
 	};
 	return cmocka_run_group_tests_name("bounds", tests, NULL, NULL);
 }
