@@ -76,7 +76,7 @@ struct daemon {
 	 * has not yet released them: the client may send its next request
 	 * before that, and admission does not count them. */
 	_Atomic uint64_t answered_early;
-	uint64_t inflight_bytes; /* GEMM bytes, against limits.max_inflight_mb */
+	uint64_t inflight_bytes; /* GEMMs' and loads' bytes, against limits.max_inflight_mb */
 	/* conn.c: the other bytes clients make the daemon hold (read buffers,
 	 * answers not yet written, at their real cost); with inflight_bytes
 	 * they count against limits.max_memory_mb. */

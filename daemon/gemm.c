@@ -807,14 +807,8 @@ void gemm_handle(struct daemon *d, const struct request *r, struct request_msg *
 	j->in_bytes = held_in + (j->rd ? 0 : j->plan.d_bytes);
 	/* Answers count until written (conn.c's unsent_bytes), not only
 	 * until computed. */
-	if (d->inflight_bytes + d->unsent_bytes + j->in_bytes > d->cfg.max_inflight_bytes &&
-	    d->inflight - r->own_hold + d->unsent_bytes > 0) {
+	if (request_over_inflight(d, r, j->in_bytes, "one", err, sizeof(err))) {
 		code = MFMA__V1__CODE__RESOURCE_EXHAUSTED;
-		snprintf(err, sizeof(err),
-			 "busy: %" PRIu64 " bytes of requests in flight or answers not yet taken; "
-			 "this one needs %zu more (limits.max_inflight_mb = %" PRIu64 ")",
-			 d->inflight_bytes + d->unsent_bytes, j->in_bytes,
-			 d->cfg.max_inflight_bytes >> 20);
 		goto fail;
 	}
 	int dev = choose_device(d, g, w, &j->plan, &code, err, sizeof(err));

@@ -43,6 +43,19 @@ void request_hold(struct daemon *d, struct request *r)
 		conn_hold(r->conn);
 }
 
+bool request_over_inflight(const struct daemon *d, const struct request *r, uint64_t bytes,
+			   const char *what, char *err, size_t errlen)
+{
+	const uint64_t held = d->inflight_bytes + d->unsent_bytes;
+	if (held + bytes <= d->cfg.max_inflight_bytes || d->inflight - r->own_hold + d->unsent_bytes == 0)
+		return false;
+	snprintf(err, errlen,
+		 "busy: %" PRIu64 " bytes of requests in flight or answers not yet taken; this %s "
+		 "needs %" PRIu64 " more (limits.max_inflight_mb = %" PRIu64 ")",
+		 held, what, bytes, d->cfg.max_inflight_bytes >> 20);
+	return true;
+}
+
 void request_release(struct daemon *d, struct request *r)
 {
 	if (!r->held)

@@ -34,6 +34,12 @@ void request_init(struct request *r, struct conn *c, uint64_t id, uint64_t arriv
  * work, a load, an unload waiting for its frees): it holds its
  * connection and counts against the in-flight limits until released. */
 void request_hold(struct daemon *d, struct request *r);
+/* Whether r, taking bytes more in flight, is refused by
+ * limits.max_inflight_mb (answers not yet taken count too; the first
+ * request in flight is always let in); err then says so, naming the limit
+ * and what (the GEMM's "one", a "load"). */
+bool request_over_inflight(const struct daemon *d, const struct request *r, uint64_t bytes,
+			   const char *what, char *err, size_t errlen);
 /* After its answer: lets go of the connection and, when the daemon is
  * stopping and this was the last request, lets it finish. */
 void request_release(struct daemon *d, struct request *r);

@@ -581,15 +581,8 @@ static void start_load(struct daemon *d, const struct request *r, Mfma__V1__Requ
 	 * their matrices beyond every memory limit. */
 	if (r->conn) {
 		w->held = load_held_bytes(lw, w);
-		if (d->inflight_bytes + d->unsent_bytes + w->held > d->cfg.max_inflight_bytes &&
-		    d->inflight - r->own_hold + d->unsent_bytes > 0) {
+		if (request_over_inflight(d, r, w->held, "load", err, sizeof(err))) {
 			code = MFMA__V1__CODE__RESOURCE_EXHAUSTED;
-			snprintf(err, sizeof(err),
-				 "busy: %" PRIu64 " bytes of requests in flight or answers not yet "
-				 "taken; this load needs %" PRIu64 " more (limits.max_inflight_mb = %" PRIu64
-				 ")",
-				 d->inflight_bytes + d->unsent_bytes, w->held,
-				 d->cfg.max_inflight_bytes >> 20);
 			goto fail;
 		}
 	}
