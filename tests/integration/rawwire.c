@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -74,6 +75,58 @@ void rw_send_together(int fd, const Mfma__V1__Request *const *reqs, size_t n)
 	}
 	assert_int_equal(harness_write_all(fd, buf, total), 0);
 	free(buf);
+}
+
+void rw_send_gemm(int fd, uint64_t id, uint32_t m, uint32_t n, uint32_t k, bool prune,
+		  uint32_t prio, uint64_t timeout_us)
+{
+	struct rw_mat a, b;
+	rw_mat_init(&a, m, k, 1);
+	rw_mat_init(&b, k, n, 2);
+	if (prune)
+		a.op.sparsity = MFMA__V1__SPARSITY__PRUNE_24;
+	Mfma__V1__Gemm g = MFMA__V1__GEMM__INIT;
+	g.a = &a.op;
+	g.b = &b.m;
+	if (prio) {
+		g.has_priority = 1;
+		g.priority = prio;
+	}
+	if (timeout_us) {
+		g.has_timeout_us = 1;
+		g.timeout_us = timeout_us;
+	}
+	Mfma__V1__Request req = MFMA__V1__REQUEST__INIT;
+	req.has_id = 1;
+	req.id = id;
+	req.body_case = MFMA__V1__REQUEST__BODY_GEMM;
+	req.gemm = &g;
+	rw_send(fd, &req);
+	rw_mat_free(&a);
+	rw_mat_free(&b);
+}
+
+void rw_wait_running(int fd)
+{
+	for (int tries = 0; tries < 2000; tries++) {
+		Mfma__V1__GetStatus s = MFMA__V1__GET_STATUS__INIT;
+		Mfma__V1__Request req = MFMA__V1__REQUEST__INIT;
+		req.has_id = 1;
+		req.id = 1000 + (uint64_t)tries;
+		req.body_case = MFMA__V1__REQUEST__BODY_STATUS;
+		req.status = &s;
+		rw_send(fd, &req);
+		Mfma__V1__Response *r = rw_read(fd, 10000);
+		assert_int_equal(r->body_case, MFMA__V1__RESPONSE__BODY_STATUS_RESULT);
+		bool running = r->status_result->n_devices > 0 &&
+			       r->status_result->devices[0]->in_flight > 0;
+		mfma__v1__response__free_unpacked(r, NULL);
+		if (running)
+			return;
+		struct timespec ts = { 0, 5 * 1000 * 1000 };
+		nanosleep(&ts, NULL);
+	}
+	fail_msg("the long GEMM never started");
 }
 
 Mfma__V1__Response *rw_read(int fd, int timeout_ms)

@@ -28,6 +28,13 @@ void rw_send(int fd, const Mfma__V1__Request *req);
 /* The n requests' frames in one write, so that the daemon reads them
  * together and handles them in one turn of its loop. */
 void rw_send_together(int fd, const Mfma__V1__Request *const *reqs, size_t n);
+/* One f32 GEMM on fd, A (m x k, pruned to 2:4 when prune) times B (k x n),
+ * with a priority and a timeout where not 0. */
+void rw_send_gemm(int fd, uint64_t id, uint32_t m, uint32_t n, uint32_t k, bool prune,
+		  uint32_t prio, uint64_t timeout_us);
+/* Asks on fd until device 0 runs a request (a long GEMM sent before); the
+ * test fails when none starts within some 10 s. */
+void rw_wait_running(int fd);
 /* The next response (freed by the caller with mfma__v1__response__free_unpacked). */
 Mfma__V1__Response *rw_read(int fd, int timeout_ms);
 

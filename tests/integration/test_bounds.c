@@ -8,7 +8,6 @@
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
-#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -546,49 +545,6 @@ static void test_connections_per_address(void **state)
 
 /* ---- loads ---- */
 
-/* An f32 GEMM on fd: A (m x k, pruned to 2:4) times B (k x n). */
-static void send_gemm_pruned(int fd, uint64_t id, uint32_t m, uint32_t n, uint32_t k)
-{
-	struct rw_mat a, b;
-	rw_mat_init(&a, m, k, 1);
-	rw_mat_init(&b, k, n, 2);
-	a.op.sparsity = MFMA__V1__SPARSITY__PRUNE_24;
-	Mfma__V1__Gemm g = MFMA__V1__GEMM__INIT;
-	g.a = &a.op;
-	g.b = &b.m;
-	Mfma__V1__Request req = MFMA__V1__REQUEST__INIT;
-	req.has_id = 1;
-	req.id = id;
-	req.body_case = MFMA__V1__REQUEST__BODY_GEMM;
-	req.gemm = &g;
-	rw_send(fd, &req);
-	rw_mat_free(&a);
-	rw_mat_free(&b);
-}
-
-/* Waits until device 0 runs a request (asked on fd). */
-static void wait_running(int fd)
-{
-	for (int tries = 0; tries < 2000; tries++) {
-		Mfma__V1__GetStatus s = MFMA__V1__GET_STATUS__INIT;
-		Mfma__V1__Request req = MFMA__V1__REQUEST__INIT;
-		req.has_id = 1;
-		req.id = 1000 + (uint64_t)tries;
-		req.body_case = MFMA__V1__REQUEST__BODY_STATUS;
-		req.status = &s;
-		rw_send(fd, &req);
-		Mfma__V1__Response *r = rw_read(fd, 10000);
-		assert_int_equal(r->body_case, MFMA__V1__RESPONSE__BODY_STATUS_RESULT);
-		bool running = r->status_result->n_devices > 0 &&
-			       r->status_result->devices[0]->in_flight > 0;
-		mfma__v1__response__free_unpacked(r, NULL);
-		if (running)
-			return;
-		usleep(5 * 1000);
-	}
-	fail_msg("the long GEMM never started");
-}
-
 /* A load of an 8 MiB A on fd, named name; its answer's code and, when it
  * is not OK, its message in why. */
 static int load_8mib(int fd, uint64_t id, const char *name, char *why, size_t whylen)
@@ -624,8 +580,8 @@ static void test_load_counts_in_flight(void **state)
 	int busy = harness_connect_raw(&d), fd = harness_connect_raw(&d);
 	assert_true(busy >= 0 && fd >= 0);
 	/* 2048^3, pruned to 2:4, on one thread: long enough to load beside. */
-	send_gemm_pruned(busy, 1, 2048, 2048, 2048);
-	wait_running(fd);
+	rw_send_gemm(busy, 1, 2048, 2048, 2048, true, 0, 0);
+	rw_wait_running(fd);
 	char why[512];
 	int code = load_8mib(fd, 100, "beside", why, sizeof(why));
 	printf("an 8 MiB load beside a running GEMM, limits.max_inflight_mb = 8: code %d, \"%s\"\n",

@@ -38,40 +38,10 @@
 
 /* ---- raw protocol ---- */
 
-/* Sends one f32 GEMM (m x k times k x n); a pruned to 2:4 when prune. */
-static void send_gemm_a(int fd, uint64_t id, uint32_t m, uint32_t n, uint32_t k, uint32_t prio,
-			uint64_t timeout_us, bool prune)
-{
-	struct rw_mat a, b;
-	rw_mat_init(&a, m, k, 1);
-	rw_mat_init(&b, k, n, 2);
-	if (prune)
-		a.op.sparsity = MFMA__V1__SPARSITY__PRUNE_24;
-	Mfma__V1__Gemm g = MFMA__V1__GEMM__INIT;
-	g.a = &a.op;
-	g.b = &b.m;
-	if (prio) {
-		g.has_priority = 1;
-		g.priority = prio;
-	}
-	if (timeout_us) {
-		g.has_timeout_us = 1;
-		g.timeout_us = timeout_us;
-	}
-	Mfma__V1__Request req = MFMA__V1__REQUEST__INIT;
-	req.has_id = 1;
-	req.id = id;
-	req.body_case = MFMA__V1__REQUEST__BODY_GEMM;
-	req.gemm = &g;
-	rw_send(fd, &req);
-	rw_mat_free(&a);
-	rw_mat_free(&b);
-}
-
 static void send_gemm(int fd, uint64_t id, uint32_t m, uint32_t n, uint32_t k, uint32_t prio,
 		      uint64_t timeout_us)
 {
-	send_gemm_a(fd, id, m, n, k, prio, timeout_us, false);
+	rw_send_gemm(fd, id, m, n, k, false, prio, timeout_us);
 }
 
 /* The daemon's own 2:4 loop on one thread (cpu.threads = 1, not
@@ -82,7 +52,7 @@ static const char one_thread[] = "cpu = { threads = 1; devices = 1; };";
 
 static void send_long(int fd, uint64_t id)
 {
-	send_gemm_a(fd, id, LONG_N, LONG_N, LONG_N, 0, 0, true);
+	rw_send_gemm(fd, id, LONG_N, LONG_N, LONG_N, true, 0, 0);
 }
 
 static Mfma__V1__Response *read_response(int fd, int timeout_ms)
@@ -368,30 +338,6 @@ static void test_deadline_answered_when_it_passes(void **state)
 	stop(&p);
 }
 
-/* Waits until device 0 runs something (the long GEMM sent before). */
-static void wait_running(int fd)
-{
-	for (int tries = 0; tries < 2000; tries++) {
-		Mfma__V1__GetStatus s = MFMA__V1__GET_STATUS__INIT;
-		Mfma__V1__Request req = MFMA__V1__REQUEST__INIT;
-		req.has_id = 1;
-		req.id = 1000 + (uint64_t)tries;
-		req.body_case = MFMA__V1__REQUEST__BODY_STATUS;
-		req.status = &s;
-		rw_send(fd, &req);
-		Mfma__V1__Response *r = read_response(fd, 10000);
-		assert_int_equal(r->body_case, MFMA__V1__RESPONSE__BODY_STATUS_RESULT);
-		bool running = r->status_result->n_devices > 0 &&
-			       r->status_result->devices[0]->in_flight > 0;
-		mfma__v1__response__free_unpacked(r, NULL);
-		if (running)
-			return;
-		struct timespec ts = { 0, 5 * 1000 * 1000 };
-		nanosleep(&ts, NULL);
-	}
-	fail_msg("the long GEMM never started");
-}
-
 /* Starts a long GEMM, then sends a low-priority request and, 100 ms
  * later, a high-priority one, both queued behind it; returns the id of
  * the one answered first. */
@@ -403,8 +349,8 @@ static uint64_t first_of_two(const char *conf, const char *reconf)
 	assert_true(busy >= 0 && fd >= 0);
 	/* Long enough for both to be queued behind it (checked below), and
 	 * longer with a reload between them. */
-	send_gemm_a(busy, 1, (reconf ? 4 : 2) * LONG_N, LONG_N, LONG_N, 0, 0, true);
-	wait_running(fd);
+	rw_send_gemm(busy, 1, (reconf ? 4 : 2) * LONG_N, LONG_N, LONG_N, true, 0, 0);
+	rw_wait_running(fd);
 	send_gemm(fd, 2, 8, 8, 8, 50, 0); /* low */
 	struct timespec ts = { 0, 100 * 1000 * 1000 };
 	nanosleep(&ts, NULL);
