@@ -425,7 +425,10 @@ static void test_frame_no_buffer_holds(void **state)
 	size_t body = 64u << 10;
 	uint8_t *buf = calloc(1, FRAME_HEADER_SIZE + body);
 	frame_header_put(buf, 2u << 20);
-	assert_int_equal(harness_write_all(fd, buf, FRAME_HEADER_SIZE + body), 0);
+	/* The daemon may answer and close once it has read the header, before
+	 * all of the body is sent: the rest then fails to send (EPIPE), and the
+	 * answer is still there to read. */
+	(void)harness_write_all(fd, buf, FRAME_HEADER_SIZE + body);
 	uint8_t *answer = NULL;
 	long n = harness_read_frame(fd, &answer, 3000);
 	assert_true(n > 0);
