@@ -899,20 +899,39 @@ static void after_line(FILE *out, const char *shape, op_fn wg, void *wctx, op_fn
 }
 #endif
 
-/* The daemon's sample of a cuBLASLt algorithm: one block of 4 runs
- * (LT_TIMED_RUNS) back to back, here 5 blocks; *lo and *hi their lowest
- * and highest mean microseconds.  0, or -EIO when a call failed. */
-static int lt_blocks_of_4(struct blas_ctx *c, double *lo, double *hi)
+/* A cuBLASLt algorithm timed in blocks of 4 runs (LT_TIMED_RUNS before
+ * the daemon timed one launch at a time), 5 blocks; with graph, each
+ * block one launch of a graph of the 4 (the daemon's way then), else
+ * enqueued back to back.  *lo and *hi the lowest and highest mean
+ * microseconds of a run; 0, or -EIO when a call or the capture failed. */
+static int lt_blocks_of_4(struct blas_ctx *c, int graph, double *lo, double *hi)
 {
 	int rc = 0;
 	CUevent e[2];
+	CUgraph g = NULL;
+	CUgraphExec ge = NULL;
 	*lo = INFINITY;
 	*hi = 0;
+	if (graph) {
+		CU(nv_drv.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+		for (int r = 0; r < 4 && rc == 0; r++)
+			rc = run_blas(c, 0) != 0 ? -EIO : 0;
+		CUresult er = nv_drv.cuStreamEndCapture(stream, &g);
+		if (rc != 0 || er != CUDA_SUCCESS || !g ||
+		    nv_drv.cuGraphInstantiateWithFlags(&ge, g, 0) != CUDA_SUCCESS)
+			rc = -EIO;
+		if (g)
+			nv_drv.cuGraphDestroy(g);
+		if (rc == 0) /* its first launch uploads it */
+			CU(nv_drv.cuGraphLaunch(ge, stream));
+	}
 	CU(nv_drv.cuEventCreate(&e[0], CU_EVENT_DEFAULT));
 	CU(nv_drv.cuEventCreate(&e[1], CU_EVENT_DEFAULT));
 	for (int j = 0; j < 5 && rc == 0; j++) {
 		CU(nv_drv.cuEventRecord(e[0], stream));
-		for (int r = 0; r < 4 && rc == 0; r++)
+		if (ge)
+			CU(nv_drv.cuGraphLaunch(ge, stream));
+		for (int r = 0; !ge && r < 4 && rc == 0; r++)
 			rc = run_blas(c, 0) != 0 ? -EIO : 0;
 		CU(nv_drv.cuEventRecord(e[1], stream));
 		CU(nv_drv.cuEventSynchronize(e[1]));
@@ -922,6 +941,8 @@ static int lt_blocks_of_4(struct blas_ctx *c, double *lo, double *hi)
 		*lo = us < *lo ? us : *lo;
 		*hi = us > *hi ? us : *hi;
 	}
+	if (ge)
+		nv_drv.cuGraphExecDestroy(ge);
 	nv_drv.cuEventDestroy(e[0]);
 	nv_drv.cuEventDestroy(e[1]);
 	return rc;
@@ -929,24 +950,28 @@ static int lt_blocks_of_4(struct blas_ctx *c, double *lo, double *hi)
 
 /* --served with BENCH_NV_LT_ALGOS=1: each of the heuristic's first
  * algorithms of cuBLASLt timed back to back on one weight copy (as the
- * daemon's provider times them while a weight warms) and one call at a
- * time (time_served), with the workspace it asks (split-K when not 0).
+ * daemon's provider timed them while a weight warmed, in blocks of 4,
+ * enqueued and from one graph) and one call at a time (time_served:
+ * enqueued, and from a graph as the daemon times them now), with the
+ * workspace it asks (split-K when not 0).
  * One whose call fails is said so and passed, as blas_setup passes it. */
 static void lt_algo_lines(FILE *out, const char *shape, struct blas_ctx *c, struct problem *p)
 {
 	for (int i = 0; i < c->nres; i++) {
-		double h, w, lo, hi;
+		double h, w, lo, hi, glo, ghi;
 		c->algo = c->res[i].algo;
 		const double b2b = time_op(run_blas, c, 1, 5.0);
 		const double one = isfinite(b2b) ? time_served(run_blas, c, p, 0, 0, &h, &w) : NAN;
-		if (!isfinite(one) || lt_blocks_of_4(c, &lo, &hi) < 0) {
+		const double gone = isfinite(one) ? time_served(run_blas, c, p, 1, 0, &h, &w) : NAN;
+		if (!isfinite(gone) || lt_blocks_of_4(c, 0, &lo, &hi) < 0 || lt_blocks_of_4(c, 1, &glo, &ghi) < 0) {
 			fprintf(out, "| lt algo | %-17s | #%d%s | workspace %9zu | a call failed |\n", shape,
 				i + 1, i == c->best ? " (kept)" : "", c->res[i].workspaceSize);
 			continue;
 		}
 		fprintf(out, "| lt algo | %-17s | #%d%s | workspace %9zu | back to back %6.1f | blocks of 4 %6.1f-%6.1f |"
-			" one at a time %6.1f |\n",
-			shape, i + 1, i == c->best ? " (kept)" : "", c->res[i].workspaceSize, b2b, lo, hi, one);
+			" graphs of 4 %6.1f-%6.1f | one at a time %6.1f | from a graph %6.1f |\n",
+			shape, i + 1, i == c->best ? " (kept)" : "", c->res[i].workspaceSize, b2b, lo, hi, glo, ghi,
+			one, gone);
 	}
 	c->algo = c->res[c->best].algo;
 	fflush(out);
