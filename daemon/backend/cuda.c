@@ -665,6 +665,15 @@ static void trial_note(const struct cuda_backend_dev *bd, const struct cuda_weig
 	rank_to_cache(bd, &key, r);
 }
 
+/* Whether provider i is one of cand[0..ncand). */
+static bool is_candidate(size_t i, const size_t *cand, size_t ncand)
+{
+	for (size_t c = 0; c < ncand; c++)
+		if (cand[c] == i)
+			return true;
+	return false;
+}
+
 /* The provider gemm_resident runs first when no trial is on: the measured
  * order's first candidate, else the candidates' own first. */
 static size_t first_choice(const struct cuda_rank *r, const size_t *cand, size_t ncand)
@@ -726,7 +735,16 @@ static int gemm_resident(struct cuda_backend_dev *bd, struct cuda_weight *w,
 	 * cannot make this very shape (-ENOTSUP at launch) or lacks the
 	 * memory for it (-ENOMEM) passes to the next.  A GEMM that measured
 	 * is no part of the trial. */
-	const int slot = bd->measures == measures0 ? trial_slot(r) : -1;
+	int slot = bd->measures == measures0 ? trial_slot(r) : -1;
+	/* A trial candidate that is no candidate of this GEMM (cuSPARSELt at
+	 * an N not a multiple of 8, in a bucket measured at 16) ends the
+	 * trial with the order kept, as one that refuses at launch does:
+	 * else the trial waits on it for as long as the bucket serves such
+	 * shapes, and none of its lone GEMMs is left running meanwhile. */
+	if (slot >= 0 && !is_candidate(r->order[slot], cand, ncand)) {
+		r->trial.over = true;
+		slot = -1;
+	}
 	size_t order[2 * NPROVIDERS + 1], norder = 0;
 	if (slot > 0)
 		order[norder++] = r->order[slot];
@@ -738,10 +756,7 @@ static int gemm_resident(struct cuda_backend_dev *bd, struct cuda_weight *w,
 	int first_rc = 0;
 	for (size_t j = 0; j < norder; j++) {
 		size_t i = order[j];
-		bool ok = false;
-		for (size_t c = 0; c < ncand; c++)
-			ok = ok || cand[c] == i;
-		if (!ok || tried[i])
+		if (!is_candidate(i, cand, ncand) || tried[i])
 			continue;
 		tried[i] = true;
 		char why[256];

@@ -1711,6 +1711,55 @@ static void test_served_trial(void **state)
 	reopen(&cfg);
 }
 
+/* cuda.served_trial where a trial candidate cannot make a shape of its
+ * bucket: a 2:4 weight served by wgmma and cuSPARSELt alone (ours and
+ * cuBLASLt excluded) measures bucket 0 at N = 16; at N = 12, which
+ * cuSPARSELt refuses (N a multiple of 8), the trial ends with the measured
+ * order kept, whichever slot cuSPARSELt holds: no answer ends a trial
+ * after that, and N = 16 runs the measured leader.  (The trial used to
+ * wait on cuSPARSELt at N = 12 and end later at N = 16.) */
+static void test_served_trial_refused_width(void **state)
+{
+	(void)state;
+	enum { RUNS = 4 };
+	const uint32_t m = quick ? 1024 : 4096, k = quick ? 1024 : 4096;
+	struct backend_config cfg = { TEST_BASE_CFG,
+				      .cuda_served_trial = RUNS, .choices = &tc_hook };
+	cfg.cuda_providers.prefer = -1;
+	cfg.cuda_providers.exclude = 1u << providers_index(PROVIDERS_CUDA, "cublaslt") |
+				     1u << providers_index(PROVIDERS_CUDA, "ours");
+	reopen(&cfg);
+	memset(&tc, 0, sizeof(tc));
+	struct operands o;
+	ops_make(&o, MFMA_DT_F16, MFMA_DT_F16, true, m, 16, k, 1.0f, 0.0f);
+	void *w = load_f16_weight(dev, &o, true, m, k);
+	struct backend_timing t = resident_gemm(w, &o, MFMA_DT_F16, MFMA_DT_F16, true, m, k, 16);
+	char lead[32] = "", second[32] = "";
+	sscanf(tc.order, "%31[^,],%31[^,]", lead, second);
+	printf("  trial, a width refused: measured %s at N=16\n", tc.order);
+	if (tc.puts != 1 || !second[0]) {
+		printf("  trial, a width refused: one candidate: nothing to test\n");
+	} else {
+		for (int j = 0; j < 2 * (RUNS + 1) + 1; j++) {
+			t = resident_gemm(w, &o, MFMA_DT_F16, MFMA_DT_F16, true, m, k, 12);
+			assert_string_equal(provider_of(t.variant), "wgmma");
+			assert_int_equal(t.trial_end, 0);
+		}
+		for (int j = 0; j < 2 * (RUNS + 1) + 1; j++) {
+			t = resident_gemm(w, &o, MFMA_DT_F16, MFMA_DT_F16, true, m, k, 16);
+			assert_string_equal(provider_of(t.variant), lead);
+			assert_int_equal(t.trial_end, 0);
+		}
+		assert_int_equal(tc.puts, 1);
+	}
+	backend_cuda.weight_free(dev, w);
+	ops_free(&o);
+	cfg.choices = NULL;
+	cfg.cuda_served_trial = 0;
+	cfg.cuda_providers.exclude = 0;
+	reopen(&cfg);
+}
+
 /* A lone GEMM on a resident weight started to be left running
  * (backend_timing.leave_only, as the daemon's loop starts one on an idle
  * device): with D in registered host memory and its N bucket's choice
@@ -2799,6 +2848,7 @@ int main(void)
 		cmocka_unit_test(test_library_graph_replay),
 		cmocka_unit_test(test_policy_and_cache),
 		cmocka_unit_test(test_served_trial),
+		cmocka_unit_test(test_served_trial_refused_width),
 		cmocka_unit_test(test_lone_left_running),
 		cmocka_unit_test(test_other_devices),
 	};
