@@ -212,15 +212,17 @@ static void observe_launch(struct daemon *d, const struct weight *w, uint64_t n,
 	if (!t->trial_end)
 		return;
 	stats_observe_trial(&d->stats, t->trial_end == BACKEND_TRIAL_CHANGED);
-	char third[96] = "";
-	if (t->trial_n > 2)
-		snprintf(third, sizeof(third), ", then %s (%.1f us)",
-			 t->trial_variant[2] ? t->trial_variant[2] : "?", t->trial_median_ns[2] / 1e3);
+	char rest[256] = "";
+	for (size_t i = 2, at = 0; i < t->trial_n && i < BACKEND_TRIAL_CANDIDATES && at < sizeof(rest); i++) {
+		int len = snprintf(rest + at, sizeof(rest) - at, ", then %s (%.1f us)",
+				   t->trial_variant[i] ? t->trial_variant[i] : "?", t->trial_median_ns[i] / 1e3);
+		at += len > 0 ? (size_t)len : 0;
+	}
 	log_info("weight '%s': served trial at N=%llu %s %s (median kernel %.1f us) over %s (%.1f us)%s",
 		 w ? w->name : "?", (unsigned long long)n,
 		 t->trial_end == BACKEND_TRIAL_CHANGED ? "changed the lead to" : "kept",
 		 t->trial_variant[0] ? t->trial_variant[0] : "?", t->trial_median_ns[0] / 1e3,
-		 t->trial_variant[1] ? t->trial_variant[1] : "?", t->trial_median_ns[1] / 1e3, third);
+		 t->trial_variant[1] ? t->trial_variant[1] : "?", t->trial_median_ns[1] / 1e3, rest);
 }
 
 static void hand_off(struct gemm_job *j);

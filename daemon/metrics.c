@@ -349,7 +349,7 @@ int metrics_render_at(const struct mfmad_stats *s, uint64_t now_ns, char **out, 
 			    STATS_GET(s->measures_serving));
 	render_counter_pair(&b, "mfmad_gemm_choice_trials_total",
 			    "Served trials of a measured choice that ended (cuda.served_trial: a "
-			    "bucket's three fastest candidates served in a block each), by whether "
+			    "bucket's candidates served in a block each), by whether "
 			    "the one measured fastest kept the lead or another took it.",
 			    "outcome", "kept", STATS_GET(s->trials_kept), "changed",
 			    STATS_GET(s->trials_changed));

@@ -773,11 +773,11 @@ choice)
 		timeout 120 "$BENCH" ${CHOICE_SERVED:+--served} --dtypes f16 --shape "$shape" >>"$OUT/choice_bench.log" 2>&1
 	done
 	grep -E "^\| f16|^\| wgmma \||^\| cublaslt algos" "$OUT/choice_bench.log"
-	# 60 settling requests a shape (E2E_CHOICE_SETTLE) hold each bucket's
-	# served trial (three candidates, 17 launches each at the default 16),
+	# 80 settling requests a shape (E2E_CHOICE_SETTLE) hold each bucket's
+	# served trial (up to four candidates, 17 launches each at the default 16),
 	# so that the 200 counted run its leader alone; the trial's medians
 	# are the daemon's "served trial" lines.
-	E2E_CHOICE_SETTLE=${E2E_CHOICE_SETTLE:-60} timeout "${E2E_S:-300}" \
+	E2E_CHOICE_SETTLE=${E2E_CHOICE_SETTLE:-80} timeout "${E2E_S:-300}" \
 		bash bench/nvidia/e2e.sh "$P" "$OUT" choice > "$OUT/e2e_choice.log" 2>&1
 	echo "=== e2e choice: rc=$?"
 	grep -E "^FAIL|variants" "$OUT/e2e_choice.log" | cut -c1-400
@@ -830,7 +830,7 @@ trialab)
 	# 200 counted requests come after TRIAL_SETTLE more that let a trial end.
 	for r in ${AB_ROUNDS:-1 2}; do
 		for tr in 16 0; do
-			E2E_SERVED_TRIAL=$tr E2E_CHOICE_SETTLE=${TRIAL_SETTLE:-60} \
+			E2E_SERVED_TRIAL=$tr E2E_CHOICE_SETTLE=${TRIAL_SETTLE:-80} \
 				CHOICE_WEIGHTS=${SERVED_WEIGHTS:-14336x4096} CHOICE_NS=${SERVED_NS:-16 64 256} \
 				timeout "${E2E_S:-300}" bash bench/nvidia/e2e.sh "$P" "$OUT" choice \
 				>"$OUT/e2e_trial_${r}_${tr}.log" 2>&1

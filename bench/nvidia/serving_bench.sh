@@ -172,9 +172,9 @@ has batchcheck && checked_benches batched "${BATCHCHECK_DTYPES:-f16 bf16}" \
 has batchcheck && echo "CHECK summary: $((checks - fails)) of $checks passed"
 # Lone GEMMs checked: N=16, one request at a time (the loop starts each on
 # the idle device, limits.loop_start, once the served trial is over: up to
-# three candidates, 17 launches each, within the 60 unmeasured); then how
+# four candidates, 17 launches each, within the 80 unmeasured); then how
 # many the loop started, from /metrics.
-has lonecheck && checked_benches lone "f16 bf16" '"p50": [0-9]*' --n 16 -n 300 -j 1 --warmup 60
+has lonecheck && checked_benches lone "f16 bf16" '"p50": [0-9]*' --n 16 -n 300 -j 1 --warmup 80
 has lonecheck && echo "CHECK summary: $((checks - fails)) of $checks passed; $(python3 -c "import urllib.request as u; print(' '.join(l for l in u.urlopen('http://127.0.0.1:${E2E_METRICS:-9464}/metrics').read().decode().splitlines() if l.startswith(('mfmad_device_loop_starts_total', 'mfmad_device_completed_total', 'mfmad_device_gated_total', 'mfmad_device_tile_out_total'))))" 2>&1)"
 conf 0
 kill -HUP "$DPID"

@@ -136,7 +136,7 @@ static inline int backend_runs(const struct backend_device_info *info, enum mfma
 /* The most served launches per candidate a trial keeps the times of
  * (cuda.served_trial's bound), and the most candidates a trial serves. */
 #define BACKEND_TRIAL_MAX 64
-#define BACKEND_TRIAL_CANDIDATES 3
+#define BACKEND_TRIAL_CANDIDATES 4
 
 struct backend_timing {
 	uint64_t h2d_ns, kernel_ns, d2h_ns;

@@ -34,12 +34,13 @@
  * on the H200 that ranks two providers whose times lie within 10% in the
  * other order (bench/RESULTS.md).  So the order is then tried as served
  * (cuda.served_trial, served_trial.h): the first served launches of a
- * bucket go to its three fastest candidates, a block of launches each as
- * measure() runs them, and when each has run that many times after an
- * untimed first, they take the order of their median kernel times as
- * served from then on (and in the cache).  Three, not two: on an H100 at
- * a weight held in L2 between requests the back-to-back ranking put the
- * kernel that served fastest third (bench/RESULTS.md). */
+ * bucket go to every candidate, a block of launches each as measure()
+ * runs them, and when each has run that many times after an untimed
+ * first, they take the order of their median kernel times as served from
+ * then on (and in the cache).  Every one, not the two or three fastest:
+ * on an H100 at a weight held in L2 between requests the back-to-back
+ * ranking put the kernel that served fastest third, then fourth
+ * (bench/RESULTS.md). */
 #include "mfmad_build.h"
 
 #include <dlfcn.h>
@@ -98,6 +99,7 @@ static struct provider_policy policy = { .exclude = 0, .prefer = -1 };
 static uint32_t trial_runs = 0;
 _Static_assert(SERVED_TRIAL_MAX == BACKEND_TRIAL_CANDIDATES && SERVED_TRIAL_RUNS_MAX == BACKEND_TRIAL_MAX,
 	       "a trial's bounds are backend_timing's");
+_Static_assert(NPROVIDERS <= SERVED_TRIAL_MAX, "a trial tries every provider");
 
 /* Whether provider i may serve on compute capability cc. */
 static int usable_here(size_t i, int cc)

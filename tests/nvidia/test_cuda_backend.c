@@ -1630,7 +1630,7 @@ static void test_policy_and_cache(void **state)
 
 /* cuda.served_trial: after a resident weight's first GEMM of a bucket
  * measured the order, the next k x (RUNS + 1) served GEMMs run its k
- * fastest candidates (k = 3, or as many as were measured) in a block each,
+ * candidates (every one measured: four on a 2:4 weight) in a block each,
  * in the measured order; the last of them ends the trial (naming the k
  * and their medians, fastest first), and from then on the one with the
  * shortest median kernel time runs, and is the first of the order the
@@ -1639,7 +1639,7 @@ static void test_policy_and_cache(void **state)
 static void test_served_trial(void **state)
 {
 	(void)state;
-	enum { RUNS = 4, K_MAX = 3 };
+	enum { RUNS = 4, K_MAX = 4 };
 	const uint32_t m = quick ? 1024 : 4096, k = quick ? 1024 : 4096;
 	struct backend_config cfg = { TEST_BASE_CFG,
 				      .cuda_served_trial = RUNS, .choices = &tc_hook };
@@ -1656,7 +1656,8 @@ static void test_served_trial(void **state)
 		char order[128], cand[K_MAX][32];
 		memset(cand, 0, sizeof(cand));
 		snprintf(order, sizeof(order), "%s", tc.order);
-		const int nk = sscanf(order, "%31[^,],%31[^,],%31[^,]", cand[0], cand[1], cand[2]);
+		const int nk = sscanf(order, "%31[^,],%31[^,],%31[^,],%31[^,]", cand[0], cand[1], cand[2],
+				      cand[3]);
 		if (tc.puts != puts0 + 1 || nk < 2) {
 			printf("  trial %s: order %s, one candidate or not measured: no trial\n",
 			       sp ? "2:4" : "dense", order);
