@@ -1,6 +1,6 @@
 /* A bucket's served trial (served_trial.c): which candidate each served
- * launch tries (blocks of runs + 1 in the measured order, every
- * candidate a CUDA device has), the untimed first of each block, and the order the
+ * launch tries (blocks of runs + 1 in the measured order, every candidate
+ * a CUDA device has), the untimed first of each block, and the order the
  * trial ends in (by median, ties to the measured order). */
 #include <setjmp.h>
 #include <stdarg.h>
