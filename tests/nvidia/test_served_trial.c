@@ -136,6 +136,15 @@ static void test_fourth_leads(void **state)
 	assert_int_equal(end.slot[1], 0);
 	assert_int_equal(end.slot[end.n - 1], 2);
 	assert_string_equal(tr.variant[end.slot[0]], "fourth");
+	/* More measured than a trial serves (test_third_leads ran 5 with a
+	 * trial of three): the first SERVED_TRIAL_MAX, the same blocks and
+	 * end, no slot past them. */
+	memset(&tr, 0, sizeof(tr));
+	assert_int_equal(run_trial(&tr, 6, 3, times, &end, slots), 16);
+	for (unsigned i = 0; i < 16; i++)
+		assert_int_equal(slots[i], (int)(i / 4));
+	assert_int_equal(end.n, 4);
+	assert_int_equal(end.slot[0], 3);
 }
 
 /* Two candidates, 3 runs (odd: the middle); equal medians keep the
