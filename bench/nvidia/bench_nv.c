@@ -655,7 +655,7 @@ static double time_served(op_fn fn, void *ctx, struct problem *p, int graph, int
 	CU(nv_drv.cuStreamSynchronize(stream));
 	if (graph) {
 		if (fn(ctx, 0) != 0) /* plans and handles made before the capture */
-			return NAN;
+			goto fail;
 		CU(nv_drv.cuStreamSynchronize(stream));
 		CU(nv_drv.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
 		int rc = fn(ctx, 0);
@@ -664,7 +664,7 @@ static double time_served(op_fn fn, void *ctx, struct problem *p, int graph, int
 		    nv_drv.cuGraphInstantiateWithFlags(&ge, g, 0) != CUDA_SUCCESS) {
 			fprintf(stderr, "  served: capture failed (call %d, end %d)\n", rc, (int)er);
 			*host_us = NAN;
-			return NAN;
+			goto fail;
 		}
 	}
 	double t[REPS], h[REPS], w[REPS];
@@ -675,22 +675,16 @@ static double time_served(op_fn fn, void *ctx, struct problem *p, int graph, int
 	for (int i = 0; i < REPS + 5; i++) {
 		if (idle_us)
 			usleep(idle_us);
-		if (served_before.fn && served_before.fn(served_before.ctx, 0) != 0) {
-			p->d_ours = keep_ours;
-			p->d_ref = keep_ref;
-			return NAN;
-		}
+		if (served_before.fn && served_before.fn(served_before.ctx, 0) != 0)
+			goto fail;
 		const uint64_t w0 = mfma_clock_ns();
 		CU(nv_drv.cuMemcpyHtoDAsync(p->b, hb, bbytes, stream));
 		CU(nv_drv.cuEventRecord(e0, stream));
 		uint64_t h0 = mfma_clock_ns();
 		int rc = graph ? (nv_drv.cuGraphLaunch(ge, stream) == CUDA_SUCCESS ? 0 : -1) : fn(ctx, 0);
 		uint64_t h1 = mfma_clock_ns();
-		if (rc != 0) {
-			p->d_ours = keep_ours;
-			p->d_ref = keep_ref;
-			return NAN;
-		}
+		if (rc != 0)
+			goto fail;
 		CU(nv_drv.cuEventRecord(e1, stream));
 		if (!direct_d)
 			CU(nv_drv.cuMemcpyDtoHAsync(hd, p->d_ours, dbytes, stream));
@@ -732,6 +726,22 @@ static double time_served(op_fn fn, void *ctx, struct problem *p, int graph, int
 	*host_us = h[REPS / 2];
 	*wall_us = w[REPS / 2];
 	return t[REPS / 2];
+fail:
+	/* A call or the capture failed (with BENCH_NV_LT_ALGOS=1, each
+	 * algorithm that cannot be captured): what was made here is freed
+	 * once the stream is done with it, and D is p's own again. */
+	nv_drv.cuStreamSynchronize(stream);
+	if (ge)
+		nv_drv.cuGraphExecDestroy(ge);
+	if (g)
+		nv_drv.cuGraphDestroy(g);
+	nv_drv.cuEventDestroy(e0);
+	nv_drv.cuEventDestroy(e1);
+	nv_drv.cuMemFreeHost(hb);
+	nv_drv.cuMemFreeHost(hd);
+	p->d_ours = keep_ours;
+	p->d_ref = keep_ref;
+	return NAN;
 }
 
 #ifdef MFMA_HAVE_CUSPARSELT
