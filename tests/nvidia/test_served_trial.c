@@ -54,7 +54,8 @@ static void test_no_trial(void **state)
 	assert_false(served_trial_note(&tr, 1, 4, 0, 5, "x", &end));
 	/* A slot past the trial's size is not counted. */
 	assert_false(served_trial_note(&tr, 2, 4, 2, 5, "x", &end));
-	assert_false(tr.warmed[0] || tr.warmed[1] || tr.warmed[2]);
+	for (int s = 0; s < SERVED_TRIAL_MAX; s++)
+		assert_false(tr.warmed[s]);
 	assert_int_equal(served_trial_size(2, 4), 2);
 	assert_int_equal(served_trial_size(3, 4), 3);
 	assert_int_equal(served_trial_size(6, 4), SERVED_TRIAL_MAX);
