@@ -629,6 +629,19 @@ static struct {
 	void *ctx;
 } served_before;
 
+/* What time_served made and no longer needs: its graph (either may be
+ * NULL), its events, B's pinned host copy. */
+static void served_release(CUgraphExec ge, CUgraph g, CUevent e0, CUevent e1, void *hb)
+{
+	if (ge)
+		nv_drv.cuGraphExecDestroy(ge);
+	if (g)
+		nv_drv.cuGraphDestroy(g);
+	nv_drv.cuEventDestroy(e0);
+	nv_drv.cuEventDestroy(e1);
+	nv_drv.cuMemFreeHost(hb);
+}
+
 static double time_served(op_fn fn, void *ctx, struct problem *p, int graph, int direct_d,
 			  double *host_us, double *wall_us)
 {
@@ -698,13 +711,7 @@ static double time_served(op_fn fn, void *ctx, struct problem *p, int graph, int
 			w[i - 5] = (double)(w1 - w0) / 1e3;
 		}
 	}
-	if (ge)
-		nv_drv.cuGraphExecDestroy(ge);
-	if (g)
-		nv_drv.cuGraphDestroy(g);
-	nv_drv.cuEventDestroy(e0);
-	nv_drv.cuEventDestroy(e1);
-	nv_drv.cuMemFreeHost(hb);
+	served_release(ge, g, e0, e1, hb);
 	if (direct_d) {
 		/* The same call's D made on the device (kept from before) against
 		 * the one the kernel wrote across the bus. */
@@ -731,13 +738,7 @@ fail:
 	 * algorithm that cannot be captured): what was made here is freed
 	 * once the stream is done with it, and D is p's own again. */
 	nv_drv.cuStreamSynchronize(stream);
-	if (ge)
-		nv_drv.cuGraphExecDestroy(ge);
-	if (g)
-		nv_drv.cuGraphDestroy(g);
-	nv_drv.cuEventDestroy(e0);
-	nv_drv.cuEventDestroy(e1);
-	nv_drv.cuMemFreeHost(hb);
+	served_release(ge, g, e0, e1, hb);
 	nv_drv.cuMemFreeHost(hd);
 	p->d_ours = keep_ours;
 	p->d_ref = keep_ref;
