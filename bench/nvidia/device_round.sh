@@ -6,7 +6,7 @@
 # brings them back); a short summary goes to stdout.
 #
 # usage: bench/nvidia/device_round.sh [test] [sanitize|memcheck|racecheck] [bench] [sweep]
-#        [grid] [shapes] [ncu] [vsncu] [stallsrc] [e2e] [answers] [abserving] [spin] [readers] [latency] [multi] [choice] [served] [choiceab] [graphsab] [trialab]
+#        [grid] [shapes] [ncu] [vsncu] [stallsrc] [e2e] [answers] [abserving] [spin] [readers] [latency] [multi] [choice] [fairchoice] [served] [choiceab] [graphsab] [trialab]
 #        [batching] [serving] [readsab] [postab] [readerminab] [corkab] [abcross] [overlapab] [copystreamab] [dmaab] [dmacsab] [regionab] [batchcheck] [setab]
 #        [phases] [dmaphases] [perfphases] [afterncu]
 #        [wgmma] [group] [csum] [w1] [p3] [wgsan] [raceprobe] [streamprobe] [hot] [spread] [trace] [splitncu] [wgncu] [oneinflight]
@@ -785,6 +785,30 @@ choice)
 	grep -o "weight '[^']*': served trial.*" "$OUT/mfmad_choice.log"
 	python3 bench/nvidia/choice_summary.py "$OUT/e2e_choice.log" new
 	python3 bench/nvidia/served_vs_alone.py "$OUT/choice_bench.log" "$OUT/mfmad_choice.log"
+	;;
+fairchoice)
+	# Issue 11's "served within 3%" judged over FAIR_ROUNDS rounds (default
+	# 3), each a bench_nv --served run at CHOICE_SHAPES (every provider
+	# alone, back to back and one call at a time) and then a fresh daemon's
+	# choice at CHOICE_WEIGHTS x CHOICE_NS, alternating; served_vs_alone.py
+	# compares the medians over the rounds (one round's lone-launch
+	# reference swings by more than 3% at the 12-22 us rows).
+	build_bench
+	pairs=""
+	for r in $(seq 1 "${FAIR_ROUNDS:-3}"); do
+		: >"$OUT/fair_bench_$r.log"
+		for shape in ${CHOICE_SHAPES:-4096x16x4096 4096x32x4096 4096x64x4096 4096x128x4096 4096x256x4096}; do
+			timeout 120 "$BENCH" --served --dtypes f16 --shape "$shape" >>"$OUT/fair_bench_$r.log" 2>&1
+		done
+		CHOICE_WEIGHTS=${CHOICE_WEIGHTS:-4096x4096} CHOICE_NS=${CHOICE_NS:-16 32 64 128 256} \
+			E2E_CHOICE_SETTLE=${E2E_CHOICE_SETTLE:-80} timeout "${E2E_S:-300}" \
+			bash bench/nvidia/e2e.sh "$P" "$OUT" choice >"$OUT/e2e_fair_$r.log" 2>&1
+		echo "=== fair round $r: rc=$?"
+		grep -E "^FAIL" "$OUT/e2e_fair_$r.log"
+		cp "$OUT/mfmad_choice.log" "$OUT/fair_mfmad_$r.log"
+		pairs="$pairs $OUT/fair_bench_$r.log $OUT/fair_mfmad_$r.log"
+	done
+	python3 bench/nvidia/served_vs_alone.py $pairs
 	;;
 choiceab)
 	# mfmad's served times with one provider pinned (AB_PREFER, default
