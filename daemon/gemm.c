@@ -213,7 +213,8 @@ static void observe_launch(struct daemon *d, const struct weight *w, uint64_t n,
 		return;
 	stats_observe_trial(&d->stats, t->trial_end == BACKEND_TRIAL_CHANGED);
 	char rest[256] = "";
-	for (size_t i = 2, at = 0; i < t->trial_n && i < BACKEND_TRIAL_CANDIDATES && at < sizeof(rest); i++) {
+	const size_t n_end = t->trial_n < BACKEND_TRIAL_CANDIDATES ? t->trial_n : BACKEND_TRIAL_CANDIDATES;
+	for (size_t i = 2, at = 0; i < n_end && at < sizeof(rest); i++) {
 		int len = snprintf(rest + at, sizeof(rest) - at, ", then %s (%.1f us)",
 				   t->trial_variant[i] ? t->trial_variant[i] : "?", t->trial_median_ns[i] / 1e3);
 		at += len > 0 ? (size_t)len : 0;

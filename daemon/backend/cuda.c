@@ -621,12 +621,12 @@ static int rank_fill(struct cuda_backend_dev *bd, struct cuda_weight *w, const s
 /* Which slot of r's measured order this served launch tries
  * (served_trial_slot): the leader's block first, then the runner-up's,
  * and so on down the measured order; -1 once the trial is over or when
- * there is nothing to try (one candidate, a pin, the trial off).  Blocks, not turns: in turns
- * each launch follows another provider's, and on the H200 our wgmma
- * kernel at 14336 x 192 x 4096 served in turns took a median 51 us,
- * request after request a mean 34 us; cuSPARSELt 44-46 against 41
- * (bench/RESULTS.md): the trial chose by which kernel minds following
- * another, not by which serves faster. */
+ * there is nothing to try (one candidate, a pin, the trial off).  Blocks,
+ * not turns: in turns each launch follows another provider's, and on the
+ * H200 our wgmma kernel at 14336 x 192 x 4096 served in turns took a
+ * median 51 us, request after request a mean 34 us; cuSPARSELt 44-46
+ * against 41 (bench/RESULTS.md): the trial chose by which kernel minds
+ * following another, not by which serves faster. */
 static int trial_slot(const struct cuda_rank *r)
 {
 	return served_trial_slot(&r->trial, r->n, trial_runs);
