@@ -57,6 +57,17 @@ use_payload() {
 	BASE_UNPACKED=1
 }
 
+# bench_shapes LOG FLAGS SHAPE...: bench_nv (f16) at each shape with FLAGS
+# (word-split; "" for none), appended to LOG, each run bounded.
+bench_shapes() {
+	local log=$1 flags=$2 shape
+	shift 2
+	for shape in "$@"; do
+		# shellcheck disable=SC2086
+		timeout 120 "$BENCH" $flags --dtypes f16 --shape "$shape" >>"$log" 2>&1
+	done
+}
+
 # The benchmark, built here against the PyTorch environment's cuSPARSELt
 # (its header is C++); the carried binary without it is the fallback.
 BENCH=""
@@ -769,9 +780,8 @@ choice)
 	: >"$OUT/choice_bench.log"
 	# CHOICE_SERVED=1: bench_nv --served, each provider also timed one
 	# call at a time between the copies (served_vs_alone.py's last columns).
-	for shape in ${CHOICE_SHAPES:-14336x16x4096 14336x64x4096 14336x256x4096 4096x16x14336 4096x64x14336 4096x256x14336}; do
-		timeout 120 "$BENCH" ${CHOICE_SERVED:+--served} --dtypes f16 --shape "$shape" >>"$OUT/choice_bench.log" 2>&1
-	done
+	bench_shapes "$OUT/choice_bench.log" "${CHOICE_SERVED:+--served}" \
+		${CHOICE_SHAPES:-14336x16x4096 14336x64x4096 14336x256x4096 4096x16x14336 4096x64x14336 4096x256x14336}
 	grep -E "^\| f16|^\| wgmma \||^\| cublaslt algos" "$OUT/choice_bench.log"
 	# 80 settling requests a shape (E2E_CHOICE_SETTLE) hold each bucket's
 	# served trial (up to four candidates, 17 launches each at the default 16),
@@ -797,9 +807,8 @@ fairchoice)
 	pairs=""
 	for r in $(seq 1 "${FAIR_ROUNDS:-3}"); do
 		: >"$OUT/fair_bench_$r.log"
-		for shape in ${CHOICE_SHAPES:-4096x16x4096 4096x32x4096 4096x64x4096 4096x128x4096 4096x256x4096}; do
-			timeout 120 "$BENCH" --served --dtypes f16 --shape "$shape" >>"$OUT/fair_bench_$r.log" 2>&1
-		done
+		bench_shapes "$OUT/fair_bench_$r.log" --served \
+			${CHOICE_SHAPES:-4096x16x4096 4096x32x4096 4096x64x4096 4096x128x4096 4096x256x4096}
 		CHOICE_WEIGHTS=${CHOICE_WEIGHTS:-4096x4096} CHOICE_NS=${CHOICE_NS:-16 32 64 128 256} \
 			E2E_CHOICE_SETTLE=${E2E_CHOICE_SETTLE:-80} timeout "${E2E_S:-300}" \
 			bash bench/nvidia/e2e.sh "$P" "$OUT" choice >"$OUT/e2e_fair_$r.log" 2>&1
@@ -871,9 +880,7 @@ served)
 	# free and with cuSPARSELt and our wgmma kernels pinned in turn.
 	build_bench
 	: >"$OUT/served_bench.log"
-	for shape in ${CHOICE_SHAPES:-14336x16x4096 14336x64x4096 4096x16x14336}; do
-		timeout 120 "$BENCH" --served --dtypes f16 --shape "$shape" >>"$OUT/served_bench.log" 2>&1
-	done
+	bench_shapes "$OUT/served_bench.log" --served ${CHOICE_SHAPES:-14336x16x4096 14336x64x4096 4096x16x14336}
 	grep -E "^\| (f16|served|after)" "$OUT/served_bench.log"
 	[ "${SERVED_E2E:-1}" = 1 ] && for pin in ${SERVED_PINS:-free cusparselt wgmma}; do
 		[ "$pin" = free ] && pin=""

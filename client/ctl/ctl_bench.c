@@ -743,7 +743,7 @@ int ctl_cmd_bench(struct ctl *ctl, int argc, char **argv)
 	struct bench_conn *bc = NULL;
 	mfma_client *ctrl = NULL;
 	char err[512], wname[64] = "";
-	bool loaded = false, barrier = false;
+	bool barrier = false;
 	pthread_barrier_t start;
 	struct mfma_error e;
 	uint64_t started = 0;
@@ -783,7 +783,7 @@ int ctl_cmd_bench(struct ctl *ctl, int argc, char **argv)
 		guard_start(&guard, ctrl, wname);
 		pthread_mutex_lock(&guard.lock);
 		rc = mfma_load_weight(ctrl, &la, NULL, &e);
-		guard.loaded = loaded = rc >= 0;
+		guard.loaded = rc >= 0;
 		pthread_mutex_unlock(&guard.lock);
 		if (rc < 0) {
 			rc = ctl_fail(ctl, "bench: loading the weight", rc, &e);
@@ -901,7 +901,7 @@ int ctl_cmd_bench(struct ctl *ctl, int argc, char **argv)
 	}
 out:
 	pthread_mutex_lock(&guard.lock);
-	if (loaded && guard.loaded && (mfma_unload_weight(ctrl, wname, &e)) < 0)
+	if (guard.loaded && (mfma_unload_weight(ctrl, wname, &e)) < 0)
 		fprintf(stderr, "mfmactl: bench: unloading %s: %s\n", wname, e.message);
 	guard.loaded = false;
 	pthread_mutex_unlock(&guard.lock);

@@ -35,6 +35,16 @@ void rw_mat_free(struct rw_mat *x)
 	x->data = NULL;
 }
 
+void rw_send_gemm_request(int fd, uint64_t id, Mfma__V1__Gemm *g)
+{
+	Mfma__V1__Request req = MFMA__V1__REQUEST__INIT;
+	req.has_id = 1;
+	req.id = id;
+	req.body_case = MFMA__V1__REQUEST__BODY_GEMM;
+	req.gemm = g;
+	rw_send(fd, &req);
+}
+
 void rw_load_request(Mfma__V1__Request *req, Mfma__V1__LoadWeight *lw, uint64_t id,
 		     const char *name, Mfma__V1__Operand *a)
 {
@@ -96,12 +106,7 @@ void rw_send_gemm(int fd, uint64_t id, uint32_t m, uint32_t n, uint32_t k, bool 
 		g.has_timeout_us = 1;
 		g.timeout_us = timeout_us;
 	}
-	Mfma__V1__Request req = MFMA__V1__REQUEST__INIT;
-	req.has_id = 1;
-	req.id = id;
-	req.body_case = MFMA__V1__REQUEST__BODY_GEMM;
-	req.gemm = &g;
-	rw_send(fd, &req);
+	rw_send_gemm_request(fd, id, &g);
 	rw_mat_free(&a);
 	rw_mat_free(&b);
 }

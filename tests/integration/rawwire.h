@@ -25,6 +25,8 @@ void rw_mat_free(struct rw_mat *x);
 void rw_load_request(Mfma__V1__Request *req, Mfma__V1__LoadWeight *lw, uint64_t id,
 		     const char *name, Mfma__V1__Operand *a);
 void rw_send(int fd, const Mfma__V1__Request *req);
+/* g sent on fd as a GEMM request with id. */
+void rw_send_gemm_request(int fd, uint64_t id, Mfma__V1__Gemm *g);
 /* The n requests' frames in one write, so that the daemon reads them
  * together and handles them in one turn of its loop. */
 void rw_send_together(int fd, const Mfma__V1__Request *const *reqs, size_t n);

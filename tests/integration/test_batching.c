@@ -72,12 +72,7 @@ static void send_gemm(int fd, uint64_t id, struct want *q)
 		g.beta = q->beta;
 		g.c = &q->c.m;
 	}
-	Mfma__V1__Request req = MFMA__V1__REQUEST__INIT;
-	req.has_id = 1;
-	req.id = id;
-	req.body_case = MFMA__V1__REQUEST__BODY_GEMM;
-	req.gemm = &g;
-	rw_send(fd, &req);
+	rw_send_gemm_request(fd, id, &g);
 }
 
 /* D against alpha * W.B + beta * C in float64, each element within what

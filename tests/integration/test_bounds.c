@@ -157,6 +157,15 @@ static uint8_t *pack(Mfma__V1__Request *req, uint64_t id, size_t *len)
 	return f;
 }
 
+/* r's status code (0 where it has none) and its message in msg; frees r. */
+static int answer_code(Mfma__V1__Response *r, char *msg, size_t msglen)
+{
+	const int code = r->status ? (int)r->status->code : 0;
+	snprintf(msg, msglen, "%s", r->status && r->status->message ? r->status->message : "");
+	mfma__v1__response__free_unpacked(r, NULL);
+	return code;
+}
+
 /* RegisterRegion of memfd on sock: its answer's code, or -1 when the
  * connection closed first. */
 static int register_region(int sock, uint64_t id, int memfd, char *msg, size_t msglen)
@@ -178,10 +187,7 @@ static int register_region(int sock, uint64_t id, int memfd, char *msg, size_t m
 	Mfma__V1__Response *r = mfma__v1__response__unpack(NULL, (size_t)n, buf);
 	free(buf);
 	assert_non_null(r);
-	int code = r->status ? (int)r->status->code : 0;
-	snprintf(msg, msglen, "%s", r->status && r->status->message ? r->status->message : "");
-	mfma__v1__response__free_unpacked(r, NULL);
-	return code;
+	return answer_code(r, msg, msglen);
 }
 
 /* Regions within every region limit, under the soft descriptor limit of
@@ -556,11 +562,7 @@ static int load_8mib(int fd, uint64_t id, const char *name, char *why, size_t wh
 	rw_load_request(&req, &lw, id, name, &a.op);
 	rw_send(fd, &req);
 	rw_mat_free(&a);
-	Mfma__V1__Response *r = rw_read(fd, 120000);
-	int code = r->status ? (int)r->status->code : 0;
-	snprintf(why, whylen, "%s", r->status && r->status->message ? r->status->message : "");
-	mfma__v1__response__free_unpacked(r, NULL);
-	return code;
+	return answer_code(rw_read(fd, 120000), why, whylen);
 }
 
 /* A client's load holds its request (protobuf-c's copy of A, and the 2:4

@@ -416,12 +416,7 @@ static void gemm_refs(struct gemm_refs *x, struct rw_mat *a, uint32_t n, uint64_
 
 static Mfma__V1__Response *gemm_call(int sock, uint64_t id, struct gemm_refs *x)
 {
-	Mfma__V1__Request req = MFMA__V1__REQUEST__INIT;
-	req.has_id = 1;
-	req.id = id;
-	req.body_case = MFMA__V1__REQUEST__BODY_GEMM;
-	req.gemm = &x->g;
-	rw_send(sock, &req);
+	rw_send_gemm_request(sock, id, &x->g);
 	return rw_read(sock, 20000);
 }
 
@@ -668,12 +663,7 @@ static void test_unregister_in_use(void **state)
 	rw_mat_init(&a, M, K, 3);
 	struct gemm_refs x;
 	gemm_refs(&x, &a, N, id, 0, 0, (int64_t)K * N * 4);
-	Mfma__V1__Request req = MFMA__V1__REQUEST__INIT;
-	req.has_id = 1;
-	req.id = 1;
-	req.body_case = MFMA__V1__REQUEST__BODY_GEMM;
-	req.gemm = &x.g;
-	rw_send(s, &req);
+	rw_send_gemm_request(s, 1, &x.g);
 	Mfma__V1__Response *r = unregister(s, 2, id);
 	assert_int_equal(r->id, 1); /* the GEMM first */
 	assert_int_equal(r->status->code, MFMA__V1__CODE__OK);
