@@ -736,8 +736,16 @@ static int gemm_resident(struct cuda_backend_dev *bd, struct cuda_weight *w,
 	 * when it is not the leader), then the table's; a candidate that
 	 * cannot make this very shape (-ENOTSUP at launch) or lacks the
 	 * memory for it (-ENOMEM) passes to the next.  A GEMM that measured
-	 * is no part of the trial. */
-	int slot = bd->measures == measures0 ? trial_slot(r) : -1;
+	 * is no part of the trial, nor is a batch (two or more requests
+	 * joined): it runs the measured order.  A batched load keeps the GPU
+	 * busy, as the measure's launches back to back do, and the trial is
+	 * about a lone request's launch.  Counted, a batched load on a
+	 * weight fresh from its load was mostly trial launches: on a
+	 * 16384x16384 2:4 weight, one request in 7 was served by cuBLASLt's
+	 * dense kernel, last in every trial on a 2:4 weight
+	 * (bench/RESULTS.md).  A trial's lone launch may now follow a
+	 * batch's: it is timed so, as it serves in such a load. */
+	int slot = bd->measures == measures0 && g->nparts < 2 ? trial_slot(r) : -1;
 	/* A trial candidate that is no candidate of this GEMM (cuSPARSELt at
 	 * an N not a multiple of 8, in a bucket measured at 16) ends the
 	 * trial with the order kept, as one that refuses at launch does:

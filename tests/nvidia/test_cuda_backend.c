@@ -1761,6 +1761,86 @@ static void test_served_trial_refused_width(void **state)
 	reopen(&cfg);
 }
 
+/* One batch of two requests of N = 8 (bucket 0, as N = 16) on resident
+ * weight w (o's A): each part's D against float64; its timing. */
+static struct backend_timing batch_of_two(void *w, const struct operands *o, bool sp, uint32_t m,
+					  uint32_t k)
+{
+	struct operands r[2];
+	struct mfma_gemm_part parts[2];
+	for (int i = 0; i < 2; i++)
+		ops_make(&r[i], MFMA_DT_F16, MFMA_DT_F16, false, m, 8, k, 1.0f, 0.0f);
+	struct mfma_gemm g = join_parts(r, parts, 2, sp);
+	struct backend_timing t = { 0 };
+	char err[512] = "";
+	if (backend_cuda.gemm(dev, &g, w, &t, err, sizeof(err)) != 0)
+		fail_msg("batch of two: %s", err);
+	for (int i = 0; i < 2; i++) {
+		r[i].g.a_sparse = sp;
+		r[i].g.a = o->a;
+		r[i].g.a_meta = o->meta;
+		const double rel = rel_error(&r[i], NULL, m);
+		checks++;
+		if (!(rel <= nvt_tolerance(MFMA_DT_F16)))
+			fail_msg("batch of two, part %d (%s): relative error %g", i,
+				 t.variant ? t.variant : "?", rel);
+		r[i].g.a = NULL;
+		r[i].g.a_meta = NULL;
+		ops_free(&r[i]);
+	}
+	return t;
+}
+
+/* cuda.served_trial with batches among the lone GEMMs: a batch (two
+ * requests joined) is no part of a trial.  A batch before each lone GEMM
+ * of the trial runs the measured leader and ends nothing; the lone GEMMs
+ * run their blocks in the measured order as without the batches, and the
+ * last ends the trial; after it, a batch runs the trial's winner. */
+static void test_served_trial_batches(void **state)
+{
+	(void)state;
+	enum { RUNS = 4, K_MAX = 4 };
+	const uint32_t m = quick ? 1024 : 4096, k = quick ? 1024 : 4096;
+	struct backend_config cfg = { TEST_BASE_CFG,
+				      .cuda_served_trial = RUNS, .choices = &tc_hook };
+	cfg.cuda_providers.prefer = -1;
+	reopen(&cfg);
+	memset(&tc, 0, sizeof(tc));
+	struct operands o;
+	ops_make(&o, MFMA_DT_F16, MFMA_DT_F16, true, m, 16, k, 1.0f, 0.0f);
+	void *w = load_f16_weight(dev, &o, true, m, k);
+	struct backend_timing t = resident_gemm(w, &o, MFMA_DT_F16, MFMA_DT_F16, true, m, k, 16);
+	char cand[K_MAX][32];
+	memset(cand, 0, sizeof(cand));
+	const int nk = sscanf(tc.order, "%31[^,],%31[^,],%31[^,],%31[^,]", cand[0], cand[1],
+			      cand[2], cand[3]);
+	printf("  trial with batches: measured %s at N=16\n", tc.order);
+	if (tc.puts != 1 || nk < 2) {
+		printf("  trial with batches: one candidate or not measured: nothing to test\n");
+	} else {
+		for (int j = 0; j < nk * (RUNS + 1); j++) {
+			t = batch_of_two(w, &o, true, m, k);
+			if (strcmp(provider_of(t.variant), cand[0]) != 0 || t.trial_end != 0)
+				fail_msg("batch before trial launch %d ran %s (trial end %d), not the "
+					 "measured leader %s", j, t.variant ? t.variant : "?",
+					 (int)t.trial_end, cand[0]);
+			t = resident_gemm(w, &o, MFMA_DT_F16, MFMA_DT_F16, true, m, k, 16);
+			assert_string_equal(provider_of(t.variant), cand[j / (RUNS + 1)]);
+			assert_int_equal(t.trial_end != 0, j == nk * (RUNS + 1) - 1);
+		}
+		const char *winner = provider_of(t.trial_variant[0]);
+		printf("  trial with batches: %s leads after the trial\n", winner);
+		t = batch_of_two(w, &o, true, m, k);
+		assert_string_equal(provider_of(t.variant), winner);
+		assert_int_equal(t.trial_end, 0);
+	}
+	backend_cuda.weight_free(dev, w);
+	ops_free(&o);
+	cfg.choices = NULL;
+	cfg.cuda_served_trial = 0;
+	reopen(&cfg);
+}
+
 /* A lone GEMM on a resident weight started to be left running
  * (backend_timing.leave_only, as the daemon's loop starts one on an idle
  * device): with D in registered host memory and its N bucket's choice
@@ -2850,6 +2930,7 @@ int main(void)
 		cmocka_unit_test(test_policy_and_cache),
 		cmocka_unit_test(test_served_trial),
 		cmocka_unit_test(test_served_trial_refused_width),
+		cmocka_unit_test(test_served_trial_batches),
 		cmocka_unit_test(test_lone_left_running),
 		cmocka_unit_test(test_other_devices),
 	};
