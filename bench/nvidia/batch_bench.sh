@@ -12,7 +12,10 @@
 # scheduler, side by side.
 #
 # E2E_PINNED_ANSWERS_MB (default 64) is cuda.pinned_answers_mb (0: answer
-# frames on the heap), as in e2e.sh.
+# frames on the heap), as in e2e.sh.  BATCH_SIZE (default 8192) is the
+# weight's M and K; BATCH_MODES (default "false true") the batching.enabled
+# settings of each round, BATCH_ROUNDS (default "1 2") the rounds; LABEL,
+# when set, tags every BATCH line.
 #
 # usage: batch_bench.sh PAYLOAD_DIR OUT_DIR
 set -u
@@ -23,13 +26,13 @@ D=/tmp/mfma-batch
 rm -rf "$D" && mkdir -p "$D"
 CTL=("$P/bin/mfmactl" -e "unix:$SOCK" --timeout 600000)
 SIZE=${BATCH_SIZE:-8192}
-MODES="false true"
+MODES=${BATCH_MODES:-false true}
 PLACES="device0"
 if [ "${MULTI:-0}" = 1 ]; then
 	MODES="true"
 	PLACES="device0 all"
 fi
-for round in 1 2; do
+for round in ${BATCH_ROUNDS:-1 2}; do
 	for mode in $MODES; do
 		cat >"$D/mfmad.conf" <<CONF
 limits = {
@@ -56,7 +59,7 @@ CONF
 			for load in "8 64 8000" "1 256 40000" "8 1 400"; do
 				set -- $load
 				[ "${MULTI:-0}" = 1 ] && [ "$2" = 1 ] && continue
-				echo "BATCH round=$round batching=$mode on=$place ${SIZE}x${SIZE} 2:4 f16 N=$1 in_flight=$2: $("${CTL[@]}" --json bench --resident --sparse \
+				echo "BATCH${LABEL:+ [$LABEL]} round=$round batching=$mode on=$place ${SIZE}x${SIZE} 2:4 f16 N=$1 in_flight=$2: $("${CTL[@]}" --json bench --resident --sparse \
 					--m "$SIZE" --k "$SIZE" --n "$1" --dtype f16 --out-dtype f16 -n "$3" -j "$2" --warmup 4 "${dev[@]}" 2>&1 | tr -s ' \n' ' ')"
 			done
 		done

@@ -8,7 +8,7 @@
 # usage: bench/nvidia/device_round.sh [test] [sanitize|memcheck|racecheck] [bench] [sweep]
 #        [grid] [shapes] [ncu] [vsncu] [stallsrc] [e2e] [answers] [abserving] [spin] [readers] [latency] [multi] [choice] [fairchoice] [served] [choiceab] [graphsab] [trialab]
 #        [batching] [serving] [readsab] [postab] [readerminab] [corkab] [abcross] [overlapab] [copystreamab] [dmaab] [dmacsab] [regionab] [batchcheck] [setab]
-#        [phases] [dmaphases] [perfphases] [afterncu]
+#        [phases] [dmaphases] [perfphases] [afterncu] [batchab]
 #        [wgmma] [group] [csum] [w1] [p3] [wgsan] [raceprobe] [streamprobe] [hot] [spread] [trace] [splitncu] [wgncu] [oneinflight]
 #        [pdl] [pitch] [pitchab] [copies] [lonecheck] [lonefirst] [gate] [gateab] [tileab] [loopstartab] [kernelab] [wgdecode] [wgdsan] [wgdncu] [wgdense] [wgdensesan] [wgdensencu] [kernelnames]
 #        (no argument: test sanitize bench e2e)
@@ -771,6 +771,22 @@ batching)
 	timeout "${E2E_S:-400}" bash bench/nvidia/batch_bench.sh "$P" "$OUT" > "$OUT/batching.log" 2>&1
 	echo "=== batching: rc=$?"
 	grep -E "^(BATCH|FAIL)" "$OUT/batching.log" | sed 's/"histogram[^]]*]//g' | tail -12
+	;;
+batchab)
+	# batch_bench.sh's loads with batching on, the daemon of
+	# .devlibs/payload_base.tar.xz and the payload's alternating round by
+	# round (AB_ROUNDS, default "1 2"; BATCH_SIZE as there), a daemon each;
+	# one summary line a load (serve_summary.py), tagged base or new.
+	: >"$OUT/batchab.log"
+	for r in ${AB_ROUNDS:-1 2}; do
+		for who in base new; do
+			use_payload "$who"
+			LD_LIBRARY_PATH="$lib:$LD_LIBRARY_PATH" BATCH_MODES=true BATCH_ROUNDS=$r LABEL=$who \
+				timeout "${E2E_S:-400}" bash bench/nvidia/batch_bench.sh "$dir" "$OUT" >>"$OUT/batchab.log" 2>&1
+			echo "=== batchab $who round $r: rc=$?"
+		done
+	done
+	sed 's/^BATCH/SERVE/' "$OUT/batchab.log" | python3 bench/nvidia/serve_summary.py | cut -c1-250
 	;;
 choice)
 	# Each library alone and our wgmma kernels alone (bench_nv, f16, our
