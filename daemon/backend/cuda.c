@@ -742,8 +742,9 @@ static int gemm_resident(struct cuda_backend_dev *bd, struct cuda_weight *w,
 	 * about a lone request's launch.  Counted, a batched load on a
 	 * weight fresh from its load was mostly trial launches: on a
 	 * 16384x16384 2:4 weight, one request in 7 was served by cuBLASLt's
-	 * dense kernel, last in every trial on a 2:4 weight
-	 * (bench/RESULTS.md).  A trial's lone launch may now follow a
+	 * dense kernel, slower than our wgmma kernel and cuSPARSELt in every
+	 * trial logged on a 2:4 weight (bench/RESULTS.md).  Its widths vary
+	 * within a bucket, too.  A trial's lone launch may now follow a
 	 * batch's: it is timed so, as it serves in such a load. */
 	int slot = bd->measures == measures0 && g->nparts < 2 ? trial_slot(r) : -1;
 	/* A trial candidate that is no candidate of this GEMM (cuSPARSELt at
