@@ -740,7 +740,7 @@ static int gemm_resident(struct cuda_backend_dev *bd, struct cuda_weight *w,
 	 * joined): it runs the measured order.  A batched load keeps the GPU
 	 * busy, as the measure's launches back to back do, and the trial is
 	 * about a lone request's launch.  Counted, a batched load on a
-	 * weight fresh from its load was mostly trial launches: on a
+	 * weight fresh from its load was largely trial launches: on a
 	 * 16384x16384 2:4 weight, one request in 7 was served by cuBLASLt's
 	 * dense kernel, slower than our wgmma kernel and cuSPARSELt in every
 	 * trial logged on a 2:4 weight (bench/RESULTS.md).  Its widths vary
