@@ -1628,6 +1628,39 @@ static void test_policy_and_cache(void **state)
 	reopen(&cfg);
 }
 
+/* The served-trial tests' device: reopened under cfg with
+ * cuda.served_trial = runs, the test's cache of choices (emptied), no
+ * provider pinned and those of `exclude` left out; trial_close reopens it
+ * with the trial, the cache and the exclusions off. */
+static void trial_open(struct backend_config *cfg, uint32_t runs, uint32_t exclude)
+{
+	*cfg = (struct backend_config){ TEST_BASE_CFG, .cuda_served_trial = runs,
+					.choices = &tc_hook };
+	cfg->cuda_providers.prefer = -1;
+	cfg->cuda_providers.exclude = exclude;
+	reopen(cfg);
+	memset(&tc, 0, sizeof(tc));
+}
+
+static void trial_close(struct backend_config *cfg)
+{
+	cfg->choices = NULL;
+	cfg->cuda_served_trial = 0;
+	cfg->cuda_providers.exclude = 0;
+	reopen(cfg);
+}
+
+/* The providers of the test cache's order (tc.order: variants, fastest
+ * first) in cand, each cleared first: how many (none measured: 0). */
+_Static_assert(BACKEND_TRIAL_CANDIDATES == 4, "order_names reads four names");
+static int order_names(char cand[BACKEND_TRIAL_CANDIDATES][32])
+{
+	memset(cand, 0, BACKEND_TRIAL_CANDIDATES * sizeof(cand[0]));
+	const int n = sscanf(tc.order, "%31[^,],%31[^,],%31[^,],%31[^,]", cand[0], cand[1],
+			     cand[2], cand[3]);
+	return n > 0 ? n : 0;
+}
+
 /* cuda.served_trial: after a resident weight's first GEMM of a bucket
  * measured the order, the next k x (RUNS + 1) served GEMMs run its k
  * candidates (every one measured: four on a 2:4 weight) in a block each,
@@ -1639,13 +1672,10 @@ static void test_policy_and_cache(void **state)
 static void test_served_trial(void **state)
 {
 	(void)state;
-	enum { RUNS = 4, K_MAX = 4 };
+	enum { RUNS = 4 };
 	const uint32_t m = quick ? 1024 : 4096, k = quick ? 1024 : 4096;
-	struct backend_config cfg = { TEST_BASE_CFG,
-				      .cuda_served_trial = RUNS, .choices = &tc_hook };
-	cfg.cuda_providers.prefer = -1;
-	reopen(&cfg);
-	memset(&tc, 0, sizeof(tc));
+	struct backend_config cfg;
+	trial_open(&cfg, RUNS, 0);
 	for (int sp = 1; sp >= 0; sp--) {
 		struct operands o;
 		ops_make(&o, MFMA_DT_F16, MFMA_DT_F16, sp, m, 16, k, 1.0f, 0.0f);
@@ -1653,11 +1683,9 @@ static void test_served_trial(void **state)
 		const int puts0 = tc.puts;
 		struct backend_timing t = resident_gemm(w, &o, MFMA_DT_F16, MFMA_DT_F16, sp, m, k, 16);
 		assert_int_equal(t.trial_end, 0);
-		char order[128], cand[K_MAX][32];
-		memset(cand, 0, sizeof(cand));
+		char order[128], cand[BACKEND_TRIAL_CANDIDATES][32];
 		snprintf(order, sizeof(order), "%s", tc.order);
-		const int nk = sscanf(order, "%31[^,],%31[^,],%31[^,],%31[^,]", cand[0], cand[1], cand[2],
-				      cand[3]);
+		const int nk = order_names(cand);
 		if (tc.puts != puts0 + 1 || nk < 2) {
 			printf("  trial %s: order %s, one candidate or not measured: no trial\n",
 			       sp ? "2:4" : "dense", order);
@@ -1707,9 +1735,7 @@ static void test_served_trial(void **state)
 		backend_cuda.weight_free(dev, w);
 		ops_free(&o);
 	}
-	cfg.choices = NULL;
-	cfg.cuda_served_trial = 0;
-	reopen(&cfg);
+	trial_close(&cfg);
 }
 
 /* cuda.served_trial where a trial candidate cannot make a shape of its
@@ -1724,21 +1750,19 @@ static void test_served_trial_refused_width(void **state)
 	(void)state;
 	enum { RUNS = 4 };
 	const uint32_t m = quick ? 1024 : 4096, k = quick ? 1024 : 4096;
-	struct backend_config cfg = { TEST_BASE_CFG,
-				      .cuda_served_trial = RUNS, .choices = &tc_hook };
-	cfg.cuda_providers.prefer = -1;
-	cfg.cuda_providers.exclude = 1u << providers_index(PROVIDERS_CUDA, "cublaslt") |
-				     1u << providers_index(PROVIDERS_CUDA, "ours");
-	reopen(&cfg);
-	memset(&tc, 0, sizeof(tc));
+	struct backend_config cfg;
+	trial_open(&cfg, RUNS,
+		   1u << providers_index(PROVIDERS_CUDA, "cublaslt") |
+			   1u << providers_index(PROVIDERS_CUDA, "ours"));
 	struct operands o;
 	ops_make(&o, MFMA_DT_F16, MFMA_DT_F16, true, m, 16, k, 1.0f, 0.0f);
 	void *w = load_f16_weight(dev, &o, true, m, k);
 	struct backend_timing t = resident_gemm(w, &o, MFMA_DT_F16, MFMA_DT_F16, true, m, k, 16);
-	char lead[32] = "", second[32] = "";
-	sscanf(tc.order, "%31[^,],%31[^,]", lead, second);
+	char cand[BACKEND_TRIAL_CANDIDATES][32];
+	const int nk = order_names(cand);
+	const char *lead = cand[0];
 	printf("  trial, a width refused: measured %s at N=16\n", tc.order);
-	if (tc.puts != 1 || !second[0]) {
+	if (tc.puts != 1 || nk < 2) {
 		printf("  trial, a width refused: one candidate: nothing to test\n");
 	} else {
 		for (int j = 0; j < 2 * (RUNS + 1) + 1; j++) {
@@ -1755,10 +1779,7 @@ static void test_served_trial_refused_width(void **state)
 	}
 	backend_cuda.weight_free(dev, w);
 	ops_free(&o);
-	cfg.choices = NULL;
-	cfg.cuda_served_trial = 0;
-	cfg.cuda_providers.exclude = 0;
-	reopen(&cfg);
+	trial_close(&cfg);
 }
 
 /* One batch of two requests of N = 8 (bucket 0, as N = 16) on resident
@@ -1799,21 +1820,16 @@ static struct backend_timing batch_of_two(void *w, const struct operands *o, boo
 static void test_served_trial_batches(void **state)
 {
 	(void)state;
-	enum { RUNS = 4, K_MAX = 4 };
+	enum { RUNS = 4 };
 	const uint32_t m = quick ? 1024 : 4096, k = quick ? 1024 : 4096;
-	struct backend_config cfg = { TEST_BASE_CFG,
-				      .cuda_served_trial = RUNS, .choices = &tc_hook };
-	cfg.cuda_providers.prefer = -1;
-	reopen(&cfg);
-	memset(&tc, 0, sizeof(tc));
+	struct backend_config cfg;
+	trial_open(&cfg, RUNS, 0);
 	struct operands o;
 	ops_make(&o, MFMA_DT_F16, MFMA_DT_F16, true, m, 16, k, 1.0f, 0.0f);
 	void *w = load_f16_weight(dev, &o, true, m, k);
 	struct backend_timing t = resident_gemm(w, &o, MFMA_DT_F16, MFMA_DT_F16, true, m, k, 16);
-	char cand[K_MAX][32];
-	memset(cand, 0, sizeof(cand));
-	const int nk = sscanf(tc.order, "%31[^,],%31[^,],%31[^,],%31[^,]", cand[0], cand[1],
-			      cand[2], cand[3]);
+	char cand[BACKEND_TRIAL_CANDIDATES][32];
+	const int nk = order_names(cand);
 	printf("  trial with batches: measured %s at N=16\n", tc.order);
 	if (tc.puts != 1 || nk < 2) {
 		printf("  trial with batches: one candidate or not measured: nothing to test\n");
@@ -1836,9 +1852,7 @@ static void test_served_trial_batches(void **state)
 	}
 	backend_cuda.weight_free(dev, w);
 	ops_free(&o);
-	cfg.choices = NULL;
-	cfg.cuda_served_trial = 0;
-	reopen(&cfg);
+	trial_close(&cfg);
 }
 
 /* A lone GEMM on a resident weight started to be left running
