@@ -88,15 +88,24 @@ TRIAL = re.compile(r"weight 'choice_(\d+)x(\d+)_(sparse|dense)': served trial at
                    r"(?:kept|changed the lead to) (\S+) \(median kernel ([\d.]+) us\)")
 
 
-def trial_rows(path):
-    """{(kind, m, k, n): (leader, median us)} from the daemon's log."""
-    out = {}
+def trial_lines(path):
+    """The daemon log's served-trial lines, in order: ((kind, m, k, n),
+    leader variant, its median kernel us)."""
     for line in open(path, errors="replace"):
         m = TRIAL.search(line)
         if m:
             kind = "2:4" if m.group(3) == "sparse" else "dense"
-            out[(kind, int(m.group(1)), int(m.group(2)), int(m.group(4)))] = (m.group(5), float(m.group(6)))
-    return out
+            yield (kind, int(m.group(1)), int(m.group(2)), int(m.group(4))), m.group(5), float(m.group(6))
+
+
+def trial_rows(path):
+    """{(kind, m, k, n): (leader, median us)} from the daemon's log."""
+    return {key: (leader, us) for key, leader, us in trial_lines(path)}
+
+
+def spread(name, med, low, high):
+    """'name med (low-high)', one decimal each."""
+    return f"{name} {med:.1f} ({low:.1f}-{high:.1f})"
 
 
 def median(v):
@@ -142,15 +151,14 @@ def main_rounds(pairs):
         ratio = sm / ref[1]
         over += ratio > 1.03
         row = (f"{key[0] + ' ' + str(key[1]) + 'x' + str(key[2]) + ', ' + str(key[3]):24} "
-               f"{'/'.join(leaders) + ' ' + format(sm, '.1f') + ' (' + format(min(served), '.1f') + '-' + format(max(served), '.1f') + ')':>34} "
-               f"{ref[0] + ' ' + format(ref[1], '.1f') + ' (' + format(ref[2], '.1f') + '-' + format(ref[3], '.1f') + ')':>30} "
+               f"{spread('/'.join(leaders), sm, min(served), max(served)):>34} "
+               f"{spread(*ref):>30} "
                f"{ratio:6.3f}{' over' if ratio > 1.03 else '     '}")
         lref = fastest_median(lone, key)
         if lref:
             lr = sm / lref[1]
             over_lone += lr > 1.03
-            row += (f" {lref[0] + ' ' + format(lref[1], '.1f') + ' (' + format(lref[2], '.1f') + '-' + format(lref[3], '.1f') + ')':>30} "
-                    f"{lr:6.3f}{' over' if lr > 1.03 else ''}")
+            row += f" {spread(*lref):>30} {lr:6.3f}{' over' if lr > 1.03 else ''}"
         print(row.rstrip())
     print(f"{rows} rows, {over} over 1.03 against the fastest alone, {over_lone} against the fastest one at a time")
 
@@ -166,26 +174,21 @@ def main():
     rows = over = 0
     print(f"{'weight, N':28} {'fastest alone':>22} {'served leader (median)':>42} {'ratio':>6}"
           + (f"       {'fastest one at a time':>24} {'ratio':>6}" if served else ""))
-    for line in open(sys.argv[2], errors="replace"):
-        m = TRIAL.search(line)
-        if not m:
-            continue
-        mm, kk, kind, n = int(m.group(1)), int(m.group(2)), m.group(3), int(m.group(4))
-        kind = "2:4" if kind == "sparse" else "dense"
+    for (kind, mm, kk, n), leader, us in trial_lines(sys.argv[2]):
         times = alone.get((mm, n, kk), {}).get(kind)
         if not times:
             continue
         who = min(times, key=times.get)
-        ratio = float(m.group(6)) / times[who]
+        ratio = us / times[who]
         rows += 1
         over += ratio > 1.03
         row = (f"{kind + ' ' + str(mm) + 'x' + str(kk) + ', ' + str(n):28} "
                f"{who + ' ' + format(times[who], '.1f'):>22} "
-               f"{m.group(5) + ' ' + m.group(6):>42} {ratio:6.3f}{' over' if ratio > 1.03 else '     '}")
+               f"{leader + ' ' + format(us, '.1f'):>42} {ratio:6.3f}{' over' if ratio > 1.03 else '     '}")
         lone = served.get((mm, n, kk), {}).get(kind)
         if lone:
             lw = min(lone, key=lone.get)
-            row += f"  {lw + ' ' + format(lone[lw], '.1f'):>24} {float(m.group(6)) / lone[lw]:6.3f}"
+            row += f"  {lw + ' ' + format(lone[lw], '.1f'):>24} {us / lone[lw]:6.3f}"
         print(row.rstrip())
     print(f"{rows} rows, {over} over 1.03")
 
