@@ -910,10 +910,10 @@ static void after_line(FILE *out, const char *shape, op_fn wg, void *wctx, op_fn
 }
 #endif
 
-/* A cuBLASLt algorithm timed in blocks of 4 runs (LT_TIMED_RUNS before
- * the daemon timed one launch at a time), 5 blocks; with graph, each
- * block one launch of a graph of the 4 (the daemon's way then), else
- * enqueued back to back.  *lo and *hi the lowest and highest mean
+/* A cuBLASLt algorithm timed in blocks of 4 runs (the daemon's
+ * LT_TIMED_RUNS), 5 blocks; with graph, each block one launch of a graph
+ * of the 4 (the daemon's way: cuda_dev_time), else enqueued back to
+ * back.  *lo and *hi the lowest and highest mean
  * microseconds of a run; 0, or -EIO when a call or the capture failed. */
 static int lt_blocks_of_4(struct blas_ctx *c, int graph, double *lo, double *hi)
 {
@@ -960,11 +960,11 @@ static int lt_blocks_of_4(struct blas_ctx *c, int graph, double *lo, double *hi)
 }
 
 /* --served with BENCH_NV_LT_ALGOS=1: each of the heuristic's first
- * algorithms of cuBLASLt timed back to back on one weight copy (as the
- * daemon's provider timed them while a weight warmed, in blocks of 4,
- * enqueued and from one graph) and one call at a time (time_served:
- * enqueued, and from a graph as the daemon times them now), with the
- * workspace it asks (split-K when not 0).
+ * algorithms of cuBLASLt timed back to back on one weight copy, in
+ * blocks of 4 enqueued and from one graph (the latter as the daemon's
+ * provider times them while a weight warms), and one call at a time
+ * (time_served: enqueued, and from a graph as the daemon serves them),
+ * with the workspace it asks (split-K when not 0).
  * One whose call fails is said so and passed, as blas_setup passes it. */
 static void lt_algo_lines(FILE *out, const char *shape, struct blas_ctx *c, struct problem *p)
 {
