@@ -22,6 +22,8 @@
 # E2E_REGION_COPIES, when set, cuda.copy_stream, dma_parts_kb and
 # region_copies; E2E_LOOP_START and E2E_OVERLAP, when set,
 # limits.loop_start and batching.overlap (as serving_bench.sh takes them).
+# BATCH_SIZE (default 8192) is the resident 2:4 weight's M = K, as in
+# batch_bench.sh.
 #
 # PERF, when set, is a perf launcher (pack_perf.sh's perf/run.sh): perf
 # samples the daemon's threads (the software event cpu-clock, 2999 Hz) over
@@ -59,7 +61,7 @@ MPORT=${METRICS_PORT:-9478}
 DPID=$!
 CTL=("$P/bin/mfmactl" -e "unix:$SOCK" --timeout 600000)
 for _ in $(seq 150); do "${CTL[@]}" ping >/dev/null 2>&1 && break; sleep 0.2; done
-"${CTL[@]}" --json bench --resident --sparse --m 8192 --k 8192 --n "$N" --dtype f16 --out-dtype f16 \
+"${CTL[@]}" --json bench --resident --sparse --m "${BATCH_SIZE:-8192}" --k "${BATCH_SIZE:-8192}" --n "$N" --dtype f16 --out-dtype f16 \
 	-n "$REQ" -j "$J" --warmup 4 --device 0 "${@:5}" >"$D/bench.json" 2>&1 &
 BPID=$!
 sleep "${WARM_S:-4}"
