@@ -70,6 +70,7 @@ void config_defaults(struct mfmad_config *c)
 	c->cuda_pinned_answer_bytes = 64ull << 20;
 	c->cuda_dma_part_bytes = CONFIG_DMA_PART_BYTES;
 	c->cuda_region_copies = true;
+	c->cuda_out_stream = true;
 	c->cuda_gate = true;
 	c->cuda_tile_out = true;
 	c->shutdown_grace_ms = 10000;
@@ -323,6 +324,7 @@ KEY(cuda_warmup, { set_bool(p, s, &c->cuda_warmup); })
 KEY(cuda_graphs, { set_bool(p, s, &c->cuda_graphs); })
 KEY(cuda_copy_stream, { set_bool(p, s, &c->cuda_copy_stream); })
 KEY(cuda_region_copies, { set_bool(p, s, &c->cuda_region_copies); })
+KEY(cuda_out_stream, { set_bool(p, s, &c->cuda_out_stream); })
 KEY(cuda_gate, { set_bool(p, s, &c->cuda_gate); })
 KEY(cuda_tile_out, { set_bool(p, s, &c->cuda_tile_out); })
 KEY(cuda_dma_parts_kb, { set_u64(p, s, 0, 1 << 30, 1024, &c->cuda_dma_part_bytes); })
@@ -580,7 +582,7 @@ static const struct key cuda_keys[] = {
 	{ "pinned_answers_mb", k_cuda_pinned_answers_mb, NULL },
 	{ "copy_stream", k_cuda_copy_stream, NULL }, { "dma_parts_kb", k_cuda_dma_parts_kb, NULL },
 	{ "region_copies", k_cuda_region_copies, NULL }, { "gate", k_cuda_gate, NULL },
-	{ "tile_out", k_cuda_tile_out, NULL },
+	{ "tile_out", k_cuda_tile_out, NULL }, { "out_stream", k_cuda_out_stream, NULL },
 	{ NULL, NULL, NULL },
 };
 static const struct key metrics_keys[] = {
@@ -769,6 +771,7 @@ int config_restart_only_changes(const struct mfmad_config *a, const struct mfmad
 	DIFF(a->cuda_region_copies != b->cuda_region_copies, "cuda.region_copies");
 	DIFF(a->cuda_gate != b->cuda_gate, "cuda.gate");
 	DIFF(a->cuda_tile_out != b->cuda_tile_out, "cuda.tile_out");
+	DIFF(a->cuda_out_stream != b->cuda_out_stream, "cuda.out_stream");
 	DIFF(a->cuda_served_trial != b->cuda_served_trial, "cuda.served_trial");
 	/* Each device maps and registers its arena when it opens. */
 	DIFF(a->cuda_pinned_answer_bytes != b->cuda_pinned_answer_bytes, "cuda.pinned_answers_mb");

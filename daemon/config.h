@@ -94,6 +94,7 @@ struct mfmad_config {
 	bool cuda_graphs;              /* replay library launches from CUDA graphs (restart) */
 	bool cuda_copy_stream;         /* a batch's copy in on a stream of its own (restart) */
 	bool cuda_region_copies;       /* regions' parts by the copy engines, copy stream (restart) */
+	bool cuda_out_stream;          /* a batch's copy out beside the next GEMM (restart) */
 	bool cuda_gate;                /* wgmma kernels launched before B is in (restart) */
 	bool cuda_tile_out;            /* a lone wgmma kernel copies D out itself (restart) */
 	uint64_t cuda_dma_part_bytes;  /* mapped parts up to this by the copy engines (restart) */

@@ -72,6 +72,7 @@ static void backend_config_of(const struct daemon *d, struct backend_config *bc)
 				       .cuda_copy_stream = d->cfg.cuda_copy_stream,
 				       .cuda_dma_part_bytes = d->cfg.cuda_dma_part_bytes,
 				       .cuda_region_copies = d->cfg.cuda_region_copies,
+				       .cuda_out_stream = d->cfg.cuda_out_stream,
 				       .cuda_gate = d->cfg.cuda_gate,
 				       .cuda_tile_out = d->cfg.cuda_tile_out,
 				       .cuda_served_trial = d->cfg.cuda_served_trial,

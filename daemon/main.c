@@ -246,11 +246,12 @@ static void print_config(const struct mfmad_config *c, const char *src)
 	print_providers(&c->cuda_providers, PROVIDERS_CUDA);
 	printf("; warmup = %s; graphs = %s; served_trial = %u; pinned_answers_mb = %" PRIu64
 	       "; copy_stream = %s; dma_parts_kb = %" PRIu64 "; region_copies = %s; gate = %s;"
-	       " tile_out = %s; };\n",
+	       " tile_out = %s; out_stream = %s; };\n",
 	       c->cuda_warmup ? "true" : "false", c->cuda_graphs ? "true" : "false", c->cuda_served_trial,
 	       c->cuda_pinned_answer_bytes >> 20, c->cuda_copy_stream ? "true" : "false",
 	       c->cuda_dma_part_bytes >> 10, c->cuda_region_copies ? "true" : "false",
-	       c->cuda_gate ? "true" : "false", c->cuda_tile_out ? "true" : "false");
+	       c->cuda_gate ? "true" : "false", c->cuda_tile_out ? "true" : "false",
+	       c->cuda_out_stream ? "true" : "false");
 	printf("metrics = { enabled = %s; address = \"%s\"; port = %d; allow_remote = %s; };\n",
 	       c->metrics_enabled ? "true" : "false", c->metrics_address, c->metrics_port,
 	       c->metrics_allow_remote ? "true" : "false");

@@ -213,14 +213,37 @@ static void poll_for_work(struct queue *q, uint64_t window_ns)
 
 /* A batch whose launch was left running (sched_job.finish): its jobs, and
  * those of them that ran. */
-struct held {
+struct held_batch {
 	struct sched_job *jobs[SCHED_MAX_BATCH], *runs[SCHED_MAX_BATCH];
 	size_t n, nrun;
 };
 
+/* The launches a worker holds left running, oldest first: one fewer than
+ * a backend lets be left running, so that the worker starts the next
+ * batch behind them before it waits for the oldest (on a GPU the next
+ * GEMM is then queued while the oldest one's copy out runs). */
+#define SCHED_MAX_HELD (BACKEND_MAX_LEFT - 1)
+struct held {
+	struct held_batch b[SCHED_MAX_HELD];
+	size_t first, count;
+};
+
+/* Holds a launch left running: n jobs, nrun of them run (count <
+ * SCHED_MAX_HELD). */
+static void held_push(struct held *h, struct sched_job *const *jobs, size_t n,
+		      struct sched_job *const *runs, size_t nrun)
+{
+	struct held_batch *b = &h->b[(h->first + h->count) % SCHED_MAX_HELD];
+	memcpy(b->jobs, jobs, n * sizeof(*jobs));
+	memcpy(b->runs, runs, nrun * sizeof(*runs));
+	b->n = n;
+	b->nrun = nrun;
+	h->count++;
+}
+
 /* Takes the next job and, when it batches, its companions: how many.
  * Without wait, 0 at once when nothing is queued.  A job the loop started
- * while the worker waited becomes the held launch h (wait is only set
+ * while the worker waited becomes a held launch of h (wait is only set
  * when h is empty). */
 static size_t next_jobs(struct queue *q, struct sched_job **jobs, bool wait, struct held *h)
 {
@@ -233,8 +256,7 @@ static size_t next_jobs(struct queue *q, struct sched_job **jobs, bool wait, str
 	while (wait && q->heap.len == 0 && !q->loop_started && !q->stop)
 		pthread_cond_wait(&q->cv, &q->mu);
 	if (q->loop_started) {
-		h->jobs[0] = h->runs[0] = q->loop_started;
-		h->n = h->nrun = 1;
+		held_push(h, &q->loop_started, 1, &q->loop_started, 1);
 		q->loop_started = NULL;
 	}
 	struct heap_node *top = heap_pop(&q->heap);
@@ -256,7 +278,7 @@ static size_t next_jobs(struct queue *q, struct sched_job **jobs, bool wait, str
 			 * (it would expire waiting: it runs now), and not once a
 			 * reload has shortened the delay or turned batching off. */
 			while (cost < max && n < SCHED_MAX_BATCH && !q->stop && q->heap.len == 0 &&
-			       h->n == 0 && atomic_load_explicit(&s->batch_on, memory_order_relaxed)) {
+			       h->count == 0 && atomic_load_explicit(&s->batch_on, memory_order_relaxed)) {
 				uint64_t delay = atomic_load_explicit(&s->batch_delay_ns,
 								      memory_order_relaxed);
 				uint64_t until = jobs[0]->enqueue_ns + delay;
@@ -319,14 +341,21 @@ static void post_or_complete(struct queue *q, struct sched_job **jobs, size_t n)
 	devices_phase(q->v, was);
 }
 
-/* Finishes the held batch, if any, and hands its jobs on. */
+/* Finishes the oldest held launch and hands its jobs on. */
+static void finish_oldest(struct queue *q, struct held *h)
+{
+	struct held_batch *b = &h->b[h->first];
+	h->first = (h->first + 1) % SCHED_MAX_HELD;
+	h->count--;
+	b->runs[0]->finish(q->v, b->runs, b->nrun);
+	post_or_complete(q, b->jobs, b->n);
+}
+
+/* Finishes every held launch, oldest first. */
 static void finish_held(struct queue *q, struct held *h)
 {
-	if (!h->n)
-		return;
-	h->runs[0]->finish(q->v, h->runs, h->nrun);
-	post_or_complete(q, h->jobs, h->n);
-	h->n = h->nrun = 0;
+	while (h->count)
+		finish_oldest(q, h);
 }
 
 static void *worker_main(void *arg)
@@ -341,14 +370,14 @@ static void *worker_main(void *arg)
 	pthread_mutex_unlock(&q->mu);
 
 	struct sched_job *jobs[SCHED_MAX_BATCH], *runs[SCHED_MAX_BATCH];
-	struct held held = { .n = 0 };
+	struct held held = { .count = 0 };
 	for (;;) {
 		devices_phase(v, STATS_WORKER_IDLE);
-		size_t n = next_jobs(q, jobs, held.n == 0, &held);
+		size_t n = next_jobs(q, jobs, held.count == 0, &held);
 		devices_phase(v, STATS_WORKER_PREPARE);
-		if (n == 0 && held.n) {
-			/* Nothing to start behind it: finish it now. */
-			finish_held(q, &held);
+		if (n == 0 && held.count) {
+			/* Nothing to start behind them: finish the oldest now. */
+			finish_oldest(q, &held);
 			continue;
 		}
 		if (n == 0)
@@ -375,22 +404,24 @@ static void *worker_main(void *arg)
 			else
 				runs[nrun++] = j;
 		}
-		/* One left running finishes before a job that cannot run
-		 * behind it, and after a batch that can has started. */
+		/* Those left running finish before a job that cannot run
+		 * behind them.  A batch that can starts behind them; then,
+		 * with every place taken, the oldest finishes.  A batch that
+		 * was not left running finishes after them (the answers of
+		 * a connection go out in the order their launches started). */
 		if (nrun <= 1)
 			finish_held(q, &held);
 		if (nrun == 1)
 			runs[0]->work(v, runs[0]);
 		else if (nrun > 1)
 			runs[0]->batch_work(v, runs, nrun);
-		finish_held(q, &held);
 		if (nrun > 1 && runs[0]->finish) {
-			memcpy(held.jobs, jobs, n * sizeof(*jobs));
-			memcpy(held.runs, runs, nrun * sizeof(*runs));
-			held.n = n;
-			held.nrun = nrun;
+			while (held.count >= SCHED_MAX_HELD)
+				finish_oldest(q, &held);
+			held_push(&held, jobs, n, runs, nrun);
 			continue;
 		}
+		finish_held(q, &held);
 		post_or_complete(q, jobs, n);
 	}
 	devices_close(v);

@@ -71,6 +71,9 @@ struct backend_config {
 	/* cuda.region_copies: a batch whose parts lie in clients' regions
 	 * moves them by the copy engines, its copy in on the copy stream */
 	bool cuda_region_copies;
+	/* cuda.out_stream: a batch's D split and copied out on a stream of
+	 * its own, beside the next batch's GEMM (with the copy stream) */
+	bool cuda_out_stream;
 	/* cuda.gate: a resident weight's wgmma GEMM launches before its B is
 	 * in, B copied on a stream of its own (cuda_dev_copy_in_gated) */
 	bool cuda_gate;
@@ -186,6 +189,12 @@ struct backend_timing {
 	int left;
 };
 
+/* Launches a backend with gemm_end lets be left running at once (the
+ * scheduler holds two batches and starts a third behind them: a GPU then
+ * has the next GEMM queued while the worker waits for the oldest one's
+ * copy out). */
+#define BACKEND_MAX_LEFT 3
+
 enum backend_trial_end { BACKEND_TRIAL_KEPT = 1, BACKEND_TRIAL_CHANGED = 2 };
 
 /* What weight_warm prepares a resident weight for: the N a GEMM on it
@@ -253,10 +262,11 @@ struct backend_ops {
 	/* Optional (NULL: gemm never leaves a launch running).  Waits for the
 	 * launch gemm left running (t->left) and fills t's times; a failure
 	 * there (a kernel fault) fails the launch as gemm would have.  The
-	 * caller may start one more GEMM before it finishes the one left
-	 * running, and finishes them in the order they started, the oldest
-	 * before a third starts: the device's next launch then runs behind
-	 * the one left running, with no wait on the host between them. */
+	 * caller may have up to BACKEND_MAX_LEFT launches left running at
+	 * once, finishes them in the order they started, and finishes the
+	 * oldest before it starts one more: the device's next launches then
+	 * run behind those left running, with no wait on the host between
+	 * them. */
 	int (*gemm_end)(void *dev, struct backend_timing *t, char *err, size_t errlen);
 
 	/* Registers host memory [p, p + len) (a client's shared-memory

@@ -358,9 +358,10 @@ static int cpu_gemm(void *dev, const struct mfma_gemm *g, void *weight, struct b
 		t->split_ns = mfma_clock_ns() - s0;
 	}
 	if (rc == 0 && (g->nparts > 1 || t->leave_only) && leave) {
-		if (c->left >= 2) {
+		if (c->left >= BACKEND_MAX_LEFT) {
 			/* The daemon's side of the contract, checked. */
-			snprintf(err, errlen, "cpu: two launches left running are not ended");
+			snprintf(err, errlen, "cpu: %d launches left running are not ended",
+				 c->left);
 			return -EBUSY;
 		}
 		if (g->nparts <= 1)

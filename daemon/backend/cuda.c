@@ -258,7 +258,8 @@ static int cuda_open(int index, const struct backend_config *cfg, void **dev, ch
 	 * for this arch, and the libraries may still serve it). */
 	const struct cuda_batch_cfg bc = { .copy_stream = cfg && cfg->cuda_copy_stream,
 					   .dma_part = cfg ? cfg->cuda_dma_part_bytes : 0,
-					   .region_copies = cfg && cfg->cuda_region_copies };
+					   .region_copies = cfg && cfg->cuda_region_copies,
+					   .out_stream = cfg && cfg->cuda_out_stream };
 	if ((rc = cuda_batch_open(bd->dev, &bc, &bd->batch, err, errlen)) < 0 &&
 	    rc != -ENOEXEC) {
 		cuda_close(bd);
@@ -415,7 +416,7 @@ static int run_on(struct cuda_backend_dev *bd, size_t i, const struct mfma_gemm 
 	} else if (rc == 0 && bd->warming)
 		/* D stayed on the device: record the end and wait, as a
 		 * batch's split does, so that the events are complete. */
-		rc = cuda_dev_copy_out_end(bd->dev, err, errlen);
+		rc = cuda_dev_copy_out_end(bd->dev, NULL, err, errlen);
 	if (rc < 0) {
 		if (batch)
 			cuda_batch_abort(bd->batch, bd->dev);

@@ -29,11 +29,15 @@ bool cuda_batch_usable(int cc);
  * region_copies (cuda.region_copies): an operand whose parts all lie in
  * clients' regions moves by the copy engines, whatever their size, and a
  * batch whose B and C do is gathered on the copy stream.  The copy engines
- * only where the driver has them (cuda_batch_dma_usable). */
+ * only where the driver has them (cuda_batch_dma_usable).  out_stream
+ * (cuda.out_stream), where the copy stream is open (either of the two
+ * above): a batch whose D parts all lie in mapped memory is split and
+ * copied out on a stream of its own, beside the next batch's GEMM. */
 struct cuda_batch_cfg {
 	bool copy_stream;
 	uint64_t dma_part;
 	bool region_copies;
+	bool out_stream;
 };
 
 /* Loads the data-movement kernels; NULL *b with -ENOEXEC when the build
@@ -56,7 +60,8 @@ int cuda_batch_in(struct cuda_batch *b, struct cuda_dev *dev, const struct mfma_
  * them out and waits (the end of the copy out); clears the operands.
  * With *left not 0 on entry, a copy out that the device makes itself
  * (every part in memory it maps) is not waited for: *left is then the
- * event set + 1 for cuda_dev_finish; else 0, and it was waited for. */
+ * event set + 1 for cuda_dev_finish; else 0, and it was waited for.  With
+ * the out stream such a copy out runs there, the end mark with it. */
 int cuda_batch_out(struct cuda_batch *b, struct cuda_dev *dev, const struct mfma_gemm *g, int *left,
 		   char *err, size_t errlen);
 /* Clears the operands after a failed launch and waits for the copy

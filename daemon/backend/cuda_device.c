@@ -895,30 +895,30 @@ int cuda_dev_copy_out(struct cuda_dev *d, void *dst, CUdeviceptr src, size_t byt
 			       "cuMemcpyDtoHAsync(registered)");
 		d->tile_out_dst = NULL;
 		if (d->lone && d->lone_set < 0)
-			return cuda_dev_copy_out_leave(d, &d->lone_set, err, errlen);
-		return cuda_dev_copy_out_end(d, err, errlen);
+			return cuda_dev_copy_out_leave(d, NULL, &d->lone_set, err, errlen);
+		return cuda_dev_copy_out_end(d, NULL, err, errlen);
 	}
 	return cuda_dev_copy_out_with(d, src, bytes, take_into, dst, err, errlen);
 }
 
 static void timing_of(struct cuda_dev *d, int s, struct backend_timing *t);
 
-int cuda_dev_copy_out_end(struct cuda_dev *d, char *err, size_t errlen)
+int cuda_dev_copy_out_end(struct cuda_dev *d, CUstream s, char *err, size_t errlen)
 {
-	CU_TRY(nv_drv.cuEventRecord(d->ev[d->set][EV_OUT], d->stream), "cuEventRecord");
+	CU_TRY(nv_drv.cuEventRecord(d->ev[d->set][EV_OUT], s ? s : d->stream), "cuEventRecord");
 	CU_TRY(nv_drv.cuEventSynchronize(d->ev[d->set][EV_OUT]), "cuEventSynchronize");
 	d->out_tail_ns[d->set] = 0;
 	return 0;
 }
 
-int cuda_dev_copy_out_leave(struct cuda_dev *d, int *set, char *err, size_t errlen)
+int cuda_dev_copy_out_leave(struct cuda_dev *d, CUstream s, int *set, char *err, size_t errlen)
 {
 	if (d->left >= CUDA_EVENT_SETS) {
 		snprintf(err, errlen, "cuda: %d launches left running are not finished yet",
 			 d->left);
 		return -EBUSY;
 	}
-	CU_TRY(nv_drv.cuEventRecord(d->ev[d->set][EV_OUT], d->stream), "cuEventRecord");
+	CU_TRY(nv_drv.cuEventRecord(d->ev[d->set][EV_OUT], s ? s : d->stream), "cuEventRecord");
 	d->out_tail_ns[d->set] = 0;
 	*set = d->set;
 	d->set = (d->set + 1) % CUDA_EVENT_SETS;

@@ -147,20 +147,21 @@ bool cuda_dev_registered(const struct cuda_dev *d, const void *p, size_t len);
 bool cuda_dev_mapped(const struct cuda_dev *d, const void *p, size_t len, CUdeviceptr *dp,
 		     bool *region);
 /* Ends a copy out that the provider queued itself (a kernel writing
- * into mapped host memory) as cuda_dev_copy_out does: the end event, and
- * waits for it. */
-int cuda_dev_copy_out_end(struct cuda_dev *d, char *err, size_t errlen);
+ * into mapped host memory) as cuda_dev_copy_out does: the end event on
+ * stream s (NULL: the device's stream; a batch's copy out may run on a
+ * stream of its own), and waits for it. */
+int cuda_dev_copy_out_end(struct cuda_dev *d, CUstream s, char *err, size_t errlen);
 
 /* The sets of timing events a device keeps: launches it may leave running
  * at once.  A launch's marks go to the current set; the caller finishes
- * the oldest launch left running before a new one marks, once both sets
- * are taken (cuda_gemm refuses to start then). */
-#define CUDA_EVENT_SETS 2
-/* Ends such a copy out without waiting: the end event is recorded in the
- * launch's event set, *set names it for cuda_dev_finish, and the next
- * launch's marks go to the other set.  -EBUSY when every set holds a
- * launch left running. */
-int cuda_dev_copy_out_leave(struct cuda_dev *d, int *set, char *err, size_t errlen);
+ * the oldest launch left running before a new one marks, once every set
+ * is taken (cuda_gemm refuses to start then). */
+#define CUDA_EVENT_SETS BACKEND_MAX_LEFT
+/* Ends such a copy out without waiting: the end event is recorded on s
+ * (NULL: the device's stream) in the launch's event set, *set names it
+ * for cuda_dev_finish, and the next launch's marks go to the other set.
+ * -EBUSY when every set holds a launch left running. */
+int cuda_dev_copy_out_leave(struct cuda_dev *d, CUstream s, int *set, char *err, size_t errlen);
 /* Waits for the launch left running in set (a kernel fault surfaces
  * here) and fills its times. */
 int cuda_dev_finish(struct cuda_dev *d, int set, struct backend_timing *t, char *err,

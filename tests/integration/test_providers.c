@@ -85,7 +85,8 @@ static void test_unknown_name_refused_at_start(void **state)
 static const char good[] =
 	"cuda = { providers = { exclude = [\"cusparselt\", \"cublaslt\"]; prefer = \"wgmma\"; };\n"
 	"         graphs = false; served_trial = 0; pinned_answers_mb = 16; copy_stream = true;\n"
-	"         dma_parts_kb = 64; region_copies = false; gate = false; tile_out = false; };\n"
+	"         dma_parts_kb = 64; region_copies = false; gate = false; tile_out = false;\n"
+	"         out_stream = false; };\n"
 	"hip = { providers = { prefer = \"ours\"; }; };\n";
 
 static int ctl(const struct mfmad_proc *p, char *out, size_t len, const char *a, const char *b)
@@ -112,7 +113,7 @@ static void test_valid_policy_status_and_reload(void **state)
 				    "[\"cublaslt\", \"cusparselt\"]; prefer = \"wgmma\"; }; "
 				    "warmup = true; graphs = false; served_trial = 0; pinned_answers_mb = 16; "
 				    "copy_stream = true; dma_parts_kb = 64; region_copies = false; gate = false; "
-				    "tile_out = false; };"));
+				    "tile_out = false; out_stream = false; };"));
 	assert_non_null(strstr(out, "hip = { enabled = \"auto\"; providers = { exclude = []; "
 				    "prefer = \"ours\"; }; };"));
 
@@ -137,12 +138,13 @@ static void test_valid_policy_status_and_reload(void **state)
 	fclose(f);
 	kill(d.pid, SIGHUP);
 	/* So do cuda.graphs, cuda.copy_stream, cuda.dma_parts_kb,
-	 * cuda.region_copies, cuda.gate, cuda.tile_out, cuda.served_trial
-	 * and cuda.pinned_answers_mb (false, true, 64, false, false, false,
-	 * 0 and 16 above; the defaults now): they are told to the devices
-	 * when they open. */
+	 * cuda.region_copies, cuda.gate, cuda.tile_out, cuda.out_stream,
+	 * cuda.served_trial and cuda.pinned_answers_mb (false, true, 64,
+	 * false, false, false, false, 0 and 16 above; the defaults now): they
+	 * are told to the devices when they open. */
 	assert_true(log_says(&d, "reload: cuda.providers, cuda.graphs, cuda.copy_stream, "
-				 "cuda.dma_parts_kb, cuda.region_copies, cuda.gate, cuda.tile_out, cuda.served_trial, "
+				 "cuda.dma_parts_kb, cuda.region_copies, cuda.gate, cuda.tile_out, "
+				 "cuda.out_stream, cuda.served_trial, "
 				 "cuda.pinned_answers_mb changed; that needs a restart"));
 	assert_int_equal(harness_stop(&d), 0);
 }

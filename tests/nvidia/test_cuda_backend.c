@@ -53,7 +53,9 @@
  * opens or reopens one starts from: a small pinned pool (so that the
  * staging chunks and double-buffers), the daemon's cuda.graphs,
  * cuda.gate and cuda.tile_out. */
-#define TEST_BASE_CFG .pinned_bytes = 8u << 20, .cuda_graphs = true, .cuda_gate = true, .cuda_tile_out = true
+#define TEST_BASE_CFG                                                                         \
+	.pinned_bytes = 8u << 20, .cuda_graphs = true, .cuda_gate = true, .cuda_tile_out = true, \
+	.cuda_out_stream = true
 
 static void *dev;
 static int ndev;
@@ -1860,11 +1862,13 @@ static void test_served_trial_batches(void **state)
  * device): with D in registered host memory and its N bucket's choice
  * made, it is left running (t.left), gemm_end fills its times, and D is
  * the same GEMM's waited for, bit for bit, with B staged or registered;
- * two are left at once and end in order, a third is refused.  Refused with
+ * CUDA_EVENT_SETS are left at once and end in order, one more is refused.
+ * Refused with
  * -EAGAIN and D untouched wherever it would have to be waited for: D on
  * the heap, a bucket whose choice is not made yet, no resident weight. */
 static void test_lone_left_running(void **state)
 {
+	enum { NL = CUDA_EVENT_SETS };
 	(void)state;
 	const uint32_t m = quick ? 1024 : 4096, k = quick ? 1024 : 4096, n = 16;
 	struct backend_config cfg = { TEST_BASE_CFG };
@@ -1876,10 +1880,12 @@ static void test_lone_left_running(void **state)
 		void *w = load_f16_weight(dev, &o, sp, m, k);
 		const size_t db = (size_t)m * n * 2, bb = (size_t)k * n * 2;
 		struct test_region rg;
-		region_make(&rg, "test-lone", 3 * db + bb + 4096);
-		unsigned char *d[3] = { rg.p, rg.p + db, rg.p + 2 * db }, *b = rg.p + 3 * db;
+		region_make(&rg, "test-lone", (NL + 1) * db + bb + 4096);
+		unsigned char *d[NL + 1], *b = rg.p + (NL + 1) * db;
+		for (int i = 0; i <= NL; i++)
+			d[i] = rg.p + i * db;
 		memcpy(b, o.b, bb);
-		memset(rg.p, 0xff, 3 * db);
+		memset(rg.p, 0xff, (NL + 1) * db);
 		char err[512] = "";
 		struct mfma_gemm g = o.g;
 		g.d = d[0];
@@ -1912,33 +1918,33 @@ static void test_lone_left_running(void **state)
 		t = (struct backend_timing){ .may_leave = true, .leave_only = true };
 		assert_int_equal(backend_cuda.gemm(dev, &g, NULL, &t, err, sizeof(err)), -EAGAIN);
 		assert_true(d[0][0] == 0xff && d[0][db - 1] == 0xff);
-		/* Left running: B staged into d[0], B registered into d[1];
-		 * a third start is refused while both run. */
-		struct backend_timing tl[2];
-		for (int i = 0; i < 2; i++) {
+		/* Left running: B staged into d[0], d[2], ..., registered into
+		 * d[1], d[3], ...; one more start is refused while they run. */
+		struct backend_timing tl[NL];
+		for (int i = 0; i < NL; i++) {
 			struct mfma_gemm gl = o.g;
 			gl.d = d[i];
-			gl.b = i ? b : o.b;
+			gl.b = i % 2 ? b : o.b;
 			tl[i] = (struct backend_timing){ .may_leave = true, .leave_only = true };
 			RC_OK(backend_cuda.gemm(dev, &gl, w, &tl[i], err, sizeof(err)), err);
 			assert_true(tl[i].left > 0);
 		}
-		struct mfma_gemm g3 = o.g;
-		g3.d = d[2];
+		struct mfma_gemm gm = o.g;
+		gm.d = d[NL];
 		t = (struct backend_timing){ .may_leave = true, .leave_only = true };
-		assert_int_equal(backend_cuda.gemm(dev, &g3, w, &t, err, sizeof(err)), -EAGAIN);
-		for (int i = 0; i < 2; i++) {
+		assert_int_equal(backend_cuda.gemm(dev, &gm, w, &t, err, sizeof(err)), -EAGAIN);
+		for (int i = 0; i < NL; i++) {
 			RC_OK(backend_cuda.gemm_end(dev, &tl[i], err, sizeof(err)), err);
 			assert_int_equal(tl[i].left, 0);
 			assert_true(tl[i].kernel_ns > 0);
 			assert_memory_equal(d[i], o.d, db);
 		}
-		assert_true(d[2][0] == 0xff && d[2][db - 1] == 0xff);
+		assert_true(d[NL][0] == 0xff && d[NL][db - 1] == 0xff);
 		printf("  lone %s %ux%ux%u left running (%s): h2d %.1f kernel %.1f d2h %.1f us, "
 		       "equal to the waited result\n",
 		       sp ? "2:4" : "dense", m, n, k, tl[1].variant, tl[1].h2d_ns / 1e3,
 		       tl[1].kernel_ns / 1e3, tl[1].d2h_ns / 1e3);
-		checks += 3;
+		checks += NL + 1;
 		region_free(&rg);
 		backend_cuda.weight_free(dev, w);
 		ops_free(&o);
@@ -2803,18 +2809,24 @@ static void chained_batches(void **state, struct backend_config cfg, enum backen
 		g[b] = join_parts(r[b], parts[b], NP, true);
 	}
 	assert_true(at <= rg.p + len);
+	/* As the daemon's worker runs them: each batch started behind the
+	 * BACKEND_MAX_LEFT - 1 before it, still left running, and the oldest
+	 * ended after it (the two sets of batch buffers are then each in use
+	 * by a batch left running when the next batch fills them). */
+	enum { BEHIND = BACKEND_MAX_LEFT - 1 };
 	struct backend_timing t[NB];
 	int left = 0;
 	for (int b = 0; b < NB; b++) {
 		t[b] = (struct backend_timing){ .may_leave = true };
 		RC_OK(backend_cuda.gemm(dev, &g[b], w, &t[b], err, sizeof(err)), err);
-		if (b > 0 && t[b - 1].left)
-			RC_OK(backend_cuda.gemm_end(dev, &t[b - 1], err, sizeof(err)), err);
+		if (b >= BEHIND && t[b - BEHIND].left)
+			RC_OK(backend_cuda.gemm_end(dev, &t[b - BEHIND], err, sizeof(err)), err);
 		left += t[b].left != 0;
 	}
-	if (t[NB - 1].left)
-		RC_OK(backend_cuda.gemm_end(dev, &t[NB - 1], err, sizeof(err)), err);
-	printf("  %s: %d of %d batches left running behind the next\n", what, left, NB);
+	for (int b = NB - BEHIND; b < NB; b++)
+		if (t[b].left)
+			RC_OK(backend_cuda.gemm_end(dev, &t[b], err, sizeof(err)), err);
+	printf("  %s: %d of %d batches left running, %d behind each\n", what, left, NB, BEHIND);
 	for (int b = 0; b < NB; b++)
 		for (int i = 0; i < NP; i++) {
 			struct operands *x = &r[b][i];
@@ -2837,7 +2849,8 @@ static void chained_batches(void **state, struct backend_config cfg, enum backen
 
 /* cuda.copy_stream: a batch whose B and C lie in mapped memory is gathered
  * on a stream of its own into the other of two sets of buffers, beside the
- * previous batch's GEMM and copy out. */
+ * previous batch's GEMM and copy out (with cuda.out_stream, the daemon's
+ * default and TEST_BASE_CFG's, its copy out on a third stream). */
 static void test_copy_stream(void **state)
 {
 	chained_batches(state,
@@ -2886,6 +2899,23 @@ static void test_region_copies(void **state)
 	chained_batches(state, cfg, BACKEND_HOST_FRAMES, "region copies on, parts in frames");
 }
 
+/* cuda.out_stream off: with the copy stream (region copies, then
+ * cuda.copy_stream) a batch's D is split and copied out on the device's
+ * stream again, between one GEMM and the next; every D against float64.
+ * (On, the tests above: the parts in a region have D copied out on the
+ * out stream after a gather on the copy stream, those in frames after a
+ * gather on the device's stream, which waits for the set's last copy out
+ * before it fills the set again.) */
+static void test_out_stream_off(void **state)
+{
+	struct backend_config cfg = { TEST_BASE_CFG };
+	cfg.cuda_out_stream = false;
+	cfg.cuda_region_copies = cuda_batch_dma_usable();
+	cfg.cuda_copy_stream = !cfg.cuda_region_copies;
+	chained_batches(state, cfg, BACKEND_HOST_REGION, "out stream off");
+	chained_batches(state, cfg, BACKEND_HOST_FRAMES, "out stream off, parts in frames");
+}
+
 int main(void)
 {
 	char err[512] = "";
@@ -2924,6 +2954,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_copy_stream, reopen_base),
 		cmocka_unit_test_teardown(test_dma_copies, reopen_base),
 		cmocka_unit_test_teardown(test_region_copies, reopen_base),
+		cmocka_unit_test_teardown(test_out_stream_off, reopen_base),
 		cmocka_unit_test(test_gate),
 		cmocka_unit_test_teardown(test_gate_setup_fails, restore_driver),
 		cmocka_unit_test(test_tile_out),

@@ -315,6 +315,13 @@ static void test_cuda_dma_parts_kb(void **state)
 	assert_int_equal(parse(&c, "cuda = { dma_parts_kb = true; };\n", err, sizeof(err)), -EINVAL);
 }
 
+/* cuda.out_stream: on by default, a boolean, a restart. */
+static void test_cuda_out_stream(void **state)
+{
+	(void)state;
+	check_restart_bool("cuda", "out_stream", true, offsetof(struct mfmad_config, cuda_out_stream));
+}
+
 /* cuda.region_copies: on by default, a boolean, a restart. */
 static void test_cuda_region_copies(void **state)
 {
@@ -662,6 +669,7 @@ int main(void)
 		cmocka_unit_test(test_batch_overlap),
 		cmocka_unit_test(test_cuda_copy_stream),
 		cmocka_unit_test(test_cuda_region_copies),
+		cmocka_unit_test(test_cuda_out_stream),
 		cmocka_unit_test(test_cuda_gate),
 		cmocka_unit_test(test_cuda_tile_out),
 		cmocka_unit_test(test_cuda_dma_parts_kb),
