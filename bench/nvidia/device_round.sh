@@ -8,7 +8,7 @@
 # usage: bench/nvidia/device_round.sh [test] [sanitize|memcheck|racecheck] [bench] [sweep]
 #        [grid] [shapes] [ncu] [vsncu] [stallsrc] [e2e] [answers] [abserving] [spin] [readers] [latency] [multi] [choice] [fairchoice] [served] [choiceab] [graphsab] [trialab]
 #        [batching] [serving] [readsab] [postab] [readerminab] [corkab] [abcross] [overlapab] [copystreamab] [dmaab] [dmacsab] [regionab] [batchcheck] [setab]
-#        [phases] [dmaphases] [perfphases] [afterncu] [batchab]
+#        [phases] [phasesab] [dmaphases] [perfphases] [afterncu] [batchab]
 #        [wgmma] [group] [csum] [w1] [p3] [wgsan] [raceprobe] [streamprobe] [hot] [spread] [trace] [splitncu] [wgncu] [oneinflight]
 #        [pdl] [pitch] [pitchab] [copies] [lonecheck] [lonefirst] [gate] [gateab] [tileab] [loopstartab] [kernelab] [wgdecode] [wgdsan] [wgdncu] [wgdense] [wgdensesan] [wgdensencu] [kernelnames]
 #        (no argument: test sanitize bench e2e)
@@ -660,6 +660,30 @@ dmaphases)
 			echo "--- phases, N=$1 x $2 ${how:-bytes}, $set"
 			WARM_S=${WARM_S:-5} phase_run "$log" "$set" "$1" "$2" "$3" $how
 			grep -E "^(window|worker phases)|mfmad:|\"requests_per_s" "$log" | cut -c1-220 | head -6
+		done
+	done
+	;;
+phasesab)
+	# The worker's phases (phases, above) with the daemon of
+	# .devlibs/payload_base.tar.xz and the payload's, alternating, for each
+	# PHASE_LOADS "N:in_flight:requests:how" (how: bytes or shm), AB_ROUNDS
+	# rounds (default 1), with the settings PHASE_SET ("A=x,B=y", as
+	# dmaphases' sets) for both; BATCH_SIZE as in thread_cpu.sh.  The loads
+	# must outlast WARM_S (default 5; 30 for a 16384 x 16384 weight, whose
+	# load takes longer) and the 2 s window.
+	for r in ${AB_ROUNDS:-1}; do
+		for load in ${PHASE_LOADS:-1:256:8000000:bytes 1:256:8000000:shm}; do
+			set -- ${load//:/ }
+			how=""
+			[ "$4" = shm ] && how=--shm
+			for who in base new; do
+				use_payload "$who"
+				log="$OUT/phasesab_r${r}_n$1_$4_$who.log"
+				echo "--- phases, round $r, N=$1 x $2 $4, $who"
+				LD_LIBRARY_PATH="$lib:$LD_LIBRARY_PATH" MFMAD="$dir/bin/mfmad" \
+					WARM_S=${WARM_S:-5} phase_run "$log" "${PHASE_SET:-}" "$1" "$2" "$3" $how
+				grep -E "^worker phases|\"requests_per_s" "$log" | cut -c1-220
+			done
 		done
 	done
 	;;

@@ -31,8 +31,8 @@
 # E2E_MAX_DELAY_US, batching.max_columns and max_queue_delay_us; E2E_CONNECTIONS,
 # the batching loads' client connections (default: one per request in
 # flight, mfmactl bench's); E2E_COPY_STREAM,
-# E2E_DMA_PARTS_KB, E2E_REGION_COPIES, E2E_GATE and E2E_TILE_OUT,
-# cuda.copy_stream, dma_parts_kb, region_copies, gate and tile_out;
+# E2E_DMA_PARTS_KB, E2E_REGION_COPIES, E2E_OUT_STREAM, E2E_GATE and E2E_TILE_OUT,
+# cuda.copy_stream, dma_parts_kb, region_copies, out_stream, gate and tile_out;
 # E2E_LOOP_POLL_US, limits.loop_poll_us (the client's spin comes from
 # MFMA_SPIN_US in the environment, which mfmactl reads); unset, the
 # daemon's defaults (and nothing an older build would refuse).  LOAD_SCALE
@@ -76,6 +76,7 @@ $metrics_conf
 cuda = { ${E2E_PINNED_ANSWERS_MB:+pinned_answers_mb = $E2E_PINNED_ANSWERS_MB;} ${E2E_COPY_STREAM:+copy_stream = $E2E_COPY_STREAM;}
          ${E2E_DMA_PARTS_KB:+dma_parts_kb = $E2E_DMA_PARTS_KB;}
          ${E2E_REGION_COPIES:+region_copies = $E2E_REGION_COPIES;} ${E2E_GATE:+gate = $E2E_GATE;}
+         ${E2E_OUT_STREAM:+out_stream = $E2E_OUT_STREAM;}
          ${E2E_TILE_OUT:+tile_out = $E2E_TILE_OUT;} };
 CONF
 }

@@ -19,8 +19,8 @@
 # READER_THREADS (default 0) is limits.reader_threads; E2E_PINNED_READS_MB,
 # when set, limits.pinned_reads_mb; POST_THREADS (default 1) is
 # limits.post_threads; E2E_COPY_STREAM, E2E_DMA_PARTS_KB and
-# E2E_REGION_COPIES, when set, cuda.copy_stream, dma_parts_kb and
-# region_copies; E2E_LOOP_START and E2E_OVERLAP, when set,
+# E2E_REGION_COPIES and E2E_OUT_STREAM, when set, cuda.copy_stream,
+# dma_parts_kb, region_copies and out_stream; E2E_LOOP_START and E2E_OVERLAP, when set,
 # limits.loop_start and batching.overlap (as serving_bench.sh takes them).
 # BATCH_SIZE (default 8192) is the resident 2:4 weight's M = K, as in
 # batch_bench.sh.
@@ -52,7 +52,8 @@ $overlap_conf
 cuda = { pinned_answers_mb = ${E2E_PINNED_ANSWERS_MB:-64};
          ${E2E_COPY_STREAM:+copy_stream = $E2E_COPY_STREAM;}
          ${E2E_DMA_PARTS_KB:+dma_parts_kb = $E2E_DMA_PARTS_KB;}
-         ${E2E_REGION_COPIES:+region_copies = $E2E_REGION_COPIES;} };
+         ${E2E_REGION_COPIES:+region_copies = $E2E_REGION_COPIES;}
+         ${E2E_OUT_STREAM:+out_stream = $E2E_OUT_STREAM;} };
 CONF
 rm -f "$SOCK"
 MPORT=${METRICS_PORT:-9478}
@@ -115,5 +116,6 @@ if [ -n "${PERF:-}" ] && [ -s "$D/perf.data" ]; then
 	report "the post threads" dso,sym --comms mfmad-post0,mfmad-post0.1,mfmad-post0.2,mfmad-post0.3
 fi
 wait "$BPID"
-grep -o '"requests_per_s": [0-9.]*\|"mean_batch": [0-9.]*' "$D/bench.json" | tr '\n' ' '; echo
+grep -o '"requests_per_s": [0-9.]*\|"mean_batch": [0-9.]*\|"device_busy": [0-9.]*' "$D/bench.json" |
+	tr '\n' ' '; echo
 kill -TERM "$DPID"; wait "$DPID"
