@@ -641,6 +641,11 @@ static void test_overlap(void **state)
 			assert_true(left > 0);
 		else
 			assert_int_equal(left, 0);
+		/* The worker kept to the backend's bound (BACKEND_MAX_LEFT left
+		 * running at once: two held and a third started behind them, as
+		 * the mixed burst's three batches are): the CPU backend refuses
+		 * one more, and the batch would then be retried alone. */
+		assert_int_equal(harness_metric(port, "mfmad_gemm_batches_retried_total"), 0);
 		worker_phases(port, k == 0);
 		rw_mat_free(&w);
 		close(fd[1]);
