@@ -263,10 +263,10 @@ struct backend_ops {
 	 * launch gemm left running (t->left) and fills t's times; a failure
 	 * there (a kernel fault) fails the launch as gemm would have.  The
 	 * caller may have up to BACKEND_MAX_LEFT launches left running at
-	 * once, finishes them in the order they started, and finishes the
-	 * oldest before it starts one more: the device's next launches then
-	 * run behind those left running, with no wait on the host between
-	 * them. */
+	 * once, finishes them in the order they started, and with that many
+	 * left finishes the oldest before it starts one more: the device's
+	 * next launches then run behind those left running, with no wait on
+	 * the host between them. */
 	int (*gemm_end)(void *dev, struct backend_timing *t, char *err, size_t errlen);
 
 	/* Registers host memory [p, p + len) (a client's shared-memory

@@ -159,7 +159,7 @@ int cuda_dev_copy_out_end(struct cuda_dev *d, CUstream s, char *err, size_t errl
 #define CUDA_EVENT_SETS BACKEND_MAX_LEFT
 /* Ends such a copy out without waiting: the end event is recorded on s
  * (NULL: the device's stream) in the launch's event set, *set names it
- * for cuda_dev_finish, and the next launch's marks go to the other set.
+ * for cuda_dev_finish, and the next launch's marks go to the next set.
  * -EBUSY when every set holds a launch left running. */
 int cuda_dev_copy_out_leave(struct cuda_dev *d, CUstream s, int *set, char *err, size_t errlen);
 /* Waits for the launch left running in set (a kernel fault surfaces
