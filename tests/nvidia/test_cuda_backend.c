@@ -1863,9 +1863,9 @@ static void test_served_trial_batches(void **state)
  * made, it is left running (t.left), gemm_end fills its times, and D is
  * the same GEMM's waited for, bit for bit, with B staged or registered;
  * CUDA_EVENT_SETS are left at once and end in order, one more is refused.
- * Refused with
- * -EAGAIN and D untouched wherever it would have to be waited for: D on
- * the heap, a bucket whose choice is not made yet, no resident weight. */
+ * Refused with -EAGAIN and D untouched wherever it would have to be
+ * waited for: D on the heap, a bucket whose choice is not made yet, no
+ * resident weight. */
 static void test_lone_left_running(void **state)
 {
 	enum { NL = CUDA_EVENT_SETS };
