@@ -519,6 +519,22 @@ static int tables_for_copy_stream(const struct cuda_batch *o, struct cuda_dev *d
 	return 0;
 }
 
+/* With the copy stream, a batch gathered on the device's stream s: its
+ * tables straight from the set's pinned host copy, not through the
+ * staging pool (whose half each such batch took in turn and waited for:
+ * with two batches left running the worker waited there for the GEMM
+ * before).  gathered then marks the host copy read, as on the copy
+ * stream. */
+static int tables_up(struct batch_set *st, CUstream s, size_t at, char *err, size_t errlen)
+{
+	CUresult r = nv_drv.cuMemcpyHtoDAsync(st->tables.p, st->host, at, s);
+	if (r != CUDA_SUCCESS)
+		return cuda_fail(r, err, errlen, "cuMemcpyHtoDAsync(batch tables)");
+	if ((r = nv_drv.cuEventRecord(st->gathered, s)) != CUDA_SUCCESS)
+		return cuda_fail(r, err, errlen, "cuEventRecord(gathered)");
+	return 0;
+}
+
 int cuda_batch_in(struct cuda_batch *o, struct cuda_dev *dev, const struct mfma_gemm *g,
 		  struct mfma_gemm *one, char *err, size_t errlen)
 {
@@ -570,7 +586,7 @@ int cuda_batch_in(struct cuda_batch *o, struct cuda_dev *dev, const struct mfma_
 		    (r = nv_drv.cuStreamWaitEvent(s, st->freed, 0)) != CUDA_SUCCESS)
 			return cuda_fail(r, err, errlen, "cuStreamWaitEvent(freed)");
 		if ((rc = cuda_dev_mark(dev, CUDA_MARK_START, err, errlen)) == 0)
-			rc = o->in ? cuda_dev_copy_in(dev, st->tables.p, at, st->host, 1, at, err, errlen)
+			rc = o->in ? tables_up(st, s, at, err, errlen)
 				   : upload_tables(o, dev, st, io, err, errlen);
 		if (rc == 0)
 			rc = operand_in(o, dev, st, s, &io[OP_B], OP_B, err, errlen);
