@@ -655,8 +655,11 @@ dmaphases)
 		set -- ${load//:/ }
 		how=""
 		[ "$4" = shm ] && how=--shm
+		i=0
 		for set in ${DMA_SETS:-E2E_DMA_PARTS_KB=0 E2E_DMA_PARTS_KB=64 E2E_DMA_PARTS_KB=1048576}; do
-			log="$OUT/dmaphases_n$1${how:+_shm}_${set//[^A-Za-z0-9=_]/}.log"
+			# Numbered: a setting named twice (a second round) keeps both logs.
+			i=$((i + 1))
+			log="$OUT/dmaphases_n$1${how:+_shm}_${i}_${set//[^A-Za-z0-9=_]/}.log"
 			echo "--- phases, N=$1 x $2 ${how:-bytes}, $set"
 			WARM_S=${WARM_S:-5} phase_run "$log" "$set" "$1" "$2" "$3" $how
 			grep -E "^(window|worker phases)|mfmad:|\"requests_per_s" "$log" | cut -c1-220 | head -6
