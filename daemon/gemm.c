@@ -28,6 +28,11 @@ struct gemm_job {
 	struct weight *weight;  /* with a reference, or NULL */
 	/* The regions B, C and D are in, each with a reference, or NULL. */
 	struct region *rb, *rc, *rd;
+	/* With rd: D's region id and offset for the answer, copied here on
+	 * the loop.  On the worker the region and the request's message were
+	 * two cache misses a job, most of its time laying out a batch's
+	 * answers. */
+	uint64_t d_region_id, d_offset;
 	struct operand_a a;     /* A as the backend takes it, made on the worker */
 	struct answer ans;      /* the answer's frame, D written in place */
 	size_t in_bytes;        /* counted against limits.max_inflight_mb */
@@ -105,7 +110,7 @@ static bool start_answer(struct device *v, struct gemm_job *j)
 	/* D in a region: the backend writes it there (plan.g.d points into
 	 * it already) and the answer only names it. */
 	int rc = j->rd ? answer_start_region(&j->ans, j->r.id, g->m, g->n, g->out_dtype,
-					     regions_id(j->rd), j->plan.d_region->offset)
+					     j->d_region_id, j->d_offset)
 		       : answer_start(&j->ans, j->r.id, g->m, g->n, g->out_dtype,
 				      v->ops->frame_alloc, v->bdev);
 	if (rc < 0) {
@@ -560,8 +565,11 @@ static int use_regions(struct conn *c, struct gemm_job *j, char *err, size_t err
 	    (rc = regions_use(c, pl->c_region, pl->c_bytes, "c", &j->rc, &p, err, errlen)) == 0)
 		pl->g.c = p;
 	if (rc == 0 && pl->d_region &&
-	    (rc = regions_use(c, pl->d_region, pl->d_bytes, "d", &j->rd, &p, err, errlen)) == 0)
+	    (rc = regions_use(c, pl->d_region, pl->d_bytes, "d", &j->rd, &p, err, errlen)) == 0) {
 		pl->g.d = p;
+		j->d_region_id = regions_id(j->rd);
+		j->d_offset = pl->d_region->offset;
+	}
 	if (rc == 0 && j->rd) {
 		const bool over_b = regions_overlap(j->rd, pl->g.d, pl->d_bytes, j->rb, pl->g.b,
 						    pl->b_bytes);

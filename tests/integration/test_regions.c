@@ -473,6 +473,11 @@ static void test_bounds(void **state)
 	assert_int_equal(r->status->code, MFMA__V1__CODE__OK);
 	assert_non_null(r->gemm->d->region);
 	assert_int_equal(r->gemm->d->data.len, 0);
+	/* The answer names where D went: the region and offset asked for. */
+	assert_true(r->gemm->d->region->has_region && r->gemm->d->region->has_offset);
+	assert_int_equal(r->gemm->d->region->region, id);
+	assert_int_equal(r->gemm->d->region->offset, 4096);
+	assert_int_equal(r->gemm->d->region->length, 16 * 8 * sizeof(float));
 	check_ref((float *)((char *)rb + 4096), a.data, B, NULL, 1, 0, 16, 32, 8);
 	mfma__v1__response__free_unpacked(r, NULL);
 	expect(unregister(s, 9, id), MFMA__V1__CODE__OK, NULL);
