@@ -580,7 +580,7 @@ static int use_regions(struct conn *c, struct gemm_job *j, char *err, size_t err
 				 "d (region %" PRIu64 ", offset %" PRIu64 ", %zu bytes) overlaps %s "
 				 "(region %" PRIu64 "%s); the result must go to bytes the inputs do "
 				 "not use",
-				 regions_id(j->rd), pl->d_region->offset, pl->d_bytes,
+				 j->d_region_id, j->d_offset, pl->d_bytes,
 				 over_b ? "b" : "c", regions_id(in),
 				 in != j->rd ? ", the same memfd" : "");
 			rc = -EINVAL;
