@@ -256,6 +256,39 @@ static bool closed_within(int fd, int timeout_ms)
 	return false;
 }
 
+/* A series' value on a /metrics page, or -1. */
+static long metrics_value(const char *page, const char *series)
+{
+	size_t n = strlen(series);
+	for (const char *p = page; (p = strstr(p, series)) != NULL; p++)
+		if ((p == page || p[-1] == '\n') && p[n] == ' ')
+			return strtol(p + n + 1, NULL, 10);
+	return -1;
+}
+
+/* Waits up to 10 s for the daemon's /metrics on metrics_port to count
+ * `total` client connections accepted and `open` of them open.  A
+ * connect() returns once the kernel has queued it, which can be before the
+ * loop has accepted it, and a close can be counted later still; a test
+ * that fills max_connections has to know the daemon has seen both. */
+static void wait_connections(int metrics_port, long total, long open)
+{
+	static char page[1 << 18];
+	long t = -1, o = -1;
+	for (int i = 0; i < 1000 && (t != total || o != open); i++) {
+		if (i)
+			usleep(10000);
+		if (sdtest_http(AF_INET, metrics_port, "GET", "/metrics", NULL, 0, page,
+				sizeof(page)) != 200)
+			continue;
+		t = metrics_value(page, "mfmad_connections_total");
+		o = metrics_value(page, "mfmad_connections_open");
+	}
+	if (t != total || o != open)
+		fail_msg("/metrics says %ld connection(s) accepted and %ld open, not %ld and %ld", t,
+			 o, total, open);
+}
+
 /* Connections that never send the token are closed after
  * limits.read_timeout_ms, not idle_timeout_ms: they hold slots of
  * limits.max_connections, which the Unix socket's clients share.  The
@@ -267,16 +300,22 @@ static void test_token_deadline(void **state)
 	(void)state;
 	struct run r;
 	run_init(&r);
+	int metrics_port = harness_free_port();
+	assert_true(metrics_port > 0 && metrics_port != r.port);
 	char conf[512];
 	snprintf(conf, sizeof(conf),
 		 "listen = { tcp = true; tcp_port = %d; token_file = \"%s\"; };\n"
-		 "limits = { read_timeout_ms = 2000; max_connections = 4; };", r.port, r.token);
+		 "limits = { read_timeout_ms = 2000; max_connections = 4; };\n"
+		 "metrics = { enabled = true; port = %d; };",
+		 r.port, r.token, metrics_port);
 	r.pid = spawn(&r, conf);
 	mfma_client *c = connect_tcp(&r); /* up: the listener accepts */
 	mfma_close(c);
+	wait_connections(metrics_port, 1, 0);
 	int fds[4];
 	for (int i = 0; i < 4; i++)
 		assert_true((fds[i] = sdtest_connect_tcp(r.port, 5000)) >= 0);
+	wait_connections(metrics_port, 5, 4);
 	/* Every slot held: the Unix socket is refused too. */
 	char ep[128];
 	snprintf(ep, sizeof(ep), "unix:%s", r.sock);
