@@ -633,13 +633,10 @@ static void test_limits(void **state)
 	int s3 = harness_connect_raw(&p);
 	expect(do_register(s3, 4, two), MFMA__V1__CODE__RESOURCE_EXHAUSTED, "limits.max_pinned_mb = 4");
 
-	FILE *f = fopen(p.conf, "w");
-	assert_non_null(f);
-	fprintf(f, "cpu = { threads = 1; devices = 1; };\nlimits = { max_regions_per_conn = 3; "
-		   "max_region_mb_per_conn = 5; max_pinned_mb = 64; };\n");
-	fclose(f);
-	assert_int_equal(kill(p.pid, SIGHUP), 0);
-	pause_ms(300);
+	assert_int_equal(harness_reconfigure(&p, "cpu = { threads = 1; devices = 1; };\n"
+						"limits = { max_regions_per_conn = 3; "
+						"max_region_mb_per_conn = 5; max_pinned_mb = 64; };"),
+			 0);
 	reg_ok(s1, small);
 	reg_ok(s2, two);
 	reg_ok(s3, two);
