@@ -321,6 +321,17 @@ int sdtest_file_contains(const char *path, const char *needle)
 	return sdtest_file_count(path, needle) > 0;
 }
 
+int sdtest_file_wait(const char *path, const char *needle, int timeout_ms)
+{
+	for (int waited = 0;; waited += 10) {
+		if (sdtest_file_contains(path, needle))
+			return 1;
+		if (waited >= timeout_ms)
+			return 0;
+		usleep(10000);
+	}
+}
+
 static int reloads_logged(const char *log_path)
 {
 	return sdtest_file_count(log_path, "configuration reloaded from") +

@@ -75,6 +75,11 @@ int sdtest_file_contains(const char *path, const char *needle);
 /* Lines of the file `path` that contain `needle`. */
 int sdtest_file_count(const char *path, const char *needle);
 
+/* Waits up to timeout_ms for the file `path` to contain `needle`: 1 when
+ * it does, else 0 (a daemon's log line written after the answer that
+ * prompted it). */
+int sdtest_file_wait(const char *path, const char *needle, int timeout_ms);
+
 /* Sends pid SIGHUP and waits up to timeout_ms for its log at log_path to
  * say the reload is over ("configuration reloaded from" or "reload
  * failed" one more time than before): 1 when it did, else 0.  A fixed

@@ -346,10 +346,9 @@ static void test_client_certificates(void **state)
 	assert_int_equal(mfma_connect(ep, &c, &err), 0);
 	(void)mfma_ping(c, "x", 1, NULL, &err);
 	mfma_close(c);
-	usleep(200000);
-	assert_true(sdtest_file_contains(r.log, "TLS handshake failed: peer did not return a "
-						"certificate"));
-	assert_true(sdtest_file_contains(r.log, "the client sent plaintext"));
+	assert_true(sdtest_file_wait(r.log, "TLS handshake failed: peer did not return a certificate",
+				     5000));
+	assert_true(sdtest_file_wait(r.log, "the client sent plaintext", 5000));
 
 	/* mfmactl: the options, and the environment. */
 	const char *ctl = env_or_empty("MFMACTL_BIN");
