@@ -252,37 +252,24 @@ static bool closed_within(int fd, int timeout_ms)
 	return false;
 }
 
-/* A series' value on a /metrics page, or -1. */
-static long metrics_value(const char *page, const char *series)
-{
-	size_t n = strlen(series);
-	for (const char *p = page; (p = strstr(p, series)) != NULL; p++)
-		if ((p == page || p[-1] == '\n') && p[n] == ' ')
-			return strtol(p + n + 1, NULL, 10);
-	return -1;
-}
-
 /* Waits up to 10 s for the daemon's /metrics on metrics_port to count
  * `total` client connections accepted and `open` of them open.  A
  * connect() returns once the kernel has queued it, which can be before the
  * loop has accepted it, and a close can be counted later still; a test
  * that fills max_connections has to know the daemon has seen both. */
-static void wait_connections(int metrics_port, long total, long open)
+static void wait_connections(int metrics_port, long long total, long long open)
 {
-	static char page[1 << 18];
-	long t = -1, o = -1;
-	for (int i = 0; i < 1000 && (t != total || o != open); i++) {
+	long long t = -1, o = -1;
+	for (int i = 0; i < 1000; i++) {
 		if (i)
 			usleep(10000);
-		if (sdtest_http(AF_INET, metrics_port, "GET", "/metrics", NULL, 0, page,
-				sizeof(page)) != 200)
-			continue;
-		t = metrics_value(page, "mfmad_connections_total");
-		o = metrics_value(page, "mfmad_connections_open");
+		t = harness_metric(metrics_port, "mfmad_connections_total");
+		o = harness_metric(metrics_port, "mfmad_connections_open");
+		if (t == total && o == open)
+			return;
 	}
-	if (t != total || o != open)
-		fail_msg("/metrics says %ld connection(s) accepted and %ld open, not %ld and %ld", t,
-			 o, total, open);
+	fail_msg("/metrics says %lld connection(s) accepted and %lld open, not %lld and %lld", t, o,
+		 total, open);
 }
 
 /* Connections that never send the token are closed after
