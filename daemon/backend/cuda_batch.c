@@ -192,14 +192,20 @@ int cuda_batch_open(struct cuda_dev *dev, const struct cuda_batch_cfg *cfg, stru
 	return 0;
 }
 
+/* Waits for the copy and out streams, those open. */
+static void wait_own_streams(struct cuda_batch *o)
+{
+	if (o->in)
+		nv_drv.cuStreamSynchronize(o->in);
+	if (o->out)
+		nv_drv.cuStreamSynchronize(o->out);
+}
+
 void cuda_batch_close(struct cuda_batch *b)
 {
 	if (!b)
 		return;
-	if (b->in)
-		nv_drv.cuStreamSynchronize(b->in);
-	if (b->out)
-		nv_drv.cuStreamSynchronize(b->out);
+	wait_own_streams(b);
 	for (int s = 0; s < 2; s++) {
 		struct batch_set *st = &b->set[s];
 		cuda_buf_free(&st->parts);
@@ -315,10 +321,7 @@ static size_t fill_tables(struct cuda_dev *dev, struct batch_set *st,
 /* Waits for everything on the device: every stream. */
 static void drain_all(struct cuda_batch *o, struct cuda_dev *dev)
 {
-	if (o->in)
-		nv_drv.cuStreamSynchronize(o->in);
-	if (o->out)
-		nv_drv.cuStreamSynchronize(o->out);
+	wait_own_streams(o);
 	cuda_dev_drain(dev);
 }
 
@@ -670,9 +673,7 @@ void cuda_batch_abort(struct cuda_batch *o, struct cuda_dev *dev)
 	/* A gather may still be running on the copy stream, a copy out on
 	 * the out stream: the caller drains the device's stream, these are
 	 * waited for here. */
-	if (o && o->in)
-		nv_drv.cuStreamSynchronize(o->in);
-	if (o && o->out)
-		nv_drv.cuStreamSynchronize(o->out);
+	if (o)
+		wait_own_streams(o);
 	cuda_dev_on_device(dev, NULL, 0);
 }

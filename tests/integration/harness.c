@@ -78,9 +78,9 @@ static void print_log(const struct mfmad_proc *p)
 	fclose(f);
 }
 
-int harness_log_count(const struct mfmad_proc *p, const char *s)
+static int file_count(const char *path, const char *s)
 {
-	FILE *f = fopen(p->log, "r");
+	FILE *f = fopen(path, "r");
 	char line[1024];
 	int n = 0;
 	while (f && fgets(line, sizeof(line), f))
@@ -88,6 +88,11 @@ int harness_log_count(const struct mfmad_proc *p, const char *s)
 	if (f)
 		fclose(f);
 	return n;
+}
+
+int harness_log_count(const struct mfmad_proc *p, const char *s)
+{
+	return file_count(p->log, s);
 }
 
 int harness_connect_raw(const struct mfmad_proc *p)
@@ -498,16 +503,26 @@ long long harness_metric(int port, const char *name)
 	return (long long)harness_metric_value(port, name);
 }
 
+int harness_reload(pid_t pid, const char *log_path, int timeout_ms)
+{
+	int before = file_count(log_path, "configuration reloaded");
+	if (kill(pid, SIGHUP) != 0)
+		return -1;
+	for (int waited = 0; waited < timeout_ms; waited += 25) {
+		if (file_count(log_path, "configuration reloaded") > before)
+			return 0;
+		usleep(25 * 1000);
+	}
+	return file_count(log_path, "configuration reloaded") > before ? 0 : -1;
+}
+
 int harness_reconfigure(const struct mfmad_proc *p, const char *conf)
 {
-	int before = harness_log_count(p, "configuration reloaded");
 	FILE *f = fopen(p->conf, "w");
 	if (!f)
 		return -1;
 	fprintf(f, "%s\n", conf);
-	if (fclose(f) != 0 || kill(p->pid, SIGHUP) != 0)
+	if (fclose(f) != 0)
 		return -1;
-	for (int i = 0; i < 200 && harness_log_count(p, "configuration reloaded") == before; i++)
-		usleep(25 * 1000);
-	return harness_log_count(p, "configuration reloaded") > before ? 0 : -1;
+	return harness_reload(p->pid, p->log, 5000);
 }

@@ -92,9 +92,15 @@ int harness_http_get(int port, const char *path, char *out, size_t outlen);
 double harness_metric_value(int port, const char *name);
 long long harness_metric(int port, const char *name);
 
-/* Replaces the daemon's configuration file with conf, sends SIGHUP and
- * waits (up to 5 s) for the log's next "configuration reloaded": 0, or
- * -1 when the file could not be written or no reload was logged. */
+/* Sends pid SIGHUP and waits up to timeout_ms for its log at log_path to
+ * say "configuration reloaded" once more than before: 0, or -1 when no
+ * reload was logged.  A fixed sleep after the signal is a guess a loaded
+ * machine can outrun. */
+int harness_reload(pid_t pid, const char *log_path, int timeout_ms);
+
+/* Replaces the daemon's configuration file with conf and reloads it
+ * (harness_reload, up to 5 s): 0, or -1 when the file could not be written
+ * or no reload was logged. */
 int harness_reconfigure(const struct mfmad_proc *p, const char *conf);
 
 /* Runs a program with arguments, stdout captured into out (NUL-terminated,

@@ -332,25 +332,6 @@ int sdtest_file_wait(const char *path, const char *needle, int timeout_ms)
 	}
 }
 
-static int reloads_logged(const char *log_path)
-{
-	return sdtest_file_count(log_path, "configuration reloaded from") +
-	       sdtest_file_count(log_path, "reload failed");
-}
-
-int sdtest_reload(pid_t pid, const char *log_path, int timeout_ms)
-{
-	int before = reloads_logged(log_path);
-	if (kill(pid, SIGHUP) < 0)
-		return 0;
-	for (int waited = 0; waited <= timeout_ms; waited += 10) {
-		if (reloads_logged(log_path) > before)
-			return 1;
-		usleep(10000);
-	}
-	return 0;
-}
-
 void sdtest_print_file(const char *path)
 {
 	FILE *f = fopen(path, "r");

@@ -80,12 +80,6 @@ int sdtest_file_count(const char *path, const char *needle);
  * prompted it). */
 int sdtest_file_wait(const char *path, const char *needle, int timeout_ms);
 
-/* Sends pid SIGHUP and waits up to timeout_ms for its log at log_path to
- * say the reload is over ("configuration reloaded from" or "reload
- * failed" one more time than before): 1 when it did, else 0.  A fixed
- * sleep after the signal is a guess a loaded machine can outrun. */
-int sdtest_reload(pid_t pid, const char *log_path, int timeout_ms);
-
 /* Prints the file to stderr (a daemon's log after a failure). */
 void sdtest_print_file(const char *path);
 

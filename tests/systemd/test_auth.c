@@ -176,7 +176,7 @@ static void test_tcp_token(void **state)
 	 * one no longer; a token file made unusable keeps the new one. */
 	const char *newer = "a-newer-token-of-issue-12-tls";
 	write_file(r.token, "a-newer-token-of-issue-12-tls\n", 0600);
-	assert_true(sdtest_reload(r.pid, r.log, 10000));
+	assert_int_equal(harness_reload(r.pid, r.log, 10000), 0);
 	c = connect_tcp(&r);
 	assert_true(mfma_authenticate(c, TOKEN, strlen(TOKEN), &err) < 0);
 	mfma_close(c);
@@ -185,7 +185,7 @@ static void test_tcp_token(void **state)
 		fail_msg("the token read on SIGHUP was refused: %s", err.message);
 	mfma_close(c);
 	write_file(r.token, "short\n", 0600);
-	assert_true(sdtest_reload(r.pid, r.log, 10000));
+	assert_int_equal(harness_reload(r.pid, r.log, 10000), 0);
 	assert_true(sdtest_file_contains(r.log, "reload: listen.token_file"));
 	c = connect_tcp(&r);
 	assert_int_equal(mfma_authenticate(c, newer, strlen(newer), &err), 0);
@@ -215,7 +215,7 @@ static void test_token_file_dropped_by_reload(void **state)
 	char dropped[256];
 	snprintf(dropped, sizeof(dropped), "listen = { tcp = true; tcp_port = %d; };", r.port);
 	write_file(r.conf, dropped, 0644);
-	assert_true(sdtest_reload(r.pid, r.log, 10000));
+	assert_int_equal(harness_reload(r.pid, r.log, 10000), 0);
 	assert_true(sdtest_file_contains(r.log, "that needs a restart, kept the running values"));
 	/* Still asked for, still the same. */
 	c = connect_tcp(&r);
@@ -228,7 +228,7 @@ static void test_token_file_dropped_by_reload(void **state)
 	const char *newer = "the-token-after-the-file-came-back";
 	write_file(r.token, "the-token-after-the-file-came-back\n", 0600);
 	write_file(r.conf, conf, 0644);
-	assert_true(sdtest_reload(r.pid, r.log, 10000));
+	assert_int_equal(harness_reload(r.pid, r.log, 10000), 0);
 	c = connect_tcp(&r);
 	if (mfma_authenticate(c, newer, strlen(newer), &err) < 0)
 		fail_msg("the token read on the second reload was refused: %s", err.message);

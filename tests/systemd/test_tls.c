@@ -475,7 +475,7 @@ static void test_sighup_swaps_certificate(void **state)
 	struct mfma_error err;
 
 	write_conf(&r, "other-server", cf(&r, "ca.pem"), NULL);
-	assert_true(sdtest_reload(r.pid, r.log, 10000));
+	assert_int_equal(harness_reload(r.pid, r.log, 10000), 0);
 	mfma_client *c;
 	int rc = connect_tls(&r, "localhost", cf(&r, "ca.pem"), cf(&r, "client.pem"),
 			     cf(&r, "client.key"), &c, &err);
@@ -501,7 +501,7 @@ static void test_sighup_swaps_certificate(void **state)
 		 "tls_client_ca = \"%s\"; };\nmetrics = { enabled = true; port = %d; };\n",
 		 r.port, bad, cf(&r, "server.key"), cf(&r, "ca.pem"), r.mport);
 	write_file(r.conf, conf);
-	assert_true(sdtest_reload(r.pid, r.log, 10000));
+	assert_int_equal(harness_reload(r.pid, r.log, 10000), 0);
 	assert_true(sdtest_file_contains(r.log, "broken.pem"));
 	assert_int_equal(connect_tls(&r, "localhost", cf(&r, "other-ca.pem"), cf(&r, "client.pem"),
 				     cf(&r, "client.key"), &c, &err),
@@ -546,7 +546,7 @@ static void test_sighup_all_or_nothing(void **state)
 	snprintf(conf, sizeof(conf), fmt, r.port, cf(&r, "server.pem"), cf(&r, "missing.key"),
 		 cf(&r, "ca.pem"), token);
 	write_file(r.conf, conf);
-	assert_true(sdtest_reload(r.pid, r.log, 10000));
+	assert_int_equal(harness_reload(r.pid, r.log, 10000), 0);
 	assert_true(sdtest_file_contains(r.log, "new connections keep the token and certificates"));
 	assert_true(token_served(&r, "the-first-token-of-this-test"));
 	assert_false(token_served(&r, "the-second-token-of-this-test"));
